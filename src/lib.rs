@@ -1,0 +1,11 @@
+//! vcpulab's Rust core.
+//!
+//! * [`kvm`]: safe wrappers around real KVM (all ioctl/mmap `unsafe` lives here).
+//! * [`sim`]: the deterministic overcommit simulator (no `unsafe`, no pyo3).
+//! * `py` (feature `python`): the only pyo3 code, a thin binding layer.
+
+pub mod kvm;
+pub mod sim;
+
+#[cfg(feature = "python")]
+mod py;

@@ -1,0 +1,17 @@
+//! The pyo3 binding layer: the only place that knows about Python.
+//!
+//! Each submodule wraps one core area with thin `#[pyclass]`es; the Pythonic API
+//! (units, defaults, docs, polars frames) lives in `python/vcpulab/`.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod sim;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    sim::register(m)?;
+    Ok(())
+}
