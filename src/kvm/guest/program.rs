@@ -1,0 +1,514 @@
+//! Guest programs, assembled with iced-x86's code assembler, and the guest → host
+//! message protocol ("ucall", in the spirit of the KVM selftests).
+//!
+//! # ucall
+//! The guest puts a command in `eax` and its arguments in `rdi`, `rsi`, `r8`, then
+//! executes `out dx, eax` with `dx = UCALL_PORT`. The host sees an IO-out exit of
+//! size 4 on that port and reads the registers:
+//!
+//! | command | rdi | rsi | r8 |
+//! |---|---|---|---|
+//! | [`UCALL_SYNC`] | value | | |
+//! | [`UCALL_ASSERT`] | assertion site id | actual | expected |
+//! | [`UCALL_DONE`] | | | |
+//! | [`UCALL_EXCEPTION`] | vector | qword at the frame (RIP, or the error code) | next qword |
+//!
+//! A site id indexes [`Program::asserts`], which records where in *this* file the
+//! assertion was written (`#[track_caller]`) and what it checks, so the host can
+//! report `guest assertion failed at src/kvm/guest/program.rs:123 (pause_loop: …)`.
+
+use iced_x86::code_asm::*;
+use iced_x86::BlockEncoderOptions;
+
+use super::*;
+use crate::kvm::error::{Error, Result};
+
+/// IO port of the ucall protocol.
+pub const UCALL_PORT: u16 = 0xe0;
+pub const UCALL_SYNC: u32 = 1;
+pub const UCALL_ASSERT: u32 = 2;
+pub const UCALL_DONE: u32 = 3;
+pub const UCALL_EXCEPTION: u32 = 4;
+
+/// Exception vectors that push an error code.
+pub const VECTORS_WITH_ERROR_CODE: [u64; 10] = [8, 10, 11, 12, 13, 14, 17, 21, 29, 30];
+
+/// Where a guest assertion was written and what it checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssertSite {
+    pub location: String,
+    pub message: String,
+}
+
+/// Type of one documented result field in a program's data area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldType {
+    U64,
+}
+
+/// One documented field of a program's shared-memory result layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultField {
+    pub name: &'static str,
+    /// Guest-physical address of the first element.
+    pub gpa: Gpa,
+    pub ty: FieldType,
+    /// Number of elements (e.g. one per vCPU).
+    pub count: u64,
+    pub doc: &'static str,
+}
+
+/// An assembled program, ready to be copied into guest RAM at `entry`.
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub name: String,
+    pub entry: Gpa,
+    pub code: Vec<u8>,
+    pub data: Gpa,
+    pub data_size: u64,
+    pub results: Vec<ResultField>,
+    pub asserts: Vec<AssertSite>,
+    /// The parameters it was built with, for provenance.
+    pub params: Vec<(String, u64)>,
+}
+
+fn asm_err(e: IcedError) -> Error {
+    Error::InvalidArgument(format!("assembling guest code failed: {e}"))
+}
+
+/// A code assembler plus the bookkeeping of assertion sites and results.
+pub struct Asm {
+    pub a: CodeAssembler,
+    asserts: Vec<AssertSite>,
+    program: &'static str,
+}
+
+impl Asm {
+    pub fn new(program: &'static str) -> Result<Self> {
+        Ok(Self { a: CodeAssembler::new(64).map_err(asm_err)?, asserts: Vec::new(), program })
+    }
+
+    /// `ucall(cmd)` with the arguments already in rdi/rsi/r8. Clobbers eax, edx.
+    pub fn ucall(&mut self, cmd: u32) -> Result<()> {
+        self.a.mov(eax, cmd).map_err(asm_err)?;
+        self.a.mov(edx, UCALL_PORT as u32).map_err(asm_err)?;
+        self.a.out(dx, eax).map_err(asm_err)
+    }
+
+    /// `ucall(SYNC, reg)`.
+    pub fn sync(&mut self, reg: AsmRegister64) -> Result<()> {
+        self.a.mov(rdi, reg).map_err(asm_err)?;
+        self.ucall(UCALL_SYNC)
+    }
+
+    /// `ucall(DONE)` followed by a halt loop, so a host that resumes the guest
+    /// anyway finds it parked.
+    pub fn done(&mut self) -> Result<()> {
+        self.ucall(UCALL_DONE)?;
+        self.park()
+    }
+
+    /// `cli; hlt; jmp` back: parks the vCPU forever.
+    pub fn park(&mut self) -> Result<()> {
+        let mut l = self.a.create_label();
+        self.a.set_label(&mut l).map_err(asm_err)?;
+        self.a.cli().map_err(asm_err)?;
+        self.a.hlt().map_err(asm_err)?;
+        self.a.jmp(l).map_err(asm_err)
+    }
+
+    /// Asserts in the guest that `reg == expected`; on failure the guest sends
+    /// `ucall(ASSERT, site, reg, expected)` and parks. Clobbers rdi, rsi, r8, eax, edx
+    /// on the failure path only.
+    #[track_caller]
+    pub fn assert_eq(&mut self, reg: AsmRegister64, expected: u64, message: &str) -> Result<()> {
+        let loc = std::panic::Location::caller();
+        let id = self.asserts.len() as u64;
+        self.asserts.push(AssertSite {
+            location: format!("{}:{}", loc.file(), loc.line()),
+            message: format!("{}: {message}", self.program),
+        });
+        let mut ok = self.a.create_label();
+        self.a.mov(r8, expected).map_err(asm_err)?;
+        self.a.cmp(reg, r8).map_err(asm_err)?;
+        self.a.je(ok).map_err(asm_err)?;
+        self.a.mov(rsi, reg).map_err(asm_err)?;
+        self.a.mov(rdi, id).map_err(asm_err)?;
+        self.ucall(UCALL_ASSERT)?;
+        self.park()?;
+        self.a.set_label(&mut ok).map_err(asm_err)?;
+        Ok(())
+    }
+
+    /// Software-enables the xAPIC: SVR = 0x1ff (enable bit, spurious vector 0xff).
+    pub fn enable_lapic(&mut self) -> Result<()> {
+        self.a.mov(rcx, LAPIC_BASE + LAPIC_SVR).map_err(asm_err)?;
+        self.a.mov(dword_ptr(rcx), 0x1ffu32).map_err(asm_err)
+    }
+
+    /// Assembles at `entry`.
+    pub fn finish(mut self, entry: Gpa) -> Result<(Vec<u8>, Vec<AssertSite>)> {
+        let code = self.a.assemble(entry).map_err(asm_err)?;
+        Ok((code, self.asserts))
+    }
+}
+
+/// Assembles the 256 IDT stubs and the common handler at [`STUBS_ADDR`].
+///
+/// Interrupts (vector ≥ 32) increment `IRQ_COUNTS[vector]` atomically, signal
+/// EOI to the xAPIC and return. Exceptions (vector < 32) report
+/// `ucall(EXCEPTION, vector, frame[0], frame[1])` and park the vCPU.
+/// Returns the code and the address of each vector's stub.
+pub fn idt_stubs() -> Result<(Vec<u8>, Vec<u64>)> {
+    let mut a = CodeAssembler::new(64).map_err(asm_err)?;
+    let mut common = a.create_label();
+    let mut labels = Vec::with_capacity(256);
+    for v in 0..256i32 {
+        let mut l = a.create_label();
+        a.set_label(&mut l).map_err(asm_err)?;
+        a.push(v).map_err(asm_err)?;
+        a.jmp(common).map_err(asm_err)?;
+        labels.push(l);
+    }
+    let mut exception = a.create_label();
+    a.set_label(&mut common).map_err(asm_err)?;
+    a.push(rax).map_err(asm_err)?;
+    a.push(rcx).map_err(asm_err)?;
+    a.push(rdx).map_err(asm_err)?;
+    a.mov(rax, qword_ptr(rsp + 24)).map_err(asm_err)?; // the vector pushed by the stub
+    a.cmp(rax, 32).map_err(asm_err)?;
+    a.jb(exception).map_err(asm_err)?;
+    a.mov(rcx, IRQ_COUNTS_ADDR).map_err(asm_err)?;
+    a.lock().inc(qword_ptr(rcx + rax * 8)).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_EOI).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), 0u32).map_err(asm_err)?;
+    a.pop(rdx).map_err(asm_err)?;
+    a.pop(rcx).map_err(asm_err)?;
+    a.pop(rax).map_err(asm_err)?;
+    a.add(rsp, 8).map_err(asm_err)?;
+    a.iretq().map_err(asm_err)?;
+    a.set_label(&mut exception).map_err(asm_err)?;
+    a.mov(rdi, rax).map_err(asm_err)?;
+    a.mov(rsi, qword_ptr(rsp + 32)).map_err(asm_err)?;
+    a.mov(r8, qword_ptr(rsp + 40)).map_err(asm_err)?;
+    a.mov(eax, UCALL_EXCEPTION).map_err(asm_err)?;
+    a.mov(edx, UCALL_PORT as u32).map_err(asm_err)?;
+    a.out(dx, eax).map_err(asm_err)?;
+    let mut park = a.create_label();
+    a.set_label(&mut park).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(park).map_err(asm_err)?;
+    let res = a
+        .assemble_options(STUBS_ADDR, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
+        .map_err(asm_err)?;
+    let addrs = labels.iter().map(|l| res.label_ip(l)).collect::<std::result::Result<Vec<_>, _>>().map_err(asm_err)?;
+    Ok((res.inner.code_buffer, addrs))
+}
+
+/// What a program may assume about the VM it runs in.
+#[derive(Debug, Clone, Copy)]
+pub struct Env {
+    /// An in-kernel irqchip exists (xAPIC usable; HLT blocks in the kernel).
+    pub irqchip: bool,
+}
+
+/// The built-in guest programs. Each documents its result layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spec {
+    /// `out port, value` with `size` bytes (1, 2 or 4), then halt forever.
+    IoOut { port: u16, value: u32, size: u8 },
+    /// `in size, port`; stores the value read at `data.value`, then ucall DONE.
+    IoIn { port: u16, size: u8 },
+    /// Stores `value` (`size` = 1, 2, 4 or 8 bytes) at guest-physical `addr`
+    /// (outside RAM: an MMIO write exit), then halts forever.
+    MmioWrite { addr: u64, value: u64, size: u8 },
+    /// Loads `size` bytes from `addr` into `data.value`, then ucall DONE.
+    MmioRead { addr: u64, size: u8 },
+    /// `hlt` in a loop (without an irqchip every HLT exits to user space).
+    Halt,
+    /// Loads an empty IDT and raises #UD: a triple fault, i.e. a shutdown exit.
+    TripleFault,
+    /// `jmp $` forever; only a deadline or a kick gets the vCPU out.
+    EndlessLoop,
+    /// `iterations` × (`pause`; `data.counter[vcpu]++`), then ucall DONE.
+    /// `iterations` = 0 loops forever.
+    PauseLoop { iterations: u64 },
+    /// `count` × `out port, eax` (eax = iteration), then ucall DONE: the IO
+    /// round-trip workload of the benchmark.
+    IoLoop { port: u16, count: u64 },
+    /// Enables the xAPIC and interrupts, then halts until `IRQ_COUNTS[vector]`
+    /// reaches `count`; counts its HLTs in `data.halts[vcpu]`; then ucall DONE.
+    /// Needs an irqchip. The vector is counted by the IDT's common handler.
+    WaitInterrupts { vector: u8, count: u64 },
+    /// Asserts that `actual == expected` in the guest (a self-test of the ucall
+    /// assertion path), then ucall DONE.
+    Assert { actual: u64, expected: u64 },
+}
+
+/// Highest vCPU id a per-vCPU result array is sized for.
+pub const MAX_PER_VCPU_RESULTS: u64 = 256;
+
+impl Spec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Spec::IoOut { .. } => "io_out",
+            Spec::IoIn { .. } => "io_in",
+            Spec::MmioWrite { .. } => "mmio_write",
+            Spec::MmioRead { .. } => "mmio_read",
+            Spec::Halt => "halt",
+            Spec::TripleFault => "triple_fault",
+            Spec::EndlessLoop => "endless_loop",
+            Spec::PauseLoop { .. } => "pause_loop",
+            Spec::IoLoop { .. } => "io_loop",
+            Spec::WaitInterrupts { .. } => "wait_interrupts",
+            Spec::Assert { .. } => "assert",
+        }
+    }
+
+    /// Bytes of data area the program needs.
+    pub fn data_size(&self) -> u64 {
+        match self {
+            Spec::PauseLoop { .. } | Spec::WaitInterrupts { .. } => 8 * MAX_PER_VCPU_RESULTS,
+            Spec::IoIn { .. } | Spec::MmioRead { .. } => 8,
+            Spec::TripleFault => 16,
+            _ => 0,
+        }
+    }
+
+    /// Assembles the program at `entry` with its data at `data`.
+    pub fn build(&self, env: Env, entry: Gpa, data: Gpa) -> Result<Program> {
+        let name = self.name();
+        let mut m = Asm::new(name)?;
+        let mut results = Vec::new();
+        let mut params: Vec<(String, u64)> = Vec::new();
+        let check_size = |size: u8, allowed: &[u8]| -> Result<()> {
+            if allowed.contains(&size) {
+                Ok(())
+            } else {
+                Err(Error::InvalidArgument(format!("{name}: size must be one of {allowed:?} bytes, got {size}")))
+            }
+        };
+        let a = &mut m.a;
+        match *self {
+            Spec::IoOut { port, value, size } => {
+                check_size(size, &[1, 2, 4])?;
+                params.extend([("port".into(), port as u64), ("value".into(), value as u64), ("size".into(), size as u64)]);
+                a.mov(edx, port as u32).map_err(asm_err)?;
+                a.mov(eax, value).map_err(asm_err)?;
+                match size {
+                    1 => a.out(dx, al),
+                    2 => a.out(dx, ax),
+                    _ => a.out(dx, eax),
+                }
+                .map_err(asm_err)?;
+                m.park()?;
+            }
+            Spec::IoIn { port, size } => {
+                check_size(size, &[1, 2, 4])?;
+                params.extend([("port".into(), port as u64), ("size".into(), size as u64)]);
+                a.xor(eax, eax).map_err(asm_err)?;
+                a.mov(edx, port as u32).map_err(asm_err)?;
+                match size {
+                    1 => a.in_(al, dx),
+                    2 => a.in_(ax, dx),
+                    _ => a.in_(eax, dx),
+                }
+                .map_err(asm_err)?;
+                a.mov(rcx, data).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
+                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, doc: "the value the IN instruction read" });
+                m.done()?;
+            }
+            Spec::MmioWrite { addr, value, size } => {
+                check_size(size, &[1, 2, 4, 8])?;
+                params.extend([("addr".into(), addr), ("value".into(), value), ("size".into(), size as u64)]);
+                // The address goes in a register: a disp32 operand is sign-extended.
+                a.mov(rcx, addr).map_err(asm_err)?;
+                a.mov(rax, value).map_err(asm_err)?;
+                match size {
+                    1 => a.mov(byte_ptr(rcx), al),
+                    2 => a.mov(word_ptr(rcx), ax),
+                    4 => a.mov(dword_ptr(rcx), eax),
+                    _ => a.mov(qword_ptr(rcx), rax),
+                }
+                .map_err(asm_err)?;
+                m.park()?;
+            }
+            Spec::MmioRead { addr, size } => {
+                check_size(size, &[1, 2, 4, 8])?;
+                params.extend([("addr".into(), addr), ("size".into(), size as u64)]);
+                a.xor(eax, eax).map_err(asm_err)?;
+                a.mov(rcx, addr).map_err(asm_err)?;
+                match size {
+                    1 => a.mov(al, byte_ptr(rcx)),
+                    2 => a.mov(ax, word_ptr(rcx)),
+                    4 => a.mov(eax, dword_ptr(rcx)),
+                    _ => a.mov(rax, qword_ptr(rcx)),
+                }
+                .map_err(asm_err)?;
+                a.mov(rcx, data).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
+                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, doc: "the value the load returned" });
+                m.done()?;
+            }
+            Spec::Halt => {
+                let mut l = a.create_label();
+                a.set_label(&mut l).map_err(asm_err)?;
+                a.hlt().map_err(asm_err)?;
+                a.jmp(l).map_err(asm_err)?;
+            }
+            Spec::TripleFault => {
+                // An IDT descriptor with limit 0 at `data`; any exception then
+                // escalates to a double and a triple fault.
+                a.mov(rcx, data).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx), 0u32).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx + 8), 0u32).map_err(asm_err)?;
+                a.lidt(ptr(rcx)).map_err(asm_err)?;
+                a.ud2().map_err(asm_err)?;
+                m.park()?;
+            }
+            Spec::EndlessLoop => {
+                let mut l = a.create_label();
+                a.set_label(&mut l).map_err(asm_err)?;
+                a.jmp(l).map_err(asm_err)?;
+            }
+            Spec::PauseLoop { iterations } => {
+                params.push(("iterations".into(), iterations));
+                results.push(ResultField { name: "counter", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, doc: "PAUSEs executed, per vCPU id" });
+                // rdi = vCPU id on entry; rbx = &counter[id]
+                a.mov(rbx, data).map_err(asm_err)?;
+                a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
+                a.mov(rcx, iterations).map_err(asm_err)?;
+                let mut top = a.create_label();
+                a.set_label(&mut top).map_err(asm_err)?;
+                a.pause().map_err(asm_err)?;
+                a.inc(qword_ptr(rbx)).map_err(asm_err)?;
+                if iterations == 0 {
+                    a.jmp(top).map_err(asm_err)?;
+                } else {
+                    a.dec(rcx).map_err(asm_err)?;
+                    a.jnz(top).map_err(asm_err)?;
+                    a.mov(rax, qword_ptr(rbx)).map_err(asm_err)?;
+                    m.assert_eq(rax, iterations, "counter equals the iterations run")?;
+                }
+                m.done()?;
+            }
+            Spec::IoLoop { port, count } => {
+                if count == 0 {
+                    return Err(Error::InvalidArgument("io_loop: count must be >= 1".into()));
+                }
+                params.extend([("port".into(), port as u64), ("count".into(), count)]);
+                a.mov(rcx, count).map_err(asm_err)?;
+                a.mov(edx, port as u32).map_err(asm_err)?;
+                let mut top = a.create_label();
+                a.set_label(&mut top).map_err(asm_err)?;
+                a.mov(eax, ecx).map_err(asm_err)?;
+                a.out(dx, eax).map_err(asm_err)?;
+                a.dec(rcx).map_err(asm_err)?;
+                a.jnz(top).map_err(asm_err)?;
+                m.done()?;
+            }
+            Spec::WaitInterrupts { vector, count } => {
+                if !env.irqchip {
+                    return Err(Error::Unsupported("wait_interrupts needs a VM with an in-kernel irqchip (irqchip=True)".into()));
+                }
+                if vector < 32 {
+                    return Err(Error::InvalidArgument(format!("wait_interrupts: vector must be 32..=255, got {vector}")));
+                }
+                params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
+                results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, doc: "HLT instructions executed while waiting, per vCPU id" });
+                m.enable_lapic()?;
+                let a = &mut m.a;
+                a.mov(rbx, data).map_err(asm_err)?;
+                a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
+                a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
+                a.mov(rcx, count).map_err(asm_err)?;
+                let mut top = a.create_label();
+                let mut out = a.create_label();
+                a.set_label(&mut top).map_err(asm_err)?;
+                a.cli().map_err(asm_err)?;
+                a.cmp(qword_ptr(rsi), rcx).map_err(asm_err)?;
+                a.jae(out).map_err(asm_err)?;
+                a.inc(qword_ptr(rbx)).map_err(asm_err)?;
+                // sti; hlt: the interrupt shadow of STI makes this race-free.
+                a.sti().map_err(asm_err)?;
+                a.hlt().map_err(asm_err)?;
+                a.jmp(top).map_err(asm_err)?;
+                a.set_label(&mut out).map_err(asm_err)?;
+                m.done()?;
+            }
+            Spec::Assert { actual, expected } => {
+                params.extend([("actual".into(), actual), ("expected".into(), expected)]);
+                a.mov(rax, actual).map_err(asm_err)?;
+                m.assert_eq(rax, expected, "actual == expected")?;
+                m.done()?;
+            }
+        }
+        let (code, asserts) = m.finish(entry)?;
+        Ok(Program {
+            name: name.to_string(),
+            entry,
+            code,
+            data,
+            data_size: self.data_size(),
+            results,
+            asserts,
+            params,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Formatter, NasmFormatter};
+
+    fn disasm(code: &[u8], ip: u64) -> Vec<String> {
+        let mut d = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+        let mut f = NasmFormatter::new();
+        let mut out = Vec::new();
+        for i in &mut d {
+            let mut s = String::new();
+            f.format(&i, &mut s);
+            out.push(s);
+        }
+        out
+    }
+
+    #[test]
+    fn io_out_assembles_to_out_then_park() {
+        let p = Spec::IoOut { port: 0x3f8, value: 0x41, size: 1 }.build(Env { irqchip: false }, CODE_ADDR, DATA_ADDR).unwrap();
+        let text = disasm(&p.code, p.entry);
+        assert!(text.iter().any(|s| s == "out dx,al"), "{text:?}");
+        assert!(text.iter().any(|s| s == "hlt"));
+    }
+
+    #[test]
+    fn assert_sites_name_this_file() {
+        let p = Spec::Assert { actual: 1, expected: 2 }.build(Env { irqchip: false }, CODE_ADDR, DATA_ADDR).unwrap();
+        assert_eq!(p.asserts.len(), 1);
+        assert!(p.asserts[0].location.contains("program.rs:"), "{:?}", p.asserts[0]);
+        assert!(p.asserts[0].message.starts_with("assert: "));
+    }
+
+    #[test]
+    fn stubs_cover_all_vectors() {
+        let (code, addrs) = idt_stubs().unwrap();
+        assert_eq!(addrs.len(), 256);
+        assert!(addrs.windows(2).all(|w| w[0] < w[1]));
+        assert!(STUBS_ADDR + code.len() as u64 <= CODE_ADDR);
+        let text = disasm(&code, STUBS_ADDR);
+        assert!(text.iter().any(|s| s == "iretq"));
+        assert!(text.iter().any(|s| s.starts_with("lock inc qword")));
+    }
+
+    #[test]
+    fn bad_parameters_are_errors_not_panics() {
+        let env = Env { irqchip: false };
+        assert!(Spec::IoOut { port: 1, value: 1, size: 3 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
+        assert!(Spec::WaitInterrupts { vector: 40, count: 1 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
+        assert!(Spec::WaitInterrupts { vector: 3, count: 1 }.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).is_err());
+        assert!(Spec::IoLoop { port: 1, count: 0 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
+    }
+}

@@ -1,0 +1,62 @@
+//! Smoke tests against the real /dev/kvm (skipped, with a message, where it is absent).
+//! The full behavioural suite is in Python (tests/); these keep the Rust layer honest.
+
+use std::time::{Duration, Instant};
+
+use super::guest::program::Spec;
+use super::*;
+
+fn host() -> Option<Host> {
+    match Host::open() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            eprintln!("skipping real-KVM test: {e}");
+            None
+        }
+    }
+}
+
+fn until(kinds: &[&str], timeout_ms: u64) -> RunUntil {
+    RunUntil {
+        kinds: kinds.iter().map(|s| s.to_string()).collect(),
+        port: None,
+        count: 1,
+        deadline: Instant::now() + Duration::from_millis(timeout_ms),
+    }
+}
+
+#[test]
+fn io_out_exit_decodes() {
+    let Some(h) = host() else { return };
+    let mut vm = h.create_vm(VmOptions { memory_mib: 4, irqchip: false }).unwrap();
+    let p = vm.load(&Spec::IoOut { port: 0x3f8, value: 0x1234_5678, size: 4 }).unwrap();
+    let mut v = vm.create_vcpu(0).unwrap();
+    v.start(p.entry).unwrap();
+    let out = v.run_until(&until(&["io"], 2000)).unwrap();
+    assert_eq!(out.exit, Exit::Io { port: 0x3f8, size: 4, dir: IoDir::Out, data: 0x1234_5678u32.to_le_bytes().to_vec() });
+}
+
+#[test]
+fn pause_loop_counts_in_ram() {
+    let Some(h) = host() else { return };
+    let mut vm = h.create_vm(VmOptions { memory_mib: 4, irqchip: true }).unwrap();
+    let p = vm.load(&Spec::PauseLoop { iterations: 500 }).unwrap();
+    let mut v = vm.create_vcpu(0).unwrap();
+    v.start(p.entry).unwrap();
+    let out = v.run_to_ucall(Duration::from_secs(5)).unwrap();
+    assert_eq!(out.ucall, Some(Ucall::Done));
+    assert_eq!(vm.memory().read_u64(p.data).unwrap(), 500);
+}
+
+#[test]
+fn deadline_forces_an_endless_loop_out() {
+    let Some(h) = host() else { return };
+    let mut vm = h.create_vm(VmOptions { memory_mib: 4, irqchip: true }).unwrap();
+    let p = vm.load(&Spec::EndlessLoop).unwrap();
+    let mut v = vm.create_vcpu(0).unwrap();
+    v.start(p.entry).unwrap();
+    let t = Instant::now();
+    let e = v.run_until(&until(&["hlt"], 200)).unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
