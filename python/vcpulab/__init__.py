@@ -6,12 +6,18 @@ Two halves behind one Python API:
   guest RAM as numpy, steal time, binary stats, halt polling);
 * :mod:`vcpulab.sim` simulates the same world at any scale (host scheduler,
   pause-loop exits, directed-yield policies, pv hints, halt polling).
+
+Exceptions: every error vcpulab raises on purpose is a built-in
+``ValueError`` / ``IndexError`` / ``TimeoutError`` for bad arguments, ranges
+and deadlines, or a subclass of :class:`VcpulabError` for the rest.
 """
 
 from vcpulab._core import (
     GuestAssertionError,
     KvmIoctlError,
     KvmUnavailableError,
+    UnexpectedExitError,
+    UnsupportedError,
     VcpulabError,
     __version__,
 )
@@ -20,6 +26,8 @@ __all__ = [
     "GuestAssertionError",
     "KvmIoctlError",
     "KvmUnavailableError",
+    "UnexpectedExitError",
+    "UnsupportedError",
     "VcpulabError",
     "__version__",
 ]

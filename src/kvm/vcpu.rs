@@ -58,6 +58,9 @@ pub struct RunOutcome {
     /// True when another thread's kick or a foreign signal (e.g. SIGINT)
     /// stopped the loop before `count` matches.
     pub interrupted: bool,
+    /// True when the interruption was a kick ([`RunSlot::kick`]), false for a
+    /// foreign signal the caller should handle (then resume).
+    pub kicked: bool,
 }
 
 /// General-purpose registers, by name.
@@ -383,7 +386,7 @@ impl Vcpu {
         slot.clear();
         let _guard = slot.enter();
         let _timer = DeadlineTimer::arm(want.deadline)?;
-        let mut out = RunOutcome { exit: Exit::Interrupted, ucall: None, matches: 0, exits: 0, interrupted: false };
+        let mut out = RunOutcome { exit: Exit::Interrupted, ucall: None, matches: 0, exits: 0, interrupted: false, kicked: false };
         loop {
             let exit = self.kvm_run()?;
             out.exits += 1;
@@ -405,6 +408,7 @@ impl Vcpu {
                 }
                 out.exit = exit;
                 out.interrupted = true;
+                out.kicked = slot.is_set();
                 return Ok(out);
             }
             let ucall = self.decode_ucall(&exit)?;

@@ -123,8 +123,13 @@ impl Vm {
         for (gpa, v) in guest::page_table_entries().into_iter().chain(guest::gdt_entries()) {
             self.mem.write_u64(gpa, v)?;
         }
-        let (stubs, addrs) = idt_stubs()?;
-        self.mem.write(STUBS_ADDR, &stubs)?;
+        // The stubs are the same for every VM: assemble them once per process.
+        static STUBS: std::sync::OnceLock<std::result::Result<(Vec<u8>, Vec<u64>), String>> = std::sync::OnceLock::new();
+        let (stubs, addrs) = STUBS
+            .get_or_init(|| idt_stubs().map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| Error::InvalidArgument(e.clone()))?;
+        self.mem.write(STUBS_ADDR, stubs)?;
         for (v, addr) in addrs.iter().enumerate() {
             let (lo, hi) = guest::idt_gate(*addr);
             self.mem.write_u64(IDT_ADDR + v as u64 * 16, lo)?;

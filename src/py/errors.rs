@@ -1,31 +1,36 @@
 //! vcpulab's exception hierarchy and the one conversion from core errors.
 
 use pyo3::create_exception;
+use pyo3::exceptions::{PyIndexError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-create_exception!(
-    _core,
-    VcpulabError,
-    pyo3::exceptions::PyException,
-    "Base class of vcpulab's own exceptions."
-);
+use crate::kvm;
+
+create_exception!(_core, VcpulabError, pyo3::exceptions::PyException, "Base class of vcpulab's own exceptions.");
 create_exception!(
     _core,
     KvmUnavailableError,
     VcpulabError,
     "/dev/kvm is missing or cannot be opened; the message says why and how to fix it."
 );
-create_exception!(
-    _core,
-    KvmIoctlError,
-    VcpulabError,
-    "A KVM ioctl failed; `.args[0]` names the ioctl and the errno."
-);
+create_exception!(_core, KvmIoctlError, VcpulabError, "A KVM ioctl failed; the message names the ioctl and the errno.");
 create_exception!(
     _core,
     GuestAssertionError,
     VcpulabError,
-    "A guest program reported a failed assertion through the ucall port."
+    "A guest program reported a failed assertion through the ucall port; the message names where it was written."
+);
+create_exception!(
+    _core,
+    UnexpectedExitError,
+    VcpulabError,
+    "The vCPU stopped in a way the caller did not ask for (a triple fault, a guest exception, a finished program…)."
+);
+create_exception!(
+    _core,
+    UnsupportedError,
+    VcpulabError,
+    "This host (or this VM's configuration) lacks a feature the operation needs."
 );
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -34,5 +39,23 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("KvmUnavailableError", py.get_type::<KvmUnavailableError>())?;
     m.add("KvmIoctlError", py.get_type::<KvmIoctlError>())?;
     m.add("GuestAssertionError", py.get_type::<GuestAssertionError>())?;
+    m.add("UnexpectedExitError", py.get_type::<UnexpectedExitError>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     Ok(())
+}
+
+impl From<kvm::Error> for PyErr {
+    fn from(e: kvm::Error) -> PyErr {
+        let msg = e.to_string();
+        match e {
+            kvm::Error::Unavailable { .. } => KvmUnavailableError::new_err(msg),
+            kvm::Error::Ioctl { .. } => KvmIoctlError::new_err(msg),
+            kvm::Error::InvalidArgument(_) | kvm::Error::Closed(_) => PyValueError::new_err(msg),
+            kvm::Error::OutOfRange(_) => PyIndexError::new_err(msg),
+            kvm::Error::Timeout(_) => PyTimeoutError::new_err(msg),
+            kvm::Error::GuestAssertion { .. } => GuestAssertionError::new_err(msg),
+            kvm::Error::UnexpectedExit(_) => UnexpectedExitError::new_err(msg),
+            kvm::Error::Unsupported(_) => UnsupportedError::new_err(msg),
+        }
+    }
 }

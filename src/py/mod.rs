@@ -6,12 +6,14 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod kvm;
 mod sim;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
+    kvm::register(m)?;
     sim::register(m)?;
     Ok(())
 }

@@ -362,8 +362,8 @@ impl Spec {
                 // An IDT descriptor with limit 0 at `data`; any exception then
                 // escalates to a double and a triple fault.
                 a.mov(rcx, data).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx), 0u32).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx + 8), 0u32).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx), 0i32).map_err(asm_err)?;
+                a.mov(qword_ptr(rcx + 8), 0i32).map_err(asm_err)?;
                 a.lidt(ptr(rcx)).map_err(asm_err)?;
                 a.ud2().map_err(asm_err)?;
                 m.park()?;
@@ -501,6 +501,29 @@ mod tests {
         let text = disasm(&code, STUBS_ADDR);
         assert!(text.iter().any(|s| s == "iretq"));
         assert!(text.iter().any(|s| s.starts_with("lock inc qword")));
+    }
+
+    #[test]
+    fn every_program_assembles() {
+        let specs = [
+            Spec::IoOut { port: 1, value: 2, size: 4 },
+            Spec::IoIn { port: 1, size: 1 },
+            Spec::MmioWrite { addr: 0xd000_0000, value: 1, size: 8 },
+            Spec::MmioRead { addr: 0xd000_0000, size: 2 },
+            Spec::Halt,
+            Spec::TripleFault,
+            Spec::EndlessLoop,
+            Spec::PauseLoop { iterations: 0 },
+            Spec::PauseLoop { iterations: 10 },
+            Spec::IoLoop { port: 0x80, count: 10 },
+            Spec::WaitInterrupts { vector: 0x40, count: 10 },
+            Spec::Assert { actual: 1, expected: 1 },
+        ];
+        for s in specs {
+            let p = s.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            assert!(!p.code.is_empty());
+            assert_eq!(p.name, s.name());
+        }
     }
 
     #[test]

@@ -1,0 +1,815 @@
+"""Real KVM from Python: the host's ``/dev/kvm``, VMs, vCPUs, steal time, stats.
+
+A first look::
+
+    from vcpulab.kvm import Host
+
+    host = Host()
+    with host.create_vm(memory_mib=16) as vm:
+        prog = vm.load("pause_loop", iterations=1000)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        vcpu.run_program(timeout=5)          # runs until the guest says DONE
+        print(vm.results(prog)["counter"][0])  # 1000, read from guest RAM
+
+Everything that enters ``KVM_RUN`` has a deadline and releases the GIL; Ctrl-C
+interrupts it promptly. Guest programs are small 64-bit routines assembled in
+Rust with iced-x86 (see :data:`PROGRAMS`). The guest environment (page tables,
+GDT, IDT, stacks, xAPIC mapping) is documented in ``src/kvm/guest/mod.rs``.
+
+What this host's KVM can and cannot do is measured, not assumed: see
+``Host.capabilities``, ``Host.pv_features`` and ``Host.module_params``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from vcpulab import _core
+from vcpulab._core import (  # noqa: F401  (re-exported)
+    GuestAssertionError,
+    KvmIoctlError,
+    KvmUnavailableError,
+    UnexpectedExitError,
+    UnsupportedError,
+)
+
+__all__ = [
+    "Exit",
+    "Host",
+    "PROGRAMS",
+    "Program",
+    "Regs",
+    "RunResult",
+    "STEAL_DTYPE",
+    "Segment",
+    "Sregs",
+    "StealTime",
+    "Vcpu",
+    "Vm",
+    "kvm_available",
+    "module_params",
+    "sample_stats",
+    "virtualization",
+]
+
+#: Port of the guest → host ucall protocol.
+UCALL_PORT: int = _core.UCALL_PORT
+#: Guest-physical address of the per-vector interrupt counters (256 × u64).
+IRQ_COUNTS_ADDR: int = _core.IRQ_COUNTS_ADDR
+#: ``MSR_KVM_STEAL_TIME``.
+MSR_KVM_STEAL_TIME: int = _core.MSR_KVM_STEAL_TIME
+#: Largest guest RAM in MiB (one slot below the 3 GiB MMIO hole).
+MAX_MEMORY_MIB: int = _core.MAX_MEMORY_MIB
+
+#: Built-in guest programs and their parameters (see ``src/kvm/guest/program.rs``).
+PROGRAMS: dict[str, str] = {
+    "io_out": "out `value` (`size` = 1, 2 or 4 bytes) to `port`, then halt forever",
+    "io_in": "in `size` bytes from `port`; store it in result `value`; DONE",
+    "mmio_write": "store `value` (`size` 1/2/4/8) at guest-physical `addr`; then halt forever",
+    "mmio_read": "load `size` bytes from `addr` into result `value`; DONE",
+    "halt": "hlt in a loop",
+    "triple_fault": "load an empty IDT and raise #UD: a shutdown exit",
+    "endless_loop": "jmp $ forever",
+    "pause_loop": "`iterations` × (pause; counter[vcpu]++), then DONE (0 = forever)",
+    "io_loop": "`count` × out `port`, then DONE (the IO round-trip benchmark)",
+    "wait_interrupts": "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
+    "assert": "assert `actual` == `expected` in the guest (tests the assertion path); DONE",
+}
+
+#: numpy dtype of one steal-time snapshot (see :meth:`Vm.steal_times`).
+STEAL_DTYPE = np.dtype(
+    [
+        ("steal_ns", "<u8"),
+        ("version", "<u4"),
+        ("flags", "<u4"),
+        ("preempted", "u1"),
+        ("is_idle", "u1"),
+        ("_pad", "V6"),
+    ]
+)
+
+_DISABLE_EXIT_BITS = {"mwait": 1 << 0, "hlt": 1 << 1, "pause": 1 << 2, "cstate": 1 << 3}
+
+
+# --------------------------------------------------------------------------- host
+
+
+def _typed(raw: str) -> Any:
+    raw = raw.strip()
+    if raw in ("Y", "N"):
+        return raw == "Y"
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def module_params(sysfs: str | os.PathLike[str] = "/sys/module") -> dict[str, dict[str, Any]]:
+    """Typed values of every file under ``/sys/module/kvm*/parameters``.
+
+    ``{"kvm": {"halt_poll_ns": 200000, ...}, "kvm_intel": {"ple_gap": 128, ...}}``.
+    Y/N become bools, numbers ints, anything else a string; a file that cannot
+    be read is reported as ``None``. PLE parameters appear only where
+    ``kvm_intel``/``kvm_amd`` are loaded.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for mod in sorted(Path(sysfs).glob("kvm*")):
+        pdir = mod / "parameters"
+        if not pdir.is_dir():
+            continue
+        params: dict[str, Any] = {}
+        for f in sorted(pdir.iterdir()):
+            try:
+                params[f.name] = _typed(f.read_text())
+            except OSError:
+                params[f.name] = None
+        out[mod.name] = params
+    return out
+
+
+def virtualization(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/module") -> str:
+    """'vmx' or 'svm' when the CPU flags show hardware virtualization, else the
+    name of the loaded KVM vendor module (e.g. 'kvm_pvm'), else 'unknown'."""
+    try:
+        flags = next(
+            (line.split(":", 1)[1].split() for line in Path(cpuinfo).read_text().splitlines() if line.startswith("flags")),
+            [],
+        )
+    except OSError:
+        flags = []
+    for f in ("vmx", "svm"):
+        if f in flags:
+            return f
+    vendors = sorted(p.name for p in Path(sysfs).glob("kvm_*") if p.is_dir())
+    return vendors[0] if vendors else "unknown"
+
+
+def kvm_available(path: str = "/dev/kvm") -> tuple[bool, str]:
+    """(True, "") when /dev/kvm can be opened, else (False, the exact reason)."""
+    try:
+        _core.Host(path)
+    except KvmUnavailableError as e:
+        return False, str(e)
+    return True, ""
+
+
+class Host:
+    """The host's ``/dev/kvm``.
+
+    Raises :class:`vcpulab.KvmUnavailableError` with the reason and the fix
+    when it is missing or not accessible.
+    """
+
+    def __init__(self, path: str = "/dev/kvm") -> None:
+        self._host = _core.Host(path)
+        self.path = path
+
+    @property
+    def api_version(self) -> int:
+        """``KVM_GET_API_VERSION`` (12 on every current kernel)."""
+        return self._host.api_version
+
+    @property
+    def max_vcpus(self) -> int:
+        """``KVM_CAP_MAX_VCPUS``: most vCPUs per VM."""
+        return self._host.max_vcpus
+
+    @property
+    def max_vcpu_id(self) -> int:
+        """``KVM_CAP_MAX_VCPU_ID``: vCPU ids must be below this."""
+        return self._host.max_vcpu_id
+
+    @property
+    def capabilities(self) -> dict[str, int]:
+        """``KVM_CHECK_EXTENSION`` of the named capabilities (0 = absent).
+
+        ``KVM_CAP_X86_DISABLE_EXITS`` is the mask of exits that may be disabled
+        (see :attr:`disable_exits_allowed`).
+        """
+        return {name: value for name, _num, value in self._host.capabilities()}
+
+    def check_extension(self, cap: int) -> int:
+        """``KVM_CHECK_EXTENSION`` for a raw capability number."""
+        return self._host.check_extension(cap)
+
+    @property
+    def disable_exits_allowed(self) -> set[str]:
+        """Exits ``KVM_CAP_X86_DISABLE_EXITS`` may disable on this host."""
+        mask = self.capabilities.get("KVM_CAP_X86_DISABLE_EXITS", 0)
+        return {n for n, b in _DISABLE_EXIT_BITS.items() if mask & b}
+
+    @property
+    def pv_features(self) -> dict[str, bool]:
+        """KVM PV feature bits of ``KVM_GET_SUPPORTED_CPUID`` leaf 0x40000001 EAX."""
+        return dict(self._host.pv_features())
+
+    @property
+    def pv_feature_bits(self) -> int:
+        return self._host.pv_feature_bits
+
+    @property
+    def module_params(self) -> dict[str, dict[str, Any]]:
+        """See :func:`module_params`."""
+        return module_params()
+
+    @property
+    def virtualization(self) -> str:
+        """See :func:`virtualization`."""
+        return virtualization()
+
+    def supported_cpuid(self) -> list[CpuidEntry]:
+        """``KVM_GET_SUPPORTED_CPUID``."""
+        return [CpuidEntry(*e) for e in self._host.supported_cpuid()]
+
+    def create_vm(self, memory_mib: int = 16, irqchip: bool = True) -> Vm:
+        """A VM with ``memory_mib`` MiB of RAM (2..3072) in long mode.
+
+        With ``irqchip`` (the default) the kernel emulates the LAPICs, so HLT
+        blocks in the kernel (halt polling applies) and MSIs/IPIs work; without
+        it every HLT exits to user space.
+        """
+        if not isinstance(memory_mib, int) or isinstance(memory_mib, bool):
+            raise TypeError(f"memory_mib must be an int, got {type(memory_mib).__name__}")
+        if memory_mib <= 0:
+            raise ValueError(f"memory_mib must be positive, got {memory_mib}")
+        return Vm(self._host.create_vm(memory_mib, bool(irqchip)), self, memory_mib)
+
+    def __repr__(self) -> str:
+        return f"Host({self.path!r}, api_version={self.api_version}, max_vcpus={self.max_vcpus}, virtualization={self.virtualization!r})"
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class CpuidEntry:
+    function: int
+    index: int
+    flags: int
+    eax: int
+    ebx: int
+    ecx: int
+    edx: int
+
+
+@dataclass
+class Regs:
+    """General-purpose registers (``KVM_GET_REGS``), by name."""
+
+    rax: int = 0
+    rbx: int = 0
+    rcx: int = 0
+    rdx: int = 0
+    rsi: int = 0
+    rdi: int = 0
+    rsp: int = 0
+    rbp: int = 0
+    r8: int = 0
+    r9: int = 0
+    r10: int = 0
+    r11: int = 0
+    r12: int = 0
+    r13: int = 0
+    r14: int = 0
+    r15: int = 0
+    rip: int = 0
+    rflags: int = 0x2
+
+
+@dataclass
+class Segment:
+    base: int
+    limit: int
+    selector: int
+    type: int
+    present: int
+    dpl: int
+    db: int
+    s: int
+    l: int  # noqa: E741  (the SDM's name)
+    g: int
+    avl: int
+    unusable: int
+
+
+@dataclass
+class Sregs:
+    """Special registers (``KVM_GET_SREGS``): segments, tables, control registers."""
+
+    cs: Segment
+    ds: Segment
+    es: Segment
+    fs: Segment
+    gs: Segment
+    ss: Segment
+    tr: Segment
+    ldt: Segment
+    gdt: tuple[int, int]
+    idt: tuple[int, int]
+    cr0: int
+    cr2: int
+    cr3: int
+    cr4: int
+    cr8: int
+    efer: int
+    apic_base: int
+
+    @property
+    def long_mode(self) -> bool:
+        """EFER.LMA and CS.L: the vCPU executes 64-bit code."""
+        return bool(self.efer & (1 << 10)) and bool(self.cs.l)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """One decoded vCPU exit.
+
+    ``kind`` is one of: io, mmio, hlt, shutdown, internal_error, fail_entry,
+    interrupted, system_event, debug, other. Fields not meaningful for a kind
+    are ``None``.
+    """
+
+    kind: str
+    port: int | None = None
+    size: int | None = None
+    direction: str | None = None
+    data: int | None = None
+    data_bytes: bytes | None = None
+    address: int | None = None
+    length: int | None = None
+    is_write: bool | None = None
+    suberror: int | None = None
+    internal_data: list[int] | None = None
+    reason: int | None = None
+    cpu: int | None = None
+    name: str | None = None
+    event_type: int | None = None
+    event_data: list[int] | None = None
+
+    @classmethod
+    def _from(cls, d: Mapping[str, Any]) -> Exit:
+        return cls(**d)
+
+    def __str__(self) -> str:
+        parts = [self.kind]
+        for f in fields(self)[1:]:
+            v = getattr(self, f.name)
+            if v is not None and f.name != "data_bytes":
+                parts.append(f"{f.name}={hex(v) if isinstance(v, int) and not isinstance(v, bool) else v}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How :meth:`Vcpu.run_until` ended."""
+
+    exit: Exit
+    #: ("sync", value) or ("done", 0) when the match was a ucall.
+    ucall: tuple[str, int] | None
+    matches: int
+    exits: int
+    #: True when a :meth:`Vcpu.kick` stopped the run early.
+    interrupted: bool
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class StealTime:
+    """A consistent snapshot of ``struct kvm_steal_time`` (read with the version protocol)."""
+
+    steal_ns: int
+    version: int
+    flags: int
+    #: ``KVM_VCPU_PREEMPTED`` (bit 0) / ``KVM_VCPU_FLUSH_TLB`` (bit 1).
+    preempted: int
+    #: ``u8_pad[0]``: the ``is_idle`` byte of the unmerged 2021 pcpu_is_idle proposal.
+    is_idle: int
+
+    @property
+    def is_preempted(self) -> bool:
+        return bool(self.preempted & 1)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A guest program loaded into a VM; ``results`` names its shared-memory layout."""
+
+    name: str
+    entry: int
+    code_size: int
+    data: int
+    data_size: int
+    results: tuple[dict[str, Any], ...]
+    params: dict[str, int]
+    asserts: tuple[tuple[str, str], ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class MsiTrain:
+    """What :meth:`Vm.msi_train` did."""
+
+    sent: int
+    elapsed_s: float
+    max_late_us: float
+
+
+# --------------------------------------------------------------------------- VM
+
+
+class Vm:
+    """A KVM VM (create with :meth:`Host.create_vm`).
+
+    A context manager: leaving the ``with`` block (exceptions included) kicks
+    running vCPUs out of ``KVM_RUN`` and releases every fd and mapping. A
+    closed Vm raises ``ValueError`` on use. A numpy view from :attr:`memory`
+    keeps guest RAM mapped until the view itself is gone.
+    """
+
+    def __init__(self, core: Any, host: Host, memory_mib: int) -> None:
+        self._vm = core
+        self.host = host
+        self.memory_mib = memory_mib
+        self.vcpus: list[Vcpu] = []
+
+    def __enter__(self) -> Vm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self._vm.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def close(self) -> None:
+        """Release everything (idempotent)."""
+        self._vm.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._vm.closed
+
+    @property
+    def irqchip(self) -> bool:
+        return self._vm.irqchip
+
+    # memory -----------------------------------------------------------------
+    @property
+    def memory(self) -> np.ndarray:
+        """Writable, zero-copy numpy ``uint8`` view of guest RAM (index = gpa)."""
+        return self._vm.memory
+
+    def read(self, gpa: int, n: int) -> bytes:
+        """``n`` bytes at guest-physical ``gpa`` (IndexError outside RAM)."""
+        return self._vm.read(gpa, n)
+
+    def write(self, gpa: int, data: bytes | bytearray | memoryview) -> None:
+        """Copy ``data`` to ``gpa`` (IndexError outside RAM)."""
+        self._vm.write(gpa, bytes(data))
+
+    def read_u64(self, gpa: int) -> int:
+        return self._vm.read_u64(gpa)
+
+    def write_u64(self, gpa: int, value: int) -> None:
+        self._vm.write_u64(gpa, value)
+
+    def write_u8(self, gpa: int, value: int) -> None:
+        self._vm.write_u8(gpa, value)
+
+    # programs -----------------------------------------------------------------
+    def load(self, program: str, **params: int) -> Program:
+        """Assemble and load a built-in guest program (see :data:`PROGRAMS`)."""
+        d = self._vm.load(program, **params)
+        return Program(
+            name=d["name"],
+            entry=d["entry"],
+            code_size=d["code_size"],
+            data=d["data"],
+            data_size=d["data_size"],
+            results=tuple(d["results"]),
+            params=dict(d["params"]),
+            asserts=tuple(d["asserts"]),
+        )
+
+    def results(self, program: Program) -> dict[str, np.ndarray]:
+        """The program's documented result fields, as numpy uint64 arrays (copies)."""
+        out = {}
+        for r in program.results:
+            raw = self.read(r["gpa"], 8 * r["count"])
+            out[r["name"]] = np.frombuffer(raw, dtype="<u8").copy()
+        return out
+
+    def irq_counts(self) -> np.ndarray:
+        """Interrupts taken per vector (256 × u64), counted by the guest's IDT handler."""
+        return np.frombuffer(self.read(IRQ_COUNTS_ADDR, 256 * 8), dtype="<u8").copy()
+
+    # vCPUs ----------------------------------------------------------------------
+    def create_vcpu(self, id: int) -> Vcpu:  # noqa: A002 - KVM's name
+        """vCPU ``id`` in 64-bit mode, parked in a halt loop until :meth:`Vcpu.start`."""
+        v = Vcpu(self._vm.create_vcpu(id), self)
+        self.vcpus.append(v)
+        return v
+
+    # knobs --------------------------------------------------------------------------
+    @property
+    def halt_poll_ns(self) -> int:
+        """Maximum halt-poll time of this VM (ns).
+
+        The per-VM value set through this property (``KVM_CAP_HALT_POLL``), or,
+        until one is set, the module parameter ``kvm.halt_poll_ns`` that applies.
+        """
+        override = self._vm.halt_poll_override()
+        if override is not None:
+            return override
+        return int(module_params().get("kvm", {}).get("halt_poll_ns") or 0)
+
+    @halt_poll_ns.setter
+    def halt_poll_ns(self, ns: int) -> None:
+        if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
+            raise ValueError(f"halt_poll_ns must be a non-negative int (ns), got {ns!r}")
+        self._vm.set_halt_poll_ns(ns)
+
+    @property
+    def disable_exits_allowed(self) -> set[str]:
+        mask = self._vm.allowed_disable_exits()
+        return {n for n, b in _DISABLE_EXIT_BITS.items() if mask & b}
+
+    @property
+    def disabled_exits(self) -> set[str]:
+        mask = self._vm.disabled_exits()
+        return {n for n, b in _DISABLE_EXIT_BITS.items() if mask & b}
+
+    def disable_exits(self, *, pause: bool = False, hlt: bool = False, mwait: bool = False, cstate: bool = False) -> None:
+        """``KVM_CAP_X86_DISABLE_EXITS``: keep PAUSE/HLT/MWAIT/C-states in the guest.
+
+        Must come before the first vCPU. Disabling PAUSE exits turns pause-loop
+        exiting off (an effect only VMX/SVM hosts show); disabling HLT exits
+        means no halt polling and a vCPU thread that looks 100 % busy.
+        """
+        bits = (pause and 4) | (hlt and 2) | (mwait and 1) | (cstate and 8)
+        if bits == 0:
+            raise ValueError("disable_exits: name at least one of pause, hlt, mwait, cstate")
+        self._vm.disable_exits(bits)
+
+    def send_msi(self, dest_apic_id: int, vector: int) -> None:
+        """``KVM_SIGNAL_MSI``: a fixed-delivery interrupt ``vector`` to a LAPIC."""
+        self._vm.send_msi(dest_apic_id, vector)
+
+    def msi_train(self, dest_apic_id: int, vector: int, count: int, gap_us: float) -> MsiTrain:
+        """Send ``count`` MSIs ``gap_us`` apart (timed in Rust, GIL released)."""
+        if count < 0 or gap_us < 0:
+            raise ValueError(f"count and gap_us must be >= 0, got {count}, {gap_us}")
+        sent, elapsed_ns, late_ns = self._vm.msi_train(dest_apic_id, vector, count, int(gap_us * 1000))
+        return MsiTrain(sent, elapsed_ns / 1e9, late_ns / 1e3)
+
+    # observation ------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """VM binary stats (``KVM_GET_STATS_FD``): {name: int or histogram array}."""
+        return self._vm.stats()
+
+    def stats_schema(self) -> list[dict[str, Any]]:
+        return [_schema_row(r) for r in self._vm.stats_schema()]
+
+    def steal_times(self, vcpus: Sequence[Vcpu] | None = None) -> np.ndarray:
+        """Steal-time snapshots of many vCPUs as a numpy structured array
+        (:data:`STEAL_DTYPE`); memory reads only, no syscalls."""
+        vcpus = self.vcpus if vcpus is None else vcpus
+        gpas = []
+        for v in vcpus:
+            g = v.steal_gpa
+            if g is None:
+                raise ValueError(f"steal time is not enabled on vCPU {v.id}")
+            gpas.append(g)
+        return np.frombuffer(self._vm.steal_times(gpas), dtype=STEAL_DTYPE).copy()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self.vcpus)} vCPUs"
+        return f"<Vm {self.memory_mib} MiB irqchip={self.irqchip} {state}>"
+
+
+def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    name, kind, unit, base, exponent, size, bucket = r
+    return {"name": name, "type": kind, "unit": unit, "base": base, "exponent": exponent, "size": size, "bucket_size": bucket}
+
+
+# --------------------------------------------------------------------------- vCPU
+
+
+class Vcpu:
+    """A vCPU (create with :meth:`Vm.create_vcpu`). Thread-safe; runs release the GIL."""
+
+    def __init__(self, core: Any, vm: Vm) -> None:
+        self._vcpu = core
+        self.vm = vm
+
+    @property
+    def id(self) -> int:
+        return self._vcpu.id
+
+    # registers -------------------------------------------------------------------
+    @property
+    def regs(self) -> Regs:
+        return Regs(**dict(self._vcpu.get_regs()))
+
+    @regs.setter
+    def regs(self, value: Regs | Mapping[str, int]) -> None:
+        items = value.__dict__ if isinstance(value, Regs) else dict(value)
+        self._vcpu.set_regs(list(items.items()))
+
+    def set_regs(self, **values: int) -> None:
+        """Update only the named registers: ``vcpu.set_regs(rip=..., rax=1)``."""
+        self._vcpu.set_regs(list(values.items()))
+
+    @property
+    def sregs(self) -> Sregs:
+        d = self._vcpu.get_sregs()
+        segs = {k: Segment(**d[k]) for k in ("cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt")}
+        return Sregs(**segs, **{k: d[k] for k in d if k not in segs})
+
+    def set_sregs(self, **values: Any) -> None:
+        """Update the named special registers: ``set_sregs(cr4=..., cs={"dpl": 0})``."""
+        conv = {k: (v.__dict__ if isinstance(v, Segment) else v) for k, v in values.items()}
+        self._vcpu.set_sregs(conv)
+
+    def get_msrs(self, indices: Iterable[int]) -> dict[int, int]:
+        return dict(self._vcpu.get_msrs(list(indices)))
+
+    def set_msrs(self, values: Mapping[int, int]) -> None:
+        self._vcpu.set_msrs(list(values.items()))
+
+    def get_msr(self, index: int) -> int:
+        return self.get_msrs([index])[index]
+
+    def set_msr(self, index: int, value: int) -> None:
+        self.set_msrs({index: value})
+
+    @property
+    def cpuid(self) -> list[CpuidEntry]:
+        """This vCPU's CPUID table (``KVM_GET_CPUID2``), including the KVM leaves."""
+        return [CpuidEntry(*e) for e in self._vcpu.cpuid()]
+
+    @property
+    def kvm_pv_features(self) -> dict[str, bool]:
+        """The KVM PV feature bits this vCPU's CPUID (leaf 0x40000001) offers the guest."""
+        eax = next((e.eax for e in self.cpuid if e.function == 0x4000_0001), 0)
+        names = dict(self.vm.host._host.pv_features())
+        bits = {n: b for n, b in _PV_BITS.items() if n in names}
+        return {n: bool(eax & (1 << b)) for n, b in bits.items()}
+
+    @property
+    def tsc_khz(self) -> int:
+        """TSC frequency of this vCPU (``KVM_GET_TSC_KHZ``)."""
+        return self._vcpu.tsc_khz()
+
+    @property
+    def mp_state(self) -> int:
+        return self._vcpu.mp_state()
+
+    @property
+    def io_in_value(self) -> int:
+        """What the guest's ``in`` instructions read (default 0)."""
+        return self._vcpu.io_in_value
+
+    @io_in_value.setter
+    def io_in_value(self, v: int) -> None:
+        self._vcpu.io_in_value = v
+
+    @property
+    def mmio_read_value(self) -> int:
+        """What the guest's MMIO reads outside RAM return (default 0)."""
+        return self._vcpu.mmio_read_value
+
+    @mmio_read_value.setter
+    def mmio_read_value(self, v: int) -> None:
+        self._vcpu.mmio_read_value = v
+
+    # running ----------------------------------------------------------------------------
+    def start(self, program: Program | int) -> None:
+        """Point the vCPU at a loaded program (or an entry gpa): fresh stack, rdi = id."""
+        entry = program.entry if isinstance(program, Program) else int(program)
+        self._vcpu.start(entry)
+
+    def run(self, timeout: float = 10.0) -> Exit:
+        """One ``KVM_RUN`` (GIL released). At the deadline (``timeout`` s) the vCPU
+        is forced out and the exit's kind is ``'interrupted'``."""
+        return Exit._from(self._vcpu.run(timeout))
+
+    def run_until(
+        self, kind: str | Sequence[str], count: int = 1, port: int | None = None, timeout: float = 10.0
+    ) -> RunResult:
+        """Run (looping in Rust, GIL released) until ``count`` exits of ``kind``.
+
+        ``kind`` is an exit kind or a list of them, or ``"ucall"`` (a SYNC or
+        DONE message from the guest). Other exits are resumed. Raises
+        ``TimeoutError`` at the deadline, :class:`GuestAssertionError` when the
+        guest reports a failed assertion, :class:`UnexpectedExitError` for a
+        fatal exit that was not asked for (naming both), ``KeyboardInterrupt``
+        on Ctrl-C. A :meth:`kick` returns early with ``interrupted=True``.
+        """
+        kinds = [kind] if isinstance(kind, str) else list(kind)
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        t0 = time.perf_counter()
+        d = self._vcpu.run_until(kinds, count, port, timeout)
+        return RunResult(
+            exit=Exit._from(d["exit"]),
+            ucall=d["ucall"],
+            matches=d["matches"],
+            exits=d["exits"],
+            interrupted=d["interrupted"],
+            wall_s=time.perf_counter() - t0,
+        )
+
+    def run_program(self, timeout: float = 10.0) -> list[int]:
+        """Run the started program until it says DONE; returns the values of the
+        SYNC messages it sent on the way. Guest assertions raise."""
+        deadline = time.monotonic() + timeout
+        syncs: list[int] = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"vCPU {self.id}: program did not finish within {timeout} s")
+            r = self.run_until("ucall", timeout=left)
+            if r.interrupted:
+                raise InterruptedError(f"vCPU {self.id} was kicked before its program finished")
+            assert r.ucall is not None
+            if r.ucall[0] == "done":
+                return syncs
+            syncs.append(r.ucall[1])
+
+    def kick(self) -> bool:
+        """Force the vCPU out of ``KVM_RUN`` if a thread is running it."""
+        return self._vcpu.kick()
+
+    # pv fields ---------------------------------------------------------------------------
+    def enable_steal_time(self, gpa: int | None = None) -> int:
+        """Register a steal-time area (``MSR_KVM_STEAL_TIME = gpa | 1``).
+
+        ``gpa`` must be 64-byte aligned and inside RAM; by default each vCPU id
+        gets its own slot in the layout's steal area. Returns the gpa.
+        """
+        return self._vcpu.enable_steal_time(gpa)
+
+    @property
+    def steal_gpa(self) -> int | None:
+        return self._vcpu.steal_gpa
+
+    @property
+    def steal_time(self) -> StealTime:
+        """A consistent snapshot (version protocol: retried while odd or changed)."""
+        return StealTime(*self._vcpu.steal_time())
+
+    # stats -------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """vCPU binary stats: {name: int or histogram array} (one ``pread``)."""
+        return self._vcpu.stats()
+
+    def stats_schema(self) -> list[dict[str, Any]]:
+        """Descriptors: name, type, unit, base, exponent, size, bucket_size."""
+        return [_schema_row(r) for r in self._vcpu.stats_schema()]
+
+    def __repr__(self) -> str:
+        return f"<Vcpu {self.id}>"
+
+
+_PV_BITS = {
+    "CLOCKSOURCE": 0, "NOP_IO_DELAY": 1, "MMU_OP": 2, "CLOCKSOURCE2": 3, "ASYNC_PF": 4, "STEAL_TIME": 5,
+    "PV_EOI": 6, "PV_UNHALT": 7, "PV_TLB_FLUSH": 9, "ASYNC_PF_VMEXIT": 10, "PV_SEND_IPI": 11,
+    "POLL_CONTROL": 12, "PV_SCHED_YIELD": 13, "ASYNC_PF_INT": 14, "MSI_EXT_DEST_ID": 15,
+    "HC_MAP_GPA_RANGE": 16, "MIGRATION_CONTROL": 17, "CLOCKSOURCE_STABLE_BIT": 24,
+}  # fmt: skip
+
+
+def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
+    """One row per vCPU with every scalar vCPU stat as a column (a polars DataFrame).
+
+    Costs one ``pread`` per vCPU. ``t_ns`` defaults to ``time.monotonic_ns()``.
+    """
+    import polars as pl
+
+    t = time.monotonic_ns() if t_ns is None else t_ns
+    rows: dict[str, list[int]] = {"t_ns": [], "vcpu": []}
+    names: list[str] | None = None
+    for v in vcpus:
+        n, vals = v._vcpu.stats_scalars()
+        if names is None:
+            names = list(n)
+            for k in names:
+                rows[k] = []
+        rows["t_ns"].append(t)
+        rows["vcpu"].append(v.id)
+        for k, x in zip(names, vals.tolist()):
+            rows[k].append(x)
+    schema = {k: pl.UInt64 for k in rows}
+    schema["t_ns"] = pl.Int64
+    schema["vcpu"] = pl.UInt32
+    return pl.DataFrame(rows, schema=schema)

@@ -1,0 +1,821 @@
+//! Thin pyo3 classes over `crate::kvm`. Each method converts arguments, calls the
+//! core (with the GIL released for anything that can block), and converts the
+//! result to plain Python values; `python/vcpulab/kvm.py` adds the ergonomics.
+//!
+//! Locking rule: a core lock is only ever taken with the GIL released
+//! (`py.detach`), so a thread blocked on a lock never holds the GIL that the
+//! lock's holder might need.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use kvm_ioctls::VmFd;
+use numpy::ndarray::ArrayView1;
+use numpy::PyArray1;
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::kvm::guest::program::{Program, Spec};
+use crate::kvm::kick::RunSlot;
+use crate::kvm::memory::GuestMemory;
+use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
+use crate::kvm::vcpu::{regs_from_array, regs_to_array, REG_NAMES};
+use crate::kvm::{self, Error, Exit, IoDir, RunUntil, Ucall};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn timeout_deadline(timeout: f64) -> PyResult<Instant> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err(PyValueError::new_err(format!("timeout must be a positive, finite number of seconds, got {timeout}")));
+    }
+    if timeout > 86_400.0 {
+        return Err(PyValueError::new_err(format!("timeout must be at most one day, got {timeout} s")));
+    }
+    Ok(Instant::now() + Duration::from_secs_f64(timeout))
+}
+
+/// `/dev/kvm`.
+#[pyclass(module = "vcpulab._core", name = "Host", frozen)]
+pub struct PyHost {
+    inner: kvm::Host,
+}
+
+#[pymethods]
+impl PyHost {
+    #[new]
+    #[pyo3(signature = (path = "/dev/kvm"))]
+    fn new(py: Python<'_>, path: &str) -> PyResult<Self> {
+        let path = path.to_string();
+        Ok(Self { inner: py.detach(|| kvm::Host::open_path(&path))? })
+    }
+
+    #[getter]
+    fn api_version(&self) -> i32 {
+        self.inner.api_version()
+    }
+
+    #[getter]
+    fn max_vcpus(&self) -> usize {
+        self.inner.max_vcpus()
+    }
+
+    #[getter]
+    fn max_vcpu_id(&self) -> usize {
+        self.inner.max_vcpu_id()
+    }
+
+    /// [(name, number, value)] for the named capabilities.
+    fn capabilities(&self) -> Vec<(&'static str, u32, i32)> {
+        self.inner.capabilities()
+    }
+
+    fn check_extension(&self, cap: u32) -> i32 {
+        self.inner.check_extension(cap)
+    }
+
+    /// [(name, offered)] for the KVM PV feature bits of CPUID 0x40000001.
+    fn pv_features(&self) -> Vec<(&'static str, bool)> {
+        self.inner.pv_features()
+    }
+
+    #[getter]
+    fn pv_feature_bits(&self) -> u32 {
+        self.inner.pv_feature_bits()
+    }
+
+    /// KVM_GET_SUPPORTED_CPUID as [(function, index, flags, eax, ebx, ecx, edx)].
+    fn supported_cpuid(&self) -> Vec<(u32, u32, u32, u32, u32, u32, u32)> {
+        self.inner.supported_cpuid().iter().map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx)).collect()
+    }
+
+    fn create_vm(&self, py: Python<'_>, memory_mib: u64, irqchip: bool) -> PyResult<PyVm> {
+        let vm = py.detach(|| self.inner.create_vm(kvm::VmOptions { memory_mib, irqchip }))?;
+        let fd = vm.fd.clone();
+        Ok(PyVm {
+            state: Mutex::new(Some(VmState { vm, vcpus: Vec::new() })),
+            fd: Mutex::new(Some(fd)),
+            irqchip,
+            memory_bytes: memory_mib << 20,
+        })
+    }
+}
+
+struct VcpuCell {
+    core: Mutex<Option<kvm::Vcpu>>,
+    slot: Arc<RunSlot>,
+    closed: AtomicBool,
+}
+
+struct VmState {
+    vm: kvm::Vm,
+    vcpus: Vec<Arc<VcpuCell>>,
+}
+
+/// Keeps guest RAM mapped while a numpy view of it exists.
+#[pyclass(module = "vcpulab._core", frozen)]
+struct RamOwner {
+    _mem: Arc<GuestMemory>,
+}
+
+/// A VM. Thread-safe: vCPUs may run in other threads while this object is used.
+#[pyclass(module = "vcpulab._core", name = "Vm", frozen)]
+pub struct PyVm {
+    state: Mutex<Option<VmState>>,
+    fd: Mutex<Option<Arc<VmFd>>>,
+    #[pyo3(get)]
+    irqchip: bool,
+    #[pyo3(get)]
+    memory_bytes: u64,
+}
+
+impl PyVm {
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut VmState) -> kvm::Result<R> + Send) -> PyResult<R> {
+        Ok(py.detach(|| {
+            let mut g = lock(&self.state);
+            let st = g.as_mut().ok_or(Error::Closed("Vm"))?;
+            f(st)
+        })?)
+    }
+
+    fn mem(&self, py: Python<'_>) -> PyResult<Arc<GuestMemory>> {
+        self.with(py, |st| Ok(st.vm.memory().clone()))
+    }
+}
+
+fn program_dict<'py>(py: Python<'py>, p: &Program) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("name", &p.name)?;
+    d.set_item("entry", p.entry)?;
+    d.set_item("code_size", p.code.len())?;
+    d.set_item("data", p.data)?;
+    d.set_item("data_size", p.data_size)?;
+    let results = PyList::empty(py);
+    for r in &p.results {
+        let rd = PyDict::new(py);
+        rd.set_item("name", r.name)?;
+        rd.set_item("gpa", r.gpa)?;
+        rd.set_item("count", r.count)?;
+        rd.set_item("doc", r.doc)?;
+        results.append(rd)?;
+    }
+    d.set_item("results", results)?;
+    let params = PyDict::new(py);
+    for (k, v) in &p.params {
+        params.set_item(k, v)?;
+    }
+    d.set_item("params", params)?;
+    d.set_item("asserts", p.asserts.iter().map(|a| (a.location.clone(), a.message.clone())).collect::<Vec<_>>())?;
+    Ok(d)
+}
+
+fn param(params: &Bound<'_, PyDict>, name: &str, prog: &str) -> PyResult<u64> {
+    match params.get_item(name)? {
+        Some(v) => v.extract::<u64>().map_err(|_| {
+            PyValueError::new_err(format!("{prog}: parameter {name} must be a non-negative integer, got {v}"))
+        }),
+        None => Err(PyValueError::new_err(format!("{prog}: missing parameter {name}"))),
+    }
+}
+
+fn narrow<T: TryFrom<u64>>(v: u64, name: &str, prog: &str) -> PyResult<T> {
+    T::try_from(v).map_err(|_| PyValueError::new_err(format!("{prog}: parameter {name}={v} is out of range")))
+}
+
+/// Builds a program spec from its name and keyword parameters.
+fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
+    let allowed: &[&str] = match name {
+        "io_out" => &["port", "value", "size"],
+        "io_in" => &["port", "size"],
+        "mmio_write" => &["addr", "value", "size"],
+        "mmio_read" => &["addr", "size"],
+        "halt" | "triple_fault" | "endless_loop" => &[],
+        "pause_loop" => &["iterations"],
+        "io_loop" => &["port", "count"],
+        "wait_interrupts" => &["vector", "count"],
+        "assert" => &["actual", "expected"],
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "unknown guest program {name:?}; choose one of io_out, io_in, mmio_write, mmio_read, halt, \
+                 triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert"
+            )))
+        }
+    };
+    for k in p.keys() {
+        let k: String = k.extract()?;
+        if !allowed.contains(&k.as_str()) {
+            return Err(PyValueError::new_err(format!("{name}: unknown parameter {k:?}; it takes {allowed:?}")));
+        }
+    }
+    let g = |n: &str| param(p, n, name);
+    Ok(match name {
+        "io_out" => Spec::IoOut {
+            port: narrow(g("port")?, "port", name)?,
+            value: narrow(g("value")?, "value", name)?,
+            size: narrow(g("size")?, "size", name)?,
+        },
+        "io_in" => Spec::IoIn { port: narrow(g("port")?, "port", name)?, size: narrow(g("size")?, "size", name)? },
+        "mmio_write" => Spec::MmioWrite { addr: g("addr")?, value: g("value")?, size: narrow(g("size")?, "size", name)? },
+        "mmio_read" => Spec::MmioRead { addr: g("addr")?, size: narrow(g("size")?, "size", name)? },
+        "halt" => Spec::Halt,
+        "triple_fault" => Spec::TripleFault,
+        "endless_loop" => Spec::EndlessLoop,
+        "pause_loop" => Spec::PauseLoop { iterations: g("iterations")? },
+        "io_loop" => Spec::IoLoop { port: narrow(g("port")?, "port", name)?, count: g("count")? },
+        "wait_interrupts" => {
+            Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? }
+        }
+        "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
+        _ => unreachable!("checked above"),
+    })
+}
+
+type SchemaRow = (String, &'static str, &'static str, u32, i16, u16, u32);
+
+fn schema_rows(fd: &StatsFd) -> Vec<SchemaRow> {
+    fd.schema
+        .descs
+        .iter()
+        .map(|d| (d.name.clone(), d.kind.name(), d.unit.name(), d.base, d.exponent, d.size, d.bucket_size))
+        .collect()
+}
+
+#[pymethods]
+impl PyVm {
+    /// Releases every vCPU, the VM fd and (once no numpy view is left) guest RAM.
+    /// Running vCPUs are kicked out of KVM_RUN first. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| {
+            let st = lock(&self.state).take();
+            lock(&self.fd).take();
+            if let Some(st) = st {
+                for c in &st.vcpus {
+                    c.closed.store(true, Ordering::SeqCst);
+                    c.slot.kick();
+                    lock(&c.core).take();
+                }
+                drop(st);
+            }
+        })
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.state).is_none()
+    }
+
+    /// Zero-copy, writable numpy uint8 view of guest RAM.
+    #[getter]
+    fn memory<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u8>>> {
+        let mem = self.mem(py)?;
+        // SAFETY: the mapping is `mem.size()` bytes, page-aligned, and lives as long
+        // as the `RamOwner` that becomes the array's base object.
+        let view = unsafe { ArrayView1::from_shape_ptr(mem.size(), mem.host_addr() as *const u8) };
+        let owner = Bound::new(py, RamOwner { _mem: mem.clone() })?;
+        // SAFETY: `owner` holds an Arc to the mapping, so the memory outlives the
+        // array, and the mapping is never moved or resized.
+        Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
+    }
+
+    fn read<'py>(&self, py: Python<'py>, gpa: u64, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let mem = self.mem(py)?;
+        mem.check_range(gpa, n)?;
+        PyBytes::new_with(py, n, |buf| Ok(mem.read(gpa, buf)?))
+    }
+
+    fn write(&self, py: Python<'_>, gpa: u64, data: &[u8]) -> PyResult<()> {
+        Ok(self.mem(py)?.write(gpa, data)?)
+    }
+
+    fn read_u64(&self, py: Python<'_>, gpa: u64) -> PyResult<u64> {
+        Ok(self.mem(py)?.read_u64(gpa)?)
+    }
+
+    fn write_u64(&self, py: Python<'_>, gpa: u64, value: u64) -> PyResult<()> {
+        Ok(self.mem(py)?.write_u64(gpa, value)?)
+    }
+
+    fn write_u8(&self, py: Python<'_>, gpa: u64, value: u8) -> PyResult<()> {
+        Ok(self.mem(py)?.write_u8(gpa, value)?)
+    }
+
+    /// Assembles and loads a built-in guest program; returns its description.
+    #[pyo3(signature = (name, **params))]
+    fn load<'py>(&self, py: Python<'py>, name: &str, params: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+        let empty = PyDict::new(py);
+        let spec = spec_from(name, params.unwrap_or(&empty))?;
+        let prog = self.with(py, |st| st.vm.load(&spec))?;
+        program_dict(py, &prog)
+    }
+
+    fn create_vcpu(&self, py: Python<'_>, id: u64) -> PyResult<PyVcpu> {
+        let cell = self.with(py, |st| {
+            let v = st.vm.create_vcpu(id)?;
+            let cell = Arc::new(VcpuCell { slot: v.run_slot(), core: Mutex::new(Some(v)), closed: AtomicBool::new(false) });
+            st.vcpus.push(cell.clone());
+            Ok(cell)
+        })?;
+        Ok(PyVcpu { cell, id })
+    }
+
+    fn vcpu_ids(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
+        self.with(py, |st| Ok(st.vm.vcpu_ids()))
+    }
+
+    fn set_halt_poll_ns(&self, py: Python<'_>, ns: u64) -> PyResult<()> {
+        self.with(py, |st| st.vm.set_halt_poll_ns(ns))
+    }
+
+    fn halt_poll_override(&self, py: Python<'_>) -> PyResult<Option<u32>> {
+        self.with(py, |st| Ok(st.vm.halt_poll_override()))
+    }
+
+    fn allowed_disable_exits(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |st| Ok(st.vm.allowed_disable_exits()))
+    }
+
+    fn disable_exits(&self, py: Python<'_>, bits: u64) -> PyResult<()> {
+        self.with(py, |st| st.vm.disable_exits(bits))
+    }
+
+    fn disabled_exits(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |st| Ok(st.vm.disabled_exits()))
+    }
+
+    fn send_msi(&self, py: Python<'_>, dest: u32, vector: u32) -> PyResult<()> {
+        let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
+        let irqchip = self.irqchip;
+        Ok(py.detach(|| kvm::vm::send_msi(&fd, irqchip, dest, vector))?)
+    }
+
+    /// Sends `count` MSIs `gap_ns` apart (busy-waiting for precision, GIL
+    /// released). Returns (sent, elapsed_ns, max_late_ns). Stops early, with
+    /// what was sent, if the VM is closed; raises if a send fails.
+    fn msi_train(&self, py: Python<'_>, dest: u32, vector: u32, count: u64, gap_ns: u64) -> PyResult<(u64, u64, u64)> {
+        let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
+        let irqchip = self.irqchip;
+        let r = py.detach(|| -> kvm::Result<(u64, u64, u64)> {
+            let t0 = Instant::now();
+            let mut max_late = 0u64;
+            for i in 0..count {
+                let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
+                loop {
+                    let now = Instant::now();
+                    if now >= due {
+                        max_late = max_late.max(now.duration_since(due).as_nanos() as u64);
+                        break;
+                    }
+                    let left = due - now;
+                    if left > Duration::from_micros(200) {
+                        std::thread::sleep(left - Duration::from_micros(100));
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                if lock(&self.state).is_none() {
+                    return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
+                }
+                kvm::vm::send_msi(&fd, irqchip, dest, vector)?;
+            }
+            Ok((count, t0.elapsed().as_nanos() as u64, max_late))
+        })?;
+        Ok(r)
+    }
+
+    /// VM binary stats: {name: int or numpy array}.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (schema, data) = self.with(py, |st| {
+            let fd = st.vm.stats_fd()?;
+            let mut data = Vec::new();
+            fd.read_data(&mut data)?;
+            Ok((fd.schema.clone(), data))
+        })?;
+        stats_dict(py, &schema, &data)
+    }
+
+    /// [(name, type, unit, base, exponent, size, bucket_size)] of the VM stats.
+    fn stats_schema(&self, py: Python<'_>) -> PyResult<Vec<SchemaRow>> {
+        self.with(py, |st| Ok(schema_rows(st.vm.stats_fd()?)))
+    }
+
+    /// Steal-time snapshots of the areas at `gpas`, packed as the 24-byte
+    /// records of `STEAL_DTYPE` (steal u64, version u32, flags u32, preempted u8,
+    /// is_idle u8, 6 pad bytes); no syscalls.
+    fn steal_times<'py>(&self, py: Python<'py>, gpas: Vec<u64>) -> PyResult<Bound<'py, PyBytes>> {
+        let mem = self.mem(py)?;
+        let snaps = py.detach(|| gpas.iter().map(|&g| kvm::vm::read_steal(&mem, g)).collect::<kvm::Result<Vec<_>>>())?;
+        let mut out = Vec::with_capacity(snaps.len() * 24);
+        for s in &snaps {
+            out.extend_from_slice(&s.steal_ns.to_le_bytes());
+            out.extend_from_slice(&s.version.to_le_bytes());
+            out.extend_from_slice(&s.flags.to_le_bytes());
+            out.push(s.preempted);
+            out.push(s.is_idle);
+            out.extend_from_slice(&[0; 6]);
+        }
+        Ok(PyBytes::new(py, &out))
+    }
+}
+
+/// {name: int, or a numpy array for histograms} from one data block.
+fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (i, desc) in schema.descs.iter().enumerate() {
+        let vals: Vec<u64> = schema.values(data, i).collect();
+        match desc.kind {
+            StatKind::LinearHist | StatKind::LogHist => d.set_item(&desc.name, PyArray1::from_vec(py, vals))?,
+            _ if vals.len() == 1 => d.set_item(&desc.name, vals[0])?,
+            _ => d.set_item(&desc.name, PyArray1::from_vec(py, vals))?,
+        }
+    }
+    Ok(d)
+}
+
+fn exit_dict<'py>(py: Python<'py>, e: &Exit) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("kind", e.kind())?;
+    match e {
+        Exit::Io { port, size, dir, data } => {
+            d.set_item("port", *port)?;
+            d.set_item("size", *size)?;
+            d.set_item("direction", if *dir == IoDir::In { "in" } else { "out" })?;
+            d.set_item("data", e.data_value())?;
+            d.set_item("data_bytes", PyBytes::new(py, data))?;
+        }
+        Exit::Mmio { addr, len, is_write, data } => {
+            d.set_item("address", *addr)?;
+            d.set_item("length", *len)?;
+            d.set_item("is_write", *is_write)?;
+            d.set_item("data", e.data_value())?;
+            d.set_item("data_bytes", PyBytes::new(py, data))?;
+        }
+        Exit::InternalError { suberror, data } => {
+            d.set_item("suberror", *suberror)?;
+            d.set_item("internal_data", data.clone())?;
+        }
+        Exit::FailEntry { reason, cpu } => {
+            d.set_item("reason", *reason)?;
+            d.set_item("cpu", *cpu)?;
+        }
+        Exit::SystemEvent { kind, data } => {
+            d.set_item("event_type", *kind)?;
+            d.set_item("event_data", data.clone())?;
+        }
+        Exit::Other { reason, name } => {
+            d.set_item("reason", *reason)?;
+            d.set_item("name", *name)?;
+        }
+        Exit::Hlt | Exit::Shutdown | Exit::Interrupted | Exit::Debug => {}
+    }
+    Ok(d)
+}
+
+/// A vCPU. Its methods may be called from any thread; `run*` release the GIL.
+#[pyclass(module = "vcpulab._core", name = "Vcpu", frozen)]
+pub struct PyVcpu {
+    cell: Arc<VcpuCell>,
+    #[pyo3(get)]
+    id: u64,
+}
+
+impl PyVcpu {
+    fn with<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut kvm::Vcpu) -> kvm::Result<R> + Send) -> PyResult<R> {
+        Ok(py.detach(|| {
+            let mut g = lock(&self.cell.core);
+            let v = g.as_mut().ok_or(Error::Closed("Vcpu (its Vm)"))?;
+            f(v)
+        })?)
+    }
+}
+
+const SEGMENTS: [&str; 8] = ["cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt"];
+const SEG_FIELDS: [&str; 12] =
+    ["base", "limit", "selector", "type", "present", "dpl", "db", "s", "l", "g", "avl", "unusable"];
+const SREG_SCALARS: [&str; 7] = ["cr0", "cr2", "cr3", "cr4", "cr8", "efer", "apic_base"];
+
+fn seg_get(s: &kvm_bindings::kvm_segment) -> [u64; 12] {
+    [
+        s.base,
+        s.limit as u64,
+        s.selector as u64,
+        s.type_ as u64,
+        s.present as u64,
+        s.dpl as u64,
+        s.db as u64,
+        s.s as u64,
+        s.l as u64,
+        s.g as u64,
+        s.avl as u64,
+        s.unusable as u64,
+    ]
+}
+
+fn seg_set(s: &mut kvm_bindings::kvm_segment, field: &str, v: u64) -> PyResult<()> {
+    let too_big = || PyValueError::new_err(format!("segment field {field}={v:#x} is out of range"));
+    match field {
+        "base" => s.base = v,
+        "limit" => s.limit = u32::try_from(v).map_err(|_| too_big())?,
+        "selector" => s.selector = u16::try_from(v).map_err(|_| too_big())?,
+        f => {
+            let b = u8::try_from(v).map_err(|_| too_big())?;
+            match f {
+                "type" => s.type_ = b,
+                "present" => s.present = b,
+                "dpl" => s.dpl = b,
+                "db" => s.db = b,
+                "s" => s.s = b,
+                "l" => s.l = b,
+                "g" => s.g = b,
+                "avl" => s.avl = b,
+                "unusable" => s.unusable = b,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown segment field {other:?}; fields: {}",
+                        SEG_FIELDS.join(", ")
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn seg_mut<'a>(s: &'a mut kvm_bindings::kvm_sregs, name: &str) -> Option<&'a mut kvm_bindings::kvm_segment> {
+    Some(match name {
+        "cs" => &mut s.cs,
+        "ds" => &mut s.ds,
+        "es" => &mut s.es,
+        "fs" => &mut s.fs,
+        "gs" => &mut s.gs,
+        "ss" => &mut s.ss,
+        "tr" => &mut s.tr,
+        "ldt" => &mut s.ldt,
+        _ => return None,
+    })
+}
+
+#[pymethods]
+impl PyVcpu {
+    /// General-purpose registers {name: value}.
+    fn get_regs(&self, py: Python<'_>) -> PyResult<Vec<(&'static str, u64)>> {
+        let r = self.with(py, |v| v.regs())?;
+        Ok(REG_NAMES.iter().copied().zip(regs_to_array(&r)).collect())
+    }
+
+    /// Updates the named registers (others keep their values).
+    fn set_regs(&self, py: Python<'_>, values: Vec<(String, u64)>) -> PyResult<()> {
+        let mut idx = Vec::with_capacity(values.len());
+        for (k, val) in &values {
+            let i = REG_NAMES.iter().position(|n| n == k).ok_or_else(|| {
+                PyValueError::new_err(format!("unknown register {k:?}; registers: {}", REG_NAMES.join(", ")))
+            })?;
+            idx.push((i, *val));
+        }
+        self.with(py, |v| {
+            let mut a = regs_to_array(&v.regs()?);
+            for (i, val) in idx {
+                a[i] = val;
+            }
+            v.set_regs(&regs_from_array(&a))
+        })
+    }
+
+    /// Special registers: {"cs": {...}, ..., "gdt": (base, limit), "idt": (base, limit), "cr0": …}.
+    fn get_sregs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut s = self.with(py, |v| v.sregs())?;
+        let d = PyDict::new(py);
+        for name in SEGMENTS {
+            let seg = seg_get(seg_mut(&mut s, name).expect("known segment"));
+            let sd = PyDict::new(py);
+            for (f, val) in SEG_FIELDS.iter().zip(seg) {
+                sd.set_item(*f, val)?;
+            }
+            d.set_item(name, sd)?;
+        }
+        d.set_item("gdt", (s.gdt.base, s.gdt.limit))?;
+        d.set_item("idt", (s.idt.base, s.idt.limit))?;
+        for (n, val) in SREG_SCALARS.iter().zip([s.cr0, s.cr2, s.cr3, s.cr4, s.cr8, s.efer, s.apic_base]) {
+            d.set_item(*n, val)?;
+        }
+        Ok(d)
+    }
+
+    /// Updates the given special registers (same shape as `get_sregs`, any subset).
+    fn set_sregs(&self, py: Python<'_>, values: &Bound<'_, PyDict>) -> PyResult<()> {
+        let mut s = self.with(py, |v| v.sregs())?;
+        for (k, val) in values.iter() {
+            let k: String = k.extract()?;
+            if let Some(seg) = seg_mut(&mut s, &k) {
+                let fields = val.cast::<PyDict>().map_err(|_| PyValueError::new_err(format!("{k} must be a dict of segment fields")))?;
+                for (f, fv) in fields.iter() {
+                    seg_set(seg, &f.extract::<String>()?, fv.extract::<u64>()?)?;
+                }
+                continue;
+            }
+            match k.as_str() {
+                "gdt" | "idt" => {
+                    let (base, limit): (u64, u16) = val.extract()?;
+                    let t = if k == "gdt" { &mut s.gdt } else { &mut s.idt };
+                    t.base = base;
+                    t.limit = limit;
+                }
+                "cr0" => s.cr0 = val.extract()?,
+                "cr2" => s.cr2 = val.extract()?,
+                "cr3" => s.cr3 = val.extract()?,
+                "cr4" => s.cr4 = val.extract()?,
+                "cr8" => s.cr8 = val.extract()?,
+                "efer" => s.efer = val.extract()?,
+                "apic_base" => s.apic_base = val.extract()?,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "unknown special register {other:?}; known: {}, gdt, idt, {}",
+                        SEGMENTS.join(", "),
+                        SREG_SCALARS.join(", ")
+                    )))
+                }
+            }
+        }
+        self.with(py, move |v| v.set_sregs(&s))
+    }
+
+    fn get_msrs(&self, py: Python<'_>, indices: Vec<u32>) -> PyResult<Vec<(u32, u64)>> {
+        self.with(py, |v| v.get_msrs(&indices))
+    }
+
+    fn set_msrs(&self, py: Python<'_>, values: Vec<(u32, u64)>) -> PyResult<()> {
+        self.with(py, |v| v.set_msrs(&values))
+    }
+
+    /// KVM_GET_CPUID2 as [(function, index, flags, eax, ebx, ecx, edx)].
+    fn cpuid(&self, py: Python<'_>) -> PyResult<Vec<(u32, u32, u32, u32, u32, u32, u32)>> {
+        let c = self.with(py, |v| v.cpuid())?;
+        Ok(c.iter().map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx)).collect())
+    }
+
+    fn tsc_khz(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with(py, |v| v.tsc_khz())
+    }
+
+    fn mp_state(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with(py, |v| v.mp_state())
+    }
+
+    /// Points the vCPU at `entry` with a fresh stack and rdi = its id.
+    fn start(&self, py: Python<'_>, entry: u64) -> PyResult<()> {
+        self.with(py, |v| v.start(entry))
+    }
+
+    #[pyo3(signature = (gpa = None))]
+    fn enable_steal_time(&self, py: Python<'_>, gpa: Option<u64>) -> PyResult<u64> {
+        self.with(py, |v| v.enable_steal_time(gpa))
+    }
+
+    #[getter]
+    fn steal_gpa(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.with(py, |v| Ok(v.steal_gpa()))
+    }
+
+    /// (steal_ns, version, flags, preempted, is_idle), read with the version protocol.
+    fn steal_time(&self, py: Python<'_>) -> PyResult<(u64, u32, u32, u8, u8)> {
+        let s = self.with(py, |v| v.steal_time())?;
+        Ok((s.steal_ns, s.version, s.flags, s.preempted, s.is_idle))
+    }
+
+    #[getter]
+    fn io_in_value(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |v| Ok(v.io_in_value))
+    }
+
+    #[setter]
+    fn set_io_in_value(&self, py: Python<'_>, value: u64) -> PyResult<()> {
+        self.with(py, |v| {
+            v.io_in_value = value;
+            Ok(())
+        })
+    }
+
+    #[getter]
+    fn mmio_read_value(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |v| Ok(v.mmio_read_value))
+    }
+
+    #[setter]
+    fn set_mmio_read_value(&self, py: Python<'_>, value: u64) -> PyResult<()> {
+        self.with(py, |v| {
+            v.mmio_read_value = value;
+            Ok(())
+        })
+    }
+
+    /// vCPU binary stats: {name: int or numpy array}.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (schema, data) = self.with(py, |v| {
+            let fd = v.stats_fd()?;
+            let mut data = Vec::new();
+            fd.read_data(&mut data)?;
+            Ok((fd.schema.clone(), data))
+        })?;
+        stats_dict(py, &schema, &data)
+    }
+
+    /// Scalar stats only, as (names, values): one pread; for sampling.
+    fn stats_scalars<'py>(&self, py: Python<'py>) -> PyResult<(Vec<String>, Bound<'py, PyArray1<u64>>)> {
+        let (names, vals) = self.with(py, |v| {
+            let fd = v.stats_fd()?;
+            let mut data = Vec::new();
+            fd.read_data(&mut data)?;
+            let mut names = Vec::new();
+            let mut vals = Vec::new();
+            for (i, d) in fd.schema.descs.iter().enumerate() {
+                if d.size == 1 && !matches!(d.kind, StatKind::LinearHist | StatKind::LogHist) {
+                    names.push(d.name.clone());
+                    vals.push(fd.schema.values(&data, i).next().unwrap_or(0));
+                }
+            }
+            Ok((names, vals))
+        })?;
+        Ok((names, PyArray1::from_vec(py, vals)))
+    }
+
+    fn stats_schema(&self, py: Python<'_>) -> PyResult<Vec<SchemaRow>> {
+        self.with(py, |v| Ok(schema_rows(v.stats_fd()?)))
+    }
+
+    /// One KVM_RUN (GIL released) with a deadline `timeout` seconds away; the
+    /// exit is 'interrupted' when the deadline (or a kick, or a signal) ended it.
+    #[pyo3(signature = (timeout = 10.0))]
+    fn run<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyDict>> {
+        let deadline = timeout_deadline(timeout)?;
+        let e = self.with(py, |v| v.run_once(Some(deadline)))?;
+        if e == Exit::Interrupted && !self.cell.closed.load(Ordering::SeqCst) {
+            py.check_signals()?;
+        }
+        exit_dict(py, &e)
+    }
+
+    /// Runs until `count` exits of the given kinds (port-filtered for "io"), in
+    /// Rust with the GIL released. Raises TimeoutError at the deadline; a
+    /// Ctrl-C raises KeyboardInterrupt promptly; a kick() returns early with
+    /// interrupted=True.
+    #[pyo3(signature = (kinds, count = 1, port = None, timeout = 10.0))]
+    fn run_until<'py>(
+        &self,
+        py: Python<'py>,
+        kinds: Vec<String>,
+        count: u64,
+        port: Option<u16>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let deadline = timeout_deadline(timeout)?;
+        let (mut matches, mut exits) = (0u64, 0u64);
+        loop {
+            let want = RunUntil { kinds: kinds.clone(), port, count: count.saturating_sub(matches).max(1), deadline };
+            let out = self.with(py, |v| v.run_until(&want));
+            let out = match out {
+                Err(e) if e.is_instance_of::<PyTimeoutError>(py) => return Err(e),
+                r => r?,
+            };
+            matches += out.matches;
+            exits += out.exits;
+            let foreign_signal = out.interrupted && !out.kicked && !self.cell.closed.load(Ordering::SeqCst);
+            if foreign_signal && matches < count {
+                py.check_signals()?; // KeyboardInterrupt surfaces here
+                continue;
+            }
+            let d = PyDict::new(py);
+            d.set_item("exit", exit_dict(py, &out.exit)?)?;
+            d.set_item(
+                "ucall",
+                match out.ucall {
+                    Some(Ucall::Sync(v)) => Some(("sync", v)),
+                    Some(Ucall::Done) => Some(("done", 0)),
+                    None => None,
+                },
+            )?;
+            d.set_item("matches", matches)?;
+            d.set_item("exits", exits)?;
+            d.set_item("interrupted", out.interrupted)?;
+            return Ok(d);
+        }
+    }
+
+    /// Forces the vCPU out of KVM_RUN if some thread is running it. Returns
+    /// whether a run was kicked.
+    fn kick(&self) -> bool {
+        self.cell.slot.kick()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyHost>()?;
+    m.add_class::<PyVm>()?;
+    m.add_class::<PyVcpu>()?;
+    m.add("UCALL_PORT", crate::kvm::guest::program::UCALL_PORT)?;
+    m.add("IRQ_COUNTS_ADDR", crate::kvm::guest::IRQ_COUNTS_ADDR)?;
+    m.add("MAX_MEMORY_MIB", crate::kvm::vm::MAX_MEMORY_MIB)?;
+    m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;
+    Ok(())
+}

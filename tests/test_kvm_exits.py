@@ -1,0 +1,140 @@
+"""Exit decoding against real KVM: IO, MMIO, HLT, shutdown, guest assertions."""
+
+from __future__ import annotations
+
+import pytest
+
+import vcpulab
+from vcpulab.kvm import Host
+
+
+@pytest.mark.parametrize("size,value", [(1, 0x5A), (2, 0xBEEF), (4, 0x1234_5678)])
+def test_io_out_exit_carries_port_size_direction_and_data(kvm_host: Host, size: int, value: int) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("io_out", port=0x3F8, value=value, size=size)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        e = vcpu.run(timeout=2)
+        assert e.kind == "io"
+        assert (e.port, e.size, e.direction, e.data) == (0x3F8, size, "out", value)
+        assert e.data_bytes == value.to_bytes(size, "little")
+        # the program then halts; without an irqchip that is a HLT exit to user space
+        assert vcpu.run(timeout=2).kind == "hlt"
+
+
+def test_io_in_exit_returns_the_hosts_value_to_the_guest(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("io_in", port=0x71, size=2)
+        vcpu = vm.create_vcpu(0)
+        vcpu.io_in_value = 0xCAFE
+        vcpu.start(prog)
+        e = vcpu.run(timeout=2)
+        assert (e.kind, e.port, e.size, e.direction) == ("io", 0x71, 2, "in")
+        vcpu.run_program(timeout=2)
+        assert vm.results(prog)["value"][0] == 0xCAFE
+
+
+@pytest.mark.parametrize("size", [1, 2, 4, 8])
+def test_mmio_write_exit_outside_ram(kvm_host: Host, size: int) -> None:
+    addr = 0xD000_0010
+    value = 0x1122_3344_5566_7788 & ((1 << (8 * size)) - 1)
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("mmio_write", addr=addr, value=value, size=size)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        e = vcpu.run(timeout=2)
+        assert (e.kind, e.address, e.length, e.is_write, e.data) == ("mmio", addr, size, True, value)
+
+
+def test_mmio_read_exit_and_the_value_the_guest_sees(kvm_host: Host) -> None:
+    addr = 0xE000_0000
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("mmio_read", addr=addr, size=4)
+        vcpu = vm.create_vcpu(0)
+        vcpu.mmio_read_value = 0xDEAD_BEEF
+        vcpu.start(prog)
+        e = vcpu.run(timeout=2)
+        assert (e.kind, e.address, e.length, e.is_write) == ("mmio", addr, 4, False)
+        vcpu.run_program(timeout=2)
+        assert vm.results(prog)["value"][0] == 0xDEAD_BEEF
+
+
+def test_hlt_exits_to_user_space_without_irqchip(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("halt")
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        r = vcpu.run_until("hlt", count=3, timeout=2)
+        assert r.matches == 3 and r.exit.kind == "hlt"
+        assert vcpu.stats()["halt_exits"] == 3
+
+
+def test_triple_fault_is_a_shutdown_exit(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("triple_fault")
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        assert vcpu.run(timeout=2).kind == "shutdown"
+
+
+def test_unwanted_shutdown_names_what_was_wanted_and_what_came(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("triple_fault")
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        with pytest.raises(vcpulab.UnexpectedExitError, match="wanted ucall exit, got shutdown"):
+            vcpu.run_program(timeout=2)
+
+
+def test_guest_assertion_surfaces_with_its_location(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        prog = vm.load("assert", actual=7, expected=9)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        with pytest.raises(vcpulab.GuestAssertionError) as ei:
+            vcpu.run_program(timeout=2)
+        msg = str(ei.value)
+        assert "program.rs:" in msg and "assert: actual == expected" in msg
+        assert "got 0x7" in msg and "expected 0x9" in msg
+        # a passing assertion is silent
+        ok = vm.load("assert", actual=5, expected=5)
+        vcpu.start(ok)
+        assert vcpu.run_program(timeout=2) == []
+
+
+def test_pause_loop_counts_into_ram_read_through_numpy(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        prog = vm.load("pause_loop", iterations=2000)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        vcpu.run_program(timeout=10)
+        counter = vm.memory[prog.data : prog.data + 8].view("<u8")[0]
+        assert counter == 2000
+        assert vm.results(prog)["counter"][0] == 2000
+        # every guest instruction is counted by the emulator on this host; at
+        # least the 4 per iteration of the loop body
+        assert vcpu.stats()["insn_emulation"] >= 4 * 2000 or vcpulab.kvm.virtualization() in ("vmx", "svm")
+
+
+def test_interrupt_handler_counts_msis_and_eois(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        prog = vm.load("wait_interrupts", vector=0x41, count=3)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        # run until the guest has enabled its LAPIC and halted (blocks in the kernel)
+        from conftest import PinnedThread
+
+        t = PinnedThread(lambda: vcpu.run_program(timeout=5), {0})
+        t.start()
+        import time
+
+        deadline = time.monotonic() + 5
+        while vm.irq_counts()[0x41] < 3 and time.monotonic() < deadline:
+            try:
+                vm.send_msi(0, 0x41)
+            except IndexError:
+                pass  # LAPIC not yet software-enabled by the guest
+            time.sleep(0.01)
+        t.value()
+        assert vm.irq_counts()[0x41] == 3
+        assert vm.results(prog)["halts"][0] >= 3

@@ -1,0 +1,236 @@
+"""Deadlines, kicks, Ctrl-C, closing, leaks and bad input against real KVM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import vcpulab
+from conftest import PinnedThread
+from vcpulab.kvm import Host
+
+
+def test_endless_loop_stops_at_its_deadline_and_the_vcpu_still_works(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        spin = vm.load("endless_loop")
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(spin)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="within 0.200 s"):
+            vcpu.run_until("hlt", timeout=0.2)
+        assert time.monotonic() - t0 < 1.0
+        # one KVM_RUN with a deadline returns an 'interrupted' exit instead
+        t0 = time.monotonic()
+        assert vcpu.run(timeout=0.1).kind == "interrupted"
+        assert 0.09 < time.monotonic() - t0 < 1.0
+        # usable afterwards
+        prog = vm.load("pause_loop", iterations=100)
+        vcpu.start(prog)
+        vcpu.run_program(timeout=5)
+        assert vm.results(prog)["counter"][0] == 100
+
+
+def test_kick_from_another_thread_returns_early(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(vm.load("endless_loop"))
+        t = PinnedThread(lambda: vcpu.run_until("hlt", timeout=20), set(os.sched_getaffinity(0)))
+        t.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        while not vcpu.kick():  # the thread may not have entered KVM_RUN yet
+            time.sleep(0.01)
+        r = t.value(timeout=5)
+        assert r.interrupted and r.exit.kind == "interrupted"
+        assert time.monotonic() - t0 < 1.0
+
+
+def test_closing_a_vm_kicks_its_running_vcpus(kvm_host: Host) -> None:
+    vm = kvm_host.create_vm(memory_mib=4)
+    vcpu = vm.create_vcpu(0)
+    vcpu.start(vm.load("endless_loop"))
+    t = PinnedThread(lambda: vcpu.run_until("hlt", timeout=20), set(os.sched_getaffinity(0)))
+    t.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    vm.close()
+    r = t.value(timeout=5)
+    assert r.interrupted
+    assert time.monotonic() - t0 < 1.0
+    with pytest.raises(ValueError, match="closed"):
+        vcpu.run(timeout=1)
+
+
+def test_ctrl_c_interrupts_a_run_promptly(kvm_host: Host) -> None:
+    code = textwrap.dedent(
+        """
+        import time
+        from vcpulab.kvm import Host
+        vm = Host().create_vm(memory_mib=4)
+        v = vm.create_vcpu(0)
+        v.start(vm.load("endless_loop"))
+        print("ready", flush=True)
+        t0 = time.monotonic()
+        try:
+            v.run_until("hlt", timeout=30)
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.monotonic() - t0:.3f}", flush=True)
+            vm.close()
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=10)
+    assert time.monotonic() - t0 < 1.0
+    assert "interrupted after" in out
+    assert p.returncode == 0
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _maps() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+def test_200_vms_leave_no_fd_or_mapping_behind(kvm_host: Host) -> None:
+    def cycle() -> None:
+        with kvm_host.create_vm(memory_mib=2) as vm:
+            v = vm.create_vcpu(0)
+            v.enable_steal_time()
+            v.stats()
+            vm.stats()
+            _ = vm.memory  # a numpy view, dropped at once
+
+    cycle()  # warm-up: lazily created process-wide state (signal handler, stubs)
+    fds, maps = _fds(), _maps()
+    for _ in range(200):
+        cycle()
+    assert _fds() == fds
+    assert _maps() == maps
+
+
+def test_a_numpy_view_keeps_guest_ram_alive_after_close(kvm_host: Host) -> None:
+    vm = kvm_host.create_vm(memory_mib=2)
+    view = vm.memory
+    vm.write(0x200000 - 8, b"\x01" * 8)
+    vm.close()
+    assert view[-1] == 1  # still mapped: no use-after-free
+    view[0] = 5
+
+
+def test_exception_inside_with_still_closes(kvm_host: Host) -> None:
+    with pytest.raises(RuntimeError):
+        with kvm_host.create_vm(memory_mib=2) as vm:
+            raise RuntimeError("boom")
+    assert vm.closed
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_memory_sizes(kvm_host: Host) -> None:
+    with pytest.raises(ValueError, match="memory_mib must be positive"):
+        kvm_host.create_vm(memory_mib=0)
+    with pytest.raises(ValueError, match="memory_mib must be at least 2"):
+        kvm_host.create_vm(memory_mib=1)
+    with pytest.raises(ValueError, match="memory_mib"):
+        kvm_host.create_vm(memory_mib=10**7)  # beyond this host's RAM
+    with pytest.raises(TypeError):
+        kvm_host.create_vm(memory_mib=1.5)  # type: ignore[arg-type]
+
+
+def test_bad_vcpu_ids(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        vm.create_vcpu(0)
+        with pytest.raises(ValueError, match="already exists"):
+            vm.create_vcpu(0)
+        with pytest.raises(IndexError, match="out of range"):
+            vm.create_vcpu(kvm_host.max_vcpu_id)
+        with pytest.raises(ValueError, match="too small for vCPU id 1000"):
+            vm.create_vcpu(1000)  # its stack would lie beyond 4 MiB of RAM
+        with pytest.raises(OverflowError):
+            vm.create_vcpu(-1)
+
+
+def test_bad_steal_time_addresses(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        v = vm.create_vcpu(0)
+        with pytest.raises(ValueError, match="64-byte aligned"):
+            v.enable_steal_time(0x50010)
+        with pytest.raises(IndexError, match="outside guest RAM"):
+            v.enable_steal_time(4 << 20)
+        with pytest.raises(ValueError, match="not enabled"):
+            _ = v.steal_time
+        assert v.enable_steal_time(0x50000) == 0x50000
+
+
+def test_out_of_ram_access(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=2) as vm:
+        size = 2 << 20
+        assert vm.read(size - 4, 4) == b"\0\0\0\0"
+        with pytest.raises(IndexError, match="outside guest RAM"):
+            vm.read(size - 4, 5)
+        with pytest.raises(IndexError):
+            vm.write(size, b"x")
+        with pytest.raises(IndexError):
+            vm.read_u64(2**64 - 1)
+
+
+def test_use_after_close(kvm_host: Host) -> None:
+    vm = kvm_host.create_vm(memory_mib=2)
+    v = vm.create_vcpu(0)
+    vm.close()
+    vm.close()  # idempotent
+    for call in (lambda: vm.read(0, 1), lambda: vm.memory, lambda: vm.create_vcpu(1), lambda: vm.stats(),
+                 lambda: v.regs, lambda: v.run(timeout=0.1), lambda: vm.send_msi(0, 40)):  # fmt: skip
+        with pytest.raises(ValueError, match="closed"):
+            call()
+
+
+def test_bad_program_and_run_arguments(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=2, irqchip=False) as vm:
+        with pytest.raises(ValueError, match="unknown guest program"):
+            vm.load("nope")
+        with pytest.raises(ValueError, match="unknown parameter"):
+            vm.load("halt", port=1)
+        with pytest.raises(ValueError, match="missing parameter"):
+            vm.load("io_out", port=1)
+        with pytest.raises(ValueError, match="size must be one of"):
+            vm.load("io_out", port=1, value=1, size=3)
+        with pytest.raises(vcpulab.UnsupportedError, match="irqchip"):
+            vm.load("wait_interrupts", vector=40, count=1)
+        v = vm.create_vcpu(0)
+        with pytest.raises(ValueError, match="timeout"):
+            v.run(timeout=0)
+        with pytest.raises(ValueError, match="timeout"):
+            v.run(timeout=float("inf"))
+        with pytest.raises(ValueError, match="unknown exit kind"):
+            v.run_until("hltt", timeout=1)
+        with pytest.raises(ValueError, match="unknown register"):
+            v.set_regs(rxx=1)
+        with pytest.raises(vcpulab.UnsupportedError, match="irqchip"):
+            vm.send_msi(0, 40)
+        with pytest.raises(ValueError, match="cannot disable exits|before any vCPU"):
+            vm.disable_exits(pause=True)
+
+
+def test_msi_arguments_are_checked(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=2) as vm:
+        vm.create_vcpu(0)
+        with pytest.raises(ValueError, match="vector must be 32..=255"):
+            vm.send_msi(0, 3)
+        with pytest.raises(ValueError, match="destination"):
+            vm.send_msi(300, 40)
