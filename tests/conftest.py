@@ -56,7 +56,8 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
 
 def schedstat(tid: int) -> tuple[int, int, int]:
     """(cpu time ns, run delay ns, timeslices) of a thread of this process."""
-    cpu, delay, slices = open(f"/proc/self/task/{tid}/schedstat").read().split()
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        cpu, delay, slices = f.read().split()
     return int(cpu), int(delay), int(slices)
 
 

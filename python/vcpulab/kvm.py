@@ -571,6 +571,25 @@ class Vm:
         sent, elapsed_ns, late_ns = self._vm.msi_train(dest_apic_id, vector, count, int(gap_us * 1000))
         return MsiTrain(sent, elapsed_ns / 1e9, late_ns / 1e3)
 
+    def msi_ping(
+        self, vcpu: Vcpu, program: Program, vector: int, count: int, gap_us: float, timeout: float = 30.0
+    ) -> np.ndarray:
+        """Host → vCPU MSI ping-pong with a running ``wait_interrupts`` program.
+
+        Each round waits until the guest announces its next halt (its ``halts``
+        counter), waits ``gap_us`` more — the vCPU is halted: polling or
+        blocked — then sends the MSI. Returns the ``count - 1`` round-trip
+        times (ns, MSI sent → guest about to halt again), timed in Rust with
+        the GIL released.
+        """
+        if program.name != "wait_interrupts":
+            raise ValueError(f"msi_ping drives a wait_interrupts program, got {program.name!r}")
+        if count < 1 or gap_us < 0:
+            raise ValueError(f"count must be >= 1 and gap_us >= 0, got {count}, {gap_us}")
+        halts = next(r for r in program.results if r["name"] == "halts")
+        counter = halts["gpa"] + 8 * vcpu.id
+        return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout)
+
     # observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """VM binary stats (``KVM_GET_STATS_FD``): {name: int or histogram array}."""

@@ -42,9 +42,7 @@ extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_v
 /// Installs the kick signal's handler once per process.
 pub fn ensure_handler() -> Result<()> {
     static INSTALLED: OnceLock<std::result::Result<(), i32>> = OnceLock::new();
-    INSTALLED
-        .get_or_init(|| register_signal_handler(kick_signal(), on_kick).map_err(|e| e.errno()))
-        .clone()
+    (*INSTALLED.get_or_init(|| register_signal_handler(kick_signal(), on_kick).map_err(|e| e.errno())))
         .map_err(|errno| Error::Ioctl { call: "sigaction(kick signal)", source: std::io::Error::from_raw_os_error(errno) })
 }
 

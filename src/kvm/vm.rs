@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use kvm_bindings::*;
 use kvm_ioctls::VmFd;
@@ -124,7 +125,8 @@ impl Vm {
             self.mem.write_u64(gpa, v)?;
         }
         // The stubs are the same for every VM: assemble them once per process.
-        static STUBS: std::sync::OnceLock<std::result::Result<(Vec<u8>, Vec<u64>), String>> = std::sync::OnceLock::new();
+        type Stubs = std::result::Result<(Vec<u8>, Vec<u64>), String>;
+        static STUBS: std::sync::OnceLock<Stubs> = std::sync::OnceLock::new();
         let (stubs, addrs) = STUBS
             .get_or_init(|| idt_stubs().map_err(|e| e.to_string()))
             .as_ref()
@@ -312,4 +314,80 @@ pub fn open_stats_fd(fd: &impl AsRawFd, call: &'static str) -> Result<StatsFd> {
     }
     // SAFETY: `r` is a fresh fd returned by the kernel, owned by nobody else.
     StatsFd::new(unsafe { File::from_raw_fd(r) })
+}
+
+/// Precise waiting: sleeps while far from `due`, spins for the last 200 µs.
+pub fn wait_until(due: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep(left - Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Host side of an MSI ping-pong with a guest that counts its halts at
+/// `counter_gpa` (a u64 it increments just before each `sti; hlt`, as the
+/// `wait_interrupts` program does).
+///
+/// For each of `count` rounds: wait until the guest has announced halt number
+/// `i + 1`, wait `gap` more (the guest is halted: polling or blocked), send the
+/// MSI, and time until the guest announces its next halt. Returns the per-round
+/// MSI-to-next-halt times in ns (the host-observed round trip; `count - 1`
+/// values, as the last MSI ends the guest's loop). Stops with
+/// `Timeout` at `deadline`; `stop()` is polled so the caller can abandon it.
+#[allow(clippy::too_many_arguments)]
+pub fn msi_ping(
+    fd: &VmFd,
+    irqchip: bool,
+    mem: &GuestMemory,
+    dest: u32,
+    vector: u32,
+    count: u64,
+    gap: Duration,
+    counter_gpa: Gpa,
+    deadline: Instant,
+    stop: &dyn Fn() -> bool,
+) -> Result<Vec<u64>> {
+    mem.check_range(counter_gpa, 8)?;
+    let mut rtt = Vec::with_capacity(count as usize);
+    let base = mem.read_u64(counter_gpa)?;
+    let wait_for = |target: u64| -> Result<()> {
+        let mut spins = 0u32;
+        while mem.read_u64(counter_gpa)? < target {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout(format!(
+                        "msi_ping: the guest did not reach halt #{} (counter at {counter_gpa:#x} is {}) before the deadline",
+                        target - base,
+                        mem.read_u64(counter_gpa)? - base
+                    )));
+                }
+                if stop() {
+                    return Err(Error::Closed("Vm"));
+                }
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    };
+    for i in 0..count {
+        wait_for(base + i + 1)?;
+        wait_until(Instant::now() + gap);
+        let sent = Instant::now();
+        send_msi(fd, irqchip, dest, vector)?;
+        if i + 1 < count {
+            // (after the last MSI the guest stops halting: nothing to time)
+            wait_for(base + i + 2)?;
+            rtt.push(sent.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(rtt)
 }

@@ -88,7 +88,7 @@ impl PyHost {
     }
 
     /// KVM_GET_SUPPORTED_CPUID as [(function, index, flags, eax, ebx, ecx, edx)].
-    fn supported_cpuid(&self) -> Vec<(u32, u32, u32, u32, u32, u32, u32)> {
+    fn supported_cpuid(&self) -> Vec<CpuidRow> {
         self.inner.supported_cpuid().iter().map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx)).collect()
     }
 
@@ -233,6 +233,9 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
     })
 }
 
+/// (function, index, flags, eax, ebx, ecx, edx) of one CPUID entry.
+type CpuidRow = (u32, u32, u32, u32, u32, u32, u32);
+
 type SchemaRow = (String, &'static str, &'static str, u32, i16, u16, u32);
 
 fn schema_rows(fd: &StatsFd) -> Vec<SchemaRow> {
@@ -362,19 +365,8 @@ impl PyVm {
             let mut max_late = 0u64;
             for i in 0..count {
                 let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
-                loop {
-                    let now = Instant::now();
-                    if now >= due {
-                        max_late = max_late.max(now.duration_since(due).as_nanos() as u64);
-                        break;
-                    }
-                    let left = due - now;
-                    if left > Duration::from_micros(200) {
-                        std::thread::sleep(left - Duration::from_micros(100));
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
+                kvm::vm::wait_until(due);
+                max_late = max_late.max(Instant::now().duration_since(due).as_nanos() as u64);
                 if lock(&self.state).is_none() {
                     return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
                 }
@@ -383,6 +375,31 @@ impl PyVm {
             Ok((count, t0.elapsed().as_nanos() as u64, max_late))
         })?;
         Ok(r)
+    }
+
+    /// MSI ping-pong with a guest that counts its halts at `counter_gpa` (see
+    /// `kvm::vm::msi_ping`); returns the per-round round-trip times (ns) as numpy.
+    #[pyo3(signature = (dest, vector, count, gap_ns, counter_gpa, timeout = 30.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn msi_ping<'py>(
+        &self,
+        py: Python<'py>,
+        dest: u32,
+        vector: u32,
+        count: u64,
+        gap_ns: u64,
+        counter_gpa: u64,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let deadline = timeout_deadline(timeout)?;
+        let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
+        let mem = self.mem(py)?;
+        let irqchip = self.irqchip;
+        let rtt = py.detach(|| {
+            let stop = || lock(&self.state).is_none();
+            kvm::vm::msi_ping(&fd, irqchip, &mem, dest, vector, count, Duration::from_nanos(gap_ns), counter_gpa, deadline, &stop)
+        })?;
+        Ok(PyArray1::from_vec(py, rtt))
     }
 
     /// VM binary stats: {name: int or numpy array}.
@@ -650,7 +667,7 @@ impl PyVcpu {
     }
 
     /// KVM_GET_CPUID2 as [(function, index, flags, eax, ebx, ecx, edx)].
-    fn cpuid(&self, py: Python<'_>) -> PyResult<Vec<(u32, u32, u32, u32, u32, u32, u32)>> {
+    fn cpuid(&self, py: Python<'_>) -> PyResult<Vec<CpuidRow>> {
         let c = self.with(py, |v| v.cpuid())?;
         Ok(c.iter().map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx)).collect())
     }
