@@ -1,0 +1,81 @@
+"""vcpulab's Python API against a plain Rust kvm-ioctls loop doing the same work.
+
+Measures, in one run: VM create/close, and IO-exit round trips both with the
+loop kept in Rust (``run_until``) and with one Python call per exit. The
+baseline is ``examples/bench_raw_kvm.rs`` (kvm-ioctls only).
+
+    python benches/bench_kvm.py [--cycles 200] [--exits 10000]
+
+Not a test: the numbers go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from vcpulab.kvm import Host
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rust_baseline(cycles: int, exits: int) -> dict[str, float]:
+    out = subprocess.run(
+        ["cargo", "run", "--quiet", "--release", "--example", "bench_raw_kvm", "--", str(cycles), str(exits)],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def python_api(cycles: int, exits: int) -> dict[str, float]:
+    host = Host()
+    t = time.perf_counter()
+    for _ in range(cycles):
+        with host.create_vm(memory_mib=2, irqchip=False) as vm:
+            vm.create_vcpu(0)
+    create_close = cycles / (time.perf_counter() - t)
+
+    with host.create_vm(memory_mib=2, irqchip=False) as vm:
+        prog = vm.load("io_loop", port=0x80, count=exits)
+        v = vm.create_vcpu(0)
+        v.start(prog)
+        t = time.perf_counter()
+        r = v.run_until("io", count=exits, port=0x80, timeout=120)
+        rust_loop = exits / (time.perf_counter() - t)
+        assert r.matches == exits
+
+        v.start(prog)
+        t = time.perf_counter()
+        n = 0
+        while n < exits:
+            e = v.run(timeout=10)
+            if e.kind == "io" and e.port == 0x80:
+                n += 1
+        py_loop = exits / (time.perf_counter() - t)
+    return {"create_close_per_s": create_close, "io_run_until_per_s": rust_loop, "io_python_per_s": py_loop}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cycles", type=int, default=200)
+    ap.add_argument("--exits", type=int, default=10_000)
+    a = ap.parse_args()
+    raw = rust_baseline(a.cycles, a.exits)
+    py = python_api(a.cycles, a.exits)
+    print(f"host: {platform.node()} {platform.machine()}, kernel {platform.release()}")
+    print(f"{'work':<34}{'raw kvm-ioctls':>16}{'vcpulab':>12}{'vcpulab/raw':>13}")
+    rows = [
+        ("VM create+close (/s)", raw["create_close_per_s"], py["create_close_per_s"]),
+        ("IO exits, loop in Rust (/s)", raw["io_exits_per_s"], py["io_run_until_per_s"]),
+        ("IO exits, one Python call each (/s)", raw["io_exits_per_s"], py["io_python_per_s"]),
+    ]
+    for name, r, p in rows:
+        print(f"{name:<34}{r:>16,.0f}{p:>12,.0f}{p / r:>12.2f}x")
+
+
+if __name__ == "__main__":
+    main()
