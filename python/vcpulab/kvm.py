@@ -504,8 +504,9 @@ class Vm:
         """The program's documented result fields, as numpy uint64 arrays (copies)."""
         out = {}
         for r in program.results:
-            raw = self.read(r["gpa"], 8 * r["count"])
-            out[r["name"]] = np.frombuffer(raw, dtype="<u8").copy()
+            stride, count = r["stride"], r["count"]
+            raw = self.read(r["gpa"], stride * (count - 1) + 8)
+            out[r["name"]] = np.ndarray((count,), dtype="<u8", buffer=raw, strides=(stride,)).copy()
         return out
 
     def irq_counts(self) -> np.ndarray:

@@ -10,6 +10,7 @@
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
+pub mod experiment;
 pub mod exit;
 pub mod guest;
 pub mod kick;

@@ -108,6 +108,21 @@ pub fn exception_name(v: u64) -> &'static str {
     N.get(v as usize).copied().unwrap_or("exception")
 }
 
+/// Read-only access to a running vCPU's steal time and stats from another thread.
+#[derive(Debug, Clone)]
+pub struct VcpuObserver {
+    pub mem: Arc<GuestMemory>,
+    pub steal_gpa: Option<Gpa>,
+    pub stats: Arc<StatsFd>,
+    pub id: u64,
+}
+
+impl VcpuObserver {
+    pub fn steal_time(&self) -> Result<Option<StealTime>> {
+        self.steal_gpa.map(|g| read_steal(&self.mem, g)).transpose()
+    }
+}
+
 /// A vCPU.
 pub struct Vcpu {
     fd: VcpuFd,
@@ -115,7 +130,7 @@ pub struct Vcpu {
     mem: Arc<GuestMemory>,
     programs: ProgramTable,
     slot: Arc<RunSlot>,
-    stats: Option<StatsFd>,
+    stats: Option<Arc<StatsFd>>,
     steal_gpa: Option<Gpa>,
     /// Value returned to the guest's `in` instructions (little-endian, truncated).
     pub io_in_value: u64,
@@ -278,11 +293,17 @@ impl Vcpu {
     }
 
     /// The vCPU's binary stats (opened and parsed on first use).
-    pub fn stats_fd(&mut self) -> Result<&StatsFd> {
+    pub fn stats_fd(&mut self) -> Result<&Arc<StatsFd>> {
         if self.stats.is_none() {
-            self.stats = Some(open_stats_fd(&self.fd, "KVM_GET_STATS_FD(vcpu)")?);
+            self.stats = Some(Arc::new(open_stats_fd(&self.fd, "KVM_GET_STATS_FD(vcpu)")?));
         }
         Ok(self.stats.as_ref().expect("set above"))
+    }
+
+    /// What a sampler on another thread needs to observe this vCPU while it
+    /// runs: guest RAM (steal time) and the stats fd. No locks involved.
+    pub fn observer(&mut self) -> Result<VcpuObserver> {
+        Ok(VcpuObserver { mem: self.mem.clone(), steal_gpa: self.steal_gpa, stats: self.stats_fd()?.clone(), id: self.id })
     }
 
     /// One `KVM_RUN` (no deadline handling; the caller has registered the run

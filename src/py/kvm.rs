@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::kvm::guest::program::{Program, Spec};
+use crate::kvm::guest::program::{LockKind, Program, Spec};
 use crate::kvm::kick::RunSlot;
 use crate::kvm::memory::GuestMemory;
 use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
@@ -159,6 +159,7 @@ fn program_dict<'py>(py: Python<'py>, p: &Program) -> PyResult<Bound<'py, PyDict
         rd.set_item("name", r.name)?;
         rd.set_item("gpa", r.gpa)?;
         rd.set_item("count", r.count)?;
+        rd.set_item("stride", r.stride)?;
         rd.set_item("doc", r.doc)?;
         results.append(rd)?;
     }
@@ -197,10 +198,16 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
         "io_loop" => &["port", "count"],
         "wait_interrupts" => &["vector", "count"],
         "assert" => &["actual", "expected"],
+        "spin_lock" => &["kind", "hold", "think", "iterations", "vcpus"],
+        "pv_spin_lock" => &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus"],
+        "msi_pong" => &["vector", "count"],
+        "ipi_ping_pong" => &["rounds", "gap_cycles", "vector_base"],
+        "idle_ticks" => &["hz", "ticks", "vector"],
         _ => {
             return Err(PyValueError::new_err(format!(
                 "unknown guest program {name:?}; choose one of io_out, io_in, mmio_write, mmio_read, halt, \
-                 triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert"
+                 triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert, spin_lock, \
+                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks"
             )))
         }
     };
@@ -229,6 +236,41 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? }
         }
         "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
+        "spin_lock" | "pv_spin_lock" => {
+            let kind = if name == "pv_spin_lock" {
+                LockKind::Pv
+            } else {
+                match p.get_item("kind")? {
+                    None => LockKind::Tas,
+                    Some(k) => match k.extract::<String>()?.as_str() {
+                        "tas" => LockKind::Tas,
+                        "ticket" => LockKind::Ticket,
+                        other => {
+                            return Err(PyValueError::new_err(format!(
+                                "spin_lock: kind must be 'tas' or 'ticket', got {other:?}"
+                            )))
+                        }
+                    },
+                }
+            };
+            let opt = |n: &str, d: u64| -> PyResult<u64> { if p.contains(n)? { g(n) } else { Ok(d) } };
+            Spec::SpinLock {
+                kind,
+                hold: opt("hold", 0)?,
+                think: opt("think", 0)?,
+                iterations: opt("iterations", 0)?,
+                check_every: opt("check_every", 256)?,
+                kick_vector: narrow(opt("kick_vector", 0xf0)?, "kick_vector", name)?,
+                vcpus: g("vcpus")?,
+            }
+        }
+        "msi_pong" => Spec::MsiPong { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? },
+        "ipi_ping_pong" => Spec::IpiPingPong {
+            rounds: g("rounds")?,
+            gap_cycles: g("gap_cycles")?,
+            vector_base: narrow(g("vector_base")?, "vector_base", name)?,
+        },
+        "idle_ticks" => Spec::IdleTicks { hz: g("hz")?, ticks: g("ticks")?, vector: narrow(g("vector")?, "vector", name)? },
         _ => unreachable!("checked above"),
     })
 }
@@ -826,12 +868,126 @@ impl PyVcpu {
     }
 }
 
+/// Runs an overcommit experiment (see `kvm::experiment`): `plan` is
+/// [(vcpu, vm_index, host_cpus)]. The GIL is released throughout, except to
+/// poll for Ctrl-C every `poll_every` seconds; on Ctrl-C every vCPU is kicked
+/// and joined, then KeyboardInterrupt is raised.
+#[pyfunction]
+#[pyo3(signature = (plan, duration, sample_every = None, poll_every = 0.05))]
+fn run_experiment<'py>(
+    py: Python<'py>,
+    plan: Vec<(PyRef<'py, PyVcpu>, usize, Vec<usize>)>,
+    duration: f64,
+    sample_every: Option<f64>,
+    poll_every: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    timeout_deadline(duration)?;
+    if let Some(p) = sample_every {
+        if !(p.is_finite() && p >= 1e-5) {
+            return Err(PyValueError::new_err(format!("sample_every must be at least 10 µs, got {p} s")));
+        }
+    }
+    if !(poll_every.is_finite() && poll_every > 0.0) {
+        return Err(PyValueError::new_err(format!("poll_every must be positive, got {poll_every}")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (v, _, _) in &plan {
+        if !seen.insert(Arc::as_ptr(&v.cell) as usize) {
+            return Err(PyValueError::new_err(format!("vCPU {} appears twice in the plan", v.id)));
+        }
+    }
+    let cells: Vec<(Arc<VcpuCell>, usize, Vec<usize>)> = plan.iter().map(|(v, vm, c)| (v.cell.clone(), *vm, c.clone())).collect();
+    let opts = kvm::experiment::Options {
+        duration: Duration::from_secs_f64(duration),
+        sample_every: sample_every.map(Duration::from_secs_f64),
+        poll_every: Duration::from_secs_f64(poll_every),
+    };
+    let mut interrupt: Option<PyErr> = None;
+    let report = py.detach(|| -> kvm::Result<kvm::experiment::Report> {
+        let mut guards: Vec<_> = cells.iter().map(|(c, _, _)| lock(&c.core)).collect();
+        let mut members = Vec::with_capacity(guards.len());
+        for (g, (_, vm, cpus)) in guards.iter_mut().zip(&cells) {
+            let vcpu = g.as_mut().ok_or(Error::Closed("Vcpu (its Vm)"))?;
+            members.push(kvm::experiment::Member { vm: *vm, vcpu, cpus: cpus.clone() });
+        }
+        let mut should_stop = || {
+            Python::attach(|py| match py.check_signals() {
+                Ok(()) => false,
+                Err(e) => {
+                    interrupt = Some(e);
+                    true
+                }
+            })
+        };
+        kvm::experiment::run(&mut members, opts, &mut should_stop)
+    });
+    if let Some(e) = interrupt {
+        return Err(e);
+    }
+    let report = report?;
+    let out = PyDict::new(py);
+    let threads = PyList::empty(py);
+    for t in &report.threads {
+        let d = PyDict::new(py);
+        d.set_item("vm", t.vm)?;
+        d.set_item("vcpu", t.vcpu)?;
+        d.set_item("tid", t.tid)?;
+        d.set_item("cpus", t.cpus.clone())?;
+        d.set_item("cpu_ns", t.cpu_ns)?;
+        d.set_item("run_delay_ns", t.run_delay_ns)?;
+        d.set_item("timeslices", t.timeslices)?;
+        d.set_item("voluntary_ctxt_switches", t.voluntary_ctxt_switches)?;
+        d.set_item("nonvoluntary_ctxt_switches", t.nonvoluntary_ctxt_switches)?;
+        d.set_item("wall_ns", t.wall_ns)?;
+        d.set_item("exits", t.exits)?;
+        d.set_item("syncs", t.syncs)?;
+        d.set_item("outcome", t.outcome.name())?;
+        d.set_item("error", t.error.as_ref().map(|e| e.to_string()))?;
+        threads.append(d)?;
+    }
+    out.set_item("threads", threads)?;
+    // the first guest error, as its proper exception type
+    if let Some(e) = report.threads.iter().find_map(|t| t.error.as_ref()) {
+        let kind = match e {
+            Error::GuestAssertion { .. } => "GuestAssertionError",
+            Error::UnexpectedExit(_) => "UnexpectedExitError",
+            _ => "VcpulabError",
+        };
+        out.set_item("error", (kind, e.to_string()))?;
+    }
+    let s = report.samples;
+    let samples = PyDict::new(py);
+    samples.set_item("t_ns", PyArray1::from_vec(py, s.t_ns))?;
+    samples.set_item("vm", PyArray1::from_vec(py, s.vm))?;
+    samples.set_item("vcpu", PyArray1::from_vec(py, s.vcpu))?;
+    samples.set_item("steal_ns", PyArray1::from_vec(py, s.steal_ns))?;
+    samples.set_item("preempted", PyArray1::from_vec(py, s.preempted))?;
+    let names = s.stat_names.clone();
+    for (name, col) in s.stat_names.into_iter().zip(s.stats) {
+        samples.set_item(name, PyArray1::from_vec(py, col))?;
+    }
+    out.set_item("samples", samples)?;
+    out.set_item("stat_names", names)?;
+    out.set_item("wall_ns", report.wall_ns)?;
+    out.set_item("stopped", report.stopped)?;
+    Ok(out)
+}
+
+/// Host CPUs this process may run on.
+#[pyfunction]
+fn allowed_cpus() -> Vec<usize> {
+    kvm::experiment::allowed_cpus()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run_experiment, m)?)?;
+    m.add_function(wrap_pyfunction!(allowed_cpus, m)?)?;
     m.add_class::<PyHost>()?;
     m.add_class::<PyVm>()?;
     m.add_class::<PyVcpu>()?;
     m.add("UCALL_PORT", crate::kvm::guest::program::UCALL_PORT)?;
     m.add("IRQ_COUNTS_ADDR", crate::kvm::guest::IRQ_COUNTS_ADDR)?;
+    m.add("STEAL_AREA_ADDR", crate::kvm::guest::STEAL_AREA_ADDR)?;
     m.add("MAX_MEMORY_MIB", crate::kvm::vm::MAX_MEMORY_MIB)?;
     m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;
     Ok(())

@@ -10,10 +10,10 @@
 //! | `0x2000` | IDT: 256 interrupt gates, all pointing at [`STUBS_ADDR`] stubs |
 //! | `0x3000` | PML4; `0x4000` PDPT; `0x5000`-`0x8fff` four page directories |
 //! | `0x9000` | [`IRQ_COUNTS_ADDR`]: 256 × u64, interrupts taken per vector (all vCPUs) |
-//! | `0xa000` | [`DATA_ADDR`]: program data and results (bump-allocated per program) |
 //! | `0x10000` | [`STUBS_ADDR`]: the IDT stubs and the common handler |
 //! | `0x20000` | [`CODE_ADDR`]: program code (bump-allocated per program) |
-//! | `0x40000` | [`STEAL_AREA_ADDR`]: default steal-time areas, 64 bytes per vCPU id |
+//! | `0x40000` | [`STEAL_AREA_ADDR`]: default steal-time areas, 64 bytes per vCPU id (ids < 4096) |
+//! | `0x80000` | [`DATA_ADDR`]: program data and results (bump-allocated per program, 512 KiB) |
 //! | `0x100000` | [`STACKS_ADDR`]: one [`STACK_SIZE`] stack per vCPU id, growing down |
 //!
 //! The page tables identity-map the whole first 4 GiB with 2 MiB pages, so an
@@ -35,8 +35,8 @@ pub const PML4_ADDR: Gpa = 0x3000;
 pub const PDPT_ADDR: Gpa = 0x4000;
 pub const PD_ADDR: Gpa = 0x5000;
 pub const IRQ_COUNTS_ADDR: Gpa = 0x9000;
-pub const DATA_ADDR: Gpa = 0xa000;
-pub const DATA_END: Gpa = 0x10000;
+pub const DATA_ADDR: Gpa = 0x80000;
+pub const DATA_END: Gpa = 0x100000;
 pub const STUBS_ADDR: Gpa = 0x10000;
 pub const CODE_ADDR: Gpa = 0x20000;
 pub const CODE_END: Gpa = 0x40000;
@@ -74,7 +74,7 @@ pub fn default_steal_gpa(id: u64) -> Gpa {
 }
 
 /// Largest vCPU id whose default steal-time area fits below [`STACKS_ADDR`].
-pub const MAX_DEFAULT_STEAL_ID: u64 = (STACKS_ADDR - STEAL_AREA_ADDR) / 64 - 1;
+pub const MAX_DEFAULT_STEAL_ID: u64 = (DATA_ADDR - STEAL_AREA_ADDR) / 64 - 1;
 
 const PTE_PRESENT: u64 = 1 << 0;
 const PTE_RW: u64 = 1 << 1;
@@ -247,7 +247,7 @@ mod tests {
             (DATA_ADDR, DATA_END),
             (STUBS_ADDR, CODE_ADDR),
             (CODE_ADDR, CODE_END),
-            (STEAL_AREA_ADDR, STACKS_ADDR),
+            (STEAL_AREA_ADDR, DATA_ADDR),
         ];
         for (i, a) in regions.iter().enumerate() {
             assert!(a.0 < a.1);

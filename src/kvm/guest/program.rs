@@ -55,6 +55,8 @@ pub struct ResultField {
     pub ty: FieldType,
     /// Number of elements (e.g. one per vCPU).
     pub count: u64,
+    /// Bytes from one element to the next (8 for a plain array).
+    pub stride: u64,
     pub doc: &'static str,
 }
 
@@ -244,7 +246,82 @@ pub enum Spec {
     /// Asserts that `actual == expected` in the guest (a self-test of the ucall
     /// assertion path), then ucall DONE.
     Assert { actual: u64, expected: u64 },
+    /// Lock contention (see [`SpinLockLayout`]): each vCPU repeatedly acquires
+    /// one lock, runs a critical section of `hold` loop iterations that
+    /// increments a shared counter non-atomically (a lost update would show),
+    /// releases, then runs `think` iterations. `iterations` acquisitions per
+    /// vCPU (0: until the host sets the stop flag). Waiters PAUSE.
+    ///
+    /// With `kind` = `Pv`, a waiter checks every `check_every` PAUSEs whether
+    /// the lock holder's steal-time `preempted` byte is set and, if so, halts
+    /// until the unlocker kicks it with an IPI of `kick_vector` (the guest side
+    /// of `vcpu_is_preempted`, digest §2); `vcpus` bounds the unlocker's scan.
+    SpinLock { kind: LockKind, hold: u64, think: u64, iterations: u64, check_every: u64, kick_vector: u8, vcpus: u64 },
+    /// Host → vCPU MSI ping-pong, guest side: halts until `count` interrupts of
+    /// `vector` arrived; before each halt increments `halts` (the host's cue),
+    /// and records each halt's length in TSC cycles in `halt_cycles[i]`.
+    MsiPong { vector: u8, count: u64 },
+    /// vCPU ↔ vCPU IPI ping-pong: vCPU 0 spins `gap_cycles` TSC cycles, sends
+    /// an IPI (vector `vector_base`+1) to vCPU 1 and halts until the reply
+    /// (vector `vector_base`); `rounds` times, recording each round trip in TSC
+    /// cycles in `rtt_cycles[i]`. vCPU 1 halts and replies at once.
+    IpiPingPong { rounds: u64, gap_cycles: u64, vector_base: u8 },
+    /// The idle guest of digest §5: the LAPIC timer fires periodically at `hz`
+    /// (vector `vector`) and the vCPU halts between ticks, for `ticks` ticks
+    /// (0: forever). Counts halts in `halts[vcpu]`.
+    IdleTicks { hz: u64, ticks: u64, vector: u8 },
 }
+
+/// Lock kinds of [`Spec::SpinLock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// test-and-test-and-set with PAUSE (like `virt_spin_lock`).
+    Tas,
+    /// FIFO ticket lock: exposes lock-waiter preemption.
+    Ticket,
+    /// test-and-set that halts while the holder's vCPU is preempted.
+    Pv,
+}
+
+impl LockKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Tas => "tas",
+            LockKind::Ticket => "ticket",
+            LockKind::Pv => "pv",
+        }
+    }
+}
+
+/// Shared-memory layout of [`Spec::SpinLock`] (offsets from the program's data).
+pub struct SpinLockLayout;
+
+impl SpinLockLayout {
+    /// The lock word: TAS 0/1; ticket: `next` u32 @0, `serving` u32 @4.
+    pub const LOCK: u64 = 0;
+    /// vCPU id of the current holder (written after acquiring).
+    pub const HOLDER: u64 = 8;
+    /// The shared counter, incremented non-atomically inside the critical section.
+    pub const COUNTER: u64 = 16;
+    /// The host writes 1 here to make every vCPU finish (then DONE).
+    pub const STOP: u64 = 24;
+    /// Per-vCPU records of 64 bytes start here.
+    pub const RECORDS: u64 = 64;
+    pub const RECORD_SIZE: u64 = 64;
+    /// Record fields.
+    pub const ACQUISITIONS: u64 = 0;
+    pub const PAUSES: u64 = 8;
+    pub const MAX_WAIT: u64 = 16;
+    pub const TOTAL_WAIT: u64 = 24;
+    pub const HALTS: u64 = 32;
+    pub const KICKS: u64 = 40;
+    pub const WAITING: u64 = 48;
+    /// Most vCPUs a spin-lock program has records for.
+    pub const MAX_VCPUS: u64 = 64;
+}
+
+/// Most rounds a ping-pong program records.
+pub const MAX_ROUNDS: u64 = 16_384;
 
 /// Highest vCPU id a per-vCPU result array is sized for.
 pub const MAX_PER_VCPU_RESULTS: u64 = 256;
@@ -263,6 +340,11 @@ impl Spec {
             Spec::IoLoop { .. } => "io_loop",
             Spec::WaitInterrupts { .. } => "wait_interrupts",
             Spec::Assert { .. } => "assert",
+            Spec::SpinLock { kind: LockKind::Pv, .. } => "pv_spin_lock",
+            Spec::SpinLock { .. } => "spin_lock",
+            Spec::MsiPong { .. } => "msi_pong",
+            Spec::IpiPingPong { .. } => "ipi_ping_pong",
+            Spec::IdleTicks { .. } => "idle_ticks",
         }
     }
 
@@ -272,6 +354,10 @@ impl Spec {
             Spec::PauseLoop { .. } | Spec::WaitInterrupts { .. } => 8 * MAX_PER_VCPU_RESULTS,
             Spec::IoIn { .. } | Spec::MmioRead { .. } => 8,
             Spec::TripleFault => 16,
+            Spec::SpinLock { .. } => SpinLockLayout::RECORDS + SpinLockLayout::MAX_VCPUS * SpinLockLayout::RECORD_SIZE,
+            Spec::MsiPong { count, .. } => 64 + 8 * count,
+            Spec::IpiPingPong { rounds, .. } => 64 + 8 * rounds,
+            Spec::IdleTicks { .. } => 8 * MAX_PER_VCPU_RESULTS,
             _ => 0,
         }
     }
@@ -317,7 +403,7 @@ impl Spec {
                 .map_err(asm_err)?;
                 a.mov(rcx, data).map_err(asm_err)?;
                 a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, doc: "the value the IN instruction read" });
+                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "the value the IN instruction read" });
                 m.done()?;
             }
             Spec::MmioWrite { addr, value, size } => {
@@ -349,7 +435,7 @@ impl Spec {
                 .map_err(asm_err)?;
                 a.mov(rcx, data).map_err(asm_err)?;
                 a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, doc: "the value the load returned" });
+                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "the value the load returned" });
                 m.done()?;
             }
             Spec::Halt => {
@@ -375,7 +461,7 @@ impl Spec {
             }
             Spec::PauseLoop { iterations } => {
                 params.push(("iterations".into(), iterations));
-                results.push(ResultField { name: "counter", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, doc: "PAUSEs executed, per vCPU id" });
+                results.push(ResultField { name: "counter", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "PAUSEs executed, per vCPU id" });
                 // rdi = vCPU id on entry; rbx = &counter[id]
                 a.mov(rbx, data).map_err(asm_err)?;
                 a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
@@ -417,7 +503,7 @@ impl Spec {
                     return Err(Error::InvalidArgument(format!("wait_interrupts: vector must be 32..=255, got {vector}")));
                 }
                 params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
-                results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, doc: "HLT instructions executed while waiting, per vCPU id" });
+                results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "HLT instructions executed while waiting, per vCPU id" });
                 m.enable_lapic()?;
                 let a = &mut m.a;
                 a.mov(rbx, data).map_err(asm_err)?;
@@ -444,6 +530,71 @@ impl Spec {
                 m.assert_eq(rax, expected, "actual == expected")?;
                 m.done()?;
             }
+            Spec::SpinLock { kind, hold, think, iterations, check_every, kick_vector, vcpus } => {
+                if kind == LockKind::Pv {
+                    if !env.irqchip {
+                        return Err(Error::Unsupported("pv_spin_lock needs an in-kernel irqchip (its kick is an IPI)".into()));
+                    }
+                    if kick_vector < 32 {
+                        return Err(Error::InvalidArgument(format!("pv_spin_lock: kick_vector must be 32..=255, got {kick_vector}")));
+                    }
+                    if check_every == 0 {
+                        return Err(Error::InvalidArgument("pv_spin_lock: check_every must be >= 1".into()));
+                    }
+                }
+                if vcpus == 0 || vcpus > SpinLockLayout::MAX_VCPUS {
+                    return Err(Error::InvalidArgument(format!(
+                        "{name}: vcpus must be 1..={}, got {vcpus}",
+                        SpinLockLayout::MAX_VCPUS
+                    )));
+                }
+                params.extend([
+                    ("hold".into(), hold),
+                    ("think".into(), think),
+                    ("iterations".into(), iterations),
+                    ("vcpus".into(), vcpus),
+                ]);
+                if kind == LockKind::Pv {
+                    params.extend([("check_every".into(), check_every), ("kick_vector".into(), kick_vector as u64)]);
+                }
+                spin_lock(&mut m, kind, data, hold, think, iterations, check_every, kick_vector, vcpus, &mut results)?;
+            }
+            Spec::MsiPong { vector, count } => {
+                if !env.irqchip {
+                    return Err(Error::Unsupported("msi_pong needs an in-kernel irqchip (irqchip=True)".into()));
+                }
+                if vector < 32 || count == 0 || count > MAX_ROUNDS {
+                    return Err(Error::InvalidArgument(format!(
+                        "msi_pong: vector must be 32..=255 and count 1..={MAX_ROUNDS}, got {vector}, {count}"
+                    )));
+                }
+                params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
+                msi_pong(&mut m, data, vector, count, &mut results)?;
+            }
+            Spec::IpiPingPong { rounds, gap_cycles, vector_base } => {
+                if !env.irqchip {
+                    return Err(Error::Unsupported("ipi_ping_pong needs an in-kernel irqchip (irqchip=True)".into()));
+                }
+                if !(32..=254).contains(&vector_base) || rounds == 0 || rounds > MAX_ROUNDS {
+                    return Err(Error::InvalidArgument(format!(
+                        "ipi_ping_pong: vector_base must be 32..=254 and rounds 1..={MAX_ROUNDS}, got {vector_base}, {rounds}"
+                    )));
+                }
+                params.extend([("rounds".into(), rounds), ("gap_cycles".into(), gap_cycles), ("vector_base".into(), vector_base as u64)]);
+                ipi_ping_pong(&mut m, data, rounds, gap_cycles, vector_base, &mut results)?;
+            }
+            Spec::IdleTicks { hz, ticks, vector } => {
+                if !env.irqchip {
+                    return Err(Error::Unsupported("idle_ticks needs an in-kernel irqchip (its LAPIC timer)".into()));
+                }
+                if !(1..=100_000).contains(&hz) || vector < 32 {
+                    return Err(Error::InvalidArgument(format!(
+                        "idle_ticks: hz must be 1..=100000 and vector 32..=255, got {hz}, {vector}"
+                    )));
+                }
+                params.extend([("hz".into(), hz), ("ticks".into(), ticks), ("vector".into(), vector as u64)]);
+                idle_ticks(&mut m, data, hz, ticks, vector, &mut results)?;
+            }
         }
         let (code, asserts) = m.finish(entry)?;
         Ok(Program {
@@ -457,6 +608,349 @@ impl Spec {
             params,
         })
     }
+}
+
+/// `rax = rdtsc` (64-bit). Clobbers rdx.
+fn rdtsc64(a: &mut CodeAssembler) -> Result<()> {
+    a.rdtsc().map_err(asm_err)?;
+    a.shl(rdx, 32).map_err(asm_err)?;
+    a.or(rax, rdx).map_err(asm_err)
+}
+
+/// `dec reg; jnz` delay loop of `n` iterations on `reg` (nothing if `n` = 0).
+fn delay(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    a.mov(reg, n).map_err(asm_err)?;
+    let mut l = a.create_label();
+    a.set_label(&mut l).map_err(asm_err)?;
+    a.dec(reg).map_err(asm_err)?;
+    a.jnz(l).map_err(asm_err)
+}
+
+/// Sends a fixed IPI: ICR_HI = dest << 24 (dest in `dest`), ICR_LO = vector.
+/// Clobbers rax, rcx.
+fn send_ipi(a: &mut CodeAssembler, dest: AsmRegister64, vector: u8) -> Result<()> {
+    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_HI).map_err(asm_err)?;
+    a.mov(rax, dest).map_err(asm_err)?;
+    a.shl(eax, 24).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), eax).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_LO).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), (1u32 << 14) | vector as u32).map_err(asm_err)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spin_lock(
+    m: &mut Asm,
+    kind: LockKind,
+    data: Gpa,
+    hold: u64,
+    think: u64,
+    iterations: u64,
+    check_every: u64,
+    kick_vector: u8,
+    vcpus: u64,
+    results: &mut Vec<ResultField>,
+) -> Result<()> {
+    type L = SpinLockLayout;
+    let per = |name, off, doc| ResultField { name, gpa: data + L::RECORDS + off, ty: FieldType::U64, count: L::MAX_VCPUS, stride: L::RECORD_SIZE, doc };
+    results.push(ResultField { name: "counter", gpa: data + L::COUNTER, ty: FieldType::U64, count: 1, stride: 8, doc: "shared counter incremented non-atomically in the critical section" });
+    results.push(ResultField { name: "stop", gpa: data + L::STOP, ty: FieldType::U64, count: 1, stride: 8, doc: "the host sets 1 to end the run" });
+    // Records are strided by RECORD_SIZE; each field is read with that stride.
+    for (name, off, doc) in [
+        ("acquisitions", L::ACQUISITIONS, "lock acquisitions"),
+        ("pauses", L::PAUSES, "PAUSEs executed while waiting"),
+        ("max_wait_cycles", L::MAX_WAIT, "longest wait for the lock (TSC cycles)"),
+        ("total_wait_cycles", L::TOTAL_WAIT, "total wait for the lock (TSC cycles)"),
+        ("halts", L::HALTS, "halts while the holder was preempted (pv)"),
+        ("kicks", L::KICKS, "kick IPIs sent by the unlocker (pv)"),
+    ] {
+        results.push(per(name, off, doc));
+    }
+    if kind == LockKind::Pv {
+        m.enable_lapic()?;
+    }
+    let a = &mut m.a;
+    // rbx = data; r12 = &record[id]; rdi = id (kept)
+    a.mov(rbx, data).map_err(asm_err)?;
+    a.mov(r12, rdi).map_err(asm_err)?;
+    a.shl(r12, 6).map_err(asm_err)?;
+    a.lea(r12, qword_ptr(rbx + r12 + L::RECORDS as i32)).map_err(asm_err)?;
+    let mut top = a.create_label();
+    let mut finish = a.create_label();
+    let mut got = a.create_label();
+    a.set_label(&mut top).map_err(asm_err)?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0).map_err(asm_err)?;
+    a.jne(finish).map_err(asm_err)?;
+    if iterations > 0 {
+        a.mov(rax, iterations).map_err(asm_err)?;
+        a.cmp(qword_ptr(r12 + L::ACQUISITIONS as i32), rax).map_err(asm_err)?;
+        a.jae(finish).map_err(asm_err)?;
+    }
+    rdtsc64(a)?;
+    a.mov(r13, rax).map_err(asm_err)?; // wait start
+    match kind {
+        LockKind::Ticket => {
+            a.mov(eax, 1u32).map_err(asm_err)?;
+            a.lock().xadd(dword_ptr(rbx), eax).map_err(asm_err)?; // eax = my ticket
+            let mut wait = a.create_label();
+            a.set_label(&mut wait).map_err(asm_err)?;
+            a.cmp(dword_ptr(rbx + 4), eax).map_err(asm_err)?;
+            a.je(got).map_err(asm_err)?;
+            a.pause().map_err(asm_err)?;
+            a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            a.jmp(wait).map_err(asm_err)?;
+        }
+        LockKind::Tas | LockKind::Pv => {
+            let mut attempt = a.create_label();
+            let mut spin = a.create_label();
+            let mut check_free = a.create_label();
+            if kind == LockKind::Pv {
+                a.mov(r14, check_every).map_err(asm_err)?;
+            }
+            a.set_label(&mut attempt).map_err(asm_err)?;
+            a.mov(eax, 1u32).map_err(asm_err)?;
+            a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?;
+            a.test(rax, rax).map_err(asm_err)?;
+            a.jz(got).map_err(asm_err)?;
+            a.set_label(&mut spin).map_err(asm_err)?;
+            a.pause().map_err(asm_err)?;
+            a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            if kind == LockKind::Pv {
+                a.dec(r14).map_err(asm_err)?;
+                a.jnz(check_free).map_err(asm_err)?;
+                a.mov(r14, check_every).map_err(asm_err)?;
+                // holder's steal-time preempted byte
+                a.mov(rax, qword_ptr(rbx + L::HOLDER as i32)).map_err(asm_err)?;
+                a.shl(rax, 6).map_err(asm_err)?;
+                a.mov(rcx, STEAL_AREA_ADDR + 16).map_err(asm_err)?;
+                a.test(byte_ptr(rcx + rax), 1).map_err(asm_err)?;
+                a.jz(check_free).map_err(asm_err)?;
+                // holder preempted: announce, re-check the lock, halt until kicked
+                let mut unwait = a.create_label();
+                a.cli().map_err(asm_err)?;
+                a.mov(eax, 1u32).map_err(asm_err)?;
+                a.xchg(qword_ptr(r12 + L::WAITING as i32), rax).map_err(asm_err)?; // full barrier
+                a.cmp(qword_ptr(rbx), 0).map_err(asm_err)?;
+                a.je(unwait).map_err(asm_err)?;
+                a.inc(qword_ptr(r12 + L::HALTS as i32)).map_err(asm_err)?;
+                a.sti().map_err(asm_err)?;
+                a.hlt().map_err(asm_err)?;
+                a.cli().map_err(asm_err)?;
+                a.set_label(&mut unwait).map_err(asm_err)?;
+                a.mov(qword_ptr(r12 + L::WAITING as i32), 0i32).map_err(asm_err)?;
+            }
+            a.set_label(&mut check_free).map_err(asm_err)?;
+            a.cmp(qword_ptr(rbx), 0).map_err(asm_err)?;
+            a.jne(spin).map_err(asm_err)?;
+            a.jmp(attempt).map_err(asm_err)?;
+        }
+    }
+    a.set_label(&mut got).map_err(asm_err)?;
+    // wait accounting
+    rdtsc64(a)?;
+    a.sub(rax, r13).map_err(asm_err)?;
+    a.add(qword_ptr(r12 + L::TOTAL_WAIT as i32), rax).map_err(asm_err)?;
+    let mut no_max = a.create_label();
+    a.cmp(rax, qword_ptr(r12 + L::MAX_WAIT as i32)).map_err(asm_err)?;
+    a.jbe(no_max).map_err(asm_err)?;
+    a.mov(qword_ptr(r12 + L::MAX_WAIT as i32), rax).map_err(asm_err)?;
+    a.set_label(&mut no_max).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx + L::HOLDER as i32), rdi).map_err(asm_err)?;
+    // critical section: non-atomic read-modify-write spanning the hold loop
+    a.mov(rsi, qword_ptr(rbx + L::COUNTER as i32)).map_err(asm_err)?;
+    delay(a, rcx, hold)?;
+    a.inc(rsi).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx + L::COUNTER as i32), rsi).map_err(asm_err)?;
+    a.inc(qword_ptr(r12 + L::ACQUISITIONS as i32)).map_err(asm_err)?;
+    // release
+    match kind {
+        LockKind::Ticket => {
+            a.lock().inc(dword_ptr(rbx + 4)).map_err(asm_err)?;
+        }
+        LockKind::Tas => {
+            a.mov(qword_ptr(rbx), 0i32).map_err(asm_err)?;
+        }
+        LockKind::Pv => {
+            a.xor(eax, eax).map_err(asm_err)?;
+            a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?; // release + full barrier
+            // kick every announced waiter
+            let mut scan = a.create_label();
+            let mut next = a.create_label();
+            a.xor(r15d, r15d).map_err(asm_err)?;
+            a.set_label(&mut scan).map_err(asm_err)?;
+            a.mov(rax, r15).map_err(asm_err)?;
+            a.shl(rax, 6).map_err(asm_err)?;
+            a.cmp(qword_ptr(rbx + rax + (L::RECORDS + L::WAITING) as i32), 0).map_err(asm_err)?;
+            a.je(next).map_err(asm_err)?;
+            send_ipi(a, r15, kick_vector)?;
+            a.inc(qword_ptr(r12 + L::KICKS as i32)).map_err(asm_err)?;
+            a.set_label(&mut next).map_err(asm_err)?;
+            a.inc(r15).map_err(asm_err)?;
+            a.cmp(r15, vcpus as i32).map_err(asm_err)?;
+            a.jb(scan).map_err(asm_err)?;
+        }
+    }
+    delay(a, rcx, think)?;
+    a.jmp(top).map_err(asm_err)?;
+    a.set_label(&mut finish).map_err(asm_err)?;
+    m.done()
+}
+
+fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<ResultField>) -> Result<()> {
+    results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "halts so far: the host's cue to send the next MSI" });
+    results.push(ResultField { name: "halt_cycles", gpa: data + 64, ty: FieldType::U64, count, stride: 8, doc: "length of each halt (TSC cycles, guest rdtsc)" });
+    m.enable_lapic()?;
+    let a = &mut m.a;
+    a.mov(rbx, data).map_err(asm_err)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
+    a.xor(r12d, r12d).map_err(asm_err)?; // round
+    let mut top = a.create_label();
+    let mut wait = a.create_label();
+    let mut out = a.create_label();
+    a.set_label(&mut top).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.cmp(r12, count as i32).map_err(asm_err)?;
+    a.jae(out).map_err(asm_err)?;
+    rdtsc64(a)?;
+    a.mov(r13, rax).map_err(asm_err)?;
+    a.inc(qword_ptr(rbx)).map_err(asm_err)?; // cue: about to halt
+    a.set_label(&mut wait).map_err(asm_err)?;
+    a.mov(rax, r12).map_err(asm_err)?;
+    a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
+    let mut woke = a.create_label();
+    a.ja(woke).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.jmp(wait).map_err(asm_err)?;
+    a.set_label(&mut woke).map_err(asm_err)?;
+    rdtsc64(a)?;
+    a.sub(rax, r13).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
+    a.inc(r12).map_err(asm_err)?;
+    a.jmp(top).map_err(asm_err)?;
+    a.set_label(&mut out).map_err(asm_err)?;
+    m.done()
+}
+
+fn ipi_ping_pong(m: &mut Asm, data: Gpa, rounds: u64, gap_cycles: u64, vb: u8, results: &mut Vec<ResultField>) -> Result<()> {
+    results.push(ResultField { name: "rounds_done", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "round trips completed by vCPU 0" });
+    results.push(ResultField { name: "replies", gpa: data + 8, ty: FieldType::U64, count: 1, stride: 8, doc: "replies sent by vCPU 1" });
+    results.push(ResultField { name: "rtt_cycles", gpa: data + 64, ty: FieldType::U64, count: rounds, stride: 8, doc: "round-trip time of each round (TSC cycles, vCPU 0's rdtsc)" });
+    m.enable_lapic()?;
+    let a = &mut m.a;
+    let stop = data + 16;
+    a.mov(rbx, data).map_err(asm_err)?;
+    let mut responder = a.create_label();
+    let mut finish = a.create_label();
+    a.test(rdi, rdi).map_err(asm_err)?;
+    a.jnz(responder).map_err(asm_err)?;
+    // ---- vCPU 0: initiator
+    a.mov(rsi, IRQ_COUNTS_ADDR + vb as u64 * 8).map_err(asm_err)?;
+    a.xor(r12d, r12d).map_err(asm_err)?;
+    let mut round = a.create_label();
+    let mut rounds_done = a.create_label();
+    a.set_label(&mut round).map_err(asm_err)?;
+    a.cmp(r12, rounds as i32).map_err(asm_err)?;
+    a.jae(rounds_done).map_err(asm_err)?;
+    if gap_cycles > 0 {
+        rdtsc64(a)?;
+        a.mov(r13, rax).map_err(asm_err)?;
+        let mut gap = a.create_label();
+        a.set_label(&mut gap).map_err(asm_err)?;
+        rdtsc64(a)?;
+        a.sub(rax, r13).map_err(asm_err)?;
+        a.mov(rcx, gap_cycles).map_err(asm_err)?;
+        a.cmp(rax, rcx).map_err(asm_err)?;
+        a.jb(gap).map_err(asm_err)?;
+    }
+    a.mov(r14, qword_ptr(rsi)).map_err(asm_err)?; // replies seen before this round
+    rdtsc64(a)?;
+    a.mov(r13, rax).map_err(asm_err)?;
+    a.mov(r15d, 1u32).map_err(asm_err)?;
+    send_ipi(a, r15, vb + 1)?;
+    let mut wait = a.create_label();
+    let mut woke = a.create_label();
+    a.set_label(&mut wait).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.cmp(qword_ptr(rsi), r14).map_err(asm_err)?;
+    a.ja(woke).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(wait).map_err(asm_err)?;
+    a.set_label(&mut woke).map_err(asm_err)?;
+    rdtsc64(a)?;
+    a.sub(rax, r13).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
+    a.inc(r12).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx), r12).map_err(asm_err)?;
+    a.jmp(round).map_err(asm_err)?;
+    a.set_label(&mut rounds_done).map_err(asm_err)?;
+    a.mov(rcx, stop).map_err(asm_err)?;
+    a.mov(qword_ptr(rcx), 1i32).map_err(asm_err)?;
+    a.mov(r15d, 1u32).map_err(asm_err)?;
+    send_ipi(a, r15, vb + 1)?; // wake the responder so it sees the stop flag
+    a.jmp(finish).map_err(asm_err)?;
+    // ---- vCPU 1: responder
+    a.set_label(&mut responder).map_err(asm_err)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + (vb as u64 + 1) * 8).map_err(asm_err)?;
+    a.xor(r14d, r14d).map_err(asm_err)?; // requests answered
+    let mut loop_ = a.create_label();
+    let mut reply = a.create_label();
+    a.set_label(&mut loop_).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.mov(rcx, stop).map_err(asm_err)?;
+    a.cmp(qword_ptr(rcx), 0).map_err(asm_err)?;
+    a.jne(finish).map_err(asm_err)?;
+    a.cmp(qword_ptr(rsi), r14).map_err(asm_err)?;
+    a.ja(reply).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(loop_).map_err(asm_err)?;
+    a.set_label(&mut reply).map_err(asm_err)?;
+    a.inc(r14).map_err(asm_err)?;
+    a.xor(r15d, r15d).map_err(asm_err)?;
+    send_ipi(a, r15, vb)?;
+    a.inc(qword_ptr(rbx + 8)).map_err(asm_err)?;
+    a.jmp(loop_).map_err(asm_err)?;
+    a.set_label(&mut finish).map_err(asm_err)?;
+    m.done()
+}
+
+fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: &mut Vec<ResultField>) -> Result<()> {
+    results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "halts, per vCPU id" });
+    m.enable_lapic()?;
+    let a = &mut m.a;
+    // LAPIC timer: divide by 1, periodic, initial count = APIC bus (1 GHz in KVM) / hz
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_DCR).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), 0b1011u32).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_LVT_TIMER).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), (1u32 << 17) | vector as u32).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), (1_000_000_000 / hz) as u32).map_err(asm_err)?;
+    a.mov(rbx, data).map_err(asm_err)?;
+    a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
+    let mut top = a.create_label();
+    let mut out = a.create_label();
+    a.set_label(&mut top).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    if ticks > 0 {
+        a.mov(rax, ticks).map_err(asm_err)?;
+        a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
+        a.jae(out).map_err(asm_err)?;
+    }
+    a.inc(qword_ptr(rbx)).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(top).map_err(asm_err)?;
+    a.set_label(&mut out).map_err(asm_err)?;
+    // stop the timer before reporting
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
+    a.mov(dword_ptr(rcx), 0u32).map_err(asm_err)?;
+    m.done()
 }
 
 #[cfg(test)]
@@ -518,6 +1012,12 @@ mod tests {
             Spec::IoLoop { port: 0x80, count: 10 },
             Spec::WaitInterrupts { vector: 0x40, count: 10 },
             Spec::Assert { actual: 1, expected: 1 },
+            Spec::SpinLock { kind: LockKind::Tas, hold: 10, think: 0, iterations: 5, check_every: 1, kick_vector: 0x50, vcpus: 4 },
+            Spec::SpinLock { kind: LockKind::Ticket, hold: 0, think: 3, iterations: 0, check_every: 1, kick_vector: 0x50, vcpus: 4 },
+            Spec::SpinLock { kind: LockKind::Pv, hold: 10, think: 3, iterations: 5, check_every: 64, kick_vector: 0x50, vcpus: 4 },
+            Spec::MsiPong { vector: 0x40, count: 100 },
+            Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
+            Spec::IdleTicks { hz: 250, ticks: 10, vector: 0xec },
         ];
         for s in specs {
             let p = s.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).unwrap_or_else(|e| panic!("{s:?}: {e}"));

@@ -1,0 +1,520 @@
+"""Overcommit experiments on real KVM: guest workloads, pinned vCPU threads,
+live sampling.
+
+::
+
+    from vcpulab.experiment import SpinLock, run
+
+    r = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration=1.0)
+    r.results          # one row per vCPU: acquisitions, pauses, waits …
+    r.samples          # t_ns, vm, vcpu, steal_ns, preempted, every vCPU stat
+    r.deltas()         # the same, per sampling interval
+    r.threads          # per vCPU thread: CPU time, run delay, context switches
+
+Every vCPU runs on its own OS thread, pinned with ``sched_setaffinity`` to the
+host CPUs of its placement, with the GIL released; the calling thread samples
+steal time (a memory read) and the vCPU stats (one ``pread`` per vCPU). Every
+run has a hard deadline; Ctrl-C stops all vCPUs within ``poll_every`` and raises
+``KeyboardInterrupt`` after the threads are joined.
+
+Workloads are guest programs assembled in Rust (``src/kvm/guest/program.rs``);
+each class below documents its parameters (units: loop iterations of the
+emulated guest, µs, Hz) and the result columns it returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, Sequence
+
+import numpy as np
+import polars as pl
+
+from vcpulab import _core
+from vcpulab.kvm import Host, Program, Vcpu, Vm, module_params, virtualization
+
+__all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "SpinLock", "Workload", "run"]
+
+#: Extra wall time after ``duration`` for workloads that stop gracefully (s).
+GRACE_S = 3.0
+
+
+class Workload:
+    """Base class: a guest program plus what the host does around it."""
+
+    program: ClassVar[str]
+    #: True when the guest finishes by itself after the host sets a stop flag
+    #: (then the run waits up to GRACE_S for it); False when the deadline ends it.
+    graceful: ClassVar[bool] = False
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        raise NotImplementedError
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        """Raise ValueError for a configuration the workload cannot run."""
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        """Ask the guest to finish (graceful workloads)."""
+
+    def host_driver(self, vm: Vm, vcpus: Sequence[Vcpu], prog: Program, duration: float) -> Any:
+        """Work the host does while the vCPUs run (called on its own thread)."""
+        return None
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        return {"workload": self.program, **asdict(self)}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class SpinLock(Workload):
+    """Lock contention: vCPUs repeatedly acquire one lock, increment a shared
+    counter non-atomically inside a critical section of ``hold`` loop
+    iterations, release, then run ``think`` iterations.
+
+    ``kind``: ``"tas"`` (test-and-test-and-set with PAUSE) or ``"ticket"``
+    (FIFO; exposes lock-waiter preemption). ``iterations``: acquisitions per
+    vCPU, 0 = until the duration ends (the host then sets a stop flag and each
+    vCPU finishes its current iteration).
+
+    Result columns per vCPU: acquisitions, pauses (PAUSEs while waiting),
+    max_wait_us, wait_per_acq_us (TSC-timed in the guest), and the VM's
+    ``counter`` (equal to the VM's summed acquisitions when mutual exclusion holds).
+    """
+
+    kind: Literal["tas", "ticket"] = "tas"
+    #: loop iterations inside the critical section (≈ 2 emulated instructions each)
+    hold: int = 50
+    #: loop iterations between release and the next acquire
+    think: int = 50
+    iterations: int = 0
+    program: ClassVar[str] = "spin_lock"
+    graceful: ClassVar[bool] = True
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if self.kind not in ("tas", "ticket"):
+            raise ValueError(f"SpinLock.kind must be 'tas' or 'ticket', got {self.kind!r}")
+        for f in ("hold", "think", "iterations"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"SpinLock.{f} must be >= 0, got {getattr(self, f)}")
+        if n_vcpus > 64:
+            raise ValueError(f"spin-lock workloads support at most 64 vCPUs per VM, got {n_vcpus}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"kind": self.kind, "hold": self.hold, "think": self.think, "iterations": self.iterations, "vcpus": n_vcpus}
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        vm.write_u64(_field(prog, "stop")["gpa"], 1)
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        khz = vcpus[0].tsc_khz
+        ids = [v.id for v in vcpus]
+        acq = r["acquisitions"][ids]
+        out: dict[str, list[Any]] = {
+            "acquisitions": acq.tolist(),
+            "pauses": r["pauses"][ids].tolist(),
+            "max_wait_us": (r["max_wait_cycles"][ids] / khz * 1e3).tolist(),
+            "wait_per_acq_us": np.where(acq > 0, r["total_wait_cycles"][ids] / np.maximum(acq, 1) / khz * 1e3, np.nan).tolist(),
+            "counter": [int(r["counter"][0])] * len(ids),
+        }
+        if self.program == "pv_spin_lock":
+            out["halts"] = r["halts"][ids].tolist()
+            out["kicks"] = r["kicks"][ids].tolist()
+        return out
+
+
+@dataclass(frozen=True)
+class PvSpinLock(SpinLock):
+    """``SpinLock`` whose waiters read the holder's steal-time ``preempted``
+    byte every ``check_every`` PAUSEs and, when it is set, halt until the
+    unlocker kicks them with an IPI (vector ``kick_vector``): the guest side of
+    ``vcpu_is_preempted`` (digest §2). Extra columns: halts, kicks.
+
+    Hosts with VMX/SVM set ``preempted`` themselves; this host never does
+    (kvm-on-this-host.md), so ``preempted_from_host`` writes the byte of the
+    listed vCPUs from the host for the whole run (their steal-time MSR is then
+    left disabled, so KVM does not clear it).
+    """
+
+    kind: Literal["tas", "ticket"] = "tas"
+    check_every: int = 64
+    kick_vector: int = 0xF0
+    preempted_from_host: tuple[int, ...] = ()
+    program: ClassVar[str] = "pv_spin_lock"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        super().check(n_vcpus, irqchip)
+        if not irqchip:
+            raise ValueError("PvSpinLock needs irqchip=True (its kick is an IPI)")
+        if self.check_every < 1:
+            raise ValueError(f"PvSpinLock.check_every must be >= 1, got {self.check_every}")
+        if not 32 <= self.kick_vector <= 255:
+            raise ValueError(f"PvSpinLock.kick_vector must be 32..255, got {self.kick_vector}")
+        for v in self.preempted_from_host:
+            if not 0 <= v < n_vcpus:
+                raise ValueError(f"PvSpinLock.preempted_from_host names vCPU {v}, but there are {n_vcpus}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {
+            "hold": self.hold,
+            "think": self.think,
+            "iterations": self.iterations,
+            "check_every": self.check_every,
+            "kick_vector": self.kick_vector,
+            "vcpus": n_vcpus,
+        }
+
+
+@dataclass(frozen=True)
+class MsiPingPong(Workload):
+    """Host → vCPU messages: the guest halts; ``gap_us`` after it announced
+    its halt the host sends an MSI; ``rounds`` times. Needs one vCPU per VM.
+
+    Result columns: rounds, rtt_median_us / rtt_p99_us (host-timed, MSI sent →
+    guest about to halt again), halt_median_us (guest-timed with RDTSC and
+    KVM's TSC frequency).
+    """
+
+    rounds: int = 1000
+    gap_us: float = 50.0
+    vector: int = 0x40
+    program: ClassVar[str] = "msi_pong"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if n_vcpus != 1:
+            raise ValueError(f"MsiPingPong runs on exactly one vCPU per VM, got {n_vcpus}")
+        if not irqchip:
+            raise ValueError("MsiPingPong needs irqchip=True")
+        if self.rounds < 2 or self.gap_us < 0:
+            raise ValueError(f"MsiPingPong needs rounds >= 2 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"vector": self.vector, "count": self.rounds}
+
+    def host_driver(self, vm: Vm, vcpus: Sequence[Vcpu], prog: Program, duration: float) -> Any:
+        halts = _field(prog, "halts")["gpa"]
+        return vm._vm.msi_ping(vcpus[0].id, self.vector, self.rounds, int(self.gap_us * 1000), halts, duration)
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        khz = vcpus[0].tsc_khz
+        halt = vm.results(prog)["halt_cycles"] / khz * 1e3
+        rtt = np.asarray(driver if driver is not None else [], dtype=float) / 1e3
+        return {
+            "rounds": [int(len(rtt) + 1 if len(rtt) else 0)],
+            "rtt_median_us": [float(np.median(rtt)) if len(rtt) else float("nan")],
+            "rtt_p99_us": [float(np.percentile(rtt, 99)) if len(rtt) else float("nan")],
+            "halt_median_us": [float(np.median(halt[halt > 0])) if (halt > 0).any() else float("nan")],
+        }
+
+
+@dataclass(frozen=True)
+class IpiPingPong(Workload):
+    """vCPU ↔ vCPU messages: vCPU 0 waits ``gap_us`` (spinning on RDTSC), sends
+    an IPI to vCPU 1 and halts until its reply; ``rounds`` times. Needs two vCPUs.
+
+    Result columns (on vCPU 0's row): rounds, rtt_median_us, rtt_p99_us
+    (guest RDTSC, converted with KVM's TSC frequency); vCPU 1's row has replies.
+    """
+
+    rounds: int = 1000
+    gap_us: float = 50.0
+    vector_base: int = 0x60
+    program: ClassVar[str] = "ipi_ping_pong"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if n_vcpus != 2:
+            raise ValueError(f"IpiPingPong runs on exactly two vCPUs per VM, got {n_vcpus}")
+        if not irqchip:
+            raise ValueError("IpiPingPong needs irqchip=True")
+        if self.rounds < 1 or self.gap_us < 0:
+            raise ValueError(f"IpiPingPong needs rounds >= 1 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        # gap in TSC cycles is filled in by run() once the TSC frequency is known
+        return {"rounds": self.rounds, "vector_base": self.vector_base}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        khz = vcpus[0].tsc_khz
+        done = int(r["rounds_done"][0])
+        rtt = r["rtt_cycles"][:done] / khz * 1e3
+        med = float(np.median(rtt)) if done else float("nan")
+        p99 = float(np.percentile(rtt, 99)) if done else float("nan")
+        return {
+            "rounds": [done, 0],
+            "replies": [0, int(r["replies"][0])],
+            "rtt_median_us": [med, float("nan")],
+            "rtt_p99_us": [p99, float("nan")],
+        }
+
+
+@dataclass(frozen=True)
+class IdleTicks(Workload):
+    """The idle guest of digest §5: each vCPU's LAPIC timer fires at ``hz``
+    and the vCPU halts in between (until the duration ends).
+
+    Result columns: ticks (timer interrupts taken, all vCPUs of the VM),
+    halts (per vCPU).
+    """
+
+    hz: int = 250
+    vector: int = 0xEC
+    program: ClassVar[str] = "idle_ticks"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if not irqchip:
+            raise ValueError("IdleTicks needs irqchip=True (the LAPIC timer)")
+        if not 1 <= self.hz <= 100_000:
+            raise ValueError(f"IdleTicks.hz must be 1..100000, got {self.hz}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"hz": self.hz, "ticks": 0, "vector": self.vector}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        halts = vm.results(prog)["halts"]
+        ticks = int(vm.irq_counts()[self.vector])
+        return {"ticks": [ticks] * len(vcpus), "halts": [int(halts[v.id]) for v in vcpus]}
+
+
+def _field(prog: Program, name: str) -> dict[str, Any]:
+    return next(r for r in prog.results if r["name"] == name)
+
+
+# --------------------------------------------------------------------------- runner
+
+
+@dataclass
+class Run:
+    """What :func:`run` produced; every frame carries ``vm`` and ``vcpu``."""
+
+    #: t_ns, vm, vcpu, steal_ns, preempted, and every scalar vCPU stat
+    samples: pl.DataFrame
+    #: the workload's per-vCPU counters (see the workload class)
+    results: pl.DataFrame
+    #: per vCPU thread: host CPUs, cpu_ns, run_delay_ns, timeslices, context switches, outcome
+    threads: pl.DataFrame
+    wall_s: float
+    #: {(vm, vcpu): [host CPUs]}
+    placement: dict[tuple[int, int], list[int]]
+    #: the full configuration and provenance of this run
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def deltas(self) -> pl.DataFrame:
+        """Per-interval deltas of the cumulative columns (steal_ns and the
+        stats), one row per (vm, vcpu, interval), with ``dt_ns``."""
+        cum = [c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "blocking", "guest_mode")]
+        s = self.samples.sort(["vm", "vcpu", "t_ns"])
+        d = s.with_columns(
+            [pl.col("t_ns").diff().over(["vm", "vcpu"]).alias("dt_ns")]
+            + [pl.col(c).cast(pl.Int64).diff().over(["vm", "vcpu"]).alias(c) for c in cum]
+        )
+        return d.filter(pl.col("dt_ns").is_not_null())
+
+    def steal_fraction(self) -> pl.DataFrame:
+        """Steal time as a fraction of wall time, per vCPU, over the whole run."""
+        s = self.samples.group_by(["vm", "vcpu"]).agg(
+            ((pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())).alias(
+                "steal_fraction"
+            )
+        )
+        return s.sort(["vm", "vcpu"])
+
+    def __repr__(self) -> str:
+        return (
+            f"<Run {self.config.get('workload', {}).get('workload')} vms={self.config.get('vms')} "
+            f"vcpus={self.config.get('vcpus')} wall={self.wall_s:.3f}s samples={self.samples.height}>"
+        )
+
+
+def _placement(
+    n_vms: int, n_vcpus: int, pcpus: Sequence[int] | None, placement: Sequence[Sequence[int]] | None
+) -> dict[tuple[int, int], list[int]]:
+    allowed = set(_core.allowed_cpus())
+    total = n_vms * n_vcpus
+    if placement is not None:
+        if len(placement) != total:
+            raise ValueError(f"placement needs one CPU list per vCPU ({total}), got {len(placement)}")
+        lists = [list(p) for p in placement]
+    else:
+        cpus = sorted(allowed) if pcpus is None else list(pcpus)
+        if not cpus:
+            raise ValueError("pcpus must name at least one host CPU")
+        lists = [cpus] * total
+    for cl in lists:
+        bad = [c for c in cl if c not in allowed]
+        if bad or not cl:
+            raise ValueError(f"host CPUs {bad or cl} are not usable; this process may run on {sorted(allowed)}")
+    return {(i // n_vcpus, i % n_vcpus): lists[i] for i in range(total)}
+
+
+def run(
+    workload: Workload,
+    vcpus: int = 2,
+    pcpus: Sequence[int] | None = None,
+    placement: Sequence[Sequence[int]] | None = None,
+    duration: float = 1.0,
+    sample_every: float | None = 0.01,
+    vms: int = 1,
+    memory_mib: int = 16,
+    halt_poll_ns: int | None = None,
+    steal_time: bool = True,
+    host: Host | None = None,
+    poll_every: float = 0.05,
+) -> Run:
+    """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
+
+    Args:
+        pcpus: host CPUs every vCPU thread is pinned to (default: all this
+            process may use). ``placement`` instead gives one CPU list per vCPU
+            (VM-major order).
+        duration: seconds; graceful workloads then get up to ``GRACE_S`` more
+            to finish their current iteration.
+        sample_every: sampling period in seconds (None: first and last sample only).
+        halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
+        steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
+    """
+    if vcpus < 1 or vms < 1:
+        raise ValueError(f"vcpus and vms must be >= 1, got {vcpus}, {vms}")
+    if not (duration > 0):
+        raise ValueError(f"duration must be positive, got {duration}")
+    if sample_every is not None and not sample_every > 0:
+        raise ValueError(f"sample_every must be positive, got {sample_every}")
+    workload.check(vcpus, True)
+    where = _placement(vms, vcpus, pcpus, placement)
+    host = host or Host()
+    vm_objs: list[Vm] = []
+    try:
+        plan = []
+        progs: list[Program] = []
+        groups: list[list[Vcpu]] = []
+        for i in range(vms):
+            vm = host.create_vm(memory_mib=memory_mib)
+            vm_objs.append(vm)
+            if halt_poll_ns is not None:
+                vm.halt_poll_ns = halt_poll_ns
+            vs = [vm.create_vcpu(j) for j in range(vcpus)]
+            params = dict(workload.params(vcpus))
+            if isinstance(workload, IpiPingPong):
+                params["gap_cycles"] = int(workload.gap_us * vs[0].tsc_khz / 1e3)
+            prog = vm.load(workload.program, **params)  # type: ignore[arg-type]
+            pv_forced = getattr(workload, "preempted_from_host", ())
+            for v in vs:
+                v.start(prog)
+                if steal_time and v.id not in pv_forced:
+                    v.enable_steal_time()
+                elif v.id in pv_forced:
+                    # the `preempted` byte of its (default) steal-time area
+                    vm.write_u8(_core.STEAL_AREA_ADDR + 64 * v.id + 16, 1)
+                plan.append((v._vcpu, i, where[(i, v.id)]))
+            progs.append(prog)
+            groups.append(vs)
+
+        hard = duration + (GRACE_S if workload.graceful else 0.0)
+        stoppers: list[threading.Timer] = []
+        if workload.graceful:
+            for vm, prog in zip(vm_objs, progs):
+                t = threading.Timer(duration, workload.stop, args=(vm, prog))
+                t.daemon = True
+                stoppers.append(t)
+        drivers: list[_Driver] = [
+            _Driver(workload, vm, vs, prog, hard) for vm, vs, prog in zip(vm_objs, groups, progs)
+        ]
+        t0 = time.perf_counter()
+        for t in stoppers:
+            t.start()
+        for d in drivers:
+            d.start()
+        try:
+            rep = _core.run_experiment(plan, hard, sample_every, poll_every)
+        finally:
+            for t in stoppers:
+                t.cancel()
+            for vm, prog in zip(vm_objs, progs):
+                if workload.graceful:
+                    workload.stop(vm, prog)
+            for d in drivers:
+                d.join(timeout=hard + 5)
+        wall = time.perf_counter() - t0
+        if "error" in rep:
+            kind, msg = rep["error"]
+            raise getattr(_core, kind)(msg)
+        for d in drivers:
+            if d.error is not None:
+                raise d.error
+
+        samples = pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()})
+        threads = pl.DataFrame(
+            {
+                k: [t[k] for t in rep["threads"]]
+                for k in ("vm", "vcpu", "tid", "cpu_ns", "run_delay_ns", "timeslices", "voluntary_ctxt_switches",
+                          "nonvoluntary_ctxt_switches", "wall_ns", "exits", "outcome")  # fmt: skip
+            }
+        ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
+        res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
+        for i, (vm, vs, prog, d) in enumerate(zip(vm_objs, groups, progs, drivers)):
+            cols = workload.results(vm, prog, vs, d.result)
+            res_rows["vm"] += [i] * len(vs)
+            res_rows["vcpu"] += [v.id for v in vs]
+            for k, col in cols.items():
+                res_rows.setdefault(k, []).extend(col)
+        results = pl.DataFrame(res_rows)
+        config = {
+            "workload": workload.config(),
+            "vms": vms,
+            "vcpus": vcpus,
+            "placement": {f"{k[0]}.{k[1]}": v for k, v in where.items()},
+            "duration_s": duration,
+            "sample_every_s": sample_every,
+            "memory_mib": memory_mib,
+            "halt_poll_ns": halt_poll_ns,
+            "steal_time": steal_time,
+            "provenance": provenance(),
+        }
+        return Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config)
+    finally:
+        for vm in vm_objs:
+            vm.close()
+
+
+class _Driver(threading.Thread):
+    """Runs a workload's host side (if any) beside the vCPUs."""
+
+    def __init__(self, workload: Workload, vm: Vm, vcpus: list[Vcpu], prog: Program, duration: float) -> None:
+        super().__init__(daemon=True)
+        self.args = (vm, vcpus, prog, duration)
+        self.workload = workload
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.workload.host_driver(*self.args)
+        except BaseException as e:  # noqa: BLE001 - re-raised by run()
+            self.error = e
+
+
+def provenance() -> dict[str, Any]:
+    """Where a real run came from: vcpulab version, host CPU model, kernel,
+    KVM module parameters, virtualization backend."""
+    import platform
+
+    from vcpulab import __version__
+
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
+    except OSError:
+        pass
+    return {
+        "vcpulab_version": __version__,
+        "host_cpu_model": model,
+        "kernel_release": platform.release(),
+        "kvm_module_params": module_params(),
+        "virtualization": virtualization(),
+        "host_cpus": len(_core.allowed_cpus()),
+    }

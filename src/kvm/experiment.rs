@@ -1,0 +1,348 @@
+//! Overcommit experiments: many vCPUs, each on its own OS thread pinned to
+//! chosen host CPUs, running their guest programs until they finish or a
+//! deadline passes, while the calling thread samples steal time and KVM stats.
+//!
+//! Cost of watching: a steal-time sample is a memory read (version protocol);
+//! a stats sample is one `pread` of the data block per vCPU fd.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::error::{Error, Result};
+use super::kick::RunSlot;
+use super::vcpu::{RunUntil, Ucall, Vcpu, VcpuObserver};
+
+/// One vCPU of an experiment and where its thread may run.
+pub struct Member<'a> {
+    /// Index of its VM in the experiment (for the frames).
+    pub vm: usize,
+    pub vcpu: &'a mut Vcpu,
+    /// Host CPUs its thread is pinned to (`sched_setaffinity`); empty: unpinned.
+    pub cpus: Vec<usize>,
+}
+
+/// How long to run and how often to look.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Wall-clock limit; vCPUs still running then are stopped.
+    pub duration: Duration,
+    /// Sampling period (None: only a first and a last sample).
+    pub sample_every: Option<Duration>,
+    /// How often the caller's `should_stop` is polled (Ctrl-C latency).
+    pub poll_every: Duration,
+}
+
+/// How a vCPU thread ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The guest program reported DONE.
+    Done,
+    /// The duration ran out.
+    Deadline,
+    /// The caller stopped the experiment (e.g. Ctrl-C).
+    Stopped,
+    /// The vCPU failed (see `error`).
+    Error,
+}
+
+impl Outcome {
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Deadline => "deadline",
+            Outcome::Stopped => "stopped",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// What one vCPU thread did, from the host scheduler's point of view.
+#[derive(Debug)]
+pub struct ThreadReport {
+    pub vm: usize,
+    pub vcpu: u64,
+    pub tid: i32,
+    pub cpus: Vec<usize>,
+    /// From /proc/self/task/<tid>/schedstat: time on a CPU, time runnable but waiting, timeslices.
+    pub cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub timeslices: u64,
+    /// From /proc/self/task/<tid>/status.
+    pub voluntary_ctxt_switches: u64,
+    pub nonvoluntary_ctxt_switches: u64,
+    pub wall_ns: u64,
+    pub exits: u64,
+    pub syncs: u64,
+    pub outcome: Outcome,
+    pub error: Option<Error>,
+}
+
+/// Samples in long format: one row per (sample, vCPU); `stats[i]` is the
+/// column of `stat_names[i]`.
+#[derive(Debug, Default)]
+pub struct Samples {
+    pub t_ns: Vec<u64>,
+    pub vm: Vec<u32>,
+    pub vcpu: Vec<u32>,
+    pub steal_ns: Vec<u64>,
+    pub preempted: Vec<u8>,
+    pub stat_names: Vec<String>,
+    pub stats: Vec<Vec<u64>>,
+}
+
+/// Everything an experiment produced.
+#[derive(Debug)]
+pub struct Report {
+    pub threads: Vec<ThreadReport>,
+    pub samples: Samples,
+    pub wall_ns: u64,
+    /// True if `should_stop` ended it early.
+    pub stopped: bool,
+}
+
+fn schedstat(tid: i32) -> (u64, u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
+    let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    (v.first().copied().unwrap_or(0), v.get(1).copied().unwrap_or(0), v.get(2).copied().unwrap_or(0))
+}
+
+fn ctxt_switches(tid: i32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
+    let get = |key: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(key).map(|r| r.trim().parse().unwrap_or(0)))
+            .unwrap_or(0)
+    };
+    (get("voluntary_ctxt_switches:"), get("nonvoluntary_ctxt_switches:"))
+}
+
+/// Pins the calling thread to `cpus`.
+pub fn pin_current_thread(cpus: &[usize]) -> Result<()> {
+    if cpus.is_empty() {
+        return Ok(());
+    }
+    // SAFETY: an all-zero cpu_set_t is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c >= libc::CPU_SETSIZE as usize {
+            return Err(Error::InvalidArgument(format!("host CPU {c} is out of range")));
+        }
+        // SAFETY: c < CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: pid 0 = the calling thread; `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(Error::last_os("sched_setaffinity"));
+    }
+    Ok(())
+}
+
+/// Host CPUs this process may run on.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer and size; pid 0 = this thread.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: `set` was filled by the kernel; CPU_ISSET reads a bit below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+struct Sampler {
+    obs: Vec<(usize, VcpuObserver)>,
+    stat_index: Vec<usize>,
+    buf: Vec<u8>,
+    out: Samples,
+}
+
+impl Sampler {
+    fn new(obs: Vec<(usize, VcpuObserver)>) -> Self {
+        let mut out = Samples::default();
+        let mut stat_index = Vec::new();
+        if let Some((_, o)) = obs.first() {
+            for (i, d) in o.stats.schema.descs.iter().enumerate() {
+                if d.size == 1 {
+                    out.stat_names.push(d.name.clone());
+                    stat_index.push(i);
+                }
+            }
+        }
+        out.stats = vec![Vec::new(); stat_index.len()];
+        Self { obs, stat_index, buf: Vec::new(), out }
+    }
+
+    fn sample(&mut self, t_ns: u64) -> Result<()> {
+        for (vm, o) in &self.obs {
+            let st = o.steal_time()?;
+            o.stats.read_data(&mut self.buf)?;
+            self.out.t_ns.push(t_ns);
+            self.out.vm.push(*vm as u32);
+            self.out.vcpu.push(o.id as u32);
+            self.out.steal_ns.push(st.map_or(0, |s| s.steal_ns));
+            self.out.preempted.push(st.map_or(0, |s| s.preempted));
+            for (col, &i) in self.out.stats.iter_mut().zip(&self.stat_index) {
+                col.push(o.stats.schema.values(&self.buf, i).next().unwrap_or(0));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the experiment. `should_stop` is polled every `poll_every` on the
+/// calling thread; when it returns true every vCPU is kicked out of KVM_RUN and
+/// the threads are joined before returning (with `stopped` set).
+pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMut() -> bool) -> Result<Report> {
+    if members.is_empty() {
+        return Err(Error::InvalidArgument("an experiment needs at least one vCPU".into()));
+    }
+    let allowed = allowed_cpus();
+    for m in members.iter() {
+        if let Some(c) = m.cpus.iter().find(|c| !allowed.contains(c)) {
+            return Err(Error::InvalidArgument(format!(
+                "vCPU {} is placed on host CPU {c}, but this process may only use CPUs {allowed:?}",
+                m.vcpu.id
+            )));
+        }
+    }
+    let mut obs = Vec::with_capacity(members.len());
+    let mut slots: Vec<Arc<RunSlot>> = Vec::with_capacity(members.len());
+    for m in members.iter_mut() {
+        obs.push((m.vm, m.vcpu.observer()?));
+        slots.push(m.vcpu.run_slot());
+    }
+    let mut sampler = Sampler::new(obs);
+    let t0 = Instant::now();
+    let deadline = t0 + opts.duration;
+    sampler.sample(0)?;
+    let mut stopped = false;
+    let threads: Vec<ThreadReport> = std::thread::scope(|s| -> Result<Vec<ThreadReport>> {
+        let handles: Vec<_> = members
+            .iter_mut()
+            .map(|m| {
+                let (vm, cpus) = (m.vm, m.cpus.clone());
+                let vcpu = &mut *m.vcpu;
+                s.spawn(move || vcpu_thread(vm, vcpu, cpus, deadline))
+            })
+            .collect();
+        let mut next_sample = opts.sample_every.map(|p| t0 + p);
+        let mut next_poll = t0 + opts.poll_every;
+        let mut sample_err = None;
+        while !handles.iter().all(|h| h.is_finished()) {
+            let now = Instant::now();
+            if let Some(ns) = next_sample {
+                if now >= ns && sample_err.is_none() {
+                    if let Err(e) = sampler.sample(now.duration_since(t0).as_nanos() as u64) {
+                        sample_err = Some(e);
+                    }
+                    let p = opts.sample_every.expect("set with next_sample");
+                    // skip missed periods instead of bursting
+                    let mut n = ns + p;
+                    while n <= now {
+                        n += p;
+                    }
+                    next_sample = Some(n);
+                }
+            }
+            if now >= next_poll {
+                next_poll = now + opts.poll_every;
+                if !stopped && should_stop() {
+                    stopped = true;
+                }
+            }
+            if stopped || now >= deadline + Duration::from_millis(200) || sample_err.is_some() {
+                // the threads' own deadline timers normally end them; this is the backstop
+                for sl in &slots {
+                    sl.kick();
+                }
+            }
+            let mut wake = next_poll.min(deadline + Duration::from_millis(200));
+            if let Some(ns) = next_sample {
+                wake = wake.min(ns);
+            }
+            super::vm::wait_until(wake.min(Instant::now() + Duration::from_millis(5)));
+        }
+        let mut out = Vec::with_capacity(handles.len());
+        for h in handles {
+            let mut r = h.join().map_err(|_| Error::UnexpectedExit("a vCPU thread panicked (a bug in vcpulab)".into()))?;
+            if stopped && r.outcome == Outcome::Deadline {
+                r.outcome = Outcome::Stopped;
+            }
+            out.push(r);
+        }
+        if let Some(e) = sample_err {
+            return Err(e);
+        }
+        Ok(out)
+    })?;
+    let wall_ns = t0.elapsed().as_nanos() as u64;
+    sampler.sample(wall_ns)?;
+    Ok(Report { threads, samples: sampler.out, wall_ns, stopped })
+}
+
+fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) -> ThreadReport {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let start = Instant::now();
+    let mut report = ThreadReport {
+        vm,
+        vcpu: vcpu.id,
+        tid,
+        cpus: cpus.clone(),
+        cpu_ns: 0,
+        run_delay_ns: 0,
+        timeslices: 0,
+        voluntary_ctxt_switches: 0,
+        nonvoluntary_ctxt_switches: 0,
+        wall_ns: 0,
+        exits: 0,
+        syncs: 0,
+        outcome: Outcome::Deadline,
+        error: None,
+    };
+    if let Err(e) = pin_current_thread(&cpus) {
+        report.outcome = Outcome::Error;
+        report.error = Some(e);
+        return report;
+    }
+    let (c0, d0, n0) = schedstat(tid);
+    let (v0, i0) = ctxt_switches(tid);
+    loop {
+        let want = RunUntil { kinds: vec!["ucall".into()], port: None, count: 1, deadline };
+        match vcpu.run_until(&want) {
+            Ok(out) => {
+                report.exits += out.exits;
+                match out.ucall {
+                    Some(Ucall::Done) => {
+                        report.outcome = Outcome::Done;
+                        break;
+                    }
+                    Some(Ucall::Sync(_)) => report.syncs += 1,
+                    None if out.kicked => {
+                        report.outcome = Outcome::Stopped;
+                        break;
+                    }
+                    None => {} // a foreign signal: the caller's thread handles it; keep running
+                }
+            }
+            Err(Error::Timeout(_)) => {
+                report.outcome = Outcome::Deadline;
+                break;
+            }
+            Err(e) => {
+                report.outcome = Outcome::Error;
+                report.error = Some(e);
+                break;
+            }
+        }
+    }
+    let (c1, d1, n1) = schedstat(tid);
+    let (v1, i1) = ctxt_switches(tid);
+    report.cpu_ns = c1.saturating_sub(c0);
+    report.run_delay_ns = d1.saturating_sub(d0);
+    report.timeslices = n1.saturating_sub(n0);
+    report.voluntary_ctxt_switches = v1.saturating_sub(v0);
+    report.nonvoluntary_ctxt_switches = i1.saturating_sub(i0);
+    report.wall_ns = start.elapsed().as_nanos() as u64;
+    report
+}
