@@ -35,7 +35,7 @@ import polars as pl
 from vcpulab import _core
 from vcpulab.kvm import Host, Program, Vcpu, Vm, module_params, virtualization
 
-__all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "SpinLock", "Workload", "run"]
+__all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "Spin", "SpinLock", "Workload", "run"]
 
 #: Extra wall time after ``duration`` for workloads that stop gracefully (s).
 GRACE_S = 3.0
@@ -278,6 +278,24 @@ class IdleTicks(Workload):
         halts = vm.results(prog)["halts"]
         ticks = int(vm.irq_counts()[self.vector])
         return {"ticks": [ticks] * len(vcpus), "halts": [int(halts[v.id]) for v in vcpus]}
+
+
+@dataclass(frozen=True)
+class Spin(Workload):
+    """A CPU-bound guest: every vCPU executes PAUSE in a loop until the
+    duration ends (a vCPU that always wants its CPU, for steal-time studies).
+
+    Result column: pauses (PAUSEs executed by each vCPU).
+    """
+
+    program: ClassVar[str] = "pause_loop"
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"iterations": 0}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        counter = vm.results(prog)["counter"]
+        return {"pauses": [int(counter[v.id]) for v in vcpus]}
 
 
 def _field(prog: Program, name: str) -> dict[str, Any]:

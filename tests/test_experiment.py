@@ -1,0 +1,163 @@
+"""Overcommit experiments on real KVM (the issue's "what it must show")."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, run
+from vcpulab.kvm import Host
+
+
+@pytest.mark.parametrize("kind", ["tas", "ticket"])
+@pytest.mark.parametrize("pcpus", [[0], [0, 1]], ids=["1cpu", "2cpus"])
+def test_mutual_exclusion_holds_under_overcommit(kvm_host: Host, kind: str, pcpus: list[int]) -> None:
+    r = run(SpinLock(kind=kind, hold=40, think=40), vcpus=4, pcpus=pcpus, duration=0.4, host=kvm_host)
+    res = r.results
+    acq = res["acquisitions"]
+    print(f"{kind} on {pcpus}: acquisitions {acq.to_list()}, counter {res['counter'][0]}")
+    assert res["counter"][0] == acq.sum()  # no lost update
+    assert (acq > 0).all()  # every vCPU made progress
+    assert set(r.threads["outcome"]) == {"done"}
+    assert r.threads["cpus"].to_list() == [pcpus] * 4
+
+
+def test_overcommit_is_visible(kvm_host: Host) -> None:
+    """Ticket lock, 4 vCPUs: on 1 CPU a preempted next-in-line waiter stalls
+    everyone (lock-waiter preemption), so throughput drops and waits grow."""
+    one = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration=0.6, host=kvm_host)
+    two = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0, 1], duration=0.6, host=kvm_host)
+    rate = {n: r.results["acquisitions"].sum() / r.wall_s for n, r in (("1cpu", one), ("2cpus", two))}
+    wait = {n: r.results["wait_per_acq_us"].mean() for n, r in (("1cpu", one), ("2cpus", two))}
+    print(f"acquisitions/s {rate}; wait per acquisition (us) {wait}")
+    assert rate["1cpu"] < rate["2cpus"]
+    assert wait["1cpu"] > wait["2cpus"]
+
+
+def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
+    r = run(SpinLock(kind="tas", hold=40, think=40), vcpus=2, pcpus=[0], duration=0.6, sample_every=0.01, host=kvm_host)
+    frac = r.steal_fraction()["steal_fraction"].to_list()
+    print(f"steal fraction {frac}")
+    assert all(0.30 <= f <= 0.70 for f in frac)
+    # the samples grow monotonically and carry every vCPU stat
+    d = r.deltas()
+    assert (d["steal_ns"] >= 0).all()
+    assert {"exits", "halt_exits", "insn_emulation", "preemption_other"} <= set(r.samples.columns)
+    # the thread report agrees: each thread waited on the run queue about half the time
+    t = r.threads
+    assert ((t["run_delay_ns"] / t["wall_ns"]) > 0.3).all()
+
+
+def test_pv_spin_lock_halts_instead_of_spinning_when_the_holder_is_preempted(kvm_host: Host) -> None:
+    base = PvSpinLock(hold=40, think=40)
+    flagged = PvSpinLock(hold=40, think=40, preempted_from_host=(0, 1, 2))
+    r0 = run(base, vcpus=3, pcpus=[0, 1], duration=0.5, host=kvm_host)
+    r1 = run(flagged, vcpus=3, pcpus=[0, 1], duration=0.5, host=kvm_host)
+    for r in (r0, r1):
+        assert r.results["counter"][0] == r.results["acquisitions"].sum()
+    p0 = r0.results["pauses"].sum() / r0.results["acquisitions"].sum()
+    p1 = r1.results["pauses"].sum() / r1.results["acquisitions"].sum()
+    halts = r1.results["halts"].sum()
+    halt_exits = r1.samples.group_by("vcpu").agg(__import__("polars").col("halt_exits").max())["halt_exits"].sum()
+    print(f"PAUSEs per acquisition: {p0:.1f} unflagged vs {p1:.1f} flagged; guest halts {halts}, halt exits {halt_exits}")
+    assert r0.results["halts"].sum() == 0  # this host never sets `preempted` itself
+    assert halts > 0
+    assert halt_exits >= halts * 0.9
+    assert r1.results["kicks"].sum() >= halts * 0.9
+    assert p1 < p0 / 2
+
+
+def _halt_exits(r) -> int:  # type: ignore[no-untyped-def]
+    return int(r.deltas().group_by(["vm", "vcpu"]).agg(__import__("polars").col("halt_exits").sum())["halt_exits"].sum())
+
+
+def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
+    w = MsiPingPong(rounds=800, gap_us=50)
+    off = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=0, host=kvm_host)
+    on = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host)
+    print(f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us")
+    assert on.results["rtt_median_us"][0] < off.results["rtt_median_us"][0]
+    for r in (off, on):
+        assert r.results["rounds"][0] == 800
+        assert _halt_exits(r) == 800  # one halt per message
+    s_off = off.samples.filter(off.samples["t_ns"] == off.samples["t_ns"].max())
+    assert s_off["halt_successful_poll"][0] == 0
+    s_on = on.samples.filter(on.samples["t_ns"] == on.samples["t_ns"].max())
+    assert s_on["halt_successful_poll"][0] > 400
+
+
+def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
+    w = IpiPingPong(rounds=400, gap_us=50)
+    off = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=0, host=kvm_host)
+    on = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=200_000, host=kvm_host)
+    r_off, r_on = off.results["rtt_median_us"][0], on.results["rtt_median_us"][0]
+    print(f"IPI rtt median: halt_poll_ns=0 {r_off:.1f} us, 200000 {r_on:.1f} us")
+    assert off.results["rounds"][0] == on.results["rounds"][0] == 400
+    assert off.results["replies"][1] == 400
+    assert r_on < r_off
+    # vCPU 0 halts once per round; vCPU 1 once per request (+ the final wake-up)
+    assert _halt_exits(off) >= 800
+
+
+def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
+    r = run(IdleTicks(hz=250), vcpus=1, pcpus=[1], duration=1.0, host=kvm_host)
+    ticks = r.results["ticks"][0]
+    last = r.samples.filter(r.samples["t_ns"] == r.samples["t_ns"].max())
+    wait_frac = last["halt_wait_ns"][0] / last["t_ns"][0]
+    print(f"ticks {ticks} in {r.wall_s:.3f} s; halt_wait_ns {wait_frac:.0%} of the run")
+    assert 225 <= ticks <= 275
+    assert wait_frac > 0.8  # an idle guest: halted (blocked) almost all the time
+    assert r.threads["outcome"][0] == "deadline"
+
+
+def test_a_run_that_never_finishes_stops_at_its_deadline(kvm_host: Host) -> None:
+    t0 = time.monotonic()
+    r = run(IdleTicks(hz=1000), vcpus=3, pcpus=[0], duration=0.3, host=kvm_host)
+    assert time.monotonic() - t0 < 2.0
+    assert r.threads.height == 3
+    assert set(r.threads["outcome"]) == {"deadline"}
+
+
+def test_ctrl_c_stops_all_vcpus_within_a_second(kvm_host: Host) -> None:
+    code = textwrap.dedent(
+        """
+        import os, time
+        from vcpulab.experiment import SpinLock, run
+        print("ready", flush=True)
+        t0 = time.monotonic()
+        try:
+            run(SpinLock(kind="ticket"), vcpus=4, pcpus=[0], duration=30)
+        except KeyboardInterrupt:
+            print(f"interrupted {time.monotonic() - t0:.3f} fds {len(os.listdir('/proc/self/fd'))}", flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=10)
+    assert time.monotonic() - t0 < 1.5
+    assert "interrupted" in out, out
+    assert p.returncode == 0
+    fds = int(out.split("fds")[1])
+    assert fds < 10  # every VM, vCPU and stats fd was closed
+
+
+def test_bad_experiment_arguments(kvm_host: Host) -> None:
+    with pytest.raises(ValueError, match="one CPU list per vCPU"):
+        run(SpinLock(), vcpus=2, placement=[[0]], host=kvm_host)
+    with pytest.raises(ValueError, match="not usable"):
+        run(SpinLock(), vcpus=2, pcpus=[999], host=kvm_host)
+    with pytest.raises(ValueError, match="exactly one vCPU"):
+        run(MsiPingPong(), vcpus=2, host=kvm_host)
+    with pytest.raises(ValueError, match="kind"):
+        run(SpinLock(kind="mcs"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="duration"):
+        run(SpinLock(), vcpus=2, duration=0, host=kvm_host)
