@@ -39,6 +39,9 @@ impl SpinCtx for PleCtx<'_> {
     fn me(&self) -> usize {
         self.sim.vcpus[self.me].idx as usize
     }
+    fn vm(&self) -> usize {
+        self.vm
+    }
     fn spinner_in_kernel(&self) -> bool {
         // VMX PLE fires only at CPL 0; SVM passes the CPL it read.
         match self.sim.vms[self.vm].cfg.ple.kind {

@@ -51,6 +51,10 @@ pub trait SpinCtx {
     fn n(&self) -> usize;
     /// Index of the spinning vCPU.
     fn me(&self) -> usize;
+    /// Index of the VM in the run.
+    fn vm(&self) -> usize {
+        0
+    }
     /// `yield_to_kernel_mode`: the spinner is known to be in guest kernel mode.
     fn spinner_in_kernel(&self) -> bool;
     /// `kvm->last_boosted_vcpu`.
