@@ -106,6 +106,10 @@ pub struct HostConfig {
     pub tsc_khz: u64,
     pub rq_lock_ns: u64,
     pub yield_check_ns: u64,
+    /// yield_to returns -ESRCH early when both run queues hold one task
+    /// (kernels since ~3.8); false: the 2011-2012 yield_to, which always takes
+    /// both run-queue locks.
+    pub yield_to_esrch: bool,
     pub background: Background,
 }
 
@@ -124,6 +128,7 @@ impl Default for HostConfig {
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,
+            yield_to_esrch: true,
             background: Background::default(),
         }
     }

@@ -164,7 +164,8 @@ pub struct Rq {
     pub buddy: Option<u32>,
     pub exec_start: Ns,
     pub last_v: i64,
-    pub lock_free: Ns,
+    /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
+    pub lock_busy: Vec<(Ns, Ns)>,
     pub tick_armed: bool,
     pub need_resched: bool,
     pub acct: Acct,
@@ -341,6 +342,8 @@ pub struct Sim {
     pub vms_with_goal: u32,
     pub vms_done: u32,
     started: bool,
+    pub pick_buf: Vec<usize>,
+    immediate: VecDeque<Ev>,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -366,7 +369,7 @@ impl Sim {
                     buddy: None,
                     exec_start: 0,
                     last_v: 0,
-                    lock_free: 0,
+                    lock_busy: Vec::new(),
                     tick_armed: false,
                     need_resched: false,
                     acct: Acct::new(C_IDLE),
@@ -386,6 +389,8 @@ impl Sim {
             vms_with_goal: 0,
             vms_done: 0,
             started: false,
+            pick_buf: Vec::new(),
+            immediate: VecDeque::new(),
         };
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
@@ -545,8 +550,14 @@ impl Sim {
         Ok(sim)
     }
 
+    /// Schedule an event. Zero-delay events go to a FIFO processed before
+    /// the heap (deterministic, and cheaper than a heap round trip).
     #[inline]
     pub fn push(&mut self, time: Ns, ev: Ev) {
+        if time == self.now && self.started {
+            self.immediate.push_back(ev);
+            return;
+        }
         self.seq += 1;
         self.heap.push(Entry { time, seq: self.seq, ev });
     }
@@ -566,15 +577,21 @@ impl Sim {
             self.started = true;
             self.start();
         }
-        while let Some(e) = self.heap.peek() {
-            if e.time >= self.end || e.time >= limit {
-                break;
-            }
-            let e = self.heap.pop().expect("peeked");
-            debug_assert!(e.time >= self.now);
-            self.now = e.time;
+        loop {
+            let ev = if let Some(ev) = self.immediate.pop_front() {
+                ev
+            } else {
+                match self.heap.peek() {
+                    Some(e) if e.time < self.end && e.time < limit => {}
+                    _ => break,
+                }
+                let e = self.heap.pop().expect("peeked");
+                debug_assert!(e.time >= self.now);
+                self.now = e.time;
+                e.ev
+            };
             self.events += 1;
-            self.dispatch(e.ev);
+            self.dispatch(ev);
             if let Some(err) = self.error.take() {
                 return Err(err);
             }
@@ -724,5 +741,8 @@ pub enum WakeReason {
 
 pub fn cycles_to_ns(cycles: u64, tsc_khz: u64) -> Ns {
     // cycles / (khz * 1e3) s = cycles * 1e6 / khz ns
-    ((cycles as u128 * 1_000_000u128).div_ceil(tsc_khz as u128)).min(u64::MAX as u128 / 4) as Ns
+    match cycles.checked_mul(1_000_000) {
+        Some(x) => x.div_ceil(tsc_khz),
+        None => ((cycles as u128 * 1_000_000u128).div_ceil(tsc_khz as u128)).min(u64::MAX as u128 / 4) as Ns,
+    }
 }

@@ -26,18 +26,18 @@ impl Sim {
     /// Weighted average vruntime of the run queue (V), including curr.
     pub fn avg_vruntime(&self, cpu: usize) -> i64 {
         let rq = &self.rqs[cpu];
-        let mut sw: i128 = 0;
-        let mut s: i128 = 0;
-        for &t in rq.queue.iter().chain(rq.curr.iter()) {
+        // relative to the first entity, so that i64 suffices
+        let mut it = rq.queue.iter().chain(rq.curr.iter());
+        let Some(&first) = it.next() else { return rq.last_v };
+        let v0 = self.tasks[first as usize].vruntime;
+        let mut sw: i64 = self.tasks[first as usize].weight as i64;
+        let mut s: i64 = 0;
+        for &t in it {
             let tk = &self.tasks[t as usize];
-            sw += tk.weight as i128;
-            s += tk.weight as i128 * tk.vruntime as i128;
+            sw += tk.weight as i64;
+            s += tk.weight as i64 * (tk.vruntime - v0);
         }
-        if sw == 0 {
-            rq.last_v
-        } else {
-            (s / sw) as i64
-        }
+        v0 + s.div_euclid(sw)
     }
 
     /// EEVDF eligibility: lag >= 0, i.e. vruntime <= V.
@@ -53,10 +53,8 @@ impl Sim {
             let delta = now - self.rqs[cpu].exec_start;
             self.rqs[cpu].exec_start = now;
             let w = self.tasks[t].weight;
-            self.tasks[t].vruntime += (delta * NICE0 / w) as i64;
+            self.tasks[t].vruntime += if w == NICE0 { delta as i64 } else { (delta * NICE0 / w) as i64 };
         }
-        let v = self.avg_vruntime(cpu);
-        self.rqs[cpu].last_v = v;
     }
 
     /// Choose the host CPU of a waking task (unpinned: previous CPU if idle,
@@ -139,6 +137,8 @@ impl Sim {
     }
 
     fn save_lag(&mut self, t: usize, v: i64) {
+        let cpu = self.tasks[t].cpu as usize;
+        self.rqs[cpu].last_v = v;
         let limit = (2 * self.vslice(t)).max(self.cfg.host.tick_ns as i64);
         let tk = &mut self.tasks[t];
         tk.vlag = (v - tk.vruntime).clamp(-limit, limit);
@@ -160,12 +160,21 @@ impl Sim {
 
     /// EEVDF pick with the next-buddy rule.
     fn pick(&mut self, cpu: usize) -> Option<usize> {
+        let mut cands = std::mem::take(&mut self.pick_buf);
+        cands.clear();
         let rq = &self.rqs[cpu];
         let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
-        let mut cands: Vec<usize> = rq.queue.iter().map(|&x| x as usize).collect();
+        cands.extend(rq.queue.iter().map(|&x| x as usize));
         if let Some(c) = curr_ok {
             cands.push(c as usize);
         }
+        let r = self.pick_from(cpu, &cands);
+        self.pick_buf = cands;
+        r
+    }
+
+    fn pick_from(&mut self, cpu: usize, cands: &[usize]) -> Option<usize> {
+        let rq = &self.rqs[cpu];
         if cands.is_empty() {
             return None;
         }
@@ -185,7 +194,7 @@ impl Sim {
         }
         let v = self.avg_vruntime(cpu);
         let mut best: Option<usize> = None;
-        for &t in &cands {
+        for &t in cands {
             if self.tasks[t].vruntime > v {
                 continue;
             }
@@ -342,15 +351,13 @@ impl Sim {
         let tg_task = self.vcpus[target].task as usize;
         let a = self.tasks[me_task].cpu as usize;
         let b = self.tasks[tg_task].cpu as usize;
-        if self.nr_running(a) == 1 && self.nr_running(b) == 1 {
+        if self.cfg.host.yield_to_esrch && self.nr_running(a) == 1 && self.nr_running(b) == 1 {
             self.vcpus[me].c.yield_esrch += 1;
             return ESRCH;
         }
         // double_rq_lock: wait for both run-queue locks, hold them.
-        let start = (*t).max(self.rqs[a].lock_free).max(self.rqs[b].lock_free);
+        let start = self.double_rq_lock(a, b, *t, lock);
         *t = start + lock;
-        self.rqs[a].lock_free = *t;
-        self.rqs[b].lock_free = *t;
         let tk = &self.tasks[tg_task];
         let running = self.rqs[b].curr == Some(tg_task as u32);
         if running || !tk.runnable || tk.parked {
@@ -372,6 +379,41 @@ impl Sim {
         }
         self.vcpus[me].c.yield_ok += 1;
         1
+    }
+
+    /// Reserve both run-queue locks for `hold` ns at the earliest instant at
+    /// or after `t` when both are free (first come, first served by request
+    /// time, with back-filling of gaps left by reservations made earlier for
+    /// later instants). Returns the start of the hold.
+    fn double_rq_lock(&mut self, a: usize, b: usize, t: Ns, hold: Ns) -> Ns {
+        let now = self.now;
+        for c in [a, b] {
+            self.rqs[c].lock_busy.retain(|&(_, e)| e > now);
+        }
+        let mut s = t;
+        loop {
+            let mut moved = false;
+            for c in [a, b] {
+                for &(bs, be) in &self.rqs[c].lock_busy {
+                    if bs < s + hold && be > s {
+                        s = be;
+                        moved = true;
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        for c in [a, b] {
+            let v = &mut self.rqs[c].lock_busy;
+            let i = v.partition_point(|&(bs, _)| bs <= s);
+            v.insert(i, (s, s + hold));
+            if a == b {
+                break;
+            }
+        }
+        s
     }
 
     // ---- gang scheduling ----

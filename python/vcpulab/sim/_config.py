@@ -180,6 +180,9 @@ class Host(_Base):
             §1: ~50 % host time in _raw_spin_lock under PLE storms).
         yield_check_ns: cost of yield_to before the locks (the -ESRCH check),
             ns. Default 50 (assumption).
+        yield_to_esrch: yield_to returns -ESRCH at once when both run queues
+            hold a single task (kernels since ~3.8). False models the 2011-2012
+            yield_to, which always took both run-queue locks. Default True.
         background: optional background host load. Default: none.
     """
 
@@ -195,6 +198,7 @@ class Host(_Base):
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50
+    yield_to_esrch: bool = True
     background: Background = field(default_factory=Background)
 
     def __post_init__(self) -> None:
@@ -210,6 +214,7 @@ class Host(_Base):
         _int(self, "tsc_khz", 1000)
         _int(self, "rq_lock_ns", 0, 10**9)
         _int(self, "yield_check_ns", 0, 10**9)
+        _bool(self, "yield_to_esrch")
         _instance(self, "background", Background)
 
     @classmethod
