@@ -1,1 +1,87 @@
 #![forbid(unsafe_code)]
+//! The deterministic overcommit simulator (no `unsafe`, no pyo3).
+//!
+//! Layers, bottom up:
+//! * [`config`]: the plain-data configuration (JSON via serde) and its validation;
+//! * `engine`: the event queue in integer ns, host/vCPU/thread state, accounting;
+//! * `sched`: the EEVDF-like host scheduler, `yield_to`, gang scheduling;
+//! * `guest`: vCPU run/halt transitions and the guest kernel (locks, IPIs, barriers…);
+//! * [`ple`]: pause-loop exits and the `kvm_vcpu_on_spin` context;
+//! * [`policy`]: directed-yield policies (built-in, and the trait for external ones);
+//! * [`metrics`], [`trace`]: results as column tables;
+//! * [`sweep`]: many runs in parallel (rayon).
+//!
+//! Entry points: [`run`] / [`run_with`] and [`sweep::sweep`]. Every entry point
+//! validates its input and turns a panic into [`SimError::Bug`].
+
+pub mod config;
+mod engine;
+mod guest;
+pub mod metrics;
+pub mod ple;
+pub mod policy;
+mod sched;
+pub mod sweep;
+pub mod trace;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pub use config::SimConfig;
+pub use metrics::{Column, SimResult, Table};
+pub use policy::{DirectedYieldPolicy, SpinCtx, VcpuView, ESRCH};
+
+/// Builds the directed-yield policy of VM group `group` (an external one,
+/// such as a Python callable; built-ins never reach it).
+pub type PolicyMaker<'a> = &'a dyn Fn(usize, &config::VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SimError {
+    /// The configuration is invalid; the message names the field.
+    #[error("{0}")]
+    Config(String),
+    /// A directed-yield policy failed (e.g. a Python policy raised).
+    #[error("directed-yield policy failed: {0}")]
+    Policy(String),
+    /// A panic inside the simulator: a bug in vcpulab.
+    #[error("internal error in the simulator (a bug in vcpulab, please report it): {0}")]
+    Bug(String),
+}
+
+/// Run with built-in policies only.
+pub fn run(cfg: &SimConfig) -> Result<SimResult, SimError> {
+    run_with(cfg, &|_, vm| {
+        policy::builtin(&vm.policy).ok_or_else(|| {
+            format!("policy '{}' is a Python policy; pass its callable", vm.policy.name)
+        })
+    })
+}
+
+/// Run, building each VM group's policy with `make(group_index, vm_config)`
+/// (used for external policies; built-ins come from [`policy::builtin`]).
+pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, SimError> {
+    cfg.validate().map_err(SimError::Config)?;
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        let maker = |g: usize, vm: &config::VmConfig| match policy::builtin(&vm.policy) {
+            Some(p) => Ok(p),
+            None => make(g, vm),
+        };
+        let mut sim = engine::Sim::new(cfg, &maker).map_err(SimError::Policy)?;
+        sim.run().map_err(SimError::Policy)?;
+        Ok(metrics::collect(&sim))
+    }));
+    match out {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(SimError::Bug(msg))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+"""vcpulab's overcommit simulator: host scheduler, pause-loop exits,
+directed-yield policies and pv hints, deterministic and fast.
+
+>>> from vcpulab import sim
+>>> cfg = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=10_000_000)
+>>> r = sim.run(cfg)
+>>> r.summary["ops"][0] > 0
+True
+
+* :func:`run` runs one :class:`Config` → :class:`Result` (polars frames);
+* :func:`sweep` runs many in parallel (GIL released) → one DataFrame;
+* :mod:`vcpulab.sim.policies` holds the directed-yield policies, including
+  policies written in Python; :mod:`vcpulab.sim.presets` the workloads;
+  :mod:`vcpulab.sim.scenarios` the digest's experiments.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from vcpulab import _core
+from vcpulab.sim import policies, presets
+from vcpulab.sim._config import (
+    Background,
+    Barrier,
+    Compute,
+    Config,
+    HaltPoll,
+    Host,
+    Ipi,
+    Lock,
+    Phase,
+    Ple,
+    Policy,
+    Pv,
+    Recv,
+    Send,
+    Sleep,
+    Vm,
+    Workload,
+)
+
+__all__ = [
+    "Background",
+    "Barrier",
+    "Compute",
+    "Config",
+    "HaltPoll",
+    "Host",
+    "Ipi",
+    "Lock",
+    "Phase",
+    "Ple",
+    "Policy",
+    "Pv",
+    "Recv",
+    "Result",
+    "Send",
+    "Sleep",
+    "Spinner",
+    "VcpuView",
+    "Vm",
+    "Workload",
+    "policies",
+    "presets",
+    "run",
+    "sweep",
+]
+
+VcpuView = _core.VcpuView
+Spinner = _core.Spinner
+
+
+def _frame(cols: Mapping[str, Any] | None) -> pl.DataFrame | None:
+    if cols is None:
+        return None
+    return pl.DataFrame({k: (list(v) if isinstance(v, list) else v) for k, v in cols.items()})
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a run returns, with its provenance.
+
+    Attributes:
+        config: the full configuration (seed included).
+        version: the vcpulab version that produced it.
+        summary: one row: duration, ops, throughput, host-time fractions, counters.
+        vms: one row per VM: ops, throughput, latency percentiles (log-linear
+            histogram, < 6.25 % error), wall time, time categories, counters.
+        vcpus: one row per vCPU: time in useful work, spinning, PLE exits,
+            other exits, guest idle polling, runnable-but-waiting (steal),
+            halted; PLE exits; yield_to attempts and outcomes; preemptions
+            reported / other; halt exits and wake-ups; PLE window.
+        pcpus: one row per host CPU: the same running categories, background
+            and idle time, context switches.
+        trace: with ``Config.trace``: one row per interval a task ran on a
+            host CPU (pcpu, start_ns, end_ns, vm, vcpu (-1: background
+            task), why the interval ended). Otherwise None.
+    """
+
+    config: Config
+    version: str
+    summary: pl.DataFrame
+    vms: pl.DataFrame
+    vcpus: pl.DataFrame
+    pcpus: pl.DataFrame
+    trace: pl.DataFrame | None = field(default=None)
+
+    @property
+    def config_hash(self) -> str:
+        return self.config.config_hash()
+
+
+def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
+    # The Rust side deep-copies each callable once per VM per run.
+    return cfg.python_policies()
+
+
+def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
+    return Result(
+        config=cfg,
+        version=_core.__version__,
+        summary=_frame(d["summary"]),  # type: ignore[arg-type]
+        vms=_frame(d["vms"]),  # type: ignore[arg-type]
+        vcpus=_frame(d["vcpus"]),  # type: ignore[arg-type]
+        pcpus=_frame(d["pcpus"]),  # type: ignore[arg-type]
+        trace=_frame(d["trace"]),
+    )
+
+
+def run(config: Config, *, trace: bool | None = None) -> Result:
+    """Run one configuration. ``trace`` overrides ``config.trace``.
+
+    Deterministic: the same config (seed included) gives identical frames.
+    The GIL is released while the simulator runs; Python policies take it
+    only while they are called.
+    """
+    if not isinstance(config, Config):
+        raise ValueError(f"run() needs a vcpulab.sim.Config, got {type(config).__name__}")
+    if trace is not None:
+        config = config.replace(trace=bool(trace))
+    d = _core.sim_run(config.to_json(), _policies_for(config))
+    return _result(config, d)
+
+
+def _param_value(v: Any) -> Any:
+    if isinstance(v, Policy):
+        return v.label
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    if hasattr(v, "name") and isinstance(getattr(v, "name"), str):
+        return v.name
+    return repr(v)
+
+
+def sweep(
+    points: Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]],
+    grid: Mapping[str, Iterable[Any]] | None = None,
+    *,
+    threads: int | None = None,
+    progress: bool = True,
+    results: bool = False,
+) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
+    """Run many configurations in parallel (rayon, GIL released).
+
+    * ``sweep(base, {"host.pcpus": [16, 32], "vms.0.policy": [p1, p2]})``:
+      the cartesian product of the grid applied to ``base`` (dotted paths,
+      see :meth:`Config.with_path`); the parameters become columns (a
+      Policy appears as its label).
+    * ``sweep([cfg1, cfg2, ...])``: a column ``point`` (0, 1, …).
+    * ``sweep([(params, cfg), ...])``: your own parameter columns.
+
+    Returns one DataFrame with one row per point: the parameters, then the
+    summary columns, then ``config_hash``. ``threads``: worker threads (None:
+    all cores). Results are identical whatever the number of threads.
+    With ``results=True`` also returns the full :class:`Result` of each point.
+    """
+    labelled: list[tuple[dict[str, Any], Config]] = []
+    if isinstance(points, Config):
+        base = points
+        if grid is None:
+            labelled = [({"point": 0}, base)]
+        else:
+            keys = list(grid)
+            values = [list(grid[k]) for k in keys]
+            for combo in itertools.product(*values):
+                c = base
+                for k, v in zip(keys, combo):
+                    c = c.with_path(k, v)
+                labelled.append(({k: _param_value(v) for k, v in zip(keys, combo)}, c))
+    else:
+        if grid is not None:
+            raise ValueError("sweep: a grid needs a single base Config")
+        for i, p in enumerate(points):
+            if isinstance(p, Config):
+                labelled.append(({"point": i}, p))
+            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Config):
+                labelled.append((dict(p[0]), p[1]))
+            else:
+                raise ValueError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"sweep: threads must be an int >= 1 or None, got {threads!r}")
+    jsons = [c.to_json() for _, c in labelled]
+    pols = [_policies_for(c) for _, c in labelled]
+    bar = None
+    cb = None
+    if progress and labelled:
+        try:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(labelled), desc="vcpulab.sim.sweep", leave=False)
+
+            def cb(done: int) -> None:
+                bar.n = done
+                bar.refresh()
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = None
+    try:
+        out = _core.sim_sweep(jsons, pols, threads or 0, cb)
+    finally:
+        if bar is not None:
+            bar.close()
+    rows = []
+    res = []
+    for (params, cfg), d in zip(labelled, out):
+        r = _result(cfg, d)
+        res.append(r)
+        row = r.summary.drop([k for k in params if k in r.summary.columns])
+        row = row.with_columns(pl.lit(cfg.config_hash()).alias("config_hash"))
+        prm = pl.DataFrame([params]) if params else None
+        rows.append(pl.concat([prm, row], how="horizontal") if prm is not None else row)
+    df = pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame()
+    return (df, res) if results else df

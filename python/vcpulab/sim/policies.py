@@ -1,0 +1,129 @@
+"""Directed-yield policies for :class:`vcpulab.sim.Vm` (spec §1).
+
+Built-in policies run in Rust. A **Python policy** is any callable
+``fn(spinner, candidates) -> int | None``:
+
+* ``spinner`` (:class:`vcpulab._core.Spinner`): ``index``, ``n_vcpus``,
+  ``last_boosted``, ``in_kernel``, ``attempts`` (``[(index, result), ...]``
+  of the yield_to calls already made in this exit), ``waited_for`` (ground
+  truth no kernel has; for oracles) and ``state`` (its own :class:`VcpuView`);
+* ``candidates``: the other vCPUs' :class:`vcpulab._core.VcpuView` in
+  round-robin order starting after ``last_boosted``.
+
+Return the index of a vCPU to ``yield_to``, or None to stop. After a failed
+attempt (0 or -ESRCH = -3) the callable is called again with ``attempts``
+extended; after a success the exit ends. Examination is charged
+``Ple.candidate_ns`` per candidate in round-robin order up to the one
+returned (up to the end of the round on None), as a kernel scan would be.
+The callable is deep-copied for each run, so state kept on it (e.g. a
+shadow ``dy_eligible`` table) starts fresh; it is called with the GIL held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vcpulab.sim._config import Policy
+
+__all__ = [
+    "DyEligibleInPython",
+    "ESRCH",
+    "baseline_2011",
+    "dy_eligible",
+    "no_yield",
+    "oracle",
+    "python",
+    "random",
+    "upstream",
+]
+
+#: yield_to() result when both run queues hold a single task.
+ESRCH = -3
+
+
+def upstream(
+    *, esrch_budget: int = 3, last_boosted_bug: bool = False, dy_eligible: bool = True, kernel_filter: bool = True
+) -> Policy:
+    """Upstream today (spec §1.3): one pass from last_boosted+1; skip not-ready;
+    blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
+    ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index)."""
+    return Policy(
+        kind="upstream",
+        esrch_budget=esrch_budget,
+        last_boosted_bug=last_boosted_bug,
+        dy_eligible=dy_eligible,
+        kernel_filter=kernel_filter,
+    )
+
+
+def baseline_2011() -> Policy:
+    """2011-2012 baseline: round robin from last_boosted+1 (the two passes),
+    skipping running (in guest) and halted vCPUs; stop at the first success."""
+    return Policy(kind="baseline2011", esrch_budget=0)
+
+
+def dy_eligible(*, esrch_budget: int = 0) -> Policy:
+    """The digest §1 patch: baseline + the in_spin_loop/dy_eligible toggle.
+    ``esrch_budget=3`` adds the follow-up undercommit patch."""
+    return Policy(kind="dy_eligible", esrch_budget=esrch_budget)
+
+
+def random() -> Policy:
+    """One uniformly random candidate passing the upstream filter, one attempt."""
+    return Policy(kind="random")
+
+
+def oracle() -> Policy:
+    """Yield straight to the vCPU the spinner waits for (lock holder, next
+    ticket, IPI target) if it is not running: an upper bound no kernel has."""
+    return Policy(kind="oracle")
+
+
+def no_yield() -> Policy:
+    """Never yield: PLE exits only cost."""
+    return Policy(kind="none")
+
+
+def python(fn: Callable[..., Any], name: str | None = None) -> Policy:
+    """A policy written in Python (see the module docstring for the protocol)."""
+    if not callable(fn):
+        raise ValueError(f"Policy.fn must be callable, got {fn!r}")
+    nm = name or getattr(fn, "__name__", None) or type(fn).__name__
+    return Policy(kind="python", name=str(nm), fn=fn)
+
+
+class DyEligibleInPython:
+    """The digest §1 policy (``dy_eligible()``) written in Python, as an
+    example of the protocol; it gives exactly the built-in's results.
+
+    It keeps its own dy_eligible table: a candidate in a spin loop is
+    eligible every other time it is examined; the spinner's entry is reset
+    when a new exit starts (the kernel clears it when the spinner leaves
+    kvm_vcpu_on_spin, and nobody reads it in between).
+    """
+
+    __name__ = "dy_eligible_in_python"
+
+    def __init__(self) -> None:
+        self.dy: dict[int, bool] = {}
+
+    def __call__(self, spinner: Any, candidates: list[Any]) -> int | None:
+        start = 0
+        if not spinner.attempts:
+            self.dy[spinner.index] = False
+        else:
+            last = spinner.attempts[-1][0]
+            start = next(i for i, c in enumerate(candidates) if c.index == last) + 1
+        for c in candidates[start:]:
+            if c.blocking and not c.ready:
+                continue  # halted (waitqueue active)
+            if c.in_spin_loop:
+                eligible = self.dy.get(c.index, False)
+                self.dy[c.index] = not eligible
+                if not eligible:
+                    continue
+            if c.in_guest:
+                continue  # PF_VCPU
+            return c.index
+        return None

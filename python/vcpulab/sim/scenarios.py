@@ -1,0 +1,80 @@
+"""The digest's experiments as ready-made configurations.
+
+Each function returns a :class:`~vcpulab.sim.Config`; the tests in
+``tests/test_sim_scenarios.py`` run them with short durations and check the
+direction and rough magnitude of the digest's findings, and
+``benches/sim_bench.py`` runs them longer.
+"""
+
+from __future__ import annotations
+
+from vcpulab.sim import policies as P
+from vcpulab.sim import presets
+from vcpulab.sim._config import Background, Config, Host, Ple, Policy, Pv, Vm
+
+__all__ = ["ebizzy_2012", "pcpu_is_idle_2021", "sched_map_2012"]
+
+
+def ebizzy_2012(overcommit: int, policy: Policy, *, duration_ns: int = 50_000_000, seed: int = 0) -> Config:
+    """Digest §1: a 32-CPU host, ``overcommit`` guests of 32 vCPUs running an
+    ebizzy-like workload with 2 threads per vCPU ("1x" = one guest, "2x" =
+    two). The 2012 kernels: fixed PLE window (no grow/shrink), CFS honouring
+    the next buddy, yield_to without the early -ESRCH, unpinned vCPU
+    threads, ticket spinlocks."""
+    return Config(
+        host=Host(pcpus=32, next_buddy="always", yield_penalty="deadline", affinity="all", yield_to_esrch=False),
+        vms=(
+            Vm(
+                vcpus=32,
+                count=overcommit,
+                threads=64,
+                workload=presets.ebizzy_like(lock_kind="ticket"),
+                ple=Ple.fixed(),
+                policy=policy,
+                pv=Pv(steal_time=False, sched_yield=False),
+            ),
+        ),
+        duration_ns=duration_ns,
+        seed=seed,
+    )
+
+
+def sched_map_2012(
+    vms: int, vcpus: int, *, scheduler: str = "fair", policy: Policy | None = None, duration_ns: int = 50_000_000, seed: int = 0
+) -> Config:
+    """Digest §4: 80 host CPUs at 2x overcommit, ``vms`` × ``vcpus`` (16 × 10
+    or 8 × 20), PLE with the upstream policy, or gang scheduling."""
+    return Config(
+        host=Host(pcpus=80, scheduler=scheduler),
+        vms=(
+            Vm(
+                vcpus=vcpus,
+                count=vms,
+                workload=presets.ebizzy_like(lock_kind="ticket"),
+                policy=policy or P.upstream(),
+            ),
+        ),
+        duration_ns=duration_ns,
+        seed=seed,
+    )
+
+
+def pcpu_is_idle_2021(
+    placement: str, background: float, *, iterations: int = 40, compute_ns: int = 500_000, seed: int = 0
+) -> Config:
+    """Digest §3: one 16-vCPU VM, 16 threads of a PARSEC-barrier-like kernel,
+    on a 112-CPU host with light pinned background host load
+    (``background`` = each CPU's busy fraction); wake-up placement
+    ``"available_idle"`` (upstream) or ``"pcpu_is_idle"``. Wall time = ``Result.vms["wall_ns"]``."""
+    return Config(
+        host=Host(pcpus=112, background=Background(utilization=background, burst_ns=500_000)),
+        vms=(
+            Vm(
+                vcpus=16,
+                workload=presets.parsec_barrier_like(compute_ns=compute_ns, iterations=iterations),
+                pv=Pv(placement=placement),
+            ),
+        ),
+        duration_ns=10_000_000_000,
+        seed=seed,
+    )

@@ -1,0 +1,883 @@
+//! Guests: vCPU run/halt transitions as KVM sees them (§1.1, §4.3), and the
+//! guest kernel running workload threads on vCPUs: phases, spinlocks of four
+//! kinds plus a mutex, IPIs, barriers, sleeps and messages, wake-up placement.
+//!
+//! A vCPU has at most one *activity* at a time (`Act`), with one pending event
+//! at its planned end; anything that may change what it does (a lock granted,
+//! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
+
+use super::config::{LockKind, Phase, Placement};
+use super::engine::*;
+use super::policy::VcpuView;
+
+/// What `begin_phase` / the step loop decided.
+enum Flow {
+    /// The vCPU's state changed; look again.
+    Again,
+    /// An activity was started; stop.
+    Started,
+}
+
+impl Sim {
+    // ---------------------------------------------------------------- host side
+
+    /// The host picked this vCPU thread (kvm_sched_in + vcpu_load + record_steal_time).
+    pub fn vcpu_sched_in(&mut self, v: usize, cpu: usize) {
+        let vm = self.vm_of(v);
+        let ple_enabled = self.vms[vm].cfg.ple.enabled;
+        let task = self.vcpus[v].task as usize;
+        let run_delay = self.tasks[task].run_delay;
+        let (base, shrink) = (self.vms[vm].cfg.ple.window, self.vms[vm].cfg.ple.shrink);
+        let vc = &mut self.vcpus[v];
+        vc.running = Some(cpu as u32);
+        vc.last_cpu = cpu as u32;
+        vc.preempted = false;
+        vc.ready = false;
+        vc.blocking = false;
+        vc.c.sched_in += 1;
+        if vc.scheduled_out && ple_enabled {
+            vc.ple_window = super::ple::shrink_ple_window(vc.ple_window, base, shrink, base);
+        }
+        vc.scheduled_out = false;
+        // record_steal_time: clear the preempted byte, publish steal.
+        vc.st_preempted = false;
+        vc.steal_ns = run_delay;
+        vc.posted_irq = false;
+        vc.pv_unhalted = false;
+        if vc.in_spin_loop {
+            // back from schedule() inside yield_to: kvm_vcpu_on_spin returns.
+            vc.in_spin_loop = false;
+            vc.dy_eligible = false;
+        }
+        debug_assert_eq!(vc.act, Act::Off);
+        self.vcpu_step(v);
+    }
+
+    /// The host switched this vCPU thread out (kvm_sched_out + kvm_arch_vcpu_put).
+    pub fn vcpu_sched_out(&mut self, v: usize, why: Why) {
+        self.pause_act(v);
+        let task = self.vcpus[v].task as usize;
+        let runnable = self.tasks[task].runnable;
+        let vm = self.vm_of(v);
+        let steal_time = self.vms[vm].cfg.pv.steal_time;
+        let now = self.now;
+        let vc = &mut self.vcpus[v];
+        vc.running = None;
+        vc.scheduled_out = true;
+        if runnable {
+            // still runnable inside KVM_RUN: preempted (involuntarily, or by a yield)
+            vc.preempted = true;
+            vc.ready = true;
+            vc.preempted_in_kernel = vc.in_kernel;
+            let mut newly = false;
+            if why.at_instruction_boundary() {
+                vc.c.preemption_reported += 1;
+                if steal_time && !vc.st_preempted {
+                    vc.st_preempted = true;
+                    newly = true;
+                }
+            } else {
+                vc.c.preemption_other += 1;
+            }
+            vc.acct.set(now, C_WAIT);
+            if newly {
+                self.notify_mutex_spinners(v);
+            }
+        } else {
+            vc.acct.set(now, C_HALT);
+        }
+    }
+
+    /// kvm_vcpu_kick / kvm_vcpu_wake_up with the reason's side effects.
+    pub fn vcpu_host_wake(&mut self, v: usize, reason: WakeReason) {
+        let vm = self.vm_of(v);
+        let apicv = self.vms[vm].cfg.pv.apicv;
+        let vc = &mut self.vcpus[v];
+        match reason {
+            WakeReason::Kick => vc.pv_unhalted = true,
+            WakeReason::Ipi => vc.posted_irq |= apicv,
+            WakeReason::Timer | WakeReason::Start => {}
+        }
+        if !vc.halted {
+            if vc.running.is_some() {
+                self.poke(v);
+            }
+            return;
+        }
+        vc.halted = false;
+        vc.ready = true;
+        if reason != WakeReason::Start {
+            vc.c.halt_wakeup += 1;
+        }
+        let now = self.now;
+        vc.acct.set(now, C_WAIT);
+        let task = vc.task as usize;
+        self.enqueue(task);
+    }
+
+    pub fn view(&self, v: usize) -> VcpuView {
+        let vc = &self.vcpus[v];
+        let apicv = self.vms[vc.vm as usize].cfg.pv.apicv;
+        let pi = apicv && vc.posted_irq;
+        VcpuView {
+            index: vc.idx,
+            running: vc.running.is_some(),
+            in_guest: vc.running.is_some() && !matches!(vc.act, Act::Exit { .. }),
+            preempted: vc.preempted,
+            ready: vc.ready,
+            blocking: vc.blocking,
+            dy_runnable: vc.pv_unhalted || pi,
+            pending_interrupt: pi,
+            in_spin_loop: vc.in_spin_loop,
+            dy_eligible: vc.dy_eligible,
+            preempted_in_kernel: vc.preempted_in_kernel,
+            st_preempted: vc.st_preempted,
+            steal_ns: vc.steal_ns,
+            ple_window: vc.ple_window,
+        }
+    }
+
+    // ------------------------------------------------------------ activities
+
+    /// Account the progress of the current activity and stop it.
+    pub fn pause_act(&mut self, v: usize) {
+        let now = self.now;
+        match self.vcpus[v].act {
+            Act::Exec { start, ipi, .. } => {
+                let el = now - start;
+                if ipi {
+                    let vc = &mut self.vcpus[v];
+                    vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
+                } else if let Some(t) = self.vcpus[v].cur {
+                    let th = &mut self.threads[t as usize];
+                    th.rem = th.rem.saturating_sub(el);
+                }
+            }
+            Act::Spin { start, .. } => {
+                if let Some(t) = self.vcpus[v].cur {
+                    self.threads[t as usize].spun += now - start;
+                }
+            }
+            Act::IdlePoll { .. } | Act::Exit { .. } | Act::Off => {}
+        }
+        let vc = &mut self.vcpus[v];
+        vc.act = Act::Off;
+        vc.gen = vc.gen.wrapping_add(1);
+    }
+
+    fn set_act(&mut self, v: usize, act: Act, end: Ns, cat: usize) {
+        let vc = &mut self.vcpus[v];
+        vc.act = act;
+        vc.gen = vc.gen.wrapping_add(1);
+        let gen = vc.gen;
+        if end != NEVER {
+            self.push(end, Ev::Vcpu(v as u32, gen));
+        }
+        self.vset(v, cat);
+    }
+
+    pub fn poke(&mut self, v: usize) {
+        self.push(self.now, Ev::Poke(v as u32));
+    }
+
+    /// A condition this vCPU may be waiting on changed.
+    pub fn poke_now(&mut self, v: usize) {
+        if self.vcpus[v].running.is_none() {
+            return;
+        }
+        match self.vcpus[v].act {
+            Act::Spin { .. } | Act::IdlePoll { .. } => {
+                self.pause_act(v);
+                self.vcpu_step(v);
+            }
+            Act::Exec { ipi: false, .. } if !self.vcpus[v].ipis.is_empty() => {
+                // an interrupt: the handler runs first, the work resumes after
+                self.pause_act(v);
+                self.vcpu_step(v);
+            }
+            _ => {}
+        }
+    }
+
+    /// The planned end of the current activity.
+    pub fn vcpu_event(&mut self, v: usize) {
+        let now = self.now;
+        match self.vcpus[v].act {
+            Act::Exec { ipi: true, .. } => {
+                let vc = &mut self.vcpus[v];
+                vc.ipi_rem = 0;
+                vc.act = Act::Off;
+                if let Some(sender) = vc.ipis.pop_front() {
+                    self.ipi_ack(sender as usize);
+                }
+                self.vcpu_step(v);
+            }
+            Act::Exec { ipi: false, .. } => {
+                self.pause_act(v);
+                let vc = &self.vcpus[v];
+                if let Some(t) = vc.cur {
+                    let th = &self.threads[t as usize];
+                    if th.rem > 0 && !vc.runq.is_empty() && matches!(th.step, Step::Work { hold: None, .. }) {
+                        // guest round-robin between threads sharing this vCPU
+                        let vc = &mut self.vcpus[v];
+                        vc.cur = None;
+                        vc.runq.push_back(t);
+                        self.threads[t as usize].state = TState::Ready;
+                    }
+                }
+                self.vcpu_step(v);
+            }
+            Act::Spin { ple_at, .. } => {
+                if now >= ple_at {
+                    self.ple_exit(v);
+                } else {
+                    self.pause_act(v);
+                    self.vcpu_step(v);
+                }
+            }
+            Act::IdlePoll { .. } => {
+                self.pause_act(v);
+                self.start_halt_exit(v);
+            }
+            Act::Exit { kind, .. } => self.exit_done(v, kind),
+            Act::Off => {}
+        }
+    }
+
+    fn start_exec(&mut self, v: usize, ipi: bool) {
+        let now = self.now;
+        let dur = if ipi {
+            self.vcpus[v].ipi_rem
+        } else {
+            let t = self.vcpus[v].cur.expect("exec needs a thread") as usize;
+            let th = &self.threads[t];
+            let mut d = th.rem;
+            if !self.vcpus[v].runq.is_empty() && matches!(th.step, Step::Work { hold: None, .. }) {
+                d = d.min(self.vms[th.vm as usize].cfg.workload.guest_slice_ns);
+            }
+            d
+        };
+        let kernel = if ipi {
+            true
+        } else {
+            let t = self.vcpus[v].cur.unwrap() as usize;
+            matches!(self.threads[t].step, Step::Work { kernel: true, .. })
+        };
+        self.vcpus[v].in_kernel = kernel;
+        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi }, now + dur, C_USEFUL);
+    }
+
+    fn start_spin(&mut self, v: usize, pv: bool) {
+        let now = self.now;
+        let vm = self.vm_of(v);
+        let ple = &self.vms[vm].cfg.ple;
+        let ple_at = if ple.enabled {
+            now + cycles_to_ns(self.vcpus[v].ple_window, self.cfg.host.tsc_khz).max(1)
+        } else {
+            NEVER
+        };
+        let pv_at = if pv {
+            let t = self.vcpus[v].cur.unwrap() as usize;
+            now + self.vms[vm].spin_threshold_ns.saturating_sub(self.threads[t].spun).max(1)
+        } else {
+            NEVER
+        };
+        self.vcpus[v].in_kernel = true;
+        self.set_act(v, Act::Spin { start: now, ple_at, pv_at }, ple_at.min(pv_at), C_SPIN);
+    }
+
+    pub fn start_exit(&mut self, v: usize, end: Ns, kind: ExitKind, cat: usize) {
+        self.vcpus[v].in_kernel = true;
+        self.set_act(v, Act::Exit { end, kind }, end, cat);
+    }
+
+    fn start_halt_exit(&mut self, v: usize) {
+        let vm = self.vm_of(v);
+        let cost = self.vms[vm].cfg.pv.halt_exit_ns;
+        self.vcpus[v].c.halt_exits += 1;
+        let end = self.now + cost;
+        self.start_exit(v, end, ExitKind::Halt, C_EXIT);
+    }
+
+    fn guest_idle(&mut self, v: usize) {
+        let vm = self.vm_of(v);
+        let poll = self.vms[vm].cfg.pv.guest_idle_poll_ns;
+        if poll > 0 {
+            let now = self.now;
+            self.vcpus[v].in_kernel = true;
+            self.set_act(v, Act::IdlePoll { start: now, end: now + poll }, now + poll, C_IDLEPOLL);
+        } else {
+            self.start_halt_exit(v);
+        }
+    }
+
+    /// Would kvm_vcpu_check_block() see a wake-up condition?
+    fn has_wake_condition(&self, v: usize) -> bool {
+        let vc = &self.vcpus[v];
+        if !vc.ipis.is_empty() || vc.pv_unhalted {
+            return true;
+        }
+        match vc.cur {
+            None => !vc.runq.is_empty(),
+            Some(t) => {
+                let th = &self.threads[t as usize];
+                match th.step {
+                    Step::AwaitLock { lock } => {
+                        let l = &self.vms[th.vm as usize].locks[lock as usize];
+                        l.holder == Some(t) || (l.holder.is_none() && l.kind == LockKind::Tas)
+                    }
+                    _ => true,
+                }
+            }
+        }
+    }
+
+    fn exit_done(&mut self, v: usize, kind: ExitKind) {
+        self.vcpus[v].act = Act::Off;
+        let cpu = self.vcpus[v].running.expect("exit on a running vCPU") as usize;
+        match kind {
+            ExitKind::Halt => {
+                if !self.has_wake_condition(v) {
+                    let vc = &mut self.vcpus[v];
+                    vc.halted = true;
+                    vc.blocking = true;
+                    vc.ready = false;
+                    let task = vc.task as usize;
+                    self.dequeue_sleep(task);
+                    self.schedule(cpu, Why::Halt);
+                    return;
+                }
+                if self.rqs[cpu].need_resched {
+                    self.schedule(cpu, Why::ExitResched);
+                }
+            }
+            ExitKind::Ple { yielded } | ExitKind::Hypercall { yielded } => {
+                if yielded {
+                    self.schedule(cpu, Why::Yield);
+                } else if self.rqs[cpu].need_resched {
+                    self.schedule(cpu, Why::ExitResched);
+                }
+            }
+        }
+        if self.vcpus[v].running.is_some() {
+            let vc = &mut self.vcpus[v];
+            if matches!(kind, ExitKind::Ple { .. }) {
+                vc.in_spin_loop = false;
+                vc.dy_eligible = false;
+            }
+            self.vcpu_step(v);
+        }
+    }
+
+    // ------------------------------------------------------------- the guest
+
+    /// Decide what the (running) vCPU does next and start it.
+    pub fn vcpu_step(&mut self, v: usize) {
+        debug_assert!(self.vcpus[v].running.is_some());
+        loop {
+            if self.vcpus[v].ipi_rem > 0 || !self.vcpus[v].ipis.is_empty() {
+                if self.vcpus[v].ipi_rem == 0 {
+                    let vm = self.vm_of(v);
+                    self.vcpus[v].ipi_rem = self.ipi_handler_ns(vm).max(1);
+                }
+                self.start_exec(v, true);
+                return;
+            }
+            let vc = &mut self.vcpus[v];
+            let t = match vc.cur {
+                Some(t) => t as usize,
+                None => match vc.runq.pop_front() {
+                    Some(t) => {
+                        vc.cur = Some(t);
+                        let th = &mut self.threads[t as usize];
+                        th.state = TState::Current;
+                        th.vcpu = v as u32;
+                        t as usize
+                    }
+                    None => {
+                        self.guest_idle(v);
+                        return;
+                    }
+                },
+            };
+            let flow = match self.threads[t].step {
+                Step::Begin => self.begin_phase(v, t),
+                Step::Work { hold, .. } => {
+                    if self.threads[t].rem > 0 {
+                        self.start_exec(v, false);
+                        Flow::Started
+                    } else {
+                        self.finish_work(v, t, hold)
+                    }
+                }
+                Step::AwaitLock { lock } => self.await_lock(v, t, lock),
+                Step::IpiWait => {
+                    if self.threads[t].acks == 0 {
+                        self.advance(t);
+                        self.drop_if_done(v, t);
+                        Flow::Again
+                    } else {
+                        self.start_spin(v, false);
+                        Flow::Started
+                    }
+                }
+                Step::Waiting => unreachable!("a waiting thread is not current"),
+            };
+            if let Flow::Started = flow {
+                return;
+            }
+        }
+    }
+
+    fn ipi_handler_ns(&self, vm: usize) -> Ns {
+        // the handler length of the VM's first IPI phase
+        self.vms[vm]
+            .cfg
+            .workload
+            .phases
+            .iter()
+            .find_map(|p| if let Phase::Ipi { handler_ns, .. } = p { Some(*handler_ns) } else { None })
+            .unwrap_or(1_000)
+    }
+
+    fn drop_if_done(&mut self, v: usize, t: usize) {
+        if self.threads[t].state == TState::Done {
+            self.vcpus[v].cur = None;
+        }
+    }
+
+    fn block_current(&mut self, v: usize, t: usize) {
+        self.vcpus[v].cur = None;
+        self.threads[t].state = TState::Blocked;
+    }
+
+    /// Next phase (and iteration bookkeeping).
+    pub fn advance(&mut self, t: usize) {
+        let now = self.now;
+        let vm = self.threads[t].vm as usize;
+        let nph = self.vms[vm].cfg.workload.phases.len();
+        let goal = self.vms[vm].cfg.workload.iterations;
+        let th = &mut self.threads[t];
+        th.pc += 1;
+        th.step = Step::Begin;
+        if th.pc < nph {
+            return;
+        }
+        th.pc = 0;
+        th.iters += 1;
+        let lat = now - th.iter_start;
+        th.iter_start = now;
+        let done = goal > 0 && th.iters >= goal;
+        if done {
+            th.state = TState::Done;
+        }
+        let vmr = &mut self.vms[vm];
+        vmr.ops += 1;
+        super::metrics::hist_add(&mut vmr.latencies, lat);
+        if done {
+            vmr.done_threads += 1;
+            if vmr.done_threads == vmr.nthread {
+                vmr.finished_at = Some(now);
+                self.vms_done += 1;
+            }
+        }
+    }
+
+    fn begin_phase(&mut self, v: usize, t: usize) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        let pc = self.threads[t].pc;
+        let phase = self.vms[vm].cfg.workload.phases[pc].clone();
+        if !self.chance(phase.prob()) {
+            self.advance(t);
+            self.drop_if_done(v, t);
+            return Flow::Again;
+        }
+        match phase {
+            Phase::Compute { ns, dist, mode, .. } => {
+                let d = self.sample(ns, dist);
+                let th = &mut self.threads[t];
+                th.rem = d;
+                th.step = Step::Work { kernel: mode == super::config::Mode::Kernel, hold: None };
+            }
+            Phase::Lock { lock, hold_ns, dist, .. } => {
+                let d = self.sample(hold_ns, dist);
+                self.threads[t].rem = d;
+                self.threads[t].spun = 0;
+                self.threads[t].pv_halted = false;
+                if self.lock_try(vm, lock as usize, t) {
+                    self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
+                } else {
+                    self.vms[vm].locks[lock as usize].waiters.push_back(t as u32);
+                    self.threads[t].step = Step::AwaitLock { lock };
+                }
+            }
+            Phase::Ipi { targets, .. } => return self.send_ipis(v, t, targets),
+            Phase::Barrier { .. } => {
+                let active = self.vms[vm].nthread - self.vms[vm].done_threads;
+                if self.vms[vm].barrier_waiting.len() as u32 + 1 >= active {
+                    let waiting = std::mem::take(&mut self.vms[vm].barrier_waiting);
+                    for w in waiting {
+                        self.advance(w as usize);
+                        self.wake_thread(w as usize, WakeReason::Ipi);
+                    }
+                    self.advance(t);
+                    self.drop_if_done(v, t);
+                } else {
+                    self.vms[vm].barrier_waiting.push(t as u32);
+                    self.threads[t].step = Step::Waiting;
+                    self.block_current(v, t);
+                }
+            }
+            Phase::Sleep { ns, dist, .. } => {
+                let d = self.sample(ns, dist);
+                let th = &mut self.threads[t];
+                th.step = Step::Waiting;
+                th.wake_gen = th.wake_gen.wrapping_add(1);
+                let gen = th.wake_gen;
+                self.push(self.now + d, Ev::ThreadWake(t as u32, gen));
+                self.block_current(v, t);
+            }
+            Phase::Send { to, .. } => {
+                let (t0, n) = (self.vms[vm].thread0, self.vms[vm].nthread);
+                let idx = self.threads[t].idx;
+                let dst = (t0 + (idx + to) % n) as usize;
+                let dth = &self.threads[dst];
+                let in_recv = dth.state == TState::Blocked
+                    && dth.step == Step::Waiting
+                    && matches!(self.vms[vm].cfg.workload.phases[dth.pc], Phase::Recv { .. });
+                if in_recv {
+                    self.advance(dst);
+                    self.wake_thread(dst, WakeReason::Ipi);
+                } else {
+                    self.threads[dst].msgs += 1;
+                }
+                self.advance(t);
+                self.drop_if_done(v, t);
+            }
+            Phase::Recv { .. } => {
+                if self.threads[t].msgs > 0 {
+                    self.threads[t].msgs -= 1;
+                    self.advance(t);
+                    self.drop_if_done(v, t);
+                } else {
+                    self.threads[t].step = Step::Waiting;
+                    self.block_current(v, t);
+                }
+            }
+        }
+        Flow::Again
+    }
+
+    fn finish_work(&mut self, v: usize, t: usize, hold: Option<u32>) -> Flow {
+        self.advance(t);
+        let mut flow = Flow::Again;
+        if let Some(lock) = hold {
+            flow = self.lock_release(v, t, lock as usize);
+        }
+        self.drop_if_done(v, t);
+        flow
+    }
+
+    // ----------------------------------------------------------------- locks
+
+    fn lock_try(&mut self, vm: usize, lock: usize, t: usize) -> bool {
+        let l = &mut self.vms[vm].locks[lock];
+        let free_for_me = match l.kind {
+            LockKind::Tas | LockKind::Mutex => l.holder.is_none(),
+            _ => l.holder.is_none() && l.waiters.is_empty(),
+        };
+        if free_for_me {
+            l.holder = Some(t as u32);
+            l.acquisitions += 1;
+        }
+        free_for_me
+    }
+
+    /// Is this (current) thread spinning on a running vCPU right now?
+    fn spinning_now(&self, t: usize) -> bool {
+        let th = &self.threads[t];
+        th.state == TState::Current && {
+            let vc = &self.vcpus[th.vcpu as usize];
+            vc.running.is_some() && matches!(vc.act, Act::Spin { .. })
+        }
+    }
+
+    /// Mutex optimistic spinning goes on while owner_on_cpu(): the owner is
+    /// current on its vCPU and, with steal time, that vCPU is not preempted.
+    fn owner_on_cpu(&self, vm: usize, holder: usize) -> bool {
+        let th = &self.threads[holder];
+        th.state == TState::Current
+            && !(self.vms[vm].cfg.pv.steal_time && self.vcpus[th.vcpu as usize].st_preempted)
+    }
+
+    fn await_lock(&mut self, v: usize, t: usize, lock: u32) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        if self.threads[t].pv_halted {
+            // back from pv_wait: spin SPIN_THRESHOLD again
+            self.threads[t].pv_halted = false;
+            self.threads[t].spun = 0;
+        }
+        let l = &self.vms[vm].locks[lock as usize];
+        let kind = l.kind;
+        let got = if l.holder == Some(t as u32) {
+            true
+        } else if l.holder.is_none() && matches!(kind, LockKind::Tas | LockKind::Mutex) {
+            let l = &mut self.vms[vm].locks[lock as usize];
+            l.holder = Some(t as u32);
+            l.acquisitions += 1;
+            if let Some(i) = l.waiters.iter().position(|&w| w as usize == t) {
+                l.waiters.remove(i);
+            }
+            true
+        } else {
+            false
+        };
+        if got {
+            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
+            return Flow::Again;
+        }
+        match kind {
+            LockKind::Tas | LockKind::Ticket | LockKind::Queued => {
+                self.start_spin(v, false);
+                Flow::Started
+            }
+            LockKind::PvQueued => {
+                let l = &self.vms[vm].locks[lock as usize];
+                let pos = l.waiters.iter().position(|&w| w as usize == t).unwrap_or(0);
+                let pred_halted = pos > 0 && self.threads[l.waiters[pos - 1] as usize].pv_halted;
+                if self.threads[t].spun >= self.vms[vm].spin_threshold_ns || pred_halted {
+                    // pv_wait: halt until kicked
+                    self.threads[t].pv_halted = true;
+                    self.start_halt_exit(v);
+                } else {
+                    self.start_spin(v, true);
+                }
+                Flow::Started
+            }
+            LockKind::Mutex => {
+                let holder = self.vms[vm].locks[lock as usize].holder.map(|h| h as usize);
+                if holder.is_some_and(|h| self.owner_on_cpu(vm, h)) {
+                    self.start_spin(v, false);
+                    Flow::Started
+                } else {
+                    self.block_current(v, t);
+                    Flow::Again
+                }
+            }
+        }
+    }
+
+    fn lock_release(&mut self, v: usize, t: usize, lock: usize) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        let kind = self.vms[vm].locks[lock].kind;
+        self.vms[vm].locks[lock].holder = None;
+        match kind {
+            LockKind::Tas => {
+                // whoever is spinning on a running vCPU now takes it
+                let spinners: Vec<u32> = self.vms[vm].locks[lock]
+                    .waiters
+                    .iter()
+                    .copied()
+                    .filter(|&w| self.spinning_now(w as usize))
+                    .collect();
+                if !spinners.is_empty() {
+                    let w = spinners[self.rng_below(spinners.len())];
+                    self.grant(vm, lock, w as usize);
+                }
+            }
+            LockKind::Ticket | LockKind::Queued | LockKind::PvQueued => {
+                if let Some(w) = self.vms[vm].locks[lock].waiters.pop_front() {
+                    let w = w as usize;
+                    let l = &mut self.vms[vm].locks[lock];
+                    l.holder = Some(w as u32);
+                    l.acquisitions += 1;
+                    let wv = self.threads[w].vcpu as usize;
+                    if kind == LockKind::PvQueued && self.threads[w].pv_halted {
+                        // __pv_queued_spin_unlock_slowpath: pv_kick -> KVM_HC_KICK_CPU
+                        return self.kick_hypercall(v, wv);
+                    }
+                    self.poke(wv);
+                }
+            }
+            LockKind::Mutex => {
+                let pos = self.vms[vm].locks[lock].waiters.iter().position(|&w| self.spinning_now(w as usize));
+                let pick = pos.or(if self.vms[vm].locks[lock].waiters.is_empty() { None } else { Some(0) });
+                if let Some(i) = pick {
+                    let w = self.vms[vm].locks[lock].waiters[i] as usize;
+                    if self.threads[w].state == TState::Blocked {
+                        self.vms[vm].locks[lock].waiters.remove(i);
+                        let l = &mut self.vms[vm].locks[lock];
+                        l.holder = Some(w as u32);
+                        l.acquisitions += 1;
+                        self.wake_thread(w, WakeReason::Ipi);
+                    } else {
+                        self.grant(vm, lock, w);
+                    }
+                }
+            }
+        }
+        Flow::Again
+    }
+
+    fn grant(&mut self, vm: usize, lock: usize, w: usize) {
+        let l = &mut self.vms[vm].locks[lock];
+        if let Some(i) = l.waiters.iter().position(|&x| x as usize == w) {
+            l.waiters.remove(i);
+        }
+        l.holder = Some(w as u32);
+        l.acquisitions += 1;
+        let wv = self.threads[w].vcpu as usize;
+        self.poke(wv);
+    }
+
+    pub fn rng_below(&mut self, n: usize) -> usize {
+        use rand::Rng;
+        self.rng.random_range(0..n)
+    }
+
+    /// The vCPU `v` was just marked preempted: mutex spinners waiting for a
+    /// holder running on it re-check owner_on_cpu().
+    fn notify_mutex_spinners(&mut self, v: usize) {
+        let Some(h) = self.vcpus[v].cur else { return };
+        let vm = self.vm_of(v);
+        let mut pokes = Vec::new();
+        for l in &self.vms[vm].locks {
+            if l.kind == LockKind::Mutex && l.holder == Some(h) {
+                for &w in &l.waiters {
+                    if self.spinning_now(w as usize) {
+                        pokes.push(self.threads[w as usize].vcpu as usize);
+                    }
+                }
+            }
+        }
+        for p in pokes {
+            self.poke(p);
+        }
+    }
+
+    /// KVM_HC_KICK_CPU: wake the kicked vCPU (pv_unhalted), then directed
+    /// yield kicker -> kickee (kvm_sched_yield, §5.3).
+    fn kick_hypercall(&mut self, v: usize, target: usize) -> Flow {
+        let vm = self.vm_of(v);
+        let cost = self.vms[vm].cfg.pv.hypercall_ns;
+        self.vcpus[v].c.kicks += 1;
+        self.vcpu_host_wake(target, WakeReason::Kick);
+        let mut t = self.now + cost;
+        let yielded = self.kvm_sched_yield(v, target, &mut t);
+        self.start_exit(v, t, ExitKind::Hypercall { yielded }, C_EXIT);
+        Flow::Started
+    }
+
+    /// kvm_sched_yield(): directed yield toward one vCPU (PV kick, PV sched yield).
+    pub fn kvm_sched_yield(&mut self, v: usize, target: usize, t: &mut Ns) -> bool {
+        self.vcpus[v].c.directed_yield_attempted += 1;
+        let cpu = self.vcpus[v].running.unwrap() as usize;
+        if self.nr_running(cpu) == 1 || !self.vcpus[target].ready || target == v {
+            return false;
+        }
+        let ok = self.yield_to(v, target, t) > 0;
+        if ok {
+            self.vcpus[v].c.directed_yield_successful += 1;
+        }
+        ok
+    }
+
+    // ------------------------------------------------------------------ IPIs
+
+    fn send_ipis(&mut self, v: usize, t: usize, targets: u32) -> Flow {
+        let vm = self.vm_of(v);
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let mut others: Vec<usize> = (v0..v0 + n).filter(|&x| x != v).collect();
+        if targets > 0 && (targets as usize) < others.len() {
+            // partial Fisher-Yates: the first `targets` are a uniform sample
+            for i in 0..targets as usize {
+                let j = i + self.rng_below(others.len() - i);
+                others.swap(i, j);
+            }
+            others.truncate(targets as usize);
+            others.sort_unstable();
+        }
+        self.threads[t].acks = others.len() as u32;
+        self.vcpus[v].c.ipis_sent += others.len() as u64;
+        self.threads[t].step = Step::IpiWait;
+        for &o in &others {
+            self.vcpus[o].ipis.push_back(t as u32);
+            self.vcpu_host_wake(o, WakeReason::Ipi);
+        }
+        let pv = &self.vms[vm].cfg.pv;
+        if pv.sched_yield && pv.steal_time {
+            if let Some(&target) = others.iter().find(|&&o| self.vcpus[o].st_preempted) {
+                // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
+                let cost = pv.hypercall_ns;
+                let mut tt = self.now + cost;
+                let yielded = self.kvm_sched_yield(v, target, &mut tt);
+                self.start_exit(v, tt, ExitKind::Hypercall { yielded }, C_EXIT);
+                return Flow::Started;
+            }
+        }
+        Flow::Again
+    }
+
+    fn ipi_ack(&mut self, sender: usize) {
+        let th = &mut self.threads[sender];
+        th.acks = th.acks.saturating_sub(1);
+        if th.acks == 0 {
+            let sv = th.vcpu as usize;
+            self.poke(sv);
+        }
+    }
+
+    // ------------------------------------------------------ wake and placement
+
+    pub fn sleep_timer(&mut self, t: usize) {
+        self.advance(t);
+        self.wake_thread(t, WakeReason::Timer);
+    }
+
+    /// try_to_wake_up() in the guest: choose a vCPU (select_idle_sibling-like)
+    /// and queue the thread there; kick the vCPU if it is halted.
+    pub fn wake_thread(&mut self, t: usize, reason: WakeReason) {
+        if self.threads[t].state == TState::Done {
+            return;
+        }
+        let vm = self.threads[t].vm as usize;
+        let prev = self.threads[t].vcpu as usize;
+        let target = self.place(vm, prev);
+        let th = &mut self.threads[t];
+        th.state = TState::Ready;
+        th.vcpu = target as u32;
+        self.vcpus[target].runq.push_back(t as u32);
+        if self.vcpus[target].halted {
+            self.vcpu_host_wake(target, reason);
+        } else if self.vcpus[target].running.is_some() {
+            self.poke(target);
+        }
+    }
+
+    fn guest_idle_cpu(&self, c: usize) -> bool {
+        let vc = &self.vcpus[c];
+        vc.cur.is_none() && vc.runq.is_empty()
+    }
+
+    /// pcpu_is_idle (2021 proposal): nothing but this vCPU on the host CPU it last ran on.
+    pub fn pcpu_is_idle(&self, c: usize) -> bool {
+        let vc = &self.vcpus[c];
+        let cpu = vc.last_cpu as usize;
+        let mine = self.vcpus[c].task;
+        let rq = &self.rqs[cpu];
+        rq.queue.iter().chain(rq.curr.iter()).all(|&x| x == mine)
+    }
+
+    fn place(&self, vm: usize, prev: usize) -> usize {
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let pv = &self.vms[vm].cfg.pv;
+        let order = (0..n).map(|i| v0 + (prev - v0 + i) % n);
+        if pv.placement == Placement::PcpuIsIdle {
+            if let Some(c) = order.clone().find(|&c| self.guest_idle_cpu(c) && self.pcpu_is_idle(c)) {
+                return c;
+            }
+        }
+        let st = pv.steal_time;
+        order.clone().find(|&c| self.guest_idle_cpu(c) && !(st && self.vcpus[c].st_preempted)).unwrap_or(prev)
+    }
+}

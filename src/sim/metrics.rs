@@ -1,0 +1,262 @@
+//! Results: column tables (one per level: summary, VM, vCPU, host CPU, trace)
+//! built from the engine's counters and time accounts at the end of a run.
+
+use super::engine::*;
+
+/// One column of a result table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Column {
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+    Str(Vec<String>),
+    Bool(Vec<bool>),
+}
+
+/// An ordered set of named columns of equal length.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Table {
+    pub columns: Vec<(String, Column)>,
+}
+
+impl Table {
+    fn add(&mut self, name: &str, c: Column) {
+        self.columns.push((name.to_string(), c));
+    }
+    pub fn get(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
+    }
+    pub fn u64s(&self, name: &str) -> &[u64] {
+        match self.get(name) {
+            Some(Column::U64(v)) => v,
+            _ => panic!("no u64 column {name}"),
+        }
+    }
+    pub fn f64s(&self, name: &str) -> &[f64] {
+        match self.get(name) {
+            Some(Column::F64(v)) => v,
+            _ => panic!("no f64 column {name}"),
+        }
+    }
+}
+
+/// Everything a run returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimResult {
+    pub summary: Table,
+    pub vms: Table,
+    pub vcpus: Table,
+    pub pcpus: Table,
+    pub trace: Option<Table>,
+}
+
+// ---- log-linear latency histogram (16 sub-buckets per power of two, < 6.25 % error)
+
+pub const HIST_BUCKETS: usize = 16 + 60 * 16;
+
+fn bucket(v: u64) -> usize {
+    if v < 16 {
+        return v as usize;
+    }
+    let e = 63 - v.leading_zeros() as usize; // >= 4
+    let sub = ((v >> (e - 4)) & 15) as usize;
+    16 + (e - 4) * 16 + sub
+}
+
+fn bucket_mid(b: usize) -> f64 {
+    if b < 16 {
+        return b as f64;
+    }
+    let e = (b - 16) / 16 + 4;
+    let sub = ((b - 16) % 16) as u64;
+    let lo = (16 + sub) << (e - 4);
+    let width = 1u64 << (e - 4);
+    lo as f64 + (width as f64 - 1.0) / 2.0
+}
+
+pub fn hist_add(h: &mut Vec<u64>, v: u64) {
+    if h.is_empty() {
+        h.resize(HIST_BUCKETS, 0);
+    }
+    h[bucket(v)] += 1;
+}
+
+/// Approximate quantile (bucket midpoint); NaN if empty.
+pub fn hist_quantile(h: &[u64], q: f64) -> f64 {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return f64::NAN;
+    }
+    let target = ((q * total as f64).ceil() as u64).clamp(1, total);
+    let mut acc = 0;
+    for (b, &c) in h.iter().enumerate() {
+        acc += c;
+        if acc >= target {
+            return bucket_mid(b);
+        }
+    }
+    f64::NAN
+}
+
+fn hist_mean(h: &[u64]) -> f64 {
+    let total: u64 = h.iter().sum();
+    if total == 0 {
+        return f64::NAN;
+    }
+    h.iter().enumerate().map(|(b, &c)| bucket_mid(b) * c as f64).sum::<f64>() / total as f64
+}
+
+const VCPU_CATS: [&str; NCAT] = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "wait_ns", "halted_ns"];
+const PCPU_CATS: [&str; NCAT] = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"];
+
+pub fn collect(sim: &Sim) -> SimResult {
+    let dur = sim.end;
+    let secs = dur as f64 * 1e-9;
+    // ---- vCPUs
+    let mut vc = Table::default();
+    let vs = &sim.vcpus;
+    vc.add("vm", Column::U64(vs.iter().map(|v| v.vm as u64).collect()));
+    vc.add("vcpu", Column::U64(vs.iter().map(|v| v.idx as u64).collect()));
+    vc.add("last_pcpu", Column::U64(vs.iter().map(|v| v.last_cpu as u64).collect()));
+    for (i, name) in VCPU_CATS.iter().enumerate() {
+        vc.add(name, Column::U64(vs.iter().map(|v| v.acct.acc[i]).collect()));
+    }
+    vc.add("running_ns", Column::U64(vs.iter().map(|v| v.acct.acc[..5].iter().sum()).collect()));
+    // steal as published to the guest at its last entry (record_steal_time)
+    vc.add("steal_ns", Column::U64(vs.iter().map(|v| v.steal_ns).collect()));
+    macro_rules! counter {
+        ($name:literal, $f:ident) => {
+            vc.add($name, Column::U64(vs.iter().map(|v| v.c.$f).collect()));
+        };
+    }
+    counter!("ple_exits", ple_exits);
+    counter!("yield_attempts", yield_attempts);
+    counter!("yield_ok", yield_ok);
+    counter!("yield_esrch", yield_esrch);
+    counter!("yield_zero", yield_zero);
+    counter!("preemption_reported", preemption_reported);
+    counter!("preemption_other", preemption_other);
+    counter!("halt_exits", halt_exits);
+    counter!("halt_wakeup", halt_wakeup);
+    counter!("directed_yield_attempted", directed_yield_attempted);
+    counter!("directed_yield_successful", directed_yield_successful);
+    counter!("kicks", kicks);
+    counter!("ipis_sent", ipis_sent);
+    counter!("sched_in", sched_in);
+    counter!("ple_window_max", max_ple_window);
+    vc.add("ple_window", Column::U64(vs.iter().map(|v| v.ple_window).collect()));
+
+    // ---- host CPUs
+    let mut pc = Table::default();
+    pc.add("pcpu", Column::U64((0..sim.rqs.len() as u64).collect()));
+    for (i, name) in PCPU_CATS.iter().enumerate() {
+        pc.add(name, Column::U64(sim.rqs.iter().map(|r| r.acct.acc[i]).collect()));
+    }
+    pc.add("switches", Column::U64(sim.rqs.iter().map(|r| r.switches).collect()));
+
+    // ---- VMs
+    let mut vm = Table::default();
+    let vms = &sim.vms;
+    let sum_v = |m: &Vm, f: &dyn Fn(&Vcpu) -> u64| -> u64 {
+        (m.vcpu0..m.vcpu0 + m.nvcpu).map(|i| f(&sim.vcpus[i as usize])).sum()
+    };
+    vm.add("vm", Column::U64((0..vms.len() as u64).collect()));
+    vm.add("group", Column::U64(vms.iter().map(|m| m.group as u64).collect()));
+    vm.add("vcpus", Column::U64(vms.iter().map(|m| m.nvcpu as u64).collect()));
+    vm.add("threads", Column::U64(vms.iter().map(|m| m.nthread as u64).collect()));
+    vm.add("workload", Column::Str(vms.iter().map(|m| m.cfg.workload.name.clone()).collect()));
+    vm.add("policy", Column::Str(vms.iter().map(policy_name).collect()));
+    vm.add("ops", Column::U64(vms.iter().map(|m| m.ops).collect()));
+    vm.add("throughput_ops_s", Column::F64(vms.iter().map(|m| m.ops as f64 / secs).collect()));
+    vm.add("finished", Column::Bool(vms.iter().map(|m| m.finished_at.is_some()).collect()));
+    vm.add("wall_ns", Column::U64(vms.iter().map(|m| m.finished_at.unwrap_or(dur)).collect()));
+    vm.add("lat_mean_ns", Column::F64(vms.iter().map(|m| hist_mean(&m.latencies)).collect()));
+    for (q, name) in [(0.5, "lat_p50_ns"), (0.9, "lat_p90_ns"), (0.99, "lat_p99_ns")] {
+        vm.add(name, Column::F64(vms.iter().map(|m| hist_quantile(&m.latencies, q)).collect()));
+    }
+    for (i, name) in VCPU_CATS.iter().enumerate() {
+        vm.add(name, Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.acct.acc[i])).collect()));
+    }
+    vm.add("ple_exits", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.ple_exits)).collect()));
+    vm.add("yield_attempts", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_attempts)).collect()));
+    vm.add("yield_ok", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_ok)).collect()));
+    vm.add("yield_esrch", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_esrch)).collect()));
+    vm.add("yield_zero", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_zero)).collect()));
+    vm.add(
+        "lock_acquisitions",
+        Column::U64(vms.iter().map(|m| m.locks.iter().map(|l| l.acquisitions).sum()).collect()),
+    );
+
+    // ---- summary
+    let mut s = Table::default();
+    let p = sim.rqs.len() as f64;
+    let host_tot = |i: usize| sim.rqs.iter().map(|r| r.acct.acc[i]).sum::<u64>();
+    let frac = |i: usize| host_tot(i) as f64 / (p * dur.max(1) as f64);
+    let ops: u64 = vms.iter().map(|m| m.ops).sum();
+    let all_v = |f: &dyn Fn(&Vcpu) -> u64| -> u64 { sim.vcpus.iter().map(f).sum() };
+    s.add("seed", Column::U64(vec![sim.cfg.seed]));
+    s.add("duration_ns", Column::U64(vec![dur]));
+    s.add("finished", Column::Bool(vec![sim.vms_with_goal > 0 && sim.vms_done == vms.len() as u32]));
+    s.add("pcpus", Column::U64(vec![sim.rqs.len() as u64]));
+    s.add("vms", Column::U64(vec![vms.len() as u64]));
+    s.add("vcpus", Column::U64(vec![sim.vcpus.len() as u64]));
+    s.add("events", Column::U64(vec![sim.events]));
+    s.add("ops", Column::U64(vec![ops]));
+    s.add("throughput_ops_s", Column::F64(vec![ops as f64 / secs]));
+    for (i, name) in ["useful_frac", "spin_frac", "ple_frac", "exit_frac", "idle_poll_frac", "bg_frac", "idle_frac"]
+        .iter()
+        .enumerate()
+    {
+        s.add(name, Column::F64(vec![frac(i)]));
+    }
+    s.add("steal_ns", Column::U64(vec![all_v(&|v| v.acct.acc[C_WAIT])]));
+    s.add("ple_exits", Column::U64(vec![all_v(&|v| v.c.ple_exits)]));
+    s.add("yield_attempts", Column::U64(vec![all_v(&|v| v.c.yield_attempts)]));
+    s.add("yield_ok", Column::U64(vec![all_v(&|v| v.c.yield_ok)]));
+    s.add("yield_esrch", Column::U64(vec![all_v(&|v| v.c.yield_esrch)]));
+    s.add("yield_zero", Column::U64(vec![all_v(&|v| v.c.yield_zero)]));
+    s.add("halt_exits", Column::U64(vec![all_v(&|v| v.c.halt_exits)]));
+    s.add("preemption_reported", Column::U64(vec![all_v(&|v| v.c.preemption_reported)]));
+    s.add("preemption_other", Column::U64(vec![all_v(&|v| v.c.preemption_other)]));
+
+    // ---- trace
+    let trace = if sim.cfg.trace {
+        let tr = &sim.trace;
+        let mut t = Table::default();
+        t.add("pcpu", Column::U64(tr.iter().map(|r| r.pcpu as u64).collect()));
+        t.add("start_ns", Column::U64(tr.iter().map(|r| r.start_ns).collect()));
+        t.add("end_ns", Column::U64(tr.iter().map(|r| r.end_ns).collect()));
+        t.add("vm", Column::I64(tr.iter().map(|r| r.vm).collect()));
+        t.add("vcpu", Column::I64(tr.iter().map(|r| r.vcpu).collect()));
+        t.add("why", Column::Str(tr.iter().map(|r| r.why.to_string()).collect()));
+        Some(t)
+    } else {
+        None
+    };
+    SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace }
+}
+
+fn policy_name(m: &Vm) -> String {
+    let p = &m.cfg.policy;
+    match p.kind {
+        super::config::PolicyKind::Python => format!("python:{}", p.name),
+        k => serde_json::to_value(k).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn histogram_quantiles_are_close() {
+        let mut h = Vec::new();
+        for v in 1..=10_000u64 {
+            hist_add(&mut h, v * 1000);
+        }
+        let p50 = hist_quantile(&h, 0.5);
+        assert!((p50 / 5_000_000.0 - 1.0).abs() < 0.07, "{p50}");
+        let p99 = hist_quantile(&h, 0.99);
+        assert!((p99 / 9_900_000.0 - 1.0).abs() < 0.07, "{p99}");
+        assert!(hist_quantile(&[], 0.5).is_nan());
+    }
+}

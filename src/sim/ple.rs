@@ -1,0 +1,187 @@
+//! Pause-loop exits: the window helpers of arch/x86/kvm/x86.h, the exit
+//! itself (`handle_pause` / `pause_interception`), and the `kvm_vcpu_on_spin`
+//! context offered to the VM's directed-yield policy.
+
+use super::config::PleKind;
+use super::engine::*;
+use super::policy::{SpinCtx, VcpuView};
+
+/// `__grow_ple_window`: a modifier smaller than the base multiplies, a larger one adds; capped.
+pub fn grow_ple_window(val: u64, base: u64, modifier: u64, max: u64) -> u64 {
+    if modifier < 1 {
+        return base;
+    }
+    let r = if modifier < base { val.saturating_mul(modifier) } else { val.saturating_add(modifier) };
+    r.min(max)
+}
+
+/// `__shrink_ple_window`: 0 resets to the base; a small modifier divides, a large one subtracts; floored.
+pub fn shrink_ple_window(val: u64, base: u64, modifier: u64, min: u64) -> u64 {
+    if modifier < 1 {
+        return base;
+    }
+    let r = if modifier < base { val / modifier } else { val.saturating_sub(modifier) };
+    r.max(min)
+}
+
+struct PleCtx<'a> {
+    sim: &'a mut Sim,
+    me: usize,
+    vm: usize,
+    t: Ns,
+    yielded: bool,
+}
+
+impl SpinCtx for PleCtx<'_> {
+    fn n(&self) -> usize {
+        self.sim.vms[self.vm].nvcpu as usize
+    }
+    fn me(&self) -> usize {
+        self.sim.vcpus[self.me].idx as usize
+    }
+    fn vm(&self) -> usize {
+        self.vm
+    }
+    fn spinner_in_kernel(&self) -> bool {
+        // VMX PLE fires only at CPL 0; SVM passes the CPL it read.
+        match self.sim.vms[self.vm].cfg.ple.kind {
+            PleKind::Vmx => true,
+            PleKind::Svm => self.sim.vcpus[self.me].in_kernel,
+        }
+    }
+    fn last_boosted(&self) -> usize {
+        self.sim.vms[self.vm].last_boosted
+    }
+    fn set_last_boosted(&mut self, idx: usize) {
+        let n = self.n();
+        self.sim.vms[self.vm].last_boosted = idx % n.max(1);
+    }
+    fn view(&self, idx: usize) -> VcpuView {
+        let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
+        self.sim.view(g)
+    }
+    fn examine(&mut self) {
+        self.t += self.sim.vms[self.vm].cfg.ple.candidate_ns;
+    }
+    fn eligible_for_directed_yield(&mut self, idx: usize) -> bool {
+        let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
+        let v = &mut self.sim.vcpus[g];
+        let eligible = !v.in_spin_loop || v.dy_eligible;
+        if v.in_spin_loop {
+            v.dy_eligible = !v.dy_eligible;
+        }
+        eligible
+    }
+    fn yield_to(&mut self, idx: usize) -> i32 {
+        let n = self.n();
+        if self.yielded || idx >= n || idx == self.me() {
+            return 0;
+        }
+        let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
+        let r = self.sim.yield_to(self.me, g, &mut self.t);
+        if r > 0 {
+            self.yielded = true;
+        }
+        r
+    }
+    fn random_below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            self.sim.rng_below(n)
+        }
+    }
+    fn waited_for(&self) -> Option<usize> {
+        self.sim.waited_for(self.me).map(|g| g - self.sim.vms[self.vm].vcpu0 as usize)
+    }
+}
+
+impl Sim {
+    /// A pause-loop exit of the spinning vCPU `v` (now == its PLE instant).
+    pub fn ple_exit(&mut self, v: usize) {
+        self.pause_act(v);
+        let vm = self.vm_of(v);
+        let ple = self.vms[vm].cfg.ple.clone();
+        let vc = &mut self.vcpus[v];
+        vc.c.ple_exits += 1;
+        // handle_pause: grow_ple_window
+        vc.ple_window = grow_ple_window(vc.ple_window, ple.window, ple.grow, ple.max);
+        vc.c.max_ple_window = vc.c.max_ple_window.max(vc.ple_window);
+        // kvm_vcpu_on_spin
+        let mut t = self.now + ple.exit_ns;
+        let mut yielded = false;
+        if self.vms[vm].nvcpu >= 2 {
+            self.vcpus[v].in_spin_loop = true;
+            let mut policy = std::mem::replace(&mut self.vms[vm].policy, Box::new(super::policy::NoYield));
+            let mut ctx = PleCtx { sim: self, me: v, vm, t, yielded: false };
+            let res = policy.on_spin(&mut ctx);
+            t = ctx.t;
+            yielded = ctx.yielded;
+            self.vms[vm].policy = policy;
+            if let Err(e) = res {
+                self.error = Some(e);
+            }
+        }
+        self.start_exit(v, t, ExitKind::Ple { yielded }, C_PLE);
+    }
+
+    /// Ground truth for the oracle: the vCPU whose progress `v` waits for.
+    pub fn waited_for(&self, v: usize) -> Option<usize> {
+        let t = self.vcpus[v].cur? as usize;
+        let th = &self.threads[t];
+        let vm = th.vm as usize;
+        match th.step {
+            Step::AwaitLock { lock } => {
+                let h = self.vms[vm].locks[lock as usize].holder? as usize;
+                let hv = self.threads[h].vcpu as usize;
+                (hv != v).then_some(hv)
+            }
+            Step::IpiWait => {
+                let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+                (v0..v0 + n).find(|&o| o != v && self.vcpus[o].running.is_none() && self.vcpus[o].ipis.contains(&(t as u32)))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vmx_window_doubles_to_uint_max() {
+        let (base, max) = (4096u64, u32::MAX as u64);
+        let mut w = base;
+        let mut seq = vec![w];
+        for _ in 0..25 {
+            w = grow_ple_window(w, base, 2, max);
+            seq.push(w);
+        }
+        assert_eq!(&seq[..4], &[4096, 8192, 16384, 32768]);
+        assert_eq!(*seq.last().unwrap(), max);
+        assert_eq!(shrink_ple_window(w, base, 0, base), 4096);
+    }
+
+    #[test]
+    fn svm_filter_sequence() {
+        let (base, max) = (3000u64, 65535u64);
+        let mut w = base;
+        let mut seq = vec![w];
+        for _ in 0..6 {
+            w = grow_ple_window(w, base, 2, max);
+            seq.push(w);
+        }
+        assert_eq!(seq, vec![3000, 6000, 12000, 24000, 48000, 65535, 65535]);
+    }
+
+    #[test]
+    fn large_modifier_adds_and_shrink_divides_or_subtracts() {
+        assert_eq!(grow_ple_window(4096, 4096, 5000, u64::MAX), 9096);
+        assert_eq!(grow_ple_window(8192, 4096, 0, u64::MAX), 4096);
+        assert_eq!(shrink_ple_window(16384, 4096, 2, 4096), 8192);
+        assert_eq!(shrink_ple_window(8192, 4096, 2, 4096), 4096);
+        assert_eq!(shrink_ple_window(16384, 4096, 5000, 4096), 11384);
+        assert_eq!(shrink_ple_window(5000, 4096, 5000, 4096), 4096);
+    }
+}

@@ -1,0 +1,448 @@
+//! Directed-yield policies: what `kvm_vcpu_on_spin()` does after a pause-loop exit.
+//!
+//! A policy sees the VM through a [`SpinCtx`]: live [`VcpuView`]s, the
+//! `last_boosted_vcpu` hint, the dy_eligible predicate with its toggle side
+//! effect, and `yield_to`, which costs host time and returns as the kernel's
+//! does (-ESRCH, 0, 1). Built-in policies follow kvm-mechanisms.md §1; an
+//! external policy (a Python callable, via src/py/sim.rs) implements the same
+//! trait.
+
+use super::config::{PolicyConfig, PolicyKind};
+
+/// `yield_to()` returned -ESRCH: both run queues hold a single task.
+pub const ESRCH: i32 = -3;
+
+/// What a policy may read about one vCPU (kvm-mechanisms.md §1.1).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VcpuView {
+    /// Index of the vCPU in its VM (`vcpu_idx`).
+    pub index: u32,
+    /// The vCPU thread is current on a host CPU (in guest mode or in an exit handler).
+    pub running: bool,
+    /// Running in guest mode (the task's PF_VCPU); false while in an exit handler.
+    pub in_guest: bool,
+    /// `vcpu->preempted`: involuntarily scheduled out while runnable inside KVM_RUN.
+    pub preempted: bool,
+    /// `vcpu->ready`: preempted, or woken from a halt and not yet running.
+    pub ready: bool,
+    /// `kvm_vcpu_is_blocking()`: halted; stays true after a wake-up until it runs.
+    pub blocking: bool,
+    /// `vcpu_dy_runnable()`: pv_unhalted (kicked) or a pending posted interrupt.
+    pub dy_runnable: bool,
+    /// `kvm_arch_dy_has_pending_interrupt()`: posted interrupt pending (APICv).
+    pub pending_interrupt: bool,
+    /// `spin_loop.in_spin_loop`: inside kvm_vcpu_on_spin (possibly descheduled in yield_to).
+    pub in_spin_loop: bool,
+    /// `spin_loop.dy_eligible`.
+    pub dy_eligible: bool,
+    /// `arch.preempted_in_kernel`: CPL 0 when last preempted.
+    pub preempted_in_kernel: bool,
+    /// Steal-time `preempted` byte as the guest sees it.
+    pub st_preempted: bool,
+    /// Steal time published to the guest, ns.
+    pub steal_ns: u64,
+    /// Current PLE window, cycles.
+    pub ple_window: u64,
+}
+
+/// The host side of one `kvm_vcpu_on_spin()` call, offered to a policy.
+pub trait SpinCtx {
+    /// Number of online vCPUs of the VM.
+    fn n(&self) -> usize;
+    /// Index of the spinning vCPU.
+    fn me(&self) -> usize;
+    /// Index of the VM in the run.
+    fn vm(&self) -> usize {
+        0
+    }
+    /// `yield_to_kernel_mode`: the spinner is known to be in guest kernel mode.
+    fn spinner_in_kernel(&self) -> bool;
+    /// `kvm->last_boosted_vcpu`.
+    fn last_boosted(&self) -> usize;
+    fn set_last_boosted(&mut self, idx: usize);
+    /// Live view of a vCPU of this VM.
+    fn view(&self, idx: usize) -> VcpuView;
+    /// Charge the cost of examining one candidate.
+    fn examine(&mut self);
+    /// `kvm_vcpu_eligible_for_directed_yield()`, including the dy_eligible toggle.
+    fn eligible_for_directed_yield(&mut self, idx: usize) -> bool;
+    /// `kvm_vcpu_yield_to()`: [`ESRCH`], 0 or 1; costs run-queue-lock time.
+    fn yield_to(&mut self, idx: usize) -> i32;
+    /// A uniform draw in `0..n` from the run's seeded RNG.
+    fn random_below(&mut self, n: usize) -> usize;
+    /// Ground truth: the vCPU whose progress the spinner waits for (lock holder,
+    /// next ticket owner, IPI target not done), if it is a different vCPU.
+    fn waited_for(&self) -> Option<usize>;
+}
+
+/// A directed-yield policy. One instance per VM per run; it may keep state.
+pub trait DirectedYieldPolicy: Send {
+    /// Called on each pause-loop exit of a vCPU of this VM.
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String>;
+}
+
+/// Build the policy a VM's config names. `Python` policies come from the caller.
+pub fn builtin(cfg: &PolicyConfig) -> Option<Box<dyn DirectedYieldPolicy>> {
+    Some(match cfg.kind {
+        PolicyKind::None => Box::new(NoYield),
+        PolicyKind::Baseline2011 => Box::new(Baseline2011),
+        PolicyKind::DyEligible => Box::new(DyEligible { esrch_budget: cfg.esrch_budget }),
+        PolicyKind::Upstream => Box::new(Upstream {
+            esrch_budget: cfg.esrch_budget,
+            last_boosted_bug: cfg.last_boosted_bug,
+            dy_eligible: cfg.dy_eligible,
+            kernel_filter: cfg.kernel_filter,
+        }),
+        PolicyKind::Random => Box::new(RandomYield),
+        PolicyKind::Oracle => Box::new(Oracle),
+        PolicyKind::Python => return None,
+    })
+}
+
+/// Never yield: a PLE exit only costs its exit.
+pub struct NoYield;
+impl DirectedYieldPolicy for NoYield {
+    fn on_spin(&mut self, _ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// 2011 (Rik van Riel): one round-robin sweep from last_boosted+1 through
+/// last_boosted (the "two passes"), skipping itself, halted vCPUs (waitqueue
+/// active) and vCPUs running in guest mode (PF_VCPU); stop at the first success.
+pub struct Baseline2011;
+impl DirectedYieldPolicy for Baseline2011 {
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        let n = ctx.n();
+        let me = ctx.me();
+        let start = ctx.last_boosted() + 1;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            if idx == me {
+                continue;
+            }
+            ctx.examine();
+            let v = ctx.view(idx);
+            if v.blocking && !v.ready {
+                continue; // waitqueue_active: halted and not woken
+            }
+            if v.in_guest {
+                continue; // PF_VCPU
+            }
+            if ctx.yield_to(idx) > 0 {
+                ctx.set_last_boosted(idx);
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 2012 (Raghavendra K T, digest §1): the baseline plus
+/// `kvm_vcpu_eligible_for_directed_yield()` (the in_spin_loop/dy_eligible
+/// toggle), checked before the PF_VCPU test. `esrch_budget` 0 = unlimited (the
+/// patch of the digest); 3 = the follow-up undercommit patch.
+pub struct DyEligible {
+    pub esrch_budget: u32,
+}
+impl DirectedYieldPolicy for DyEligible {
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        let n = ctx.n();
+        let me = ctx.me();
+        let start = ctx.last_boosted() + 1;
+        let mut budget = self.esrch_budget;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            if idx == me {
+                continue;
+            }
+            ctx.examine();
+            let v = ctx.view(idx);
+            if v.blocking && !v.ready {
+                continue;
+            }
+            if !ctx.eligible_for_directed_yield(idx) {
+                continue;
+            }
+            if v.in_guest {
+                continue;
+            }
+            let r = ctx.yield_to(idx);
+            if r > 0 {
+                ctx.set_last_boosted(idx);
+                break;
+            }
+            if r < 0 && budget > 0 {
+                budget -= 1;
+                if budget == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Upstream today (kvm-mechanisms.md §1.3): one pass from last_boosted+1;
+/// skip not-ready; blocking ⇒ dy_runnable; the kernel-mode filter for
+/// preempted candidates; the dy_eligible toggle; -ESRCH budget.
+pub struct Upstream {
+    pub esrch_budget: u32,
+    pub last_boosted_bug: bool,
+    pub dy_eligible: bool,
+    pub kernel_filter: bool,
+}
+impl DirectedYieldPolicy for Upstream {
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        let n = ctx.n();
+        if n < 2 {
+            return Ok(());
+        }
+        let me = ctx.me();
+        let start = ctx.last_boosted() + 1;
+        let mut budget = self.esrch_budget;
+        for i in 0..n {
+            let idx = (start + i) % n;
+            if idx == me {
+                continue;
+            }
+            ctx.examine();
+            if !upstream_filter(ctx, idx, self.kernel_filter) {
+                continue;
+            }
+            if self.dy_eligible && !ctx.eligible_for_directed_yield(idx) {
+                continue;
+            }
+            let r = ctx.yield_to(idx);
+            if r > 0 {
+                ctx.set_last_boosted(if self.last_boosted_bug { i } else { idx });
+                break;
+            }
+            if r < 0 && budget > 0 {
+                budget -= 1;
+                if budget == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The candidate filter of §1.3, before the dy_eligible toggle:
+/// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
+/// in kernel or has a pending interrupt).
+pub fn upstream_filter(ctx: &dyn SpinCtx, idx: usize, kernel_filter: bool) -> bool {
+    let v = ctx.view(idx);
+    candidate_passes(&v, ctx.spinner_in_kernel(), kernel_filter)
+}
+
+/// The same filter on a plain view (unit-testable on hand-built states).
+pub fn candidate_passes(v: &VcpuView, spinner_in_kernel: bool, kernel_filter: bool) -> bool {
+    if !v.ready {
+        return false;
+    }
+    if v.blocking && !v.dy_runnable {
+        return false;
+    }
+    if kernel_filter && v.preempted && spinner_in_kernel && !v.pending_interrupt && !v.preempted_in_kernel {
+        return false;
+    }
+    true
+}
+
+/// One uniformly random candidate among those passing the upstream filter; one attempt.
+pub struct RandomYield;
+impl DirectedYieldPolicy for RandomYield {
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        let n = ctx.n();
+        let me = ctx.me();
+        let mut cands = Vec::new();
+        for idx in 0..n {
+            if idx != me {
+                ctx.examine();
+                if upstream_filter(ctx, idx, false) {
+                    cands.push(idx);
+                }
+            }
+        }
+        if !cands.is_empty() {
+            let idx = cands[ctx.random_below(cands.len())];
+            if ctx.yield_to(idx) > 0 {
+                ctx.set_last_boosted(idx);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Yields straight to the vCPU the spinner waits for, if it is not running:
+/// knowledge no kernel has, so an upper bound for directed yield.
+pub struct Oracle;
+impl DirectedYieldPolicy for Oracle {
+    fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        if let Some(idx) = ctx.waited_for() {
+            ctx.examine();
+            let v = ctx.view(idx);
+            if !v.running && ctx.yield_to(idx) > 0 {
+                ctx.set_last_boosted(idx);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v() -> VcpuView {
+        VcpuView::default()
+    }
+
+    #[test]
+    fn filter_running_is_skipped() {
+        let running = VcpuView { running: true, in_guest: true, ..v() };
+        assert!(!candidate_passes(&running, true, true));
+    }
+
+    #[test]
+    fn filter_preempted_in_kernel_passes() {
+        let p = VcpuView { preempted: true, ready: true, preempted_in_kernel: true, ..v() };
+        assert!(candidate_passes(&p, true, true));
+    }
+
+    #[test]
+    fn filter_preempted_in_user_mode() {
+        let p = VcpuView { preempted: true, ready: true, preempted_in_kernel: false, ..v() };
+        // skipped when the spinner is in kernel mode (VMX PLE) ...
+        assert!(!candidate_passes(&p, true, true));
+        // ... but boosted when the spinner is in user mode (SVM) ...
+        assert!(candidate_passes(&p, false, true));
+        // ... or when the target has a posted interrupt pending.
+        let pi = VcpuView { pending_interrupt: true, ..p.clone() };
+        assert!(candidate_passes(&pi, true, true));
+        // without the filter (pre-4.14 kernels) it passes.
+        assert!(candidate_passes(&p, true, false));
+    }
+
+    #[test]
+    fn filter_halted_not_woken_is_skipped() {
+        let h = VcpuView { blocking: true, ..v() };
+        assert!(!candidate_passes(&h, true, true));
+    }
+
+    #[test]
+    fn filter_woken_by_timer_only_is_skipped_but_kicked_passes() {
+        let timer = VcpuView { blocking: true, ready: true, ..v() };
+        assert!(!candidate_passes(&timer, true, true));
+        let kicked = VcpuView { dy_runnable: true, ..timer };
+        assert!(candidate_passes(&kicked, true, true));
+    }
+
+    /// A hand-built VM for the policy loops.
+    struct Fake {
+        views: Vec<VcpuView>,
+        me: usize,
+        last: usize,
+        yields: Vec<usize>,
+        results: Vec<i32>,
+    }
+    impl SpinCtx for Fake {
+        fn n(&self) -> usize {
+            self.views.len()
+        }
+        fn me(&self) -> usize {
+            self.me
+        }
+        fn spinner_in_kernel(&self) -> bool {
+            true
+        }
+        fn last_boosted(&self) -> usize {
+            self.last
+        }
+        fn set_last_boosted(&mut self, idx: usize) {
+            self.last = idx;
+        }
+        fn view(&self, idx: usize) -> VcpuView {
+            self.views[idx].clone()
+        }
+        fn examine(&mut self) {}
+        fn eligible_for_directed_yield(&mut self, idx: usize) -> bool {
+            let v = &mut self.views[idx];
+            let e = !v.in_spin_loop || v.dy_eligible;
+            if v.in_spin_loop {
+                v.dy_eligible = !v.dy_eligible;
+            }
+            e
+        }
+        fn yield_to(&mut self, idx: usize) -> i32 {
+            self.yields.push(idx);
+            self.results.get(self.yields.len() - 1).copied().unwrap_or(0)
+        }
+        fn random_below(&mut self, _n: usize) -> usize {
+            0
+        }
+        fn waited_for(&self) -> Option<usize> {
+            None
+        }
+    }
+
+    fn preempted() -> VcpuView {
+        VcpuView { preempted: true, ready: true, preempted_in_kernel: true, ..v() }
+    }
+
+    #[test]
+    fn upstream_scans_round_robin_from_last_boosted_and_stops_on_success() {
+        let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
+        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        p.on_spin(&mut f).unwrap();
+        assert_eq!(f.yields, vec![3, 4]);
+        assert_eq!(f.last, 4);
+    }
+
+    #[test]
+    fn upstream_last_boosted_bug_stores_the_offset() {
+        let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
+        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: true, dy_eligible: true, kernel_filter: true };
+        p.on_spin(&mut f).unwrap();
+        assert_eq!(f.last, 1); // offset i = 1, not index 4
+    }
+
+    #[test]
+    fn upstream_esrch_budget_is_three() {
+        let mut f = Fake { views: vec![preempted(); 8], me: 0, last: 0, yields: vec![], results: vec![ESRCH; 8] };
+        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        p.on_spin(&mut f).unwrap();
+        assert_eq!(f.yields, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn dy_eligible_toggle_skips_a_spinner_every_other_time() {
+        let spinning = VcpuView { in_spin_loop: true, ..preempted() };
+        let mut f = Fake { views: vec![preempted(), spinning], me: 0, last: 0, yields: vec![], results: vec![] };
+        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        p.on_spin(&mut f).unwrap(); // dy_eligible false -> skipped, toggled to true
+        assert!(f.yields.is_empty());
+        p.on_spin(&mut f).unwrap(); // now eligible
+        assert_eq!(f.yields, vec![1]);
+        p.on_spin(&mut f).unwrap(); // skipped again
+        assert_eq!(f.yields, vec![1]);
+    }
+
+    #[test]
+    fn baseline_skips_running_in_guest_and_halted_only() {
+        let in_guest = VcpuView { running: true, in_guest: true, ..v() };
+        let in_exit = VcpuView { running: true, in_guest: false, ..v() };
+        let halted = VcpuView { blocking: true, ..v() };
+        let mut f = Fake {
+            views: vec![v(), in_guest, in_exit, halted, preempted()],
+            me: 0,
+            last: 0,
+            yields: vec![],
+            results: vec![0, 1],
+        };
+        Baseline2011.on_spin(&mut f).unwrap();
+        assert_eq!(f.yields, vec![2, 4]);
+    }
+}

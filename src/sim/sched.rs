@@ -1,0 +1,519 @@
+//! The host scheduler: an EEVDF-like fair scheduler per host CPU (weights,
+//! vruntime, lag-preserving placement, eligibility, earliest eligible virtual
+//! deadline, periodic tick, wake-up preemption, next buddy, yield_to), and gang
+//! scheduling as an alternative.
+//!
+//! Simplifications (documented in docs/simulator.md): no load balancing (tasks
+//! are pinned, or placed at wake-up when unpinned); no cgroup hierarchy; no
+//! RUN_TO_PARITY slice protection; ticks are synchronous across CPUs.
+
+use super::config::{NextBuddy, Scheduler, YieldPenalty};
+use super::engine::*;
+use super::policy::ESRCH;
+use super::trace::TraceRec;
+
+impl Sim {
+    #[inline]
+    fn vslice(&self, t: usize) -> i64 {
+        (self.cfg.host.base_slice_ns * NICE0 / self.tasks[t].weight) as i64
+    }
+
+    #[inline]
+    pub fn nr_running(&self, cpu: usize) -> usize {
+        self.rqs[cpu].queue.len() + self.rqs[cpu].curr.is_some() as usize
+    }
+
+    /// Weighted average vruntime of the run queue (V), including curr.
+    pub fn avg_vruntime(&self, cpu: usize) -> i64 {
+        let rq = &self.rqs[cpu];
+        // relative to the first entity, so that i64 suffices
+        let mut it = rq.queue.iter().chain(rq.curr.iter());
+        let Some(&first) = it.next() else { return rq.last_v };
+        let v0 = self.tasks[first as usize].vruntime;
+        let mut sw: i64 = self.tasks[first as usize].weight as i64;
+        let mut s: i64 = 0;
+        for &t in it {
+            let tk = &self.tasks[t as usize];
+            sw += tk.weight as i64;
+            s += tk.weight as i64 * (tk.vruntime - v0);
+        }
+        v0 + s.div_euclid(sw)
+    }
+
+    /// EEVDF eligibility: lag >= 0, i.e. vruntime <= V.
+    pub fn eligible(&self, cpu: usize, t: usize) -> bool {
+        self.tasks[t].vruntime <= self.avg_vruntime(cpu)
+    }
+
+    /// Charge curr's runtime since exec_start to its vruntime.
+    pub fn update_curr(&mut self, cpu: usize) {
+        let now = self.now;
+        if let Some(t) = self.rqs[cpu].curr {
+            let t = t as usize;
+            let delta = now - self.rqs[cpu].exec_start;
+            self.rqs[cpu].exec_start = now;
+            let w = self.tasks[t].weight;
+            self.tasks[t].vruntime += if w == NICE0 { delta as i64 } else { (delta * NICE0 / w) as i64 };
+        }
+    }
+
+    /// Choose the host CPU of a waking task (unpinned: previous CPU if idle,
+    /// else the first idle CPU after it, else the previous CPU).
+    fn select_cpu(&self, t: usize) -> usize {
+        let tk = &self.tasks[t];
+        if let Some(c) = tk.pinned {
+            return c as usize;
+        }
+        let p = self.rqs.len();
+        let prev = tk.cpu as usize;
+        for i in 0..p {
+            let c = (prev + i) % p;
+            if self.nr_running(c) == 0 {
+                return c;
+            }
+        }
+        prev
+    }
+
+    /// Make a sleeping task runnable (wake-up): place it by its lag and maybe preempt.
+    pub fn enqueue(&mut self, t: usize) {
+        debug_assert!(!self.tasks[t].runnable);
+        let now = self.now;
+        self.tasks[t].runnable = true;
+        self.tasks[t].wait_since = now;
+        if self.cfg.host.scheduler == Scheduler::Gang {
+            if let TaskKind::Vcpu(v) = self.tasks[t].kind {
+                let vm = self.vcpus[v as usize].vm as usize;
+                if !self.gang_active[vm] {
+                    self.tasks[t].parked = true;
+                    return;
+                }
+                self.tasks[t].cpu = self.gang_cpu[v as usize];
+            }
+        } else {
+            let c = self.select_cpu(t);
+            self.tasks[t].cpu = c as u32;
+        }
+        self.rq_add(t, true);
+    }
+
+    /// Put a runnable task on its CPU's queue (lag placement), and trigger
+    /// wake-up preemption if asked.
+    fn rq_add(&mut self, t: usize, wakeup: bool) {
+        let cpu = self.tasks[t].cpu as usize;
+        self.update_curr(cpu);
+        let v = self.avg_vruntime(cpu);
+        let vs = self.vslice(t);
+        let tk = &mut self.tasks[t];
+        tk.vruntime = v - tk.vlag;
+        tk.deadline = tk.vruntime + vs;
+        self.rqs[cpu].queue.push(t as u32);
+        match self.rqs[cpu].curr {
+            None => self.push(self.now, Ev::Resched(cpu as u32, Why::Idle)),
+            Some(c) => {
+                if wakeup && self.cfg.host.wakeup_preemption {
+                    let c = c as usize;
+                    if self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline {
+                        self.push(self.now, Ev::Resched(cpu as u32, Why::Wakeup));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Remove a runnable, not-running task from its queue (gang parking).
+    fn rq_remove_queued(&mut self, t: usize) {
+        let cpu = self.tasks[t].cpu as usize;
+        self.update_curr(cpu);
+        let v = self.avg_vruntime(cpu);
+        self.save_lag(t, v);
+        let q = &mut self.rqs[cpu].queue;
+        if let Some(i) = q.iter().position(|&x| x as usize == t) {
+            q.swap_remove(i);
+        }
+        if self.rqs[cpu].buddy == Some(t as u32) {
+            self.rqs[cpu].buddy = None;
+        }
+    }
+
+    fn save_lag(&mut self, t: usize, v: i64) {
+        let cpu = self.tasks[t].cpu as usize;
+        self.rqs[cpu].last_v = v;
+        let limit = (2 * self.vslice(t)).max(self.cfg.host.tick_ns as i64);
+        let tk = &mut self.tasks[t];
+        tk.vlag = (v - tk.vruntime).clamp(-limit, limit);
+    }
+
+    /// The current task of its CPU stops being runnable (blocks). The caller
+    /// then calls `schedule`.
+    pub fn dequeue_sleep(&mut self, t: usize) {
+        let cpu = self.tasks[t].cpu as usize;
+        debug_assert_eq!(self.rqs[cpu].curr, Some(t as u32));
+        self.update_curr(cpu);
+        let v = self.avg_vruntime(cpu);
+        self.save_lag(t, v);
+        self.tasks[t].runnable = false;
+        if self.rqs[cpu].buddy == Some(t as u32) {
+            self.rqs[cpu].buddy = None;
+        }
+    }
+
+    /// EEVDF pick with the next-buddy rule.
+    fn pick(&mut self, cpu: usize) -> Option<usize> {
+        let mut cands = std::mem::take(&mut self.pick_buf);
+        cands.clear();
+        let rq = &self.rqs[cpu];
+        let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
+        cands.extend(rq.queue.iter().map(|&x| x as usize));
+        if let Some(c) = curr_ok {
+            cands.push(c as usize);
+        }
+        let r = self.pick_from(cpu, &cands);
+        self.pick_buf = cands;
+        r
+    }
+
+    fn pick_from(&mut self, cpu: usize, cands: &[usize]) -> Option<usize> {
+        let rq = &self.rqs[cpu];
+        if cands.is_empty() {
+            return None;
+        }
+        if let Some(b) = rq.buddy {
+            let b = b as usize;
+            if cands.contains(&b) {
+                let take = match self.cfg.host.next_buddy {
+                    NextBuddy::Always => true,
+                    NextBuddy::Eligible => self.eligible(cpu, b),
+                    NextBuddy::Never => false,
+                };
+                if take {
+                    self.rqs[cpu].buddy = None;
+                    return Some(b);
+                }
+            }
+        }
+        let v = self.avg_vruntime(cpu);
+        let mut best: Option<usize> = None;
+        for &t in cands {
+            if self.tasks[t].vruntime > v {
+                continue;
+            }
+            best = match best {
+                None => Some(t),
+                Some(b) => {
+                    let (db, dt) = (self.tasks[b].deadline, self.tasks[t].deadline);
+                    if dt < db || (dt == db && t < b) {
+                        Some(t)
+                    } else {
+                        Some(b)
+                    }
+                }
+            };
+        }
+        if best.is_none() {
+            best = cands.iter().copied().min_by_key(|&t| (self.tasks[t].vruntime, t));
+        }
+        if best.map(|b| b as u32) == self.rqs[cpu].buddy {
+            self.rqs[cpu].buddy = None;
+        }
+        best
+    }
+
+    /// Pick the next task on `cpu` and switch to it if it differs from curr.
+    pub fn schedule(&mut self, cpu: usize, why: Why) {
+        self.update_curr(cpu);
+        self.rqs[cpu].need_resched = false;
+        let prev = self.rqs[cpu].curr.map(|x| x as usize);
+        let next = self.pick(cpu);
+        if next == prev {
+            return;
+        }
+        let now = self.now;
+        if let Some(p) = prev {
+            self.trace_close(cpu, p as u32, why);
+            self.rqs[cpu].curr = None;
+            if self.tasks[p].runnable && !self.tasks[p].parked {
+                self.rqs[cpu].queue.push(p as u32);
+                self.tasks[p].wait_since = now;
+            }
+            if self.tasks[p].runnable && self.tasks[p].parked {
+                self.tasks[p].wait_since = now;
+            }
+            self.task_sched_out(p, why);
+        }
+        self.rqs[cpu].switches += 1;
+        self.rqs[cpu].trace_start = now;
+        match next {
+            None => {
+                self.rqs[cpu].acct.set(now, C_IDLE);
+            }
+            Some(n) => {
+                let q = &mut self.rqs[cpu].queue;
+                if let Some(i) = q.iter().position(|&x| x as usize == n) {
+                    q.swap_remove(i);
+                }
+                self.rqs[cpu].curr = Some(n as u32);
+                self.rqs[cpu].exec_start = now;
+                let tk = &mut self.tasks[n];
+                tk.run_delay += now - tk.wait_since;
+                if !self.rqs[cpu].tick_armed {
+                    self.rqs[cpu].tick_armed = true;
+                    let tn = self.cfg.host.tick_ns;
+                    self.push((now / tn + 1) * tn, Ev::Tick(cpu as u32));
+                }
+                self.task_sched_in(n, cpu);
+            }
+        }
+    }
+
+    fn task_sched_out(&mut self, t: usize, why: Why) {
+        match self.tasks[t].kind {
+            TaskKind::Bg(_) => {
+                let now = self.now;
+                let tk = &mut self.tasks[t];
+                tk.bg_rem = tk.bg_rem.saturating_sub(now - tk.bg_start);
+                tk.bg_gen += 1;
+            }
+            TaskKind::Vcpu(v) => self.vcpu_sched_out(v as usize, why),
+        }
+    }
+
+    fn task_sched_in(&mut self, t: usize, cpu: usize) {
+        match self.tasks[t].kind {
+            TaskKind::Bg(_) => {
+                let now = self.now;
+                self.rqs[cpu].acct.set(now, C_BG);
+                let tk = &mut self.tasks[t];
+                tk.bg_start = now;
+                tk.bg_gen += 1;
+                let (rem, gen) = (tk.bg_rem.max(1), tk.bg_gen);
+                self.push(now + rem, Ev::BgEnd(t as u32, gen));
+            }
+            TaskKind::Vcpu(v) => self.vcpu_sched_in(v as usize, cpu),
+        }
+    }
+
+    /// resched_curr(): switch now, unless curr is a vCPU inside an exit
+    /// handler, in which case need_resched is noticed when the handler ends.
+    pub fn resched(&mut self, cpu: usize, why: Why) {
+        if let Some(c) = self.rqs[cpu].curr {
+            if let TaskKind::Vcpu(v) = self.tasks[c as usize].kind {
+                if matches!(self.vcpus[v as usize].act, Act::Exit { .. }) {
+                    self.rqs[cpu].need_resched = true;
+                    return;
+                }
+            }
+        }
+        self.schedule(cpu, why);
+    }
+
+    pub fn resched_event(&mut self, cpu: usize, why: Why) {
+        if why == Why::Idle {
+            if self.rqs[cpu].curr.is_none() {
+                self.schedule(cpu, Why::Idle);
+            }
+        } else {
+            self.resched(cpu, why);
+        }
+    }
+
+    /// The periodic scheduler tick (an external interrupt).
+    pub fn tick(&mut self, cpu: usize) {
+        let Some(c) = self.rqs[cpu].curr else {
+            self.rqs[cpu].tick_armed = false;
+            return;
+        };
+        let c = c as usize;
+        self.update_curr(cpu);
+        let tn = self.cfg.host.tick_ns;
+        self.push(self.now + tn, Ev::Tick(cpu as u32));
+        if self.tasks[c].vruntime >= self.tasks[c].deadline {
+            let vs = self.vslice(c);
+            self.tasks[c].deadline = self.tasks[c].vruntime + vs;
+            if self.nr_running(cpu) > 1 {
+                self.resched(cpu, Why::Tick);
+            }
+        }
+    }
+
+    /// The scheduler part of `yield_to()` (kernel/sched/core.c) from the vCPU
+    /// `me` (current on its CPU) to vCPU `target`, at handler time `*t`
+    /// (advanced by the cost). Returns ESRCH, 0 or 1. On success the next
+    /// buddy is set on the target's run queue, the yielder is penalised, and
+    /// the target's CPU is asked to reschedule at `*t`; the caller makes the
+    /// yielder call schedule() when its handler ends.
+    pub fn yield_to(&mut self, me: usize, target: usize, t: &mut Ns) -> i32 {
+        let h = &self.cfg.host;
+        let (check, lock) = (h.yield_check_ns, h.rq_lock_ns);
+        self.vcpus[me].c.yield_attempts += 1;
+        *t += check;
+        let me_task = self.vcpus[me].task as usize;
+        let tg_task = self.vcpus[target].task as usize;
+        let a = self.tasks[me_task].cpu as usize;
+        let b = self.tasks[tg_task].cpu as usize;
+        if self.cfg.host.yield_to_esrch && self.nr_running(a) == 1 && self.nr_running(b) == 1 {
+            self.vcpus[me].c.yield_esrch += 1;
+            return ESRCH;
+        }
+        // double_rq_lock: wait for both run-queue locks, hold them.
+        let start = self.double_rq_lock(a, b, *t, lock);
+        *t = start + lock;
+        let tk = &self.tasks[tg_task];
+        let running = self.rqs[b].curr == Some(tg_task as u32);
+        if running || !tk.runnable || tk.parked {
+            self.vcpus[me].c.yield_zero += 1;
+            return 0;
+        }
+        // yield_to_task_fair: set_next_buddy(p); yield_task_fair(curr).
+        self.rqs[b].buddy = Some(tg_task as u32);
+        self.update_curr(a);
+        let vs = self.vslice(me_task);
+        let elig = self.eligible(a, me_task);
+        let tk = &mut self.tasks[me_task];
+        if self.cfg.host.yield_penalty == YieldPenalty::Vruntime && elig {
+            tk.vruntime = tk.vruntime.max(tk.deadline);
+        }
+        tk.deadline += vs;
+        if a != b {
+            self.push(*t, Ev::Resched(b as u32, Why::Boost));
+        }
+        self.vcpus[me].c.yield_ok += 1;
+        1
+    }
+
+    /// Reserve both run-queue locks for `hold` ns at the earliest instant at
+    /// or after `t` when both are free (first come, first served by request
+    /// time, with back-filling of gaps left by reservations made earlier for
+    /// later instants). Returns the start of the hold.
+    fn double_rq_lock(&mut self, a: usize, b: usize, t: Ns, hold: Ns) -> Ns {
+        let now = self.now;
+        for c in [a, b] {
+            self.rqs[c].lock_busy.retain(|&(_, e)| e > now);
+        }
+        let mut s = t;
+        loop {
+            let mut moved = false;
+            for c in [a, b] {
+                for &(bs, be) in &self.rqs[c].lock_busy {
+                    if bs < s + hold && be > s {
+                        s = be;
+                        moved = true;
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        for c in [a, b] {
+            let v = &mut self.rqs[c].lock_busy;
+            let i = v.partition_point(|&(bs, _)| bs <= s);
+            v.insert(i, (s, s + hold));
+            if a == b {
+                break;
+            }
+        }
+        s
+    }
+
+    // ---- gang scheduling ----
+
+    /// Pack VMs into rounds of at most P vCPUs (first fit, in VM order).
+    pub fn setup_gang(&mut self) {
+        let p = self.cfg.host.pcpus;
+        let mut rounds: Vec<Vec<u32>> = Vec::new();
+        let mut used: Vec<u32> = Vec::new();
+        self.gang_cpu = vec![0; self.vcpus.len()];
+        for vm in 0..self.vms.len() {
+            let n = self.vms[vm].nvcpu.min(p);
+            let r = match used.iter().position(|&u| u + n <= p) {
+                Some(r) => r,
+                None => {
+                    rounds.push(Vec::new());
+                    used.push(0);
+                    rounds.len() - 1
+                }
+            };
+            let base = used[r];
+            rounds[r].push(vm as u32);
+            used[r] += n;
+            let v0 = self.vms[vm].vcpu0 as usize;
+            for i in 0..self.vms[vm].nvcpu as usize {
+                // VMs larger than the host wrap (their vCPUs then share CPUs).
+                let cpu = (base + (i as u32 % p)) % p;
+                self.gang_cpu[v0 + i] = cpu;
+                self.tasks[self.vcpus[v0 + i].task as usize].cpu = cpu;
+            }
+        }
+        self.gang_rounds = rounds;
+        self.gang_round = usize::MAX;
+        self.gang_active = vec![false; self.vms.len()];
+    }
+
+    /// Start the next gang round: park the vCPUs of the previous round, bring in the next.
+    pub fn gang_switch(&mut self) {
+        let nr = self.gang_rounds.len();
+        let next = if self.gang_round == usize::MAX { 0 } else { (self.gang_round + 1) % nr };
+        if nr > 1 || self.gang_round == usize::MAX {
+            if self.gang_round != usize::MAX {
+                let old = self.gang_rounds[self.gang_round].clone();
+                for vm in old {
+                    self.gang_active[vm as usize] = false;
+                    let (v0, n) = (self.vms[vm as usize].vcpu0 as usize, self.vms[vm as usize].nvcpu as usize);
+                    for v in v0..v0 + n {
+                        let t = self.vcpus[v].task as usize;
+                        if !self.tasks[t].runnable {
+                            continue;
+                        }
+                        let cpu = self.tasks[t].cpu as usize;
+                        self.tasks[t].parked = true;
+                        if self.rqs[cpu].curr == Some(t as u32) {
+                            self.update_curr(cpu);
+                            let v = self.avg_vruntime(cpu);
+                            self.save_lag(t, v);
+                            self.schedule(cpu, Why::Gang);
+                            // if still current (in an exit handler), need_resched was set
+                        } else {
+                            self.rq_remove_queued(t);
+                            self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);
+                        }
+                    }
+                }
+            }
+            self.gang_round = next;
+            let new = self.gang_rounds[next].clone();
+            for vm in new {
+                self.gang_active[vm as usize] = true;
+                let (v0, n) = (self.vms[vm as usize].vcpu0 as usize, self.vms[vm as usize].nvcpu as usize);
+                for v in v0..v0 + n {
+                    let t = self.vcpus[v].task as usize;
+                    self.tasks[t].cpu = self.gang_cpu[v];
+                    if self.tasks[t].runnable && self.tasks[t].parked {
+                        self.tasks[t].parked = false;
+                        self.rq_add(t, false);
+                        let cpu = self.tasks[t].cpu as usize;
+                        if self.rqs[cpu].curr.is_some() {
+                            self.push(self.now, Ev::Resched(cpu as u32, Why::Gang));
+                        }
+                    }
+                }
+            }
+        }
+        let gs = self.cfg.host.gang_slice_ns;
+        self.push(self.now + gs, Ev::Gang);
+    }
+
+    // ---- trace ----
+
+    pub fn trace_close(&mut self, cpu: usize, t: u32, why: Why) {
+        if !self.cfg.trace {
+            return;
+        }
+        let (vm, vcpu) = match self.tasks[t as usize].kind {
+            TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i64, self.vcpus[v as usize].idx as i64),
+            TaskKind::Bg(_) => (-1, -1),
+        };
+        let start = self.rqs[cpu].trace_start;
+        self.trace.push(TraceRec { pcpu: cpu as u32, start_ns: start, end_ns: self.now, vm, vcpu, why: why.name() });
+    }
+}

@@ -1,0 +1,43 @@
+//! Running many configurations in parallel (rayon), deterministically: each
+//! point is an independent run with its own RNG, so the results do not depend
+//! on the number of threads or the order of completion.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rayon::prelude::*;
+
+use super::config::{SimConfig, VmConfig};
+use super::metrics::SimResult;
+use super::policy::DirectedYieldPolicy;
+use super::SimError;
+
+/// Builds the policy of VM group `group` of sweep point `point`.
+pub type SweepPolicyMaker<'a> =
+    &'a (dyn Fn(usize, usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String> + Sync);
+
+/// Run every configuration on a pool of `threads` workers (0 = rayon's
+/// default); `progress(done)` is called after each point completes.
+pub fn sweep(
+    configs: &[SimConfig],
+    threads: usize,
+    make: SweepPolicyMaker<'_>,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Vec<Result<SimResult, SimError>> {
+    let done = AtomicUsize::new(0);
+    let body = || {
+        configs
+            .par_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let r = super::run_with(c, &|g, vm| make(i, g, vm));
+                let d = done.fetch_add(1, Ordering::SeqCst) + 1;
+                progress(d);
+                r
+            })
+            .collect::<Vec<_>>()
+    };
+    match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+        Ok(pool) => pool.install(body),
+        Err(_) => body(),
+    }
+}

@@ -1,0 +1,263 @@
+//! Engine-level tests: determinism, conservation, kernel rules on live runs.
+
+use super::config::*;
+use super::*;
+
+pub(crate) fn small(policy: PolicyKind, vms: u32, vcpus: u32, pcpus: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 20_000_000,
+        host: HostConfig { pcpus, ..Default::default() },
+        vms: vec![VmConfig {
+            count: vms,
+            vcpus,
+            policy: PolicyConfig { kind: policy, ..Default::default() },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn conservation(r: &SimResult, dur: u64) {
+    let d = r.summary.u64s("duration_ns")[0];
+    assert_eq!(d, dur.min(d));
+    let p = &r.pcpus;
+    for i in 0..p.u64s("pcpu").len() {
+        let s: u64 = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+            .iter()
+            .map(|c| p.u64s(c)[i])
+            .sum();
+        assert_eq!(s, d, "pcpu {i}");
+    }
+    let v = &r.vcpus;
+    for i in 0..v.u64s("vcpu").len() {
+        let s = v.u64s("running_ns")[i] + v.u64s("wait_ns")[i] + v.u64s("halted_ns")[i];
+        assert_eq!(s, d, "vcpu {i}");
+    }
+}
+
+#[test]
+fn smoke_and_conservation() {
+    for kind in [
+        PolicyKind::None,
+        PolicyKind::Baseline2011,
+        PolicyKind::DyEligible,
+        PolicyKind::Upstream,
+        PolicyKind::Random,
+        PolicyKind::Oracle,
+    ] {
+        let c = small(kind, 2, 4, 4);
+        let r = run(&c).unwrap();
+        conservation(&r, c.duration_ns);
+        assert!(r.summary.u64s("ops")[0] > 0, "{kind:?}");
+    }
+}
+
+#[test]
+fn same_seed_same_result_other_seed_differs() {
+    let c = small(PolicyKind::Upstream, 2, 4, 4);
+    let a = run(&c).unwrap();
+    let b = run(&c).unwrap();
+    assert_eq!(a, b);
+    let mut c2 = c.clone();
+    c2.seed = 1;
+    let d = run(&c2).unwrap();
+    assert_ne!(a.vcpus, d.vcpus);
+}
+
+#[test]
+fn sweep_is_thread_count_independent() {
+    let cfgs: Vec<SimConfig> = (0..4)
+        .map(|s| {
+            let mut c = small(PolicyKind::Upstream, 2, 4, 4);
+            c.seed = s;
+            c
+        })
+        .collect();
+    let none = |_: usize, _: usize, _: &VmConfig| -> Result<Box<dyn DirectedYieldPolicy>, String> {
+        Err("no external".into())
+    };
+    let a = sweep::sweep(&cfgs, 1, &none, &|_| {});
+    let b = sweep::sweep(&cfgs, 2, &none, &|_| {});
+    assert_eq!(a, b);
+}
+
+// ---------------------------------------------------------------- kernel rules
+
+use super::engine::{Sim, Why};
+
+fn sim_of(c: &SimConfig) -> Sim {
+    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
+}
+
+/// 1 VM, `v` vCPUs pinned round-robin on `p` CPUs, `threads` threads that
+/// compute forever (or sleep, so that thread-less vCPUs halt).
+fn rr(v: u32, p: u32, threads: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            threads,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn yield_to_returns_esrch_when_both_queues_hold_one_task() {
+    let mut s = sim_of(&rr(2, 2, 0));
+    s.step_until(10_000).unwrap();
+    assert!(s.vcpus[0].running.is_some() && s.vcpus[1].running.is_some());
+    let mut t = s.now;
+    assert_eq!(s.yield_to(0, 1, &mut t), ESRCH);
+}
+
+#[test]
+fn yield_to_returns_zero_for_a_running_or_sleeping_target_and_one_on_success() {
+    // v0, v2 share CPU 0; v1 has CPU 1.
+    let mut s = sim_of(&rr(3, 2, 0));
+    s.step_until(10_000).unwrap();
+    let on0 = if s.vcpus[0].running.is_some() { 0 } else { 2 };
+    let waiting = 2 - on0;
+    assert!(s.vcpus[waiting].running.is_none() && s.vcpus[waiting].ready);
+    let mut t = s.now;
+    assert_eq!(s.yield_to(1, on0, &mut t), 0, "target running");
+    assert!(t > s.now, "an attempt costs run-queue-lock time");
+    let t0 = t;
+    let dl = s.tasks[s.vcpus[1].task as usize].deadline;
+    assert_eq!(s.yield_to(1, waiting, &mut t), 1, "preempted target");
+    assert!(t > t0);
+    assert_eq!(s.rqs[0].buddy, Some(s.vcpus[waiting].task), "next buddy set on the target's queue");
+    assert!(s.tasks[s.vcpus[1].task as usize].deadline > dl, "yielder penalised");
+
+    // A halted target: one thread only, so v1 and v2 halt.
+    let mut s = sim_of(&rr(3, 2, 1));
+    s.step_until(10_000_000).unwrap();
+    assert!(s.vcpus[1].halted && s.vcpus[2].halted && s.vcpus[0].running.is_some());
+    let mut t = s.now;
+    assert_eq!(s.yield_to(0, 1, &mut t), 0, "target sleeps");
+}
+
+#[test]
+fn ple_window_doubles_while_spinning_and_resets_on_sched_in() {
+    // Two threads on two vCPUs/CPUs contend for a lock held 2 ms: the waiter
+    // pause-loop-exits with windows 4096, 8192, ... and is never scheduled out.
+    let mut c = rr(2, 2, 0);
+    c.vms[0].workload.phases =
+        vec![Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 2_000_000, dist: Dist::Fixed, prob: 1.0 }];
+    let mut s = sim_of(&c);
+    s.step_until(1_500_000).unwrap();
+    let w = if s.vcpus[0].c.ple_exits > 0 { 0 } else { 1 };
+    let exits = s.vcpus[w].c.ple_exits;
+    assert!(exits >= 5, "{exits}");
+    assert_eq!(s.vcpus[w].ple_window, 4096u64 << exits);
+    assert_eq!(s.vcpus[w].c.sched_in, 1);
+    // sched-in after a switch-out resets the window (shrink = 0).
+    let cpu = s.vcpus[w].running.unwrap() as usize;
+    s.schedule(cpu, Why::Tick); // nothing else runnable: no switch, no reset
+    assert_eq!(s.vcpus[w].ple_window, 4096u64 << exits);
+    s.vcpus[w].scheduled_out = true;
+    s.vcpus[w].act = super::engine::Act::Off;
+    s.vcpus[w].running = None;
+    s.vcpu_sched_in(w, cpu);
+    assert_eq!(s.vcpus[w].ple_window, 4096);
+}
+
+#[test]
+fn preempted_byte_only_for_involuntary_preemption_at_an_instruction_boundary() {
+    let mut s = sim_of(&rr(3, 2, 0));
+    s.step_until(10_000).unwrap();
+    let on0 = if s.vcpus[0].running.is_some() { 0 } else { 2 };
+    // a tick-driven switch: reported
+    let task = s.vcpus[on0].task as usize;
+    s.tasks[task].vruntime += 10_000_000;
+    s.tasks[task].deadline = s.tasks[task].vruntime;
+    s.schedule(0, Why::Tick);
+    assert!(s.vcpus[on0].running.is_none());
+    assert!(s.vcpus[on0].preempted && s.vcpus[on0].ready && s.vcpus[on0].st_preempted);
+    assert_eq!(s.vcpus[on0].c.preemption_reported, 1);
+    // a switch at the end of an exit handler (yield): preempted, but the byte is not set
+    let other = 2 - on0;
+    let task = s.vcpus[other].task as usize;
+    s.tasks[task].vruntime += 20_000_000;
+    s.tasks[task].deadline = s.tasks[task].vruntime;
+    s.schedule(0, Why::Yield);
+    assert!(s.vcpus[other].preempted && !s.vcpus[other].st_preempted);
+    assert_eq!(s.vcpus[other].c.preemption_other, 1);
+    // sched-in clears preempted, ready and the byte
+    assert!(!s.vcpus[on0].preempted && !s.vcpus[on0].ready && !s.vcpus[on0].st_preempted);
+}
+
+#[test]
+fn halted_vcpus_are_blocking_not_preempted_and_stay_blocking_after_wake() {
+    let mut s = sim_of(&rr(3, 2, 1));
+    s.step_until(10_000_000).unwrap();
+    let h = &s.vcpus[1];
+    assert!(h.halted && h.blocking && !h.preempted && !h.ready && !h.st_preempted);
+    s.vcpu_host_wake(1, super::engine::WakeReason::Timer);
+    let h = &s.vcpus[1];
+    assert!(h.ready && h.blocking, "blocking stays true until it runs");
+    let v = s.view(1);
+    assert!(!v.dy_runnable, "a timer-only wake is not dy_runnable");
+    assert!(!policy::candidate_passes(&v, true, true));
+}
+
+#[test]
+fn ple_disabled_means_no_exits() {
+    let mut c = small(PolicyKind::Upstream, 2, 4, 4);
+    c.vms[0].ple.enabled = false;
+    let r = run(&c).unwrap();
+    assert_eq!(r.summary.u64s("ple_exits")[0], 0);
+    assert!(r.summary.f64s("spin_frac")[0] > 0.0);
+}
+
+#[test]
+fn gang_scheduling_conserves_time() {
+    let mut c = small(PolicyKind::Upstream, 4, 4, 8);
+    c.host.scheduler = Scheduler::Gang;
+    c.trace = true;
+    let r = run(&c).unwrap();
+    conservation(&r, c.duration_ns);
+    assert!(r.summary.u64s("ops")[0] > 0);
+}
+
+#[test]
+fn every_lock_kind_and_phase_runs_and_conserves() {
+    for kind in [LockKind::Tas, LockKind::Ticket, LockKind::Queued, LockKind::PvQueued, LockKind::Mutex] {
+        let mut c = small(PolicyKind::Upstream, 2, 4, 3);
+        c.host.background.utilization = 0.2;
+        c.vms[0].threads = 6;
+        c.vms[0].pv.guest_idle_poll_ns = 20_000;
+        c.vms[0].workload.phases = vec![
+            Phase::Compute { ns: 10_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
+            Phase::Lock { lock: 0, lock_kind: kind, hold_ns: 3_000, dist: Dist::Uniform, prob: 1.0 },
+            Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2 },
+            Phase::Send { to: 1, prob: 1.0 },
+            Phase::Recv { prob: 1.0 },
+            Phase::Sleep { ns: 5_000, dist: Dist::Exp, prob: 0.3 },
+            Phase::Barrier { prob: 1.0 },
+        ];
+        c.trace = true;
+        let r = run(&c).unwrap();
+        conservation(&r, c.duration_ns);
+        assert!(r.summary.u64s("ops")[0] > 0, "{kind:?}");
+    }
+}
+
+#[test]
+fn fixed_iterations_end_the_run_early() {
+    let mut c = small(PolicyKind::Upstream, 1, 4, 4);
+    c.vms[0].workload.iterations = 10;
+    c.duration_ns = 1_000_000_000;
+    let r = run(&c).unwrap();
+    assert!(r.summary.get("finished") == Some(&Column::Bool(vec![true])));
+    assert!(r.summary.u64s("duration_ns")[0] < c.duration_ns);
+    assert_eq!(r.summary.u64s("ops")[0], 40);
+    conservation(&r, c.duration_ns);
+}

@@ -1,0 +1,248 @@
+"""vcpulab.sim: configuration, determinism, conservation, Python policies."""
+
+from __future__ import annotations
+
+import pickle
+
+import polars as pl
+import pytest
+
+from vcpulab import sim
+from vcpulab.sim import policies as P
+from vcpulab.sim import presets
+
+RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+
+
+def small(**kw) -> sim.Config:
+    vm = sim.Vm(vcpus=4, count=2, **kw)
+    return sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=10_000_000, seed=3)
+
+
+def assert_conserved(r: sim.Result) -> None:
+    d = r.summary["duration_ns"][0]
+    tot = r.pcpus.select(pl.sum_horizontal(RUN_COLS_P)).to_series()
+    assert (tot == d).all(), tot
+    v = r.vcpus.select(pl.col("running_ns") + pl.col("wait_ns") + pl.col("halted_ns")).to_series()
+    assert (v == d).all(), v
+    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns"])).to_series()
+    assert (run == r.vcpus["running_ns"]).all()
+
+
+# ----------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: sim.Host(pcpus=0), "Host.pcpus must be >= 1, got 0"),
+        (lambda: sim.Host(scheduler="cfs"), "Host.scheduler must be one of"),
+        (lambda: sim.Host(next_buddy="sometimes"), "Host.next_buddy"),
+        (lambda: sim.Background(utilization=1.0), "Background.utilization"),
+        (lambda: sim.Ple(window=0), "Ple.window must be >= 1"),
+        (lambda: sim.Ple(window=5000, max=4096), "Ple.max must be >= Ple.window"),
+        (lambda: sim.Ple(grow=-1), "Ple.grow"),
+        (lambda: sim.Policy(kind="magic"), "Policy.kind"),
+        (lambda: sim.Pv(placement="anywhere"), "Pv.placement"),
+        (lambda: sim.Compute(-1), "Compute.ns must be >= 0"),
+        (lambda: sim.Lock(0, "spin", 10), "Lock.lock_kind"),
+        (lambda: sim.Sleep(10, prob=1.5), "Sleep.prob"),
+        (lambda: sim.Barrier(prob=0.5), "Barrier.prob"),
+        (lambda: sim.Workload(phases=()), "Workload.phases"),
+        (lambda: sim.Workload(phases=(sim.Recv(), sim.Compute(10))), "Recv phase needs a Send"),
+        (lambda: sim.Vm(vcpus=0), "Vm.vcpus must be >= 1"),
+        (lambda: sim.Vm(vcpus=2, threads=100), "Vm.threads"),
+        (lambda: sim.Config(duration_ns=0), "Config.duration_ns"),
+        (lambda: sim.Config(vms=()), "Config.vms"),
+        (lambda: sim.Host(pcpus=True), "Host.pcpus must be an int"),
+        (lambda: P.python(42), "Policy.fn must be callable"),
+    ],
+)
+def test_bad_values_raise_valueerror_naming_the_field(make, field):
+    with pytest.raises(ValueError, match=field.replace("(", r"\(").replace(")", r"\)")):
+        make()
+
+
+def test_config_round_trips_through_dict_json_and_pickle():
+    cfg = sim.Config(
+        host=sim.Host(pcpus=8, background=sim.Background(0.1)),
+        vms=(
+            sim.Vm(vcpus=4, workload=presets.sysbench_oltp_like(), policy=P.upstream(last_boosted_bug=True)),
+            sim.Vm(vcpus=2, count=3, ple=sim.Ple.svm(), workload=presets.parsec_barrier_like()),
+        ),
+        seed=7,
+    )
+    assert sim.Config.from_dict(cfg.to_dict()) == cfg
+    assert sim.Config.from_json(cfg.to_json()) == cfg
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert hash(cfg) == hash(sim.Config.from_json(cfg.to_json()))
+    assert cfg.config_hash() == sim.Config.from_json(cfg.to_json()).config_hash()
+    assert cfg.with_path("host.pcpus", 16).host.pcpus == 16
+    assert cfg.with_path("vms.1.policy", P.oracle()).vms[1].policy.kind == "oracle"
+    with pytest.raises(ValueError, match="no field"):
+        cfg.with_path("host.cores", 1)
+    with pytest.raises(ValueError, match="has no field"):
+        sim.Host.from_dict({"pcpus": 2, "cores": 1})
+
+
+def test_rust_validates_again():
+    from vcpulab import _core
+
+    d = small().to_dict()
+    d["host"]["pcpus"] = 0
+    import json
+
+    with pytest.raises(ValueError, match="host.pcpus must be >= 1, got 0"):
+        _core.sim_run(json.dumps(d))
+    with pytest.raises(ValueError, match="invalid configuration JSON"):
+        _core.sim_run("{not json")
+
+
+# -------------------------------------------------------- determinism & conservation
+
+
+def test_same_seed_identical_frames_other_seed_differs():
+    cfg = small()
+    a, b = sim.run(cfg, trace=True), sim.run(cfg, trace=True)
+    for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+    c = sim.run(cfg.replace(seed=4))
+    assert not c.vcpus.equals(a.vcpus)
+
+
+def test_sweep_on_one_and_two_threads_is_identical():
+    base = small()
+    grid = {"vms.0.policy": [P.upstream(), P.dy_eligible(), P.random()], "seed": [1, 2]}
+    one = sim.sweep(base, grid, threads=1, progress=False)
+    two = sim.sweep(base, grid, threads=2, progress=False)
+    assert one.drop("events").equals(two.drop("events"))
+    assert one.equals(two)
+    assert one.height == 6
+    assert one["vms.0.policy"].to_list()[:2] == ["upstream", "upstream"]
+    assert "config_hash" in one.columns
+
+
+def test_sweep_of_a_list_and_full_results():
+    cfgs = [small(), small().replace(seed=9)]
+    df, res = sim.sweep(cfgs, threads=2, progress=True, results=True)
+    assert df["point"].to_list() == [0, 1]
+    assert res[1].config.seed == 9
+    assert res[0].summary.equals(sim.run(cfgs[0]).summary)
+
+
+@pytest.mark.parametrize("scheduler", ["fair", "gang"])
+@pytest.mark.parametrize("lock_kind", ["tas", "ticket", "queued", "pv_queued", "mutex"])
+def test_conservation_for_every_lock_kind(lock_kind, scheduler):
+    wl = sim.Workload(
+        phases=(
+            sim.Compute(10_000, dist="exp"),
+            sim.Lock(0, lock_kind, 3_000, dist="uniform"),
+            sim.Ipi(0, 1_000, prob=0.2),
+            sim.Send(1),
+            sim.Recv(),
+            sim.Sleep(5_000, dist="exp", prob=0.3),
+            sim.Barrier(),
+        )
+    )
+    cfg = sim.Config(
+        host=sim.Host(pcpus=3, scheduler=scheduler, background=sim.Background(0.2)),
+        vms=(sim.Vm(vcpus=4, count=2, threads=6, workload=wl, pv=sim.Pv(guest_idle_poll_ns=20_000)),),
+        duration_ns=5_000_000,
+    )
+    r = sim.run(cfg, trace=True)
+    assert_conserved(r)
+    assert r.summary["ops"][0] > 0
+    t = r.trace
+    assert (t["end_ns"] >= t["start_ns"]).all()
+    assert set(t["why"].unique()) <= {"tick", "wakeup_preempt", "boost", "gang", "exit_resched", "yield", "halt", "sleep", "idle", "end"}
+
+
+def test_fixed_iterations_give_wall_time():
+    cfg = sim.Config(
+        host=sim.Host(pcpus=8),
+        vms=(sim.Vm(vcpus=4, workload=presets.parsec_barrier_like(compute_ns=50_000, iterations=20)),),
+        duration_ns=1_000_000_000,
+    )
+    r = sim.run(cfg)
+    assert r.summary["finished"][0]
+    assert r.vms["ops"][0] == 80
+    assert r.vms["wall_ns"][0] == r.summary["duration_ns"][0] < 1_000_000_000
+    assert_conserved(r)
+
+
+# -------------------------------------------------------------- Python policies
+
+
+def test_python_dy_eligible_gives_exactly_the_builtin_result():
+    # digest scenario (e), on an overcommitted host with two VMs of the same entry
+    cfg = sim.Config(
+        host=sim.Host(pcpus=6),
+        vms=(sim.Vm(vcpus=6, count=2, threads=12, workload=presets.ebizzy_like(), ple=sim.Ple.fixed()),),
+        duration_ns=20_000_000,
+        seed=11,
+    )
+    a = sim.run(cfg.with_path("vms.0.policy", P.dy_eligible()), trace=True)
+    b = sim.run(cfg.with_path("vms.0.policy", P.python(P.DyEligibleInPython())), trace=True)
+    assert a.summary["yield_attempts"][0] > 100
+    assert a.vcpus.equals(b.vcpus)
+    assert a.pcpus.equals(b.pcpus)
+    assert a.trace.equals(b.trace)
+    assert a.summary.equals(b.summary)
+    assert a.vms.drop("policy").equals(b.vms.drop("policy"))
+
+
+def test_python_policy_sees_states_and_may_decline():
+    seen = []
+
+    def never(spinner, cands):
+        seen.append((spinner.index, spinner.n_vcpus, len(cands), spinner.attempts))
+        assert spinner.index not in [c.index for c in cands]
+        assert isinstance(cands[0], sim.VcpuView)
+        return None
+
+    cfg = small(policy=P.python(never), ple=sim.Ple.fixed())  # no IPIs: no PV sched-yield either
+    r = sim.run(cfg.with_path("host.pcpus", 2))
+    assert r.summary["yield_attempts"][0] == 0
+    # the callable was deep-copied for the run, so `seen` of this function object
+    # (functions deep-copy to themselves) is filled
+    assert seen and all(n == 4 and k == 3 and a == [] for _, n, k, a in seen)
+
+
+def test_python_policy_errors_reach_python():
+    def boom(spinner, cands):
+        raise ZeroDivisionError("policy bug")
+
+    cfg = small(policy=P.python(boom), ple=sim.Ple.fixed()).with_path("host.pcpus", 2)
+    with pytest.raises(ZeroDivisionError, match="policy bug"):
+        sim.run(cfg)
+
+    def bad(spinner, cands):
+        return spinner.index  # not a candidate
+
+    with pytest.raises(ValueError, match="not a candidate"):
+        sim.run(small(policy=P.python(bad), ple=sim.Ple.fixed()).with_path("host.pcpus", 2))
+
+    with pytest.raises(ValueError, match="must return a vCPU index"):
+        sim.run(small(policy=P.python(lambda s, c: "x", name="strs"), ple=sim.Ple.fixed()).with_path("host.pcpus", 2))
+
+
+def test_python_policy_without_callable_is_rejected():
+    cfg = sim.Config.from_dict(small(policy=P.python(P.DyEligibleInPython())).to_dict())
+    with pytest.raises(ValueError, match="has no callable"):
+        sim.run(cfg)
+
+
+def test_kernel_rule_counters_are_consistent():
+    cfg = sim.Config(
+        host=sim.Host(pcpus=4),
+        vms=(sim.Vm(vcpus=4, count=2, threads=8, workload=presets.ebizzy_like()),),
+        duration_ns=20_000_000,
+    )
+    r = sim.run(cfg)
+    s = r.summary
+    assert s["yield_attempts"][0] == s["yield_ok"][0] + s["yield_esrch"][0] + s["yield_zero"][0]
+    # VMX windows are powers of two of 4096 up to UINT_MAX
+    for w in r.vcpus["ple_window_max"]:
+        assert w == 2**32 - 1 or (w % 4096 == 0 and (w // 4096) & (w // 4096 - 1) == 0)
+    # a halted vCPU is never reported preempted; preemptions happen on this host
+    assert s["preemption_reported"][0] > 0 and s["preemption_other"][0] > 0
