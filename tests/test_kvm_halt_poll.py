@@ -62,7 +62,8 @@ def test_no_polling_with_0_every_halt_blocks(kvm_host: Host) -> None:
     assert d["guest_halts"] == WAKEUPS
     assert d["halt_successful_poll"] == 0
     assert d["halt_attempted_poll"] == 0
-    # every halt that blocked was woken by kvm_vcpu_wake_up, and with the MSI
-    # sent 50 µs after the guest halted, (nearly) every halt blocked
-    assert d["halt_wakeup"] == d["blocked"]
+    # every halt that blocked was woken by kvm_vcpu_wake_up (a second wake-up of
+    # a vCPU that is already waking can add one), and with the MSI sent 50 µs
+    # after the guest halted, (nearly) every halt blocked
+    assert abs(d["halt_wakeup"] - d["blocked"]) <= 2
     assert d["halt_wakeup"] == pytest.approx(d["halt_exits"], rel=0.02)
