@@ -1,54 +1,18 @@
-"""Shared fixtures: the real-KVM host, and a count of the real-KVM tests that ran.
+"""Helpers shared by the tests.
 
-Tests that touch /dev/kvm are marked ``kvm`` (automatically, by using the
-``kvm_host`` fixture). They skip, with the exact reason, only where /dev/kvm is
-unusable; on the project's machines they must run.
+Tests that touch /dev/kvm use the ``kvm_host`` fixture of vcpulab's pytest
+plugin, which marks them ``kvm``; they skip, with the exact reason, only where
+/dev/kvm is unusable; on the project's machines they must run.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections import Counter
 
-import pytest
-
-from vcpulab.kvm import Host, kvm_available
-
-_KVM_OK, _KVM_WHY = kvm_available()
-_kvm_outcomes: Counter[str] = Counter()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "kvm_host" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.kvm)
-
-
-@pytest.fixture(scope="session")
-def kvm_host() -> Host:
-    """The host's /dev/kvm; skips with the exact reason where it is unusable."""
-    if not _KVM_OK:
-        pytest.skip(f"/dev/kvm unusable: {_KVM_WHY}")
-    return Host()
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "kvm" not in report.keywords:
-        return
-    if report.when == "call":
-        _kvm_outcomes[report.outcome] += 1
-    elif report.when == "setup" and report.outcome != "passed":
-        _kvm_outcomes[report.outcome] += 1
-
-
-def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
-    ran = _kvm_outcomes["passed"] + _kvm_outcomes["failed"]
-    terminalreporter.write_sep(
-        "-",
-        f"real-KVM tests: {ran} ran ({_kvm_outcomes['passed']} passed, {_kvm_outcomes['failed']} failed), "
-        f"{_kvm_outcomes['skipped']} skipped" + ("" if _KVM_OK else f" — /dev/kvm unusable: {_KVM_WHY}"),
-    )
+# The `kvm_host` fixture, the `kvm`/`slow` markers and the closing count of
+# real-KVM tests come from vcpulab's pytest plugin (vcpulab/pytest_plugin.py,
+# registered through the pytest11 entry point).
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -341,6 +341,21 @@ class Run:
         )
         return s.sort(["vm", "vcpu"])
 
+    def _repr_html_(self) -> str:
+        from vcpulab._display import table
+
+        prov = self.config.get("provenance", {})
+        rows = [
+            ("workload", self.config.get("workload")),
+            ("VMs × vCPUs", f"{self.config.get('vms')} × {self.config.get('vcpus')}"),
+            ("placement", self.config.get("placement")),
+            ("wall time", f"{self.wall_s:.3f} s"),
+            ("halt_poll_ns", self.config.get("halt_poll_ns") if self.config.get("halt_poll_ns") is not None else "module default"),
+            ("vcpulab", prov.get("vcpulab_version")),
+            ("host", f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}"),
+        ]
+        return table("real-KVM run", rows, [("results", self.results), ("threads", self.threads), ("samples", self.samples)])
+
     def __repr__(self) -> str:
         return (
             f"<Run {self.config.get('workload', {}).get('workload')} vms={self.config.get('vms')} "

@@ -244,6 +244,24 @@ class Host:
     def __repr__(self) -> str:
         return f"Host({self.path!r}, api_version={self.api_version}, max_vcpus={self.max_vcpus}, virtualization={self.virtualization!r})"
 
+    def _repr_html_(self) -> str:
+        from vcpulab._display import table
+
+        kvm = self.module_params.get("kvm", {})
+        return table(
+            f"KVM host ({self.path})",
+            [
+                ("API version", self.api_version),
+                ("virtualization", self.virtualization),
+                ("max vCPUs / max vCPU id", f"{self.max_vcpus} / {self.max_vcpu_id}"),
+                ("halt polling", f"halt_poll_ns={kvm.get('halt_poll_ns')}, grow={kvm.get('halt_poll_ns_grow')}, "
+                                 f"grow_start={kvm.get('halt_poll_ns_grow_start')}, shrink={kvm.get('halt_poll_ns_shrink')}"),
+                ("exits that can be disabled", self.disable_exits_allowed),
+                ("PV features", {n for n, on in self.pv_features.items() if on}),
+                ("capabilities", {k: v for k, v in self.capabilities.items()}),
+            ],
+        )  # fmt: skip
+
 
 # --------------------------------------------------------------------------- values
 
@@ -614,6 +632,20 @@ class Vm:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self.vcpus)} vCPUs"
         return f"<Vm {self.memory_mib} MiB irqchip={self.irqchip} {state}>"
+
+    def _repr_html_(self) -> str:
+        from vcpulab._display import table
+
+        rows: list[tuple[str, object]] = [("guest RAM", f"{self.memory_mib} MiB"), ("in-kernel irqchip", self.irqchip)]
+        if self.closed:
+            rows.append(("state", "closed"))
+        else:
+            rows += [
+                ("vCPUs", ", ".join(str(v.id) for v in self.vcpus) or "none"),
+                ("halt_poll_ns", self.halt_poll_ns),
+                ("disabled exits", self.disabled_exits),
+            ]
+        return table("KVM VM", rows)
 
 
 def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:

@@ -1,0 +1,69 @@
+"""vcpulab's pytest plugin (registered through the ``pytest11`` entry point).
+
+* fixture ``kvm_host``: the host's ``/dev/kvm`` as a :class:`vcpulab.kvm.Host`;
+  a test using it skips with the exact reason where ``/dev/kvm`` is unusable,
+  and is marked ``kvm`` automatically;
+* markers ``kvm`` (runs against real KVM) and ``slow`` (a longer experiment):
+  deselect with ``-m "not kvm"`` or ``-m "not slow"``;
+* a closing line counting the real-KVM tests that ran;
+* assertion helpers for experiment frames live in :mod:`vcpulab.testing`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+_outcomes: Counter[str] = Counter()
+_state: dict[str, Any] = {}
+
+
+def _availability() -> tuple[bool, str]:
+    if "ok" not in _state:
+        from vcpulab.kvm import kvm_available
+
+        _state["ok"], _state["why"] = kvm_available()
+    return _state["ok"], _state["why"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kvm: runs against the real /dev/kvm of this host")
+    config.addinivalue_line("markers", "slow: a longer experiment (seconds)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "kvm_host" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kvm)
+
+
+@pytest.fixture(scope="session")
+def kvm_host() -> Any:
+    """The host's /dev/kvm; skips with the exact reason where it is unusable."""
+    ok, why = _availability()
+    if not ok:
+        pytest.skip(f"/dev/kvm unusable: {why}")
+    from vcpulab.kvm import Host
+
+    return Host()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "kvm" not in report.keywords:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _outcomes[report.outcome] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not sum(_outcomes.values()):
+        return
+    ok, why = _availability()
+    ran = _outcomes["passed"] + _outcomes["failed"]
+    terminalreporter.write_sep(
+        "-",
+        f"real-KVM tests: {ran} ran ({_outcomes['passed']} passed, {_outcomes['failed']} failed), "
+        f"{_outcomes['skipped']} skipped" + ("" if ok else f" — /dev/kvm unusable: {why}"),
+    )

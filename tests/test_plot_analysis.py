@@ -1,0 +1,112 @@
+"""Sched maps, plots and analysis helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from vcpulab.analysis import compare, time_breakdown
+from vcpulab.plot import BLACK, WHITE, policy_comparison, sched_map, sched_map_image, vcpu_color
+from vcpulab.testing import assert_between, assert_equal_columns, assert_monotonic
+
+
+def _two_vm_trace() -> pl.DataFrame:
+    # 2 host CPUs, 100 µs. CPU 0: VM0.vCPU0 0-30 µs, VM1.vCPU1 30-60, idle 60-80, background 80-100.
+    # CPU 1: VM1.vCPU0 0-50, VM0.vCPU1 50-100.
+    rows = [
+        (0, 0, 30_000, 0, 0), (0, 30_000, 60_000, 1, 1), (0, 80_000, 100_000, -1, -1),
+        (1, 0, 50_000, 1, 0), (1, 50_000, 100_000, 0, 1),
+    ]  # fmt: skip
+    return pl.DataFrame(rows, schema=["pcpu", "start_ns", "end_ns", "vm", "vcpu"], orient="row").with_columns(
+        pl.lit("slice").alias("why")
+    )
+
+
+def test_sched_map_pixels_follow_the_trace() -> None:
+    img = sched_map_image(_two_vm_trace(), us_per_pixel=10)
+    assert img.shape == (2, 10, 3)
+    c = {key: vcpu_color(*key, n_vms=2, n_vcpus=2) for key in [(0, 0), (0, 1), (1, 0), (1, 1)]}
+    assert len(set(c.values())) == 4  # every vCPU its own colour
+    assert [tuple(p) for p in img[0]] == [c[0, 0]] * 3 + [c[1, 1]] * 3 + [WHITE] * 2 + [BLACK] * 2
+    assert [tuple(p) for p in img[1]] == [c[1, 0]] * 5 + [c[0, 1]] * 5
+    # one hue per VM, brightness per vCPU: same VM → same hue
+    import colorsys
+
+    hue = lambda rgb: colorsys.rgb_to_hls(*(x / 255 for x in rgb))[0]  # noqa: E731
+    assert hue(c[0, 0]) == pytest.approx(hue(c[0, 1]), abs=0.02)
+    assert hue(c[0, 0]) != pytest.approx(hue(c[1, 0]), abs=0.1)
+    # rows can be taller than one pixel
+    assert sched_map_image(_two_vm_trace(), us_per_pixel=10, row_px=3).shape == (6, 10, 3)
+
+
+def test_sched_map_png_holds_the_raster_pixel_for_pixel(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import matplotlib.image as mpimg
+
+    path = tmp_path / "map.png"
+    sm = sched_map(_two_vm_trace(), path, us_per_pixel=10, row_px=2)
+    png = (mpimg.imread(path)[..., :3] * 255).round().astype(np.uint8)
+    # the raster sits at the top-left corner of the saved figure, unscaled
+    assert np.array_equal(png[: sm.image.shape[0], : sm.image.shape[1]], sm.image)
+
+
+def test_sched_map_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="no trace"):
+        sched_map_image(type("R", (), {"trace": None})())
+    with pytest.raises(ValueError, match="us_per_pixel"):
+        sched_map_image(_two_vm_trace(), us_per_pixel=0)
+    with pytest.raises(ValueError, match="missing columns"):
+        sched_map_image(pl.DataFrame({"pcpu": [0]}))
+
+
+def test_sched_map_of_a_simulated_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab import sim
+
+    cfg = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=2_000_000, trace=True)
+    r = sim.run(cfg)
+    img = sched_map_image(r, us_per_pixel=20)
+    assert img.shape == (2, 100, 3)
+    # overcommitted 2x and busy: nearly every pixel shows a vCPU colour
+    assert (img != 255).any(axis=2).mean() > 0.9
+    sched_map(r, tmp_path / "sim.png")
+    assert (tmp_path / "sim.png").stat().st_size > 0
+    tb = time_breakdown(r)
+    sums = tb.group_by(["vm", "vcpu"]).agg(pl.col("fraction").sum())
+    assert np.allclose(sums["fraction"].to_numpy(), 1.0)
+
+
+def test_compare_finds_a_real_difference_and_not_noise() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.normal(100, 5, 10)
+    c = compare(a, a + 20)
+    assert c.p_value < 0.01 and c.difference == pytest.approx(20)
+    assert c.ci[0] < 20 < c.ci[1] and c.effect_size > 2
+    same = compare(a, rng.normal(100, 5, 10))
+    assert same.p_value > 0.05
+    assert same.ci[0] < 0 < same.ci[1]
+    # exact permutation test for small samples: 3 vs 3 fully separated → p = 2/20
+    exact = compare([1, 2, 3], [7, 8, 9])
+    assert exact.p_value == pytest.approx(0.1)
+    one_sided = compare([1, 2, 3], [7, 8, 9], alternative="greater")
+    assert one_sided.p_value == pytest.approx(0.05)
+    df_a = pl.DataFrame({"throughput": a})
+    assert compare(df_a, df_a, "throughput").p_value == 1.0
+    with pytest.raises(ValueError, match="column"):
+        compare(df_a, df_a, "nope")
+    with pytest.raises(ValueError, match="finite"):
+        compare([1.0, float("nan")], [1.0])
+
+
+def test_policy_comparison_and_frame_assertions() -> None:
+    df = pl.DataFrame({"policy": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1], "ops": [10.0, 12.0, 20.0, 22.0]})
+    fig = policy_comparison(df, "ops")
+    assert len(fig.axes[0].patches) == 2
+    assert_between(df, "ops", 10, 22)
+    with pytest.raises(AssertionError, match="outside"):
+        assert_between(df, "ops", 11, None)
+    assert_monotonic(df, "ops", by=("policy",), order="seed")
+    with pytest.raises(AssertionError, match="decreases"):
+        assert_monotonic(df.with_columns(pl.col("ops") * -1), "ops", by=("policy",), order="seed")
+    assert_equal_columns(df, "ops", "ops")
+    with pytest.raises(AssertionError, match="missing"):
+        assert_between(df, "nope", 0, 1)

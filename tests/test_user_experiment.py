@@ -1,0 +1,22 @@
+"""An experiment script written the way a vcpulab user would write one: the
+plugin's ``kvm_host`` fixture, the ``slow`` marker, and the frame assertions of
+``vcpulab.testing``. Copy it as a starting point for your own."""
+
+from __future__ import annotations
+
+import pytest
+
+from vcpulab.experiment import Spin, run
+from vcpulab.kvm import Host
+from vcpulab.testing import assert_between, assert_monotonic
+
+
+@pytest.mark.slow
+def test_four_vcpus_on_two_cpus_each_get_half(kvm_host: Host) -> None:
+    r = run(Spin(), vcpus=4, pcpus=[0, 1], duration=0.6, sample_every=0.02, host=kvm_host)
+    # every vCPU waited on a run queue about half of the time ...
+    assert_between(r.steal_fraction(), "steal_fraction", 0.3, 0.7)
+    # ... its steal time only ever grew ...
+    assert_monotonic(r.samples, "steal_ns")
+    # ... and no vCPU starved
+    assert_between(r.results, "pauses", lo=1)
