@@ -3,6 +3,7 @@
     vcpulab info                         what KVM offers on this host (or exactly why it is unusable)
     vcpulab kvm steal --vcpus 4 --pcpus 1 --seconds 2
                                          a real overcommit run printing steal per vCPU
+    vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
 
 Every command takes ``--help``. Bad arguments give one clear line on stderr and
@@ -100,6 +101,176 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     return 0
 
 
+SPEC_HELP = """\
+A SPEC.toml describes one simulated run, or a sweep when it has a [grid]:
+
+  [config]                  # a vcpulab.sim.Config, field for field
+  duration_ns = 20_000_000
+  seed = 0
+  trace = true              # needed for sched maps
+  [config.host]
+  pcpus = 8
+  [[config.vms]]
+  vcpus = 8
+  count = 2
+  workload = "ebizzy_like"  # a preset of vcpulab.sim.presets, or a table
+  policy = "dy_eligible"    # a constructor of vcpulab.sim.policies, or a table
+
+  [grid]                    # optional: dotted paths -> lists of values
+  "vms.0.policy" = ["baseline_2011", "dy_eligible"]
+  seed = [0, 1, 2]
+
+  [output]                  # optional
+  sched_map = true          # a PNG per run with a trace
+  us_per_pixel = 10
+"""
+
+
+def _named(kind: str, value: object, path: str) -> object:
+    """A preset/policy given by name in TOML → its config object."""
+    from vcpulab.sim import policies, presets
+
+    if not isinstance(value, str):
+        return value
+    module = presets if kind == "workload" else policies
+    fn = getattr(module, value, None)
+    public = getattr(module, "__all__", [])
+    if fn is None or value not in public or value in ("python", "DyEligibleInPython", "ESRCH"):
+        names = [n for n in public if n not in ("python", "DyEligibleInPython", "ESRCH")]
+        raise ValueError(f"{path}: unknown {kind} {value!r}; choose one of {', '.join(names)} or give a table")
+    return fn()
+
+
+def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[str, object]]:
+    """Parse a SPEC.toml into (base Config, grid or None, output options)."""
+    import tomllib
+
+    from vcpulab import sim
+
+    try:
+        spec = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
+    unknown = set(spec) - {"config", "grid", "output"}
+    if unknown:
+        raise ValueError(f"{path}: unknown section(s) {sorted(unknown)}; expected [config], [grid], [output]")
+    cfg = dict(spec.get("config", {}))
+    vms = []
+    for i, vm in enumerate(cfg.get("vms", [{}])):
+        vm = dict(vm)
+        for kind in ("workload", "policy"):
+            if kind in vm:
+                obj = _named(kind, vm[kind], f"config.vms[{i}].{kind}")
+                vm[kind] = obj.to_dict() if hasattr(obj, "to_dict") else obj
+        vms.append(vm)
+    cfg["vms"] = vms
+    try:
+        base = sim.Config.from_dict(cfg)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    grid = spec.get("grid")
+    if grid is not None:
+        if not isinstance(grid, dict) or not grid:
+            raise ValueError(f"{path}: [grid] must map dotted paths to lists of values")
+        conv: dict[str, list[object]] = {}
+        for k, vals in grid.items():
+            if not isinstance(vals, list) or not vals:
+                raise ValueError(f"{path}: grid.{k} must be a non-empty list")
+            leaf = k.rsplit(".", 1)[-1]
+            conv[k] = [_named(leaf, v, f"grid.{k}") if leaf in ("policy", "workload") else v for v in vals]
+            try:
+                base.with_path(k, conv[k][0])
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{path}: grid.{k}: {e}") from None
+        grid = conv
+    output = dict(spec.get("output", {}))
+    bad = set(output) - {"sched_map", "us_per_pixel"}
+    if bad:
+        raise ValueError(f"{path}: unknown [output] key(s) {sorted(bad)}; expected sched_map, us_per_pixel")
+    return base, grid, output
+
+
+def _parquet_meta(extra: dict[str, str] | None = None) -> dict[str, str]:
+    from vcpulab.experiment import provenance
+
+    prov = provenance()
+    meta = {f"vcpulab.{k}": (json.dumps(v, default=str) if not isinstance(v, str) else v) for k, v in prov.items()}
+    meta.update(extra or {})
+    return meta
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from vcpulab import sim
+    from vcpulab.plot import sched_map
+
+    base, grid, output = load_spec(Path(args.spec))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    want_map = bool(output.get("sched_map", base.trace))
+    upp = float(output.get("us_per_pixel", 10))
+    written: list[Path] = []
+    if grid is None:
+        r = sim.run(base)
+        meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
+        for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
+            df = getattr(r, name)
+            if df is not None:
+                p = out / f"{name}.parquet"
+                df.write_parquet(p, metadata=meta)
+                written.append(p)
+        show = [c for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok") if c in r.summary.columns]
+        with pl.Config(tbl_cols=len(show)):
+            print(r.summary.select(show))
+        if want_map:
+            if r.trace is None:
+                raise ValueError("[output] sched_map needs config.trace = true")
+            written.append(sched_map(r, out / "sched_map.png", us_per_pixel=upp).save(out / "sched_map.png"))
+    else:
+        extra = {}
+        if args.dask:
+            extra["executor"] = _dask_executor(args.dask)
+        df = sim.sweep(base, grid, threads=args.threads, progress=not args.quiet, **extra)
+        p = out / "sweep.parquet"
+        df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": json.dumps(grid, default=str)}))
+        written.append(p)
+        show = [c for c in list(grid) + ["throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "ple_exits", "yield_ok"] if c in df.columns]
+        with pl.Config(tbl_rows=40, tbl_cols=len(show), fmt_str_lengths=40):
+            print(df.select(show))
+        if want_map and base.trace:
+            for i, (params, cfg) in enumerate(_grid_points(base, grid)):
+                if i >= 8:
+                    break
+                r = sim.run(cfg)
+                written.append(sched_map(r, out / f"sched_map_{i}.png", us_per_pixel=upp, title=str(params)).save(out / f"sched_map_{i}.png"))
+    print("wrote:")
+    for p in written:
+        print(f"  {p}")
+    return 0
+
+
+def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[no-untyped-def]
+    import itertools
+
+    keys = list(grid)
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        cfg = base
+        for k, v in zip(keys, combo):
+            cfg = cfg.with_path(k, v)  # type: ignore[attr-defined]
+        yield dict(zip(keys, (getattr(v, "label", v) for v in combo))), cfg
+
+
+def _dask_executor(address: str):  # type: ignore[no-untyped-def]
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
+    return Client(address).get_executor()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -117,13 +288,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
         written.append(out / "kvm_steal_samples.parquet")
         print("\n== real KVM: halt polling, host -> vCPU messages 50 us after each halt")
         for poll in (0, 200_000):
-            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, duration=10, halt_poll_ns=poll)
+            from vcpulab import _core
+
+            cpus = sorted(_core.allowed_cpus())
+            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll)
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
             print(f"  halt_poll_ns={poll:>6}: round trip median {res['rtt_median_us']:.1f} us, "
                   f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts")  # fmt: skip
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
+    print("\n== simulator: digest §4 — 80 host CPUs at 2x overcommit (20 ms simulated)")
+    from vcpulab import sim
+    from vcpulab.plot import sched_map
+    from vcpulab.sim import scenarios
+
+    base = None
+    for vms, vcpus, sched in ((16, 10, "fair"), (8, 20, "fair"), (8, 20, "gang")):
+        cfg = scenarios.sched_map_2012(vms, vcpus, scheduler=sched, duration_ns=20_000_000).replace(trace=True)
+        r = sim.run(cfg)
+        tput = r.summary["throughput_ops_s"][0]
+        base = base or tput
+        label = f"{vms}x{vcpus}_{'gang' if sched == 'gang' else 'ple'}"
+        png = out / f"sched_map_{label}.png"
+        sched_map(r, png, us_per_pixel=5, row_px=3, start_ns=5_000_000, end_ns=10_000_000,
+                  title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
+                        f"{tput:,.0f} ops/s")  # fmt: skip
+        written.append(png)
+        print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
+              f"({tput / base:.2f}x the 16x10 PLE run); PLE exits {r.summary['ple_exits'][0]:,}")  # fmt: skip
+
     print(f"\ndone in {time.monotonic() - t0:.1f} s; wrote:")
     for p in written:
         print(f"  {p}")
@@ -143,6 +337,14 @@ def build_parser() -> argparse.ArgumentParser:
     steal.add_argument("--pcpus", type=_positive_int, default=1, help="host CPUs they share (default 1)")
     steal.add_argument("--seconds", type=_positive_float, default=2.0, help="duration (default 2)")
     steal.set_defaults(func=cmd_kvm_steal)
+    simp = sub.add_parser("sim", help="a simulated run or sweep described in TOML",
+                          description=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    simp.add_argument("spec", help="the SPEC.toml")
+    simp.add_argument("--out", default="vcpulab-sim-out", help="output folder (default ./vcpulab-sim-out)")
+    simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
+    simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
+    simp.add_argument("--quiet", action="store_true", help="no progress bar")
+    simp.set_defaults(func=cmd_sim)
     demo = sub.add_parser("demo", help="a short showcase of real KVM and the simulator")
     demo.add_argument("--out", default="vcpulab-demo", help="output folder (default ./vcpulab-demo)")
     demo.set_defaults(func=cmd_demo)
