@@ -1,0 +1,120 @@
+"""The `vcpulab` command, run as a user would (subprocess), error paths included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from vcpulab.kvm import Host
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def vcpulab(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vcpulab.cli", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("cmd", [[], ["info"], ["kvm", "steal"], ["sim"], ["demo"]])
+def test_help_on_every_command(cmd: list[str]) -> None:
+    r = vcpulab(*cmd, "--help")
+    assert r.returncode == 0
+    assert "usage: vcpulab" in r.stdout
+
+
+def test_info_reports_capabilities_and_module_params(kvm_host: Host) -> None:
+    r = vcpulab("info")
+    assert r.returncode == 0, r.stderr
+    assert "KVM_CAP_HALT_POLL" in r.stdout and "halt_poll_ns=" in r.stdout
+    j = vcpulab("info", "--json")
+    import json
+
+    d = json.loads(j.stdout)
+    assert d["api_version"] == 12 and "kvm" in d["module_params"]
+
+
+def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
+    r = vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "1", "--seconds", "0.5")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines()[1:] if ln.strip()[:1].isdigit() and "%" in ln]
+    assert len(rows) == 2
+    steal = [float(row[2].rstrip("%")) for row in rows]
+    assert all(20 < s < 80 for s in steal), r.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["kvm", "steal", "--vcpus", "0"], "positive integer"),
+        (["kvm", "steal", "--seconds", "abc"], "positive number"),
+        (["kvm", "steal", "--pcpus", "999"], "may use only"),
+        (["bogus"], "invalid choice"),
+        (["sim", "/nonexistent.toml"], "no such file"),
+    ],
+)
+def test_bad_arguments_give_one_clear_line(args: list[str], message: str) -> None:
+    r = vcpulab(*args)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    "toml,message",
+    [
+        ("[config\nx=1", "invalid TOML"),
+        ("[config]\nduration_ns = 'x'", "duration_ns"),
+        ("[config.host]\npcpus = 0", "pcpus"),
+        ("[[config.vms]]\npolicy = 'nope'", "unknown policy 'nope'"),
+        ("[config]\n[grid]\n'host.nope' = [1]", "no field 'nope'"),
+        ("[settings]\na = 1", "unknown section"),
+    ],
+)
+def test_bad_toml_gives_one_clear_line(tmp_path: Path, toml: str, message: str) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(toml)
+    r = vcpulab("sim", str(spec), "--out", str(tmp_path / "out"))
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) -> None:
+    spec = tmp_path / "run.toml"
+    spec.write_text(
+        "[config]\nduration_ns = 2_000_000\nseed = 7\ntrace = true\n[config.host]\npcpus = 2\n"
+        "[[config.vms]]\nvcpus = 2\ncount = 2\nworkload = 'ebizzy_like'\npolicy = 'dy_eligible'\n"
+    )
+    r = vcpulab("sim", str(spec), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
+        assert (out / f"{name}.parquet").exists()
+    assert (out / "sched_map.png").stat().st_size > 0
+    meta = pl.read_parquet_metadata(out / "summary.parquet")
+    assert '"seed":7' in meta["vcpulab.config"]
+    assert meta["vcpulab.seed"] == "7"
+    for key in ("vcpulab.vcpulab_version", "vcpulab.host_cpu_model", "vcpulab.kernel_release", "vcpulab.kvm_module_params"):
+        assert key in meta
+
+
+def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
+    r = vcpulab("sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 0, r.stderr
+    df = pl.read_parquet(tmp_path / "sweep.parquet")
+    assert df["vms.0.policy"].to_list() == ["baseline2011", "dy_eligible", "upstream", "oracle"]
+    assert (df["throughput_ops_s"] > 0).all()
+    assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
+    assert "vcpulab.grid" in pl.read_parquet_metadata(tmp_path / "sweep.parquet")
+
+
+def test_demo_finishes_and_names_its_files(tmp_path: Path, kvm_host: Host) -> None:
+    r = vcpulab("demo", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "wrote:" in r.stdout
+    for name in ("kvm_steal_samples.parquet", "sched_map_8x20_ple.png", "sched_map_8x20_gang.png"):
+        assert (tmp_path / name).exists()
+        assert str(tmp_path / name) in r.stdout
