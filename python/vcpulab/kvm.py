@@ -81,6 +81,13 @@ PROGRAMS: dict[str, str] = {
     "io_loop": "`count` × out `port`, then DONE (the IO round-trip benchmark)",
     "wait_interrupts": "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
     "assert": "assert `actual` == `expected` in the guest (tests the assertion path); DONE",
+    "sync": "send `count` SYNC messages with values 0, 1, …; DONE",
+    "exception": "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it",
+    "spin_lock": "lock contention (see vcpulab.experiment.SpinLock)",
+    "pv_spin_lock": "lock contention with vcpu_is_preempted (see vcpulab.experiment.PvSpinLock)",
+    "msi_pong": "halt until `count` MSIs of `vector` arrived, timing each halt (see MsiPingPong)",
+    "ipi_ping_pong": "vCPU 0 <-> vCPU 1 IPI round trips (see vcpulab.experiment.IpiPingPong)",
+    "idle_ticks": "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
 }
 
 #: numpy dtype of one steal-time snapshot (see :meth:`Vm.steal_times`).

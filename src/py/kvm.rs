@@ -198,6 +198,8 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
         "io_loop" => &["port", "count"],
         "wait_interrupts" => &["vector", "count"],
         "assert" => &["actual", "expected"],
+        "sync" => &["count"],
+        "exception" => &["vector"],
         "spin_lock" => &["kind", "hold", "think", "iterations", "vcpus"],
         "pv_spin_lock" => &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus"],
         "msi_pong" => &["vector", "count"],
@@ -207,7 +209,7 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             return Err(PyValueError::new_err(format!(
                 "unknown guest program {name:?}; choose one of io_out, io_in, mmio_write, mmio_read, halt, \
                  triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert, spin_lock, \
-                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks"
+                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks, sync, exception"
             )))
         }
     };
@@ -236,6 +238,8 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? }
         }
         "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
+        "sync" => Spec::Sync { count: g("count")? },
+        "exception" => Spec::Exception { vector: narrow(g("vector")?, "vector", name)? },
         "spin_lock" | "pv_spin_lock" => {
             let kind = if name == "pv_spin_lock" {
                 LockKind::Pv

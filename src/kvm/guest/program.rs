@@ -246,6 +246,12 @@ pub enum Spec {
     /// Asserts that `actual == expected` in the guest (a self-test of the ucall
     /// assertion path), then ucall DONE.
     Assert { actual: u64, expected: u64 },
+    /// Sends `count` ucall SYNC messages with the values 0, 1, …, then DONE
+    /// (the host sees each value; a test of the message protocol).
+    Sync { count: u64 },
+    /// Raises the exception `vector` (0 = #DE by dividing by zero, 3 = #BP by
+    /// `int3`, 6 = #UD by `ud2`); the IDT reports it through the ucall port.
+    Exception { vector: u8 },
     /// Lock contention (see [`SpinLockLayout`]): each vCPU repeatedly acquires
     /// one lock, runs a critical section of `hold` loop iterations that
     /// increments a shared counter non-atomically (a lost update would show),
@@ -340,6 +346,8 @@ impl Spec {
             Spec::IoLoop { .. } => "io_loop",
             Spec::WaitInterrupts { .. } => "wait_interrupts",
             Spec::Assert { .. } => "assert",
+            Spec::Sync { .. } => "sync",
+            Spec::Exception { .. } => "exception",
             Spec::SpinLock { kind: LockKind::Pv, .. } => "pv_spin_lock",
             Spec::SpinLock { .. } => "spin_lock",
             Spec::MsiPong { .. } => "msi_pong",
@@ -529,6 +537,41 @@ impl Spec {
                 a.mov(rax, actual).map_err(asm_err)?;
                 m.assert_eq(rax, expected, "actual == expected")?;
                 m.done()?;
+            }
+            Spec::Sync { count } => {
+                params.push(("count".into(), count));
+                a.xor(ebx, ebx).map_err(asm_err)?;
+                let mut top = a.create_label();
+                let mut out = a.create_label();
+                a.set_label(&mut top).map_err(asm_err)?;
+                a.mov(rax, count).map_err(asm_err)?;
+                a.cmp(rbx, rax).map_err(asm_err)?;
+                a.jae(out).map_err(asm_err)?;
+                m.sync(rbx)?;
+                let a = &mut m.a;
+                a.inc(rbx).map_err(asm_err)?;
+                a.jmp(top).map_err(asm_err)?;
+                a.set_label(&mut out).map_err(asm_err)?;
+                m.done()?;
+            }
+            Spec::Exception { vector } => {
+                params.push(("vector".into(), vector as u64));
+                match vector {
+                    0 => {
+                        a.xor(eax, eax).map_err(asm_err)?;
+                        a.xor(edx, edx).map_err(asm_err)?;
+                        a.xor(ecx, ecx).map_err(asm_err)?;
+                        a.div(ecx).map_err(asm_err)?;
+                    }
+                    3 => a.int3().map_err(asm_err)?,
+                    6 => a.ud2().map_err(asm_err)?,
+                    v => {
+                        return Err(Error::InvalidArgument(format!(
+                            "exception: vector must be 0 (#DE), 3 (#BP) or 6 (#UD), got {v}"
+                        )))
+                    }
+                }
+                m.park()?;
             }
             Spec::SpinLock { kind, hold, think, iterations, check_every, kick_vector, vcpus } => {
                 if kind == LockKind::Pv {
@@ -1018,6 +1061,10 @@ mod tests {
             Spec::MsiPong { vector: 0x40, count: 100 },
             Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
             Spec::IdleTicks { hz: 250, ticks: 10, vector: 0xec },
+            Spec::Sync { count: 3 },
+            Spec::Exception { vector: 0 },
+            Spec::Exception { vector: 3 },
+            Spec::Exception { vector: 6 },
         ];
         for s in specs {
             let p = s.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).unwrap_or_else(|e| panic!("{s:?}: {e}"));
