@@ -234,3 +234,29 @@ def test_msi_arguments_are_checked(kvm_host: Host) -> None:
             vm.send_msi(0, 3)
         with pytest.raises(ValueError, match="destination"):
             vm.send_msi(300, 40)
+
+
+def test_ctrl_c_interrupts_a_long_msi_train(kvm_host: Host) -> None:
+    code = textwrap.dedent(
+        """
+        import time
+        from vcpulab.kvm import Host
+        vm = Host().create_vm(memory_mib=4)
+        v = vm.create_vcpu(0)
+        print("ready", flush=True)
+        t0 = time.monotonic()
+        try:
+            vm.msi_train(0, 40, count=10**9, gap_us=10)
+        except KeyboardInterrupt:
+            print(f"interrupted after {time.monotonic() - t0:.3f}", flush=True)
+        """
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=10)
+    assert time.monotonic() - t0 < 1.0
+    assert "interrupted after" in out

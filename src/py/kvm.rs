@@ -28,6 +28,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Polls for a pending Ctrl-C from a thread that released the GIL, at most
+/// every 50 ms (taking the GIL briefly); remembers the KeyboardInterrupt.
+struct SignalPoll {
+    next: Instant,
+    error: Option<PyErr>,
+}
+
+impl SignalPoll {
+    fn new() -> Self {
+        Self { next: Instant::now() + Duration::from_millis(50), error: None }
+    }
+
+    /// True when a signal handler raised (the caller should stop).
+    fn interrupted(&mut self) -> bool {
+        if self.error.is_some() {
+            return true;
+        }
+        let now = Instant::now();
+        if now < self.next {
+            return false;
+        }
+        self.next = now + Duration::from_millis(50);
+        if let Err(e) = Python::attach(|py| py.check_signals()) {
+            self.error = Some(e);
+            return true;
+        }
+        false
+    }
+}
+
 fn timeout_deadline(timeout: f64) -> PyResult<Instant> {
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(PyValueError::new_err(format!("timeout must be a positive, finite number of seconds, got {timeout}")));
@@ -406,6 +436,7 @@ impl PyVm {
     fn msi_train(&self, py: Python<'_>, dest: u32, vector: u32, count: u64, gap_ns: u64) -> PyResult<(u64, u64, u64)> {
         let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
         let irqchip = self.irqchip;
+        let mut signals = SignalPoll::new();
         let r = py.detach(|| -> kvm::Result<(u64, u64, u64)> {
             let t0 = Instant::now();
             let mut max_late = 0u64;
@@ -413,14 +444,17 @@ impl PyVm {
                 let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
                 kvm::vm::wait_until(due);
                 max_late = max_late.max(Instant::now().duration_since(due).as_nanos() as u64);
-                if lock(&self.state).is_none() {
+                if lock(&self.state).is_none() || signals.interrupted() {
                     return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
                 }
                 kvm::vm::send_msi(&fd, irqchip, dest, vector)?;
             }
             Ok((count, t0.elapsed().as_nanos() as u64, max_late))
-        })?;
-        Ok(r)
+        });
+        if let Some(e) = signals.error {
+            return Err(e);
+        }
+        Ok(r?)
     }
 
     /// MSI ping-pong with a guest that counts its halts at `counter_gpa` (see
@@ -441,11 +475,15 @@ impl PyVm {
         let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
         let mem = self.mem(py)?;
         let irqchip = self.irqchip;
+        let signals = Mutex::new(SignalPoll::new());
         let rtt = py.detach(|| {
-            let stop = || lock(&self.state).is_none();
+            let stop = || lock(&self.state).is_none() || lock(&signals).interrupted();
             kvm::vm::msi_ping(&fd, irqchip, &mem, dest, vector, count, Duration::from_nanos(gap_ns), counter_gpa, deadline, &stop)
-        })?;
-        Ok(PyArray1::from_vec(py, rtt))
+        });
+        if let Some(e) = signals.into_inner().unwrap_or_else(|e| e.into_inner()).error {
+            return Err(e);
+        }
+        Ok(PyArray1::from_vec(py, rtt?))
     }
 
     /// VM binary stats: {name: int or numpy array}.
@@ -906,7 +944,7 @@ fn run_experiment<'py>(
         sample_every: sample_every.map(Duration::from_secs_f64),
         poll_every: Duration::from_secs_f64(poll_every),
     };
-    let mut interrupt: Option<PyErr> = None;
+    let mut signals = SignalPoll::new();
     let report = py.detach(|| -> kvm::Result<kvm::experiment::Report> {
         let mut guards: Vec<_> = cells.iter().map(|(c, _, _)| lock(&c.core)).collect();
         let mut members = Vec::with_capacity(guards.len());
@@ -914,18 +952,10 @@ fn run_experiment<'py>(
             let vcpu = g.as_mut().ok_or(Error::Closed("Vcpu (its Vm)"))?;
             members.push(kvm::experiment::Member { vm: *vm, vcpu, cpus: cpus.clone() });
         }
-        let mut should_stop = || {
-            Python::attach(|py| match py.check_signals() {
-                Ok(()) => false,
-                Err(e) => {
-                    interrupt = Some(e);
-                    true
-                }
-            })
-        };
+        let mut should_stop = || signals.interrupted();
         kvm::experiment::run(&mut members, opts, &mut should_stop)
     });
-    if let Some(e) = interrupt {
+    if let Some(e) = signals.error {
         return Err(e);
     }
     let report = report?;
