@@ -243,6 +243,8 @@ def test_ctrl_c_interrupts_a_long_msi_train(kvm_host: Host) -> None:
         from vcpulab.kvm import Host
         vm = Host().create_vm(memory_mib=4)
         v = vm.create_vcpu(0)
+        v.start(vm.load("wait_interrupts", vector=40, count=10**9))
+        v.run(timeout=0.05)  # the guest enables its LAPIC, then halts
         print("ready", flush=True)
         t0 = time.monotonic()
         try:
