@@ -49,3 +49,29 @@ class PinnedThread(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def interrupt_script(code: str, after_s: float = 0.3, within_s: float = 1.0) -> str:
+    """Runs ``code`` in a fresh interpreter; once it prints "ready", waits
+    ``after_s``, sends SIGINT, and asserts the process finished within
+    ``within_s`` with status 0. Returns what it printed after "ready"."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(after_s)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=10)
+        assert time.monotonic() - t0 < within_s, f"took {time.monotonic() - t0:.2f} s to stop"
+        assert p.returncode == 0, out
+        return out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
+from conftest import interrupt_script
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, run
 from vcpulab.kvm import Host
 
@@ -136,16 +134,8 @@ def test_ctrl_c_stops_all_vcpus_within_a_second(kvm_host: Host) -> None:
             print(f"interrupted {time.monotonic() - t0:.3f} fds {len(os.listdir('/proc/self/fd'))}", flush=True)
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None
-    assert p.stdout.readline().strip() == "ready"
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=10)
-    assert time.monotonic() - t0 < 1.5
+    out = interrupt_script(code, after_s=1.0, within_s=1.5)
     assert "interrupted" in out, out
-    assert p.returncode == 0
     fds = int(out.split("fds")[1])
     assert fds < 10  # every VM, vCPU and stats fd was closed
 

@@ -517,19 +517,7 @@ impl Spec {
                 a.mov(rbx, data).map_err(asm_err)?;
                 a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
                 a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
-                a.mov(rcx, count).map_err(asm_err)?;
-                let mut top = a.create_label();
-                let mut out = a.create_label();
-                a.set_label(&mut top).map_err(asm_err)?;
-                a.cli().map_err(asm_err)?;
-                a.cmp(qword_ptr(rsi), rcx).map_err(asm_err)?;
-                a.jae(out).map_err(asm_err)?;
-                a.inc(qword_ptr(rbx)).map_err(asm_err)?;
-                // sti; hlt: the interrupt shadow of STI makes this race-free.
-                a.sti().map_err(asm_err)?;
-                a.hlt().map_err(asm_err)?;
-                a.jmp(top).map_err(asm_err)?;
-                a.set_label(&mut out).map_err(asm_err)?;
+                halt_until_count(a, Some(count))?;
                 m.done()?;
             }
             Spec::Assert { actual, expected } => {
@@ -658,6 +646,27 @@ fn rdtsc64(a: &mut CodeAssembler) -> Result<()> {
     a.rdtsc().map_err(asm_err)?;
     a.shl(rdx, 32).map_err(asm_err)?;
     a.or(rax, rdx).map_err(asm_err)
+}
+
+/// Halts until the u64 at `[rsi]` (an interrupt counter) reaches `target`
+/// (forever if None), incrementing the u64 at `[rbx]` before each halt.
+/// `cli; check; sti; hlt`: the interrupt shadow of STI makes the check and
+/// the halt race-free. Clobbers rax.
+fn halt_until_count(a: &mut CodeAssembler, target: Option<u64>) -> Result<()> {
+    let mut top = a.create_label();
+    let mut out = a.create_label();
+    a.set_label(&mut top).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    if let Some(t) = target {
+        a.mov(rax, t).map_err(asm_err)?;
+        a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
+        a.jae(out).map_err(asm_err)?;
+    }
+    a.inc(qword_ptr(rbx)).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(top).map_err(asm_err)?;
+    a.set_label(&mut out).map_err(asm_err)
 }
 
 /// `dec reg; jnz` delay loop of `n` iterations on `reg` (nothing if `n` = 0).
@@ -976,20 +985,7 @@ fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: 
     a.mov(rbx, data).map_err(asm_err)?;
     a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
     a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
-    let mut top = a.create_label();
-    let mut out = a.create_label();
-    a.set_label(&mut top).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    if ticks > 0 {
-        a.mov(rax, ticks).map_err(asm_err)?;
-        a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
-        a.jae(out).map_err(asm_err)?;
-    }
-    a.inc(qword_ptr(rbx)).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(top).map_err(asm_err)?;
-    a.set_label(&mut out).map_err(asm_err)?;
+    halt_until_count(a, (ticks > 0).then_some(ticks))?;
     // stop the timer before reporting
     a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
     a.mov(dword_ptr(rcx), 0u32).map_err(asm_err)?;
