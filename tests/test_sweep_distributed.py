@@ -374,3 +374,21 @@ def test_an_unpicklable_python_policy_raises_a_clear_valueerror(client, tmp_path
     # in a thread pool nothing is pickled: it runs
     df = run_sweep(base(), grid, out=tmp_path, threads=2, progress=False)
     assert df["error"].null_count() == 2
+
+
+def test_points_of_another_version_are_reused_with_a_warning(tmp_path, caplog):
+    grid = {"seed": [1, 2, 3]}
+    pool = cf.ThreadPoolExecutor(max_workers=2)
+    try:
+        full = run_sweep(base(), grid, executor=pool, out=tmp_path, progress=False)
+        k = full["point_hash"][1]
+        p = tmp_path / f"{k}.parquet"
+        pl.read_parquet(p).with_columns(pl.lit("0.0.1").alias("vcpulab_version")).write_parquet(p)
+        caplog.set_level(logging.WARNING, logger="vcpulab.sim.sweep")
+        again = Counting(pool)
+        df = run_sweep(base(), grid, executor=again, out=tmp_path, progress=False)
+        assert again.points == []
+        assert df["vcpulab_version"].to_list() == [vcpulab.__version__, "0.0.1", vcpulab.__version__]
+        assert any("1 point(s)" in r.getMessage() and "0.0.1: 1" in r.getMessage() for r in caplog.records)
+    finally:
+        pool.shutdown()

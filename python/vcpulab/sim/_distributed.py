@@ -39,8 +39,9 @@ One Parquet file per point, ``DIR/<point_hash>.parquet``, one row:
 * ``point_hash`` (String): the file's name, checked when it is read.
 
 A file is written as ``DIR/.<point_hash>.<pid>.<thread>.tmp``, fsynced, then
-renamed with :func:`os.replace` (and the folder fsynced): a reader sees a
-whole file or none. On a new run, points whose file holds a result are
+renamed with :func:`os.replace`: a reader sees a whole file or none. (The
+folder is fsynced about once a second and at the end: a rename lost in a
+power cut costs recomputing that point.) On a new run, points whose file holds a result are
 skipped; failed points are **retried**; files that cannot be read, or do not
 hold exactly one row named by their own hash, are moved to
 ``DIR/.quarantine/`` and recomputed; temporary files are ignored (a crash
@@ -190,24 +191,23 @@ def _run_batch(batch: Sequence[tuple[str, str, dict[str, Any]]], nonce: str) -> 
 
 
 def _row(params: Mapping[str, Any], cfg: Config, key: str, error: str | None, summary: Any, version: str) -> pl.DataFrame:
-    """One point's row: the local sweep's columns, then EXTRA_COLUMNS."""
+    """One point's row: the local sweep's columns, then EXTRA_COLUMNS.
+
+    Built from the same frames as the local sweep's row (``pl.DataFrame([params])``
+    and the summary frame), so the dtypes are the same."""
     from vcpulab.sim import _frame
 
+    cols: list[pl.Series] = pl.DataFrame([dict(params)]).get_columns() if params else []
     if error is None:
-        row = _frame(summary)
-        row = row.drop([k for k in params if k in row.columns])  # type: ignore[union-attr]
-        row = row.with_columns(pl.lit(cfg.config_hash()).alias("config_hash"))  # type: ignore[union-attr]
-    else:
-        row = pl.DataFrame({"config_hash": [cfg.config_hash()]})
-    row = row.with_columns(
-        pl.lit(error, dtype=pl.String).alias("error"),
-        pl.lit(cfg.to_json(), dtype=pl.String).alias("config_json"),
-        pl.lit(version, dtype=pl.String).alias("vcpulab_version"),
-        pl.lit(key, dtype=pl.String).alias("point_hash"),
-    )
-    if params:
-        return pl.concat([pl.DataFrame([dict(params)]), row], how="horizontal")
-    return row
+        cols += [c for c in _frame(summary).get_columns() if c.name not in params]  # type: ignore[union-attr]
+    cols.append(pl.Series("config_hash", [cfg.config_hash()], dtype=pl.String))
+    cols += [
+        pl.Series("error", [error], dtype=pl.String),
+        pl.Series("config_json", [cfg.to_json()], dtype=pl.String),
+        pl.Series("vcpulab_version", [version], dtype=pl.String),
+        pl.Series("point_hash", [key], dtype=pl.String),
+    ]
+    return pl.DataFrame(cols)
 
 
 def _fsync_dir(d: Path) -> None:
@@ -222,7 +222,11 @@ def _fsync_dir(d: Path) -> None:
 
 
 def _write_point(out: Path, key: str, df: pl.DataFrame) -> None:
-    """Write one point's file: temp name in the same folder, fsync, rename."""
+    """Write one point's file: temp name in the same folder, fsync, rename.
+
+    The folder itself is fsynced by the caller now and then and at the end:
+    a rename lost in a power cut costs recomputing that point, never a torn
+    file (the file's bytes are on disk before the rename)."""
     tmp = out / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         with open(tmp, "wb") as f:
@@ -234,7 +238,6 @@ def _write_point(out: Path, key: str, df: pl.DataFrame) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(out)
 
 
 def _quarantine(out: Path, path: Path, why: str) -> None:
@@ -427,11 +430,12 @@ def run_sweep(
         unique.setdefault(k, pt)
 
     outdir = Path(out) if out is not None else None
-    rows: dict[str, pl.DataFrame] = {}  # point hash -> row (kept when out is None)
+    rows: dict[str, pl.DataFrame] = {}  # point hash -> row: read from out at the start, or (no out) computed
     done: set[str] = set()
     if outdir is not None:
         outdir.mkdir(parents=True, exist_ok=True)
         n_failed = n_bad = 0
+        versions: dict[str, int] = {}
         for k in unique:
             path = outdir / f"{k}{_SUFFIX}"
             try:
@@ -445,6 +449,16 @@ def run_sweep(
                 n_failed += 1
             else:
                 done.add(k)
+                rows[k] = r
+                v = r["vcpulab_version"][0]
+                versions[v] = versions.get(v, 0) + 1
+        other = {v: c for v, c in versions.items() if v != _core.__version__}
+        if other:
+            log.warning(
+                "vcpulab.sim.sweep: %d point(s) in %s were computed by another vcpulab version (%s; this is %s) "
+                "and are reused; use a fresh out= to recompute them",
+                sum(other.values()), outdir, ", ".join(f"{v}: {c}" for v, c in sorted(other.items())), _core.__version__,
+            )
         log.info(
             "vcpulab.sim.sweep: %d points, %d already in %s, %d failed before (retried), %d unreadable (recomputed), %d to run",
             len(unique), len(done), outdir, n_failed, n_bad, len(unique) - len(done),
@@ -463,10 +477,10 @@ def run_sweep(
 
     result_rows = []
     for k in keys:
-        if outdir is None:
+        if k in rows:  # read at the start (out) or kept in memory (no out)
             result_rows.append(rows[k])
             continue
-        r = _read_point(outdir / f"{k}{_SUFFIX}", k)
+        r = _read_point(outdir / f"{k}{_SUFFIX}", k)  # type: ignore[operator]
         if isinstance(r, str):
             raise RuntimeError(f"sweep: {outdir / (k + _SUFFIX)} became unreadable after it was written: {r}")
         result_rows.append(r)
@@ -507,6 +521,7 @@ def _run(
         except ImportError:  # pragma: no cover - tqdm is a dependency
             bar = None
     n_err = 0
+    synced = [time.monotonic()]
 
     def record(key: str, error: str | None, summary: Any, version: str) -> None:
         nonlocal n_err
@@ -516,6 +531,9 @@ def _run(
         row = _row(params, cfg, key, error, summary, version)
         if outdir is not None:
             _write_point(outdir, key, row)
+            if time.monotonic() - synced[0] > 1.0:
+                _fsync_dir(outdir)
+                synced[0] = time.monotonic()
         else:
             rows[key] = row
         recorded.add(key)
@@ -567,5 +585,7 @@ def _run(
                         record(key, error, summary, version)
         raise
     finally:
+        if outdir is not None:
+            _fsync_dir(outdir)
         if bar is not None:
             bar.close()
