@@ -392,3 +392,53 @@ def test_points_of_another_version_are_reused_with_a_warning(tmp_path, caplog):
         assert any("1 point(s)" in r.getMessage() and "0.0.1: 1" in r.getMessage() for r in caplog.records)
     finally:
         pool.shutdown()
+
+
+class Failing(cf.Executor):
+    """Wraps an executor; the tasks of the first ``n`` submissions fail as
+    a lost worker's would, with ``exc`` (the task never ran)."""
+
+    def __init__(self, inner: cf.Executor, n: int, exc: BaseException) -> None:
+        self.inner, self.n, self.exc = inner, n, exc
+        self.submissions = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.submissions += 1
+        if self.submissions <= self.n:
+            f: cf.Future[Any] = cf.Future()
+            f.set_exception(self.exc)
+            return f
+        return self.inner.submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize("exc", [cf.CancelledError(), ConnectionResetError("worker gone")], ids=["cancelled", "comm"])
+def test_lost_tasks_are_resubmitted_point_by_point(exc, tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="vcpulab.sim.sweep")
+    grid = {"seed": list(range(8))}
+    pool = cf.ThreadPoolExecutor(max_workers=2)
+    try:
+        ex = Failing(pool, n=2, exc=exc)  # the first two tasks (4 points) are lost
+        df = run_sweep(base(), grid, executor=ex, out=tmp_path, progress=False, batch_size=2)
+        assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
+        assert ex.submissions == 4 + 4  # 4 tasks of 2, then the 4 lost points one by one
+        assert len([r for r in caplog.records if "resubmitting" in r.getMessage()]) == 2
+        assert len(files(tmp_path)) == 8
+    finally:
+        pool.shutdown()
+
+
+def test_a_task_that_keeps_failing_is_recorded_then_retried_on_the_next_run(tmp_path):
+    grid = {"seed": [1, 2, 3]}
+    pool = cf.ThreadPoolExecutor(max_workers=2)
+    try:
+        ex = Failing(pool, n=10**6, exc=ConnectionResetError("scheduler gone"))
+        df = run_sweep(base(), grid, executor=ex, out=tmp_path, progress=False, batch_size=3, retries=2)
+        assert ex.submissions == 1 + 3  # one task of 3, then each point once more
+        assert df["error"].to_list() == ["ConnectionResetError: the task failed 2 times: scheduler gone"] * 3
+        assert df.columns == ["seed", "config_hash", *EXTRA_COLUMNS]  # no point ran: no summary columns
+        again = Counting(pool)
+        df = run_sweep(base(), grid, executor=again, out=tmp_path, progress=False)
+        assert len(again.points) == 3
+        assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
+    finally:
+        pool.shutdown()
