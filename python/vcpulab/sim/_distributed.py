@@ -563,8 +563,12 @@ def _run(
         for key, error, summary, version in res:
             record(key, error, summary, version)
 
+    refreshed = time.monotonic()
     try:
         while queue or inflight:
+            if time.monotonic() - refreshed > 5.0:  # an adaptive cluster may have grown or shrunk
+                in_flight_max = 2 * _worker_slots(ex)
+                refreshed = time.monotonic()
             while queue and len(inflight) < in_flight_max:
                 batch, attempt = queue.popleft()
                 fut = ex.submit(_run_batch, payload(batch), f"{nonce}-{next(seq)}")
