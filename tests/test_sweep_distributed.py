@@ -441,3 +441,15 @@ def test_a_task_that_keeps_failing_is_recorded_then_retried_on_the_next_run(tmp_
         assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
     finally:
         pool.shutdown()
+
+
+def test_the_cli_helpers_connect_by_address_and_close_the_client(client, tmp_path):
+    from vcpulab.sim._distributed import dask_executor
+
+    addr = client.scheduler.address
+    assert addr.startswith("tcp://127.0.0.1:")
+    with dask_executor(addr) as ex:
+        df = run_sweep(base(), {"seed": [1, 2, 3, 4]}, executor=ex, out=tmp_path, progress=False)
+        assert ex._client.scheduler.address == addr  # a second client of the same cluster
+    assert ex._client.status == "closed"
+    assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), {"seed": [1, 2, 3, 4]}))
