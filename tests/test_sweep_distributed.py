@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from polars.testing import assert_frame_equal
+from polars.testing import assert_frame_equal as _assert_frame_equal
 
 import vcpulab
 from vcpulab import sim
@@ -30,6 +30,11 @@ from vcpulab.sim import policies as P
 from vcpulab.sim._distributed import EXTRA_COLUMNS, point_hash, read_dataset, run_sweep
 
 # ------------------------------------------------------------------ helpers
+
+
+def same(a: pl.DataFrame, b: pl.DataFrame) -> None:
+    """Equal frames: columns, dtypes, row order and every value, floats bit for bit."""
+    _assert_frame_equal(a, b, check_exact=True)
 
 
 def base(duration_ns: int = 2_000_000) -> sim.Config:
@@ -125,7 +130,7 @@ def test_dask_sweep_of_40_points_equals_the_local_rayon_sweep(client, tmp_path):
     out = tmp_path / "ds"
     df = sim.sweep(base(), GRID, executor=client.get_executor(), out=out, progress=True)
     assert df.columns == ref.columns + list(EXTRA_COLUMNS)
-    assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
+    same(df.drop(EXTRA_COLUMNS), ref)
     assert df["error"].null_count() == N
     assert (df["vcpulab_version"] == vcpulab.__version__).all()
     assert [sim.Config.from_json(j).config_hash() for j in df["config_json"]] == df["config_hash"].to_list()
@@ -134,26 +139,26 @@ def test_dask_sweep_of_40_points_equals_the_local_rayon_sweep(client, tmp_path):
     assert names == {f"{k}.parquet" for k in expected_keys(base(), GRID)}
     assert set(df["point_hash"]) == {n.removesuffix(".parquet") for n in names}
     # the dataset on its own holds the same rows (in file-name order)
-    assert_frame_equal(read_dataset(out).sort("point_hash"), df.sort("point_hash"))
+    same(read_dataset(out).sort("point_hash"), df.sort("point_hash"))
     # without out: the same frame, built in memory
-    assert_frame_equal(sim.sweep(base(), GRID, executor=client.get_executor(), progress=False), df)
+    same(sim.sweep(base(), GRID, executor=client.get_executor(), progress=False), df)
 
 
 def test_checkpointed_thread_pool_sweep_equals_the_local_sweep(tmp_path):
     ref = local(base(), GRID)
     df = sim.sweep(base(), GRID, out=tmp_path, threads=2, progress=False)
-    assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
+    same(df.drop(EXTRA_COLUMNS), ref)
     # a list of configs: a "point" column, like the local sweep
     cfgs = [base().replace(seed=s) for s in (5, 6, 7)]
     lst = sim.sweep(cfgs, out=tmp_path / "list", progress=False)
-    assert_frame_equal(lst.drop(EXTRA_COLUMNS), sim.sweep(cfgs, progress=False))
+    same(lst.drop(EXTRA_COLUMNS), sim.sweep(cfgs, progress=False))
     assert lst["point"].to_list() == [0, 1, 2]
 
 
 def test_without_executor_or_out_the_sweep_is_the_local_one():
     ref = local(base(), {"seed": [1, 2]})
     assert "error" not in ref.columns
-    assert_frame_equal(run_sweep(base(), {"seed": [1, 2]}, progress=False, threads=2), ref)
+    same(run_sweep(base(), {"seed": [1, 2]}, progress=False, threads=2), ref)
 
 
 def test_bad_arguments_raise_valueerror(tmp_path):
@@ -216,7 +221,7 @@ def test_a_worker_killed_mid_sweep_every_point_exactly_once(allowed_failures, tm
         assert 6 <= done_before < n
         client.wait_for_workers(2, timeout=60)
         assert pid not in client.run(os.getpid).values()  # it really died (the nanny started another)
-    assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
+    same(df.drop(EXTRA_COLUMNS), ref)
     assert df["error"].null_count() == n
     names = [p.name for p in files(out)]
     assert sorted(names) == sorted(f"{k}.parquet" for k in expected_keys(cfg, grid))  # exactly once, no tmp
@@ -252,11 +257,11 @@ def test_an_interrupted_sweep_resumes_computing_only_the_missing_points(client, 
     assert len(second.points) == N - m  # only the missing points were computed
     assert {f"{k}.parquet" for k in second.points}.isdisjoint(stamps)
     assert {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files(out) if p.name in stamps} == stamps
-    assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
+    same(df.drop(EXTRA_COLUMNS), ref)
     assert len(files(out)) == N
 
     third = Counting(client.get_executor())
-    assert_frame_equal(run_sweep(base(), GRID, executor=third, out=out, progress=False), df)
+    same(run_sweep(base(), GRID, executor=third, out=out, progress=False), df)
     assert third.points == []  # all on disk: nothing to compute
 
 
@@ -272,7 +277,7 @@ def test_ctrl_c_in_a_checkpointed_thread_pool_sweep(tmp_path):
         second = Counting(pool)
         df = run_sweep(base(), grid, executor=second, out=tmp_path, progress=False)
         assert len(second.points) == 12 - m
-        assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
+        same(df.drop(EXTRA_COLUMNS), local(base(), grid))
     finally:
         pool.shutdown()
 
@@ -300,11 +305,11 @@ def test_corrupt_partial_and_foreign_files_are_recomputed_never_read(tmp_path):
         again = Counting(pool)
         df = run_sweep(base(), grid, executor=again, out=tmp_path, progress=False)
         assert sorted(again.points) == sorted(keys[:3] + [keys[4]])
-        assert_frame_equal(df, full)
+        same(df, full)
         quarantined = sorted(p.name.split(".")[0] for p in (tmp_path / ".quarantine").iterdir())
         assert quarantined == sorted(keys[:3])
         assert (tmp_path / f".{keys[4]}.4242.1.tmp").exists()  # ignored, not read
-        assert_frame_equal(read_dataset(tmp_path).sort("point_hash"), full.sort("point_hash"))
+        same(read_dataset(tmp_path).sort("point_hash"), full.sort("point_hash"))
     finally:
         pool.shutdown()
 
@@ -345,8 +350,8 @@ def test_failed_points_are_recorded_with_their_error_and_retried(tmp_path):
         df2 = run_sweep(cfg, grid, executor=again, out=tmp_path, progress=False)
         assert sorted(again.points) == sorted(bad["point_hash"])  # only the failed points are retried
         assert df2["error"].null_count() == 4
-        assert_frame_equal(df2.filter(pl.col("vms.0.policy") == "upstream"), df.filter(pl.col("vms.0.policy") == "upstream"))
-        assert_frame_equal(df2.drop(EXTRA_COLUMNS), local(cfg, grid))
+        same(df2.filter(pl.col("vms.0.policy") == "upstream"), df.filter(pl.col("vms.0.policy") == "upstream"))
+        same(df2.drop(EXTRA_COLUMNS), local(cfg, grid))
     finally:
         FAIL["on"] = True
         pool.shutdown()
@@ -418,7 +423,7 @@ def test_lost_tasks_are_resubmitted_point_by_point(exc, tmp_path, caplog):
     try:
         ex = Failing(pool, n=2, exc=exc)  # the first two tasks (4 points) are lost
         df = run_sweep(base(), grid, executor=ex, out=tmp_path, progress=False, batch_size=2)
-        assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
+        same(df.drop(EXTRA_COLUMNS), local(base(), grid))
         assert ex.submissions == 4 + 4  # 4 tasks of 2, then the 4 lost points one by one
         assert len([r for r in caplog.records if "resubmitting" in r.getMessage()]) == 2
         assert len(files(tmp_path)) == 8
@@ -438,7 +443,7 @@ def test_a_task_that_keeps_failing_is_recorded_then_retried_on_the_next_run(tmp_
         again = Counting(pool)
         df = run_sweep(base(), grid, executor=again, out=tmp_path, progress=False)
         assert len(again.points) == 3
-        assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), grid))
+        same(df.drop(EXTRA_COLUMNS), local(base(), grid))
     finally:
         pool.shutdown()
 
@@ -452,4 +457,4 @@ def test_the_cli_helpers_connect_by_address_and_close_the_client(client, tmp_pat
         df = run_sweep(base(), {"seed": [1, 2, 3, 4]}, executor=ex, out=tmp_path, progress=False)
         assert ex._client.scheduler.address == addr  # a second client of the same cluster
     assert ex._client.status == "closed"
-    assert_frame_equal(df.drop(EXTRA_COLUMNS), local(base(), {"seed": [1, 2, 3, 4]}))
+    same(df.drop(EXTRA_COLUMNS), local(base(), {"seed": [1, 2, 3, 4]}))
