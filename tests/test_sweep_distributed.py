@@ -15,6 +15,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -172,10 +174,18 @@ def test_bad_arguments_raise_valueerror(tmp_path):
         sim.sweep([({"x": object()}, base())], out=tmp_path)
 
 
-def test_point_hash_is_stable_and_includes_params():
+def test_point_hash_is_stable_across_processes_and_includes_params():
     cfg = base()
-    # a fixed value: the hash must not depend on the process (no salted hash())
-    assert cfg.config_hash() == sim.Config.from_json(cfg.to_json()).config_hash()
+    h = point_hash({"seed": 1, "p": "upstream"}, cfg)
+    # another interpreter, another string-hash salt: the same names
+    code = (
+        "from vcpulab import sim; from vcpulab.sim._distributed import point_hash; "
+        f"c = sim.Config.from_json({cfg.to_json()!r}); "
+        "print(c.config_hash(), point_hash({'p': 'upstream', 'seed': 1}, c))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=60)
+    assert got.stdout.split() == [cfg.config_hash(), h]
     h = point_hash({"seed": 1}, cfg)
     assert h == point_hash({"seed": 1}, sim.Config.from_json(cfg.to_json()))
     assert h != point_hash({"seed": 2}, cfg)
