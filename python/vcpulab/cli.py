@@ -13,6 +13,7 @@ exit status 2; a failure of the run itself exits with 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -230,10 +231,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 raise ValueError("[output] sched_map needs config.trace = true")
             written.append(sched_map(r, out / "sched_map.png", us_per_pixel=upp).save(out / "sched_map.png"))
     else:
-        extra = {}
+        from vcpulab.sim._distributed import dask_executor, run_sweep
+
         if args.dask:
-            extra["executor"] = _dask_executor(args.dask)
-        df = sim.sweep(base, grid, threads=args.threads, progress=not args.quiet, **extra)
+            try:
+                import distributed  # noqa: F401
+            except ImportError:
+                raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
+        # every point is checkpointed under OUT/points: a rerun resumes where it stopped
+        with dask_executor(args.dask) if args.dask else contextlib.nullcontext() as ex:
+            df = run_sweep(base, grid, executor=ex, out=out / "points", threads=args.threads, progress=not args.quiet)
+        failed = df.filter(pl.col("error").is_not_null())
+        if failed.height:
+            print(f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
+                  "rerun the same command to retry them", file=sys.stderr)  # fmt: skip
         p = out / "sweep.parquet"
         df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": json.dumps(grid, default=str)}))
         written.append(p)
@@ -261,14 +272,6 @@ def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[n
         for k, v in zip(keys, combo):
             cfg = cfg.with_path(k, v)  # type: ignore[attr-defined]
         yield dict(zip(keys, (getattr(v, "label", v) for v in combo))), cfg
-
-
-def _dask_executor(address: str):  # type: ignore[no-untyped-def]
-    try:
-        from distributed import Client
-    except ImportError:
-        raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
-    return Client(address).get_executor()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -340,7 +343,9 @@ def build_parser() -> argparse.ArgumentParser:
     simp = sub.add_parser("sim", help="a simulated run or sweep described in TOML",
                           description=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     simp.add_argument("spec", help="the SPEC.toml")
-    simp.add_argument("--out", default="vcpulab-sim-out", help="output folder (default ./vcpulab-sim-out)")
+    simp.add_argument("--out", default="vcpulab-sim-out",
+                      help="output folder (default ./vcpulab-sim-out); a sweep checkpoints each point under OUT/points "
+                           "and a rerun computes only the missing ones")  # fmt: skip
     simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")

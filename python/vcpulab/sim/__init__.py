@@ -165,6 +165,8 @@ def sweep(
     threads: int | None = None,
     progress: bool = True,
     results: bool = False,
+    executor: Any = None,
+    out: Any = None,
 ) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
     """Run many configurations in parallel (rayon, GIL released).
 
@@ -179,7 +181,19 @@ def sweep(
     summary columns, then ``config_hash``. ``threads``: worker threads (None:
     all cores). Results are identical whatever the number of threads.
     With ``results=True`` also returns the full :class:`Result` of each point.
+
+    ``executor`` (any ``concurrent.futures.Executor``, e.g. a Dask
+    ``Client.get_executor()``) and/or ``out`` (a folder: one Parquet file per
+    finished point, skipped when the sweep is run again) run the sweep
+    through :func:`vcpulab.sim._distributed.run_sweep`; the frame gains the
+    columns ``error``, ``config_json``, ``vcpulab_version``, ``point_hash``.
     """
+    if executor is not None or out is not None:
+        if results:
+            raise ValueError("sweep: results=True is not available with executor= or out= (the dataset keeps summary rows)")
+        from vcpulab.sim._distributed import run_sweep
+
+        return run_sweep(points, grid, executor=executor, out=out, threads=threads, progress=progress)
     labelled: list[tuple[dict[str, Any], Config]] = []
     if isinstance(points, Config):
         base = points
