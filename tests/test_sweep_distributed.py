@@ -468,3 +468,32 @@ def test_the_cli_helpers_connect_by_address_and_close_the_client(client, tmp_pat
         assert ex._client.scheduler.address == addr  # a second client of the same cluster
     assert ex._client.status == "closed"
     same(df.drop(EXTRA_COLUMNS), local(base(), {"seed": [1, 2, 3, 4]}))
+
+
+def test_cli_sweep_on_a_dask_cluster_resumes_from_its_checkpoints(tmp_path):
+    """`vcpulab sim SPEC.toml --dask ADDRESS --out DIR`, then the same again:
+    the rerun finds every point on disk and returns the same frame."""
+    import subprocess
+    import sys
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        "[config]\nduration_ns = 1_000_000\n[config.host]\npcpus = 2\n[[config.vms]]\nvcpus = 2\ncount = 2\n"
+        "[grid]\nseed = [0, 1, 2, 3]\n'vms.0.policy' = ['dy_eligible', 'upstream']\n"
+    )
+    with _cluster() as c:
+        address = c.scheduler.address
+        run = lambda: subprocess.run(  # noqa: E731
+            [sys.executable, "-m", "vcpulab.cli", "sim", str(spec), "--out", str(tmp_path / "o"), "--dask", address, "--quiet"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        first = run()
+        assert first.returncode == 0, first.stderr
+        points = sorted((tmp_path / "o" / "points").glob("*.parquet"))
+        assert len(points) == 8
+        mtimes = [p.stat().st_mtime_ns for p in points]
+        df1 = pl.read_parquet(tmp_path / "o" / "sweep.parquet")
+        second = run()
+        assert second.returncode == 0, second.stderr
+        assert [p.stat().st_mtime_ns for p in points] == mtimes  # nothing recomputed
+        same(pl.read_parquet(tmp_path / "o" / "sweep.parquet"), df1)
