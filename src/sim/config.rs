@@ -18,6 +18,9 @@ pub struct SimConfig {
     pub duration_ns: u64,
     /// Record the per-host-CPU trace (sched map).
     pub trace: bool,
+    /// Iterations completing before this instant (ns) are not counted in
+    /// ops, throughput and latency (time accounting covers the whole run).
+    pub warmup_ns: u64,
     pub host: HostConfig,
     pub vms: Vec<VmConfig>,
 }
@@ -28,6 +31,7 @@ impl Default for SimConfig {
             seed: 0,
             duration_ns: 100_000_000,
             trace: false,
+            warmup_ns: 0,
             host: HostConfig::default(),
             vms: vec![VmConfig::default()],
         }
@@ -485,6 +489,9 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         check(self.duration_ns >= 1, || format!("duration_ns must be >= 1, got {}", self.duration_ns))?;
         check(self.duration_ns <= 1u64 << 50, || format!("duration_ns must be <= 2^50, got {}", self.duration_ns))?;
+        check(self.warmup_ns < self.duration_ns, || {
+            format!("warmup_ns must be < duration_ns ({}), got {}", self.duration_ns, self.warmup_ns)
+        })?;
         let h = &self.host;
         check(h.pcpus >= 1, || format!("host.pcpus must be >= 1, got {}", h.pcpus))?;
         check(h.pcpus <= MAX_PCPUS, || format!("host.pcpus must be <= {MAX_PCPUS}, got {}", h.pcpus))?;

@@ -471,9 +471,12 @@ impl Sim {
         if done {
             th.state = TState::Done;
         }
+        let counted = now >= self.cfg.warmup_ns;
         let vmr = &mut self.vms[vm];
-        vmr.ops += 1;
-        super::metrics::hist_add(&mut vmr.latencies, lat);
+        if counted {
+            vmr.ops += 1;
+            super::metrics::hist_add(&mut vmr.latencies, lat);
+        }
         if done {
             vmr.done_threads += 1;
             if vmr.done_threads == vmr.nthread {

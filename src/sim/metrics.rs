@@ -111,7 +111,8 @@ const PCPU_CATS: [&str; NCAT] = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "i
 
 pub fn collect(sim: &Sim) -> SimResult {
     let dur = sim.end;
-    let secs = dur as f64 * 1e-9;
+    // throughput is measured after the warm-up
+    let secs = dur.saturating_sub(sim.cfg.warmup_ns).max(1) as f64 * 1e-9;
     // ---- vCPUs
     let mut vc = Table::default();
     let vs = &sim.vcpus;
@@ -196,6 +197,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     let all_v = |f: &dyn Fn(&Vcpu) -> u64| -> u64 { sim.vcpus.iter().map(f).sum() };
     s.add("seed", Column::U64(vec![sim.cfg.seed]));
     s.add("duration_ns", Column::U64(vec![dur]));
+    s.add("warmup_ns", Column::U64(vec![sim.cfg.warmup_ns.min(dur)]));
     s.add("finished", Column::Bool(vec![sim.vms_with_goal > 0 && sim.vms_done == vms.len() as u32]));
     s.add("pcpus", Column::U64(vec![sim.rqs.len() as u64]));
     s.add("vms", Column::U64(vec![vms.len() as u64]));

@@ -132,9 +132,17 @@ impl Sim {
         let vm = th.vm as usize;
         match th.step {
             Step::AwaitLock { lock } => {
-                let h = self.vms[vm].locks[lock as usize].holder? as usize;
-                let hv = self.threads[h].vcpu as usize;
-                (hv != v).then_some(hv)
+                // the holder, else the first waiter queued ahead of the spinner,
+                // whose vCPU is not running (it must run before the spinner can)
+                let l = &self.vms[vm].locks[lock as usize];
+                let not_running = |th: usize| {
+                    let tv = self.threads[th].vcpu as usize;
+                    (tv != v && self.vcpus[tv].running.is_none()).then_some(tv)
+                };
+                if let Some(hv) = l.holder.and_then(|h| not_running(h as usize)) {
+                    return Some(hv);
+                }
+                l.waiters.iter().take_while(|&&w| w as usize != t).find_map(|&w| not_running(w as usize))
             }
             Step::IpiWait => {
                 let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);

@@ -70,8 +70,9 @@ pub trait SpinCtx {
     fn yield_to(&mut self, idx: usize) -> i32;
     /// A uniform draw in `0..n` from the run's seeded RNG.
     fn random_below(&mut self, n: usize) -> usize;
-    /// Ground truth: the vCPU whose progress the spinner waits for (lock holder,
-    /// next ticket owner, IPI target not done), if it is a different vCPU.
+    /// Ground truth: a vCPU, not running, whose progress the spinner waits for
+    /// (the lock holder, else the first waiter queued ahead of the spinner; an
+    /// IPI target that has not run its handler), if any.
     fn waited_for(&self) -> Option<usize>;
 }
 

@@ -665,6 +665,9 @@ class Config(_Base):
         duration_ns: simulated time limit, ns. Default 100000000 (0.1 s).
         seed: seed of the run's RNG (PCG64); same seed and config → identical results.
         trace: record the per-host-CPU trace (``Result.trace``). Default False.
+        warmup_ns: iterations completing before this instant are not counted
+            in ops, throughput and latency (time categories cover the whole
+            run), ns. Default 0.
     """
 
     host: Host = field(default_factory=Host)
@@ -672,6 +675,7 @@ class Config(_Base):
     duration_ns: int = 100_000_000
     seed: int = 0
     trace: bool = False
+    warmup_ns: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.vms, list):
@@ -687,6 +691,7 @@ class Config(_Base):
         _int(self, "duration_ns", 1, 2**50)
         _int(self, "seed", 0, U64_MAX)
         _bool(self, "trace")
+        _int(self, "warmup_ns", 0, self.duration_ns - 1)
         names: dict[str, Any] = {}
         for i, v in enumerate(self.vms):
             p = v.policy
