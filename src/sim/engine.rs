@@ -18,6 +18,7 @@ use super::trace::TraceRec;
 pub type Ns = u64;
 pub const NEVER: Ns = u64::MAX;
 pub const NICE0: u64 = 1024;
+pub const NO_CPU: u32 = u32::MAX;
 
 // Time categories. 0..=4 are "running" categories shared by vCPUs and host CPUs.
 pub const C_USEFUL: usize = 0;
@@ -175,9 +176,12 @@ pub struct Rq {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitKind {
-    Ple { yielded: bool },
+    /// `boost`: the target's host CPU to reschedule when the handler ends
+    /// (NO_CPU: none). A successful yield_to ends the handler, so the boost
+    /// and the yielder's schedule() happen at the same instant.
+    Ple { yielded: bool, boost: u32 },
     Halt,
-    Hypercall { yielded: bool },
+    Hypercall { yielded: bool, boost: u32 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,6 +238,8 @@ pub struct Vcpu {
     pub posted_irq: bool,
     pub scheduled_out: bool,
     pub in_kernel: bool,
+    /// The VM has posted interrupts (copied from its PvConfig).
+    pub apicv: bool,
     // steal time (§4)
     pub st_preempted: bool,
     pub steal_ns: Ns,
@@ -344,6 +350,8 @@ pub struct Sim {
     started: bool,
     pub pick_buf: Vec<usize>,
     immediate: VecDeque<Ev>,
+    /// Set by a successful yield_to: the target's CPU, if it differs.
+    pub boost_cpu: u32,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -391,6 +399,7 @@ impl Sim {
             started: false,
             pick_buf: Vec::new(),
             immediate: VecDeque::new(),
+            boost_cpu: NO_CPU,
         };
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
@@ -450,6 +459,7 @@ impl Sim {
                         posted_irq: false,
                         scheduled_out: false,
                         in_kernel: false,
+                        apicv: vmc.pv.apicv,
                         st_preempted: false,
                         steal_ns: 0,
                         ple_window: vmc.ple.window,

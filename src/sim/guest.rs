@@ -351,7 +351,10 @@ impl Sim {
                     self.schedule(cpu, Why::ExitResched);
                 }
             }
-            ExitKind::Ple { yielded } | ExitKind::Hypercall { yielded } => {
+            ExitKind::Ple { yielded, boost } | ExitKind::Hypercall { yielded, boost } => {
+                if boost != NO_CPU {
+                    self.resched(boost as usize, Why::Boost);
+                }
                 if yielded {
                     self.schedule(cpu, Why::Yield);
                 } else if self.rqs[cpu].need_resched {
@@ -766,8 +769,10 @@ impl Sim {
         self.vcpus[v].c.kicks += 1;
         self.vcpu_host_wake(target, WakeReason::Kick);
         let mut t = self.now + cost;
+        self.boost_cpu = NO_CPU;
         let yielded = self.kvm_sched_yield(v, target, &mut t);
-        self.start_exit(v, t, ExitKind::Hypercall { yielded }, C_EXIT);
+        let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+        self.start_exit(v, t, ExitKind::Hypercall { yielded, boost }, C_EXIT);
         Flow::Started
     }
 
@@ -813,8 +818,10 @@ impl Sim {
                 // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
                 let cost = pv.hypercall_ns;
                 let mut tt = self.now + cost;
+                self.boost_cpu = NO_CPU;
                 let yielded = self.kvm_sched_yield(v, target, &mut tt);
-                self.start_exit(v, tt, ExitKind::Hypercall { yielded }, C_EXIT);
+                let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+                self.start_exit(v, tt, ExitKind::Hypercall { yielded, boost }, C_EXIT);
                 return Flow::Started;
             }
         }

@@ -374,9 +374,8 @@ impl Sim {
             tk.vruntime = tk.vruntime.max(tk.deadline);
         }
         tk.deadline += vs;
-        if a != b {
-            self.push(*t, Ev::Resched(b as u32, Why::Boost));
-        }
+        // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
+        self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
         self.vcpus[me].c.yield_ok += 1;
         1
     }
