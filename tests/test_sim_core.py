@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
+
 import polars as pl
 import pytest
 
@@ -246,3 +248,49 @@ def test_kernel_rule_counters_are_consistent():
         assert w == 2**32 - 1 or (w % 4096 == 0 and (w // 4096) & (w // 4096 - 1) == 0)
     # a halted vCPU is never reported preempted; preemptions happen on this host
     assert s["preemption_reported"][0] > 0 and s["preemption_other"][0] > 0
+
+
+def test_sched_map_from_the_trace():
+    cfg = small()
+    r = sim.run(cfg, trace=True)
+    m = r.sched_map(bin_ns=100_000)
+    assert m.shape == (4, 100)
+    # every vCPU of both VMs shows up, and (no background load) nothing else but idle
+    codes = set(np.unique(m).tolist())
+    assert codes <= {vm * 65536 + v for vm in range(2) for v in range(4)} | {-2}
+    assert len(codes - {-2}) == 8
+    # the busy fraction of each CPU matches the time accounting to within a bin per switch
+    busy = (m != -2).mean(axis=1)
+    acct = 1 - r.pcpus["idle_ns"].to_numpy() / r.summary["duration_ns"][0]
+    assert np.allclose(busy, acct, atol=0.05)
+    with pytest.raises(ValueError, match="trace=True"):
+        sim.run(cfg).sched_map()
+
+
+def test_sweep_with_python_policies_on_two_threads():
+    base = small(ple=sim.Ple.fixed(), workload=presets.ebizzy_like()).with_path("host.pcpus", 3)
+    grid = {"vms.0.policy": [P.python(P.DyEligibleInPython()), P.dy_eligible()], "seed": [1, 2]}
+    one = sim.sweep(base, grid, threads=1, progress=False)
+    two = sim.sweep(base, grid, threads=2, progress=False)
+    assert one.equals(two)
+    py, builtin = one.filter(pl.col("vms.0.policy") != "dy_eligible"), one.filter(pl.col("vms.0.policy") == "dy_eligible")
+    assert py.drop("vms.0.policy", "config_hash").equals(builtin.drop("vms.0.policy", "config_hash"))
+
+
+def test_ctrl_c_interrupts_a_long_run():
+    import os
+    import signal
+    import threading
+
+    cfg = sim.Config(
+        host=sim.Host(pcpus=80),
+        vms=(sim.Vm(vcpus=20, count=8, workload=presets.spinlock_microbench()),),
+        duration_ns=60_000_000_000,  # a minute of wall time if the interrupt were missed
+    )
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sim.run(cfg)
+    finally:
+        timer.cancel()

@@ -192,6 +192,29 @@ impl DirectedYieldPolicy for PyPolicy {
     }
 }
 
+/// Polls Python's signal handlers (Ctrl-C) from a running simulation.
+#[derive(Default)]
+struct Interrupt {
+    err: Mutex<Option<PyErr>>,
+}
+
+impl Interrupt {
+    fn check(&self) -> bool {
+        let mut slot = self.err.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return true;
+        }
+        if let Err(e) = Python::attach(|py| py.check_signals()) {
+            *slot = Some(e);
+            return true;
+        }
+        false
+    }
+    fn take(&self) -> Option<PyErr> {
+        self.err.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 type Callables = HashMap<String, Arc<Py<PyAny>>>;
 
 fn callables(d: Option<&Bound<'_, PyDict>>) -> PyResult<Callables> {
@@ -236,6 +259,7 @@ fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     match e {
         SimError::Config(m) => PyValueError::new_err(m),
         SimError::Policy(m) => PyValueError::new_err(m),
+        SimError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation interrupted"),
         SimError::Bug(m) => PyRuntimeError::new_err(format!(
             "internal error in the simulator (a bug in vcpulab, please report it): {m}"
         )),
@@ -291,7 +315,11 @@ fn sim_run<'py>(
     let cfg = parse(config_json)?;
     let calls = callables(policies)?;
     let err: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
-    let res = py.detach(|| sim::run_with(&cfg, &|_, vm| maker(&calls, &err, vm)));
+    let interrupt = Interrupt::default();
+    let res = py.detach(|| sim::run_checked(&cfg, &|_, vm| maker(&calls, &err, vm), &|| interrupt.check()));
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
     match res {
         Ok(r) => result_to_dict(py, &r),
         Err(e) => Err(to_pyerr(e, &err)),
@@ -326,6 +354,7 @@ fn sim_sweep<'py>(
     };
     let errs: Vec<Arc<Mutex<Option<PyErr>>>> = (0..cfgs.len()).map(|_| Arc::new(Mutex::new(None))).collect();
     let prog_err: Mutex<Option<PyErr>> = Mutex::new(None);
+    let interrupt = Interrupt::default();
     let results = py.detach(|| {
         let make = |i: usize, _g: usize, vm: &VmConfig| maker(&calls[i], &errs[i], vm);
         let prog = |done: usize| {
@@ -340,8 +369,11 @@ fn sim_sweep<'py>(
                 });
             }
         };
-        sim::sweep::sweep(&cfgs, threads, &make, &prog)
+        sim::sweep::sweep_checked(&cfgs, threads, &make, &prog, &|| interrupt.check())
     });
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
     if let Some(e) = prog_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }

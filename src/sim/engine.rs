@@ -14,6 +14,7 @@ use rand_pcg::Pcg64Mcg;
 use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
 use super::policy::DirectedYieldPolicy;
 use super::trace::TraceRec;
+use super::SimError;
 
 pub type Ns = u64;
 pub const NEVER: Ns = u64::MAX;
@@ -572,17 +573,22 @@ impl Sim {
         self.heap.push(Entry { time, seq: self.seq, ev });
     }
 
-    /// Run to the end; returns an error if a policy failed.
-    pub fn run(&mut self) -> Result<(), String> {
+    /// Run to the end; returns an error if a policy failed or `interrupted()`
+    /// (polled every 2^18 events) said so.
+    pub fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), SimError> {
         let end = self.end;
-        self.step_until(end)?;
+        self.step_until_checked(end, interrupted)?;
         self.now = self.end;
         self.finish();
         Ok(())
     }
 
     /// Process every event before `limit` (tests drive the engine with this).
-    pub fn step_until(&mut self, limit: Ns) -> Result<(), String> {
+    pub fn step_until(&mut self, limit: Ns) -> Result<(), SimError> {
+        self.step_until_checked(limit, &|| false)
+    }
+
+    fn step_until_checked(&mut self, limit: Ns, interrupted: &dyn Fn() -> bool) -> Result<(), SimError> {
         if !self.started {
             self.started = true;
             self.start();
@@ -603,7 +609,10 @@ impl Sim {
             self.events += 1;
             self.dispatch(ev);
             if let Some(err) = self.error.take() {
-                return Err(err);
+                return Err(SimError::Policy(err));
+            }
+            if self.events & ((1 << 18) - 1) == 0 && interrupted() {
+                return Err(SimError::Interrupted);
             }
             if self.vms_with_goal > 0 && self.vms_done == self.vms.len() as u32 {
                 self.end = self.now;

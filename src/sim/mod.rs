@@ -43,6 +43,9 @@ pub enum SimError {
     /// A directed-yield policy failed (e.g. a Python policy raised).
     #[error("directed-yield policy failed: {0}")]
     Policy(String),
+    /// The caller's interrupt check fired (e.g. Ctrl-C in Python).
+    #[error("interrupted")]
+    Interrupted,
     /// A panic inside the simulator: a bug in vcpulab.
     #[error("internal error in the simulator (a bug in vcpulab, please report it): {0}")]
     Bug(String),
@@ -60,6 +63,16 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, SimError> {
 /// Run, building each VM group's policy with `make(group_index, vm_config)`
 /// (used for external policies; built-ins come from [`policy::builtin`]).
 pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, SimError> {
+    run_checked(cfg, make, &|| false)
+}
+
+/// [`run_with`], polling `interrupted()` every 2^18 events; when it returns
+/// true the run stops with [`SimError::Interrupted`].
+pub fn run_checked(
+    cfg: &SimConfig,
+    make: PolicyMaker<'_>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<SimResult, SimError> {
     cfg.validate().map_err(SimError::Config)?;
     let out = catch_unwind(AssertUnwindSafe(|| {
         let maker = |g: usize, vm: &config::VmConfig| match policy::builtin(&vm.policy) {
@@ -67,7 +80,7 @@ pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, Sim
             None => make(g, vm),
         };
         let mut sim = engine::Sim::new(cfg, &maker).map_err(SimError::Policy)?;
-        sim.run().map_err(SimError::Policy)?;
+        sim.run(interrupted)?;
         Ok(metrics::collect(&sim))
     }));
     match out {

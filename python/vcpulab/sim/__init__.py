@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from vcpulab import _core
@@ -114,6 +115,39 @@ class Result:
     @property
     def config_hash(self) -> str:
         return self.config.config_hash()
+
+    def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
+        """The digest's sched map (§4) as an int array of shape (pcpus, bins):
+        for each host CPU and time bin of ``bin_ns``, what ran at the middle
+        of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
+        idle. Needs a run with ``trace=True``; colour it with one hue per VM
+        and one brightness per vCPU."""
+        if self.trace is None:
+            raise ValueError("Result.sched_map needs a run with trace=True")
+        if isinstance(bin_ns, bool) or not isinstance(bin_ns, int) or bin_ns < 1:
+            raise ValueError(f"sched_map: bin_ns must be an int >= 1, got {bin_ns!r}")
+        dur = int(self.summary["duration_ns"][0])
+        pcpus = int(self.summary["pcpus"][0])
+        nbins = max(1, -(-dur // bin_ns))
+        out = np.full((pcpus, nbins), -2, dtype=np.int64)
+        t = self.trace
+        start = t["start_ns"].to_numpy().astype(np.int64)
+        end = t["end_ns"].to_numpy().astype(np.int64)
+        half = bin_ns // 2
+        # bins whose middle (b * bin_ns + half) lies in [start, end)
+        b0 = np.maximum(0, -((half - start) // bin_ns))
+        b1 = np.minimum(nbins, -((half - end) // bin_ns))
+        n = np.maximum(0, b1 - b0)
+        if n.sum() == 0:
+            return out
+        rows = np.repeat(t["pcpu"].to_numpy().astype(np.int64), n)
+        vm = t["vm"].to_numpy()
+        code = np.where(vm < 0, -1, vm * 65536 + t["vcpu"].to_numpy())
+        vals = np.repeat(code, n)
+        offs = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+        cols = np.repeat(b0, n) + offs
+        out[rows, cols] = vals
+        return out
 
 
 def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
