@@ -349,7 +349,6 @@ pub struct Sim {
     pub vms_with_goal: u32,
     pub vms_done: u32,
     started: bool,
-    pub pick_buf: Vec<usize>,
     immediate: VecDeque<Ev>,
     /// Set by a successful yield_to: the target's CPU, if it differs.
     pub boost_cpu: u32,
@@ -398,7 +397,6 @@ impl Sim {
             vms_with_goal: 0,
             vms_done: 0,
             started: false,
-            pick_buf: Vec::new(),
             immediate: VecDeque::new(),
             boost_cpu: NO_CPU,
         };

@@ -26,18 +26,28 @@ impl Sim {
     /// Weighted average vruntime of the run queue (V), including curr.
     pub fn avg_vruntime(&self, cpu: usize) -> i64 {
         let rq = &self.rqs[cpu];
-        // relative to the first entity, so that i64 suffices
-        let mut it = rq.queue.iter().chain(rq.curr.iter());
-        let Some(&first) = it.next() else { return rq.last_v };
-        let v0 = self.tasks[first as usize].vruntime;
-        let mut sw: i64 = self.tasks[first as usize].weight as i64;
+        // relative to one entity, so that i64 suffices
+        let v0 = match (rq.curr, rq.queue.first()) {
+            (Some(c), _) => self.tasks[c as usize].vruntime,
+            (None, Some(&q)) => self.tasks[q as usize].vruntime,
+            (None, None) => return rq.last_v,
+        };
+        let mut sw: i64 = 0;
         let mut s: i64 = 0;
-        for &t in it {
-            let tk = &self.tasks[t as usize];
-            sw += tk.weight as i64;
-            s += tk.weight as i64 * (tk.vruntime - v0);
+        if let Some(c) = rq.curr {
+            sw += self.tasks[c as usize].weight as i64;
         }
-        v0 + s.div_euclid(sw)
+        for &t in &rq.queue {
+            let tk = &self.tasks[t as usize];
+            let w = tk.weight as i64;
+            sw += w;
+            s += w * (tk.vruntime - v0);
+        }
+        if s == 0 {
+            v0
+        } else {
+            v0 + s.div_euclid(sw)
+        }
     }
 
     /// EEVDF eligibility: lag >= 0, i.e. vruntime <= V.
@@ -160,59 +170,46 @@ impl Sim {
 
     /// EEVDF pick with the next-buddy rule.
     fn pick(&mut self, cpu: usize) -> Option<usize> {
-        let mut cands = std::mem::take(&mut self.pick_buf);
-        cands.clear();
         let rq = &self.rqs[cpu];
         let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
-        cands.extend(rq.queue.iter().map(|&x| x as usize));
-        if let Some(c) = curr_ok {
-            cands.push(c as usize);
+        if rq.queue.is_empty() {
+            if curr_ok.is_some() && rq.buddy == curr_ok {
+                self.rqs[cpu].buddy = None;
+            }
+            return curr_ok.map(|c| c as usize);
         }
-        let r = self.pick_from(cpu, &cands);
-        self.pick_buf = cands;
-        r
-    }
-
-    fn pick_from(&mut self, cpu: usize, cands: &[usize]) -> Option<usize> {
+        let v = self.avg_vruntime(cpu);
         let rq = &self.rqs[cpu];
-        if cands.is_empty() {
-            return None;
-        }
+        let cands = rq.queue.iter().copied().chain(curr_ok);
         if let Some(b) = rq.buddy {
-            let b = b as usize;
-            if cands.contains(&b) {
+            if cands.clone().any(|x| x == b) {
                 let take = match self.cfg.host.next_buddy {
                     NextBuddy::Always => true,
-                    NextBuddy::Eligible => self.eligible(cpu, b),
+                    NextBuddy::Eligible => self.tasks[b as usize].vruntime <= v,
                     NextBuddy::Never => false,
                 };
                 if take {
                     self.rqs[cpu].buddy = None;
-                    return Some(b);
+                    return Some(b as usize);
                 }
             }
         }
-        let v = self.avg_vruntime(cpu);
         let mut best: Option<usize> = None;
-        for &t in cands {
-            if self.tasks[t].vruntime > v {
+        let mut least: Option<usize> = None;
+        for t in cands {
+            let t = t as usize;
+            let tk = &self.tasks[t];
+            if least.is_none_or(|l| (tk.vruntime, t) < (self.tasks[l].vruntime, l)) {
+                least = Some(t);
+            }
+            if tk.vruntime > v {
                 continue;
             }
-            best = match best {
-                None => Some(t),
-                Some(b) => {
-                    let (db, dt) = (self.tasks[b].deadline, self.tasks[t].deadline);
-                    if dt < db || (dt == db && t < b) {
-                        Some(t)
-                    } else {
-                        Some(b)
-                    }
-                }
-            };
+            if best.is_none_or(|b| (tk.deadline, t) < (self.tasks[b].deadline, b)) {
+                best = Some(t);
+            }
         }
-        if best.is_none() {
-            best = cands.iter().copied().min_by_key(|&t| (self.tasks[t].vruntime, t));
-        }
+        let best = best.or(least);
         if best.map(|b| b as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
