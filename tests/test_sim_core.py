@@ -294,3 +294,19 @@ def test_ctrl_c_interrupts_a_long_run():
             sim.run(cfg)
     finally:
         timer.cancel()
+
+
+def test_weights_share_the_cpu_in_proportion():
+    wl = sim.Workload(phases=(sim.Compute(1_000_000),))
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2, affinity="round_robin"),
+        vms=(sim.Vm(vcpus=2, weight=2048, workload=wl), sim.Vm(vcpus=2, weight=1024, workload=wl)),
+        duration_ns=200_000_000,
+    )
+    r = sim.run(cfg)
+    run = r.vms["running_ns"] if "running_ns" in r.vms.columns else r.vms["useful_ns"]
+    ratio = run[0] / run[1]
+    # EEVDF shares by weight; slices end at ticks, so allow 10 %
+    assert 1.8 < ratio < 2.2, ratio
+    with pytest.raises(ValueError, match="Vm.weight"):
+        sim.Vm(weight=1)

@@ -45,6 +45,8 @@ struct PyVcpuView {
     st_preempted: bool,
     /// Published steal time, ns.
     steal_ns: u64,
+    /// pcpu_is_idle: nothing else on the host CPU it last ran on.
+    pcpu_is_idle: bool,
     /// Current PLE window, cycles.
     ple_window: u64,
 }
@@ -84,6 +86,7 @@ impl From<VcpuView> for PyVcpuView {
             preempted_in_kernel: v.preempted_in_kernel,
             st_preempted: v.st_preempted,
             steal_ns: v.steal_ns,
+            pcpu_is_idle: v.pcpu_is_idle,
             ple_window: v.ple_window,
         }
     }

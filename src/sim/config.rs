@@ -87,11 +87,13 @@ pub struct Background {
     pub utilization: f64,
     /// Mean length of one background burst, ns (exponential).
     pub burst_ns: u64,
+    /// Scheduler weight of the background tasks (1024 = nice 0).
+    pub weight: u64,
 }
 
 impl Default for Background {
     fn default() -> Self {
-        Background { utilization: 0.0, burst_ns: 200_000 }
+        Background { utilization: 0.0, burst_ns: 200_000, weight: 1024 }
     }
 }
 
@@ -438,6 +440,8 @@ pub struct VmConfig {
     pub vcpus: u32,
     /// Guest threads; 0 = one per vCPU.
     pub threads: u32,
+    /// Scheduler weight of each vCPU thread (1024 = nice 0).
+    pub weight: u64,
     pub ple: PleConfig,
     pub policy: PolicyConfig,
     pub pv: PvConfig,
@@ -451,6 +455,7 @@ impl Default for VmConfig {
             count: 1,
             vcpus: 4,
             threads: 0,
+            weight: 1024,
             ple: PleConfig::default(),
             policy: PolicyConfig::default(),
             pv: PvConfig::default(),
@@ -501,6 +506,9 @@ impl SimConfig {
         check(h.tsc_khz >= 1000, || format!("host.tsc_khz must be >= 1000, got {}", h.tsc_khz))?;
         let u = h.background.utilization;
         check((0.0..1.0).contains(&u), || format!("host.background.utilization must be in [0, 1), got {u}"))?;
+        check((2..=88_761).contains(&h.background.weight), || {
+            format!("host.background.weight must be in [2, 88761], got {}", h.background.weight)
+        })?;
         check(h.background.burst_ns >= 1000, || {
             format!("host.background.burst_ns must be >= 1000, got {}", h.background.burst_ns)
         })?;
@@ -510,6 +518,9 @@ impl SimConfig {
             let f = |name: &str| format!("vms[{i}].{name}");
             check(vm.count >= 1, || format!("{} must be >= 1, got {}", f("count"), vm.count))?;
             check(vm.vcpus >= 1, || format!("{} must be >= 1, got {}", f("vcpus"), vm.vcpus))?;
+            check((2..=88_761).contains(&vm.weight), || {
+                format!("{} must be in [2, 88761] (nice 19 .. -20), got {}", f("weight"), vm.weight)
+            })?;
             total += vm.count as u64 * vm.vcpus as u64;
             check(total <= MAX_VCPUS_TOTAL, || format!("{} : total vCPUs must be <= {MAX_VCPUS_TOTAL}", f("vcpus")))?;
             let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };

@@ -427,7 +427,7 @@ impl Sim {
                     let task = sim.tasks.len() as u32;
                     sim.tasks.push(Task {
                         kind: TaskKind::Vcpu(vcpu0 + i),
-                        weight: NICE0,
+                        weight: vmc.weight,
                         vruntime: 0,
                         deadline: 0,
                         vlag: 0,
@@ -536,7 +536,7 @@ impl Sim {
             for cpu in 0..p {
                 sim.tasks.push(Task {
                     kind: TaskKind::Bg(cpu),
-                    weight: NICE0,
+                    weight: cfg.host.background.weight,
                     vruntime: 0,
                     deadline: 0,
                     vlag: 0,

@@ -133,6 +133,7 @@ impl Sim {
             preempted_in_kernel: vc.preempted_in_kernel,
             st_preempted: vc.st_preempted,
             steal_ns: vc.steal_ns,
+            pcpu_is_idle: self.pcpu_is_idle(v),
             ple_window: vc.ple_window,
         }
     }

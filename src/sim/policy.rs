@@ -41,6 +41,8 @@ pub struct VcpuView {
     pub st_preempted: bool,
     /// Steal time published to the guest, ns.
     pub steal_ns: u64,
+    /// pcpu_is_idle (2021 proposal): nothing else on the host CPU it last ran on.
+    pub pcpu_is_idle: bool,
     /// Current PLE window, cycles.
     pub ple_window: u64,
 }

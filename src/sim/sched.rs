@@ -467,8 +467,8 @@ impl Sim {
                             self.update_curr(cpu);
                             let v = self.avg_vruntime(cpu);
                             self.save_lag(t, v);
-                            self.schedule(cpu, Why::Gang);
-                            // if still current (in an exit handler), need_resched was set
+                            // a vCPU in an exit handler leaves when the handler ends
+                            self.resched(cpu, Why::Gang);
                         } else {
                             self.rq_remove_queued(t);
                             self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);

@@ -136,14 +136,19 @@ class Background(_Base):
             Default 0.0 (idle host). Source: assumption.
         burst_ns: mean length of one burst, ns (exponential). Default 200000.
             Source: assumption.
+        weight: scheduler weight of each background task, in [2, 88761]
+            (the kernel's nice-to-weight table: 1024 = nice 0, 88761 = nice
+            -20, 15 = nice 19). Default 1024.
     """
 
     utilization: float = 0.0
     burst_ns: int = 200_000
+    weight: int = 1024
 
     def __post_init__(self) -> None:
         _float(self, "utilization", 0.0, 1.0, hi_open=True)
         _int(self, "burst_ns", 1000)
+        _int(self, "weight", 2, 88761)
 
 
 @dataclass(frozen=True)
@@ -412,10 +417,15 @@ def _phase_common(obj: Any) -> None:
 
 @dataclass(frozen=True)
 class Compute(_Base):
-    """Useful work. ``ns``: mean duration, ns; ``dist``: ``"fixed"``,
-    ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]); ``mode``: ``"user"`` or
-    ``"kernel"`` (CPL, recorded as preempted_in_kernel); ``prob``: probability
-    the phase runs in an iteration."""
+    """Useful work.
+
+    Attributes:
+        ns: mean duration, ns (required).
+        dist: ``"fixed"`` (default), ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]).
+        mode: ``"user"`` (default) or ``"kernel"``: the CPL, recorded as
+            preempted_in_kernel if the vCPU is preempted meanwhile.
+        prob: probability that the phase runs in an iteration. Default 1.0.
+    """
 
     kind: ClassVar[str] = "compute"
     ns: int
@@ -441,7 +451,15 @@ class Lock(_Base):
     directed-yields to the kicked vCPU, spec §5), ``"mutex"`` (optimistic
     spinning while the owner is on a CPU and, with steal time, not preempted;
     otherwise sleep). Simplified: no lock stealing for queued kinds; the PV
-    predecessor check happens when a waiter (re)starts spinning."""
+    predecessor check happens when a waiter (re)starts spinning.
+
+    Attributes:
+        lock: lock id within the VM, 0..1023. Default 0.
+        lock_kind: see above. Default ``"ticket"``.
+        hold_ns: mean hold time, ns. Default 1000.
+        dist: distribution of the hold time. Default ``"fixed"``.
+        prob: probability that the phase runs. Default 1.0.
+    """
 
     kind: ClassVar[str] = "lock"
     lock: int = 0
@@ -462,8 +480,9 @@ class Lock(_Base):
 class Ipi(_Base):
     """Send a call-function IPI (TLB shootdown / smp_call_function) to
     ``targets`` random other vCPUs (0 = all others) and spin until each has
-    run its ``handler_ns`` handler. The handler length is the VM's first Ipi
-    phase's."""
+    run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
+    phase sets the handler length for all). ``targets`` default 0 (all
+    others); ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "ipi"
     targets: int = 0
@@ -492,7 +511,8 @@ class Barrier(_Base):
 
 @dataclass(frozen=True)
 class Sleep(_Base):
-    """Block until a timer: ``ns`` mean, ns (I/O, timed waits)."""
+    """Block until a timer (I/O, timed waits): ``ns`` mean, ns (default
+    100000); ``dist`` default ``"fixed"``; ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "sleep"
     ns: int = 100_000
@@ -507,7 +527,8 @@ class Sleep(_Base):
 
 @dataclass(frozen=True)
 class Send(_Base):
-    """Post a message to thread (i + ``to``) mod threads, waking it if it waits in Recv."""
+    """Post a message to thread (i + ``to``) mod threads (``to`` default 1),
+    waking it if it waits in Recv; ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "send"
     to: int = 1
@@ -520,7 +541,8 @@ class Send(_Base):
 
 @dataclass(frozen=True)
 class Recv(_Base):
-    """Block until a message is available (halt until a message)."""
+    """Block until a message is available (halt until a message); ``prob``
+    default 1.0."""
 
     kind: ClassVar[str] = "recv"
     prob: float = 1.0
@@ -618,8 +640,10 @@ class Vm(_Base):
     Attributes:
         vcpus: vCPUs per VM. Default 4.
         count: number of identical VMs. Default 1.
-        threads: guest threads; 0 = one per vCPU. The digest's benchmarks ran
-            2 threads per vCPU.
+        threads: guest threads; 0 = one per vCPU (default). The digest's
+            benchmarks ran 2 threads per vCPU.
+        weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
+            nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.
         ple, policy, pv, halt_poll: see their classes.
     """
@@ -627,6 +651,7 @@ class Vm(_Base):
     vcpus: int = 4
     count: int = 1
     threads: int = 0
+    weight: int = 1024
     workload: Workload = field(default_factory=Workload)
     ple: Ple = field(default_factory=Ple)
     policy: Policy = field(default_factory=Policy)
@@ -637,6 +662,7 @@ class Vm(_Base):
         _int(self, "vcpus", 1, 65536)
         _int(self, "count", 1, 65536)
         _int(self, "threads", 0, 16 * self.vcpus)
+        _int(self, "weight", 2, 88761)
         for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll)):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
