@@ -13,7 +13,7 @@ from vcpulab import sim
 from vcpulab.sim import policies as P
 from vcpulab.sim import presets
 
-RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
 
 
 def small(**kw) -> sim.Config:
@@ -27,7 +27,7 @@ def assert_conserved(r: sim.Result) -> None:
     assert (tot == d).all(), tot
     v = r.vcpus.select(pl.col("running_ns") + pl.col("wait_ns") + pl.col("halted_ns")).to_series()
     assert (v == d).all(), v
-    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns"])).to_series()
+    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns"])).to_series()
     assert (run == r.vcpus["running_ns"]).all()
 
 
@@ -46,6 +46,8 @@ def assert_conserved(r: sim.Result) -> None:
         (lambda: sim.Ple(grow=-1), "Ple.grow"),
         (lambda: sim.Policy(kind="magic"), "Policy.kind"),
         (lambda: sim.Pv(placement="anywhere"), "Pv.placement"),
+        (lambda: sim.HaltPoll(policy="v4"), "HaltPoll.policy"),
+        (lambda: sim.HaltPoll(max_ns=-1), "HaltPoll.max_ns"),
         (lambda: sim.Compute(-1), "Compute.ns must be >= 0"),
         (lambda: sim.Lock(0, "spin", 10), "Lock.lock_kind"),
         (lambda: sim.Sleep(10, prob=1.5), "Sleep.prob"),
@@ -310,3 +312,43 @@ def test_weights_share_the_cpu_in_proportion():
     assert 1.8 < ratio < 2.2, ratio
     with pytest.raises(ValueError, match="Vm.weight"):
         sim.Vm(weight=1)
+
+
+def pingpong(halt_poll: sim.HaltPoll, pcpus: int = 4, count: int = 1) -> sim.Config:
+    wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Send(1), sim.Recv()))
+    return sim.Config(
+        host=sim.Host(pcpus=pcpus),
+        vms=(sim.Vm(vcpus=2, threads=2, count=count, workload=wl, halt_poll=halt_poll),),
+        duration_ns=20_000_000,
+    )
+
+
+@pytest.mark.parametrize("policy", ["off", "fixed", "dynamic"])
+def test_halt_polling_stats_and_conservation(policy):
+    r = sim.run(pingpong(sim.HaltPoll(policy=policy)))
+    assert_conserved(r)
+    v = r.vcpus
+    assert (v["halt_attempted_poll"] >= v["halt_successful_poll"]).all()
+    polled = v["halt_poll_success_ns"] + v["halt_poll_fail_ns"]
+    # every finished halt is accounted; at most one unfinished one per vCPU
+    assert ((v["polling_ns"] >= polled) & (v["polling_ns"] - polled <= 200_000)).all()
+    if policy == "off":
+        assert v["polling_ns"].sum() == 0 and v["halt_attempted_poll"].sum() == 0
+    else:
+        # message passing on an idle host: most halts end while polling
+        assert v["halt_successful_poll"].sum() > 0.5 * v["halt_attempted_poll"].sum()
+        assert v["halt_wait_ns"].sum() < sim.run(pingpong(sim.HaltPoll())).vcpus["halt_wait_ns"].sum()
+    if policy == "dynamic":
+        # the window grew from 0 by grow_start, ×2, capped by max_ns at the next halt
+        w = v["halt_poll_window_ns"].to_list()
+        assert all(x == 0 or x % 10_000 == 0 for x in w) and max(w) >= 10_000
+
+
+def test_halt_polling_stops_when_another_task_wants_the_cpu():
+    # 4 VMs x 2 vCPUs on 2 CPUs: polls are cut short by the other vCPUs
+    busy = sim.run(pingpong(sim.HaltPoll(policy="fixed"), pcpus=2, count=4)).vcpus
+    idle = sim.run(pingpong(sim.HaltPoll(policy="fixed"), pcpus=8, count=1)).vcpus
+    per_poll_busy = busy["polling_ns"].sum() / max(1, busy["halt_attempted_poll"].sum())
+    per_poll_idle = idle["polling_ns"].sum() / max(1, idle["halt_attempted_poll"].sum())
+    assert per_poll_busy < per_poll_idle
+    assert busy["halt_successful_poll"].sum() < busy["halt_attempted_poll"].sum()

@@ -77,6 +77,11 @@ def vms(draw):
         ple=ple,
         policy=policy,
         pv=pv,
+        halt_poll=sim.HaltPoll(
+            policy=draw(st.sampled_from(["off", "fixed", "dynamic"])),
+            max_ns=draw(st.sampled_from([0, 50_000, 200_000])),
+            shrink=draw(st.sampled_from([0, 2])),
+        ),
     )
 
 
@@ -108,7 +113,7 @@ def test_conservation_always_holds(cfg):
     r = sim.run(cfg)
     d = r.summary["duration_ns"][0]
     assert d <= cfg.duration_ns
-    cats = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+    cats = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
     assert (r.pcpus.select(pl.sum_horizontal(cats)).to_series() == d).all()
     v = r.vcpus
     assert ((v["running_ns"] + v["wait_ns"] + v["halted_ns"]) == d).all()

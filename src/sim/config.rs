@@ -278,19 +278,31 @@ impl Default for PvConfig {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum HaltPollPolicy {
+    /// No host polling: a halting vCPU blocks at once.
     Off,
+    /// Always poll up to `max_ns` (Feb 2015, fixed halt_poll_ns).
+    Fixed,
+    /// Upstream dynamic polling decided from the whole block time (§3.2).
+    Dynamic,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HaltPollConfig {
-    /// Only "off" for now (host halt polling is a follow-up).
     pub policy: HaltPollPolicy,
+    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns.
+    pub max_ns: u64,
+    /// halt_poll_ns_grow.
+    pub grow: u64,
+    /// halt_poll_ns_grow_start, ns.
+    pub grow_start_ns: u64,
+    /// halt_poll_ns_shrink (0 = reset to 0).
+    pub shrink: u64,
 }
 
 impl Default for HaltPollConfig {
     fn default() -> Self {
-        HaltPollConfig { policy: HaltPollPolicy::Off }
+        HaltPollConfig { policy: HaltPollPolicy::Off, max_ns: 200_000, grow: 2, grow_start_ns: 10_000, shrink: 2 }
     }
 }
 
@@ -540,6 +552,11 @@ impl SimConfig {
             check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
+            let hp = &vm.halt_poll;
+            check(hp.max_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns))?;
+            check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
+            check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
+            check(hp.grow_start_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }

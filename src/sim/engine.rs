@@ -27,13 +27,17 @@ pub const C_SPIN: usize = 1;
 pub const C_PLE: usize = 2;
 pub const C_EXIT: usize = 3;
 pub const C_IDLEPOLL: usize = 4;
+/// Host halt polling (kvm_vcpu_halt's poll loop).
+pub const C_HALTPOLL: usize = 5;
+/// Number of "running" categories (vCPU thread on a host CPU).
+pub const NRUN: usize = 6;
 /// vCPU: runnable but waiting for a host CPU (steal). Host CPU: background task.
-pub const C_WAIT: usize = 5;
-pub const C_BG: usize = 5;
+pub const C_WAIT: usize = 6;
+pub const C_BG: usize = 6;
 /// vCPU: halted (blocked on the host). Host CPU: idle.
-pub const C_HALT: usize = 6;
-pub const C_IDLE: usize = 6;
-pub const NCAT: usize = 7;
+pub const C_HALT: usize = 7;
+pub const C_IDLE: usize = 7;
+pub const NCAT: usize = 8;
 
 /// Time accounting with one open interval.
 #[derive(Clone, Debug)]
@@ -198,6 +202,8 @@ pub enum Act {
     IdlePoll { start: Ns, end: Ns },
     /// In a host exit handler.
     Exit { end: Ns, kind: ExitKind },
+    /// Host halt polling before blocking (kvm_vcpu_halt).
+    HaltPoll { start: Ns, end: Ns },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -217,6 +223,12 @@ pub struct VcpuCounters {
     pub ipis_sent: u64,
     pub max_ple_window: u64,
     pub sched_in: u64,
+    // halt polling (kernel stat names, §3.3)
+    pub halt_attempted_poll: u64,
+    pub halt_successful_poll: u64,
+    pub halt_poll_success_ns: u64,
+    pub halt_poll_fail_ns: u64,
+    pub halt_wait_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -245,6 +257,14 @@ pub struct Vcpu {
     pub st_preempted: bool,
     pub steal_ns: Ns,
     pub ple_window: u64,
+    // host halt polling (§3)
+    /// Current poll window, ns (vcpu->halt_poll_ns).
+    pub halt_poll_ns: u64,
+    /// Start of the halt in progress and end of its polling (NEVER: none).
+    pub halt_start: Ns,
+    pub poll_end: Ns,
+    /// The halt in progress polled (do_poll).
+    pub halt_polled: bool,
     // guest
     pub cur: Option<u32>,
     pub runq: VecDeque<u32>,
@@ -462,6 +482,13 @@ impl Sim {
                         st_preempted: false,
                         steal_ns: 0,
                         ple_window: vmc.ple.window,
+                        halt_poll_ns: match vmc.halt_poll.policy {
+                            super::config::HaltPollPolicy::Fixed => vmc.halt_poll.max_ns,
+                            _ => 0,
+                        },
+                        halt_start: NEVER,
+                        poll_end: NEVER,
+                        halt_polled: false,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),

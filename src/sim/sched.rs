@@ -121,6 +121,12 @@ impl Sim {
         match self.rqs[cpu].curr {
             None => self.push(self.now, Ev::Resched(cpu as u32, Why::Idle)),
             Some(c) => {
+                if let TaskKind::Vcpu(pv) = self.tasks[c as usize].kind {
+                    if matches!(self.vcpus[pv as usize].act, Act::HaltPoll { .. }) {
+                        // single_task_running() turns false: the poll loop stops
+                        self.push(self.now, Ev::Poke(pv));
+                    }
+                }
                 if wakeup && self.cfg.host.wakeup_preemption {
                     let c = c as usize;
                     if self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline {

@@ -396,13 +396,39 @@ class Pv(_Base):
 
 @dataclass(frozen=True)
 class HaltPoll(_Base):
-    """Host halt polling (spec §3). Only ``"off"`` for now (a follow-up adds
-    fixed / dynamic-v4 / block-time). Default ``"off"``."""
+    """Host halt polling (spec §3): before a halting vCPU blocks, its thread
+    polls for a wake-up while no other task wants the host CPU.
+
+    Attributes:
+        policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
+            up to ``max_ns``, the Feb 2015 halt_poll_ns) or ``"dynamic"``
+            (upstream: the per-vCPU window grows when a halt was short and
+            shrinks when it was longer than ``max_ns``, §3.2). Simplified: no
+            poll-control MSR, no per-VM override beyond ``max_ns``.
+        max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
+            200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
+        grow: halt_poll_ns_grow. Default 2 (kernel).
+        grow_start_ns: halt_poll_ns_grow_start, ns. Default 10000 (kernel).
+        shrink: halt_poll_ns_shrink; 0 resets to 0. Default 2 (kernel ≥ ~6.8).
+
+    Results carry the kernel's stat names per vCPU: ``halt_attempted_poll``,
+    ``halt_successful_poll``, ``halt_poll_invalid``, ``halt_poll_success_ns``,
+    ``halt_poll_fail_ns``, ``halt_wait_ns``, ``halt_wakeup``; the time spent
+    polling is the ``polling_ns`` category.
+    """
 
     policy: str = "off"
+    max_ns: int = 200_000
+    grow: int = 2
+    grow_start_ns: int = 10_000
+    shrink: int = 2
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off",))
+        _choice(self, "policy", ("off", "fixed", "dynamic"))
+        _int(self, "max_ns", 0, U32_MAX)
+        _int(self, "grow", 0, 1024)
+        _int(self, "grow_start_ns", 0, U32_MAX)
+        _int(self, "shrink", 0, 1024)
 
 
 # ---------------------------------------------------------------------- phases
