@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! The deterministic overcommit simulator (no `unsafe`, no pyo3).
+//! The deterministic overcommit simulator (no `unsafe`, no Python bindings).
 //!
 //! Layers, bottom up:
 //! * [`config`]: the plain-data configuration (JSON via serde) and its validation;
