@@ -262,6 +262,7 @@ fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     match e {
         SimError::Config(m) => PyValueError::new_err(m),
         SimError::Policy(m) => PyValueError::new_err(m),
+        e @ SimError::NoProgress(_) => PyValueError::new_err(e.to_string()),
         SimError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation interrupted"),
         SimError::Bug(m) => PyRuntimeError::new_err(format!(
             "internal error in the simulator (a bug in vcpulab, please report it): {m}"

@@ -577,11 +577,11 @@ impl SimConfig {
                 match ph {
                     Phase::Compute { ns, .. } => {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
-                        any_work |= *ns > 0;
+                        any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Sleep { ns, .. } => {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
-                        any_work |= *ns > 0;
+                        any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {
                         check(*lock < 1024, || format!("{} must be < 1024, got {lock}", pf("lock")))?;
@@ -593,14 +593,13 @@ impl SimConfig {
                         } else {
                             lock_kinds.push((*lock, *lock_kind));
                         }
-                        any_work |= *hold_ns > 0;
+                        any_work |= *hold_ns > 0 && pr >= 1.0;
                     }
                     Phase::Ipi { targets, handler_ns, .. } => {
                         check(*targets < vm.vcpus.max(1) || *targets == 0, || {
                             format!("{} must be < vcpus (0 = all others), got {targets}", pf("targets"))
                         })?;
                         check(*handler_ns <= 1_000_000_000, || format!("{} must be <= 1e9", pf("handler_ns")))?;
-                        any_work |= *handler_ns > 0;
                     }
                     Phase::Send { to, .. } => {
                         check(*to >= 1 && *to < threads.max(2), || {
@@ -611,7 +610,7 @@ impl SimConfig {
                 }
             }
             check(any_work, || {
-                format!("{} must take time (some phase with ns/hold_ns/handler_ns > 0)", f("workload.phases"))
+                format!("{} must take time (a compute, lock or sleep phase with ns/hold_ns > 0 and prob 1)", f("workload.phases"))
             })?;
             let has_recv = w.phases.iter().any(|p| matches!(p, Phase::Recv { .. }));
             let has_send = w.phases.iter().any(|p| matches!(p, Phase::Send { .. }));

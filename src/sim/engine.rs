@@ -372,6 +372,9 @@ pub struct Sim {
     immediate: VecDeque<Ev>,
     /// Set by a successful yield_to: the target's CPU, if it differs.
     pub boost_cpu: u32,
+    /// Set when the model cannot advance (a zero-time cycle).
+    pub stuck: Option<String>,
+    same_time: u64,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -419,6 +422,8 @@ impl Sim {
             started: false,
             immediate: VecDeque::new(),
             boost_cpu: NO_CPU,
+            stuck: None,
+            same_time: 0,
         };
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
@@ -628,11 +633,21 @@ impl Sim {
                 }
                 let e = self.heap.pop().expect("peeked");
                 debug_assert!(e.time >= self.now);
+                if e.time > self.now {
+                    self.same_time = 0;
+                }
                 self.now = e.time;
                 e.ev
             };
             self.events += 1;
+            self.same_time += 1;
+            if self.same_time > 50_000_000 {
+                self.stuck = Some(format!("no progress: 5e7 events at t={} ns", self.now));
+            }
             self.dispatch(ev);
+            if let Some(s) = self.stuck.take() {
+                return Err(SimError::NoProgress(s));
+            }
             if let Some(err) = self.error.take() {
                 return Err(SimError::Policy(err));
             }

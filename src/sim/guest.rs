@@ -214,6 +214,7 @@ impl Sim {
                 let cpu = self.vcpus[v].running.unwrap() as usize;
                 if self.has_wake_condition(v) {
                     // kvm_vcpu_check_block() < 0 while polling: success
+                    self.vcpus[v].pv_unhalted = false;
                     self.vcpus[v].act = Act::Off;
                     self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
                     self.halt_poll_done(v, true);
@@ -377,6 +378,8 @@ impl Sim {
                     self.halt_begin(v, cpu);
                     return;
                 }
+                // the wake-up is consumed (mp_state back to RUNNABLE)
+                self.vcpus[v].pv_unhalted = false;
                 if self.rqs[cpu].need_resched {
                     self.schedule(cpu, Why::ExitResched);
                 }
@@ -500,7 +503,16 @@ impl Sim {
     /// Decide what the (running) vCPU does next and start it.
     pub fn vcpu_step(&mut self, v: usize) {
         debug_assert!(self.vcpus[v].running.is_some());
+        let mut rounds = 0u32;
         loop {
+            rounds += 1;
+            if rounds > 1_000_000 {
+                // a cycle of phases that takes no time: stop the run with an error
+                self.stuck = Some(format!("vCPU {v} makes no progress at t={} ns", self.now));
+                let end = self.now + 1;
+                self.set_act(v, Act::IdlePoll { start: self.now, end }, NEVER, C_IDLEPOLL);
+                return;
+            }
             if self.vcpus[v].ipi_rem > 0 || !self.vcpus[v].ipis.is_empty() {
                 if self.vcpus[v].ipi_rem == 0 {
                     let vm = self.vm_of(v);

@@ -43,6 +43,9 @@ pub enum SimError {
     /// A directed-yield policy failed (e.g. a Python policy raised).
     #[error("directed-yield policy failed: {0}")]
     Policy(String),
+    /// The model stopped advancing (e.g. a cycle of phases that takes no time).
+    #[error("the simulation makes no progress ({0}); check the workload")]
+    NoProgress(String),
     /// The caller's interrupt check fired (e.g. Ctrl-C in Python).
     #[error("interrupted")]
     Interrupted,

@@ -261,3 +261,18 @@ fn fixed_iterations_end_the_run_early() {
     assert_eq!(r.summary.u64s("ops")[0], 40);
     conservation(&r, c.duration_ns);
 }
+
+#[test]
+fn a_workload_that_takes_no_time_is_rejected() {
+    // IPIs to nobody (one vCPU) and a zero-length compute would loop forever
+    // at one instant; validation rejects it (the engine also stops with
+    // SimError::NoProgress if a zero-time cycle ever slipped through).
+    let mut c = rr(1, 1, 0);
+    c.vms[0].workload.phases = vec![
+        Phase::Ipi { targets: 0, handler_ns: 1000, prob: 1.0 },
+        Phase::Compute { ns: 0, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
+    ];
+    assert!(c.validate().unwrap_err().contains("must take time"));
+    c.vms[0].workload.phases[1] = Phase::Compute { ns: 1000, dist: Dist::Fixed, mode: Mode::User, prob: 0.5 };
+    assert!(c.validate().unwrap_err().contains("must take time"));
+}

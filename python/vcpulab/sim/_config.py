@@ -626,9 +626,17 @@ class Workload(_Base):
         for i, p in enumerate(self.phases):
             if type(p) not in _PHASES.values():
                 raise ValueError(f"Workload.phases[{i}] must be a phase object, got {p!r}")
-        timed = [p for p in self.phases if p.prob == 1.0 and getattr(p, "ns", getattr(p, "hold_ns", getattr(p, "handler_ns", 0))) > 0]
+        timed = [
+            p
+            for p in self.phases
+            if p.prob == 1.0
+            and ((isinstance(p, (Compute, Sleep)) and p.ns > 0) or (isinstance(p, Lock) and p.hold_ns > 0))
+        ]
         if not timed:
-            raise ValueError("Workload.phases must include a phase that takes time (ns/hold_ns/handler_ns > 0) with prob 1.0")
+            raise ValueError(
+                "Workload.phases must include a compute, lock or sleep phase that takes time (ns/hold_ns > 0) "
+                "with prob 1.0"
+            )
         if len(self.phases) > 256:
             raise ValueError(f"Workload.phases must hold <= 256 phases, got {len(self.phases)}")
         kinds: dict[int, str] = {}
