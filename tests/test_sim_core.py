@@ -267,6 +267,9 @@ def test_sched_map_from_the_trace():
     assert np.allclose(busy, acct, atol=0.05)
     with pytest.raises(ValueError, match="trace=True"):
         sim.run(cfg).sched_map()
+    img = r.sched_map_rgb(bin_ns=100_000)
+    assert img.shape == (4, 100, 3) and img.dtype == np.uint8
+    assert ((img == 255).all(axis=2) == (m == -2)).all()  # white = idle
 
 
 def test_sweep_with_python_policies_on_two_threads():

@@ -149,6 +149,31 @@ class Result:
         out[rows, cols] = vals
         return out
 
+    def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
+        """:meth:`sched_map` as an RGB image (uint8, shape (pcpus, bins, 3)),
+        coloured as in the digest (§4): one hue per VM, one brightness per
+        vCPU, black for background host tasks, white for idle. Show it with
+        e.g. ``matplotlib.pyplot.imshow(img, aspect="auto")``."""
+        import colorsys
+
+        m = self.sched_map(bin_ns)
+        nvm = max(1, int(self.summary["vms"][0]))
+        vcpus = self.vcpus
+        per_vm = vcpus.group_by("vm").agg(pl.len().alias("n")).sort("vm")
+        sizes = dict(zip(per_vm["vm"].to_list(), per_vm["n"].to_list()))
+        codes = [c for c in np.unique(m).tolist() if c >= 0]
+        lut = {-2: (255, 255, 255), -1: (0, 0, 0)}
+        for c in codes:
+            vm, v = divmod(c, 65536)
+            hue = (vm / nvm) % 1.0
+            light = 0.3 + 0.45 * (v / max(1, sizes.get(vm, 1) - 1))
+            r, g, b = colorsys.hls_to_rgb(hue, light, 0.85)
+            lut[c] = (int(r * 255), int(g * 255), int(b * 255))
+        img = np.zeros(m.shape + (3,), dtype=np.uint8)
+        for c, rgb in lut.items():
+            img[m == c] = rgb
+        return img
+
 
 def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
     # The Rust side deep-copies each callable once per VM per run.
