@@ -374,6 +374,8 @@ pub struct Sim {
     pub boost_cpu: u32,
     /// Set when the model cannot advance (a zero-time cycle).
     pub stuck: Option<String>,
+    /// Some task may run on any CPU (newidle balancing is on).
+    pub any_unpinned: bool,
     same_time: u64,
 }
 
@@ -423,6 +425,7 @@ impl Sim {
             immediate: VecDeque::new(),
             boost_cpu: NO_CPU,
             stuck: None,
+            any_unpinned: false,
             same_time: 0,
         };
         // Placement of vCPU threads.
@@ -585,6 +588,7 @@ impl Sim {
             }
         }
         sim.rng = rng;
+        sim.any_unpinned = cfg.host.scheduler == Scheduler::Fair && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
         }

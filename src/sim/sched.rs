@@ -3,9 +3,9 @@
 //! deadline, periodic tick, wake-up preemption, next buddy, yield_to), and gang
 //! scheduling as an alternative.
 //!
-//! Simplifications (documented in docs/simulator.md): no load balancing (tasks
-//! are pinned, or placed at wake-up when unpinned); no cgroup hierarchy; no
-//! RUN_TO_PARITY slice protection; ticks are synchronous across CPUs.
+//! Simplifications (documented in docs/simulator.md): load balancing is only
+//! wake-up placement and newidle pulls of unpinned tasks; no cgroup
+//! hierarchy; no RUN_TO_PARITY slice protection; ticks are synchronous.
 
 use super::config::{NextBuddy, Scheduler, YieldPenalty};
 use super::engine::*;
@@ -222,10 +222,38 @@ impl Sim {
         best
     }
 
+    /// newidle balance: a CPU about to go idle pulls the longest-waiting
+    /// unpinned task from the first CPU (in order after it) that has one
+    /// waiting. Only unpinned tasks move (Host.affinity = "all").
+    fn newidle_pull(&mut self, cpu: usize) {
+        let p = self.rqs.len();
+        for i in 1..p {
+            let c = (cpu + i) % p;
+            let best = self.rqs[c]
+                .queue
+                .iter()
+                .map(|&t| t as usize)
+                .filter(|&t| self.tasks[t].pinned.is_none() && !self.tasks[t].parked)
+                .min_by_key(|&t| (self.tasks[t].wait_since, t));
+            if let Some(t) = best {
+                self.rq_remove_queued(t);
+                self.tasks[t].cpu = cpu as u32;
+                self.rq_add(t, false);
+                return;
+            }
+        }
+    }
+
     /// Pick the next task on `cpu` and switch to it if it differs from curr.
     pub fn schedule(&mut self, cpu: usize, why: Why) {
         self.update_curr(cpu);
         self.rqs[cpu].need_resched = false;
+        if self.any_unpinned && self.rqs[cpu].queue.is_empty() {
+            let stays = self.rqs[cpu].curr.is_some_and(|c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
+            if !stays {
+                self.newidle_pull(cpu);
+            }
+        }
         let prev = self.rqs[cpu].curr.map(|x| x as usize);
         let next = self.pick(cpu);
         if next == prev {

@@ -175,7 +175,8 @@ class Host(_Base):
         affinity: vCPU threads ``"pinned"`` one per CPU slot in a seeded,
             balanced random order (default), ``"round_robin"`` (vCPU g on CPU
             g mod P), or ``"all"`` (unpinned: placed at wake-up on the previous
-            CPU if idle, else the first idle one). No periodic load balancing.
+            CPU if idle, else the first idle one; pulled by a CPU about to go
+            idle). No periodic load balancing.
         gang_slice_ns: gang-scheduling slice, ns. Default 4000000 (digest §4:
             "clean 4 ms slices").
         tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
