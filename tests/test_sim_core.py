@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
+
 import polars as pl
 import pytest
 
@@ -11,7 +13,7 @@ from vcpulab import sim
 from vcpulab.sim import policies as P
 from vcpulab.sim import presets
 
-RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
 
 
 def small(**kw) -> sim.Config:
@@ -25,7 +27,7 @@ def assert_conserved(r: sim.Result) -> None:
     assert (tot == d).all(), tot
     v = r.vcpus.select(pl.col("running_ns") + pl.col("wait_ns") + pl.col("halted_ns")).to_series()
     assert (v == d).all(), v
-    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns"])).to_series()
+    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns"])).to_series()
     assert (run == r.vcpus["running_ns"]).all()
 
 
@@ -44,6 +46,8 @@ def assert_conserved(r: sim.Result) -> None:
         (lambda: sim.Ple(grow=-1), "Ple.grow"),
         (lambda: sim.Policy(kind="magic"), "Policy.kind"),
         (lambda: sim.Pv(placement="anywhere"), "Pv.placement"),
+        (lambda: sim.HaltPoll(policy="v4"), "HaltPoll.policy"),
+        (lambda: sim.HaltPoll(max_ns=-1), "HaltPoll.max_ns"),
         (lambda: sim.Compute(-1), "Compute.ns must be >= 0"),
         (lambda: sim.Lock(0, "spin", 10), "Lock.lock_kind"),
         (lambda: sim.Sleep(10, prob=1.5), "Sleep.prob"),
@@ -246,3 +250,108 @@ def test_kernel_rule_counters_are_consistent():
         assert w == 2**32 - 1 or (w % 4096 == 0 and (w // 4096) & (w // 4096 - 1) == 0)
     # a halted vCPU is never reported preempted; preemptions happen on this host
     assert s["preemption_reported"][0] > 0 and s["preemption_other"][0] > 0
+
+
+def test_sched_map_from_the_trace():
+    cfg = small()
+    r = sim.run(cfg, trace=True)
+    m = r.sched_map(bin_ns=100_000)
+    assert m.shape == (4, 100)
+    # every vCPU of both VMs shows up, and (no background load) nothing else but idle
+    codes = set(np.unique(m).tolist())
+    assert codes <= {vm * 65536 + v for vm in range(2) for v in range(4)} | {-2}
+    assert len(codes - {-2}) == 8
+    # the busy fraction of each CPU matches the time accounting to within a bin per switch
+    busy = (m != -2).mean(axis=1)
+    acct = 1 - r.pcpus["idle_ns"].to_numpy() / r.summary["duration_ns"][0]
+    assert np.allclose(busy, acct, atol=0.05)
+    with pytest.raises(ValueError, match="trace=True"):
+        sim.run(cfg).sched_map()
+    img = r.sched_map_rgb(bin_ns=100_000)
+    assert img.shape == (4, 100, 3) and img.dtype == np.uint8
+    assert ((img == 255).all(axis=2) == (m == -2)).all()  # white = idle
+
+
+def test_sweep_with_python_policies_on_two_threads():
+    base = small(ple=sim.Ple.fixed(), workload=presets.ebizzy_like()).with_path("host.pcpus", 3)
+    grid = {"vms.0.policy": [P.python(P.DyEligibleInPython()), P.dy_eligible()], "seed": [1, 2]}
+    one = sim.sweep(base, grid, threads=1, progress=False)
+    two = sim.sweep(base, grid, threads=2, progress=False)
+    assert one.equals(two)
+    py, builtin = one.filter(pl.col("vms.0.policy") != "dy_eligible"), one.filter(pl.col("vms.0.policy") == "dy_eligible")
+    assert py.drop("vms.0.policy", "config_hash").equals(builtin.drop("vms.0.policy", "config_hash"))
+
+
+def test_ctrl_c_interrupts_a_long_run():
+    import os
+    import signal
+    import threading
+
+    cfg = sim.Config(
+        host=sim.Host(pcpus=80),
+        vms=(sim.Vm(vcpus=20, count=8, workload=presets.spinlock_microbench()),),
+        duration_ns=60_000_000_000,  # a minute of wall time if the interrupt were missed
+    )
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sim.run(cfg)
+    finally:
+        timer.cancel()
+
+
+def test_weights_share_the_cpu_in_proportion():
+    wl = sim.Workload(phases=(sim.Compute(1_000_000),))
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2, affinity="round_robin"),
+        vms=(sim.Vm(vcpus=2, weight=2048, workload=wl), sim.Vm(vcpus=2, weight=1024, workload=wl)),
+        duration_ns=200_000_000,
+    )
+    r = sim.run(cfg)
+    run = r.vms["running_ns"] if "running_ns" in r.vms.columns else r.vms["useful_ns"]
+    ratio = run[0] / run[1]
+    # EEVDF shares by weight; slices end at ticks, so allow 10 %
+    assert 1.8 < ratio < 2.2, ratio
+    with pytest.raises(ValueError, match="Vm.weight"):
+        sim.Vm(weight=1)
+
+
+def pingpong(halt_poll: sim.HaltPoll, pcpus: int = 4, count: int = 1) -> sim.Config:
+    wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Send(1), sim.Recv()))
+    return sim.Config(
+        host=sim.Host(pcpus=pcpus),
+        vms=(sim.Vm(vcpus=2, threads=2, count=count, workload=wl, halt_poll=halt_poll),),
+        duration_ns=20_000_000,
+    )
+
+
+@pytest.mark.parametrize("policy", ["off", "fixed", "dynamic"])
+def test_halt_polling_stats_and_conservation(policy):
+    r = sim.run(pingpong(sim.HaltPoll(policy=policy)))
+    assert_conserved(r)
+    v = r.vcpus
+    assert (v["halt_attempted_poll"] >= v["halt_successful_poll"]).all()
+    polled = v["halt_poll_success_ns"] + v["halt_poll_fail_ns"]
+    # every finished halt is accounted; at most one unfinished one per vCPU
+    assert ((v["polling_ns"] >= polled) & (v["polling_ns"] - polled <= 200_000)).all()
+    if policy == "off":
+        assert v["polling_ns"].sum() == 0 and v["halt_attempted_poll"].sum() == 0
+    else:
+        # message passing on an idle host: most halts end while polling
+        assert v["halt_successful_poll"].sum() > 0.5 * v["halt_attempted_poll"].sum()
+        assert v["halt_wait_ns"].sum() < sim.run(pingpong(sim.HaltPoll())).vcpus["halt_wait_ns"].sum()
+    if policy == "dynamic":
+        # the window grew from 0 by grow_start, ×2, capped by max_ns at the next halt
+        w = v["halt_poll_window_ns"].to_list()
+        assert all(x == 0 or x % 10_000 == 0 for x in w) and max(w) >= 10_000
+
+
+def test_halt_polling_stops_when_another_task_wants_the_cpu():
+    # 4 VMs x 2 vCPUs on 2 CPUs: polls are cut short by the other vCPUs
+    busy = sim.run(pingpong(sim.HaltPoll(policy="fixed"), pcpus=2, count=4)).vcpus
+    idle = sim.run(pingpong(sim.HaltPoll(policy="fixed"), pcpus=8, count=1)).vcpus
+    per_poll_busy = busy["polling_ns"].sum() / max(1, busy["halt_attempted_poll"].sum())
+    per_poll_idle = idle["polling_ns"].sum() / max(1, idle["halt_attempted_poll"].sum())
+    assert per_poll_busy < per_poll_idle
+    assert busy["halt_successful_poll"].sum() < busy["halt_attempted_poll"].sum()

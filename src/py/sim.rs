@@ -45,6 +45,8 @@ struct PyVcpuView {
     st_preempted: bool,
     /// Published steal time, ns.
     steal_ns: u64,
+    /// pcpu_is_idle: nothing else on the host CPU it last ran on.
+    pcpu_is_idle: bool,
     /// Current PLE window, cycles.
     ple_window: u64,
 }
@@ -84,6 +86,7 @@ impl From<VcpuView> for PyVcpuView {
             preempted_in_kernel: v.preempted_in_kernel,
             st_preempted: v.st_preempted,
             steal_ns: v.steal_ns,
+            pcpu_is_idle: v.pcpu_is_idle,
             ple_window: v.ple_window,
         }
     }
@@ -192,6 +195,29 @@ impl DirectedYieldPolicy for PyPolicy {
     }
 }
 
+/// Polls Python's signal handlers (Ctrl-C) from a running simulation.
+#[derive(Default)]
+struct Interrupt {
+    err: Mutex<Option<PyErr>>,
+}
+
+impl Interrupt {
+    fn check(&self) -> bool {
+        let mut slot = self.err.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_some() {
+            return true;
+        }
+        if let Err(e) = Python::attach(|py| py.check_signals()) {
+            *slot = Some(e);
+            return true;
+        }
+        false
+    }
+    fn take(&self) -> Option<PyErr> {
+        self.err.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
 type Callables = HashMap<String, Arc<Py<PyAny>>>;
 
 fn callables(d: Option<&Bound<'_, PyDict>>) -> PyResult<Callables> {
@@ -236,6 +262,8 @@ fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     match e {
         SimError::Config(m) => PyValueError::new_err(m),
         SimError::Policy(m) => PyValueError::new_err(m),
+        e @ SimError::NoProgress(_) => PyValueError::new_err(e.to_string()),
+        SimError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation interrupted"),
         SimError::Bug(m) => PyRuntimeError::new_err(format!(
             "internal error in the simulator (a bug in vcpulab, please report it): {m}"
         )),
@@ -291,7 +319,11 @@ fn sim_run<'py>(
     let cfg = parse(config_json)?;
     let calls = callables(policies)?;
     let err: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
-    let res = py.detach(|| sim::run_with(&cfg, &|_, vm| maker(&calls, &err, vm)));
+    let interrupt = Interrupt::default();
+    let res = py.detach(|| sim::run_checked(&cfg, &|_, vm| maker(&calls, &err, vm), &|| interrupt.check()));
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
     match res {
         Ok(r) => result_to_dict(py, &r),
         Err(e) => Err(to_pyerr(e, &err)),
@@ -326,6 +358,7 @@ fn sim_sweep<'py>(
     };
     let errs: Vec<Arc<Mutex<Option<PyErr>>>> = (0..cfgs.len()).map(|_| Arc::new(Mutex::new(None))).collect();
     let prog_err: Mutex<Option<PyErr>> = Mutex::new(None);
+    let interrupt = Interrupt::default();
     let results = py.detach(|| {
         let make = |i: usize, _g: usize, vm: &VmConfig| maker(&calls[i], &errs[i], vm);
         let prog = |done: usize| {
@@ -340,8 +373,11 @@ fn sim_sweep<'py>(
                 });
             }
         };
-        sim::sweep::sweep(&cfgs, threads, &make, &prog)
+        sim::sweep::sweep_checked(&cfgs, threads, &make, &prog, &|| interrupt.check())
     });
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
     if let Some(e) = prog_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }

@@ -18,6 +18,9 @@ pub struct SimConfig {
     pub duration_ns: u64,
     /// Record the per-host-CPU trace (sched map).
     pub trace: bool,
+    /// Iterations completing before this instant (ns) are not counted in
+    /// ops, throughput and latency (time accounting covers the whole run).
+    pub warmup_ns: u64,
     pub host: HostConfig,
     pub vms: Vec<VmConfig>,
 }
@@ -28,6 +31,7 @@ impl Default for SimConfig {
             seed: 0,
             duration_ns: 100_000_000,
             trace: false,
+            warmup_ns: 0,
             host: HostConfig::default(),
             vms: vec![VmConfig::default()],
         }
@@ -83,11 +87,13 @@ pub struct Background {
     pub utilization: f64,
     /// Mean length of one background burst, ns (exponential).
     pub burst_ns: u64,
+    /// Scheduler weight of the background tasks (1024 = nice 0).
+    pub weight: u64,
 }
 
 impl Default for Background {
     fn default() -> Self {
-        Background { utilization: 0.0, burst_ns: 200_000 }
+        Background { utilization: 0.0, burst_ns: 200_000, weight: 1024 }
     }
 }
 
@@ -272,19 +278,31 @@ impl Default for PvConfig {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum HaltPollPolicy {
+    /// No host polling: a halting vCPU blocks at once.
     Off,
+    /// Always poll up to `max_ns` (Feb 2015, fixed halt_poll_ns).
+    Fixed,
+    /// Upstream dynamic polling decided from the whole block time (§3.2).
+    Dynamic,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HaltPollConfig {
-    /// Only "off" for now (host halt polling is a follow-up).
     pub policy: HaltPollPolicy,
+    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns.
+    pub max_ns: u64,
+    /// halt_poll_ns_grow.
+    pub grow: u64,
+    /// halt_poll_ns_grow_start, ns.
+    pub grow_start_ns: u64,
+    /// halt_poll_ns_shrink (0 = reset to 0).
+    pub shrink: u64,
 }
 
 impl Default for HaltPollConfig {
     fn default() -> Self {
-        HaltPollConfig { policy: HaltPollPolicy::Off }
+        HaltPollConfig { policy: HaltPollPolicy::Off, max_ns: 200_000, grow: 2, grow_start_ns: 10_000, shrink: 2 }
     }
 }
 
@@ -434,6 +452,8 @@ pub struct VmConfig {
     pub vcpus: u32,
     /// Guest threads; 0 = one per vCPU.
     pub threads: u32,
+    /// Scheduler weight of each vCPU thread (1024 = nice 0).
+    pub weight: u64,
     pub ple: PleConfig,
     pub policy: PolicyConfig,
     pub pv: PvConfig,
@@ -447,6 +467,7 @@ impl Default for VmConfig {
             count: 1,
             vcpus: 4,
             threads: 0,
+            weight: 1024,
             ple: PleConfig::default(),
             policy: PolicyConfig::default(),
             pv: PvConfig::default(),
@@ -485,6 +506,9 @@ impl SimConfig {
     pub fn validate(&self) -> Result<(), String> {
         check(self.duration_ns >= 1, || format!("duration_ns must be >= 1, got {}", self.duration_ns))?;
         check(self.duration_ns <= 1u64 << 50, || format!("duration_ns must be <= 2^50, got {}", self.duration_ns))?;
+        check(self.warmup_ns < self.duration_ns, || {
+            format!("warmup_ns must be < duration_ns ({}), got {}", self.duration_ns, self.warmup_ns)
+        })?;
         let h = &self.host;
         check(h.pcpus >= 1, || format!("host.pcpus must be >= 1, got {}", h.pcpus))?;
         check(h.pcpus <= MAX_PCPUS, || format!("host.pcpus must be <= {MAX_PCPUS}, got {}", h.pcpus))?;
@@ -494,6 +518,9 @@ impl SimConfig {
         check(h.tsc_khz >= 1000, || format!("host.tsc_khz must be >= 1000, got {}", h.tsc_khz))?;
         let u = h.background.utilization;
         check((0.0..1.0).contains(&u), || format!("host.background.utilization must be in [0, 1), got {u}"))?;
+        check((2..=88_761).contains(&h.background.weight), || {
+            format!("host.background.weight must be in [2, 88761], got {}", h.background.weight)
+        })?;
         check(h.background.burst_ns >= 1000, || {
             format!("host.background.burst_ns must be >= 1000, got {}", h.background.burst_ns)
         })?;
@@ -503,6 +530,9 @@ impl SimConfig {
             let f = |name: &str| format!("vms[{i}].{name}");
             check(vm.count >= 1, || format!("{} must be >= 1, got {}", f("count"), vm.count))?;
             check(vm.vcpus >= 1, || format!("{} must be >= 1, got {}", f("vcpus"), vm.vcpus))?;
+            check((2..=88_761).contains(&vm.weight), || {
+                format!("{} must be in [2, 88761] (nice 19 .. -20), got {}", f("weight"), vm.weight)
+            })?;
             total += vm.count as u64 * vm.vcpus as u64;
             check(total <= MAX_VCPUS_TOTAL, || format!("{} : total vCPUs must be <= {MAX_VCPUS_TOTAL}", f("vcpus")))?;
             let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };
@@ -522,6 +552,11 @@ impl SimConfig {
             check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
+            let hp = &vm.halt_poll;
+            check(hp.max_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns))?;
+            check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
+            check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
+            check(hp.grow_start_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }
@@ -542,11 +577,11 @@ impl SimConfig {
                 match ph {
                     Phase::Compute { ns, .. } => {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
-                        any_work |= *ns > 0;
+                        any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Sleep { ns, .. } => {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
-                        any_work |= *ns > 0;
+                        any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {
                         check(*lock < 1024, || format!("{} must be < 1024, got {lock}", pf("lock")))?;
@@ -558,14 +593,13 @@ impl SimConfig {
                         } else {
                             lock_kinds.push((*lock, *lock_kind));
                         }
-                        any_work |= *hold_ns > 0;
+                        any_work |= *hold_ns > 0 && pr >= 1.0;
                     }
                     Phase::Ipi { targets, handler_ns, .. } => {
                         check(*targets < vm.vcpus.max(1) || *targets == 0, || {
                             format!("{} must be < vcpus (0 = all others), got {targets}", pf("targets"))
                         })?;
                         check(*handler_ns <= 1_000_000_000, || format!("{} must be <= 1e9", pf("handler_ns")))?;
-                        any_work |= *handler_ns > 0;
                     }
                     Phase::Send { to, .. } => {
                         check(*to >= 1 && *to < threads.max(2), || {
@@ -576,7 +610,7 @@ impl SimConfig {
                 }
             }
             check(any_work, || {
-                format!("{} must take time (some phase with ns/hold_ns/handler_ns > 0)", f("workload.phases"))
+                format!("{} must take time (a compute, lock or sleep phase with ns/hold_ns > 0 and prob 1)", f("workload.phases"))
             })?;
             let has_recv = w.phases.iter().any(|p| matches!(p, Phase::Recv { .. }));
             let has_send = w.phases.iter().any(|p| matches!(p, Phase::Send { .. }));

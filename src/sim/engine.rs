@@ -14,10 +14,12 @@ use rand_pcg::Pcg64Mcg;
 use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
 use super::policy::DirectedYieldPolicy;
 use super::trace::TraceRec;
+use super::SimError;
 
 pub type Ns = u64;
 pub const NEVER: Ns = u64::MAX;
 pub const NICE0: u64 = 1024;
+pub const NO_CPU: u32 = u32::MAX;
 
 // Time categories. 0..=4 are "running" categories shared by vCPUs and host CPUs.
 pub const C_USEFUL: usize = 0;
@@ -25,13 +27,17 @@ pub const C_SPIN: usize = 1;
 pub const C_PLE: usize = 2;
 pub const C_EXIT: usize = 3;
 pub const C_IDLEPOLL: usize = 4;
+/// Host halt polling (kvm_vcpu_halt's poll loop).
+pub const C_HALTPOLL: usize = 5;
+/// Number of "running" categories (vCPU thread on a host CPU).
+pub const NRUN: usize = 6;
 /// vCPU: runnable but waiting for a host CPU (steal). Host CPU: background task.
-pub const C_WAIT: usize = 5;
-pub const C_BG: usize = 5;
+pub const C_WAIT: usize = 6;
+pub const C_BG: usize = 6;
 /// vCPU: halted (blocked on the host). Host CPU: idle.
-pub const C_HALT: usize = 6;
-pub const C_IDLE: usize = 6;
-pub const NCAT: usize = 7;
+pub const C_HALT: usize = 7;
+pub const C_IDLE: usize = 7;
+pub const NCAT: usize = 8;
 
 /// Time accounting with one open interval.
 #[derive(Clone, Debug)]
@@ -175,9 +181,12 @@ pub struct Rq {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitKind {
-    Ple { yielded: bool },
+    /// `boost`: the target's host CPU to reschedule when the handler ends
+    /// (NO_CPU: none). A successful yield_to ends the handler, so the boost
+    /// and the yielder's schedule() happen at the same instant.
+    Ple { yielded: bool, boost: u32 },
     Halt,
-    Hypercall { yielded: bool },
+    Hypercall { yielded: bool, boost: u32 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +202,8 @@ pub enum Act {
     IdlePoll { start: Ns, end: Ns },
     /// In a host exit handler.
     Exit { end: Ns, kind: ExitKind },
+    /// Host halt polling before blocking (kvm_vcpu_halt).
+    HaltPoll { start: Ns, end: Ns },
 }
 
 #[derive(Clone, Debug, Default)]
@@ -212,6 +223,12 @@ pub struct VcpuCounters {
     pub ipis_sent: u64,
     pub max_ple_window: u64,
     pub sched_in: u64,
+    // halt polling (kernel stat names, §3.3)
+    pub halt_attempted_poll: u64,
+    pub halt_successful_poll: u64,
+    pub halt_poll_success_ns: u64,
+    pub halt_poll_fail_ns: u64,
+    pub halt_wait_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -234,10 +251,20 @@ pub struct Vcpu {
     pub posted_irq: bool,
     pub scheduled_out: bool,
     pub in_kernel: bool,
+    /// The VM has posted interrupts (copied from its PvConfig).
+    pub apicv: bool,
     // steal time (§4)
     pub st_preempted: bool,
     pub steal_ns: Ns,
     pub ple_window: u64,
+    // host halt polling (§3)
+    /// Current poll window, ns (vcpu->halt_poll_ns).
+    pub halt_poll_ns: u64,
+    /// Start of the halt in progress and end of its polling (NEVER: none).
+    pub halt_start: Ns,
+    pub poll_end: Ns,
+    /// The halt in progress polled (do_poll).
+    pub halt_polled: bool,
     // guest
     pub cur: Option<u32>,
     pub runq: VecDeque<u32>,
@@ -342,8 +369,14 @@ pub struct Sim {
     pub vms_with_goal: u32,
     pub vms_done: u32,
     started: bool,
-    pub pick_buf: Vec<usize>,
     immediate: VecDeque<Ev>,
+    /// Set by a successful yield_to: the target's CPU, if it differs.
+    pub boost_cpu: u32,
+    /// Set when the model cannot advance (a zero-time cycle).
+    pub stuck: Option<String>,
+    /// Some task may run on any CPU (newidle balancing is on).
+    pub any_unpinned: bool,
+    same_time: u64,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -389,8 +422,11 @@ impl Sim {
             vms_with_goal: 0,
             vms_done: 0,
             started: false,
-            pick_buf: Vec::new(),
             immediate: VecDeque::new(),
+            boost_cpu: NO_CPU,
+            stuck: None,
+            any_unpinned: false,
+            same_time: 0,
         };
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
@@ -419,7 +455,7 @@ impl Sim {
                     let task = sim.tasks.len() as u32;
                     sim.tasks.push(Task {
                         kind: TaskKind::Vcpu(vcpu0 + i),
-                        weight: NICE0,
+                        weight: vmc.weight,
                         vruntime: 0,
                         deadline: 0,
                         vlag: 0,
@@ -450,9 +486,17 @@ impl Sim {
                         posted_irq: false,
                         scheduled_out: false,
                         in_kernel: false,
+                        apicv: vmc.pv.apicv,
                         st_preempted: false,
                         steal_ns: 0,
                         ple_window: vmc.ple.window,
+                        halt_poll_ns: match vmc.halt_poll.policy {
+                            super::config::HaltPollPolicy::Fixed => vmc.halt_poll.max_ns,
+                            _ => 0,
+                        },
+                        halt_start: NEVER,
+                        poll_end: NEVER,
+                        halt_polled: false,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),
@@ -527,7 +571,7 @@ impl Sim {
             for cpu in 0..p {
                 sim.tasks.push(Task {
                     kind: TaskKind::Bg(cpu),
-                    weight: NICE0,
+                    weight: cfg.host.background.weight,
                     vruntime: 0,
                     deadline: 0,
                     vlag: 0,
@@ -544,6 +588,7 @@ impl Sim {
             }
         }
         sim.rng = rng;
+        sim.any_unpinned = cfg.host.scheduler == Scheduler::Fair && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
         }
@@ -562,17 +607,22 @@ impl Sim {
         self.heap.push(Entry { time, seq: self.seq, ev });
     }
 
-    /// Run to the end; returns an error if a policy failed.
-    pub fn run(&mut self) -> Result<(), String> {
+    /// Run to the end; returns an error if a policy failed or `interrupted()`
+    /// (polled every 2^18 events) said so.
+    pub fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), SimError> {
         let end = self.end;
-        self.step_until(end)?;
+        self.step_until_checked(end, interrupted)?;
         self.now = self.end;
         self.finish();
         Ok(())
     }
 
     /// Process every event before `limit` (tests drive the engine with this).
-    pub fn step_until(&mut self, limit: Ns) -> Result<(), String> {
+    pub fn step_until(&mut self, limit: Ns) -> Result<(), SimError> {
+        self.step_until_checked(limit, &|| false)
+    }
+
+    fn step_until_checked(&mut self, limit: Ns, interrupted: &dyn Fn() -> bool) -> Result<(), SimError> {
         if !self.started {
             self.started = true;
             self.start();
@@ -587,13 +637,26 @@ impl Sim {
                 }
                 let e = self.heap.pop().expect("peeked");
                 debug_assert!(e.time >= self.now);
+                if e.time > self.now {
+                    self.same_time = 0;
+                }
                 self.now = e.time;
                 e.ev
             };
             self.events += 1;
+            self.same_time += 1;
+            if self.same_time > 50_000_000 {
+                self.stuck = Some(format!("no progress: 5e7 events at t={} ns", self.now));
+            }
             self.dispatch(ev);
+            if let Some(s) = self.stuck.take() {
+                return Err(SimError::NoProgress(s));
+            }
             if let Some(err) = self.error.take() {
-                return Err(err);
+                return Err(SimError::Policy(err));
+            }
+            if self.events & ((1 << 18) - 1) == 0 && interrupted() {
+                return Err(SimError::Interrupted);
             }
             if self.vms_with_goal > 0 && self.vms_done == self.vms.len() as u32 {
                 self.end = self.now;

@@ -6,7 +6,7 @@
 //! at its planned end; anything that may change what it does (a lock granted,
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
 
-use super::config::{LockKind, Phase, Placement};
+use super::config::{HaltPollPolicy, LockKind, Phase, Placement};
 use super::engine::*;
 use super::policy::VcpuView;
 
@@ -50,6 +50,13 @@ impl Sim {
             vc.dy_eligible = false;
         }
         debug_assert_eq!(vc.act, Act::Off);
+        if vc.halt_start != NEVER {
+            // back from kvm_vcpu_block(): halt_wait_ns, poll stats, window update
+            let waited = self.now - vc.poll_end;
+            vc.c.halt_wait_ns += waited;
+            self.halt_poll_done(v, false);
+            self.halt_finish(v);
+        }
         self.vcpu_step(v);
     }
 
@@ -122,7 +129,7 @@ impl Sim {
         VcpuView {
             index: vc.idx,
             running: vc.running.is_some(),
-            in_guest: vc.running.is_some() && !matches!(vc.act, Act::Exit { .. }),
+            in_guest: vc.running.is_some() && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. }),
             preempted: vc.preempted,
             ready: vc.ready,
             blocking: vc.blocking,
@@ -133,6 +140,7 @@ impl Sim {
             preempted_in_kernel: vc.preempted_in_kernel,
             st_preempted: vc.st_preempted,
             steal_ns: vc.steal_ns,
+            pcpu_is_idle: self.pcpu_is_idle(v),
             ple_window: vc.ple_window,
         }
     }
@@ -157,6 +165,13 @@ impl Sim {
                 if let Some(t) = self.vcpus[v].cur {
                     self.threads[t as usize].spun += now - start;
                 }
+            }
+            Act::HaltPoll { .. } => {
+                // switched out while polling: the poll failed; the halt is abandoned
+                // (the guest halts again when it runs)
+                self.vcpus[v].poll_end = now;
+                self.halt_poll_done(v, false);
+                self.vcpus[v].halt_start = NEVER;
             }
             Act::IdlePoll { .. } | Act::Exit { .. } | Act::Off => {}
         }
@@ -194,6 +209,23 @@ impl Sim {
                 // an interrupt: the handler runs first, the work resumes after
                 self.pause_act(v);
                 self.vcpu_step(v);
+            }
+            Act::HaltPoll { .. } => {
+                let cpu = self.vcpus[v].running.unwrap() as usize;
+                if self.has_wake_condition(v) {
+                    // kvm_vcpu_check_block() < 0 while polling: success
+                    self.vcpus[v].pv_unhalted = false;
+                    self.vcpus[v].act = Act::Off;
+                    self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
+                    self.halt_poll_done(v, true);
+                    self.halt_finish(v);
+                    self.vcpu_step(v);
+                } else if self.nr_running(cpu) > 1 || self.rqs[cpu].need_resched {
+                    // single_task_running() is false: stop polling and block
+                    self.vcpus[v].act = Act::Off;
+                    self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
+                    self.halt_block(v);
+                }
             }
             _ => {}
         }
@@ -240,6 +272,11 @@ impl Sim {
                 self.start_halt_exit(v);
             }
             Act::Exit { kind, .. } => self.exit_done(v, kind),
+            Act::HaltPoll { .. } => {
+                // the poll window ran out
+                self.vcpus[v].act = Act::Off;
+                self.halt_block(v);
+            }
             Act::Off => {}
         }
     }
@@ -338,20 +375,19 @@ impl Sim {
         match kind {
             ExitKind::Halt => {
                 if !self.has_wake_condition(v) {
-                    let vc = &mut self.vcpus[v];
-                    vc.halted = true;
-                    vc.blocking = true;
-                    vc.ready = false;
-                    let task = vc.task as usize;
-                    self.dequeue_sleep(task);
-                    self.schedule(cpu, Why::Halt);
+                    self.halt_begin(v, cpu);
                     return;
                 }
+                // the wake-up is consumed (mp_state back to RUNNABLE)
+                self.vcpus[v].pv_unhalted = false;
                 if self.rqs[cpu].need_resched {
                     self.schedule(cpu, Why::ExitResched);
                 }
             }
-            ExitKind::Ple { yielded } | ExitKind::Hypercall { yielded } => {
+            ExitKind::Ple { yielded, boost } | ExitKind::Hypercall { yielded, boost } => {
+                if boost != NO_CPU {
+                    self.resched(boost as usize, Why::Boost);
+                }
                 if yielded {
                     self.schedule(cpu, Why::Yield);
                 } else if self.rqs[cpu].need_resched {
@@ -369,12 +405,114 @@ impl Sim {
         }
     }
 
+    // ------------------------------------------------------- host halt polling
+
+    /// kvm_vcpu_halt() (§3.2): poll up to the vCPU's window while nothing else
+    /// wants this host CPU, then block.
+    fn halt_begin(&mut self, v: usize, cpu: usize) {
+        let vm = self.vm_of(v);
+        let hp = &self.vms[vm].cfg.halt_poll;
+        let (policy, max) = (hp.policy, hp.max_ns);
+        let now = self.now;
+        let vc = &mut self.vcpus[v];
+        vc.halt_start = now;
+        vc.poll_end = now;
+        if vc.halt_poll_ns > max {
+            vc.halt_poll_ns = max;
+        }
+        vc.halt_polled = policy != HaltPollPolicy::Off && vc.halt_poll_ns != 0;
+        if !vc.halt_polled {
+            self.halt_block(v);
+            return;
+        }
+        if self.nr_running(cpu) > 1 || self.rqs[cpu].need_resched {
+            self.halt_block(v); // the poll loop exits at once
+            return;
+        }
+        let end = now + self.vcpus[v].halt_poll_ns;
+        self.vcpus[v].in_kernel = true;
+        self.set_act(v, Act::HaltPoll { start: now, end }, end, C_HALTPOLL);
+    }
+
+    /// kvm_vcpu_block(): the vCPU thread sleeps until woken.
+    fn halt_block(&mut self, v: usize) {
+        let now = self.now;
+        let cpu = self.vcpus[v].running.expect("blocking vCPU runs") as usize;
+        let vc = &mut self.vcpus[v];
+        if vc.halt_start != NEVER {
+            vc.poll_end = now;
+        }
+        vc.halted = true;
+        vc.blocking = true;
+        vc.ready = false;
+        let task = vc.task as usize;
+        self.dequeue_sleep(task);
+        self.schedule(cpu, Why::Halt);
+    }
+
+    /// update_halt_poll_stats().
+    fn halt_poll_done(&mut self, v: usize, success: bool) {
+        let now = self.now;
+        let vc = &mut self.vcpus[v];
+        if !vc.halt_polled || vc.halt_start == NEVER {
+            return;
+        }
+        let end = if success { now } else { vc.poll_end.max(vc.halt_start) };
+        let poll_ns = end.min(now) - vc.halt_start;
+        vc.c.halt_attempted_poll += 1;
+        if success {
+            vc.c.halt_successful_poll += 1;
+            vc.c.halt_poll_success_ns += poll_ns;
+        } else {
+            vc.c.halt_poll_fail_ns += poll_ns;
+        }
+        vc.halt_polled = false;
+    }
+
+    /// The end of kvm_vcpu_halt(): the poll window adapts to the whole halt time.
+    fn halt_finish(&mut self, v: usize) {
+        let now = self.now;
+        let vm = self.vm_of(v);
+        let hp = self.vms[vm].cfg.halt_poll.clone();
+        let vc = &mut self.vcpus[v];
+        if vc.halt_start == NEVER {
+            return;
+        }
+        let halt_ns = now - vc.halt_start;
+        vc.halt_start = NEVER;
+        match hp.policy {
+            HaltPollPolicy::Off => {}
+            HaltPollPolicy::Fixed => vc.halt_poll_ns = hp.max_ns,
+            HaltPollPolicy::Dynamic => {
+                let cur = vc.halt_poll_ns;
+                if hp.max_ns == 0 {
+                    vc.halt_poll_ns = 0;
+                } else if halt_ns <= cur {
+                    // the poll window was enough
+                } else if cur != 0 && halt_ns > hp.max_ns {
+                    vc.halt_poll_ns = super::ple::shrink_halt_poll_ns(cur, hp.shrink, hp.grow_start_ns);
+                } else if cur < hp.max_ns && halt_ns < hp.max_ns {
+                    vc.halt_poll_ns = super::ple::grow_halt_poll_ns(cur, hp.grow, hp.grow_start_ns);
+                }
+            }
+        }
+    }
+
     // ------------------------------------------------------------- the guest
 
     /// Decide what the (running) vCPU does next and start it.
     pub fn vcpu_step(&mut self, v: usize) {
         debug_assert!(self.vcpus[v].running.is_some());
+        let mut rounds = 0u32;
         loop {
+            rounds += 1;
+            if rounds > 1_000_000 {
+                // a cycle of phases that takes no time: stop the run with an error
+                self.stuck = Some(format!("vCPU {v} makes no progress at t={} ns", self.now));
+                let end = self.now + 1;
+                self.set_act(v, Act::IdlePoll { start: self.now, end }, NEVER, C_IDLEPOLL);
+                return;
+            }
             if self.vcpus[v].ipi_rem > 0 || !self.vcpus[v].ipis.is_empty() {
                 if self.vcpus[v].ipi_rem == 0 {
                     let vm = self.vm_of(v);
@@ -471,9 +609,12 @@ impl Sim {
         if done {
             th.state = TState::Done;
         }
+        let counted = now >= self.cfg.warmup_ns;
         let vmr = &mut self.vms[vm];
-        vmr.ops += 1;
-        super::metrics::hist_add(&mut vmr.latencies, lat);
+        if counted {
+            vmr.ops += 1;
+            super::metrics::hist_add(&mut vmr.latencies, lat);
+        }
         if done {
             vmr.done_threads += 1;
             if vmr.done_threads == vmr.nthread {
@@ -763,8 +904,10 @@ impl Sim {
         self.vcpus[v].c.kicks += 1;
         self.vcpu_host_wake(target, WakeReason::Kick);
         let mut t = self.now + cost;
+        self.boost_cpu = NO_CPU;
         let yielded = self.kvm_sched_yield(v, target, &mut t);
-        self.start_exit(v, t, ExitKind::Hypercall { yielded }, C_EXIT);
+        let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+        self.start_exit(v, t, ExitKind::Hypercall { yielded, boost }, C_EXIT);
         Flow::Started
     }
 
@@ -810,8 +953,10 @@ impl Sim {
                 // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
                 let cost = pv.hypercall_ns;
                 let mut tt = self.now + cost;
+                self.boost_cpu = NO_CPU;
                 let yielded = self.kvm_sched_yield(v, target, &mut tt);
-                self.start_exit(v, tt, ExitKind::Hypercall { yielded }, C_EXIT);
+                let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+                self.start_exit(v, tt, ExitKind::Hypercall { yielded, boost }, C_EXIT);
                 return Flow::Started;
             }
         }

@@ -106,12 +106,15 @@ fn hist_mean(h: &[u64]) -> f64 {
     h.iter().enumerate().map(|(b, &c)| bucket_mid(b) * c as f64).sum::<f64>() / total as f64
 }
 
-const VCPU_CATS: [&str; NCAT] = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "wait_ns", "halted_ns"];
-const PCPU_CATS: [&str; NCAT] = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"];
+const VCPU_CATS: [&str; NCAT] =
+    ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "wait_ns", "halted_ns"];
+const PCPU_CATS: [&str; NCAT] =
+    ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"];
 
 pub fn collect(sim: &Sim) -> SimResult {
     let dur = sim.end;
-    let secs = dur as f64 * 1e-9;
+    // throughput is measured after the warm-up
+    let secs = dur.saturating_sub(sim.cfg.warmup_ns).max(1) as f64 * 1e-9;
     // ---- vCPUs
     let mut vc = Table::default();
     let vs = &sim.vcpus;
@@ -121,7 +124,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     for (i, name) in VCPU_CATS.iter().enumerate() {
         vc.add(name, Column::U64(vs.iter().map(|v| v.acct.acc[i]).collect()));
     }
-    vc.add("running_ns", Column::U64(vs.iter().map(|v| v.acct.acc[..5].iter().sum()).collect()));
+    vc.add("running_ns", Column::U64(vs.iter().map(|v| v.acct.acc[..NRUN].iter().sum()).collect()));
     // steal as published to the guest at its last entry (record_steal_time)
     vc.add("steal_ns", Column::U64(vs.iter().map(|v| v.steal_ns).collect()));
     macro_rules! counter {
@@ -144,6 +147,14 @@ pub fn collect(sim: &Sim) -> SimResult {
     counter!("ipis_sent", ipis_sent);
     counter!("sched_in", sched_in);
     counter!("ple_window_max", max_ple_window);
+    counter!("halt_attempted_poll", halt_attempted_poll);
+    counter!("halt_successful_poll", halt_successful_poll);
+    counter!("halt_poll_success_ns", halt_poll_success_ns);
+    counter!("halt_poll_fail_ns", halt_poll_fail_ns);
+    counter!("halt_wait_ns", halt_wait_ns);
+    // x86 wake-ups are always valid (s390 only)
+    vc.add("halt_poll_invalid", Column::U64(vec![0; vs.len()]));
+    vc.add("halt_poll_window_ns", Column::U64(vs.iter().map(|v| v.halt_poll_ns).collect()));
     vc.add("ple_window", Column::U64(vs.iter().map(|v| v.ple_window).collect()));
 
     // ---- host CPUs
@@ -196,6 +207,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     let all_v = |f: &dyn Fn(&Vcpu) -> u64| -> u64 { sim.vcpus.iter().map(f).sum() };
     s.add("seed", Column::U64(vec![sim.cfg.seed]));
     s.add("duration_ns", Column::U64(vec![dur]));
+    s.add("warmup_ns", Column::U64(vec![sim.cfg.warmup_ns.min(dur)]));
     s.add("finished", Column::Bool(vec![sim.vms_with_goal > 0 && sim.vms_done == vms.len() as u32]));
     s.add("pcpus", Column::U64(vec![sim.rqs.len() as u64]));
     s.add("vms", Column::U64(vec![vms.len() as u64]));
@@ -203,7 +215,16 @@ pub fn collect(sim: &Sim) -> SimResult {
     s.add("events", Column::U64(vec![sim.events]));
     s.add("ops", Column::U64(vec![ops]));
     s.add("throughput_ops_s", Column::F64(vec![ops as f64 / secs]));
-    for (i, name) in ["useful_frac", "spin_frac", "ple_frac", "exit_frac", "idle_poll_frac", "bg_frac", "idle_frac"]
+    for (i, name) in [
+        "useful_frac",
+        "spin_frac",
+        "ple_frac",
+        "exit_frac",
+        "idle_poll_frac",
+        "polling_frac",
+        "bg_frac",
+        "idle_frac",
+    ]
         .iter()
         .enumerate()
     {
@@ -216,6 +237,8 @@ pub fn collect(sim: &Sim) -> SimResult {
     s.add("yield_esrch", Column::U64(vec![all_v(&|v| v.c.yield_esrch)]));
     s.add("yield_zero", Column::U64(vec![all_v(&|v| v.c.yield_zero)]));
     s.add("halt_exits", Column::U64(vec![all_v(&|v| v.c.halt_exits)]));
+    s.add("halt_attempted_poll", Column::U64(vec![all_v(&|v| v.c.halt_attempted_poll)]));
+    s.add("halt_successful_poll", Column::U64(vec![all_v(&|v| v.c.halt_successful_poll)]));
     s.add("preemption_reported", Column::U64(vec![all_v(&|v| v.c.preemption_reported)]));
     s.add("preemption_other", Column::U64(vec![all_v(&|v| v.c.preemption_other)]));
 

@@ -1,5 +1,5 @@
 #![forbid(unsafe_code)]
-//! The deterministic overcommit simulator (no `unsafe`, no pyo3).
+//! The deterministic overcommit simulator (no `unsafe`, no Python bindings).
 //!
 //! Layers, bottom up:
 //! * [`config`]: the plain-data configuration (JSON via serde) and its validation;
@@ -43,6 +43,12 @@ pub enum SimError {
     /// A directed-yield policy failed (e.g. a Python policy raised).
     #[error("directed-yield policy failed: {0}")]
     Policy(String),
+    /// The model stopped advancing (e.g. a cycle of phases that takes no time).
+    #[error("the simulation makes no progress ({0}); check the workload")]
+    NoProgress(String),
+    /// The caller's interrupt check fired (e.g. Ctrl-C in Python).
+    #[error("interrupted")]
+    Interrupted,
     /// A panic inside the simulator: a bug in vcpulab.
     #[error("internal error in the simulator (a bug in vcpulab, please report it): {0}")]
     Bug(String),
@@ -60,6 +66,16 @@ pub fn run(cfg: &SimConfig) -> Result<SimResult, SimError> {
 /// Run, building each VM group's policy with `make(group_index, vm_config)`
 /// (used for external policies; built-ins come from [`policy::builtin`]).
 pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, SimError> {
+    run_checked(cfg, make, &|| false)
+}
+
+/// [`run_with`], polling `interrupted()` every 2^18 events; when it returns
+/// true the run stops with [`SimError::Interrupted`].
+pub fn run_checked(
+    cfg: &SimConfig,
+    make: PolicyMaker<'_>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<SimResult, SimError> {
     cfg.validate().map_err(SimError::Config)?;
     let out = catch_unwind(AssertUnwindSafe(|| {
         let maker = |g: usize, vm: &config::VmConfig| match policy::builtin(&vm.policy) {
@@ -67,7 +83,7 @@ pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, Sim
             None => make(g, vm),
         };
         let mut sim = engine::Sim::new(cfg, &maker).map_err(SimError::Policy)?;
-        sim.run().map_err(SimError::Policy)?;
+        sim.run(interrupted)?;
         Ok(metrics::collect(&sim))
     }));
     match out {

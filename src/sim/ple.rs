@@ -24,17 +24,44 @@ pub fn shrink_ple_window(val: u64, base: u64, modifier: u64, min: u64) -> u64 {
     r.max(min)
 }
 
+/// grow_halt_poll_ns(): ×grow, at least grow_start; 0 grow disables growth.
+pub fn grow_halt_poll_ns(val: u64, grow: u64, grow_start: u64) -> u64 {
+    if grow == 0 {
+        return val;
+    }
+    val.saturating_mul(grow).max(grow_start)
+}
+
+/// shrink_halt_poll_ns(): ÷shrink (0: reset), and 0 below grow_start.
+pub fn shrink_halt_poll_ns(val: u64, shrink: u64, grow_start: u64) -> u64 {
+    let v = val.checked_div(shrink).unwrap_or(0);
+    if v < grow_start {
+        0
+    } else {
+        v
+    }
+}
+
+struct PleLite {
+    kind: PleKind,
+    candidate_ns: Ns,
+}
+
 struct PleCtx<'a> {
     sim: &'a mut Sim,
     me: usize,
     vm: usize,
     t: Ns,
     yielded: bool,
+    vcpu0: usize,
+    n: usize,
+    in_kernel: bool,
+    candidate_ns: Ns,
 }
 
 impl SpinCtx for PleCtx<'_> {
     fn n(&self) -> usize {
-        self.sim.vms[self.vm].nvcpu as usize
+        self.n
     }
     fn me(&self) -> usize {
         self.sim.vcpus[self.me].idx as usize
@@ -43,11 +70,18 @@ impl SpinCtx for PleCtx<'_> {
         self.vm
     }
     fn spinner_in_kernel(&self) -> bool {
-        // VMX PLE fires only at CPL 0; SVM passes the CPL it read.
-        match self.sim.vms[self.vm].cfg.ple.kind {
-            PleKind::Vmx => true,
-            PleKind::Svm => self.sim.vcpus[self.me].in_kernel,
+        self.in_kernel
+    }
+    fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
+        let v = &self.sim.vcpus[self.vcpu0 + idx];
+        if !v.ready {
+            return false;
         }
+        let pi = v.apicv && v.posted_irq;
+        if v.blocking && !(v.pv_unhalted || pi) {
+            return false;
+        }
+        !(kernel_filter && v.preempted && self.in_kernel && !pi && !v.preempted_in_kernel)
     }
     fn last_boosted(&self) -> usize {
         self.sim.vms[self.vm].last_boosted
@@ -57,14 +91,13 @@ impl SpinCtx for PleCtx<'_> {
         self.sim.vms[self.vm].last_boosted = idx % n.max(1);
     }
     fn view(&self, idx: usize) -> VcpuView {
-        let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
-        self.sim.view(g)
+        self.sim.view(self.vcpu0 + idx)
     }
     fn examine(&mut self) {
-        self.t += self.sim.vms[self.vm].cfg.ple.candidate_ns;
+        self.t += self.candidate_ns;
     }
     fn eligible_for_directed_yield(&mut self, idx: usize) -> bool {
-        let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
+        let g = self.vcpu0 + idx;
         let v = &mut self.sim.vcpus[g];
         let eligible = !v.in_spin_loop || v.dy_eligible;
         if v.in_spin_loop {
@@ -101,19 +134,30 @@ impl Sim {
     pub fn ple_exit(&mut self, v: usize) {
         self.pause_act(v);
         let vm = self.vm_of(v);
-        let ple = self.vms[vm].cfg.ple.clone();
+        let ple = &self.vms[vm].cfg.ple;
+        let (base, grow, max, exit_ns) = (ple.window, ple.grow, ple.max, ple.exit_ns);
+        let ple = PleLite { kind: ple.kind, candidate_ns: ple.candidate_ns };
         let vc = &mut self.vcpus[v];
         vc.c.ple_exits += 1;
         // handle_pause: grow_ple_window
-        vc.ple_window = grow_ple_window(vc.ple_window, ple.window, ple.grow, ple.max);
+        vc.ple_window = grow_ple_window(vc.ple_window, base, grow, max);
         vc.c.max_ple_window = vc.c.max_ple_window.max(vc.ple_window);
         // kvm_vcpu_on_spin
-        let mut t = self.now + ple.exit_ns;
+        let mut t = self.now + exit_ns;
         let mut yielded = false;
+        self.boost_cpu = NO_CPU;
         if self.vms[vm].nvcpu >= 2 {
             self.vcpus[v].in_spin_loop = true;
             let mut policy = std::mem::replace(&mut self.vms[vm].policy, Box::new(super::policy::NoYield));
-            let mut ctx = PleCtx { sim: self, me: v, vm, t, yielded: false };
+            // VMX PLE fires only at CPL 0; SVM passes the CPL it read.
+            let in_kernel = match ple.kind {
+                PleKind::Vmx => true,
+                PleKind::Svm => self.vcpus[v].in_kernel,
+            };
+            let (vcpu0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+            let candidate_ns = ple.candidate_ns;
+            let mut ctx =
+                PleCtx { sim: self, me: v, vm, t, yielded: false, vcpu0, n, in_kernel, candidate_ns };
             let res = policy.on_spin(&mut ctx);
             t = ctx.t;
             yielded = ctx.yielded;
@@ -122,7 +166,8 @@ impl Sim {
                 self.error = Some(e);
             }
         }
-        self.start_exit(v, t, ExitKind::Ple { yielded }, C_PLE);
+        let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+        self.start_exit(v, t, ExitKind::Ple { yielded, boost }, C_PLE);
     }
 
     /// Ground truth for the oracle: the vCPU whose progress `v` waits for.
@@ -132,9 +177,17 @@ impl Sim {
         let vm = th.vm as usize;
         match th.step {
             Step::AwaitLock { lock } => {
-                let h = self.vms[vm].locks[lock as usize].holder? as usize;
-                let hv = self.threads[h].vcpu as usize;
-                (hv != v).then_some(hv)
+                // the holder, else the first waiter queued ahead of the spinner,
+                // whose vCPU is not running (it must run before the spinner can)
+                let l = &self.vms[vm].locks[lock as usize];
+                let not_running = |th: usize| {
+                    let tv = self.threads[th].vcpu as usize;
+                    (tv != v && self.vcpus[tv].running.is_none()).then_some(tv)
+                };
+                if let Some(hv) = l.holder.and_then(|h| not_running(h as usize)) {
+                    return Some(hv);
+                }
+                l.waiters.iter().take_while(|&&w| w as usize != t).find_map(|&w| not_running(w as usize))
             }
             Step::IpiWait => {
                 let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
@@ -161,6 +214,25 @@ mod tests {
         assert_eq!(&seq[..4], &[4096, 8192, 16384, 32768]);
         assert_eq!(*seq.last().unwrap(), max);
         assert_eq!(shrink_ple_window(w, base, 0, base), 4096);
+    }
+
+    #[test]
+    fn halt_poll_grow_and_shrink_sequences() {
+        let mut v = 0;
+        let mut seq = vec![];
+        for _ in 0..6 {
+            v = grow_halt_poll_ns(v, 2, 10_000);
+            seq.push(v);
+        }
+        assert_eq!(seq, vec![10_000, 20_000, 40_000, 80_000, 160_000, 320_000]);
+        let mut v = 200_000;
+        let mut seq = vec![];
+        for _ in 0..5 {
+            v = shrink_halt_poll_ns(v, 2, 10_000);
+            seq.push(v);
+        }
+        assert_eq!(seq, vec![100_000, 50_000, 25_000, 12_500, 0]);
+        assert_eq!(shrink_halt_poll_ns(200_000, 0, 10_000), 0);
     }
 
     #[test]

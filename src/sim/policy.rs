@@ -41,6 +41,8 @@ pub struct VcpuView {
     pub st_preempted: bool,
     /// Steal time published to the guest, ns.
     pub steal_ns: u64,
+    /// pcpu_is_idle (2021 proposal): nothing else on the host CPU it last ran on.
+    pub pcpu_is_idle: bool,
     /// Current PLE window, cycles.
     pub ple_window: u64,
 }
@@ -68,10 +70,16 @@ pub trait SpinCtx {
     fn eligible_for_directed_yield(&mut self, idx: usize) -> bool;
     /// `kvm_vcpu_yield_to()`: [`ESRCH`], 0 or 1; costs run-queue-lock time.
     fn yield_to(&mut self, idx: usize) -> i32;
+    /// The §1.3 candidate filter (before the dy_eligible toggle) on vCPU
+    /// `idx`; engines may override it with a faster equivalent.
+    fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
+        candidate_passes(&self.view(idx), self.spinner_in_kernel(), kernel_filter)
+    }
     /// A uniform draw in `0..n` from the run's seeded RNG.
     fn random_below(&mut self, n: usize) -> usize;
-    /// Ground truth: the vCPU whose progress the spinner waits for (lock holder,
-    /// next ticket owner, IPI target not done), if it is a different vCPU.
+    /// Ground truth: a vCPU, not running, whose progress the spinner waits for
+    /// (the lock holder, else the first waiter queued ahead of the spinner; an
+    /// IPI target that has not run its handler), if any.
     fn waited_for(&self) -> Option<usize>;
 }
 
@@ -233,8 +241,7 @@ impl DirectedYieldPolicy for Upstream {
 /// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
 /// in kernel or has a pending interrupt).
 pub fn upstream_filter(ctx: &dyn SpinCtx, idx: usize, kernel_filter: bool) -> bool {
-    let v = ctx.view(idx);
-    candidate_passes(&v, ctx.spinner_in_kernel(), kernel_filter)
+    ctx.passes_filter(idx, kernel_filter)
 }
 
 /// The same filter on a plain view (unit-testable on hand-built states).

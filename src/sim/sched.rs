@@ -3,9 +3,9 @@
 //! deadline, periodic tick, wake-up preemption, next buddy, yield_to), and gang
 //! scheduling as an alternative.
 //!
-//! Simplifications (documented in docs/simulator.md): no load balancing (tasks
-//! are pinned, or placed at wake-up when unpinned); no cgroup hierarchy; no
-//! RUN_TO_PARITY slice protection; ticks are synchronous across CPUs.
+//! Simplifications (documented in docs/simulator.md): load balancing is only
+//! wake-up placement and newidle pulls of unpinned tasks; no cgroup
+//! hierarchy; no RUN_TO_PARITY slice protection; ticks are synchronous.
 
 use super::config::{NextBuddy, Scheduler, YieldPenalty};
 use super::engine::*;
@@ -26,18 +26,28 @@ impl Sim {
     /// Weighted average vruntime of the run queue (V), including curr.
     pub fn avg_vruntime(&self, cpu: usize) -> i64 {
         let rq = &self.rqs[cpu];
-        // relative to the first entity, so that i64 suffices
-        let mut it = rq.queue.iter().chain(rq.curr.iter());
-        let Some(&first) = it.next() else { return rq.last_v };
-        let v0 = self.tasks[first as usize].vruntime;
-        let mut sw: i64 = self.tasks[first as usize].weight as i64;
+        // relative to one entity, so that i64 suffices
+        let v0 = match (rq.curr, rq.queue.first()) {
+            (Some(c), _) => self.tasks[c as usize].vruntime,
+            (None, Some(&q)) => self.tasks[q as usize].vruntime,
+            (None, None) => return rq.last_v,
+        };
+        let mut sw: i64 = 0;
         let mut s: i64 = 0;
-        for &t in it {
-            let tk = &self.tasks[t as usize];
-            sw += tk.weight as i64;
-            s += tk.weight as i64 * (tk.vruntime - v0);
+        if let Some(c) = rq.curr {
+            sw += self.tasks[c as usize].weight as i64;
         }
-        v0 + s.div_euclid(sw)
+        for &t in &rq.queue {
+            let tk = &self.tasks[t as usize];
+            let w = tk.weight as i64;
+            sw += w;
+            s += w * (tk.vruntime - v0);
+        }
+        if s == 0 {
+            v0
+        } else {
+            v0 + s.div_euclid(sw)
+        }
     }
 
     /// EEVDF eligibility: lag >= 0, i.e. vruntime <= V.
@@ -111,6 +121,12 @@ impl Sim {
         match self.rqs[cpu].curr {
             None => self.push(self.now, Ev::Resched(cpu as u32, Why::Idle)),
             Some(c) => {
+                if let TaskKind::Vcpu(pv) = self.tasks[c as usize].kind {
+                    if matches!(self.vcpus[pv as usize].act, Act::HaltPoll { .. }) {
+                        // single_task_running() turns false: the poll loop stops
+                        self.push(self.now, Ev::Poke(pv));
+                    }
+                }
                 if wakeup && self.cfg.host.wakeup_preemption {
                     let c = c as usize;
                     if self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline {
@@ -160,69 +176,84 @@ impl Sim {
 
     /// EEVDF pick with the next-buddy rule.
     fn pick(&mut self, cpu: usize) -> Option<usize> {
-        let mut cands = std::mem::take(&mut self.pick_buf);
-        cands.clear();
         let rq = &self.rqs[cpu];
         let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
-        cands.extend(rq.queue.iter().map(|&x| x as usize));
-        if let Some(c) = curr_ok {
-            cands.push(c as usize);
+        if rq.queue.is_empty() {
+            if curr_ok.is_some() && rq.buddy == curr_ok {
+                self.rqs[cpu].buddy = None;
+            }
+            return curr_ok.map(|c| c as usize);
         }
-        let r = self.pick_from(cpu, &cands);
-        self.pick_buf = cands;
-        r
-    }
-
-    fn pick_from(&mut self, cpu: usize, cands: &[usize]) -> Option<usize> {
+        let v = self.avg_vruntime(cpu);
         let rq = &self.rqs[cpu];
-        if cands.is_empty() {
-            return None;
-        }
+        let cands = rq.queue.iter().copied().chain(curr_ok);
         if let Some(b) = rq.buddy {
-            let b = b as usize;
-            if cands.contains(&b) {
+            if cands.clone().any(|x| x == b) {
                 let take = match self.cfg.host.next_buddy {
                     NextBuddy::Always => true,
-                    NextBuddy::Eligible => self.eligible(cpu, b),
+                    NextBuddy::Eligible => self.tasks[b as usize].vruntime <= v,
                     NextBuddy::Never => false,
                 };
                 if take {
                     self.rqs[cpu].buddy = None;
-                    return Some(b);
+                    return Some(b as usize);
                 }
             }
         }
-        let v = self.avg_vruntime(cpu);
         let mut best: Option<usize> = None;
-        for &t in cands {
-            if self.tasks[t].vruntime > v {
+        let mut least: Option<usize> = None;
+        for t in cands {
+            let t = t as usize;
+            let tk = &self.tasks[t];
+            if least.is_none_or(|l| (tk.vruntime, t) < (self.tasks[l].vruntime, l)) {
+                least = Some(t);
+            }
+            if tk.vruntime > v {
                 continue;
             }
-            best = match best {
-                None => Some(t),
-                Some(b) => {
-                    let (db, dt) = (self.tasks[b].deadline, self.tasks[t].deadline);
-                    if dt < db || (dt == db && t < b) {
-                        Some(t)
-                    } else {
-                        Some(b)
-                    }
-                }
-            };
+            if best.is_none_or(|b| (tk.deadline, t) < (self.tasks[b].deadline, b)) {
+                best = Some(t);
+            }
         }
-        if best.is_none() {
-            best = cands.iter().copied().min_by_key(|&t| (self.tasks[t].vruntime, t));
-        }
+        let best = best.or(least);
         if best.map(|b| b as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
         best
     }
 
+    /// newidle balance: a CPU about to go idle pulls the longest-waiting
+    /// unpinned task from the first CPU (in order after it) that has one
+    /// waiting. Only unpinned tasks move (Host.affinity = "all").
+    fn newidle_pull(&mut self, cpu: usize) {
+        let p = self.rqs.len();
+        for i in 1..p {
+            let c = (cpu + i) % p;
+            let best = self.rqs[c]
+                .queue
+                .iter()
+                .map(|&t| t as usize)
+                .filter(|&t| self.tasks[t].pinned.is_none() && !self.tasks[t].parked)
+                .min_by_key(|&t| (self.tasks[t].wait_since, t));
+            if let Some(t) = best {
+                self.rq_remove_queued(t);
+                self.tasks[t].cpu = cpu as u32;
+                self.rq_add(t, false);
+                return;
+            }
+        }
+    }
+
     /// Pick the next task on `cpu` and switch to it if it differs from curr.
     pub fn schedule(&mut self, cpu: usize, why: Why) {
         self.update_curr(cpu);
         self.rqs[cpu].need_resched = false;
+        if self.any_unpinned && self.rqs[cpu].queue.is_empty() {
+            let stays = self.rqs[cpu].curr.is_some_and(|c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
+            if !stays {
+                self.newidle_pull(cpu);
+            }
+        }
         let prev = self.rqs[cpu].curr.map(|x| x as usize);
         let next = self.pick(cpu);
         if next == prev {
@@ -374,9 +405,8 @@ impl Sim {
             tk.vruntime = tk.vruntime.max(tk.deadline);
         }
         tk.deadline += vs;
-        if a != b {
-            self.push(*t, Ev::Resched(b as u32, Why::Boost));
-        }
+        // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
+        self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
         self.vcpus[me].c.yield_ok += 1;
         1
     }
@@ -471,8 +501,8 @@ impl Sim {
                             self.update_curr(cpu);
                             let v = self.avg_vruntime(cpu);
                             self.save_lag(t, v);
-                            self.schedule(cpu, Why::Gang);
-                            // if still current (in an exit handler), need_resched was set
+                            // a vCPU in an exit handler leaves when the handler ends
+                            self.resched(cpu, Why::Gang);
                         } else {
                             self.rq_remove_queued(t);
                             self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);

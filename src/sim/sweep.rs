@@ -23,13 +23,24 @@ pub fn sweep(
     make: SweepPolicyMaker<'_>,
     progress: &(dyn Fn(usize) + Sync),
 ) -> Vec<Result<SimResult, SimError>> {
+    sweep_checked(configs, threads, make, progress, &|| false)
+}
+
+/// [`sweep`] with an interrupt check polled by every run (see [`super::run_checked`]).
+pub fn sweep_checked(
+    configs: &[SimConfig],
+    threads: usize,
+    make: SweepPolicyMaker<'_>,
+    progress: &(dyn Fn(usize) + Sync),
+    interrupted: &(dyn Fn() -> bool + Sync),
+) -> Vec<Result<SimResult, SimError>> {
     let done = AtomicUsize::new(0);
     let body = || {
         configs
             .par_iter()
             .enumerate()
             .map(|(i, c)| {
-                let r = super::run_with(c, &|g, vm| make(i, g, vm));
+                let r = super::run_checked(c, &|g, vm| make(i, g, vm), interrupted);
                 let d = done.fetch_add(1, Ordering::SeqCst) + 1;
                 progress(d);
                 r

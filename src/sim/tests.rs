@@ -22,7 +22,7 @@ fn conservation(r: &SimResult, dur: u64) {
     assert_eq!(d, dur.min(d));
     let p = &r.pcpus;
     for i in 0..p.u64s("pcpu").len() {
-        let s: u64 = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "bg_ns", "idle_ns"]
+        let s: u64 = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
             .iter()
             .map(|c| p.u64s(c)[i])
             .sum();
@@ -260,4 +260,19 @@ fn fixed_iterations_end_the_run_early() {
     assert!(r.summary.u64s("duration_ns")[0] < c.duration_ns);
     assert_eq!(r.summary.u64s("ops")[0], 40);
     conservation(&r, c.duration_ns);
+}
+
+#[test]
+fn a_workload_that_takes_no_time_is_rejected() {
+    // IPIs to nobody (one vCPU) and a zero-length compute would loop forever
+    // at one instant; validation rejects it (the engine also stops with
+    // SimError::NoProgress if a zero-time cycle ever slipped through).
+    let mut c = rr(1, 1, 0);
+    c.vms[0].workload.phases = vec![
+        Phase::Ipi { targets: 0, handler_ns: 1000, prob: 1.0 },
+        Phase::Compute { ns: 0, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
+    ];
+    assert!(c.validate().unwrap_err().contains("must take time"));
+    c.vms[0].workload.phases[1] = Phase::Compute { ns: 1000, dist: Dist::Fixed, mode: Mode::User, prob: 0.5 };
+    assert!(c.validate().unwrap_err().contains("must take time"));
 }

@@ -136,14 +136,19 @@ class Background(_Base):
             Default 0.0 (idle host). Source: assumption.
         burst_ns: mean length of one burst, ns (exponential). Default 200000.
             Source: assumption.
+        weight: scheduler weight of each background task, in [2, 88761]
+            (the kernel's nice-to-weight table: 1024 = nice 0, 88761 = nice
+            -20, 15 = nice 19). Default 1024.
     """
 
     utilization: float = 0.0
     burst_ns: int = 200_000
+    weight: int = 1024
 
     def __post_init__(self) -> None:
         _float(self, "utilization", 0.0, 1.0, hi_open=True)
         _int(self, "burst_ns", 1000)
+        _int(self, "weight", 2, 88761)
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ class Host(_Base):
         affinity: vCPU threads ``"pinned"`` one per CPU slot in a seeded,
             balanced random order (default), ``"round_robin"`` (vCPU g on CPU
             g mod P), or ``"all"`` (unpinned: placed at wake-up on the previous
-            CPU if idle, else the first idle one). No periodic load balancing.
+            CPU if idle, else the first idle one; pulled by a CPU about to go
+            idle). No periodic load balancing.
         gang_slice_ns: gang-scheduling slice, ns. Default 4000000 (digest §4:
             "clean 4 ms slices").
         tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
@@ -391,13 +397,39 @@ class Pv(_Base):
 
 @dataclass(frozen=True)
 class HaltPoll(_Base):
-    """Host halt polling (spec §3). Only ``"off"`` for now (a follow-up adds
-    fixed / dynamic-v4 / block-time). Default ``"off"``."""
+    """Host halt polling (spec §3): before a halting vCPU blocks, its thread
+    polls for a wake-up while no other task wants the host CPU.
+
+    Attributes:
+        policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
+            up to ``max_ns``, the Feb 2015 halt_poll_ns) or ``"dynamic"``
+            (upstream: the per-vCPU window grows when a halt was short and
+            shrinks when it was longer than ``max_ns``, §3.2). Simplified: no
+            poll-control MSR, no per-VM override beyond ``max_ns``.
+        max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
+            200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
+        grow: halt_poll_ns_grow. Default 2 (kernel).
+        grow_start_ns: halt_poll_ns_grow_start, ns. Default 10000 (kernel).
+        shrink: halt_poll_ns_shrink; 0 resets to 0. Default 2 (kernel ≥ ~6.8).
+
+    Results carry the kernel's stat names per vCPU: ``halt_attempted_poll``,
+    ``halt_successful_poll``, ``halt_poll_invalid``, ``halt_poll_success_ns``,
+    ``halt_poll_fail_ns``, ``halt_wait_ns``, ``halt_wakeup``; the time spent
+    polling is the ``polling_ns`` category.
+    """
 
     policy: str = "off"
+    max_ns: int = 200_000
+    grow: int = 2
+    grow_start_ns: int = 10_000
+    shrink: int = 2
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off",))
+        _choice(self, "policy", ("off", "fixed", "dynamic"))
+        _int(self, "max_ns", 0, U32_MAX)
+        _int(self, "grow", 0, 1024)
+        _int(self, "grow_start_ns", 0, U32_MAX)
+        _int(self, "shrink", 0, 1024)
 
 
 # ---------------------------------------------------------------------- phases
@@ -412,10 +444,15 @@ def _phase_common(obj: Any) -> None:
 
 @dataclass(frozen=True)
 class Compute(_Base):
-    """Useful work. ``ns``: mean duration, ns; ``dist``: ``"fixed"``,
-    ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]); ``mode``: ``"user"`` or
-    ``"kernel"`` (CPL, recorded as preempted_in_kernel); ``prob``: probability
-    the phase runs in an iteration."""
+    """Useful work.
+
+    Attributes:
+        ns: mean duration, ns (required).
+        dist: ``"fixed"`` (default), ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]).
+        mode: ``"user"`` (default) or ``"kernel"``: the CPL, recorded as
+            preempted_in_kernel if the vCPU is preempted meanwhile.
+        prob: probability that the phase runs in an iteration. Default 1.0.
+    """
 
     kind: ClassVar[str] = "compute"
     ns: int
@@ -441,7 +478,15 @@ class Lock(_Base):
     directed-yields to the kicked vCPU, spec §5), ``"mutex"`` (optimistic
     spinning while the owner is on a CPU and, with steal time, not preempted;
     otherwise sleep). Simplified: no lock stealing for queued kinds; the PV
-    predecessor check happens when a waiter (re)starts spinning."""
+    predecessor check happens when a waiter (re)starts spinning.
+
+    Attributes:
+        lock: lock id within the VM, 0..1023. Default 0.
+        lock_kind: see above. Default ``"ticket"``.
+        hold_ns: mean hold time, ns. Default 1000.
+        dist: distribution of the hold time. Default ``"fixed"``.
+        prob: probability that the phase runs. Default 1.0.
+    """
 
     kind: ClassVar[str] = "lock"
     lock: int = 0
@@ -462,8 +507,9 @@ class Lock(_Base):
 class Ipi(_Base):
     """Send a call-function IPI (TLB shootdown / smp_call_function) to
     ``targets`` random other vCPUs (0 = all others) and spin until each has
-    run its ``handler_ns`` handler. The handler length is the VM's first Ipi
-    phase's."""
+    run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
+    phase sets the handler length for all). ``targets`` default 0 (all
+    others); ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "ipi"
     targets: int = 0
@@ -492,7 +538,8 @@ class Barrier(_Base):
 
 @dataclass(frozen=True)
 class Sleep(_Base):
-    """Block until a timer: ``ns`` mean, ns (I/O, timed waits)."""
+    """Block until a timer (I/O, timed waits): ``ns`` mean, ns (default
+    100000); ``dist`` default ``"fixed"``; ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "sleep"
     ns: int = 100_000
@@ -507,7 +554,8 @@ class Sleep(_Base):
 
 @dataclass(frozen=True)
 class Send(_Base):
-    """Post a message to thread (i + ``to``) mod threads, waking it if it waits in Recv."""
+    """Post a message to thread (i + ``to``) mod threads (``to`` default 1),
+    waking it if it waits in Recv; ``prob`` default 1.0."""
 
     kind: ClassVar[str] = "send"
     to: int = 1
@@ -520,7 +568,8 @@ class Send(_Base):
 
 @dataclass(frozen=True)
 class Recv(_Base):
-    """Block until a message is available (halt until a message)."""
+    """Block until a message is available (halt until a message); ``prob``
+    default 1.0."""
 
     kind: ClassVar[str] = "recv"
     prob: float = 1.0
@@ -578,9 +627,17 @@ class Workload(_Base):
         for i, p in enumerate(self.phases):
             if type(p) not in _PHASES.values():
                 raise ValueError(f"Workload.phases[{i}] must be a phase object, got {p!r}")
-        timed = [p for p in self.phases if p.prob == 1.0 and getattr(p, "ns", getattr(p, "hold_ns", getattr(p, "handler_ns", 0))) > 0]
+        timed = [
+            p
+            for p in self.phases
+            if p.prob == 1.0
+            and ((isinstance(p, (Compute, Sleep)) and p.ns > 0) or (isinstance(p, Lock) and p.hold_ns > 0))
+        ]
         if not timed:
-            raise ValueError("Workload.phases must include a phase that takes time (ns/hold_ns/handler_ns > 0) with prob 1.0")
+            raise ValueError(
+                "Workload.phases must include a compute, lock or sleep phase that takes time (ns/hold_ns > 0) "
+                "with prob 1.0"
+            )
         if len(self.phases) > 256:
             raise ValueError(f"Workload.phases must hold <= 256 phases, got {len(self.phases)}")
         kinds: dict[int, str] = {}
@@ -618,8 +675,10 @@ class Vm(_Base):
     Attributes:
         vcpus: vCPUs per VM. Default 4.
         count: number of identical VMs. Default 1.
-        threads: guest threads; 0 = one per vCPU. The digest's benchmarks ran
-            2 threads per vCPU.
+        threads: guest threads; 0 = one per vCPU (default). The digest's
+            benchmarks ran 2 threads per vCPU.
+        weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
+            nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.
         ple, policy, pv, halt_poll: see their classes.
     """
@@ -627,6 +686,7 @@ class Vm(_Base):
     vcpus: int = 4
     count: int = 1
     threads: int = 0
+    weight: int = 1024
     workload: Workload = field(default_factory=Workload)
     ple: Ple = field(default_factory=Ple)
     policy: Policy = field(default_factory=Policy)
@@ -637,6 +697,7 @@ class Vm(_Base):
         _int(self, "vcpus", 1, 65536)
         _int(self, "count", 1, 65536)
         _int(self, "threads", 0, 16 * self.vcpus)
+        _int(self, "weight", 2, 88761)
         for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll)):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
@@ -665,6 +726,9 @@ class Config(_Base):
         duration_ns: simulated time limit, ns. Default 100000000 (0.1 s).
         seed: seed of the run's RNG (PCG64); same seed and config → identical results.
         trace: record the per-host-CPU trace (``Result.trace``). Default False.
+        warmup_ns: iterations completing before this instant are not counted
+            in ops, throughput and latency (time categories cover the whole
+            run), ns. Default 0.
     """
 
     host: Host = field(default_factory=Host)
@@ -672,6 +736,7 @@ class Config(_Base):
     duration_ns: int = 100_000_000
     seed: int = 0
     trace: bool = False
+    warmup_ns: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.vms, list):
@@ -687,6 +752,7 @@ class Config(_Base):
         _int(self, "duration_ns", 1, 2**50)
         _int(self, "seed", 0, U64_MAX)
         _bool(self, "trace")
+        _int(self, "warmup_ns", 0, self.duration_ns - 1)
         names: dict[str, Any] = {}
         for i, v in enumerate(self.vms):
             p = v.policy

@@ -75,8 +75,10 @@ def random() -> Policy:
 
 
 def oracle() -> Policy:
-    """Yield straight to the vCPU the spinner waits for (lock holder, next
-    ticket, IPI target) if it is not running: an upper bound no kernel has."""
+    """Yield straight to the vCPU the spinner waits for if it is not running:
+    the lock holder (or, when the holder runs, the first waiter queued ahead
+    of the spinner whose vCPU is preempted), or an IPI target that has not
+    run its handler. Knowledge no kernel has: an upper bound for directed yield."""
     return Policy(kind="oracle")
 
 
