@@ -1,11 +1,36 @@
 """Type stubs of the Rust extension (src/py). The Pythonic API is in vcpulab.kvm / vcpulab.sim."""
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
 
 __version__: str
+__all__ = [
+    "GuestAssertionError",
+    "Host",
+    "IRQ_COUNTS_ADDR",
+    "KvmIoctlError",
+    "KvmUnavailableError",
+    "MAX_MEMORY_MIB",
+    "MSR_KVM_STEAL_TIME",
+    "STEAL_AREA_ADDR",
+    "Spinner",
+    "UCALL_PORT",
+    "UnexpectedExitError",
+    "UnsupportedError",
+    "Vcpu",
+    "VcpuView",
+    "VcpulabError",
+    "Vm",
+    "__version__",
+    "allowed_cpus",
+    "run_experiment",
+    "sim_default_config",
+    "sim_run",
+    "sim_sweep",
+    "sim_validate",
+]
 UCALL_PORT: int
 IRQ_COUNTS_ADDR: int
 MAX_MEMORY_MIB: int
@@ -21,8 +46,9 @@ class UnsupportedError(VcpulabError): ...
 _CpuidRow = tuple[int, int, int, int, int, int, int]
 _SchemaRow = tuple[str, str, str, int, int, int, int]
 
+@final
 class Host:
-    def __init__(self, path: str = "/dev/kvm") -> None: ...
+    def __new__(cls, path: str = "/dev/kvm") -> Host: ...
     @property
     def api_version(self) -> int: ...
     @property
@@ -37,6 +63,7 @@ class Host:
     def supported_cpuid(self) -> list[_CpuidRow]: ...
     def create_vm(self, memory_mib: int, irqchip: bool) -> Vm: ...
 
+@final
 class Vm:
     irqchip: bool
     memory_bytes: int
@@ -67,6 +94,7 @@ class Vm:
     def stats_schema(self) -> list[_SchemaRow]: ...
     def steal_times(self, gpas: list[int]) -> bytes: ...
 
+@final
 class Vcpu:
     id: int
     io_in_value: int
@@ -93,3 +121,53 @@ class Vcpu:
         self, kinds: list[str], count: int = 1, port: int | None = None, timeout: float = 10.0
     ) -> dict[str, Any]: ...
     def kick(self) -> bool: ...
+
+# ----------------------------------------------------------------- experiments (src/py/kvm.rs)
+
+def run_experiment(
+    plan: list[tuple[Vcpu, int, list[int]]], duration: float, sample_every: float | None = None, poll_every: float = 0.05
+) -> dict[str, Any]: ...
+def allowed_cpus() -> list[int]: ...
+
+STEAL_AREA_ADDR: int
+
+# ----------------------------------------------------------------- simulator (src/py/sim.rs)
+
+@final
+class VcpuView:
+    index: int
+    running: bool
+    in_guest: bool
+    preempted: bool
+    ready: bool
+    blocking: bool
+    dy_runnable: bool
+    pending_interrupt: bool
+    in_spin_loop: bool
+    dy_eligible: bool
+    preempted_in_kernel: bool
+    st_preempted: bool
+    steal_ns: int
+    pcpu_is_idle: bool
+    ple_window: int
+
+@final
+class Spinner:
+    index: int
+    vm: int
+    n_vcpus: int
+    last_boosted: int
+    in_kernel: bool
+    attempts: list[tuple[int, int]]
+    waited_for: int | None
+    state: VcpuView
+
+def sim_validate(config_json: str) -> str: ...
+def sim_run(config_json: str, policies: dict[str, Any] | None = None) -> dict[str, Any]: ...
+def sim_sweep(
+    config_jsons: list[str],
+    policies: list[dict[str, Any] | None] | None = None,
+    threads: int = 0,
+    progress: Any = None,
+) -> list[dict[str, Any]]: ...
+def sim_default_config() -> str: ...

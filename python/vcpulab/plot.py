@@ -24,9 +24,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 __all__ = [
+    "BACKGROUND",
+    "IDLE",
     "SchedMap",
     "policy_comparison",
     "sched_map",
+    "sched_map_codes",
     "sched_map_image",
     "stats_over_time",
     "steal_over_time",
@@ -78,6 +81,57 @@ def _trace_of(obj: Any) -> pl.DataFrame:
     return trace
 
 
+#: Codes of :func:`sched_map_codes`: ``vm * 65536 + vcpu`` for a vCPU, and these.
+BACKGROUND, IDLE = -1, -2
+
+
+def sched_map_codes(
+    obj: Any,
+    us_per_pixel: float = 10.0,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    pcpus: int | None = None,
+) -> np.ndarray:
+    """What ran where: an int64 array of shape (pcpus, columns).
+
+    Column ``c`` covers ``[start + c*w, start + (c+1)*w)`` with ``w =
+    us_per_pixel`` µs and holds what ran on that host CPU at the column's
+    midpoint: ``vm * 65536 + vcpu``, :data:`BACKGROUND` (-1) for a non-vCPU
+    task, :data:`IDLE` (-2) for nothing. ``obj`` is a simulator Result with a
+    trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu).
+    """
+    if not us_per_pixel > 0:
+        raise ValueError(f"us_per_pixel must be positive, got {us_per_pixel}")
+    trace = _trace_of(obj)
+    n_pcpus = pcpus if pcpus is not None else (int(trace["pcpu"].max()) + 1 if trace.height else 1)
+    t0 = (int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
+    t1 = (int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
+    if t1 <= t0:
+        raise ValueError(f"end_ns ({t1}) must be after start_ns ({t0})")
+    w = us_per_pixel * 1000.0
+    cols = int(np.ceil((t1 - t0) / w))
+    if cols > 200_000:
+        raise ValueError(f"{cols} columns is too wide: raise us_per_pixel or narrow start_ns/end_ns")
+    out = np.full((n_pcpus, cols), IDLE, dtype=np.int64)
+    if not trace.height:
+        return out
+    start = trace["start_ns"].to_numpy().astype(np.float64)
+    end = trace["end_ns"].to_numpy().astype(np.float64)
+    # columns whose midpoint t0 + (c + 0.5) w lies in [start, end)
+    c0 = np.clip(np.ceil((start - t0) / w - 0.5), 0, cols).astype(np.int64)
+    c1 = np.clip(np.ceil((end - t0) / w - 0.5), 0, cols).astype(np.int64)
+    n = np.maximum(0, c1 - c0)
+    if n.sum() == 0:
+        return out
+    vm = trace["vm"].to_numpy().astype(np.int64)
+    code = np.where(vm < 0, BACKGROUND, vm * 65536 + trace["vcpu"].to_numpy().astype(np.int64))
+    rows = np.repeat(trace["pcpu"].to_numpy().astype(np.int64), n)
+    offs = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    out[rows, np.repeat(c0, n) + offs] = np.repeat(code, n)
+    return out
+
+
 def sched_map_image(
     obj: Any,
     us_per_pixel: float = 10.0,
@@ -87,46 +141,20 @@ def sched_map_image(
     row_px: int = 1,
     pcpus: int | None = None,
 ) -> np.ndarray:
-    """The raw sched-map raster: an (pcpus*row_px, columns, 3) uint8 array.
-
-    Pixel column ``c`` covers ``[start + c*w, start + (c+1)*w)`` with ``w =
-    us_per_pixel`` µs; it shows whatever ran on that host CPU at the column's
-    midpoint (a vCPU colour, black for a non-vCPU task, white for nothing).
-    """
-    if not us_per_pixel > 0:
-        raise ValueError(f"us_per_pixel must be positive, got {us_per_pixel}")
+    """The sched-map raster: a (pcpus*row_px, columns, 3) uint8 RGB array of
+    :func:`sched_map_codes` coloured by :func:`vcpu_color` (one hue per VM, one
+    brightness per vCPU), black for a non-vCPU task, white for idle."""
     if row_px < 1:
         raise ValueError(f"row_px must be >= 1, got {row_px}")
-    trace = _trace_of(obj)
-    n_pcpus = pcpus if pcpus is not None else (int(trace["pcpu"].max()) + 1 if trace.height else 1)
-    t0 = int(trace["start_ns"].min()) if start_ns is None and trace.height else (start_ns or 0)
-    t1 = int(trace["end_ns"].max()) if end_ns is None and trace.height else (end_ns or t0 + 1)
-    if t1 <= t0:
-        raise ValueError(f"end_ns ({t1}) must be after start_ns ({t0})")
-    w = us_per_pixel * 1000.0
-    cols = int(np.ceil((t1 - t0) / w))
-    if cols > 200_000:
-        raise ValueError(f"{cols} columns is too wide: raise us_per_pixel or narrow start_ns/end_ns")
-    mid = t0 + (np.arange(cols) + 0.5) * w
-    vcpu_vms = trace.filter(pl.col("vm") >= 0)
-    n_vms = int(vcpu_vms["vm"].max()) + 1 if vcpu_vms.height else 1
-    n_vcpus = int(vcpu_vms["vcpu"].max()) + 1 if vcpu_vms.height else 1
-    img = np.full((n_pcpus, cols, 3), 255, dtype=np.uint8)
-    palette: dict[tuple[int, int], tuple[int, int, int]] = {}
-    for (p,), rows in trace.sort("start_ns").group_by(["pcpu"], maintain_order=True):
-        starts = rows["start_ns"].to_numpy()
-        ends = rows["end_ns"].to_numpy()
-        vms = rows["vm"].to_numpy()
-        vcs = rows["vcpu"].to_numpy()
-        idx = np.searchsorted(starts, mid, side="right") - 1
-        ok = (idx >= 0) & (mid < ends[np.clip(idx, 0, None)])
-        for c in np.nonzero(ok)[0]:
-            i = idx[c]
-            key = (int(vms[i]), int(vcs[i]))
-            col = palette.get(key)
-            if col is None:
-                col = palette[key] = vcpu_color(key[0], key[1], n_vms, n_vcpus)
-            img[int(p), c] = col
+    codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
+    trace = _trace_of(obj).filter(pl.col("vm") >= 0)
+    n_vms = int(trace["vm"].max()) + 1 if trace.height else 1
+    n_vcpus = int(trace["vcpu"].max()) + 1 if trace.height else 1
+    img = np.full(codes.shape + (3,), 255, dtype=np.uint8)
+    for c in np.unique(codes).tolist():
+        if c == IDLE:
+            continue
+        img[codes == c] = BLACK if c == BACKGROUND else vcpu_color(c // 65536, c % 65536, n_vms, n_vcpus)
     return np.repeat(img, row_px, axis=0)
 
 

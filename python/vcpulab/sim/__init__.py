@@ -120,59 +120,31 @@ class Result:
         """The digest's sched map (§4) as an int array of shape (pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
         of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
-        idle. Needs a run with ``trace=True``; colour it with one hue per VM
-        and one brightness per vCPU."""
-        if self.trace is None:
-            raise ValueError("Result.sched_map needs a run with trace=True")
-        if isinstance(bin_ns, bool) or not isinstance(bin_ns, int) or bin_ns < 1:
-            raise ValueError(f"sched_map: bin_ns must be an int >= 1, got {bin_ns!r}")
-        dur = int(self.summary["duration_ns"][0])
-        pcpus = int(self.summary["pcpus"][0])
-        nbins = max(1, -(-dur // bin_ns))
-        out = np.full((pcpus, nbins), -2, dtype=np.int64)
-        t = self.trace
-        start = t["start_ns"].to_numpy().astype(np.int64)
-        end = t["end_ns"].to_numpy().astype(np.int64)
-        half = bin_ns // 2
-        # bins whose middle (b * bin_ns + half) lies in [start, end)
-        b0 = np.maximum(0, -((half - start) // bin_ns))
-        b1 = np.minimum(nbins, -((half - end) // bin_ns))
-        n = np.maximum(0, b1 - b0)
-        if n.sum() == 0:
-            return out
-        rows = np.repeat(t["pcpu"].to_numpy().astype(np.int64), n)
-        vm = t["vm"].to_numpy()
-        code = np.where(vm < 0, -1, vm * 65536 + t["vcpu"].to_numpy())
-        vals = np.repeat(code, n)
-        offs = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-        cols = np.repeat(b0, n) + offs
-        out[rows, cols] = vals
-        return out
+        idle (see :func:`vcpulab.plot.sched_map_codes`). Needs ``trace=True``."""
+        from vcpulab.plot import sched_map_codes
+
+        return sched_map_codes(self, **self._bins(bin_ns))
 
     def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
         """:meth:`sched_map` as an RGB image (uint8, shape (pcpus, bins, 3)),
         coloured as in the digest (§4): one hue per VM, one brightness per
-        vCPU, black for background host tasks, white for idle. Show it with
-        e.g. ``matplotlib.pyplot.imshow(img, aspect="auto")``."""
-        import colorsys
+        vCPU, black for background host tasks, white for idle. For a picture
+        with a legend, saved as PNG, use :func:`vcpulab.plot.sched_map`."""
+        from vcpulab.plot import sched_map_image
 
-        m = self.sched_map(bin_ns)
-        nvm = max(1, int(self.summary["vms"][0]))
-        vcpus = self.vcpus
-        per_vm = vcpus.group_by("vm").agg(pl.len().alias("n")).sort("vm")
-        sizes = dict(zip(per_vm["vm"].to_list(), per_vm["n"].to_list()))
-        codes = [c for c in np.unique(m).tolist() if c >= 0]
-        lut = {-2: (255, 255, 255), -1: (0, 0, 0)}
-        for c in codes:
-            vm, v = divmod(c, 65536)
-            hue = (vm / nvm) % 1.0
-            light = 0.3 + 0.45 * (v / max(1, sizes.get(vm, 1) - 1))
-            r, g, b = colorsys.hls_to_rgb(hue, light, 0.85)
-            lut[c] = (int(r * 255), int(g * 255), int(b * 255))
-        img = np.zeros(m.shape + (3,), dtype=np.uint8)
-        for c, rgb in lut.items():
-            img[m == c] = rgb
-        return img
+        return sched_map_image(self, **self._bins(bin_ns))
+
+    def _bins(self, bin_ns: int) -> dict[str, Any]:
+        if self.trace is None:
+            raise ValueError("Result.sched_map needs a run with trace=True")
+        if isinstance(bin_ns, bool) or not isinstance(bin_ns, int) or bin_ns < 1:
+            raise ValueError(f"sched_map: bin_ns must be an int >= 1, got {bin_ns!r}")
+        return {
+            "us_per_pixel": bin_ns / 1000,
+            "start_ns": 0,
+            "end_ns": int(self.summary["duration_ns"][0]),
+            "pcpus": int(self.summary["pcpus"][0]),
+        }
 
 
 def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
