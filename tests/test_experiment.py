@@ -111,6 +111,10 @@ def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
     assert 225 <= ticks <= 275
     assert wait_frac > 0.8  # an idle guest: halted (blocked) almost all the time
     assert r.threads["outcome"][0] == "deadline"
+    # everything happened in the kernel (HLT blocks there, the LAPIC timer is
+    # emulated there): KVM counted exits, none reached user space
+    assert last["exits"][0] > 0
+    assert r.threads["user_exits"][0] == 0
 
 
 def test_a_run_that_never_finishes_stops_at_its_deadline(kvm_host: Host) -> None:
@@ -140,6 +144,21 @@ def test_ctrl_c_stops_all_vcpus_within_a_second(kvm_host: Host) -> None:
     assert fds < 10  # every VM, vCPU and stats fd was closed
 
 
+def test_ctrl_c_stops_a_host_driven_ping_pong_promptly(kvm_host: Host) -> None:
+    code = textwrap.dedent(
+        """
+        import time
+        from vcpulab.experiment import MsiPingPong, run
+        print("ready", flush=True)
+        try:
+            run(MsiPingPong(rounds=16_000, gap_us=2000), vcpus=1, pcpus=[1], duration=60)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        """
+    )
+    assert "interrupted" in interrupt_script(code, after_s=1.0, within_s=1.5)
+
+
 def test_bad_experiment_arguments(kvm_host: Host) -> None:
     with pytest.raises(ValueError, match="one CPU list per vCPU"):
         run(SpinLock(), vcpus=2, placement=[[0]], host=kvm_host)
@@ -151,3 +170,5 @@ def test_bad_experiment_arguments(kvm_host: Host) -> None:
         run(SpinLock(kind="mcs"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="duration"):
         run(SpinLock(), vcpus=2, duration=0, host=kvm_host)
+    with pytest.raises(ValueError, match="test-and-set"):
+        run(PvSpinLock(kind="ticket"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]

@@ -149,7 +149,7 @@ def test_bad_vcpu_ids(kvm_host: Host) -> None:
             vm.create_vcpu(kvm_host.max_vcpu_id)
         with pytest.raises(ValueError, match="too small for vCPU id 1000"):
             vm.create_vcpu(1000)  # its stack would lie beyond 4 MiB of RAM
-        with pytest.raises(OverflowError):
+        with pytest.raises(IndexError, match=">= 0"):
             vm.create_vcpu(-1)
 
 
@@ -175,6 +175,24 @@ def test_out_of_ram_access(kvm_host: Host) -> None:
             vm.write(size, b"x")
         with pytest.raises(IndexError):
             vm.read_u64(2**64 - 1)
+        with pytest.raises(IndexError, match=">= 0"):
+            vm.read(-8, 4)
+        with pytest.raises(ValueError, match="n must be >= 0"):
+            vm.read(0, -1)
+        with pytest.raises(ValueError, match="u64"):
+            vm.write_u64(0, -1)
+
+
+def test_a_program_belongs_to_its_vm(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=2) as a, kvm_host.create_vm(memory_mib=2) as b:
+        prog = a.load("pause_loop", iterations=1)
+        v = b.create_vcpu(0)
+        with pytest.raises(ValueError, match="another VM"):
+            v.start(prog)
+        with pytest.raises(ValueError, match="another VM"):
+            b.results(prog)
+        with pytest.raises(ValueError, match="must be >= 0"):
+            a.load("pause_loop", iterations=-1)
 
 
 def test_use_after_close(kvm_host: Host) -> None:

@@ -367,6 +367,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"vcpulab: error: {e}", file=sys.stderr)
         return 1
+    except Exception as e:  # vcpulab's own errors: one line, not a traceback
+        from vcpulab import VcpulabError
+
+        if not isinstance(e, VcpulabError):
+            raise
+        print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -140,13 +140,17 @@ class PvSpinLock(SpinLock):
     left disabled, so KVM does not clear it).
     """
 
-    kind: Literal["tas", "ticket"] = "tas"
+    #: only "tas": the pv lock is a test-and-set lock (the guest kernel's pv
+    #: qspinlock is not modelled in the real guest; the simulator has it)
+    kind: Literal["tas"] = "tas"  # type: ignore[assignment]
     check_every: int = 64
     kick_vector: int = 0xF0
     preempted_from_host: tuple[int, ...] = ()
     program: ClassVar[str] = "pv_spin_lock"
 
     def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if self.kind != "tas":
+            raise ValueError(f"PvSpinLock.kind must be 'tas' (a pv test-and-set lock), got {self.kind!r}")
         super().check(n_vcpus, irqchip)
         if not irqchip:
             raise ValueError("PvSpinLock needs irqchip=True (its kick is an IPI)")
@@ -313,7 +317,8 @@ class Run:
     samples: pl.DataFrame
     #: the workload's per-vCPU counters (see the workload class)
     results: pl.DataFrame
-    #: per vCPU thread: host CPUs, cpu_ns, run_delay_ns, timeslices, context switches, outcome
+    #: per vCPU thread: host CPUs, cpu_ns, run_delay_ns, timeslices, context
+    #: switches, user_exits (exits that reached user space), outcome
     threads: pl.DataFrame
     wall_s: float
     #: {(vm, vcpu): [host CPUs]}
@@ -453,8 +458,10 @@ def run(
                 t = threading.Timer(duration, workload.stop, args=(vm, prog))
                 t.daemon = True
                 stoppers.append(t)
+        vcpu_cpus = {c for cl in where.values() for c in cl}
+        driver_cpus = sorted(set(_core.allowed_cpus()) - vcpu_cpus)
         drivers: list[_Driver] = [
-            _Driver(workload, vm, vs, prog, hard) for vm, vs, prog in zip(vm_objs, groups, progs)
+            _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
         t0 = time.perf_counter()
         for t in stoppers:
@@ -463,11 +470,17 @@ def run(
             d.start()
         try:
             rep = _core.run_experiment(plan, hard, sample_every, poll_every)
+        except BaseException:
+            # Ctrl-C or an error: closing the VMs stops every host driver at
+            # once (they poll for it), then they are joined.
+            for vm in vm_objs:
+                vm.close()
+            raise
         finally:
             for t in stoppers:
                 t.cancel()
             for vm, prog in zip(vm_objs, progs):
-                if workload.graceful:
+                if workload.graceful and not vm.closed:
                     workload.stop(vm, prog)
             for d in drivers:
                 d.join(timeout=hard + 5)
@@ -484,7 +497,7 @@ def run(
             {
                 k: [t[k] for t in rep["threads"]]
                 for k in ("vm", "vcpu", "tid", "cpu_ns", "run_delay_ns", "timeslices", "voluntary_ctxt_switches",
-                          "nonvoluntary_ctxt_switches", "wall_ns", "exits", "outcome")  # fmt: skip
+                          "nonvoluntary_ctxt_switches", "wall_ns", "user_exits", "outcome")  # fmt: skip
             }
         ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
         res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
@@ -514,17 +527,27 @@ def run(
 
 
 class _Driver(threading.Thread):
-    """Runs a workload's host side (if any) beside the vCPUs."""
+    """Runs a workload's host side (if any) beside the vCPUs, pinned to the
+    host CPUs no vCPU uses (when there are such CPUs): a host sender spinning
+    on a vCPU's CPU would stop KVM's halt polling there
+    (``single_task_running()`` turns false) and distort what is measured."""
 
-    def __init__(self, workload: Workload, vm: Vm, vcpus: list[Vcpu], prog: Program, duration: float) -> None:
+    def __init__(
+        self, workload: Workload, vm: Vm, vcpus: list[Vcpu], prog: Program, duration: float, cpus: Sequence[int]
+    ) -> None:
         super().__init__(daemon=True)
         self.args = (vm, vcpus, prog, duration)
         self.workload = workload
+        self.cpus = list(cpus)
         self.result: Any = None
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        import os
+
         try:
+            if self.cpus and type(self.workload).host_driver is not Workload.host_driver:
+                os.sched_setaffinity(0, self.cpus)
             self.result = self.workload.host_driver(*self.args)
         except BaseException as e:  # noqa: BLE001 - re-raised by run()
             self.error = e

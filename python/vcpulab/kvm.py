@@ -426,6 +426,8 @@ class StealTime:
 class Program:
     """A guest program loaded into a VM; ``results`` names its shared-memory layout."""
 
+    #: identity of the VM it was loaded into (a program is only valid there)
+    vm_id: int
     name: str
     entry: int
     code_size: int
@@ -495,26 +497,34 @@ class Vm:
 
     def read(self, gpa: int, n: int) -> bytes:
         """``n`` bytes at guest-physical ``gpa`` (IndexError outside RAM)."""
-        return self._vm.read(gpa, n)
+        return self._vm.read(_gpa(gpa), _nonneg(n, "n"))
 
     def write(self, gpa: int, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` to ``gpa`` (IndexError outside RAM)."""
-        self._vm.write(gpa, bytes(data))
+        self._vm.write(_gpa(gpa), bytes(data))
 
     def read_u64(self, gpa: int) -> int:
-        return self._vm.read_u64(gpa)
+        return self._vm.read_u64(_gpa(gpa))
 
     def write_u64(self, gpa: int, value: int) -> None:
-        self._vm.write_u64(gpa, value)
+        if not 0 <= value < 2**64:
+            raise ValueError(f"value must fit in a u64, got {value}")
+        self._vm.write_u64(_gpa(gpa), value)
 
     def write_u8(self, gpa: int, value: int) -> None:
-        self._vm.write_u8(gpa, value)
+        if not 0 <= value < 256:
+            raise ValueError(f"value must fit in a byte, got {value}")
+        self._vm.write_u8(_gpa(gpa), value)
 
     # programs -----------------------------------------------------------------
     def load(self, program: str, **params: int) -> Program:
         """Assemble and load a built-in guest program (see :data:`PROGRAMS`)."""
+        for k, v in params.items():
+            if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+                raise ValueError(f"{program}: parameter {k} must be >= 0, got {v}")
         d = self._vm.load(program, **params)
         return Program(
+            vm_id=id(self._vm),
             name=d["name"],
             entry=d["entry"],
             code_size=d["code_size"],
@@ -527,6 +537,7 @@ class Vm:
 
     def results(self, program: Program) -> dict[str, np.ndarray]:
         """The program's documented result fields, as numpy uint64 arrays (copies)."""
+        _check_owner(program, self)
         out = {}
         for r in program.results:
             stride, count = r["stride"], r["count"]
@@ -540,7 +551,12 @@ class Vm:
 
     # vCPUs ----------------------------------------------------------------------
     def create_vcpu(self, id: int) -> Vcpu:  # noqa: A002 - KVM's name
-        """vCPU ``id`` in 64-bit mode, parked in a halt loop until :meth:`Vcpu.start`."""
+        """vCPU ``id`` in 64-bit mode, parked in a halt loop until :meth:`Vcpu.start`.
+
+        Guest programs that use the xAPIC (interrupts, IPIs, timers) need ids
+        below 256: the xAPIC id is 8 bits wide."""
+        if id < 0:
+            raise IndexError(f"vCPU id must be >= 0, got {id}")
         v = Vcpu(self._vm.create_vcpu(id), self)
         self.vcpus.append(v)
         return v
@@ -655,6 +671,23 @@ class Vm:
         return table("KVM VM", rows)
 
 
+def _gpa(gpa: int) -> int:
+    if gpa < 0:
+        raise IndexError(f"guest-physical address must be >= 0, got {gpa}")
+    return gpa
+
+
+def _nonneg(v: int, name: str) -> int:
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return v
+
+
+def _check_owner(program: Program, vm: Vm) -> None:
+    if program.vm_id != id(vm._vm):
+        raise ValueError(f"program {program.name!r} was loaded into another VM; load it into this one")
+
+
 def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:
     name, kind, unit, base, exponent, size, bucket = r
     return {"name": name, "type": kind, "unit": unit, "base": base, "exponent": exponent, "size": size, "bucket_size": bucket}
@@ -754,7 +787,11 @@ class Vcpu:
     # running ----------------------------------------------------------------------------
     def start(self, program: Program | int) -> None:
         """Point the vCPU at a loaded program (or an entry gpa): fresh stack, rdi = id."""
-        entry = program.entry if isinstance(program, Program) else int(program)
+        if isinstance(program, Program):
+            _check_owner(program, self.vm)
+            entry = program.entry
+        else:
+            entry = _gpa(int(program))
         self._vcpu.start(entry)
 
     def run(self, timeout: float = 10.0) -> Exit:

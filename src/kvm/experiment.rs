@@ -71,6 +71,7 @@ pub struct ThreadReport {
     pub voluntary_ctxt_switches: u64,
     pub nonvoluntary_ctxt_switches: u64,
     pub wall_ns: u64,
+    /// Exits that reached user space (KVM_RUN returned); KVM's own count is the `exits` stat.
     pub exits: u64,
     pub syncs: u64,
     pub outcome: Outcome,
@@ -309,7 +310,12 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) 
     let (v0, i0) = ctxt_switches(tid);
     loop {
         let want = RunUntil { kinds: vec!["ucall".into()], port: None, count: 1, deadline };
-        match vcpu.run_until(&want) {
+        match vcpu.run_until_outcome(&want) {
+            Ok(out) if out.timed_out => {
+                report.exits += out.exits;
+                report.outcome = Outcome::Deadline;
+                break;
+            }
             Ok(out) => {
                 report.exits += out.exits;
                 match out.ucall {
@@ -324,10 +330,6 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) 
                     }
                     None => {} // a foreign signal: the caller's thread handles it; keep running
                 }
-            }
-            Err(Error::Timeout(_)) => {
-                report.outcome = Outcome::Deadline;
-                break;
             }
             Err(e) => {
                 report.outcome = Outcome::Error;

@@ -9,7 +9,7 @@
 //! the signal, is race-free too.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -51,6 +51,8 @@ pub fn ensure_handler() -> Result<()> {
 pub struct RunSlot {
     thread: Mutex<Option<libc::pthread_t>>,
     immediate_exit: *const AtomicU8,
+    /// Set for good by [`RunSlot::stop`]: no run may start any more.
+    stopped: AtomicBool,
 }
 
 // SAFETY: `immediate_exit` points into the vCPU's kvm_run mapping, which outlives
@@ -63,27 +65,44 @@ unsafe impl Sync for RunSlot {}
 impl RunSlot {
     /// `immediate_exit` must be the address of the vCPU's `kvm_run.immediate_exit`.
     pub fn new(immediate_exit: *mut u8) -> Self {
-        Self { thread: Mutex::new(None), immediate_exit: immediate_exit as *const AtomicU8 }
+        Self { thread: Mutex::new(None), immediate_exit: immediate_exit as *const AtomicU8, stopped: AtomicBool::new(false) }
     }
 
-    /// Registers the calling thread as the runner until the guard drops.
-    pub fn enter(&self) -> RunGuard<'_> {
+    /// Registers the calling thread as the runner until the guard drops; fails
+    /// once the slot was stopped (so a stop can never be missed by a run that
+    /// was about to start).
+    pub fn enter(&self) -> Result<RunGuard<'_>> {
         let mut t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(Error::Closed("Vcpu (its Vm)"));
+        }
         // SAFETY: pthread_self has no preconditions.
         *t = Some(unsafe { libc::pthread_self() });
         IMMEDIATE_EXIT.with(|p| p.set(self.immediate_exit));
-        RunGuard { slot: self }
+        Ok(RunGuard { slot: self })
+    }
+
+    /// Stops the vCPU for good: kicks a running thread, and makes every later
+    /// [`RunSlot::enter`] fail. Used when the VM closes.
+    pub fn stop(&self) {
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        self.stopped.store(true, Ordering::SeqCst);
+        Self::kick_locked(&t, self.immediate_exit);
     }
 
     /// Forces the running thread (if any) out of KVM_RUN. Returns whether a run was kicked.
     pub fn kick(&self) -> bool {
         let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        Self::kick_locked(&t, self.immediate_exit)
+    }
+
+    fn kick_locked(t: &Option<libc::pthread_t>, immediate_exit: *const AtomicU8) -> bool {
         match *t {
             Some(thread) => {
                 // SAFETY: a registered runner keeps the vCPU alive (see `Send`).
-                unsafe { &*self.immediate_exit }.store(1, Ordering::SeqCst);
-                // SAFETY: `thread` is alive: it is unregistered under this same lock
-                // before it can exit, and we hold the lock.
+                unsafe { &*immediate_exit }.store(1, Ordering::SeqCst);
+                // SAFETY: `thread` is alive: it is unregistered under the slot's
+                // lock before it can exit, and the caller holds that lock.
                 unsafe { libc::pthread_kill(thread, kick_signal()) };
                 true
             }

@@ -61,6 +61,9 @@ pub struct RunOutcome {
     /// True when the interruption was a kick ([`RunSlot::kick`]), false for a
     /// foreign signal the caller should handle (then resume).
     pub kicked: bool,
+    /// True when the deadline passed before `count` matches
+    /// ([`Vcpu::run_until_outcome`] only; `run_until` turns it into `Timeout`).
+    pub timed_out: bool,
 }
 
 /// General-purpose registers, by name.
@@ -147,6 +150,9 @@ impl std::fmt::Debug for Vcpu {
 
 impl Vcpu {
     pub(crate) fn create(vm: &Vm, id: u64) -> Result<Self> {
+        // The kick signal's handler must exist before any thread can register
+        // as a runner: its default action would end the process.
+        super::kick::ensure_handler()?;
         let mut fd = vm.fd.create_vcpu(id).map_err(|e| Error::ioctl("KVM_CREATE_VCPU", e))?;
         // CPUID: everything the host supports, with this vCPU's APIC id.
         let mut entries = vm.supported_cpuid.clone();
@@ -344,7 +350,7 @@ impl Vcpu {
     pub fn run_once(&mut self, deadline: Option<Instant>) -> Result<Exit> {
         let slot = self.slot.clone();
         slot.clear();
-        let _guard = slot.enter();
+        let _guard = slot.enter()?;
         let _timer = deadline.map(DeadlineTimer::arm).transpose()?;
         self.kvm_run()
     }
@@ -393,6 +399,26 @@ impl Vcpu {
     /// entry, a finished program) that were not wanted end the loop with an error
     /// naming what was wanted and what came. Never runs past `want.deadline`.
     pub fn run_until(&mut self, want: &RunUntil) -> Result<RunOutcome> {
+        let start = Instant::now();
+        let out = self.run_until_outcome(want)?;
+        if out.timed_out {
+            return Err(Error::Timeout(format!(
+                "vCPU {}: no {} exit{} within {:.3} s ({} of {} matches, {} exits seen)",
+                self.id,
+                want.kinds.join("|"),
+                want.port.map(|p| format!(" on port {p:#x}")).unwrap_or_default(),
+                want.deadline.saturating_duration_since(start).as_secs_f64(),
+                out.matches,
+                want.count,
+                out.exits
+            )));
+        }
+        Ok(out)
+    }
+
+    /// [`Vcpu::run_until`], but reaching the deadline is an outcome
+    /// (`timed_out`, with the exits and matches counted so far), not an error.
+    pub fn run_until_outcome(&mut self, want: &RunUntil) -> Result<RunOutcome> {
         if want.count == 0 {
             invalid!("count must be >= 1");
         }
@@ -402,27 +428,25 @@ impl Vcpu {
             }
         }
         let wants = |k: &str| want.kinds.iter().any(|w| w == k);
-        let start = Instant::now();
         let slot = self.slot.clone();
         slot.clear();
-        let _guard = slot.enter();
+        let _guard = slot.enter()?;
         let _timer = DeadlineTimer::arm(want.deadline)?;
-        let mut out = RunOutcome { exit: Exit::Interrupted, ucall: None, matches: 0, exits: 0, interrupted: false, kicked: false };
+        let mut out = RunOutcome {
+            exit: Exit::Interrupted,
+            ucall: None,
+            matches: 0,
+            exits: 0,
+            interrupted: false,
+            kicked: false,
+            timed_out: false,
+        };
         loop {
             let exit = self.kvm_run()?;
-            out.exits += 1;
             if exit == Exit::Interrupted {
                 if Instant::now() >= want.deadline {
-                    let wanted = want.kinds.join("|");
-                    return Err(Error::Timeout(format!(
-                        "vCPU {}: no {wanted} exit{} within {:.3} s ({} of {} matches, {} exits seen)",
-                        self.id,
-                        want.port.map(|p| format!(" on port {p:#x}")).unwrap_or_default(),
-                        want.deadline.duration_since(start).as_secs_f64(),
-                        out.matches,
-                        want.count,
-                        out.exits - 1
-                    )));
+                    out.timed_out = true;
+                    return Ok(out);
                 }
                 if wants("interrupted") {
                     out.matches += 1;
@@ -432,6 +456,7 @@ impl Vcpu {
                 out.kicked = slot.is_set();
                 return Ok(out);
             }
+            out.exits += 1;
             let ucall = self.decode_ucall(&exit)?;
             let matched = match &ucall {
                 Some(_) => wants("ucall") || (wants("io") && want.port.is_none_or(|p| p == UCALL_PORT)),

@@ -21,7 +21,7 @@ use crate::kvm::guest::program::{LockKind, Program, Spec};
 use crate::kvm::kick::RunSlot;
 use crate::kvm::memory::GuestMemory;
 use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
-use crate::kvm::vcpu::{regs_from_array, regs_to_array, REG_NAMES};
+use crate::kvm::vcpu::{regs_from_array, regs_to_array, VcpuObserver, REG_NAMES};
 use crate::kvm::{self, Error, Exit, IoDir, RunUntil, Ucall};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,6 +138,15 @@ struct VcpuCell {
     core: Mutex<Option<kvm::Vcpu>>,
     slot: Arc<RunSlot>,
     closed: AtomicBool,
+    /// Steal time and stats, readable while another thread runs the vCPU
+    /// (they need no vCPU ioctl, so not the `core` lock); None once closed.
+    observer: Mutex<Option<VcpuObserver>>,
+}
+
+impl VcpuCell {
+    fn observer(&self) -> kvm::Result<VcpuObserver> {
+        lock(&self.observer).clone().ok_or(Error::Closed("Vcpu (its Vm)"))
+    }
 }
 
 struct VmState {
@@ -333,8 +342,9 @@ impl PyVm {
             if let Some(st) = st {
                 for c in &st.vcpus {
                     c.closed.store(true, Ordering::SeqCst);
-                    c.slot.kick();
+                    c.slot.stop();
                     lock(&c.core).take();
+                    lock(&c.observer).take();
                 }
                 drop(st);
             }
@@ -392,8 +402,14 @@ impl PyVm {
 
     fn create_vcpu(&self, py: Python<'_>, id: u64) -> PyResult<PyVcpu> {
         let cell = self.with(py, |st| {
-            let v = st.vm.create_vcpu(id)?;
-            let cell = Arc::new(VcpuCell { slot: v.run_slot(), core: Mutex::new(Some(v)), closed: AtomicBool::new(false) });
+            let mut v = st.vm.create_vcpu(id)?;
+            let observer = v.observer()?;
+            let cell = Arc::new(VcpuCell {
+                slot: v.run_slot(),
+                core: Mutex::new(Some(v)),
+                closed: AtomicBool::new(false),
+                observer: Mutex::new(Some(observer)),
+            });
             st.vcpus.push(cell.clone());
             Ok(cell)
         })?;
@@ -771,17 +787,25 @@ impl PyVcpu {
 
     #[pyo3(signature = (gpa = None))]
     fn enable_steal_time(&self, py: Python<'_>, gpa: Option<u64>) -> PyResult<u64> {
-        self.with(py, |v| v.enable_steal_time(gpa))
+        let gpa = self.with(py, |v| v.enable_steal_time(gpa))?;
+        if let Some(o) = lock(&self.cell.observer).as_mut() {
+            o.steal_gpa = Some(gpa);
+        }
+        Ok(gpa)
     }
 
+    /// The steal-time area's gpa (None until enabled). Never waits for a run.
     #[getter]
-    fn steal_gpa(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.with(py, |v| Ok(v.steal_gpa()))
+    fn steal_gpa(&self) -> PyResult<Option<u64>> {
+        Ok(self.cell.observer()?.steal_gpa)
     }
 
-    /// (steal_ns, version, flags, preempted, is_idle), read with the version protocol.
-    fn steal_time(&self, py: Python<'_>) -> PyResult<(u64, u32, u32, u8, u8)> {
-        let s = self.with(py, |v| v.steal_time())?;
+    /// (steal_ns, version, flags, preempted, is_idle), read with the version
+    /// protocol; a memory read, so it works while another thread runs the vCPU.
+    fn steal_time(&self) -> PyResult<(u64, u32, u32, u8, u8)> {
+        let s = self.cell.observer()?.steal_time()?.ok_or_else(|| {
+            Error::InvalidArgument("steal time is not enabled on this vCPU; call enable_steal_time() first".into())
+        })?;
         Ok((s.steal_ns, s.version, s.flags, s.preempted, s.is_idle))
     }
 
@@ -811,21 +835,20 @@ impl PyVcpu {
         })
     }
 
-    /// vCPU binary stats: {name: int or numpy array}.
+    /// vCPU binary stats: {name: int or numpy array} (one pread; works while
+    /// another thread runs the vCPU).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (schema, data) = self.with(py, |v| {
-            let fd = v.stats_fd()?;
-            let mut data = Vec::new();
-            fd.read_data(&mut data)?;
-            Ok((fd.schema.clone(), data))
-        })?;
-        stats_dict(py, &schema, &data)
+        let fd = self.cell.observer()?.stats;
+        let mut data = Vec::new();
+        fd.read_data(&mut data)?;
+        stats_dict(py, &fd.schema, &data)
     }
 
     /// Scalar stats only, as (names, values): one pread; for sampling.
     fn stats_scalars<'py>(&self, py: Python<'py>) -> PyResult<(Vec<String>, Bound<'py, PyArray1<u64>>)> {
-        let (names, vals) = self.with(py, |v| {
-            let fd = v.stats_fd()?;
+        let obs = self.cell.observer()?;
+        let (names, vals) = py.detach(|| -> kvm::Result<_> {
+            let fd = &obs.stats;
             let mut data = Vec::new();
             fd.read_data(&mut data)?;
             let mut names = Vec::new();
@@ -841,8 +864,8 @@ impl PyVcpu {
         Ok((names, PyArray1::from_vec(py, vals)))
     }
 
-    fn stats_schema(&self, py: Python<'_>) -> PyResult<Vec<SchemaRow>> {
-        self.with(py, |v| Ok(schema_rows(v.stats_fd()?)))
+    fn stats_schema(&self) -> PyResult<Vec<SchemaRow>> {
+        Ok(schema_rows(&self.cell.observer()?.stats))
     }
 
     /// One KVM_RUN (GIL released) with a deadline `timeout` seconds away; the
@@ -946,10 +969,17 @@ fn run_experiment<'py>(
     };
     let mut signals = SignalPoll::new();
     let report = py.detach(|| -> kvm::Result<kvm::experiment::Report> {
-        let mut guards: Vec<_> = cells.iter().map(|(c, _, _)| lock(&c.core)).collect();
+        // Lock the vCPUs in one global order (by address), so two experiments
+        // sharing vCPUs can never deadlock, then restore the plan's order.
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        order.sort_by_key(|&i| Arc::as_ptr(&cells[i].0) as usize);
+        let mut guards: Vec<Option<MutexGuard<'_, Option<kvm::Vcpu>>>> = (0..cells.len()).map(|_| None).collect();
+        for i in order {
+            guards[i] = Some(lock(&cells[i].0.core));
+        }
         let mut members = Vec::with_capacity(guards.len());
         for (g, (_, vm, cpus)) in guards.iter_mut().zip(&cells) {
-            let vcpu = g.as_mut().ok_or(Error::Closed("Vcpu (its Vm)"))?;
+            let vcpu = g.as_mut().and_then(|g| g.as_mut()).ok_or(Error::Closed("Vcpu (its Vm)"))?;
             members.push(kvm::experiment::Member { vm: *vm, vcpu, cpus: cpus.clone() });
         }
         let mut should_stop = || signals.interrupted();
@@ -973,7 +1003,7 @@ fn run_experiment<'py>(
         d.set_item("voluntary_ctxt_switches", t.voluntary_ctxt_switches)?;
         d.set_item("nonvoluntary_ctxt_switches", t.nonvoluntary_ctxt_switches)?;
         d.set_item("wall_ns", t.wall_ns)?;
-        d.set_item("exits", t.exits)?;
+        d.set_item("user_exits", t.exits)?;
         d.set_item("syncs", t.syncs)?;
         d.set_item("outcome", t.outcome.name())?;
         d.set_item("error", t.error.as_ref().map(|e| e.to_string()))?;
