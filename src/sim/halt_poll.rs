@@ -33,9 +33,12 @@
 //!
 //! # The scenario simulation ([`simulate`])
 //!
-//! vCPUs (and optional background tasks) share one host CPU under a FIFO,
-//! non-preemptive scheduler (simplification: no time slices; the bursts here
-//! are µs long). Each vCPU loops: run guest code for `wake_to_cue_ns` (entry,
+//! vCPUs share one host CPU under a FIFO, non-preemptive scheduler
+//! (simplification: no time slices; the bursts here are µs long). Other host
+//! work on that CPU ([`Background`]) is an on/off process: while "busy",
+//! another task is runnable there, so `single_task_running()` is false and
+//! polls stop at once; vCPUs still get the CPU first (simplification: CFS
+//! wake-up preemption of a CPU-bound task is taken as immediate). Each vCPU loops: run guest code for `wake_to_cue_ns` (entry,
 //! interrupt handler, its loop), announce "about to halt" (the cue of the real
 //! ping-pong), run `cue_to_halt_ns` more (instructions + the HLT exit), then
 //! enter `kvm_vcpu_halt`. Its interrupts come either from a host sender that
@@ -418,13 +421,14 @@ impl Default for Costs {
     }
 }
 
-/// Other work on the host CPU: tasks arriving (exponential inter-arrival with
-/// mean `mean_gap_ns`) that each run `run_ns`.
+/// Other work on the host CPU: alternating busy periods (another task is
+/// runnable there; exponential, mean `busy_ns`) and idle periods (exponential,
+/// mean `idle_ns`). The busy fraction is `busy_ns / (busy_ns + idle_ns)`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Background {
-    pub mean_gap_ns: u64,
-    pub run_ns: u64,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
 }
 
 /// One simulated experiment: vCPUs halting on one host CPU.
@@ -474,8 +478,11 @@ impl Scenario {
             return Err("duration_ns must be > 0 with timer-driven vCPUs".into());
         }
         if let Some(b) = &self.background {
-            if b.mean_gap_ns == 0 {
-                return Err("background.mean_gap_ns must be > 0".into());
+            if b.busy_ns == 0 || b.idle_ns == 0 {
+                return Err("background.busy_ns and background.idle_ns must be > 0".into());
+            }
+            if b.busy_ns > 10_000_000_000_000 || b.idle_ns > 10_000_000_000_000 {
+                return Err("background.busy_ns and background.idle_ns must be <= 10^13".into());
             }
         }
         let lim = 10_000_000_000_000u64; // 10^4 s: keeps every sum far from overflow
@@ -539,7 +546,7 @@ pub struct ScenarioResult {
     pub vcpus: Vec<VcpuResult>,
     /// Simulated time at the end, ns.
     pub end_ns: u64,
-    /// Host CPU time of the background tasks, ns.
+    /// Time another task was runnable on the CPU, ns.
     pub background_ns: u64,
     pub trace: Option<HaltTrace>,
 }
@@ -547,7 +554,6 @@ pub struct ScenarioResult {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Task {
     Vcpu(usize),
-    Background,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -564,10 +570,8 @@ enum Ev {
     PollHit(usize, u64),
     /// The task chosen by the CPU starts running.
     Start(Task),
-    /// Background burst done.
-    BgDone,
-    /// A background task arrives.
-    BgArrive,
+    /// Background work on the CPU turns busy (true) or idle (false).
+    Bg(bool),
     /// Timer tick for vCPU `i`.
     Tick(usize),
 }
@@ -611,6 +615,8 @@ struct Sim<'a> {
     v: Vec<V>,
     rng: Pcg64,
     bg_ns: u64,
+    bg_busy: bool,
+    bg_since: u64,
     trace: Option<HaltTrace>,
 }
 
@@ -700,7 +706,7 @@ impl Sim<'_> {
         let deadline = v.hp.on_halt(cfg, self.now);
         v.epoch += 1;
         let ep = v.epoch;
-        let others = !self.runq.is_empty();
+        let others = !self.runq.is_empty() || self.bg_busy;
         match deadline {
             Some(stop) => {
                 v.st = VState::Polling;
@@ -751,19 +757,22 @@ impl Sim<'_> {
                         s => unreachable!("vCPU {i} started in state {s:?}"),
                     }
                 }
-                Ev::Start(Task::Background) => {
-                    let d = sc.background.as_ref().map_or(0, |b| b.run_ns);
-                    self.bg_ns += d;
-                    self.push(self.now + d, Ev::BgDone);
-                }
-                Ev::BgDone => {
-                    self.release();
-                }
-                Ev::BgArrive => {
+                Ev::Bg(busy) => {
                     let Some(b) = sc.background.clone() else { continue };
-                    self.enqueue(Task::Background, self.now);
-                    let g = self.exp(b.mean_gap_ns).max(1);
-                    self.push(self.now + g, Ev::BgArrive);
+                    if self.bg_busy {
+                        self.bg_ns += self.now - self.bg_since;
+                    }
+                    self.bg_busy = busy;
+                    self.bg_since = self.now;
+                    let next = if busy { self.exp(b.busy_ns) } else { self.exp(b.idle_ns) };
+                    self.push(self.now + next.max(1), Ev::Bg(!busy));
+                    if busy {
+                        if let Some(Task::Vcpu(i)) = self.cpu {
+                            if self.v[i].st == VState::Polling {
+                                self.poll_stop(i);
+                            }
+                        }
+                    }
                 }
                 Ev::Cue(i) => {
                     let c = &sc.costs;
@@ -883,6 +892,8 @@ pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
             .collect(),
         rng: Pcg64::seed_from_u64(sc.seed),
         bg_ns: 0,
+        bg_busy: false,
+        bg_since: 0,
         trace: sc.trace.then(HaltTrace::default),
     };
     // every vCPU starts queued on the CPU, about to run guest code up to its first cue
@@ -895,12 +906,16 @@ pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
     }
     sim.dispatch();
     if let Some(b) = &sc.background {
-        let g = b.mean_gap_ns;
-        let first = sim.exp(g).max(1);
-        sim.push(first, Ev::BgArrive);
+        // start in the stationary state: busy with probability busy / (busy + idle)
+        let rho = b.busy_ns as f64 / (b.busy_ns as f64 + b.idle_ns as f64);
+        let busy = sim.rng.random::<f64>() < rho;
+        sim.push(0, Ev::Bg(busy));
     }
     sim.run();
     let end = sim.now;
+    if sim.bg_busy {
+        sim.bg_ns += end.saturating_sub(sim.bg_since);
+    }
     let vcpus = sim
         .v
         .into_iter()

@@ -263,15 +263,25 @@ fn idle_overhead_orders_off_block_time_fixed_and_v4_keeps_polling() {
 
 #[test]
 fn another_runnable_task_stops_polling() {
-    // a background task arrives every 100 µs for 30 µs: polls get cut short
+    // another task is runnable on the CPU half the time: polls get cut short
     let mut sc = msg(Policy::Fixed, 200_000, 300, 300);
     let alone = simulate(&sc).unwrap();
-    sc.background = Some(Background { mean_gap_ns: 100_000, run_ns: 30_000 });
+    sc.background = Some(Background { busy_ns: 2_000_000, idle_ns: 2_000_000 });
     let busy = simulate(&sc).unwrap();
-    assert!(busy.background_ns > 0);
+    let frac = busy.background_ns as f64 / busy.end_ns as f64;
+    assert!((0.2..0.8).contains(&frac), "busy fraction {frac}");
     let a = &alone.vcpus[0].stats;
     let b = &busy.vcpus[0].stats;
-    assert!(b.halt_poll_fail_ns < a.halt_poll_fail_ns / 2, "{a:?} vs {b:?}");
+    assert!(b.halt_poll_fail_ns < a.halt_poll_fail_ns * 3 / 4, "{a:?} vs {b:?}");
+    // and a short-gap ping-pong catches fewer wake-ups by polling
+    let mut sc = msg(Policy::BlockTime, 200_000, 20, 1000);
+    let a = simulate(&sc).unwrap().vcpus[0].stats.halt_successful_poll;
+    sc.background = Some(Background { busy_ns: 2_000_000, idle_ns: 2_000_000 });
+    let b = simulate(&sc).unwrap().vcpus[0].stats.halt_successful_poll;
+    assert!(a > 990 && b < 800 && b > 200, "{a} vs {b}");
+    // always busy: never a successful poll
+    sc.background = Some(Background { busy_ns: 1_000_000_000_000, idle_ns: 1 });
+    assert_eq!(simulate(&sc).unwrap().vcpus[0].stats.halt_successful_poll, 0);
 }
 
 #[test]
