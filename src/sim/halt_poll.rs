@@ -672,6 +672,11 @@ impl Sim<'_> {
         self.charge(i);
         let v = &mut self.v[i];
         v.hp.on_poll_stop(self.now);
+        if v.pending {
+            // kvm_vcpu_block finds the event already pending: returns without sleeping
+            self.halt_end(i, false);
+            return;
+        }
         v.st = VState::Blocked;
         v.epoch += 1;
         self.release();
@@ -735,12 +740,18 @@ impl Sim<'_> {
         }
     }
 
-    fn run(&mut self) {
+    fn run(&mut self) -> Result<(), String> {
         let sc = self.sc;
         let end = if sc.duration_ns == 0 { u64::MAX } else { sc.duration_ns };
+        // a bound on the work of a run that can only be exceeded by a bug (a stuck vCPU)
+        let mut budget: u64 = if sc.duration_ns == 0 { 1_000_000 + 64 * sc.rounds * sc.vcpus.len() as u64 } else { u64::MAX };
         while let Some(Reverse((t, _, e))) = self.q.pop() {
             if t > end {
                 break;
+            }
+            budget = budget.saturating_sub(1);
+            if budget == 0 {
+                return Err(format!("internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"));
             }
             self.now = t;
             match e {
@@ -834,6 +845,7 @@ impl Sim<'_> {
                 }
             }
         }
+        Ok(())
     }
 
     /// The interrupt of vCPU `i` becomes pending.
@@ -911,7 +923,7 @@ pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
         let busy = sim.rng.random::<f64>() < rho;
         sim.push(0, Ev::Bg(busy));
     }
-    sim.run();
+    sim.run()?;
     let end = sim.now;
     if sim.bg_busy {
         sim.bg_ns += end.saturating_sub(sim.bg_since);

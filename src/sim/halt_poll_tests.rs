@@ -325,3 +325,20 @@ fn validation_names_the_field() {
     assert!(simulate(&sc).unwrap_err().contains("vcpus"));
     assert!(Policy::parse("nope").unwrap_err().contains("block-time"));
 }
+
+#[test]
+fn an_interrupt_pending_when_the_poll_loop_is_cut_short_is_not_lost() {
+    // exponential gaps + background load + jitter: the event can become pending
+    // between the last look of the poll loop and the abort (regression: a hang)
+    let mut sc = msg(Policy::BlockTime, 200_000, 50, 2000);
+    sc.vcpus = vec![Wake::Message { gap_ns: 50_000, exponential: true }];
+    sc.costs.wake_jitter_ns = 5_000;
+    sc.background = Some(Background { busy_ns: 100_000, idle_ns: 200_000 });
+    for seed in 0..5 {
+        sc.seed = seed;
+        let r = simulate(&sc).unwrap();
+        assert_eq!(r.vcpus[0].rounds, 2000);
+        let s = &r.vcpus[0].stats;
+        assert_eq!(s.halt_successful_poll + s.halt_wakeup, s.halt_exits, "{s:?}");
+    }
+}
