@@ -176,7 +176,8 @@ def test_short_gaps_v4_at_the_max_block_time_near_the_gap(study: pl.DataFrame, g
     w = f"message {gap_us} us"
     assert _cell(study, w, "dynamic-v4", "mean_window_ns") > 0.99 * 200_000
     bt = _cell(study, w, "block-time", "mean_window_ns")
-    assert gap_us * 1000 <= bt <= 4 * gap_us * 1000, bt
+    # the halt is the gap plus a few µs of delivery minus the cue-to-HLT time
+    assert 0.5 * gap_us * 1000 <= bt <= 4 * gap_us * 1000, bt
     # both catch (nearly) every wake-up; block-time's is as fast as v4's
     assert _cell(study, w, "block-time", "success_frac") > 0.99
     assert _cell(study, w, "block-time", "wake_latency_mean_us") < 0.1 * _cell(study, w, "off", "wake_latency_mean_us")

@@ -230,15 +230,16 @@ class Timer:
 
 
 #: Costs measured by ``vcpulab.calibrate.halt_poll`` on the project's machine
-#: (kvm_pvm, every guest instruction emulated; 2 CPUs). Re-measure on yours.
+#: (kvm_pvm: every guest instruction emulated; 2 CPUs; vCPU on CPU 1, sender on
+#: CPU 0; 2026-11-29, low load). Re-measure on yours: ``calibrate.halt_poll().costs``.
 MEASURED_HERE: dict[str, int] = {
-    "wake_to_cue_ns": 20_000,
-    "cue_to_halt_ns": 3_000,
-    "cue_observe_ns": 200,
-    "deliver_ns": 3_000,
-    "poll_detect_ns": 200,
-    "wake_latency_ns": 25_000,
-    "wake_jitter_ns": 0,
+    "wake_to_cue_ns": 19_600,  # measured
+    "cue_to_halt_ns": 4_600,  # measured
+    "cue_observe_ns": 200,  # default, below resolution
+    "deliver_ns": 3_000,  # default: only deliver - cue_to_halt and deliver + wake_to_cue are identifiable
+    "poll_detect_ns": 200,  # default, below resolution
+    "wake_latency_ns": 26_200,  # measured
+    "wake_jitter_ns": 0,  # default
 }
 
 
