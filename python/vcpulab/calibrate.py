@@ -26,8 +26,8 @@ What is measured, and how (all medians/means over the real cells):
   cell caught its wake-ups (a busy host), the split falls back to
   ``vcpulab.sim.halt_poll.MEASURED_HERE`` and ``costs_source`` says so;
 * the host's other load on the vCPU's CPU, per cell: ``/proc/stat`` busy time
-  of that CPU minus the vCPU thread's own CPU time, over the cell and a 50 ms
-  window before it, as the share of the time the vCPU left free. It becomes
+  of that CPU minus the vCPU thread's own CPU time, over the cell and a window
+  before it (together at least 250 ms: /proc/stat counts 10 ms ticks), as the share of the time the vCPU left free. It becomes
   the cell's :class:`~vcpulab.sim.halt_poll.Background` (polls stop at once
   while another task is runnable).
 
@@ -138,6 +138,8 @@ def _cpu_busy_ns(cpu: int) -> int:
 
 
 VECTOR = 0x40
+#: shortest window of the per-cell load estimate, s
+LOAD_WINDOW_S = 0.25
 
 
 def _thread_cpu_ns(tid: int) -> int:
@@ -169,9 +171,11 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
                 box["error"] = e
             box["cpu_ns"] = _thread_cpu_ns(box["tid"])
 
-        # a 50 ms window before the cell widens the /proc/stat load estimate
+        # a window before the cell makes the /proc/stat load estimate (10 ms
+        # ticks) span >= LOAD_WINDOW_S together with the cell
         b0, w0 = _cpu_busy_ns(pcpu), time.monotonic()
-        time.sleep(0.05)
+        pre = max(0.05, LOAD_WINDOW_S - rounds * (gap_us + 50.0) * 1e-6)
+        time.sleep(pre)
         t = threading.Thread(target=vcpu_thread, daemon=True)
         t.start()
         try:
@@ -187,7 +191,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         vcpu_cpu = int(box["cpu_ns"])
         free = max((w1 - w0) * 1e9 - vcpu_cpu, 1.0)
         out["busy_fraction"] = min(max((b1 - b0 - vcpu_cpu) / free, 0.0), 1.0)
-        out["real_wall_s"] = w1 - w0 - 0.05
+        out["real_wall_s"] = w1 - w0 - pre
         rtt_us = np.asarray(rtt, dtype=float) / 1e3
         out["real_rtt_median_us"] = float(np.median(rtt_us))
         out["real_rtt_p99_us"] = float(np.percentile(rtt_us, 99))
@@ -214,6 +218,7 @@ def halt_poll(
     sender_cpu: int = 0,
     seed: int = 0,
     background_busy_ns: int = 10_000_000,
+    sim_replicas: int = 8,
     deadline_s: float = 60.0,
     plot: str | Path | None = None,
     host: Any = None,
@@ -230,6 +235,10 @@ def halt_poll(
         seed: simulator seed (cell ``i`` uses ``seed + i``).
         background_busy_ns: assumed mean busy period of other host work, ns
             (default 10 ms; only its share is measured).
+        sim_replicas: simulated runs per cell (seeds differ); the ``sim_*``
+            columns are their means (default 8). With other load on the CPU a
+            short cell spans only a few busy/idle periods, so one run is a
+            noisy draw; the mean is the model's expectation.
         deadline_s: wall-time limit of the whole real part; a cell that would
             start after it raises ``TimeoutError`` (each cell also has its own
             deadline, so nothing hangs).
@@ -274,22 +283,25 @@ def halt_poll(
     )
     costs, source = _fit_costs(real)
 
+    if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
+        raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
     scs, labels = [], []
     for i, c in enumerate(cells):
-        scs.append(
-            hp.Scenario(
-                hp.Params(policy="block-time", halt_poll_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
-                          grow_start=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
-                          vm_max_ns=c["max_poll_ns"]),  # fmt: skip
-                vcpus=(hp.Message(gap_ns=int(c["gap_us"] * 1000)),),
-                costs=costs,
-                background=hp.Background.from_fraction(c["busy_fraction"], background_busy_ns),
-                rounds=rounds,
-                seed=seed + i,
+        for rep in range(sim_replicas):
+            scs.append(
+                hp.Scenario(
+                    hp.Params(policy="block-time", halt_poll_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
+                              grow_start=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
+                              vm_max_ns=c["max_poll_ns"]),  # fmt: skip
+                    vcpus=(hp.Message(gap_ns=int(c["gap_us"] * 1000)),),
+                    costs=costs,
+                    background=hp.Background.from_fraction(c["busy_fraction"], background_busy_ns),
+                    rounds=rounds,
+                    seed=seed + i * sim_replicas + rep,
+                )
             )
-        )
-        labels.append({"cell": i})
-    sim = hp.sweep(scs, labels)
+            labels.append({"cell": i})
+    sim = hp.sweep(scs, labels).group_by("cell", maintain_order=True).mean().sort("cell")
     sim = sim.select(
         [pl.col(k).alias(f"sim_{k}") for k in hp.STAT_COLUMNS]
         + [pl.col("success_frac").alias("sim_success_frac"), pl.col("rtt_median_us").alias("sim_rtt_median_us"),
@@ -307,7 +319,7 @@ def halt_poll(
         costs_source=source,
         params=params,
         config={"gaps_us": gaps, "max_poll_ns": maxes, "rounds": rounds, "pcpu": pcpu, "sender_cpu": sender_cpu,
-                "seed": seed, "background_busy_ns": background_busy_ns},  # fmt: skip
+                "seed": seed, "background_busy_ns": background_busy_ns, "sim_replicas": sim_replicas},  # fmt: skip
     )
     if plot is not None:
         import matplotlib.pyplot as plt
