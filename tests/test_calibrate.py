@@ -16,21 +16,42 @@ from vcpulab.kvm import Host
 from vcpulab.sim import halt_poll as hp
 
 ROUNDS = 200
+#: other engineers' builds share this host: a comparison is retried (each try
+#: printed) when the load changed under it; a host whose load is steady (idle
+#: or busy) passes at the first try
+TRIES = 3
+
+
+def _reproducible(a: calibrate.HaltPollCalibration, b: calibrate.HaltPollCalibration) -> tuple[bool, pl.DataFrame]:
+    keys = ["gap_us", "max_poll_ns"]
+    cols = ["real_success_frac", "sim_success_frac", "busy_fraction"]
+    j = a.frame.select(keys + cols).join(b.frame.select(keys + cols), on=keys, suffix="_2")
+    ok = True
+    for side in ("real", "sim"):
+        d = (j[f"{side}_success_frac"] - j[f"{side}_success_frac_2"]).abs() * 100
+        ok &= bool((d <= 10).all())
+    return ok, j
 
 
 @pytest.fixture(scope="module")
-def two_calibrations(kvm_host: Host) -> tuple[calibrate.HaltPollCalibration, calibrate.HaltPollCalibration]:
-    a = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60)
-    b = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60, seed=100)
-    return a, b
+def calibrations(kvm_host: Host) -> list[calibrate.HaltPollCalibration]:
+    """Pairs of back-to-back calibrations, until a pair is reproducible (at most TRIES pairs)."""
+    cals: list[calibrate.HaltPollCalibration] = []
+    for i in range(TRIES):
+        a = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60, seed=0)
+        b = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60, seed=100)
+        cals += [a, b]
+        if _reproducible(a, b)[0]:
+            break
+    return cals
 
 
-def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(two_calibrations, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cal = two_calibrations[0]
-    print("\n" + cal.table())
-    print("measured costs:", cal.costs)
-    print("sources:", cal.costs_source)
-    print(f"cells within 15 points: {cal.agreement(15):.0%}")
+def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(calibrations, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    for i, cal in enumerate(calibrations):
+        print(f"\ncalibration {i}: cells within 15 points: {cal.agreement(15):.0%}\n" + cal.table())
+        print("measured costs:", cal.costs)
+        print("sources:", cal.costs_source)
+    cal = calibrations[-1]
     f = cal.frame
     assert f.height == 15
     assert set(f["gap_us"]) == {20.0, 50.0, 100.0, 300.0, 1000.0}
@@ -38,8 +59,9 @@ def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(two_calibrations, 
     # sim and real frames line up column for column on the kernel stat names
     for k in hp.STAT_COLUMNS:
         assert f"real_{k}" in f.columns and f"sim_{k}" in f.columns
-    assert (f["real_halt_exits"] >= ROUNDS * 0.95).all()
-    assert cal.agreement(15) >= 0.8
+    assert (f["real_halt_exits"] >= f["rounds"] * 0.95).all()
+    # the issue's criterion, on every calibration made (not only the best)
+    assert all(c.agreement(15) >= 0.8 for c in calibrations), [c.agreement(15) for c in calibrations]
     # with max poll 0 nothing polls, on both sides
     z = f.filter(pl.col("max_poll_ns") == 0)
     assert (z["real_halt_attempted_poll"] == 0).all() and (z["sim_halt_attempted_poll"] == 0).all()
@@ -54,18 +76,14 @@ def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(two_calibrations, 
     assert fig_path.stat().st_size > 0
 
 
-def test_calibration_is_reproducible(two_calibrations) -> None:  # type: ignore[no-untyped-def]
-    a, b = two_calibrations
-    j = a.frame.select("gap_us", "max_poll_ns", "real_success_frac", "sim_success_frac").join(
-        b.frame.select("gap_us", "max_poll_ns", "real_success_frac", "sim_success_frac"),
-        on=["gap_us", "max_poll_ns"],
-        suffix="_2",
-    )
-    with pl.Config(tbl_rows=20):
-        print(j)
-    for side in ("real", "sim"):
-        d = (j[f"{side}_success_frac"] - j[f"{side}_success_frac_2"]).abs() * 100
-        assert (d <= 10).mean() >= 0.8, f"{side}: {d.to_list()}"  # type: ignore[operator]
+def test_calibration_is_reproducible(calibrations) -> None:  # type: ignore[no-untyped-def]
+    pairs = [(calibrations[i], calibrations[i + 1]) for i in range(0, len(calibrations), 2)]
+    for n, (a, b) in enumerate(pairs):
+        ok, j = _reproducible(a, b)
+        with pl.Config(tbl_rows=20, tbl_cols=10, tbl_width_chars=200):
+            print(f"pair {n}: {'reproducible' if ok else 'NOT reproducible (load changed?)'}\n{j}")
+    # the last pair made is within 10 points in every cell, real and sim
+    assert _reproducible(*pairs[-1])[0]
 
 
 def test_bad_arguments_raise_value_error_naming_them(kvm_host: Host) -> None:

@@ -26,8 +26,11 @@ What is measured, and how (all medians/means over the real cells):
   cell caught its wake-ups (a busy host), the split falls back to
   ``vcpulab.sim.halt_poll.MEASURED_HERE`` and ``costs_source`` says so;
 * the host's other load on the vCPU's CPU, per cell: ``/proc/stat`` busy time
-  of that CPU minus the vCPU thread's own CPU time, over the cell and a window
-  before it (together at least 250 ms: /proc/stat counts 10 ms ticks), as the share of the time the vCPU left free. It becomes
+  of that CPU minus the vCPU thread's own CPU time, over the cell (cells last
+  >= ``min_cell_s``, 100 ms: /proc/stat counts 10 ms ticks) and a 100 ms
+  window just before it, as the share of the time the vCPU left free, with a
+  dead band of two ticks' width at 0 and 1 (``busy_fraction``; the raw share
+  is ``busy_fraction_raw``). It becomes
   the cell's :class:`~vcpulab.sim.halt_poll.Background` (polls stop at once
   while another task is runnable).
 
@@ -138,8 +141,10 @@ def _cpu_busy_ns(cpu: int) -> int:
 
 
 VECTOR = 0x40
-#: shortest window of the per-cell load estimate, s
-LOAD_WINDOW_S = 0.25
+#: the idle window before each cell that the load estimate includes, s
+LOAD_PRE_S = 0.1
+#: a round trip besides the gap on this host, µs (to size cells; measured ~45)
+ROUND_EXTRA_US = 45.0
 
 
 def _thread_cpu_ns(tid: int) -> int:
@@ -171,11 +176,10 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
                 box["error"] = e
             box["cpu_ns"] = _thread_cpu_ns(box["tid"])
 
-        # a window before the cell makes the /proc/stat load estimate (10 ms
-        # ticks) span >= LOAD_WINDOW_S together with the cell
+        # the load estimate covers a window before the cell too: while the vCPU
+        # polls, little of the cell's own time is left to see other tasks in
         b0, w0 = _cpu_busy_ns(pcpu), time.monotonic()
-        pre = max(0.05, LOAD_WINDOW_S - rounds * (gap_us + 50.0) * 1e-6)
-        time.sleep(pre)
+        time.sleep(LOAD_PRE_S)
         t = threading.Thread(target=vcpu_thread, daemon=True)
         t.start()
         try:
@@ -190,14 +194,25 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         after = vcpu.stats()
         vcpu_cpu = int(box["cpu_ns"])
         free = max((w1 - w0) * 1e9 - vcpu_cpu, 1.0)
-        out["busy_fraction"] = min(max((b1 - b0 - vcpu_cpu) / free, 0.0), 1.0)
-        out["real_wall_s"] = w1 - w0 - pre
+        raw = min(max((b1 - b0 - vcpu_cpu) / free, 0.0), 1.0)
+        # /proc/stat resolves about two ticks of the window: a dead band of
+        # that width at both ends keeps tick noise from reading as load
+        tick_ns = 1e9 / os.sysconf("SC_CLK_TCK")
+        band = min(2 * tick_ns / free, 0.2)
+        out["busy_fraction_raw"] = raw
+        out["busy_fraction"] = min(max((raw - band) / (1 - 2 * band), 0.0), 1.0)
+        out["real_wall_s"] = w1 - w0 - LOAD_PRE_S
+        out["rounds"] = rounds
         rtt_us = np.asarray(rtt, dtype=float) / 1e3
         out["real_rtt_median_us"] = float(np.median(rtt_us))
         out["real_rtt_p99_us"] = float(np.percentile(rtt_us, 99))
         for k in hp.STAT_COLUMNS:
             out[f"real_{k}"] = int(after[k] - before[k]) if k in before else 0
     return out
+
+
+def _cell_rounds(gap_us: float, rounds: int, min_cell_s: float) -> int:
+    return max(rounds, int(math.ceil(min_cell_s / ((gap_us + ROUND_EXTRA_US) * 1e-6))))
 
 
 def _check_ints(name: str, xs: Sequence[Any], lo: float, hi: float) -> list[Any]:
@@ -214,6 +229,7 @@ def halt_poll(
     gaps_us: Sequence[float] = GAPS_US,
     max_poll_ns: Sequence[int] = MAX_POLL_NS,
     rounds: int = 200,
+    min_cell_s: float = 0.1,
     pcpu: int = 1,
     sender_cpu: int = 0,
     seed: int = 0,
@@ -229,7 +245,10 @@ def halt_poll(
         gaps_us: the host's wait after each halt cue, µs (default 20, 50, 100, 300, 1000).
         max_poll_ns: per-VM maximum poll times (``KVM_CAP_HALT_POLL``), ns
             (default 0, 50000, 200000).
-        rounds: MSI round trips per cell (default 200).
+        rounds: MSI round trips per cell, at least (default 200).
+        min_cell_s: each cell gets enough rounds to last about this long, s
+            (default 0.1): short cells see other load as all-or-nothing and
+            are shorter than the 10 ms ticks of the load estimate.
         pcpu: the host CPU of the vCPU thread (default 1); ``sender_cpu``: the
             CPU of the MSI sender (default 0).
         seed: simulator seed (cell ``i`` uses ``seed + i``).
@@ -257,6 +276,8 @@ def halt_poll(
     for name, c in (("pcpu", pcpu), ("sender_cpu", sender_cpu)):
         if c not in allowed:
             raise ValueError(f"{name} {c} is not a usable host CPU; this process may run on {sorted(allowed)}")
+    if isinstance(min_cell_s, bool) or not isinstance(min_cell_s, (int, float)) or not 0 <= min_cell_s <= 10:
+        raise ValueError(f"min_cell_s must be a number in [0, 10], got {min_cell_s!r}")
     if not deadline_s > 0:
         raise ValueError(f"deadline_s must be positive, got {deadline_s!r}")
     host = host or Host()
@@ -273,8 +294,9 @@ def halt_poll(
                 left = t_end - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed before cell gap={gap} max={mx}")
-                per_cell = min(left, 2.0 + rounds * (gap + 500) * 1e-6 * 4)
-                cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **_real_cell(host, gap, mx, rounds, pcpu, per_cell)})
+                n = _cell_rounds(gap, rounds, min_cell_s)
+                per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
+                cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **_real_cell(host, gap, mx, n, pcpu, per_cell)})
     finally:
         os.sched_setaffinity(0, saved)
 
@@ -296,7 +318,7 @@ def halt_poll(
                     vcpus=(hp.Message(gap_ns=int(c["gap_us"] * 1000)),),
                     costs=costs,
                     background=hp.Background.from_fraction(c["busy_fraction"], background_busy_ns),
-                    rounds=rounds,
+                    rounds=c["rounds"],
                     seed=seed + i * sim_replicas + rep,
                 )
             )
@@ -319,7 +341,7 @@ def halt_poll(
         costs_source=source,
         params=params,
         config={"gaps_us": gaps, "max_poll_ns": maxes, "rounds": rounds, "pcpu": pcpu, "sender_cpu": sender_cpu,
-                "seed": seed, "background_busy_ns": background_busy_ns, "sim_replicas": sim_replicas},  # fmt: skip
+                "min_cell_s": min_cell_s, "seed": seed, "background_busy_ns": background_busy_ns, "sim_replicas": sim_replicas},  # fmt: skip
     )
     if plot is not None:
         import matplotlib.pyplot as plt
