@@ -410,12 +410,12 @@ pub struct Costs {
 impl Default for Costs {
     fn default() -> Self {
         Costs {
-            wake_to_cue_ns: 20_000,
-            cue_to_halt_ns: 3_000,
+            wake_to_cue_ns: 19_600,
+            cue_to_halt_ns: 4_650,
             cue_observe_ns: 200,
             deliver_ns: 3_000,
             poll_detect_ns: 200,
-            wake_latency_ns: 25_000,
+            wake_latency_ns: 27_200,
             wake_jitter_ns: 0,
         }
     }

@@ -231,14 +231,14 @@ class Timer:
 
 #: Costs measured by ``vcpulab.calibrate.halt_poll`` on the project's machine
 #: (kvm_pvm: every guest instruction emulated; 2 CPUs; vCPU on CPU 1, sender on
-#: CPU 0; 2026-11-29, low load). Re-measure on yours: ``calibrate.halt_poll().costs``.
+#: CPU 0; 2026-11-29 22:36 UTC, load average 0.6). Re-measure on yours: ``calibrate.halt_poll().costs``.
 MEASURED_HERE: dict[str, int] = {
     "wake_to_cue_ns": 19_600,  # measured
-    "cue_to_halt_ns": 4_600,  # measured
+    "cue_to_halt_ns": 4_650,  # measured
     "cue_observe_ns": 200,  # default, below resolution
     "deliver_ns": 3_000,  # default: only deliver - cue_to_halt and deliver + wake_to_cue are identifiable
     "poll_detect_ns": 200,  # default, below resolution
-    "wake_latency_ns": 26_200,  # measured
+    "wake_latency_ns": 27_200,  # measured
     "wake_jitter_ns": 0,  # default
 }
 
