@@ -189,3 +189,14 @@ def test_two_ms_max_reproduces_the_250hz_comparison() -> None:
     print("C0-like busy fraction, 250 Hz, 2 ms max:", c0)
     assert c0["dynamic-v4"] > 10 * c0["off"]
     assert c0["block-time"] == pytest.approx(c0["off"], abs=0.002)
+
+
+def test_v4_shrinks_on_a_truly_idle_guest_but_fixed_does_not() -> None:
+    """A 50 Hz guest halts 20 ms at a time, longer than v4's idle threshold
+    (10 ms): v4 shrinks to 0 within a few ticks and then never grows again."""
+    t = hp.idle_study(max_poll_ns=200_000, idle_hz=(50,), gaps_ns=())
+    v4 = _cell(t, "idle 50 Hz", "dynamic-v4", "poll_cpu_frac")
+    fx = _cell(t, "idle 50 Hz", "fixed", "poll_cpu_frac")
+    print(f"50 Hz: v4 polls {v4:.5f} of the time, fixed {fx:.5f}")
+    assert _cell(t, "idle 50 Hz", "dynamic-v4", "final_halt_poll_ns") == 0
+    assert v4 < fx / 5
