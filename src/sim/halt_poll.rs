@@ -830,8 +830,9 @@ impl Sim<'_> {
                 break;
             }
         }
-        if self.now > end || self.q.is_empty() || sc.duration_ns != 0 {
-            self.now = self.now.min(end);
+        if sc.duration_ns != 0 && self.v.iter().any(|v| v.st != VState::Done) {
+            // a timed run ends at its duration, not at its last event
+            self.now = end;
         }
         // charge the CPU holder up to the end
         if let Some(Task::Vcpu(i)) = self.cpu {

@@ -342,3 +342,13 @@ fn an_interrupt_pending_when_the_poll_loop_is_cut_short_is_not_lost() {
         assert_eq!(s.halt_successful_poll + s.halt_wakeup, s.halt_exits, "{s:?}");
     }
 }
+
+#[test]
+fn a_timed_run_ends_at_its_duration_and_accounts_cpu_up_to_it() {
+    let r = simulate(&idle(Policy::Fixed, 250)).unwrap();
+    assert_eq!(r.end_ns, 1_000_000_000);
+    let v = &r.vcpus[0];
+    assert!(v.busy_ns >= v.poll_cpu_ns && v.busy_ns <= r.end_ns);
+    // 250 ticks, each polled for the whole 200 µs window
+    assert!((v.poll_cpu_ns as i64 - 250 * 200_000).abs() <= 200_000, "{}", v.poll_cpu_ns);
+}
