@@ -272,6 +272,10 @@ def halt_poll(
         raise ValueError(f"max_poll_ns must hold ints, got {maxes!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 20 <= rounds <= 100_000:
         raise ValueError(f"rounds must be an int in [20, 100000], got {rounds!r}")
+    if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
+        raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
+    if pcpu == sender_cpu:
+        raise ValueError(f"pcpu and sender_cpu must differ (a sender spinning on the vCPU's CPU stops every poll), got {pcpu}")
     allowed = set(_core.allowed_cpus())
     for name, c in (("pcpu", pcpu), ("sender_cpu", sender_cpu)):
         if c not in allowed:
@@ -305,8 +309,6 @@ def halt_poll(
     )
     costs, source = _fit_costs(real)
 
-    if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
-        raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
     scs, labels = [], []
     for i, c in enumerate(cells):
         for rep in range(sim_replicas):
