@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod halt_poll;
 mod kvm;
 mod sim;
 
@@ -15,5 +16,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     kvm::register(m)?;
     sim::register(m)?;
+    halt_poll::register(m)?;
     Ok(())
 }

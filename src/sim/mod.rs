@@ -15,6 +15,7 @@
 //! validates its input and turns a panic into [`SimError::Bug`].
 
 pub mod config;
+pub mod halt_poll;
 mod engine;
 mod guest;
 pub mod metrics;

@@ -1,0 +1,391 @@
+"""Calibrating the simulator against real KVM on this host.
+
+:func:`halt_poll` runs the real MSI ping-pong (``vcpulab.experiment.MsiPingPong``:
+the guest halts, the host waits ``gap`` after the guest's "about to halt" cue,
+then sends an MSI) across gaps × per-VM maximum poll times, measures the costs
+the model needs from those runs (instead of hard-coding them), runs the same
+cells in the simulator with the block-time policy, and returns one polars
+DataFrame with real and simulated columns side by side::
+
+    from vcpulab import calibrate
+
+    cal = calibrate.halt_poll()          # ~2 s of real KVM on an idle host
+    cal.frame                            # one row per (gap_us, max_poll_ns)
+    cal.costs                            # the measured sim.halt_poll.Costs
+    cal.plot("halt_poll_calibration.png")
+
+What is measured, and how (all medians/means over the real cells):
+
+* ``cue_to_halt_ns``: from the caught wake-ups (cells where polls succeed):
+  their mean poll time is the halt length ``gap + observe + deliver + detect −
+  cue_to_halt``;
+* ``wake_to_cue_ns`` and ``wake_latency_ns``: the host-timed round trip (MSI
+  sent → next cue) is ``deliver + detect + wake_to_cue`` when the wake-up is
+  caught by polling and ``deliver + wake_latency + wake_to_cue`` when the vCPU
+  had blocked (max poll 0); the medians of both give the two costs. Where no
+  cell caught its wake-ups (a busy host), the split falls back to
+  ``vcpulab.sim.halt_poll.MEASURED_HERE`` and ``costs_source`` says so;
+* the host's other load on the vCPU's CPU, per cell: ``/proc/stat`` busy time
+  of that CPU minus the vCPU thread's own CPU time, over the cell (cells last
+  >= ``min_cell_s``, 100 ms: /proc/stat counts 10 ms ticks) and a 100 ms
+  window just before it, as the share of the time the vCPU left free, with a
+  dead band of two ticks' width at 0 and 1 (``busy_fraction``; the raw share
+  is ``busy_fraction_raw``). It becomes
+  the cell's :class:`~vcpulab.sim.halt_poll.Background` (polls stop at once
+  while another task is runnable).
+
+The other costs keep their defaults: the sender's cue observation and the poll
+loop's detection (~0.2 µs each) are below what these runs resolve, and the MSI
+delivery time only matters through ``deliver − cue_to_halt`` (the halt length)
+and ``deliver + wake_to_cue`` (the round trip), which are what is measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import polars as pl
+
+from vcpulab.sim import halt_poll as hp
+
+__all__ = ["HaltPollCalibration", "halt_poll", "real_stats"]
+
+GAPS_US = (20, 50, 100, 300, 1000)
+MAX_POLL_NS = (0, 50_000, 200_000)
+
+
+@dataclass
+class HaltPollCalibration:
+    """What :func:`halt_poll` returns.
+
+    ``frame``: one row per (gap_us, max_poll_ns): ``real_*`` and ``sim_*``
+    columns side by side (the kernel stats, ``success_frac`` =
+    halt_successful_poll / halt_exits, ``rtt_median_us``), ``diff_pp`` (sim −
+    real success fraction, percentage points), ``busy_fraction`` (the other
+    load measured on the vCPU's CPU) and ``real_wall_s``.
+    ``costs``: the measured :class:`~vcpulab.sim.halt_poll.Costs`;
+    ``costs_source``: how each was obtained; ``params``: the host's module
+    parameters used by the simulation; ``config``: the arguments.
+    """
+
+    frame: pl.DataFrame
+    costs: hp.Costs
+    costs_source: dict[str, str]
+    params: dict[str, int]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def agreement(self, pp: float = 15.0) -> float:
+        """Share of the cells whose simulated success fraction is within
+        ``pp`` percentage points of the real one."""
+        return float((self.frame["diff_pp"].abs() <= pp).mean())  # type: ignore[arg-type]
+
+    def table(self) -> str:
+        """The real-vs-sim table as text (every cell)."""
+        cols = ["gap_us", "max_poll_ns", "real_success_frac", "sim_success_frac", "diff_pp",
+                "real_rtt_median_us", "sim_rtt_median_us", "real_halt_wakeup", "sim_halt_wakeup", "busy_fraction"]  # fmt: skip
+        with pl.Config(tbl_rows=100, tbl_cols=20, tbl_width_chars=250, float_precision=3):
+            return str(self.frame.select(cols))
+
+    def plot(self, path: str | Path | None = None) -> Any:
+        """Success fraction and round trip, real (solid) vs sim (dashed), per
+        maximum poll time; saved to ``path`` if given. Returns the figure."""
+        import matplotlib
+
+        if path is not None:
+            matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for i, (mx, g) in enumerate(self.frame.sort("gap_us").group_by("max_poll_ns", maintain_order=True)):
+            c = f"C{i}"
+            for ax, col in zip(axes, ("success_frac", "rtt_median_us")):
+                ax.plot(g["gap_us"], g[f"real_{col}"], "o-", color=c, label=f"real, max {mx[0] // 1000} µs")
+                ax.plot(g["gap_us"], g[f"sim_{col}"], "s--", color=c, label=f"sim, max {mx[0] // 1000} µs")
+        for ax, t in zip(axes, ("successful polls / halts", "round trip median (µs)")):
+            ax.set_xscale("log")
+            ax.set_xlabel("gap after the halt cue (µs)")
+            ax.set_ylabel(t)
+            ax.grid(alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle("Halt polling, block-time policy: real KVM vs vcpulab.sim.halt_poll")
+        fig.tight_layout()
+        if path is not None:
+            fig.savefig(path, dpi=120)
+        return fig
+
+
+def real_stats(run: Any) -> dict[str, int]:
+    """The kernel halt-poll stats of a real ``vcpulab.experiment.run``'s first
+    vCPU over the run (last sample − first sample), keyed like
+    :data:`vcpulab.sim.halt_poll.STAT_COLUMNS`."""
+    s = run.samples.sort("t_ns")
+    return {k: int(s[k][-1] - s[k][0]) if k in s.columns else 0 for k in hp.STAT_COLUMNS}
+
+
+def _cpu_busy_ns(cpu: int) -> int:
+    """Busy time of host CPU ``cpu`` from /proc/stat (USER_HZ ticks → ns)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith(f"cpu{cpu} "):
+                v = [int(x) for x in line.split()[1:]]
+                idle = v[3] + (v[4] if len(v) > 4 else 0)
+                return int((sum(v[:8]) - idle) * 1e9 / hz)
+    raise ValueError(f"host CPU {cpu} is not in /proc/stat")
+
+
+VECTOR = 0x40
+#: the idle window before each cell that the load estimate includes, s
+LOAD_PRE_S = 0.1
+#: a round trip besides the gap on this host, µs (to size cells; measured ~45)
+ROUND_EXTRA_US = 45.0
+
+
+def _thread_cpu_ns(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: int, timeout: float) -> dict[str, Any]:
+    """One real ping-pong cell, driven like the foundation's halt-poll test:
+    the vCPU thread pinned to ``pcpu`` runs ``wait_interrupts``; this thread
+    (the sender) waits for each halt cue, then ``gap_us``, then sends the MSI."""
+    import threading
+
+    out: dict[str, Any] = {}
+    with host.create_vm(memory_mib=4) as vm:
+        vm.halt_poll_ns = max_poll_ns
+        prog = vm.load("wait_interrupts", vector=VECTOR, count=rounds)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        before = vcpu.stats()
+        box: dict[str, Any] = {}
+
+        def vcpu_thread() -> None:
+            os.sched_setaffinity(0, {pcpu})
+            box["tid"] = threading.get_native_id()
+            try:
+                vcpu.run_program(timeout=timeout)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                box["error"] = e
+            box["cpu_ns"] = _thread_cpu_ns(box["tid"])
+
+        # the load estimate covers a window before the cell too: while the vCPU
+        # polls, little of the cell's own time is left to see other tasks in
+        b0, w0 = _cpu_busy_ns(pcpu), time.monotonic()
+        time.sleep(LOAD_PRE_S)
+        t = threading.Thread(target=vcpu_thread, daemon=True)
+        t.start()
+        try:
+            rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout=timeout)
+        finally:
+            t.join(timeout + 5)
+        b1, w1 = _cpu_busy_ns(pcpu), time.monotonic()
+        if t.is_alive():
+            raise TimeoutError(f"calibrate.halt_poll: the vCPU thread of cell gap={gap_us} max={max_poll_ns} did not finish")
+        if "error" in box:
+            raise box["error"]
+        after = vcpu.stats()
+        vcpu_cpu = int(box["cpu_ns"])
+        free = max((w1 - w0) * 1e9 - vcpu_cpu, 1.0)
+        raw = min(max((b1 - b0 - vcpu_cpu) / free, 0.0), 1.0)
+        # /proc/stat resolves about two ticks of the window: a dead band of
+        # that width at both ends keeps tick noise from reading as load
+        tick_ns = 1e9 / os.sysconf("SC_CLK_TCK")
+        band = min(2 * tick_ns / free, 0.2)
+        out["busy_fraction_raw"] = raw
+        out["busy_fraction"] = min(max((raw - band) / (1 - 2 * band), 0.0), 1.0)
+        out["real_wall_s"] = w1 - w0 - LOAD_PRE_S
+        out["rounds"] = rounds
+        rtt_us = np.asarray(rtt, dtype=float) / 1e3
+        out["real_rtt_median_us"] = float(np.median(rtt_us))
+        out["real_rtt_p99_us"] = float(np.percentile(rtt_us, 99))
+        for k in hp.STAT_COLUMNS:
+            out[f"real_{k}"] = int(after[k] - before[k]) if k in before else 0
+    return out
+
+
+def _cell_rounds(gap_us: float, rounds: int, min_cell_s: float) -> int:
+    return max(rounds, int(math.ceil(min_cell_s / ((gap_us + ROUND_EXTRA_US) * 1e-6))))
+
+
+def _check_ints(name: str, xs: Sequence[Any], lo: float, hi: float) -> list[Any]:
+    out = list(xs)
+    if not out:
+        raise ValueError(f"{name} must not be empty")
+    for x in out:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi or not math.isfinite(x):
+            raise ValueError(f"{name} must hold numbers in [{lo}, {hi}], got {x!r}")
+    return out
+
+
+def halt_poll(
+    gaps_us: Sequence[float] = GAPS_US,
+    max_poll_ns: Sequence[int] = MAX_POLL_NS,
+    rounds: int = 200,
+    min_cell_s: float = 0.1,
+    pcpu: int = 1,
+    sender_cpu: int = 0,
+    seed: int = 0,
+    background_busy_ns: int = 10_000_000,
+    sim_replicas: int = 8,
+    deadline_s: float = 60.0,
+    plot: str | Path | None = None,
+    host: Any = None,
+) -> HaltPollCalibration:
+    """Real vs simulated halt polling, cell by cell (see the module docstring).
+
+    Args:
+        gaps_us: the host's wait after each halt cue, µs (default 20, 50, 100, 300, 1000).
+        max_poll_ns: per-VM maximum poll times (``KVM_CAP_HALT_POLL``), ns
+            (default 0, 50000, 200000).
+        rounds: MSI round trips per cell, at least (default 200).
+        min_cell_s: each cell gets enough rounds to last about this long, s
+            (default 0.1): short cells see other load as all-or-nothing and
+            are shorter than the 10 ms ticks of the load estimate.
+        pcpu: the host CPU of the vCPU thread (default 1); ``sender_cpu``: the
+            CPU of the MSI sender (default 0).
+        seed: simulator seed (cell ``i`` uses ``seed + i``).
+        background_busy_ns: assumed mean busy period of other host work, ns
+            (default 10 ms; only its share is measured).
+        sim_replicas: simulated runs per cell (seeds differ); the ``sim_*``
+            columns are their means (default 8). With other load on the CPU a
+            short cell spans only a few busy/idle periods, so one run is a
+            noisy draw; the mean is the model's expectation.
+        deadline_s: wall-time limit of the whole real part; a cell that would
+            start after it raises ``TimeoutError`` (each cell also has its own
+            deadline, so nothing hangs).
+        plot: save :meth:`HaltPollCalibration.plot` there.
+    """
+    from vcpulab import _core
+    from vcpulab.kvm import Host
+
+    gaps = _check_ints("gaps_us", gaps_us, 0, 1e6)
+    maxes = _check_ints("max_poll_ns", max_poll_ns, 0, 2**32 - 1)
+    if any(not isinstance(m, int) for m in maxes):
+        raise ValueError(f"max_poll_ns must hold ints, got {maxes!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 20 <= rounds <= 100_000:
+        raise ValueError(f"rounds must be an int in [20, 100000], got {rounds!r}")
+    if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
+        raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
+    if pcpu == sender_cpu:
+        raise ValueError(f"pcpu and sender_cpu must differ (a sender spinning on the vCPU's CPU stops every poll), got {pcpu}")
+    allowed = set(_core.allowed_cpus())
+    for name, c in (("pcpu", pcpu), ("sender_cpu", sender_cpu)):
+        if c not in allowed:
+            raise ValueError(f"{name} {c} is not a usable host CPU; this process may run on {sorted(allowed)}")
+    if isinstance(min_cell_s, bool) or not isinstance(min_cell_s, (int, float)) or not 0 <= min_cell_s <= 10:
+        raise ValueError(f"min_cell_s must be a number in [0, 10], got {min_cell_s!r}")
+    if not deadline_s > 0:
+        raise ValueError(f"deadline_s must be positive, got {deadline_s!r}")
+    host = host or Host()
+    params = hp.host_params()
+    t_end = time.monotonic() + deadline_s
+
+    saved = os.sched_getaffinity(0)
+    cells: list[dict[str, Any]] = []
+    try:
+        # the MSI sender is this thread: keep it off the vCPU's CPU
+        os.sched_setaffinity(0, {sender_cpu})
+        for gap in gaps:
+            for mx in maxes:
+                left = t_end - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed before cell gap={gap} max={mx}")
+                n = _cell_rounds(gap, rounds, min_cell_s)
+                per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
+                cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **_real_cell(host, gap, mx, n, pcpu, per_cell)})
+    finally:
+        os.sched_setaffinity(0, saved)
+
+    real = pl.DataFrame(cells).with_columns(
+        (pl.col("real_halt_successful_poll") / pl.col("real_halt_exits").clip(lower_bound=1)).alias("real_success_frac")
+    )
+    costs, source = _fit_costs(real)
+
+    scs, labels = [], []
+    for i, c in enumerate(cells):
+        for rep in range(sim_replicas):
+            scs.append(
+                hp.Scenario(
+                    hp.Params(policy="block-time", halt_poll_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
+                              grow_start=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
+                              vm_max_ns=c["max_poll_ns"]),  # fmt: skip
+                    vcpus=(hp.Message(gap_ns=int(c["gap_us"] * 1000)),),
+                    costs=costs,
+                    background=hp.Background.from_fraction(c["busy_fraction"], background_busy_ns),
+                    rounds=c["rounds"],
+                    seed=seed + i * sim_replicas + rep,
+                )
+            )
+            labels.append({"cell": i})
+    sim = hp.sweep(scs, labels).group_by("cell", maintain_order=True).mean().sort("cell")
+    sim = sim.select(
+        [pl.col(k).alias(f"sim_{k}") for k in hp.STAT_COLUMNS]
+        + [pl.col("success_frac").alias("sim_success_frac"), pl.col("rtt_median_us").alias("sim_rtt_median_us"),
+           pl.col("final_halt_poll_ns").alias("sim_final_halt_poll_ns")]  # fmt: skip
+    )
+    frame = pl.concat([real, sim], how="horizontal").with_columns(
+        ((pl.col("sim_success_frac") - pl.col("real_success_frac")) * 100).alias("diff_pp")
+    )
+    first = ["gap_us", "max_poll_ns", "real_success_frac", "sim_success_frac", "diff_pp", "real_rtt_median_us",
+             "sim_rtt_median_us", "busy_fraction"]  # fmt: skip
+    frame = frame.select(first + [c for c in frame.columns if c not in first])
+    cal = HaltPollCalibration(
+        frame=frame,
+        costs=costs,
+        costs_source=source,
+        params=params,
+        config={"gaps_us": gaps, "max_poll_ns": maxes, "rounds": rounds, "pcpu": pcpu, "sender_cpu": sender_cpu,
+                "min_cell_s": min_cell_s, "seed": seed, "background_busy_ns": background_busy_ns, "sim_replicas": sim_replicas},  # fmt: skip
+    )
+    if plot is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(cal.plot(plot))
+    return cal
+
+
+def _fit_costs(real: pl.DataFrame) -> tuple[hp.Costs, dict[str, str]]:
+    """The model's costs from the real cells (see the module docstring)."""
+    d = hp.Costs()
+    src = {k: "default (not resolved by these runs)" for k in ("cue_observe_ns", "poll_detect_ns", "wake_jitter_ns")}
+    deliver_ns = d.deliver_ns
+    src["deliver_ns"] = "default (only deliver - cue_to_halt and deliver + wake_to_cue matter; both are measured)"
+    blocked = real.filter((pl.col("max_poll_ns") == 0) & (pl.col("real_halt_exits") > 0))
+    caught = real.filter(pl.col("real_success_frac") > 0.9)
+    rtt_block = float(blocked["real_rtt_median_us"].median()) * 1e3 if blocked.height else math.nan  # type: ignore[arg-type]
+    if caught.height:
+        rtt_poll = float(caught["real_rtt_median_us"].median()) * 1e3  # type: ignore[arg-type]
+        # mean poll time of a caught wake-up minus the gap: observe + deliver + detect − cue_to_halt
+        offs = (caught["real_halt_poll_success_ns"] / caught["real_halt_successful_poll"] - caught["gap_us"] * 1e3).median()
+        offset = float(offs)  # type: ignore[arg-type]
+        cue_to_halt = max(0, int(round(d.cue_observe_ns + deliver_ns + d.poll_detect_ns - offset)))
+        src["cue_to_halt_ns"] = "measured: mean poll time of caught wake-ups minus the gap"
+        wake_to_cue = max(1, int(round(rtt_poll - deliver_ns - d.poll_detect_ns - d.cue_observe_ns)))
+        src["wake_to_cue_ns"] = "measured: round trip of caught wake-ups"
+        if not math.isnan(rtt_block):
+            wake_lat = max(0, int(round(rtt_block - rtt_poll + d.poll_detect_ns)))
+            src["wake_latency_ns"] = "measured: round trip blocked (max poll 0) minus caught"
+        else:
+            wake_lat = d.wake_latency_ns
+            src["wake_latency_ns"] = "default (no max-poll-0 cell)"
+    else:
+        cue_to_halt = d.cue_to_halt_ns
+        src["cue_to_halt_ns"] = "default (no cell caught its wake-ups: busy host?)"
+        wake_lat = d.wake_latency_ns
+        src["wake_latency_ns"] = "default (no cell caught its wake-ups: busy host?)"
+        if not math.isnan(rtt_block):
+            wake_to_cue = max(1, int(round(rtt_block - deliver_ns - wake_lat - d.cue_observe_ns)))
+            src["wake_to_cue_ns"] = "measured: blocked round trip minus the default wake-up latency"
+        else:
+            wake_to_cue = d.wake_to_cue_ns
+            src["wake_to_cue_ns"] = "default"
+    costs = replace(d, deliver_ns=deliver_ns, cue_to_halt_ns=cue_to_halt, wake_to_cue_ns=wake_to_cue, wake_latency_ns=wake_lat)
+    return costs, src

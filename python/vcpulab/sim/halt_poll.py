@@ -1,0 +1,510 @@
+"""Simulated halt polling (kvm-mechanisms.md §3, digest §5).
+
+The Rust model (``src/sim/halt_poll.rs``) follows ``kvm_vcpu_halt``: clamp the
+per-vCPU window to the maximum at the start of each halt, poll until the wake
+event, the end of the window, or another task becoming runnable on the CPU,
+then block; count the kernel's stats where the kernel does; grow or shrink the
+window by the policy. This module gives it validated configs with units,
+defaults and sources, and returns polars frames whose stat columns are named
+like the real vCPU stats (``vcpulab.experiment.Run.samples``)::
+
+    from vcpulab.sim import halt_poll as hp
+
+    sc = hp.Scenario(hp.Params(policy="block-time", vm_max_ns=200_000),
+                     vcpus=(hp.Message(gap_ns=50_000),), rounds=1000)
+    r = hp.run(sc)
+    r.stats            # one row per vCPU: halt_exits, halt_successful_poll, …
+    hp.idle_study()    # digest §5: host CPU spent polling, by policy
+
+Policies: ``"off"``, ``"fixed"`` (always poll up to the maximum, Feb 2015),
+``"dynamic-v4"`` (2015 v4: grow when the interrupt arrived while polling,
+shrink when idle; never merged, reconstructed here), ``"block-time"``
+(upstream since v4.3: decide from the length of the whole halt).
+
+Simplifications (see docs/halt_polling.md): one host CPU; FIFO among the vCPUs
+that share it, no time slices; other host work is an on/off "another task is
+runnable" process that never delays a vCPU; every halt's wake-up is valid
+(x86); interrupt delivery, detection and wake-up are fixed costs plus an
+optional exponential jitter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import polars as pl
+
+from vcpulab import _core
+
+__all__ = [
+    "POLICIES",
+    "STAT_COLUMNS",
+    "Background",
+    "Costs",
+    "Message",
+    "Params",
+    "Result",
+    "Scenario",
+    "Timer",
+    "host_params",
+    "idle_study",
+    "run",
+    "sweep",
+    "windows",
+]
+
+POLICIES = ("off", "fixed", "dynamic-v4", "block-time")
+
+#: the kernel's halt-polling vCPU stats (kvm-mechanisms.md §3.3), same names as real KVM
+STAT_COLUMNS = (
+    "halt_exits",
+    "halt_successful_poll",
+    "halt_attempted_poll",
+    "halt_poll_invalid",
+    "halt_wakeup",
+    "halt_poll_success_ns",
+    "halt_poll_fail_ns",
+    "halt_wait_ns",
+)
+
+#: Kernel defaults (x86): KVM_HALT_POLL_NS_DEFAULT and the module parameters
+KERNEL_DEFAULTS = {"halt_poll_ns": 200_000, "halt_poll_ns_grow": 2, "halt_poll_ns_grow_start": 10_000, "halt_poll_ns_shrink": 2}
+U32_MAX = 2**32 - 1
+LIMIT_NS = 10**13
+
+
+def host_params(sysfs: str | Path = "/sys/module/kvm/parameters") -> dict[str, int]:
+    """The host's halt-poll module parameters where it has them, else the
+    kernel defaults: {"halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_grow_start",
+    "halt_poll_ns_shrink"} plus "source" per key in ``host_params.sources``."""
+    out: dict[str, int] = {}
+    sources: dict[str, str] = {}
+    for k, d in KERNEL_DEFAULTS.items():
+        try:
+            out[k] = int(Path(sysfs, k).read_text().strip())
+            sources[k] = f"host ({sysfs}/{k})"
+        except (OSError, ValueError):
+            out[k] = d
+            sources[k] = "kernel default"
+    host_params.sources = sources  # type: ignore[attr-defined]
+    return out
+
+
+def _check_int(obj: Any, name: str, lo: int = 0, hi: int = LIMIT_NS, optional: bool = False) -> None:
+    v = getattr(obj, name)
+    cls = type(obj).__name__
+    if optional and v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{cls}.{name} must be an int{' or None' if optional else ''}, got {v!r}")
+    if not lo <= int(v) <= hi:
+        raise ValueError(f"{cls}.{name} must be in [{lo}, {hi}], got {v}")
+
+
+# ------------------------------------------------------------------ configs
+
+
+@dataclass(frozen=True)
+class Params:
+    """The halt-polling policy, module parameters and per-VM cap.
+
+    Attributes:
+        policy: ``"off"`` | ``"fixed"`` | ``"dynamic-v4"`` | ``"block-time"``
+            (default ``"block-time"``, today's upstream).
+        halt_poll_ns: module parameter ``halt_poll_ns``, ns: the maximum window
+            unless ``vm_max_ns`` is set. None (default): the host's value where
+            /sys/module/kvm/parameters has it, else 200000 (x86 kernel default).
+        grow: ``halt_poll_ns_grow``, multiplier (0: never grow). None: host, else 2.
+        grow_start: ``halt_poll_ns_grow_start``, ns: first non-zero window;
+            a window shrunk below it becomes 0. None: host, else 10000.
+        shrink: ``halt_poll_ns_shrink``, divisor (0: reset to 0). None: host,
+            else 2 (kernel default since ~v6.8; it was 0 before).
+        vm_max_ns: per-VM maximum set with ``KVM_CAP_HALT_POLL``, ns; None
+            (default): not set, the module parameter applies (kernel).
+        poll_allowed: False when the guest disabled host polling through
+            ``MSR_KVM_POLL_CONTROL`` (kernel; default True).
+        v4_start_ns: dynamic-v4 only: the initial window, ns; None (default):
+            the maximum. vcpulab reconstruction (v4 was never merged): with 0 v4
+            never polls, since it grows only when an interrupt arrives while polling.
+        v4_idle_ns: dynamic-v4 only: a halt that slept longer than this is
+            "idle" and shrinks the window, ns. Default 10 ms (vcpulab
+            reconstruction: a 100 Hz tick; ticking guests at 250 Hz and up are
+            not idle, as in digest §5's 15 % C0 result).
+    """
+
+    policy: str = "block-time"
+    halt_poll_ns: int | None = None
+    grow: int | None = None
+    grow_start: int | None = None
+    shrink: int | None = None
+    vm_max_ns: int | None = None
+    poll_allowed: bool = True
+    v4_start_ns: int | None = None
+    v4_idle_ns: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"Params.policy must be one of {', '.join(map(repr, POLICIES))}, got {self.policy!r}")
+        for f in ("halt_poll_ns", "grow_start", "vm_max_ns", "v4_start_ns"):
+            _check_int(self, f, 0, U32_MAX, optional=True)
+        for f in ("grow", "shrink"):
+            _check_int(self, f, 0, U32_MAX, optional=True)
+        _check_int(self, "v4_idle_ns", 1, LIMIT_NS)
+        if not isinstance(self.poll_allowed, bool):
+            raise ValueError(f"Params.poll_allowed must be a bool, got {self.poll_allowed!r}")
+
+    def resolved(self) -> Params:
+        """A copy with every None module parameter filled from the host (or
+        the kernel default)."""
+        h = host_params()
+        return replace(
+            self,
+            halt_poll_ns=h["halt_poll_ns"] if self.halt_poll_ns is None else self.halt_poll_ns,
+            grow=h["halt_poll_ns_grow"] if self.grow is None else self.grow,
+            grow_start=h["halt_poll_ns_grow_start"] if self.grow_start is None else self.grow_start,
+            shrink=h["halt_poll_ns_shrink"] if self.shrink is None else self.shrink,
+        )
+
+    @property
+    def max_ns(self) -> int:
+        """``kvm_vcpu_max_halt_poll_ns``: the per-VM cap if set, else the module parameter."""
+        r = self.resolved()
+        return int(r.vm_max_ns if r.vm_max_ns is not None else r.halt_poll_ns)  # type: ignore[arg-type]
+
+    def _plain(self) -> dict[str, Any]:
+        r = self.resolved()
+        return {
+            "policy": r.policy,
+            "halt_poll_ns": int(r.halt_poll_ns),  # type: ignore[arg-type]
+            "grow": int(r.grow),  # type: ignore[arg-type]
+            "grow_start": int(r.grow_start),  # type: ignore[arg-type]
+            "shrink": int(r.shrink),  # type: ignore[arg-type]
+            "vm_max_ns": None if r.vm_max_ns is None else int(r.vm_max_ns),
+            "poll_allowed": r.poll_allowed,
+            "v4_start_ns": None if r.v4_start_ns is None else int(r.v4_start_ns),
+            "v4_idle_ns": int(r.v4_idle_ns),
+        }
+
+
+@dataclass(frozen=True)
+class Message:
+    """Interrupts from a host sender, as the real MSI ping-pong
+    (``vcpulab.experiment.MsiPingPong``): after each "about to halt" cue of the
+    guest the sender waits ``gap_ns`` more and sends one MSI.
+
+    Attributes:
+        gap_ns: the wait after the cue, ns (default 50000, the foundation test's gap).
+        exponential: draw each gap from an exponential distribution with mean
+            ``gap_ns`` instead (default False).
+    """
+
+    gap_ns: int = 50_000
+    exponential: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int(self, "gap_ns", 0, LIMIT_NS)
+        if not isinstance(self.exponential, bool):
+            raise ValueError(f"Message.exponential must be a bool, got {self.exponential!r}")
+
+    def _plain(self) -> dict[str, Any]:
+        return {"kind": "message", "gap_ns": int(self.gap_ns), "exponential": self.exponential}
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A periodic guest timer: the idle ticking guest of digest §5
+    (``vcpulab.experiment.IdleTicks``). ``hz``: ticks per second (default 250)."""
+
+    hz: int = 250
+
+    def __post_init__(self) -> None:
+        _check_int(self, "hz", 1, 1_000_000)
+
+    def _plain(self) -> dict[str, Any]:
+        return {"kind": "timer", "hz": int(self.hz)}
+
+
+#: Costs measured by ``vcpulab.calibrate.halt_poll`` on the project's machine
+#: (kvm_pvm: every guest instruction emulated; 2 CPUs; vCPU on CPU 1, sender on
+#: CPU 0; 2026-11-29 22:36 UTC, load average 0.6). Re-measure on yours: ``calibrate.halt_poll().costs``.
+MEASURED_HERE: dict[str, int] = {
+    "wake_to_cue_ns": 19_600,  # measured
+    "cue_to_halt_ns": 4_650,  # measured
+    "cue_observe_ns": 200,  # default, below resolution
+    "deliver_ns": 3_000,  # default: only deliver - cue_to_halt and deliver + wake_to_cue are identifiable
+    "poll_detect_ns": 200,  # default, below resolution
+    "wake_latency_ns": 27_200,  # measured
+    "wake_jitter_ns": 0,  # default
+}
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Host and guest costs, ns. Defaults: :data:`MEASURED_HERE`, measured by
+    :func:`vcpulab.calibrate.halt_poll` on the project's machine; pass
+    ``calibrate.halt_poll(...).costs`` to use this host's.
+
+    Attributes:
+        wake_to_cue_ns: halt end → the guest announces its next halt (VM entry,
+            interrupt handler, the loop; emulated instructions here). Measured.
+        cue_to_halt_ns: the cue → ``kvm_vcpu_halt`` starts (remaining
+            instructions and the HLT exit). Measured (from the halt length of
+            caught wake-ups).
+        cue_observe_ns: the sender sees the cue → starts waiting the gap
+            (a spinning reader; default 200, not measured).
+        deliver_ns: the MSI ioctl → the interrupt is pending. Measured
+            (``KVM_SIGNAL_MSI`` time).
+        poll_detect_ns: pending interrupt → the poll loop notices it (one loop
+            iteration; default 200, not measured).
+        wake_latency_ns: a blocked vCPU made runnable → running again in
+            ``kvm_vcpu_halt`` on an idle CPU (scheduler wake-up, context switch).
+            Measured (halt length of blocked halts minus that of caught ones).
+        wake_jitter_ns: mean of an exponential extra delay per wake-up (host
+            noise; default 0).
+    """
+
+    wake_to_cue_ns: int = MEASURED_HERE["wake_to_cue_ns"]
+    cue_to_halt_ns: int = MEASURED_HERE["cue_to_halt_ns"]
+    cue_observe_ns: int = MEASURED_HERE["cue_observe_ns"]
+    deliver_ns: int = MEASURED_HERE["deliver_ns"]
+    poll_detect_ns: int = MEASURED_HERE["poll_detect_ns"]
+    wake_latency_ns: int = MEASURED_HERE["wake_latency_ns"]
+    wake_jitter_ns: int = MEASURED_HERE["wake_jitter_ns"]
+
+    def __post_init__(self) -> None:
+        for f in self.__dataclass_fields__:
+            _check_int(self, f, 0, LIMIT_NS)
+        if self.wake_to_cue_ns + self.cue_to_halt_ns == 0:
+            raise ValueError("Costs.wake_to_cue_ns + Costs.cue_to_halt_ns must be > 0 (a vCPU needs time between halts)")
+
+    def _plain(self) -> dict[str, Any]:
+        return {k: int(v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Background:
+    """Other host work on the vCPUs' CPU: alternating busy periods (another
+    task is runnable there, so polling stops at once) and idle periods, both
+    exponential.
+
+    Attributes:
+        busy_ns: mean busy period, ns (default 10 ms: a CPU-bound neighbour
+            such as a compiler; assumed, not measured).
+        idle_ns: mean idle period, ns.
+    """
+
+    busy_ns: int = 10_000_000
+    idle_ns: int = 10_000_000
+
+    def __post_init__(self) -> None:
+        _check_int(self, "busy_ns", 1, LIMIT_NS)
+        _check_int(self, "idle_ns", 1, LIMIT_NS)
+
+    @classmethod
+    def from_fraction(cls, busy_fraction: float, busy_ns: int = 10_000_000) -> Background | None:
+        """The process with busy share ``busy_fraction`` (0..1) and mean busy
+        period ``busy_ns``; None for 0 (no other work)."""
+        if isinstance(busy_fraction, bool) or not isinstance(busy_fraction, (int, float)) or not 0 <= busy_fraction <= 1:
+            raise ValueError(f"busy_fraction must be a number in [0, 1], got {busy_fraction!r}")
+        if busy_fraction <= 1e-3:
+            return None
+        f = min(float(busy_fraction), 0.999)
+        return cls(busy_ns=int(busy_ns), idle_ns=max(1, int(busy_ns * (1 - f) / f)))
+
+    @property
+    def fraction(self) -> float:
+        return self.busy_ns / (self.busy_ns + self.idle_ns)
+
+    def _plain(self) -> dict[str, Any]:
+        return {"busy_ns": int(self.busy_ns), "idle_ns": int(self.idle_ns)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """vCPUs halting on one host CPU.
+
+    Attributes:
+        halt_poll: the policy and parameters (:class:`Params`).
+        vcpus: one :class:`Message` or :class:`Timer` per vCPU (all on one host CPU).
+        costs: :class:`Costs`.
+        background: other work on the CPU (:class:`Background`), None: none.
+        duration_ns: simulated time limit, ns (0: none; required with timers).
+        rounds: round trips per message-driven vCPU (0: until duration_ns).
+        seed: RNG seed (exponential gaps, jitter, background); deterministic per seed.
+        trace: keep one row per halt (:attr:`Result.trace`).
+    """
+
+    halt_poll: Params = field(default_factory=Params)
+    vcpus: Sequence[Message | Timer] = (Message(),)
+    costs: Costs = field(default_factory=Costs)
+    background: Background | None = None
+    duration_ns: int = 0
+    rounds: int = 0
+    seed: int = 0
+    trace: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.halt_poll, Params):
+            raise ValueError(f"Scenario.halt_poll must be a Params, got {self.halt_poll!r}")
+        object.__setattr__(self, "vcpus", tuple(self.vcpus))
+        if not self.vcpus or not all(isinstance(v, (Message, Timer)) for v in self.vcpus):
+            raise ValueError(f"Scenario.vcpus must be a non-empty sequence of Message / Timer, got {self.vcpus!r}")
+        if not isinstance(self.costs, Costs):
+            raise ValueError(f"Scenario.costs must be a Costs, got {self.costs!r}")
+        if self.background is not None and not isinstance(self.background, Background):
+            raise ValueError(f"Scenario.background must be a Background or None, got {self.background!r}")
+        _check_int(self, "duration_ns", 0, LIMIT_NS)
+        _check_int(self, "rounds", 0, 100_000_000)
+        _check_int(self, "seed", 0, 2**64 - 1)
+        if self.duration_ns == 0 and self.rounds == 0:
+            raise ValueError("Scenario.duration_ns or Scenario.rounds must be > 0 (the run must end)")
+        if self.duration_ns == 0 and any(isinstance(v, Timer) for v in self.vcpus):
+            raise ValueError("Scenario.duration_ns must be > 0 with Timer vCPUs")
+        if not isinstance(self.trace, bool):
+            raise ValueError(f"Scenario.trace must be a bool, got {self.trace!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "halt_poll": self.halt_poll._plain(),
+                "vcpus": [v._plain() for v in self.vcpus],
+                "costs": self.costs._plain(),
+                "background": None if self.background is None else self.background._plain(),
+                "duration_ns": int(self.duration_ns),
+                "rounds": int(self.rounds),
+                "seed": int(self.seed),
+                "trace": self.trace,
+            }
+        )
+
+
+# ------------------------------------------------------------------ results
+
+
+@dataclass
+class Result:
+    """What :func:`run` returns.
+
+    ``stats``: one row per vCPU with the kernel stat columns
+    (:data:`STAT_COLUMNS`), grows/shrinks, ``poll_cpu_ns`` (host CPU time in
+    the poll loop), ``busy_ns`` (host CPU time of the vCPU thread),
+    ``poll_cpu_frac`` / ``busy_frac`` (of the simulated time),
+    ``final_halt_poll_ns``, ``mean_window_ns``, ``success_frac``
+    (halt_successful_poll / halt_exits), rounds, ``rtt_median_us`` /
+    ``rtt_p99_us`` (MSI sent → next cue, like the real experiment) and
+    ``wake_latency_median_us`` / ``wake_latency_mean_us`` (interrupt pending →
+    vCPU back from the halt).
+    """
+
+    stats: pl.DataFrame
+    trace: pl.DataFrame | None
+    rtt_ns: list[np.ndarray]
+    wake_latency_ns: list[np.ndarray]
+    end_ns: int
+    background_ns: int
+    scenario: Scenario
+
+
+def _q(a: np.ndarray, q: float) -> float:
+    return float(np.percentile(a, q)) if len(a) else math.nan
+
+
+def _result(sc: Scenario, d: dict[str, Any]) -> Result:
+    v = {k: np.asarray(x) for k, x in d["vcpus"].items()}
+    n = len(v["halt_exits"])
+    end = max(int(d["end_ns"]), 1)
+    rtt = [np.asarray(a) for a in d["rtt_ns"]]
+    lat = [np.asarray(a) for a in d["wake_latency_ns"]]
+    stats = pl.DataFrame({"vcpu": np.arange(n, dtype=np.int64), **v}).with_columns(
+        (pl.col("poll_cpu_ns") / end).alias("poll_cpu_frac"),
+        (pl.col("busy_ns") / end).alias("busy_frac"),
+        (pl.col("halt_successful_poll") / pl.col("halt_exits").clip(lower_bound=1)).alias("success_frac"),
+        pl.Series("rtt_median_us", [_q(a, 50) / 1e3 for a in rtt]),
+        pl.Series("rtt_p99_us", [_q(a, 99) / 1e3 for a in rtt]),
+        pl.Series("wake_latency_median_us", [_q(a, 50) / 1e3 for a in lat]),
+        pl.Series("wake_latency_mean_us", [float(a.mean()) / 1e3 if len(a) else math.nan for a in lat]),
+    )
+    trace = pl.DataFrame({k: np.asarray(x) for k, x in d["trace"].items()}) if "trace" in d else None
+    return Result(stats, trace, rtt, lat, int(d["end_ns"]), int(d["background_ns"]), sc)
+
+
+def run(scenario: Scenario) -> Result:
+    """Simulates one :class:`Scenario` (GIL released; deterministic per seed)."""
+    if not isinstance(scenario, Scenario):
+        raise ValueError(f"run needs a Scenario, got {scenario!r}")
+    return _result(scenario, _core.halt_poll_simulate(scenario.to_json()))  # type: ignore[attr-defined]
+
+
+def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None = None) -> pl.DataFrame:
+    """Simulates many scenarios in parallel; one frame of their ``stats`` rows,
+    each prefixed with its label columns (``labels[i]``, default ``{"scenario": i}``)."""
+    scenarios = list(scenarios)
+    if not all(isinstance(s, Scenario) for s in scenarios):
+        raise ValueError("sweep needs a sequence of Scenario")
+    if labels is not None and len(labels) != len(scenarios):
+        raise ValueError(f"labels needs one entry per scenario ({len(scenarios)}), got {len(labels)}")
+    outs = _core.halt_poll_simulate_many([s.to_json() for s in scenarios])  # type: ignore[attr-defined]
+    frames = []
+    for i, (s, d) in enumerate(zip(scenarios, outs)):
+        st = _result(s, d).stats
+        lab = (labels[i] if labels is not None else {"scenario": i})
+        lits = [pl.lit(val, dtype=pl.Int64 if isinstance(val, int) and not isinstance(val, bool) else None).alias(k)
+                for k, val in lab.items()]  # fmt: skip
+        frames.append(st.select(lits + st.columns))
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def windows(params: Params, halts: Sequence[tuple[int, bool]]) -> list[int]:
+    """The window (ns) each of a sequence of halts starts with under ``params``;
+    each halt is (its whole length in ns, whether the wake-up came while
+    polling). A direct check of the grow/shrink rules."""
+    if not isinstance(params, Params):
+        raise ValueError(f"windows needs a Params, got {params!r}")
+    hs = []
+    for i, h in enumerate(halts):
+        if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and h[0] >= 0):
+            raise ValueError(f"halts[{i}] must be (length_ns >= 0, caught: bool), got {h!r}")
+        hs.append((int(h[0]), bool(h[1])))
+    return list(_core.halt_poll_windows(json.dumps(params._plain()), hs))  # type: ignore[attr-defined]
+
+
+# ------------------------------------------------------------------ idle study
+
+
+def idle_study(
+    max_poll_ns: int | None = None,
+    policies: Sequence[str] = POLICIES,
+    idle_hz: Sequence[int] = (250, 1000),
+    gaps_ns: Sequence[int] = (10_000, 20_000, 50_000, 100_000, 300_000, 1_000_000),
+    duration_ns: int = 1_000_000_000,
+    costs: Costs | None = None,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """Digest §5 in the simulator: an idle ticking guest (``idle_hz``) and a
+    message-passing guest (``gaps_ns``), one vCPU on its own host CPU, under
+    each policy with maximum ``max_poll_ns`` (default: the host's
+    ``halt_poll_ns``; the digest's 250 Hz measurement used 2 ms).
+
+    One row per (workload, policy): ``poll_cpu_frac`` (host CPU in the poll
+    loop / wall time), ``busy_frac`` (all host CPU of the vCPU thread, the
+    analogue of the digest's "C0"), ``success_frac``, ``wake_latency_median_us``
+    / ``_mean_us``, ``mean_window_ns``, ``final_halt_poll_ns``.
+    """
+    mx = host_params()["halt_poll_ns"] if max_poll_ns is None else max_poll_ns
+    c = costs or Costs()
+    scs, labels = [], []
+    loads: list[tuple[str, Message | Timer, float]] = [(f"idle {hz} Hz", Timer(hz), float("nan")) for hz in idle_hz]
+    loads += [(f"message {g / 1000:g} us", Message(gap_ns=g), g / 1000) for g in gaps_ns]
+    for name, w, gap in loads:
+        for p in policies:
+            scs.append(Scenario(Params(policy=p, vm_max_ns=mx), vcpus=(w,), costs=c, duration_ns=duration_ns, seed=seed))
+            labels.append({"workload": name, "gap_us": gap, "policy": p, "max_poll_ns": mx})
+    cols = ["workload", "gap_us", "policy", "max_poll_ns", "poll_cpu_frac", "busy_frac", "success_frac",
+            "wake_latency_median_us", "wake_latency_mean_us", "mean_window_ns", "final_halt_poll_ns",
+            "halt_exits", "halt_successful_poll", "halt_poll_fail_ns"]  # fmt: skip
+    return sweep(scs, labels).select(cols)
