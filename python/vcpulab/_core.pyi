@@ -25,6 +25,10 @@ __all__ = [
     "Vm",
     "__version__",
     "allowed_cpus",
+    "halt_poll_policies",
+    "halt_poll_simulate",
+    "halt_poll_simulate_many",
+    "halt_poll_windows",
     "run_experiment",
     "sim_default_config",
     "sim_run",
@@ -171,3 +175,10 @@ def sim_sweep(
     progress: Any = None,
 ) -> list[dict[str, Any]]: ...
 def sim_default_config() -> str: ...
+
+# ----------------------------------------------------------------- halt polling (src/py/halt_poll.rs)
+
+def halt_poll_simulate(scenario_json: str) -> dict[str, Any]: ...
+def halt_poll_simulate_many(scenarios_json: list[str]) -> list[dict[str, Any]]: ...
+def halt_poll_windows(config_json: str, halts: list[tuple[int, bool]]) -> list[int]: ...
+def halt_poll_policies() -> list[str]: ...

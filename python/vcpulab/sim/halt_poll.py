@@ -437,7 +437,7 @@ def run(scenario: Scenario) -> Result:
     """Simulates one :class:`Scenario` (GIL released; deterministic per seed)."""
     if not isinstance(scenario, Scenario):
         raise ValueError(f"run needs a Scenario, got {scenario!r}")
-    return _result(scenario, _core.halt_poll_simulate(scenario.to_json()))  # type: ignore[attr-defined]
+    return _result(scenario, _core.halt_poll_simulate(scenario.to_json()))
 
 
 def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None = None) -> pl.DataFrame:
@@ -448,7 +448,7 @@ def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None
         raise ValueError("sweep needs a sequence of Scenario")
     if labels is not None and len(labels) != len(scenarios):
         raise ValueError(f"labels needs one entry per scenario ({len(scenarios)}), got {len(labels)}")
-    outs = _core.halt_poll_simulate_many([s.to_json() for s in scenarios])  # type: ignore[attr-defined]
+    outs = _core.halt_poll_simulate_many([s.to_json() for s in scenarios])
     frames = []
     for i, (s, d) in enumerate(zip(scenarios, outs)):
         st = _result(s, d).stats
@@ -470,7 +470,7 @@ def windows(params: Params, halts: Sequence[tuple[int, bool]]) -> list[int]:
         if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and h[0] >= 0):
             raise ValueError(f"halts[{i}] must be (length_ns >= 0, caught: bool), got {h!r}")
         hs.append((int(h[0]), bool(h[1])))
-    return list(_core.halt_poll_windows(json.dumps(params._plain()), hs))  # type: ignore[attr-defined]
+    return list(_core.halt_poll_windows(json.dumps(params._plain()), hs))
 
 
 # ------------------------------------------------------------------ idle study
