@@ -213,3 +213,27 @@ def test_sample_stats_gives_one_row_per_vcpu(kvm_host: Host) -> None:
         assert df.filter(df["vcpu"] == 1)["halt_exits"][0] == 4
         assert df.filter(df["vcpu"] == 0)["halt_exits"][0] == 0
         assert "insn_emulation" in df.columns and "halt_wait_ns" in df.columns
+
+
+def test_string_io_reports_element_size_and_count(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("io_out_string", port=0x80, count=16)
+        vm.write(prog.data, bytes(range(16)))
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        sent = b""
+        while len(sent) < 16:
+            e = vcpu.run(timeout=2)
+            assert (e.kind, e.port, e.size, e.direction) == ("io", 0x80, 1, "out")
+            assert e.count is not None and e.count >= 1 and len(e.data_bytes) == e.count
+            sent += e.data_bytes
+        assert sent == bytes(range(16))
+
+
+def test_a_vcpu_id_beyond_the_programs_slots_is_a_guest_assertion(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        prog = vm.load("spin_lock", vcpus=2, iterations=1)
+        vcpu = vm.create_vcpu(5)
+        vcpu.start(prog)
+        with pytest.raises(vcpulab.GuestAssertionError, match="vCPU id below the program's vcpus parameter: got 0x5"):
+            vcpu.run_program(timeout=5)

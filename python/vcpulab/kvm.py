@@ -81,6 +81,7 @@ PROGRAMS: dict[str, str] = {
     "io_loop": "`count` × out `port`, then DONE (the IO round-trip benchmark)",
     "wait_interrupts": "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
     "assert": "assert `actual` == `expected` in the guest (tests the assertion path); DONE",
+    "io_out_string": "rep outsb of `count` bytes (result `bytes`, written by the host first) to `port`",
     "sync": "send `count` SYNC messages with values 0, 1, …; DONE",
     "exception": "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it",
     "spin_lock": "lock contention (see vcpulab.experiment.SpinLock)",
@@ -364,6 +365,8 @@ class Exit:
     kind: str
     port: int | None = None
     size: int | None = None
+    #: accesses of a string IO (`rep ins`/`rep outs`); 1 for a plain in/out
+    count: int | None = None
     direction: str | None = None
     data: int | None = None
     data_bytes: bytes | None = None

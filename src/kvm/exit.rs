@@ -12,9 +12,10 @@ pub enum IoDir {
 /// One decoded exit. Unknown exit reasons become [`Exit::Other`], never a panic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Exit {
-    /// `in`/`out`: port, access size in bytes, direction, the bytes moved (for
-    /// IN: what the host will return, zero-filled unless set).
-    Io { port: u16, size: u8, dir: IoDir, data: Vec<u8> },
+    /// `in`/`out`: port, access size in bytes (1, 2 or 4), number of accesses
+    /// (> 1 for string IO, `rep ins`/`rep outs`), direction, and the
+    /// `size * count` bytes moved (for IN: what the host returns).
+    Io { port: u16, size: u8, count: u32, dir: IoDir, data: Vec<u8> },
     /// MMIO access outside guest RAM.
     Mmio { addr: u64, len: u8, is_write: bool, data: Vec<u8> },
     /// HLT (only exits to user space without an in-kernel irqchip).
@@ -61,8 +62,10 @@ impl Exit {
     /// which kvm-ioctls does not decode (read from the kvm_run page by the caller).
     pub fn from_vcpu_exit(e: &VcpuExit<'_>, internal: impl FnOnce() -> (u32, Vec<u64>)) -> Exit {
         match e {
-            VcpuExit::IoOut(port, data) => Exit::Io { port: *port, size: data.len() as u8, dir: IoDir::Out, data: data.to_vec() },
-            VcpuExit::IoIn(port, data) => Exit::Io { port: *port, size: data.len() as u8, dir: IoDir::In, data: data.to_vec() },
+            // size and count are filled in from the kvm_run page by the caller
+            // (kvm-ioctls only hands out the data slice of size * count bytes)
+            VcpuExit::IoOut(port, data) => Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::Out, data: data.to_vec() },
+            VcpuExit::IoIn(port, data) => Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::In, data: data.to_vec() },
             VcpuExit::MmioRead(addr, data) => Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: false, data: data.to_vec() },
             VcpuExit::MmioWrite(addr, data) => Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: true, data: data.to_vec() },
             VcpuExit::Hlt => Exit::Hlt,
@@ -100,7 +103,9 @@ impl Exit {
     /// A one-line description for error messages ("wanted X, got …").
     pub fn describe(&self) -> String {
         match self {
-            Exit::Io { port, size, dir, .. } => format!("io {dir:?} port {port:#x} size {size} data {:#x}", self.data_value()),
+            Exit::Io { port, size, count, dir, .. } => {
+                format!("io {dir:?} port {port:#x} size {size} count {count} data {:#x}", self.data_value())
+            }
             Exit::Mmio { addr, len, is_write, .. } => {
                 format!("mmio {} {addr:#x} len {len} data {:#x}", if *is_write { "write" } else { "read" }, self.data_value())
             }

@@ -316,13 +316,9 @@ impl Vcpu {
     /// slot). IO-in and MMIO-read exits get `io_in_value` / `mmio_read_value`.
     fn kvm_run(&mut self) -> Result<Exit> {
         let (io_in, mmio) = (self.io_in_value.to_le_bytes(), self.mmio_read_value.to_le_bytes());
-        let exit = match self.fd.run() {
+        let mut exit = match self.fd.run() {
             Ok(mut e) => {
                 match &mut e {
-                    VcpuExit::IoIn(_, d) => {
-                        let n = d.len().min(8);
-                        d[..n].copy_from_slice(&io_in[..n]);
-                    }
                     VcpuExit::MmioRead(_, d) => {
                         let n = d.len().min(8);
                         d[..n].copy_from_slice(&mmio[..n]);
@@ -334,6 +330,28 @@ impl Vcpu {
             Err(e) if e.errno() == libc::EINTR => Exit::Interrupted,
             Err(e) => return Err(Error::ioctl("KVM_RUN", e)),
         };
+        if let Exit::Io { size, count, dir, data, .. } = &mut exit {
+            let run = self.fd.get_kvm_run();
+            // SAFETY: exit_reason is KVM_EXIT_IO (kvm-ioctls decoded an IO exit),
+            // so the kernel filled the `io` member of the union.
+            let io = unsafe { run.__bindgen_anon_1.io };
+            *size = io.size;
+            *count = io.count;
+            if *dir == IoDir::In && io.size > 0 {
+                // Every element of a (string) IN reads `io_in_value`.
+                let len = io.size as usize * io.count as usize;
+                let base = (run as *mut kvm_run).cast::<u8>();
+                // SAFETY: the kernel placed the size*count data bytes at
+                // data_offset inside the kvm_run mapping (the same slice
+                // kvm-ioctls hands out for this exit), which lives as long as
+                // the vCPU fd; nothing else borrows it now.
+                let buf = unsafe { std::slice::from_raw_parts_mut(base.add(io.data_offset as usize), len) };
+                for chunk in buf.chunks_mut(io.size as usize) {
+                    chunk.copy_from_slice(&io_in[..chunk.len()]);
+                }
+                *data = buf.to_vec();
+            }
+        }
         if let Exit::InternalError { .. } = exit {
             let run = self.fd.get_kvm_run();
             // SAFETY: exit_reason is KVM_EXIT_INTERNAL_ERROR, so the kernel filled

@@ -238,6 +238,7 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
         "wait_interrupts" => &["vector", "count"],
         "assert" => &["actual", "expected"],
         "sync" => &["count"],
+        "io_out_string" => &["port", "count"],
         "exception" => &["vector"],
         "spin_lock" => &["kind", "hold", "think", "iterations", "vcpus"],
         "pv_spin_lock" => &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus"],
@@ -248,7 +249,7 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             return Err(PyValueError::new_err(format!(
                 "unknown guest program {name:?}; choose one of io_out, io_in, mmio_write, mmio_read, halt, \
                  triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert, spin_lock, \
-                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks, sync, exception"
+                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks, sync, exception, io_out_string"
             )))
         }
     };
@@ -278,6 +279,7 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
         }
         "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
         "sync" => Spec::Sync { count: g("count")? },
+        "io_out_string" => Spec::IoOutString { port: narrow(g("port")?, "port", name)?, count: g("count")? },
         "exception" => Spec::Exception { vector: narrow(g("vector")?, "vector", name)? },
         "spin_lock" | "pv_spin_lock" => {
             let kind = if name == "pv_spin_lock" {
@@ -555,9 +557,10 @@ fn exit_dict<'py>(py: Python<'py>, e: &Exit) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("kind", e.kind())?;
     match e {
-        Exit::Io { port, size, dir, data } => {
+        Exit::Io { port, size, count, dir, data } => {
             d.set_item("port", *port)?;
             d.set_item("size", *size)?;
+            d.set_item("count", *count)?;
             d.set_item("direction", if *dir == IoDir::In { "in" } else { "out" })?;
             d.set_item("data", e.data_value())?;
             d.set_item("data_bytes", PyBytes::new(py, data))?;

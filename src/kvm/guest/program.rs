@@ -120,8 +120,8 @@ impl Asm {
     }
 
     /// Asserts in the guest that `reg == expected`; on failure the guest sends
-    /// `ucall(ASSERT, site, reg, expected)` and parks. Clobbers rdi, rsi, r8, eax, edx
-    /// on the failure path only.
+    /// `ucall(ASSERT, site, reg, expected)` and parks. Always clobbers r8 (it
+    /// holds `expected`); rdi, rsi, eax, edx only on the failure path.
     #[track_caller]
     pub fn assert_eq(&mut self, reg: AsmRegister64, expected: u64, message: &str) -> Result<()> {
         let loc = std::panic::Location::caller();
@@ -134,6 +134,29 @@ impl Asm {
         self.a.mov(r8, expected).map_err(asm_err)?;
         self.a.cmp(reg, r8).map_err(asm_err)?;
         self.a.je(ok).map_err(asm_err)?;
+        self.a.mov(rsi, reg).map_err(asm_err)?;
+        self.a.mov(rdi, id).map_err(asm_err)?;
+        self.ucall(UCALL_ASSERT)?;
+        self.park()?;
+        self.a.set_label(&mut ok).map_err(asm_err)?;
+        Ok(())
+    }
+
+    /// Asserts in the guest that `reg < limit` (unsigned); on failure reports
+    /// `ucall(ASSERT, site, reg, limit)` and parks. Clobbers r8 (and, on the
+    /// failure path, rdi, rsi, eax, edx).
+    #[track_caller]
+    pub fn assert_below(&mut self, reg: AsmRegister64, limit: u64, message: &str) -> Result<()> {
+        let loc = std::panic::Location::caller();
+        let id = self.asserts.len() as u64;
+        self.asserts.push(AssertSite {
+            location: format!("{}:{}", loc.file(), loc.line()),
+            message: format!("{}: {message}", self.program),
+        });
+        let mut ok = self.a.create_label();
+        self.a.mov(r8, limit).map_err(asm_err)?;
+        self.a.cmp(reg, r8).map_err(asm_err)?;
+        self.a.jb(ok).map_err(asm_err)?;
         self.a.mov(rsi, reg).map_err(asm_err)?;
         self.a.mov(rdi, id).map_err(asm_err)?;
         self.ucall(UCALL_ASSERT)?;
@@ -246,6 +269,9 @@ pub enum Spec {
     /// Asserts that `actual == expected` in the guest (a self-test of the ucall
     /// assertion path), then ucall DONE.
     Assert { actual: u64, expected: u64 },
+    /// `rep outsb` of the `count` bytes of `data.bytes` to `port` (string IO),
+    /// then halts forever.
+    IoOutString { port: u16, count: u64 },
     /// Sends `count` ucall SYNC messages with the values 0, 1, …, then DONE
     /// (the host sees each value; a test of the message protocol).
     Sync { count: u64 },
@@ -259,7 +285,8 @@ pub enum Spec {
     /// vCPU (0: until the host sets the stop flag). Waiters PAUSE.
     ///
     /// With `kind` = `Pv`, a waiter checks every `check_every` PAUSEs whether
-    /// the lock holder's steal-time `preempted` byte is set and, if so, halts
+    /// the lock holder's steal-time `preempted` byte (in the holder's *default*
+    /// steal-time slot, [`super::default_steal_gpa`]) is set and, if so, halts
     /// until the unlocker kicks it with an IPI of `kick_vector` (the guest side
     /// of `vcpu_is_preempted`, digest §2); `vcpus` bounds the unlocker's scan.
     SpinLock { kind: LockKind, hold: u64, think: u64, iterations: u64, check_every: u64, kick_vector: u8, vcpus: u64 },
@@ -347,6 +374,7 @@ impl Spec {
             Spec::WaitInterrupts { .. } => "wait_interrupts",
             Spec::Assert { .. } => "assert",
             Spec::Sync { .. } => "sync",
+            Spec::IoOutString { .. } => "io_out_string",
             Spec::Exception { .. } => "exception",
             Spec::SpinLock { kind: LockKind::Pv, .. } => "pv_spin_lock",
             Spec::SpinLock { .. } => "spin_lock",
@@ -362,6 +390,7 @@ impl Spec {
             Spec::PauseLoop { .. } | Spec::WaitInterrupts { .. } => 8 * MAX_PER_VCPU_RESULTS,
             Spec::IoIn { .. } | Spec::MmioRead { .. } => 8,
             Spec::TripleFault => 16,
+            Spec::IoOutString { count, .. } => *count,
             Spec::SpinLock { .. } => SpinLockLayout::RECORDS + SpinLockLayout::MAX_VCPUS * SpinLockLayout::RECORD_SIZE,
             Spec::MsiPong { count, .. } => 64 + 8 * count,
             Spec::IpiPingPong { rounds, .. } => 64 + 8 * rounds,
@@ -470,6 +499,8 @@ impl Spec {
             Spec::PauseLoop { iterations } => {
                 params.push(("iterations".into(), iterations));
                 results.push(ResultField { name: "counter", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "PAUSEs executed, per vCPU id" });
+                m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
+                let a = &mut m.a;
                 // rdi = vCPU id on entry; rbx = &counter[id]
                 a.mov(rbx, data).map_err(asm_err)?;
                 a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
@@ -512,6 +543,7 @@ impl Spec {
                 }
                 params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
                 results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "HLT instructions executed while waiting, per vCPU id" });
+                m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
                 m.enable_lapic()?;
                 let a = &mut m.a;
                 a.mov(rbx, data).map_err(asm_err)?;
@@ -525,6 +557,18 @@ impl Spec {
                 a.mov(rax, actual).map_err(asm_err)?;
                 m.assert_eq(rax, expected, "actual == expected")?;
                 m.done()?;
+            }
+            Spec::IoOutString { port, count } => {
+                if count == 0 || count > 4096 {
+                    return Err(Error::InvalidArgument(format!("io_out_string: count must be 1..=4096, got {count}")));
+                }
+                params.extend([("port".into(), port as u64), ("count".into(), count)]);
+                results.push(ResultField { name: "bytes", gpa: data, ty: FieldType::U64, count: count.div_ceil(8), stride: 8, doc: "the bytes sent (write them before running)" });
+                a.mov(rsi, data).map_err(asm_err)?;
+                a.mov(rcx, count).map_err(asm_err)?;
+                a.mov(edx, port as u32).map_err(asm_err)?;
+                a.rep().outsb().map_err(asm_err)?;
+                m.park()?;
             }
             Spec::Sync { count } => {
                 params.push(("count".into(), count));
@@ -720,6 +764,8 @@ fn spin_lock(
     ] {
         results.push(per(name, off, doc));
     }
+    // Records exist for ids < MAX_VCPUS, and the pv unlocker kicks ids < vcpus.
+    m.assert_below(rdi, vcpus, "vCPU id below the program's vcpus parameter")?;
     if kind == LockKind::Pv {
         m.enable_lapic()?;
     }
@@ -973,6 +1019,7 @@ fn ipi_ping_pong(m: &mut Asm, data: Gpa, rounds: u64, gap_cycles: u64, vb: u8, r
 
 fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: &mut Vec<ResultField>) -> Result<()> {
     results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "halts, per vCPU id" });
+    m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
     m.enable_lapic()?;
     let a = &mut m.a;
     // LAPIC timer: divide by 1, periodic, initial count = APIC bus (1 GHz in KVM) / hz
@@ -1058,6 +1105,7 @@ mod tests {
             Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
             Spec::IdleTicks { hz: 250, ticks: 10, vector: 0xec },
             Spec::Sync { count: 3 },
+            Spec::IoOutString { port: 0x80, count: 16 },
             Spec::Exception { vector: 0 },
             Spec::Exception { vector: 3 },
             Spec::Exception { vector: 6 },
