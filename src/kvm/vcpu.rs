@@ -318,12 +318,9 @@ impl Vcpu {
         let (io_in, mmio) = (self.io_in_value.to_le_bytes(), self.mmio_read_value.to_le_bytes());
         let mut exit = match self.fd.run() {
             Ok(mut e) => {
-                match &mut e {
-                    VcpuExit::MmioRead(_, d) => {
-                        let n = d.len().min(8);
-                        d[..n].copy_from_slice(&mmio[..n]);
-                    }
-                    _ => {}
+                if let VcpuExit::MmioRead(_, d) = &mut e {
+                    let n = d.len().min(8);
+                    d[..n].copy_from_slice(&mmio[..n]);
                 }
                 Exit::from_vcpu_exit(&e, || (0, Vec::new()))
             }
