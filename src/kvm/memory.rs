@@ -142,8 +142,9 @@ impl GuestMemory {
 
 impl Drop for GuestMemory {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`size` are exactly what mmap returned, and this is the only
-        // owner; KVM's slot was removed with the VM fd before the last owner drops.
+        // SAFETY: `ptr`/`size` are exactly what mmap returned, and this is the last
+        // owner (Arc): the VM fd whose slot points here holds an Arc too
+        // (`VmHandle`), so the slot is gone before the mapping is.
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.size) };
     }
 }

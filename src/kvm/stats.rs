@@ -285,6 +285,40 @@ pub(crate) mod tests {
         assert_eq!(s.index_of("blocking"), Some(2));
     }
 
+    /// The header, id and descriptors of a real vCPU stats fd, captured on the
+    /// project's machine (kvm_pvm host, 47 descriptors) by
+    /// `examples/capture_stats_meta.rs`.
+    const CAPTURED: &[u8] = include_bytes!("testdata/vcpu_stats_meta_kvm_pvm.bin");
+
+    #[test]
+    fn parses_a_captured_vcpu_stats_header() {
+        let s = StatsSchema::parse(CAPTURED).unwrap();
+        assert_eq!(s.descs.len(), 47);
+        assert!(s.id.starts_with("kvm-") && s.id.ends_with("/vcpu-0"), "{}", s.id);
+        assert_eq!(s.data_offset as usize, CAPTURED.len());
+        let d = |n: &str| &s.descs[s.index_of(n).unwrap_or_else(|| panic!("no {n}"))];
+        // generic halt-polling stats (kvm-mechanisms.md §6)
+        for n in ["halt_successful_poll", "halt_attempted_poll", "halt_poll_invalid", "halt_wakeup"] {
+            assert_eq!((d(n).kind, d(n).unit, d(n).size), (StatKind::Cumulative, StatUnit::None, 1), "{n}");
+        }
+        for n in ["halt_poll_success_ns", "halt_poll_fail_ns", "halt_wait_ns"] {
+            assert_eq!((d(n).kind, d(n).unit, d(n).base, d(n).exponent), (StatKind::Cumulative, StatUnit::Seconds, 10, -9), "{n}");
+        }
+        for n in ["halt_poll_success_hist", "halt_poll_fail_hist", "halt_wait_hist"] {
+            assert_eq!((d(n).kind, d(n).size, d(n).bucket_size), (StatKind::LogHist, 32, 0), "{n}");
+        }
+        assert_eq!((d("blocking").kind, d("blocking").unit), (StatKind::Instant, StatUnit::Boolean));
+        // x86 stats the project relies on
+        for n in ["exits", "halt_exits", "insn_emulation", "directed_yield_attempted", "preemption_reported", "preemption_other"] {
+            assert_eq!(d(n).kind, StatKind::Cumulative, "{n}");
+        }
+        // values lie inside the data block and do not overlap
+        let mut spans: Vec<(u32, u32)> = s.descs.iter().map(|x| (x.offset, x.offset + 8 * x.size as u32)).collect();
+        spans.sort();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
+        assert_eq!(spans.last().unwrap().1 as usize, s.data_len);
+    }
+
     #[test]
     fn rejects_truncated_buffers() {
         let img = fake_stats_file("x", &[("a", 0, 0, 1, 0)], &[1]);

@@ -39,12 +39,28 @@ pub struct VmOptions {
     pub irqchip: bool,
 }
 
+/// The VM fd together with the guest RAM its memory slot points at: whoever
+/// holds the fd (a vCPU creator, an MSI sender on another thread) keeps the
+/// mapping alive too. Fields drop in order: the fd (and with it the slot)
+/// before the mapping.
+pub struct VmHandle {
+    fd: VmFd,
+    _mem: Arc<GuestMemory>,
+}
+
+impl std::ops::Deref for VmHandle {
+    type Target = VmFd;
+    fn deref(&self) -> &VmFd {
+        &self.fd
+    }
+}
+
 /// The programs loaded into a VM, shared with its vCPUs (to decode ucall assertions).
 pub type ProgramTable = Arc<RwLock<Vec<Program>>>;
 
 /// A KVM VM.
 pub struct Vm {
-    pub(crate) fd: Arc<VmFd>,
+    pub(crate) fd: Arc<VmHandle>,
     pub(crate) mem: Arc<GuestMemory>,
     pub irqchip: bool,
     pub(crate) programs: ProgramTable,
@@ -92,15 +108,16 @@ impl Vm {
             userspace_addr: mem.host_addr() as u64,
         };
         // SAFETY: the region is a live anonymous mapping of exactly `memory_size`
-        // bytes that this Vm keeps alive (through `mem`) for at least as long as the
-        // VM fd; it overlaps no other slot (there is none).
+        // bytes; the `VmHandle` built below owns the fd together with an Arc of
+        // the mapping and drops the fd first, so the mapping outlives the slot.
+        // It overlaps no other slot (there is none).
         unsafe { fd.set_user_memory_region(region) }.map_err(|e| Error::ioctl("KVM_SET_USER_MEMORY_REGION", e))?;
         if opts.irqchip {
             fd.set_tss_address(TSS_ADDR_FOR_VMX).map_err(|e| Error::ioctl("KVM_SET_TSS_ADDR", e))?;
             fd.create_irq_chip().map_err(|e| Error::ioctl("KVM_CREATE_IRQCHIP", e))?;
         }
         let mut vm = Self {
-            fd: Arc::new(fd),
+            fd: Arc::new(VmHandle { fd, _mem: mem.clone() }),
             mem,
             irqchip: opts.irqchip,
             programs: Arc::new(RwLock::new(Vec::new())),
@@ -257,7 +274,7 @@ impl Vm {
     /// The VM's binary stats (opened and parsed on first use).
     pub fn stats_fd(&mut self) -> Result<&StatsFd> {
         if self.stats.is_none() {
-            self.stats = Some(open_stats_fd(&*self.fd, "KVM_GET_STATS_FD(vm)")?);
+            self.stats = Some(open_stats_fd(&**self.fd, "KVM_GET_STATS_FD(vm)")?);
         }
         Ok(self.stats.as_ref().expect("set above"))
     }

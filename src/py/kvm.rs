@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use kvm_ioctls::VmFd;
 use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
@@ -164,7 +163,7 @@ struct RamOwner {
 #[pyclass(module = "vcpulab._core", name = "Vm", frozen)]
 pub struct PyVm {
     state: Mutex<Option<VmState>>,
-    fd: Mutex<Option<Arc<VmFd>>>,
+    fd: Mutex<Option<Arc<kvm::vm::VmHandle>>>,
     #[pyo3(get)]
     irqchip: bool,
     #[pyo3(get)]

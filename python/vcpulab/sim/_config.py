@@ -240,6 +240,14 @@ class Ple(_Base):
     window (``__grow_ple_window``), runs the VM's directed-yield policy, and
     re-enters or yields. The window shrinks (default: resets) on sched-in.
 
+    Simplifications: the SVM pause filter counts PAUSE *instructions* and
+    reloads its count when more than ``pause_filter_thresh`` cycles pass
+    between two PAUSEs (spec §2.3); here both kinds treat the window as
+    cycles of continuous spinning (a filter count maps to cycles through the
+    spinner's PAUSE rate), with no threshold. Guest spinning is modelled in
+    kernel mode only (every lock kind is a kernel lock), so SVM's "any CPL"
+    and VMX's "CPL 0 only" never differ here.
+
     Attributes:
         enabled: False models KVM_X86_DISABLE_EXITS_PAUSE (no exits). Default True.
         kind: ``"vmx"`` (default) or ``"svm"``.

@@ -17,6 +17,12 @@ extended; after a success the exit ends. Examination is charged
 returned (up to the end of the round on None), as a kernel scan would be.
 The callable is deep-copied for each run, so state kept on it (e.g. a
 shadow ``dy_eligible`` table) starts fresh; it is called with the GIL held.
+
+A Python policy sees snapshots: it cannot flip the engine's ``dy_eligible``
+flags (the kernel's ``kvm_vcpu_eligible_for_directed_yield`` toggle), so for a
+VM run by a Python policy ``VcpuView.dy_eligible`` stays at its initial value.
+A policy that wants the toggle keeps its own table, as
+:class:`DyEligibleInPython` does (and then reproduces the built-in exactly).
 """
 
 from __future__ import annotations
