@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from conftest import PinnedThread, schedstat
 from vcpulab.kvm import STEAL_DTYPE, Host, Vcpu
@@ -108,3 +109,26 @@ def test_preempted_byte_is_read_as_written(kvm_host: Host) -> None:
         arr = vm.steal_times([v])
         assert arr[0]["preempted"] == 1 and arr[0]["is_idle"] == 1
         assert isinstance(arr, np.ndarray)
+
+
+def test_steal_time_and_stats_can_be_read_while_the_vcpu_runs(kvm_host: Host) -> None:
+    """Observers never wait for a running vCPU: steal time is a memory read and
+    the stats one pread, neither needs the vCPU's ioctl lock."""
+    import threading
+
+    from vcpulab.kvm import sample_stats
+
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        v = vm.create_vcpu(0)
+        v.start(vm.load("endless_loop"))
+        v.enable_steal_time()
+        t = threading.Thread(target=lambda: pytest.raises(TimeoutError, v.run_until, "hlt", timeout=1.0))
+        t.start()
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        for _ in range(20):
+            _ = v.steal_time, vm.steal_times([v]), v.stats()["exits"], sample_stats([v])
+        elapsed = time.monotonic() - t0
+        assert t.is_alive()  # the vCPU was running all along
+        t.join()
+        assert elapsed < 0.5
