@@ -16,7 +16,6 @@ True
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -225,29 +224,9 @@ def sweep(
         from vcpulab.sim._distributed import run_sweep
 
         return run_sweep(points, grid, executor=executor, out=out, threads=threads, progress=progress)
-    labelled: list[tuple[dict[str, Any], Config]] = []
-    if isinstance(points, Config):
-        base = points
-        if grid is None:
-            labelled = [({"point": 0}, base)]
-        else:
-            keys = list(grid)
-            values = [list(grid[k]) for k in keys]
-            for combo in itertools.product(*values):
-                c = base
-                for k, v in zip(keys, combo):
-                    c = c.with_path(k, v)
-                labelled.append(({k: _param_value(v) for k, v in zip(keys, combo)}, c))
-    else:
-        if grid is not None:
-            raise ValueError("sweep: a grid needs a single base Config")
-        for i, p in enumerate(points):
-            if isinstance(p, Config):
-                labelled.append(({"point": i}, p))
-            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Config):
-                labelled.append((dict(p[0]), p[1]))
-            else:
-                raise ValueError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
+    from vcpulab.sim._distributed import expand
+
+    labelled = expand(points, grid)
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"sweep: threads must be an int >= 1 or None, got {threads!r}")
     jsons = [c.to_json() for _, c in labelled]

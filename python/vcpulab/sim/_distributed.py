@@ -113,8 +113,10 @@ def expand(
     points: Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]],
     grid: Mapping[str, Iterable[Any]] | None = None,
 ) -> list[Point]:
-    """The (params, Config) points of a sweep, in the local sweep's order
-    and with its parameter columns (a mirror of :func:`vcpulab.sim.sweep`)."""
+    """The (params, Config) points of a sweep, in order, with their parameter
+    columns: the one expansion :func:`vcpulab.sim.sweep` and the distributed
+    sweep share (a grid's cartesian product over dotted paths, a list of
+    Configs numbered by ``point``, or your own (params, Config) pairs)."""
     from vcpulab.sim import _param_value
 
     labelled: list[Point] = []

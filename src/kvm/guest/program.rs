@@ -124,29 +124,24 @@ impl Asm {
     /// holds `expected`); rdi, rsi, eax, edx only on the failure path.
     #[track_caller]
     pub fn assert_eq(&mut self, reg: AsmRegister64, expected: u64, message: &str) -> Result<()> {
-        let loc = std::panic::Location::caller();
-        let id = self.asserts.len() as u64;
-        self.asserts.push(AssertSite {
-            location: format!("{}:{}", loc.file(), loc.line()),
-            message: format!("{}: {message}", self.program),
-        });
-        let mut ok = self.a.create_label();
-        self.a.mov(r8, expected).map_err(asm_err)?;
-        self.a.cmp(reg, r8).map_err(asm_err)?;
-        self.a.je(ok).map_err(asm_err)?;
-        self.a.mov(rsi, reg).map_err(asm_err)?;
-        self.a.mov(rdi, id).map_err(asm_err)?;
-        self.ucall(UCALL_ASSERT)?;
-        self.park()?;
-        self.a.set_label(&mut ok).map_err(asm_err)?;
-        Ok(())
+        self.assert_cmp(reg, expected, message, |a, ok| a.je(ok))
     }
 
-    /// Asserts in the guest that `reg < limit` (unsigned); on failure reports
-    /// `ucall(ASSERT, site, reg, limit)` and parks. Clobbers r8 (and, on the
-    /// failure path, rdi, rsi, eax, edx).
+    /// Asserts in the guest that `reg < limit` (unsigned), like [`Asm::assert_eq`].
     #[track_caller]
     pub fn assert_below(&mut self, reg: AsmRegister64, limit: u64, message: &str) -> Result<()> {
+        self.assert_cmp(reg, limit, message, |a, ok| a.jb(ok))
+    }
+
+    /// `cmp reg, value` then `pass(ok)` jumps over the failure report.
+    #[track_caller]
+    fn assert_cmp(
+        &mut self,
+        reg: AsmRegister64,
+        value: u64,
+        message: &str,
+        pass: impl FnOnce(&mut CodeAssembler, CodeLabel) -> std::result::Result<(), IcedError>,
+    ) -> Result<()> {
         let loc = std::panic::Location::caller();
         let id = self.asserts.len() as u64;
         self.asserts.push(AssertSite {
@@ -154,9 +149,9 @@ impl Asm {
             message: format!("{}: {message}", self.program),
         });
         let mut ok = self.a.create_label();
-        self.a.mov(r8, limit).map_err(asm_err)?;
+        self.a.mov(r8, value).map_err(asm_err)?;
         self.a.cmp(reg, r8).map_err(asm_err)?;
-        self.a.jb(ok).map_err(asm_err)?;
+        pass(&mut self.a, ok).map_err(asm_err)?;
         self.a.mov(rsi, reg).map_err(asm_err)?;
         self.a.mov(rdi, id).map_err(asm_err)?;
         self.ucall(UCALL_ASSERT)?;
