@@ -36,6 +36,13 @@ def test_info_reports_capabilities_and_module_params(kvm_host: Host) -> None:
     assert d["api_version"] == 12 and "kvm" in d["module_params"]
 
 
+def test_info_says_exactly_why_kvm_is_unavailable(tmp_path: Path) -> None:
+    r = vcpulab("info", "--device", str(tmp_path / "kvm"))
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "does not exist" in lines[0] and "modprobe" in lines[0]
+
+
 def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
     r = vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "1", "--seconds", "0.5")
     assert r.returncode == 0, r.stderr

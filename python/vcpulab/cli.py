@@ -51,9 +51,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     from vcpulab.kvm import Host, KvmUnavailableError, module_params, virtualization
 
     try:
-        host = Host()
+        host = Host(args.device)
     except KvmUnavailableError as e:
-        print(f"KVM unavailable: {e}")
+        print(f"vcpulab: {e}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({
@@ -333,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="KVM capabilities and module parameters of this host")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.add_argument("--device", default="/dev/kvm", help="the KVM device node (default /dev/kvm)")
     info.set_defaults(func=cmd_info)
     kvm = sub.add_parser("kvm", help="experiments on the real /dev/kvm")
     ksub = kvm.add_subparsers(dest="kvm_command", required=True, parser_class=_Parser)
