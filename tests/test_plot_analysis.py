@@ -110,3 +110,20 @@ def test_policy_comparison_and_frame_assertions() -> None:
     assert_equal_columns(df, "ops", "ops")
     with pytest.raises(AssertionError, match="missing"):
         assert_between(df, "nope", 0, 1)
+
+
+def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab import sim
+    from vcpulab.experiment import Spin, run
+
+    r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, seed=3))
+    html = r._repr_html_()
+    assert "simulated run" in html and "seed 3" in html and "kernel" in html
+    prov = r.provenance
+    assert prov["seed"] == 3 and prov["config_hash"] == r.config_hash and "halt_poll_ns" in str(prov["kvm_module_params"])
+    real = run(Spin(), vcpus=1, duration=0.05, host=kvm_host)
+    assert "real-KVM run" in real._repr_html_()
+    assert real.config["provenance"]["kernel_release"] == prov["kernel_release"]
+    assert "KVM host" in kvm_host._repr_html_()
+    with kvm_host.create_vm(memory_mib=2) as vm:
+        assert "KVM VM" in vm._repr_html_()

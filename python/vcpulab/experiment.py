@@ -24,6 +24,7 @@ emulated guest, µs, Hz) and the result columns it returns.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -556,9 +557,14 @@ class _Driver(threading.Thread):
 def provenance() -> dict[str, Any]:
     """Where a real run came from: vcpulab version, host CPU model, kernel,
     KVM module parameters, virtualization backend."""
-    import platform
-
     from vcpulab import __version__
+
+    return {"vcpulab_version": __version__, **machine_provenance()}
+
+
+@functools.lru_cache(maxsize=1)
+def _static_machine() -> tuple[str, str, str, int]:
+    import platform
 
     model = "unknown"
     try:
@@ -566,11 +572,17 @@ def provenance() -> dict[str, Any]:
             model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
     except OSError:
         pass
+    return model, platform.release(), virtualization(), len(_core.allowed_cpus())
+
+
+def machine_provenance() -> dict[str, Any]:
+    """The machine part of provenance: CPU model, kernel release, KVM module
+    parameters (read now: they can change at run time), virtualization."""
+    model, kernel, virt, cpus = _static_machine()
     return {
-        "vcpulab_version": __version__,
         "host_cpu_model": model,
-        "kernel_release": platform.release(),
+        "kernel_release": kernel,
         "kvm_module_params": module_params(),
-        "virtualization": virtualization(),
-        "host_cpus": len(_core.allowed_cpus()),
+        "virtualization": virt,
+        "host_cpus": cpus,
     }

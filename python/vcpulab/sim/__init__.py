@@ -115,6 +115,37 @@ class Result:
     def config_hash(self) -> str:
         return self.config.config_hash()
 
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where this result came from: vcpulab version, seed, config hash, and
+        the machine that computed it (CPU model, kernel, KVM module parameters)."""
+        from vcpulab.experiment import machine_provenance
+
+        return {
+            "vcpulab_version": self.version,
+            "seed": self.config.seed,
+            "config_hash": self.config_hash,
+            **machine_provenance(),
+        }
+
+    def _repr_html_(self) -> str:
+        from vcpulab._display import table
+
+        s = self.summary.row(0, named=True)
+        vms = ", ".join(f"{v.count}×{v.vcpus} vCPUs ({v.workload.name or 'workload'}, {v.policy.label})" for v in self.config.vms)
+        prov = self.provenance
+        rows = [
+            ("host", f"{self.config.host.pcpus} CPUs, scheduler {self.config.host.scheduler}"),
+            ("VMs", vms),
+            ("simulated", f"{self.config.duration_ns / 1e6:g} ms (warm-up {self.config.warmup_ns / 1e6:g} ms), seed {self.config.seed}"),
+            ("throughput", f"{s.get('throughput_ops_s', float('nan')):,.0f} ops/s"),
+            ("host time", f"useful {s.get('useful_frac', 0):.1%}, spin {s.get('spin_frac', 0):.1%}, "
+                          f"PLE {s.get('ple_frac', 0):.1%}, idle {s.get('idle_frac', 0):.1%}"),
+            ("config hash", self.config_hash[:16]),
+            ("computed by", f"vcpulab {prov['vcpulab_version']} on {prov['host_cpu_model']}, kernel {prov['kernel_release']}"),
+        ]  # fmt: skip
+        return table("simulated run", rows, [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)])
+
     def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
         """The digest's sched map (§4) as an int array of shape (pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
