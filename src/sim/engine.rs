@@ -110,14 +110,26 @@ pub enum Ev {
     Gang,
 }
 
+/// A heap entry. `key` is the bitwise complement of (time, seq) as one
+/// 128-bit number, so that the max-heap pops the earliest (time, seq) first
+/// with a single integer comparison.
 struct Entry {
-    time: Ns,
-    seq: u64,
+    key: u128,
     ev: Ev,
+}
+impl Entry {
+    #[inline]
+    fn new(time: Ns, seq: u64, ev: Ev) -> Entry {
+        Entry { key: !(((time as u128) << 64) | seq as u128), ev }
+    }
+    #[inline]
+    fn time(&self) -> Ns {
+        ((!self.key) >> 64) as Ns
+    }
 }
 impl PartialEq for Entry {
     fn eq(&self, o: &Self) -> bool {
-        self.time == o.time && self.seq == o.seq
+        self.key == o.key
     }
 }
 impl Eq for Entry {}
@@ -127,8 +139,9 @@ impl PartialOrd for Entry {
     }
 }
 impl Ord for Entry {
+    #[inline]
     fn cmp(&self, o: &Self) -> Ordering {
-        (o.time, o.seq).cmp(&(self.time, self.seq))
+        self.key.cmp(&o.key)
     }
 }
 
@@ -604,7 +617,7 @@ impl Sim {
             return;
         }
         self.seq += 1;
-        self.heap.push(Entry { time, seq: self.seq, ev });
+        self.heap.push(Entry::new(time, self.seq, ev));
     }
 
     /// Run to the end; returns an error if a policy failed or `interrupted()`
@@ -632,15 +645,16 @@ impl Sim {
                 ev
             } else {
                 match self.heap.peek() {
-                    Some(e) if e.time < self.end && e.time < limit => {}
+                    Some(e) if e.time() < self.end && e.time() < limit => {}
                     _ => break,
                 }
                 let e = self.heap.pop().expect("peeked");
-                debug_assert!(e.time >= self.now);
-                if e.time > self.now {
+                let time = e.time();
+                debug_assert!(time >= self.now);
+                if time > self.now {
                     self.same_time = 0;
                 }
-                self.now = e.time;
+                self.now = time;
                 e.ev
             };
             self.events += 1;
