@@ -216,6 +216,8 @@ pub enum TaskKind {
 pub struct Task {
     pub kind: TaskKind,
     pub weight: u64,
+    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
+    pub vslice: i64,
     pub vruntime: i64,
     pub deadline: i64,
     pub vlag: i64,
@@ -529,6 +531,7 @@ impl Sim {
                     sim.tasks.push(Task {
                         kind: TaskKind::Vcpu(vcpu0 + i),
                         weight: vmc.weight,
+                        vslice: (cfg.host.base_slice_ns * NICE0 / vmc.weight) as i64,
                         vruntime: 0,
                         deadline: 0,
                         vlag: 0,
@@ -645,6 +648,7 @@ impl Sim {
                 sim.tasks.push(Task {
                     kind: TaskKind::Bg(cpu),
                     weight: cfg.host.background.weight,
+                    vslice: (cfg.host.base_slice_ns * NICE0 / cfg.host.background.weight) as i64,
                     vruntime: 0,
                     deadline: 0,
                     vlag: 0,

@@ -228,8 +228,15 @@ impl Upstream {
         let me = ctx.me();
         let start = ctx.last_boosted() + 1;
         let mut budget = self.esrch_budget;
+        // idx = (start + i) % n, without a division per candidate
+        let mut idx = start % n;
         for i in 0..n {
-            let idx = (start + i) % n;
+            let here = idx;
+            idx += 1;
+            if idx == n {
+                idx = 0;
+            }
+            let idx = here;
             if idx == me {
                 continue;
             }

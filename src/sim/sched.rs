@@ -15,7 +15,7 @@ use super::trace::TraceRec;
 impl Sim {
     #[inline]
     fn vslice(&self, t: usize) -> i64 {
-        (self.cfg.host.base_slice_ns * NICE0 / self.tasks[t].weight) as i64
+        self.tasks[t].vslice
     }
 
     #[inline]
