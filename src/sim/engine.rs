@@ -161,21 +161,21 @@ impl EventQueue {
     /// Put `e` at the root (a hole) and sift it down.
     #[inline]
     fn sift_down_root(&mut self, e: Entry) {
-        let v = &mut self.v;
-        let n = v.len();
+        let v = self.v.as_mut_slice();
         let mut i = 0;
         loop {
-            let mut c = 2 * i + 1;
-            if c >= n {
+            let c = 2 * i + 1;
+            // the smaller child (c, or c + 1 if it exists and is smaller)
+            let c = match v.get(c..c + 2) {
+                Some([l, r]) => c + (r.key < l.key) as usize,
+                _ if c < v.len() => c,
+                _ => break,
+            };
+            let child = v[c];
+            if child.key >= e.key {
                 break;
             }
-            if c + 1 < n && v[c + 1].key < v[c].key {
-                c += 1;
-            }
-            if v[c].key >= e.key {
-                break;
-            }
-            v[i] = v[c];
+            v[i] = child;
             i = c;
         }
         v[i] = e;
