@@ -5,8 +5,7 @@
 //! exits and directed yield in `ple.rs`; all are `impl Sim` blocks over the
 //! state defined here.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
@@ -110,25 +109,99 @@ pub enum Ev {
     Gang,
 }
 
+/// A queued event. `key` is (time, seq) as one 128-bit number: one integer
+/// comparison orders two entries, and keys are unique (seq is).
+#[derive(Clone, Copy)]
 struct Entry {
-    time: Ns,
-    seq: u64,
+    key: u128,
     ev: Ev,
 }
-impl PartialEq for Entry {
-    fn eq(&self, o: &Self) -> bool {
-        self.time == o.time && self.seq == o.seq
+impl Entry {
+    #[inline]
+    fn time(&self) -> Ns {
+        (self.key >> 64) as Ns
     }
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
+
+/// The event queue: a binary min-heap on `Entry::key`. Keys are unique, so it
+/// pops exactly the (time, seq) order of any correct priority queue.
+///
+/// `pop` leaves a hole at the root; the next `push` (usually made by the
+/// handler of the popped event, for an instant soon after it) fills the hole
+/// and sifts down, which saves both the pop's sift and most of the push's.
+/// A hole still open at the next `peek_time`/`pop` is filled with the last
+/// entry, as a plain pop would.
+#[derive(Default)]
+struct EventQueue {
+    v: Vec<Entry>,
+    hole: bool,
 }
-impl Ord for Entry {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (o.time, o.seq).cmp(&(self.time, self.seq))
+impl EventQueue {
+    #[inline]
+    fn push(&mut self, time: Ns, seq: u64, ev: Ev) {
+        let e = Entry { key: ((time as u128) << 64) | seq as u128, ev };
+        if self.hole {
+            self.hole = false;
+            self.sift_down_root(e);
+            return;
+        }
+        let v = &mut self.v;
+        let mut i = v.len();
+        v.push(e);
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if v[p].key <= e.key {
+                break;
+            }
+            v[i] = v[p];
+            i = p;
+        }
+        v[i] = e;
+    }
+    /// Put `e` at the root (a hole) and sift it down.
+    #[inline]
+    fn sift_down_root(&mut self, e: Entry) {
+        let v = self.v.as_mut_slice();
+        let mut i = 0;
+        loop {
+            let c = 2 * i + 1;
+            // the smaller child (c, or c + 1 if it exists and is smaller)
+            let c = match v.get(c..c + 2) {
+                Some([l, r]) => c + (r.key < l.key) as usize,
+                _ if c < v.len() => c,
+                _ => break,
+            };
+            let child = v[c];
+            if child.key >= e.key {
+                break;
+            }
+            v[i] = child;
+            i = c;
+        }
+        v[i] = e;
+    }
+    #[inline]
+    fn fill_hole(&mut self) {
+        if self.hole {
+            self.hole = false;
+            let last = self.v.pop().expect("a hole is an entry");
+            if !self.v.is_empty() {
+                self.sift_down_root(last);
+            }
+        }
+    }
+    #[inline]
+    fn peek_time(&mut self) -> Option<Ns> {
+        self.fill_hole();
+        self.v.first().map(Entry::time)
+    }
+    /// Remove and return the earliest entry (leaving a hole at the root).
+    #[inline]
+    fn pop(&mut self) -> Option<Entry> {
+        self.fill_hole();
+        let top = *self.v.first()?;
+        self.hole = true;
+        Some(top)
     }
 }
 
@@ -143,6 +216,8 @@ pub enum TaskKind {
 pub struct Task {
     pub kind: TaskKind,
     pub weight: u64,
+    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
+    pub vslice: i64,
     pub vruntime: i64,
     pub deadline: i64,
     pub vlag: i64,
@@ -351,7 +426,7 @@ pub struct Sim {
     pub cfg: SimConfig,
     pub now: Ns,
     pub end: Ns,
-    heap: BinaryHeap<Entry>,
+    heap: EventQueue,
     seq: u64,
     pub events: u64,
     pub rng: Pcg64Mcg,
@@ -390,7 +465,7 @@ impl Sim {
             cfg: cfg.clone(),
             now: 0,
             end: cfg.duration_ns,
-            heap: BinaryHeap::new(),
+            heap: EventQueue::default(),
             seq: 0,
             events: 0,
             rng: Pcg64Mcg::seed_from_u64(0),
@@ -456,6 +531,7 @@ impl Sim {
                     sim.tasks.push(Task {
                         kind: TaskKind::Vcpu(vcpu0 + i),
                         weight: vmc.weight,
+                        vslice: (cfg.host.base_slice_ns * NICE0 / vmc.weight) as i64,
                         vruntime: 0,
                         deadline: 0,
                         vlag: 0,
@@ -572,6 +648,7 @@ impl Sim {
                 sim.tasks.push(Task {
                     kind: TaskKind::Bg(cpu),
                     weight: cfg.host.background.weight,
+                    vslice: (cfg.host.base_slice_ns * NICE0 / cfg.host.background.weight) as i64,
                     vruntime: 0,
                     deadline: 0,
                     vlag: 0,
@@ -604,7 +681,7 @@ impl Sim {
             return;
         }
         self.seq += 1;
-        self.heap.push(Entry { time, seq: self.seq, ev });
+        self.heap.push(time, self.seq, ev);
     }
 
     /// Run to the end; returns an error if a policy failed or `interrupted()`
@@ -631,16 +708,17 @@ impl Sim {
             let ev = if let Some(ev) = self.immediate.pop_front() {
                 ev
             } else {
-                match self.heap.peek() {
-                    Some(e) if e.time < self.end && e.time < limit => {}
+                match self.heap.peek_time() {
+                    Some(t) if t < self.end && t < limit => {}
                     _ => break,
                 }
                 let e = self.heap.pop().expect("peeked");
-                debug_assert!(e.time >= self.now);
-                if e.time > self.now {
+                let time = e.time();
+                debug_assert!(time >= self.now);
+                if time > self.now {
                     self.same_time = 0;
                 }
-                self.now = e.time;
+                self.now = time;
                 e.ev
             };
             self.events += 1;

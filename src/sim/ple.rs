@@ -49,6 +49,9 @@ struct PleLite {
 
 struct PleCtx<'a> {
     sim: &'a mut Sim,
+    /// The spinning vCPU (global index).
+    spinner: usize,
+    /// The spinner's index in its VM.
     me: usize,
     vm: usize,
     t: Ns,
@@ -63,8 +66,9 @@ impl SpinCtx for PleCtx<'_> {
     fn n(&self) -> usize {
         self.n
     }
+    #[inline]
     fn me(&self) -> usize {
-        self.sim.vcpus[self.me].idx as usize
+        self.me
     }
     fn vm(&self) -> usize {
         self.vm
@@ -111,7 +115,7 @@ impl SpinCtx for PleCtx<'_> {
             return 0;
         }
         let g = self.sim.vms[self.vm].vcpu0 as usize + idx;
-        let r = self.sim.yield_to(self.me, g, &mut self.t);
+        let r = self.sim.yield_to(self.spinner, g, &mut self.t);
         if r > 0 {
             self.yielded = true;
         }
@@ -125,7 +129,7 @@ impl SpinCtx for PleCtx<'_> {
         }
     }
     fn waited_for(&self) -> Option<usize> {
-        self.sim.waited_for(self.me).map(|g| g - self.sim.vms[self.vm].vcpu0 as usize)
+        self.sim.waited_for(self.spinner).map(|g| g - self.sim.vms[self.vm].vcpu0 as usize)
     }
 }
 
@@ -157,8 +161,14 @@ impl Sim {
             let (vcpu0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
             let candidate_ns = ple.candidate_ns;
             let mut ctx =
-                PleCtx { sim: self, me: v, vm, t, yielded: false, vcpu0, n, in_kernel, candidate_ns };
-            let res = policy.on_spin(&mut ctx);
+                PleCtx { sim: self, spinner: v, me: v - vcpu0, vm, t, yielded: false, vcpu0, n, in_kernel, candidate_ns };
+            let res = match policy.as_upstream() {
+                Some(up) => {
+                    up.scan(&mut ctx);
+                    Ok(())
+                }
+                None => policy.on_spin(&mut ctx),
+            };
             t = ctx.t;
             yielded = ctx.yielded;
             self.vms[vm].policy = policy;

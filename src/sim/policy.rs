@@ -87,6 +87,12 @@ pub trait SpinCtx {
 pub trait DirectedYieldPolicy: Send {
     /// Called on each pause-loop exit of a vCPU of this VM.
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String>;
+    /// A copy of this policy if it is the built-in [`Upstream`] (stateless),
+    /// which the engine then runs with static dispatch (the same code as
+    /// `on_spin`, without a virtual call per candidate).
+    fn as_upstream(&self) -> Option<Upstream> {
+        None
+    }
 }
 
 /// Build the policy a VM's config names. `Python` policies come from the caller.
@@ -194,6 +200,7 @@ impl DirectedYieldPolicy for DyEligible {
 /// Upstream today (kvm-mechanisms.md §1.3): one pass from last_boosted+1;
 /// skip not-ready; blocking ⇒ dy_runnable; the kernel-mode filter for
 /// preempted candidates; the dy_eligible toggle; -ESRCH budget.
+#[derive(Clone, Copy, Debug)]
 pub struct Upstream {
     pub esrch_budget: u32,
     pub last_boosted_bug: bool,
@@ -202,15 +209,34 @@ pub struct Upstream {
 }
 impl DirectedYieldPolicy for Upstream {
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
+        self.scan(ctx);
+        Ok(())
+    }
+    fn as_upstream(&self) -> Option<Upstream> {
+        Some(*self)
+    }
+}
+impl Upstream {
+    /// The pass of `kvm_vcpu_on_spin`, generic over the context so that the
+    /// engine's own context is called without dynamic dispatch.
+    #[inline]
+    pub fn scan<C: SpinCtx + ?Sized>(&self, ctx: &mut C) {
         let n = ctx.n();
         if n < 2 {
-            return Ok(());
+            return;
         }
         let me = ctx.me();
         let start = ctx.last_boosted() + 1;
         let mut budget = self.esrch_budget;
+        // idx = (start + i) % n, without a division per candidate
+        let mut idx = start % n;
         for i in 0..n {
-            let idx = (start + i) % n;
+            let here = idx;
+            idx += 1;
+            if idx == n {
+                idx = 0;
+            }
+            let idx = here;
             if idx == me {
                 continue;
             }
@@ -233,14 +259,14 @@ impl DirectedYieldPolicy for Upstream {
                 }
             }
         }
-        Ok(())
     }
 }
 
 /// The candidate filter of §1.3, before the dy_eligible toggle:
 /// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
 /// in kernel or has a pending interrupt).
-pub fn upstream_filter(ctx: &dyn SpinCtx, idx: usize, kernel_filter: bool) -> bool {
+#[inline]
+pub fn upstream_filter<C: SpinCtx + ?Sized>(ctx: &C, idx: usize, kernel_filter: bool) -> bool {
     ctx.passes_filter(idx, kernel_filter)
 }
 

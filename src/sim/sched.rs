@@ -15,7 +15,7 @@ use super::trace::TraceRec;
 impl Sim {
     #[inline]
     fn vslice(&self, t: usize) -> i64 {
-        (self.cfg.host.base_slice_ns * NICE0 / self.tasks[t].weight) as i64
+        self.tasks[t].vslice
     }
 
     #[inline]
@@ -45,6 +45,9 @@ impl Sim {
         }
         if s == 0 {
             v0
+        } else if sw.count_ones() == 1 {
+            // floor division by a power of two (sw > 0) is an arithmetic shift
+            v0 + (s >> sw.trailing_zeros())
         } else {
             v0 + s.div_euclid(sw)
         }
@@ -418,7 +421,14 @@ impl Sim {
     fn double_rq_lock(&mut self, a: usize, b: usize, t: Ns, hold: Ns) -> Ns {
         let now = self.now;
         for c in [a, b] {
-            self.rqs[c].lock_busy.retain(|&(_, e)| e > now);
+            // Every hold lasts `hold` (rq_lock_ns), so the list, sorted by
+            // start, is sorted by end too: the expired holds are a prefix.
+            let v = &mut self.rqs[c].lock_busy;
+            debug_assert!(v.windows(2).all(|w| w[0].1 <= w[1].1));
+            let k = v.partition_point(|&(_, e)| e <= now);
+            if k > 0 {
+                v.drain(..k);
+            }
         }
         let mut s = t;
         loop {
