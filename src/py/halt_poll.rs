@@ -23,14 +23,7 @@ fn run_one(json: &str) -> Result<ScenarioResult, Failure> {
     match catch_unwind(AssertUnwindSafe(|| halt_poll::simulate(&sc))) {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(Failure::Invalid(e)),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(Failure::Bug(msg))
-        }
+        Err(p) => Err(Failure::Bug(crate::sim::panic_message(p.as_ref()))),
     }
 }
 

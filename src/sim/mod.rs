@@ -89,15 +89,16 @@ pub fn run_checked(
     }));
     match out {
         Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(SimError::Bug(msg))
-        }
+        Err(p) => Err(SimError::Bug(panic_message(p.as_ref()))),
     }
+}
+
+/// The message of a caught panic (`catch_unwind` payload), for error reports.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 #[cfg(test)]
