@@ -708,6 +708,26 @@ fn halt_until_count(a: &mut CodeAssembler, target: Option<u64>) -> Result<()> {
     a.set_label(&mut out).map_err(asm_err)
 }
 
+/// Halts until the interrupt counter at `[rsi]` exceeds `seen`, then records
+/// the time since `r13` (TSC cycles) in round `r12`'s slot, `[rbx + 64 + 8*r12]`,
+/// and increments `r12`. The layout of the ping-pong programs. Clobbers rax, rdx.
+fn halt_until_above_then_record(a: &mut CodeAssembler, seen: AsmRegister64) -> Result<()> {
+    let mut wait = a.create_label();
+    let mut woke = a.create_label();
+    a.set_label(&mut wait).map_err(asm_err)?;
+    a.cli().map_err(asm_err)?;
+    a.cmp(qword_ptr(rsi), seen).map_err(asm_err)?;
+    a.ja(woke).map_err(asm_err)?;
+    a.sti().map_err(asm_err)?;
+    a.hlt().map_err(asm_err)?;
+    a.jmp(wait).map_err(asm_err)?;
+    a.set_label(&mut woke).map_err(asm_err)?;
+    rdtsc64(a)?;
+    a.sub(rax, r13).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
+    a.inc(r12).map_err(asm_err)
+}
+
 /// `dec reg; jnz` delay loop of `n` iterations on `reg` (nothing if `n` = 0).
 fn delay(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
     if n == 0 {
@@ -900,7 +920,6 @@ fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<Re
     a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
     a.xor(r12d, r12d).map_err(asm_err)?; // round
     let mut top = a.create_label();
-    let mut wait = a.create_label();
     let mut out = a.create_label();
     a.set_label(&mut top).map_err(asm_err)?;
     a.cli().map_err(asm_err)?;
@@ -909,20 +928,7 @@ fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<Re
     rdtsc64(a)?;
     a.mov(r13, rax).map_err(asm_err)?;
     a.inc(qword_ptr(rbx)).map_err(asm_err)?; // cue: about to halt
-    a.set_label(&mut wait).map_err(asm_err)?;
-    a.mov(rax, r12).map_err(asm_err)?;
-    a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
-    let mut woke = a.create_label();
-    a.ja(woke).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.jmp(wait).map_err(asm_err)?;
-    a.set_label(&mut woke).map_err(asm_err)?;
-    rdtsc64(a)?;
-    a.sub(rax, r13).map_err(asm_err)?;
-    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
-    a.inc(r12).map_err(asm_err)?;
+    halt_until_above_then_record(a, r12)?;
     a.jmp(top).map_err(asm_err)?;
     a.set_label(&mut out).map_err(asm_err)?;
     m.done()
@@ -964,20 +970,7 @@ fn ipi_ping_pong(m: &mut Asm, data: Gpa, rounds: u64, gap_cycles: u64, vb: u8, r
     a.mov(r13, rax).map_err(asm_err)?;
     a.mov(r15d, 1u32).map_err(asm_err)?;
     send_ipi(a, r15, vb + 1)?;
-    let mut wait = a.create_label();
-    let mut woke = a.create_label();
-    a.set_label(&mut wait).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.cmp(qword_ptr(rsi), r14).map_err(asm_err)?;
-    a.ja(woke).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(wait).map_err(asm_err)?;
-    a.set_label(&mut woke).map_err(asm_err)?;
-    rdtsc64(a)?;
-    a.sub(rax, r13).map_err(asm_err)?;
-    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
-    a.inc(r12).map_err(asm_err)?;
+    halt_until_above_then_record(a, r14)?;
     a.mov(qword_ptr(rbx), r12).map_err(asm_err)?;
     a.jmp(round).map_err(asm_err)?;
     a.set_label(&mut rounds_done).map_err(asm_err)?;
