@@ -140,9 +140,9 @@ impl Ord for Entry {
     }
 }
 
-/// Width of a bucket of the event queue's ring, log2 ns (256 ns).
+/// Width of a bucket of the event queue's ring, log2 ns (32 ns).
 const BUCKET_SHIFT: u32 = 5;
-/// Buckets in the ring (a power of two): it spans 1024 × 256 ns ≈ 262 µs.
+/// Buckets in the ring (a power of two): it spans 4096 × 32 ns ≈ 131 µs.
 const NBUCKETS: usize = 4096;
 const NIL: u32 = u32::MAX;
 
