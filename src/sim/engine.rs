@@ -323,8 +323,12 @@ pub struct Task {
 
 #[derive(Clone, Debug)]
 pub struct Rq {
-    /// Runnable tasks other than `curr`.
+    /// Runnable tasks other than `curr` (change it only through
+    /// `queue_add`/`queue_remove`, which keep the two sums below).
     pub queue: Vec<u32>,
+    /// Σ weight and Σ weight·vruntime over `queue` (for `avg_vruntime`).
+    pub queue_w: i64,
+    pub queue_wv: i128,
     pub curr: Option<u32>,
     pub buddy: Option<u32>,
     pub exec_start: Ns,
@@ -557,6 +561,8 @@ impl Sim {
             rqs: (0..p)
                 .map(|_| Rq {
                     queue: Vec::new(),
+                    queue_w: 0,
+                    queue_wv: 0,
                     curr: None,
                     buddy: None,
                     exec_start: 0,

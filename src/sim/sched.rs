@@ -24,25 +24,24 @@ impl Sim {
     }
 
     /// Weighted average vruntime of the run queue (V), including curr.
+    /// O(1): the queue's weighted sums are kept up to date (as the kernel's
+    /// `avg_vruntime` keeps `sum_w_vruntime`), and the result is computed
+    /// relative to one entity exactly as a sum over the queue would give it.
     pub fn avg_vruntime(&self, cpu: usize) -> i64 {
         let rq = &self.rqs[cpu];
         // relative to one entity, so that i64 suffices
-        let v0 = match (rq.curr, rq.queue.first()) {
-            (Some(c), _) => self.tasks[c as usize].vruntime,
-            (None, Some(&q)) => self.tasks[q as usize].vruntime,
+        let (v0, curr_w) = match (rq.curr, rq.queue.first()) {
+            (Some(c), _) => (self.tasks[c as usize].vruntime, self.tasks[c as usize].weight as i64),
+            (None, Some(&q)) => (self.tasks[q as usize].vruntime, 0),
             (None, None) => return rq.last_v,
         };
-        let mut sw: i64 = 0;
-        let mut s: i64 = 0;
-        if let Some(c) = rq.curr {
-            sw += self.tasks[c as usize].weight as i64;
-        }
-        for &t in &rq.queue {
-            let tk = &self.tasks[t as usize];
-            let w = tk.weight as i64;
-            sw += w;
-            s += w * (tk.vruntime - v0);
-        }
+        let sw = rq.queue_w + curr_w;
+        // s = Σ w·(vruntime − v0) over the queue (curr adds 0)
+        let s = (rq.queue_wv - rq.queue_w as i128 * v0 as i128) as i64;
+        debug_assert_eq!(
+            s,
+            rq.queue.iter().map(|&t| self.tasks[t as usize].weight as i64 * (self.tasks[t as usize].vruntime - v0)).sum::<i64>()
+        );
         if s == 0 {
             v0
         } else if sw.count_ones() == 1 {
@@ -50,6 +49,27 @@ impl Sim {
             v0 + (s >> sw.trailing_zeros())
         } else {
             v0 + s.div_euclid(sw)
+        }
+    }
+
+    /// Put a runnable task (not curr) on `cpu`'s queue, adding it to the
+    /// queue's weighted sums. A queued task's vruntime does not change.
+    fn queue_add(&mut self, cpu: usize, t: usize) {
+        let (w, v) = (self.tasks[t].weight as i64, self.tasks[t].vruntime);
+        let rq = &mut self.rqs[cpu];
+        rq.queue.push(t as u32);
+        rq.queue_w += w;
+        rq.queue_wv += w as i128 * v as i128;
+    }
+
+    /// Take a task off `cpu`'s queue (if there), and out of its weighted sums.
+    fn queue_remove(&mut self, cpu: usize, t: usize) {
+        let (w, v) = (self.tasks[t].weight as i64, self.tasks[t].vruntime);
+        let rq = &mut self.rqs[cpu];
+        if let Some(i) = rq.queue.iter().position(|&x| x as usize == t) {
+            rq.queue.swap_remove(i);
+            rq.queue_w -= w;
+            rq.queue_wv -= w as i128 * v as i128;
         }
     }
 
@@ -120,7 +140,7 @@ impl Sim {
         let tk = &mut self.tasks[t];
         tk.vruntime = v - tk.vlag;
         tk.deadline = tk.vruntime + vs;
-        self.rqs[cpu].queue.push(t as u32);
+        self.queue_add(cpu, t);
         match self.rqs[cpu].curr {
             None => self.push(self.now, Ev::Resched(cpu as u32, Why::Idle)),
             Some(c) => {
@@ -146,10 +166,7 @@ impl Sim {
         self.update_curr(cpu);
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
-        let q = &mut self.rqs[cpu].queue;
-        if let Some(i) = q.iter().position(|&x| x as usize == t) {
-            q.swap_remove(i);
-        }
+        self.queue_remove(cpu, t);
         if self.rqs[cpu].buddy == Some(t as u32) {
             self.rqs[cpu].buddy = None;
         }
@@ -267,7 +284,7 @@ impl Sim {
             self.trace_close(cpu, p as u32, why);
             self.rqs[cpu].curr = None;
             if self.tasks[p].runnable && !self.tasks[p].parked {
-                self.rqs[cpu].queue.push(p as u32);
+                self.queue_add(cpu, p);
                 self.tasks[p].wait_since = now;
             }
             if self.tasks[p].runnable && self.tasks[p].parked {
@@ -282,10 +299,7 @@ impl Sim {
                 self.rqs[cpu].acct.set(now, C_IDLE);
             }
             Some(n) => {
-                let q = &mut self.rqs[cpu].queue;
-                if let Some(i) = q.iter().position(|&x| x as usize == n) {
-                    q.swap_remove(i);
-                }
+                self.queue_remove(cpu, n);
                 self.rqs[cpu].curr = Some(n as u32);
                 self.rqs[cpu].exec_start = now;
                 let tk = &mut self.tasks[n];
@@ -399,6 +413,7 @@ impl Sim {
             return 0;
         }
         // yield_to_task_fair: set_next_buddy(p); yield_task_fair(curr).
+        debug_assert_eq!(self.rqs[a].curr, Some(me_task as u32), "the yielder is curr, not queued");
         self.rqs[b].buddy = Some(tg_task as u32);
         self.update_curr(a);
         let vs = self.vslice(me_task);
