@@ -38,11 +38,13 @@ pub const C_HALT: usize = 7;
 pub const C_IDLE: usize = 7;
 pub const NCAT: usize = 8;
 
-/// Time accounting with one open interval.
+/// Time accounting with one open interval. `repr(C)`: placed at the start
+/// of a cache line, the open interval and the running categories share it.
 #[derive(Clone, Debug)]
+#[repr(C)]
 pub struct Acct {
-    pub cat: usize,
     pub since: Ns,
+    pub cat: usize,
     pub acc: [Ns; NCAT],
 }
 
@@ -296,48 +298,55 @@ pub enum TaskKind {
 }
 
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
+///
+/// `repr(C, align(64))`: the scheduler's fields fill the first cache line.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Task {
     pub kind: TaskKind,
-    pub weight: u64,
-    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
-    pub vslice: i64,
-    pub vruntime: i64,
-    pub deadline: i64,
-    pub vlag: i64,
+    /// The run queue it belongs to (or last ran on).
+    pub cpu: u32,
     /// Runnable (on its run queue, current, or parked by the gang scheduler).
     pub runnable: bool,
     /// Gang mode: runnable but its VM is not in the current round.
     pub parked: bool,
-    /// The run queue it belongs to (or last ran on).
-    pub cpu: u32,
-    pub pinned: Option<u32>,
+    pub weight: u64,
+    pub vruntime: i64,
+    pub deadline: i64,
+    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
+    pub vslice: i64,
+    pub vlag: i64,
     pub wait_since: Ns,
     /// Total runnable-but-waiting time (sched_info.run_delay).
     pub run_delay: Ns,
+    pub pinned: Option<u32>,
     // background task state
     pub bg_rem: Ns,
     pub bg_start: Ns,
     pub bg_gen: u32,
 }
 
+/// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
+/// the first cache line, the accounting's open interval and running
+/// categories in the second.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Rq {
-    /// Runnable tasks other than `curr` (change it only through
-    /// `queue_add`/`queue_remove`, which keep the two sums below).
-    pub queue: Vec<u32>,
-    /// Σ weight and Σ weight·vruntime over `queue` (for `avg_vruntime`).
-    pub queue_w: i64,
+    /// Σ weight·vruntime and Σ weight over `queue` (for `avg_vruntime`).
     pub queue_wv: i128,
+    /// Runnable tasks other than `curr` (change it only through
+    /// `queue_add`/`queue_remove`, which keep the two sums).
+    pub queue: Vec<u32>,
+    pub queue_w: i64,
     pub curr: Option<u32>,
     pub buddy: Option<u32>,
+    pub acct: Acct,
     pub exec_start: Ns,
-    pub last_v: i64,
     /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
     pub lock_busy: Vec<(Ns, Ns)>,
-    pub tick_armed: bool,
     pub need_resched: bool,
-    pub acct: Acct,
+    pub tick_armed: bool,
+    pub last_v: i64,
     pub trace_start: Ns,
     pub switches: u64,
 }
@@ -369,23 +378,26 @@ pub enum Act {
     HaltPoll { start: Ns, end: Ns },
 }
 
+/// Per-vCPU counters. `repr(C, align(64))`: the eight a pause-loop exit and
+/// a context switch update share one cache line.
 #[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
 pub struct VcpuCounters {
     pub ple_exits: u64,
+    pub max_ple_window: u64,
     pub yield_attempts: u64,
     pub yield_ok: u64,
     pub yield_esrch: u64,
     pub yield_zero: u64,
-    pub preemption_reported: u64,
     pub preemption_other: u64,
+    pub sched_in: u64,
+    pub preemption_reported: u64,
     pub halt_exits: u64,
     pub halt_wakeup: u64,
     pub directed_yield_attempted: u64,
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
-    pub max_ple_window: u64,
-    pub sched_in: u64,
     // halt polling (kernel stat names, §3.3)
     pub halt_attempted_poll: u64,
     pub halt_successful_poll: u64,
@@ -394,13 +406,14 @@ pub struct VcpuCounters {
     pub halt_wait_ns: u64,
 }
 
-/// A vCPU. `repr(C)` keeps the fields in this order: what almost every
-/// event reads (activity, generation, where it runs) in the first cache
-/// line, the flags a directed-yield scan reads and the PLE state in the
-/// second, accounting next, queues and counters last. The simulator is
-/// bound by memory accesses more than by instructions.
+/// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
+/// lines: what almost every event reads (activity, generation, where it
+/// runs) in the first, the flags a directed-yield scan reads and the PLE
+/// state in the second, the accounting's open interval and running
+/// categories in the third, queues next, counters (hot ones first) last.
+/// The simulator is bound by memory accesses as much as by instructions.
 #[derive(Clone, Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Vcpu {
     pub act: Act,
     pub running: Option<u32>,
@@ -437,13 +450,13 @@ pub struct Vcpu {
     /// Start of the halt in progress and end of its polling (NEVER: none).
     pub halt_start: Ns,
     pub poll_end: Ns,
-    /// Current poll window, ns (vcpu->halt_poll_ns).
-    pub halt_poll_ns: u64,
     pub acct: Acct,
     // guest
     pub runq: VecDeque<u32>,
     /// Pending IPI handlers: the sending thread of each.
     pub ipis: VecDeque<u32>,
+    /// Current poll window, ns (vcpu->halt_poll_ns).
+    pub halt_poll_ns: u64,
     pub c: VcpuCounters,
 }
 
@@ -469,7 +482,10 @@ pub enum Step {
     Waiting,
 }
 
+/// A guest thread. `repr(C, align(64))`: what each step reads in the first
+/// cache line, the per-iteration bookkeeping in the second.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub struct Thread {
     pub vm: u32,
     pub idx: u32,
@@ -478,14 +494,14 @@ pub struct Thread {
     pub pc: usize,
     pub step: Step,
     pub rem: Ns,
-    pub iter_start: Ns,
-    pub iters: u64,
-    pub msgs: u32,
-    pub acks: u32,
     /// Spin time accumulated on the current PV-lock wait (SPIN_THRESHOLD).
     pub spun: Ns,
+    pub msgs: u32,
+    pub acks: u32,
     /// PV node state: halted in pv_wait.
     pub pv_halted: bool,
+    pub iter_start: Ns,
+    pub iters: u64,
     pub wake_gen: u32,
 }
 
