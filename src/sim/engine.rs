@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
-use super::policy::DirectedYieldPolicy;
+use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
 use super::SimError;
 
@@ -524,6 +524,9 @@ pub struct Vm {
     pub barrier_waiting: Vec<u32>,
     pub last_boosted: usize,
     pub policy: Box<dyn DirectedYieldPolicy>,
+    /// `policy.as_upstream()`, asked once: the built-in upstream policy is
+    /// stateless and runs with static dispatch.
+    pub upstream: Option<Upstream>,
     pub ops: u64,
     pub latencies: Vec<Ns>,
     pub done_threads: u32,
@@ -744,6 +747,7 @@ impl Sim {
                     locks,
                     barrier_waiting: Vec::new(),
                     last_boosted: 0,
+                    upstream: policy.as_upstream(),
                     policy,
                     ops: 0,
                     latencies: Vec::new(),

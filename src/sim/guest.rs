@@ -180,15 +180,21 @@ impl Sim {
         vc.gen = vc.gen.wrapping_add(1);
     }
 
+    /// Start an activity ending at `end` (NEVER: no event), in category `cat`
+    /// (what `vset` does, with one look-up of the vCPU).
     fn set_act(&mut self, v: usize, act: Act, end: Ns, cat: usize) {
+        let now = self.now;
         let vc = &mut self.vcpus[v];
         vc.act = act;
         vc.gen = vc.gen.wrapping_add(1);
         let gen = vc.gen;
+        vc.acct.set(now, cat);
+        if let Some(cpu) = vc.running {
+            self.rqs[cpu as usize].acct.set(now, cat);
+        }
         if end != NEVER {
             self.push(end, Ev::Vcpu(v as u32, gen));
         }
-        self.vset(v, cat);
     }
 
     pub fn poke(&mut self, v: usize) {

@@ -152,7 +152,7 @@ impl Sim {
         self.boost_cpu = NO_CPU;
         if self.vms[vm].nvcpu >= 2 {
             self.vcpus[v].in_spin_loop = true;
-            let mut policy = std::mem::replace(&mut self.vms[vm].policy, Box::new(super::policy::NoYield));
+            let upstream = self.vms[vm].upstream;
             // VMX PLE fires only at CPL 0; SVM passes the CPL it read.
             let in_kernel = match ple.kind {
                 PleKind::Vmx => true,
@@ -162,16 +162,21 @@ impl Sim {
             let candidate_ns = ple.candidate_ns;
             let mut ctx =
                 PleCtx { sim: self, spinner: v, me: v - vcpu0, vm, t, yielded: false, vcpu0, n, in_kernel, candidate_ns };
-            let res = match policy.as_upstream() {
+            let res = match upstream {
                 Some(up) => {
                     up.scan(&mut ctx);
                     Ok(())
                 }
-                None => policy.on_spin(&mut ctx),
+                None => {
+                    // the policy needs `&mut` while the context holds the Sim
+                    let mut policy = std::mem::replace(&mut ctx.sim.vms[vm].policy, Box::new(super::policy::NoYield));
+                    let res = policy.on_spin(&mut ctx);
+                    ctx.sim.vms[vm].policy = policy;
+                    res
+                }
             };
             t = ctx.t;
             yielded = ctx.yielded;
-            self.vms[vm].policy = policy;
             if let Err(e) = res {
                 self.error = Some(e);
             }

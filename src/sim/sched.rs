@@ -206,9 +206,8 @@ impl Sim {
         }
         let v = self.avg_vruntime(cpu);
         let rq = &self.rqs[cpu];
-        let cands = rq.queue.iter().copied().chain(curr_ok);
         if let Some(b) = rq.buddy {
-            if cands.clone().any(|x| x == b) {
+            if curr_ok == Some(b) || rq.queue.contains(&b) {
                 let take = match self.cfg.host.next_buddy {
                     NextBuddy::Always => true,
                     NextBuddy::Eligible => self.tasks[b as usize].vruntime <= v,
@@ -220,22 +219,25 @@ impl Sim {
                 }
             }
         }
-        let mut best: Option<usize> = None;
-        let mut least: Option<usize> = None;
-        for t in cands {
+        // the eligible task with the earliest (deadline, index), else the
+        // task with the least (vruntime, index); keys kept, not looked up again
+        let mut best: Option<(i64, usize)> = None;
+        let mut least: Option<(i64, usize)> = None;
+        for t in rq.queue.iter().copied().chain(curr_ok) {
             let t = t as usize;
             let tk = &self.tasks[t];
-            if least.is_none_or(|l| (tk.vruntime, t) < (self.tasks[l].vruntime, l)) {
-                least = Some(t);
+            let lk = (tk.vruntime, t);
+            if least.is_none_or(|l| lk < l) {
+                least = Some(lk);
             }
-            if tk.vruntime > v {
-                continue;
-            }
-            if best.is_none_or(|b| (tk.deadline, t) < (self.tasks[b].deadline, b)) {
-                best = Some(t);
+            if tk.vruntime <= v {
+                let bk = (tk.deadline, t);
+                if best.is_none_or(|b| bk < b) {
+                    best = Some(bk);
+                }
             }
         }
-        let best = best.or(least);
+        let best = best.or(least).map(|(_, t)| t);
         if best.map(|b| b as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
@@ -560,10 +562,15 @@ impl Sim {
 
     // ---- trace ----
 
+    /// Record the interval `t` ran on `cpu` (with `Config.trace`).
+    #[inline]
     pub fn trace_close(&mut self, cpu: usize, t: u32, why: Why) {
-        if !self.cfg.trace {
-            return;
+        if self.cfg.trace {
+            self.trace_record(cpu, t, why);
         }
+    }
+
+    fn trace_record(&mut self, cpu: usize, t: u32, why: Why) {
         let (vm, vcpu) = match self.tasks[t as usize].kind {
             TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i64, self.vcpus[v as usize].idx as i64),
             TaskKind::Bg(_) => (-1, -1),
