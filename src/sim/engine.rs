@@ -273,9 +273,8 @@ impl EventQueue {
             let n = self.head[s];
             let node = self.nodes[n as usize];
             self.head[s] = node.next;
-            if node.next == NIL {
-                self.occupied[s / 64] &= !(1 << (s % 64));
-            }
+            // clear the bucket's bit if it is now empty (without a branch)
+            self.occupied[s / 64] &= !(((node.next == NIL) as u64) << (s % 64));
             self.nodes[n as usize].next = self.free;
             self.free = n;
             self.near -= 1;
@@ -839,11 +838,11 @@ impl Sim {
                 self.stuck = Some(format!("no progress: 5e7 events at t={} ns", self.now));
             }
             self.dispatch(ev);
-            if let Some(s) = self.stuck.take() {
-                return Err(SimError::NoProgress(s));
-            }
-            if let Some(err) = self.error.take() {
-                return Err(SimError::Policy(err));
+            if self.stuck.is_some() || self.error.is_some() {
+                if let Some(s) = self.stuck.take() {
+                    return Err(SimError::NoProgress(s));
+                }
+                return Err(SimError::Policy(self.error.take().expect("an error")));
             }
             if self.events & ((1 << 18) - 1) == 0 && interrupted() {
                 return Err(SimError::Interrupted);
