@@ -423,7 +423,6 @@ pub struct Vcpu {
     pub task: u32,
     // kvm state (§1.1)
     pub preempted: bool,
-    pub ready: bool,
     pub blocking: bool,
     /// Blocked on the host (not runnable).
     pub halted: bool,
@@ -545,6 +544,10 @@ pub struct Sim {
     pub tasks: Vec<Task>,
     pub rqs: Vec<Rq>,
     pub vcpus: Vec<Vcpu>,
+    /// `vcpu->ready` of each vCPU (preempted, or woken from a halt and not
+    /// yet running), apart from `Vcpu` in a dense array: the directed-yield
+    /// scan reads it for every candidate and rejects most of them on it.
+    pub ready: Vec<bool>,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Vec<TraceRec>,
@@ -600,6 +603,7 @@ impl Sim {
                 })
                 .collect(),
             vcpus: Vec::new(),
+            ready: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Vec::new(),
@@ -666,7 +670,6 @@ impl Sim {
                         running: None,
                         last_cpu: cpu,
                         preempted: false,
-                        ready: false,
                         blocking: true,
                         halted: true,
                         in_spin_loop: false,
@@ -696,6 +699,7 @@ impl Sim {
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                     });
+                    sim.ready.push(false);
                 }
                 for i in 0..nthread {
                     sim.threads.push(Thread {

@@ -28,11 +28,11 @@ impl Sim {
         let task = self.vcpus[v].task as usize;
         let run_delay = self.tasks[task].run_delay;
         let (base, shrink) = (self.vms[vm].cfg.ple.window, self.vms[vm].cfg.ple.shrink);
+        self.ready[v] = false;
         let vc = &mut self.vcpus[v];
         vc.running = Some(cpu as u32);
         vc.last_cpu = cpu as u32;
         vc.preempted = false;
-        vc.ready = false;
         vc.blocking = false;
         vc.c.sched_in += 1;
         if vc.scheduled_out && ple_enabled {
@@ -68,13 +68,15 @@ impl Sim {
         let vm = self.vm_of(v);
         let steal_time = self.vms[vm].cfg.pv.steal_time;
         let now = self.now;
+        if runnable {
+            self.ready[v] = true;
+        }
         let vc = &mut self.vcpus[v];
         vc.running = None;
         vc.scheduled_out = true;
         if runnable {
             // still runnable inside KVM_RUN: preempted (involuntarily, or by a yield)
             vc.preempted = true;
-            vc.ready = true;
             vc.preempted_in_kernel = vc.in_kernel;
             let mut newly = false;
             if why.at_instruction_boundary() {
@@ -112,7 +114,8 @@ impl Sim {
             return;
         }
         vc.halted = false;
-        vc.ready = true;
+        self.ready[v] = true;
+        let vc = &mut self.vcpus[v];
         if reason != WakeReason::Start {
             vc.c.halt_wakeup += 1;
         }
@@ -131,7 +134,7 @@ impl Sim {
             running: vc.running.is_some(),
             in_guest: vc.running.is_some() && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. }),
             preempted: vc.preempted,
-            ready: vc.ready,
+            ready: self.ready[v],
             blocking: vc.blocking,
             dy_runnable: vc.pv_unhalted || pi,
             pending_interrupt: pi,
@@ -450,8 +453,8 @@ impl Sim {
         }
         vc.halted = true;
         vc.blocking = true;
-        vc.ready = false;
         let task = vc.task as usize;
+        self.ready[v] = false;
         self.dequeue_sleep(task);
         self.schedule(cpu, Why::Halt);
     }
@@ -921,7 +924,7 @@ impl Sim {
     pub fn kvm_sched_yield(&mut self, v: usize, target: usize, t: &mut Ns) -> bool {
         self.vcpus[v].c.directed_yield_attempted += 1;
         let cpu = self.vcpus[v].running.unwrap() as usize;
-        if self.nr_running(cpu) == 1 || !self.vcpus[target].ready || target == v {
+        if self.nr_running(cpu) == 1 || !self.ready[target] || target == v {
             return false;
         }
         let ok = self.yield_to(v, target, t) > 0;

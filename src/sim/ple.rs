@@ -77,10 +77,11 @@ impl SpinCtx for PleCtx<'_> {
         self.in_kernel
     }
     fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
-        let v = &self.sim.vcpus[self.vcpu0 + idx];
-        if !v.ready {
+        let g = self.vcpu0 + idx;
+        if !self.sim.ready[g] {
             return false;
         }
+        let v = &self.sim.vcpus[g];
         let pi = v.apicv && v.posted_irq;
         if v.blocking && !(v.pv_unhalted || pi) {
             return false;

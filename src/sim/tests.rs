@@ -125,7 +125,7 @@ fn yield_to_returns_zero_for_a_running_or_sleeping_target_and_one_on_success() {
     s.step_until(10_000).unwrap();
     let on0 = if s.vcpus[0].running.is_some() { 0 } else { 2 };
     let waiting = 2 - on0;
-    assert!(s.vcpus[waiting].running.is_none() && s.vcpus[waiting].ready);
+    assert!(s.vcpus[waiting].running.is_none() && s.ready[waiting]);
     let mut t = s.now;
     assert_eq!(s.yield_to(1, on0, &mut t), 0, "target running");
     assert!(t > s.now, "an attempt costs run-queue-lock time");
@@ -180,7 +180,7 @@ fn preempted_byte_only_for_involuntary_preemption_at_an_instruction_boundary() {
     s.tasks[task].deadline = s.tasks[task].vruntime;
     s.schedule(0, Why::Tick);
     assert!(s.vcpus[on0].running.is_none());
-    assert!(s.vcpus[on0].preempted && s.vcpus[on0].ready && s.vcpus[on0].st_preempted);
+    assert!(s.vcpus[on0].preempted && s.ready[on0] && s.vcpus[on0].st_preempted);
     assert_eq!(s.vcpus[on0].c.preemption_reported, 1);
     // a switch at the end of an exit handler (yield): preempted, but the byte is not set
     let other = 2 - on0;
@@ -191,7 +191,7 @@ fn preempted_byte_only_for_involuntary_preemption_at_an_instruction_boundary() {
     assert!(s.vcpus[other].preempted && !s.vcpus[other].st_preempted);
     assert_eq!(s.vcpus[other].c.preemption_other, 1);
     // sched-in clears preempted, ready and the byte
-    assert!(!s.vcpus[on0].preempted && !s.vcpus[on0].ready && !s.vcpus[on0].st_preempted);
+    assert!(!s.vcpus[on0].preempted && !s.ready[on0] && !s.vcpus[on0].st_preempted);
 }
 
 #[test]
@@ -199,10 +199,10 @@ fn halted_vcpus_are_blocking_not_preempted_and_stay_blocking_after_wake() {
     let mut s = sim_of(&rr(3, 2, 1));
     s.step_until(10_000_000).unwrap();
     let h = &s.vcpus[1];
-    assert!(h.halted && h.blocking && !h.preempted && !h.ready && !h.st_preempted);
+    assert!(h.halted && h.blocking && !h.preempted && !s.ready[1] && !h.st_preempted);
     s.vcpu_host_wake(1, super::engine::WakeReason::Timer);
     let h = &s.vcpus[1];
-    assert!(h.ready && h.blocking, "blocking stays true until it runs");
+    assert!(s.ready[1] && h.blocking, "blocking stays true until it runs");
     let v = s.view(1);
     assert!(!v.dy_runnable, "a timer-only wake is not dy_runnable");
     assert!(!policy::candidate_passes(&v, true, true));
