@@ -529,7 +529,11 @@ pub struct Vm {
     pub latencies: Vec<Ns>,
     pub done_threads: u32,
     pub finished_at: Option<Ns>,
-    pub window_ns_cache: (u64, Ns),
+    /// PLE windows (cycles) already converted to ns: (window, ns) at index
+    /// `window.leading_zeros()` ((0, 0) when empty, which is also right for a
+    /// window of 0). A window grows by doubling from its base, so each size
+    /// has its own entry and a spin start needs no division.
+    pub ple_ns: [(u64, Ns); 64],
     pub spin_threshold_ns: Ns,
 }
 
@@ -756,7 +760,7 @@ impl Sim {
                     latencies: Vec::new(),
                     done_threads: 0,
                     finished_at: None,
-                    window_ns_cache: (0, 0),
+                    ple_ns: [(0, 0); 64],
                     spin_threshold_ns: spin_threshold_ns.max(1),
                 });
             }

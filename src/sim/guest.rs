@@ -316,9 +316,14 @@ impl Sim {
     fn start_spin(&mut self, v: usize, pv: bool) {
         let now = self.now;
         let vm = self.vm_of(v);
-        let ple = &self.vms[vm].cfg.ple;
-        let ple_at = if ple.enabled {
-            now + cycles_to_ns(self.vcpus[v].ple_window, self.cfg.host.tsc_khz).max(1)
+        let ple_at = if self.vms[vm].cfg.ple.enabled {
+            let w = self.vcpus[v].ple_window;
+            // (a window is >= 1; `& 63` only keeps the index in bounds)
+            let slot = &mut self.vms[vm].ple_ns[w.leading_zeros() as usize & 63];
+            if slot.0 != w {
+                *slot = (w, cycles_to_ns(w, self.cfg.host.tsc_khz));
+            }
+            now + slot.1.max(1)
         } else {
             NEVER
         };
