@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
+use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::DirectedYieldPolicy;
 use super::trace::TraceRec;
 use super::SimError;
@@ -290,20 +291,12 @@ pub struct VcpuCounters {
     pub yield_zero: u64,
     pub preemption_reported: u64,
     pub preemption_other: u64,
-    pub halt_exits: u64,
-    pub halt_wakeup: u64,
     pub directed_yield_attempted: u64,
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
     pub max_ple_window: u64,
     pub sched_in: u64,
-    // halt polling (kernel stat names, §3.3)
-    pub halt_attempted_poll: u64,
-    pub halt_successful_poll: u64,
-    pub halt_poll_success_ns: u64,
-    pub halt_poll_fail_ns: u64,
-    pub halt_wait_ns: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -332,14 +325,10 @@ pub struct Vcpu {
     pub st_preempted: bool,
     pub steal_ns: Ns,
     pub ple_window: u64,
-    // host halt polling (§3)
-    /// Current poll window, ns (vcpu->halt_poll_ns).
-    pub halt_poll_ns: u64,
-    /// Start of the halt in progress and end of its polling (NEVER: none).
-    pub halt_start: Ns,
-    pub poll_end: Ns,
-    /// The halt in progress polled (do_poll).
-    pub halt_polled: bool,
+    // host halt polling (§3): kvm_vcpu_halt's window, halt in progress and stats
+    pub hp: HaltPollState,
+    /// Preempted inside the poll loop: the poll deadline it resumes with.
+    pub poll_resume: Option<Ns>,
     // guest
     pub cur: Option<u32>,
     pub runq: VecDeque<u32>,
@@ -420,6 +409,8 @@ pub struct Vm {
     pub finished_at: Option<Ns>,
     pub window_ns_cache: (u64, Ns),
     pub spin_threshold_ns: Ns,
+    /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
+    pub halt_poll: HaltPollConfig,
 }
 
 pub struct Sim {
@@ -524,6 +515,7 @@ impl Sim {
                 let nthread = if vmc.threads == 0 { vmc.vcpus } else { vmc.threads };
                 let vcpu0 = sim.vcpus.len() as u32;
                 let thread0 = sim.threads.len() as u32;
+                let halt_poll = vmc.halt_poll.state_machine();
                 for i in 0..vmc.vcpus {
                     let cpu = pins[g];
                     g += 1;
@@ -566,13 +558,8 @@ impl Sim {
                         st_preempted: false,
                         steal_ns: 0,
                         ple_window: vmc.ple.window,
-                        halt_poll_ns: match vmc.halt_poll.policy {
-                            super::config::HaltPollPolicy::Fixed => vmc.halt_poll.max_ns,
-                            _ => 0,
-                        },
-                        halt_start: NEVER,
-                        poll_end: NEVER,
-                        halt_polled: false,
+                        hp: HaltPollState::new(&halt_poll),
+                        poll_resume: None,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),
@@ -639,6 +626,7 @@ impl Sim {
                     finished_at: None,
                     window_ns_cache: (0, 0),
                     spin_threshold_ns: spin_threshold_ns.max(1),
+                    halt_poll,
                 });
             }
         }
