@@ -66,6 +66,11 @@ impl Sim {
 
     /// The host switched this vCPU thread out (kvm_sched_out + kvm_arch_vcpu_put).
     pub fn vcpu_sched_out(&mut self, v: usize, why: Why) {
+        // at_instruction_boundary (§4.3): only a vCPU taken out of guest mode
+        // by the interrupt (tick, reschedule IPI) that preempts it; one that
+        // was in the host already (an exit handler, the halt-poll loop) exited
+        // for another reason and is not reported
+        let in_guest = matches!(self.vcpus[v].act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. });
         self.pause_act(v);
         let task = self.vcpus[v].task as usize;
         let runnable = self.tasks[task].runnable;
@@ -81,7 +86,7 @@ impl Sim {
             vc.ready = true;
             vc.preempted_in_kernel = vc.in_kernel;
             let mut newly = false;
-            if why.at_instruction_boundary() {
+            if in_guest && why.at_instruction_boundary() {
                 vc.c.preemption_reported += 1;
                 if steal_time && !vc.st_preempted {
                     vc.st_preempted = true;
