@@ -326,7 +326,7 @@ def pingpong(halt_poll: sim.HaltPoll, pcpus: int = 4, count: int = 1) -> sim.Con
     )
 
 
-@pytest.mark.parametrize("policy", ["off", "fixed", "dynamic"])
+@pytest.mark.parametrize("policy", ["off", "fixed", "dynamic", "dynamic_v4"])
 def test_halt_polling_stats_and_conservation(policy):
     r = sim.run(pingpong(sim.HaltPoll(policy=policy)))
     assert_conserved(r)
@@ -345,6 +345,43 @@ def test_halt_polling_stats_and_conservation(policy):
         # the window grew from 0 by grow_start, ×2, capped by max_ns at the next halt
         w = v["halt_poll_window_ns"].to_list()
         assert all(x == 0 or x % 10_000 == 0 for x in w) and max(w) >= 10_000
+    if policy == "dynamic_v4":
+        # v4 starts at the maximum and only an idle (> 10 ms) halt shrinks it:
+        # a message-passing guest keeps it there (digest §5: "always maxed out")
+        assert v["halt_poll_window_ns"].to_list() == [200_000, 200_000]
+
+
+def test_a_guest_that_turns_host_polling_off_never_polls():
+    # MSR_KVM_POLL_CONTROL = 0: kvm_vcpu_halt blocks at once, whatever the policy
+    v = sim.run(pingpong(sim.HaltPoll(policy="fixed", poll_allowed=False))).vcpus
+    assert v["halt_exits"].sum() > 100
+    assert v["halt_attempted_poll"].sum() == 0 and v["polling_ns"].sum() == 0
+    assert v["halt_wakeup"].sum() > 0
+    with pytest.raises(ValueError, match="HaltPoll.poll_allowed"):
+        sim.HaltPoll(poll_allowed=1)  # type: ignore[arg-type]
+
+
+def test_a_vcpu_descheduled_while_polling_resumes_its_halt():
+    # Gang scheduling switches a whole VM out at its slice end, polling vCPUs
+    # included; the kernel's poll loop then goes on when the thread runs again.
+    wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Send(1), sim.Recv()))
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2, scheduler="gang", gang_slice_ns=1_000_000),
+        vms=(sim.Vm(vcpus=2, threads=2, count=2, workload=wl, halt_poll=sim.HaltPoll(policy="fixed", max_ns=400_000)),),
+        duration_ns=20_000_000,
+    )
+    r = sim.run(cfg)
+    assert_conserved(r)
+    v = r.vcpus
+    assert v["polling_ns"].sum() > 0
+    assert (v["halt_successful_poll"] <= v["halt_attempted_poll"]).all()
+    assert (v["halt_attempted_poll"] <= v["halt_exits"]).all()
+    # every halt ends by a successful poll or a wake-up from sleep, or is the
+    # one still open at the end, or never entered kvm_vcpu_halt (wake-up pending)
+    assert (v["halt_successful_poll"] + v["halt_wakeup"] <= v["halt_exits"]).all()
+    # the loop times itself with ktime: the time switched out counts as poll
+    # time in the stats, but not as CPU time spent polling
+    assert (v["halt_poll_success_ns"] + v["halt_poll_fail_ns"]).sum() > v["polling_ns"].sum()
 
 
 def test_halt_polling_stops_when_another_task_wants_the_cpu():

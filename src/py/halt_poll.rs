@@ -109,6 +109,7 @@ fn halt_poll_windows(config_json: &str, halts: Vec<(u64, bool)>) -> PyResult<Vec
         let mut t = 0u64;
         let mut out = Vec::with_capacity(halts.len());
         for (len, caught) in halts {
+            s.on_halt_exit();
             let stop = s.on_halt(&cfg, t);
             let rec = match stop {
                 Some(stop) if caught && t.saturating_add(len) <= stop => s.on_halt_end(&cfg, t + len, false, true),

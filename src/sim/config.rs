@@ -284,6 +284,9 @@ pub enum HaltPollPolicy {
     Fixed,
     /// Upstream dynamic polling decided from the whole block time (§3.2).
     Dynamic,
+    /// The 2015 v4 proposal (never merged): grow when the wake-up came while
+    /// polling, shrink after an idle (> 10 ms) halt (halt_poll.rs).
+    DynamicV4,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -298,11 +301,41 @@ pub struct HaltPollConfig {
     pub grow_start_ns: u64,
     /// halt_poll_ns_shrink (0 = reset to 0).
     pub shrink: u64,
+    /// False when the guest turned host polling off (MSR_KVM_POLL_CONTROL bit 0 = 0).
+    pub poll_allowed: bool,
 }
 
 impl Default for HaltPollConfig {
     fn default() -> Self {
-        HaltPollConfig { policy: HaltPollPolicy::Off, max_ns: 200_000, grow: 2, grow_start_ns: 10_000, shrink: 2 }
+        HaltPollConfig {
+            policy: HaltPollPolicy::Off,
+            max_ns: 200_000,
+            grow: 2,
+            grow_start_ns: 10_000,
+            shrink: 2,
+            poll_allowed: true,
+        }
+    }
+}
+
+impl HaltPollConfig {
+    /// The same settings for the shared `kvm_vcpu_halt` state machine
+    /// (`halt_poll::HaltPollState`), which the engine drives.
+    pub fn state_machine(&self) -> super::halt_poll::HaltPollConfig {
+        use super::halt_poll::Policy;
+        let mut c = super::halt_poll::HaltPollConfig::new(match self.policy {
+            HaltPollPolicy::Off => Policy::Off,
+            HaltPollPolicy::Fixed => Policy::Fixed,
+            HaltPollPolicy::Dynamic => Policy::BlockTime,
+            HaltPollPolicy::DynamicV4 => Policy::DynamicV4,
+        });
+        c.halt_poll_ns = self.max_ns;
+        // validated <= 1024 (grow, shrink); the kernel's parameters are uint
+        c.grow = self.grow as u32;
+        c.grow_start = self.grow_start_ns;
+        c.shrink = self.shrink as u32;
+        c.poll_allowed = self.poll_allowed;
+        c
     }
 }
 

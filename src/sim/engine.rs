@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
+use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
 use super::SimError;
@@ -38,10 +39,10 @@ pub const C_HALT: usize = 7;
 pub const C_IDLE: usize = 7;
 pub const NCAT: usize = 8;
 
-/// Time accounting with one open interval. `repr(C)`: placed at the start
-/// of a cache line, the open interval and the running categories share it.
+/// Time accounting with one open interval. `repr(C, align(64))`: it starts
+/// a cache line, which the open interval and the running categories share.
 #[derive(Clone, Debug)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Acct {
     pub since: Ns,
     pub cat: usize,
@@ -391,25 +392,18 @@ pub struct VcpuCounters {
     pub preemption_other: u64,
     pub sched_in: u64,
     pub preemption_reported: u64,
-    pub halt_exits: u64,
-    pub halt_wakeup: u64,
     pub directed_yield_attempted: u64,
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
-    // halt polling (kernel stat names, §3.3)
-    pub halt_attempted_poll: u64,
-    pub halt_successful_poll: u64,
-    pub halt_poll_success_ns: u64,
-    pub halt_poll_fail_ns: u64,
-    pub halt_wait_ns: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
 /// lines: what almost every event reads (activity, generation, where it
 /// runs) in the first, the flags a directed-yield scan reads and the PLE
 /// state in the second, the accounting's open interval and running
-/// categories in the third, queues next, counters (hot ones first) last.
+/// categories in the third, then the queues, the halt-polling state and
+/// the counters (hot ones first).
 /// The simulator is bound by memory accesses as much as by instructions.
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
@@ -437,24 +431,20 @@ pub struct Vcpu {
     pub apicv: bool,
     // steal time (§4)
     pub st_preempted: bool,
-    /// The halt in progress polled (do_poll).
-    pub halt_polled: bool,
     pub last_cpu: u32,
     pub ple_window: u64,
     /// Remaining time of the IPI handler in progress (0: none).
     pub ipi_rem: Ns,
     pub steal_ns: Ns,
-    // host halt polling (§3)
-    /// Start of the halt in progress and end of its polling (NEVER: none).
-    pub halt_start: Ns,
-    pub poll_end: Ns,
+    /// Preempted inside the poll loop: the poll deadline it resumes with.
+    pub poll_resume: Option<Ns>,
     pub acct: Acct,
     // guest
     pub runq: VecDeque<u32>,
     /// Pending IPI handlers: the sending thread of each.
     pub ipis: VecDeque<u32>,
-    /// Current poll window, ns (vcpu->halt_poll_ns).
-    pub halt_poll_ns: u64,
+    // host halt polling (§3): kvm_vcpu_halt's window, halt in progress and stats
+    pub hp: HaltPollState,
     pub c: VcpuCounters,
 }
 
@@ -535,6 +525,8 @@ pub struct Vm {
     /// has its own entry and a spin start needs no division.
     pub ple_ns: [(u64, Ns); 64],
     pub spin_threshold_ns: Ns,
+    /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
+    pub halt_poll: HaltPollConfig,
 }
 
 pub struct Sim {
@@ -646,6 +638,7 @@ impl Sim {
                 let nthread = if vmc.threads == 0 { vmc.vcpus } else { vmc.threads };
                 let vcpu0 = sim.vcpus.len() as u32;
                 let thread0 = sim.threads.len() as u32;
+                let halt_poll = vmc.halt_poll.state_machine();
                 for i in 0..vmc.vcpus {
                     let cpu = pins[g];
                     g += 1;
@@ -687,13 +680,8 @@ impl Sim {
                         st_preempted: false,
                         steal_ns: 0,
                         ple_window: vmc.ple.window,
-                        halt_poll_ns: match vmc.halt_poll.policy {
-                            super::config::HaltPollPolicy::Fixed => vmc.halt_poll.max_ns,
-                            _ => 0,
-                        },
-                        halt_start: NEVER,
-                        poll_end: NEVER,
-                        halt_polled: false,
+                        hp: HaltPollState::new(&halt_poll),
+                        poll_resume: None,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),
@@ -762,6 +750,7 @@ impl Sim {
                     finished_at: None,
                     ple_ns: [(0, 0); 64],
                     spin_threshold_ns: spin_threshold_ns.max(1),
+                    halt_poll,
                 });
             }
         }

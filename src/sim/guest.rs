@@ -6,7 +6,7 @@
 //! at its planned end; anything that may change what it does (a lock granted,
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
 
-use super::config::{HaltPollPolicy, LockKind, Phase, Placement};
+use super::config::{LockKind, Phase, Placement};
 use super::engine::*;
 use super::policy::VcpuView;
 
@@ -50,18 +50,27 @@ impl Sim {
             vc.dy_eligible = false;
         }
         debug_assert_eq!(vc.act, Act::Off);
-        if vc.halt_start != NEVER {
-            // back from kvm_vcpu_block(): halt_wait_ns, poll stats, window update
-            let waited = self.now - vc.poll_end;
-            vc.c.halt_wait_ns += waited;
-            self.halt_poll_done(v, false);
-            self.halt_finish(v);
+        if vc.hp.halted() {
+            match vc.poll_resume.take() {
+                // preempted inside the poll loop: it goes on polling
+                Some(stop) => {
+                    self.halt_poll_resume(v, cpu, stop);
+                    return;
+                }
+                // back from kvm_vcpu_block(): halt_wait_ns, poll stats, window update
+                None => self.halt_end(v, true),
+            }
         }
         self.vcpu_step(v);
     }
 
     /// The host switched this vCPU thread out (kvm_sched_out + kvm_arch_vcpu_put).
     pub fn vcpu_sched_out(&mut self, v: usize, why: Why) {
+        // at_instruction_boundary (§4.3): only a vCPU taken out of guest mode
+        // by the interrupt (tick, reschedule IPI) that preempts it; one that
+        // was in the host already (an exit handler, the halt-poll loop) exited
+        // for another reason and is not reported
+        let in_guest = matches!(self.vcpus[v].act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. });
         self.pause_act(v);
         let task = self.vcpus[v].task as usize;
         let runnable = self.tasks[task].runnable;
@@ -79,7 +88,7 @@ impl Sim {
             vc.preempted = true;
             vc.preempted_in_kernel = vc.in_kernel;
             let mut newly = false;
-            if why.at_instruction_boundary() {
+            if in_guest && why.at_instruction_boundary() {
                 vc.c.preemption_reported += 1;
                 if steal_time && !vc.st_preempted {
                     vc.st_preempted = true;
@@ -117,7 +126,7 @@ impl Sim {
         self.ready[v] = true;
         let vc = &mut self.vcpus[v];
         if reason != WakeReason::Start {
-            vc.c.halt_wakeup += 1;
+            vc.hp.on_wakeup();
         }
         let now = self.now;
         vc.acct.set(now, C_WAIT);
@@ -169,12 +178,11 @@ impl Sim {
                     self.threads[t as usize].spun += now - start;
                 }
             }
-            Act::HaltPoll { .. } => {
-                // switched out while polling: the poll failed; the halt is abandoned
-                // (the guest halts again when it runs)
-                self.vcpus[v].poll_end = now;
-                self.halt_poll_done(v, false);
-                self.vcpus[v].halt_start = NEVER;
+            Act::HaltPoll { end, .. } => {
+                // preempted inside kvm_vcpu_halt's poll loop (which times itself
+                // with ktime, so the time away counts as polling): it resumes
+                // there when it runs again
+                self.vcpus[v].poll_resume = Some(end);
             }
             Act::IdlePoll { .. } | Act::Exit { .. } | Act::Off => {}
         }
@@ -226,10 +234,9 @@ impl Sim {
                     self.vcpus[v].pv_unhalted = false;
                     self.vcpus[v].act = Act::Off;
                     self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
-                    self.halt_poll_done(v, true);
-                    self.halt_finish(v);
+                    self.halt_end(v, false);
                     self.vcpu_step(v);
-                } else if self.nr_running(cpu) > 1 || self.rqs[cpu].need_resched {
+                } else if !self.single_task_running(cpu) {
                     // single_task_running() is false: stop polling and block
                     self.vcpus[v].act = Act::Off;
                     self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
@@ -345,7 +352,7 @@ impl Sim {
     fn start_halt_exit(&mut self, v: usize) {
         let vm = self.vm_of(v);
         let cost = self.vms[vm].cfg.pv.halt_exit_ns;
-        self.vcpus[v].c.halt_exits += 1;
+        self.vcpus[v].hp.on_halt_exit();
         let end = self.now + cost;
         self.start_exit(v, end, ExitKind::Halt, C_EXIT);
     }
@@ -422,40 +429,51 @@ impl Sim {
     // ------------------------------------------------------- host halt polling
 
     /// kvm_vcpu_halt() (§3.2): poll up to the vCPU's window while nothing else
-    /// wants this host CPU, then block.
+    /// wants this host CPU, then block. The window and the stats are the
+    /// shared state machine's (`halt_poll::HaltPollState`).
     fn halt_begin(&mut self, v: usize, cpu: usize) {
         let vm = self.vm_of(v);
-        let hp = &self.vms[vm].cfg.halt_poll;
-        let (policy, max) = (hp.policy, hp.max_ns);
         let now = self.now;
-        let vc = &mut self.vcpus[v];
-        vc.halt_start = now;
-        vc.poll_end = now;
-        if vc.halt_poll_ns > max {
-            vc.halt_poll_ns = max;
+        match self.vcpus[v].hp.on_halt(&self.vms[vm].halt_poll, now) {
+            Some(stop) if self.single_task_running(cpu) => self.halt_poll_until(v, stop),
+            // no polling, or the poll loop exits at once
+            _ => self.halt_block(v),
         }
-        vc.halt_polled = policy != HaltPollPolicy::Off && vc.halt_poll_ns != 0;
-        if !vc.halt_polled {
-            self.halt_block(v);
-            return;
-        }
-        if self.nr_running(cpu) > 1 || self.rqs[cpu].need_resched {
-            self.halt_block(v); // the poll loop exits at once
-            return;
-        }
-        let end = now + self.vcpus[v].halt_poll_ns;
+    }
+
+    /// `single_task_running() && !need_resched()`: the poll loop may go on.
+    fn single_task_running(&self, cpu: usize) -> bool {
+        self.nr_running(cpu) <= 1 && !self.rqs[cpu].need_resched
+    }
+
+    fn halt_poll_until(&mut self, v: usize, end: Ns) {
+        let now = self.now;
         self.vcpus[v].in_kernel = true;
         self.set_act(v, Act::HaltPoll { start: now, end }, end, C_HALTPOLL);
     }
 
-    /// kvm_vcpu_block(): the vCPU thread sleeps until woken.
+    /// Back on the CPU after a preemption inside the poll loop, whose window
+    /// ends at `stop`: a wake-up ends the halt; else it polls on, or — with
+    /// the window over or another task runnable here — leaves the loop and
+    /// blocks (through an immediate event: this is the middle of schedule()).
+    fn halt_poll_resume(&mut self, v: usize, cpu: usize, stop: Ns) {
+        if self.has_wake_condition(v) {
+            self.vcpus[v].pv_unhalted = false;
+            self.halt_end(v, false);
+            self.vcpu_step(v);
+        } else if self.single_task_running(cpu) && stop > self.now {
+            self.halt_poll_until(v, stop);
+        } else {
+            self.halt_poll_until(v, self.now);
+        }
+    }
+
+    /// kvm_vcpu_block(): the poll loop is over; the vCPU thread sleeps until woken.
     fn halt_block(&mut self, v: usize) {
         let now = self.now;
         let cpu = self.vcpus[v].running.expect("blocking vCPU runs") as usize;
         let vc = &mut self.vcpus[v];
-        if vc.halt_start != NEVER {
-            vc.poll_end = now;
-        }
+        vc.hp.on_poll_stop(now);
         vc.halted = true;
         vc.blocking = true;
         let task = vc.task as usize;
@@ -464,52 +482,12 @@ impl Sim {
         self.schedule(cpu, Why::Halt);
     }
 
-    /// update_halt_poll_stats().
-    fn halt_poll_done(&mut self, v: usize, success: bool) {
-        let now = self.now;
-        let vc = &mut self.vcpus[v];
-        if !vc.halt_polled || vc.halt_start == NEVER {
-            return;
-        }
-        let end = if success { now } else { vc.poll_end.max(vc.halt_start) };
-        let poll_ns = end.min(now) - vc.halt_start;
-        vc.c.halt_attempted_poll += 1;
-        if success {
-            vc.c.halt_successful_poll += 1;
-            vc.c.halt_poll_success_ns += poll_ns;
-        } else {
-            vc.c.halt_poll_fail_ns += poll_ns;
-        }
-        vc.halt_polled = false;
-    }
-
-    /// The end of kvm_vcpu_halt(): the poll window adapts to the whole halt time.
-    fn halt_finish(&mut self, v: usize) {
-        let now = self.now;
+    /// The vCPU leaves kvm_vcpu_halt(): poll stats, halt_wait_ns and the
+    /// window update from the whole halt time. `waited`: it slept.
+    fn halt_end(&mut self, v: usize, waited: bool) {
         let vm = self.vm_of(v);
-        let hp = self.vms[vm].cfg.halt_poll.clone();
-        let vc = &mut self.vcpus[v];
-        if vc.halt_start == NEVER {
-            return;
-        }
-        let halt_ns = now - vc.halt_start;
-        vc.halt_start = NEVER;
-        match hp.policy {
-            HaltPollPolicy::Off => {}
-            HaltPollPolicy::Fixed => vc.halt_poll_ns = hp.max_ns,
-            HaltPollPolicy::Dynamic => {
-                let cur = vc.halt_poll_ns;
-                if hp.max_ns == 0 {
-                    vc.halt_poll_ns = 0;
-                } else if halt_ns <= cur {
-                    // the poll window was enough
-                } else if cur != 0 && halt_ns > hp.max_ns {
-                    vc.halt_poll_ns = super::ple::shrink_halt_poll_ns(cur, hp.shrink, hp.grow_start_ns);
-                } else if cur < hp.max_ns && halt_ns < hp.max_ns {
-                    vc.halt_poll_ns = super::ple::grow_halt_poll_ns(cur, hp.grow, hp.grow_start_ns);
-                }
-            }
-        }
+        let now = self.now;
+        self.vcpus[v].hp.on_halt_end(&self.vms[vm].halt_poll, now, waited, true);
     }
 
     // ------------------------------------------------------------- the guest

@@ -249,10 +249,16 @@ impl HaltPollState {
         self.cur.is_some()
     }
 
-    /// Start of `kvm_vcpu_halt` at `now` (the halt exit itself is counted here:
-    /// `halt_exits++`). Returns the poll deadline, or None when it does not poll.
-    pub fn on_halt(&mut self, cfg: &HaltPollConfig, now: u64) -> Option<u64> {
+    /// The guest executed HLT (`__kvm_emulate_halt`: `halt_exits++`). The
+    /// caller then calls [`on_halt`](Self::on_halt), unless a wake-up is
+    /// already pending (the kernel then skips `kvm_vcpu_halt`).
+    pub fn on_halt_exit(&mut self) {
         self.stats.halt_exits += 1;
+    }
+
+    /// Start of `kvm_vcpu_halt` at `now`. Returns the poll deadline, or None
+    /// when it does not poll.
+    pub fn on_halt(&mut self, cfg: &HaltPollConfig, now: u64) -> Option<u64> {
         let max = if cfg.policy == Policy::Off { 0 } else { cfg.max_ns() };
         let allowed = cfg.poll_allowed;
         if cfg.policy == Policy::Fixed {
@@ -708,6 +714,7 @@ impl Sim<'_> {
     fn start_halt(&mut self, i: usize) {
         let cfg = &self.sc.halt_poll;
         let v = &mut self.v[i];
+        v.hp.on_halt_exit();
         let deadline = v.hp.on_halt(cfg, self.now);
         v.epoch += 1;
         let ep = v.epoch;

@@ -7,6 +7,7 @@ fn cfg(p: Policy) -> HaltPollConfig {
 /// One halt: starts at `t`, the event arrives `after` ns later; polls if the
 /// window allows and the event comes inside it, else blocks and wakes at once.
 fn halt(s: &mut HaltPollState, c: &HaltPollConfig, t: u64, after: u64) -> HaltRecord {
+    s.on_halt_exit();
     match s.on_halt(c, t) {
         Some(stop) if t + after <= stop => s.on_halt_end(c, t + after, false, true).unwrap(),
         Some(stop) => {

@@ -139,22 +139,27 @@ pub fn collect(sim: &Sim) -> SimResult {
     counter!("yield_zero", yield_zero);
     counter!("preemption_reported", preemption_reported);
     counter!("preemption_other", preemption_other);
-    counter!("halt_exits", halt_exits);
-    counter!("halt_wakeup", halt_wakeup);
+    // halt polling, under the kernel's stat names (§3.3)
+    macro_rules! halt_stat {
+        ($name:literal, $f:ident) => {
+            vc.add($name, Column::U64(vs.iter().map(|v| v.hp.stats.$f).collect()));
+        };
+    }
+    halt_stat!("halt_exits", halt_exits);
+    halt_stat!("halt_wakeup", halt_wakeup);
     counter!("directed_yield_attempted", directed_yield_attempted);
     counter!("directed_yield_successful", directed_yield_successful);
     counter!("kicks", kicks);
     counter!("ipis_sent", ipis_sent);
     counter!("sched_in", sched_in);
     counter!("ple_window_max", max_ple_window);
-    counter!("halt_attempted_poll", halt_attempted_poll);
-    counter!("halt_successful_poll", halt_successful_poll);
-    counter!("halt_poll_success_ns", halt_poll_success_ns);
-    counter!("halt_poll_fail_ns", halt_poll_fail_ns);
-    counter!("halt_wait_ns", halt_wait_ns);
-    // x86 wake-ups are always valid (s390 only)
-    vc.add("halt_poll_invalid", Column::U64(vec![0; vs.len()]));
-    vc.add("halt_poll_window_ns", Column::U64(vs.iter().map(|v| v.halt_poll_ns).collect()));
+    halt_stat!("halt_attempted_poll", halt_attempted_poll);
+    halt_stat!("halt_successful_poll", halt_successful_poll);
+    halt_stat!("halt_poll_success_ns", halt_poll_success_ns);
+    halt_stat!("halt_poll_fail_ns", halt_poll_fail_ns);
+    halt_stat!("halt_wait_ns", halt_wait_ns);
+    halt_stat!("halt_poll_invalid", halt_poll_invalid);
+    vc.add("halt_poll_window_ns", Column::U64(vs.iter().map(|v| v.hp.halt_poll_ns).collect()));
     vc.add("ple_window", Column::U64(vs.iter().map(|v| v.ple_window).collect()));
 
     // ---- host CPUs
@@ -236,9 +241,9 @@ pub fn collect(sim: &Sim) -> SimResult {
     s.add("yield_ok", Column::U64(vec![all_v(&|v| v.c.yield_ok)]));
     s.add("yield_esrch", Column::U64(vec![all_v(&|v| v.c.yield_esrch)]));
     s.add("yield_zero", Column::U64(vec![all_v(&|v| v.c.yield_zero)]));
-    s.add("halt_exits", Column::U64(vec![all_v(&|v| v.c.halt_exits)]));
-    s.add("halt_attempted_poll", Column::U64(vec![all_v(&|v| v.c.halt_attempted_poll)]));
-    s.add("halt_successful_poll", Column::U64(vec![all_v(&|v| v.c.halt_successful_poll)]));
+    s.add("halt_exits", Column::U64(vec![all_v(&|v| v.hp.stats.halt_exits)]));
+    s.add("halt_attempted_poll", Column::U64(vec![all_v(&|v| v.hp.stats.halt_attempted_poll)]));
+    s.add("halt_successful_poll", Column::U64(vec![all_v(&|v| v.hp.stats.halt_successful_poll)]));
     s.add("preemption_reported", Column::U64(vec![all_v(&|v| v.c.preemption_reported)]));
     s.add("preemption_other", Column::U64(vec![all_v(&|v| v.c.preemption_other)]));
 

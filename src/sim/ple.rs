@@ -24,24 +24,6 @@ pub fn shrink_ple_window(val: u64, base: u64, modifier: u64, min: u64) -> u64 {
     r.max(min)
 }
 
-/// grow_halt_poll_ns(): ×grow, at least grow_start; 0 grow disables growth.
-pub fn grow_halt_poll_ns(val: u64, grow: u64, grow_start: u64) -> u64 {
-    if grow == 0 {
-        return val;
-    }
-    val.saturating_mul(grow).max(grow_start)
-}
-
-/// shrink_halt_poll_ns(): ÷shrink (0: reset), and 0 below grow_start.
-pub fn shrink_halt_poll_ns(val: u64, shrink: u64, grow_start: u64) -> u64 {
-    let v = val.checked_div(shrink).unwrap_or(0);
-    if v < grow_start {
-        0
-    } else {
-        v
-    }
-}
-
 struct PleLite {
     kind: PleKind,
     candidate_ns: Ns,
@@ -230,25 +212,6 @@ mod tests {
         assert_eq!(&seq[..4], &[4096, 8192, 16384, 32768]);
         assert_eq!(*seq.last().unwrap(), max);
         assert_eq!(shrink_ple_window(w, base, 0, base), 4096);
-    }
-
-    #[test]
-    fn halt_poll_grow_and_shrink_sequences() {
-        let mut v = 0;
-        let mut seq = vec![];
-        for _ in 0..6 {
-            v = grow_halt_poll_ns(v, 2, 10_000);
-            seq.push(v);
-        }
-        assert_eq!(seq, vec![10_000, 20_000, 40_000, 80_000, 160_000, 320_000]);
-        let mut v = 200_000;
-        let mut seq = vec![];
-        for _ in 0..5 {
-            v = shrink_halt_poll_ns(v, 2, 10_000);
-            seq.push(v);
-        }
-        assert_eq!(seq, vec![100_000, 50_000, 25_000, 12_500, 0]);
-        assert_eq!(shrink_halt_poll_ns(200_000, 0, 10_000), 0);
     }
 
     #[test]

@@ -192,6 +192,16 @@ fn preempted_byte_only_for_involuntary_preemption_at_an_instruction_boundary() {
     assert_eq!(s.vcpus[other].c.preemption_other, 1);
     // sched-in clears preempted, ready and the byte
     assert!(!s.vcpus[on0].preempted && !s.ready[on0] && !s.vcpus[on0].st_preempted);
+    // a tick that lands while the vCPU is in the host (here: polling in
+    // kvm_vcpu_halt after a HLT exit) is no instruction boundary either
+    s.vcpus[on0].act = super::engine::Act::HaltPoll { start: s.now, end: s.now + 100_000 };
+    let task = s.vcpus[on0].task as usize;
+    s.tasks[task].vruntime += 40_000_000;
+    s.tasks[task].deadline = s.tasks[task].vruntime;
+    s.schedule(0, Why::Tick);
+    assert!(s.vcpus[on0].running.is_none() && s.vcpus[on0].preempted && !s.vcpus[on0].st_preempted);
+    assert_eq!(s.vcpus[on0].c.preemption_reported, 1);
+    assert_eq!(s.vcpus[on0].c.preemption_other, 1);
 }
 
 #[test]

@@ -410,15 +410,22 @@ class HaltPoll(_Base):
 
     Attributes:
         policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns) or ``"dynamic"``
+            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"dynamic"``
             (upstream: the per-vCPU window grows when a halt was short and
-            shrinks when it was longer than ``max_ns``, §3.2). Simplified: no
-            poll-control MSR, no per-VM override beyond ``max_ns``.
+            shrinks when it was longer than ``max_ns``, §3.2) or
+            ``"dynamic_v4"`` (the 2015 v4 proposal, never merged: grow when
+            the wake-up came while polling, shrink after an idle halt of
+            more than 10 ms; vcpulab's reconstruction, see
+            :mod:`vcpulab.sim.halt_poll`). The window and the stats come from
+            the same per-vCPU state machine as :mod:`vcpulab.sim.halt_poll`.
         max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
             200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
         grow: halt_poll_ns_grow. Default 2 (kernel).
         grow_start_ns: halt_poll_ns_grow_start, ns. Default 10000 (kernel).
         shrink: halt_poll_ns_shrink; 0 resets to 0. Default 2 (kernel ≥ ~6.8).
+        poll_allowed: False when the guest turned host polling off by writing
+            0 to ``MSR_KVM_POLL_CONTROL`` (its own cpuidle-haltpoll driver
+            then polls instead, see ``Pv.guest_idle_poll_ns``). Default True.
 
     Results carry the kernel's stat names per vCPU: ``halt_attempted_poll``,
     ``halt_successful_poll``, ``halt_poll_invalid``, ``halt_poll_success_ns``,
@@ -431,13 +438,15 @@ class HaltPoll(_Base):
     grow: int = 2
     grow_start_ns: int = 10_000
     shrink: int = 2
+    poll_allowed: bool = True
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off", "fixed", "dynamic"))
+        _choice(self, "policy", ("off", "fixed", "dynamic", "dynamic_v4"))
         _int(self, "max_ns", 0, U32_MAX)
         _int(self, "grow", 0, 1024)
         _int(self, "grow_start_ns", 0, U32_MAX)
         _int(self, "shrink", 0, 1024)
+        _bool(self, "poll_allowed")
 
 
 # ---------------------------------------------------------------------- phases
