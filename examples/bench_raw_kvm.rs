@@ -31,10 +31,23 @@ fn raw_vm(kvm: &Kvm) -> RawVm {
     let vm = kvm.create_vm().expect("KVM_CREATE_VM");
     // SAFETY: anonymous private mapping, checked for MAP_FAILED.
     let mem = unsafe {
-        libc::mmap(std::ptr::null_mut(), MEM, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            MEM,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
     };
     assert_ne!(mem, libc::MAP_FAILED);
-    let region = kvm_userspace_memory_region { slot: 0, flags: 0, guest_phys_addr: 0, memory_size: MEM as u64, userspace_addr: mem as u64 };
+    let region = kvm_userspace_memory_region {
+        slot: 0,
+        flags: 0,
+        guest_phys_addr: 0,
+        memory_size: MEM as u64,
+        userspace_addr: mem as u64,
+    };
     // SAFETY: the mapping is MEM bytes and outlives the VM (dropped after it in RawVm).
     unsafe { vm.set_user_memory_region(region) }.expect("KVM_SET_USER_MEMORY_REGION");
     let vcpu = vm.create_vcpu(0).expect("KVM_CREATE_VCPU");
@@ -86,5 +99,9 @@ fn main() {
     }
     let io_s = t.elapsed().as_secs_f64();
     assert_eq!(n, exits);
-    println!("{{\"create_close_per_s\": {:.1}, \"io_exits_per_s\": {:.1}, \"cycles\": {cycles}, \"exits\": {exits}}}", cycles as f64 / create_close_s, n as f64 / io_s);
+    println!(
+        "{{\"create_close_per_s\": {:.1}, \"io_exits_per_s\": {:.1}, \"cycles\": {cycles}, \"exits\": {exits}}}",
+        cycles as f64 / create_close_s,
+        n as f64 / io_s
+    );
 }

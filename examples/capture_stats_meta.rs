@@ -31,5 +31,9 @@ fn main() {
     let mut meta = vec![0u8; data_offset];
     f.read_exact_at(&mut meta, 0).expect("pread descriptors");
     File::create(&path).and_then(|mut o| o.write_all(&meta)).expect("write");
-    println!("wrote {} bytes ({} descriptors) to {path}", meta.len(), u32::from_le_bytes(head[8..12].try_into().unwrap()));
+    println!(
+        "wrote {} bytes ({} descriptors) to {path}",
+        meta.len(),
+        u32::from_le_bytes(head[8..12].try_into().unwrap())
+    );
 }

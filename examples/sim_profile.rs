@@ -14,5 +14,10 @@ fn main() {
     let t = Instant::now();
     let r = run(&cfg).expect("run");
     let dt = t.elapsed().as_secs_f64();
-    println!("{:.3} s wall for {:.3} simulated s ({} summary columns)", dt, cfg.duration_ns as f64 / 1e9, r.summary.columns.len());
+    println!(
+        "{:.3} s wall for {:.3} simulated s ({} summary columns)",
+        dt,
+        cfg.duration_ns as f64 / 1e9,
+        r.summary.columns.len()
+    );
 }

@@ -55,18 +55,12 @@ pub enum Error {
 impl Error {
     /// Wraps a `vmm_sys_util::errno::Error` (what kvm-ioctls returns) with the call's name.
     pub fn ioctl(call: &'static str, e: vmm_sys_util::errno::Error) -> Self {
-        Error::Ioctl {
-            call,
-            source: std::io::Error::from_raw_os_error(e.errno()),
-        }
+        Error::Ioctl { call, source: std::io::Error::from_raw_os_error(e.errno()) }
     }
 
     /// Wraps the current `errno` with the call's name.
     pub fn last_os(call: &'static str) -> Self {
-        Error::Ioctl {
-            call,
-            source: std::io::Error::last_os_error(),
-        }
+        Error::Ioctl { call, source: std::io::Error::last_os_error() }
     }
 
     /// The errno of an ioctl failure, if this is one.

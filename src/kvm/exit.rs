@@ -55,7 +55,16 @@ impl Exit {
 
     /// Every kind name, for validating user input.
     pub const KINDS: [&'static str; 10] = [
-        "io", "mmio", "hlt", "shutdown", "internal_error", "fail_entry", "interrupted", "system_event", "debug", "other",
+        "io",
+        "mmio",
+        "hlt",
+        "shutdown",
+        "internal_error",
+        "fail_entry",
+        "interrupted",
+        "system_event",
+        "debug",
+        "other",
     ];
 
     /// Decodes a kvm-ioctls exit. `internal` supplies the internal-error payload,
@@ -64,10 +73,18 @@ impl Exit {
         match e {
             // size and count are filled in from the kvm_run page by the caller
             // (kvm-ioctls only hands out the data slice of size * count bytes)
-            VcpuExit::IoOut(port, data) => Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::Out, data: data.to_vec() },
-            VcpuExit::IoIn(port, data) => Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::In, data: data.to_vec() },
-            VcpuExit::MmioRead(addr, data) => Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: false, data: data.to_vec() },
-            VcpuExit::MmioWrite(addr, data) => Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: true, data: data.to_vec() },
+            VcpuExit::IoOut(port, data) => {
+                Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::Out, data: data.to_vec() }
+            }
+            VcpuExit::IoIn(port, data) => {
+                Exit::Io { port: *port, size: 0, count: 0, dir: IoDir::In, data: data.to_vec() }
+            }
+            VcpuExit::MmioRead(addr, data) => {
+                Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: false, data: data.to_vec() }
+            }
+            VcpuExit::MmioWrite(addr, data) => {
+                Exit::Mmio { addr: *addr, len: data.len() as u8, is_write: true, data: data.to_vec() }
+            }
             VcpuExit::Hlt => Exit::Hlt,
             VcpuExit::Shutdown => Exit::Shutdown,
             VcpuExit::InternalError => {
@@ -81,10 +98,14 @@ impl Exit {
             VcpuExit::Unsupported(r) => Exit::Other { reason: *r, name: "unsupported" },
             VcpuExit::Unknown => Exit::Other { reason: kvm_bindings::KVM_EXIT_UNKNOWN, name: "unknown" },
             VcpuExit::Exception => Exit::Other { reason: kvm_bindings::KVM_EXIT_EXCEPTION, name: "exception" },
-            VcpuExit::IrqWindowOpen => Exit::Other { reason: kvm_bindings::KVM_EXIT_IRQ_WINDOW_OPEN, name: "irq_window_open" },
+            VcpuExit::IrqWindowOpen => {
+                Exit::Other { reason: kvm_bindings::KVM_EXIT_IRQ_WINDOW_OPEN, name: "irq_window_open" }
+            }
             VcpuExit::IoapicEoi(_) => Exit::Other { reason: kvm_bindings::KVM_EXIT_IOAPIC_EOI, name: "ioapic_eoi" },
             VcpuExit::Hypercall(_) => Exit::Other { reason: kvm_bindings::KVM_EXIT_HYPERCALL, name: "hypercall" },
-            VcpuExit::MemoryFault { .. } => Exit::Other { reason: kvm_bindings::KVM_EXIT_MEMORY_FAULT, name: "memory_fault" },
+            VcpuExit::MemoryFault { .. } => {
+                Exit::Other { reason: kvm_bindings::KVM_EXIT_MEMORY_FAULT, name: "memory_fault" }
+            }
             VcpuExit::X86Rdmsr(_) => Exit::Other { reason: kvm_bindings::KVM_EXIT_X86_RDMSR, name: "x86_rdmsr" },
             VcpuExit::X86Wrmsr(_) => Exit::Other { reason: kvm_bindings::KVM_EXIT_X86_WRMSR, name: "x86_wrmsr" },
             _ => Exit::Other { reason: u32::MAX, name: "other" },
@@ -107,7 +128,11 @@ impl Exit {
                 format!("io {dir:?} port {port:#x} size {size} count {count} data {:#x}", self.data_value())
             }
             Exit::Mmio { addr, len, is_write, .. } => {
-                format!("mmio {} {addr:#x} len {len} data {:#x}", if *is_write { "write" } else { "read" }, self.data_value())
+                format!(
+                    "mmio {} {addr:#x} len {len} data {:#x}",
+                    if *is_write { "write" } else { "read" },
+                    self.data_value()
+                )
             }
             Exit::InternalError { suberror, .. } => format!("internal_error suberror {suberror}"),
             Exit::FailEntry { reason, cpu } => format!("fail_entry reason {reason:#x} on cpu {cpu}"),

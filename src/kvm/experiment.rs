@@ -109,11 +109,8 @@ fn schedstat(tid: i32) -> (u64, u64, u64) {
 
 fn ctxt_switches(tid: i32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap_or_default();
-    let get = |key: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(key).map(|r| r.trim().parse().unwrap_or(0)))
-            .unwrap_or(0)
-    };
+    let get =
+        |key: &str| s.lines().find_map(|l| l.strip_prefix(key).map(|r| r.trim().parse().unwrap_or(0))).unwrap_or(0);
     (get("voluntary_ctxt_switches:"), get("nonvoluntary_ctxt_switches:"))
 }
 
@@ -265,7 +262,8 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
         }
         let mut out = Vec::with_capacity(handles.len());
         for h in handles {
-            let mut r = h.join().map_err(|_| Error::UnexpectedExit("a vCPU thread panicked (a bug in vcpulab)".into()))?;
+            let mut r =
+                h.join().map_err(|_| Error::UnexpectedExit("a vCPU thread panicked (a bug in vcpulab)".into()))?;
             if stopped && r.outcome == Outcome::Deadline {
                 r.outcome = Outcome::Stopped;
             }

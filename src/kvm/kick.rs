@@ -42,8 +42,9 @@ extern "C" fn on_kick(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_v
 /// Installs the kick signal's handler once per process.
 pub fn ensure_handler() -> Result<()> {
     static INSTALLED: OnceLock<std::result::Result<(), i32>> = OnceLock::new();
-    (*INSTALLED.get_or_init(|| register_signal_handler(kick_signal(), on_kick).map_err(|e| e.errno())))
-        .map_err(|errno| Error::Ioctl { call: "sigaction(kick signal)", source: std::io::Error::from_raw_os_error(errno) })
+    (*INSTALLED.get_or_init(|| register_signal_handler(kick_signal(), on_kick).map_err(|e| e.errno()))).map_err(
+        |errno| Error::Ioctl { call: "sigaction(kick signal)", source: std::io::Error::from_raw_os_error(errno) },
+    )
 }
 
 /// Who is running a vCPU right now, so another thread can kick it.
@@ -65,7 +66,11 @@ unsafe impl Sync for RunSlot {}
 impl RunSlot {
     /// `immediate_exit` must be the address of the vCPU's `kvm_run.immediate_exit`.
     pub fn new(immediate_exit: *mut u8) -> Self {
-        Self { thread: Mutex::new(None), immediate_exit: immediate_exit as *const AtomicU8, stopped: AtomicBool::new(false) }
+        Self {
+            thread: Mutex::new(None),
+            immediate_exit: immediate_exit as *const AtomicU8,
+            stopped: AtomicBool::new(false),
+        }
     }
 
     /// Registers the calling thread as the runner until the guard drops; fails
@@ -162,7 +167,10 @@ impl DeadlineTimer {
         let left = left.max(std::time::Duration::from_nanos(1));
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long },
+            it_value: libc::timespec {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            },
         };
         // SAFETY: the timer id is valid (created above), spec is a valid itimerspec.
         if unsafe { libc::timer_settime(timer.id, 0, &spec, std::ptr::null_mut()) } != 0 {

@@ -85,9 +85,7 @@ impl GuestMemory {
         self.check_range(gpa, buf.len())?;
         // SAFETY: the range was checked to lie inside the mapping, which lives as long
         // as `self`; `buf` is a distinct host buffer, so the regions do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(gpa as usize), buf.as_mut_ptr(), buf.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(gpa as usize), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -95,9 +93,7 @@ impl GuestMemory {
     pub fn write(&self, gpa: Gpa, data: &[u8]) -> Result<()> {
         self.check_range(gpa, data.len())?;
         // SAFETY: as in `read`: checked range inside the live mapping, disjoint source.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(gpa as usize), data.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(gpa as usize), data.len()) };
         fence(Ordering::Release);
         Ok(())
     }

@@ -10,8 +10,8 @@
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
-pub mod experiment;
 pub mod exit;
+pub mod experiment;
 pub mod guest;
 pub mod kick;
 pub mod memory;

@@ -101,10 +101,7 @@ impl StatsSchema {
     /// Parses the header alone (24 bytes) and returns `(name_size, num_desc, id_offset, desc_offset, data_offset)`.
     pub fn parse_header(b: &[u8]) -> Result<(u32, u32, u32, u32, u32)> {
         if b.len() < HEADER_SIZE {
-            return Err(Error::InvalidArgument(format!(
-                "stats header needs {HEADER_SIZE} bytes, got {}",
-                b.len()
-            )));
+            return Err(Error::InvalidArgument(format!("stats header needs {HEADER_SIZE} bytes, got {}", b.len())));
         }
         Ok((u32_at(b, 4)?, u32_at(b, 8)?, u32_at(b, 12)?, u32_at(b, 16)?, u32_at(b, 20)?))
     }
@@ -194,12 +191,10 @@ impl StatsFd {
     /// Takes ownership of a stats fd (from `KVM_GET_STATS_FD`) and parses its schema.
     pub fn new(file: File) -> Result<Self> {
         let mut head = [0u8; HEADER_SIZE];
-        file.read_exact_at(&mut head, 0)
-            .map_err(|source| Error::Ioctl { call: "pread(stats header)", source })?;
+        file.read_exact_at(&mut head, 0).map_err(|source| Error::Ioctl { call: "pread(stats header)", source })?;
         let (.., data_offset) = StatsSchema::parse_header(&head)?;
         let mut meta = vec![0u8; data_offset as usize];
-        file.read_exact_at(&mut meta, 0)
-            .map_err(|source| Error::Ioctl { call: "pread(stats descriptors)", source })?;
+        file.read_exact_at(&mut meta, 0).map_err(|source| Error::Ioctl { call: "pread(stats descriptors)", source })?;
         let schema = StatsSchema::parse(&meta)?;
         Ok(Self { file, schema })
     }
@@ -302,14 +297,25 @@ pub(crate) mod tests {
             assert_eq!((d(n).kind, d(n).unit, d(n).size), (StatKind::Cumulative, StatUnit::None, 1), "{n}");
         }
         for n in ["halt_poll_success_ns", "halt_poll_fail_ns", "halt_wait_ns"] {
-            assert_eq!((d(n).kind, d(n).unit, d(n).base, d(n).exponent), (StatKind::Cumulative, StatUnit::Seconds, 10, -9), "{n}");
+            assert_eq!(
+                (d(n).kind, d(n).unit, d(n).base, d(n).exponent),
+                (StatKind::Cumulative, StatUnit::Seconds, 10, -9),
+                "{n}"
+            );
         }
         for n in ["halt_poll_success_hist", "halt_poll_fail_hist", "halt_wait_hist"] {
             assert_eq!((d(n).kind, d(n).size, d(n).bucket_size), (StatKind::LogHist, 32, 0), "{n}");
         }
         assert_eq!((d("blocking").kind, d("blocking").unit), (StatKind::Instant, StatUnit::Boolean));
         // x86 stats the project relies on
-        for n in ["exits", "halt_exits", "insn_emulation", "directed_yield_attempted", "preemption_reported", "preemption_other"] {
+        for n in [
+            "exits",
+            "halt_exits",
+            "insn_emulation",
+            "directed_yield_attempted",
+            "preemption_reported",
+            "preemption_other",
+        ] {
             assert_eq!(d(n).kind, StatKind::Cumulative, "{n}");
         }
         // values lie inside the data block and do not overlap

@@ -124,7 +124,11 @@ mod tests {
     }
     impl StealSource for Racing {
         fn load_u64(&self, _: u64) -> u64 {
-            if self.changed_once.get() { 2_000 } else { 1_000 }
+            if self.changed_once.get() {
+                2_000
+            } else {
+                1_000
+            }
         }
         fn load_u32(&self, off: u64) -> u32 {
             match off {
@@ -159,9 +163,15 @@ mod tests {
 
     struct AlwaysOdd;
     impl StealSource for AlwaysOdd {
-        fn load_u64(&self, _: u64) -> u64 { 0 }
-        fn load_u32(&self, _: u64) -> u32 { 3 }
-        fn load_u8(&self, _: u64) -> u8 { 0 }
+        fn load_u64(&self, _: u64) -> u64 {
+            0
+        }
+        fn load_u32(&self, _: u64) -> u32 {
+            3
+        }
+        fn load_u8(&self, _: u64) -> u8 {
+            0
+        }
     }
 
     #[test]

@@ -87,9 +87,9 @@ fn unavailable(path: &str, e: std::io::Error) -> Error {
             "permission denied opening {path}. Add your user to the group that owns it \
              (usually `sudo usermod -aG kvm $USER`, then log in again) or run as root."
         ),
-        Some(libc::ENXIO) | Some(libc::ENODEV) => format!(
-            "{path} exists but no KVM module is loaded behind it ({e}). Load kvm_intel or kvm_amd."
-        ),
+        Some(libc::ENXIO) | Some(libc::ENODEV) => {
+            format!("{path} exists but no KVM module is loaded behind it ({e}). Load kvm_intel or kvm_amd.")
+        }
         _ => format!("opening {path} failed: {e}"),
     };
     Error::Unavailable { reason }

@@ -33,7 +33,10 @@ fn io_out_exit_decodes() {
     let mut v = vm.create_vcpu(0).unwrap();
     v.start(p.entry).unwrap();
     let out = v.run_until(&until(&["io"], 2000)).unwrap();
-    assert_eq!(out.exit, Exit::Io { port: 0x3f8, size: 4, count: 1, dir: IoDir::Out, data: 0x1234_5678u32.to_le_bytes().to_vec() });
+    assert_eq!(
+        out.exit,
+        Exit::Io { port: 0x3f8, size: 4, count: 1, dir: IoDir::Out, data: 0x1234_5678u32.to_le_bytes().to_vec() }
+    );
 }
 
 #[test]

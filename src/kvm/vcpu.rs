@@ -68,8 +68,8 @@ pub struct RunOutcome {
 
 /// General-purpose registers, by name.
 pub const REG_NAMES: [&str; 18] = [
-    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rsp", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip",
-    "rflags",
+    "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rsp", "rbp", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
+    "rip", "rflags",
 ];
 
 pub fn regs_to_array(r: &kvm_regs) -> [u64; 18] {
@@ -105,8 +105,8 @@ pub fn regs_from_array(a: &[u64; 18]) -> kvm_regs {
 /// Names of the exception vectors, for guest exception reports.
 pub fn exception_name(v: u64) -> &'static str {
     const N: [&str; 22] = [
-        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS", "#GP", "#PF", "(15)",
-        "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
+        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "CSO", "#TS", "#NP", "#SS", "#GP", "#PF",
+        "(15)", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP",
     ];
     N.get(v as usize).copied().unwrap_or("exception")
 }
@@ -226,8 +226,10 @@ impl Vcpu {
 
     /// Reads MSRs; an MSR KVM does not know is an error naming it.
     pub fn get_msrs(&self, indices: &[u32]) -> Result<Vec<(u32, u64)>> {
-        let entries: Vec<kvm_msr_entry> = indices.iter().map(|&i| kvm_msr_entry { index: i, ..Default::default() }).collect();
-        let mut msrs = Msrs::from_entries(&entries).map_err(|e| Error::InvalidArgument(format!("too many MSRs: {e:?}")))?;
+        let entries: Vec<kvm_msr_entry> =
+            indices.iter().map(|&i| kvm_msr_entry { index: i, ..Default::default() }).collect();
+        let mut msrs =
+            Msrs::from_entries(&entries).map_err(|e| Error::InvalidArgument(format!("too many MSRs: {e:?}")))?;
         let n = self.fd.get_msrs(&mut msrs).map_err(|e| Error::ioctl("KVM_GET_MSRS", e))?;
         if n < indices.len() {
             invalid!("KVM does not know MSR {:#x} (KVM_GET_MSRS read {n} of {})", indices[n], indices.len());
@@ -242,7 +244,12 @@ impl Vcpu {
         let msrs = Msrs::from_entries(&entries).map_err(|e| Error::InvalidArgument(format!("too many MSRs: {e:?}")))?;
         let n = self.fd.set_msrs(&msrs).map_err(|e| Error::ioctl("KVM_SET_MSRS", e))?;
         if n < values.len() {
-            invalid!("KVM refused MSR {:#x} = {:#x} (KVM_SET_MSRS wrote {n} of {})", values[n].0, values[n].1, values.len());
+            invalid!(
+                "KVM refused MSR {:#x} = {:#x} (KVM_SET_MSRS wrote {n} of {})",
+                values[n].0,
+                values[n].1,
+                values.len()
+            );
         }
         Ok(())
     }
@@ -294,7 +301,9 @@ impl Vcpu {
 
     /// A consistent snapshot of this vCPU's steal-time area.
     pub fn steal_time(&self) -> Result<StealTime> {
-        let gpa = self.steal_gpa.ok_or_else(|| Error::InvalidArgument("steal time is not enabled on this vCPU; call enable_steal_time() first".into()))?;
+        let gpa = self.steal_gpa.ok_or_else(|| {
+            Error::InvalidArgument("steal time is not enabled on this vCPU; call enable_steal_time() first".into())
+        })?;
         read_steal(&self.mem, gpa)
     }
 
@@ -309,7 +318,12 @@ impl Vcpu {
     /// What a sampler on another thread needs to observe this vCPU while it
     /// runs: guest RAM (steal time) and the stats fd. No locks involved.
     pub fn observer(&mut self) -> Result<VcpuObserver> {
-        Ok(VcpuObserver { mem: self.mem.clone(), steal_gpa: self.steal_gpa, stats: self.stats_fd()?.clone(), id: self.id })
+        Ok(VcpuObserver {
+            mem: self.mem.clone(),
+            steal_gpa: self.steal_gpa,
+            stats: self.stats_fd()?.clone(),
+            id: self.id,
+        })
     }
 
     /// One `KVM_RUN` (no deadline handling; the caller has registered the run
@@ -391,11 +405,15 @@ impl Vcpu {
                 };
                 Err(Error::GuestAssertion {
                     location,
-                    message: format!("{what}: got {:#x} ({}), expected {:#x} ({}) on vCPU {}", r.rsi, r.rsi, r.r8, r.r8, self.id),
+                    message: format!(
+                        "{what}: got {:#x} ({}), expected {:#x} ({}) on vCPU {}",
+                        r.rsi, r.rsi, r.r8, r.r8, self.id
+                    ),
                 })
             }
             UCALL_EXCEPTION => {
-                let (rip, err) = if VECTORS_WITH_ERROR_CODE.contains(&r.rdi) { (r.r8, Some(r.rsi)) } else { (r.rsi, None) };
+                let (rip, err) =
+                    if VECTORS_WITH_ERROR_CODE.contains(&r.rdi) { (r.r8, Some(r.rsi)) } else { (r.rsi, None) };
                 Err(Error::UnexpectedExit(format!(
                     "guest exception {} (vector {}) at rip {rip:#x}{} on vCPU {}",
                     exception_name(r.rdi),
@@ -494,9 +512,10 @@ impl Vcpu {
             }
             let fatal = match (&exit, &ucall) {
                 (_, Some(Ucall::Done)) => Some("the guest program finished (ucall DONE)".to_string()),
-                (Exit::Shutdown | Exit::InternalError { .. } | Exit::FailEntry { .. } | Exit::SystemEvent { .. }, _) => {
-                    Some(exit.describe())
-                }
+                (
+                    Exit::Shutdown | Exit::InternalError { .. } | Exit::FailEntry { .. } | Exit::SystemEvent { .. },
+                    _,
+                ) => Some(exit.describe()),
                 _ => None,
             };
             if let Some(what) = fatal {

@@ -174,7 +174,10 @@ impl Vm {
         let prog = spec.build(Env { irqchip: self.irqchip }, self.code_next, self.data_next)?;
         let end = self.code_next + prog.code.len() as u64;
         if end > CODE_END {
-            return Err(Error::OutOfRange(format!("no room for {}'s code: the code area ends at {CODE_END:#x}", spec.name())));
+            return Err(Error::OutOfRange(format!(
+                "no room for {}'s code: the code area ends at {CODE_END:#x}",
+                spec.name()
+            )));
         }
         self.mem.write(prog.entry, &prog.code)?;
         self.mem.write(prog.data, &vec![0; data_size as usize])?;
@@ -193,7 +196,10 @@ impl Vm {
     /// supported CPUID (including the KVM PV leaf) and its own stack.
     pub fn create_vcpu(&mut self, id: u64) -> Result<Vcpu> {
         if id >= self.max_vcpu_id {
-            return Err(Error::OutOfRange(format!("vCPU id {id} is out of range: this host allows ids 0..{}", self.max_vcpu_id)));
+            return Err(Error::OutOfRange(format!(
+                "vCPU id {id} is out of range: this host allows ids 0..{}",
+                self.max_vcpu_id
+            )));
         }
         if self.vcpu_ids.contains(&id) {
             invalid!("vCPU id {id} already exists in this VM");
@@ -316,7 +322,9 @@ pub fn send_msi(fd: &VmFd, irqchip: bool, dest: u32, vector: u32) -> Result<()> 
     let r = fd.signal_msi(msi).map_err(|e| Error::ioctl("KVM_SIGNAL_MSI", e))?;
     if r == 0 {
         // KVM returns 0 when the interrupt reached no LAPIC ("blocked").
-        return Err(Error::OutOfRange(format!("MSI to APIC id {dest} was not delivered: no such vCPU (or its LAPIC is disabled)")));
+        return Err(Error::OutOfRange(format!(
+            "MSI to APIC id {dest} was not delivered: no such vCPU (or its LAPIC is disabled)"
+        )));
     }
     Ok(())
 }

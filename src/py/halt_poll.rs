@@ -19,7 +19,8 @@ enum Failure {
 }
 
 fn run_one(json: &str) -> Result<ScenarioResult, Failure> {
-    let sc: Scenario = serde_json::from_str(json).map_err(|e| Failure::Invalid(format!("invalid halt-poll scenario: {e}")))?;
+    let sc: Scenario =
+        serde_json::from_str(json).map_err(|e| Failure::Invalid(format!("invalid halt-poll scenario: {e}")))?;
     match catch_unwind(AssertUnwindSafe(|| halt_poll::simulate(&sc))) {
         Ok(Ok(r)) => Ok(r),
         Ok(Err(e)) => Err(Failure::Invalid(e)),
@@ -92,7 +93,8 @@ fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bou
 /// Runs many scenarios in parallel (rayon, GIL released); results in order.
 #[pyfunction]
 fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-    let rs: Vec<Result<ScenarioResult, Failure>> = py.detach(|| scenarios_json.par_iter().map(|s| run_one(s)).collect());
+    let rs: Vec<Result<ScenarioResult, Failure>> =
+        py.detach(|| scenarios_json.par_iter().map(|s| run_one(s)).collect());
     rs.into_iter().map(|r| to_dict(py, r.map_err(to_err)?)).collect()
 }
 
@@ -101,8 +103,8 @@ fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) ->
 /// check of grow/shrink. Returns the window each halt started with.
 #[pyfunction]
 fn halt_poll_windows(config_json: &str, halts: Vec<(u64, bool)>) -> PyResult<Vec<u64>> {
-    let cfg: HaltPollConfig =
-        serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("invalid halt-poll config: {e}")))?;
+    let cfg: HaltPollConfig = serde_json::from_str(config_json)
+        .map_err(|e| PyValueError::new_err(format!("invalid halt-poll config: {e}")))?;
     cfg.validate().map_err(PyValueError::new_err)?;
     let r = catch_unwind(AssertUnwindSafe(|| {
         let mut s = HaltPollState::new(&cfg);

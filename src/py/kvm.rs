@@ -59,7 +59,9 @@ impl SignalPoll {
 
 fn timeout_deadline(timeout: f64) -> PyResult<Instant> {
     if !(timeout.is_finite() && timeout > 0.0) {
-        return Err(PyValueError::new_err(format!("timeout must be a positive, finite number of seconds, got {timeout}")));
+        return Err(PyValueError::new_err(format!(
+            "timeout must be a positive, finite number of seconds, got {timeout}"
+        )));
     }
     if timeout > 86_400.0 {
         return Err(PyValueError::new_err(format!("timeout must be at most one day, got {timeout} s")));
@@ -118,7 +120,11 @@ impl PyHost {
 
     /// KVM_GET_SUPPORTED_CPUID as [(function, index, flags, eax, ebx, ecx, edx)].
     fn supported_cpuid(&self) -> Vec<CpuidRow> {
-        self.inner.supported_cpuid().iter().map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx)).collect()
+        self.inner
+            .supported_cpuid()
+            .iter()
+            .map(|e| (e.function, e.index, e.flags, e.eax, e.ebx, e.ecx, e.edx))
+            .collect()
     }
 
     fn create_vm(&self, py: Python<'_>, memory_mib: u64, irqchip: bool) -> PyResult<PyVm> {
@@ -266,16 +272,16 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             size: narrow(g("size")?, "size", name)?,
         },
         "io_in" => Spec::IoIn { port: narrow(g("port")?, "port", name)?, size: narrow(g("size")?, "size", name)? },
-        "mmio_write" => Spec::MmioWrite { addr: g("addr")?, value: g("value")?, size: narrow(g("size")?, "size", name)? },
+        "mmio_write" => {
+            Spec::MmioWrite { addr: g("addr")?, value: g("value")?, size: narrow(g("size")?, "size", name)? }
+        }
         "mmio_read" => Spec::MmioRead { addr: g("addr")?, size: narrow(g("size")?, "size", name)? },
         "halt" => Spec::Halt,
         "triple_fault" => Spec::TripleFault,
         "endless_loop" => Spec::EndlessLoop,
         "pause_loop" => Spec::PauseLoop { iterations: g("iterations")? },
         "io_loop" => Spec::IoLoop { port: narrow(g("port")?, "port", name)?, count: g("count")? },
-        "wait_interrupts" => {
-            Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? }
-        }
+        "wait_interrupts" => Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? },
         "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
         "sync" => Spec::Sync { count: g("count")? },
         "io_out_string" => Spec::IoOutString { port: narrow(g("port")?, "port", name)?, count: g("count")? },
@@ -297,7 +303,13 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
                     },
                 }
             };
-            let opt = |n: &str, d: u64| -> PyResult<u64> { if p.contains(n)? { g(n) } else { Ok(d) } };
+            let opt = |n: &str, d: u64| -> PyResult<u64> {
+                if p.contains(n)? {
+                    g(n)
+                } else {
+                    Ok(d)
+                }
+            };
             Spec::SpinLock {
                 kind,
                 hold: opt("hold", 0)?,
@@ -314,7 +326,9 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
             gap_cycles: g("gap_cycles")?,
             vector_base: narrow(g("vector_base")?, "vector_base", name)?,
         },
-        "idle_ticks" => Spec::IdleTicks { hz: g("hz")?, ticks: g("ticks")?, vector: narrow(g("vector")?, "vector", name)? },
+        "idle_ticks" => {
+            Spec::IdleTicks { hz: g("hz")?, ticks: g("ticks")?, vector: narrow(g("vector")?, "vector", name)? }
+        }
         _ => unreachable!("checked above"),
     })
 }
@@ -394,7 +408,12 @@ impl PyVm {
 
     /// Assembles and loads a built-in guest program; returns its description.
     #[pyo3(signature = (name, **params))]
-    fn load<'py>(&self, py: Python<'py>, name: &str, params: Option<&Bound<'py, PyDict>>) -> PyResult<Bound<'py, PyDict>> {
+    fn load<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        params: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let empty = PyDict::new(py);
         let spec = spec_from(name, params.unwrap_or(&empty))?;
         let prog = self.with(py, |st| st.vm.load(&spec))?;
@@ -495,7 +514,18 @@ impl PyVm {
         let signals = Mutex::new(SignalPoll::new());
         let rtt = py.detach(|| {
             let stop = || lock(&self.state).is_none() || lock(&signals).interrupted();
-            kvm::vm::msi_ping(&fd, irqchip, &mem, dest, vector, count, Duration::from_nanos(gap_ns), counter_gpa, deadline, &stop)
+            kvm::vm::msi_ping(
+                &fd,
+                irqchip,
+                &mem,
+                dest,
+                vector,
+                count,
+                Duration::from_nanos(gap_ns),
+                counter_gpa,
+                deadline,
+                &stop,
+            )
         });
         if let Some(e) = signals.into_inner().unwrap_or_else(|e| e.into_inner()).error {
             return Err(e);
@@ -524,7 +554,8 @@ impl PyVm {
     /// is_idle u8, 6 pad bytes); no syscalls.
     fn steal_times<'py>(&self, py: Python<'py>, gpas: Vec<u64>) -> PyResult<Bound<'py, PyBytes>> {
         let mem = self.mem(py)?;
-        let snaps = py.detach(|| gpas.iter().map(|&g| kvm::vm::read_steal(&mem, g)).collect::<kvm::Result<Vec<_>>>())?;
+        let snaps =
+            py.detach(|| gpas.iter().map(|&g| kvm::vm::read_steal(&mem, g)).collect::<kvm::Result<Vec<_>>>())?;
         let mut out = Vec::with_capacity(snaps.len() * 24);
         for s in &snaps {
             out.extend_from_slice(&s.steal_ns.to_le_bytes());
@@ -728,7 +759,9 @@ impl PyVcpu {
         for (k, val) in values.iter() {
             let k: String = k.extract()?;
             if let Some(seg) = seg_mut(&mut s, &k) {
-                let fields = val.cast::<PyDict>().map_err(|_| PyValueError::new_err(format!("{k} must be a dict of segment fields")))?;
+                let fields = val
+                    .cast::<PyDict>()
+                    .map_err(|_| PyValueError::new_err(format!("{k} must be a dict of segment fields")))?;
                 for (f, fv) in fields.iter() {
                     seg_set(seg, &f.extract::<String>()?, fv.extract::<u64>()?)?;
                 }
@@ -963,7 +996,8 @@ fn run_experiment<'py>(
             return Err(PyValueError::new_err(format!("vCPU {} appears twice in the plan", v.id)));
         }
     }
-    let cells: Vec<(Arc<VcpuCell>, usize, Vec<usize>)> = plan.iter().map(|(v, vm, c)| (v.cell.clone(), *vm, c.clone())).collect();
+    let cells: Vec<(Arc<VcpuCell>, usize, Vec<usize>)> =
+        plan.iter().map(|(v, vm, c)| (v.cell.clone(), *vm, c.clone())).collect();
     let opts = kvm::experiment::Options {
         duration: Duration::from_secs_f64(duration),
         sample_every: sample_every.map(Duration::from_secs_f64),

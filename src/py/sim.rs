@@ -388,11 +388,7 @@ fn sim_sweep<'py>(
             Err(e) => {
                 let pe = to_pyerr(e, &errs[i]);
                 let msg = format!("sweep point {i}: {}", pe.value(py));
-                return Err(if pe.is_instance_of::<PyValueError>(py) {
-                    PyValueError::new_err(msg)
-                } else {
-                    pe
-                });
+                return Err(if pe.is_instance_of::<PyValueError>(py) { PyValueError::new_err(msg) } else { pe });
             }
         }
     }

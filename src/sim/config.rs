@@ -586,16 +586,22 @@ impl SimConfig {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
             let hp = &vm.halt_poll;
-            check(hp.max_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns))?;
+            check(hp.max_ns <= u32::MAX as u64, || {
+                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns)
+            })?;
             check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
             check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
-            check(hp.grow_start_ns <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
+            check(hp.grow_start_ns <= u32::MAX as u64, || {
+                format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns"))
+            })?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }
             let w = &vm.workload;
             check(!w.phases.is_empty(), || format!("{} must hold at least one phase", f("workload.phases")))?;
-            check(w.phases.len() <= MAX_PHASES, || format!("{} must hold <= {MAX_PHASES} phases", f("workload.phases")))?;
+            check(w.phases.len() <= MAX_PHASES, || {
+                format!("{} must hold <= {MAX_PHASES} phases", f("workload.phases"))
+            })?;
             check(w.guest_slice_ns >= 1000, || {
                 format!("{} must be >= 1000, got {}", f("workload.guest_slice_ns"), w.guest_slice_ns)
             })?;
@@ -618,7 +624,9 @@ impl SimConfig {
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {
                         check(*lock < 1024, || format!("{} must be < 1024, got {lock}", pf("lock")))?;
-                        check(*hold_ns <= 1_000_000_000, || format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns")))?;
+                        check(*hold_ns <= 1_000_000_000, || {
+                            format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns"))
+                        })?;
                         if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
                             check(k == lock_kind, || {
                                 format!("{} differs from an earlier phase using lock {lock}", pf("lock_kind"))
@@ -643,7 +651,10 @@ impl SimConfig {
                 }
             }
             check(any_work, || {
-                format!("{} must take time (a compute, lock or sleep phase with ns/hold_ns > 0 and prob 1)", f("workload.phases"))
+                format!(
+                    "{} must take time (a compute, lock or sleep phase with ns/hold_ns > 0 and prob 1)",
+                    f("workload.phases")
+                )
             })?;
             let has_recv = w.phases.iter().any(|p| matches!(p, Phase::Recv { .. }));
             let has_send = w.phases.iter().any(|p| matches!(p, Phase::Send { .. }));

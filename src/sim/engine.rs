@@ -356,9 +356,15 @@ pub enum ExitKind {
     /// `boost`: the target's host CPU to reschedule when the handler ends
     /// (NO_CPU: none). A successful yield_to ends the handler, so the boost
     /// and the yielder's schedule() happen at the same instant.
-    Ple { yielded: bool, boost: u32 },
+    Ple {
+        yielded: bool,
+        boost: u32,
+    },
     Halt,
-    Hypercall { yielded: bool, boost: u32 },
+    Hypercall {
+        yielded: bool,
+        boost: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -728,7 +734,8 @@ impl Sim {
                 }
                 let policy = make_policy(group, vmc)?;
                 let w = &vmc.workload;
-                let spin_threshold_ns = cycles_to_ns(w.spin_threshold.saturating_mul(w.spin_iter_cycles), cfg.host.tsc_khz);
+                let spin_threshold_ns =
+                    cycles_to_ns(w.spin_threshold.saturating_mul(w.spin_iter_cycles), cfg.host.tsc_khz);
                 if w.iterations > 0 {
                     sim.vms_with_goal += 1;
                 }

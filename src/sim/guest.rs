@@ -141,7 +141,8 @@ impl Sim {
         VcpuView {
             index: vc.idx,
             running: vc.running.is_some(),
-            in_guest: vc.running.is_some() && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. }),
+            in_guest: vc.running.is_some()
+                && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. }),
             preempted: vc.preempted,
             ready: self.ready[v],
             blocking: vc.blocking,
@@ -739,8 +740,7 @@ impl Sim {
     /// current on its vCPU and, with steal time, that vCPU is not preempted.
     fn owner_on_cpu(&self, vm: usize, holder: usize) -> bool {
         let th = &self.threads[holder];
-        th.state == TState::Current
-            && !(self.vms[vm].cfg.pv.steal_time && self.vcpus[th.vcpu as usize].st_preempted)
+        th.state == TState::Current && !(self.vms[vm].cfg.pv.steal_time && self.vcpus[th.vcpu as usize].st_preempted)
     }
 
     fn await_lock(&mut self, v: usize, t: usize, lock: u32) -> Flow {

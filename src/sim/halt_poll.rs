@@ -290,7 +290,13 @@ impl HaltPollState {
     /// `kvm_vcpu_block` (false: the poll loop saw the event, or the block
     /// returned at once). `valid_wakeup`: `kvm_vcpu_valid_wakeup` (always true
     /// on x86). Returns None if no halt was in progress.
-    pub fn on_halt_end(&mut self, cfg: &HaltPollConfig, now: u64, waited: bool, valid_wakeup: bool) -> Option<HaltRecord> {
+    pub fn on_halt_end(
+        &mut self,
+        cfg: &HaltPollConfig,
+        now: u64,
+        waited: bool,
+        valid_wakeup: bool,
+    ) -> Option<HaltRecord> {
         let mut c = self.cur.take()?;
         let now = now.max(c.start);
         if !waited {
@@ -511,7 +517,9 @@ impl Scenario {
             return Err(format!("rounds must be <= 100000000, got {}", self.rounds));
         }
         if c.wake_to_cue_ns + c.cue_to_halt_ns == 0 {
-            return Err("costs.wake_to_cue_ns + costs.cue_to_halt_ns must be > 0 (a vCPU needs time between halts)".into());
+            return Err(
+                "costs.wake_to_cue_ns + costs.cue_to_halt_ns must be > 0 (a vCPU needs time between halts)".into()
+            );
         }
         Ok(())
     }
@@ -751,14 +759,17 @@ impl Sim<'_> {
         let sc = self.sc;
         let end = if sc.duration_ns == 0 { u64::MAX } else { sc.duration_ns };
         // a bound on the work of a run that can only be exceeded by a bug (a stuck vCPU)
-        let mut budget: u64 = if sc.duration_ns == 0 { 1_000_000 + 64 * sc.rounds * sc.vcpus.len() as u64 } else { u64::MAX };
+        let mut budget: u64 =
+            if sc.duration_ns == 0 { 1_000_000 + 64 * sc.rounds * sc.vcpus.len() as u64 } else { u64::MAX };
         while let Some(Reverse((t, _, e))) = self.q.pop() {
             if t > end {
                 break;
             }
             budget = budget.saturating_sub(1);
             if budget == 0 {
-                return Err(format!("internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"));
+                return Err(format!(
+                    "internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"
+                ));
             }
             self.now = t;
             match e {

@@ -220,18 +220,10 @@ pub fn collect(sim: &Sim) -> SimResult {
     s.add("events", Column::U64(vec![sim.events]));
     s.add("ops", Column::U64(vec![ops]));
     s.add("throughput_ops_s", Column::F64(vec![ops as f64 / secs]));
-    for (i, name) in [
-        "useful_frac",
-        "spin_frac",
-        "ple_frac",
-        "exit_frac",
-        "idle_poll_frac",
-        "polling_frac",
-        "bg_frac",
-        "idle_frac",
-    ]
-        .iter()
-        .enumerate()
+    for (i, name) in
+        ["useful_frac", "spin_frac", "ple_frac", "exit_frac", "idle_poll_frac", "polling_frac", "bg_frac", "idle_frac"]
+            .iter()
+            .enumerate()
     {
         s.add(name, Column::F64(vec![frac(i)]));
     }

@@ -15,9 +15,9 @@
 //! validates its input and turns a panic into [`SimError::Bug`].
 
 pub mod config;
-pub mod halt_poll;
 mod engine;
 mod guest;
+pub mod halt_poll;
 pub mod metrics;
 pub mod ple;
 pub mod policy;
@@ -58,9 +58,8 @@ pub enum SimError {
 /// Run with built-in policies only.
 pub fn run(cfg: &SimConfig) -> Result<SimResult, SimError> {
     run_with(cfg, &|_, vm| {
-        policy::builtin(&vm.policy).ok_or_else(|| {
-            format!("policy '{}' is a Python policy; pass its callable", vm.policy.name)
-        })
+        policy::builtin(&vm.policy)
+            .ok_or_else(|| format!("policy '{}' is a Python policy; pass its callable", vm.policy.name))
     })
 }
 

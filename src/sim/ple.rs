@@ -143,8 +143,18 @@ impl Sim {
             };
             let (vcpu0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
             let candidate_ns = ple.candidate_ns;
-            let mut ctx =
-                PleCtx { sim: self, spinner: v, me: v - vcpu0, vm, t, yielded: false, vcpu0, n, in_kernel, candidate_ns };
+            let mut ctx = PleCtx {
+                sim: self,
+                spinner: v,
+                me: v - vcpu0,
+                vm,
+                t,
+                yielded: false,
+                vcpu0,
+                n,
+                in_kernel,
+                candidate_ns,
+            };
             let res = match upstream {
                 Some(up) => {
                     up.scan(&mut ctx);
@@ -189,7 +199,8 @@ impl Sim {
             }
             Step::IpiWait => {
                 let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
-                (v0..v0 + n).find(|&o| o != v && self.vcpus[o].running.is_none() && self.vcpus[o].ipis.contains(&(t as u32)))
+                (v0..v0 + n)
+                    .find(|&o| o != v && self.vcpus[o].running.is_none() && self.vcpus[o].ipis.contains(&(t as u32)))
             }
             _ => None,
         }

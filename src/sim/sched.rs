@@ -40,7 +40,10 @@ impl Sim {
         let s = (rq.queue_wv - rq.queue_w as i128 * v0 as i128) as i64;
         debug_assert_eq!(
             s,
-            rq.queue.iter().map(|&t| self.tasks[t as usize].weight as i64 * (self.tasks[t as usize].vruntime - v0)).sum::<i64>()
+            rq.queue
+                .iter()
+                .map(|&t| self.tasks[t as usize].weight as i64 * (self.tasks[t as usize].vruntime - v0))
+                .sum::<i64>()
         );
         if s == 0 {
             v0
@@ -271,7 +274,8 @@ impl Sim {
         self.update_curr(cpu);
         self.rqs[cpu].need_resched = false;
         if self.any_unpinned && self.rqs[cpu].queue.is_empty() {
-            let stays = self.rqs[cpu].curr.is_some_and(|c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
+            let stays =
+                self.rqs[cpu].curr.is_some_and(|c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
             if !stays {
                 self.newidle_pull(cpu);
             }

@@ -140,10 +140,7 @@ pub const GDT_SIZE: u64 = 40;
 
 /// One 16-byte 64-bit interrupt gate (present, DPL 0, type 0xe) to `handler`.
 pub fn idt_gate(handler: u64) -> (u64, u64) {
-    let lo = (handler & 0xffff)
-        | ((CODE_SEL as u64) << 16)
-        | (0x8eu64 << 40)
-        | (((handler >> 16) & 0xffff) << 48);
+    let lo = (handler & 0xffff) | ((CODE_SEL as u64) << 16) | (0x8eu64 << 40) | (((handler >> 16) & 0xffff) << 48);
     (lo, handler >> 32)
 }
 

@@ -219,9 +219,7 @@ pub fn idt_stubs() -> Result<(Vec<u8>, Vec<u64>)> {
     a.cli().map_err(asm_err)?;
     a.hlt().map_err(asm_err)?;
     a.jmp(park).map_err(asm_err)?;
-    let res = a
-        .assemble_options(STUBS_ADDR, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)
-        .map_err(asm_err)?;
+    let res = a.assemble_options(STUBS_ADDR, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(asm_err)?;
     let addrs = labels.iter().map(|l| res.label_ip(l)).collect::<std::result::Result<Vec<_>, _>>().map_err(asm_err)?;
     Ok((res.inner.code_buffer, addrs))
 }
@@ -411,7 +409,11 @@ impl Spec {
         match *self {
             Spec::IoOut { port, value, size } => {
                 check_size(size, &[1, 2, 4])?;
-                params.extend([("port".into(), port as u64), ("value".into(), value as u64), ("size".into(), size as u64)]);
+                params.extend([
+                    ("port".into(), port as u64),
+                    ("value".into(), value as u64),
+                    ("size".into(), size as u64),
+                ]);
                 a.mov(edx, port as u32).map_err(asm_err)?;
                 a.mov(eax, value).map_err(asm_err)?;
                 match size {
@@ -435,7 +437,14 @@ impl Spec {
                 .map_err(asm_err)?;
                 a.mov(rcx, data).map_err(asm_err)?;
                 a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "the value the IN instruction read" });
+                results.push(ResultField {
+                    name: "value",
+                    gpa: data,
+                    ty: FieldType::U64,
+                    count: 1,
+                    stride: 8,
+                    doc: "the value the IN instruction read",
+                });
                 m.done()?;
             }
             Spec::MmioWrite { addr, value, size } => {
@@ -467,7 +476,14 @@ impl Spec {
                 .map_err(asm_err)?;
                 a.mov(rcx, data).map_err(asm_err)?;
                 a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "the value the load returned" });
+                results.push(ResultField {
+                    name: "value",
+                    gpa: data,
+                    ty: FieldType::U64,
+                    count: 1,
+                    stride: 8,
+                    doc: "the value the load returned",
+                });
                 m.done()?;
             }
             Spec::Halt => {
@@ -493,7 +509,14 @@ impl Spec {
             }
             Spec::PauseLoop { iterations } => {
                 params.push(("iterations".into(), iterations));
-                results.push(ResultField { name: "counter", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "PAUSEs executed, per vCPU id" });
+                results.push(ResultField {
+                    name: "counter",
+                    gpa: data,
+                    ty: FieldType::U64,
+                    count: MAX_PER_VCPU_RESULTS,
+                    stride: 8,
+                    doc: "PAUSEs executed, per vCPU id",
+                });
                 m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
                 let a = &mut m.a;
                 // rdi = vCPU id on entry; rbx = &counter[id]
@@ -531,13 +554,24 @@ impl Spec {
             }
             Spec::WaitInterrupts { vector, count } => {
                 if !env.irqchip {
-                    return Err(Error::Unsupported("wait_interrupts needs a VM with an in-kernel irqchip (irqchip=True)".into()));
+                    return Err(Error::Unsupported(
+                        "wait_interrupts needs a VM with an in-kernel irqchip (irqchip=True)".into(),
+                    ));
                 }
                 if vector < 32 {
-                    return Err(Error::InvalidArgument(format!("wait_interrupts: vector must be 32..=255, got {vector}")));
+                    return Err(Error::InvalidArgument(format!(
+                        "wait_interrupts: vector must be 32..=255, got {vector}"
+                    )));
                 }
                 params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
-                results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "HLT instructions executed while waiting, per vCPU id" });
+                results.push(ResultField {
+                    name: "halts",
+                    gpa: data,
+                    ty: FieldType::U64,
+                    count: MAX_PER_VCPU_RESULTS,
+                    stride: 8,
+                    doc: "HLT instructions executed while waiting, per vCPU id",
+                });
                 m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
                 m.enable_lapic()?;
                 let a = &mut m.a;
@@ -558,7 +592,14 @@ impl Spec {
                     return Err(Error::InvalidArgument(format!("io_out_string: count must be 1..=4096, got {count}")));
                 }
                 params.extend([("port".into(), port as u64), ("count".into(), count)]);
-                results.push(ResultField { name: "bytes", gpa: data, ty: FieldType::U64, count: count.div_ceil(8), stride: 8, doc: "the bytes sent (write them before running)" });
+                results.push(ResultField {
+                    name: "bytes",
+                    gpa: data,
+                    ty: FieldType::U64,
+                    count: count.div_ceil(8),
+                    stride: 8,
+                    doc: "the bytes sent (write them before running)",
+                });
                 a.mov(rsi, data).map_err(asm_err)?;
                 a.mov(rcx, count).map_err(asm_err)?;
                 a.mov(edx, port as u32).map_err(asm_err)?;
@@ -603,10 +644,14 @@ impl Spec {
             Spec::SpinLock { kind, hold, think, iterations, check_every, kick_vector, vcpus } => {
                 if kind == LockKind::Pv {
                     if !env.irqchip {
-                        return Err(Error::Unsupported("pv_spin_lock needs an in-kernel irqchip (its kick is an IPI)".into()));
+                        return Err(Error::Unsupported(
+                            "pv_spin_lock needs an in-kernel irqchip (its kick is an IPI)".into(),
+                        ));
                     }
                     if kick_vector < 32 {
-                        return Err(Error::InvalidArgument(format!("pv_spin_lock: kick_vector must be 32..=255, got {kick_vector}")));
+                        return Err(Error::InvalidArgument(format!(
+                            "pv_spin_lock: kick_vector must be 32..=255, got {kick_vector}"
+                        )));
                     }
                     if check_every == 0 {
                         return Err(Error::InvalidArgument("pv_spin_lock: check_every must be >= 1".into()));
@@ -650,7 +695,11 @@ impl Spec {
                         "ipi_ping_pong: vector_base must be 32..=254 and rounds 1..={MAX_ROUNDS}, got {vector_base}, {rounds}"
                     )));
                 }
-                params.extend([("rounds".into(), rounds), ("gap_cycles".into(), gap_cycles), ("vector_base".into(), vector_base as u64)]);
+                params.extend([
+                    ("rounds".into(), rounds),
+                    ("gap_cycles".into(), gap_cycles),
+                    ("vector_base".into(), vector_base as u64),
+                ]);
                 ipi_ping_pong(&mut m, data, rounds, gap_cycles, vector_base, &mut results)?;
             }
             Spec::IdleTicks { hz, ticks, vector } => {
@@ -667,16 +716,7 @@ impl Spec {
             }
         }
         let (code, asserts) = m.finish(entry)?;
-        Ok(Program {
-            name: name.to_string(),
-            entry,
-            code,
-            data,
-            data_size: self.data_size(),
-            results,
-            asserts,
-            params,
-        })
+        Ok(Program { name: name.to_string(), entry, code, data, data_size: self.data_size(), results, asserts, params })
     }
 }
 
@@ -765,9 +805,30 @@ fn spin_lock(
     results: &mut Vec<ResultField>,
 ) -> Result<()> {
     type L = SpinLockLayout;
-    let per = |name, off, doc| ResultField { name, gpa: data + L::RECORDS + off, ty: FieldType::U64, count: L::MAX_VCPUS, stride: L::RECORD_SIZE, doc };
-    results.push(ResultField { name: "counter", gpa: data + L::COUNTER, ty: FieldType::U64, count: 1, stride: 8, doc: "shared counter incremented non-atomically in the critical section" });
-    results.push(ResultField { name: "stop", gpa: data + L::STOP, ty: FieldType::U64, count: 1, stride: 8, doc: "the host sets 1 to end the run" });
+    let per = |name, off, doc| ResultField {
+        name,
+        gpa: data + L::RECORDS + off,
+        ty: FieldType::U64,
+        count: L::MAX_VCPUS,
+        stride: L::RECORD_SIZE,
+        doc,
+    };
+    results.push(ResultField {
+        name: "counter",
+        gpa: data + L::COUNTER,
+        ty: FieldType::U64,
+        count: 1,
+        stride: 8,
+        doc: "shared counter incremented non-atomically in the critical section",
+    });
+    results.push(ResultField {
+        name: "stop",
+        gpa: data + L::STOP,
+        ty: FieldType::U64,
+        count: 1,
+        stride: 8,
+        doc: "the host sets 1 to end the run",
+    });
     // Records are strided by RECORD_SIZE; each field is read with that stride.
     for (name, off, doc) in [
         ("acquisitions", L::ACQUISITIONS, "lock acquisitions"),
@@ -888,7 +949,7 @@ fn spin_lock(
         LockKind::Pv => {
             a.xor(eax, eax).map_err(asm_err)?;
             a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?; // release + full barrier
-            // kick every announced waiter
+                                                           // kick every announced waiter
             let mut scan = a.create_label();
             let mut next = a.create_label();
             a.xor(r15d, r15d).map_err(asm_err)?;
@@ -912,8 +973,22 @@ fn spin_lock(
 }
 
 fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<ResultField>) -> Result<()> {
-    results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "halts so far: the host's cue to send the next MSI" });
-    results.push(ResultField { name: "halt_cycles", gpa: data + 64, ty: FieldType::U64, count, stride: 8, doc: "length of each halt (TSC cycles, guest rdtsc)" });
+    results.push(ResultField {
+        name: "halts",
+        gpa: data,
+        ty: FieldType::U64,
+        count: 1,
+        stride: 8,
+        doc: "halts so far: the host's cue to send the next MSI",
+    });
+    results.push(ResultField {
+        name: "halt_cycles",
+        gpa: data + 64,
+        ty: FieldType::U64,
+        count,
+        stride: 8,
+        doc: "length of each halt (TSC cycles, guest rdtsc)",
+    });
     m.enable_lapic()?;
     let a = &mut m.a;
     a.mov(rbx, data).map_err(asm_err)?;
@@ -934,10 +1009,38 @@ fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<Re
     m.done()
 }
 
-fn ipi_ping_pong(m: &mut Asm, data: Gpa, rounds: u64, gap_cycles: u64, vb: u8, results: &mut Vec<ResultField>) -> Result<()> {
-    results.push(ResultField { name: "rounds_done", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc: "round trips completed by vCPU 0" });
-    results.push(ResultField { name: "replies", gpa: data + 8, ty: FieldType::U64, count: 1, stride: 8, doc: "replies sent by vCPU 1" });
-    results.push(ResultField { name: "rtt_cycles", gpa: data + 64, ty: FieldType::U64, count: rounds, stride: 8, doc: "round-trip time of each round (TSC cycles, vCPU 0's rdtsc)" });
+fn ipi_ping_pong(
+    m: &mut Asm,
+    data: Gpa,
+    rounds: u64,
+    gap_cycles: u64,
+    vb: u8,
+    results: &mut Vec<ResultField>,
+) -> Result<()> {
+    results.push(ResultField {
+        name: "rounds_done",
+        gpa: data,
+        ty: FieldType::U64,
+        count: 1,
+        stride: 8,
+        doc: "round trips completed by vCPU 0",
+    });
+    results.push(ResultField {
+        name: "replies",
+        gpa: data + 8,
+        ty: FieldType::U64,
+        count: 1,
+        stride: 8,
+        doc: "replies sent by vCPU 1",
+    });
+    results.push(ResultField {
+        name: "rtt_cycles",
+        gpa: data + 64,
+        ty: FieldType::U64,
+        count: rounds,
+        stride: 8,
+        doc: "round-trip time of each round (TSC cycles, vCPU 0's rdtsc)",
+    });
     m.enable_lapic()?;
     let a = &mut m.a;
     let stop = data + 16;
@@ -1006,7 +1109,14 @@ fn ipi_ping_pong(m: &mut Asm, data: Gpa, rounds: u64, gap_cycles: u64, vb: u8, r
 }
 
 fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: &mut Vec<ResultField>) -> Result<()> {
-    results.push(ResultField { name: "halts", gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc: "halts, per vCPU id" });
+    results.push(ResultField {
+        name: "halts",
+        gpa: data,
+        ty: FieldType::U64,
+        count: MAX_PER_VCPU_RESULTS,
+        stride: 8,
+        doc: "halts, per vCPU id",
+    });
     m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
     m.enable_lapic()?;
     let a = &mut m.a;
@@ -1046,7 +1156,9 @@ mod tests {
 
     #[test]
     fn io_out_assembles_to_out_then_park() {
-        let p = Spec::IoOut { port: 0x3f8, value: 0x41, size: 1 }.build(Env { irqchip: false }, CODE_ADDR, DATA_ADDR).unwrap();
+        let p = Spec::IoOut { port: 0x3f8, value: 0x41, size: 1 }
+            .build(Env { irqchip: false }, CODE_ADDR, DATA_ADDR)
+            .unwrap();
         let text = disasm(&p.code, p.entry);
         assert!(text.iter().any(|s| s == "out dx,al"), "{text:?}");
         assert!(text.iter().any(|s| s == "hlt"));
@@ -1086,9 +1198,33 @@ mod tests {
             Spec::IoLoop { port: 0x80, count: 10 },
             Spec::WaitInterrupts { vector: 0x40, count: 10 },
             Spec::Assert { actual: 1, expected: 1 },
-            Spec::SpinLock { kind: LockKind::Tas, hold: 10, think: 0, iterations: 5, check_every: 1, kick_vector: 0x50, vcpus: 4 },
-            Spec::SpinLock { kind: LockKind::Ticket, hold: 0, think: 3, iterations: 0, check_every: 1, kick_vector: 0x50, vcpus: 4 },
-            Spec::SpinLock { kind: LockKind::Pv, hold: 10, think: 3, iterations: 5, check_every: 64, kick_vector: 0x50, vcpus: 4 },
+            Spec::SpinLock {
+                kind: LockKind::Tas,
+                hold: 10,
+                think: 0,
+                iterations: 5,
+                check_every: 1,
+                kick_vector: 0x50,
+                vcpus: 4,
+            },
+            Spec::SpinLock {
+                kind: LockKind::Ticket,
+                hold: 0,
+                think: 3,
+                iterations: 0,
+                check_every: 1,
+                kick_vector: 0x50,
+                vcpus: 4,
+            },
+            Spec::SpinLock {
+                kind: LockKind::Pv,
+                hold: 10,
+                think: 3,
+                iterations: 5,
+                check_every: 64,
+                kick_vector: 0x50,
+                vcpus: 4,
+            },
             Spec::MsiPong { vector: 0x40, count: 100 },
             Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
             Spec::IdleTicks { hz: 250, ticks: 10, vector: 0xec },
@@ -1110,7 +1246,9 @@ mod tests {
         let env = Env { irqchip: false };
         assert!(Spec::IoOut { port: 1, value: 1, size: 3 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
         assert!(Spec::WaitInterrupts { vector: 40, count: 1 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
-        assert!(Spec::WaitInterrupts { vector: 3, count: 1 }.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).is_err());
+        assert!(Spec::WaitInterrupts { vector: 3, count: 1 }
+            .build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR)
+            .is_err());
         assert!(Spec::IoLoop { port: 1, count: 0 }.build(env, CODE_ADDR, DATA_ADDR).is_err());
     }
 }
