@@ -26,15 +26,21 @@ def test_mutual_exclusion_holds_under_overcommit(kvm_host: Host, kind: str, pcpu
 
 
 def test_overcommit_is_visible(kvm_host: Host) -> None:
-    """Ticket lock, 4 vCPUs: on 1 CPU a preempted next-in-line waiter stalls
-    everyone (lock-waiter preemption), so throughput drops and waits grow."""
-    one = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration=0.6, host=kvm_host)
-    two = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0, 1], duration=0.6, host=kvm_host)
+    """Ticket lock, 2 vCPUs: on one CPU a waiter spins away its time slice
+    whenever the holder (or, after a hand-off, the next owner) is preempted,
+    so throughput falls by an order of magnitude and waits grow from µs to ms.
+
+    (With 4 vCPUs on 1 vs 2 CPUs both runs are overcommitted and the ratio
+    swings with how the host's slices line up with the ticket order: measured
+    here 1.3-2.5x, once inverted. 2 vCPUs on 1 vs 2 CPUs: 300-630 vs ~15,000
+    acquisitions/s.)"""
+    one = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=2, pcpus=[0], duration=0.6, host=kvm_host)
+    two = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=2, pcpus=[0, 1], duration=0.6, host=kvm_host)
     rate = {n: r.results["acquisitions"].sum() / r.wall_s for n, r in (("1cpu", one), ("2cpus", two))}
     wait = {n: r.results["wait_per_acq_us"].mean() for n, r in (("1cpu", one), ("2cpus", two))}
     print(f"acquisitions/s {rate}; wait per acquisition (us) {wait}")
-    assert rate["1cpu"] < rate["2cpus"]
-    assert wait["1cpu"] > wait["2cpus"]
+    assert 5 * rate["1cpu"] < rate["2cpus"]
+    assert wait["1cpu"] > 10 * wait["2cpus"]
 
 
 def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
