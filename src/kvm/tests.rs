@@ -63,3 +63,29 @@ fn deadline_forces_an_endless_loop_out() {
     assert!(matches!(e, Error::Timeout(_)), "{e}");
     assert!(t.elapsed() < Duration::from_secs(1));
 }
+
+#[test]
+fn ipi_ping_pong_waits_for_a_responder_that_starts_late() {
+    // KVM drops a fixed IPI sent to a software-disabled local APIC, so the
+    // initiator must not send before the responder has enabled its LAPIC.
+    // Run the two vCPUs alternately from one thread, vCPU 0 first, in 20 ms
+    // turns (each turn ends by its deadline: spinning, or halted in the kernel).
+    let Some(h) = host() else { return };
+    let mut vm = h.create_vm(VmOptions { memory_mib: 4, irqchip: true }).unwrap();
+    let p = vm.load(&Spec::IpiPingPong { rounds: 3, gap_cycles: 0, vector_base: 0x60 }).unwrap();
+    let mut v0 = vm.create_vcpu(0).unwrap();
+    let mut v1 = vm.create_vcpu(1).unwrap();
+    v0.start(p.entry).unwrap();
+    v1.start(p.entry).unwrap();
+    let rounds_done = |vm: &Vm| vm.memory().read_u64(p.data).unwrap();
+    for _ in 0..20 {
+        for v in [&mut v0, &mut v1] {
+            // the outcome of a turn does not matter, the rounds in RAM do
+            let _ = v.run_until(&until(&["hlt"], 20));
+        }
+        if rounds_done(&vm) == 3 {
+            break;
+        }
+    }
+    assert_eq!(rounds_done(&vm), 3, "the first request was lost");
+}

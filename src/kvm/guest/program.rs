@@ -1044,12 +1044,24 @@ fn ipi_ping_pong(
     m.enable_lapic()?;
     let a = &mut m.a;
     let stop = data + 16;
+    // KVM drops a fixed interrupt sent to a software-disabled local APIC, so
+    // the responder says when its LAPIC is on, and the first request waits
+    let ready = data + 24;
     a.mov(rbx, data).map_err(asm_err)?;
     let mut responder = a.create_label();
     let mut finish = a.create_label();
     a.test(rdi, rdi).map_err(asm_err)?;
     a.jnz(responder).map_err(asm_err)?;
     // ---- vCPU 0: initiator
+    a.mov(rcx, ready).map_err(asm_err)?;
+    let mut wait_ready = a.create_label();
+    let mut is_ready = a.create_label();
+    a.set_label(&mut wait_ready).map_err(asm_err)?;
+    a.cmp(qword_ptr(rcx), 0).map_err(asm_err)?;
+    a.jne(is_ready).map_err(asm_err)?;
+    a.pause().map_err(asm_err)?;
+    a.jmp(wait_ready).map_err(asm_err)?;
+    a.set_label(&mut is_ready).map_err(asm_err)?;
     a.mov(rsi, IRQ_COUNTS_ADDR + vb as u64 * 8).map_err(asm_err)?;
     a.xor(r12d, r12d).map_err(asm_err)?;
     let mut round = a.create_label();
@@ -1084,6 +1096,8 @@ fn ipi_ping_pong(
     a.jmp(finish).map_err(asm_err)?;
     // ---- vCPU 1: responder
     a.set_label(&mut responder).map_err(asm_err)?;
+    a.mov(rcx, ready).map_err(asm_err)?;
+    a.mov(qword_ptr(rcx), 1i32).map_err(asm_err)?;
     a.mov(rsi, IRQ_COUNTS_ADDR + (vb as u64 + 1) * 8).map_err(asm_err)?;
     a.xor(r14d, r14d).map_err(asm_err)?; // requests answered
     let mut loop_ = a.create_label();
