@@ -435,16 +435,7 @@ impl Spec {
                     _ => a.in_(eax, dx),
                 }
                 .map_err(asm_err)?;
-                a.mov(rcx, data).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField {
-                    name: "value",
-                    gpa: data,
-                    ty: FieldType::U64,
-                    count: 1,
-                    stride: 8,
-                    doc: "the value the IN instruction read",
-                });
+                store_value(a, data, &mut results, "the value the IN instruction read")?;
                 m.done()?;
             }
             Spec::MmioWrite { addr, value, size } => {
@@ -474,16 +465,7 @@ impl Spec {
                     _ => a.mov(rax, qword_ptr(rcx)),
                 }
                 .map_err(asm_err)?;
-                a.mov(rcx, data).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
-                results.push(ResultField {
-                    name: "value",
-                    gpa: data,
-                    ty: FieldType::U64,
-                    count: 1,
-                    stride: 8,
-                    doc: "the value the load returned",
-                });
+                store_value(a, data, &mut results, "the value the load returned")?;
                 m.done()?;
             }
             Spec::Halt => {
@@ -766,6 +748,14 @@ fn halt_until_above_then_record(a: &mut CodeAssembler, seen: AsmRegister64) -> R
     a.sub(rax, r13).map_err(asm_err)?;
     a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
     a.inc(r12).map_err(asm_err)
+}
+
+/// Stores rax at `data` and declares it as the result field `value`.
+fn store_value(a: &mut CodeAssembler, data: Gpa, results: &mut Vec<ResultField>, doc: &'static str) -> Result<()> {
+    a.mov(rcx, data).map_err(asm_err)?;
+    a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
+    results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc });
+    Ok(())
 }
 
 /// `dec reg; jnz` delay loop of `n` iterations on `reg` (nothing if `n` = 0).
