@@ -223,28 +223,31 @@ impl Sim {
             }
         }
         // the eligible task with the earliest (deadline, index), else the
-        // task with the least (vruntime, index); keys kept, not looked up again
-        let mut best: Option<(i64, usize)> = None;
-        let mut least: Option<(i64, usize)> = None;
-        for t in rq.queue.iter().copied().chain(curr_ok) {
-            let t = t as usize;
-            let tk = &self.tasks[t];
-            let lk = (tk.vruntime, t);
-            if least.is_none_or(|l| lk < l) {
-                least = Some(lk);
+        // task with the least (vruntime, index). The least vruntime is at
+        // most V when V averages the candidates, so the second pass is
+        // needed only when curr counts in V but is not a candidate (it is
+        // blocking or parked). (MAX, usize::MAX) is "none yet".
+        const NONE: (i64, usize) = (i64::MAX, usize::MAX);
+        let mut best = NONE;
+        for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
+            let tk = &self.tasks[t as usize];
+            if tk.vruntime <= v && (tk.deadline, t as usize) < best {
+                best = (tk.deadline, t as usize);
             }
-            if tk.vruntime <= v {
-                let bk = (tk.deadline, t);
-                if best.is_none_or(|b| bk < b) {
-                    best = Some(bk);
+        }
+        if best == NONE {
+            for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
+                let key = (self.tasks[t as usize].vruntime, t as usize);
+                if key < best {
+                    best = key;
                 }
             }
         }
-        let best = best.or(least).map(|(_, t)| t);
-        if best.map(|b| b as u32) == self.rqs[cpu].buddy {
+        // the queue is not empty: `best` is a task
+        if Some(best.1 as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
-        best
+        Some(best.1)
     }
 
     /// newidle balance: a CPU about to go idle pulls the longest-waiting
