@@ -185,7 +185,12 @@ impl Sim {
                 // there when it runs again
                 self.vcpus[v].poll_resume = Some(end);
             }
-            Act::IdlePoll { .. } | Act::Exit { .. } | Act::Off => {}
+            Act::Exit { .. } => {
+                if let Some(cpu) = self.vcpus[v].running {
+                    self.rqs[cpu as usize].curr_in_exit = false;
+                }
+            }
+            Act::IdlePoll { .. } | Act::Off => {}
         }
         let vc = &mut self.vcpus[v];
         vc.act = Act::Off;
@@ -202,7 +207,9 @@ impl Sim {
         let gen = vc.gen;
         vc.acct.set(now, cat);
         if let Some(cpu) = vc.running {
-            self.rqs[cpu as usize].acct.set(now, cat);
+            let rq = &mut self.rqs[cpu as usize];
+            rq.acct.set(now, cat);
+            rq.curr_in_exit = matches!(act, Act::Exit { .. });
         }
         if end != NEVER {
             self.push(end, Ev::Vcpu(v as u32, gen));
@@ -394,6 +401,7 @@ impl Sim {
     fn exit_done(&mut self, v: usize, kind: ExitKind) {
         self.vcpus[v].act = Act::Off;
         let cpu = self.vcpus[v].running.expect("exit on a running vCPU") as usize;
+        self.rqs[cpu].curr_in_exit = false;
         match kind {
             ExitKind::Halt => {
                 if !self.has_wake_condition(v) {

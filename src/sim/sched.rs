@@ -36,8 +36,10 @@ impl Sim {
             (None, None) => return rq.last_v,
         };
         let sw = rq.queue_w + curr_w;
-        // s = Σ w·(vruntime − v0) over the queue (curr adds 0)
-        let s = (rq.queue_wv - rq.queue_w as i128 * v0 as i128) as i64;
+        // s = Σ w·(vruntime − v0) over the queue (curr adds 0). The sums
+        // are kept modulo 2^64, and s fits in i64: its low 64 bits, all that
+        // wrapping arithmetic computes, are s itself.
+        let s = rq.queue_wv.wrapping_sub(rq.queue_w.wrapping_mul(v0));
         debug_assert_eq!(
             s,
             rq.queue
@@ -62,7 +64,7 @@ impl Sim {
         let rq = &mut self.rqs[cpu];
         rq.queue.push(t as u32);
         rq.queue_w += w;
-        rq.queue_wv += w as i128 * v as i128;
+        rq.queue_wv = rq.queue_wv.wrapping_add(w.wrapping_mul(v));
     }
 
     /// Take a task off `cpu`'s queue (if there), and out of its weighted sums.
@@ -72,7 +74,7 @@ impl Sim {
         if let Some(i) = rq.queue.iter().position(|&x| x as usize == t) {
             rq.queue.swap_remove(i);
             rq.queue_w -= w;
-            rq.queue_wv -= w as i128 * v as i128;
+            rq.queue_wv = rq.queue_wv.wrapping_sub(w.wrapping_mul(v));
         }
     }
 
@@ -353,13 +355,16 @@ impl Sim {
     /// resched_curr(): switch now, unless curr is a vCPU inside an exit
     /// handler, in which case need_resched is noticed when the handler ends.
     pub fn resched(&mut self, cpu: usize, why: Why) {
-        if let Some(c) = self.rqs[cpu].curr {
-            if let TaskKind::Vcpu(v) = self.tasks[c as usize].kind {
-                if matches!(self.vcpus[v as usize].act, Act::Exit { .. }) {
-                    self.rqs[cpu].need_resched = true;
-                    return;
-                }
-            }
+        debug_assert_eq!(
+            self.rqs[cpu].curr_in_exit,
+            self.rqs[cpu].curr.is_some_and(|c| match self.tasks[c as usize].kind {
+                TaskKind::Vcpu(v) => matches!(self.vcpus[v as usize].act, Act::Exit { .. }),
+                TaskKind::Bg(_) => false,
+            })
+        );
+        if self.rqs[cpu].curr_in_exit {
+            self.rqs[cpu].need_resched = true;
+            return;
         }
         self.schedule(cpu, why);
     }
