@@ -196,7 +196,10 @@ impl Default for EventQueue {
     }
 }
 impl EventQueue {
-    #[inline]
+    // Always inlined: out of line, its prologue and epilogue (saving and
+    // restoring registers) were a quarter of its instructions (callgrind);
+    // inlined, 8 × 20 under PLE runs ~4 % faster.
+    #[inline(always)]
     fn push(&mut self, time: Ns, seq: u64, ev: Ev) {
         let key = ((time as u128) << 64) | seq as u128;
         let b = time >> BUCKET_SHIFT;
