@@ -196,7 +196,10 @@ impl Default for EventQueue {
     }
 }
 impl EventQueue {
-    #[inline]
+    // Always inlined: out of line, its prologue and epilogue (saving and
+    // restoring registers) were a quarter of its instructions (callgrind);
+    // inlined, 8 × 20 under PLE runs ~4 % faster.
+    #[inline(always)]
     fn push(&mut self, time: Ns, seq: u64, ev: Ev) {
         let key = ((time as u128) << 64) | seq as u128;
         let b = time >> BUCKET_SHIFT;
@@ -332,14 +335,20 @@ pub struct Task {
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Rq {
-    /// Σ weight·vruntime and Σ weight over `queue` (for `avg_vruntime`).
-    pub queue_wv: i128,
+    /// Σ weight·vruntime (modulo 2^64: wrapping arithmetic) and Σ weight
+    /// over `queue` (for `avg_vruntime`).
+    pub queue_wv: i64,
     /// Runnable tasks other than `curr` (change it only through
     /// `queue_add`/`queue_remove`, which keep the two sums).
     pub queue: Vec<u32>,
     pub queue_w: i64,
     pub curr: Option<u32>,
     pub buddy: Option<u32>,
+    /// `curr` is a vCPU in an exit handler (`Act::Exit`): `resched` reads
+    /// this instead of the run queue -> task -> vCPU chain. Kept by
+    /// `set_act`, `pause_act` and `exit_done`, the only ways in and out of
+    /// `Act::Exit`.
+    pub curr_in_exit: bool,
     pub acct: Acct,
     pub exec_start: Ns,
     /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
@@ -594,6 +603,7 @@ impl Sim {
                     queue_wv: 0,
                     curr: None,
                     buddy: None,
+                    curr_in_exit: false,
                     exec_start: 0,
                     last_v: 0,
                     lock_busy: Vec::new(),

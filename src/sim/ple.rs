@@ -75,7 +75,8 @@ impl SpinCtx for PleCtx<'_> {
     }
     fn set_last_boosted(&mut self, idx: usize) {
         let n = self.n();
-        self.sim.vms[self.vm].last_boosted = idx % n.max(1);
+        // a policy passes an index < n: no division then
+        self.sim.vms[self.vm].last_boosted = if idx < n { idx } else { idx % n.max(1) };
     }
     fn view(&self, idx: usize) -> VcpuView {
         self.sim.view(self.vcpu0 + idx)

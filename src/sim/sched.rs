@@ -36,8 +36,10 @@ impl Sim {
             (None, None) => return rq.last_v,
         };
         let sw = rq.queue_w + curr_w;
-        // s = Σ w·(vruntime − v0) over the queue (curr adds 0)
-        let s = (rq.queue_wv - rq.queue_w as i128 * v0 as i128) as i64;
+        // s = Σ w·(vruntime − v0) over the queue (curr adds 0). The sums
+        // are kept modulo 2^64, and s fits in i64: its low 64 bits, all that
+        // wrapping arithmetic computes, are s itself.
+        let s = rq.queue_wv.wrapping_sub(rq.queue_w.wrapping_mul(v0));
         debug_assert_eq!(
             s,
             rq.queue
@@ -62,7 +64,7 @@ impl Sim {
         let rq = &mut self.rqs[cpu];
         rq.queue.push(t as u32);
         rq.queue_w += w;
-        rq.queue_wv += w as i128 * v as i128;
+        rq.queue_wv = rq.queue_wv.wrapping_add(w.wrapping_mul(v));
     }
 
     /// Take a task off `cpu`'s queue (if there), and out of its weighted sums.
@@ -72,7 +74,7 @@ impl Sim {
         if let Some(i) = rq.queue.iter().position(|&x| x as usize == t) {
             rq.queue.swap_remove(i);
             rq.queue_w -= w;
-            rq.queue_wv -= w as i128 * v as i128;
+            rq.queue_wv = rq.queue_wv.wrapping_sub(w.wrapping_mul(v));
         }
     }
 
@@ -223,28 +225,31 @@ impl Sim {
             }
         }
         // the eligible task with the earliest (deadline, index), else the
-        // task with the least (vruntime, index); keys kept, not looked up again
-        let mut best: Option<(i64, usize)> = None;
-        let mut least: Option<(i64, usize)> = None;
-        for t in rq.queue.iter().copied().chain(curr_ok) {
-            let t = t as usize;
-            let tk = &self.tasks[t];
-            let lk = (tk.vruntime, t);
-            if least.is_none_or(|l| lk < l) {
-                least = Some(lk);
+        // task with the least (vruntime, index). The least vruntime is at
+        // most V when V averages the candidates, so the second pass is
+        // needed only when curr counts in V but is not a candidate (it is
+        // blocking or parked). (MAX, usize::MAX) is "none yet".
+        const NONE: (i64, usize) = (i64::MAX, usize::MAX);
+        let mut best = NONE;
+        for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
+            let tk = &self.tasks[t as usize];
+            if tk.vruntime <= v && (tk.deadline, t as usize) < best {
+                best = (tk.deadline, t as usize);
             }
-            if tk.vruntime <= v {
-                let bk = (tk.deadline, t);
-                if best.is_none_or(|b| bk < b) {
-                    best = Some(bk);
+        }
+        if best == NONE {
+            for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
+                let key = (self.tasks[t as usize].vruntime, t as usize);
+                if key < best {
+                    best = key;
                 }
             }
         }
-        let best = best.or(least).map(|(_, t)| t);
-        if best.map(|b| b as u32) == self.rqs[cpu].buddy {
+        // the queue is not empty: `best` is a task
+        if Some(best.1 as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
-        best
+        Some(best.1)
     }
 
     /// newidle balance: a CPU about to go idle pulls the longest-waiting
@@ -350,13 +355,16 @@ impl Sim {
     /// resched_curr(): switch now, unless curr is a vCPU inside an exit
     /// handler, in which case need_resched is noticed when the handler ends.
     pub fn resched(&mut self, cpu: usize, why: Why) {
-        if let Some(c) = self.rqs[cpu].curr {
-            if let TaskKind::Vcpu(v) = self.tasks[c as usize].kind {
-                if matches!(self.vcpus[v as usize].act, Act::Exit { .. }) {
-                    self.rqs[cpu].need_resched = true;
-                    return;
-                }
-            }
+        debug_assert_eq!(
+            self.rqs[cpu].curr_in_exit,
+            self.rqs[cpu].curr.is_some_and(|c| match self.tasks[c as usize].kind {
+                TaskKind::Vcpu(v) => matches!(self.vcpus[v as usize].act, Act::Exit { .. }),
+                TaskKind::Bg(_) => false,
+            })
+        );
+        if self.rqs[cpu].curr_in_exit {
+            self.rqs[cpu].need_resched = true;
+            return;
         }
         self.schedule(cpu, why);
     }
