@@ -6,6 +6,7 @@ halt blocks and is woken by ``kvm_vcpu_wake_up`` (``halt_wakeup``)."""
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -67,3 +68,24 @@ def test_no_polling_with_0_every_halt_blocks(kvm_host: Host) -> None:
     # after the guest halted, (nearly) every halt blocked
     assert abs(d["halt_wakeup"] - d["blocked"]) <= 2
     assert d["halt_wakeup"] == pytest.approx(d["halt_exits"], rel=0.02)
+
+
+def test_msi_ping_counts_rounds_from_the_program_start_not_from_its_own_start(kvm_host: Host) -> None:
+    # The vCPU thread announces its first halt before the sender starts (a
+    # race CI once lost: msi_ping read that 1 as its base and then waited 2 s
+    # for a second halt that needed an MSI first).
+    with kvm_host.create_vm(memory_mib=4) as vm:
+        prog = vm.load("wait_interrupts", vector=VECTOR, count=20)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        t = PinnedThread(lambda: vcpu.run_program(timeout=10), {1})
+        t.start()
+        deadline = time.monotonic() + 5
+        while vm.results(prog)["halts"][0] < 1:
+            assert time.monotonic() < deadline, "the guest never announced its first halt"
+            time.sleep(0.001)
+        rtt = vm.msi_ping(vcpu, prog, VECTOR, 20, 10.0, timeout=10)
+        t.value()
+        assert len(rtt) == 19 and (rtt > 0).all()
+        assert int(vm.results(prog)["halts"][0]) == 20
+        assert int(vm.irq_counts()[VECTOR]) == 20

@@ -184,8 +184,13 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         t.start()
         try:
             rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout=timeout)
-        finally:
+        except BaseException:
             t.join(timeout + 5)
+            if "error" in box:
+                # the vCPU thread's failure is what kept the cue from coming
+                raise box["error"] from None
+            raise
+        t.join(timeout + 5)
         b1, w1 = _cpu_busy_ns(pcpu), time.monotonic()
         if t.is_alive():
             raise TimeoutError(f"calibrate.halt_poll: the vCPU thread of cell gap={gap_us} max={max_poll_ns} did not finish")

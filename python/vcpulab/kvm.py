@@ -617,7 +617,14 @@ class Vm:
         return MsiTrain(sent, elapsed_ns / 1e9, late_ns / 1e3)
 
     def msi_ping(
-        self, vcpu: Vcpu, program: Program, vector: int, count: int, gap_us: float, timeout: float = 30.0
+        self,
+        vcpu: Vcpu,
+        program: Program,
+        vector: int,
+        count: int,
+        gap_us: float,
+        timeout: float = 30.0,
+        halts_before: int = 0,
     ) -> np.ndarray:
         """Host → vCPU MSI ping-pong with a running ``wait_interrupts`` program.
 
@@ -626,14 +633,18 @@ class Vm:
         blocked — then sends the MSI. Returns the ``count - 1`` round-trip
         times (ns, MSI sent → guest about to halt again), timed in Rust with
         the GIL released.
+
+        Rounds are counted from ``halts_before``, the counter's value when the
+        vCPU started the program (0, the default, for a freshly loaded one), so
+        the vCPU thread may start before or after this call.
         """
         if program.name != "wait_interrupts":
             raise ValueError(f"msi_ping drives a wait_interrupts program, got {program.name!r}")
-        if count < 1 or gap_us < 0:
-            raise ValueError(f"count must be >= 1 and gap_us >= 0, got {count}, {gap_us}")
+        if count < 1 or gap_us < 0 or halts_before < 0:
+            raise ValueError(f"count must be >= 1, gap_us and halts_before >= 0, got {count}, {gap_us}, {halts_before}")
         halts = next(r for r in program.results if r["name"] == "halts")
         counter = halts["gpa"] + 8 * vcpu.id
-        return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout)
+        return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout, halts_before)
 
     # observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

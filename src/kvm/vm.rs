@@ -359,7 +359,11 @@ pub fn wait_until(due: Instant) {
 
 /// Host side of an MSI ping-pong with a guest that counts its halts at
 /// `counter_gpa` (a u64 it increments just before each `sti; hlt`, as the
-/// `wait_interrupts` program does).
+/// `wait_interrupts` program does). `halts_before` is that counter's value when
+/// the vCPU started the program (0 for a freshly loaded one): rounds count from
+/// it, not from a read here, so the vCPU may already have announced its first
+/// halt when this starts (a read here would then wait for a second one that
+/// never comes).
 ///
 /// For each of `count` rounds: wait until the guest has announced halt number
 /// `i + 1`, wait `gap` more (the guest is halted: polling or blocked), send the
@@ -377,12 +381,13 @@ pub fn msi_ping(
     count: u64,
     gap: Duration,
     counter_gpa: Gpa,
+    halts_before: u64,
     deadline: Instant,
     stop: &dyn Fn() -> bool,
 ) -> Result<Vec<u64>> {
     mem.check_range(counter_gpa, 8)?;
     let mut rtt = Vec::with_capacity(count as usize);
-    let base = mem.read_u64(counter_gpa)?;
+    let base = halts_before;
     let wait_for = |target: u64| -> Result<()> {
         let mut spins = 0u32;
         while mem.read_u64(counter_gpa)? < target {
@@ -390,9 +395,9 @@ pub fn msi_ping(
             if spins % 1024 == 0 {
                 if Instant::now() >= deadline {
                     return Err(Error::Timeout(format!(
-                        "msi_ping: the guest did not reach halt #{} (counter at {counter_gpa:#x} is {}) before the deadline",
+                        "msi_ping: the guest did not reach halt #{} (counter at {counter_gpa:#x} is {}, {base} before the run) before the deadline",
                         target - base,
-                        mem.read_u64(counter_gpa)? - base
+                        mem.read_u64(counter_gpa)?
                     )));
                 }
                 if stop() {

@@ -495,7 +495,7 @@ impl PyVm {
 
     /// MSI ping-pong with a guest that counts its halts at `counter_gpa` (see
     /// `kvm::vm::msi_ping`); returns the per-round round-trip times (ns) as numpy.
-    #[pyo3(signature = (dest, vector, count, gap_ns, counter_gpa, timeout = 30.0))]
+    #[pyo3(signature = (dest, vector, count, gap_ns, counter_gpa, timeout = 30.0, halts_before = 0))]
     #[allow(clippy::too_many_arguments)]
     fn msi_ping<'py>(
         &self,
@@ -506,6 +506,7 @@ impl PyVm {
         gap_ns: u64,
         counter_gpa: u64,
         timeout: f64,
+        halts_before: u64,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let deadline = timeout_deadline(timeout)?;
         let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
@@ -523,6 +524,7 @@ impl PyVm {
                 count,
                 Duration::from_nanos(gap_ns),
                 counter_gpa,
+                halts_before,
                 deadline,
                 &stop,
             )
