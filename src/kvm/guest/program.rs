@@ -133,6 +133,21 @@ impl Asm {
         self.assert_cmp(reg, limit, message, |a, ok| a.jb(ok))
     }
 
+    /// A u64 result slot per vCPU id at `data`: declares the field, checks
+    /// that this vCPU's id (rdi) has a slot, and points rbx at it.
+    pub fn per_vcpu_slot(
+        &mut self,
+        data: Gpa,
+        name: &'static str,
+        doc: &'static str,
+        results: &mut Vec<ResultField>,
+    ) -> Result<()> {
+        results.push(ResultField { name, gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc });
+        self.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
+        self.a.mov(rbx, data).map_err(asm_err)?;
+        self.a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)
+    }
+
     /// `cmp reg, value` then `pass(ok)` jumps over the failure report.
     #[track_caller]
     fn assert_cmp(
@@ -491,19 +506,8 @@ impl Spec {
             }
             Spec::PauseLoop { iterations } => {
                 params.push(("iterations".into(), iterations));
-                results.push(ResultField {
-                    name: "counter",
-                    gpa: data,
-                    ty: FieldType::U64,
-                    count: MAX_PER_VCPU_RESULTS,
-                    stride: 8,
-                    doc: "PAUSEs executed, per vCPU id",
-                });
-                m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
+                m.per_vcpu_slot(data, "counter", "PAUSEs executed, per vCPU id", &mut results)?;
                 let a = &mut m.a;
-                // rdi = vCPU id on entry; rbx = &counter[id]
-                a.mov(rbx, data).map_err(asm_err)?;
-                a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
                 a.mov(rcx, iterations).map_err(asm_err)?;
                 let mut top = a.create_label();
                 a.set_label(&mut top).map_err(asm_err)?;
@@ -546,19 +550,9 @@ impl Spec {
                     )));
                 }
                 params.extend([("vector".into(), vector as u64), ("count".into(), count)]);
-                results.push(ResultField {
-                    name: "halts",
-                    gpa: data,
-                    ty: FieldType::U64,
-                    count: MAX_PER_VCPU_RESULTS,
-                    stride: 8,
-                    doc: "HLT instructions executed while waiting, per vCPU id",
-                });
-                m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
+                m.per_vcpu_slot(data, "halts", "HLT instructions executed while waiting, per vCPU id", &mut results)?;
                 m.enable_lapic()?;
                 let a = &mut m.a;
-                a.mov(rbx, data).map_err(asm_err)?;
-                a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
                 a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
                 halt_until_count(a, Some(count))?;
                 m.done()?;
@@ -1113,15 +1107,7 @@ fn ipi_ping_pong(
 }
 
 fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: &mut Vec<ResultField>) -> Result<()> {
-    results.push(ResultField {
-        name: "halts",
-        gpa: data,
-        ty: FieldType::U64,
-        count: MAX_PER_VCPU_RESULTS,
-        stride: 8,
-        doc: "halts, per vCPU id",
-    });
-    m.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
+    m.per_vcpu_slot(data, "halts", "halts, per vCPU id", results)?;
     m.enable_lapic()?;
     let a = &mut m.a;
     // LAPIC timer: divide by 1, periodic, initial count = APIC bus (1 GHz in KVM) / hz
@@ -1131,8 +1117,6 @@ fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: 
     a.mov(dword_ptr(rcx), (1u32 << 17) | vector as u32).map_err(asm_err)?;
     a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
     a.mov(dword_ptr(rcx), (1_000_000_000 / hz) as u32).map_err(asm_err)?;
-    a.mov(rbx, data).map_err(asm_err)?;
-    a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)?;
     a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
     halt_until_count(a, (ticks > 0).then_some(ticks))?;
     // stop the timer before reporting
