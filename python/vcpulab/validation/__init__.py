@@ -31,7 +31,7 @@ from vcpulab.validation._score import (
     validate,
 )
 from vcpulab.validation.cases import CASES, METRICS, Case, Ctx, OnSpinGate, Published, Source, case, check_case
-from vcpulab.validation.eras import COSTS, ERAS, PENDING, CostProfile, Era, Param, era, this_host
+from vcpulab.validation.eras import COSTS, ERAS, PENDING, CostProfile, Era, Param, era, eras_markdown, this_host
 
 __all__ = [
     "CASES",
@@ -52,6 +52,7 @@ __all__ = [
     "case",
     "check_case",
     "era",
+    "eras_markdown",
     "jain",
     "quick_kwargs",
     "summary",

@@ -51,6 +51,7 @@ __all__ = [
     "Era",
     "Param",
     "era",
+    "eras_markdown",
     "this_host",
 ]
 
@@ -214,7 +215,8 @@ _PAUSE_MANUAL = (
 _SPLITX = (
     "Landau, Ben-Yehuda, Gordon, 'SplitX: Split Guest/Hypervisor Execution on Multi-Core', USENIX WIOV 2011, "
     "Table 1: the direct cost of an exit (world switch out and back) ~2,000 cycles on a Xeon X5570 at 2.93 GHz "
-    "with KVM (2.6.34) = 683 ns; https://www.usenix.org/legacy/events/wiov11/tech/final_files/Landau.pdf"
+    "with KVM (2.6.34) = 683 ns; a copy of the paper: "
+    "https://m.moam.info/splitx-split-guest-hypervisor-execution-on-multi-core-usenix_59e5379e1723ddf9a2a71953.html"
 )
 
 
@@ -573,3 +575,44 @@ def era(name: str) -> Era:
         return ERAS[name]
     except KeyError:
         raise ValueError(f"unknown era {name!r}; known: {', '.join(ERAS)}") from None
+
+
+def eras_markdown() -> str:
+    """Every era value side by side (one row per field), then each value's
+    source once per distinct (value, source), as Markdown."""
+    names = list(ERAS)
+    fields: list[str] = []
+    for e in ERAS.values():
+        for k in e.params():
+            if k not in fields:
+                fields.append(k)
+
+    def show(v: Any) -> str:
+        return v.label if isinstance(v, Policy) and v.kind != "dy_eligible" else (
+            f"dy_eligible(esrch_budget={v.esrch_budget})" if isinstance(v, Policy) else str(v)
+        )
+
+    lines = ["| field | " + " | ".join(names) + " |", "|" + " --- |" * (len(names) + 1)]
+    for f in fields:
+        cells = []
+        for n in names:
+            p = ERAS[n].params().get(f)
+            cells.append("—" if p is None else f"{show(p.value)} {p.unit}".strip())
+        lines.append(f"| `{f}` | " + " | ".join(cells) + " |")
+    lines += ["", "| field | value | kind | source |", "| --- | --- | --- | --- |"]
+    seen: set[tuple[str, str, str]] = set()
+    for f in fields:
+        for n in names:
+            p = ERAS[n].params().get(f)
+            if p is None:
+                continue
+            key = (f, show(p.value), p.source)
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(f"| `{f}` | {show(p.value)} {p.unit} | {p.kind} | {p.source} |")
+    lines += ["", "Cost profiles:", "", "| profile | field | value | kind | source |", "| --- | --- | --- | --- | --- |"]
+    for prof in COSTS.values():
+        for f, p in prof.params().items():
+            lines.append(f"| {prof.name} | `{f}` | {p.value} {p.unit} | {p.kind} | {p.source} |")
+    return "\n".join(lines)
