@@ -48,6 +48,9 @@ def main() -> int:
             df = V.validate(seeds=args.seeds, duration_scale=args.scale, executor=ex)
     else:
         df = V.validate(seeds=args.seeds, duration_scale=args.scale)
+    from vcpulab.validation import probes
+
+    pr = probes.robustness(seeds=min(args.seeds, 3), duration_scale=args.scale)
     wall, cpu = time.monotonic() - t0, time.process_time() - c0
     df.write_parquet(out / "validation.parquet")
     import matplotlib.pyplot as plt
@@ -60,7 +63,9 @@ def main() -> int:
         f"{platform.machine()} with {os.cpu_count()} CPUs, load average {load[0]:.1f}; "
         f"{wall:.0f} s wall, {cpu:.0f} s CPU in this process)."
     )
-    table = V.to_markdown(df)
+    table = V.to_markdown(df) + "\n\n### Robustness probes (model artifacts, not published comparisons)\n\n" + (
+        probes.to_markdown(pr) + "\n\n" + probes.summary_line(pr)
+    )
     block = f"{BEGIN}\n{prov}\n\n{table}\n\n### The eras' values and their sources (generated)\n\n{V.eras_markdown()}\n{END}"
     (out / "validation.md").write_text(block + "\n")
     print(table)

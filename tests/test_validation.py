@@ -400,3 +400,38 @@ def test_the_idle_halt_polling_cases_use_hardware_costs_not_this_hosts():
             assert c.costs == "hardware"
             sc = c.build(c.ctx(V.COSTS[c.costs]), "base", 0)
             assert sc.costs == hw
+
+
+def test_robustness_probes_report_each_artifact():
+    from vcpulab.validation import probes
+
+    df = probes.robustness(seeds=1, duration_scale=0.1)
+    assert df["probe"].to_list() == [
+        "lockstep_unpinned_8x20",
+        "lockstep_unpinned_8x20",
+        "starvation_2x_ebizzy_16cpus",
+        "dead_path_lock_kinds",
+        "dead_path_threads_per_vcpu",
+        "knife_edge_ple_window",
+    ]
+    assert df["artifact"].null_count() == 0 and df["value"].is_finite().all()
+    lock = df.filter(pl.col("probe") == "lockstep_unpinned_8x20")
+    for r in lock.iter_rows(named=True):
+        assert r["value"] > 0 and (r["artifact"] == (r["value"] < 1.2) or r["artifact"])
+    assert "robustness probes" in probes.summary_line(df)
+    assert probes.to_markdown(df).count("\n") == df.height + 1
+    with pytest.raises(ValueError, match="seeds"):
+        probes.robustness(seeds=0)
+
+
+def test_the_module_cli_prints_the_table_and_rejects_unknown_cases():
+    import subprocess
+    import sys
+
+    ok = subprocess.run([sys.executable, "-m", "vcpulab.validation", "--case", "schedmap2012_16x10_vs_8x20",
+                         "--seeds", "1", "--scale", "0.05"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "| schedmap2012_16x10_vs_8x20 |" in ok.stdout and "registered cases simulated" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "vcpulab.validation", "--case", "nope"], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "unknown case 'nope'" in bad.stderr

@@ -17,6 +17,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=None, help="seeds per case (default 5; --quick: 3)")
     ap.add_argument("--scale", type=float, default=None, help="duration scale (default 1.0; --quick: 0.2)")
     ap.add_argument("--case", action="append", default=None, help="run only this case (repeatable)")
+    ap.add_argument("--no-probes", action="store_true", help="skip the robustness probes (lock-step, starvation, ...)")
     args = ap.parse_args(argv)
     kw = quick_kwargs() if args.quick else {"seeds": 5, "duration_scale": 1.0}
     if args.seeds is not None:
@@ -30,6 +31,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"vcpulab.validation: error: {e}", file=sys.stderr)
         return 2
     print(to_markdown(df))
+    if not args.no_probes and not args.case:
+        from vcpulab.validation import probes
+
+        pr = probes.robustness(seeds=min(kw["seeds"], 2), duration_scale=kw["duration_scale"])
+        print()
+        print(probes.to_markdown(pr))
+        print(probes.summary_line(pr))
     print(f"({kw['seeds']} seeds, duration scale {kw['duration_scale']}, {time.monotonic() - t0:.1f} s)")
     return 0
 
