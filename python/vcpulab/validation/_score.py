@@ -144,6 +144,9 @@ def _execute(points: list[_Point], executor: Any, batch_size: int) -> dict[str, 
         for k, r in _run_sim_batch(items):
             out[k] = r
     else:
+        from vcpulab.sim._distributed import _check_shippable
+
+        _check_shippable([({}, p.payload) for p in sims], executor)  # Python policies must reach the workers
         futs = [executor.submit(_run_sim_batch, items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
         for f in futs:
             for k, r in f.result():
