@@ -7,6 +7,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--case", action="append", default=None, help="run only this case (repeatable)")
     ap.add_argument("--no-probes", action="store_true", help="skip the robustness probes (lock-step, starvation, ...)")
     args = ap.parse_args(argv)
-    kw = quick_kwargs() if args.quick else {"seeds": 5, "duration_scale": 1.0}
+    kw: dict[str, Any] = quick_kwargs() if args.quick else {"seeds": 5, "duration_scale": 1.0}
     if args.seeds is not None:
         kw["seeds"] = args.seeds
     if args.scale is not None:
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_probes and not args.case:
         from vcpulab.validation import probes
 
-        pr = probes.robustness(seeds=min(kw["seeds"], 2), duration_scale=kw["duration_scale"])
+        pr = probes.robustness(seeds=min(int(kw["seeds"]), 2), duration_scale=float(kw["duration_scale"]))
         print()
         print(probes.to_markdown(pr))
         print(probes.summary_line(pr))

@@ -115,7 +115,7 @@ def _run_sim_batch(batch: Sequence[tuple[str, str, dict[str, Any]]]) -> list[tup
     rayon); returns (key, {"summary": {...}, "vms": {...}}) of plain lists
     (picklable, for executors)."""
     jsons = [j for _, j, _ in batch]
-    pols = [p for _, _, p in batch]
+    pols: list[dict[str, Any] | None] = [p for _, _, p in batch]
     outs = _core.sim_sweep(jsons, pols, 0, None)
     res = []
     for (key, _, _), d in zip(batch, outs):
@@ -266,7 +266,7 @@ def validate(
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row")
 
 
-_SCHEMA = {
+_SCHEMA: dict[str, Any] = {
     "case": pl.String,
     "era": pl.String,
     "metric": pl.String,

@@ -295,7 +295,8 @@ class Ctx:
         )
 
     def config(self, host: Host, vms: Sequence[Vm], seed: int) -> Config:
-        return Config(host=host, vms=tuple(vms), seed=seed, **self.window())
+        w = self.window()
+        return Config(host=host, vms=tuple(vms), seed=seed, duration_ns=w["duration_ns"], warmup_ns=w["warmup_ns"])
 
     # ---- the one-CPU halt-polling model
     def hp_params(self, **setup: Any) -> hp.Params:

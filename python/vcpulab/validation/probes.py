@@ -37,18 +37,19 @@ __all__ = ["robustness", "summary_line", "to_markdown"]
 _REASON = "a robustness probe of the model, not a published set-up"
 
 
-def _ctx(name: str, varies: tuple[str, ...] = (), **overrides: Any) -> Ctx:
+def _ctx(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
     e = era(name)
     if overrides:
-        e = e.with_overrides({k.replace("__", "."): (v, _REASON) for k, v in overrides.items()})
+        e = e.with_overrides({k: (v, _REASON) for k, v in overrides.items()})
     return Ctx(e, COSTS["hardware"], 1.0, 1.0, frozenset(varies))
 
 
 def _sweep(cfgs: list[Config]) -> list[Any]:
     from vcpulab import sim
 
-    _, res = sim.sweep(cfgs, results=True, progress=False)  # type: ignore[misc]
-    return res
+    out = sim.sweep(cfgs, results=True, progress=False)
+    assert isinstance(out, tuple)
+    return list(out[1])
 
 
 def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
@@ -105,7 +106,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
 
     cfgs2 = []
     for lk in ("ticket", "pv_queued"):
-        c = _ctx("6.x", **{"guest__lock_kind": lk})
+        c = _ctx("6.x", overrides={"guest.lock_kind": lk})
         vm = c.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32)
         cfgs2.append(Config(host=c.host(pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000)))
     v, same = pair(*cfgs2)
