@@ -46,8 +46,11 @@ def test_sched_map_png_holds_the_raster_pixel_for_pixel(tmp_path) -> None:  # ty
     path = tmp_path / "map.png"
     sm = sched_map(_two_vm_trace(), path, us_per_pixel=10, row_px=2)
     png = (mpimg.imread(path)[..., :3] * 255).round().astype(np.uint8)
-    # the raster sits at the top-left corner of the saved figure, unscaled
-    assert np.array_equal(png[: sm.image.shape[0], : sm.image.shape[1]], sm.image)
+    # the raster sits at raster_origin_px in the saved figure, unscaled (the axes are around it)
+    x, y = sm.raster_origin_px
+    h, w = sm.image.shape[:2]
+    assert np.array_equal(png[y : y + h, x : x + w], sm.image)
+    assert sm.image.shape == (4, 10, 3)
 
 
 def test_sched_map_rejects_bad_input() -> None:

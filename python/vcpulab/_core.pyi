@@ -6,6 +6,9 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+__build__: str
+SIM_VCPU_TIME_CATEGORIES: list[str]
+SIM_PCPU_TIME_CATEGORIES: list[str]
 __all__ = [
     "GuestAssertionError",
     "Host",
@@ -14,6 +17,8 @@ __all__ = [
     "KvmUnavailableError",
     "MAX_MEMORY_MIB",
     "MSR_KVM_STEAL_TIME",
+    "SIM_PCPU_TIME_CATEGORIES",
+    "SIM_VCPU_TIME_CATEGORIES",
     "STEAL_AREA_ADDR",
     "Spinner",
     "UCALL_PORT",
@@ -23,6 +28,7 @@ __all__ = [
     "VcpuView",
     "VcpulabError",
     "Vm",
+    "__build__",
     "__version__",
     "allowed_cpus",
     "halt_poll_policies",

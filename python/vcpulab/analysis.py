@@ -165,7 +165,7 @@ def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
 def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFrame:
     """Where time went, tidy: one row per (vm[, vcpu], category) with ns and
     the fraction of that vCPU's (or VM's) time, from a simulator Result."""
-    from vcpulab.plot import TIME_CATEGORIES
+    from vcpulab.sim import TIME_CATEGORIES
 
     df = getattr(result, "vcpus", result)
     cats = [c for c in TIME_CATEGORIES if c in df.columns]

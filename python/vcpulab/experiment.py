@@ -24,7 +24,6 @@ emulated guest, µs, Hz) and the result columns it returns.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,8 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab.kvm import Host, Program, Vcpu, Vm, module_params, virtualization
+from vcpulab._frames import with_key_dtypes
+from vcpulab.kvm import Host, Program, Vcpu, Vm
 
 __all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "Spin", "SpinLock", "Workload", "run"]
 
@@ -493,7 +493,8 @@ def run(
             if d.error is not None:
                 raise d.error
 
-        samples = pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()})
+        # key columns (vm, vcpu) are Int64 in every frame (vcpulab._frames)
+        samples = with_key_dtypes(pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()}))
         threads = pl.DataFrame(
             {
                 k: [t[k] for t in rep["threads"]]
@@ -555,34 +556,16 @@ class _Driver(threading.Thread):
 
 
 def provenance() -> dict[str, Any]:
-    """Where a real run came from: vcpulab version, host CPU model, kernel,
-    KVM module parameters, virtualization backend."""
-    from vcpulab import __version__
+    """Where a real run came from (:func:`vcpulab.provenance.provenance`):
+    vcpulab version and build, dependency versions, timestamp, command line,
+    host CPU model, kernel, KVM module parameters, virtualization backend."""
+    from vcpulab.provenance import provenance as _provenance
 
-    return {"vcpulab_version": __version__, **machine_provenance()}
-
-
-@functools.lru_cache(maxsize=1)
-def _static_machine() -> tuple[str, str, str, int]:
-    import platform
-
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
-    except OSError:
-        pass
-    return model, platform.release(), virtualization(), len(_core.allowed_cpus())
+    return _provenance()
 
 
 def machine_provenance() -> dict[str, Any]:
-    """The machine part of provenance: CPU model, kernel release, KVM module
-    parameters (read now: they can change at run time), virtualization."""
-    model, kernel, virt, cpus = _static_machine()
-    return {
-        "host_cpu_model": model,
-        "kernel_release": kernel,
-        "kvm_module_params": module_params(),
-        "virtualization": virt,
-        "host_cpus": cpus,
-    }
+    """The machine part of provenance (:func:`vcpulab.provenance.machine`)."""
+    from vcpulab.provenance import machine
+
+    return machine()

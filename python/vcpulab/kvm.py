@@ -921,5 +921,5 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
             rows[k].append(x)
     schema = {k: pl.UInt64 for k in rows}
     schema["t_ns"] = pl.Int64
-    schema["vcpu"] = pl.UInt32
+    schema["vcpu"] = pl.Int64  # key columns are Int64 in every frame (vcpulab._frames)
     return pl.DataFrame(rows, schema=schema)

@@ -1,4 +1,4 @@
-"""Pictures of runs (matplotlib, imported lazily).
+"""Pictures of runs (matplotlib).
 
 * :func:`sched_map` — the ``perf sched map`` bitmap of digest §4: host CPUs as
   rows, time as columns, one hue per VM and one brightness per vCPU, black for
@@ -12,16 +12,16 @@
 from __future__ import annotations
 
 import colorsys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import polars as pl
 
+from matplotlib.figure import Figure as _MplFigure
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [
     "BACKGROUND",
@@ -37,24 +37,50 @@ __all__ = [
     "vcpu_color",
 ]
 
+def _sim_time_categories() -> tuple[str, ...]:
+    from vcpulab.sim import TIME_CATEGORIES
+
+    return TIME_CATEGORIES
+
+
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
 
 
-def _plt():  # type: ignore[no-untyped-def]
-    import matplotlib
+class Figure(_MplFigure):  # type: ignore[misc,valid-type]
+    """A matplotlib figure that shows exactly once in Jupyter.
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline") and not _has_display():
-        matplotlib.use("Agg")
+    Figures are made through pyplot (so ``plt.show()`` shows them in a
+    script, and a plot made in the middle of a cell shows at its end). As the
+    value of a cell (``plot.sched_map(r)`` as a statement) it is shown as PNG
+    and handed back from pyplot, so the inline backend does not show it a
+    second time. vcpulab never selects a backend (no ``matplotlib.use``).
+    """
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=self.dpi)
+        return buf.getvalue()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        plt = _plt()
+        if "inline" in plt.get_backend():
+            plt.close(self)  # the cell's value shows it; the backend would show it again
+        display({"image/png": self._repr_png_(), "text/plain": repr(self)}, raw=True)
+
+
+def _plt():  # type: ignore[no-untyped-def]
     import matplotlib.pyplot as plt
 
     return plt
 
 
-def _has_display() -> bool:
-    import os
-
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+def _subplots(**kw: Any) -> tuple[Figure, Any]:
+    return _plt().subplots(FigureClass=Figure, **kw)  # type: ignore[no-any-return]
 
 
 def vcpu_color(vm: int, vcpu: int, n_vms: int, n_vcpus: int) -> tuple[int, int, int]:
@@ -158,27 +184,37 @@ def sched_map_image(
     return np.repeat(img, row_px, axis=0)
 
 
-@dataclass
-class SchedMap:
-    """A rendered sched map: the raster, and the figure with its legend."""
+class SchedMap(Figure):
+    """A rendered sched map: a :class:`Figure` (it displays as a cell's value in
+    Jupyter) that also holds the raster.
+
+    Attributes:
+        image: the RGB raster, (host CPUs × ``row_px``, columns, 3) uint8.
+        us_per_pixel: µs of simulated time per column.
+        start_ns: simulated time of the first column's left edge, ns.
+        raster_origin_px: (x, y) of the raster's top-left pixel in the saved
+            PNG (it is placed pixel for pixel, unscaled).
+    """
 
     image: np.ndarray
-    figure: Figure
     us_per_pixel: float
     start_ns: int
+    raster_origin_px: tuple[int, int]
 
     def save(self, path: str | Path) -> Path:
         """Save the figure as PNG (the raster is placed pixel for pixel)."""
         p = Path(path)
-        self.figure.savefig(p, dpi=100)
+        self.savefig(p, dpi=self.dpi)
         return p
 
-    def _repr_png_(self) -> bytes:
-        import io
 
-        buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=100)
-        return buf.getvalue()
+def _run_extent(obj: Any) -> tuple[int | None, int | None, int | None]:
+    """(host CPUs, start_ns, end_ns) of a simulator Result, or Nones for a bare trace."""
+    summary = getattr(obj, "summary", None)
+    if isinstance(summary, pl.DataFrame) and summary.height and "pcpus" in summary.columns:
+        end = int(summary["duration_ns"][0]) if "duration_ns" in summary.columns else None
+        return int(summary["pcpus"][0]), 0, end
+    return None, None, None
 
 
 def sched_map(
@@ -186,58 +222,102 @@ def sched_map(
     path: str | Path | None = None,
     *,
     us_per_pixel: float = 10.0,
-    row_px: int = 4,
+    row_px: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    legend: bool = True,
+    pcpus: int | None = None,
+    legend: bool | None = None,
     title: str | None = None,
+    compact: bool = False,
 ) -> SchedMap:
-    """Draw a simulator result's trace as a sched map (digest §4) and
-    optionally save it to ``path`` (PNG).
+    """Draw a simulator result's trace as a sched map and optionally save it
+    to ``path`` (PNG).
 
-    The raster is placed with ``figimage`` so each pixel is one column of
-    ``us_per_pixel`` µs on one host CPU (``row_px`` pixels tall); the legend
-    (one entry per VM, shaded by vCPU; black: non-vCPU task; white: idle) sits
-    below it.
+    The ``perf sched map`` picture of the 2012 PLE threads (see
+    docs/sources.md): rows are host CPUs (every host CPU of the run, also
+    those that stayed idle), columns are time (the x axis is labelled in ms
+    of simulated time); one hue per VM, one brightness per vCPU; black: a
+    non-vCPU task; white: idle. The raster is placed pixel for pixel, each
+    column is ``us_per_pixel`` µs and each host CPU ``row_px`` pixels tall
+    (default 4; 1 in ``compact`` mode, which also drops the legend and
+    thins the CPU labels: a dense overview of a large host). By default the
+    whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
+    overrides the number of rows for a bare trace frame.
+
+    Returns a :class:`SchedMap`, a matplotlib figure: as the last statement
+    of a Jupyter cell it displays.
     """
     plt = _plt()
     from matplotlib.patches import Patch
 
     trace = _trace_of(obj)
-    t0 = int(trace["start_ns"].min()) if start_ns is None else start_ns
-    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=end_ns, row_px=row_px)
+    run_pcpus, run_start, run_end = _run_extent(obj)
+    n_pcpus = pcpus if pcpus is not None else run_pcpus
+    if n_pcpus is None:
+        n_pcpus = int(trace["pcpu"].max()) + 1 if trace.height else 1
+    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (int(trace["start_ns"].min()) if trace.height else 0))
+    t1 = end_ns if end_ns is not None else run_end
+    rpx = row_px if row_px is not None else (1 if compact else 4)
+    show_legend = (not compact) if legend is None else legend
+    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
     h, w = img.shape[:2]
+    t1 = t0 + int(round(w * us_per_pixel * 1000))
     vm_ids = sorted(int(v) for v in trace.filter(pl.col("vm") >= 0)["vm"].unique())
     n_vms = (max(vm_ids) + 1) if vm_ids else 1
     n_vcpus = int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
-    legend_px = (40 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if legend else 0
-    title_px = 24 if title else 0
     dpi = 100
-    fig = plt.figure(figsize=(max(w, 320) / dpi, (h + legend_px + title_px) / dpi), dpi=dpi)
-    fig.figimage(img, xo=0, yo=legend_px, origin="upper")
+    left, right = (44, 12)
+    top = (22 if title else 8)
+    bottom = 36  # the time axis
+    legend_px = (30 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if show_legend else 0
+    fig_w, fig_h = left + max(w, 280) + right, top + h + bottom + legend_px
+    fig = plt.figure(FigureClass=SchedMap, figsize=(fig_w / dpi, fig_h / dpi), dpi=dpi)
+    assert isinstance(fig, SchedMap)
+    y0 = bottom + legend_px  # the raster's bottom edge, from the figure's bottom
+    fig.figimage(img, xo=left, yo=y0, origin="upper")
+    # an invisible axes exactly over the raster carries the time and host-CPU axes
+    ax = fig.add_axes((left / fig_w, y0 / fig_h, w / fig_w, h / fig_h))
+    ax.patch.set_alpha(0)
+    for sp in ax.spines.values():
+        sp.set_visible(False)
+    ax.set_xlim(t0 / 1e6, t1 / 1e6)
+    ax.set_ylim(n_pcpus, 0)
+    ax.tick_params(direction="out", labelsize=7, length=3)
+    step = max(1, int(np.ceil(n_pcpus / max(1, h / 12))))  # labels at least 12 px apart
+    ax.set_yticks(np.arange(0, n_pcpus, step) + 0.5, [str(i) for i in range(0, n_pcpus, step)])
+    ax.set_ylabel("host CPU", fontsize=7)
+    ax.set_xlabel("simulated time (ms)", fontsize=7)
     if title:
-        fig.text(0.01, 1 - 4 / (h + legend_px + title_px), title, va="top", ha="left", fontsize=9)
-    if legend:
+        fig.text(0.01, 1 - 4 / fig_h, title, va="top", ha="left", fontsize=9)
+    if show_legend:
         handles = [Patch(facecolor=np.array(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)) / 255, label=f"VM {v}") for v in vm_ids]
         handles += [Patch(facecolor="black", label="non-vCPU task"), Patch(facecolor="white", edgecolor="grey", label="idle")]
         fig.legend(handles=handles, loc="lower left", ncol=4, fontsize=7, frameon=False,
-                   title=f"{h // row_px} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
+                   title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
                    title_fontsize=7)  # fmt: skip
-    sm = SchedMap(image=img, figure=fig, us_per_pixel=us_per_pixel, start_ns=t0)
+    fig.image = img
+    fig.us_per_pixel = us_per_pixel
+    fig.start_ns = t0
+    fig.raster_origin_px = (left, top)
     if path is not None:
-        sm.save(path)
-    return sm
+        fig.save(path)
+    return fig
 
 
-#: The simulator's per-vCPU time categories; they sum to the run's duration.
-TIME_CATEGORIES = ("useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "wait_ns", "halted_ns")
-_CATEGORY_LABELS = {"wait_ns": "runnable, waiting (steal)", "idle_poll_ns": "guest idle poll", "ple_ns": "PLE exits"}
+#: The simulator's per-vCPU time categories (they sum to the run's duration),
+#: from the Rust engine: :data:`vcpulab.sim.TIME_CATEGORIES`.
+TIME_CATEGORIES = _sim_time_categories()
+_CATEGORY_LABELS = {
+    "wait_ns": "runnable, waiting (steal)",
+    "idle_poll_ns": "guest idle poll",
+    "polling_ns": "host halt polling",
+    "ple_ns": "PLE exits",
+}
 
 
-def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None) -> Figure:
+def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None) -> _MplFigure:
     """Stacked bars of time categories per vCPU (``by="vcpu"``) or VM (``"vm"``)
     from a simulator Result (its ``vcpus`` frame) or such a frame."""
-    plt = _plt()
     df = getattr(obj, "vcpus", obj)
     if not isinstance(df, pl.DataFrame):
         raise ValueError("time_breakdown needs a simulator Result or its vcpus DataFrame")
@@ -254,7 +334,7 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
     total = sum(df[c].to_numpy().astype(float) for c in cats)
     total = np.where(total > 0, total, 1.0)
     if ax is None:
-        fig, ax = plt.subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
+        fig, ax = _subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
     else:
         fig = ax.figure
     bottom = np.zeros(len(labels))
@@ -273,10 +353,9 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
 
 def policy_comparison(
     df: pl.DataFrame, metric: str, by: str = "policy", seed: str = "seed", ax: Axes | None = None
-) -> Figure:
+) -> _MplFigure:
     """Mean of ``metric`` per ``by`` group with 95 % confidence intervals over
     the rows (seeds/repetitions) of each group (t-interval; a single row has none)."""
-    plt = _plt()
     for c in (metric, by):
         if c not in df.columns:
             raise ValueError(f"column {c!r} not in the frame (columns: {df.columns})")
@@ -291,7 +370,7 @@ def policy_comparison(
         for s, n in zip(g["std"], g["n"])
     ]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(max(3.5, 0.9 * g.height + 1.5), 3.2))
+        fig, ax = _subplots(figsize=(max(3.5, 0.9 * g.height + 1.5), 3.2))
     else:
         fig = ax.figure
     ax.bar(range(g.height), g["mean"].to_numpy(), yerr=err, capsize=4, color="#4878a8")
@@ -302,12 +381,11 @@ def policy_comparison(
     return fig
 
 
-def steal_over_time(run: Any, ax: Axes | None = None) -> Figure:
+def steal_over_time(run: Any, ax: Axes | None = None) -> _MplFigure:
     """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run` over time."""
-    plt = _plt()
     s = run.samples
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig, ax = _subplots(figsize=(6, 3))
     else:
         fig = ax.figure
     for (vm, vcpu), rows in s.sort("t_ns").group_by(["vm", "vcpu"], maintain_order=True):
@@ -319,15 +397,14 @@ def steal_over_time(run: Any, ax: Axes | None = None) -> Figure:
     return fig
 
 
-def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> Figure:
+def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> _MplFigure:
     """KVM vCPU stats of a real run over time, as rates per second (or raw counts)."""
-    plt = _plt()
     missing = [s for s in stats if s not in run.samples.columns]
     if missing:
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
     d = run.deltas()
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig, ax = _subplots(figsize=(6, 3))
     else:
         fig = ax.figure
     for stat in stats:

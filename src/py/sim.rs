@@ -408,5 +408,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_run, m)?)?;
     m.add_function(wrap_pyfunction!(sim_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(sim_default_config, m)?)?;
+    // the time categories of the vcpus / pcpus frames, straight from the engine's accounting
+    m.add("SIM_VCPU_TIME_CATEGORIES", crate::sim::metrics::VCPU_CATS.to_vec())?;
+    m.add("SIM_PCPU_TIME_CATEGORIES", crate::sim::metrics::PCPU_CATS.to_vec())?;
     Ok(())
 }

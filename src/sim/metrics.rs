@@ -106,9 +106,11 @@ fn hist_mean(h: &[u64]) -> f64 {
     h.iter().enumerate().map(|(b, &c)| bucket_mid(b) * c as f64).sum::<f64>() / total as f64
 }
 
-const VCPU_CATS: [&str; NCAT] =
+/// The per-vCPU time categories, in accounting order; they sum to the run's duration.
+pub const VCPU_CATS: [&str; NCAT] =
     ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "wait_ns", "halted_ns"];
-const PCPU_CATS: [&str; NCAT] =
+/// The per-host-CPU time categories, in accounting order; they sum to the run's duration.
+pub const PCPU_CATS: [&str; NCAT] =
     ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"];
 
 pub fn collect(sim: &Sim) -> SimResult {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Sleep, Workload
 
-__all__ = ["ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like"]
+__all__ = ["NAMES", "by_name", "ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like"]
 
 
 def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0) -> Workload:
@@ -106,3 +106,14 @@ def spinlock_microbench(
         phases=(Compute(compute_ns, dist="exp"), Lock(0, lock_kind, hold_ns)),
         iterations=iterations,
     )
+
+
+#: The preset workloads by name (each its constructor's name).
+NAMES = ("ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like")
+
+
+def by_name(name: str) -> Workload:
+    """The preset ``name`` with its defaults (one of :data:`NAMES`)."""
+    if name not in NAMES:
+        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(NAMES)}, or pass a Workload")
+    return globals()[name]()  # type: ignore[no-any-return]
