@@ -5,7 +5,8 @@
   non-vCPU work, white for no data (idle). :func:`sched_map_image` gives the
   raw pixels.
 * :func:`time_breakdown` — stacked bars of where each vCPU's (or VM's) time went.
-* :func:`policy_comparison` — a metric per policy with 95 % error bars over seeds.
+* :func:`policy_comparison` — a metric per policy (or its gain over a baseline
+  policy) with t / permutation-test intervals over seeds, a second factor as hue.
 * :func:`steal_over_time`, :func:`stats_over_time` — real-KVM runs over time.
 """
 
@@ -352,31 +353,87 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
 
 
 def policy_comparison(
-    df: pl.DataFrame, metric: str, by: str = "policy", seed: str = "seed", ax: Axes | None = None
+    df: pl.DataFrame,
+    metric: str,
+    by: str = "policy",
+    seed: str = "seed",
+    ax: Axes | None = None,
+    *,
+    baseline: Any = None,
+    hue: str | None = None,
+    pair_by: str | None = None,
+    confidence: float = 0.95,
 ) -> _MplFigure:
-    """Mean of ``metric`` per ``by`` group with 95 % confidence intervals over
-    the rows (seeds/repetitions) of each group (t-interval; a single row has none)."""
-    for c in (metric, by):
+    """``metric`` per level of ``by`` (bars), with confidence intervals over
+    the rows (seeds/repetitions) of each group.
+
+    * Without ``baseline``: the mean per group with its t-interval
+      (:func:`vcpulab.analysis.mean_interval`, Student's t from scipy; no
+      interval for a single row).
+    * With ``baseline`` (a level of ``by``, e.g. ``"no_yield"``): the gain of
+      every other level over it, in %, with the interval of
+      :func:`vcpulab.analysis.compare` (``relative_ci``; ``pair_by="seed"``
+      pairs runs with the same seed, the tighter design when seeds share
+      their random draws). A line marks 0: bars crossing it are not gains.
+    * ``hue``: a second factor (e.g. ``"overcommit"``): one bar per level,
+      side by side, and the baseline is taken within each hue level.
+
+    ``seed`` names the repetition column in the title.
+    """
+    import warnings
+
+    from vcpulab.analysis import LowPowerWarning, compare, mean_interval
+
+    need = [metric, by] + ([hue] if hue else []) + ([pair_by] if pair_by else [])
+    for c in need:
         if c not in df.columns:
             raise ValueError(f"column {c!r} not in the frame (columns: {df.columns})")
-    g = df.group_by(by, maintain_order=True).agg(
-        pl.col(metric).mean().alias("mean"), pl.col(metric).std().alias("std"), pl.len().alias("n")
-    )
-    from math import sqrt
-
-    t975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-    err = [
-        (t975.get(int(n) - 1, 1.96) * float(s) / sqrt(n)) if n > 1 and s is not None else 0.0
-        for s, n in zip(g["std"], g["n"])
-    ]
+    levels = list(dict.fromkeys(df[by].to_list()))
+    hues = list(dict.fromkeys(df[hue].to_list())) if hue else [None]
+    if baseline is not None:
+        if baseline not in levels:
+            raise ValueError(f"baseline {baseline!r} is not a level of {by!r} ({levels})")
+        levels = [lv for lv in levels if lv != baseline]
     if ax is None:
-        fig, ax = _subplots(figsize=(max(3.5, 0.9 * g.height + 1.5), 3.2))
+        fig, ax = _subplots(figsize=(max(3.5, 0.9 * len(levels) * max(1, len(hues) * 0.6) + 2.0), 3.2))
     else:
         fig = ax.figure
-    ax.bar(range(g.height), g["mean"].to_numpy(), yerr=err, capsize=4, color="#4878a8")
-    ax.set_xticks(range(g.height), [str(x) for x in g[by]], rotation=20, fontsize=8)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by {by} (mean ± 95 % CI over {seed}s)", fontsize=9)
+    width = 0.8 / len(hues)
+    for j, h in enumerate(hues):
+        sub = df if h is None else df.filter(pl.col(hue) == h)  # type: ignore[arg-type]
+        ys, lo, hi = [], [], []
+        for lv in levels:
+            rows = sub.filter(pl.col(by) == lv)
+            if baseline is None:
+                v = rows[metric].cast(pl.Float64).to_numpy()
+                m = float(v.mean()) if len(v) else float("nan")
+                ci = mean_interval(v, confidence)
+            else:
+                base_rows = sub.filter(pl.col(by) == baseline)
+                if rows.height == 0 or base_rows.height == 0:
+                    m, ci = float("nan"), (float("nan"), float("nan"))
+                else:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", LowPowerWarning)  # the plot shows intervals, not p
+                        c = compare(base_rows, rows, metric, pair_by=pair_by, confidence=confidence)
+                    m, ci = 100 * c.relative, (100 * c.relative_ci[0], 100 * c.relative_ci[1])
+            ys.append(m)
+            lo.append(m - ci[0] if np.isfinite(ci[0]) else 0.0)
+            hi.append(ci[1] - m if np.isfinite(ci[1]) else 0.0)
+        x = np.arange(len(levels)) + (j - (len(hues) - 1) / 2) * width
+        ax.bar(x, ys, width=width * 0.95, yerr=[lo, hi], capsize=3, label=None if h is None else str(h),
+               color=None if hue else "#4878a8")  # fmt: skip
+    ax.set_xticks(range(len(levels)), [str(x) for x in levels], rotation=20, fontsize=8)
+    interval = f"{confidence:.0%} CI over {seed}s" + (f", paired by {pair_by}" if pair_by else "")
+    if baseline is None:
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} by {by} (mean ± {interval})", fontsize=9)
+    else:
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel(f"gain over {baseline} (%)")
+        ax.set_title(f"{metric}: gain over {baseline} ({interval})", fontsize=9)
+    if hue:
+        ax.legend(title=hue, fontsize=7, title_fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
 
