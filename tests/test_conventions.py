@@ -314,3 +314,38 @@ def test_the_common_sweep_call_type_checks(tmp_path: Path) -> None:
              "--cache-dir", str(tmp_path / ".mypy_cache")]
         )  # fmt: skip
     assert status == 0, out + err
+
+
+# ---------------------------------------------------------------- registries read from Rust
+
+
+def test_python_tables_are_read_from_the_rust_registries() -> None:
+    from vcpulab import kvm
+
+    assert list(kvm.PROGRAMS) == [n for n, _, _ in _core.GUEST_PROGRAMS] and len(kvm.PROGRAMS) >= 19
+    assert set(kvm.PROGRAM_PARAMS) == set(kvm.PROGRAMS)
+    assert kvm.EXIT_KINDS[:3] == ("io", "mmio", "hlt") and "interrupted" in kvm.EXIT_KINDS
+    assert kvm._PV_BITS["STEAL_TIME"] == 5 and kvm._PV_BITS["PV_SCHED_YIELD"] == 13
+    assert kvm._DISABLE_EXIT_BITS == {"mwait": 1, "hlt": 2, "pause": 4, "cstate": 8}
+
+
+# a valid value for every parameter name a built-in program takes
+_PARAM_VALUES = {
+    "port": 0x10, "value": 1, "size": 1, "addr": 0xD000_0000, "iterations": 1, "count": 1, "vector": 0x40,
+    "actual": 1, "expected": 1, "kind": "tas", "hold": 1, "think": 1, "vcpus": 1, "check_every": 1,
+    "kick_vector": 0xF0, "rounds": 1, "gap_cycles": 1, "vector_base": 0x40, "hz": 100, "ticks": 1,
+}  # fmt: skip
+
+
+def test_every_registered_program_builds(kvm_host) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab import kvm
+
+    with kvm_host.create_vm(memory_mib=16) as vm:
+        for name, params in kvm.PROGRAM_PARAMS.items():
+            kw = {p: _PARAM_VALUES[p] for p in params}
+            if name == "exception":
+                kw["vector"] = 3
+            prog = vm.load(name, **kw)
+            assert prog is not None, name
+        with pytest.raises(ValueError, match='unknown guest program "nope"; choose one of io_out, io_in'):
+            vm.load("nope")

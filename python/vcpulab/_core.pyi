@@ -9,7 +9,14 @@ __version__: str
 __build__: str
 SIM_VCPU_TIME_CATEGORIES: list[str]
 SIM_PCPU_TIME_CATEGORIES: list[str]
+GUEST_PROGRAMS: list[tuple[str, list[str], str]]
+EXIT_KINDS: list[str]
+PV_FEATURE_BITS: list[tuple[str, int]]
+DISABLE_EXITS_BITS: list[tuple[str, int]]
 __all__ = [
+    "DISABLE_EXITS_BITS",
+    "EXIT_KINDS",
+    "GUEST_PROGRAMS",
     "GuestAssertionError",
     "Host",
     "IRQ_COUNTS_ADDR",
@@ -17,6 +24,7 @@ __all__ = [
     "KvmUnavailableError",
     "MAX_MEMORY_MIB",
     "MSR_KVM_STEAL_TIME",
+    "PV_FEATURE_BITS",
     "SIM_PCPU_TIME_CATEGORIES",
     "SIM_VCPU_TIME_CATEGORIES",
     "STEAL_AREA_ADDR",
