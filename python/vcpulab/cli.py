@@ -349,7 +349,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts")  # fmt: skip
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
-    print("\n== simulator: digest §4 — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")
+    print("\n== simulator: [S4] — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")
     from vcpulab import sim
     from vcpulab.plot import sched_map
     from vcpulab.sim import scenarios
@@ -368,7 +368,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         written.append(png)
         print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
               f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {r.summary['ple_exits'][0]:,}")  # fmt: skip
-    print("  (the digest measured gang scheduling of 8x20 at 3.88x its PLE run)")
+    print("  (the 2012 measurement, docs/sources.md [S4]: gang scheduling of 8x20 at 3.88x its PLE run)")
 
     print(f"\ndone in {time.monotonic() - t0:.1f} s; wrote:")
     for p in written:

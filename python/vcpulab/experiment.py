@@ -133,10 +133,10 @@ class PvSpinLock(SpinLock):
     """``SpinLock`` whose waiters read the holder's steal-time ``preempted``
     byte every ``check_every`` PAUSEs and, when it is set, halt until the
     unlocker kicks them with an IPI (vector ``kick_vector``): the guest side of
-    ``vcpu_is_preempted`` (digest §2). Extra columns: halts, kicks.
+    ``vcpu_is_preempted`` ([S2]). Extra columns: halts, kicks.
 
     Hosts with VMX/SVM set ``preempted`` themselves; this host never does
-    (kvm-on-this-host.md), so ``preempted_from_host`` writes the byte of the
+    (measured here: it emulates every guest instruction), so ``preempted_from_host`` writes the byte of the
     listed vCPUs from the host for the whole run (their steal-time MSR is then
     left disabled, so KVM does not clear it).
     """
@@ -259,7 +259,7 @@ class IpiPingPong(Workload):
 
 @dataclass(frozen=True)
 class IdleTicks(Workload):
-    """The idle guest of digest §5: each vCPU's LAPIC timer fires at ``hz``
+    """The idle guest of [S5]: each vCPU's LAPIC timer fires at ``hz``
     and the vCPU halts in between (until the duration ends).
 
     Result columns: ticks (timer interrupts taken, all vCPUs of the VM),

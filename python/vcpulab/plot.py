@@ -1,6 +1,6 @@
 """Pictures of runs (matplotlib).
 
-* :func:`sched_map` — the ``perf sched map`` bitmap of digest §4: host CPUs as
+* :func:`sched_map` — the ``perf sched map`` bitmap of [S4]: host CPUs as
   rows, time as columns, one hue per VM and one brightness per vCPU, black for
   non-vCPU work, white for no data (idle). :func:`sched_map_image` gives the
   raw pixels.

@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::sim::config::{SimConfig, VmConfig};
 use crate::sim::{self, Column, DirectedYieldPolicy, SimError, SimResult, SpinCtx, Table, VcpuView};
 
-/// What a Python policy sees of one vCPU (kvm-mechanisms.md §1.1).
+/// What a Python policy sees of one vCPU ([K1]).
 #[pyclass(name = "VcpuView", module = "vcpulab._core", frozen, get_all)]
 #[derive(Clone)]
 struct PyVcpuView {

@@ -141,7 +141,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     counter!("yield_zero", yield_zero);
     counter!("preemption_reported", preemption_reported);
     counter!("preemption_other", preemption_other);
-    // halt polling, under the kernel's stat names (§3.3)
+    // halt polling, under the kernel's stat names ([K3])
     macro_rules! halt_stat {
         ($name:literal, $f:ident) => {
             vc.add($name, Column::U64(vs.iter().map(|v| v.hp.stats.$f).collect()));

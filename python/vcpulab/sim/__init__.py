@@ -161,7 +161,7 @@ class Result:
         return table("simulated run", rows, [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)])
 
     def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
-        """The digest's sched map (§4) as an int array of shape (pcpus, bins):
+        """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
         of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
         idle (see :func:`vcpulab.plot.sched_map_codes`). Needs ``trace=True``."""
@@ -171,7 +171,7 @@ class Result:
 
     def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
         """:meth:`sched_map` as an RGB image (uint8, shape (pcpus, bins, 3)),
-        coloured as in the digest (§4): one hue per VM, one brightness per
+        coloured as in [S4]: one hue per VM, one brightness per
         vCPU, black for background host tasks, white for idle. For a picture
         with a legend, saved as PNG, use :func:`vcpulab.plot.sched_map`."""
         from vcpulab.plot import sched_map_image

@@ -54,7 +54,7 @@ ESRCH = -3
 def upstream(
     *, esrch_budget: int = 3, last_boosted_bug: bool = False, dy_eligible: bool = True, kernel_filter: bool = True
 ) -> Policy:
-    """Upstream today (spec §1.3): one pass from last_boosted+1; skip not-ready;
+    """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
     ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index)."""
     return Policy(
@@ -73,7 +73,7 @@ def baseline_2011() -> Policy:
 
 
 def dy_eligible(*, esrch_budget: int = 0) -> Policy:
-    """The digest §1 patch: baseline + the in_spin_loop/dy_eligible toggle.
+    """The [S1] patch: baseline + the in_spin_loop/dy_eligible toggle.
     ``esrch_budget=3`` adds the follow-up undercommit patch."""
     return Policy(kind="dy_eligible", esrch_budget=esrch_budget)
 
@@ -105,7 +105,7 @@ def python(fn: Callable[..., Any], name: str | None = None) -> Policy:
 
 
 class DyEligibleInPython:
-    """The digest §1 policy (``dy_eligible()``) written in Python, as an
+    """The [S1] policy (``dy_eligible()``) written in Python, as an
     example of the protocol; it gives exactly the built-in's results.
 
     It keeps its own dy_eligible table: a candidate in a spin loop is
