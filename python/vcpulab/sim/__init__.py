@@ -1,11 +1,11 @@
 """vcpulab's overcommit simulator: host scheduler, pause-loop exits,
-directed-yield policies and pv hints, deterministic and fast.
+directed-yield policies and pv hints, deterministic and fast::
 
->>> from vcpulab import sim
->>> cfg = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=10_000_000)
->>> r = sim.run(cfg)
->>> r.summary["ops"][0] > 0
-True
+    >>> from vcpulab import sim
+    >>> cfg = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=10_000_000)
+    >>> r = sim.run(cfg)
+    >>> r.summary["ops"][0] > 0
+    True
 
 * :func:`run` runs one :class:`Config` → :class:`Result` (polars frames);
 * :func:`sweep` runs many in parallel (GIL released) → one DataFrame;
