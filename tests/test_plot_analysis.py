@@ -193,3 +193,20 @@ def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type:
     assert "KVM host" in kvm_host._repr_html_()
     with kvm_host.create_vm(memory_mib=2) as vm:
         assert "KVM VM" in vm._repr_html_()
+
+
+def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_host) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab.experiment import Spin, run
+    from vcpulab.plot import fair_share_steal_fraction, stats_over_time, steal_over_time
+
+    r = run(Spin(), vcpus=4, pcpus=[0], duration=0.2, sample_every=0.02, host=kvm_host)
+    assert fair_share_steal_fraction(r) == pytest.approx(0.75)
+    assert fair_share_steal_fraction({(0, 0): [0, 1], (0, 1): [1]}) == 0.0
+    fig = steal_over_time(r)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["vCPU 0", "vCPU 1", "vCPU 2", "vCPU 3", "fair share (75% steal)"]
+    # exits and emulated instructions differ by orders of magnitude: one axes each
+    fig = stats_over_time(r, ["exits", "insn_emulation"])
+    assert len(fig.axes) == 2 and [a.get_ylabel().split()[0] for a in fig.axes] == ["exits", "insn_emulation"]
+    with pytest.raises(ValueError, match="unknown stats"):
+        stats_over_time(r, ["nope"])

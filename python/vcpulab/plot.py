@@ -7,7 +7,8 @@
 * :func:`time_breakdown` — stacked bars of where each vCPU's (or VM's) time went.
 * :func:`policy_comparison` — a metric per policy (or its gain over a baseline
   policy) with t / permutation-test intervals over seeds, a second factor as hue.
-* :func:`steal_over_time`, :func:`stats_over_time` — real-KVM runs over time.
+* :func:`steal_over_time` (with the fair-share line), :func:`stats_over_time`
+  (one axes per stat) — real-KVM runs over time.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BACKGROUND",
     "IDLE",
+    "TIME_CATEGORIES",
+    "Figure",
     "SchedMap",
+    "fair_share_steal_fraction",
     "policy_comparison",
     "sched_map",
     "sched_map_codes",
@@ -37,6 +41,7 @@ __all__ = [
     "time_breakdown",
     "vcpu_color",
 ]
+
 
 def _sim_time_categories() -> tuple[str, ...]:
     from vcpulab.sim import TIME_CATEGORIES
@@ -438,38 +443,70 @@ def policy_comparison(
     return fig
 
 
-def steal_over_time(run: Any, ax: Axes | None = None) -> _MplFigure:
-    """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run` over time."""
+def fair_share_steal_fraction(placement: Any) -> float:
+    """The steal fraction each vCPU would see if the host CPUs of a run were
+    shared fairly among its vCPUs: ``1 - min(1, CPUs / vCPUs)`` over the
+    union of the placement's CPUs (``Run.placement`` or a mapping
+    ``(vm, vcpu) -> [cpus]``). Exact for the common case where every vCPU may
+    run on the same CPUs; an estimate otherwise."""
+    mapping = getattr(placement, "placement", placement)
+    if not mapping:
+        raise ValueError("fair_share_steal_fraction needs a placement (vm, vcpu) -> host CPUs")
+    cpus = {c for cs in mapping.values() for c in cs}
+    return 1.0 - min(1.0, len(cpus) / len(mapping))
+
+
+def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -> _MplFigure:
+    """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run`
+    over time, with the fair-share line (dashed: the steal each vCPU would
+    accumulate if the run's host CPUs were shared fairly, see
+    :func:`fair_share_steal_fraction`)."""
     s = run.samples
     if ax is None:
         fig, ax = _subplots(figsize=(6, 3))
     else:
         fig = ax.figure
+    multi_vm = s["vm"].n_unique() > 1
+    t_end_ms = 0.0
     for (vm, vcpu), rows in s.sort("t_ns").group_by(["vm", "vcpu"], maintain_order=True):
-        ax.plot(rows["t_ns"].to_numpy() / 1e6, (rows["steal_ns"] - rows["steal_ns"][0]).to_numpy() / 1e6, label=f"{vm}.{vcpu}")
-    ax.set_xlabel("time (ms)")
+        t = (rows["t_ns"] - rows["t_ns"][0]).to_numpy() / 1e6
+        t_end_ms = max(t_end_ms, float(t[-1]) if len(t) else 0.0)
+        label = f"VM {vm} vCPU {vcpu}" if multi_vm else f"vCPU {vcpu}"
+        ax.plot(t, (rows["steal_ns"] - rows["steal_ns"][0]).to_numpy() / 1e6, label=label)
+    if fair_share and getattr(run, "placement", None):
+        f = fair_share_steal_fraction(run)
+        ax.plot([0, t_end_ms], [0, f * t_end_ms], "k--", lw=1, label=f"fair share ({f:.0%} steal)")
+    ax.set_xlabel("time since the first sample (ms)")
     ax.set_ylabel("steal (ms)")
-    ax.legend(fontsize=7, ncol=4)
+    ax.legend(fontsize=7, ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
 
 def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> _MplFigure:
-    """KVM vCPU stats of a real run over time, as rates per second (or raw counts)."""
+    """KVM vCPU stats of a real run over time, as rates per second (or raw
+    counts per interval), summed over the vCPUs. Each stat gets its own axes
+    (stacked, shared time axis), since stats differ by orders of magnitude;
+    with ``ax`` given, all go on it."""
     missing = [s for s in stats if s not in run.samples.columns]
     if missing:
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
+    if not stats:
+        raise ValueError("stats_over_time needs at least one stat name")
     d = run.deltas()
     if ax is None:
-        fig, ax = _subplots(figsize=(6, 3))
+        fig, axs = _subplots(nrows=len(stats), sharex=True, figsize=(6, 1.2 + 1.4 * len(stats)), squeeze=False)
+        axes = [row[0] for row in axs]
     else:
-        fig = ax.figure
-    for stat in stats:
+        fig, axes = ax.figure, [ax] * len(stats)
+    t0 = int(d["t_ns"].min()) if d.height else 0
+    for a, stat in zip(axes, stats):
         g = d.group_by("t_ns").agg(pl.col(stat).sum(), pl.col("dt_ns").max()).sort("t_ns")
         y = g[stat].to_numpy() / (g["dt_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
-        ax.plot(g["t_ns"].to_numpy() / 1e6, y, label=stat)
-    ax.set_xlabel("time (ms)")
-    ax.set_ylabel("per second (all vCPUs)" if per_second else "per interval")
-    ax.legend(fontsize=7)
+        a.plot((g["t_ns"].to_numpy() - t0) / 1e6, y, label=stat)
+        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}", fontsize=8)
+        if ax is not None:
+            a.legend(fontsize=7)
+    axes[-1].set_xlabel("time (ms)")
     fig.tight_layout()
     return fig
