@@ -55,6 +55,17 @@ def _version_line() -> str:
     return f"vcpulab {version()} ({deps})"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: one unwrapped line, computed only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None) -> None:
+        print(_version_line())
+        parser.exit()
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     from vcpulab.kvm import Host, KvmUnavailableError, module_params, virtualization
 
@@ -378,7 +389,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
-    p.add_argument("--version", action="version", version=_version_line(),
+    p.add_argument("--version", action=_VersionAction,
                    help="the version, its build (git commit) and the Python/NumPy/polars it runs with")  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="KVM capabilities and module parameters of this host")
