@@ -3,7 +3,7 @@
     python benches/sim_golden.py save DIR     # with the build before the change
     python benches/sim_golden.py check DIR    # with the build after it
 
-Runs some twenty varied, short configurations (the digest's scenarios under
+Runs some twenty varied, short configurations (the published scenarios of docs/sources.md under
 fair and gang scheduling, ebizzy under every built-in policy and a Python
 one, pcpu_is_idle with both placements, halt polling, background load,
 unpinned threads, other lock kinds, traces) and saves every frame as

@@ -44,7 +44,7 @@ def test_info_says_exactly_why_kvm_is_unavailable(tmp_path: Path) -> None:
 
 
 def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
-    r = vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "1", "--seconds", "0.5")
+    r = vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--seconds", "0.5")
     assert r.returncode == 0, r.stderr
     rows = [ln.split() for ln in r.stdout.splitlines()[1:] if ln.strip()[:1].isdigit() and "%" in ln]
     assert len(rows) == 2
@@ -57,7 +57,8 @@ def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
     [
         (["kvm", "steal", "--vcpus", "0"], "positive integer"),
         (["kvm", "steal", "--seconds", "abc"], "positive number"),
-        (["kvm", "steal", "--pcpus", "999"], "may use only"),
+        (["kvm", "steal", "--pcpus", "999-999"], "may use only"),
+        (["kvm", "steal", "--pcpus", "1"], "ambiguous"),
         (["bogus"], "invalid choice"),
         (["sim", "/nonexistent.toml"], "no such file"),
     ],
@@ -112,7 +113,7 @@ def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
     r = vcpulab("sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr
     df = pl.read_parquet(tmp_path / "sweep.parquet")
-    assert df["vms.0.policy"].to_list() == ["baseline2011", "dy_eligible", "upstream", "oracle"]
+    assert df["vms.0.policy"].to_list() == ["baseline_2011", "dy_eligible", "upstream", "oracle"]  # constructor names
     assert (df["throughput_ops_s"] > 0).all()
     assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
     assert "vcpulab.grid" in pl.read_parquet_metadata(tmp_path / "sweep.parquet")

@@ -178,7 +178,7 @@ def test_fixed_iterations_give_wall_time():
 
 
 def test_python_dy_eligible_gives_exactly_the_builtin_result():
-    # digest scenario (e), on an overcommitted host with two VMs of the same entry
+    # scenario (e) of docs/simulator.md, on an overcommitted host with two VMs of the same entry
     cfg = sim.Config(
         host=sim.Host(pcpus=6),
         vms=(sim.Vm(vcpus=6, count=2, threads=12, workload=presets.ebizzy_like(), ple=sim.Ple.fixed()),),
@@ -347,7 +347,7 @@ def test_halt_polling_stats_and_conservation(policy):
         assert all(x == 0 or x % 10_000 == 0 for x in w) and max(w) >= 10_000
     if policy == "dynamic_v4":
         # v4 starts at the maximum and only an idle (> 10 ms) halt shrinks it:
-        # a message-passing guest keeps it there (digest §5: "always maxed out")
+        # a message-passing guest keeps it there ([S5]: "always maxed out")
         assert v["halt_poll_window_ns"].to_list() == [200_000, 200_000]
 
 

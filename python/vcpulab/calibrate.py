@@ -95,13 +95,9 @@ class HaltPollCalibration:
     def plot(self, path: str | Path | None = None) -> Any:
         """Success fraction and round trip, real (solid) vs sim (dashed), per
         maximum poll time; saved to ``path`` if given. Returns the figure."""
-        import matplotlib
+        from vcpulab.plot import _subplots
 
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = _subplots(ncols=2, figsize=(11, 4))
         for i, (mx, g) in enumerate(self.frame.sort("gap_us").group_by("max_poll_ns", maintain_order=True)):
             c = f"C{i}"
             for ax, col in zip(axes, ("success_frac", "rtt_median_us")):

@@ -24,7 +24,6 @@ emulated guest, µs, Hz) and the result columns it returns.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,8 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab.kvm import Host, Program, Vcpu, Vm, module_params, virtualization
+from vcpulab._frames import with_key_dtypes
+from vcpulab.kvm import Host, Program, Vcpu, Vm
 
 __all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "Spin", "SpinLock", "Workload", "run"]
 
@@ -133,10 +133,10 @@ class PvSpinLock(SpinLock):
     """``SpinLock`` whose waiters read the holder's steal-time ``preempted``
     byte every ``check_every`` PAUSEs and, when it is set, halt until the
     unlocker kicks them with an IPI (vector ``kick_vector``): the guest side of
-    ``vcpu_is_preempted`` (digest §2). Extra columns: halts, kicks.
+    ``vcpu_is_preempted`` ([S2]). Extra columns: halts, kicks.
 
     Hosts with VMX/SVM set ``preempted`` themselves; this host never does
-    (kvm-on-this-host.md), so ``preempted_from_host`` writes the byte of the
+    (measured here: it emulates every guest instruction), so ``preempted_from_host`` writes the byte of the
     listed vCPUs from the host for the whole run (their steal-time MSR is then
     left disabled, so KVM does not clear it).
     """
@@ -259,7 +259,7 @@ class IpiPingPong(Workload):
 
 @dataclass(frozen=True)
 class IdleTicks(Workload):
-    """The idle guest of digest §5: each vCPU's LAPIC timer fires at ``hz``
+    """The idle guest of [S5]: each vCPU's LAPIC timer fires at ``hz``
     and the vCPU halts in between (until the duration ends).
 
     Result columns: ticks (timer interrupts taken, all vCPUs of the VM),
@@ -493,7 +493,8 @@ def run(
             if d.error is not None:
                 raise d.error
 
-        samples = pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()})
+        # key columns (vm, vcpu) are Int64 in every frame (vcpulab._frames)
+        samples = with_key_dtypes(pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()}))
         threads = pl.DataFrame(
             {
                 k: [t[k] for t in rep["threads"]]
@@ -555,34 +556,16 @@ class _Driver(threading.Thread):
 
 
 def provenance() -> dict[str, Any]:
-    """Where a real run came from: vcpulab version, host CPU model, kernel,
-    KVM module parameters, virtualization backend."""
-    from vcpulab import __version__
+    """Where a real run came from (:func:`vcpulab.provenance.provenance`):
+    vcpulab version and build, dependency versions, timestamp, command line,
+    host CPU model, kernel, KVM module parameters, virtualization backend."""
+    from vcpulab.provenance import provenance as _provenance
 
-    return {"vcpulab_version": __version__, **machine_provenance()}
-
-
-@functools.lru_cache(maxsize=1)
-def _static_machine() -> tuple[str, str, str, int]:
-    import platform
-
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
-    except OSError:
-        pass
-    return model, platform.release(), virtualization(), len(_core.allowed_cpus())
+    return _provenance()
 
 
 def machine_provenance() -> dict[str, Any]:
-    """The machine part of provenance: CPU model, kernel release, KVM module
-    parameters (read now: they can change at run time), virtualization."""
-    model, kernel, virt, cpus = _static_machine()
-    return {
-        "host_cpu_model": model,
-        "kernel_release": kernel,
-        "kvm_module_params": module_params(),
-        "virtualization": virt,
-        "host_cpus": cpus,
-    }
+    """The machine part of provenance (:func:`vcpulab.provenance.machine`)."""
+    from vcpulab.provenance import machine
+
+    return machine()

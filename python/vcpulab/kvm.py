@@ -41,9 +41,11 @@ from vcpulab._core import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
+    "EXIT_KINDS",
     "Exit",
     "Host",
     "PROGRAMS",
+    "PROGRAM_PARAMS",
     "Program",
     "Regs",
     "RunResult",
@@ -68,28 +70,14 @@ MSR_KVM_STEAL_TIME: int = _core.MSR_KVM_STEAL_TIME
 #: Largest guest RAM in MiB (one slot below the 3 GiB MMIO hole).
 MAX_MEMORY_MIB: int = _core.MAX_MEMORY_MIB
 
-#: Built-in guest programs and their parameters (see ``src/kvm/guest/program.rs``).
-PROGRAMS: dict[str, str] = {
-    "io_out": "out `value` (`size` = 1, 2 or 4 bytes) to `port`, then halt forever",
-    "io_in": "in `size` bytes from `port`; store it in result `value`; DONE",
-    "mmio_write": "store `value` (`size` 1/2/4/8) at guest-physical `addr`; then halt forever",
-    "mmio_read": "load `size` bytes from `addr` into result `value`; DONE",
-    "halt": "hlt in a loop",
-    "triple_fault": "load an empty IDT and raise #UD: a shutdown exit",
-    "endless_loop": "jmp $ forever",
-    "pause_loop": "`iterations` × (pause; counter[vcpu]++), then DONE (0 = forever)",
-    "io_loop": "`count` × out `port`, then DONE (the IO round-trip benchmark)",
-    "wait_interrupts": "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
-    "assert": "assert `actual` == `expected` in the guest (tests the assertion path); DONE",
-    "io_out_string": "rep outsb of `count` bytes (result `bytes`, written by the host first) to `port`",
-    "sync": "send `count` SYNC messages with values 0, 1, …; DONE",
-    "exception": "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it",
-    "spin_lock": "lock contention (see vcpulab.experiment.SpinLock)",
-    "pv_spin_lock": "lock contention with vcpu_is_preempted (see vcpulab.experiment.PvSpinLock)",
-    "msi_pong": "halt until `count` MSIs of `vector` arrived, timing each halt (see MsiPingPong)",
-    "ipi_ping_pong": "vCPU 0 <-> vCPU 1 IPI round trips (see vcpulab.experiment.IpiPingPong)",
-    "idle_ticks": "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
-}
+#: Built-in guest programs: name → what it does (read from the Rust registry,
+#: ``PROGRAMS`` in ``src/py/kvm.rs``; :data:`PROGRAM_PARAMS` gives each one's
+#: keyword parameters).
+PROGRAMS: dict[str, str] = {name: doc for name, _params, doc in _core.GUEST_PROGRAMS}
+#: name → the keyword parameters :meth:`Vm.load` accepts for it.
+PROGRAM_PARAMS: dict[str, tuple[str, ...]] = {name: tuple(params) for name, params, _doc in _core.GUEST_PROGRAMS}
+#: Every :attr:`Exit.kind` (from ``src/kvm/exit.rs``); ``run_until`` also takes ``"ucall"``.
+EXIT_KINDS: tuple[str, ...] = tuple(_core.EXIT_KINDS)
 
 #: numpy dtype of one steal-time snapshot (see :meth:`Vm.steal_times`).
 STEAL_DTYPE = np.dtype(
@@ -103,7 +91,8 @@ STEAL_DTYPE = np.dtype(
     ]
 )
 
-_DISABLE_EXIT_BITS = {"mwait": 1 << 0, "hlt": 1 << 1, "pause": 1 << 2, "cstate": 1 << 3}
+#: KVM_X86_DISABLE_EXITS_* bits by name (from ``src/kvm/system.rs``).
+_DISABLE_EXIT_BITS: dict[str, int] = dict(_core.DISABLE_EXITS_BITS)
 
 
 # --------------------------------------------------------------------------- host
@@ -891,12 +880,8 @@ class Vcpu:
         return f"<Vcpu {self.id}>"
 
 
-_PV_BITS = {
-    "CLOCKSOURCE": 0, "NOP_IO_DELAY": 1, "MMU_OP": 2, "CLOCKSOURCE2": 3, "ASYNC_PF": 4, "STEAL_TIME": 5,
-    "PV_EOI": 6, "PV_UNHALT": 7, "PV_TLB_FLUSH": 9, "ASYNC_PF_VMEXIT": 10, "PV_SEND_IPI": 11,
-    "POLL_CONTROL": 12, "PV_SCHED_YIELD": 13, "ASYNC_PF_INT": 14, "MSI_EXT_DEST_ID": 15,
-    "HC_MAP_GPA_RANGE": 16, "MIGRATION_CONTROL": 17, "CLOCKSOURCE_STABLE_BIT": 24,
-}  # fmt: skip
+#: KVM_FEATURE_* bit numbers of CPUID 0x40000001 by name (from ``src/kvm/system.rs``).
+_PV_BITS: dict[str, int] = dict(_core.PV_FEATURE_BITS)
 
 
 def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
@@ -921,5 +906,5 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
             rows[k].append(x)
     schema = {k: pl.UInt64 for k in rows}
     schema["t_ns"] = pl.Int64
-    schema["vcpu"] = pl.UInt32
+    schema["vcpu"] = pl.Int64  # key columns are Int64 in every frame (vcpulab._frames)
     return pl.DataFrame(rows, schema=schema)

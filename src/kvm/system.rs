@@ -45,7 +45,7 @@ pub const DISABLE_EXITS_BITS: &[(&str, u64)] = &[
     ("cstate", KVM_X86_DISABLE_EXITS_CSTATE as u64),
 ];
 
-/// `KVM_FEATURE_*` bits of CPUID leaf 0x40000001 EAX (kvm-mechanisms.md §5.4).
+/// `KVM_FEATURE_*` bits of CPUID leaf 0x40000001 EAX ([K5]).
 pub const PV_FEATURES: &[(&str, u32)] = &[
     ("CLOCKSOURCE", 0),
     ("NOP_IO_DELAY", 1),

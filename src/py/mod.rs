@@ -13,6 +13,8 @@ mod sim;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // the git commit this extension was built from (build.rs), or "unknown"
+    m.add("__build__", env!("VCPULAB_BUILD_ID"))?;
     errors::register(m)?;
     kvm::register(m)?;
     sim::register(m)?;

@@ -15,7 +15,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::sim::config::{SimConfig, VmConfig};
 use crate::sim::{self, Column, DirectedYieldPolicy, SimError, SimResult, SpinCtx, Table, VcpuView};
 
-/// What a Python policy sees of one vCPU (kvm-mechanisms.md §1.1).
+/// What a Python policy sees of one vCPU ([K1]).
 #[pyclass(name = "VcpuView", module = "vcpulab._core", frozen, get_all)]
 #[derive(Clone)]
 struct PyVcpuView {
@@ -408,5 +408,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_run, m)?)?;
     m.add_function(wrap_pyfunction!(sim_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(sim_default_config, m)?)?;
+    // the time categories of the vcpus / pcpus frames, straight from the engine's accounting
+    m.add("SIM_VCPU_TIME_CATEGORIES", crate::sim::metrics::VCPU_CATS.to_vec())?;
+    m.add("SIM_PCPU_TIME_CATEGORIES", crate::sim::metrics::PCPU_CATS.to_vec())?;
     Ok(())
 }

@@ -430,7 +430,7 @@ pub struct Vcpu {
     pub vm: u32,
     pub idx: u32,
     pub task: u32,
-    // kvm state (§1.1)
+    // kvm state ([K1])
     pub preempted: bool,
     pub blocking: bool,
     /// Blocked on the host (not runnable).
@@ -444,7 +444,7 @@ pub struct Vcpu {
     pub in_kernel: bool,
     /// The VM has posted interrupts (copied from its PvConfig).
     pub apicv: bool,
-    // steal time (§4)
+    // steal time ([K4])
     pub st_preempted: bool,
     pub last_cpu: u32,
     pub ple_window: u64,
@@ -458,7 +458,7 @@ pub struct Vcpu {
     pub runq: VecDeque<u32>,
     /// Pending IPI handlers: the sending thread of each.
     pub ipis: VecDeque<u32>,
-    // host halt polling (§3): kvm_vcpu_halt's window, halt in progress and stats
+    // host halt polling ([K3]): kvm_vcpu_halt's window, halt in progress and stats
     pub hp: HaltPollState,
     pub c: VcpuCounters,
 }

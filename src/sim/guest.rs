@@ -1,4 +1,4 @@
-//! Guests: vCPU run/halt transitions as KVM sees them (§1.1, §4.3), and the
+//! Guests: vCPU run/halt transitions as KVM sees them ([K1], [K4]), and the
 //! guest kernel running workload threads on vCPUs: phases, spinlocks of four
 //! kinds plus a mutex, IPIs, barriers, sleeps and messages, wake-up placement.
 //!
@@ -66,7 +66,7 @@ impl Sim {
 
     /// The host switched this vCPU thread out (kvm_sched_out + kvm_arch_vcpu_put).
     pub fn vcpu_sched_out(&mut self, v: usize, why: Why) {
-        // at_instruction_boundary (§4.3): only a vCPU taken out of guest mode
+        // at_instruction_boundary ([K4]): only a vCPU taken out of guest mode
         // by the interrupt (tick, reschedule IPI) that preempts it; one that
         // was in the host already (an exit handler, the halt-poll loop) exited
         // for another reason and is not reported
@@ -449,7 +449,7 @@ impl Sim {
 
     // ------------------------------------------------------- host halt polling
 
-    /// kvm_vcpu_halt() (§3.2): poll up to the vCPU's window while nothing else
+    /// kvm_vcpu_halt() ([K3]): poll up to the vCPU's window while nothing else
     /// wants this host CPU, then block. The window and the stats are the
     /// shared state machine's (`halt_poll::HaltPollState`).
     fn halt_begin(&mut self, v: usize, cpu: usize) {
@@ -909,7 +909,7 @@ impl Sim {
     }
 
     /// KVM_HC_KICK_CPU: wake the kicked vCPU (pv_unhalted), then directed
-    /// yield kicker -> kickee (kvm_sched_yield, §5.3).
+    /// yield kicker -> kickee (kvm_sched_yield, [K5]).
     fn kick_hypercall(&mut self, v: usize, target: usize) -> Flow {
         let vm = self.vm_of(v);
         let cost = self.vms[vm].cfg.pv.hypercall_ns;

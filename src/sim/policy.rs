@@ -3,7 +3,7 @@
 //! A policy sees the VM through a [`SpinCtx`]: live [`VcpuView`]s, the
 //! `last_boosted_vcpu` hint, the dy_eligible predicate with its toggle side
 //! effect, and `yield_to`, which costs host time and returns as the kernel's
-//! does (-ESRCH, 0, 1). Built-in policies follow kvm-mechanisms.md §1; an
+//! does (-ESRCH, 0, 1). Built-in policies follow [K1]; an
 //! external policy (a Python callable, via src/py/sim.rs) implements the same
 //! trait.
 
@@ -12,7 +12,7 @@ use super::config::{PolicyConfig, PolicyKind};
 /// `yield_to()` returned -ESRCH: both run queues hold a single task.
 pub const ESRCH: i32 = -3;
 
-/// What a policy may read about one vCPU (kvm-mechanisms.md §1.1).
+/// What a policy may read about one vCPU ([K1]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VcpuView {
     /// Index of the vCPU in its VM (`vcpu_idx`).
@@ -70,7 +70,7 @@ pub trait SpinCtx {
     fn eligible_for_directed_yield(&mut self, idx: usize) -> bool;
     /// `kvm_vcpu_yield_to()`: [`ESRCH`], 0 or 1; costs run-queue-lock time.
     fn yield_to(&mut self, idx: usize) -> i32;
-    /// The §1.3 candidate filter (before the dy_eligible toggle) on vCPU
+    /// The [K1] candidate filter (before the dy_eligible toggle) on vCPU
     /// `idx`; engines may override it with a faster equivalent.
     fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
         candidate_passes(&self.view(idx), self.spinner_in_kernel(), kernel_filter)
@@ -152,10 +152,10 @@ impl DirectedYieldPolicy for Baseline2011 {
     }
 }
 
-/// 2012 (Raghavendra K T, digest §1): the baseline plus
+/// 2012 (Raghavendra K T, [S1]): the baseline plus
 /// `kvm_vcpu_eligible_for_directed_yield()` (the in_spin_loop/dy_eligible
 /// toggle), checked before the PF_VCPU test. `esrch_budget` 0 = unlimited (the
-/// patch of the digest); 3 = the follow-up undercommit patch.
+/// patch of [S1]); 3 = the follow-up undercommit patch.
 pub struct DyEligible {
     pub esrch_budget: u32,
 }
@@ -197,7 +197,7 @@ impl DirectedYieldPolicy for DyEligible {
     }
 }
 
-/// Upstream today (kvm-mechanisms.md §1.3): one pass from last_boosted+1;
+/// Upstream today ([K1]): one pass from last_boosted+1;
 /// skip not-ready; blocking ⇒ dy_runnable; the kernel-mode filter for
 /// preempted candidates; the dy_eligible toggle; -ESRCH budget.
 #[derive(Clone, Copy, Debug)]
@@ -262,7 +262,7 @@ impl Upstream {
     }
 }
 
-/// The candidate filter of §1.3, before the dy_eligible toggle:
+/// The candidate filter of [K1], before the dy_eligible toggle:
 /// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
 /// in kernel or has a pending interrupt).
 #[inline]

@@ -84,7 +84,9 @@ from typing import Any
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._frames import frame as _frame
 from vcpulab.sim._config import Config
+from vcpulab.sim._points import Point, expand
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -103,45 +105,8 @@ EXTRA_COLUMNS = ("error", "config_json", "vcpulab_version", "point_hash")
 _SUFFIX = ".parquet"
 _QUARANTINE = ".quarantine"
 
-Point = tuple[dict[str, Any], Config]
-
 
 # ------------------------------------------------------------------ points
-
-
-def expand(
-    points: Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]],
-    grid: Mapping[str, Iterable[Any]] | None = None,
-) -> list[Point]:
-    """The (params, Config) points of a sweep, in order, with their parameter
-    columns: the one expansion :func:`vcpulab.sim.sweep` and the distributed
-    sweep share (a grid's cartesian product over dotted paths, a list of
-    Configs numbered by ``point``, or your own (params, Config) pairs)."""
-    from vcpulab.sim import _param_value
-
-    labelled: list[Point] = []
-    if isinstance(points, Config):
-        base = points
-        if grid is None:
-            return [({"point": 0}, base)]
-        keys = list(grid)
-        values = [list(grid[k]) for k in keys]
-        for combo in itertools.product(*values):
-            c = base
-            for k, v in zip(keys, combo):
-                c = c.with_path(k, v)
-            labelled.append(({k: _param_value(v) for k, v in zip(keys, combo)}, c))
-        return labelled
-    if grid is not None:
-        raise ValueError("sweep: a grid needs a single base Config")
-    for i, p in enumerate(points):
-        if isinstance(p, Config):
-            labelled.append(({"point": i}, p))
-        elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Config):
-            labelled.append((dict(p[0]), p[1]))
-        else:
-            raise ValueError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
-    return labelled
 
 
 def _plain_param(name: str, v: Any) -> Any:
@@ -197,8 +162,6 @@ def _row(params: Mapping[str, Any], cfg: Config, key: str, error: str | None, su
 
     Built from the same frames as the local sweep's row (``pl.DataFrame([params])``
     and the summary frame), so the dtypes are the same."""
-    from vcpulab.sim import _frame
-
     cols: list[pl.Series] = pl.DataFrame([dict(params)]).get_columns() if params else []
     if error is None:
         cols += [c for c in _frame(summary).get_columns() if c.name not in params]  # type: ignore[union-attr]

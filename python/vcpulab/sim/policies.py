@@ -1,4 +1,4 @@
-"""Directed-yield policies for :class:`vcpulab.sim.Vm` (spec §1).
+"""Directed-yield policies for :class:`vcpulab.sim.Vm`.
 
 Built-in policies run in Rust. A **Python policy** is any callable
 ``fn(spinner, candidates) -> int | None``:
@@ -35,8 +35,11 @@ from vcpulab.sim._config import Policy
 __all__ = [
     "DyEligibleInPython",
     "ESRCH",
+    "NAMES",
     "baseline_2011",
+    "by_name",
     "dy_eligible",
+    "label",
     "no_yield",
     "oracle",
     "python",
@@ -51,7 +54,7 @@ ESRCH = -3
 def upstream(
     *, esrch_budget: int = 3, last_boosted_bug: bool = False, dy_eligible: bool = True, kernel_filter: bool = True
 ) -> Policy:
-    """Upstream today (spec §1.3): one pass from last_boosted+1; skip not-ready;
+    """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
     ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index)."""
     return Policy(
@@ -70,7 +73,7 @@ def baseline_2011() -> Policy:
 
 
 def dy_eligible(*, esrch_budget: int = 0) -> Policy:
-    """The digest §1 patch: baseline + the in_spin_loop/dy_eligible toggle.
+    """The [S1] patch: baseline + the in_spin_loop/dy_eligible toggle.
     ``esrch_budget=3`` adds the follow-up undercommit patch."""
     return Policy(kind="dy_eligible", esrch_budget=esrch_budget)
 
@@ -102,7 +105,7 @@ def python(fn: Callable[..., Any], name: str | None = None) -> Policy:
 
 
 class DyEligibleInPython:
-    """The digest §1 policy (``dy_eligible()``) written in Python, as an
+    """The [S1] policy (``dy_eligible()``) written in Python, as an
     example of the protocol; it gives exactly the built-in's results.
 
     It keeps its own dy_eligible table: a candidate in a spin loop is
@@ -135,3 +138,36 @@ class DyEligibleInPython:
                 continue  # PF_VCPU
             return c.index
         return None
+
+
+#: The built-in policies by name: each name is its constructor's (and the
+#: label of what it builds); accepted wherever a policy is (TOML specs, sweep
+#: grids, ``by_name``).
+NAMES = ("upstream", "baseline_2011", "dy_eligible", "random", "oracle", "no_yield")
+
+# Policy.kind (the Rust engine's serde name) -> constructor name, where they differ
+_KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
+
+
+def by_name(name: str) -> Policy:
+    """The built-in policy ``name`` with its defaults (one of :data:`NAMES`),
+    e.g. ``by_name("dy_eligible") == dy_eligible()``."""
+    if name not in NAMES:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(NAMES)}, or pass a Policy")
+    return globals()[name]()  # type: ignore[no-any-return]
+
+
+def label(policy: Policy) -> str:
+    """A policy's label for tables and sweep columns: the name of the
+    constructor that builds it (``baseline_2011()`` → ``"baseline_2011"``,
+    ``no_yield()`` → ``"no_yield"``), ``python:<name>`` for a Python policy."""
+    if policy.kind == "python":
+        return f"python:{policy.name}"
+    return _KIND_TO_NAME.get(policy.kind, policy.kind)
+
+
+def resolve(value: Any) -> Any:
+    """``value`` as a policy: a name of :data:`NAMES` becomes the policy, a
+    :class:`Policy` (or anything else, for the config to judge) is returned
+    unchanged."""
+    return by_name(value) if isinstance(value, str) else value

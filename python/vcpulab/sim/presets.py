@@ -1,8 +1,8 @@
-"""Workloads approximating the digest's benchmarks.
+"""Workloads approximating the benchmarks of the published threads (docs/sources.md).
 
 Each preset is a :class:`~vcpulab.sim.Workload` whose phases stand for what
 the benchmark stresses in a guest kernel under overcommit. They are shaped
-after what the benchmarks do, **not tuned to the digest's numbers**; compare
+after what the benchmarks do, **not tuned to the published numbers**; compare
 directions and rough magnitudes, not values.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Sleep, Workload
 
-__all__ = ["ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like"]
+__all__ = ["NAMES", "by_name", "ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like"]
 
 
 def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0) -> Workload:
-    """ebizzy (digest §1, records/s): threads allocate, search and free memory
+    """ebizzy ([S1], records/s): threads allocate, search and free memory
     records; in a guest the cost is the mm's spinlocks (page-table/mmap
     locks, ticket spinlocks in the 2012 guests) and TLB-shootdown IPIs.
 
@@ -35,7 +35,7 @@ def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0) -> Workload:
 
 
 def kernbench_like(*, lock_kind: str = "queued", iterations: int = 0) -> Workload:
-    """kernbench (digest §1, seconds to build a kernel): many short processes
+    """kernbench ([S1], seconds to build a kernel): many short processes
     doing user compute, kernel work under short spinlocks (dcache/inode,
     page allocation), and some I/O waits.
 
@@ -58,7 +58,7 @@ def kernbench_like(*, lock_kind: str = "queued", iterations: int = 0) -> Workloa
 def sysbench_oltp_like(*, iterations: int = 0) -> Workload:
     """sysbench OLTP (transactions/s): a database's worker threads; row and
     table locks are sleeping mutexes with optimistic spinning (the users of
-    owner_on_cpu / vcpu_is_preempted, digest §2), plus short kernel
+    owner_on_cpu / vcpu_is_preempted, [S2]), plus short kernel
     spinlocks and I/O (log flush) waits.
 
     Phases: 30 µs user compute → mutex held 5 µs → PV queued spinlock 1 µs →
@@ -77,7 +77,7 @@ def sysbench_oltp_like(*, iterations: int = 0) -> Workload:
 
 
 def parsec_barrier_like(*, compute_ns: int = 200_000, iterations: int = 50) -> Workload:
-    """PARSEC barrier-style kernels (digest §3: streamcluster, fluidanimate,
+    """PARSEC barrier-style kernels ([S3]: streamcluster, fluidanimate,
     ocean_cp…): data-parallel steps separated by barriers; the wall time is
     set by the slowest thread of each step, and the wake-up placement of the
     threads released by a barrier matters.
@@ -98,11 +98,22 @@ def spinlock_microbench(
     """A guest-kernel lock microbenchmark: each thread alternates user compute
     (``compute_ns``, exponential) and one hot kernel spinlock held ``hold_ns``.
     The contention of a VM of V vCPUs is about V × hold / (compute + hold):
-    0.95 for 20 vCPUs and 0.48 for 10 with the defaults. Used for the digest
-    §4 sched-map scenario, whose workload the digest does not name.
+    0.95 for 20 vCPUs and 0.48 for 10 with the defaults. Used for the
+    sched-map scenario of [S4], whose workload the thread does not name.
     """
     return Workload(
         name="spinlock_microbench",
         phases=(Compute(compute_ns, dist="exp"), Lock(0, lock_kind, hold_ns)),
         iterations=iterations,
     )
+
+
+#: The preset workloads by name (each its constructor's name).
+NAMES = ("ebizzy_like", "kernbench_like", "parsec_barrier_like", "spinlock_microbench", "sysbench_oltp_like")
+
+
+def by_name(name: str) -> Workload:
+    """The preset ``name`` with its defaults (one of :data:`NAMES`)."""
+    if name not in NAMES:
+        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(NAMES)}, or pass a Workload")
+    return globals()[name]()  # type: ignore[no-any-return]
