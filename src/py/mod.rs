@@ -13,6 +13,9 @@ mod sim;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Load numpy's C API now: loading it later, while a KeyboardInterrupt is
+    // pending, fails inside rust-numpy (a PanicException instead of the interrupt).
+    let _ = numpy::PyArray1::<u64>::zeros(m.py(), 0, false);
     errors::register(m)?;
     kvm::register(m)?;
     sim::register(m)?;
