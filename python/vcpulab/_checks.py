@@ -62,10 +62,10 @@ def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -
     if not _is_int(v):
         raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
     v = int(v)
-    if (lo is not None and v < lo) or (hi is not None and v > hi):
-        lo_s = "" if lo is None else f"{lo}"
-        hi_s = "" if hi is None else f"{hi}"
-        raise ValueError(f"{name} must be in [{lo_s}, {hi_s}], got {v}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}{'' if hi is None else f' (and <= {hi})'}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {v}")
     return v
 
 

@@ -263,6 +263,8 @@ class Host(ForkSafe):
         blocks in the kernel (halt polling applies) and MSIs/IPIs work; without
         it every HLT exits to user space.
         """
+        if isinstance(memory_mib, int) and not isinstance(memory_mib, bool) and memory_mib <= 0:
+            raise ValueError(f"memory_mib must be positive, got {memory_mib}")
         memory_mib = check_int("memory_mib", memory_mib, 1, MAX_MEMORY_MIB)
         if not isinstance(irqchip, (bool, int)):
             raise TypeError(f"irqchip must be a bool, got {type(irqchip).__name__}")
@@ -543,10 +545,14 @@ class Vm(ForkSafe):
         return self._vm.read_u64(_gpa(gpa))
 
     def write_u64(self, gpa: int, value: int) -> None:
-        self._vm.write_u64(_gpa(gpa), check_int("value", value, 0, _U64))
+        if not 0 <= check_int("value", value) <= _U64:
+            raise ValueError(f"value must fit in a u64, got {value}")
+        self._vm.write_u64(_gpa(gpa), int(value))
 
     def write_u8(self, gpa: int, value: int) -> None:
-        self._vm.write_u8(_gpa(gpa), check_int("value", value, 0, 255))
+        if not 0 <= check_int("value", value) <= 255:
+            raise ValueError(f"value must fit in a byte, got {value}")
+        self._vm.write_u8(_gpa(gpa), int(value))
 
     # programs -----------------------------------------------------------------
     def load(self, program: str, **params: int) -> Program:
@@ -616,7 +622,7 @@ class Vm(ForkSafe):
     def halt_poll_ns(self, ns: int) -> None:
         if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
             raise ValueError(f"halt_poll_ns must be a non-negative int (ns), got {ns!r}")
-        self._vm.set_halt_poll_ns(check_int("halt_poll_ns", ns, 0, _U32))
+        self._vm.set_halt_poll_ns(check_int("halt_poll_ns", ns, 0, _U64))  # the core says why > u32 fails
 
     @property
     def disable_exits_allowed(self) -> set[str]:
