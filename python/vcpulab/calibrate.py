@@ -42,6 +42,7 @@ and ``deliver + wake_to_cue`` (the round trip), which are what is measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -226,6 +227,22 @@ def _check_ints(name: str, xs: Sequence[Any], lo: float, hi: float) -> list[Any]
     return out
 
 
+def _check_writable(name: str, path: Any) -> None:
+    """Fail now, not after the measurements, if ``path`` cannot be written."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str), got {type(path).__name__}")
+    p = Path(path)
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{name}: cannot write {str(p)!r} ({e.strerror or e})") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
 def halt_poll(
     gaps_us: Sequence[float] = GAPS_US,
     max_poll_ns: Sequence[int] = MAX_POLL_NS,
@@ -283,8 +300,21 @@ def halt_poll(
             raise ValueError(f"{name} {c} is not a usable host CPU; this process may run on {sorted(allowed)}")
     if isinstance(min_cell_s, bool) or not isinstance(min_cell_s, (int, float)) or not 0 <= min_cell_s <= 10:
         raise ValueError(f"min_cell_s must be a number in [0, 10], got {min_cell_s!r}")
-    if not deadline_s > 0:
-        raise ValueError(f"deadline_s must be positive, got {deadline_s!r}")
+    from vcpulab._checks import check_float, check_int, check_type
+
+    check_int("pcpu", pcpu, 0)
+    check_int("sender_cpu", sender_cpu, 0)
+    check_float("deadline_s", deadline_s, 0.0, 86_400.0, lo_open=True, unit="s")
+    n_sim = len(gaps) * len(maxes) * sim_replicas
+    check_int("seed", seed, 0, 2**64 - 1 - n_sim)
+    check_int("background_busy_ns", background_busy_ns, 1, 10**13)
+    first = LOAD_PRE_S + _cell_rounds(gaps[0], rounds, min_cell_s) * (gaps[0] + ROUND_EXTRA_US) * 1e-6
+    if deadline_s < first:
+        raise ValueError(f"deadline_s={deadline_s} s is shorter than the first cell alone (about {first:.2f} s)")
+    if host is not None:
+        check_type("host", host, Host)
+    if plot is not None:
+        _check_writable("plot", plot)
     host = host or Host()
     params = hp.host_params()
     t_end = time.monotonic() + deadline_s

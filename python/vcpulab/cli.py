@@ -8,7 +8,9 @@
 
 Every command takes ``--help``; ``vcpulab --version`` names the build;
 ``info`` and ``kvm steal`` print JSON with ``--json``. Bad arguments give one clear line on stderr and
-exit status 2; a failure of the run itself exits with 1.
+exit status 2; a failure of the run itself exits with 1 (one line, no
+traceback; ``VCPULAB_TRACEBACK=1`` shows it). Output closed early (``| head``)
+ends the command quietly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,8 +47,8 @@ def _positive_float(s: str) -> float:
         v = float(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {s!r}")
     return v
 
 
@@ -208,14 +212,24 @@ def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[
         spec = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text (UTF-8) file; a SPEC is TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     unknown = set(spec) - {"config", "grid", "output"}
     if unknown:
         raise ValueError(f"{path}: unknown section(s) {sorted(unknown)}; expected [config], [grid], [output]")
+    for section in ("config", "grid", "output"):
+        if section in spec and not isinstance(spec[section], dict):
+            raise ValueError(f"{path}: {section} must be a table ([{section}]), got {spec[section]!r}")
     cfg = dict(spec.get("config", {}))
     vms = []
-    for i, vm in enumerate(cfg.get("vms", [{}])):
+    vm_list = cfg.get("vms", [{}])
+    if not isinstance(vm_list, list):
+        raise ValueError(f"{path}: config.vms must be an array of tables ([[config.vms]]), got {vm_list!r}")
+    for i, vm in enumerate(vm_list):
+        if not isinstance(vm, dict):
+            raise ValueError(f"{path}: config.vms[{i}] must be a table, got {vm!r}")
         vm = dict(vm)
         for kind in ("workload", "policy"):
             if kind in vm:
@@ -246,7 +260,29 @@ def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[
     bad = set(output) - {"sched_map", "us_per_pixel"}
     if bad:
         raise ValueError(f"{path}: unknown [output] key(s) {sorted(bad)}; expected sched_map, us_per_pixel")
+    if "sched_map" in output and not isinstance(output["sched_map"], bool):
+        raise ValueError(f"{path}: [output] sched_map must be true or false, got {output['sched_map']!r}")
+    if "us_per_pixel" in output:
+        upp = output["us_per_pixel"]
+        if isinstance(upp, bool) or not isinstance(upp, (int, float)) or not (upp > 0 and math.isfinite(upp)):
+            raise ValueError(f"{path}: [output] us_per_pixel must be a positive number, got {upp!r}")
     return base, grid, output
+
+
+#: What ``vcpulab sim`` writes into --out (the points/ checkpoint of a sweep
+#: is kept on purpose: a rerun resumes from it).
+_SIM_OUTPUTS = ("summary.parquet", "vms.parquet", "vcpus.parquet", "pcpus.parquet", "trace.parquet", "sweep.parquet",
+                "sched_map.png", "sched_map_*.png")  # fmt: skip
+
+
+def _clear_outputs(out: Path) -> None:
+    """Remove an earlier run's outputs from ``out``, so that it holds one run's
+    files only (a run that writes no trace must not leave an old trace beside
+    its summary)."""
+    for pattern in _SIM_OUTPUTS:
+        for p in out.glob(pattern):
+            if p.is_file():
+                p.unlink()
 
 
 def _parquet_meta(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -265,8 +301,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from vcpulab.plot import sched_map
 
     base, grid, output = load_spec(Path(args.spec))
+    if args.dask and grid is None:
+        raise ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _clear_outputs(out)
     want_map = bool(output.get("sched_map", base.trace))
     upp = float(output.get("us_per_pixel", 10))
     written: list[Path] = []
@@ -410,8 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     simp.add_argument("spec", help="the SPEC.toml")
     simp.add_argument("--out", default="vcpulab-sim-out",
-                      help="output folder (default ./vcpulab-sim-out); a sweep checkpoints each point under OUT/points "
-                           "and a rerun computes only the missing ones")  # fmt: skip
+                      help="output folder (default ./vcpulab-sim-out); an earlier run's outputs there are removed first; "
+                           "a sweep checkpoints each point under OUT/points and a rerun computes only the missing ones")  # fmt: skip
     simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -422,22 +461,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stdout_closed() -> int:
+    # the reader went away (`vcpulab info | head -1`): stop quietly, and keep
+    # the interpreter's final flush from raising again
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()
+        return rc
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
     except (ValueError, OSError) as e:
         print(f"vcpulab: error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # vcpulab's own errors: one line, not a traceback
+    except Exception as e:  # one line, not a traceback (VCPULAB_TRACEBACK=1 shows it)
         from vcpulab import VcpulabError
 
-        if not isinstance(e, VcpulabError):
+        if os.environ.get("VCPULAB_TRACEBACK"):
             raise
-        print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
+        if isinstance(e, VcpulabError):
+            print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
+        else:
+            print(f"vcpulab: error: {type(e).__name__}: {e} (VCPULAB_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
 
 

@@ -342,6 +342,27 @@ pub fn open_stats_fd(fd: &impl AsRawFd, call: &'static str) -> Result<StatsFd> {
 }
 
 /// Precise waiting: sleeps while far from `due`, spins for the last 200 µs.
+/// [`wait_until`], but sleeping at most 20 ms at a time and asking `stop()`
+/// after each sleep: returns false (early) when it says stop, so a long gap
+/// never outlives a Ctrl-C, a `close()` or a deadline.
+pub fn wait_until_or(due: Instant, stop: &dyn Fn() -> bool) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(20)));
+            if stop() {
+                return false;
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 pub fn wait_until(due: Instant) {
     loop {
         let now = Instant::now();
@@ -386,7 +407,8 @@ pub fn msi_ping(
     stop: &dyn Fn() -> bool,
 ) -> Result<Vec<u64>> {
     mem.check_range(counter_gpa, 8)?;
-    let mut rtt = Vec::with_capacity(count as usize);
+    // grows with the rounds actually timed (a huge `count` is bounded by the deadline)
+    let mut rtt = Vec::with_capacity(count.min(1 << 16) as usize);
     let base = halts_before;
     let wait_for = |target: u64| -> Result<()> {
         let mut spins = 0u32;
@@ -410,7 +432,19 @@ pub fn msi_ping(
     };
     for i in 0..count {
         wait_for(base + i + 1)?;
-        wait_until(Instant::now() + gap);
+        let due = Instant::now() + gap;
+        if due > deadline {
+            return Err(Error::Timeout(format!(
+                "msi_ping: round {} would send its MSI after the deadline (gap {gap:?})",
+                i + 1
+            )));
+        }
+        if !wait_until_or(due, &|| Instant::now() >= deadline || stop()) {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!("msi_ping: the deadline passed in round {}", i + 1)));
+            }
+            return Err(Error::Closed("Vm"));
+        }
         let sent = Instant::now();
         send_msi(fd, irqchip, dest, vector)?;
         if i + 1 < count {

@@ -49,11 +49,14 @@ impl SignalPoll {
             return false;
         }
         self.next = now + Duration::from_millis(50);
-        if let Err(e) = Python::attach(|py| py.check_signals()) {
-            self.error = Some(e);
-            return true;
+        match Python::try_attach(|py| py.check_signals()) {
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                self.error = Some(e);
+                true
+            }
+            None => true, // the interpreter is shutting down
         }
-        false
     }
 }
 
@@ -515,11 +518,15 @@ impl PyVm {
         let r = py.detach(|| -> kvm::Result<(u64, u64, u64)> {
             let t0 = Instant::now();
             let mut max_late = 0u64;
+            let signals = std::cell::RefCell::new(&mut signals);
+            let stop = || lock(&self.state).is_none() || signals.borrow_mut().interrupted();
             for i in 0..count {
                 let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
-                kvm::vm::wait_until(due);
+                if !kvm::vm::wait_until_or(due, &stop) {
+                    return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
+                }
                 max_late = max_late.max(Instant::now().duration_since(due).as_nanos() as u64);
-                if lock(&self.state).is_none() || signals.interrupted() {
+                if stop() {
                     return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
                 }
                 kvm::vm::send_msi(&fd, irqchip, dest, vector)?;
@@ -1024,12 +1031,14 @@ fn run_experiment<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     timeout_deadline(duration)?;
     if let Some(p) = sample_every {
-        if !(p.is_finite() && p >= 1e-5) {
-            return Err(PyValueError::new_err(format!("sample_every must be at least 10 µs, got {p} s")));
+        if !(p.is_finite() && (1e-5..=86_400.0).contains(&p)) {
+            return Err(PyValueError::new_err(format!("sample_every must be between 10 µs and one day, got {p} s")));
         }
     }
-    if !(poll_every.is_finite() && poll_every > 0.0) {
-        return Err(PyValueError::new_err(format!("poll_every must be positive, got {poll_every}")));
+    if !(poll_every.is_finite() && poll_every > 0.0 && poll_every <= 1.0) {
+        return Err(PyValueError::new_err(format!(
+            "poll_every must be in (0, 1] s (Ctrl-C must stop a run within a second), got {poll_every} s"
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for (v, _, _) in &plan {

@@ -562,6 +562,10 @@ pub struct Sim {
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Vec<TraceRec>,
+    /// Most trace rows a run may keep (the caller's limit; see `SimError::TraceLimit`).
+    pub trace_max_rows: u64,
+    /// Set when the trace hit `trace_max_rows` or could not grow; ends the run.
+    pub trace_error: Option<SimError>,
     pub gang_rounds: Vec<Vec<u32>>,
     pub gang_round: usize,
     pub gang_active: Vec<bool>,
@@ -619,6 +623,8 @@ impl Sim {
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Vec::new(),
+            trace_max_rows: u64::MAX,
+            trace_error: None,
             gang_rounds: Vec::new(),
             gang_round: 0,
             gang_active: Vec::new(),
@@ -852,6 +858,9 @@ impl Sim {
                 self.stuck = Some(format!("no progress: 5e7 events at t={} ns", self.now));
             }
             self.dispatch(ev);
+            if let Some(e) = self.trace_error.take() {
+                return Err(e);
+            }
             if self.stuck.is_some() || self.error.is_some() {
                 if let Some(s) = self.stuck.take() {
                     return Err(SimError::NoProgress(s));

@@ -755,17 +755,26 @@ impl Sim<'_> {
         }
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
         let sc = self.sc;
         let end = if sc.duration_ns == 0 { u64::MAX } else { sc.duration_ns };
-        // a bound on the work of a run that can only be exceeded by a bug (a stuck vCPU)
+        // a bound on the vCPU events of a run that can only be exceeded by a bug
+        // (a stuck vCPU); background on/off events do not count (a background of
+        // 1 ns periods is valid and makes many of them)
         let mut budget: u64 =
             if sc.duration_ns == 0 { 1_000_000 + 64 * sc.rounds * sc.vcpus.len() as u64 } else { u64::MAX };
+        let mut events: u64 = 0;
         while let Some(Reverse((t, _, e))) = self.q.pop() {
             if t > end {
                 break;
             }
-            budget = budget.saturating_sub(1);
+            events += 1;
+            if events & ((1 << 16) - 1) == 0 && interrupted() {
+                return Err(INTERRUPTED.into());
+            }
+            if !matches!(e, Ev::Bg(_)) {
+                budget = budget.saturating_sub(1);
+            }
             if budget == 0 {
                 return Err(format!(
                     "internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"
@@ -897,6 +906,15 @@ impl Sim<'_> {
 /// Runs a scenario. Deterministic for a given `seed`. Never panics on valid
 /// input; callers across an FFI should still wrap it in `catch_unwind`.
 pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
+    simulate_checked(sc, &|| false)
+}
+
+/// The error message of a run stopped by its `interrupted()` check.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// [`simulate`], polling `interrupted()` every 2^16 events; when it returns
+/// true the run stops with `Err(INTERRUPTED)`.
+pub fn simulate_checked(sc: &Scenario, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, String> {
     sc.validate()?;
     let mut sim = Sim {
         sc,
@@ -942,7 +960,7 @@ pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
         let busy = sim.rng.random::<f64>() < rho;
         sim.push(0, Ev::Bg(busy));
     }
-    sim.run()?;
+    sim.run(interrupted)?;
     let end = sim.now;
     if sim.bg_busy {
         sim.bg_ns += end.saturating_sub(sim.bg_since);

@@ -11,6 +11,7 @@ use super::config::{NextBuddy, Scheduler, YieldPenalty};
 use super::engine::*;
 use super::policy::ESRCH;
 use super::trace::TraceRec;
+use super::SimError;
 
 impl Sim {
     #[inline]
@@ -587,6 +588,26 @@ impl Sim {
             TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i64, self.vcpus[v as usize].idx as i64),
             TaskKind::Bg(_) => (-1, -1),
         };
+        if self.trace_error.is_some() {
+            return;
+        }
+        if self.trace.len() as u64 >= self.trace_max_rows {
+            self.trace_error = Some(SimError::TraceLimit(format!(
+                "the trace reached trace_max_rows={} rows at t={} ns; raise trace_max_rows, shorten duration_ns \
+                 or run without trace",
+                self.trace_max_rows, self.now
+            )));
+            return;
+        }
+        if self.trace.len() == self.trace.capacity() && self.trace.try_reserve(self.trace.len().max(1024)).is_err() {
+            self.trace_error = Some(SimError::OutOfMemory(format!(
+                "no memory to grow the trace beyond {} rows (t={} ns); set a smaller trace_max_rows, shorten \
+                 duration_ns or run without trace",
+                self.trace.len(),
+                self.now
+            )));
+            return;
+        }
         let start = self.rqs[cpu].trace_start;
         self.trace.push(TraceRec { pcpu: cpu as u32, start_ns: start, end_ns: self.now, vm, vcpu, why: why.name() });
     }

@@ -109,11 +109,20 @@ class _Base:
         if unknown:
             raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
         kw = {k: cls._field_from_plain(k, v) for k, v in d.items()}
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except TypeError as e:  # a missing required field, named by Python
+            raise ValueError(f"{cls.__name__}: {e}") from None
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
         return v
+
+
+def _plain_seq(owner: str, name: str, v: Any) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{owner}.{name} must be a list, got {type(v).__name__} {v!r}")
+    return v
 
 
 def _to_plain(v: Any) -> Any:
@@ -678,7 +687,7 @@ class Workload(_Base):
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
         if name == "phases":
-            return tuple(_phase_from_dict(p) for p in v)
+            return tuple(_phase_from_dict(p) for p in _plain_seq("Workload", name, v))
         return v
 
 
@@ -783,7 +792,7 @@ class Config(_Base):
         if name == "host":
             return Host.from_dict(v)
         if name == "vms":
-            return tuple(Vm.from_dict(x) for x in v)
+            return tuple(Vm.from_dict(x) for x in _plain_seq("Config", name, v))
         return v
 
     def to_json(self) -> str:
@@ -814,7 +823,11 @@ class Config(_Base):
         return dataclasses.replace(self, **changes)
 
     def with_path(self, path: str, value: Any) -> Config:
-        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.pcpus"``."""
+        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.pcpus"``.
+
+        Tuple indices are 0, 1, … (a negative index is refused: ValueError)."""
+        if not isinstance(path, str):
+            raise TypeError(f"with_path: path must be a dotted str, got {type(path).__name__}")
         return _set_path(self, path.split("."), value, path)
 
 
@@ -824,6 +837,8 @@ def _set_path(obj: Any, parts: list[str], value: Any, full: str) -> Any:
     head, rest = parts[0], parts[1:]
     if isinstance(obj, tuple):
         try:
+            if not head.isdigit():  # no negative (or other Python) indices: each point names one entry
+                raise ValueError(head)
             i = int(head)
             item = obj[i]
         except (ValueError, IndexError):

@@ -15,8 +15,11 @@ attempt (0 or -ESRCH = -3) the callable is called again with ``attempts``
 extended; after a success the exit ends. Examination is charged
 ``Ple.candidate_ns`` per candidate in round-robin order up to the one
 returned (up to the end of the round on None), as a kernel scan would be.
-The callable is deep-copied for each run, so state kept on it (e.g. a
-shadow ``dy_eligible`` table) starts fresh; it is called with the GIL held.
+The callable is deep-copied once for each run (each sweep point), so state
+kept on it (e.g. a shadow ``dy_eligible`` table) starts fresh and a seed
+always gives the same result; the VMs of one run share that copy, so state
+that is per VM is keyed by ``spinner.vm``. A callable that cannot be
+deep-copied is refused (ValueError). It is called with the GIL held.
 
 A Python policy sees snapshots: it cannot flip the engine's ``dy_eligible``
 flags (the kernel's ``kvm_vcpu_eligible_for_directed_yield`` toggle), so for a
@@ -117,12 +120,14 @@ class DyEligibleInPython:
     __name__ = "dy_eligible_in_python"
 
     def __init__(self) -> None:
-        self.dy: dict[int, bool] = {}
+        #: (vm, vCPU index) -> dy_eligible (one table for the VMs of a run)
+        self.dy: dict[tuple[int, int], bool] = {}
 
     def __call__(self, spinner: Any, candidates: list[Any]) -> int | None:
         start = 0
+        vm = spinner.vm
         if not spinner.attempts:
-            self.dy[spinner.index] = False
+            self.dy[(vm, spinner.index)] = False
         else:
             last = spinner.attempts[-1][0]
             start = next(i for i, c in enumerate(candidates) if c.index == last) + 1
@@ -130,8 +135,8 @@ class DyEligibleInPython:
             if c.blocking and not c.ready:
                 continue  # halted (waitqueue active)
             if c.in_spin_loop:
-                eligible = self.dy.get(c.index, False)
-                self.dy[c.index] = not eligible
+                eligible = self.dy.get((vm, c.index), False)
+                self.dy[(vm, c.index)] = not eligible
                 if not eligible:
                     continue
             if c.in_guest:
