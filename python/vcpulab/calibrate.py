@@ -365,7 +365,14 @@ def halt_poll(
                     if left <= 0:
                         raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed in cell gap={gap} max={mx}")
                     per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
-                    c = _real_cell(host, gap, mx, n, pcpu, per_cell)
+                    try:
+                        c = _real_cell(host, gap, mx, n, pcpu, per_cell)
+                    except TimeoutError:
+                        # a cell starved by other tasks (its vCPU or sender thread
+                        # did not get the CPU): measure again while tries are left
+                        if attempt == retries + 1 and best is None:
+                            raise
+                        continue
                     if best is None or c["other_share"] < best["other_share"]:
                         best = c
                     best["tries"] = attempt
