@@ -28,9 +28,11 @@ def schedstat(tid: int) -> tuple[int, int, int]:
 class PinnedThread(threading.Thread):
     """Runs ``fn()`` on its own OS thread pinned to ``cpus``; keeps its result or exception."""
 
-    def __init__(self, fn, cpus: set[int]) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, fn, cpus: set[int], meter=None) -> None:  # type: ignore[no-untyped-def]
+        """``meter``: a ``vcpulab.quality.measure_cpus`` that counts this
+        thread as the measurement's own (its CPU time is not "other tasks")."""
         super().__init__(daemon=True)
-        self.fn, self.cpus = fn, cpus
+        self.fn, self.cpus, self.meter = fn, cpus, meter
         self.result = None
         self.error: BaseException | None = None
         self.tid = 0
@@ -38,10 +40,15 @@ class PinnedThread(threading.Thread):
     def run(self) -> None:
         os.sched_setaffinity(0, self.cpus)
         self.tid = threading.get_native_id()
+        if self.meter is not None:
+            self.meter.add_thread(self.tid, sorted(self.cpus))
         try:
             self.result = self.fn()
         except BaseException as e:  # noqa: BLE001 - reported by the test
             self.error = e
+        finally:
+            if self.meter is not None:
+                self.meter.end_thread(self.tid)
 
     def value(self, timeout: float = 30.0):  # type: ignore[no-untyped-def]
         self.join(timeout)

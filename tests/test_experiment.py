@@ -1,4 +1,11 @@
-"""Overcommit experiments on real KVM (the issue's "what it must show")."""
+"""Overcommit experiments on real KVM (the issue's "what it must show").
+
+Timing checks go through ``vcpulab.testing.remeasure``: each run carries
+``Run.quality`` (what else ran on its CPUs); a failed check on a disturbed run
+is measured again (at most 3 times, then the test skips naming the measured
+disturbance), a failed check on a clean run fails. Where two runs are
+compared, the quality that decides is the run that other load pushes towards
+failing the check (e.g. the halt-polling run of an on/off pair)."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import pytest
 from conftest import interrupt_script
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, run
 from vcpulab.kvm import Host
+from vcpulab.testing import remeasure
 
 
 @pytest.mark.parametrize("kind", ["tas", "ticket"])
@@ -34,20 +42,36 @@ def test_overcommit_is_visible(kvm_host: Host) -> None:
     swings with how the host's slices line up with the ticket order: measured
     here 1.3-2.5x, once inverted. 2 vCPUs on 1 vs 2 CPUs: 300-630 vs ~15,000
     acquisitions/s.)"""
-    one = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=2, pcpus=[0], duration=0.6, host=kvm_host)
-    two = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=2, pcpus=[0, 1], duration=0.6, host=kvm_host)
-    rate = {n: r.results["acquisitions"].sum() / r.wall_s for n, r in (("1cpu", one), ("2cpus", two))}
-    wait = {n: r.results["wait_per_acq_us"].mean() for n, r in (("1cpu", one), ("2cpus", two))}
-    print(f"acquisitions/s {rate}; wait per acquisition (us) {wait}")
-    assert 5 * rate["1cpu"] < rate["2cpus"]
-    assert wait["1cpu"] > 10 * wait["2cpus"]
+    w = SpinLock(kind="ticket", hold=40, think=40)
+
+    def measure():  # type: ignore[no-untyped-def]
+        one = run(w, vcpus=2, pcpus=[0], duration=0.6, host=kvm_host, warn_quality=False)
+        two = run(w, vcpus=2, pcpus=[0, 1], duration=0.6, host=kvm_host, warn_quality=False)
+        return one, two
+
+    def check(p) -> None:  # type: ignore[no-untyped-def]
+        one, two = p
+        rate = {n: r.results["acquisitions"].sum() / r.wall_s for n, r in (("1cpu", one), ("2cpus", two))}
+        wait = {n: r.results["wait_per_acq_us"].mean() for n, r in (("1cpu", one), ("2cpus", two))}
+        print(f"acquisitions/s {rate}; wait per acquisition (us) {wait}; 2 CPUs {two.quality.line()}")
+        assert 5 * rate["1cpu"] < rate["2cpus"], f"acquisitions/s {rate}"
+        assert wait["1cpu"] > 10 * wait["2cpus"], f"wait per acquisition {wait}"
+
+    # other load on the 2-CPU run overcommits it too (towards failing); on the 1-CPU run it only widens the gap
+    remeasure(measure, check, quality=lambda p: p[1].quality)
 
 
 def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
-    r = run(SpinLock(kind="tas", hold=40, think=40), vcpus=2, pcpus=[0], duration=0.6, sample_every=0.01, host=kvm_host)
-    frac = r.steal_fraction()["steal_fraction"].to_list()
-    print(f"steal fraction {frac}")
-    assert all(0.30 <= f <= 0.70 for f in frac)
+    def measure():  # type: ignore[no-untyped-def]
+        w = SpinLock(kind="tas", hold=40, think=40)
+        return run(w, vcpus=2, pcpus=[0], duration=0.6, sample_every=0.01, host=kvm_host, warn_quality=False)
+
+    def check(r) -> None:  # type: ignore[no-untyped-def]
+        frac = r.steal_fraction()["steal_fraction"].to_list()
+        print(f"steal fraction {frac}; {r.quality.line()}")
+        assert all(0.30 <= f <= 0.70 for f in frac), f"steal fractions {frac}"
+
+    r = remeasure(measure, check, quality=lambda r: r.quality)
     # the samples grow monotonically and carry every vCPU stat
     d = r.deltas()
     assert (d["steal_ns"] >= 0).all()
@@ -82,41 +106,66 @@ def _halt_exits(r) -> int:  # type: ignore[no-untyped-def]
 
 def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
     w = MsiPingPong(rounds=800, gap_us=50)
-    off = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=0, host=kvm_host)
-    on = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host)
-    print(f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us")
-    assert on.results["rtt_median_us"][0] < off.results["rtt_median_us"][0]
-    for r in (off, on):
-        assert r.results["rounds"][0] == 800
-        assert _halt_exits(r) == 800  # one halt per message
-    s_off = off.samples.filter(off.samples["t_ns"] == off.samples["t_ns"].max())
-    assert s_off["halt_successful_poll"][0] == 0
-    s_on = on.samples.filter(on.samples["t_ns"] == on.samples["t_ns"].max())
-    assert s_on["halt_successful_poll"][0] > 400
+
+    def measure():  # type: ignore[no-untyped-def]
+        off = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
+        on = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
+        return off, on
+
+    def check(p) -> None:  # type: ignore[no-untyped-def]
+        off, on = p
+        print(f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us; "
+              f"polling run {on.quality.line()}")  # fmt: skip
+        for r in (off, on):
+            assert r.results["rounds"][0] == 800
+            assert _halt_exits(r) == 800  # one halt per message
+        s_off = off.samples.filter(off.samples["t_ns"] == off.samples["t_ns"].max())
+        assert s_off["halt_successful_poll"][0] == 0
+        s_on = on.samples.filter(on.samples["t_ns"] == on.samples["t_ns"].max())
+        assert s_on["halt_successful_poll"][0] > 400, f"{s_on['halt_successful_poll'][0]} of 800 halts polled"
+        assert on.results["rtt_median_us"][0] < off.results["rtt_median_us"][0]
+
+    # other load on CPU 1 stops polling in the polling run (towards failing)
+    remeasure(measure, check, quality=lambda p: p[1].quality)
 
 
 def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
     w = IpiPingPong(rounds=400, gap_us=50)
-    off = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=0, host=kvm_host)
-    on = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=200_000, host=kvm_host)
-    r_off, r_on = off.results["rtt_median_us"][0], on.results["rtt_median_us"][0]
-    print(f"IPI rtt median: halt_poll_ns=0 {r_off:.1f} us, 200000 {r_on:.1f} us")
-    assert off.results["rounds"][0] == on.results["rounds"][0] == 400
-    assert off.results["replies"][1] == 400
-    assert r_on < r_off
-    # vCPU 0 halts once per round; vCPU 1 once per request (+ the final wake-up)
-    assert _halt_exits(off) >= 800
+
+    def measure():  # type: ignore[no-untyped-def]
+        off = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
+        on = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
+        return off, on
+
+    def check(p) -> None:  # type: ignore[no-untyped-def]
+        off, on = p
+        r_off, r_on = off.results["rtt_median_us"][0], on.results["rtt_median_us"][0]
+        print(f"IPI rtt median: halt_poll_ns=0 {r_off:.1f} us, 200000 {r_on:.1f} us; polling run {on.quality.line()}")
+        assert off.results["rounds"][0] == on.results["rounds"][0] == 400
+        assert off.results["replies"][1] == 400
+        # vCPU 0 halts once per round; vCPU 1 once per request (+ the final wake-up)
+        assert _halt_exits(off) >= 800
+        assert r_on < r_off, f"IPI rtt median with polling {r_on:.1f} us, without {r_off:.1f} us"
+
+    remeasure(measure, check, quality=lambda p: p[1].quality)
 
 
 def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
-    r = run(IdleTicks(hz=250), vcpus=1, pcpus=[1], duration=1.0, host=kvm_host)
-    ticks = r.results["ticks"][0]
-    last = r.samples.filter(r.samples["t_ns"] == r.samples["t_ns"].max())
-    wait_frac = last["halt_wait_ns"][0] / last["t_ns"][0]
-    print(f"ticks {ticks} in {r.wall_s:.3f} s; halt_wait_ns {wait_frac:.0%} of the run")
-    assert 225 <= ticks <= 275
-    assert wait_frac > 0.8  # an idle guest: halted (blocked) almost all the time
+    def check(r) -> None:  # type: ignore[no-untyped-def]
+        ticks = r.results["ticks"][0]
+        last = r.samples.filter(r.samples["t_ns"] == r.samples["t_ns"].max())
+        wait_frac = last["halt_wait_ns"][0] / last["t_ns"][0]
+        print(f"ticks {ticks} in {r.wall_s:.3f} s; halt_wait_ns {wait_frac:.0%} of the run; {r.quality.line()}")
+        assert 225 <= ticks <= 275, f"{ticks} ticks"
+        assert wait_frac > 0.8, f"halted {wait_frac:.0%} of the run"  # an idle guest: blocked almost all the time
+
+    r = remeasure(
+        lambda: run(IdleTicks(hz=250), vcpus=1, pcpus=[1], duration=1.0, host=kvm_host, warn_quality=False),
+        check,
+        quality=lambda r: r.quality,
+    )
     assert r.threads["outcome"][0] == "deadline"
+    last = r.samples.filter(r.samples["t_ns"] == r.samples["t_ns"].max())
     # everything happened in the kernel (HLT blocks there, the LAPIC timer is
     # emulated there): KVM counted exits, none reached user space
     assert last["exits"][0] > 0

@@ -3,6 +3,10 @@
 [K4]: ``steal += run_delay - last_steal`` just before each
 guest entry, where run_delay is the thread's schedstat run delay. Two vCPU
 threads pinned to one host CPU each wait about half of the time.
+
+Other tasks on that CPU add to the steal; each run records what else ran there
+(``vcpulab.quality``) and ``vcpulab.testing.remeasure`` re-measures a disturbed
+run whose check failed (at most 3 times, then skips naming the disturbance).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import pytest
 
 from conftest import PinnedThread, schedstat
 from vcpulab.kvm import STEAL_DTYPE, Host, Vcpu
+from vcpulab.quality import Quality, measure_cpus
+from vcpulab.testing import remeasure
 
 RUN_S = 0.6
 
@@ -60,40 +66,52 @@ def _measure(vcpu: Vcpu) -> dict[str, float]:
     }
 
 
-def _run(kvm_host: Host, n_vcpus: int, cpu: int) -> list[dict[str, float]]:
+def _run(kvm_host: Host, n_vcpus: int, cpu: int) -> tuple[list[dict[str, float]], Quality]:
     with kvm_host.create_vm(memory_mib=4) as vm:
         spin = vm.load("endless_loop")
         vcpus = [vm.create_vcpu(i) for i in range(n_vcpus)]
         for v in vcpus:
             v.start(spin)
             v.enable_steal_time()
-        threads = [PinnedThread(lambda v=v: _measure(v), {cpu}) for v in vcpus]
-        for t in threads:
-            t.start()
-        results = [t.value() for t in threads]
+        with measure_cpus([cpu]) as meter:
+            threads = [PinnedThread(lambda v=v: _measure(v), {cpu}, meter) for v in vcpus]
+            for t in threads:
+                t.start()
+            results = [t.value() for t in threads]
         # the vectorised read sees the same numbers as the per-vCPU snapshots
         arr = vm.steal_times(vcpus)
         assert arr.dtype == STEAL_DTYPE
         assert list(arr["steal_ns"]) == [v.steal_time.steal_ns for v in vcpus]
         assert all(arr["version"] % 2 == 0)
-        return results
+        assert meter.quality is not None
+        return results, meter.quality
 
 
 def test_two_vcpus_on_one_cpu_steal_half_the_time(kvm_host: Host) -> None:
-    for r in _run(kvm_host, 2, cpu=0):
-        frac = r["steal_ns"] / r["wall_ns"]
-        print(f"steal {r['steal_ns'] / 1e6:.1f} ms of {r['wall_ns'] / 1e6:.1f} ms ({frac:.0%}); "
-              f"run_delay {r['run_delay_ns'] / 1e6:.1f} ms; version {r['v0']} -> {r['v1']}")  # fmt: skip
-        assert r["wall_ns"] >= 0.5e9
-        assert 0.30 <= frac <= 0.70
-        # steal is the kernel's own run_delay, published at each entry
-        assert abs(r["steal_ns"] - r["run_delay_ns"]) <= 0.02 * r["run_delay_ns"]
-        assert r["v1"] > r["v0"] and r["v1"] % 2 == 0
+    def check(out: tuple[list[dict[str, float]], Quality]) -> None:
+        print(out[1].line())
+        for r in out[0]:
+            frac = r["steal_ns"] / r["wall_ns"]
+            print(f"steal {r['steal_ns'] / 1e6:.1f} ms of {r['wall_ns'] / 1e6:.1f} ms ({frac:.0%}); "
+                  f"run_delay {r['run_delay_ns'] / 1e6:.1f} ms; version {r['v0']} -> {r['v1']}")  # fmt: skip
+            assert r["wall_ns"] >= 0.5e9
+            # a third task on the CPU raises each share of the wait above one half
+            assert 0.30 <= frac <= 0.70, f"steal fraction {frac:.2f}"
+            # steal is the kernel's own run_delay, published at each entry
+            assert abs(r["steal_ns"] - r["run_delay_ns"]) <= 0.02 * r["run_delay_ns"]
+            assert r["v1"] > r["v0"] and r["v1"] % 2 == 0
+
+    remeasure(lambda: _run(kvm_host, 2, cpu=0), check, quality=lambda out: out[1])
 
 
 def test_one_vcpu_alone_steals_almost_nothing(kvm_host: Host) -> None:
-    (r,) = _run(kvm_host, 1, cpu=1)
-    assert r["steal_ns"] / r["wall_ns"] < 0.10
+    def check(out: tuple[list[dict[str, float]], Quality]) -> None:
+        (r,), q = out
+        print(f"steal {r['steal_ns'] / r['wall_ns']:.1%}; {q.line()}")
+        # only other tasks on CPU 1 can make a lone vCPU thread wait
+        assert r["steal_ns"] / r["wall_ns"] < 0.10, f"steal fraction {r['steal_ns'] / r['wall_ns']:.2f}"
+
+    remeasure(lambda: _run(kvm_host, 1, cpu=1), check, quality=lambda out: out[1])
 
 
 def test_preempted_byte_is_read_as_written(kvm_host: Host) -> None:

@@ -152,7 +152,7 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     if bad:
         print(f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr)
         return 2
-    r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration=args.seconds, sample_every=0.01)
+    r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration=args.seconds, sample_every=0.01, warn_quality=False)
     fair = 1 - min(1, len(pcpus) / args.vcpus)
     if args.json:
         rows = _steal_rows(r)
@@ -162,7 +162,16 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     print(f"{args.vcpus} vCPUs on host CPU(s) {','.join(map(str, pcpus))} for {r.wall_s:.2f} s "
           f"(fair share: {fair:.0%} steal)")  # fmt: skip
     print(_steal_table(r))
+    print(_quality_line(r))
     return 0
+
+
+def _quality_line(r: object) -> str:
+    """``Run.quality`` as one line, with the reasons when it was disturbed."""
+    q = getattr(r, "quality", None)
+    if q is None:
+        return "quality: not measured"
+    return q.line() + ("" if not q.disturbed else "\n  " + "\n  ".join(q.reasons))
 
 
 SPEC_HELP = """\
@@ -383,8 +392,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from vcpulab.experiment import MsiPingPong, Spin, run
 
         print("== real KVM: 4 vCPUs sharing 1 host CPU for 1 s")
-        r = run(Spin(), vcpus=4, pcpus=[0], duration=1.0, sample_every=0.01)
+        r = run(Spin(), vcpus=4, pcpus=[0], duration=1.0, sample_every=0.01, warn_quality=False)
         print(_steal_table(r))
+        print(_quality_line(r))
         r.samples.write_parquet(out / "kvm_steal_samples.parquet")
         written.append(out / "kvm_steal_samples.parquet")
         print("\n== real KVM: halt polling, host -> vCPU messages 50 us after each halt")
@@ -392,11 +402,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
             from vcpulab import _core
 
             cpus = sorted(_core.allowed_cpus())
-            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll)
+            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll,
+                     warn_quality=False)  # fmt: skip
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
             print(f"  halt_poll_ns={poll:>6}: round trip median {res['rtt_median_us']:.1f} us, "
                   f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts")  # fmt: skip
+            print("    " + _quality_line(pp).replace("\n", "\n    "))
+            if poll and pp.quality is not None and pp.quality.disturbed:
+                print("    (KVM stops polling while another task is runnable on the vCPU's CPU: "
+                      "few successful polls here say more about that load than about halt polling)")  # fmt: skip
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
     print("\n== simulator: [S4] — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")

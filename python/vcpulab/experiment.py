@@ -36,8 +36,20 @@ from vcpulab import _core
 from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
+from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 
-__all__ = ["IdleTicks", "IpiPingPong", "MsiPingPong", "PvSpinLock", "Run", "Spin", "SpinLock", "Workload", "run"]
+__all__ = [
+    "IdleTicks",
+    "IpiPingPong",
+    "MsiPingPong",
+    "PvSpinLock",
+    "QualityWarning",
+    "Run",
+    "Spin",
+    "SpinLock",
+    "Workload",
+    "run",
+]
 
 #: Extra wall time after ``duration`` for workloads that stop gracefully (s).
 GRACE_S = 3.0
@@ -384,6 +396,9 @@ class Run:
     placement: dict[tuple[int, int], list[int]]
     #: the full configuration and provenance of this run
     config: dict[str, Any] = field(default_factory=dict)
+    #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
+    #: built by hand)
+    quality: Quality | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -462,6 +477,8 @@ def run(
     steal_time: bool = True,
     host: Host | None = None,
     poll_every: float = 0.05,
+    warn_quality: bool = True,
+    quality_thresholds: dict[str, float] | None = None,
 ) -> Run:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -474,6 +491,11 @@ def run(
         sample_every: sampling period in seconds (None: first and last sample only).
         halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
         steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
+        warn_quality: issue a :class:`~vcpulab.quality.QualityWarning` when
+            other tasks disturbed the run (``Run.quality`` says how; it is
+            recorded either way).
+        quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
+            for :func:`vcpulab.quality.quality` (default 0.02 each).
         poll_every: how often the run checks for Ctrl-C, s (at most 1).
 
     Every argument is checked before anything is created (TypeError /
@@ -525,6 +547,7 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
+        snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
             t.start()
@@ -547,6 +570,7 @@ def run(
             for d in drivers:
                 d.join(timeout=hard + 5)
         wall = time.perf_counter() - t0
+        snap1 = snapshot(vcpu_cpus)
         if "error" in rep:
             kind, msg = rep["error"]
             raise getattr(_core, kind)(msg)
@@ -571,6 +595,7 @@ def run(
             for k, col in cols.items():
                 res_rows.setdefault(k, []).extend(col)
         results = pl.DataFrame(res_rows)
+        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds)
         config = {
             "workload": workload.config(),
             "vms": vms,
@@ -583,10 +608,40 @@ def run(
             "steal_time": steal_time,
             "provenance": provenance(),
         }
-        return Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config)
+        r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
+        if warn_quality:
+            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=3)
+        return r
     finally:
         for vm in vm_objs:
             vm.close()
+
+
+def _run_quality(
+    snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
+    steal_time: bool, thresholds: dict[str, float] | None,
+) -> Quality:  # fmt: skip
+    """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
+    run delay from the Rust report, over each thread's life) and host drivers
+    count as the run's own."""
+    placement: dict[int, Sequence[int]] = {}
+    cpu_ns: dict[int, int] = {}
+    delay: dict[int, int] = {}
+    for t in threads.iter_rows(named=True):
+        placement[t["tid"]] = t["cpus"]
+        cpu_ns[t["tid"]], delay[t["tid"]] = t["cpu_ns"], t["run_delay_ns"]
+    for d in drivers:
+        if d.tid and d.cpu_ns is not None:
+            placement[d.tid] = d.cpus or sorted(_core.allowed_cpus())
+            cpu_ns[d.tid], delay[d.tid] = d.cpu_ns, d.run_delay_ns
+    steal: list[tuple[Sequence[int], float]] = []
+    if steal_time and samples.height:
+        s = samples.group_by(["vm", "vcpu"]).agg(
+            ((pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())).alias("f")
+        )
+        cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
+        steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
+    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal, **(thresholds or {}))
 
 
 class _Driver(threading.Thread):
@@ -604,16 +659,28 @@ class _Driver(threading.Thread):
         self.cpus = list(cpus)
         self.result: Any = None
         self.error: BaseException | None = None
+        self.tid = 0
+        self.cpu_ns: int | None = None
+        self.run_delay_ns = 0
 
     def run(self) -> None:
         import os
 
+        from vcpulab.quality import thread_schedstat
+
+        self.tid = threading.get_native_id()
+        c0, d0, _ = thread_schedstat(self.tid)
         try:
             if self.cpus and type(self.workload).host_driver is not Workload.host_driver:
                 os.sched_setaffinity(0, self.cpus)
+            else:
+                self.cpus = []
             self.result = self.workload.host_driver(*self.args)
         except BaseException as e:  # noqa: BLE001 - re-raised by run()
             self.error = e
+        finally:
+            c1, d1, _ = thread_schedstat(self.tid)
+            self.cpu_ns, self.run_delay_ns = c1 - c0, d1 - d0
 
 
 def provenance() -> dict[str, Any]:

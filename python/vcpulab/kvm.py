@@ -393,7 +393,13 @@ class Exit:
 
     @classmethod
     def _from(cls, d: Mapping[str, Any]) -> Exit:
-        return cls(**d)
+        # One per exit on the per-exit Python path: the frozen dataclass's
+        # __init__ (one object.__setattr__ per field) cost ~3 µs of a ~40 µs
+        # round trip; the dict from Rust holds only field names, and fields it
+        # leaves out read the class defaults (None).
+        e = object.__new__(cls)
+        e.__dict__.update(d)
+        return e
 
     def __str__(self) -> str:
         parts = [self.kind]

@@ -5,12 +5,15 @@
   and is marked ``kvm`` automatically;
 * markers ``kvm`` (runs against real KVM) and ``slow`` (a longer experiment):
   deselect with ``-m "not kvm"`` or ``-m "not slow"``;
-* a closing line counting the real-KVM tests that ran;
+* a closing line counting the real-KVM tests that ran, and how many
+  measurements each :func:`vcpulab.testing.remeasure` call made (appended as
+  JSON to the file ``$VCPULAB_REMEASURE_LOG`` names, when set);
 * assertion helpers for experiment frames live in :mod:`vcpulab.testing`.
 """
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from typing import Any
 
@@ -58,6 +61,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    from vcpulab.testing import REMEASURES
+
+    if REMEASURES:
+        terminalreporter.write_sep("-", "real-KVM measurements per test (vcpulab.testing.remeasure; -N: all N disturbed, skipped)")
+        for name, counts in sorted(REMEASURES.items()):
+            terminalreporter.write_line(f"{name}: {counts}")
+        path = os.environ.get("VCPULAB_REMEASURE_LOG")
+        if path:
+            import json
+
+            with open(path, "a") as f:
+                f.write(json.dumps(REMEASURES) + "\n")
     if not sum(_outcomes.values()):
         return
     ok, why = _availability()

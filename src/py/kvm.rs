@@ -632,23 +632,34 @@ fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResu
 }
 
 fn exit_dict<'py>(py: Python<'py>, e: &Exit) -> PyResult<Bound<'py, PyDict>> {
+    // One dict per exit on the per-exit Python path: keys and the common
+    // values are interned strings (no allocation or hashing per exit).
+    use pyo3::intern;
     let d = PyDict::new(py);
-    d.set_item("kind", e.kind())?;
+    let kind = match e {
+        Exit::Io { .. } => intern!(py, "io"),
+        Exit::Mmio { .. } => intern!(py, "mmio"),
+        Exit::Hlt => intern!(py, "hlt"),
+        Exit::Interrupted => intern!(py, "interrupted"),
+        other => &pyo3::types::PyString::new(py, other.kind()),
+    };
+    d.set_item(intern!(py, "kind"), kind)?;
     match e {
         Exit::Io { port, size, count, dir, data } => {
-            d.set_item("port", *port)?;
-            d.set_item("size", *size)?;
-            d.set_item("count", *count)?;
-            d.set_item("direction", if *dir == IoDir::In { "in" } else { "out" })?;
-            d.set_item("data", e.data_value())?;
-            d.set_item("data_bytes", PyBytes::new(py, data))?;
+            d.set_item(intern!(py, "port"), *port)?;
+            d.set_item(intern!(py, "size"), *size)?;
+            d.set_item(intern!(py, "count"), *count)?;
+            let dir = if *dir == IoDir::In { intern!(py, "in") } else { intern!(py, "out") };
+            d.set_item(intern!(py, "direction"), dir)?;
+            d.set_item(intern!(py, "data"), e.data_value())?;
+            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
         }
         Exit::Mmio { addr, len, is_write, data } => {
-            d.set_item("address", *addr)?;
-            d.set_item("length", *len)?;
-            d.set_item("is_write", *is_write)?;
-            d.set_item("data", e.data_value())?;
-            d.set_item("data_bytes", PyBytes::new(py, data))?;
+            d.set_item(intern!(py, "address"), *addr)?;
+            d.set_item(intern!(py, "length"), *len)?;
+            d.set_item(intern!(py, "is_write"), *is_write)?;
+            d.set_item(intern!(py, "data"), e.data_value())?;
+            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
         }
         Exit::InternalError { suberror, data } => {
             d.set_item("suberror", *suberror)?;

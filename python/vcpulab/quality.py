@@ -1,0 +1,363 @@
+"""How trustworthy a real-KVM measurement is: what else ran on its CPUs.
+
+A real run shares its host CPUs with every other task of the machine. KVM's
+halt polling stops the moment another task is runnable on the vCPU's CPU
+(``single_task_running()`` in ``kvm_vcpu_halt``, virt/kvm/kvm_main.c), steal
+time grows with every other task that takes the CPU, and latencies gain the
+other task's slice. :class:`Quality` records, for one run, how much of that
+happened, from sources that need no tracing:
+
+* **other tasks' time on the run's CPUs** (``other_busy_ns``): each CPU's busy
+  time over the run minus the CPU time of the run's own threads. Busy time is
+  the wall time minus the CPU's idle residency from cpuidle
+  (``/sys/devices/system/cpu/cpuN/cpuidle/stateK/time``, µs; see the kernel's
+  Documentation/admin-guide/pm/cpuidle.rst), or, where cpuidle is absent,
+  ``/proc/stat`` busy ticks (USER_HZ: 10 ms resolution, so short runs read
+  coarsely; ``source`` says which). Interrupt handling on an idle CPU counts
+  as busy, so an idle machine reads a small positive share.
+* **run delay of threads alone on their CPU** (``alone_run_delay_ns``): a
+  thread that no other thread of the run shares a CPU with waits on the run
+  queue only for other tasks (``/proc/<pid>/task/<tid>/schedstat``, field 2, ns).
+* **steal against the fair share** (``steal_excess``, for runs with steal
+  time): each vCPU's steal fraction minus ``1 − cpus/threads`` of its CPU
+  group, the share it would lose to its own siblings if all were always
+  runnable; positive values mean other tasks took time too.
+* **CPU pressure** (``psi_cpu_some_share``): the machine-wide share of time
+  some task waited for a CPU (``/proc/pressure/cpu``, Documentation/accounting/psi.rst);
+  recorded, not judged (the run's own overcommit raises it).
+* **frequency throttling**: ``/sys/devices/system/cpu/cpuN/cpufreq`` where it
+  exists (``freq_min_khz`` of the run's CPUs at the end); ``None`` where the
+  host does not expose it (virtual machines usually do not).
+
+A run is *disturbed* when other tasks took more than ``max_other_share`` of the
+run's CPU time, or threads alone on their CPU waited more than
+``max_alone_delay_share`` of the wall time (both default 2 %: on this 2-CPU host
+an idle machine reads 0.1-0.5 % other time (interrupts, kernel threads); a
+second process spinning on the CPU reads 30-50 %). ``Quality.reasons`` names
+each threshold crossed with the measured value; :class:`QualityWarning` carries
+them to the user.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", "quality"]
+
+#: default thresholds (fractions): other tasks' share of the run's CPU time, and
+#: run delay of threads alone on their CPU as a share of wall time
+MAX_OTHER_SHARE = 0.02
+MAX_ALONE_DELAY_SHARE = 0.02
+
+
+class QualityWarning(UserWarning):
+    """A real-KVM measurement was disturbed by other work on its CPUs; the
+    message names what was measured (see :class:`Quality`)."""
+
+
+def _idle_us(cpu: int) -> int | None:
+    base = f"/sys/devices/system/cpu/cpu{cpu}/cpuidle"
+    try:
+        states = [s for s in os.listdir(base) if s.startswith("state")]
+    except OSError:
+        return None
+    if not states:
+        return None
+    total = 0
+    for s in states:
+        try:
+            with open(f"{base}/{s}/time") as f:
+                total += int(f.read())
+        except (OSError, ValueError):
+            return None
+    return total
+
+
+def _proc_stat_busy_ns(cpus: Iterable[int]) -> dict[int, int]:
+    want = {f"cpu{c}": c for c in cpus}
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[int, int] = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name = line.split(" ", 1)[0]
+            if name in want:
+                v = [int(x) for x in line.split()[1:]]
+                idle = v[3] + (v[4] if len(v) > 4 else 0)
+                out[want[name]] = int((sum(v[:8]) - idle) * 1e9 / hz)
+    return out
+
+
+def _psi_some_us() -> int | None:
+    try:
+        with open("/proc/pressure/cpu") as f:
+            for line in f:
+                if line.startswith("some"):
+                    return int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _freq_khz(cpu: int) -> int | None:
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def thread_schedstat(tid: int, pid: int | None = None) -> tuple[int, int, int]:
+    """(CPU time ns, run delay ns, timeslices) of thread ``tid`` of process
+    ``pid`` (default: this one), from ``/proc/<pid>/task/<tid>/schedstat``."""
+    p = f"/proc/{pid or 'self'}/task/{tid}/schedstat"
+    with open(p) as f:
+        cpu, delay, slices = f.read().split()
+    return int(cpu), int(delay), int(slices)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Per-CPU counters at one instant (see :func:`snapshot`)."""
+
+    t_ns: int
+    source: str
+    #: per CPU: cumulative idle ns (cpuidle) or busy ns (/proc/stat)
+    counters: dict[int, int]
+    psi_some_us: int | None
+    #: per thread id: (CPU time ns, run delay ns)
+    threads: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def snapshot(cpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
+    """Reads the counters :func:`quality` compares: idle (or busy) time of
+    each CPU in ``cpus``, machine-wide CPU pressure, and the schedstat of each
+    thread of this process in ``tids``."""
+    cpus = sorted(set(cpus))
+    idle = {c: _idle_us(c) for c in cpus}
+    t = time.monotonic_ns()
+    if cpus and all(v is not None for v in idle.values()):
+        source, counters = "cpuidle", {c: int(v) * 1000 for c, v in idle.items()}  # type: ignore[arg-type]
+    else:
+        source, counters = "/proc/stat", _proc_stat_busy_ns(cpus)
+    threads: dict[int, tuple[int, int]] = {}
+    for tid in tids:
+        try:
+            c, d, _ = thread_schedstat(tid)
+            threads[tid] = (c, d)
+        except OSError:
+            pass
+    return Snapshot(t_ns=t, source=source, counters=counters, psi_some_us=_psi_some_us(), threads=threads)
+
+
+@dataclass(frozen=True)
+class Quality:
+    """What disturbed one real run (module docstring: sources and thresholds).
+
+    Times in ns, shares as fractions of the run's CPU time (``other_share``)
+    or of its wall time (the others).
+    """
+
+    wall_ns: int
+    cpus: tuple[int, ...]
+    #: how busy time was measured: "cpuidle" (µs residency) or "/proc/stat" (10 ms ticks)
+    source: str
+    #: per CPU: busy ns not spent in the run's own threads (threads spanning several
+    #: CPUs are subtracted from their CPUs' total)
+    other_busy_ns: dict[int, int]
+    #: sum(other_busy_ns) / (wall_ns × len(cpus))
+    other_share: float
+    #: run delay of threads that had a CPU to themselves, summed, ns
+    alone_run_delay_ns: int
+    #: alone_run_delay_ns / (wall_ns × number of such threads); None when no thread was alone
+    alone_delay_share: float | None
+    #: mean over vCPUs of steal fraction − fair share; None without steal time
+    steal_excess: float | None
+    #: machine-wide share of the wall time some task waited for a CPU (PSI); None without PSI
+    psi_cpu_some_share: float | None
+    #: lowest current frequency of the run's CPUs, kHz; None where cpufreq is not exposed
+    freq_min_khz: int | None
+    max_other_share: float = MAX_OTHER_SHARE
+    max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """One sentence per threshold crossed, with the measured value."""
+        out = []
+        if self.other_share > self.max_other_share:
+            per = ", ".join(f"CPU {c}: {v / 1e6:.1f} ms" for c, v in sorted(self.other_busy_ns.items()) if v > 0)
+            out.append(
+                f"other tasks ran {self.other_share:.1%} of the run's CPU time ({per}; "
+                f"threshold {self.max_other_share:.0%}, from {self.source})"
+            )
+        if self.alone_delay_share is not None and self.alone_delay_share > self.max_alone_delay_share:
+            out.append(
+                f"threads alone on their CPU waited {self.alone_delay_share:.1%} of the wall time on the run queue "
+                f"({self.alone_run_delay_ns / 1e6:.1f} ms; threshold {self.max_alone_delay_share:.0%})"
+            )
+        return tuple(out)
+
+    @property
+    def disturbed(self) -> bool:
+        return bool(self.reasons)
+
+    def line(self) -> str:
+        """One line for a terminal: the verdict and the measured values."""
+        parts = [f"other tasks {self.other_share:.1%} of CPUs {list(self.cpus)}"]
+        if self.alone_delay_share is not None:
+            parts.append(f"alone-thread run delay {self.alone_delay_share:.1%}")
+        if self.steal_excess is not None:
+            parts.append(f"steal vs fair share {self.steal_excess:+.1%}")
+        if self.psi_cpu_some_share is not None:
+            parts.append(f"CPU pressure {self.psi_cpu_some_share:.0%}")
+        verdict = "DISTURBED" if self.disturbed else "clean"
+        return f"quality: {verdict} — " + ", ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["other_busy_ns"] = {str(k): v for k, v in self.other_busy_ns.items()}
+        d["cpus"] = list(self.cpus)
+        d["disturbed"] = self.disturbed
+        d["reasons"] = list(self.reasons)
+        return d
+
+    def warn(self, what: str = "real-KVM run", stacklevel: int = 3) -> None:
+        """Issue a :class:`QualityWarning` naming the disturbance, if any."""
+        if self.disturbed:
+            warnings.warn(f"{what} was disturbed: " + "; ".join(self.reasons), QualityWarning, stacklevel=stacklevel)
+
+
+def quality(
+    before: Snapshot,
+    after: Snapshot,
+    placement: Mapping[int, Sequence[int]],
+    own_cpu_ns: Mapping[int, int] | None = None,
+    own_run_delay_ns: Mapping[int, int] | None = None,
+    steal_fraction: Sequence[tuple[Sequence[int], float]] = (),
+    max_other_share: float = MAX_OTHER_SHARE,
+    max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE,
+) -> Quality:
+    """The :class:`Quality` of the interval between two snapshots.
+
+    Args:
+        placement: thread id → the host CPUs it was pinned to (the run's threads).
+        own_cpu_ns, own_run_delay_ns: thread id → CPU time / run delay over
+            the run, ns, where known better than the snapshots (a thread that
+            ended before ``after`` was read; default: from the snapshots' schedstat).
+        steal_fraction: (CPUs of the vCPU's group, measured steal fraction) per vCPU.
+    """
+    wall = max(after.t_ns - before.t_ns, 1)
+    cpus = sorted(after.counters)
+    if before.source != after.source:
+        raise ValueError(f"snapshots from different sources: {before.source} vs {after.source}")
+    if before.source == "cpuidle":
+        busy = {c: max(wall - (after.counters[c] - before.counters[c]), 0) for c in cpus}
+    else:
+        busy = {c: max(after.counters[c] - before.counters[c], 0) for c in cpus}
+    own: dict[int, int] = {}
+    delay: dict[int, int] = {}
+    for tid in placement:
+        if own_cpu_ns is not None and tid in own_cpu_ns:
+            own[tid] = int(own_cpu_ns[tid])
+        elif tid in before.threads and tid in after.threads:
+            own[tid] = after.threads[tid][0] - before.threads[tid][0]
+        if own_run_delay_ns is not None and tid in own_run_delay_ns:
+            delay[tid] = int(own_run_delay_ns[tid])
+        elif tid in before.threads and tid in after.threads:
+            delay[tid] = after.threads[tid][1] - before.threads[tid][1]
+    # subtract each thread's CPU time from its CPUs (split evenly over a multi-CPU placement)
+    other = dict(busy)
+    for tid, ns in own.items():
+        cl = [c for c in placement[tid] if c in other]
+        for c in cl:
+            other[c] -= ns // len(cl)
+    other = {c: max(v, 0) for c, v in other.items()}
+    share = sum(other.values()) / (wall * max(len(cpus), 1))
+    # threads alone on their CPU: pinned to one CPU that no other run thread uses
+    users: dict[int, int] = {}
+    for cl in placement.values():
+        for c in cl:
+            users[c] = users.get(c, 0) + 1
+    alone = [t for t, cl in placement.items() if len(cl) == 1 and users[cl[0]] == 1 and t in delay]
+    alone_ns = sum(delay[t] for t in alone)
+    alone_share = alone_ns / (wall * len(alone)) if alone else None
+    excess = None
+    if steal_fraction:
+        vals = []
+        for group, frac in steal_fraction:
+            n_threads = sum(1 for cl in placement.values() if set(cl) & set(group))
+            fair = max(0.0, 1.0 - len(set(group)) / max(n_threads, 1))
+            vals.append(frac - fair)
+        excess = sum(vals) / len(vals)
+    psi = None
+    if before.psi_some_us is not None and after.psi_some_us is not None:
+        psi = min((after.psi_some_us - before.psi_some_us) * 1e3 / wall, 1.0)
+    freqs = [f for f in (_freq_khz(c) for c in cpus) if f is not None]
+    return Quality(
+        wall_ns=wall,
+        cpus=tuple(cpus),
+        source=after.source,
+        other_busy_ns=other,
+        other_share=share,
+        alone_run_delay_ns=alone_ns,
+        alone_delay_share=alone_share,
+        steal_excess=excess,
+        psi_cpu_some_share=psi,
+        freq_min_khz=min(freqs) if freqs else None,
+        max_other_share=max_other_share,
+        max_alone_delay_share=max_alone_delay_share,
+    )
+
+
+class measure_cpus:
+    """Context manager: the :class:`Quality` of the code inside it, for
+    threads started inside (register them with :meth:`add_thread`)::
+
+        with measure_cpus([1]) as m:
+            t = PinnedThread(...); t.start(); m.add_thread(t.tid, [1]) ...
+        m.quality.line()
+    """
+
+    def __init__(self, cpus: Iterable[int], **thresholds: float) -> None:
+        self.cpus = sorted(set(cpus))
+        self.thresholds = thresholds
+        self.placement: dict[int, list[int]] = {}
+        self._first: dict[int, tuple[int, int]] = {}
+        self._last: dict[int, tuple[int, int]] = {}
+        self.quality: Quality | None = None
+
+    def add_thread(self, tid: int, cpus: Sequence[int]) -> None:
+        """Counts thread ``tid`` (of this process) as the run's own, pinned to
+        ``cpus``; its CPU time and run delay count from now."""
+        self.placement[tid] = list(cpus)
+        try:
+            c, d, _ = thread_schedstat(tid)
+            self._first[tid] = (c, d)
+        except OSError:
+            pass
+
+    def end_thread(self, tid: int) -> None:
+        """Reads thread ``tid``'s counters now (call it from the thread just
+        before it ends: an ended thread's schedstat is gone)."""
+        c, d, _ = thread_schedstat(tid)
+        c0, d0 = self._first.get(tid, (0, 0))
+        self._last[tid] = (c - c0, d - d0)
+
+    def __enter__(self) -> "measure_cpus":
+        self._before = snapshot(self.cpus)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        after = snapshot(self.cpus, self.placement)
+        before = Snapshot(self._before.t_ns, self._before.source, self._before.counters, self._before.psi_some_us, dict(self._first))
+        self.quality = quality(
+            before,
+            after,
+            self.placement,
+            own_cpu_ns={t: v[0] for t, v in self._last.items()},
+            own_run_delay_ns={t: v[1] for t, v in self._last.items()},
+            **self.thresholds,
+        )

@@ -1,0 +1,102 @@
+"""Run quality: what else ran on a run's CPUs (vcpulab.quality), the
+QualityWarning, and the re-measuring helper of vcpulab.testing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from vcpulab import quality as vq
+from vcpulab.experiment import MsiPingPong, QualityWarning, run
+from vcpulab.kvm import Host
+from vcpulab.testing import REMEASURES, remeasure
+
+
+def _snap(t_ns: int, idle_ns: dict[int, int], threads: dict[int, tuple[int, int]] | None = None) -> vq.Snapshot:
+    return vq.Snapshot(t_ns=t_ns, source="cpuidle", counters=idle_ns, psi_some_us=0, threads=threads or {})
+
+
+def test_other_time_is_busy_time_minus_the_runs_own_threads() -> None:
+    # 100 ms on CPUs 0 and 1: CPU 0 idle 40 ms, CPU 1 idle 90 ms; thread 7
+    # (pinned to CPU 0) ran 50 ms, thread 8 (CPU 1) 10 ms and waited 5 ms
+    a = _snap(0, {0: 0, 1: 0}, {7: (0, 0), 8: (0, 0)})
+    b = _snap(100_000_000, {0: 40_000_000, 1: 90_000_000}, {7: (50_000_000, 0), 8: (10_000_000, 5_000_000)})
+    q = vq.quality(a, b, {7: [0], 8: [1]})
+    assert q.other_busy_ns == {0: 10_000_000, 1: 0}
+    assert q.other_share == pytest.approx(0.05)
+    # both threads are alone on their CPU: 5 ms of run delay over 2 × 100 ms
+    assert q.alone_run_delay_ns == 5_000_000
+    assert q.alone_delay_share == pytest.approx(0.025)
+    assert q.disturbed
+    assert any("other tasks ran 5.0%" in r for r in q.reasons)
+    assert any("waited 2.5%" in r for r in q.reasons)
+    assert "DISTURBED" in q.line()
+
+
+def test_threads_sharing_a_cpu_are_not_alone_and_thresholds_are_parameters() -> None:
+    a = _snap(0, {0: 0}, {1: (0, 0), 2: (0, 0)})
+    b = _snap(100_000_000, {0: 0}, {1: (50_000_000, 50_000_000), 2: (49_000_000, 50_000_000)})
+    q = vq.quality(a, b, {1: [0], 2: [0]}, steal_fraction=[([0], 0.5), ([0], 0.5)])
+    assert q.alone_delay_share is None  # two threads on one CPU wait for each other
+    assert q.other_busy_ns == {0: 1_000_000}
+    assert not q.disturbed and q.line().startswith("quality: clean")
+    assert q.steal_excess == pytest.approx(0.0)  # half of the time is the fair share of 2 on 1
+    strict = vq.quality(a, b, {1: [0], 2: [0]}, max_other_share=0.005)
+    assert strict.disturbed
+
+
+def test_remeasure_fails_a_clean_run_retries_a_disturbed_one_and_skips_naming_it() -> None:
+    clean = vq.quality(_snap(0, {0: 0}), _snap(100, {0: 100}), {})
+    dirty = vq.quality(_snap(0, {0: 0}), _snap(100, {0: 0}), {})
+    assert not clean.disturbed and dirty.disturbed
+
+    def fail(_: object) -> None:
+        raise AssertionError("too slow")
+
+    with pytest.raises(AssertionError, match="too slow"):
+        remeasure(lambda: clean, fail, quality=lambda q: q, name="t-clean")
+    assert REMEASURES["t-clean"] == [1]
+    seq = iter([dirty, dirty, clean])
+    got = remeasure(lambda: next(seq), lambda q: None if not q.disturbed else fail(q), quality=lambda q: q, name="t-retry")
+    assert got is clean and REMEASURES["t-retry"] == [3]
+    with pytest.raises(pytest.skip.Exception, match="disturbed in all 2 measurements: other tasks ran 100.0%"):
+        remeasure(lambda: dirty, fail, quality=lambda q: q, tries=2, name="t-skip")
+    # a disturbed measurement that passes is accepted only where other load pushes towards failing
+    seq2 = iter([dirty, clean])
+    assert remeasure(lambda: next(seq2), lambda q: None, quality=lambda q: q, pass_when_disturbed=False, name="t-strict") is clean
+    for k in ("t-clean", "t-retry", "t-skip", "t-strict"):
+        REMEASURES.pop(k, None)
+
+
+def test_snapshot_reads_this_hosts_counters() -> None:
+    s = vq.snapshot([0])
+    assert s.source in ("cpuidle", "/proc/stat") and 0 in s.counters
+
+
+HOG = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nprint('ready', flush=True)\nt = time.monotonic()\nwhile time.monotonic() - t < 20: pass\n"
+
+
+def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host) -> None:
+    hog = subprocess.Popen([sys.executable, "-c", HOG, "1"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
+        time.sleep(0.05)
+        with pytest.warns(QualityWarning, match=r"other tasks ran .*CPU 1"):
+            r = run(MsiPingPong(rounds=300, gap_us=50), vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host)
+    finally:
+        hog.kill()
+        hog.wait()
+        assert hog.stdout is not None
+        hog.stdout.close()
+    q = r.quality
+    assert q is not None
+    print(q.line())
+    assert q.disturbed
+    # the hog shares CPU 1 with the vCPU thread: the scheduler gives it a large
+    # part of the run (the vCPU thread halts most of the time)
+    assert q.other_busy_ns[1] > 0.2 * q.wall_ns
+    assert q.alone_delay_share is not None and q.alone_delay_share > 0
+    assert q.as_dict()["disturbed"] is True
