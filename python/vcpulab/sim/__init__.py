@@ -26,12 +26,15 @@ import polars as pl
 from vcpulab import _core
 from vcpulab.sim import policies, presets
 from vcpulab.sim._config import (
+    IDLE_STATES_SKX,
     Background,
     Barrier,
+    Cfs,
     Compute,
     Config,
     HaltPoll,
     Host,
+    HostNoise,
     Ipi,
     Lock,
     Phase,
@@ -46,12 +49,15 @@ from vcpulab.sim._config import (
 )
 
 __all__ = [
+    "IDLE_STATES_SKX",
     "Background",
     "Barrier",
+    "Cfs",
     "Compute",
     "Config",
     "HaltPoll",
     "Host",
+    "HostNoise",
     "Ipi",
     "Lock",
     "Phase",
