@@ -278,6 +278,7 @@ impl Sim {
             bg_start: 0,
             bg_gen: 0,
             tie: 0,
+            last_ran: 0,
         };
         if n.kthread_hz > 0.0 {
             for cpu in 0..self.rqs.len() as u32 {

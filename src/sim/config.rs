@@ -146,6 +146,35 @@ pub struct HostConfig {
     pub noise: HostNoise,
     /// Tunables of `scheduler = "cfs"`.
     pub cfs: CfsConfig,
+    /// Topology: sockets (each one LLC domain) × cores × SMT threads;
+    /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
+    /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
+    /// servers: siblings are ncores apart).
+    pub sockets: u32,
+    pub threads_per_core: u32,
+    /// Wake-up placement of unpinned threads.
+    pub wake_placement: WakePlacement,
+    /// Periodic load balancing per domain (`rebalance_domains` /
+    /// `load_balance`), and newidle balancing domain by domain.
+    pub load_balance: bool,
+    /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
+    /// (kernel sd_init: 32 before v5.10, 16 since).
+    pub lb_busy_factor: u32,
+    /// sysctl_sched_migration_cost, ns: a task that ran within this time
+    /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    pub migration_cost_ns: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePlacement {
+    /// The previous CPU if idle, else the first idle CPU after it, else the previous CPU.
+    FirstIdle,
+    /// `select_task_rq_fair`: `wake_affine` between the waker's and the
+    /// previous CPU, then `select_idle_sibling` (the target if idle, the
+    /// previous CPU if idle and in the same LLC, an idle core of the
+    /// target's LLC, an idle CPU of it, else the target).
+    SelectTaskRqFair,
 }
 
 /// Host noise, a process of its own (separate from `Background`): short
@@ -252,6 +281,12 @@ impl Default for HostConfig {
             wakeup_jitter: 0.0,
             noise: HostNoise::default(),
             cfs: CfsConfig::default(),
+            sockets: 1,
+            threads_per_core: 1,
+            wake_placement: WakePlacement::FirstIdle,
+            load_balance: false,
+            lb_busy_factor: 16,
+            migration_cost_ns: 500_000,
         }
     }
 }
@@ -714,6 +749,24 @@ impl SimConfig {
                 "host.cfs.min_granularity_ns must be <= latency_ns ({}), got {}",
                 c.latency_ns, c.min_granularity_ns
             )
+        })?;
+        check(h.sockets >= 1 && h.sockets <= h.pcpus && h.threads_per_core >= 1 && h.threads_per_core <= 8, || {
+            format!(
+                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, 8], got {} and {}",
+                h.sockets, h.threads_per_core
+            )
+        })?;
+        check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
+            format!(
+                "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
+                h.pcpus, h.sockets, h.threads_per_core
+            )
+        })?;
+        check((1..=1024).contains(&h.lb_busy_factor), || {
+            format!("host.lb_busy_factor must be in [1, 1024], got {}", h.lb_busy_factor)
+        })?;
+        check(h.migration_cost_ns <= 1_000_000_000, || {
+            format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
         })?;
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;

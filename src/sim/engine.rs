@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
+use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig, WakePlacement};
 use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
@@ -332,6 +332,8 @@ pub struct Task {
     /// Rank among equal scheduling keys: the task index, or a seeded random
     /// number with `Host.seeded_ties`.
     pub tie: u32,
+    /// When it last stopped running (`task_hot`'s exec_start).
+    pub last_ran: Ns,
 }
 
 /// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
@@ -373,6 +375,8 @@ pub struct Rq {
     pub idle_since: Ns,
     /// Phase of this CPU's tick (`Host.tick_skew`), ns.
     pub tick_off: Ns,
+    /// Next periodic balance of each domain level (core, LLC, machine), ns.
+    pub lb_next: [Ns; 3],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -605,6 +609,14 @@ pub struct Sim {
     pub cfs_wakeup_gran: u64,
     /// `Host.wakeup_ipi_ns > 0` or idle states given.
     pub wake_latency: bool,
+    /// Topology: cores in the machine, cores per socket (LLC).
+    pub ncores: u32,
+    pub cores_per_socket: u32,
+    /// The CPU the event being handled runs on (the waker of a wake-up it
+    /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
+    pub waker_cpu: u32,
+    /// Earliest instant of the next nohz idle-balance kick.
+    pub nohz_next: Ns,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -645,6 +657,7 @@ impl Sim {
                     slice_start: 0,
                     idle_since: 0,
                     tick_off: 0,
+                    lb_next: [0; 3],
                 })
                 .collect(),
             vcpus: Vec::new(),
@@ -671,7 +684,13 @@ impl Sim {
             cfs_min_gran: 0,
             cfs_wakeup_gran: 0,
             wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
+            ncores: 1,
+            cores_per_socket: 1,
+            waker_cpu: NO_CPU,
+            nohz_next: 0,
         };
+        sim.ncores = (p / cfg.host.threads_per_core).max(1);
+        sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);
         if cfg.host.tick_skew {
             // tick_setup_sched_timer with sched_skew_tick: (TICK_NSEC >> 1) / nr_cpus · cpu
             let step = (cfg.host.tick_ns >> 1) / p as u64;
@@ -726,6 +745,7 @@ impl Sim {
                         bg_start: 0,
                         bg_gen: 0,
                         tie: 0,
+                        last_ran: 0,
                     });
                     sim.vcpus.push(Vcpu {
                         vm: vm_id,
@@ -842,6 +862,7 @@ impl Sim {
                     bg_start: 0,
                     bg_gen: 0,
                     tie: 0,
+                    last_ran: 0,
                 });
             }
         }
@@ -947,6 +968,13 @@ impl Sim {
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
+            self.waker_cpu = match ev {
+                Ev::Tick(c) | Ev::Resched(c, _) => c,
+                Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
+                _ => NO_CPU,
+            };
+        }
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),
             Ev::Vcpu(v, gen) => {

@@ -7,7 +7,7 @@
 //! wake-up placement and newidle pulls of unpinned tasks; no cgroup
 //! hierarchy; no RUN_TO_PARITY slice protection; ticks are synchronous.
 
-use super::config::{NextBuddy, Scheduler, YieldPenalty};
+use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty};
 use super::engine::*;
 use super::policy::ESRCH;
 use super::trace::TraceRec;
@@ -105,6 +105,9 @@ impl Sim {
         if let Some(c) = tk.pinned {
             return c as usize;
         }
+        if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
+            return self.select_task_rq_fair(t);
+        }
         let p = self.rqs.len();
         let prev = tk.cpu as usize;
         for i in 0..p {
@@ -145,7 +148,7 @@ impl Sim {
 
     /// Put a runnable task on its CPU's queue (lag placement), and trigger
     /// wake-up preemption if asked.
-    fn rq_add(&mut self, t: usize, wakeup: bool) {
+    pub(crate) fn rq_add(&mut self, t: usize, wakeup: bool) {
         let cpu = self.tasks[t].cpu as usize;
         self.update_curr(cpu);
         let cfs = self.is_cfs();
@@ -188,7 +191,7 @@ impl Sim {
     }
 
     /// Remove a runnable, not-running task from its queue (gang parking).
-    fn rq_remove_queued(&mut self, t: usize) {
+    pub(crate) fn rq_remove_queued(&mut self, t: usize) {
         let cpu = self.tasks[t].cpu as usize;
         self.update_curr(cpu);
         if self.is_cfs() {
@@ -297,6 +300,10 @@ impl Sim {
     /// unpinned task from the first CPU (in order after it) that has one
     /// waiting. Only unpinned tasks move (Host.affinity = "all").
     fn newidle_pull(&mut self, cpu: usize) {
+        if self.cfg.host.load_balance {
+            self.newidle_balance(cpu);
+            return;
+        }
         let p = self.rqs.len();
         for i in 1..p {
             let c = (cpu + i) % p;
@@ -345,6 +352,7 @@ impl Sim {
             if self.tasks[p].runnable && self.tasks[p].parked {
                 self.tasks[p].wait_since = now;
             }
+            self.tasks[p].last_ran = now;
             self.task_sched_out(p, why);
         }
         self.rqs[cpu].switches += 1;
@@ -437,6 +445,9 @@ impl Sim {
         self.update_curr(cpu);
         let tn = self.cfg.host.tick_ns;
         self.push(self.now + tn, Ev::Tick(cpu as u32));
+        if self.cfg.host.load_balance && self.any_unpinned {
+            self.balance_tick(cpu);
+        }
         if self.is_cfs() {
             self.cfs_tick(cpu, c);
             return;

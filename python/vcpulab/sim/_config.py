@@ -363,6 +363,31 @@ class Host(_Base):
         noise: host noise (kernel threads, VMM I/O threads), see
             :class:`HostNoise`. Default off.
         cfs: tunables of ``scheduler="cfs"``, see :class:`Cfs`.
+        sockets: sockets, each one LLC (last-level cache) domain. Default 1.
+        threads_per_core: SMT threads per core, 1-8. Default 1. ``pcpus``
+            must be a multiple of sockets × threads_per_core. Host CPU i is
+            thread i // ncores of core i % ncores (siblings ncores apart, as
+            Linux numbers x86 servers). Busy siblings do not slow each other
+            down (no SMT throughput factor yet).
+        wake_placement: where a woken unpinned thread goes: ``"first_idle"``
+            (default: the previous CPU if idle, else the first idle CPU after
+            it, else the previous CPU) or ``"select_task_rq_fair"`` (the
+            kernel's: ``wake_affine`` between the waker's CPU and the
+            previous one, then ``select_idle_sibling`` — the target if idle,
+            the previous CPU if idle in the same LLC, the first fully idle
+            core of the target's LLC, its first idle CPU, else the target).
+        load_balance: periodic load balancing per domain (core, LLC,
+            machine) from the tick (``rebalance_domains``: every sd_weight ms
+            × ``lb_busy_factor`` on a busy CPU, one cache-cold task from the
+            busiest CPU when it runs 2+ more tasks), nohz idle balancing
+            kicked by a CPU with 2+ tasks, and newidle balancing domain by
+            domain (smallest first). Default False (newidle pulls only, from
+            the first CPU after this one that has a waiting task).
+        lb_busy_factor: sd->busy_factor (kernel/sched/topology.c sd_init):
+            32 before v5.10, 16 since. Default 16.
+        migration_cost_ns: sysctl_sched_migration_cost, ns: a task that ran
+            within it is cache-hot and periodic balancing leaves it
+            (``task_hot``). Default 500000 (kernel).
     """
 
     pcpus: int = 4
@@ -386,6 +411,12 @@ class Host(_Base):
     wakeup_jitter: float = field(default=0.0, metadata=_NEW)
     noise: HostNoise = field(default_factory=HostNoise, metadata=_NEW)
     cfs: Cfs = field(default_factory=Cfs, metadata=_NEW)
+    sockets: int = field(default=1, metadata=_NEW)
+    threads_per_core: int = field(default=1, metadata=_NEW)
+    wake_placement: str = field(default="first_idle", metadata=_NEW)
+    load_balance: bool = field(default=False, metadata=_NEW)
+    lb_busy_factor: int = field(default=16, metadata=_NEW)
+    migration_cost_ns: int = field(default=500_000, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
@@ -428,6 +459,17 @@ class Host(_Base):
         _float(self, "wakeup_jitter", 0.0, 1.0)
         _instance(self, "noise", HostNoise)
         _instance(self, "cfs", Cfs)
+        _int(self, "sockets", 1, self.pcpus)
+        _int(self, "threads_per_core", 1, 8)
+        if self.pcpus % (self.sockets * self.threads_per_core):
+            raise ValueError(
+                f"Host.pcpus ({self.pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
+                f"({self.sockets} × {self.threads_per_core})"
+            )
+        _choice(self, "wake_placement", ("first_idle", "select_task_rq_fair"))
+        _bool(self, "load_balance")
+        _int(self, "lb_busy_factor", 1, 1024)
+        _int(self, "migration_cost_ns", 0, 10**9)
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
