@@ -313,22 +313,41 @@ impl Sim {
         }
     }
 
+    /// A burst ends: the thread sleeps until its next arrival (arrivals are
+    /// a Poisson process of their own, not restarted by the bursts).
     pub(crate) fn noise_end(&mut self, t: usize) {
         let cpu = self.tasks[t].cpu as usize;
         debug_assert_eq!(self.rqs[cpu].curr, Some(t as u32));
         self.tasks[t].bg_rem = 0;
         self.tasks[t].bg_gen += 1;
         self.dequeue_sleep(t);
-        let TaskKind::Noise(i) = self.tasks[t].kind else { unreachable!("a noise task") };
-        let s = self.noise_exp(self.noise_src[i as usize].0);
-        self.push(self.now + s, Ev::BgWake(t as u32));
         self.schedule(cpu, Why::Sleep);
     }
 
+    /// A burst arrives: the next arrival is drawn; the work joins what the
+    /// thread still has to do (a kworker with queued work items), waking
+    /// it if it sleeps.
     pub(crate) fn noise_wake(&mut self, t: usize) {
         let TaskKind::Noise(i) = self.tasks[t].kind else { unreachable!("a noise task") };
-        self.tasks[t].bg_rem = self.noise_exp(self.noise_src[i as usize].1);
-        self.enqueue(t);
+        let (gap, len) = self.noise_src[i as usize];
+        let next = self.noise_exp(gap);
+        self.push(self.now + next, Ev::BgWake(t as u32));
+        let burst = self.noise_exp(len);
+        let now = self.now;
+        let cpu = self.tasks[t].cpu as usize;
+        if !self.tasks[t].runnable {
+            self.tasks[t].bg_rem = burst;
+            self.enqueue(t);
+        } else if self.rqs[cpu].curr == Some(t as u32) {
+            let tk = &mut self.tasks[t];
+            tk.bg_rem = tk.bg_rem.saturating_sub(now - tk.bg_start) + burst;
+            tk.bg_start = now;
+            tk.bg_gen += 1;
+            let (rem, gen) = (tk.bg_rem.max(1), tk.bg_gen);
+            self.push(now + rem, Ev::BgEnd(t as u32, gen));
+        } else {
+            self.tasks[t].bg_rem += burst;
+        }
     }
 }
 
