@@ -3,9 +3,14 @@
 //! deadline, periodic tick, wake-up preemption, next buddy, yield_to), and gang
 //! scheduling as an alternative.
 //!
-//! Simplifications (documented in docs/simulator.md): load balancing is only
-//! wake-up placement and newidle pulls of unpinned tasks; no cgroup
-//! hierarchy; no RUN_TO_PARITY slice protection; ticks are synchronous.
+//! The pre-6.6 CFS rules (`scheduler = "cfs"`) are in `cfs.rs`, placement and
+//! load balancing with a topology in `balance.rs`; the functions here call
+//! them when those options are on.
+//!
+//! Simplifications (documented in docs/simulator.md): by default load
+//! balancing is only wake-up placement and newidle pulls of unpinned tasks;
+//! no cgroup hierarchy; no RUN_TO_PARITY slice protection; ticks are
+//! synchronous unless `Host.tick_skew`.
 
 use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty};
 use super::engine::*;

@@ -299,9 +299,13 @@ class Host(_Base):
 
     Attributes:
         pcpus: host CPUs. Default 4.
-        scheduler: ``"fair"`` (CFS/EEVDF-like, one run queue per CPU) or
-            ``"gang"`` (all vCPUs of a VM run together in slices of
-            ``gang_slice_ns``; digest §4). Default ``"fair"``.
+        scheduler: ``"fair"`` (EEVDF-like, v6.6+, one run queue per CPU;
+            ``"eevdf"`` is the same scheduler), ``"cfs"`` (the fair class
+            before v6.6: vruntime / min_vruntime, sched_latency slices,
+            check_preempt_tick, wakeup_preempt_entity, next / last / skip
+            buddies, place_entity; tunables in ``cfs``) or ``"gang"`` (all
+            vCPUs of a VM run together in slices of ``gang_slice_ns``;
+            digest §4). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
