@@ -292,9 +292,8 @@ def test_b_symmetric_registered_setups_report_fairness_and_starve_no_vm_over_100
         assert min(r.vms["ops"].to_list()) > 0, r.vms["ops"].to_list()
 
 
-@pytest.mark.xfail(strict=True, reason=W12 + "two symmetric 16-vCPU ebizzy-like VMs on 16 CPUs (2012 era, unpinned): "
-                   "one VM gets no CPU for the whole run under either directed yield")
 def test_b_two_symmetric_ebizzy_vms_on_16_cpus_both_make_progress_over_100ms():
+    # passes since the host model (#12): CFS, host noise, seeded ties and wake-up latencies in the 2012 era
     from vcpulab.sim import policies as P
 
     ctx = Ctx(V.era("2012-3.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"guest.policy"}))
@@ -352,7 +351,11 @@ def test_c_a_comparison_that_changes_sign_with_the_length_is_flagged_unstable():
 def test_d_per_seed_values_are_kept_and_bimodality_is_flagged(quick_table):
     for r in quick_table.filter(pl.col("status") == "simulated").iter_rows(named=True):
         assert len(r["per_seed"]) == 2 == r["seeds"], r["case"]
-        assert r["sim_mean"] == pytest.approx(sum(r["per_seed"]) / 2, nan_ok=True), r["case"]
+        # the mean is over the seeds with a value (t_interval drops a NaN seed,
+        # e.g. one whose baseline VM made no operation in a short window)
+        finite = [x for x in r["per_seed"] if math.isfinite(x)]
+        want = sum(finite) / len(finite) if finite else math.nan
+        assert r["sim_mean"] == pytest.approx(want, nan_ok=True), r["case"]
     c = dataclasses.replace(V.case("schedmap2012_16x10_vs_8x20"), name="two_modes", build=_bimodal_builder)
     df = V.validate([c], seeds=6, duration_scale=0.05)
     r = df.row(0, named=True)
@@ -368,9 +371,9 @@ def test_lockstep_and_dead_paths_are_reported_in_the_summary(quick_table):
     assert 0 <= s["direction_share"] <= 1 and 0 <= s["within_2x_share"] <= 1
 
 
-@pytest.mark.xfail(strict=True, reason=W13 + "ticket, queued and pv_queued locks give bit-identical runs (no waiter "
-                   "reaches SPIN_THRESHOLD, so pv_wait/pv_kick never run)")
 def test_lock_kinds_are_not_a_dead_path():
+    # ticket and pv_queued runs differ since the 6.x era has the host model of #12 (host noise,
+    # wake-up latencies, seeded ties); #13 models the pv lock paths themselves
     out = {}
     for lk in ("ticket", "pv_queued"):
         ctx = _era_ctx("6.x", **{"guest.lock_kind": lk})
@@ -379,9 +382,8 @@ def test_lock_kinds_are_not_a_dead_path():
     assert not out["ticket"].equals(out["pv_queued"])
 
 
-@pytest.mark.xfail(strict=True, reason=W13 + "the 'ready' candidate gate changes nothing when guest threads never "
-                   "block and no vCPU halts (ebizzy-like guests)")
 def test_the_ready_gate_matters_in_the_2019_setup(quick_table):
+    # the two gates give different runs since the 2019 era has the host model of #12
     row = quick_table.filter(pl.col("case") == "boost_ready2019_ebizzy_2vm").row(0, named=True)
     assert row["identical"] is False
 

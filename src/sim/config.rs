@@ -41,10 +41,15 @@ impl Default for SimConfig {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Scheduler {
-    /// CFS/EEVDF-like fair scheduler, one run queue per host CPU.
+    /// EEVDF-like fair scheduler (v6.6+), one run queue per host CPU; "eevdf" names it too.
+    #[serde(alias = "eevdf")]
     Fair,
     /// Gang (co-)scheduling: all vCPUs of a VM run together in slices.
     Gang,
+    /// The pre-6.6 CFS fair class (kernel/sched/fair.c of v3.x-v6.5):
+    /// vruntime and min_vruntime, slices from sched_latency / min_granularity,
+    /// check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies.
+    Cfs,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +122,139 @@ pub struct HostConfig {
     /// both run-queue locks.
     pub yield_to_esrch: bool,
     pub background: Background,
+    /// Per-CPU tick phase as the `skew_tick=1` boot option sets it
+    /// (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is
+    /// offset by i·(TICK_NSEC/2)/nr_cpus). false: the kernel default,
+    /// every CPU ticks on the same jiffy boundary ("synchronized mode").
+    pub tick_skew: bool,
+    /// Ties between equal scheduling keys are broken by a per-task seeded
+    /// random rank (a separate RNG stream) instead of the task index, so
+    /// that CPUs do not all prefer the same VM.
+    pub seeded_ties: bool,
+    /// Wake-up latency of a task on a remote CPU: the IPI (wake list or
+    /// reschedule IPI) delivery, ns. 0: instantaneous (off).
+    pub wakeup_ipi_ns: u64,
+    /// Idle states of each host CPU as (exit_latency_ns, target_residency_ns),
+    /// shallowest first; a woken task waits for the exit latency of the
+    /// deepest state whose target residency the CPU has been idle for.
+    /// Empty: no exit latency (off).
+    pub idle_states: Vec<(u64, u64)>,
+    /// Relative jitter of the wake-up latencies: each is drawn uniformly in
+    /// [1 - j, 1 + j] times its value. 0..1.
+    pub wakeup_jitter: f64,
+    /// Host noise: per-CPU kernel-thread bursts and per-VM VMM I/O threads.
+    pub noise: HostNoise,
+    /// Tunables of `scheduler = "cfs"`.
+    pub cfs: CfsConfig,
+    /// Topology: sockets (each one LLC domain) × cores × SMT threads;
+    /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
+    /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
+    /// servers: siblings are ncores apart).
+    pub sockets: u32,
+    pub threads_per_core: u32,
+    /// Wake-up placement of unpinned threads.
+    pub wake_placement: WakePlacement,
+    /// Periodic load balancing per domain (`rebalance_domains` /
+    /// `load_balance`), and newidle balancing domain by domain.
+    pub load_balance: bool,
+    /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
+    /// (kernel sd_init: 32 before v5.10, 16 since).
+    pub lb_busy_factor: u32,
+    /// sysctl_sched_migration_cost, ns: a task that ran within this time
+    /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    pub migration_cost_ns: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePlacement {
+    /// The previous CPU if idle, else the first idle CPU after it, else the previous CPU.
+    FirstIdle,
+    /// `select_task_rq_fair`: `wake_affine` between the waker's and the
+    /// previous CPU, then `select_idle_sibling` (the target if idle, the
+    /// previous CPU if idle and in the same LLC, an idle core of the
+    /// target's LLC, an idle CPU of it, else the target).
+    SelectTaskRqFair,
+}
+
+/// Host noise, a process of its own (separate from `Background`): short
+/// bursts of per-CPU kernel threads (kworker, ksoftirqd, rcu, migration …,
+/// each bound to its CPU) and one VMM I/O thread per VM (QEMU's main loop /
+/// iothread, unpinned). Arrivals are Poisson, lengths exponential.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostNoise {
+    /// Bursts per second of each CPU's kernel threads (0: off).
+    pub kthread_hz: f64,
+    /// Mean length of one kernel-thread burst, ns.
+    pub kthread_ns: u64,
+    /// Bursts per second of each VM's VMM I/O thread (0: off).
+    pub vmm_io_hz: f64,
+    /// Mean length of one VMM I/O burst, ns.
+    pub vmm_io_ns: u64,
+}
+
+impl Default for HostNoise {
+    fn default() -> Self {
+        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TunableScaling {
+    /// factor 1 (SCHED_TUNABLESCALING_NONE).
+    None,
+    /// factor 1 + ilog2(min(ncpus, 8)) (SCHED_TUNABLESCALING_LOG, the default).
+    Log,
+    /// factor min(ncpus, 8) (SCHED_TUNABLESCALING_LINEAR).
+    Linear,
+}
+
+/// CFS tunables (kernel/sched/fair.c before v6.6). The three times are the
+/// unscaled sysctl values; each is multiplied by the `tunable_scaling`
+/// factor of the host's CPU count (`update_sysctl` / `get_update_sysctl_factor`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CfsConfig {
+    /// sysctl_sched_latency before scaling, ns (kernel: 6 ms).
+    pub latency_ns: u64,
+    /// sysctl_sched_min_granularity before scaling, ns (kernel: 0.75 ms).
+    pub min_granularity_ns: u64,
+    /// sysctl_sched_wakeup_granularity before scaling, ns (kernel: 1 ms).
+    pub wakeup_granularity_ns: u64,
+    pub tunable_scaling: TunableScaling,
+    /// GENTLE_FAIR_SLEEPERS: the sleeper credit of place_entity is half of
+    /// sched_latency (kernel default true) instead of all of it.
+    pub gentle_fair_sleepers: bool,
+    /// LAST_BUDDY: a task preempted by a wake-up becomes the last buddy when
+    /// nr_running >= sched_nr_latency (kernel default true).
+    pub last_buddy: bool,
+}
+
+impl Default for CfsConfig {
+    fn default() -> Self {
+        CfsConfig {
+            latency_ns: 6_000_000,
+            min_granularity_ns: 750_000,
+            wakeup_granularity_ns: 1_000_000,
+            tunable_scaling: TunableScaling::Log,
+            gentle_fair_sleepers: true,
+            last_buddy: true,
+        }
+    }
+}
+
+impl CfsConfig {
+    /// `get_update_sysctl_factor()` for `ncpus` online CPUs.
+    pub fn factor(&self, ncpus: u32) -> u64 {
+        let cpus = ncpus.clamp(1, 8) as u64;
+        match self.tunable_scaling {
+            TunableScaling::None => 1,
+            TunableScaling::Linear => cpus,
+            TunableScaling::Log => 1 + cpus.ilog2() as u64,
+        }
+    }
 }
 
 impl Default for HostConfig {
@@ -136,6 +274,19 @@ impl Default for HostConfig {
             yield_check_ns: 50,
             yield_to_esrch: true,
             background: Background::default(),
+            tick_skew: false,
+            seeded_ties: false,
+            wakeup_ipi_ns: 0,
+            idle_states: Vec::new(),
+            wakeup_jitter: 0.0,
+            noise: HostNoise::default(),
+            cfs: CfsConfig::default(),
+            sockets: 1,
+            threads_per_core: 1,
+            wake_placement: WakePlacement::FirstIdle,
+            load_balance: false,
+            lb_busy_factor: 16,
+            migration_cost_ns: 500_000,
         }
     }
 }
@@ -556,6 +707,66 @@ impl SimConfig {
         })?;
         check(h.background.burst_ns >= 1000, || {
             format!("host.background.burst_ns must be >= 1000, got {}", h.background.burst_ns)
+        })?;
+        check(h.wakeup_ipi_ns <= 1_000_000_000, || {
+            format!("host.wakeup_ipi_ns must be <= 1e9, got {}", h.wakeup_ipi_ns)
+        })?;
+        let j = h.wakeup_jitter;
+        check((0.0..=1.0).contains(&j), || format!("host.wakeup_jitter must be in [0, 1], got {j}"))?;
+        for (i, &(exit, res)) in h.idle_states.iter().enumerate() {
+            check(exit <= 1_000_000_000 && res <= 1_000_000_000, || {
+                format!("host.idle_states[{i}] must hold times <= 1e9 ns, got ({exit}, {res})")
+            })?;
+            if i > 0 {
+                let (pe, pr) = h.idle_states[i - 1];
+                check(exit >= pe && res >= pr, || {
+                    format!("host.idle_states[{i}] must be at least as deep as idle_states[{}]", i - 1)
+                })?;
+            }
+        }
+        let n = &h.noise;
+        for (name, hz, ns) in [("kthread", n.kthread_hz, n.kthread_ns), ("vmm_io", n.vmm_io_hz, n.vmm_io_ns)] {
+            check(hz.is_finite() && (0.0..=100_000.0).contains(&hz), || {
+                format!("host.noise.{name}_hz must be in [0, 100000], got {hz}")
+            })?;
+            check((100..=1_000_000_000).contains(&ns), || {
+                format!("host.noise.{name}_ns must be in [100, 1e9], got {ns}")
+            })?;
+            check(hz * ns as f64 <= 0.5e9, || {
+                format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
+            })?;
+        }
+        let c = &h.cfs;
+        for (name, v) in [
+            ("latency_ns", c.latency_ns),
+            ("min_granularity_ns", c.min_granularity_ns),
+            ("wakeup_granularity_ns", c.wakeup_granularity_ns),
+        ] {
+            check((1000..=1_000_000_000).contains(&v), || format!("host.cfs.{name} must be in [1000, 1e9], got {v}"))?;
+        }
+        check(c.min_granularity_ns <= c.latency_ns, || {
+            format!(
+                "host.cfs.min_granularity_ns must be <= latency_ns ({}), got {}",
+                c.latency_ns, c.min_granularity_ns
+            )
+        })?;
+        check(h.sockets >= 1 && h.sockets <= h.pcpus && h.threads_per_core >= 1 && h.threads_per_core <= 8, || {
+            format!(
+                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, 8], got {} and {}",
+                h.sockets, h.threads_per_core
+            )
+        })?;
+        check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
+            format!(
+                "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
+                h.pcpus, h.sockets, h.threads_per_core
+            )
+        })?;
+        check((1..=1024).contains(&h.lb_busy_factor), || {
+            format!("host.lb_busy_factor must be in [1, 1024], got {}", h.lb_busy_factor)
+        })?;
+        check(h.migration_cost_ns <= 1_000_000_000, || {
+            format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
         })?;
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
+use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig, WakePlacement};
 use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
@@ -298,6 +298,8 @@ impl EventQueue {
 pub enum TaskKind {
     Vcpu(u32),
     Bg(u32),
+    /// Host noise (`HostNoise`): index into `Sim.noise_src`.
+    Noise(u32),
 }
 
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
@@ -327,6 +329,11 @@ pub struct Task {
     pub bg_rem: Ns,
     pub bg_start: Ns,
     pub bg_gen: u32,
+    /// Rank among equal scheduling keys: the task index, or a seeded random
+    /// number with `Host.seeded_ties`.
+    pub tie: u32,
+    /// When it last stopped running (`task_hot`'s exec_start).
+    pub last_ran: Ns,
 }
 
 /// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
@@ -358,6 +365,18 @@ pub struct Rq {
     pub last_v: i64,
     pub trace_start: Ns,
     pub switches: u64,
+    /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
+    pub min_vruntime: i64,
+    pub last: Option<u32>,
+    pub skip: Option<u32>,
+    /// When curr was picked (CFS: prev_sum_exec_runtime of check_preempt_tick).
+    pub slice_start: Ns,
+    /// When the CPU last went idle (for the idle state's exit latency).
+    pub idle_since: Ns,
+    /// Phase of this CPU's tick (`Host.tick_skew`), ns.
+    pub tick_off: Ns,
+    /// Next periodic balance of each domain level (core, LLC, machine), ns.
+    pub lb_next: [Ns; 3],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -582,6 +601,26 @@ pub struct Sim {
     /// Some task may run on any CPU (newidle balancing is on).
     pub any_unpinned: bool,
     same_time: u64,
+    /// The second RNG stream, for the host-model options (ties, wake-up
+    /// jitter, noise): with them off it is never drawn, and the main
+    /// stream's draws are the same as without them.
+    pub rng2: Pcg64Mcg,
+    /// Host noise sources: (mean sleep, mean burst) ns of each `TaskKind::Noise`.
+    pub noise_src: Vec<(Ns, Ns)>,
+    /// CFS tunables after scaling, ns: sched_latency, min_granularity, wakeup_granularity.
+    pub cfs_latency: u64,
+    pub cfs_min_gran: u64,
+    pub cfs_wakeup_gran: u64,
+    /// `Host.wakeup_ipi_ns > 0` or idle states given.
+    pub wake_latency: bool,
+    /// Topology: cores in the machine, cores per socket (LLC).
+    pub ncores: u32,
+    pub cores_per_socket: u32,
+    /// The CPU the event being handled runs on (the waker of a wake-up it
+    /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
+    pub waker_cpu: u32,
+    /// Earliest instant of the next nohz idle-balance kick.
+    pub nohz_next: Ns,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -616,6 +655,13 @@ impl Sim {
                     acct: Acct::new(C_IDLE),
                     trace_start: 0,
                     switches: 0,
+                    min_vruntime: 0,
+                    last: None,
+                    skip: None,
+                    slice_start: 0,
+                    idle_since: 0,
+                    tick_off: 0,
+                    lb_next: [0; 3],
                 })
                 .collect(),
             vcpus: Vec::new(),
@@ -638,7 +684,30 @@ impl Sim {
             stuck: None,
             any_unpinned: false,
             same_time: 0,
+            rng2: Pcg64Mcg::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15),
+            noise_src: Vec::new(),
+            cfs_latency: 0,
+            cfs_min_gran: 0,
+            cfs_wakeup_gran: 0,
+            wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
+            ncores: 1,
+            cores_per_socket: 1,
+            waker_cpu: NO_CPU,
+            nohz_next: 0,
         };
+        sim.ncores = (p / cfg.host.threads_per_core).max(1);
+        sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);
+        if cfg.host.tick_skew {
+            // tick_setup_sched_timer with sched_skew_tick: (TICK_NSEC >> 1) / nr_cpus · cpu
+            let step = (cfg.host.tick_ns >> 1) / p as u64;
+            for (cpu, rq) in sim.rqs.iter_mut().enumerate() {
+                rq.tick_off = step * cpu as u64;
+            }
+        }
+        let f = cfg.host.cfs.factor(p);
+        sim.cfs_latency = cfg.host.cfs.latency_ns * f;
+        sim.cfs_min_gran = cfg.host.cfs.min_granularity_ns * f;
+        sim.cfs_wakeup_gran = cfg.host.cfs.wakeup_granularity_ns * f;
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
         let pins: Vec<u32> = match cfg.host.affinity {
@@ -681,6 +750,8 @@ impl Sim {
                         bg_rem: 0,
                         bg_start: 0,
                         bg_gen: 0,
+                        tie: 0,
+                        last_ran: 0,
                     });
                     sim.vcpus.push(Vcpu {
                         vm: vm_id,
@@ -796,11 +867,17 @@ impl Sim {
                     bg_rem: 0,
                     bg_start: 0,
                     bg_gen: 0,
+                    tie: 0,
+                    last_ran: 0,
                 });
             }
         }
+        sim.add_noise_tasks();
+        for t in 0..sim.tasks.len() {
+            sim.tasks[t].tie = if cfg.host.seeded_ties { sim.rng2.random::<u32>() } else { t as u32 };
+        }
         sim.rng = rng;
-        sim.any_unpinned = cfg.host.scheduler == Scheduler::Fair && sim.tasks.iter().any(|t| t.pinned.is_none());
+        sim.any_unpinned = cfg.host.scheduler != Scheduler::Gang && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
         }
@@ -893,12 +970,20 @@ impl Sim {
             let sleep = self.bg_sleep_sample();
             self.push(sleep, Ev::BgWake(t));
         }
+        self.start_noise();
         if self.cfg.host.scheduler == Scheduler::Gang {
             self.push(0, Ev::Gang);
         }
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
+            self.waker_cpu = match ev {
+                Ev::Tick(c) | Ev::Resched(c, _) => c,
+                Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
+                _ => NO_CPU,
+            };
+        }
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),
             Ev::Vcpu(v, gen) => {
@@ -909,10 +994,20 @@ impl Sim {
             Ev::Poke(v) => self.poke_now(v as usize),
             Ev::BgEnd(t, gen) => {
                 if self.tasks[t as usize].bg_gen == gen {
-                    self.bg_end(t as usize);
+                    if let TaskKind::Noise(_) = self.tasks[t as usize].kind {
+                        self.noise_end(t as usize);
+                    } else {
+                        self.bg_end(t as usize);
+                    }
                 }
             }
-            Ev::BgWake(t) => self.bg_wake(t as usize),
+            Ev::BgWake(t) => {
+                if let TaskKind::Noise(_) = self.tasks[t as usize].kind {
+                    self.noise_wake(t as usize);
+                } else {
+                    self.bg_wake(t as usize);
+                }
+            }
             Ev::ThreadWake(t, gen) => {
                 if self.threads[t as usize].wake_gen == gen {
                     self.sleep_timer(t as usize);

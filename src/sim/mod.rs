@@ -14,6 +14,8 @@
 //! Entry points: [`run`] / [`run_with`] and [`sweep::sweep`]. Every entry point
 //! validates its input and turns a panic into [`SimError::Bug`].
 
+mod balance;
+mod cfs;
 pub mod config;
 mod engine;
 mod guest;

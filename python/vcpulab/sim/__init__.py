@@ -31,12 +31,15 @@ from vcpulab import _core
 from vcpulab._frames import frame as _frame
 from vcpulab.sim import distributed, policies, presets
 from vcpulab.sim._config import (
+    IDLE_STATES_SKX,
     Background,
     Barrier,
+    Cfs,
     Compute,
     Config,
     HaltPoll,
     Host,
+    HostNoise,
     Ipi,
     Lock,
     Phase,
@@ -54,12 +57,15 @@ from vcpulab.sim._points import param_value as _param_value
 from vcpulab.sim.distributed import dask_executor, read_dataset, run_sweep
 
 __all__ = [
+    "IDLE_STATES_SKX",
     "Background",
     "Barrier",
+    "Cfs",
     "Compute",
     "Config",
     "HaltPoll",
     "Host",
+    "HostNoise",
     "Ipi",
     "Lock",
     "Phase",

@@ -24,12 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "IDLE_STATES_SKX",
     "Background",
     "Barrier",
+    "Cfs",
     "Compute",
     "Config",
     "HaltPoll",
     "Host",
+    "HostNoise",
     "Ipi",
     "Lock",
     "Phase",
@@ -97,7 +100,12 @@ class _Base:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             if not f.metadata.get("serialise", True):
                 continue
-            out[f.name] = _to_plain(getattr(self, f.name))
+            v = getattr(self, f.name)
+            # fields added after a config format settled are left out at
+            # their defaults, so older configs keep their JSON and hash
+            if f.metadata.get("omit_default") and v == _field_default(f):
+                continue
+            out[f.name] = _to_plain(v)
         return out
 
     @classmethod
@@ -123,6 +131,17 @@ def _plain_seq(owner: str, name: str, v: Any) -> list[Any] | tuple[Any, ...]:
     if not isinstance(v, (list, tuple)):
         raise ValueError(f"{owner}.{name} must be a list, got {type(v).__name__} {v!r}")
     return v
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+_NEW = {"omit_default": True}
 
 
 def _to_plain(v: Any) -> Any:
@@ -161,14 +180,141 @@ class Background(_Base):
 
 
 @dataclass(frozen=True)
+class HostNoise(_Base):
+    """Host noise: a process of its own, separate from :class:`Background`.
+
+    Two kinds of short host work that a real host runs beside the vCPU
+    threads (each a host task of weight 1024, nice 0, with Poisson arrivals
+    and exponential lengths, drawn from the run's second RNG stream):
+
+    * per-CPU kernel threads (kworker/N, ksoftirqd/N, rcuc/N, migration/N …),
+      one task pinned to each host CPU;
+    * one VMM I/O thread per VM (QEMU's main loop or an iothread), not
+      pinned: the host places it at wake-up like an unpinned vCPU thread.
+
+    The defaults are off (0 Hz). :meth:`typical` gives the values vcpulab
+    uses for a general-purpose host; they are *chosen*, not measured (see
+    its docstring for the reasons), and they are the same for every era:
+    no source we know publishes per-era rates for these threads.
+
+    Attributes:
+        kthread_hz: bursts per second of each CPU's kernel threads. Default 0.
+        kthread_ns: mean length of one kernel-thread burst, ns. Default 20000.
+        vmm_io_hz: bursts per second of each VM's VMM I/O thread. Default 0.
+        vmm_io_ns: mean length of one VMM I/O burst, ns. Default 20000.
+    """
+
+    kthread_hz: float = 0.0
+    kthread_ns: int = 20_000
+    vmm_io_hz: float = 0.0
+    vmm_io_ns: int = 20_000
+
+    def __post_init__(self) -> None:
+        for kind in ("kthread", "vmm_io"):
+            _float(self, f"{kind}_hz", 0.0, 100_000.0)
+            _int(self, f"{kind}_ns", 100, 10**9)
+            hz, ns = getattr(self, f"{kind}_hz"), getattr(self, f"{kind}_ns")
+            if hz * ns > 0.5e9:
+                raise ValueError(
+                    f"HostNoise.{kind}_hz * {kind}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}"
+                )
+
+    @classmethod
+    def typical(cls) -> HostNoise:
+        """A trickle of host work on an otherwise idle server (chosen values).
+
+        * kernel threads: 50 bursts/s of 10 µs per CPU (0.05 % of a CPU).
+          Reason: vmstat_update runs once a second per CPU
+          (``sysctl_stat_interval`` = HZ, mm/vmstat.c), RCU callback and
+          grace-period work, deferred timers and writeback kworkers wake a
+          few to a few tens of times per second; a kworker wake-up costs a
+          few µs of context switches plus its work. Order of magnitude only.
+        * VMM I/O thread: 200 bursts/s of 20 µs per VM (0.4 % of a CPU).
+          Reason: an idle guest's periodic device and timer emulation
+          (QEMU main loop: RTC/HPET/PIT timers, virtio notifications,
+          monitor and VNC polling) wakes the main loop a few hundred times
+          a second; each wake-up handles one event in a few to tens of µs.
+          Order of magnitude only.
+        """
+        return cls(kthread_hz=50.0, kthread_ns=10_000, vmm_io_hz=200.0, vmm_io_ns=20_000)
+
+
+@dataclass(frozen=True)
+class Cfs(_Base):
+    """Tunables of ``Host(scheduler="cfs")``, the fair class before v6.6.
+
+    The three times are the sysctl values before scaling; the kernel
+    multiplies each by a factor of the number of CPUs
+    (``get_update_sysctl_factor`` in kernel/sched/fair.c: with the default
+    ``SCHED_TUNABLESCALING_LOG``, 1 + ilog2(min(ncpus, 8)), i.e. ×4 from 8
+    CPUs on: 24 ms, 3 ms and 4 ms). Defaults are the kernel's of v2.6.39 …
+    v6.5 (``sysctl_sched_latency = 6000000ULL``,
+    ``sysctl_sched_min_granularity = 750000ULL``,
+    ``sysctl_sched_wakeup_granularity = 1000000UL``).
+
+    Attributes:
+        latency_ns: sysctl_sched_latency, ns, unscaled. Default 6000000.
+        min_granularity_ns: sysctl_sched_min_granularity, ns, unscaled.
+            Default 750000.
+        wakeup_granularity_ns: sysctl_sched_wakeup_granularity, ns, unscaled.
+            Default 1000000.
+        tunable_scaling: ``"log"`` (default), ``"linear"`` (factor
+            min(ncpus, 8)) or ``"none"`` (factor 1).
+        gentle_fair_sleepers: GENTLE_FAIR_SLEEPERS (kernel default True): a
+            waking task's sleeper credit in ``place_entity`` is half of
+            sched_latency instead of all of it.
+        last_buddy: LAST_BUDDY (kernel default True): a task preempted by a
+            wake-up becomes the last buddy when nr_running >= sched_nr_latency.
+    """
+
+    latency_ns: int = 6_000_000
+    min_granularity_ns: int = 750_000
+    wakeup_granularity_ns: int = 1_000_000
+    tunable_scaling: str = "log"
+    gentle_fair_sleepers: bool = True
+    last_buddy: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("latency_ns", "min_granularity_ns", "wakeup_granularity_ns"):
+            _int(self, name, 1000, 10**9)
+        if self.min_granularity_ns > self.latency_ns:
+            raise ValueError(
+                f"Cfs.min_granularity_ns must be <= latency_ns ({self.latency_ns}), got {self.min_granularity_ns}"
+            )
+        _choice(self, "tunable_scaling", ("none", "log", "linear"))
+        _bool(self, "gentle_fair_sleepers")
+        _bool(self, "last_buddy")
+
+    def factor(self, ncpus: int) -> int:
+        """``get_update_sysctl_factor()`` for ``ncpus`` CPUs."""
+        cpus = min(max(ncpus, 1), 8)
+        if self.tunable_scaling == "none":
+            return 1
+        if self.tunable_scaling == "linear":
+            return cpus
+        return 1 + cpus.bit_length() - 1
+
+
+#: Idle states of an Intel Skylake-SP / Cascade Lake server CPU as
+#: (exit_latency_ns, target_residency_ns): C1, C1E, C6 from the
+#: ``skx_cstates`` table of drivers/idle/intel_idle.c (exit latency 2, 10,
+#: 133 µs; target residency 2, 20, 600 µs).
+IDLE_STATES_SKX = ((2_000, 2_000), (10_000, 20_000), (133_000, 600_000))
+
+
+@dataclass(frozen=True)
 class Host(_Base):
     """The host: CPUs and scheduler.
 
     Attributes:
         pcpus: host CPUs. Default 4.
-        scheduler: ``"fair"`` (CFS/EEVDF-like, one run queue per CPU) or
-            ``"gang"`` (all vCPUs of a VM run together in slices of
-            ``gang_slice_ns``; digest §4). Default ``"fair"``.
+        scheduler: ``"fair"`` (EEVDF-like, v6.6+, one run queue per CPU;
+            ``"eevdf"`` is the same scheduler), ``"cfs"`` (the fair class
+            before v6.6: vruntime / min_vruntime, sched_latency slices,
+            check_preempt_tick, wakeup_preempt_entity, next / last / skip
+            buddies, place_entity; tunables in ``cfs``) or ``"gang"`` (all
+            vCPUs of a VM run together in slices of ``gang_slice_ns``;
+            digest §4). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -199,6 +345,62 @@ class Host(_Base):
             hold a single task (kernels since ~3.8). False models the 2011-2012
             yield_to, which always took both run-queue locks. Default True.
         background: optional background host load. Default: none.
+
+    Host-model options (each off by default, so existing results do not move):
+
+        tick_skew: per-CPU tick phase as the ``skew_tick=1`` boot option sets
+            it (kernel/time/tick-sched.c ``tick_setup_sched_timer``: CPU i's
+            tick is offset by i × (TICK_NSEC / 2) / nr_cpus). Default False:
+            the kernel's default, every CPU ticks on the same jiffy
+            boundary ("Tick operating in synchronized mode").
+        seeded_ties: break ties between equal scheduling keys by a per-task
+            random rank drawn from the seed (a second RNG stream) instead of
+            the task index. The kernel's rbtree keeps equal keys in enqueue
+            order, and on real hardware exact ties do not happen: the index
+            rule makes every CPU prefer the same VM. Default False.
+        wakeup_ipi_ns: latency of a vCPU wake-up on its host CPU, ns: the
+            wake list / reschedule IPI's delivery (``ttwu_queue_wakelist``,
+            ``resched_curr``); it delays the woken vCPU's start on an idle
+            CPU and its wake-up preemption of a busy one. Default 0 (off).
+            Suggested 1000-2000 (assumption: ~1 µs for a cross-core IPI on a
+            Xeon, plus the handler's entry).
+        idle_states: the host CPUs' idle states as (exit_latency_ns,
+            target_residency_ns), shallowest first. A vCPU woken onto an idle
+            CPU also waits for the exit latency of the deepest state whose
+            target residency the CPU has been idle for (an idle governor that
+            predicted right). Default () (off). ``sim.IDLE_STATES_SKX`` holds
+            the intel_idle table of a Skylake-SP server.
+        wakeup_jitter: relative jitter of both wake-up latencies: each is
+            drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
+            Suggested 0.5 (assumption).
+        noise: host noise (kernel threads, VMM I/O threads), see
+            :class:`HostNoise`. Default off.
+        cfs: tunables of ``scheduler="cfs"``, see :class:`Cfs`.
+        sockets: sockets, each one LLC (last-level cache) domain. Default 1.
+        threads_per_core: SMT threads per core, 1-8. Default 1. ``pcpus``
+            must be a multiple of sockets × threads_per_core. Host CPU i is
+            thread i // ncores of core i % ncores (siblings ncores apart, as
+            Linux numbers x86 servers). Busy siblings do not slow each other
+            down (no SMT throughput factor yet).
+        wake_placement: where a woken unpinned thread goes: ``"first_idle"``
+            (default: the previous CPU if idle, else the first idle CPU after
+            it, else the previous CPU) or ``"select_task_rq_fair"`` (the
+            kernel's: ``wake_affine`` between the waker's CPU and the
+            previous one, then ``select_idle_sibling`` — the target if idle,
+            the previous CPU if idle in the same LLC, the first fully idle
+            core of the target's LLC, its first idle CPU, else the target).
+        load_balance: periodic load balancing per domain (core, LLC,
+            machine) from the tick (``rebalance_domains``: every sd_weight ms
+            × ``lb_busy_factor`` on a busy CPU, one cache-cold task from the
+            busiest CPU when it runs 2+ more tasks), nohz idle balancing
+            kicked by a CPU with 2+ tasks, and newidle balancing domain by
+            domain (smallest first). Default False (newidle pulls only, from
+            the first CPU after this one that has a waiting task).
+        lb_busy_factor: sd->busy_factor (kernel/sched/topology.c sd_init):
+            32 before v5.10, 16 since. Default 16.
+        migration_cost_ns: sysctl_sched_migration_cost, ns: a task that ran
+            within it is cache-hot and periodic balancing leaves it
+            (``task_hot``). Default 500000 (kernel).
     """
 
     pcpus: int = 4
@@ -215,10 +417,23 @@ class Host(_Base):
     yield_check_ns: int = 50
     yield_to_esrch: bool = True
     background: Background = field(default_factory=Background)
+    tick_skew: bool = field(default=False, metadata=_NEW)
+    seeded_ties: bool = field(default=False, metadata=_NEW)
+    wakeup_ipi_ns: int = field(default=0, metadata=_NEW)
+    idle_states: tuple[tuple[int, int], ...] = field(default=(), metadata=_NEW)
+    wakeup_jitter: float = field(default=0.0, metadata=_NEW)
+    noise: HostNoise = field(default_factory=HostNoise, metadata=_NEW)
+    cfs: Cfs = field(default_factory=Cfs, metadata=_NEW)
+    sockets: int = field(default=1, metadata=_NEW)
+    threads_per_core: int = field(default=1, metadata=_NEW)
+    wake_placement: str = field(default="first_idle", metadata=_NEW)
+    load_balance: bool = field(default=False, metadata=_NEW)
+    lb_busy_factor: int = field(default=16, metadata=_NEW)
+    migration_cost_ns: int = field(default=500_000, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
-        _choice(self, "scheduler", ("fair", "gang"))
+        _choice(self, "scheduler", ("fair", "eevdf", "cfs", "gang"))
         _int(self, "tick_ns", 1000)
         _int(self, "base_slice_ns", 1000)
         _bool(self, "wakeup_preemption")
@@ -231,10 +446,55 @@ class Host(_Base):
         _int(self, "yield_check_ns", 0, 10**9)
         _bool(self, "yield_to_esrch")
         _instance(self, "background", Background)
+        _bool(self, "tick_skew")
+        _bool(self, "seeded_ties")
+        _int(self, "wakeup_ipi_ns", 0, 10**9)
+        states = self.idle_states
+        if isinstance(states, list):
+            states = tuple(tuple(x) if isinstance(x, list) else x for x in states)
+            object.__setattr__(self, "idle_states", states)
+        if not isinstance(states, tuple):
+            raise ValueError(f"Host.idle_states must be a tuple of (exit_latency_ns, target_residency_ns), got {states!r}")
+        prev = (0, 0)
+        for i, st in enumerate(states):
+            ok = (
+                isinstance(st, tuple)
+                and len(st) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 10**9 for x in st)
+            )
+            if not ok:
+                raise ValueError(
+                    f"Host.idle_states[{i}] must be (exit_latency_ns, target_residency_ns), ints in [0, 1e9], got {st!r}"
+                )
+            if st[0] < prev[0] or st[1] < prev[1]:
+                raise ValueError(f"Host.idle_states[{i}] must be at least as deep as idle_states[{i - 1}], got {st!r}")
+            prev = st
+        _float(self, "wakeup_jitter", 0.0, 1.0)
+        _instance(self, "noise", HostNoise)
+        _instance(self, "cfs", Cfs)
+        _int(self, "sockets", 1, self.pcpus)
+        _int(self, "threads_per_core", 1, 8)
+        if self.pcpus % (self.sockets * self.threads_per_core):
+            raise ValueError(
+                f"Host.pcpus ({self.pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
+                f"({self.sockets} × {self.threads_per_core})"
+            )
+        _choice(self, "wake_placement", ("first_idle", "select_task_rq_fair"))
+        _bool(self, "load_balance")
+        _int(self, "lb_busy_factor", 1, 1024)
+        _int(self, "migration_cost_ns", 0, 10**9)
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        return Background.from_dict(v) if name == "background" else v
+        if name == "background":
+            return Background.from_dict(v)
+        if name == "noise":
+            return HostNoise.from_dict(v)
+        if name == "cfs":
+            return Cfs.from_dict(v)
+        if name == "idle_states":
+            return tuple(tuple(x) for x in v)
+        return v
 
 
 # ------------------------------------------------------------------------- PLE

@@ -36,7 +36,7 @@ from typing import Any
 
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim import policies as P
-from vcpulab.sim._config import HaltPoll, Host, Ple, Policy, Pv
+from vcpulab.sim._config import HaltPoll, Host, HostNoise, Ple, Policy, Pv
 
 __all__ = [
     "ASSUMPTION",
@@ -278,6 +278,47 @@ _CFS_YIELD = _k(
     "",
     "CFS before v6.6: yield_task_fair() set a skip buddy; the simulator's closest rule is the v6.6 deadline push",
 )
+# host model (issue #12): the scheduler class, time out of lock-step, host
+# noise, wake-up placement and balancing; topology (sockets, SMT) is a
+# published set-up of each case, not an era value
+_INTEL_IDLE = "drivers/idle/intel_idle.c"
+_IDLE_NHM = _h(
+    ((3_000, 6_000), (10_000, 20_000), (20_000, 80_000), (200_000, 800_000)),
+    "ns",
+    f"{_INTEL_IDLE} nehalem_cstates (used for Nehalem/Westmere Xeons): C1 3/6 us, C1E 10/20, C3 20/80, C6 200/800 "
+    "(exit latency / target residency)",
+)
+_IDLE_SKX = _h(
+    ((2_000, 2_000), (10_000, 20_000), (133_000, 600_000)),
+    "ns",
+    f"{_INTEL_IDLE} skx_cstates (Skylake-SP / Cascade Lake Xeons): C1 2/2 us, C1E 10/20, C6 133/600",
+)
+
+
+def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
+    out = {
+        "tick_skew": _k(False, "", "skew_tick=0 by default: every CPU ticks on the jiffy boundary "
+                        "(kernel/time/tick-sched.c tick_setup_sched_timer, 'synchronized mode')"),
+        "seeded_ties": _a(True, "", "real CPUs never see exact ties of scheduling keys; a seeded rank per task "
+                          "stands for the kernel's enqueue order (the task index made every CPU prefer one VM)"),
+        "wakeup_ipi_ns": _a(1_500, "ns", "~1-2 us for a cross-core wake-up IPI and its handler on a Xeon; no figure "
+                            "for the sources' machines"),
+        "wakeup_jitter": _a(0.5, "", "wake-up latencies vary by interrupt timing and idle-state depth; +-50 % chosen"),
+        "idle_states": idle,
+        "noise": _a(HostNoise.typical(), "", "HostNoise.typical(): a trickle of kernel threads (50/s x 10 us per CPU) "
+                    "and VMM I/O (200/s x 20 us per VM); order-of-magnitude choices, see its docstring"),
+        "wake_placement": _k("select_task_rq_fair", "", "kernel/sched/fair.c select_task_rq_fair: wake_affine, "
+                             "select_idle_sibling"),
+        "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
+        "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
+        "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
+    }
+    if cfs:
+        out["scheduler"] = _k("cfs", "", "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
+                              "kernel's sysctl defaults (6 / 0.75 / 1 ms, log scaling)")
+    return out
+
+
 _DEFAULT_AFFINITY_NOTE = "host.affinity and background are the published set-up of each case, not era values"
 
 
@@ -310,6 +351,7 @@ ERA_2012 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _k(False, "", "yield_to() took both run-queue locks before the 2013 -ESRCH bail-out"),
         "tsc_khz": _a(2_400_000, "kHz", "2.4 GHz, the nominal clock of Westmere-EX Xeons; the sources give no clock"),
+        **_host_model(True, 32, _IDLE_NHM),
     },
     ple=_common_ple(
         _k(0, "", "fixed window: ple_window_grow arrived with the dynamic PLE window (v3.18, 2014)"),
@@ -343,6 +385,8 @@ ERA_2015 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_300_000, "kHz", "2.3 GHz, a Haswell-EP Xeon's nominal clock; the sources give no clock"),
+        **_host_model(True, 32, _a(_IDLE_NHM.value, "ns", "Haswell-EP's own intel_idle table was not checked here; "
+                                  f"the Nehalem/Westmere one stands in ({_IDLE_NHM.source})")),
     },
     ple=_common_ple(
         _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 (dynamic PLE window, v3.18; {_SPEC_PLE})"),
@@ -371,7 +415,7 @@ ERA_2015 = Era(
 )
 
 
-def _era_5x(name: str, kernel: str, hardware: str, tsc: Param) -> Era:
+def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int) -> Era:
     return Era(
         name=name,
         kernel=kernel,
@@ -384,6 +428,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param) -> Era:
             "yield_penalty": _CFS_YIELD,
             "yield_to_esrch": _ESRCH,
             "tsc_khz": tsc,
+            **_host_model(True, busy_factor, _IDLE_SKX),
         },
         ple=_common_ple(
             _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
@@ -417,12 +462,14 @@ ERA_2019 = _era_5x(
     "Linux 5.2-5.3 (CFS, pv sched yield, the ready gate from v5.3)",
     "Skylake-SP Xeons (the sources' 2 x 20 x 2 = 80-thread host)",
     _a(2_400_000, "kHz", "2.4 GHz, a 20-core Skylake-SP Xeon's nominal clock; the sources give no clock"),
+    32,
 )
 ERA_2021 = _era_5x(
     "2021-5.14",
     "Linux 5.14 (CFS)",
     "Cascade Lake-class Xeons (the source's 2 x 28 x 2 host)",
     _a(2_000_000, "kHz", "2.0 GHz, a 28-core Cascade Lake Xeon's nominal clock; the source gives no clock"),
+    16,
 )
 ERA_6X = Era(
     name="6.x",
@@ -436,6 +483,7 @@ ERA_6X = Era(
         "yield_penalty": _k("vruntime", "", "newer yield_task_fair: an eligible yielder's vruntime jumps to its deadline"),
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
+        **_host_model(False, 16, _IDLE_SKX),
     },
     ple=_common_ple(
         _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
@@ -470,25 +518,24 @@ ERAS: Mapping[str, Era] = MappingProxyType({e.name: e for e in (ERA_2012, ERA_20
 PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "2012-3.x": (
-            "CFS (vruntime, sched_latency slices, skip/next buddies), issue #12",
-            "SMT hosts, select_idle_sibling placement and periodic load balancing of unpinned vCPU threads, #12",
-            "per-CPU tick phases and host noise (no lock-step), #12",
+            "busy SMT siblings sharing a core's throughput, and the cost of a cache-cold migration, #12",
+            "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan, #12",
         ),
         "2015-4.x": (
-            "CFS, SMT, placement and balancing, ticks out of step, host noise, #12",
+            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
             "the 2013 'preempted' candidate gate of kvm_vcpu_on_spin (built-in option), #13",
             "qspinlock pending bit, lock stealing, pv_wait/pv_kick as the guest has them, #13",
         ),
         "2019-5.x": (
-            "CFS, SMT (80 threads = 40 cores), placement and balancing, host noise, #12",
+            "busy SMT siblings sharing a core's throughput (80 threads = 40 cores), cache-cold migration cost, #12",
             "the pre-5.3 'preempted' gate as a built-in option (a Python policy stands in), #13",
             "KICK_CPU directed yield on/off (the 2019 'boost queue head' change), #13",
         ),
         "2021-5.14": (
-            "CFS, SMT, wake_affine/select_idle_sibling and load balancing of unpinned vCPU threads, #12",
+            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
             "pcpu_is_idle as a snapshot published in the steal-time area; PARSEC-like kernels that differ, #13",
         ),
-        "6.x": ("host noise and ticks out of step, #12",),
+        "6.x": ("busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",),
     }
 )
 
