@@ -217,6 +217,18 @@ pub struct PolicyConfig {
     pub kernel_filter: bool,
     /// Python: a name for the callable (the callable itself is not serialised).
     pub name: String,
+    /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
+    pub candidate_gate: CandidateGate,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateGate {
+    /// `vcpu->ready` (since 5.3, d73eb57b80b9 "KVM: Boost vCPUs that are
+    /// delivering interrupts"): preempted, or woken and not yet running.
+    Ready,
+    /// `vcpu->preempted` (before 5.3): only vCPUs scheduled out while runnable.
+    Preempted,
 }
 
 impl Default for PolicyConfig {
@@ -228,6 +240,7 @@ impl Default for PolicyConfig {
             dy_eligible: true,
             kernel_filter: true,
             name: String::new(),
+            candidate_gate: CandidateGate::Ready,
         }
     }
 }
@@ -259,6 +272,23 @@ pub struct PvConfig {
     pub halt_exit_ns: u64,
     /// Guest idle poll before HLT (cpuidle-haltpoll), ns; 0 = HLT at once.
     pub guest_idle_poll_ns: u64,
+    /// KVM_FEATURE_PV_UNHALT offered: the guest's `pv_queued` locks use the
+    /// PV slow path; false: `kvm_spinlock_init` returns early and the guest's
+    /// `virt_spin_lock` test-and-set fallback runs instead (lock stealing).
+    pub pv_spinlocks: bool,
+    /// KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+    /// (`kvm_pv_kick_cpu_op` + `kvm_sched_yield`, "Boost queue head vCPU",
+    /// 2019); false: the kick only wakes it (hosts before 5.2).
+    pub kick_yield: bool,
+    /// KVM_FEATURE_PV_TLB_FLUSH (4.16): a TLB-shootdown IPI skips preempted
+    /// targets, which flush at their next sched-in (`kvm_flush_tlb_multi`).
+    pub tlb_flush: bool,
+    /// KVM_FEATURE_PV_SEND_IPI (4.19): one hypercall sends a multicast IPI;
+    /// false: one ICR-write exit per target (`icr_write_ns` each).
+    pub send_ipi: bool,
+    /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
+    /// (0: sending is free, as before this field existed).
+    pub icr_write_ns: u64,
 }
 
 impl Default for PvConfig {
@@ -271,6 +301,11 @@ impl Default for PvConfig {
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
             guest_idle_poll_ns: 0,
+            pv_spinlocks: true,
+            kick_yield: true,
+            tlb_flush: false,
+            send_ipi: false,
+            icr_write_ns: 0,
         }
     }
 }
@@ -398,6 +433,10 @@ pub enum Phase {
         handler_ns: u64,
         #[serde(default = "one")]
         prob: f64,
+        /// A TLB shootdown (flush_tlb_mm_range → flush_tlb_multi): with PV TLB
+        /// flush, preempted targets are skipped and flush at sched-in.
+        #[serde(default)]
+        tlb_flush: bool,
     },
     Barrier {
         #[serde(default = "one")]
@@ -477,6 +516,50 @@ impl Default for WorkloadConfig {
     }
 }
 
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LockModel {
+    /// The simulator's first lock rules (FIFO hand-off for every queued kind;
+    /// the PV predecessor check only when a waiter (re)starts spinning).
+    Simple,
+    /// The guest kernel's rules: `pv_queued` is the PV qspinlock
+    /// (`__pv_queued_spin_lock_slowpath`: one steal attempt at slow-path
+    /// entry, `pv_wait_node` / `pv_wait_head_or_lock` after SPIN_THRESHOLD,
+    /// live wait-early, the unlock frees the lock and `pv_kick`s a halted
+    /// head); mutexes spin in an OSQ whose waiters give up when their
+    /// predecessor's vCPU is preempted (`osq_lock`).
+    Kernel,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitEarly {
+    /// `pv_wait_early`: the previous queue node is not running (halted).
+    PrevHalted,
+    /// 75437bb304b2 (2019, reverted by 89340d0935c9 in 5.4 and stable):
+    /// also when the previous node's vCPU is preempted (`vcpu_is_preempted`).
+    PrevHaltedOrPreempted,
+}
+
+/// The guest kernel's own choices (its version, not the host's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuestConfig {
+    pub lock_model: LockModel,
+    /// Kernel lock model: when a `pv_wait_node` waiter halts early.
+    pub pv_wait_early: WaitEarly,
+    /// The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
+    /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
+    /// before 4.10). Needs `pv.steal_time`.
+    pub vcpu_is_preempted: bool,
+}
+
+impl Default for GuestConfig {
+    fn default() -> Self {
+        GuestConfig { lock_model: LockModel::Simple, pv_wait_early: WaitEarly::PrevHalted, vcpu_is_preempted: true }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
@@ -492,6 +575,7 @@ pub struct VmConfig {
     pub pv: PvConfig,
     pub halt_poll: HaltPollConfig,
     pub workload: WorkloadConfig,
+    pub guest: GuestConfig,
 }
 
 impl Default for VmConfig {
@@ -506,6 +590,7 @@ impl Default for VmConfig {
             pv: PvConfig::default(),
             halt_poll: HaltPollConfig::default(),
             workload: WorkloadConfig::default(),
+            guest: GuestConfig::default(),
         }
     }
 }
@@ -585,6 +670,7 @@ impl SimConfig {
             check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
+            check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
             let hp = &vm.halt_poll;
             check(hp.max_ns <= u32::MAX as u64, || {
                 format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns)

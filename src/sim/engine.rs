@@ -411,6 +411,16 @@ pub struct VcpuCounters {
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
+    /// Guest lock events (kernel lock model): halts in `pv_wait_node` /
+    /// `pv_wait_head_or_lock`, of which early (predecessor not running),
+    /// lock steals at slow-path entry, mutex spinners that left the OSQ, and
+    /// TLB-shootdown targets skipped by PV TLB flush.
+    pub pv_wait_node: u64,
+    pub pv_wait_head: u64,
+    pub pv_wait_early: u64,
+    pub lock_steals: u64,
+    pub osq_gave_up: u64,
+    pub tlb_flush_skipped: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
@@ -503,6 +513,12 @@ pub struct Thread {
     pub acks: u32,
     /// PV node state: halted in pv_wait.
     pub pv_halted: bool,
+    /// Kernel lock model: became the queue head since it last looked (its
+    /// `pv_wait_head_or_lock` loop counts SPIN_THRESHOLD afresh).
+    pub pv_new_head: bool,
+    /// Kernel lock model: this acquisition's queue head has hashed the lock
+    /// (`lp` in `pv_wait_head_or_lock`): it halts at most once per acquisition.
+    pub pv_hashed: bool,
     pub iter_start: Ns,
     pub iters: u64,
     pub wake_gen: u32,
@@ -514,6 +530,9 @@ pub struct Lock {
     pub holder: Option<u32>,
     pub waiters: VecDeque<u32>,
     pub acquisitions: u64,
+    /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
+    /// (a halted queue head is hashed; the unlock must kick it).
+    pub slow: bool,
 }
 
 pub struct Vm {
@@ -724,6 +743,8 @@ impl Sim {
                         acks: 0,
                         spun: 0,
                         pv_halted: false,
+                        pv_new_head: false,
+                        pv_hashed: false,
                         wake_gen: 0,
                     });
                 }
@@ -735,11 +756,17 @@ impl Sim {
                     .max()
                     .unwrap_or(0);
                 let mut locks: Vec<Lock> = (0..nlocks)
-                    .map(|_| Lock { kind: LockKind::Tas, holder: None, waiters: VecDeque::new(), acquisitions: 0 })
+                    .map(|_| Lock {
+                        kind: LockKind::Tas,
+                        holder: None,
+                        waiters: VecDeque::new(),
+                        acquisitions: 0,
+                        slow: false,
+                    })
                     .collect();
                 for ph in &vmc.workload.phases {
                     if let Phase::Lock { lock, lock_kind, .. } = ph {
-                        locks[*lock as usize].kind = *lock_kind;
+                        locks[*lock as usize].kind = super::guest::effective_lock_kind(*lock_kind, vmc);
                     }
                 }
                 let policy = make_policy(group, vmc)?;

@@ -327,6 +327,12 @@ class Policy(_Base):
         dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
         kernel_filter: upstream: skip candidates preempted in guest user mode
             when the spinner is in kernel mode. Default True (since ~v4.14).
+        candidate_gate: upstream: the first candidate test of
+            ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
+            5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
+            interrupts": preempted, or woken from a halt and not yet running)
+            or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
+            woken vCPU that has not run yet is not a candidate).
         name: Python policies: the callable's name (the key it travels under).
         fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
             serialised, travels beside the JSON.
@@ -339,9 +345,11 @@ class Policy(_Base):
     kernel_filter: bool = True
     name: str = ""
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
+    candidate_gate: str = "ready"
 
     def __post_init__(self) -> None:
         _choice(self, "kind", POLICY_KINDS)
+        _choice(self, "candidate_gate", ("ready", "preempted"))
         _int(self, "esrch_budget", 0, U32_MAX)
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")
@@ -383,6 +391,26 @@ class Pv(_Base):
         guest_idle_poll_ns: guest idle polling before HLT (cpuidle-haltpoll),
             ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
             loads it; its own default is 200000, spec §5.4).
+        pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the
+            guest's ``kvm_spinlock_init`` returns early, so its ``pv_queued``
+            locks run the ``virt_spin_lock`` test-and-set fallback (any running
+            waiter may take a free lock, newcomers included: lock stealing).
+            Default True (KVM since 3.12).
+        kick_yield: KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+            (``kvm_pv_kick_cpu_op`` then ``kvm_sched_yield``; commit
+            266e85a5ec9 "KVM: X86: Boost queue head vCPU to mitigate lock
+            waiter preemption", Wanpeng Li, 2019). False: the kick only wakes
+            (hosts before it). Default True.
+        tlb_flush: KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown
+            IPI phase (``Ipi(tlb_flush=True)``) skips preempted targets, which
+            the host flushes at their next sched-in (``kvm_flush_tlb_multi``).
+            Default False (as before the option existed).
+        send_ipi: KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one
+            hypercall (``hypercall_ns``) for a multicast IPI instead of one
+            ICR-write exit per target (``icr_write_ns`` each). Default False.
+        icr_write_ns: cost of one ICR-write exit per IPI target when
+            ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
+            option existed; an era preset sets the hardware figure).
     """
 
     steal_time: bool = True
@@ -392,8 +420,16 @@ class Pv(_Base):
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
     guest_idle_poll_ns: int = 0
+    pv_spinlocks: bool = True
+    kick_yield: bool = True
+    tlb_flush: bool = False
+    send_ipi: bool = False
+    icr_write_ns: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
+            _bool(self, name)
+        _int(self, "icr_write_ns", 0, 10**9)
         _bool(self, "steal_time")
         _bool(self, "sched_yield")
         _bool(self, "apicv")
@@ -526,14 +562,18 @@ class Ipi(_Base):
     ``targets`` random other vCPUs (0 = all others) and spin until each has
     run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
     phase sets the handler length for all). ``targets`` default 0 (all
-    others); ``prob`` default 1.0."""
+    others); ``prob`` default 1.0. ``tlb_flush``: the IPI is a TLB
+    shootdown (``flush_tlb_multi``), which PV TLB flush (``Pv.tlb_flush``)
+    skips for preempted targets; default False."""
 
     kind: ClassVar[str] = "ipi"
     targets: int = 0
     handler_ns: int = 1000
     prob: float = 1.0
+    tlb_flush: bool = False
 
     def __post_init__(self) -> None:
+        _bool(self, "tlb_flush")
         _int(self, "targets", 0, 65535)
         _int(self, "handler_ns", 0, 10**9)
         _phase_common(self)
@@ -686,6 +726,48 @@ class Workload(_Base):
 
 
 @dataclass(frozen=True)
+class Guest(_Base):
+    """The guest kernel's own choices (its version), as opposed to the
+    host's (``Pv``, ``HaltPoll``, ``Ple``).
+
+    Attributes:
+        lock_model: ``"simple"`` (default; the simulator's first rules: FIFO
+            hand-off for every queued kind, the PV predecessor check only when
+            a waiter (re)starts spinning, mutex spinners watch the owner only)
+            or ``"kernel"``: ``pv_queued`` is the PV qspinlock of
+            kernel/locking/qspinlock_paravirt.h — one steal attempt at
+            slow-path entry (``pv_queued_spin_steal_lock``, refused while the
+            queue head spins with the pending bit set), queue nodes spin
+            SPIN_THRESHOLD iterations or stop early when the previous node is
+            not running (``pv_wait_node``, ``pv_wait_early``, re-checked when
+            that node halts), the head spins SPIN_THRESHOLD iterations afresh
+            (``pv_wait_head_or_lock``) then halts, the unlock frees the lock
+            and kicks a halted head (``__pv_queued_spin_unlock_slowpath``);
+            mutex spinners queue in an OSQ and give up when the spinner before
+            them is on a preempted vCPU (``osq_lock``).
+        pv_wait_early: kernel lock model: ``"prev_halted"`` (default; the
+            rule since 4.x and again since 89340d0935c9, Oct 2019) or
+            ``"prev_halted_or_preempted"`` (75437bb304b2 "locking/pvqspinlock:
+            Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
+            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
+            node also halts when the previous node's vCPU is preempted).
+        vcpu_is_preempted: the guest asks ``vcpu_is_preempted()`` in
+            ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
+            False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
+            ``Pv.steal_time``. Default True.
+    """
+
+    lock_model: str = "simple"
+    pv_wait_early: str = "prev_halted"
+    vcpu_is_preempted: bool = True
+
+    def __post_init__(self) -> None:
+        _choice(self, "lock_model", ("simple", "kernel"))
+        _choice(self, "pv_wait_early", ("prev_halted", "prev_halted_or_preempted"))
+        _bool(self, "vcpu_is_preempted")
+
+
+@dataclass(frozen=True)
 class Vm(_Base):
     """A VM (or ``count`` identical VMs).
 
@@ -697,7 +779,7 @@ class Vm(_Base):
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.
-        ple, policy, pv, halt_poll: see their classes.
+        ple, policy, pv, halt_poll, guest: see their classes.
     """
 
     vcpus: int = 4
@@ -709,13 +791,15 @@ class Vm(_Base):
     policy: Policy = field(default_factory=Policy)
     pv: Pv = field(default_factory=Pv)
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
+    guest: Guest = field(default_factory=Guest)
 
     def __post_init__(self) -> None:
         _int(self, "vcpus", 1, 65536)
         _int(self, "count", 1, 65536)
         _int(self, "threads", 0, 16 * self.vcpus)
         _int(self, "weight", 2, 88761)
-        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll)):
+        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll),
+                          ("guest", Guest)):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
         for i, p in enumerate(self.workload.phases):
@@ -726,7 +810,7 @@ class Vm(_Base):
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll}.get(name)
+        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
         return typ.from_dict(v) if typ else v
 
 
