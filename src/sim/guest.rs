@@ -1276,3 +1276,7 @@ impl Sim {
         order.clone().find(|&c| self.guest_idle_cpu(c) && !(st && self.vcpus[c].st_preempted)).unwrap_or(prev)
     }
 }
+
+#[cfg(test)]
+#[path = "guest_tests.rs"]
+mod tests;
