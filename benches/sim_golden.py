@@ -53,8 +53,8 @@ def configs() -> dict[str, sim.Config]:
     c["ebizzy2_python"] = S.ebizzy_2012(2, P.python(P.DyEligibleInPython()), duration_ns=5 * MS, seed=4)
     for placement in ("available_idle", "pcpu_is_idle"):
         c[f"pcpu_idle_{placement}"] = S.pcpu_is_idle_2021(placement, 0.2, iterations=10, compute_ns=200_000, seed=6)
-    for hp in ("fixed", "dynamic"):
-        c[f"halt_poll_{hp}"] = sim.Config(
+    for hp in ("fixed", "block-time"):
+        c[f"halt_poll_{hp}".replace("block-time", "dynamic")] = sim.Config(
             host=Host(pcpus=8, background=Background(utilization=0.1)),
             vms=(Vm(vcpus=8, count=2, workload=presets.parsec_barrier_like(compute_ns=50_000, iterations=0),
                     halt_poll=HaltPoll(policy=hp)),),

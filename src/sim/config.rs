@@ -310,69 +310,12 @@ impl Default for PvConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum HaltPollPolicy {
-    /// No host polling: a halting vCPU blocks at once.
-    Off,
-    /// Always poll up to `max_ns` (Feb 2015, fixed halt_poll_ns).
-    Fixed,
-    /// Upstream dynamic polling decided from the whole block time (§3.2).
-    Dynamic,
-    /// The 2015 v4 proposal (never merged): grow when the wake-up came while
-    /// polling, shrink after an idle (> 10 ms) halt (halt_poll.rs).
-    DynamicV4,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HaltPollConfig {
-    pub policy: HaltPollPolicy,
-    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns.
-    pub max_ns: u64,
-    /// halt_poll_ns_grow.
-    pub grow: u64,
-    /// halt_poll_ns_grow_start, ns.
-    pub grow_start_ns: u64,
-    /// halt_poll_ns_shrink (0 = reset to 0).
-    pub shrink: u64,
-    /// False when the guest turned host polling off (MSR_KVM_POLL_CONTROL bit 0 = 0).
-    pub poll_allowed: bool,
-}
-
-impl Default for HaltPollConfig {
-    fn default() -> Self {
-        HaltPollConfig {
-            policy: HaltPollPolicy::Off,
-            max_ns: 200_000,
-            grow: 2,
-            grow_start_ns: 10_000,
-            shrink: 2,
-            poll_allowed: true,
-        }
-    }
-}
-
-impl HaltPollConfig {
-    /// The same settings for the shared `kvm_vcpu_halt` state machine
-    /// (`halt_poll::HaltPollState`), which the engine drives.
-    pub fn state_machine(&self) -> super::halt_poll::HaltPollConfig {
-        use super::halt_poll::Policy;
-        let mut c = super::halt_poll::HaltPollConfig::new(match self.policy {
-            HaltPollPolicy::Off => Policy::Off,
-            HaltPollPolicy::Fixed => Policy::Fixed,
-            HaltPollPolicy::Dynamic => Policy::BlockTime,
-            HaltPollPolicy::DynamicV4 => Policy::DynamicV4,
-        });
-        c.halt_poll_ns = self.max_ns;
-        // validated <= 1024 (grow, shrink); the kernel's parameters are uint
-        c.grow = self.grow as u32;
-        c.grow_start = self.grow_start_ns;
-        c.shrink = self.shrink as u32;
-        c.poll_allowed = self.poll_allowed;
-        c
-    }
-}
+/// Host halt polling: the one configuration type and policy vocabulary of
+/// `halt_poll.rs`, shared by the engine and the calibration model (JSON
+/// `max_ns` / `grow_start_ns` are aliases of `halt_poll_ns` / `grow_start`;
+/// the engine's first policy names `dynamic` and `dynamic_v4` are aliases of
+/// `block-time` and `dynamic-v4`).
+pub use super::halt_poll::{HaltPollConfig, Policy as HaltPollPolicy};
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -672,14 +615,13 @@ impl SimConfig {
             })?;
             check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
             let hp = &vm.halt_poll;
-            check(hp.max_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns)
+            check(hp.halt_poll_ns <= u32::MAX as u64, || {
+                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.halt_poll_ns)
             })?;
             check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
             check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
-            check(hp.grow_start_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns"))
-            })?;
+            check(hp.grow_start <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
+            hp.validate().map_err(|e| format!("{}: {e}", f("halt_poll")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }

@@ -673,7 +673,7 @@ impl Sim {
                 let nthread = if vmc.threads == 0 { vmc.vcpus } else { vmc.threads };
                 let vcpu0 = sim.vcpus.len() as u32;
                 let thread0 = sim.threads.len() as u32;
-                let halt_poll = vmc.halt_poll.state_machine();
+                let halt_poll = vmc.halt_poll.clone();
                 for i in 0..vmc.vcpus {
                     let cpu = pins[g];
                     g += 1;

@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -439,6 +440,28 @@ class Pv(_Base):
         _int(self, "guest_idle_poll_ns", 0, 10**9)
 
 
+#: Halt-polling policy names, one vocabulary for the engine (:class:`HaltPoll`)
+#: and the calibration model (:class:`vcpulab.sim.halt_poll.Params`).
+HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
+#: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
+HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
+
+
+def halt_poll_policy(owner: str, name: Any) -> str:
+    """The canonical halt-polling policy name for ``name``: one of
+    :data:`HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
+    ``"dynamic_v4"``) gives its new name with a DeprecationWarning; anything
+    else raises ValueError naming ``owner`` and the valid names."""
+    if isinstance(name, str) and name in HALT_POLL_OLD_NAMES:
+        new = HALT_POLL_OLD_NAMES[name]
+        warnings.warn(f"{owner}.policy {name!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=4)
+        return new
+    if not isinstance(name, str) or name not in HALT_POLL_POLICIES:
+        valid = ", ".join(map(repr, HALT_POLL_POLICIES))
+        raise ValueError(f"{owner}.policy must be one of {valid}, got {name!r}")
+    return name
+
+
 @dataclass(frozen=True)
 class HaltPoll(_Base):
     """Host halt polling (spec §3): before a halting vCPU blocks, its thread
@@ -446,14 +469,17 @@ class HaltPoll(_Base):
 
     Attributes:
         policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"dynamic"``
-            (upstream: the per-vCPU window grows when a halt was short and
-            shrinks when it was longer than ``max_ns``, §3.2) or
-            ``"dynamic_v4"`` (the 2015 v4 proposal, never merged: grow when
-            the wake-up came while polling, shrink after an idle halt of
-            more than 10 ms; vcpulab's reconstruction, see
-            :mod:`vcpulab.sim.halt_poll`). The window and the stats come from
-            the same per-vCPU state machine as :mod:`vcpulab.sim.halt_poll`.
+            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"block-time"``
+            (upstream since 4.3: the per-vCPU window grows when a halt was
+            short and shrinks when it was longer than ``max_ns``, §3.2),
+            ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
+            proposals, never merged; vcpulab's reconstructions from the
+            review, see :mod:`vcpulab.sim.halt_poll`). The same names as
+            ``halt_poll.Params.policy``; the old ``"dynamic"`` and
+            ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
+            with a DeprecationWarning. The window and the stats come from
+            the same per-vCPU state machine (and the same Rust configuration
+            type) as :mod:`vcpulab.sim.halt_poll`.
         max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
             200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
         grow: halt_poll_ns_grow. Default 2 (kernel).
@@ -477,7 +503,7 @@ class HaltPoll(_Base):
     poll_allowed: bool = True
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off", "fixed", "dynamic", "dynamic_v4"))
+        object.__setattr__(self, "policy", halt_poll_policy("HaltPoll", self.policy))
         _int(self, "max_ns", 0, U32_MAX)
         _int(self, "grow", 0, 1024)
         _int(self, "grow_start_ns", 0, U32_MAX)
