@@ -252,7 +252,27 @@ pub enum Placement {
     AvailableIdle,
     /// First prefer idle vCPUs whose host CPU is idle (pcpu_is_idle, 2021 proposal),
     /// counting a preempted one as available; then available_idle_cpu.
+    /// vcpulab's first model: the host CPU's state is read live.
     PcpuIsIdle,
+    /// The 2021 RFC as posted ("KVM: x86: Introduce .pcpu_is_idle() stub
+    /// infrastructure" and 2-4/4, Tianqiang Xu et al., Aug 2021): the guest's
+    /// fair.c uses `available_idle_cpu_sched` = guest-idle && the vCPU's
+    /// steal-time `is_idle` byte (no preemption check). The host writes the
+    /// byte in `kvm_arch_vcpu_put` (1 if the CPU's nr_running <= 1, else
+    /// cleared) and in `record_steal_time` (the vCPU that last entered the
+    /// guest on this CPU is cleared if another, set if the same); the posted
+    /// clear returns early when the byte is set, so a set byte stays set.
+    PcpuIsIdleRfc,
+    /// The same write points with a clear that clears (what the patch's
+    /// description says the byte means).
+    PcpuIsIdleRfcCleared,
+}
+
+impl Placement {
+    /// One of the two models of the 2021 RFC's `is_idle` byte.
+    pub fn is_rfc(self) -> bool {
+        matches!(self, Placement::PcpuIsIdleRfc | Placement::PcpuIsIdleRfcCleared)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

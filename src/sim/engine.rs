@@ -471,6 +471,9 @@ pub struct Vcpu {
     // host halt polling (§3): kvm_vcpu_halt's window, halt in progress and stats
     pub hp: HaltPollState,
     pub c: VcpuCounters,
+    /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
+    /// written by the host (`Placement::PcpuIsIdleRfc*`).
+    pub st_is_idle: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -563,6 +566,9 @@ pub struct Vm {
     pub halt_poll: HaltPollConfig,
 }
 
+/// No vCPU (`Sim::pre_run_vcpu`).
+pub const NO_VCPU: u32 = u32::MAX;
+
 pub struct Sim {
     pub cfg: SimConfig,
     pub now: Ns,
@@ -596,6 +602,9 @@ pub struct Sim {
     pub stuck: Option<String>,
     /// Some task may run on any CPU (newidle balancing is on).
     pub any_unpinned: bool,
+    /// Per host CPU: the vCPU that last entered the guest there
+    /// (`this_cpu_pre_run_vcpu` of the 2021 pcpu_is_idle RFC; NO_VCPU if none).
+    pub pre_run_vcpu: Vec<u32>,
     same_time: u64,
 }
 
@@ -650,6 +659,7 @@ impl Sim {
             boost_cpu: NO_CPU,
             stuck: None,
             any_unpinned: false,
+            pre_run_vcpu: vec![NO_VCPU; p as usize],
             same_time: 0,
         };
         // Placement of vCPU threads.
@@ -725,6 +735,7 @@ impl Sim {
                         gen: 0,
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
+                        st_is_idle: false,
                     });
                     sim.ready.push(false);
                 }

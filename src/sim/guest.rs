@@ -56,6 +56,10 @@ impl Sim {
         vc.steal_ns = run_delay;
         vc.posted_irq = false;
         vc.pv_unhalted = false;
+        if self.vms[vm].cfg.pv.placement.is_rfc() {
+            self.rfc_record_steal_time(v, cpu);
+        }
+        let vc = &mut self.vcpus[v];
         if vc.in_spin_loop {
             // back from schedule() inside yield_to: kvm_vcpu_on_spin returns.
             vc.in_spin_loop = false;
@@ -91,6 +95,9 @@ impl Sim {
         let now = self.now;
         if runnable {
             self.ready[v] = true;
+        }
+        if self.vms[vm].cfg.pv.placement.is_rfc() {
+            self.rfc_vcpu_put(v);
         }
         let vc = &mut self.vcpus[v];
         vc.running = None;
@@ -1263,17 +1270,61 @@ impl Sim {
         rq.queue.iter().chain(rq.curr.iter()).all(|&x| x == mine)
     }
 
+    /// `kvm_arch_vcpu_put` of the 2021 RFC (vCPU `v` is being switched out
+    /// of its CPU): the `is_idle` byte is set if the CPU's nr_running is <= 1
+    /// (a halting vCPU no longer counts itself; a preempted one does), else
+    /// cleared (as posted: not if it is set).
+    fn rfc_vcpu_put(&mut self, v: usize) {
+        let Some(cpu) = self.vcpus[v].running else { return };
+        if self.nr_running(cpu as usize) <= 1 {
+            self.vcpus[v].st_is_idle = true;
+        } else {
+            self.rfc_clear_is_idle(v);
+        }
+    }
+
+    /// `record_steal_time` of the 2021 RFC (vCPU `v` enters the guest on
+    /// `cpu`): the vCPU that last entered there is cleared if it is another
+    /// one, set again if it is this one; then `v` is the last one.
+    fn rfc_record_steal_time(&mut self, v: usize, cpu: usize) {
+        let old = self.pre_run_vcpu[cpu];
+        if old != NO_VCPU {
+            if old as usize != v {
+                self.rfc_clear_is_idle(old as usize);
+            } else {
+                self.vcpus[v].st_is_idle = true;
+            }
+        }
+        self.pre_run_vcpu[cpu] = v as u32;
+    }
+
+    /// `kvm_steal_time_clear_is_idle`: as posted it returns early when the
+    /// byte is set (so it never clears); `PcpuIsIdleRfcCleared` clears.
+    fn rfc_clear_is_idle(&mut self, v: usize) {
+        let vm = self.vm_of(v);
+        if self.vms[vm].cfg.pv.placement == Placement::PcpuIsIdleRfcCleared {
+            self.vcpus[v].st_is_idle = false;
+        }
+    }
+
     fn place(&self, vm: usize, prev: usize) -> usize {
         let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
         let pv = &self.vms[vm].cfg.pv;
         let order = (0..n).map(|i| v0 + (prev - v0 + i) % n);
+        if pv.placement.is_rfc() {
+            // fair.c's available_idle_cpu() calls became available_idle_cpu_sched():
+            // idle_cpu(cpu) && pcpu_is_idle(cpu), the byte the host last wrote
+            // (without steal time the guest reads no byte: pcpu_is_idle() is false)
+            let st = pv.steal_time;
+            return order.clone().find(|&c| self.guest_idle_cpu(c) && st && self.vcpus[c].st_is_idle).unwrap_or(prev);
+        }
         if pv.placement == Placement::PcpuIsIdle {
             if let Some(c) = order.clone().find(|&c| self.guest_idle_cpu(c) && self.pcpu_is_idle(c)) {
                 return c;
             }
         }
-        let st = pv.steal_time;
-        order.clone().find(|&c| self.guest_idle_cpu(c) && !(st && self.vcpus[c].st_preempted)).unwrap_or(prev)
+        // available_idle_cpu(): idle_cpu(cpu) && !vcpu_is_preempted(cpu)
+        order.clone().find(|&c| self.guest_idle_cpu(c) && !self.vcpu_is_preempted(vm, c)).unwrap_or(prev)
     }
 }
 

@@ -263,3 +263,93 @@ fn the_lock_kinds_differ_where_the_kernel_differs() {
     assert_eq!(fallback.vcpus, tas.vcpus);
     assert_eq!(sum(&fallback, "kicks"), 0);
 }
+
+// ------------------------------------------------- pcpu_is_idle (2021 RFC)
+
+/// One VM, 2 vCPUs pinned on 2 CPUs, one thread (vCPU 1 halts), `bg` host
+/// background load per CPU, wake-up placement `placement`.
+fn rfc(placement: Placement, bg: f64) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig {
+            pcpus: 2,
+            affinity: Affinity::RoundRobin,
+            background: Background { utilization: bg, burst_ns: 200_000, weight: 1024 },
+            ..Default::default()
+        },
+        vms: vec![VmConfig {
+            vcpus: 2,
+            threads: 1,
+            pv: PvConfig { placement, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Compute { ns: 300_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
+                    Phase::Sleep { ns: 100_000, dist: Dist::Exp, prob: 1.0 },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_is_idle_byte_is_a_snapshot_written_at_put_and_entry() {
+    // vCPU 1 has no thread: it halts at once on CPU 1, which is otherwise idle
+    // (nr_running 0 at its put): the byte is set
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfcCleared, 0.0));
+    s.step_until(50_000).unwrap();
+    assert!(s.vcpus[1].halted && s.vcpus[1].st_is_idle);
+    // record_steal_time: another vCPU entering on the CPU clears the previous
+    // one's byte (the cleared variant), the same vCPU re-entering sets its own
+    s.vcpus[0].st_is_idle = true;
+    s.pre_run_vcpu[1] = 0;
+    s.rfc_record_steal_time(1, 1);
+    assert!(!s.vcpus[0].st_is_idle && s.pre_run_vcpu[1] == 1);
+    s.vcpus[1].st_is_idle = false;
+    s.rfc_record_steal_time(1, 1);
+    assert!(s.vcpus[1].st_is_idle);
+    // as posted, kvm_steal_time_clear_is_idle returns early on a set byte
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfc, 0.0));
+    s.step_until(50_000).unwrap();
+    s.vcpus[0].st_is_idle = true;
+    s.rfc_clear_is_idle(0);
+    assert!(s.vcpus[0].st_is_idle, "the posted clear never clears a set byte");
+}
+
+#[test]
+fn the_guest_sees_a_stale_is_idle_while_the_host_cpu_is_busy() {
+    // with host background load on CPU 1, there are instants where vCPU 1 is
+    // halted, its byte still says "idle" (written when it halted), and yet a
+    // host task runs there: the live view (pcpu_is_idle) says busy
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfcCleared, 0.5));
+    let mut stale = 0;
+    let mut fresh = 0;
+    for k in 1..4000 {
+        s.step_until(k * 10_000).unwrap();
+        if s.vcpus[1].halted && s.vcpus[1].running.is_none() && s.guest_idle_cpu(1) {
+            match (s.vcpus[1].st_is_idle, s.pcpu_is_idle(1)) {
+                (true, false) => stale += 1,
+                (true, true) => fresh += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(stale > 0 && fresh > 0, "stale {stale}, fresh {fresh}");
+    // and the placement reads the byte, not the host CPU
+    let c = rfc(Placement::PcpuIsIdleRfcCleared, 0.5);
+    let mut s = sim_of(&c);
+    s.step_until(50_000).unwrap();
+    s.vcpus[1].st_is_idle = true;
+    s.vcpus[1].st_preempted = true; // no preemption check in available_idle_cpu_sched
+    assert!(s.guest_idle_cpu(1));
+    assert_eq!(s.place(0, 1), 1);
+    // upstream available_idle_cpu refuses the preempted vCPU
+    let mut c = c.clone();
+    c.vms[0].pv.placement = Placement::AvailableIdle;
+    let mut u = sim_of(&c);
+    u.step_until(50_000).unwrap();
+    u.vcpus[1].st_preempted = true;
+    assert!(u.guest_idle_cpu(1) && u.vcpu_is_preempted(0, 1), "not available to available_idle_cpu");
+}

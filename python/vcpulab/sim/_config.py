@@ -381,10 +381,23 @@ class Pv(_Base):
             to the first preempted target. Default True.
         apicv: posted interrupts: a pending IPI makes a candidate dy_runnable.
             Default True.
-        placement: guest wake-up placement: ``"available_idle"`` (upstream:
-            idle and not preempted) or ``"pcpu_is_idle"`` (2021 proposal: first
-            prefer idle vCPUs whose host CPU is idle, counting a preempted one
-            as available). Default ``"available_idle"``.
+        placement: guest wake-up placement: ``"available_idle"`` (upstream
+            ``available_idle_cpu``: guest-idle and not ``vcpu_is_preempted``),
+            ``"pcpu_is_idle"`` (vcpulab's first model of the 2021 proposal:
+            first prefer guest-idle vCPUs whose host CPU runs nothing else,
+            read live, counting a preempted one as available),
+            ``"pcpu_is_idle_rfc"`` (the RFC as posted, "[PATCH 1-4/4] KVM: x86:
+            Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
+            Dingji Li, Zeyu Mi, 31 Aug 2021,
+            https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/:
+            fair.c's ``available_idle_cpu`` becomes guest-idle && the vCPU's
+            steal-time ``is_idle`` byte, a snapshot the host writes when the
+            vCPU is put — 1 if its CPU's nr_running is <= 1 — and when a vCPU
+            enters the guest — the previous vCPU on that CPU cleared, or
+            itself set again; as posted the clear returns early when the byte
+            is set, so a set byte stays set) or ``"pcpu_is_idle_rfc_cleared"``
+            (the same write points with a clear that clears). Default
+            ``"available_idle"``.
         hypercall_ns: cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
             Default 1500 (assumption).
         halt_exit_ns: cost of a HLT exit before blocking, ns. Default 1500
@@ -434,7 +447,7 @@ class Pv(_Base):
         _bool(self, "steal_time")
         _bool(self, "sched_yield")
         _bool(self, "apicv")
-        _choice(self, "placement", ("available_idle", "pcpu_is_idle"))
+        _choice(self, "placement", ("available_idle", "pcpu_is_idle", "pcpu_is_idle_rfc", "pcpu_is_idle_rfc_cleared"))
         _int(self, "hypercall_ns", 0, 10**9)
         _int(self, "halt_exit_ns", 0, 10**9)
         _int(self, "guest_idle_poll_ns", 0, 10**9)
