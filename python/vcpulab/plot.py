@@ -7,6 +7,8 @@
 * :func:`time_breakdown` — stacked bars of where each vCPU's (or VM's) time went.
 * :func:`policy_comparison` — a metric per policy with 95 % error bars over seeds.
 * :func:`steal_over_time`, :func:`stats_over_time` — real-KVM runs over time.
+* :func:`validation` — published vs simulated, case by case, with 95 % CIs
+  (a :func:`vcpulab.validation.validate` frame).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ __all__ = [
     "stats_over_time",
     "steal_over_time",
     "time_breakdown",
+    "validation",
     "vcpu_color",
 ]
 
@@ -338,4 +341,68 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
     ax.set_ylabel("per second (all vCPUs)" if per_second else "per interval")
     ax.legend(fontsize=7)
     fig.tight_layout()
+    return fig
+
+
+def _effect(metric: str, v: float | None) -> float:
+    """A comparison's effect on one axis: the change for change metrics, ratio − 1 for ratios (0 = no effect)."""
+    if v is None or not np.isfinite(v):
+        return float("nan")
+    return float(v) - 1.0 if metric == "ratio" else float(v)
+
+
+def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
+    """Published vs simulated for a :func:`vcpulab.validation.validate` frame.
+
+    Left: each simulated comparison with a published magnitude, published
+    effect (x) against the simulated mean (y) with its 95 % CI, on symlog
+    axes (effect = the change for change metrics, ratio − 1 for ratios); the
+    diagonal is agreement and the dashed lines bound "within 2x"; green: right
+    direction and within 2x, orange: right direction only, red: wrong
+    direction. Right: simulated ÷ published per case (log scale; the band is
+    within 2x), shares included. Saved as PNG when ``path`` is given."""
+    need = {"case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "status"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ValueError(f"validation: not a validate() frame, missing columns {sorted(missing)}")
+    plt = _plt()
+    sim = df.filter((pl.col("status") == "simulated") & pl.col("published").is_not_null() & pl.col("sim_mean").is_not_null())
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, max(4.0, 0.22 * sim.height + 1.5)), gridspec_kw={"width_ratios": [1.1, 1]})
+    comp = sim.filter(pl.col("metric") != "share")
+    lim = 1e-3
+    for r in comp.iter_rows(named=True):
+        m = r["metric"]
+        x, y = _effect(m, r["published"]), _effect(m, r["sim_mean"])
+        lo, hi = _effect(m, r["ci_low"]), _effect(m, r["ci_high"])
+        err = [[max(0.0, y - lo) if np.isfinite(lo) else 0.0], [max(0.0, hi - y) if np.isfinite(hi) else 0.0]]
+        c = "#2e8b57" if r["direction_ok"] and r["within_2x"] else ("#e69500" if r["direction_ok"] else "#c0392b")
+        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2)
+        lim = max(lim, abs(x), abs(y))
+    t = np.linspace(-lim * 1.2, lim * 1.2, 400)
+    ax.plot(t, t, color="0.3", lw=0.8)
+    for f in (2.0, 0.5):
+        ax.plot(t, f * t, color="0.6", lw=0.7, ls="--")
+    ax.axhline(0, color="0.8", lw=0.6)
+    ax.axvline(0, color="0.8", lw=0.6)
+    ax.set_xscale("symlog", linthresh=0.05)
+    ax.set_yscale("symlog", linthresh=0.05)
+    ax.set_xlabel("published effect (change, or ratio − 1)")
+    ax.set_ylabel("simulated effect (mean, 95 % CI)")
+    ax.set_title(f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
+                 fontsize=8)  # fmt: skip
+    rat = sim.filter(pl.col("sim_over_pub").is_not_null() & (pl.col("sim_over_pub") > 0))
+    ys = np.arange(rat.height)
+    vals = rat["sim_over_pub"].to_numpy()
+    cols = ["#2e8b57" if w else "#c0392b" for w in rat["within_2x"].to_list()]
+    bx.barh(ys, vals, color=cols, left=0)
+    bx.set_xscale("log")
+    bx.axvspan(0.5, 2.0, color="#2e8b57", alpha=0.12)
+    bx.axvline(1.0, color="0.3", lw=0.8)
+    bx.set_yticks(ys, rat["case"].to_list(), fontsize=6)
+    bx.invert_yaxis()
+    bx.set_xlabel("simulated ÷ published (log)")
+    bx.set_title("magnitude per case (band: within 2x); wrong-sign cases are not shown", fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(str(path), dpi=110)
     return fig
