@@ -140,3 +140,32 @@ def test_candidate_gate_preempted_skips_woken_vcpus() -> None:
     # more candidates: more successful yields per pause-loop exit
     rate = lambda r: r.vcpus["yield_ok"].sum() / max(1, r.vcpus["ple_exits"].sum())  # noqa: E731
     assert rate(ready) > rate(preempted)
+
+
+def test_parsec_like_kernels_differ_in_synchronisation() -> None:
+    walls = {}
+    for name, wl in (
+        ("barrier", presets.parsec_barrier_like(iterations=10)),
+        ("pipeline", presets.parsec_pipeline_like(iterations=10)),
+        ("task_queue", presets.parsec_task_queue_like(iterations=40)),
+        ("lock_heavy", presets.parsec_lock_heavy_like(iterations=25)),
+    ):
+        cfg = sim.Config(host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),
+                         vms=(sim.Vm(vcpus=8, threads=12, workload=wl),), duration_ns=2_000 * MS, seed=1)
+        r = sim.run(cfg)
+        assert r.vms["finished"][0], name
+        walls[name] = int(r.vms["wall_ns"][0])
+        # the threads block (futex-like waits): vCPUs halt
+        assert int(r.vcpus["halt_exits"].sum()) > 0, name
+    assert len(set(walls.values())) == 4, walls
+
+
+def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None:
+    def tput(threads: int, mmap_sem: bool) -> float:
+        vm = sim.Vm(vcpus=16, count=2, threads=threads, workload=presets.ebizzy_like(mmap_sem=mmap_sem))
+        return float(sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1))
+                     .summary["throughput_ops_s"][0])
+
+    # without blocking, a second thread per vCPU only time-shares the vCPU
+    assert tput(16, False) == tput(32, False)
+    assert tput(16, True) != tput(32, True)
