@@ -116,7 +116,7 @@ def test_eras_differ_where_the_kernels_did():
     assert e12.guest["lock_kind"].value == "ticket" and e15.guest["lock_kind"].value == "pv_queued"
     assert e15.values("pv")["steal_time"] is False and e19.values("pv")["steal_time"] is True
     assert e19.values("host")["next_buddy"] == "always" and e6.values("host")["next_buddy"] == "eligible"
-    assert e12.values("halt_poll")["policy"] == "off" and e15.values("halt_poll")["policy"] == "dynamic"
+    assert e12.values("halt_poll")["policy"] == "off" and e15.values("halt_poll")["policy"] == "block-time"
     with pytest.raises(ValueError, match="unknown era"):
         V.era("1999")
 

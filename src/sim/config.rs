@@ -368,6 +368,18 @@ pub struct PolicyConfig {
     pub kernel_filter: bool,
     /// Python: a name for the callable (the callable itself is not serialised).
     pub name: String,
+    /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
+    pub candidate_gate: CandidateGate,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateGate {
+    /// `vcpu->ready` (since 5.3, d73eb57b80b9 "KVM: Boost vCPUs that are
+    /// delivering interrupts"): preempted, or woken and not yet running.
+    Ready,
+    /// `vcpu->preempted` (before 5.3): only vCPUs scheduled out while runnable.
+    Preempted,
 }
 
 impl Default for PolicyConfig {
@@ -379,6 +391,7 @@ impl Default for PolicyConfig {
             dy_eligible: true,
             kernel_filter: true,
             name: String::new(),
+            candidate_gate: CandidateGate::Ready,
         }
     }
 }
@@ -390,7 +403,27 @@ pub enum Placement {
     AvailableIdle,
     /// First prefer idle vCPUs whose host CPU is idle (pcpu_is_idle, 2021 proposal),
     /// counting a preempted one as available; then available_idle_cpu.
+    /// vcpulab's first model: the host CPU's state is read live.
     PcpuIsIdle,
+    /// The 2021 RFC as posted ("KVM: x86: Introduce .pcpu_is_idle() stub
+    /// infrastructure" and 2-4/4, Tianqiang Xu et al., Aug 2021): the guest's
+    /// fair.c uses `available_idle_cpu_sched` = guest-idle && the vCPU's
+    /// steal-time `is_idle` byte (no preemption check). The host writes the
+    /// byte in `kvm_arch_vcpu_put` (1 if the CPU's nr_running <= 1, else
+    /// cleared) and in `record_steal_time` (the vCPU that last entered the
+    /// guest on this CPU is cleared if another, set if the same); the posted
+    /// clear returns early when the byte is set, so a set byte stays set.
+    PcpuIsIdleRfc,
+    /// The same write points with a clear that clears (what the patch's
+    /// description says the byte means).
+    PcpuIsIdleRfcCleared,
+}
+
+impl Placement {
+    /// One of the two models of the 2021 RFC's `is_idle` byte.
+    pub fn is_rfc(self) -> bool {
+        matches!(self, Placement::PcpuIsIdleRfc | Placement::PcpuIsIdleRfcCleared)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -410,6 +443,23 @@ pub struct PvConfig {
     pub halt_exit_ns: u64,
     /// Guest idle poll before HLT (cpuidle-haltpoll), ns; 0 = HLT at once.
     pub guest_idle_poll_ns: u64,
+    /// KVM_FEATURE_PV_UNHALT offered: the guest's `pv_queued` locks use the
+    /// PV slow path; false: `kvm_spinlock_init` returns early and the guest's
+    /// `virt_spin_lock` test-and-set fallback runs instead (lock stealing).
+    pub pv_spinlocks: bool,
+    /// KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+    /// (`kvm_pv_kick_cpu_op` + `kvm_sched_yield`, "Boost queue head vCPU",
+    /// 2019); false: the kick only wakes it (hosts before 5.2).
+    pub kick_yield: bool,
+    /// KVM_FEATURE_PV_TLB_FLUSH (4.16): a TLB-shootdown IPI skips preempted
+    /// targets, which flush at their next sched-in (`kvm_flush_tlb_multi`).
+    pub tlb_flush: bool,
+    /// KVM_FEATURE_PV_SEND_IPI (4.19): one hypercall sends a multicast IPI;
+    /// false: one ICR-write exit per target (`icr_write_ns` each).
+    pub send_ipi: bool,
+    /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
+    /// (0: sending is free, as before this field existed).
+    pub icr_write_ns: u64,
 }
 
 impl Default for PvConfig {
@@ -422,73 +472,21 @@ impl Default for PvConfig {
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
             guest_idle_poll_ns: 0,
+            pv_spinlocks: true,
+            kick_yield: true,
+            tlb_flush: false,
+            send_ipi: false,
+            icr_write_ns: 0,
         }
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum HaltPollPolicy {
-    /// No host polling: a halting vCPU blocks at once.
-    Off,
-    /// Always poll up to `max_ns` (Feb 2015, fixed halt_poll_ns).
-    Fixed,
-    /// Upstream dynamic polling decided from the whole block time (§3.2).
-    Dynamic,
-    /// The 2015 v4 proposal (never merged): grow when the wake-up came while
-    /// polling, shrink after an idle (> 10 ms) halt (halt_poll.rs).
-    DynamicV4,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HaltPollConfig {
-    pub policy: HaltPollPolicy,
-    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns.
-    pub max_ns: u64,
-    /// halt_poll_ns_grow.
-    pub grow: u64,
-    /// halt_poll_ns_grow_start, ns.
-    pub grow_start_ns: u64,
-    /// halt_poll_ns_shrink (0 = reset to 0).
-    pub shrink: u64,
-    /// False when the guest turned host polling off (MSR_KVM_POLL_CONTROL bit 0 = 0).
-    pub poll_allowed: bool,
-}
-
-impl Default for HaltPollConfig {
-    fn default() -> Self {
-        HaltPollConfig {
-            policy: HaltPollPolicy::Off,
-            max_ns: 200_000,
-            grow: 2,
-            grow_start_ns: 10_000,
-            shrink: 2,
-            poll_allowed: true,
-        }
-    }
-}
-
-impl HaltPollConfig {
-    /// The same settings for the shared `kvm_vcpu_halt` state machine
-    /// (`halt_poll::HaltPollState`), which the engine drives.
-    pub fn state_machine(&self) -> super::halt_poll::HaltPollConfig {
-        use super::halt_poll::Policy;
-        let mut c = super::halt_poll::HaltPollConfig::new(match self.policy {
-            HaltPollPolicy::Off => Policy::Off,
-            HaltPollPolicy::Fixed => Policy::Fixed,
-            HaltPollPolicy::Dynamic => Policy::BlockTime,
-            HaltPollPolicy::DynamicV4 => Policy::DynamicV4,
-        });
-        c.halt_poll_ns = self.max_ns;
-        // validated <= 1024 (grow, shrink); the kernel's parameters are uint
-        c.grow = self.grow as u32;
-        c.grow_start = self.grow_start_ns;
-        c.shrink = self.shrink as u32;
-        c.poll_allowed = self.poll_allowed;
-        c
-    }
-}
+/// Host halt polling: the one configuration type and policy vocabulary of
+/// `halt_poll.rs`, shared by the engine and the calibration model (JSON
+/// `max_ns` / `grow_start_ns` are aliases of `halt_poll_ns` / `grow_start`;
+/// the engine's first policy names `dynamic` and `dynamic_v4` are aliases of
+/// `block-time` and `dynamic-v4`).
+pub use super::halt_poll::{HaltPollConfig, Policy as HaltPollPolicy};
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -549,6 +547,10 @@ pub enum Phase {
         handler_ns: u64,
         #[serde(default = "one")]
         prob: f64,
+        /// A TLB shootdown (flush_tlb_mm_range → flush_tlb_multi): with PV TLB
+        /// flush, preempted targets are skipped and flush at sched-in.
+        #[serde(default)]
+        tlb_flush: bool,
     },
     Barrier {
         #[serde(default = "one")]
@@ -628,6 +630,50 @@ impl Default for WorkloadConfig {
     }
 }
 
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LockModel {
+    /// The simulator's first lock rules (FIFO hand-off for every queued kind;
+    /// the PV predecessor check only when a waiter (re)starts spinning).
+    Simple,
+    /// The guest kernel's rules: `pv_queued` is the PV qspinlock
+    /// (`__pv_queued_spin_lock_slowpath`: one steal attempt at slow-path
+    /// entry, `pv_wait_node` / `pv_wait_head_or_lock` after SPIN_THRESHOLD,
+    /// live wait-early, the unlock frees the lock and `pv_kick`s a halted
+    /// head); mutexes spin in an OSQ whose waiters give up when their
+    /// predecessor's vCPU is preempted (`osq_lock`).
+    Kernel,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitEarly {
+    /// `pv_wait_early`: the previous queue node is not running (halted).
+    PrevHalted,
+    /// 75437bb304b2 (2019, reverted by 89340d0935c9 in 5.4 and stable):
+    /// also when the previous node's vCPU is preempted (`vcpu_is_preempted`).
+    PrevHaltedOrPreempted,
+}
+
+/// The guest kernel's own choices (its version, not the host's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuestConfig {
+    pub lock_model: LockModel,
+    /// Kernel lock model: when a `pv_wait_node` waiter halts early.
+    pub pv_wait_early: WaitEarly,
+    /// The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
+    /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
+    /// before 4.10). Needs `pv.steal_time`.
+    pub vcpu_is_preempted: bool,
+}
+
+impl Default for GuestConfig {
+    fn default() -> Self {
+        GuestConfig { lock_model: LockModel::Simple, pv_wait_early: WaitEarly::PrevHalted, vcpu_is_preempted: true }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
@@ -643,6 +689,7 @@ pub struct VmConfig {
     pub pv: PvConfig,
     pub halt_poll: HaltPollConfig,
     pub workload: WorkloadConfig,
+    pub guest: GuestConfig,
 }
 
 impl Default for VmConfig {
@@ -657,6 +704,7 @@ impl Default for VmConfig {
             pv: PvConfig::default(),
             halt_poll: HaltPollConfig::default(),
             workload: WorkloadConfig::default(),
+            guest: GuestConfig::default(),
         }
     }
 }
@@ -796,15 +844,15 @@ impl SimConfig {
             check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
+            check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
             let hp = &vm.halt_poll;
-            check(hp.max_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns)
+            check(hp.halt_poll_ns <= u32::MAX as u64, || {
+                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.halt_poll_ns)
             })?;
             check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
             check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
-            check(hp.grow_start_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns"))
-            })?;
+            check(hp.grow_start <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
+            hp.validate().map_err(|e| format!("{}: {e}", f("halt_poll")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }

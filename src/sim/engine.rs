@@ -430,6 +430,16 @@ pub struct VcpuCounters {
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
+    /// Guest lock events (kernel lock model): halts in `pv_wait_node` /
+    /// `pv_wait_head_or_lock`, of which early (predecessor not running),
+    /// lock steals at slow-path entry, mutex spinners that left the OSQ, and
+    /// TLB-shootdown targets skipped by PV TLB flush.
+    pub pv_wait_node: u64,
+    pub pv_wait_head: u64,
+    pub pv_wait_early: u64,
+    pub lock_steals: u64,
+    pub osq_gave_up: u64,
+    pub tlb_flush_skipped: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
@@ -480,6 +490,9 @@ pub struct Vcpu {
     // host halt polling ([K3]): kvm_vcpu_halt's window, halt in progress and stats
     pub hp: HaltPollState,
     pub c: VcpuCounters,
+    /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
+    /// written by the host (`Placement::PcpuIsIdleRfc*`).
+    pub st_is_idle: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -522,6 +535,12 @@ pub struct Thread {
     pub acks: u32,
     /// PV node state: halted in pv_wait.
     pub pv_halted: bool,
+    /// Kernel lock model: became the queue head since it last looked (its
+    /// `pv_wait_head_or_lock` loop counts SPIN_THRESHOLD afresh).
+    pub pv_new_head: bool,
+    /// Kernel lock model: this acquisition's queue head has hashed the lock
+    /// (`lp` in `pv_wait_head_or_lock`): it halts at most once per acquisition.
+    pub pv_hashed: bool,
     pub iter_start: Ns,
     pub iters: u64,
     pub wake_gen: u32,
@@ -533,6 +552,9 @@ pub struct Lock {
     pub holder: Option<u32>,
     pub waiters: VecDeque<u32>,
     pub acquisitions: u64,
+    /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
+    /// (a halted queue head is hashed; the unlock must kick it).
+    pub slow: bool,
 }
 
 pub struct Vm {
@@ -562,6 +584,9 @@ pub struct Vm {
     /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
     pub halt_poll: HaltPollConfig,
 }
+
+/// No vCPU (`Sim::pre_run_vcpu`).
+pub const NO_VCPU: u32 = u32::MAX;
 
 pub struct Sim {
     pub cfg: SimConfig,
@@ -600,6 +625,9 @@ pub struct Sim {
     pub stuck: Option<String>,
     /// Some task may run on any CPU (newidle balancing is on).
     pub any_unpinned: bool,
+    /// Per host CPU: the vCPU that last entered the guest there
+    /// (`this_cpu_pre_run_vcpu` of the 2021 pcpu_is_idle RFC; NO_VCPU if none).
+    pub pre_run_vcpu: Vec<u32>,
     same_time: u64,
     /// The second RNG stream, for the host-model options (ties, wake-up
     /// jitter, noise): with them off it is never drawn, and the main
@@ -683,6 +711,7 @@ impl Sim {
             boost_cpu: NO_CPU,
             stuck: None,
             any_unpinned: false,
+            pre_run_vcpu: vec![NO_VCPU; p as usize],
             same_time: 0,
             rng2: Pcg64Mcg::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15),
             noise_src: Vec::new(),
@@ -729,7 +758,7 @@ impl Sim {
                 let nthread = if vmc.threads == 0 { vmc.vcpus } else { vmc.threads };
                 let vcpu0 = sim.vcpus.len() as u32;
                 let thread0 = sim.threads.len() as u32;
-                let halt_poll = vmc.halt_poll.state_machine();
+                let halt_poll = vmc.halt_poll.clone();
                 for i in 0..vmc.vcpus {
                     let cpu = pins[g];
                     g += 1;
@@ -783,6 +812,7 @@ impl Sim {
                         gen: 0,
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
+                        st_is_idle: false,
                     });
                     sim.ready.push(false);
                 }
@@ -801,6 +831,8 @@ impl Sim {
                         acks: 0,
                         spun: 0,
                         pv_halted: false,
+                        pv_new_head: false,
+                        pv_hashed: false,
                         wake_gen: 0,
                     });
                 }
@@ -812,11 +844,17 @@ impl Sim {
                     .max()
                     .unwrap_or(0);
                 let mut locks: Vec<Lock> = (0..nlocks)
-                    .map(|_| Lock { kind: LockKind::Tas, holder: None, waiters: VecDeque::new(), acquisitions: 0 })
+                    .map(|_| Lock {
+                        kind: LockKind::Tas,
+                        holder: None,
+                        waiters: VecDeque::new(),
+                        acquisitions: 0,
+                        slow: false,
+                    })
                     .collect();
                 for ph in &vmc.workload.phases {
                     if let Phase::Lock { lock, lock_kind, .. } = ph {
-                        locks[*lock as usize].kind = *lock_kind;
+                        locks[*lock as usize].kind = super::guest::effective_lock_kind(*lock_kind, vmc);
                     }
                 }
                 let policy = make_policy(group, vmc)?;

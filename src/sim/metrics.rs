@@ -163,6 +163,12 @@ pub fn collect(sim: &Sim) -> SimResult {
     halt_stat!("halt_poll_invalid", halt_poll_invalid);
     vc.add("halt_poll_window_ns", Column::U64(vs.iter().map(|v| v.hp.halt_poll_ns).collect()));
     vc.add("ple_window", Column::U64(vs.iter().map(|v| v.ple_window).collect()));
+    counter!("pv_wait_node", pv_wait_node);
+    counter!("pv_wait_head", pv_wait_head);
+    counter!("pv_wait_early", pv_wait_early);
+    counter!("lock_steals", lock_steals);
+    counter!("osq_gave_up", osq_gave_up);
+    counter!("tlb_flush_skipped", tlb_flush_skipped);
 
     // ---- host CPUs
     let mut pc = Table::default();

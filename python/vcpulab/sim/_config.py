@@ -19,6 +19,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -596,6 +597,12 @@ class Policy(_Base):
         dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
         kernel_filter: upstream: skip candidates preempted in guest user mode
             when the spinner is in kernel mode. Default True (since ~v4.14).
+        candidate_gate: upstream: the first candidate test of
+            ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
+            5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
+            interrupts": preempted, or woken from a halt and not yet running)
+            or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
+            woken vCPU that has not run yet is not a candidate).
         name: Python policies: the callable's name (the key it travels under).
         fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
             serialised, travels beside the JSON.
@@ -608,9 +615,11 @@ class Policy(_Base):
     kernel_filter: bool = True
     name: str = ""
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
+    candidate_gate: str = "ready"
 
     def __post_init__(self) -> None:
         _choice(self, "kind", POLICY_KINDS)
+        _choice(self, "candidate_gate", ("ready", "preempted"))
         _int(self, "esrch_budget", 0, U32_MAX)
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")
@@ -641,10 +650,23 @@ class Pv(_Base):
             to the first preempted target. Default True.
         apicv: posted interrupts: a pending IPI makes a candidate dy_runnable.
             Default True.
-        placement: guest wake-up placement: ``"available_idle"`` (upstream:
-            idle and not preempted) or ``"pcpu_is_idle"`` (2021 proposal: first
-            prefer idle vCPUs whose host CPU is idle, counting a preempted one
-            as available). Default ``"available_idle"``.
+        placement: guest wake-up placement: ``"available_idle"`` (upstream
+            ``available_idle_cpu``: guest-idle and not ``vcpu_is_preempted``),
+            ``"pcpu_is_idle"`` (vcpulab's first model of the 2021 proposal:
+            first prefer guest-idle vCPUs whose host CPU runs nothing else,
+            read live, counting a preempted one as available),
+            ``"pcpu_is_idle_rfc"`` (the RFC as posted, "[PATCH 1-4/4] KVM: x86:
+            Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
+            Dingji Li, Zeyu Mi, 31 Aug 2021,
+            https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/:
+            fair.c's ``available_idle_cpu`` becomes guest-idle && the vCPU's
+            steal-time ``is_idle`` byte, a snapshot the host writes when the
+            vCPU is put — 1 if its CPU's nr_running is <= 1 — and when a vCPU
+            enters the guest — the previous vCPU on that CPU cleared, or
+            itself set again; as posted the clear returns early when the byte
+            is set, so a set byte stays set) or ``"pcpu_is_idle_rfc_cleared"``
+            (the same write points with a clear that clears). Default
+            ``"available_idle"``.
         hypercall_ns: cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
             Default 1500 (assumption).
         halt_exit_ns: cost of a HLT exit before blocking, ns. Default 1500
@@ -652,6 +674,26 @@ class Pv(_Base):
         guest_idle_poll_ns: guest idle polling before HLT (cpuidle-haltpoll),
             ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
             loads it; its own default is 200000, spec §5.4).
+        pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the
+            guest's ``kvm_spinlock_init`` returns early, so its ``pv_queued``
+            locks run the ``virt_spin_lock`` test-and-set fallback (any running
+            waiter may take a free lock, newcomers included: lock stealing).
+            Default True (KVM since 3.12).
+        kick_yield: KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+            (``kvm_pv_kick_cpu_op`` then ``kvm_sched_yield``; commit
+            266e85a5ec9 "KVM: X86: Boost queue head vCPU to mitigate lock
+            waiter preemption", Wanpeng Li, 2019). False: the kick only wakes
+            (hosts before it). Default True.
+        tlb_flush: KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown
+            IPI phase (``Ipi(tlb_flush=True)``) skips preempted targets, which
+            the host flushes at their next sched-in (``kvm_flush_tlb_multi``).
+            Default False (as before the option existed).
+        send_ipi: KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one
+            hypercall (``hypercall_ns``) for a multicast IPI instead of one
+            ICR-write exit per target (``icr_write_ns`` each). Default False.
+        icr_write_ns: cost of one ICR-write exit per IPI target when
+            ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
+            option existed; an era preset sets the hardware figure).
     """
 
     steal_time: bool = True
@@ -661,15 +703,45 @@ class Pv(_Base):
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
     guest_idle_poll_ns: int = 0
+    pv_spinlocks: bool = True
+    kick_yield: bool = True
+    tlb_flush: bool = False
+    send_ipi: bool = False
+    icr_write_ns: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
+            _bool(self, name)
+        _int(self, "icr_write_ns", 0, 10**9)
         _bool(self, "steal_time")
         _bool(self, "sched_yield")
         _bool(self, "apicv")
-        _choice(self, "placement", ("available_idle", "pcpu_is_idle"))
+        _choice(self, "placement", ("available_idle", "pcpu_is_idle", "pcpu_is_idle_rfc", "pcpu_is_idle_rfc_cleared"))
         _int(self, "hypercall_ns", 0, 10**9)
         _int(self, "halt_exit_ns", 0, 10**9)
         _int(self, "guest_idle_poll_ns", 0, 10**9)
+
+
+#: Halt-polling policy names, one vocabulary for the engine (:class:`HaltPoll`)
+#: and the calibration model (:class:`vcpulab.sim.halt_poll.Params`).
+HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
+#: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
+HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
+
+
+def halt_poll_policy(owner: str, name: Any) -> str:
+    """The canonical halt-polling policy name for ``name``: one of
+    :data:`HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
+    ``"dynamic_v4"``) gives its new name with a DeprecationWarning; anything
+    else raises ValueError naming ``owner`` and the valid names."""
+    if isinstance(name, str) and name in HALT_POLL_OLD_NAMES:
+        new = HALT_POLL_OLD_NAMES[name]
+        warnings.warn(f"{owner}.policy {name!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=4)
+        return new
+    if not isinstance(name, str) or name not in HALT_POLL_POLICIES:
+        valid = ", ".join(map(repr, HALT_POLL_POLICIES))
+        raise ValueError(f"{owner}.policy must be one of {valid}, got {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -679,14 +751,17 @@ class HaltPoll(_Base):
 
     Attributes:
         policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"dynamic"``
-            (upstream: the per-vCPU window grows when a halt was short and
-            shrinks when it was longer than ``max_ns``, §3.2) or
-            ``"dynamic_v4"`` (the 2015 v4 proposal, never merged: grow when
-            the wake-up came while polling, shrink after an idle halt of
-            more than 10 ms; vcpulab's reconstruction, see
-            :mod:`vcpulab.sim.halt_poll`). The window and the stats come from
-            the same per-vCPU state machine as :mod:`vcpulab.sim.halt_poll`.
+            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"block-time"``
+            (upstream since 4.3: the per-vCPU window grows when a halt was
+            short and shrinks when it was longer than ``max_ns``, §3.2),
+            ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
+            proposals, never merged; vcpulab's reconstructions from the
+            review, see :mod:`vcpulab.sim.halt_poll`). The same names as
+            ``halt_poll.Params.policy``; the old ``"dynamic"`` and
+            ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
+            with a DeprecationWarning. The window and the stats come from
+            the same per-vCPU state machine (and the same Rust configuration
+            type) as :mod:`vcpulab.sim.halt_poll`.
         max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
             200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
         grow: halt_poll_ns_grow. Default 2 (kernel).
@@ -710,7 +785,7 @@ class HaltPoll(_Base):
     poll_allowed: bool = True
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off", "fixed", "dynamic", "dynamic_v4"))
+        object.__setattr__(self, "policy", halt_poll_policy("HaltPoll", self.policy))
         _int(self, "max_ns", 0, U32_MAX)
         _int(self, "grow", 0, 1024)
         _int(self, "grow_start_ns", 0, U32_MAX)
@@ -795,14 +870,18 @@ class Ipi(_Base):
     ``targets`` random other vCPUs (0 = all others) and spin until each has
     run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
     phase sets the handler length for all). ``targets`` default 0 (all
-    others); ``prob`` default 1.0."""
+    others); ``prob`` default 1.0. ``tlb_flush``: the IPI is a TLB
+    shootdown (``flush_tlb_multi``), which PV TLB flush (``Pv.tlb_flush``)
+    skips for preempted targets; default False."""
 
     kind: ClassVar[str] = "ipi"
     targets: int = 0
     handler_ns: int = 1000
     prob: float = 1.0
+    tlb_flush: bool = False
 
     def __post_init__(self) -> None:
+        _bool(self, "tlb_flush")
         _int(self, "targets", 0, 65535)
         _int(self, "handler_ns", 0, 10**9)
         _phase_common(self)
@@ -955,6 +1034,48 @@ class Workload(_Base):
 
 
 @dataclass(frozen=True)
+class Guest(_Base):
+    """The guest kernel's own choices (its version), as opposed to the
+    host's (``Pv``, ``HaltPoll``, ``Ple``).
+
+    Attributes:
+        lock_model: ``"simple"`` (default; the simulator's first rules: FIFO
+            hand-off for every queued kind, the PV predecessor check only when
+            a waiter (re)starts spinning, mutex spinners watch the owner only)
+            or ``"kernel"``: ``pv_queued`` is the PV qspinlock of
+            kernel/locking/qspinlock_paravirt.h — one steal attempt at
+            slow-path entry (``pv_queued_spin_steal_lock``, refused while the
+            queue head spins with the pending bit set), queue nodes spin
+            SPIN_THRESHOLD iterations or stop early when the previous node is
+            not running (``pv_wait_node``, ``pv_wait_early``, re-checked when
+            that node halts), the head spins SPIN_THRESHOLD iterations afresh
+            (``pv_wait_head_or_lock``) then halts, the unlock frees the lock
+            and kicks a halted head (``__pv_queued_spin_unlock_slowpath``);
+            mutex spinners queue in an OSQ and give up when the spinner before
+            them is on a preempted vCPU (``osq_lock``).
+        pv_wait_early: kernel lock model: ``"prev_halted"`` (default; the
+            rule since 4.x and again since 89340d0935c9, Oct 2019) or
+            ``"prev_halted_or_preempted"`` (75437bb304b2 "locking/pvqspinlock:
+            Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
+            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
+            node also halts when the previous node's vCPU is preempted).
+        vcpu_is_preempted: the guest asks ``vcpu_is_preempted()`` in
+            ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
+            False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
+            ``Pv.steal_time``. Default True.
+    """
+
+    lock_model: str = "simple"
+    pv_wait_early: str = "prev_halted"
+    vcpu_is_preempted: bool = True
+
+    def __post_init__(self) -> None:
+        _choice(self, "lock_model", ("simple", "kernel"))
+        _choice(self, "pv_wait_early", ("prev_halted", "prev_halted_or_preempted"))
+        _bool(self, "vcpu_is_preempted")
+
+
+@dataclass(frozen=True)
 class Vm(_Base):
     """A VM (or ``count`` identical VMs).
 
@@ -966,7 +1087,7 @@ class Vm(_Base):
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.
-        ple, policy, pv, halt_poll: see their classes.
+        ple, policy, pv, halt_poll, guest: see their classes.
     """
 
     vcpus: int = 4
@@ -978,13 +1099,15 @@ class Vm(_Base):
     policy: Policy = field(default_factory=Policy)
     pv: Pv = field(default_factory=Pv)
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
+    guest: Guest = field(default_factory=Guest)
 
     def __post_init__(self) -> None:
         _int(self, "vcpus", 1, 65536)
         _int(self, "count", 1, 65536)
         _int(self, "threads", 0, 16 * self.vcpus)
         _int(self, "weight", 2, 88761)
-        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll)):
+        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll),
+                          ("guest", Guest)):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
         for i, p in enumerate(self.workload.phases):
@@ -995,7 +1118,7 @@ class Vm(_Base):
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll}.get(name)
+        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
         return typ.from_dict(v) if typ else v
 
 

@@ -55,13 +55,21 @@ ESRCH = -3
 
 
 def upstream(
-    *, esrch_budget: int = 3, last_boosted_bug: bool = False, dy_eligible: bool = True, kernel_filter: bool = True
+    *,
+    esrch_budget: int = 3,
+    last_boosted_bug: bool = False,
+    dy_eligible: bool = True,
+    kernel_filter: bool = True,
+    candidate_gate: str = "ready",
 ) -> Policy:
     """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
-    ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index)."""
+    ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index).
+    ``candidate_gate="preempted"`` models kernels before 5.3, whose first test
+    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see :class:`Policy`)."""
     return Policy(
         kind="upstream",
+        candidate_gate=candidate_gate,
         esrch_budget=esrch_budget,
         last_boosted_bug=last_boosted_bug,
         dy_eligible=dy_eligible,

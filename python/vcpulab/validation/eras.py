@@ -36,7 +36,7 @@ from typing import Any
 
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim import policies as P
-from vcpulab.sim._config import HaltPoll, Host, HostNoise, Ple, Policy, Pv
+from vcpulab.sim._config import Guest, HaltPoll, Host, HostNoise, Ple, Policy, Pv
 
 __all__ = [
     "ASSUMPTION",
@@ -54,6 +54,10 @@ __all__ = [
     "eras_markdown",
     "this_host",
 ]
+
+#: the ``guest`` section's fields that are :class:`vcpulab.sim.Guest` fields (the
+#: others, ``lock_kind`` and ``policy``, set the workload's locks and the policy)
+_GUEST_FIELDS = tuple(f.name for f in dataclasses.fields(Guest))
 
 #: kinds of source a value can have
 KERNEL = "kernel default"
@@ -141,6 +145,7 @@ class Era:
         Ple(**self.values("ple"))
         Pv(**self.values("pv"))
         HaltPoll(**self.values("halt_poll"))
+        Guest(**{k: v for k, v in self.values("guest").items() if k in _GUEST_FIELDS})
         if not isinstance(self.guest["policy"].value, Policy):
             raise ValueError(f"Era {self.name}: guest.policy must be a Policy")
 
@@ -261,6 +266,17 @@ _APICV = _h(True, "", "posted interrupts / APICv on Xeons from Ivy Bridge-EP (20
 _NO_APICV = _h(False, "", "no posted interrupts before Ivy Bridge-EP (Intel SDM vol. 3, ch. 29: APIC virtualization)")
 _PLACEMENT = _k("available_idle", "", "kernel/sched/core.c: available_idle_cpu() = idle_cpu && !vcpu_is_preempted")
 _GUEST_POLL = _k(0, "ns", "cpuidle-haltpoll is not loaded by default: the guest halts at once")
+# the PV switches and the guest kernel's lock rules (issue #13)
+_NO_KICK_YIELD = _k(False, "", "KVM_HC_KICK_CPU only wakes the kicked vCPU before 266e85a5ec91 (2019)")
+_KICK_YIELD = _k(True, "", "kvm_pv_kick_cpu_op + kvm_sched_yield: 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (2019)")
+_NO_PV_TLB = _k(False, "", "KVM_FEATURE_PV_TLB_FLUSH arrived in v4.16 (2018)")
+_PV_TLB = _k(True, "", "KVM_FEATURE_PV_TLB_FLUSH (v4.16+): kvm_flush_tlb_multi skips preempted vCPUs")
+_NO_PV_IPI = _k(False, "", "KVM_FEATURE_PV_SEND_IPI arrived in v4.19 (2018)")
+_PV_IPI = _k(True, "", "KVM_FEATURE_PV_SEND_IPI (v4.19+): one hypercall per multicast IPI")
+_LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lock.c rules (sim.Guest.lock_model)")
+_WAIT_EARLY = _k("prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)")
+_NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
+_VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
 _HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
 _HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
 _HP_GROW_START = _k(10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)")
@@ -363,12 +379,16 @@ ERA_2012 = Era(
         "apicv": _NO_APICV,
         "placement": _PLACEMENT,
         "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _NO_KICK_YIELD,
+        "tlb_flush": _NO_PV_TLB,
+        "send_ipi": _NO_PV_IPI,
     },
     halt_poll={"policy": _k("off", "", "no host halt polling before v4.0 (halt_poll_ns, 2015)")},
     workload=_workload(_SPIN_OLD),
     guest={
         "lock_kind": _k("ticket", "", "ticket spinlocks in 3.x guests (pv ticketlocks came in v3.12, 2013)"),
         "policy": _k(P.dy_eligible(), "", "virt/kvm/kvm_main.c kvm_vcpu_on_spin with dy_eligible (v3.6, 2012)"),
+        "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
     },
     halt_poll_model=_hp_model(0, 0),
 )
@@ -398,9 +418,12 @@ ERA_2015 = Era(
         "apicv": _APICV,
         "placement": _PLACEMENT,
         "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _NO_KICK_YIELD,
+        "tlb_flush": _NO_PV_TLB,
+        "send_ipi": _NO_PV_IPI,
     },
     halt_poll={
-        "policy": _k("dynamic", "", "block-time dynamic halt polling (aca6ff29c406, v4.3)"),
+        "policy": _k("block-time", "", "block-time dynamic halt polling (aca6ff29c406, v4.3)"),
         "max_ns": _HP_MAX,
         "grow": _HP_GROW,
         "grow_start_ns": _HP_GROW_START,
@@ -410,12 +433,15 @@ ERA_2015 = Era(
     guest={
         "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (v4.2, 2015)"),
         "policy": _k(P.dy_eligible(esrch_budget=3), "", "kvm_vcpu_on_spin with dy_eligible and the -ESRCH budget of 3"),
+        "lock_model": _LOCKS_KERNEL,
+        "pv_wait_early": _WAIT_EARLY,
+        "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
     },
     halt_poll_model=_hp_model(0),
 )
 
 
-def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int) -> Era:
+def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param) -> Era:
     return Era(
         name=name,
         kernel=kernel,
@@ -440,9 +466,12 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int)
             "apicv": _APICV,
             "placement": _PLACEMENT,
             "guest_idle_poll_ns": _GUEST_POLL,
+            "kick_yield": _KICK_YIELD,
+            "tlb_flush": _PV_TLB,
+            "send_ipi": _PV_IPI,
         },
         halt_poll={
-            "policy": _k("dynamic", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
+            "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
             "max_ns": _HP_MAX,
             "grow": _HP_GROW,
             "grow_start_ns": _HP_GROW_START,
@@ -452,6 +481,9 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int)
         guest={
             "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
             "policy": _k(P.upstream(), "", "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on, virt/kvm/kvm_main.c)"),
+            "lock_model": _LOCKS_KERNEL,
+            "pv_wait_early": wait_early,
+            "vcpu_is_preempted": _VCPU_PREEMPTED,
         },
         halt_poll_model=_hp_model(0),
     )
@@ -463,6 +495,12 @@ ERA_2019 = _era_5x(
     "Skylake-SP Xeons (the sources' 2 x 20 x 2 = 80-thread host)",
     _a(2_400_000, "kHz", "2.4 GHz, a 20-core Skylake-SP Xeon's nominal clock; the sources give no clock"),
     32,
+    _k(
+        "prev_halted_or_preempted",
+        "",
+        "75437bb304b2 'locking/pvqspinlock: Don't wait if vCPU is preempted' (2019): pv_wait_early also on "
+        "vcpu_is_preempted(prev); the 2019 guests ran with it until its revert 89340d0935c9 (Oct 2019, 5.4 and stable)",
+    ),
 )
 ERA_2021 = _era_5x(
     "2021-5.14",
@@ -470,6 +508,7 @@ ERA_2021 = _era_5x(
     "Cascade Lake-class Xeons (the source's 2 x 28 x 2 host)",
     _a(2_000_000, "kHz", "2.0 GHz, a 28-core Cascade Lake Xeon's nominal clock; the source gives no clock"),
     16,
+    _WAIT_EARLY,
 )
 ERA_6X = Era(
     name="6.x",
@@ -495,9 +534,12 @@ ERA_6X = Era(
         "apicv": _APICV,
         "placement": _PLACEMENT,
         "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _KICK_YIELD,
+        "tlb_flush": _PV_TLB,
+        "send_ipi": _PV_IPI,
     },
     halt_poll={
-        "policy": _k("dynamic", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
+        "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
         "max_ns": _HP_MAX,
         "grow": _HP_GROW,
         "grow_start_ns": _HP_GROW_START,
@@ -507,6 +549,9 @@ ERA_6X = Era(
     guest={
         "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
         "policy": _k(P.upstream(), "", "kvm_vcpu_on_spin as of v6.19 (virt/kvm/kvm_main.c), index bug fixed"),
+        "lock_model": _LOCKS_KERNEL,
+        "pv_wait_early": _WAIT_EARLY,
+        "vcpu_is_preempted": _VCPU_PREEMPTED,
     },
     halt_poll_model=_hp_model(2),
 )
@@ -523,17 +568,13 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2015-4.x": (
             "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
-            "the 2013 'preempted' candidate gate of kvm_vcpu_on_spin (built-in option), #13",
-            "qspinlock pending bit, lock stealing, pv_wait/pv_kick as the guest has them, #13",
         ),
         "2019-5.x": (
             "busy SMT siblings sharing a core's throughput (80 threads = 40 cores), cache-cold migration cost, #12",
-            "the pre-5.3 'preempted' gate as a built-in option (a Python policy stands in), #13",
-            "KICK_CPU directed yield on/off (the 2019 'boost queue head' change), #13",
         ),
         "2021-5.14": (
             "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
-            "pcpu_is_idle as a snapshot published in the steal-time area; PARSEC-like kernels that differ, #13",
+            "PARSEC-like kernels that differ (one barrier kernel stands for all), #13",
         ),
         "6.x": ("busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",),
     }

@@ -87,7 +87,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     ctx = _ctx("2012-3.x", ("guest.policy",))
     cfgs = []
     for pol in (P.baseline_2011(), P.dy_eligible()):
-        vm = ctx.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32, policy=pol)
+        vm = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32, policy=pol)
         cfgs += [Config(host=ctx.host(pcpus=16, affinity="all"), vms=(vm,), seed=s, duration_ns=ns(150_000_000),
                         warmup_ns=ns(50_000_000)) for s in range(seeds)]  # fmt: skip
     shares, zero = [], False
@@ -107,7 +107,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     cfgs2 = []
     for lk in ("ticket", "pv_queued"):
         c = _ctx("6.x", overrides={"guest.lock_kind": lk})
-        vm = c.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32)
+        vm = c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32)
         cfgs2.append(Config(host=c.host(pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000)))
     v, same = pair(*cfgs2)
     rows.append(dict(probe="dead_path_lock_kinds", era="6.x", value=v, artifact=same,
@@ -115,7 +115,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
                      waits_for="#13"))  # fmt: skip
     c = _ctx("6.x")
     cfgs3 = [
-        Config(host=c.host(pcpus=16), vms=(c.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=t),), seed=0,
+        Config(host=c.host(pcpus=16), vms=(c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=t),), seed=0,
                duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
         for t in (16, 32)
     ]  # fmt: skip
