@@ -71,6 +71,7 @@ def test_sched_map_is_a_figure_with_a_time_axis_and_every_host_cpu() -> None:
     assert compact.image.shape == (6, 200, 3) and not compact.legends
 
 
+@pytest.mark.slow
 def test_figures_display_exactly_once_in_jupyter(tmp_path: Path) -> None:
     import nbformat
     from nbclient import NotebookClient
@@ -296,6 +297,7 @@ def test_sweep_parquet_stores_the_grid_as_json(tmp_path: Path) -> None:
     assert df["vms.0.policy"].to_list() == ["baseline_2011", "dy_eligible"]
 
 
+@pytest.mark.slow
 def test_the_common_sweep_call_type_checks(tmp_path: Path) -> None:
     mypy_api = pytest.importorskip("mypy.api")
     src = tmp_path / "user.py"
@@ -310,8 +312,7 @@ def test_the_common_sweep_call_type_checks(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out, err, status = mypy_api.run(
-            [str(src), "--follow-imports=silent", "--ignore-missing-imports", "--no-incremental",
-             "--cache-dir", str(tmp_path / ".mypy_cache")]
+            [str(src), "--follow-imports=silent", "--ignore-missing-imports", "--cache-dir", str(ROOT / ".mypy_cache")]
         )  # fmt: skip
     assert status == 0, out + err
 
@@ -349,3 +350,49 @@ def test_every_registered_program_builds(kvm_host) -> None:  # type: ignore[no-u
             assert prog is not None, name
         with pytest.raises(ValueError, match='unknown guest program "nope"; choose one of io_out, io_in'):
             vm.load("nope")
+
+
+# ---------------------------------------------------------------- self-contained docs
+
+_TEXT_SUFFIXES = (".py", ".rs", ".md", ".ipynb", ".toml")
+# being rewritten on other branches (the config schema, the halt-poll vocabulary); they still cite
+# internal documents until those branches land
+_PENDING = {"python/vcpulab/sim/_config.py", "src/sim/config.rs", "python/vcpulab/sim/halt_poll.py", "src/sim/halt_poll.rs"}
+
+
+def _project_texts() -> dict[str, str]:
+    out = {}
+    for base in ("python", "src", "docs", "notebooks", "tests", "benches", "examples"):
+        for p in (ROOT / base).rglob("*"):
+            if p.suffix in _TEXT_SUFFIXES and p.is_file() and "__pycache__" not in p.parts:
+                out[str(p.relative_to(ROOT))] = p.read_text(errors="replace")
+    for name in ("README.md", "ARCHITECTURE.md"):
+        out[name] = (ROOT / name).read_text()
+    return out
+
+
+def test_no_reference_to_documents_users_do_not_have() -> None:
+    pattern = re.compile(r"\bdigest\b(?!\(\))|spec §|kvm-mechanisms\.md|kvm-on-this-host\.md|seeds-digest")
+    bad = []
+    for path, text in _project_texts().items():
+        if path in _PENDING or path == "tests/test_conventions.py":
+            continue
+        for i, line in enumerate(text.splitlines(), 1):
+            if pattern.search(line.replace("hexdigest", "")):
+                bad.append(f"{path}:{i}: {line.strip()[:100]}")
+    assert bad == [], "cite docs/sources.md instead:\n" + "\n".join(bad)
+
+
+def test_every_source_tag_is_listed_in_docs_sources() -> None:
+    sources = (ROOT / "docs" / "sources.md").read_text()
+    listed = set(re.findall(r"\*\*\[([SK]\d+)\]", sources))
+    assert {f"S{i}" for i in range(1, 6)} <= listed and {f"K{i}" for i in range(1, 8)} <= listed
+    used = {}
+    for path, text in _project_texts().items():
+        for tag in re.findall(r"\[([SK]\d+)\]", text):
+            used.setdefault(tag, path)
+    missing = {t: p for t, p in used.items() if t not in listed}
+    assert missing == {}, f"tags used but not in docs/sources.md: {missing}"
+    # every source has a title, a date and a public URL
+    for block in re.split(r"\n(?=\*\*\[[SK]\d+\])", sources)[1:]:
+        assert "https://" in block, block[:80]

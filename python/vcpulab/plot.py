@@ -342,6 +342,7 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
         raise ValueError(f"by must be 'vcpu' or 'vm', got {by!r}")
     total = sum(df[c].to_numpy().astype(float) for c in cats)
     total = np.where(total > 0, total, 1.0)
+    fig: Any
     if ax is None:
         fig, ax = _subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
     else:
@@ -393,15 +394,16 @@ def policy_comparison(
     from vcpulab.analysis import LowPowerWarning, compare, mean_interval
 
     need = [metric, by] + ([hue] if hue else []) + ([pair_by] if pair_by else [])
-    for c in need:
-        if c not in df.columns:
-            raise ValueError(f"column {c!r} not in the frame (columns: {df.columns})")
+    for col in need:
+        if col not in df.columns:
+            raise ValueError(f"column {col!r} not in the frame (columns: {df.columns})")
     levels = list(dict.fromkeys(df[by].to_list()))
     hues = list(dict.fromkeys(df[hue].to_list())) if hue else [None]
     if baseline is not None:
         if baseline not in levels:
             raise ValueError(f"baseline {baseline!r} is not a level of {by!r} ({levels})")
         levels = [lv for lv in levels if lv != baseline]
+    fig: Any
     if ax is None:
         fig, ax = _subplots(figsize=(max(3.5, 0.9 * len(levels) * max(1, len(hues) * 0.6) + 2.0), 3.2))
     else:
@@ -423,8 +425,8 @@ def policy_comparison(
                 else:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", LowPowerWarning)  # the plot shows intervals, not p
-                        c = compare(base_rows, rows, metric, pair_by=pair_by, confidence=confidence)
-                    m, ci = 100 * c.relative, (100 * c.relative_ci[0], 100 * c.relative_ci[1])
+                        cmp = compare(base_rows, rows, metric, pair_by=pair_by, confidence=confidence)
+                    m, ci = 100 * cmp.relative, (100 * cmp.relative_ci[0], 100 * cmp.relative_ci[1])
             ys.append(m)
             lo.append(m - ci[0] if np.isfinite(ci[0]) else 0.0)
             hi.append(ci[1] - m if np.isfinite(ci[1]) else 0.0)
@@ -465,6 +467,7 @@ def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -
     accumulate if the run's host CPUs were shared fairly, see
     :func:`fair_share_steal_fraction`)."""
     s = run.samples
+    fig: Any
     if ax is None:
         fig, ax = _subplots(figsize=(6, 3))
     else:
@@ -497,6 +500,7 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
     if not stats:
         raise ValueError("stats_over_time needs at least one stat name")
     d = run.deltas()
+    fig: Any
     if ax is None:
         fig, axs = _subplots(nrows=len(stats), sharex=True, figsize=(6, 1.2 + 1.4 * len(stats)), squeeze=False)
         axes = [row[0] for row in axs]

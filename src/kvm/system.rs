@@ -7,7 +7,6 @@ use kvm_bindings::*;
 use kvm_ioctls::Kvm;
 
 use super::error::{Error, Result};
-use super::vm::{Vm, VmOptions};
 
 /// Capacity used for `KVM_GET_SUPPORTED_CPUID`.
 pub const MAX_CPUID_ENTRIES: usize = KVM_MAX_CPUID_ENTRIES;
@@ -161,11 +160,6 @@ impl Host {
     pub fn pv_features(&self) -> Vec<(&'static str, bool)> {
         let bits = self.pv_feature_bits();
         PV_FEATURES.iter().map(|&(n, b)| (n, bits & (1 << b) != 0)).collect()
-    }
-
-    /// Creates a VM (see [`VmOptions`]).
-    pub fn create_vm(&self, opts: VmOptions) -> Result<Vm> {
-        Vm::create(self, opts)
     }
 }
 

@@ -126,6 +126,18 @@ impl VcpuObserver {
     }
 }
 
+impl Vm {
+    /// Creates vCPU `id`, in 64-bit long mode at the park loop, with the host's
+    /// supported CPUID (including the KVM PV leaf) and its own stack. Defined here
+    /// rather than in vm.rs so that the modules depend one way: system <- vm <- vcpu.
+    pub fn create_vcpu(&mut self, id: u64) -> Result<Vcpu> {
+        self.check_new_vcpu_id(id)?;
+        let vcpu = Vcpu::create(self, id)?;
+        self.add_vcpu_id(id);
+        Ok(vcpu)
+    }
+}
+
 /// A vCPU.
 pub struct Vcpu {
     fd: VcpuFd,

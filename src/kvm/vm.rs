@@ -19,7 +19,6 @@ use super::memory::{Gpa, GuestMemory};
 use super::stats::StatsFd;
 use super::steal::{read_consistent, RawSteal, StealTime, STEAL_TIME_SIZE};
 use super::system::{host_ram_bytes, Host, DISABLE_EXITS_BITS};
-use super::vcpu::Vcpu;
 
 vmm_sys_util::ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
 
@@ -57,6 +56,14 @@ impl std::ops::Deref for VmHandle {
 
 /// The programs loaded into a VM, shared with its vCPUs (to decode ucall assertions).
 pub type ProgramTable = Arc<RwLock<Vec<Program>>>;
+
+impl Host {
+    /// Creates a VM (see [`VmOptions`]). Defined here rather than in system.rs so
+    /// that the modules depend one way: system <- vm <- vcpu.
+    pub fn create_vm(&self, opts: VmOptions) -> Result<Vm> {
+        Vm::create(self, opts)
+    }
+}
 
 /// A KVM VM.
 pub struct Vm {
@@ -192,9 +199,9 @@ impl Vm {
         self.park_entry
     }
 
-    /// Creates vCPU `id`, in 64-bit long mode at the park loop, with the host's
-    /// supported CPUID (including the KVM PV leaf) and its own stack.
-    pub fn create_vcpu(&mut self, id: u64) -> Result<Vcpu> {
+    /// Checks that vCPU `id` can be created in this VM (in range, new, its stack
+    /// inside guest RAM); `Vm::create_vcpu` (vcpu.rs) calls it first.
+    pub(crate) fn check_new_vcpu_id(&self, id: u64) -> Result<()> {
         if id >= self.max_vcpu_id {
             return Err(Error::OutOfRange(format!(
                 "vCPU id {id} is out of range: this host allows ids 0..{}",
@@ -211,9 +218,12 @@ impl Vm {
                 stack_top(id)
             );
         }
-        let vcpu = Vcpu::create(self, id)?;
+        Ok(())
+    }
+
+    /// Records that vCPU `id` was created.
+    pub(crate) fn add_vcpu_id(&mut self, id: u64) {
         self.vcpu_ids.insert(id);
-        Ok(vcpu)
     }
 
     /// Ids of the vCPUs created so far.
