@@ -353,3 +353,24 @@ fn a_timed_run_ends_at_its_duration_and_accounts_cpu_up_to_it() {
     // 250 ticks, each polled for the whole 200 µs window
     assert!((v.poll_cpu_ns as i64 - 250 * 200_000).abs() <= 200_000, "{}", v.poll_cpu_ns);
 }
+
+#[test]
+fn a_background_of_one_ns_periods_is_not_a_bug() {
+    // background on/off events do not count against the stuck-vCPU budget
+    let mut sc = msg(Policy::DynamicV4, 200_000, 50, 1000);
+    sc.background = Some(Background { busy_ns: 1, idle_ns: 1 });
+    let r = simulate(&sc).unwrap();
+    assert_eq!(r.vcpus[0].rounds, 1000);
+}
+
+#[test]
+fn an_interrupt_check_stops_a_long_run() {
+    let sc = msg(Policy::DynamicV4, 200_000, 50, 10_000_000);
+    let calls = std::cell::Cell::new(0u32);
+    let r = simulate_checked(&sc, &|| {
+        calls.set(calls.get() + 1);
+        calls.get() >= 3
+    });
+    assert_eq!(r.unwrap_err(), INTERRUPTED);
+    assert_eq!(calls.get(), 3);
+}
