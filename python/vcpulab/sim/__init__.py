@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._checks import guard_panics
 from vcpulab.sim import policies, presets
 from vcpulab.sim._config import (
     Background,
@@ -234,6 +235,7 @@ def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
     )
 
 
+@guard_panics
 def run(config: Config, *, trace: bool | None = None, trace_max_rows: int | None = TRACE_MAX_ROWS) -> Result:
     """Run one configuration. ``trace`` overrides ``config.trace``.
 
@@ -264,6 +266,7 @@ def _param_value(v: Any) -> Any:
     return repr(v)
 
 
+@guard_panics
 def sweep(
     points: Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]],
     grid: Mapping[str, Iterable[Any]] | None = None,
