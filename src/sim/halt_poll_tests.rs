@@ -357,10 +357,10 @@ fn a_timed_run_ends_at_its_duration_and_accounts_cpu_up_to_it() {
 #[test]
 fn a_background_of_one_ns_periods_is_not_a_bug() {
     // background on/off events do not count against the stuck-vCPU budget
-    let mut sc = msg(Policy::DynamicV4, 200_000, 50, 1000);
+    let mut sc = msg(Policy::DynamicV4, 200_000, 50, 100);
     sc.background = Some(Background { busy_ns: 1, idle_ns: 1 });
     let r = simulate(&sc).unwrap();
-    assert_eq!(r.vcpus[0].rounds, 1000);
+    assert_eq!(r.vcpus[0].rounds, 100);
 }
 
 #[test]
