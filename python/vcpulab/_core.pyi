@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension (src/py). The Pythonic API is in vcpulab.kvm / vcpulab.sim."""
 
-from typing import Any, final
+from typing import Any, Callable, final
 
 import numpy as np
 import numpy.typing as npt
@@ -188,12 +188,18 @@ class Spinner:
     state: VcpuView
 
 def sim_validate(config_json: str) -> str: ...
-def sim_run(config_json: str, policies: dict[str, Any] | None = None) -> dict[str, Any]: ...
+def sim_run(
+    config_json: str,
+    policies: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    trace_max_rows: int | None = None,
+) -> dict[str, Any]: ...
 def sim_sweep(
     config_jsons: list[str],
     policies: list[dict[str, Any] | None] | None = None,
     threads: int = 0,
     progress: Any = None,
+    trace_max_rows: int | None = None,
 ) -> list[dict[str, Any]]: ...
 def sim_default_config() -> str: ...
 

@@ -53,6 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
+from vcpulab._checks import guard_panics
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
 
@@ -286,6 +287,7 @@ def _check_writable(name: str, path: Any) -> None:
             p.unlink()
 
 
+@guard_panics
 def halt_poll(
     gaps_us: Sequence[float] = GAPS_US,
     max_poll_ns: Sequence[int] = MAX_POLL_NS,

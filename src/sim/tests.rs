@@ -286,3 +286,20 @@ fn a_workload_that_takes_no_time_is_rejected() {
     c.vms[0].workload.phases[1] = Phase::Compute { ns: 1000, dist: Dist::Fixed, mode: Mode::User, prob: 0.5 };
     assert!(c.validate().unwrap_err().contains("must take time"));
 }
+
+#[test]
+fn a_trace_limit_stops_the_run_and_changes_nothing_below_it() {
+    let mut c = small(PolicyKind::DyEligible, 2, 4, 2);
+    c.trace = true;
+    let full = run(&c).unwrap();
+    let rows = full.trace.as_ref().unwrap().u64s("pcpu").len() as u64;
+    assert!(rows > 10);
+    let same = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, rows).unwrap();
+    assert_eq!(same.summary, full.summary);
+    assert_eq!(same.trace, full.trace);
+    let cut = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, rows / 2);
+    match cut {
+        Err(SimError::TraceLimit(m)) => assert!(m.contains(&format!("trace_max_rows={}", rows / 2)), "{m}"),
+        other => panic!("expected TraceLimit, got {:?}", other.map(|_| ())),
+    }
+}
