@@ -186,8 +186,8 @@ impl Sim {
     pub fn pause_act(&mut self, v: usize) {
         let now = self.now;
         match self.vcpus[v].act {
-            Act::Exec { start, ipi, .. } => {
-                let el = now - start;
+            Act::Exec { start, ipi, slow, .. } => {
+                let el = self.smt_progress(now - start, slow);
                 if ipi {
                     let vc = &mut self.vcpus[v];
                     vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
@@ -359,7 +359,8 @@ impl Sim {
             matches!(self.threads[t].step, Step::Work { kernel: true, .. })
         };
         self.vcpus[v].in_kernel = kernel;
-        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi }, now + dur, C_USEFUL);
+        let (dur, slow) = self.smt_duration(v, dur);
+        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi, slow }, now + dur, C_USEFUL);
     }
 
     fn start_spin(&mut self, v: usize, pv: bool) {
