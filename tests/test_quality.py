@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import polars as pl
 import pytest
 
 from vcpulab import quality as vq
@@ -100,3 +101,28 @@ def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host)
     assert q.other_busy_ns[1] > 0.2 * q.wall_ns
     assert q.alone_delay_share is not None and q.alone_delay_share > 0
     assert q.as_dict()["disturbed"] is True
+
+
+def test_repeat_runs_trials_and_gives_means_with_confidence_intervals(kvm_host: Host) -> None:
+    from vcpulab.experiment import Spin, Trials, t_critical
+
+    tr = run(Spin(), vcpus=2, pcpus=[0], duration=0.2, repeat=3, host=kvm_host, warn_quality=False)
+    assert isinstance(tr, Trials) and len(tr.runs) == 3
+    assert sorted(set(tr.results["trial"])) == [0, 1, 2]
+    assert tr.results.height == 6 and tr.samples["trial"].n_unique() == 3
+    q = tr.quality
+    assert q.height == 3 and set(q.columns) >= {"trial", "other_share", "disturbed", "reasons"}
+    s = tr.summary(["pauses"])
+    assert s.height == 2 and (s["n"] == 3).all()
+    # the interval is the t interval of the three trials' values
+    v = tr.results.filter((pl.col("vcpu") == 0))["pauses"].cast(pl.Float64)
+    row = s.filter(pl.col("vcpu") == 0).row(0, named=True)
+    half = t_critical(0.95, 2) * v.std() / 3**0.5
+    assert row["mean"] == pytest.approx(v.mean())
+    assert row["ci_low"] == pytest.approx(v.mean() - half) and row["ci_high"] == pytest.approx(v.mean() + half)
+    with pytest.raises(ValueError, match="repeat"):
+        run(Spin(), vcpus=1, repeat=0, host=kvm_host)
+    with pytest.raises(ValueError, match="confidence"):
+        tr.summary(confidence=0.5)
+    with pytest.raises(ValueError, match="not numeric"):
+        tr.summary(["nope"])

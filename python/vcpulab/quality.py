@@ -271,9 +271,9 @@ def quality(
     # subtract each thread's CPU time from its CPUs (split evenly over a multi-CPU placement)
     other = dict(busy)
     for tid, ns in own.items():
-        cl = [c for c in placement[tid] if c in other]
-        for c in cl:
-            other[c] -= ns // len(cl)
+        mine = [c for c in placement[tid] if c in other]
+        for c in mine:
+            other[c] -= ns // len(mine)
     other = {c: max(v, 0) for c, v in other.items()}
     share = sum(other.values()) / (wall * max(len(cpus), 1))
     # threads alone on their CPU: pinned to one CPU that no other run thread uses
@@ -321,7 +321,7 @@ class measure_cpus:
         m.quality.line()
     """
 
-    def __init__(self, cpus: Iterable[int], **thresholds: float) -> None:
+    def __init__(self, cpus: Iterable[int], **thresholds: Any) -> None:
         self.cpus = sorted(set(cpus))
         self.thresholds = thresholds
         self.placement: dict[int, list[int]] = {}
