@@ -929,3 +929,7 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
     schema["t_ns"] = pl.Int64
     schema["vcpu"] = pl.UInt32
     return pl.DataFrame(rows, schema=schema)
+
+
+# Watching VMs vcpulab did not start (kept in its own module; see vcpulab/_attach.py).
+from vcpulab._attach import Attached, attach  # noqa: E402
