@@ -29,6 +29,7 @@ __all__ = [
     "halt_poll_simulate",
     "halt_poll_simulate_many",
     "halt_poll_windows",
+    "read_foreign_stats",
     "run_experiment",
     "sim_default_config",
     "sim_run",
