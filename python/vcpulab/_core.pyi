@@ -43,6 +43,7 @@ __all__ = [
     "halt_poll_simulate",
     "halt_poll_simulate_many",
     "halt_poll_windows",
+    "read_foreign_stats",
     "run_experiment",
     "sim_default_config",
     "sim_run",
@@ -153,6 +154,7 @@ def run_experiment(
     plan: list[tuple[Vcpu, int, list[int]]], duration: float, sample_every: float | None = None, poll_every: float = 0.05
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
+def read_foreign_stats(pid: int, fd: int) -> dict[str, Any]: ...
 
 STEAL_AREA_ADDR: int
 
