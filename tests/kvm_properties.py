@@ -73,6 +73,8 @@ def call(f: Callable[[], Any], deadline_s: float) -> Any:
         return r
     except Exception as e:  # noqa: BLE001 - the property: an Exception is fine
         OUTCOMES[type(e).__name__] += 1
+        if os.environ.get("VCPULAB_PROPERTY_SHOW") and not isinstance(e, (TypeError, ValueError)):
+            print(f"{type(e).__name__}: {e}", flush=True)
         return None
     finally:
         dt = time.monotonic() - t0

@@ -713,8 +713,12 @@ class Vm(ForkSafe):
         """Steal-time snapshots of many vCPUs as a numpy structured array
         (:data:`STEAL_DTYPE`); memory reads only, no syscalls."""
         vcpus = self.vcpus if vcpus is None else vcpus
+        if isinstance(vcpus, (str, bytes)) or not hasattr(vcpus, "__iter__"):
+            raise TypeError(f"vcpus must be a sequence of Vcpu, got {type(vcpus).__name__}")
         gpas = []
         for v in vcpus:
+            if not isinstance(v, Vcpu) or v.vm is not self:
+                raise TypeError(f"vcpus must hold Vcpus of this VM, got {v!r}")
             g = v.steal_gpa
             if g is None:
                 raise ValueError(f"steal time is not enabled on vCPU {v.id}")
@@ -808,6 +812,10 @@ class Vcpu(ForkSafe):
     def set_sregs(self, **values: Any) -> None:
         """Update the named special registers: ``set_sregs(cr4=..., cs={"dpl": 0})``."""
         conv = {k: (v.__dict__ if isinstance(v, Segment) else v) for k, v in values.items()}
+        for k, v in conv.items():
+            items = v.items() if isinstance(v, Mapping) else [(None, v)] if k not in ("gdt", "idt") else enumerate(v)
+            for f, x in items:
+                check_int(k if f is None else f"{k}.{f}", x, 0, _U64)
         self._vcpu.set_sregs(conv)
 
     def get_msrs(self, indices: Iterable[int]) -> dict[int, int]:
