@@ -332,14 +332,21 @@ def test_disk_full_gives_oserror_naming_the_file(tmp_path: Path) -> None:
 
 def test_process_pool_losing_a_worker_records_failed_points(tmp_path: Path) -> None:
     p = run_py(f"""
-    import concurrent.futures as cf, os, signal, threading
+    import concurrent.futures as cf, os, pathlib, signal, threading, time
     from vcpulab import sim
     from vcpulab.sim import Config, Host, Vm
     base = Config(host=Host(pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000)
     ex = cf.ProcessPoolExecutor(max_workers=2)
     list(ex.map(abs, [1, 2]))
     victim = list(ex._processes)[0]
-    threading.Timer(0.5, lambda: os.kill(victim, signal.SIGKILL)).start()
+    out = pathlib.Path({str(tmp_path)!r})
+    def kill_when_the_sweep_is_under_way():
+        # kill once the first point is on disk: the sweep has started and most points are still to come,
+        # however loaded the machine is (a fixed delay could fire before the first task or after the last)
+        while not list(out.glob("*.parquet")):
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+    threading.Thread(target=kill_when_the_sweep_is_under_way, daemon=True).start()
     df = sim.sweep(base, {{"seed": list(range(12))}}, executor=ex, out={str(tmp_path)!r}, progress=False)
     print("ROWS", df.height, "FAILED", df["error"].drop_nulls().str.contains("BrokenProcessPool").sum())
     """, timeout=120)

@@ -1,4 +1,4 @@
-//! Halt polling (kvm-mechanisms.md §3): the per-vCPU state machine of
+//! Halt polling ([K3]): the per-vCPU state machine of
 //! `kvm_vcpu_halt` with four window policies, and a small deterministic event
 //! simulation of vCPUs halting on one host CPU.
 //!
@@ -32,7 +32,7 @@
 //!   oscillation 0 → 500 µs → 1 ms → 2 ms → 4 ms → 0;
 //! * `DynamicV4`: Wanpeng Li's 2015 v4 (never merged): grow when the interrupt
 //!   arrived while polling, shrink when the vCPU was idle. vcpulab's
-//!   reconstruction from digest §5: the window starts at `v4_start_ns`
+//!   reconstruction from [S5]: the window starts at `v4_start_ns`
 //!   (default: the maximum) and "idle" means a halt that slept longer than
 //!   `v4_idle_ns`; a failed poll of a shorter halt changes nothing;
 //! * `BlockTime`: upstream since v4.3 (`aca6ff29c406`, later refined): the decision
@@ -142,7 +142,7 @@ fn d_true() -> bool {
     true
 }
 
-/// The module parameters, the per-VM cap and the policy (kvm-mechanisms.md §3.1).
+/// The module parameters, the per-VM cap and the policy ([K3]).
 /// The one halt-polling configuration: the engine's `VmConfig.halt_poll`
 /// (whose JSON names `max_ns` and `grow_start_ns` are aliases) and the
 /// calibration model's.
@@ -230,7 +230,7 @@ impl HaltPollConfig {
     }
 }
 
-/// The kernel's halt-polling stats of one vCPU (kvm-mechanisms.md §3.3), plus
+/// The kernel's halt-polling stats of one vCPU ([K3]), plus
 /// the number of grow/shrink decisions (the `kvm_halt_poll_ns` tracepoint).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct HaltStats {

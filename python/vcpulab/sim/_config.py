@@ -8,7 +8,7 @@ validates again. Configurations are hashable, picklable and
 JSON-round-trippable; :meth:`Config.config_hash` names a point stably.
 
 Sources quoted in the docstrings: *kernel* = the upstream default named;
-*digest* = ``seeds-digest.md``; *spec §n* = ``kvm-mechanisms.md``;
+*[Sn]*, *[Kn]* = the public sources listed in docs/sources.md;
 *assumption* = a value chosen by vcpulab where no measurement is at hand
 (change it to your hardware's).
 """
@@ -315,7 +315,7 @@ class Host(_Base):
             check_preempt_tick, wakeup_preempt_entity, next / last / skip
             buddies, place_entity; tunables in ``cfs``) or ``"gang"`` (all
             vCPUs of a VM run together in slices of ``gang_slice_ns``;
-            digest §4). Default ``"fair"``.
+            [S4]). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -333,13 +333,13 @@ class Host(_Base):
             g mod P), or ``"all"`` (unpinned: placed at wake-up on the previous
             CPU if idle, else the first idle one; pulled by a CPU about to go
             idle). No periodic load balancing.
-        gang_slice_ns: gang-scheduling slice, ns. Default 4000000 (digest §4:
+        gang_slice_ns: gang-scheduling slice, ns. Default 4000000 ([S4]:
             "clean 4 ms slices").
         tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
-            (2.1 GHz, a Xeon of the digest's era; assumption).
+            (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
         rq_lock_ns: time a yield_to attempt holds both run-queue locks, ns
-            (contended locks are waited for). Default 300 (assumption; digest
-            §1: ~50 % host time in _raw_spin_lock under PLE storms).
+            (contended locks are waited for). Default 300 (assumption; [S1]:
+            ~50 % host time in _raw_spin_lock under PLE storms).
         yield_check_ns: cost of yield_to before the locks (the -ESRCH check),
             ns. Default 50 (assumption).
         yield_to_esrch: yield_to returns -ESRCH at once when both run queues
@@ -514,7 +514,7 @@ class Host(_Base):
 
 @dataclass(frozen=True)
 class Ple(_Base):
-    """Pause-loop exiting (VMX) / pause filter (SVM), spec §2.
+    """Pause-loop exiting (VMX) / pause filter (SVM), [K2].
 
     A vCPU spinning in guest kernel mode (any mode for SVM) exits after
     ``window`` cycles of continuous spinning, pays ``exit_ns``, grows its
@@ -523,7 +523,7 @@ class Ple(_Base):
 
     Simplifications: the SVM pause filter counts PAUSE *instructions* and
     reloads its count when more than ``pause_filter_thresh`` cycles pass
-    between two PAUSEs (spec §2.3); here both kinds treat the window as
+    between two PAUSEs ([K2]); here both kinds treat the window as
     cycles of continuous spinning (a filter count maps to cycles through the
     spinner's PAUSE rate), with no threshold. Guest spinning is modelled in
     kernel mode only (every lock kind is a kernel lock), so SVM's "any CPL"
@@ -593,13 +593,13 @@ POLICY_KINDS = ("none", "baseline2011", "dy_eligible", "upstream", "random", "or
 
 @dataclass(frozen=True)
 class Policy(_Base):
-    """A VM's directed-yield policy (what kvm_vcpu_on_spin does), spec §1.
+    """A VM's directed-yield policy (what kvm_vcpu_on_spin does), [K1].
 
     Use the constructors in :mod:`vcpulab.sim.policies` rather than this class.
 
     Attributes:
-        kind: ``"upstream"`` (default; spec §1.3), ``"baseline2011"``,
-            ``"dy_eligible"`` (digest §1), ``"random"``, ``"oracle"``,
+        kind: ``"upstream"`` (default; [K1]), ``"baseline2011"``,
+            ``"dy_eligible"`` ([S1]), ``"random"``, ``"oracle"``,
             ``"none"`` or ``"python"``.
         esrch_budget: -ESRCH results tolerated before the scan stops; 0 =
             unlimited. Default 3 (kernel). ``dy_eligible`` uses 0 (the 2012 patch).
@@ -644,15 +644,19 @@ class Policy(_Base):
 
     @property
     def label(self) -> str:
-        """A short name for tables: the kind, or ``python:<name>``."""
-        return f"python:{self.name}" if self.kind == "python" else self.kind
+        """A short name for tables: the name of the constructor in
+        :mod:`vcpulab.sim.policies` that builds it (``"baseline_2011"``,
+        ``"no_yield"``), or ``python:<name>`` (:func:`vcpulab.sim.policies.label`)."""
+        from vcpulab.sim.policies import label
+
+        return label(self)
 
 
 # -------------------------------------------------------------------------- pv
 
 @dataclass(frozen=True)
 class Pv(_Base):
-    """Paravirtual features of a VM and exit costs (digest §2-3, spec §4-5).
+    """Paravirtual features of a VM and exit costs ([S2], [S3], [K4], [K5]).
 
     Attributes:
         steal_time: steal time on: the guest sees the ``preempted`` byte (mutex
@@ -684,7 +688,7 @@ class Pv(_Base):
             (assumption).
         guest_idle_poll_ns: guest idle polling before HLT (cpuidle-haltpoll),
             ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
-            loads it; its own default is 200000, spec §5.4).
+            loads it; its own default is 200000, [K5]).
         pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the
             guest's ``kvm_spinlock_init`` returns early, so its ``pv_queued``
             locks run the ``virt_spin_lock`` test-and-set fallback (any running
@@ -757,7 +761,7 @@ def halt_poll_policy(owner: str, name: Any) -> str:
 
 @dataclass(frozen=True)
 class HaltPoll(_Base):
-    """Host halt polling (spec §3): before a halting vCPU blocks, its thread
+    """Host halt polling ([K3]): before a halting vCPU blocks, its thread
     polls for a wake-up while no other task wants the host CPU.
 
     Attributes:
@@ -847,7 +851,7 @@ class Lock(_Base):
     it at release), ``"ticket"`` (FIFO; the next ticket must run),
     ``"queued"`` (native qspinlock, MCS-like FIFO hand-off), ``"pv_queued"``
     (spin SPIN_THRESHOLD iterations, then halt until kicked; the kick
-    directed-yields to the kicked vCPU, spec §5), ``"mutex"`` (optimistic
+    directed-yields to the kicked vCPU, [K5]), ``"mutex"`` (optimistic
     spinning while the owner is on a CPU and, with steal time, not preempted;
     otherwise sleep). Simplified: no lock stealing for queued kinds; the PV
     predecessor check happens when a waiter (re)starts spinning.
@@ -985,7 +989,7 @@ class Workload(_Base):
         spin_iter_cycles: cycles per spin-loop iteration (turns SPIN_THRESHOLD
             into time). Default 40 (assumption: PAUSE + load on older Xeons).
         spin_threshold: PV queued-lock SPIN_THRESHOLD, iterations. Default
-            32768 (kernel, spec §5.2).
+            32768 (kernel, [K5]).
     """
 
     phases: tuple[Any, ...] = (Compute(20_000, dist="exp"), Lock(0, "ticket", 2_000))
@@ -1093,8 +1097,8 @@ class Vm(_Base):
     Attributes:
         vcpus: vCPUs per VM. Default 4.
         count: number of identical VMs. Default 1.
-        threads: guest threads; 0 = one per vCPU (default). The digest's
-            benchmarks ran 2 threads per vCPU.
+        threads: guest threads; 0 = one per vCPU (default). The 2012
+            benchmarks of [S1] ran 2 threads per vCPU.
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.

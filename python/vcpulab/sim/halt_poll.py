@@ -1,4 +1,4 @@
-"""Simulated halt polling (kvm-mechanisms.md §3, digest §5).
+"""Simulated halt polling ([K3], [S5]).
 
 The Rust model (``src/sim/halt_poll.rs``) follows ``kvm_vcpu_halt``: clamp the
 per-vCPU window to the maximum at the start of each halt, poll until the wake
@@ -14,7 +14,7 @@ like the real vCPU stats (``vcpulab.experiment.Run.samples``)::
                      vcpus=(hp.Message(gap_ns=50_000),), rounds=1000)
     r = hp.run(sc)
     r.stats            # one row per vCPU: halt_exits, halt_successful_poll, …
-    hp.idle_study()    # digest §5: host CPU spent polling, by policy
+    hp.idle_study()    # [S5]: host CPU spent polling, by policy
 
 Policies: ``"off"``, ``"fixed"`` (always poll up to the maximum, Feb 2015),
 ``"dynamic-v4"`` (2015 v4: grow when the interrupt arrived while polling,
@@ -63,7 +63,7 @@ __all__ = [
 #: The policy names (the engine's :class:`vcpulab.sim.HaltPoll` uses the same).
 POLICIES = HALT_POLL_POLICIES
 
-#: the kernel's halt-polling vCPU stats (kvm-mechanisms.md §3.3), same names as real KVM
+#: the kernel's halt-polling vCPU stats ([K3]), same names as real KVM
 STAT_COLUMNS = (
     "halt_exits",
     "halt_successful_poll",
@@ -138,7 +138,7 @@ class Params:
         v4_idle_ns: dynamic-v3/-v4: a halt that slept longer than this is
             "idle" and shrinks the window, ns. Default 10 ms (vcpulab
             reconstruction: a 100 Hz tick; ticking guests at 250 Hz and up are
-            not idle, as in digest §5's 15 % C0 result).
+            not idle, as in [S5]'s 15 % C0 result).
         v3_start_ns: dynamic-v3 only: the first growth from 0, ns. Default
             500000 (the review's "0 → 500 µs").
     """
@@ -225,7 +225,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Timer:
-    """A periodic guest timer: the idle ticking guest of digest §5
+    """A periodic guest timer: the idle ticking guest of [S5]
     (``vcpulab.experiment.IdleTicks``). ``hz``: ticks per second (default 250)."""
 
     hz: int = 250
@@ -500,11 +500,11 @@ def idle_study(
     """Digest §5 in the simulator: an idle ticking guest (``idle_hz``) and a
     message-passing guest (``gaps_ns``), one vCPU on its own host CPU, under
     each policy with maximum ``max_poll_ns`` (default: the host's
-    ``halt_poll_ns``; the digest's 250 Hz measurement used 2 ms).
+    ``halt_poll_ns``; the 250 Hz measurement of [S5] used 2 ms).
 
     One row per (workload, policy): ``poll_cpu_frac`` (host CPU in the poll
     loop / wall time), ``busy_frac`` (all host CPU of the vCPU thread, the
-    analogue of the digest's "C0"), ``success_frac``, ``wake_latency_median_us``
+    analogue of [S5]'s "C0"), ``success_frac``, ``wake_latency_median_us``
     / ``_mean_us``, ``mean_window_ns``, ``final_halt_poll_ns``.
     """
     mx = host_params()["halt_poll_ns"] if max_poll_ns is None else max_poll_ns

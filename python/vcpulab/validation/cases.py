@@ -312,7 +312,7 @@ class Ctx:
 
 class OnSpinGate:
     """``kvm_vcpu_on_spin`` as a Python policy with a choice of candidate gate
-    (spec §1.3-1.6): ``"ready"`` (v5.3 on: running vCPUs are skipped, woken
+    ([K1]): ``"ready"`` (v5.3 on: running vCPUs are skipped, woken
     ones count) or ``"preempted"`` (2013 to v5.2: only involuntarily
     preempted vCPUs). Then, in order: a blocking candidate must be
     dy_runnable; a candidate preempted in guest user mode is skipped when the
