@@ -107,7 +107,7 @@ def check_type(name: str, v: Any, cls: type | tuple[type, ...]) -> Any:
 
 # --------------------------------------------------------------------------- panics
 
-_BUG = "internal error in vcpulab (a bug, please report it at https://github.com/vcpulab/vcpulab/issues)"
+_BUG = "internal error in vcpulab (a bug in vcpulab, not in your input: please report it with this message)"
 
 
 def _is_panic(e: BaseException) -> bool:

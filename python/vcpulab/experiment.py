@@ -773,7 +773,8 @@ def run(
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
         if warn_quality:
-            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=3)
+            # stack: Quality.warn <- run <- guard_panics <- the caller, whose line the warning names
+            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=4)
         return r
     finally:
         for vm in vm_objs:
