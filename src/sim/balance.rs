@@ -39,24 +39,23 @@ impl Sim {
     }
 
     /// The CPUs of `cpu`'s LLC (socket), ascending.
+    #[cfg(test)]
     pub(crate) fn llc_cpus(&self, cpu: usize) -> Vec<usize> {
-        let s = self.llc_of(cpu);
-        let mut v: Vec<usize> = (0..self.cfg.host.threads_per_core)
-            .flat_map(|t| {
-                (s * self.cores_per_socket..(s + 1) * self.cores_per_socket)
-                    .map(move |c| (t * self.ncores + c) as usize)
-            })
-            .collect();
-        v.sort_unstable();
-        v
+        self.llc(cpu).iter().map(|&c| c as usize).collect()
     }
 
-    /// The span of domain level `lvl` around `cpu`: 0 = SMT core, 1 = LLC, 2 = machine.
-    fn domain_span(&self, cpu: usize, lvl: usize) -> Vec<usize> {
+    /// The CPUs of `cpu`'s LLC (socket), ascending, without a copy.
+    #[inline]
+    fn llc(&self, cpu: usize) -> &[u32] {
+        &self.llc_list[self.llc_of(cpu) as usize]
+    }
+
+    /// The number of CPUs in domain level `lvl` around `cpu`: 0 = SMT core, 1 = LLC, 2 = machine.
+    fn domain_weight(&self, cpu: usize, lvl: usize) -> usize {
         match lvl {
-            0 => self.core_cpus(cpu).collect(),
-            1 => self.llc_cpus(cpu),
-            _ => (0..self.rqs.len()).collect(),
+            0 => self.cfg.host.threads_per_core as usize,
+            1 => self.llc(cpu).len(),
+            _ => self.rqs.len(),
         }
     }
 
@@ -133,11 +132,11 @@ impl Sim {
         if prev != target && self.share_llc(prev, target) && self.idle(prev) {
             return prev;
         }
-        let llc = self.llc_cpus(target);
-        let start = llc.partition_point(|&c| c <= target);
-        let order = llc[start..].iter().chain(llc[..start].iter()).copied();
+        let llc = self.llc(target);
+        let start = llc.partition_point(|&c| c as usize <= target);
+        let order = llc[start..].iter().chain(llc[..start].iter()).map(|&c| c as usize);
         let core_idle = |c: usize| self.core_cpus(c).all(|s| self.idle(s));
-        let has_idle_core = self.cfg.host.threads_per_core > 1 && llc.iter().any(|&c| core_idle(c));
+        let has_idle_core = self.cfg.host.threads_per_core > 1 && llc.iter().any(|&c| core_idle(c as usize));
         let mut first_idle = None;
         for c in order {
             if has_idle_core {
@@ -184,9 +183,14 @@ impl Sim {
 
     /// The CPU of `span` (other than `cpu`) with the most runnable tasks
     /// that has a movable one (`find_busiest_queue`, by task count).
-    fn busiest(&self, cpu: usize, span: &[usize], cache_hot: bool) -> Option<(usize, usize)> {
+    fn busiest(&self, cpu: usize, lvl: usize, cache_hot: bool) -> Option<(usize, usize)> {
+        let span: Box<dyn Iterator<Item = usize> + '_> = match lvl {
+            0 => Box::new(self.core_cpus(cpu)),
+            1 => Box::new(self.llc(cpu).iter().map(|&c| c as usize)),
+            _ => Box::new(0..self.rqs.len()),
+        };
         let mut best: Option<(usize, usize, usize)> = None; // (nr, cpu, task)
-        for &c in span {
+        for c in span {
             if c == cpu || self.rqs[c].queue.is_empty() {
                 continue;
             }
@@ -208,8 +212,7 @@ impl Sim {
     pub(crate) fn newidle_balance(&mut self, cpu: usize) {
         let levels: Vec<usize> = self.levels().collect();
         for lvl in levels {
-            let span = self.domain_span(cpu, lvl);
-            if let Some((_, t)) = self.busiest(cpu, &span, false) {
+            if let Some((_, t)) = self.busiest(cpu, lvl, false) {
                 self.migrate(t, cpu);
                 return;
             }
@@ -233,10 +236,9 @@ impl Sim {
             if now < self.rqs[cpu].lb_next[lvl] {
                 continue;
             }
-            let span = self.domain_span(cpu, lvl);
-            let interval = span.len() as u64 * 1_000_000 * busy_factor;
+            let interval = self.domain_weight(cpu, lvl) as u64 * 1_000_000 * busy_factor;
             self.rqs[cpu].lb_next[lvl] = now + interval.max(self.cfg.host.tick_ns);
-            if let Some((src, t)) = self.busiest(cpu, &span, true) {
+            if let Some((src, t)) = self.busiest(cpu, lvl, true) {
                 if self.nr_running(src) >= self.nr_running(cpu) + 2 {
                     self.migrate(t, cpu);
                 }
@@ -244,9 +246,12 @@ impl Sim {
         }
         if self.nr_running(cpu) >= 2 && now >= self.nohz_next {
             self.nohz_next = now + self.cfg.host.tick_ns;
-            let llc = self.llc_cpus(cpu);
-            let ilb =
-                llc.iter().copied().find(|&c| self.idle(c)).or_else(|| (0..self.rqs.len()).find(|&c| self.idle(c)));
+            let ilb = self
+                .llc(cpu)
+                .iter()
+                .map(|&c| c as usize)
+                .find(|&c| self.idle(c))
+                .or_else(|| (0..self.rqs.len()).find(|&c| self.idle(c)));
             if let Some(ilb) = ilb {
                 self.newidle_balance(ilb);
             }

@@ -652,6 +652,8 @@ pub struct Sim {
     pub nohz_next: Ns,
     /// Busy SMT siblings slow each other down (threads_per_core > 1 and smt_speed_pct < 100).
     pub smt_slow: bool,
+    /// The CPUs of each LLC (socket), ascending.
+    pub llc_list: Vec<Vec<u32>>,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -727,9 +729,15 @@ impl Sim {
             waker_cpu: NO_CPU,
             nohz_next: 0,
             smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
+            llc_list: Vec::new(),
         };
         sim.ncores = (p / cfg.host.threads_per_core).max(1);
         sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);
+        sim.llc_list = vec![Vec::new(); cfg.host.sockets as usize];
+        for cpu in 0..p {
+            let s = (cpu % sim.ncores) / sim.cores_per_socket;
+            sim.llc_list[(s as usize).min(cfg.host.sockets as usize - 1)].push(cpu);
+        }
         if cfg.host.tick_skew {
             // tick_setup_sched_timer with sched_skew_tick: (TICK_NSEC >> 1) / nr_cpus · cpu
             let step = (cfg.host.tick_ns >> 1) / p as u64;
