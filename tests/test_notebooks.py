@@ -25,11 +25,12 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code")
 
 
-def test_the_five_notebooks_are_there() -> None:
+def test_the_notebooks_are_there() -> None:
     assert [p.stem for p in NOTEBOOKS] == [
         "01_real_kvm_tour",
         "02_ple_directed_yield",
         "03_pv_hints",
         "04_sched_maps",
         "05_halt_polling",
+        "07_twins",
     ]
