@@ -88,7 +88,8 @@ def test_twin_of_other_workloads_and_the_ones_without() -> None:
     assert isinstance(sleep, sim.Sleep) and sleep.ns == 50_000 and work.ns == 41 * 400
     assert msi.vms[0].halt_poll.max_ns == 50_000
     ticks = twins.twin(Experiment(IdleTicks(hz=1000), 3, (0,)), cal)
-    assert ticks.vms[0].vcpus == 3 and sum(p.ns for p in ticks.vms[0].workload.phases) == 1_000_000
+    tick, handler = ticks.vms[0].workload.phases
+    assert ticks.vms[0].vcpus == 3 and tick.ns == 1_000_000 and tick.periodic and handler.ns == 41 * 400
     pv = twins.twin(Experiment(PvSpinLock(), 2, (0,)), cal)
     assert pv.vms[0].workload.phases[1].lock_kind == "tas"  # the preempted byte is never set on this host
     with pytest.raises(ValueError, match="asymmetric"):
@@ -121,6 +122,27 @@ def test_measured_load_becomes_a_background_of_the_right_weight() -> None:
     assert abs(steal - 5 / 6) < 0.03
     halting = twins.background_for(Experiment(IdleTicks(), 1, (0,)), 0.5)
     assert halting.weight == 1024 and halting.utilization == 0.5
+
+
+def test_periodic_sleep_keeps_the_timer_grid() -> None:
+    """A periodic Sleep wakes on multiples of its period whatever ran before
+    it (a LAPIC periodic timer); a relative one drifts with the work."""
+    work = sim.Compute(300_000, dist="exp")
+
+    def starts(sleep: sim.Sleep) -> np.ndarray:
+        cfg = sim.Config(host=sim.Host(pcpus=1), vms=(sim.Vm(vcpus=1, workload=sim.Workload(phases=(sleep, work))),),
+                         duration_ns=50_000_000, seed=1, trace=True)  # fmt: skip
+        t = sim.run(cfg).trace
+        return t.filter(pl.col("vcpu") == 0)["start_ns"].to_numpy()[1:]
+
+    periodic = starts(sim.Sleep(1_000_000, periodic=True))
+    assert periodic.size >= 30 and (periodic % 1_000_000 == 0).all()
+    relative = starts(sim.Sleep(700_000))
+    assert (relative % 1_000_000 != 0).any()
+    with pytest.raises(ValueError, match="periodic"):
+        sim.Sleep(1000, dist="exp", periodic=True)
+    # left out of the JSON when off, so existing configurations keep their hash
+    assert "periodic" not in sim.Sleep(1000).to_dict() and sim.Sleep(1000, periodic=True).to_dict()["periodic"]
 
 
 def test_sim_lock_wait_metric() -> None:

@@ -518,8 +518,8 @@ def twin(
       (this host never sets the ``preempted`` byte, so the real waiters never
       halt unless ``preempted_from_host`` is used, which has no twin);
       MsiPingPong → ``Sleep(gap) + Compute(round path)``; IdleTicks →
-      ``Sleep(period − path) + Compute(path)`` per vCPU; Spin → one long
-      ``Compute``.
+      ``Sleep(period, periodic=True) + Compute(path)`` per vCPU (the LAPIC
+      timer's fixed grid); Spin → one long ``Compute``.
 
     * Host load: none by default (the twin of the experiment on an idle
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
@@ -567,9 +567,11 @@ def twin(
         path = int(round(cal["msi_round_insns"] * a))
         phases = (sim.Sleep(int(w.gap_us * 1000)), sim.Compute(max(path, 1), mode="kernel"))
     elif isinstance(w, IdleTicks):
+        # the LAPIC timer is periodic: wake on a fixed grid, late wake-ups
+        # do not shift the next ones (a relative sleep would drift)
         period = 1_000_000_000 // w.hz
         path = int(round(cal["msi_round_insns"] * a))
-        phases = (sim.Sleep(max(period - path, 1)), sim.Compute(max(min(path, period), 1), mode="kernel"))
+        phases = (sim.Sleep(period, periodic=True), sim.Compute(max(min(path, period - 1), 1), mode="kernel"))
     elif isinstance(w, Spin):
         phases = (sim.Compute(1_000_000, mode="kernel"),)
     else:

@@ -684,8 +684,8 @@ impl Sim {
                     self.block_current(v, t);
                 }
             }
-            Phase::Sleep { ns, dist, .. } => {
-                let d = self.sample(ns, dist);
+            Phase::Sleep { ns, dist, periodic, .. } => {
+                let d = if periodic { ns - self.now % ns } else { self.sample(ns, dist) };
                 let th = &mut self.threads[t];
                 th.step = Step::Waiting;
                 th.wake_gen = th.wake_gen.wrapping_add(1);
