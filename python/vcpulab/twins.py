@@ -904,7 +904,7 @@ def compare(
     bursts = [b for r in runs if (b := r.config.get("other_burst_ns"))]
     burst = float(np.median(bursts)) if bursts else None
     # the measured burst is reported, not simulated: one background task with
-    # the machine's mean burst (~100 µs here) sleeps so often that EEVDF's
+    # the machine's mean burst (0.4-2.5 ms here) sleeps so often that EEVDF's
     # placement of a waking task gives it far less than the measured share
     # (tried: steal 0.43 simulated vs 0.78 real for 1 vCPU on a loaded CPU);
     # the real load is many tasks, which one background task cannot be
