@@ -214,6 +214,12 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     with pytest.raises(ValueError, match="placement"):
         Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration=0.05, host=kvm_host,
                                 warn_quality=False))  # fmt: skip
+    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
+    t = twins.twin(ticks)
+    assert t.host.pcpus == 1 and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
+    assert t.vms[0].workload.phases[0].ns == 2_000_000 and t.vms[0].workload.phases[0].periodic
+    msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration=3.0, host=kvm_host, warn_quality=False)
+    assert twins.twin(msi).vms[0].workload.phases[0].ns == 30_000
 
 
 @pytest.mark.parametrize("n", [2, 3])
