@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 
 from vcpulab import sim
 from vcpulab.sim import policies as P
-from vcpulab.sim._distributed import EXTRA_COLUMNS, run_sweep
+from vcpulab.sim.distributed import EXTRA_COLUMNS, run_sweep
 
 
 def main() -> None:

@@ -6,12 +6,12 @@
 
 Prints a report and writes it as JSON to bench-out/sim_bench.json.
 
-* speed: simulated seconds per wall second on one core, digest §4 8 × 20 scenario;
+* speed: simulated seconds per wall second on one core, [S4] 8 × 20 scenario;
 * scale: wall time from 64 to 1024 vCPUs (2x overcommit, 16-vCPU VMs);
 * sweep: speed-up of sweep() on 2 threads over 1;
 * pypolicy: cost of a Python directed-yield policy per call;
-* scenarios: the digest's experiments, longer than in the tests, next to the
-  digest's numbers.
+* scenarios: the published experiments (docs/sources.md), longer than in the
+  tests, next to the published numbers.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def bench_scenarios(quick: bool) -> dict:
         gain = th["dy_eligible"] / th["baseline2011"] - 1
         a[f"{oc}x"]["dy_eligible_gain_pct"] = round(100 * gain, 1)
         print(f"(a) ebizzy-like {oc}x: baseline {th['baseline2011']:,.0f}/s, dy_eligible {th['dy_eligible']:,.0f}/s "
-              f"({100 * gain:+.0f} %; digest, 1x only: 1129 -> 2317 records/s, +105 %); upstream {th['upstream']:,.0f}, "
+              f"({100 * gain:+.0f} %; [S1], 1x only: 1129 -> 2317 records/s, +105 %); upstream {th['upstream']:,.0f}, "
               f"random {th['random']:,.0f}, oracle {th['oracle']:,.0f}")
     out["a"] = a
     # (b)
@@ -151,7 +151,7 @@ def bench_scenarios(quick: bool) -> dict:
             "throughput_ops_s"][0] for s in ("fair", "gang")}
         b[f"{n}x{v}"] = {"ple": round(th["fair"]), "gang": round(th["gang"]), "gang_over_ple": round(th["gang"] / th["fair"], 2)}
         print(f"(b) {n} x {v} on 80 CPUs: PLE {th['fair']:,.0f}/s, gang {th['gang']:,.0f}/s: gang = "
-              f"{th['gang'] / th['fair']:.2f}x PLE (digest: 3.88x at 8 x 20; 16 x 10 'clean, good')")
+              f"{th['gang'] / th['fair']:.2f}x PLE ([S4]: 3.88x at 8 x 20; 16 x 10 'clean, good')")
     out["b"] = b
     # (c)
     c = {}
@@ -169,7 +169,7 @@ def bench_scenarios(quick: bool) -> dict:
                     "pcpu_is_idle_ms": round(w["pcpu_is_idle"], 2), "reduction_pct": round(100 * red, 1)}
                 print(f"(c) 16 vCPUs, {threads} threads, host load {bg:.2f} in {burst // 1000} us bursts: wall "
                       f"{w['available_idle']:.1f} -> {w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %; "
-                      "digest, idle host, 16 threads: -50 to -84 %)")
+                      "[S3], idle host, 16 threads: -50 to -84 %)")
     for bg in (0.1, 0.4):
         w = {}
         for placement in ("available_idle", "pcpu_is_idle"):

@@ -1,6 +1,6 @@
-"""The simulated halt-polling model (kvm-mechanisms.md §3, digest §5): the
+"""The simulated halt-polling model ([K3], [S5]): the
 kernel's grow/shrink sequences, the stats, the policies' behaviour, and the
-digest's idle-overhead story."""
+idle-overhead story of [S5] (docs/sources.md)."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_host_params_are_read_from_sysfs_or_default(tmp_path) -> None:  # type: 
     assert hp.host_params.sources["halt_poll_ns_grow"] == "kernel default"  # type: ignore[attr-defined]
 
 
-# ----------------------------------------------------------- digest §5 story
+# ----------------------------------------------------------- [S5] story
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Halt polling on real KVM (kvm-mechanisms.md §3): one vCPU halting between
+"""Halt polling on real KVM ([K3]): one vCPU halting between
 MSIs sent 50 µs after it halts. With a 200 µs per-VM maximum the poll window
 grows to cover the gap and most wake-ups are caught while polling; with 0 every
 halt blocks and is woken by ``kvm_vcpu_wake_up`` (``halt_wakeup``).

@@ -1,4 +1,4 @@
-"""The host's /dev/kvm as vcpulab reports it (kvm-on-this-host.md is the reference)."""
+"""The host's /dev/kvm as vcpulab reports it (what this project's host offers, measured here)."""
 
 from __future__ import annotations
 

@@ -280,3 +280,49 @@ def test_ctrl_c_interrupts_a_long_msi_train(kvm_host: Host) -> None:
         """
     )
     assert "interrupted after" in interrupt_script(code)
+
+
+def test_a_thread_timer_left_armed_by_a_short_run_cuts_no_later_run_short(kvm_host: Host) -> None:
+    """Each thread keeps one deadline timer, left armed between runs (kick.rs):
+    a run with a later deadline than the one still armed gets the early fire
+    and runs on to its own deadline; a stray fire after the last run is
+    harmless (SA_RESTART, and Python retries interrupted sleeps)."""
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        io = vm.load("io_loop", port=0x80, count=1000)
+        spin = vm.load("endless_loop")
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(io)
+        assert vcpu.run(timeout=0.2).kind == "io"  # returns at once; the timer stays set for +0.2 s
+        vcpu.start(spin)
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="within 0.600 s"):
+            vcpu.run_until("hlt", timeout=0.6)
+        assert 0.55 < time.monotonic() - t0 < 1.5
+        # the same through one KVM_RUN: the early fire is not an 'interrupted' exit
+        vcpu.start(io)
+        assert vcpu.run(timeout=0.1).kind == "io"
+        vcpu.start(spin)
+        t0 = time.monotonic()
+        assert vcpu.run(timeout=0.4).kind == "interrupted"
+        assert 0.35 < time.monotonic() - t0 < 1.5
+        # a kick still ends a run whose timer fired early before it
+        def early_then_long():  # type: ignore[no-untyped-def]
+            vcpu.start(io)
+            assert vcpu.run(timeout=0.05).kind == "io"  # this thread's timer: +0.05 s
+            vcpu.start(spin)
+            return vcpu.run_until("hlt", timeout=20)
+
+        t = PinnedThread(early_then_long, set(os.sched_getaffinity(0)))
+        t.start()
+        time.sleep(0.3)
+        while not vcpu.kick():
+            time.sleep(0.01)
+        r = t.value(timeout=5)
+        assert r.interrupted and r.wall_s < 5
+        # a fire after the last run lands in this thread while it sleeps
+        assert vcpu.run(timeout=0.05).kind == "interrupted"
+        vcpu.start(io)
+        assert vcpu.run(timeout=0.1).kind == "io"
+        t0 = time.monotonic()
+        time.sleep(0.3)
+        assert time.monotonic() - t0 >= 0.3

@@ -1,6 +1,6 @@
 """Steal time on real KVM: the host publishes the vCPU thread's run-queue wait.
 
-kvm-mechanisms.md §4.2: ``steal += run_delay - last_steal`` just before each
+[K4]: ``steal += run_delay - last_steal`` just before each
 guest entry, where run_delay is the thread's schedstat run delay. Two vCPU
 threads pinned to one host CPU each wait about half of the time.
 

@@ -32,5 +32,6 @@ def test_the_notebooks_are_there() -> None:
         "03_pv_hints",
         "04_sched_maps",
         "05_halt_polling",
+        "06_validation",
         "07_twins",
     ]

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from vcpulab.analysis import compare, time_breakdown
+from vcpulab.analysis import LowPowerWarning, compare, mean_interval, time_breakdown
 from vcpulab.plot import BLACK, WHITE, policy_comparison, sched_map, sched_map_image, vcpu_color
 from vcpulab.testing import assert_between, assert_equal_columns, assert_monotonic
 
@@ -46,8 +46,11 @@ def test_sched_map_png_holds_the_raster_pixel_for_pixel(tmp_path) -> None:  # ty
     path = tmp_path / "map.png"
     sm = sched_map(_two_vm_trace(), path, us_per_pixel=10, row_px=2)
     png = (mpimg.imread(path)[..., :3] * 255).round().astype(np.uint8)
-    # the raster sits at the top-left corner of the saved figure, unscaled
-    assert np.array_equal(png[: sm.image.shape[0], : sm.image.shape[1]], sm.image)
+    # the raster sits at raster_origin_px in the saved figure, unscaled (the axes are around it)
+    x, y = sm.raster_origin_px
+    h, w = sm.image.shape[:2]
+    assert np.array_equal(png[y : y + h, x : x + w], sm.image)
+    assert sm.image.shape == (4, 10, 3)
 
 
 def test_sched_map_rejects_bad_input() -> None:
@@ -84,10 +87,15 @@ def test_compare_finds_a_real_difference_and_not_noise() -> None:
     same = compare(a, rng.normal(100, 5, 10))
     assert same.p_value > 0.05
     assert same.ci[0] < 0 < same.ci[1]
-    # exact permutation test for small samples: 3 vs 3 fully separated → p = 2/20
-    exact = compare([1, 2, 3], [7, 8, 9])
-    assert exact.p_value == pytest.approx(0.1)
-    one_sided = compare([1, 2, 3], [7, 8, 9], alternative="greater")
+    # exact permutation test for small samples: 3 vs 3 fully separated → p = 2/20, the floor of
+    # this design, which is above alpha: a warning says the test cannot reject
+    with pytest.warns(LowPowerWarning, match="cannot give p below 0.1"):
+        exact = compare([1, 2, 3], [7, 8, 9])
+    assert exact.p_value == pytest.approx(0.1) and exact.min_p_value == pytest.approx(0.1)
+    assert not exact.significant()
+    assert "cannot go below p = 0.1" in str(exact)
+    with pytest.warns(LowPowerWarning):
+        one_sided = compare([1, 2, 3], [7, 8, 9], alternative="greater")
     assert one_sided.p_value == pytest.approx(0.05)
     df_a = pl.DataFrame({"throughput": a})
     assert compare(df_a, df_a, "throughput").p_value == 1.0
@@ -97,10 +105,68 @@ def test_compare_finds_a_real_difference_and_not_noise() -> None:
         compare([1.0, float("nan")], [1.0])
 
 
+def test_compare_intervals_match_scipy_and_fit_small_samples() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(100, 5, 4), rng.normal(110, 9, 5)
+    with pytest.warns(LowPowerWarning):  # 4 vs 5: C(9,4) = 126 relabellings, p >= 1/126 > 0.005
+        c = compare(a, b, alpha=0.005)
+    # the default interval is Welch's t-interval, as scipy computes it
+    ref = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert c.interval == "t" and c.ci == pytest.approx((ref.low, ref.high))
+    assert c.min_p_value == pytest.approx(1 / 126)
+    # paired: the paired t-interval, the sign-flip test, d_z
+    base = rng.normal(100, 20, 8)  # large run-to-run spread shared by the pair
+    a2, b2 = base, base * 1.03 + rng.normal(0, 0.5, 8)
+    p = compare(a2, b2, paired=True)
+    ref = stats.ttest_rel(b2, a2).confidence_interval(0.95)
+    assert p.paired and p.ci == pytest.approx((ref.low, ref.high))
+    assert p.min_p_value == pytest.approx(2 / 2**8)
+    assert p.p_value < 0.05 and p.relative_ci[0] > 0.02
+    # unpaired, the shared spread hides the 3 % gain
+    u = compare(a2, b2)
+    assert u.p_value > 0.05 and u.ci[0] < 0 < u.ci[1]
+    # pair_by aligns DataFrame rows by a column, whatever their order
+    da = pl.DataFrame({"seed": list(range(8)), "x": a2})
+    db = pl.DataFrame({"seed": list(range(8))[::-1], "x": b2[::-1]})
+    assert compare(da, db, "x", pair_by="seed").p_value == pytest.approx(p.p_value)
+    with pytest.raises(ValueError, match="differ between the sides"):
+        compare(da, db.with_columns(pl.col("seed") + 1), "x", pair_by="seed")
+    with pytest.raises(ValueError, match="as many values"):
+        compare([1.0, 2.0], [1.0], paired=True)
+    # BCa bootstrap interval: contains the difference, deterministic for a seed
+    bca = compare(a2, b2, paired=True, interval="bca", seed=3)
+    assert bca.ci[0] < p.difference < bca.ci[1]
+    assert bca.ci == compare(a2, b2, paired=True, interval="bca", seed=3).ci
+    # mean_interval is the one-sample t-interval
+    ref = stats.ttest_1samp(a, 0).confidence_interval(0.9)
+    assert mean_interval(a, 0.9) == pytest.approx((ref.low, ref.high))
+
+
 def test_policy_comparison_and_frame_assertions() -> None:
     df = pl.DataFrame({"policy": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1], "ops": [10.0, 12.0, 20.0, 22.0]})
     fig = policy_comparison(df, "ops")
     assert len(fig.axes[0].patches) == 2
+    # the error bars are t-intervals from scipy (df = 1: t = 12.706), not a hand-written table
+    from scipy import stats
+
+    bars = fig.axes[0].patches
+    assert [b.get_height() for b in bars] == pytest.approx([11.0, 21.0])
+    caps = fig.axes[0].lines  # the caps of both error bars: (lower, upper) per bar
+    half = stats.t.ppf(0.975, 1) * np.std([10.0, 12.0], ddof=1) / np.sqrt(2)
+    ys = sorted(float(y) for line in caps for y in line.get_ydata())
+    assert ys[0] == pytest.approx(11.0 - half) and ys[-1] == pytest.approx(21.0 + half)
+    # gains over a baseline, a second factor as hue
+    two = pl.concat([df.with_columns(pl.lit("1x").alias("oc")), df.with_columns(pl.lit("2x").alias("oc"), pl.col("ops") * 2)])
+    two = pl.concat([two, two.filter(pl.col("policy") == "a").with_columns(pl.lit("c").alias("policy"), pl.col("ops") * 1.5)])
+    g = policy_comparison(two, "ops", baseline="a", hue="oc", pair_by="seed")
+    heights = [b.get_height() for b in g.axes[0].patches]
+    assert heights == pytest.approx([(21 / 11 - 1) * 100, 50.0, (21 / 11 - 1) * 100, 50.0])  # b, c per hue level
+    assert "gain over a" in g.axes[0].get_ylabel()
+    assert [t.get_text() for t in g.axes[0].get_legend().get_texts()] == ["1x", "2x"]
+    with pytest.raises(ValueError, match="baseline 'z'"):
+        policy_comparison(df, "ops", baseline="z")
     assert_between(df, "ops", 10, 22)
     with pytest.raises(AssertionError, match="outside"):
         assert_between(df, "ops", 11, None)
@@ -127,3 +193,20 @@ def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type:
     assert "KVM host" in kvm_host._repr_html_()
     with kvm_host.create_vm(memory_mib=2) as vm:
         assert "KVM VM" in vm._repr_html_()
+
+
+def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_host) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab.experiment import Spin, run
+    from vcpulab.plot import fair_share_steal_fraction, stats_over_time, steal_over_time
+
+    r = run(Spin(), vcpus=4, pcpus=[0], duration=0.2, sample_every=0.02, host=kvm_host)
+    assert fair_share_steal_fraction(r) == pytest.approx(0.75)
+    assert fair_share_steal_fraction({(0, 0): [0, 1], (0, 1): [1]}) == 0.0
+    fig = steal_over_time(r)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["vCPU 0", "vCPU 1", "vCPU 2", "vCPU 3", "fair share (75% steal)"]
+    # exits and emulated instructions differ by orders of magnitude: one axes each
+    fig = stats_over_time(r, ["exits", "insn_emulation"])
+    assert len(fig.axes) == 2 and [a.get_ylabel().split()[0] for a in fig.axes] == ["exits", "insn_emulation"]
+    with pytest.raises(ValueError, match="unknown stats"):
+        stats_over_time(r, ["nope"])

@@ -178,7 +178,7 @@ def test_fixed_iterations_give_wall_time():
 
 
 def test_python_dy_eligible_gives_exactly_the_builtin_result():
-    # digest scenario (e), on an overcommitted host with two VMs of the same entry
+    # scenario (e) of docs/simulator.md, on an overcommitted host with two VMs of the same entry
     cfg = sim.Config(
         host=sim.Host(pcpus=6),
         vms=(sim.Vm(vcpus=6, count=2, threads=12, workload=presets.ebizzy_like(), ple=sim.Ple.fixed()),),
@@ -326,7 +326,7 @@ def pingpong(halt_poll: sim.HaltPoll, pcpus: int = 4, count: int = 1) -> sim.Con
     )
 
 
-@pytest.mark.parametrize("policy", ["off", "fixed", "dynamic", "dynamic_v4"])
+@pytest.mark.parametrize("policy", ["off", "fixed", "block-time", "dynamic-v3", "dynamic-v4"])
 def test_halt_polling_stats_and_conservation(policy):
     r = sim.run(pingpong(sim.HaltPoll(policy=policy)))
     assert_conserved(r)
@@ -341,13 +341,13 @@ def test_halt_polling_stats_and_conservation(policy):
         # message passing on an idle host: most halts end while polling
         assert v["halt_successful_poll"].sum() > 0.5 * v["halt_attempted_poll"].sum()
         assert v["halt_wait_ns"].sum() < sim.run(pingpong(sim.HaltPoll())).vcpus["halt_wait_ns"].sum()
-    if policy == "dynamic":
+    if policy == "block-time":
         # the window grew from 0 by grow_start, ×2, capped by max_ns at the next halt
         w = v["halt_poll_window_ns"].to_list()
         assert all(x == 0 or x % 10_000 == 0 for x in w) and max(w) >= 10_000
-    if policy == "dynamic_v4":
+    if policy == "dynamic-v4":
         # v4 starts at the maximum and only an idle (> 10 ms) halt shrinks it:
-        # a message-passing guest keeps it there (digest §5: "always maxed out")
+        # a message-passing guest keeps it there ([S5]: "always maxed out")
         assert v["halt_poll_window_ns"].to_list() == [200_000, 200_000]
 
 

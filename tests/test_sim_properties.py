@@ -78,7 +78,7 @@ def vms(draw):
         policy=policy,
         pv=pv,
         halt_poll=sim.HaltPoll(
-            policy=draw(st.sampled_from(["off", "fixed", "dynamic", "dynamic_v4"])),
+            policy=draw(st.sampled_from(["off", "fixed", "block-time", "dynamic-v3", "dynamic-v4"])),
             max_ns=draw(st.sampled_from([0, 50_000, 200_000])),
             shrink=draw(st.sampled_from([0, 2])),
             poll_allowed=draw(st.booleans()),

@@ -1,8 +1,8 @@
-"""The digest's scenarios, in direction and rough magnitude.
+"""The published scenarios (docs/sources.md), in direction and rough magnitude.
 
 Short simulated durations keep this file to a few seconds; each assertion
 states its tolerance. The longer versions and the numbers next to the
-digest's are in benches/sim_bench.py and docs/simulator.md.
+published ones are in benches/sim_bench.py and docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def sched_map(vms: int, vcpus: int, scheduler: str, policy: str = "upstream") ->
 def test_a_dy_eligible_beats_the_2012_baseline_more_at_1x_than_at_2x():
     gain_1x = ebizzy(1, "dy_eligible") / ebizzy(1, "baseline2011")
     gain_2x = ebizzy(2, "dy_eligible") / ebizzy(2, "baseline2011")
-    # digest: +105 % at 1x. Here about +50 % at 1x and +8 % at 2x; require
+    # [S1]: +105 % at 1x. Here about +50 % at 1x and +8 % at 2x; require
     # >= +20 % at 1x, no loss at 2x, and a larger gain at 1x.
     assert gain_1x >= 1.2, gain_1x
     assert gain_2x >= 1.0, gain_2x
@@ -53,7 +53,7 @@ def test_a_dy_eligible_beats_the_2012_baseline_more_at_1x_than_at_2x():
 def test_b_gang_doubles_ple_at_8x20_and_16x10_comes_much_closer():
     r820 = sched_map(8, 20, "gang") / sched_map(8, 20, "fair")
     r1610 = sched_map(16, 10, "gang") / sched_map(16, 10, "fair")
-    # digest: gang = 3.88x PLE at 8 x 20; 16 x 10 "clean, good performance".
+    # [S4]: gang = 3.88x PLE at 8 x 20; 16 x 10 "clean, good performance".
     # Here about 3.8x and 1.6x; require >= 2x, and 16 x 10 at most 70 % of 8 x 20's gap.
     assert r820 >= 2.0, r820
     assert r1610 <= 0.7 * r820, (r1610, r820)
@@ -69,7 +69,7 @@ def parsec_wall(placement: str, background: float) -> float:
 
 def test_c_pcpu_is_idle_placement_reduces_wall_time_more_on_a_more_idle_host():
     gain = {bg: 1 - parsec_wall("pcpu_is_idle", bg) / parsec_wall("available_idle", bg) for bg in (0.1, 0.2, 0.4)}
-    # digest (idle host, 16 threads): 50-84 % less wall time. Here (12 threads,
+    # [S3] (idle host, 16 threads): 50-84 % less wall time. Here (12 threads,
     # see scenarios.pcpu_is_idle_2021) about 33 % at 10 and 20 % host load and
     # 14 % at 40 %; require > 5 % at each, and more on the more idle hosts.
     assert all(g > 0.05 for g in gain.values()), gain

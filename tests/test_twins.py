@@ -70,7 +70,7 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     assert cfg.duration_ns == 200_000_000 and cfg.seed == 3
     (vm,) = cfg.vms
     assert vm.vcpus == 5 and vm.count == 1 and not vm.ple.enabled and vm.policy.kind == "none"
-    assert vm.halt_poll.policy == "dynamic" and vm.halt_poll.max_ns == 200_000 and vm.halt_poll.grow_start_ns == 10_000
+    assert vm.halt_poll.policy == "block-time" and vm.halt_poll.max_ns == 200_000 and vm.halt_poll.grow_start_ns == 10_000
     think, lock = vm.workload.phases
     # counted instructions × the calibrated costs, nothing else
     assert think.ns == round(9 * 400 + 41 * 250) and lock.hold_ns == round(15 * 400 + 101 * 250)

@@ -8,14 +8,20 @@ import pytest
 
 from vcpulab.experiment import Spin, run
 from vcpulab.kvm import Host
-from vcpulab.testing import assert_between, assert_monotonic
+from vcpulab.testing import assert_between, assert_monotonic, remeasure
 
 
 @pytest.mark.slow
 def test_four_vcpus_on_two_cpus_each_get_half(kvm_host: Host) -> None:
-    r = run(Spin(), vcpus=4, pcpus=[0, 1], duration=0.6, sample_every=0.02, host=kvm_host)
-    # every vCPU waited on a run queue about half of the time ...
-    assert_between(r.steal_fraction(), "steal_fraction", 0.3, 0.7)
+    # Other tasks on CPUs 0 and 1 take their share too: the run's quality says
+    # whether they did; remeasure() measures again (at most 3 times) when a
+    # disturbed run fails the check, and skips naming the disturbance after that.
+    r = remeasure(
+        lambda: run(Spin(), vcpus=4, pcpus=[0, 1], duration=0.6, sample_every=0.02, host=kvm_host, warn_quality=False),
+        # every vCPU waited on a run queue about half of the time ...
+        lambda r: assert_between(r.steal_fraction(), "steal_fraction", 0.3, 0.7),
+        quality=lambda r: r.quality,
+    )
     # ... its steal time only ever grew ...
     assert_monotonic(r.samples, "steal_ns")
     # ... and no vCPU starved

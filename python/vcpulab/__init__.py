@@ -7,10 +7,24 @@ Two halves behind one Python API:
 * :mod:`vcpulab.sim` simulates the same world at any scale (host scheduler,
   pause-loop exits, directed-yield policies, pv hints, halt polling).
 
+Submodules load on first use: ``import vcpulab`` then ``vcpulab.sim.run(...)``
+works, and importing vcpulab alone loads neither matplotlib nor the simulator.
+
+Conventions, followed by every module (README "Conventions"): quantities name
+their unit (``_s``, ``_us``, ``_ns``) in arguments, columns and CLI flags; key
+columns (``vm``, ``vcpu``, ``pcpu``) are ``Int64`` in every frame; host CPUs
+are given as a list of CPU ids (``pcpus=[0, 1]`` in Python, ``--pcpus 0,1``
+on the command line); a policy is labelled with its constructor's name.
+
 Exceptions: every error vcpulab raises on purpose is a built-in
 ``ValueError`` / ``IndexError`` / ``TimeoutError`` for bad arguments, ranges
 and deadlines, or a subclass of :class:`VcpulabError` for the rest.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from vcpulab._core import (
     GuestAssertionError,
@@ -30,4 +44,28 @@ __all__ = [
     "UnsupportedError",
     "VcpulabError",
     "__version__",
+    "analysis",
+    "calibrate",
+    "experiment",
+    "kvm",
+    "plot",
+    "provenance",
+    "sim",
+    "testing",
 ]
+
+#: Submodules reachable as attributes of the package (imported on first use).
+_SUBMODULES = frozenset({"analysis", "calibrate", "cli", "experiment", "kvm", "plot", "provenance", "sim", "testing"})
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"vcpulab.{name}")
+    raise AttributeError(f"module 'vcpulab' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SUBMODULES)

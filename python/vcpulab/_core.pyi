@@ -6,7 +6,17 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+__build__: str
+SIM_VCPU_TIME_CATEGORIES: list[str]
+SIM_PCPU_TIME_CATEGORIES: list[str]
+GUEST_PROGRAMS: list[tuple[str, list[str], str]]
+EXIT_KINDS: list[str]
+PV_FEATURE_BITS: list[tuple[str, int]]
+DISABLE_EXITS_BITS: list[tuple[str, int]]
 __all__ = [
+    "DISABLE_EXITS_BITS",
+    "EXIT_KINDS",
+    "GUEST_PROGRAMS",
     "GuestAssertionError",
     "Host",
     "IRQ_COUNTS_ADDR",
@@ -14,6 +24,9 @@ __all__ = [
     "KvmUnavailableError",
     "MAX_MEMORY_MIB",
     "MSR_KVM_STEAL_TIME",
+    "PV_FEATURE_BITS",
+    "SIM_PCPU_TIME_CATEGORIES",
+    "SIM_VCPU_TIME_CATEGORIES",
     "STEAL_AREA_ADDR",
     "Spinner",
     "UCALL_PORT",
@@ -23,6 +36,7 @@ __all__ = [
     "VcpuView",
     "VcpulabError",
     "Vm",
+    "__build__",
     "__version__",
     "allowed_cpus",
     "halt_poll_policies",

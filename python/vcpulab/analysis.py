@@ -1,24 +1,40 @@
-"""Analysis helpers: A/B comparison with a permutation test, tidy KVM stat
-deltas, time breakdowns.
+"""Analysis helpers: A/B comparison (permutation test, small-sample
+intervals, paired designs), tidy KVM stat deltas, time breakdowns.
 
 The A/B discipline: run each variant several times (seeds in the simulator,
 repetitions on real KVM), then ask whether the difference in a metric is larger
 than the run-to-run noise::
 
     from vcpulab.analysis import compare
-    c = compare(runs_a, runs_b, metric="throughput")
-    c.p_value, c.effect_size, c.ci
+    c = compare(runs_a, runs_b, metric="throughput", pair_by="seed")
+    c.p_value, c.ci, c.relative, c.relative_ci
+
+Runs of two variants with the same seed share their random draws: pair them
+(``pair_by="seed"``, or ``paired=True`` for aligned sequences). With few runs
+the permutation test cannot reach small p-values at all (3 vs 3 unpaired:
+p >= 0.1; 3 pairs: p >= 0.25); :func:`compare` reports that floor
+(``min_p_value``) and warns (:class:`LowPowerWarning`) when it is above
+``alpha`` — then only the interval, not the p-value, can speak.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from math import comb
 from typing import Any, Literal, Sequence
 
 import numpy as np
 import polars as pl
 
-__all__ = ["Comparison", "compare", "stat_deltas", "time_breakdown"]
+__all__ = ["Comparison", "LowPowerWarning", "compare", "mean_interval", "stat_deltas", "time_breakdown"]
+
+Interval = Literal["t", "bca", "percentile"]
+
+
+class LowPowerWarning(UserWarning):
+    """The design cannot reach the significance level: the smallest p-value
+    the permutation test can give is not below ``alpha`` (too few runs)."""
 
 
 @dataclass(frozen=True)
@@ -34,23 +50,42 @@ class Comparison:
     difference: float
     #: difference / mean_a (nan when mean_a is 0)
     relative: float
-    #: Cohen's d with the pooled standard deviation (nan with < 2 values per side)
+    #: effect size: Cohen's d with the pooled standard deviation (unpaired) or
+    #: d_z, the mean of the paired differences over their standard deviation
+    #: (paired); nan with < 2 values per side
     effect_size: float
-    #: permutation-test p-value for the difference in means
+    #: permutation-test p-value for the difference in means (sign-flip test
+    #: of the differences when paired)
     p_value: float
-    #: bootstrap percentile confidence interval of the difference
+    #: confidence interval of the difference (``interval`` says which kind)
     ci: tuple[float, float]
     confidence: float
     n_resamples: int
+    #: whether the runs were paired
+    paired: bool = False
+    #: the kind of interval: "t" (Welch, or paired t), "bca" or "percentile" bootstrap
+    interval: str = "t"
+    #: the smallest p-value this design can give (exact test); the test cannot
+    #: reject at ``alpha`` when this is above it
+    min_p_value: float = 0.0
+    #: confidence interval of ``relative`` (paired: t-interval of the per-pair
+    #: ratios b/a - 1; unpaired: delta method with Welch degrees of freedom)
+    relative_ci: tuple[float, float] = (float("nan"), float("nan"))
+    #: the significance level the design was checked against
+    alpha: float = 0.05
 
     def significant(self, alpha: float = 0.05) -> bool:
+        """p < alpha (never true when ``min_p_value >= alpha``)."""
         return self.p_value < alpha
 
     def __str__(self) -> str:
+        design = f"{self.n_a} pairs" if self.paired else f"n={self.n_a} vs n={self.n_b}"
+        floor = f" (this design cannot go below p = {self.min_p_value:.3g})" if self.min_p_value >= self.alpha else ""
         return (
-            f"{self.metric}: A {self.mean_a:.4g} (n={self.n_a}) vs B {self.mean_b:.4g} (n={self.n_b}); "
-            f"B-A = {self.difference:.4g} ({self.relative:+.1%}), {self.confidence:.0%} CI "
-            f"[{self.ci[0]:.4g}, {self.ci[1]:.4g}], d = {self.effect_size:.2f}, p = {self.p_value:.4f}"
+            f"{self.metric}: A {self.mean_a:.4g} vs B {self.mean_b:.4g} ({design}); "
+            f"B-A = {self.difference:.4g} ({self.relative:+.1%}, {self.confidence:.0%} CI "
+            f"[{self.relative_ci[0]:+.1%}, {self.relative_ci[1]:+.1%}]), {self.confidence:.0%} {self.interval} CI "
+            f"[{self.ci[0]:.4g}, {self.ci[1]:.4g}], d = {self.effect_size:.2f}, p = {self.p_value:.4f}{floor}"
         )
 
 
@@ -70,11 +105,57 @@ def _values(x: Any, metric: str | None) -> np.ndarray:
     return v
 
 
+def _paired_values(a: Any, b: Any, metric: str | None, pair_by: str) -> tuple[np.ndarray, np.ndarray]:
+    if not (isinstance(a, pl.DataFrame) and isinstance(b, pl.DataFrame)):
+        raise ValueError("compare: pair_by needs two DataFrames")
+    for side, df in (("a", a), ("b", b)):
+        if pair_by not in df.columns:
+            raise ValueError(f"compare: pair_by column {pair_by!r} not in {side} (columns: {df.columns})")
+        if df[pair_by].n_unique() != df.height:
+            raise ValueError(f"compare: {pair_by!r} repeats in {side}; each value must name one run")
+    ka, kb = set(a[pair_by].to_list()), set(b[pair_by].to_list())
+    if ka != kb:
+        raise ValueError(f"compare: {pair_by!r} values differ between the sides: only in a {sorted(ka - kb)}, only in b {sorted(kb - ka)}")
+    a, b = a.sort(pair_by), b.sort(pair_by)
+    return _values(a, metric), _values(b, metric)
+
+
+def _t_ppf(confidence: float, df: float) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(1 - (1 - confidence) / 2, df))
+
+
+def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The t-interval of the mean of ``values`` (Student's t with n-1 degrees
+    of freedom, scipy): valid for small n when the values are roughly
+    normal; (nan, nan) with fewer than 2 values."""
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return (float("nan"), float("nan"))
+    half = _t_ppf(confidence, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return (float(v.mean() - half), float(v.mean() + half))
+
+
+def _welch(va: np.ndarray, vb: np.ndarray) -> tuple[float, float]:
+    """(standard error of mean_b - mean_a, Welch-Satterthwaite degrees of freedom)."""
+    qa, qb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
+    se2 = qa + qb
+    if se2 == 0:
+        return 0.0, float(len(va) + len(vb) - 2)
+    dof = se2**2 / (qa**2 / (len(va) - 1) + qb**2 / (len(vb) - 1))
+    return float(np.sqrt(se2)), float(dof)
+
+
 def compare(
     a: Sequence[float] | pl.DataFrame,
     b: Sequence[float] | pl.DataFrame,
     metric: str | None = None,
     *,
+    paired: bool = False,
+    pair_by: str | None = None,
+    interval: Interval = "t",
+    alpha: float = 0.05,
     n_resamples: int = 10_000,
     confidence: float = 0.95,
     alternative: Literal["two-sided", "greater", "less"] = "two-sided",
@@ -83,24 +164,47 @@ def compare(
     """Compare a metric between two sets of runs.
 
     ``a`` and ``b`` are values (one per seed/repetition) or DataFrames with a
-    ``metric`` column. The p-value comes from a permutation test on the
-    difference in means (exact when the number of relabellings is at most
-    ``n_resamples``, Monte Carlo otherwise, with the +1 correction); the
-    confidence interval from a percentile bootstrap of the difference; the
-    effect size is Cohen's d. ``alternative="greater"`` tests B > A.
+    ``metric`` column. ``alternative="greater"`` tests B > A.
+
+    * Design: unpaired by default. ``paired=True`` pairs the values by
+      position; ``pair_by="seed"`` pairs DataFrame rows by that column (the
+      simulator's runs with one seed share their random draws, so pairing
+      removes that noise).
+    * p-value: a permutation test of the difference in means — relabelling
+      runs (unpaired) or flipping the signs of the paired differences —, exact
+      when there are at most ``n_resamples`` relabellings, Monte Carlo
+      otherwise (with the +1 correction). ``min_p_value`` is the smallest
+      p-value the design can give; when it is not below ``alpha`` a
+      :class:`LowPowerWarning` says so (add runs, or read the interval).
+    * Interval of the difference, fit for small n: ``"t"`` (default; Welch's
+      t-interval unpaired, the paired t-interval paired, scipy's t
+      distribution), ``"bca"`` (bias-corrected accelerated bootstrap, scipy)
+      or ``"percentile"`` (plain bootstrap; too narrow for small n).
+      ``relative_ci`` is the interval of the relative change.
+    * Effect size: Cohen's d (unpaired) or d_z (paired).
+
     Deterministic for a given ``seed``.
     """
     if n_resamples < 100:
         raise ValueError(f"n_resamples must be >= 100, got {n_resamples}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
-    va, vb = _values(a, metric), _values(b, metric)
+    if interval not in ("t", "bca", "percentile"):
+        raise ValueError(f"interval must be 't', 'bca' or 'percentile', got {interval!r}")
+    if pair_by is not None:
+        va, vb = _paired_values(a, b, metric, pair_by)
+        paired = True
+    else:
+        va, vb = _values(a, metric), _values(b, metric)
+    if paired and len(va) != len(vb):
+        raise ValueError(f"compare: paired runs need as many values on each side, got {len(va)} and {len(vb)}")
     rng = np.random.default_rng(seed)
-    diff = vb.mean() - va.mean()
-    pooled = np.concatenate([va, vb])
     na, nb = len(va), len(vb)
+    diff = float(vb.mean() - va.mean())
 
     def stat(d: np.ndarray) -> np.ndarray:
         if alternative == "two-sided":
@@ -108,27 +212,53 @@ def compare(
         return d if alternative == "greater" else -d
 
     observed = stat(np.array([diff]))[0]
-    from math import comb
-
-    if comb(na + nb, na) <= n_resamples:
-        from itertools import combinations
-
-        idx = np.arange(na + nb)
-        diffs = []
-        for ca in combinations(range(na + nb), na):
-            mask = np.zeros(na + nb, bool)
-            mask[list(ca)] = True
-            diffs.append(pooled[~mask].mean() - pooled[mask].mean())
-        perm = stat(np.array(diffs))
-        p = float(np.mean(perm >= observed - 1e-12))
-        del idx
+    tol = 1e-12 * max(1.0, abs(diff))
+    if paired:
+        dv = vb - va
+        if 2**na <= n_resamples:
+            signs = ((np.arange(2**na)[:, None] >> np.arange(na)) & 1) * 2 - 1
+            perm = stat((signs * dv).mean(axis=1))
+            p = float(np.mean(perm >= observed - tol))
+            min_p = float(np.mean(perm >= perm.max() - tol))
+        else:
+            signs = rng.choice([-1.0, 1.0], (n_resamples, na))
+            perm = stat((signs * dv).mean(axis=1))
+            p = float((np.sum(perm >= observed - tol) + 1) / (n_resamples + 1))
+            min_p = 1 / (n_resamples + 1)
     else:
-        perms = np.array([rng.permutation(pooled) for _ in range(n_resamples)])
-        perm = stat(perms[:, na:].mean(axis=1) - perms[:, :na].mean(axis=1))
-        p = float((np.sum(perm >= observed - 1e-12) + 1) / (n_resamples + 1))
-    boots = rng.choice(vb, (n_resamples, nb)).mean(axis=1) - rng.choice(va, (n_resamples, na)).mean(axis=1)
-    lo, hi = np.quantile(boots, [(1 - confidence) / 2, 1 - (1 - confidence) / 2])
-    if na > 1 and nb > 1:
+        pooled = np.concatenate([va, vb])
+        if comb(na + nb, na) <= n_resamples:
+            from itertools import combinations
+
+            diffs = []
+            for ca in combinations(range(na + nb), na):
+                mask = np.zeros(na + nb, bool)
+                mask[list(ca)] = True
+                diffs.append(pooled[~mask].mean() - pooled[mask].mean())
+            perm = stat(np.array(diffs))
+            p = float(np.mean(perm >= observed - tol))
+            min_p = float(np.mean(perm >= perm.max() - tol))
+        else:
+            perms = np.array([rng.permutation(pooled) for _ in range(n_resamples)])
+            perm = stat(perms[:, na:].mean(axis=1) - perms[:, :na].mean(axis=1))
+            p = float((np.sum(perm >= observed - tol) + 1) / (n_resamples + 1))
+            min_p = 1 / (n_resamples + 1)
+    if min_p >= alpha:
+        design = f"{na} pairs" if paired else f"{na} vs {nb} runs"
+        warnings.warn(
+            f"compare({metric or 'value'}): with {design} the permutation test cannot give p below {min_p:.3g} "
+            f"(alpha = {alpha}); add runs{'' if paired else ' or pair them (pair_by=...)'} — the "
+            f"{confidence:.0%} interval still shows the size and sign of the difference",
+            LowPowerWarning,
+            stacklevel=2,
+        )
+    lo, hi = _diff_interval(va, vb, paired, interval, confidence, n_resamples, rng)
+    rel = diff / va.mean() if va.mean() != 0 else float("nan")
+    rel_ci = _relative_interval(va, vb, paired, confidence)
+    if paired and na > 1:
+        sd = (vb - va).std(ddof=1)
+        d = float(diff / sd) if sd > 0 else (0.0 if diff == 0 else float("inf") * np.sign(diff))
+    elif na > 1 and nb > 1:
         sp = np.sqrt(((na - 1) * va.var(ddof=1) + (nb - 1) * vb.var(ddof=1)) / (na + nb - 2))
         d = float(diff / sp) if sp > 0 else (0.0 if diff == 0 else float("inf") * np.sign(diff))
     else:
@@ -139,14 +269,80 @@ def compare(
         n_b=nb,
         mean_a=float(va.mean()),
         mean_b=float(vb.mean()),
-        difference=float(diff),
-        relative=float(diff / va.mean()) if va.mean() != 0 else float("nan"),
+        difference=diff,
+        relative=float(rel),
         effect_size=d,
         p_value=min(p, 1.0),
         ci=(float(lo), float(hi)),
         confidence=confidence,
         n_resamples=n_resamples,
+        paired=paired,
+        interval=interval,
+        min_p_value=min(min_p, 1.0),
+        relative_ci=rel_ci,
+        alpha=alpha,
     )
+
+
+def _diff_interval(
+    va: np.ndarray, vb: np.ndarray, paired: bool, interval: str, confidence: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[float, float]:
+    na, nb = len(va), len(vb)
+    diff = vb.mean() - va.mean()
+    if interval == "t":
+        if paired:
+            return mean_interval(vb - va, confidence)
+        if na < 2 or nb < 2:
+            return (float("nan"), float("nan"))
+        se, dof = _welch(va, vb)
+        half = _t_ppf(confidence, dof) * se
+        return (float(diff - half), float(diff + half))
+    if interval == "percentile":
+        if paired:
+            dv = vb - va
+            boots = rng.choice(dv, (n_resamples, na)).mean(axis=1)
+        else:
+            boots = rng.choice(vb, (n_resamples, nb)).mean(axis=1) - rng.choice(va, (n_resamples, na)).mean(axis=1)
+        lo, hi = np.quantile(boots, [(1 - confidence) / 2, 1 - (1 - confidence) / 2])
+        return (float(lo), float(hi))
+    from scipy import stats
+
+    if (paired and np.ptp(vb - va) == 0) or (not paired and np.ptp(va) == 0 and np.ptp(vb) == 0):
+        return (float(diff), float(diff))  # no spread: the bootstrap distribution is a point
+    if paired:
+        data: tuple[np.ndarray, ...] = (vb - va,)
+
+        def statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+            return np.mean(x, axis=axis)
+    else:
+        data = (va, vb)
+
+        def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:  # type: ignore[misc]
+            return np.mean(y, axis=axis) - np.mean(x, axis=axis)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # degenerate resamples of tiny samples
+        res = stats.bootstrap(data, statistic, n_resamples=n_resamples, confidence_level=confidence, method="BCa",
+                              rng=rng, vectorized=True, paired=False)  # fmt: skip
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def _relative_interval(va: np.ndarray, vb: np.ndarray, paired: bool, confidence: float) -> tuple[float, float]:
+    nan = (float("nan"), float("nan"))
+    if paired:
+        if np.any(va == 0):
+            return nan
+        return mean_interval(vb / va - 1, confidence)
+    ma, mb = va.mean(), vb.mean()
+    if ma == 0 or len(va) < 2 or len(vb) < 2:
+        return nan
+    # delta method for R = mb / ma: var(R) ~ R^2 (var_b / (nb mb^2) + var_a / (na ma^2))
+    qa, qb = va.var(ddof=1) / len(va), vb.var(ddof=1) / len(vb)
+    r = mb / ma
+    se = abs(r) * np.sqrt((qb / mb**2 if mb != 0 else 0.0) + qa / ma**2)
+    _, dof = _welch(va, vb)
+    half = _t_ppf(confidence, dof) * se
+    return (float(r - 1 - half), float(r - 1 + half))
 
 
 def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
@@ -165,7 +361,7 @@ def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
 def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFrame:
     """Where time went, tidy: one row per (vm[, vcpu], category) with ns and
     the fraction of that vCPU's (or VM's) time, from a simulator Result."""
-    from vcpulab.plot import TIME_CATEGORIES
+    from vcpulab.sim import TIME_CATEGORIES
 
     df = getattr(result, "vcpus", result)
     cats = [c for c in TIME_CATEGORIES if c in df.columns]

@@ -42,6 +42,7 @@ and ``deliver + wake_to_cue`` (the round trip), which are what is measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -126,13 +127,9 @@ class HaltPollCalibration:
     def plot(self, path: str | Path | None = None) -> Any:
         """Success fraction and round trip, real (solid) vs sim (dashed), per
         maximum poll time; saved to ``path`` if given. Returns the figure."""
-        import matplotlib
+        from vcpulab.plot import _subplots
 
-        if path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = _subplots(ncols=2, figsize=(11, 4))
         for i, (mx, g) in enumerate(self.frame.sort("gap_us").group_by("max_poll_ns", maintain_order=True)):
             c = f"C{i}"
             for ax, col in zip(axes, ("success_frac", "rtt_median_us")):
@@ -273,6 +270,22 @@ def _check_ints(name: str, xs: Sequence[Any], lo: float, hi: float) -> list[Any]
     return out
 
 
+def _check_writable(name: str, path: Any) -> None:
+    """Fail now, not after the measurements, if ``path`` cannot be written."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str), got {type(path).__name__}")
+    p = Path(path)
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{name}: cannot write {str(p)!r} ({e.strerror or e})") from None
+    if not existed:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
 def halt_poll(
     gaps_us: Sequence[float] = GAPS_US,
     max_poll_ns: Sequence[int] = MAX_POLL_NS,
@@ -338,8 +351,21 @@ def halt_poll(
             raise ValueError(f"{name} {c} is not a usable host CPU; this process may run on {sorted(allowed)}")
     if isinstance(min_cell_s, bool) or not isinstance(min_cell_s, (int, float)) or not 0 <= min_cell_s <= 10:
         raise ValueError(f"min_cell_s must be a number in [0, 10], got {min_cell_s!r}")
-    if not deadline_s > 0:
-        raise ValueError(f"deadline_s must be positive, got {deadline_s!r}")
+    from vcpulab._checks import check_float, check_int, check_type
+
+    check_int("pcpu", pcpu, 0)
+    check_int("sender_cpu", sender_cpu, 0)
+    check_float("deadline_s", deadline_s, 0.0, 86_400.0, lo_open=True, unit="s")
+    n_sim = len(gaps) * len(maxes) * sim_replicas
+    check_int("seed", seed, 0, 2**64 - 1 - n_sim)
+    check_int("background_busy_ns", background_busy_ns, 1, 10**13)
+    first = LOAD_PRE_S + _cell_rounds(gaps[0], rounds, min_cell_s) * (gaps[0] + ROUND_EXTRA_US) * 1e-6
+    if deadline_s < first:
+        raise ValueError(f"deadline_s={deadline_s} s is shorter than the first cell alone (about {first:.2f} s)")
+    if host is not None:
+        check_type("host", host, Host)
+    if plot is not None:
+        _check_writable("plot", plot)
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
         raise ValueError(f"retries must be an int in [0, 10], got {retries!r}")
     host = host or Host()
@@ -365,7 +391,14 @@ def halt_poll(
                     if left <= 0:
                         raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed in cell gap={gap} max={mx}")
                     per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
-                    c = _real_cell(host, gap, mx, n, pcpu, per_cell)
+                    try:
+                        c = _real_cell(host, gap, mx, n, pcpu, per_cell)
+                    except TimeoutError:
+                        # a cell starved by other tasks (its vCPU or sender thread
+                        # did not get the CPU): measure again while tries are left
+                        if attempt == retries + 1 and best is None:
+                            raise
+                        continue
                     if best is None or c["other_share"] < best["other_share"]:
                         best = c
                     best["tries"] = attempt

@@ -1,13 +1,16 @@
 """The ``vcpulab`` command.
 
     vcpulab info                         what KVM offers on this host (or exactly why it is unusable)
-    vcpulab kvm steal --vcpus 4 --pcpus 1 --seconds 2
+    vcpulab kvm steal --vcpus 4 --pcpus 0 --seconds 2
                                          a real overcommit run printing steal per vCPU
     vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
 
-Every command takes ``--help``. Bad arguments give one clear line on stderr and
-exit status 2; a failure of the run itself exits with 1.
+Every command takes ``--help``; ``vcpulab --version`` names the build;
+``info`` and ``kvm steal`` print JSON with ``--json``. Bad arguments give one clear line on stderr and
+exit status 2; a failure of the run itself exits with 1 (one line, no
+traceback; ``VCPULAB_TRACEBACK=1`` shows it). Output closed early (``| head``)
+ends the command quietly.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -42,9 +47,27 @@ def _positive_float(s: str) -> float:
         v = float(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {s!r}")
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive, finite number, got {s!r}")
     return v
+
+
+def _version_line() -> str:
+    from vcpulab.provenance import dependency_versions, version
+
+    deps = ", ".join(f"{k} {v}" for k, v in dependency_versions().items())
+    return f"vcpulab {version()} ({deps})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one unwrapped line, computed only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None) -> None:
+        print(_version_line())
+        parser.exit()
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -76,30 +99,79 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _steal_table(run) -> str:  # type: ignore[no-untyped-def]
+def _steal_rows(run) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
     import polars as pl
 
     f = run.steal_fraction().join(run.threads.select("vm", "vcpu", "run_delay_ns", "wall_ns", "cpus"), on=["vm", "vcpu"])
     f = f.with_columns((pl.col("run_delay_ns") / pl.col("wall_ns")).alias("run_delay_fraction"))
+    keep = ["vm", "vcpu", "cpus", "steal_fraction", "run_delay_fraction", "run_delay_ns", "wall_ns"]
+    return [{k: r[k] for k in keep if k in r} for r in f.iter_rows(named=True)]
+
+
+def _steal_table(run) -> str:  # type: ignore[no-untyped-def]
     lines = [f"{'vCPU':>5} {'host CPUs':>10} {'steal':>8} {'run delay':>10}"]
-    for r in f.iter_rows(named=True):
+    for r in _steal_rows(run):
         lines.append(f"{r['vcpu']:>5} {','.join(map(str, r['cpus'])):>10} {r['steal_fraction']:>8.1%} {r['run_delay_fraction']:>10.1%}")
     return "\n".join(lines)
+
+
+def parse_cpu_list(s: str) -> list[int]:
+    """Host CPU ids in the kernel's cpulist syntax (``0``, ``0,2``, ``0-3,6``):
+    what ``--pcpus`` takes, the same list as ``pcpus=`` in Python.
+
+    A bare number other than 0 is refused: ``--pcpus N`` used to be a count
+    of CPUs, and reading it as CPU ``N`` would silently change old commands.
+    """
+    cpus: list[int] = []
+    text = s.strip()
+    if text.isdigit() and int(text) != 0:
+        n = int(text)
+        raise argparse.ArgumentTypeError(
+            f"--pcpus {text} is ambiguous: --pcpus takes a list of host CPU ids, as pcpus= in Python "
+            f"(it used to be a count); write --pcpus {n}-{n} for host CPU {n} alone, or --pcpus 0-{n - 1} for the first {n}"
+        )
+    for part in text.split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected a CPU list like 0 or 0,2 or 0-3, got {s!r}")
+        a, b = int(lo), int(hi) if sep else int(lo)
+        if b < a:
+            raise argparse.ArgumentTypeError(f"CPU range {part!r} runs backwards")
+        cpus.extend(range(a, b + 1))
+    return sorted(set(cpus))
 
 
 def cmd_kvm_steal(args: argparse.Namespace) -> int:
     from vcpulab import _core
     from vcpulab.experiment import Spin, run
 
-    cpus = sorted(_core.allowed_cpus())
-    if args.pcpus > len(cpus):
-        print(f"vcpulab: error: --pcpus {args.pcpus} but this process may use only {len(cpus)} CPUs {cpus}", file=sys.stderr)
+    allowed = sorted(_core.allowed_cpus())
+    pcpus = args.pcpus if args.pcpus is not None else allowed[:1]
+    bad = [c for c in pcpus if c not in allowed]
+    if bad:
+        print(f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr)
         return 2
-    r = run(Spin(), vcpus=args.vcpus, pcpus=cpus[: args.pcpus], duration=args.seconds, sample_every=0.01)
-    print(f"{args.vcpus} vCPUs on {args.pcpus} host CPU(s) for {r.wall_s:.2f} s "
-          f"(fair share: {1 - min(1, args.pcpus / args.vcpus):.0%} steal)")  # fmt: skip
+    r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration=args.seconds, sample_every=0.01, warn_quality=False)
+    fair = 1 - min(1, len(pcpus) / args.vcpus)
+    if args.json:
+        rows = _steal_rows(r)
+        print(json.dumps({"vcpus": args.vcpus, "pcpus": pcpus, "wall_s": r.wall_s, "fair_share_steal_fraction": fair,
+                          "per_vcpu": rows}, indent=2))  # fmt: skip
+        return 0
+    print(f"{args.vcpus} vCPUs on host CPU(s) {','.join(map(str, pcpus))} for {r.wall_s:.2f} s "
+          f"(fair share: {fair:.0%} steal)")  # fmt: skip
     print(_steal_table(r))
+    print(_quality_line(r))
     return 0
+
+
+def _quality_line(r: object) -> str:
+    """``Run.quality`` as one line, with the reasons when it was disturbed."""
+    q = getattr(r, "quality", None)
+    if q is None:
+        return "quality: not measured"
+    return q.line() + ("" if not q.disturbed else "\n  " + "\n  ".join(q.reasons))
 
 
 SPEC_HELP = """\
@@ -134,12 +206,9 @@ def _named(kind: str, value: object, path: str) -> object:
     if not isinstance(value, str):
         return value
     module = presets if kind == "workload" else policies
-    fn = getattr(module, value, None)
-    public = getattr(module, "__all__", [])
-    if fn is None or value not in public or value in ("python", "DyEligibleInPython", "ESRCH"):
-        names = [n for n in public if n not in ("python", "DyEligibleInPython", "ESRCH")]
-        raise ValueError(f"{path}: unknown {kind} {value!r}; choose one of {', '.join(names)} or give a table")
-    return fn()
+    if value not in module.NAMES:
+        raise ValueError(f"{path}: unknown {kind} {value!r}; choose one of {', '.join(module.NAMES)} or give a table")
+    return module.by_name(value)
 
 
 def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[str, object]]:
@@ -152,14 +221,24 @@ def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[
         spec = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text (UTF-8) file; a SPEC is TOML") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     unknown = set(spec) - {"config", "grid", "output"}
     if unknown:
         raise ValueError(f"{path}: unknown section(s) {sorted(unknown)}; expected [config], [grid], [output]")
+    for section in ("config", "grid", "output"):
+        if section in spec and not isinstance(spec[section], dict):
+            raise ValueError(f"{path}: {section} must be a table ([{section}]), got {spec[section]!r}")
     cfg = dict(spec.get("config", {}))
     vms = []
-    for i, vm in enumerate(cfg.get("vms", [{}])):
+    vm_list = cfg.get("vms", [{}])
+    if not isinstance(vm_list, list):
+        raise ValueError(f"{path}: config.vms must be an array of tables ([[config.vms]]), got {vm_list!r}")
+    for i, vm in enumerate(vm_list):
+        if not isinstance(vm, dict):
+            raise ValueError(f"{path}: config.vms[{i}] must be a table, got {vm!r}")
         vm = dict(vm)
         for kind in ("workload", "policy"):
             if kind in vm:
@@ -190,11 +269,33 @@ def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[
     bad = set(output) - {"sched_map", "us_per_pixel"}
     if bad:
         raise ValueError(f"{path}: unknown [output] key(s) {sorted(bad)}; expected sched_map, us_per_pixel")
+    if "sched_map" in output and not isinstance(output["sched_map"], bool):
+        raise ValueError(f"{path}: [output] sched_map must be true or false, got {output['sched_map']!r}")
+    if "us_per_pixel" in output:
+        upp = output["us_per_pixel"]
+        if isinstance(upp, bool) or not isinstance(upp, (int, float)) or not (upp > 0 and math.isfinite(upp)):
+            raise ValueError(f"{path}: [output] us_per_pixel must be a positive number, got {upp!r}")
     return base, grid, output
 
 
+#: What ``vcpulab sim`` writes into --out (the points/ checkpoint of a sweep
+#: is kept on purpose: a rerun resumes from it).
+_SIM_OUTPUTS = ("summary.parquet", "vms.parquet", "vcpus.parquet", "pcpus.parquet", "trace.parquet", "sweep.parquet",
+                "sched_map.png", "sched_map_*.png")  # fmt: skip
+
+
+def _clear_outputs(out: Path) -> None:
+    """Remove an earlier run's outputs from ``out``, so that it holds one run's
+    files only (a run that writes no trace must not leave an old trace beside
+    its summary)."""
+    for pattern in _SIM_OUTPUTS:
+        for p in out.glob(pattern):
+            if p.is_file():
+                p.unlink()
+
+
 def _parquet_meta(extra: dict[str, str] | None = None) -> dict[str, str]:
-    from vcpulab.experiment import provenance
+    from vcpulab.provenance import provenance
 
     prov = provenance()
     meta = {f"vcpulab.{k}": (json.dumps(v, default=str) if not isinstance(v, str) else v) for k, v in prov.items()}
@@ -209,8 +310,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from vcpulab.plot import sched_map
 
     base, grid, output = load_spec(Path(args.spec))
+    if args.dask and grid is None:
+        raise ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    _clear_outputs(out)
     want_map = bool(output.get("sched_map", base.trace))
     upp = float(output.get("us_per_pixel", 10))
     written: list[Path] = []
@@ -231,7 +335,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 raise ValueError("[output] sched_map needs config.trace = true")
             written.append(sched_map(r, out / "sched_map.png", us_per_pixel=upp).save(out / "sched_map.png"))
     else:
-        from vcpulab.sim._distributed import dask_executor, run_sweep
+        from vcpulab.sim._points import grid_json
+        from vcpulab.sim.distributed import dask_executor, run_sweep
 
         if args.dask:
             try:
@@ -246,7 +351,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             print(f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
                   "rerun the same command to retry them", file=sys.stderr)  # fmt: skip
         p = out / "sweep.parquet"
-        df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": json.dumps(grid, default=str)}))
+        df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": grid_json(grid)}))
         written.append(p)
         show = [c for c in list(grid) + ["throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "ple_exits", "yield_ok"] if c in df.columns]
         with pl.Config(tbl_rows=40, tbl_cols=len(show), fmt_str_lengths=40):
@@ -266,12 +371,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
 def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[no-untyped-def]
     import itertools
 
+    from vcpulab.sim._points import param_value
+
     keys = list(grid)
     for combo in itertools.product(*(grid[k] for k in keys)):
         cfg = base
         for k, v in zip(keys, combo):
             cfg = cfg.with_path(k, v)  # type: ignore[attr-defined]
-        yield dict(zip(keys, (getattr(v, "label", v) for v in combo))), cfg
+        yield dict(zip(keys, (param_value(v) for v in combo))), cfg
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -285,8 +392,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from vcpulab.experiment import MsiPingPong, Spin, run
 
         print("== real KVM: 4 vCPUs sharing 1 host CPU for 1 s")
-        r = run(Spin(), vcpus=4, pcpus=[0], duration=1.0, sample_every=0.01)
+        r = run(Spin(), vcpus=4, pcpus=[0], duration=1.0, sample_every=0.01, warn_quality=False)
         print(_steal_table(r))
+        print(_quality_line(r))
         r.samples.write_parquet(out / "kvm_steal_samples.parquet")
         written.append(out / "kvm_steal_samples.parquet")
         print("\n== real KVM: halt polling, host -> vCPU messages 50 us after each halt")
@@ -294,14 +402,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
             from vcpulab import _core
 
             cpus = sorted(_core.allowed_cpus())
-            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll)
+            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll,
+                     warn_quality=False)  # fmt: skip
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
             print(f"  halt_poll_ns={poll:>6}: round trip median {res['rtt_median_us']:.1f} us, "
                   f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts")  # fmt: skip
+            print("    " + _quality_line(pp).replace("\n", "\n    "))
+            if poll and pp.quality is not None and pp.quality.disturbed:
+                print("    (KVM stops polling while another task is runnable on the vCPU's CPU: "
+                      "few successful polls here say more about that load than about halt polling)")  # fmt: skip
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
-    print("\n== simulator: digest §4 — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")
+    print("\n== simulator: [S4] — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")
     from vcpulab import sim
     from vcpulab.plot import sched_map
     from vcpulab.sim import scenarios
@@ -320,7 +433,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         written.append(png)
         print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
               f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {r.summary['ple_exits'][0]:,}")  # fmt: skip
-    print("  (the digest measured gang scheduling of 8x20 at 3.88x its PLE run)")
+    print("  (the 2012 measurement, docs/sources.md [S4]: gang scheduling of 8x20 at 3.88x its PLE run)")
 
     print(f"\ndone in {time.monotonic() - t0:.1f} s; wrote:")
     for p in written:
@@ -330,6 +443,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
+    p.add_argument("--version", action=_VersionAction,
+                   help="the version, its build (git commit) and the Python/NumPy/polars it runs with")  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="KVM capabilities and module parameters of this host")
     info.add_argument("--json", action="store_true", help="machine-readable output")
@@ -339,15 +454,18 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = kvm.add_subparsers(dest="kvm_command", required=True, parser_class=_Parser)
     steal = ksub.add_parser("steal", help="a real overcommit run printing steal time per vCPU")
     steal.add_argument("--vcpus", type=_positive_int, default=4, help="vCPUs (each on its own thread; default 4)")
-    steal.add_argument("--pcpus", type=_positive_int, default=1, help="host CPUs they share (default 1)")
-    steal.add_argument("--seconds", type=_positive_float, default=2.0, help="duration (default 2)")
+    steal.add_argument("--pcpus", type=parse_cpu_list, default=None, metavar="CPULIST",
+                       help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
+                            "this process may use)")  # fmt: skip
+    steal.add_argument("--seconds", type=_positive_float, default=2.0, help="duration in s (default 2)")
+    steal.add_argument("--json", action="store_true", help="machine-readable output")
     steal.set_defaults(func=cmd_kvm_steal)
     simp = sub.add_parser("sim", help="a simulated run or sweep described in TOML",
                           description=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     simp.add_argument("spec", help="the SPEC.toml")
     simp.add_argument("--out", default="vcpulab-sim-out",
-                      help="output folder (default ./vcpulab-sim-out); a sweep checkpoints each point under OUT/points "
-                           "and a rerun computes only the missing ones")  # fmt: skip
+                      help="output folder (default ./vcpulab-sim-out); an earlier run's outputs there are removed first; "
+                           "a sweep checkpoints each point under OUT/points and a rerun computes only the missing ones")  # fmt: skip
     simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -358,22 +476,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _stdout_closed() -> int:
+    # the reader went away (`vcpulab info | head -1`): stop quietly, and keep
+    # the interpreter's final flush from raising again
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()
+        return rc
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _stdout_closed()
     except (ValueError, OSError) as e:
         print(f"vcpulab: error: {e}", file=sys.stderr)
         return 1
-    except Exception as e:  # vcpulab's own errors: one line, not a traceback
+    except Exception as e:  # one line, not a traceback (VCPULAB_TRACEBACK=1 shows it)
         from vcpulab import VcpulabError
 
-        if not isinstance(e, VcpulabError):
+        if os.environ.get("VCPULAB_TRACEBACK"):
             raise
-        print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
+        if isinstance(e, VcpulabError):
+            print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
+        else:
+            print(f"vcpulab: error: {type(e).__name__}: {e} (VCPULAB_TRACEBACK=1 shows where)", file=sys.stderr)
         return 1
 
 

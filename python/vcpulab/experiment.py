@@ -24,7 +24,6 @@ emulated guest, µs, Hz) and the result columns it returns.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,9 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab.kvm import Host, Program, Vcpu, Vm, module_params, virtualization
+from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
+from vcpulab._frames import with_key_dtypes
+from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 
 __all__ = [
@@ -145,10 +146,10 @@ class PvSpinLock(SpinLock):
     """``SpinLock`` whose waiters read the holder's steal-time ``preempted``
     byte every ``check_every`` PAUSEs and, when it is set, halt until the
     unlocker kicks them with an IPI (vector ``kick_vector``): the guest side of
-    ``vcpu_is_preempted`` (digest §2). Extra columns: halts, kicks.
+    ``vcpu_is_preempted`` ([S2]). Extra columns: halts, kicks.
 
     Hosts with VMX/SVM set ``preempted`` themselves; this host never does
-    (kvm-on-this-host.md), so ``preempted_from_host`` writes the byte of the
+    (measured here: it emulates every guest instruction), so ``preempted_from_host`` writes the byte of the
     listed vCPUs from the host for the whole run (their steal-time MSR is then
     left disabled, so KVM does not clear it).
     """
@@ -206,6 +207,9 @@ class MsiPingPong(Workload):
             raise ValueError(f"MsiPingPong runs on exactly one vCPU per VM, got {n_vcpus}")
         if not irqchip:
             raise ValueError("MsiPingPong needs irqchip=True")
+        check_int("MsiPingPong.rounds", self.rounds, 2, _core_max_rounds())
+        check_float("MsiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
+        check_int("MsiPingPong.vector", self.vector, 32, 255)
         if self.rounds < 2 or self.gap_us < 0:
             raise ValueError(f"MsiPingPong needs rounds >= 2 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
 
@@ -247,6 +251,9 @@ class IpiPingPong(Workload):
             raise ValueError(f"IpiPingPong runs on exactly two vCPUs per VM, got {n_vcpus}")
         if not irqchip:
             raise ValueError("IpiPingPong needs irqchip=True")
+        check_int("IpiPingPong.rounds", self.rounds, 1, 2**32 - 1)
+        check_float("IpiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
+        check_int("IpiPingPong.vector_base", self.vector_base, 32, 254)
         if self.rounds < 1 or self.gap_us < 0:
             raise ValueError(f"IpiPingPong needs rounds >= 1 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
 
@@ -271,7 +278,7 @@ class IpiPingPong(Workload):
 
 @dataclass(frozen=True)
 class IdleTicks(Workload):
-    """The idle guest of digest §5: each vCPU's LAPIC timer fires at ``hz``
+    """The idle guest of [S5]: each vCPU's LAPIC timer fires at ``hz``
     and the vCPU halts in between (until the duration ends).
 
     Result columns: ticks (timer interrupts taken, all vCPUs of the VM),
@@ -313,6 +320,57 @@ class Spin(Workload):
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         counter = vm.results(prog)["counter"]
         return {"pauses": [int(counter[v.id]) for v in vcpus]}
+
+
+def _core_max_rounds() -> int:
+    from vcpulab.kvm import MSI_PING_MAX_COUNT
+
+    return MSI_PING_MAX_COUNT
+
+
+#: Most vCPUs per VM of an experiment: guest programs address vCPUs by their
+#: 8-bit xAPIC id (and keep one result slot per id below 256).
+MAX_VCPUS = 256
+#: Longest experiment, s (a run's hard deadline must fit in a day).
+MAX_DURATION_S = 86_400.0 - GRACE_S
+
+
+def _check_run_args(
+    workload: Any, vcpus: Any, vms: Any, duration: Any, sample_every: Any, memory_mib: Any,
+    halt_poll_ns: Any, steal_time: Any, poll_every: Any, pcpus: Any, placement: Any, host: Any,
+) -> None:
+    """Every argument of :func:`run`, checked before anything is created."""
+    from vcpulab.kvm import MAX_MEMORY_MIB
+
+    check_type("workload", workload, Workload)
+    check_int("vcpus", vcpus, 1, MAX_VCPUS)
+    check_int("vms", vms, 1, 64)
+    check_float("duration", duration, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
+    if sample_every is not None:
+        check_float("sample_every", sample_every, 1e-5, 86_400.0, unit="s")
+    check_int("memory_mib", memory_mib, 2, MAX_MEMORY_MIB)
+    if halt_poll_ns is not None:
+        check_int("halt_poll_ns", halt_poll_ns, 0, 2**32 - 1)
+    check_bool("steal_time", steal_time)
+    check_float("poll_every", poll_every, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
+    for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
+        if lists is None:
+            continue
+        if isinstance(lists, (str, bytes)):
+            raise TypeError(f"{name} must be a sequence of host CPU numbers")
+        for cl in lists:
+            if isinstance(cl, (str, bytes)) or not hasattr(cl, "__iter__"):
+                raise TypeError(f"{name} must hold sequences of host CPU numbers, got {cl!r}")
+            for c in cl:
+                check_int(f"{name} entry", c, 0, 2**16)
+    if host is not None:
+        check_type("host", host, Host)
+    gap = getattr(workload, "gap_us", None)
+    if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration:
+        raise ValueError(
+            f"{type(workload).__name__}.gap_us = {gap:g} µs is not shorter than the run (duration = {duration:g} s): "
+            "no round could complete"
+        )
 
 
 def _field(prog: Program, name: str) -> dict[str, Any]:
@@ -405,6 +463,7 @@ def _placement(
     return {(i // n_vcpus, i % n_vcpus): lists[i] for i in range(total)}
 
 
+@guard_panics
 def run(
     workload: Workload,
     vcpus: int = 2,
@@ -437,13 +496,15 @@ def run(
             recorded either way).
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
             for :func:`vcpulab.quality.quality` (default 0.02 each).
+        poll_every: how often the run checks for Ctrl-C, s (at most 1).
+
+    Every argument is checked before anything is created (TypeError /
+    ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
+    at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
-    if vcpus < 1 or vms < 1:
-        raise ValueError(f"vcpus and vms must be >= 1, got {vcpus}, {vms}")
-    if not (duration > 0):
-        raise ValueError(f"duration must be positive, got {duration}")
-    if sample_every is not None and not sample_every > 0:
-        raise ValueError(f"sample_every must be positive, got {sample_every}")
+    _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+                    pcpus, placement, host)  # fmt: skip
+    vcpus, vms, duration = int(vcpus), int(vms), float(duration)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
     host = host or Host()
@@ -517,7 +578,8 @@ def run(
             if d.error is not None:
                 raise d.error
 
-        samples = pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()})
+        # key columns (vm, vcpu) are Int64 in every frame (vcpulab._frames)
+        samples = with_key_dtypes(pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()}))
         threads = pl.DataFrame(
             {
                 k: [t[k] for t in rep["threads"]]
@@ -622,34 +684,16 @@ class _Driver(threading.Thread):
 
 
 def provenance() -> dict[str, Any]:
-    """Where a real run came from: vcpulab version, host CPU model, kernel,
-    KVM module parameters, virtualization backend."""
-    from vcpulab import __version__
+    """Where a real run came from (:func:`vcpulab.provenance.provenance`):
+    vcpulab version and build, dependency versions, timestamp, command line,
+    host CPU model, kernel, KVM module parameters, virtualization backend."""
+    from vcpulab.provenance import provenance as _provenance
 
-    return {"vcpulab_version": __version__, **machine_provenance()}
-
-
-@functools.lru_cache(maxsize=1)
-def _static_machine() -> tuple[str, str, str, int]:
-    import platform
-
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "unknown")
-    except OSError:
-        pass
-    return model, platform.release(), virtualization(), len(_core.allowed_cpus())
+    return _provenance()
 
 
 def machine_provenance() -> dict[str, Any]:
-    """The machine part of provenance: CPU model, kernel release, KVM module
-    parameters (read now: they can change at run time), virtualization."""
-    model, kernel, virt, cpus = _static_machine()
-    return {
-        "host_cpu_model": model,
-        "kernel_release": kernel,
-        "kvm_module_params": module_params(),
-        "virtualization": virt,
-        "host_cpus": cpus,
-    }
+    """The machine part of provenance (:func:`vcpulab.provenance.machine`)."""
+    from vcpulab.provenance import machine
+
+    return machine()

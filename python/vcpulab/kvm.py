@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from vcpulab import _core
+from vcpulab._checks import ForkSafe, check_float, check_int, fork_checked, guard_panics, new_token
 from vcpulab._core import (  # noqa: F401  (re-exported)
     GuestAssertionError,
     KvmIoctlError,
@@ -41,9 +42,11 @@ from vcpulab._core import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
+    "EXIT_KINDS",
     "Exit",
     "Host",
     "PROGRAMS",
+    "PROGRAM_PARAMS",
     "Program",
     "Regs",
     "RunResult",
@@ -68,28 +71,14 @@ MSR_KVM_STEAL_TIME: int = _core.MSR_KVM_STEAL_TIME
 #: Largest guest RAM in MiB (one slot below the 3 GiB MMIO hole).
 MAX_MEMORY_MIB: int = _core.MAX_MEMORY_MIB
 
-#: Built-in guest programs and their parameters (see ``src/kvm/guest/program.rs``).
-PROGRAMS: dict[str, str] = {
-    "io_out": "out `value` (`size` = 1, 2 or 4 bytes) to `port`, then halt forever",
-    "io_in": "in `size` bytes from `port`; store it in result `value`; DONE",
-    "mmio_write": "store `value` (`size` 1/2/4/8) at guest-physical `addr`; then halt forever",
-    "mmio_read": "load `size` bytes from `addr` into result `value`; DONE",
-    "halt": "hlt in a loop",
-    "triple_fault": "load an empty IDT and raise #UD: a shutdown exit",
-    "endless_loop": "jmp $ forever",
-    "pause_loop": "`iterations` × (pause; counter[vcpu]++), then DONE (0 = forever)",
-    "io_loop": "`count` × out `port`, then DONE (the IO round-trip benchmark)",
-    "wait_interrupts": "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
-    "assert": "assert `actual` == `expected` in the guest (tests the assertion path); DONE",
-    "io_out_string": "rep outsb of `count` bytes (result `bytes`, written by the host first) to `port`",
-    "sync": "send `count` SYNC messages with values 0, 1, …; DONE",
-    "exception": "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it",
-    "spin_lock": "lock contention (see vcpulab.experiment.SpinLock)",
-    "pv_spin_lock": "lock contention with vcpu_is_preempted (see vcpulab.experiment.PvSpinLock)",
-    "msi_pong": "halt until `count` MSIs of `vector` arrived, timing each halt (see MsiPingPong)",
-    "ipi_ping_pong": "vCPU 0 <-> vCPU 1 IPI round trips (see vcpulab.experiment.IpiPingPong)",
-    "idle_ticks": "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
-}
+#: Built-in guest programs: name → what it does (read from the Rust registry,
+#: ``PROGRAMS`` in ``src/py/kvm.rs``; :data:`PROGRAM_PARAMS` gives each one's
+#: keyword parameters).
+PROGRAMS: dict[str, str] = {name: doc for name, _params, doc in _core.GUEST_PROGRAMS}
+#: name → the keyword parameters :meth:`Vm.load` accepts for it.
+PROGRAM_PARAMS: dict[str, tuple[str, ...]] = {name: tuple(params) for name, params, _doc in _core.GUEST_PROGRAMS}
+#: Every :attr:`Exit.kind` (from ``src/kvm/exit.rs``); ``run_until`` also takes ``"ucall"``.
+EXIT_KINDS: tuple[str, ...] = tuple(_core.EXIT_KINDS)
 
 #: numpy dtype of one steal-time snapshot (see :meth:`Vm.steal_times`).
 STEAL_DTYPE = np.dtype(
@@ -103,7 +92,15 @@ STEAL_DTYPE = np.dtype(
     ]
 )
 
-_DISABLE_EXIT_BITS = {"mwait": 1 << 0, "hlt": 1 << 1, "pause": 1 << 2, "cstate": 1 << 3}
+#: KVM_X86_DISABLE_EXITS_* bits by name (from ``src/kvm/system.rs``).
+_DISABLE_EXIT_BITS: dict[str, int] = dict(_core.DISABLE_EXITS_BITS)
+_U64 = 2**64 - 1
+_U32 = 2**32 - 1
+#: Most rounds of one :meth:`Vm.msi_ping` (its result array: 8 bytes a round).
+MSI_PING_MAX_COUNT = 10_000_000
+#: Longest wait of one call, s (timeouts, MSI gaps).
+MAX_TIMEOUT_S = 86_400.0
+
 
 
 # --------------------------------------------------------------------------- host
@@ -168,14 +165,26 @@ def kvm_available(path: str = "/dev/kvm") -> tuple[bool, str]:
     return True, ""
 
 
-class Host:
+def _timeout(v: Any, name: str = "timeout") -> float:
+    return check_float(name, v, 0.0, MAX_TIMEOUT_S, lo_open=True, unit="s")
+
+
+@guard_panics
+@fork_checked
+class Host(ForkSafe):
     """The host's ``/dev/kvm``.
 
     Raises :class:`vcpulab.KvmUnavailableError` with the reason and the fix
-    when it is missing or not accessible.
+    when it is missing or not accessible. Cannot be copied or pickled, nor
+    used in a child forked after it was created (``TypeError`` /
+    ``RuntimeError``): open a new one there.
     """
 
     def __init__(self, path: str = "/dev/kvm") -> None:
+        self._fork_init()
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str, got {type(path).__name__} {path!r}")
+        path = os.fspath(path)
         self._host = _core.Host(path)
         self.path = path
 
@@ -205,7 +214,7 @@ class Host:
 
     def check_extension(self, cap: int) -> int:
         """``KVM_CHECK_EXTENSION`` for a raw capability number."""
-        return self._host.check_extension(cap)
+        return self._host.check_extension(check_int("cap", cap, 0, _U32))
 
     @property
     def disable_exits_allowed(self) -> set[str]:
@@ -243,10 +252,11 @@ class Host:
         blocks in the kernel (halt polling applies) and MSIs/IPIs work; without
         it every HLT exits to user space.
         """
-        if not isinstance(memory_mib, int) or isinstance(memory_mib, bool):
-            raise TypeError(f"memory_mib must be an int, got {type(memory_mib).__name__}")
-        if memory_mib <= 0:
+        if isinstance(memory_mib, int) and not isinstance(memory_mib, bool) and memory_mib <= 0:
             raise ValueError(f"memory_mib must be positive, got {memory_mib}")
+        memory_mib = check_int("memory_mib", memory_mib, 1, MAX_MEMORY_MIB)
+        if not isinstance(irqchip, (bool, int)):
+            raise TypeError(f"irqchip must be a bool, got {type(irqchip).__name__}")
         return Vm(self._host.create_vm(memory_mib, bool(irqchip)), self, memory_mib)
 
     def __repr__(self) -> str:
@@ -383,7 +393,13 @@ class Exit:
 
     @classmethod
     def _from(cls, d: Mapping[str, Any]) -> Exit:
-        return cls(**d)
+        # One per exit on the per-exit Python path: the frozen dataclass's
+        # __init__ (one object.__setattr__ per field) cost ~3 µs of a ~40 µs
+        # round trip; the dict from Rust holds only field names, and fields it
+        # leaves out read the class defaults (None).
+        e = object.__new__(cls)
+        e.__dict__.update(d)
+        return e
 
     def __str__(self) -> str:
         parts = [self.kind]
@@ -453,16 +469,23 @@ class MsiTrain:
 # --------------------------------------------------------------------------- VM
 
 
-class Vm:
+@guard_panics
+@fork_checked
+class Vm(ForkSafe):
     """A KVM VM (create with :meth:`Host.create_vm`).
 
     A context manager: leaving the ``with`` block (exceptions included) kicks
     running vCPUs out of ``KVM_RUN`` and releases every fd and mapping. A
     closed Vm raises ``ValueError`` on use. A numpy view from :attr:`memory`
-    keeps guest RAM mapped until the view itself is gone.
+    keeps guest RAM mapped until the view itself is gone. A Vm cannot be
+    copied or pickled (``TypeError``), nor used in a child forked after it was
+    created (``RuntimeError``).
     """
 
     def __init__(self, core: Any, host: Host, memory_mib: int) -> None:
+        self._fork_init()
+        #: names this VM in the Programs loaded into it (unique, unlike id())
+        self._token = new_token()
         self._vm = core
         self.host = host
         self.memory_mib = memory_mib
@@ -475,6 +498,8 @@ class Vm:
         self.close()
 
     def __del__(self) -> None:
+        if self._forked():
+            return  # the parent's resources: the child's exit releases its copies of the fds
         try:
             self._vm.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
@@ -500,34 +525,45 @@ class Vm:
 
     def read(self, gpa: int, n: int) -> bytes:
         """``n`` bytes at guest-physical ``gpa`` (IndexError outside RAM)."""
-        return self._vm.read(_gpa(gpa), _nonneg(n, "n"))
+        return self._vm.read(_gpa(gpa), check_int("n", n, 0, _U64))
 
     def write(self, gpa: int, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` to ``gpa`` (IndexError outside RAM)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"data must be bytes, bytearray or memoryview, got {type(data).__name__} {data!r} "
+                "(bytes(n) would be n zero bytes; use write_u8/write_u64 for a number)"
+            )
         self._vm.write(_gpa(gpa), bytes(data))
 
     def read_u64(self, gpa: int) -> int:
         return self._vm.read_u64(_gpa(gpa))
 
     def write_u64(self, gpa: int, value: int) -> None:
-        if not 0 <= value < 2**64:
+        if not 0 <= check_int("value", value) <= _U64:
             raise ValueError(f"value must fit in a u64, got {value}")
-        self._vm.write_u64(_gpa(gpa), value)
+        self._vm.write_u64(_gpa(gpa), int(value))
 
     def write_u8(self, gpa: int, value: int) -> None:
-        if not 0 <= value < 256:
+        if not 0 <= check_int("value", value) <= 255:
             raise ValueError(f"value must fit in a byte, got {value}")
-        self._vm.write_u8(_gpa(gpa), value)
+        self._vm.write_u8(_gpa(gpa), int(value))
 
     # programs -----------------------------------------------------------------
     def load(self, program: str, **params: int) -> Program:
         """Assemble and load a built-in guest program (see :data:`PROGRAMS`)."""
+        if not isinstance(program, str):
+            raise TypeError(f"program must be a str (a name of PROGRAMS), got {type(program).__name__}")
         for k, v in params.items():
-            if isinstance(v, int) and not isinstance(v, bool) and v < 0:
-                raise ValueError(f"{program}: parameter {k} must be >= 0, got {v}")
-        d = self._vm.load(program, **params)
+            if isinstance(v, str):
+                continue
+            check_int(f"{program}: parameter {k}", v, 0, _U64)
+        try:
+            d = self._vm.load(program, **params)
+        except TypeError as e:
+            raise TypeError(f"{program}: a parameter has the wrong type ({e}); got {params}") from None
         return Program(
-            vm_id=id(self._vm),
+            vm_id=self._token,
             name=d["name"],
             entry=d["entry"],
             code_size=d["code_size"],
@@ -558,9 +594,9 @@ class Vm:
 
         Guest programs that use the xAPIC (interrupts, IPIs, timers) need ids
         below 256: the xAPIC id is 8 bits wide."""
-        if id < 0:
+        if isinstance(id, int) and not isinstance(id, bool) and id < 0:
             raise IndexError(f"vCPU id must be >= 0, got {id}")
-        v = Vcpu(self._vm.create_vcpu(id), self)
+        v = Vcpu(self._vm.create_vcpu(check_int("id", id, 0, _U32)), self)
         self.vcpus.append(v)
         return v
 
@@ -581,7 +617,7 @@ class Vm:
     def halt_poll_ns(self, ns: int) -> None:
         if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
             raise ValueError(f"halt_poll_ns must be a non-negative int (ns), got {ns!r}")
-        self._vm.set_halt_poll_ns(ns)
+        self._vm.set_halt_poll_ns(check_int("halt_poll_ns", ns, 0, _U64))  # the core says why > u32 fails
 
     @property
     def disable_exits_allowed(self) -> set[str]:
@@ -607,12 +643,18 @@ class Vm:
 
     def send_msi(self, dest_apic_id: int, vector: int) -> None:
         """``KVM_SIGNAL_MSI``: a fixed-delivery interrupt ``vector`` to a LAPIC."""
-        self._vm.send_msi(dest_apic_id, vector)
+        self._vm.send_msi(check_int("dest_apic_id", dest_apic_id, 0, _U32), check_int("vector", vector, 0, 255))
 
     def msi_train(self, dest_apic_id: int, vector: int, count: int, gap_us: float) -> MsiTrain:
-        """Send ``count`` MSIs ``gap_us`` apart (timed in Rust, GIL released)."""
-        if count < 0 or gap_us < 0:
-            raise ValueError(f"count and gap_us must be >= 0, got {count}, {gap_us}")
+        """Send ``count`` MSIs ``gap_us`` apart (timed in Rust, GIL released).
+
+        Ctrl-C (``KeyboardInterrupt``) and :meth:`close` (from another thread)
+        stop it within ~20 ms, also in the middle of a long gap; the MSIs sent
+        until then are counted in the result."""
+        dest_apic_id = check_int("dest_apic_id", dest_apic_id, 0, _U32)
+        vector = check_int("vector", vector, 0, 255)
+        count = check_int("count", count, 0, _U32)
+        gap_us = check_float("gap_us", gap_us, 0.0, MAX_TIMEOUT_S * 1e6, unit="µs")
         sent, elapsed_ns, late_ns = self._vm.msi_train(dest_apic_id, vector, count, int(gap_us * 1000))
         return MsiTrain(sent, elapsed_ns / 1e9, late_ns / 1e3)
 
@@ -637,11 +679,24 @@ class Vm:
         Rounds are counted from ``halts_before``, the counter's value when the
         vCPU started the program (0, the default, for a freshly loaded one), so
         the vCPU thread may start before or after this call.
+
+        ``count`` is at most :data:`MSI_PING_MAX_COUNT`; ``gap_us`` at most the
+        ``timeout``. Ctrl-C, :meth:`close` and the timeout end it within ~20 ms,
+        also in the middle of a gap (``KeyboardInterrupt``, ``ValueError``,
+        ``TimeoutError``).
         """
+        if not isinstance(vcpu, Vcpu) or vcpu.vm is not self:
+            raise ValueError(f"msi_ping: vcpu must be a Vcpu of this VM, got {vcpu!r}")
+        if not isinstance(program, Program):
+            raise TypeError(f"msi_ping: program must be a Program, got {type(program).__name__}")
+        _check_owner(program, self)
         if program.name != "wait_interrupts":
             raise ValueError(f"msi_ping drives a wait_interrupts program, got {program.name!r}")
-        if count < 1 or gap_us < 0 or halts_before < 0:
-            raise ValueError(f"count must be >= 1, gap_us and halts_before >= 0, got {count}, {gap_us}, {halts_before}")
+        vector = check_int("vector", vector, 0, 255)
+        count = check_int("count", count, 1, MSI_PING_MAX_COUNT)
+        timeout = _timeout(timeout)
+        gap_us = check_float("gap_us", gap_us, 0.0, timeout * 1e6, unit="µs (at most the timeout)")
+        halts_before = check_int("halts_before", halts_before, 0, _U64)
         halts = next(r for r in program.results if r["name"] == "halts")
         counter = halts["gpa"] + 8 * vcpu.id
         return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout, halts_before)
@@ -686,9 +741,9 @@ class Vm:
 
 
 def _gpa(gpa: int) -> int:
-    if gpa < 0:
+    if isinstance(gpa, int) and not isinstance(gpa, bool) and gpa < 0:
         raise IndexError(f"guest-physical address must be >= 0, got {gpa}")
-    return gpa
+    return check_int("gpa", gpa, 0, _U64)
 
 
 def _nonneg(v: int, name: str) -> int:
@@ -698,7 +753,9 @@ def _nonneg(v: int, name: str) -> int:
 
 
 def _check_owner(program: Program, vm: Vm) -> None:
-    if program.vm_id != id(vm._vm):
+    if not isinstance(program, Program):
+        raise TypeError(f"expected a Program (from Vm.load), got {type(program).__name__}")
+    if program.vm_id != vm._token:
         raise ValueError(f"program {program.name!r} was loaded into another VM; load it into this one")
 
 
@@ -710,10 +767,17 @@ def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- vCPU
 
 
-class Vcpu:
-    """A vCPU (create with :meth:`Vm.create_vcpu`). Thread-safe; runs release the GIL."""
+@guard_panics
+@fork_checked
+class Vcpu(ForkSafe):
+    """A vCPU (create with :meth:`Vm.create_vcpu`). Thread-safe; runs release the GIL.
+
+    Cannot be copied or pickled (``TypeError``), nor used in a child forked
+    after it was created (``RuntimeError``: the parent's thread that may be
+    running it does not exist there)."""
 
     def __init__(self, core: Any, vm: Vm) -> None:
+        self._fork_init()
         self._vcpu = core
         self.vm = vm
 
@@ -729,11 +793,11 @@ class Vcpu:
     @regs.setter
     def regs(self, value: Regs | Mapping[str, int]) -> None:
         items = value.__dict__ if isinstance(value, Regs) else dict(value)
-        self._vcpu.set_regs(list(items.items()))
+        self._vcpu.set_regs([(k, check_int(k, v, 0, _U64)) for k, v in items.items()])
 
     def set_regs(self, **values: int) -> None:
         """Update only the named registers: ``vcpu.set_regs(rip=..., rax=1)``."""
-        self._vcpu.set_regs(list(values.items()))
+        self._vcpu.set_regs([(k, check_int(k, v, 0, _U64)) for k, v in values.items()])
 
     @property
     def sregs(self) -> Sregs:
@@ -747,10 +811,12 @@ class Vcpu:
         self._vcpu.set_sregs(conv)
 
     def get_msrs(self, indices: Iterable[int]) -> dict[int, int]:
-        return dict(self._vcpu.get_msrs(list(indices)))
+        return dict(self._vcpu.get_msrs([check_int("MSR index", i, 0, _U32) for i in indices]))
 
     def set_msrs(self, values: Mapping[int, int]) -> None:
-        self._vcpu.set_msrs(list(values.items()))
+        self._vcpu.set_msrs(
+            [(check_int("MSR index", i, 0, _U32), check_int(f"value of MSR {i:#x}", v, 0, _U64)) for i, v in values.items()]
+        )
 
     def get_msr(self, index: int) -> int:
         return self.get_msrs([index])[index]
@@ -787,7 +853,7 @@ class Vcpu:
 
     @io_in_value.setter
     def io_in_value(self, v: int) -> None:
-        self._vcpu.io_in_value = v
+        self._vcpu.io_in_value = check_int("io_in_value", v, 0, _U64)
 
     @property
     def mmio_read_value(self) -> int:
@@ -796,7 +862,7 @@ class Vcpu:
 
     @mmio_read_value.setter
     def mmio_read_value(self, v: int) -> None:
-        self._vcpu.mmio_read_value = v
+        self._vcpu.mmio_read_value = check_int("mmio_read_value", v, 0, _U64)
 
     # running ----------------------------------------------------------------------------
     def start(self, program: Program | int) -> None:
@@ -805,13 +871,13 @@ class Vcpu:
             _check_owner(program, self.vm)
             entry = program.entry
         else:
-            entry = _gpa(int(program))
+            entry = _gpa(program)
         self._vcpu.start(entry)
 
     def run(self, timeout: float = 10.0) -> Exit:
         """One ``KVM_RUN`` (GIL released). At the deadline (``timeout`` s) the vCPU
         is forced out and the exit's kind is ``'interrupted'``."""
-        return Exit._from(self._vcpu.run(timeout))
+        return Exit._from(self._vcpu.run(_timeout(timeout)))
 
     def run_until(
         self, kind: str | Sequence[str], count: int = 1, port: int | None = None, timeout: float = 10.0
@@ -826,8 +892,15 @@ class Vcpu:
         on Ctrl-C. A :meth:`kick` returns early with ``interrupted=True``.
         """
         kinds = [kind] if isinstance(kind, str) else list(kind)
-        if count < 1:
-            raise ValueError(f"count must be >= 1, got {count}")
+        if not kinds:
+            raise ValueError("kind must name at least one exit kind (or 'ucall'), got an empty list")
+        for k in kinds:
+            if not isinstance(k, str):
+                raise TypeError(f"kind must be a str or a list of str, got {type(k).__name__} {k!r}")
+        count = check_int("count", count, 1, _U64)
+        if port is not None:
+            port = check_int("port", port, 0, 0xFFFF)
+        timeout = _timeout(timeout)
         t0 = time.perf_counter()
         d = self._vcpu.run_until(kinds, count, port, timeout)
         return RunResult(
@@ -842,6 +915,7 @@ class Vcpu:
     def run_program(self, timeout: float = 10.0) -> list[int]:
         """Run the started program until it says DONE; returns the values of the
         SYNC messages it sent on the way. Guest assertions raise."""
+        timeout = _timeout(timeout)
         deadline = time.monotonic() + timeout
         syncs: list[int] = []
         while True:
@@ -867,7 +941,7 @@ class Vcpu:
         ``gpa`` must be 64-byte aligned and inside RAM; by default each vCPU id
         gets its own slot in the layout's steal area. Returns the gpa.
         """
-        return self._vcpu.enable_steal_time(gpa)
+        return self._vcpu.enable_steal_time(None if gpa is None else _gpa(gpa))
 
     @property
     def steal_gpa(self) -> int | None:
@@ -891,12 +965,8 @@ class Vcpu:
         return f"<Vcpu {self.id}>"
 
 
-_PV_BITS = {
-    "CLOCKSOURCE": 0, "NOP_IO_DELAY": 1, "MMU_OP": 2, "CLOCKSOURCE2": 3, "ASYNC_PF": 4, "STEAL_TIME": 5,
-    "PV_EOI": 6, "PV_UNHALT": 7, "PV_TLB_FLUSH": 9, "ASYNC_PF_VMEXIT": 10, "PV_SEND_IPI": 11,
-    "POLL_CONTROL": 12, "PV_SCHED_YIELD": 13, "ASYNC_PF_INT": 14, "MSI_EXT_DEST_ID": 15,
-    "HC_MAP_GPA_RANGE": 16, "MIGRATION_CONTROL": 17, "CLOCKSOURCE_STABLE_BIT": 24,
-}  # fmt: skip
+#: KVM_FEATURE_* bit numbers of CPUID 0x40000001 by name (from ``src/kvm/system.rs``).
+_PV_BITS: dict[str, int] = dict(_core.PV_FEATURE_BITS)
 
 
 def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
@@ -921,5 +991,5 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
             rows[k].append(x)
     schema = {k: pl.UInt64 for k in rows}
     schema["t_ns"] = pl.Int64
-    schema["vcpu"] = pl.UInt32
+    schema["vcpu"] = pl.Int64  # key columns are Int64 in every frame (vcpulab._frames)
     return pl.DataFrame(rows, schema=schema)

@@ -1,32 +1,39 @@
-"""Pictures of runs (matplotlib, imported lazily).
+"""Pictures of runs (matplotlib).
 
-* :func:`sched_map` — the ``perf sched map`` bitmap of digest §4: host CPUs as
+* :func:`sched_map` — the ``perf sched map`` bitmap of [S4]: host CPUs as
   rows, time as columns, one hue per VM and one brightness per vCPU, black for
   non-vCPU work, white for no data (idle). :func:`sched_map_image` gives the
   raw pixels.
 * :func:`time_breakdown` — stacked bars of where each vCPU's (or VM's) time went.
-* :func:`policy_comparison` — a metric per policy with 95 % error bars over seeds.
-* :func:`steal_over_time`, :func:`stats_over_time` — real-KVM runs over time.
+* :func:`policy_comparison` — a metric per policy (or its gain over a baseline
+  policy) with t / permutation-test intervals over seeds, a second factor as hue.
+* :func:`steal_over_time` (with the fair-share line), :func:`stats_over_time`
+  (one axes per stat) — real-KVM runs over time.
+* :func:`validation` — published vs simulated, case by case, with 95 % CIs
+  (a :func:`vcpulab.validation.validate` frame).
 """
 
 from __future__ import annotations
 
 import colorsys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import polars as pl
 
+from matplotlib.figure import Figure as _MplFigure
+
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [
     "BACKGROUND",
     "IDLE",
+    "TIME_CATEGORIES",
+    "Figure",
     "SchedMap",
+    "fair_share_steal_fraction",
     "policy_comparison",
     "sched_map",
     "sched_map_codes",
@@ -34,27 +41,55 @@ __all__ = [
     "stats_over_time",
     "steal_over_time",
     "time_breakdown",
+    "validation",
     "vcpu_color",
 ]
+
+
+def _sim_time_categories() -> tuple[str, ...]:
+    from vcpulab.sim import TIME_CATEGORIES
+
+    return TIME_CATEGORIES
+
 
 WHITE = (255, 255, 255)
 BLACK = (0, 0, 0)
 
 
-def _plt():  # type: ignore[no-untyped-def]
-    import matplotlib
+class Figure(_MplFigure):  # type: ignore[misc,valid-type]
+    """A matplotlib figure that shows exactly once in Jupyter.
 
-    if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline") and not _has_display():
-        matplotlib.use("Agg")
+    Figures are made through pyplot (so ``plt.show()`` shows them in a
+    script, and a plot made in the middle of a cell shows at its end). As the
+    value of a cell (``plot.sched_map(r)`` as a statement) it is shown as PNG
+    and handed back from pyplot, so the inline backend does not show it a
+    second time. vcpulab never selects a backend (no ``matplotlib.use``).
+    """
+
+    def _repr_png_(self) -> bytes:
+        import io
+
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=self.dpi)
+        return buf.getvalue()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        plt = _plt()
+        if "inline" in plt.get_backend():
+            plt.close(self)  # the cell's value shows it; the backend would show it again
+        display({"image/png": self._repr_png_(), "text/plain": repr(self)}, raw=True)
+
+
+def _plt():  # type: ignore[no-untyped-def]
     import matplotlib.pyplot as plt
 
     return plt
 
 
-def _has_display() -> bool:
-    import os
-
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+def _subplots(**kw: Any) -> tuple[Figure, Any]:
+    return _plt().subplots(FigureClass=Figure, **kw)  # type: ignore[no-any-return]
 
 
 def vcpu_color(vm: int, vcpu: int, n_vms: int, n_vcpus: int) -> tuple[int, int, int]:
@@ -158,27 +193,37 @@ def sched_map_image(
     return np.repeat(img, row_px, axis=0)
 
 
-@dataclass
-class SchedMap:
-    """A rendered sched map: the raster, and the figure with its legend."""
+class SchedMap(Figure):
+    """A rendered sched map: a :class:`Figure` (it displays as a cell's value in
+    Jupyter) that also holds the raster.
+
+    Attributes:
+        image: the RGB raster, (host CPUs × ``row_px``, columns, 3) uint8.
+        us_per_pixel: µs of simulated time per column.
+        start_ns: simulated time of the first column's left edge, ns.
+        raster_origin_px: (x, y) of the raster's top-left pixel in the saved
+            PNG (it is placed pixel for pixel, unscaled).
+    """
 
     image: np.ndarray
-    figure: Figure
     us_per_pixel: float
     start_ns: int
+    raster_origin_px: tuple[int, int]
 
     def save(self, path: str | Path) -> Path:
         """Save the figure as PNG (the raster is placed pixel for pixel)."""
         p = Path(path)
-        self.figure.savefig(p, dpi=100)
+        self.savefig(p, dpi=self.dpi)
         return p
 
-    def _repr_png_(self) -> bytes:
-        import io
 
-        buf = io.BytesIO()
-        self.figure.savefig(buf, format="png", dpi=100)
-        return buf.getvalue()
+def _run_extent(obj: Any) -> tuple[int | None, int | None, int | None]:
+    """(host CPUs, start_ns, end_ns) of a simulator Result, or Nones for a bare trace."""
+    summary = getattr(obj, "summary", None)
+    if isinstance(summary, pl.DataFrame) and summary.height and "pcpus" in summary.columns:
+        end = int(summary["duration_ns"][0]) if "duration_ns" in summary.columns else None
+        return int(summary["pcpus"][0]), 0, end
+    return None, None, None
 
 
 def sched_map(
@@ -186,58 +231,102 @@ def sched_map(
     path: str | Path | None = None,
     *,
     us_per_pixel: float = 10.0,
-    row_px: int = 4,
+    row_px: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    legend: bool = True,
+    pcpus: int | None = None,
+    legend: bool | None = None,
     title: str | None = None,
+    compact: bool = False,
 ) -> SchedMap:
-    """Draw a simulator result's trace as a sched map (digest §4) and
-    optionally save it to ``path`` (PNG).
+    """Draw a simulator result's trace as a sched map and optionally save it
+    to ``path`` (PNG).
 
-    The raster is placed with ``figimage`` so each pixel is one column of
-    ``us_per_pixel`` µs on one host CPU (``row_px`` pixels tall); the legend
-    (one entry per VM, shaded by vCPU; black: non-vCPU task; white: idle) sits
-    below it.
+    The ``perf sched map`` picture of the 2012 PLE threads (see
+    docs/sources.md): rows are host CPUs (every host CPU of the run, also
+    those that stayed idle), columns are time (the x axis is labelled in ms
+    of simulated time); one hue per VM, one brightness per vCPU; black: a
+    non-vCPU task; white: idle. The raster is placed pixel for pixel, each
+    column is ``us_per_pixel`` µs and each host CPU ``row_px`` pixels tall
+    (default 4; 1 in ``compact`` mode, which also drops the legend and
+    thins the CPU labels: a dense overview of a large host). By default the
+    whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
+    overrides the number of rows for a bare trace frame.
+
+    Returns a :class:`SchedMap`, a matplotlib figure: as the last statement
+    of a Jupyter cell it displays.
     """
     plt = _plt()
     from matplotlib.patches import Patch
 
     trace = _trace_of(obj)
-    t0 = int(trace["start_ns"].min()) if start_ns is None else start_ns
-    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=end_ns, row_px=row_px)
+    run_pcpus, run_start, run_end = _run_extent(obj)
+    n_pcpus = pcpus if pcpus is not None else run_pcpus
+    if n_pcpus is None:
+        n_pcpus = int(trace["pcpu"].max()) + 1 if trace.height else 1
+    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (int(trace["start_ns"].min()) if trace.height else 0))
+    t1 = end_ns if end_ns is not None else run_end
+    rpx = row_px if row_px is not None else (1 if compact else 4)
+    show_legend = (not compact) if legend is None else legend
+    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
     h, w = img.shape[:2]
+    t1 = t0 + int(round(w * us_per_pixel * 1000))
     vm_ids = sorted(int(v) for v in trace.filter(pl.col("vm") >= 0)["vm"].unique())
     n_vms = (max(vm_ids) + 1) if vm_ids else 1
     n_vcpus = int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
-    legend_px = (40 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if legend else 0
-    title_px = 24 if title else 0
     dpi = 100
-    fig = plt.figure(figsize=(max(w, 320) / dpi, (h + legend_px + title_px) / dpi), dpi=dpi)
-    fig.figimage(img, xo=0, yo=legend_px, origin="upper")
+    left, right = (44, 12)
+    top = (22 if title else 8)
+    bottom = 36  # the time axis
+    legend_px = (30 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if show_legend else 0
+    fig_w, fig_h = left + max(w, 280) + right, top + h + bottom + legend_px
+    fig = plt.figure(FigureClass=SchedMap, figsize=(fig_w / dpi, fig_h / dpi), dpi=dpi)
+    assert isinstance(fig, SchedMap)
+    y0 = bottom + legend_px  # the raster's bottom edge, from the figure's bottom
+    fig.figimage(img, xo=left, yo=y0, origin="upper")
+    # an invisible axes exactly over the raster carries the time and host-CPU axes
+    ax = fig.add_axes((left / fig_w, y0 / fig_h, w / fig_w, h / fig_h))
+    ax.patch.set_alpha(0)
+    for sp in ax.spines.values():
+        sp.set_visible(False)
+    ax.set_xlim(t0 / 1e6, t1 / 1e6)
+    ax.set_ylim(n_pcpus, 0)
+    ax.tick_params(direction="out", labelsize=7, length=3)
+    step = max(1, int(np.ceil(n_pcpus / max(1, h / 12))))  # labels at least 12 px apart
+    ax.set_yticks(np.arange(0, n_pcpus, step) + 0.5, [str(i) for i in range(0, n_pcpus, step)])
+    ax.set_ylabel("host CPU", fontsize=7)
+    ax.set_xlabel("simulated time (ms)", fontsize=7)
     if title:
-        fig.text(0.01, 1 - 4 / (h + legend_px + title_px), title, va="top", ha="left", fontsize=9)
-    if legend:
+        fig.text(0.01, 1 - 4 / fig_h, title, va="top", ha="left", fontsize=9)
+    if show_legend:
         handles = [Patch(facecolor=np.array(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)) / 255, label=f"VM {v}") for v in vm_ids]
         handles += [Patch(facecolor="black", label="non-vCPU task"), Patch(facecolor="white", edgecolor="grey", label="idle")]
         fig.legend(handles=handles, loc="lower left", ncol=4, fontsize=7, frameon=False,
-                   title=f"{h // row_px} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
+                   title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
                    title_fontsize=7)  # fmt: skip
-    sm = SchedMap(image=img, figure=fig, us_per_pixel=us_per_pixel, start_ns=t0)
+    fig.image = img
+    fig.us_per_pixel = us_per_pixel
+    fig.start_ns = t0
+    fig.raster_origin_px = (left, top)
     if path is not None:
-        sm.save(path)
-    return sm
+        fig.save(path)
+    return fig
 
 
-#: The simulator's per-vCPU time categories; they sum to the run's duration.
-TIME_CATEGORIES = ("useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "wait_ns", "halted_ns")
-_CATEGORY_LABELS = {"wait_ns": "runnable, waiting (steal)", "idle_poll_ns": "guest idle poll", "ple_ns": "PLE exits"}
+#: The simulator's per-vCPU time categories (they sum to the run's duration),
+#: from the Rust engine: :data:`vcpulab.sim.TIME_CATEGORIES`.
+TIME_CATEGORIES = _sim_time_categories()
+_CATEGORY_LABELS = {
+    "wait_ns": "runnable, waiting (steal)",
+    "idle_poll_ns": "guest idle poll",
+    "polling_ns": "host halt polling",
+    "ple_ns": "PLE exits",
+}
 
 
-def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None) -> Figure:
+def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None) -> _MplFigure:
     """Stacked bars of time categories per vCPU (``by="vcpu"``) or VM (``"vm"``)
     from a simulator Result (its ``vcpus`` frame) or such a frame."""
-    plt = _plt()
     df = getattr(obj, "vcpus", obj)
     if not isinstance(df, pl.DataFrame):
         raise ValueError("time_breakdown needs a simulator Result or its vcpus DataFrame")
@@ -253,8 +342,9 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
         raise ValueError(f"by must be 'vcpu' or 'vm', got {by!r}")
     total = sum(df[c].to_numpy().astype(float) for c in cats)
     total = np.where(total > 0, total, 1.0)
+    fig: Any
     if ax is None:
-        fig, ax = plt.subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
+        fig, ax = _subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
     else:
         fig = ax.figure
     bottom = np.zeros(len(labels))
@@ -272,70 +362,221 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
 
 
 def policy_comparison(
-    df: pl.DataFrame, metric: str, by: str = "policy", seed: str = "seed", ax: Axes | None = None
-) -> Figure:
-    """Mean of ``metric`` per ``by`` group with 95 % confidence intervals over
-    the rows (seeds/repetitions) of each group (t-interval; a single row has none)."""
-    plt = _plt()
-    for c in (metric, by):
-        if c not in df.columns:
-            raise ValueError(f"column {c!r} not in the frame (columns: {df.columns})")
-    g = df.group_by(by, maintain_order=True).agg(
-        pl.col(metric).mean().alias("mean"), pl.col(metric).std().alias("std"), pl.len().alias("n")
-    )
-    from math import sqrt
+    df: pl.DataFrame,
+    metric: str,
+    by: str = "policy",
+    seed: str = "seed",
+    ax: Axes | None = None,
+    *,
+    baseline: Any = None,
+    hue: str | None = None,
+    pair_by: str | None = None,
+    confidence: float = 0.95,
+) -> _MplFigure:
+    """``metric`` per level of ``by`` (bars), with confidence intervals over
+    the rows (seeds/repetitions) of each group.
 
-    t975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-    err = [
-        (t975.get(int(n) - 1, 1.96) * float(s) / sqrt(n)) if n > 1 and s is not None else 0.0
-        for s, n in zip(g["std"], g["n"])
-    ]
+    * Without ``baseline``: the mean per group with its t-interval
+      (:func:`vcpulab.analysis.mean_interval`, Student's t from scipy; no
+      interval for a single row).
+    * With ``baseline`` (a level of ``by``, e.g. ``"no_yield"``): the gain of
+      every other level over it, in %, with the interval of
+      :func:`vcpulab.analysis.compare` (``relative_ci``; ``pair_by="seed"``
+      pairs runs with the same seed, the tighter design when seeds share
+      their random draws). A line marks 0: bars crossing it are not gains.
+    * ``hue``: a second factor (e.g. ``"overcommit"``): one bar per level,
+      side by side, and the baseline is taken within each hue level.
+
+    ``seed`` names the repetition column in the title.
+    """
+    import warnings
+
+    from vcpulab.analysis import LowPowerWarning, compare, mean_interval
+
+    need = [metric, by] + ([hue] if hue else []) + ([pair_by] if pair_by else [])
+    for col in need:
+        if col not in df.columns:
+            raise ValueError(f"column {col!r} not in the frame (columns: {df.columns})")
+    levels = list(dict.fromkeys(df[by].to_list()))
+    hues = list(dict.fromkeys(df[hue].to_list())) if hue else [None]
+    if baseline is not None:
+        if baseline not in levels:
+            raise ValueError(f"baseline {baseline!r} is not a level of {by!r} ({levels})")
+        levels = [lv for lv in levels if lv != baseline]
+    fig: Any
     if ax is None:
-        fig, ax = plt.subplots(figsize=(max(3.5, 0.9 * g.height + 1.5), 3.2))
+        fig, ax = _subplots(figsize=(max(3.5, 0.9 * len(levels) * max(1, len(hues) * 0.6) + 2.0), 3.2))
     else:
         fig = ax.figure
-    ax.bar(range(g.height), g["mean"].to_numpy(), yerr=err, capsize=4, color="#4878a8")
-    ax.set_xticks(range(g.height), [str(x) for x in g[by]], rotation=20, fontsize=8)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by {by} (mean ± 95 % CI over {seed}s)", fontsize=9)
+    width = 0.8 / len(hues)
+    for j, h in enumerate(hues):
+        sub = df if h is None else df.filter(pl.col(hue) == h)  # type: ignore[arg-type]
+        ys, lo, hi = [], [], []
+        for lv in levels:
+            rows = sub.filter(pl.col(by) == lv)
+            if baseline is None:
+                v = rows[metric].cast(pl.Float64).to_numpy()
+                m = float(v.mean()) if len(v) else float("nan")
+                ci = mean_interval(v, confidence)
+            else:
+                base_rows = sub.filter(pl.col(by) == baseline)
+                if rows.height == 0 or base_rows.height == 0:
+                    m, ci = float("nan"), (float("nan"), float("nan"))
+                else:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", LowPowerWarning)  # the plot shows intervals, not p
+                        cmp = compare(base_rows, rows, metric, pair_by=pair_by, confidence=confidence)
+                    m, ci = 100 * cmp.relative, (100 * cmp.relative_ci[0], 100 * cmp.relative_ci[1])
+            ys.append(m)
+            lo.append(m - ci[0] if np.isfinite(ci[0]) else 0.0)
+            hi.append(ci[1] - m if np.isfinite(ci[1]) else 0.0)
+        x = np.arange(len(levels)) + (j - (len(hues) - 1) / 2) * width
+        ax.bar(x, ys, width=width * 0.95, yerr=[lo, hi], capsize=3, label=None if h is None else str(h),
+               color=None if hue else "#4878a8")  # fmt: skip
+    ax.set_xticks(range(len(levels)), [str(x) for x in levels], rotation=20, fontsize=8)
+    interval = f"{confidence:.0%} CI over {seed}s" + (f", paired by {pair_by}" if pair_by else "")
+    if baseline is None:
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric} by {by} (mean ± {interval})", fontsize=9)
+    else:
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel(f"gain over {baseline} (%)")
+        ax.set_title(f"{metric}: gain over {baseline} ({interval})", fontsize=9)
+    if hue:
+        ax.legend(title=hue, fontsize=7, title_fontsize=7, frameon=False)
     fig.tight_layout()
     return fig
 
 
-def steal_over_time(run: Any, ax: Axes | None = None) -> Figure:
-    """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run` over time."""
-    plt = _plt()
+def fair_share_steal_fraction(placement: Any) -> float:
+    """The steal fraction each vCPU would see if the host CPUs of a run were
+    shared fairly among its vCPUs: ``1 - min(1, CPUs / vCPUs)`` over the
+    union of the placement's CPUs (``Run.placement`` or a mapping
+    ``(vm, vcpu) -> [cpus]``). Exact for the common case where every vCPU may
+    run on the same CPUs; an estimate otherwise."""
+    mapping = getattr(placement, "placement", placement)
+    if not mapping:
+        raise ValueError("fair_share_steal_fraction needs a placement (vm, vcpu) -> host CPUs")
+    cpus = {c for cs in mapping.values() for c in cs}
+    return 1.0 - min(1.0, len(cpus) / len(mapping))
+
+
+def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -> _MplFigure:
+    """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run`
+    over time, with the fair-share line (dashed: the steal each vCPU would
+    accumulate if the run's host CPUs were shared fairly, see
+    :func:`fair_share_steal_fraction`)."""
     s = run.samples
+    fig: Any
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig, ax = _subplots(figsize=(6, 3))
     else:
         fig = ax.figure
+    multi_vm = s["vm"].n_unique() > 1
+    t_end_ms = 0.0
     for (vm, vcpu), rows in s.sort("t_ns").group_by(["vm", "vcpu"], maintain_order=True):
-        ax.plot(rows["t_ns"].to_numpy() / 1e6, (rows["steal_ns"] - rows["steal_ns"][0]).to_numpy() / 1e6, label=f"{vm}.{vcpu}")
-    ax.set_xlabel("time (ms)")
+        t = (rows["t_ns"] - rows["t_ns"][0]).to_numpy() / 1e6
+        t_end_ms = max(t_end_ms, float(t[-1]) if len(t) else 0.0)
+        label = f"VM {vm} vCPU {vcpu}" if multi_vm else f"vCPU {vcpu}"
+        ax.plot(t, (rows["steal_ns"] - rows["steal_ns"][0]).to_numpy() / 1e6, label=label)
+    if fair_share and getattr(run, "placement", None):
+        f = fair_share_steal_fraction(run)
+        ax.plot([0, t_end_ms], [0, f * t_end_ms], "k--", lw=1, label=f"fair share ({f:.0%} steal)")
+    ax.set_xlabel("time since the first sample (ms)")
     ax.set_ylabel("steal (ms)")
-    ax.legend(fontsize=7, ncol=4)
+    ax.legend(fontsize=7, ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
 
-def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> Figure:
-    """KVM vCPU stats of a real run over time, as rates per second (or raw counts)."""
-    plt = _plt()
+def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> _MplFigure:
+    """KVM vCPU stats of a real run over time, as rates per second (or raw
+    counts per interval), summed over the vCPUs. Each stat gets its own axes
+    (stacked, shared time axis), since stats differ by orders of magnitude;
+    with ``ax`` given, all go on it."""
     missing = [s for s in stats if s not in run.samples.columns]
     if missing:
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
+    if not stats:
+        raise ValueError("stats_over_time needs at least one stat name")
     d = run.deltas()
+    fig: Any
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig, axs = _subplots(nrows=len(stats), sharex=True, figsize=(6, 1.2 + 1.4 * len(stats)), squeeze=False)
+        axes = [row[0] for row in axs]
     else:
-        fig = ax.figure
-    for stat in stats:
+        fig, axes = ax.figure, [ax] * len(stats)
+    t0 = int(d["t_ns"].min()) if d.height else 0
+    for a, stat in zip(axes, stats):
         g = d.group_by("t_ns").agg(pl.col(stat).sum(), pl.col("dt_ns").max()).sort("t_ns")
         y = g[stat].to_numpy() / (g["dt_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
-        ax.plot(g["t_ns"].to_numpy() / 1e6, y, label=stat)
-    ax.set_xlabel("time (ms)")
-    ax.set_ylabel("per second (all vCPUs)" if per_second else "per interval")
-    ax.legend(fontsize=7)
+        a.plot((g["t_ns"].to_numpy() - t0) / 1e6, y, label=stat)
+        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}", fontsize=8)
+        if ax is not None:
+            a.legend(fontsize=7)
+    axes[-1].set_xlabel("time (ms)")
     fig.tight_layout()
+    return fig
+
+
+def _effect(metric: str, v: float | None) -> float:
+    """A comparison's effect on one axis: the change for change metrics, ratio − 1 for ratios (0 = no effect)."""
+    if v is None or not np.isfinite(v):
+        return float("nan")
+    return float(v) - 1.0 if metric == "ratio" else float(v)
+
+
+def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
+    """Published vs simulated for a :func:`vcpulab.validation.validate` frame.
+
+    Left: each simulated comparison with a published magnitude, published
+    effect (x) against the simulated mean (y) with its 95 % CI, on symlog
+    axes (effect = the change for change metrics, ratio − 1 for ratios); the
+    diagonal is agreement and the dashed lines bound "within 2x"; green: right
+    direction and within 2x, orange: right direction only, red: wrong
+    direction. Right: simulated ÷ published per case (log scale; the band is
+    within 2x), shares included. Saved as PNG when ``path`` is given."""
+    need = {"case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "status"}
+    missing = need - set(df.columns)
+    if missing:
+        raise ValueError(f"validation: not a validate() frame, missing columns {sorted(missing)}")
+    sim = df.filter((pl.col("status") == "simulated") & pl.col("published").is_not_null() & pl.col("sim_mean").is_not_null())
+    fig, (ax, bx) = _subplots(nrows=1, ncols=2, figsize=(12, max(4.0, 0.22 * sim.height + 1.5)), gridspec_kw={"width_ratios": [1.1, 1]})
+    comp = sim.filter(pl.col("metric") != "share")
+    lim = 1e-3
+    for r in comp.iter_rows(named=True):
+        m = r["metric"]
+        x, y = _effect(m, r["published"]), _effect(m, r["sim_mean"])
+        lo, hi = _effect(m, r["ci_low"]), _effect(m, r["ci_high"])
+        err = [[max(0.0, y - lo) if np.isfinite(lo) else 0.0], [max(0.0, hi - y) if np.isfinite(hi) else 0.0]]
+        c = "#2e8b57" if r["direction_ok"] and r["within_2x"] else ("#e69500" if r["direction_ok"] else "#c0392b")
+        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2)
+        lim = max(lim, abs(x), abs(y))
+    t = np.linspace(-lim * 1.2, lim * 1.2, 400)
+    ax.plot(t, t, color="0.3", lw=0.8)
+    for f in (2.0, 0.5):
+        ax.plot(t, f * t, color="0.6", lw=0.7, ls="--")
+    ax.axhline(0, color="0.8", lw=0.6)
+    ax.axvline(0, color="0.8", lw=0.6)
+    ax.set_xscale("symlog", linthresh=0.05)
+    ax.set_yscale("symlog", linthresh=0.05)
+    ax.set_xlabel("published effect (change, or ratio − 1)")
+    ax.set_ylabel("simulated effect (mean, 95 % CI)")
+    ax.set_title(f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
+                 fontsize=8)  # fmt: skip
+    rat = sim.filter(pl.col("sim_over_pub").is_not_null() & (pl.col("sim_over_pub") > 0))
+    ys = np.arange(rat.height)
+    vals = rat["sim_over_pub"].to_numpy()
+    cols = ["#2e8b57" if w else "#c0392b" for w in rat["within_2x"].to_list()]
+    bx.barh(ys, vals, color=cols, left=0)
+    bx.set_xscale("log")
+    bx.axvspan(0.5, 2.0, color="#2e8b57", alpha=0.12)
+    bx.axvline(1.0, color="0.3", lw=0.8)
+    bx.set_yticks(ys, rat["case"].to_list(), fontsize=6)
+    bx.invert_yaxis()
+    bx.set_xlabel("simulated ÷ published (log)")
+    bx.set_title("magnitude per case (band: within 2x); wrong-sign cases are not shown", fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(str(path), dpi=110)
     return fig

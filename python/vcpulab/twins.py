@@ -511,7 +511,7 @@ def twin(
     * VM: no PLE (this host has no VMX/SVM, so no pause-loop exits), no
       directed-yield policy, steal time on, no PV sched-yield, no posted
       interrupts; ``halt_exit_ns`` = one emulated instruction (the HLT is
-      emulated like every other); halt polling ``dynamic`` with the module's
+      emulated like every other); halt polling ``block-time`` (upstream) with the module's
       grow/shrink parameters and the run's maximum (``off`` when it is 0).
     * Workload: SpinLock → ``Compute(think) + Lock(kind, hold)`` with the
       counted instructions × the measured costs; PvSpinLock → a ``tas`` lock
@@ -539,7 +539,7 @@ def twin(
     knobs = {k: cal[k] for k in ("halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_grow_start", "halt_poll_ns_shrink")}
     max_poll = int(knobs["halt_poll_ns"] if exp.halt_poll_ns is None else exp.halt_poll_ns)
     hp = sim.HaltPoll(
-        policy="dynamic" if max_poll > 0 else "off",
+        policy="block-time" if max_poll > 0 else "off",
         max_ns=max_poll,
         grow=int(knobs["halt_poll_ns_grow"]),
         grow_start_ns=int(knobs["halt_poll_ns_grow_start"]),

@@ -36,6 +36,11 @@ pub enum Exit {
     Other { reason: u32, name: &'static str },
 }
 
+/// Every kind name [`Exit::kind`] returns, in declaration order (Python's
+/// `vcpulab.kvm.EXIT_KINDS` reads this list).
+pub const EXIT_KINDS: &[&str] =
+    &["io", "mmio", "hlt", "shutdown", "internal_error", "fail_entry", "interrupted", "system_event", "debug", "other"];
+
 impl Exit {
     /// The short kind name used in Python (`exit.kind`).
     pub fn kind(&self) -> &'static str {
@@ -140,5 +145,43 @@ impl Exit {
             Exit::Other { reason, name } => format!("other exit {name} ({reason})"),
             e => e.kind().to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn every_exit_kind_is_listed_once() {
+        let all = [
+            Exit::Io { port: 0, size: 1, count: 1, dir: IoDir::Out, data: vec![0] },
+            Exit::Mmio { addr: 0, len: 1, is_write: false, data: vec![0] },
+            Exit::Hlt,
+            Exit::Shutdown,
+            Exit::InternalError { suberror: 1, data: vec![] },
+            Exit::FailEntry { reason: 0, cpu: 0 },
+            Exit::Interrupted,
+            Exit::SystemEvent { kind: 0, data: vec![] },
+            Exit::Debug,
+            Exit::Other { reason: 0, name: "x" },
+        ];
+        // a new variant fails to compile here until it is added to `all` (and to EXIT_KINDS)
+        for e in &all {
+            match e {
+                Exit::Io { .. }
+                | Exit::Mmio { .. }
+                | Exit::Hlt
+                | Exit::Shutdown
+                | Exit::InternalError { .. }
+                | Exit::FailEntry { .. }
+                | Exit::Interrupted
+                | Exit::SystemEvent { .. }
+                | Exit::Debug
+                | Exit::Other { .. } => {}
+            }
+        }
+        let kinds: Vec<&str> = all.iter().map(Exit::kind).collect();
+        assert_eq!(kinds, EXIT_KINDS);
     }
 }

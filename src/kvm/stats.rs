@@ -1,4 +1,4 @@
-//! KVM binary statistics (`KVM_GET_STATS_FD`, kvm-mechanisms.md §6).
+//! KVM binary statistics (`KVM_GET_STATS_FD`, [K6]).
 //!
 //! The stats file is `header | id | descriptors | data`. The header and
 //! descriptors never change for the life of the fd, so [`StatsSchema`] parses them
@@ -292,7 +292,7 @@ pub(crate) mod tests {
         assert!(s.id.starts_with("kvm-") && s.id.ends_with("/vcpu-0"), "{}", s.id);
         assert_eq!(s.data_offset as usize, CAPTURED.len());
         let d = |n: &str| &s.descs[s.index_of(n).unwrap_or_else(|| panic!("no {n}"))];
-        // generic halt-polling stats (kvm-mechanisms.md §6)
+        // generic halt-polling stats ([K6])
         for n in ["halt_successful_poll", "halt_attempted_poll", "halt_poll_invalid", "halt_wakeup"] {
             assert_eq!((d(n).kind, d(n).unit, d(n).size), (StatKind::Cumulative, StatUnit::None, 1), "{n}");
         }

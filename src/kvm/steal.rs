@@ -1,9 +1,9 @@
-//! `struct kvm_steal_time` (kvm-mechanisms.md §4) and the guest's version
+//! `struct kvm_steal_time` ([K4]) and the guest's version
 //! protocol for reading it while the host may be writing.
 //!
 //! Layout (64 bytes, 64-byte aligned): `steal` u64 @0 (ns), `version` u32 @8,
 //! `flags` u32 @12, `preempted` u8 @16, `u8_pad[0]` @17 (the proposed, unmerged
-//! `is_idle` of digest §3), padding to 64.
+//! `is_idle` of [S3]), padding to 64.
 
 use std::sync::atomic::{fence, Ordering};
 

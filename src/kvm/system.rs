@@ -7,7 +7,6 @@ use kvm_bindings::*;
 use kvm_ioctls::Kvm;
 
 use super::error::{Error, Result};
-use super::vm::{Vm, VmOptions};
 
 /// Capacity used for `KVM_GET_SUPPORTED_CPUID`.
 pub const MAX_CPUID_ENTRIES: usize = KVM_MAX_CPUID_ENTRIES;
@@ -45,7 +44,7 @@ pub const DISABLE_EXITS_BITS: &[(&str, u64)] = &[
     ("cstate", KVM_X86_DISABLE_EXITS_CSTATE as u64),
 ];
 
-/// `KVM_FEATURE_*` bits of CPUID leaf 0x40000001 EAX (kvm-mechanisms.md §5.4).
+/// `KVM_FEATURE_*` bits of CPUID leaf 0x40000001 EAX ([K5]).
 pub const PV_FEATURES: &[(&str, u32)] = &[
     ("CLOCKSOURCE", 0),
     ("NOP_IO_DELAY", 1),
@@ -161,11 +160,6 @@ impl Host {
     pub fn pv_features(&self) -> Vec<(&'static str, bool)> {
         let bits = self.pv_feature_bits();
         PV_FEATURES.iter().map(|&(n, b)| (n, bits & (1 << b) != 0)).collect()
-    }
-
-    /// Creates a VM (see [`VmOptions`]).
-    pub fn create_vm(&self, opts: VmOptions) -> Result<Vm> {
-        Vm::create(self, opts)
     }
 }
 

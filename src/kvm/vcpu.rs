@@ -126,6 +126,18 @@ impl VcpuObserver {
     }
 }
 
+impl Vm {
+    /// Creates vCPU `id`, in 64-bit long mode at the park loop, with the host's
+    /// supported CPUID (including the KVM PV leaf) and its own stack. Defined here
+    /// rather than in vm.rs so that the modules depend one way: system <- vm <- vcpu.
+    pub fn create_vcpu(&mut self, id: u64) -> Result<Vcpu> {
+        self.check_new_vcpu_id(id)?;
+        let vcpu = Vcpu::create(self, id)?;
+        self.add_vcpu_id(id);
+        Ok(vcpu)
+    }
+}
+
 /// A vCPU.
 pub struct Vcpu {
     fd: VcpuFd,
@@ -380,8 +392,19 @@ impl Vcpu {
         let slot = self.slot.clone();
         slot.clear();
         let _guard = slot.enter()?;
-        let _timer = deadline.map(DeadlineTimer::arm).transpose()?;
-        self.kvm_run()
+        let timer = deadline.map(DeadlineTimer::arm).transpose()?;
+        loop {
+            let exit = self.kvm_run()?;
+            if exit == Exit::Interrupted && timer.as_ref().is_some_and(|t| t.early_fire()) && !slot.was_kicked() {
+                // the thread's timer was still set for an earlier deadline
+                slot.clear_immediate_exit();
+                if !slot.was_kicked() {
+                    timer.as_ref().expect("checked above").rearm()?;
+                    continue;
+                }
+            }
+            return Ok(exit);
+        }
     }
 
     /// Decodes a ucall exit; `Ok(None)` if `exit` is not one.
@@ -464,7 +487,7 @@ impl Vcpu {
         let slot = self.slot.clone();
         slot.clear();
         let _guard = slot.enter()?;
-        let _timer = DeadlineTimer::arm(want.deadline)?;
+        let timer = DeadlineTimer::arm(want.deadline)?;
         let mut out = RunOutcome {
             exit: Exit::Interrupted,
             ucall: None,
@@ -481,12 +504,20 @@ impl Vcpu {
                     out.timed_out = true;
                     return Ok(out);
                 }
+                if timer.early_fire() && !slot.was_kicked() {
+                    // the thread's timer was still set for an earlier deadline
+                    slot.clear_immediate_exit();
+                    if !slot.was_kicked() {
+                        timer.rearm()?;
+                        continue;
+                    }
+                }
                 if wants("interrupted") {
                     out.matches += 1;
                 }
                 out.exit = exit;
                 out.interrupted = true;
-                out.kicked = slot.is_set();
+                out.kicked = slot.was_kicked();
                 return Ok(out);
             }
             out.exits += 1;

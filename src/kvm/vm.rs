@@ -19,7 +19,6 @@ use super::memory::{Gpa, GuestMemory};
 use super::stats::StatsFd;
 use super::steal::{read_consistent, RawSteal, StealTime, STEAL_TIME_SIZE};
 use super::system::{host_ram_bytes, Host, DISABLE_EXITS_BITS};
-use super::vcpu::Vcpu;
 
 vmm_sys_util::ioctl_io_nr!(KVM_GET_STATS_FD, KVMIO, 0xce);
 
@@ -57,6 +56,14 @@ impl std::ops::Deref for VmHandle {
 
 /// The programs loaded into a VM, shared with its vCPUs (to decode ucall assertions).
 pub type ProgramTable = Arc<RwLock<Vec<Program>>>;
+
+impl Host {
+    /// Creates a VM (see [`VmOptions`]). Defined here rather than in system.rs so
+    /// that the modules depend one way: system <- vm <- vcpu.
+    pub fn create_vm(&self, opts: VmOptions) -> Result<Vm> {
+        Vm::create(self, opts)
+    }
+}
 
 /// A KVM VM.
 pub struct Vm {
@@ -192,9 +199,9 @@ impl Vm {
         self.park_entry
     }
 
-    /// Creates vCPU `id`, in 64-bit long mode at the park loop, with the host's
-    /// supported CPUID (including the KVM PV leaf) and its own stack.
-    pub fn create_vcpu(&mut self, id: u64) -> Result<Vcpu> {
+    /// Checks that vCPU `id` can be created in this VM (in range, new, its stack
+    /// inside guest RAM); `Vm::create_vcpu` (vcpu.rs) calls it first.
+    pub(crate) fn check_new_vcpu_id(&self, id: u64) -> Result<()> {
         if id >= self.max_vcpu_id {
             return Err(Error::OutOfRange(format!(
                 "vCPU id {id} is out of range: this host allows ids 0..{}",
@@ -211,9 +218,12 @@ impl Vm {
                 stack_top(id)
             );
         }
-        let vcpu = Vcpu::create(self, id)?;
+        Ok(())
+    }
+
+    /// Records that vCPU `id` was created.
+    pub(crate) fn add_vcpu_id(&mut self, id: u64) {
         self.vcpu_ids.insert(id);
-        Ok(vcpu)
     }
 
     /// Ids of the vCPUs created so far.
@@ -342,6 +352,27 @@ pub fn open_stats_fd(fd: &impl AsRawFd, call: &'static str) -> Result<StatsFd> {
 }
 
 /// Precise waiting: sleeps while far from `due`, spins for the last 200 µs.
+/// [`wait_until`], but sleeping at most 20 ms at a time and asking `stop()`
+/// after each sleep: returns false (early) when it says stop, so a long gap
+/// never outlives a Ctrl-C, a `close()` or a deadline.
+pub fn wait_until_or(due: Instant, stop: &dyn Fn() -> bool) -> bool {
+    loop {
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        let left = due - now;
+        if left > Duration::from_micros(200) {
+            std::thread::sleep((left - Duration::from_micros(100)).min(Duration::from_millis(20)));
+            if stop() {
+                return false;
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 pub fn wait_until(due: Instant) {
     loop {
         let now = Instant::now();
@@ -386,7 +417,8 @@ pub fn msi_ping(
     stop: &dyn Fn() -> bool,
 ) -> Result<Vec<u64>> {
     mem.check_range(counter_gpa, 8)?;
-    let mut rtt = Vec::with_capacity(count as usize);
+    // grows with the rounds actually timed (a huge `count` is bounded by the deadline)
+    let mut rtt = Vec::with_capacity(count.min(1 << 16) as usize);
     let base = halts_before;
     let wait_for = |target: u64| -> Result<()> {
         let mut spins = 0u32;
@@ -410,7 +442,19 @@ pub fn msi_ping(
     };
     for i in 0..count {
         wait_for(base + i + 1)?;
-        wait_until(Instant::now() + gap);
+        let due = Instant::now() + gap;
+        if due > deadline {
+            return Err(Error::Timeout(format!(
+                "msi_ping: round {} would send its MSI after the deadline (gap {gap:?})",
+                i + 1
+            )));
+        }
+        if !wait_until_or(due, &|| Instant::now() >= deadline || stop()) {
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout(format!("msi_ping: the deadline passed in round {}", i + 1)));
+            }
+            return Err(Error::Closed("Vm"));
+        }
         let sent = Instant::now();
         send_msi(fd, irqchip, dest, vector)?;
         if i + 1 < count {

@@ -11,18 +11,21 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rayon::prelude::*;
 
+use super::sim::{run_polled, Interrupt};
 use crate::sim::halt_poll::{self, HaltPollConfig, HaltPollState, Policy, Scenario, ScenarioResult};
 
 enum Failure {
     Invalid(String),
     Bug(String),
+    Interrupted,
 }
 
-fn run_one(json: &str) -> Result<ScenarioResult, Failure> {
+fn run_one(json: &str, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, Failure> {
     let sc: Scenario =
         serde_json::from_str(json).map_err(|e| Failure::Invalid(format!("invalid halt-poll scenario: {e}")))?;
-    match catch_unwind(AssertUnwindSafe(|| halt_poll::simulate(&sc))) {
+    match catch_unwind(AssertUnwindSafe(|| halt_poll::simulate_checked(&sc, interrupted))) {
         Ok(Ok(r)) => Ok(r),
+        Ok(Err(e)) if e == halt_poll::INTERRUPTED => Err(Failure::Interrupted),
         Ok(Err(e)) => Err(Failure::Invalid(e)),
         Err(p) => Err(Failure::Bug(crate::sim::panic_message(p.as_ref()))),
     }
@@ -34,6 +37,7 @@ fn to_err(f: Failure) -> PyErr {
         Failure::Bug(m) => PyRuntimeError::new_err(format!(
             "internal error in the halt-poll model (a bug in vcpulab, please report it): {m}"
         )),
+        Failure::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("halt-poll model interrupted"),
     }
 }
 
@@ -86,15 +90,26 @@ fn to_dict<'py>(py: Python<'py>, r: ScenarioResult) -> PyResult<Bound<'py, PyDic
 /// ValueError naming the field.
 #[pyfunction]
 fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bound<'py, PyDict>> {
-    let r = py.detach(|| run_one(scenario_json)).map_err(to_err)?;
-    to_dict(py, r)
+    let interrupt = Interrupt::flag_only();
+    let r = run_polled(py, &interrupt, || run_one(scenario_json, &|| interrupt.check()))
+        .map_err(|m| to_err(Failure::Bug(m)))?;
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
+    to_dict(py, r.map_err(to_err)?)
 }
 
 /// Runs many scenarios in parallel (rayon, GIL released); results in order.
+/// Ctrl-C stops every scenario within ~50 ms and raises KeyboardInterrupt.
 #[pyfunction]
 fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+    let interrupt = Interrupt::flag_only();
     let rs: Vec<Result<ScenarioResult, Failure>> =
-        py.detach(|| scenarios_json.par_iter().map(|s| run_one(s)).collect());
+        run_polled(py, &interrupt, || scenarios_json.par_iter().map(|s| run_one(s, &|| interrupt.check())).collect())
+            .map_err(|m| to_err(Failure::Bug(m)))?;
+    if let Some(e) = interrupt.take() {
+        return Err(e);
+    }
     rs.into_iter().map(|r| to_dict(py, r.map_err(to_err)?)).collect()
 }
 

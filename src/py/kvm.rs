@@ -49,11 +49,14 @@ impl SignalPoll {
             return false;
         }
         self.next = now + Duration::from_millis(50);
-        if let Err(e) = Python::attach(|py| py.check_signals()) {
-            self.error = Some(e);
-            return true;
+        match Python::try_attach(|py| py.check_signals()) {
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                self.error = Some(e);
+                true
+            }
+            None => true, // the interpreter is shutting down
         }
-        false
     }
 }
 
@@ -230,33 +233,68 @@ fn narrow<T: TryFrom<u64>>(v: u64, name: &str, prog: &str) -> PyResult<T> {
     T::try_from(v).map_err(|_| PyValueError::new_err(format!("{prog}: parameter {name}={v} is out of range")))
 }
 
+/// The built-in guest programs: name, keyword parameters, what it does. The one
+/// registry: `spec_from` accepts exactly these, and Python's `vcpulab.kvm.PROGRAMS`
+/// is read from it (`GUEST_PROGRAMS`). The result layout of a program is what its
+/// `build` returns (`ResultField`s, `Program.results` in Python).
+const PROGRAMS: &[(&str, &[&str], &str)] = &[
+    ("io_out", &["port", "value", "size"], "out `value` (`size` = 1, 2 or 4 bytes) to `port`, then halt forever"),
+    ("io_in", &["port", "size"], "in `size` bytes from `port`; store it in result `value`; DONE"),
+    (
+        "mmio_write",
+        &["addr", "value", "size"],
+        "store `value` (`size` 1/2/4/8) at guest-physical `addr`; then halt forever",
+    ),
+    ("mmio_read", &["addr", "size"], "load `size` bytes from `addr` into result `value`; DONE"),
+    ("halt", &[], "hlt in a loop"),
+    ("triple_fault", &[], "load an empty IDT and raise #UD: a shutdown exit"),
+    ("endless_loop", &[], "jmp $ forever"),
+    ("pause_loop", &["iterations"], "`iterations` × (pause; counter[vcpu]++), then DONE (0 = forever)"),
+    ("io_loop", &["port", "count"], "`count` × out `port`, then DONE (the IO round-trip benchmark)"),
+    (
+        "wait_interrupts",
+        &["vector", "count"],
+        "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
+    ),
+    ("assert", &["actual", "expected"], "assert `actual` == `expected` in the guest (tests the assertion path); DONE"),
+    (
+        "io_out_string",
+        &["port", "count"],
+        "rep outsb of `count` bytes (result `bytes`, written by the host first) to `port`",
+    ),
+    ("sync", &["count"], "send `count` SYNC messages with values 0, 1, …; DONE"),
+    ("exception", &["vector"], "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it"),
+    (
+        "spin_lock",
+        &["kind", "hold", "think", "iterations", "vcpus"],
+        "lock contention (see vcpulab.experiment.SpinLock)",
+    ),
+    (
+        "pv_spin_lock",
+        &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus"],
+        "lock contention with vcpu_is_preempted (see vcpulab.experiment.PvSpinLock)",
+    ),
+    (
+        "msi_pong",
+        &["vector", "count"],
+        "halt until `count` MSIs of `vector` arrived, timing each halt (see MsiPingPong)",
+    ),
+    ("ipi_ping_pong", &["rounds", "gap_cycles", "vector_base"], "vCPU 0 <-> vCPU 1 IPI round trips (see IpiPingPong)"),
+    (
+        "idle_ticks",
+        &["hz", "ticks", "vector"],
+        "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
+    ),
+];
+
 /// Builds a program spec from its name and keyword parameters.
 fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
-    let allowed: &[&str] = match name {
-        "io_out" => &["port", "value", "size"],
-        "io_in" => &["port", "size"],
-        "mmio_write" => &["addr", "value", "size"],
-        "mmio_read" => &["addr", "size"],
-        "halt" | "triple_fault" | "endless_loop" => &[],
-        "pause_loop" => &["iterations"],
-        "io_loop" => &["port", "count"],
-        "wait_interrupts" => &["vector", "count"],
-        "assert" => &["actual", "expected"],
-        "sync" => &["count"],
-        "io_out_string" => &["port", "count"],
-        "exception" => &["vector"],
-        "spin_lock" => &["kind", "hold", "think", "iterations", "vcpus"],
-        "pv_spin_lock" => &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus"],
-        "msi_pong" => &["vector", "count"],
-        "ipi_ping_pong" => &["rounds", "gap_cycles", "vector_base"],
-        "idle_ticks" => &["hz", "ticks", "vector"],
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "unknown guest program {name:?}; choose one of io_out, io_in, mmio_write, mmio_read, halt, \
-                 triple_fault, endless_loop, pause_loop, io_loop, wait_interrupts, assert, spin_lock, \
-                 pv_spin_lock, msi_pong, ipi_ping_pong, idle_ticks, sync, exception, io_out_string"
-            )))
-        }
+    let Some(&(_, allowed, _)) = PROGRAMS.iter().find(|(n, _, _)| *n == name) else {
+        let names: Vec<&str> = PROGRAMS.iter().map(|(n, _, _)| *n).collect();
+        return Err(PyValueError::new_err(format!(
+            "unknown guest program {name:?}; choose one of {}",
+            names.join(", ")
+        )));
     };
     for k in p.keys() {
         let k: String = k.extract()?;
@@ -329,7 +367,11 @@ fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
         "idle_ticks" => {
             Spec::IdleTicks { hz: g("hz")?, ticks: g("ticks")?, vector: narrow(g("vector")?, "vector", name)? }
         }
-        _ => unreachable!("checked above"),
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "guest program {name:?} is in PROGRAMS but spec_from does not build it (src/py/kvm.rs)"
+            )))
+        }
     })
 }
 
@@ -476,11 +518,15 @@ impl PyVm {
         let r = py.detach(|| -> kvm::Result<(u64, u64, u64)> {
             let t0 = Instant::now();
             let mut max_late = 0u64;
+            let signals = std::cell::RefCell::new(&mut signals);
+            let stop = || lock(&self.state).is_none() || signals.borrow_mut().interrupted();
             for i in 0..count {
                 let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
-                kvm::vm::wait_until(due);
+                if !kvm::vm::wait_until_or(due, &stop) {
+                    return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
+                }
                 max_late = max_late.max(Instant::now().duration_since(due).as_nanos() as u64);
-                if lock(&self.state).is_none() || signals.interrupted() {
+                if stop() {
                     return Ok((i, t0.elapsed().as_nanos() as u64, max_late));
                 }
                 kvm::vm::send_msi(&fd, irqchip, dest, vector)?;
@@ -586,23 +632,34 @@ fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResu
 }
 
 fn exit_dict<'py>(py: Python<'py>, e: &Exit) -> PyResult<Bound<'py, PyDict>> {
+    // One dict per exit on the per-exit Python path: keys and the common
+    // values are interned strings (no allocation or hashing per exit).
+    use pyo3::intern;
     let d = PyDict::new(py);
-    d.set_item("kind", e.kind())?;
+    let kind = match e {
+        Exit::Io { .. } => intern!(py, "io"),
+        Exit::Mmio { .. } => intern!(py, "mmio"),
+        Exit::Hlt => intern!(py, "hlt"),
+        Exit::Interrupted => intern!(py, "interrupted"),
+        other => &pyo3::types::PyString::new(py, other.kind()),
+    };
+    d.set_item(intern!(py, "kind"), kind)?;
     match e {
         Exit::Io { port, size, count, dir, data } => {
-            d.set_item("port", *port)?;
-            d.set_item("size", *size)?;
-            d.set_item("count", *count)?;
-            d.set_item("direction", if *dir == IoDir::In { "in" } else { "out" })?;
-            d.set_item("data", e.data_value())?;
-            d.set_item("data_bytes", PyBytes::new(py, data))?;
+            d.set_item(intern!(py, "port"), *port)?;
+            d.set_item(intern!(py, "size"), *size)?;
+            d.set_item(intern!(py, "count"), *count)?;
+            let dir = if *dir == IoDir::In { intern!(py, "in") } else { intern!(py, "out") };
+            d.set_item(intern!(py, "direction"), dir)?;
+            d.set_item(intern!(py, "data"), e.data_value())?;
+            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
         }
         Exit::Mmio { addr, len, is_write, data } => {
-            d.set_item("address", *addr)?;
-            d.set_item("length", *len)?;
-            d.set_item("is_write", *is_write)?;
-            d.set_item("data", e.data_value())?;
-            d.set_item("data_bytes", PyBytes::new(py, data))?;
+            d.set_item(intern!(py, "address"), *addr)?;
+            d.set_item(intern!(py, "length"), *len)?;
+            d.set_item(intern!(py, "is_write"), *is_write)?;
+            d.set_item(intern!(py, "data"), e.data_value())?;
+            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
         }
         Exit::InternalError { suberror, data } => {
             d.set_item("suberror", *suberror)?;
@@ -985,12 +1042,14 @@ fn run_experiment<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     timeout_deadline(duration)?;
     if let Some(p) = sample_every {
-        if !(p.is_finite() && p >= 1e-5) {
-            return Err(PyValueError::new_err(format!("sample_every must be at least 10 µs, got {p} s")));
+        if !(p.is_finite() && (1e-5..=86_400.0).contains(&p)) {
+            return Err(PyValueError::new_err(format!("sample_every must be between 10 µs and one day, got {p} s")));
         }
     }
-    if !(poll_every.is_finite() && poll_every > 0.0) {
-        return Err(PyValueError::new_err(format!("poll_every must be positive, got {poll_every}")));
+    if !(poll_every.is_finite() && poll_every > 0.0 && poll_every <= 1.0) {
+        return Err(PyValueError::new_err(format!(
+            "poll_every must be in (0, 1] s (Ctrl-C must stop a run within a second), got {poll_every} s"
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for (v, _, _) in &plan {
@@ -1092,5 +1151,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("STEAL_AREA_ADDR", crate::kvm::guest::STEAL_AREA_ADDR)?;
     m.add("MAX_MEMORY_MIB", crate::kvm::vm::MAX_MEMORY_MIB)?;
     m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;
+    // one source for the tables Python used to keep by hand
+    m.add("GUEST_PROGRAMS", PROGRAMS.iter().map(|&(n, ps, doc)| (n, ps.to_vec(), doc)).collect::<Vec<_>>())?;
+    m.add("EXIT_KINDS", crate::kvm::exit::EXIT_KINDS.to_vec())?;
+    m.add("PV_FEATURE_BITS", crate::kvm::system::PV_FEATURES.to_vec())?;
+    m.add("DISABLE_EXITS_BITS", crate::kvm::system::DISABLE_EXITS_BITS.to_vec())?;
     Ok(())
 }

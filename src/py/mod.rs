@@ -13,6 +13,11 @@ mod sim;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // the git commit this extension was built from (build.rs), or "unknown"
+    m.add("__build__", env!("VCPULAB_BUILD_ID"))?;
+    // Load numpy's C API now: loading it later, while a KeyboardInterrupt is
+    // pending, fails inside rust-numpy (a PanicException instead of the interrupt).
+    let _ = numpy::PyArray1::<u64>::zeros(m.py(), 0, false);
     errors::register(m)?;
     kvm::register(m)?;
     sim::register(m)?;

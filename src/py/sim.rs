@@ -5,6 +5,7 @@
 //! takes it only while it is being called.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use numpy::IntoPyArray;
@@ -15,7 +16,7 @@ use pyo3::types::{PyDict, PyList};
 use crate::sim::config::{SimConfig, VmConfig};
 use crate::sim::{self, Column, DirectedYieldPolicy, SimError, SimResult, SpinCtx, Table, VcpuView};
 
-/// What a Python policy sees of one vCPU (kvm-mechanisms.md §1.1).
+/// What a Python policy sees of one vCPU ([K1]).
 #[pyclass(name = "VcpuView", module = "vcpulab._core", frozen, get_all)]
 #[derive(Clone)]
 struct PyVcpuView {
@@ -181,7 +182,7 @@ impl PyPolicy {
 
 impl DirectedYieldPolicy for PyPolicy {
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
-        Python::attach(|py| match self.call(py, ctx) {
+        Python::try_attach(|py| match self.call(py, ctx) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let msg = e.to_string();
@@ -192,28 +193,128 @@ impl DirectedYieldPolicy for PyPolicy {
                 Err(msg)
             }
         })
+        .unwrap_or_else(|| Err("the Python interpreter is shutting down".into()))
     }
 }
 
-/// Polls Python's signal handlers (Ctrl-C) from a running simulation.
+/// Decides when a running simulation stops early: Ctrl-C seen by the thread
+/// that owns the signal handlers (Python's main thread), a caller's
+/// `should_stop()` callable (a checkpointed sweep cancelling its points), or
+/// `stop` set by another thread (the polling loop of [`sim_sweep`]).
+///
+/// Python only runs signal handlers on its main thread: `check_signals()` from
+/// any other thread (a rayon worker, a thread-pool worker) is a no-op, so a
+/// sweep polls on the calling thread and tells the workers through `stop`.
+/// `Python::try_attach` (not `attach`): a daemon thread still simulating while
+/// the interpreter shuts down stops instead of panicking (an abort).
 #[derive(Default)]
-struct Interrupt {
+pub(crate) struct Interrupt {
     err: Mutex<Option<PyErr>>,
+    stop: AtomicBool,
+    should_stop: Option<Py<PyAny>>,
+    /// Only the flag (a worker of `sim_sweep`: the calling thread polls the signals).
+    flag_only: bool,
+}
+
+/// Called last inside a `py.detach` closure: if the interpreter is shutting
+/// down (a daemon thread still simulating when the main thread ended), never
+/// return. Re-attaching then would make CPython end this thread with
+/// `pthread_exit`, whose forced unwind through pyo3's `catch_unwind` aborts
+/// the process; parked, the thread simply ends with the process.
+pub(crate) fn park_if_finalizing() {
+    if Python::try_attach(|_| ()).is_none() {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Runs `work` on a scoped thread while the calling thread (GIL released)
+/// polls Python for Ctrl-C every 50 ms and tells the workers through
+/// `interrupt.stop` (their own checks are flag-only). A panic of `work`
+/// becomes Err(message).
+pub(crate) fn run_polled<R: Send>(
+    py: Python<'_>,
+    interrupt: &Interrupt,
+    work: impl FnOnce() -> R + Send,
+) -> Result<R, String> {
+    let finished = AtomicBool::new(false);
+    py.detach(|| {
+        let r = std::thread::scope(|s| {
+            let worker = s.spawn(|| {
+                let r = work();
+                finished.store(true, Ordering::SeqCst);
+                r
+            });
+            while !finished.load(Ordering::SeqCst) && !worker.is_finished() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                if !interrupt.stop.load(Ordering::SeqCst) {
+                    interrupt.poll_python();
+                }
+            }
+            worker.join().map_err(|p| sim::panic_message(p.as_ref()))
+        });
+        park_if_finalizing();
+        r
+    })
 }
 
 impl Interrupt {
-    fn check(&self) -> bool {
-        let mut slot = self.err.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_some() {
-            return true;
-        }
-        if let Err(e) = Python::attach(|py| py.check_signals()) {
-            *slot = Some(e);
-            return true;
-        }
-        false
+    pub(crate) fn flag_only() -> Self {
+        Interrupt { flag_only: true, ..Default::default() }
     }
-    fn take(&self) -> Option<PyErr> {
+
+    fn with_callable(should_stop: Option<Py<PyAny>>) -> Self {
+        Interrupt { should_stop, ..Default::default() }
+    }
+
+    fn set(&self, e: PyErr) {
+        let mut slot = self.err.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    /// Polls Python (signals, `should_stop`); true when the run must stop.
+    fn poll_python(&self) -> bool {
+        let r = Python::try_attach(|py| -> PyResult<bool> {
+            py.check_signals()?;
+            match &self.should_stop {
+                Some(f) => f.call0(py)?.is_truthy(py),
+                None => Ok(false),
+            }
+        });
+        match r {
+            None => {
+                // the interpreter is finalizing: nobody will read the result
+                self.stop.store(true, Ordering::SeqCst);
+                true
+            }
+            Some(Ok(stop)) => {
+                if stop {
+                    self.set(pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation cancelled"));
+                }
+                stop
+            }
+            Some(Err(e)) => {
+                self.set(e);
+                true
+            }
+        }
+    }
+
+    pub(crate) fn check(&self) -> bool {
+        if self.stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        if self.flag_only {
+            return false;
+        }
+        self.poll_python()
+    }
+
+    pub(crate) fn take(&self) -> Option<PyErr> {
         self.err.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
@@ -240,17 +341,9 @@ fn maker(
 ) -> Result<Box<dyn DirectedYieldPolicy>, String> {
     let name = &vm.policy.name;
     match c.get(name) {
-        // One instance per VM per run: a deep copy, so state kept on the
-        // callable is per VM and starts fresh (uncopyable callables are shared).
-        Some(f) => Python::attach(|py| {
-            let copied = py
-                .import("copy")
-                .and_then(|m| m.getattr("deepcopy"))
-                .and_then(|dc| dc.call1((f.bind(py),)))
-                .map(|o| o.unbind())
-                .unwrap_or_else(|_| f.clone_ref(py));
-            Ok(Box::new(PyPolicy { f: Arc::new(copied), err: err.clone() }) as Box<dyn DirectedYieldPolicy>)
-        }),
+        // The callable as given: the Python layer hands each run its own copy
+        // (`vcpulab.sim._policies_for`), shared by the VMs of that run.
+        Some(f) => Ok(Box::new(PyPolicy { f: f.clone(), err: err.clone() }) as Box<dyn DirectedYieldPolicy>),
         None => Err(format!("no callable given for the Python policy '{name}'")),
     }
 }
@@ -264,6 +357,8 @@ fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
         SimError::Policy(m) => PyValueError::new_err(m),
         e @ SimError::NoProgress(_) => PyValueError::new_err(e.to_string()),
         SimError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation interrupted"),
+        SimError::TraceLimit(m) => PyValueError::new_err(m),
+        SimError::OutOfMemory(m) => pyo3::exceptions::PyMemoryError::new_err(m),
         SimError::Bug(m) => PyRuntimeError::new_err(format!(
             "internal error in the simulator (a bug in vcpulab, please report it): {m}"
         )),
@@ -307,20 +402,38 @@ fn sim_validate(config_json: &str) -> PyResult<String> {
     Ok(parse(config_json)?.to_json())
 }
 
+fn trace_limit(trace_max_rows: Option<u64>) -> PyResult<u64> {
+    match trace_max_rows {
+        None => Ok(u64::MAX),
+        Some(0) => Err(PyValueError::new_err("trace_max_rows must be >= 1 (or None: no limit)")),
+        Some(n) => Ok(n),
+    }
+}
+
 /// Run one configuration (JSON). `policies` maps Python policy names to
 /// callables. Returns a dict of column dicts. Releases the GIL.
+/// `should_stop()` (optional) is polled with the Ctrl-C check (a run on a
+/// worker thread never sees Ctrl-C: its caller cancels it through this);
+/// `trace_max_rows` bounds the trace (ValueError naming it when reached).
 #[pyfunction]
-#[pyo3(signature = (config_json, policies=None))]
+#[pyo3(signature = (config_json, policies=None, should_stop=None, trace_max_rows=None))]
 fn sim_run<'py>(
     py: Python<'py>,
     config_json: &str,
     policies: Option<&Bound<'py, PyDict>>,
+    should_stop: Option<Py<PyAny>>,
+    trace_max_rows: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let limit = trace_limit(trace_max_rows)?;
     let cfg = parse(config_json)?;
     let calls = callables(policies)?;
     let err: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
-    let interrupt = Interrupt::default();
-    let res = py.detach(|| sim::run_checked(&cfg, &|_, vm| maker(&calls, &err, vm), &|| interrupt.check()));
+    let interrupt = Interrupt::with_callable(should_stop);
+    let res = py.detach(|| {
+        let r = sim::run_limited(&cfg, &|_, vm| maker(&calls, &err, vm), &|| interrupt.check(), limit);
+        park_if_finalizing();
+        r
+    });
     if let Some(e) = interrupt.take() {
         return Err(e);
     }
@@ -333,15 +446,22 @@ fn sim_run<'py>(
 /// Run many configurations in parallel on `threads` workers (0 = all cores).
 /// `policies[i]` maps the Python policy names of point i to callables.
 /// `progress(done)` is called (with the GIL) after each point.
+///
+/// The calling thread waits with the GIL released and polls for Ctrl-C every
+/// 50 ms; on Ctrl-C every running point stops within its next interrupt poll
+/// (2^18 events) and this raises KeyboardInterrupt whose `partial` attribute
+/// is the list of results, with None for each point that did not finish.
 #[pyfunction]
-#[pyo3(signature = (config_jsons, policies=None, threads=0, progress=None))]
+#[pyo3(signature = (config_jsons, policies=None, threads=0, progress=None, trace_max_rows=None))]
 fn sim_sweep<'py>(
     py: Python<'py>,
     config_jsons: Vec<String>,
     policies: Option<Vec<Option<Bound<'py, PyDict>>>>,
     threads: usize,
     progress: Option<Py<PyAny>>,
+    trace_max_rows: Option<u64>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let limit = trace_limit(trace_max_rows)?;
     let cfgs: Vec<SimConfig> = config_jsons
         .iter()
         .enumerate()
@@ -358,12 +478,12 @@ fn sim_sweep<'py>(
     };
     let errs: Vec<Arc<Mutex<Option<PyErr>>>> = (0..cfgs.len()).map(|_| Arc::new(Mutex::new(None))).collect();
     let prog_err: Mutex<Option<PyErr>> = Mutex::new(None);
-    let interrupt = Interrupt::default();
-    let results = py.detach(|| {
+    let interrupt = Interrupt::flag_only();
+    let results = run_polled(py, &interrupt, || {
         let make = |i: usize, _g: usize, vm: &VmConfig| maker(&calls[i], &errs[i], vm);
         let prog = |done: usize| {
             if let Some(p) = &progress {
-                Python::attach(|py| {
+                Python::try_attach(|py| {
                     if let Err(e) = p.call1(py, (done,)) {
                         let mut s = prog_err.lock().unwrap_or_else(|p| p.into_inner());
                         if s.is_none() {
@@ -373,9 +493,20 @@ fn sim_sweep<'py>(
                 });
             }
         };
-        sim::sweep::sweep_checked(&cfgs, threads, &make, &prog, &|| interrupt.check())
-    });
+        sim::sweep::sweep_limited(&cfgs, threads, &make, &prog, &|| interrupt.check(), limit)
+    })
+    .map_err(|m| {
+        PyRuntimeError::new_err(format!("internal error in the simulator (a bug in vcpulab, please report it): {m}"))
+    })?;
     if let Some(e) = interrupt.take() {
+        let partial = PyList::empty(py);
+        for r in &results {
+            match r {
+                Ok(r) => partial.append(result_to_dict(py, r)?)?,
+                Err(_) => partial.append(py.None())?,
+            }
+        }
+        e.value(py).setattr("partial", partial)?;
         return Err(e);
     }
     if let Some(e) = prog_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -408,5 +539,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_run, m)?)?;
     m.add_function(wrap_pyfunction!(sim_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(sim_default_config, m)?)?;
+    // the time categories of the vcpus / pcpus frames, straight from the engine's accounting
+    m.add("SIM_VCPU_TIME_CATEGORIES", crate::sim::metrics::VCPU_CATS.to_vec())?;
+    m.add("SIM_PCPU_TIME_CATEGORIES", crate::sim::metrics::PCPU_CATS.to_vec())?;
     Ok(())
 }

@@ -41,10 +41,15 @@ impl Default for SimConfig {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Scheduler {
-    /// CFS/EEVDF-like fair scheduler, one run queue per host CPU.
+    /// EEVDF-like fair scheduler (v6.6+), one run queue per host CPU; "eevdf" names it too.
+    #[serde(alias = "eevdf")]
     Fair,
     /// Gang (co-)scheduling: all vCPUs of a VM run together in slices.
     Gang,
+    /// The pre-6.6 CFS fair class (kernel/sched/fair.c of v3.x-v6.5):
+    /// vruntime and min_vruntime, slices from sched_latency / min_granularity,
+    /// check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies.
+    Cfs,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +122,139 @@ pub struct HostConfig {
     /// both run-queue locks.
     pub yield_to_esrch: bool,
     pub background: Background,
+    /// Per-CPU tick phase as the `skew_tick=1` boot option sets it
+    /// (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is
+    /// offset by i·(TICK_NSEC/2)/nr_cpus). false: the kernel default,
+    /// every CPU ticks on the same jiffy boundary ("synchronized mode").
+    pub tick_skew: bool,
+    /// Ties between equal scheduling keys are broken by a per-task seeded
+    /// random rank (a separate RNG stream) instead of the task index, so
+    /// that CPUs do not all prefer the same VM.
+    pub seeded_ties: bool,
+    /// Wake-up latency of a task on a remote CPU: the IPI (wake list or
+    /// reschedule IPI) delivery, ns. 0: instantaneous (off).
+    pub wakeup_ipi_ns: u64,
+    /// Idle states of each host CPU as (exit_latency_ns, target_residency_ns),
+    /// shallowest first; a woken task waits for the exit latency of the
+    /// deepest state whose target residency the CPU has been idle for.
+    /// Empty: no exit latency (off).
+    pub idle_states: Vec<(u64, u64)>,
+    /// Relative jitter of the wake-up latencies: each is drawn uniformly in
+    /// [1 - j, 1 + j] times its value. 0..1.
+    pub wakeup_jitter: f64,
+    /// Host noise: per-CPU kernel-thread bursts and per-VM VMM I/O threads.
+    pub noise: HostNoise,
+    /// Tunables of `scheduler = "cfs"`.
+    pub cfs: CfsConfig,
+    /// Topology: sockets (each one LLC domain) × cores × SMT threads;
+    /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
+    /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
+    /// servers: siblings are ncores apart).
+    pub sockets: u32,
+    pub threads_per_core: u32,
+    /// Wake-up placement of unpinned threads.
+    pub wake_placement: WakePlacement,
+    /// Periodic load balancing per domain (`rebalance_domains` /
+    /// `load_balance`), and newidle balancing domain by domain.
+    pub load_balance: bool,
+    /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
+    /// (kernel sd_init: 32 before v5.10, 16 since).
+    pub lb_busy_factor: u32,
+    /// sysctl_sched_migration_cost, ns: a task that ran within this time
+    /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    pub migration_cost_ns: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePlacement {
+    /// The previous CPU if idle, else the first idle CPU after it, else the previous CPU.
+    FirstIdle,
+    /// `select_task_rq_fair`: `wake_affine` between the waker's and the
+    /// previous CPU, then `select_idle_sibling` (the target if idle, the
+    /// previous CPU if idle and in the same LLC, an idle core of the
+    /// target's LLC, an idle CPU of it, else the target).
+    SelectTaskRqFair,
+}
+
+/// Host noise, a process of its own (separate from `Background`): short
+/// bursts of per-CPU kernel threads (kworker, ksoftirqd, rcu, migration …,
+/// each bound to its CPU) and one VMM I/O thread per VM (QEMU's main loop /
+/// iothread, unpinned). Arrivals are Poisson, lengths exponential.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostNoise {
+    /// Bursts per second of each CPU's kernel threads (0: off).
+    pub kthread_hz: f64,
+    /// Mean length of one kernel-thread burst, ns.
+    pub kthread_ns: u64,
+    /// Bursts per second of each VM's VMM I/O thread (0: off).
+    pub vmm_io_hz: f64,
+    /// Mean length of one VMM I/O burst, ns.
+    pub vmm_io_ns: u64,
+}
+
+impl Default for HostNoise {
+    fn default() -> Self {
+        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TunableScaling {
+    /// factor 1 (SCHED_TUNABLESCALING_NONE).
+    None,
+    /// factor 1 + ilog2(min(ncpus, 8)) (SCHED_TUNABLESCALING_LOG, the default).
+    Log,
+    /// factor min(ncpus, 8) (SCHED_TUNABLESCALING_LINEAR).
+    Linear,
+}
+
+/// CFS tunables (kernel/sched/fair.c before v6.6). The three times are the
+/// unscaled sysctl values; each is multiplied by the `tunable_scaling`
+/// factor of the host's CPU count (`update_sysctl` / `get_update_sysctl_factor`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CfsConfig {
+    /// sysctl_sched_latency before scaling, ns (kernel: 6 ms).
+    pub latency_ns: u64,
+    /// sysctl_sched_min_granularity before scaling, ns (kernel: 0.75 ms).
+    pub min_granularity_ns: u64,
+    /// sysctl_sched_wakeup_granularity before scaling, ns (kernel: 1 ms).
+    pub wakeup_granularity_ns: u64,
+    pub tunable_scaling: TunableScaling,
+    /// GENTLE_FAIR_SLEEPERS: the sleeper credit of place_entity is half of
+    /// sched_latency (kernel default true) instead of all of it.
+    pub gentle_fair_sleepers: bool,
+    /// LAST_BUDDY: a task preempted by a wake-up becomes the last buddy when
+    /// nr_running >= sched_nr_latency (kernel default true).
+    pub last_buddy: bool,
+}
+
+impl Default for CfsConfig {
+    fn default() -> Self {
+        CfsConfig {
+            latency_ns: 6_000_000,
+            min_granularity_ns: 750_000,
+            wakeup_granularity_ns: 1_000_000,
+            tunable_scaling: TunableScaling::Log,
+            gentle_fair_sleepers: true,
+            last_buddy: true,
+        }
+    }
+}
+
+impl CfsConfig {
+    /// `get_update_sysctl_factor()` for `ncpus` online CPUs.
+    pub fn factor(&self, ncpus: u32) -> u64 {
+        let cpus = ncpus.clamp(1, 8) as u64;
+        match self.tunable_scaling {
+            TunableScaling::None => 1,
+            TunableScaling::Linear => cpus,
+            TunableScaling::Log => 1 + cpus.ilog2() as u64,
+        }
+    }
 }
 
 impl Default for HostConfig {
@@ -136,6 +274,19 @@ impl Default for HostConfig {
             yield_check_ns: 50,
             yield_to_esrch: true,
             background: Background::default(),
+            tick_skew: false,
+            seeded_ties: false,
+            wakeup_ipi_ns: 0,
+            idle_states: Vec::new(),
+            wakeup_jitter: 0.0,
+            noise: HostNoise::default(),
+            cfs: CfsConfig::default(),
+            sockets: 1,
+            threads_per_core: 1,
+            wake_placement: WakePlacement::FirstIdle,
+            load_balance: false,
+            lb_busy_factor: 16,
+            migration_cost_ns: 500_000,
         }
     }
 }
@@ -217,6 +368,18 @@ pub struct PolicyConfig {
     pub kernel_filter: bool,
     /// Python: a name for the callable (the callable itself is not serialised).
     pub name: String,
+    /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
+    pub candidate_gate: CandidateGate,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateGate {
+    /// `vcpu->ready` (since 5.3, d73eb57b80b9 "KVM: Boost vCPUs that are
+    /// delivering interrupts"): preempted, or woken and not yet running.
+    Ready,
+    /// `vcpu->preempted` (before 5.3): only vCPUs scheduled out while runnable.
+    Preempted,
 }
 
 impl Default for PolicyConfig {
@@ -228,6 +391,7 @@ impl Default for PolicyConfig {
             dy_eligible: true,
             kernel_filter: true,
             name: String::new(),
+            candidate_gate: CandidateGate::Ready,
         }
     }
 }
@@ -239,7 +403,27 @@ pub enum Placement {
     AvailableIdle,
     /// First prefer idle vCPUs whose host CPU is idle (pcpu_is_idle, 2021 proposal),
     /// counting a preempted one as available; then available_idle_cpu.
+    /// vcpulab's first model: the host CPU's state is read live.
     PcpuIsIdle,
+    /// The 2021 RFC as posted ("KVM: x86: Introduce .pcpu_is_idle() stub
+    /// infrastructure" and 2-4/4, Tianqiang Xu et al., Aug 2021): the guest's
+    /// fair.c uses `available_idle_cpu_sched` = guest-idle && the vCPU's
+    /// steal-time `is_idle` byte (no preemption check). The host writes the
+    /// byte in `kvm_arch_vcpu_put` (1 if the CPU's nr_running <= 1, else
+    /// cleared) and in `record_steal_time` (the vCPU that last entered the
+    /// guest on this CPU is cleared if another, set if the same); the posted
+    /// clear returns early when the byte is set, so a set byte stays set.
+    PcpuIsIdleRfc,
+    /// The same write points with a clear that clears (what the patch's
+    /// description says the byte means).
+    PcpuIsIdleRfcCleared,
+}
+
+impl Placement {
+    /// One of the two models of the 2021 RFC's `is_idle` byte.
+    pub fn is_rfc(self) -> bool {
+        matches!(self, Placement::PcpuIsIdleRfc | Placement::PcpuIsIdleRfcCleared)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -259,6 +443,23 @@ pub struct PvConfig {
     pub halt_exit_ns: u64,
     /// Guest idle poll before HLT (cpuidle-haltpoll), ns; 0 = HLT at once.
     pub guest_idle_poll_ns: u64,
+    /// KVM_FEATURE_PV_UNHALT offered: the guest's `pv_queued` locks use the
+    /// PV slow path; false: `kvm_spinlock_init` returns early and the guest's
+    /// `virt_spin_lock` test-and-set fallback runs instead (lock stealing).
+    pub pv_spinlocks: bool,
+    /// KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+    /// (`kvm_pv_kick_cpu_op` + `kvm_sched_yield`, "Boost queue head vCPU",
+    /// 2019); false: the kick only wakes it (hosts before 5.2).
+    pub kick_yield: bool,
+    /// KVM_FEATURE_PV_TLB_FLUSH (4.16): a TLB-shootdown IPI skips preempted
+    /// targets, which flush at their next sched-in (`kvm_flush_tlb_multi`).
+    pub tlb_flush: bool,
+    /// KVM_FEATURE_PV_SEND_IPI (4.19): one hypercall sends a multicast IPI;
+    /// false: one ICR-write exit per target (`icr_write_ns` each).
+    pub send_ipi: bool,
+    /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
+    /// (0: sending is free, as before this field existed).
+    pub icr_write_ns: u64,
 }
 
 impl Default for PvConfig {
@@ -271,73 +472,21 @@ impl Default for PvConfig {
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
             guest_idle_poll_ns: 0,
+            pv_spinlocks: true,
+            kick_yield: true,
+            tlb_flush: false,
+            send_ipi: false,
+            icr_write_ns: 0,
         }
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum HaltPollPolicy {
-    /// No host polling: a halting vCPU blocks at once.
-    Off,
-    /// Always poll up to `max_ns` (Feb 2015, fixed halt_poll_ns).
-    Fixed,
-    /// Upstream dynamic polling decided from the whole block time (§3.2).
-    Dynamic,
-    /// The 2015 v4 proposal (never merged): grow when the wake-up came while
-    /// polling, shrink after an idle (> 10 ms) halt (halt_poll.rs).
-    DynamicV4,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct HaltPollConfig {
-    pub policy: HaltPollPolicy,
-    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns.
-    pub max_ns: u64,
-    /// halt_poll_ns_grow.
-    pub grow: u64,
-    /// halt_poll_ns_grow_start, ns.
-    pub grow_start_ns: u64,
-    /// halt_poll_ns_shrink (0 = reset to 0).
-    pub shrink: u64,
-    /// False when the guest turned host polling off (MSR_KVM_POLL_CONTROL bit 0 = 0).
-    pub poll_allowed: bool,
-}
-
-impl Default for HaltPollConfig {
-    fn default() -> Self {
-        HaltPollConfig {
-            policy: HaltPollPolicy::Off,
-            max_ns: 200_000,
-            grow: 2,
-            grow_start_ns: 10_000,
-            shrink: 2,
-            poll_allowed: true,
-        }
-    }
-}
-
-impl HaltPollConfig {
-    /// The same settings for the shared `kvm_vcpu_halt` state machine
-    /// (`halt_poll::HaltPollState`), which the engine drives.
-    pub fn state_machine(&self) -> super::halt_poll::HaltPollConfig {
-        use super::halt_poll::Policy;
-        let mut c = super::halt_poll::HaltPollConfig::new(match self.policy {
-            HaltPollPolicy::Off => Policy::Off,
-            HaltPollPolicy::Fixed => Policy::Fixed,
-            HaltPollPolicy::Dynamic => Policy::BlockTime,
-            HaltPollPolicy::DynamicV4 => Policy::DynamicV4,
-        });
-        c.halt_poll_ns = self.max_ns;
-        // validated <= 1024 (grow, shrink); the kernel's parameters are uint
-        c.grow = self.grow as u32;
-        c.grow_start = self.grow_start_ns;
-        c.shrink = self.shrink as u32;
-        c.poll_allowed = self.poll_allowed;
-        c
-    }
-}
+/// Host halt polling: the one configuration type and policy vocabulary of
+/// `halt_poll.rs`, shared by the engine and the calibration model (JSON
+/// `max_ns` / `grow_start_ns` are aliases of `halt_poll_ns` / `grow_start`;
+/// the engine's first policy names `dynamic` and `dynamic_v4` are aliases of
+/// `block-time` and `dynamic-v4`).
+pub use super::halt_poll::{HaltPollConfig, Policy as HaltPollPolicy};
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -398,6 +547,10 @@ pub enum Phase {
         handler_ns: u64,
         #[serde(default = "one")]
         prob: f64,
+        /// A TLB shootdown (flush_tlb_mm_range → flush_tlb_multi): with PV TLB
+        /// flush, preempted targets are skipped and flush at sched-in.
+        #[serde(default)]
+        tlb_flush: bool,
     },
     Barrier {
         #[serde(default = "one")]
@@ -481,6 +634,50 @@ impl Default for WorkloadConfig {
     }
 }
 
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LockModel {
+    /// The simulator's first lock rules (FIFO hand-off for every queued kind;
+    /// the PV predecessor check only when a waiter (re)starts spinning).
+    Simple,
+    /// The guest kernel's rules: `pv_queued` is the PV qspinlock
+    /// (`__pv_queued_spin_lock_slowpath`: one steal attempt at slow-path
+    /// entry, `pv_wait_node` / `pv_wait_head_or_lock` after SPIN_THRESHOLD,
+    /// live wait-early, the unlock frees the lock and `pv_kick`s a halted
+    /// head); mutexes spin in an OSQ whose waiters give up when their
+    /// predecessor's vCPU is preempted (`osq_lock`).
+    Kernel,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitEarly {
+    /// `pv_wait_early`: the previous queue node is not running (halted).
+    PrevHalted,
+    /// 75437bb304b2 (2019, reverted by 89340d0935c9 in 5.4 and stable):
+    /// also when the previous node's vCPU is preempted (`vcpu_is_preempted`).
+    PrevHaltedOrPreempted,
+}
+
+/// The guest kernel's own choices (its version, not the host's).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuestConfig {
+    pub lock_model: LockModel,
+    /// Kernel lock model: when a `pv_wait_node` waiter halts early.
+    pub pv_wait_early: WaitEarly,
+    /// The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
+    /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
+    /// before 4.10). Needs `pv.steal_time`.
+    pub vcpu_is_preempted: bool,
+}
+
+impl Default for GuestConfig {
+    fn default() -> Self {
+        GuestConfig { lock_model: LockModel::Simple, pv_wait_early: WaitEarly::PrevHalted, vcpu_is_preempted: true }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
@@ -496,6 +693,7 @@ pub struct VmConfig {
     pub pv: PvConfig,
     pub halt_poll: HaltPollConfig,
     pub workload: WorkloadConfig,
+    pub guest: GuestConfig,
 }
 
 impl Default for VmConfig {
@@ -510,6 +708,7 @@ impl Default for VmConfig {
             pv: PvConfig::default(),
             halt_poll: HaltPollConfig::default(),
             workload: WorkloadConfig::default(),
+            guest: GuestConfig::default(),
         }
     }
 }
@@ -561,6 +760,66 @@ impl SimConfig {
         check(h.background.burst_ns >= 1000, || {
             format!("host.background.burst_ns must be >= 1000, got {}", h.background.burst_ns)
         })?;
+        check(h.wakeup_ipi_ns <= 1_000_000_000, || {
+            format!("host.wakeup_ipi_ns must be <= 1e9, got {}", h.wakeup_ipi_ns)
+        })?;
+        let j = h.wakeup_jitter;
+        check((0.0..=1.0).contains(&j), || format!("host.wakeup_jitter must be in [0, 1], got {j}"))?;
+        for (i, &(exit, res)) in h.idle_states.iter().enumerate() {
+            check(exit <= 1_000_000_000 && res <= 1_000_000_000, || {
+                format!("host.idle_states[{i}] must hold times <= 1e9 ns, got ({exit}, {res})")
+            })?;
+            if i > 0 {
+                let (pe, pr) = h.idle_states[i - 1];
+                check(exit >= pe && res >= pr, || {
+                    format!("host.idle_states[{i}] must be at least as deep as idle_states[{}]", i - 1)
+                })?;
+            }
+        }
+        let n = &h.noise;
+        for (name, hz, ns) in [("kthread", n.kthread_hz, n.kthread_ns), ("vmm_io", n.vmm_io_hz, n.vmm_io_ns)] {
+            check(hz.is_finite() && (0.0..=100_000.0).contains(&hz), || {
+                format!("host.noise.{name}_hz must be in [0, 100000], got {hz}")
+            })?;
+            check((100..=1_000_000_000).contains(&ns), || {
+                format!("host.noise.{name}_ns must be in [100, 1e9], got {ns}")
+            })?;
+            check(hz * ns as f64 <= 0.5e9, || {
+                format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
+            })?;
+        }
+        let c = &h.cfs;
+        for (name, v) in [
+            ("latency_ns", c.latency_ns),
+            ("min_granularity_ns", c.min_granularity_ns),
+            ("wakeup_granularity_ns", c.wakeup_granularity_ns),
+        ] {
+            check((1000..=1_000_000_000).contains(&v), || format!("host.cfs.{name} must be in [1000, 1e9], got {v}"))?;
+        }
+        check(c.min_granularity_ns <= c.latency_ns, || {
+            format!(
+                "host.cfs.min_granularity_ns must be <= latency_ns ({}), got {}",
+                c.latency_ns, c.min_granularity_ns
+            )
+        })?;
+        check(h.sockets >= 1 && h.sockets <= h.pcpus && h.threads_per_core >= 1 && h.threads_per_core <= 8, || {
+            format!(
+                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, 8], got {} and {}",
+                h.sockets, h.threads_per_core
+            )
+        })?;
+        check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
+            format!(
+                "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
+                h.pcpus, h.sockets, h.threads_per_core
+            )
+        })?;
+        check((1..=1024).contains(&h.lb_busy_factor), || {
+            format!("host.lb_busy_factor must be in [1, 1024], got {}", h.lb_busy_factor)
+        })?;
+        check(h.migration_cost_ns <= 1_000_000_000, || {
+            format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
+        })?;
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;
         for (i, vm) in self.vms.iter().enumerate() {
@@ -589,15 +848,15 @@ impl SimConfig {
             check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
+            check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
             let hp = &vm.halt_poll;
-            check(hp.max_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.max_ns)
+            check(hp.halt_poll_ns <= u32::MAX as u64, || {
+                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.halt_poll_ns)
             })?;
             check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
             check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
-            check(hp.grow_start_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns"))
-            })?;
+            check(hp.grow_start <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
+            hp.validate().map_err(|e| format!("{}: {e}", f("halt_poll")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig};
+use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig, WakePlacement};
 use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
@@ -298,6 +298,8 @@ impl EventQueue {
 pub enum TaskKind {
     Vcpu(u32),
     Bg(u32),
+    /// Host noise (`HostNoise`): index into `Sim.noise_src`.
+    Noise(u32),
 }
 
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
@@ -327,6 +329,11 @@ pub struct Task {
     pub bg_rem: Ns,
     pub bg_start: Ns,
     pub bg_gen: u32,
+    /// Rank among equal scheduling keys: the task index, or a seeded random
+    /// number with `Host.seeded_ties`.
+    pub tie: u32,
+    /// When it last stopped running (`task_hot`'s exec_start).
+    pub last_ran: Ns,
 }
 
 /// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
@@ -358,6 +365,18 @@ pub struct Rq {
     pub last_v: i64,
     pub trace_start: Ns,
     pub switches: u64,
+    /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
+    pub min_vruntime: i64,
+    pub last: Option<u32>,
+    pub skip: Option<u32>,
+    /// When curr was picked (CFS: prev_sum_exec_runtime of check_preempt_tick).
+    pub slice_start: Ns,
+    /// When the CPU last went idle (for the idle state's exit latency).
+    pub idle_since: Ns,
+    /// Phase of this CPU's tick (`Host.tick_skew`), ns.
+    pub tick_off: Ns,
+    /// Next periodic balance of each domain level (core, LLC, machine), ns.
+    pub lb_next: [Ns; 3],
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -411,6 +430,16 @@ pub struct VcpuCounters {
     pub directed_yield_successful: u64,
     pub kicks: u64,
     pub ipis_sent: u64,
+    /// Guest lock events (kernel lock model): halts in `pv_wait_node` /
+    /// `pv_wait_head_or_lock`, of which early (predecessor not running),
+    /// lock steals at slow-path entry, mutex spinners that left the OSQ, and
+    /// TLB-shootdown targets skipped by PV TLB flush.
+    pub pv_wait_node: u64,
+    pub pv_wait_head: u64,
+    pub pv_wait_early: u64,
+    pub lock_steals: u64,
+    pub osq_gave_up: u64,
+    pub tlb_flush_skipped: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
@@ -430,7 +459,7 @@ pub struct Vcpu {
     pub vm: u32,
     pub idx: u32,
     pub task: u32,
-    // kvm state (§1.1)
+    // kvm state ([K1])
     pub preempted: bool,
     pub blocking: bool,
     /// Blocked on the host (not runnable).
@@ -444,7 +473,7 @@ pub struct Vcpu {
     pub in_kernel: bool,
     /// The VM has posted interrupts (copied from its PvConfig).
     pub apicv: bool,
-    // steal time (§4)
+    // steal time ([K4])
     pub st_preempted: bool,
     pub last_cpu: u32,
     pub ple_window: u64,
@@ -458,9 +487,12 @@ pub struct Vcpu {
     pub runq: VecDeque<u32>,
     /// Pending IPI handlers: the sending thread of each.
     pub ipis: VecDeque<u32>,
-    // host halt polling (§3): kvm_vcpu_halt's window, halt in progress and stats
+    // host halt polling ([K3]): kvm_vcpu_halt's window, halt in progress and stats
     pub hp: HaltPollState,
     pub c: VcpuCounters,
+    /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
+    /// written by the host (`Placement::PcpuIsIdleRfc*`).
+    pub st_is_idle: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -503,6 +535,12 @@ pub struct Thread {
     pub acks: u32,
     /// PV node state: halted in pv_wait.
     pub pv_halted: bool,
+    /// Kernel lock model: became the queue head since it last looked (its
+    /// `pv_wait_head_or_lock` loop counts SPIN_THRESHOLD afresh).
+    pub pv_new_head: bool,
+    /// Kernel lock model: this acquisition's queue head has hashed the lock
+    /// (`lp` in `pv_wait_head_or_lock`): it halts at most once per acquisition.
+    pub pv_hashed: bool,
     pub iter_start: Ns,
     pub iters: u64,
     pub wake_gen: u32,
@@ -516,6 +554,9 @@ pub struct Lock {
     pub holder: Option<u32>,
     pub waiters: VecDeque<u32>,
     pub acquisitions: u64,
+    /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
+    /// (a halted queue head is hashed; the unlock must kick it).
+    pub slow: bool,
 }
 
 pub struct Vm {
@@ -548,6 +589,9 @@ pub struct Vm {
     pub halt_poll: HaltPollConfig,
 }
 
+/// No vCPU (`Sim::pre_run_vcpu`).
+pub const NO_VCPU: u32 = u32::MAX;
+
 pub struct Sim {
     pub cfg: SimConfig,
     pub now: Ns,
@@ -566,6 +610,10 @@ pub struct Sim {
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Vec<TraceRec>,
+    /// Most trace rows a run may keep (the caller's limit; see `SimError::TraceLimit`).
+    pub trace_max_rows: u64,
+    /// Set when the trace hit `trace_max_rows` or could not grow; ends the run.
+    pub trace_error: Option<SimError>,
     pub gang_rounds: Vec<Vec<u32>>,
     pub gang_round: usize,
     pub gang_active: Vec<bool>,
@@ -581,7 +629,30 @@ pub struct Sim {
     pub stuck: Option<String>,
     /// Some task may run on any CPU (newidle balancing is on).
     pub any_unpinned: bool,
+    /// Per host CPU: the vCPU that last entered the guest there
+    /// (`this_cpu_pre_run_vcpu` of the 2021 pcpu_is_idle RFC; NO_VCPU if none).
+    pub pre_run_vcpu: Vec<u32>,
     same_time: u64,
+    /// The second RNG stream, for the host-model options (ties, wake-up
+    /// jitter, noise): with them off it is never drawn, and the main
+    /// stream's draws are the same as without them.
+    pub rng2: Pcg64Mcg,
+    /// Host noise sources: (mean sleep, mean burst) ns of each `TaskKind::Noise`.
+    pub noise_src: Vec<(Ns, Ns)>,
+    /// CFS tunables after scaling, ns: sched_latency, min_granularity, wakeup_granularity.
+    pub cfs_latency: u64,
+    pub cfs_min_gran: u64,
+    pub cfs_wakeup_gran: u64,
+    /// `Host.wakeup_ipi_ns > 0` or idle states given.
+    pub wake_latency: bool,
+    /// Topology: cores in the machine, cores per socket (LLC).
+    pub ncores: u32,
+    pub cores_per_socket: u32,
+    /// The CPU the event being handled runs on (the waker of a wake-up it
+    /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
+    pub waker_cpu: u32,
+    /// Earliest instant of the next nohz idle-balance kick.
+    pub nohz_next: Ns,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -616,6 +687,13 @@ impl Sim {
                     acct: Acct::new(C_IDLE),
                     trace_start: 0,
                     switches: 0,
+                    min_vruntime: 0,
+                    last: None,
+                    skip: None,
+                    slice_start: 0,
+                    idle_since: 0,
+                    tick_off: 0,
+                    lb_next: [0; 3],
                 })
                 .collect(),
             vcpus: Vec::new(),
@@ -623,6 +701,8 @@ impl Sim {
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Vec::new(),
+            trace_max_rows: u64::MAX,
+            trace_error: None,
             gang_rounds: Vec::new(),
             gang_round: 0,
             gang_active: Vec::new(),
@@ -635,8 +715,32 @@ impl Sim {
             boost_cpu: NO_CPU,
             stuck: None,
             any_unpinned: false,
+            pre_run_vcpu: vec![NO_VCPU; p as usize],
             same_time: 0,
+            rng2: Pcg64Mcg::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15),
+            noise_src: Vec::new(),
+            cfs_latency: 0,
+            cfs_min_gran: 0,
+            cfs_wakeup_gran: 0,
+            wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
+            ncores: 1,
+            cores_per_socket: 1,
+            waker_cpu: NO_CPU,
+            nohz_next: 0,
         };
+        sim.ncores = (p / cfg.host.threads_per_core).max(1);
+        sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);
+        if cfg.host.tick_skew {
+            // tick_setup_sched_timer with sched_skew_tick: (TICK_NSEC >> 1) / nr_cpus · cpu
+            let step = (cfg.host.tick_ns >> 1) / p as u64;
+            for (cpu, rq) in sim.rqs.iter_mut().enumerate() {
+                rq.tick_off = step * cpu as u64;
+            }
+        }
+        let f = cfg.host.cfs.factor(p);
+        sim.cfs_latency = cfg.host.cfs.latency_ns * f;
+        sim.cfs_min_gran = cfg.host.cfs.min_granularity_ns * f;
+        sim.cfs_wakeup_gran = cfg.host.cfs.wakeup_granularity_ns * f;
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
         let pins: Vec<u32> = match cfg.host.affinity {
@@ -658,7 +762,7 @@ impl Sim {
                 let nthread = if vmc.threads == 0 { vmc.vcpus } else { vmc.threads };
                 let vcpu0 = sim.vcpus.len() as u32;
                 let thread0 = sim.threads.len() as u32;
-                let halt_poll = vmc.halt_poll.state_machine();
+                let halt_poll = vmc.halt_poll.clone();
                 for i in 0..vmc.vcpus {
                     let cpu = pins[g];
                     g += 1;
@@ -679,6 +783,8 @@ impl Sim {
                         bg_rem: 0,
                         bg_start: 0,
                         bg_gen: 0,
+                        tie: 0,
+                        last_ran: 0,
                     });
                     sim.vcpus.push(Vcpu {
                         vm: vm_id,
@@ -710,6 +816,7 @@ impl Sim {
                         gen: 0,
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
+                        st_is_idle: false,
                     });
                     sim.ready.push(false);
                 }
@@ -728,6 +835,8 @@ impl Sim {
                         acks: 0,
                         spun: 0,
                         pv_halted: false,
+                        pv_new_head: false,
+                        pv_hashed: false,
                         wake_gen: 0,
                         lock_wait_start: 0,
                     });
@@ -740,11 +849,17 @@ impl Sim {
                     .max()
                     .unwrap_or(0);
                 let mut locks: Vec<Lock> = (0..nlocks)
-                    .map(|_| Lock { kind: LockKind::Tas, holder: None, waiters: VecDeque::new(), acquisitions: 0 })
+                    .map(|_| Lock {
+                        kind: LockKind::Tas,
+                        holder: None,
+                        waiters: VecDeque::new(),
+                        acquisitions: 0,
+                        slow: false,
+                    })
                     .collect();
                 for ph in &vmc.workload.phases {
                     if let Phase::Lock { lock, lock_kind, .. } = ph {
-                        locks[*lock as usize].kind = *lock_kind;
+                        locks[*lock as usize].kind = super::guest::effective_lock_kind(*lock_kind, vmc);
                     }
                 }
                 let policy = make_policy(group, vmc)?;
@@ -796,11 +911,17 @@ impl Sim {
                     bg_rem: 0,
                     bg_start: 0,
                     bg_gen: 0,
+                    tie: 0,
+                    last_ran: 0,
                 });
             }
         }
+        sim.add_noise_tasks();
+        for t in 0..sim.tasks.len() {
+            sim.tasks[t].tie = if cfg.host.seeded_ties { sim.rng2.random::<u32>() } else { t as u32 };
+        }
         sim.rng = rng;
-        sim.any_unpinned = cfg.host.scheduler == Scheduler::Fair && sim.tasks.iter().any(|t| t.pinned.is_none());
+        sim.any_unpinned = cfg.host.scheduler != Scheduler::Gang && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
         }
@@ -858,6 +979,9 @@ impl Sim {
                 self.stuck = Some(format!("no progress: 5e7 events at t={} ns", self.now));
             }
             self.dispatch(ev);
+            if let Some(e) = self.trace_error.take() {
+                return Err(e);
+            }
             if self.stuck.is_some() || self.error.is_some() {
                 if let Some(s) = self.stuck.take() {
                     return Err(SimError::NoProgress(s));
@@ -890,12 +1014,20 @@ impl Sim {
             let sleep = self.bg_sleep_sample();
             self.push(sleep, Ev::BgWake(t));
         }
+        self.start_noise();
         if self.cfg.host.scheduler == Scheduler::Gang {
             self.push(0, Ev::Gang);
         }
     }
 
     fn dispatch(&mut self, ev: Ev) {
+        if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
+            self.waker_cpu = match ev {
+                Ev::Tick(c) | Ev::Resched(c, _) => c,
+                Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
+                _ => NO_CPU,
+            };
+        }
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),
             Ev::Vcpu(v, gen) => {
@@ -906,10 +1038,20 @@ impl Sim {
             Ev::Poke(v) => self.poke_now(v as usize),
             Ev::BgEnd(t, gen) => {
                 if self.tasks[t as usize].bg_gen == gen {
-                    self.bg_end(t as usize);
+                    if let TaskKind::Noise(_) = self.tasks[t as usize].kind {
+                        self.noise_end(t as usize);
+                    } else {
+                        self.bg_end(t as usize);
+                    }
                 }
             }
-            Ev::BgWake(t) => self.bg_wake(t as usize),
+            Ev::BgWake(t) => {
+                if let TaskKind::Noise(_) = self.tasks[t as usize].kind {
+                    self.noise_wake(t as usize);
+                } else {
+                    self.bg_wake(t as usize);
+                }
+            }
             Ev::ThreadWake(t, gen) => {
                 if self.threads[t as usize].wake_gen == gen {
                     self.sleep_timer(t as usize);

@@ -1,4 +1,4 @@
-//! Guests: vCPU run/halt transitions as KVM sees them (§1.1, §4.3), and the
+//! Guests: vCPU run/halt transitions as KVM sees them ([K1], [K4]), and the
 //! guest kernel running workload threads on vCPUs: phases, spinlocks of four
 //! kinds plus a mutex, IPIs, barriers, sleeps and messages, wake-up placement.
 //!
@@ -6,9 +6,21 @@
 //! at its planned end; anything that may change what it does (a lock granted,
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
 
-use super::config::{LockKind, Phase, Placement};
+use super::config::{LockKind, LockModel, Phase, Placement, VmConfig, WaitEarly};
 use super::engine::*;
 use super::policy::VcpuView;
+
+/// The lock a guest of this configuration really runs for a lock of `kind`:
+/// a `pv_queued` lock without KVM_FEATURE_PV_UNHALT is the `virt_spin_lock`
+/// test-and-set fallback (`kvm_spinlock_init` returns before enabling PV
+/// spinlocks, so `virt_spin_lock_key` stays on; arch/x86/include/asm/qspinlock.h).
+pub fn effective_lock_kind(kind: LockKind, vm: &VmConfig) -> LockKind {
+    if kind == LockKind::PvQueued && !vm.pv.pv_spinlocks {
+        LockKind::Tas
+    } else {
+        kind
+    }
+}
 
 /// What `begin_phase` / the step loop decided.
 enum Flow {
@@ -44,6 +56,10 @@ impl Sim {
         vc.steal_ns = run_delay;
         vc.posted_irq = false;
         vc.pv_unhalted = false;
+        if self.vms[vm].cfg.pv.placement.is_rfc() {
+            self.rfc_record_steal_time(v, cpu);
+        }
+        let vc = &mut self.vcpus[v];
         if vc.in_spin_loop {
             // back from schedule() inside yield_to: kvm_vcpu_on_spin returns.
             vc.in_spin_loop = false;
@@ -66,7 +82,7 @@ impl Sim {
 
     /// The host switched this vCPU thread out (kvm_sched_out + kvm_arch_vcpu_put).
     pub fn vcpu_sched_out(&mut self, v: usize, why: Why) {
-        // at_instruction_boundary (§4.3): only a vCPU taken out of guest mode
+        // at_instruction_boundary ([K4]): only a vCPU taken out of guest mode
         // by the interrupt (tick, reschedule IPI) that preempts it; one that
         // was in the host already (an exit handler, the halt-poll loop) exited
         // for another reason and is not reported
@@ -79,6 +95,9 @@ impl Sim {
         let now = self.now;
         if runnable {
             self.ready[v] = true;
+        }
+        if self.vms[vm].cfg.pv.placement.is_rfc() {
+            self.rfc_vcpu_put(v);
         }
         let vc = &mut self.vcpus[v];
         vc.running = None;
@@ -100,6 +119,9 @@ impl Sim {
             vc.acct.set(now, C_WAIT);
             if newly {
                 self.notify_mutex_spinners(v);
+                if self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
+                    self.notify_preempted_kernel(v);
+                }
             }
         } else {
             vc.acct.set(now, C_HALT);
@@ -449,7 +471,7 @@ impl Sim {
 
     // ------------------------------------------------------- host halt polling
 
-    /// kvm_vcpu_halt() (§3.2): poll up to the vCPU's window while nothing else
+    /// kvm_vcpu_halt() ([K3]): poll up to the vCPU's window while nothing else
     /// wants this host CPU, then block. The window and the stats are the
     /// shared state machine's (`halt_poll::HaltPollState`).
     fn halt_begin(&mut self, v: usize, cpu: usize) {
@@ -658,8 +680,9 @@ impl Sim {
                 self.threads[t].rem = d;
                 self.threads[t].spun = 0;
                 self.threads[t].pv_halted = false;
+                self.threads[t].pv_hashed = false;
                 self.threads[t].lock_wait_start = self.now;
-                if self.lock_try(vm, lock as usize, t) {
+                if self.lock_try(vm, lock as usize, t) || self.pv_steal(v, vm, lock as usize, t) {
                     self.record_lock_wait(vm, t);
                     self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
                 } else {
@@ -667,7 +690,7 @@ impl Sim {
                     self.threads[t].step = Step::AwaitLock { lock };
                 }
             }
-            Phase::Ipi { targets, .. } => return self.send_ipis(v, t, targets),
+            Phase::Ipi { targets, tlb_flush, .. } => return self.send_ipis(v, t, targets, tlb_flush),
             Phase::Barrier { .. } => {
                 let active = self.vms[vm].nthread - self.vms[vm].done_threads;
                 if self.vms[vm].barrier_waiting.len() as u32 + 1 >= active {
@@ -772,11 +795,22 @@ impl Sim {
     /// current on its vCPU and, with steal time, that vCPU is not preempted.
     fn owner_on_cpu(&self, vm: usize, holder: usize) -> bool {
         let th = &self.threads[holder];
-        th.state == TState::Current && !(self.vms[vm].cfg.pv.steal_time && self.vcpus[th.vcpu as usize].st_preempted)
+        th.state == TState::Current && !self.vcpu_is_preempted(vm, th.vcpu as usize)
+    }
+
+    /// The guest's `vcpu_is_preempted(cpu)` (kvm_vcpu_is_preempted: the
+    /// steal-time `preempted` byte), where the guest kernel asks it (4.10+).
+    fn vcpu_is_preempted(&self, vm: usize, c: usize) -> bool {
+        let cfg = &self.vms[vm].cfg;
+        cfg.pv.steal_time && cfg.guest.vcpu_is_preempted && self.vcpus[c].st_preempted
     }
 
     fn await_lock(&mut self, v: usize, t: usize, lock: u32) -> Flow {
         let vm = self.threads[t].vm as usize;
+        let kernel = self.vms[vm].cfg.guest.lock_model == LockModel::Kernel;
+        if kernel && self.vms[vm].locks[lock as usize].kind == LockKind::PvQueued {
+            return self.await_pv_qspinlock(v, t, lock as usize);
+        }
         if self.threads[t].pv_halted {
             // back from pv_wait: spin SPIN_THRESHOLD again
             self.threads[t].pv_halted = false;
@@ -823,6 +857,13 @@ impl Sim {
             LockKind::Mutex => {
                 let holder = self.vms[vm].locks[lock as usize].holder.map(|h| h as usize);
                 if holder.is_some_and(|h| self.owner_on_cpu(vm, h)) {
+                    if kernel && self.osq_prev_preempted(vm, lock as usize, t) {
+                        // osq_lock: vcpu_is_preempted(node_cpu(node->prev)): unqueue,
+                        // mutex_optimistic_spin fails, the waiter sleeps
+                        self.vcpus[v].c.osq_gave_up += 1;
+                        self.block_current(v, t);
+                        return Flow::Again;
+                    }
                     self.start_spin(v, false);
                     Flow::Started
                 } else {
@@ -837,6 +878,9 @@ impl Sim {
         let vm = self.threads[t].vm as usize;
         let kind = self.vms[vm].locks[lock].kind;
         self.vms[vm].locks[lock].holder = None;
+        if kind == LockKind::PvQueued && self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
+            return self.pv_qspinlock_unlock(v, vm, lock);
+        }
         match kind {
             LockKind::Tas => {
                 // whoever is spinning on a running vCPU now takes it
@@ -922,7 +966,7 @@ impl Sim {
     }
 
     /// KVM_HC_KICK_CPU: wake the kicked vCPU (pv_unhalted), then directed
-    /// yield kicker -> kickee (kvm_sched_yield, §5.3).
+    /// yield kicker -> kickee (kvm_sched_yield, [K5]).
     fn kick_hypercall(&mut self, v: usize, target: usize) -> Flow {
         let vm = self.vm_of(v);
         let cost = self.vms[vm].cfg.pv.hypercall_ns;
@@ -930,7 +974,8 @@ impl Sim {
         self.vcpu_host_wake(target, WakeReason::Kick);
         let mut t = self.now + cost;
         self.boost_cpu = NO_CPU;
-        let yielded = self.kvm_sched_yield(v, target, &mut t);
+        // kvm_pv_kick_cpu_op, then (266e85a5ec9, 2019) kvm_sched_yield to the kicked vCPU
+        let yielded = self.vms[vm].cfg.pv.kick_yield && self.kvm_sched_yield(v, target, &mut t);
         let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
         self.start_exit(v, t, ExitKind::Hypercall { yielded, boost }, C_EXIT);
         Flow::Started
@@ -950,9 +995,187 @@ impl Sim {
         ok
     }
 
+    // ------------------------------------------------- the kernel lock model
+
+    /// `pv_queued_spin_steal_lock` (kernel lock model): at slow-path entry a
+    /// PV qspinlock waiter takes a free lock once, unless the queue head is
+    /// actively spinning (pending bit set; it clears it before it halts).
+    fn pv_steal(&mut self, v: usize, vm: usize, lock: usize, t: usize) -> bool {
+        if self.vms[vm].cfg.guest.lock_model != LockModel::Kernel {
+            return false;
+        }
+        let l = &self.vms[vm].locks[lock];
+        if l.kind != LockKind::PvQueued || l.holder.is_some() {
+            return false;
+        }
+        let pending = l.waiters.front().is_some_and(|&h| !self.threads[h as usize].pv_halted);
+        if pending {
+            return false;
+        }
+        let l = &mut self.vms[vm].locks[lock];
+        l.holder = Some(t as u32);
+        l.acquisitions += 1;
+        self.vcpus[v].c.lock_steals += 1;
+        true
+    }
+
+    /// A PV qspinlock waiter (kernel lock model): the queue head runs
+    /// `pv_wait_head_or_lock` (take the free lock; else spin SPIN_THRESHOLD
+    /// iterations, then halt until the unlock kicks it; once per
+    /// acquisition), the others
+    /// `pv_wait_node` (spin SPIN_THRESHOLD iterations, or stop early when
+    /// `pv_wait_early` sees the previous node not running, then halt; a halted
+    /// node stays halted when it becomes the head and is kicked at the unlock).
+    fn await_pv_qspinlock(&mut self, v: usize, t: usize, lock: usize) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        if self.threads[t].pv_halted || self.threads[t].pv_new_head {
+            // back from pv_wait (kicked or spurious), or a new head: a new spin loop
+            self.threads[t].pv_halted = false;
+            self.threads[t].pv_new_head = false;
+            self.threads[t].spun = 0;
+        }
+        let l = &self.vms[vm].locks[lock];
+        let pos = l.waiters.iter().position(|&w| w as usize == t).unwrap_or(0);
+        if pos == 0 && l.holder.is_none() {
+            // trylock_clear_pending succeeds
+            let l = &mut self.vms[vm].locks[lock];
+            l.waiters.pop_front();
+            l.holder = Some(t as u32);
+            l.acquisitions += 1;
+            if let Some(&n) = l.waiters.front() {
+                // arch_mcs_spin_unlock_contended: the next node is the head now
+                let n = n as usize;
+                if self.threads[n].pv_halted {
+                    // pv_kick_node: a halted node is hashed on its behalf
+                    // (_Q_SLOW_VAL); this holder's unlock will kick it
+                    self.threads[n].pv_hashed = true;
+                    self.vms[vm].locks[lock].slow = true;
+                } else {
+                    self.threads[n].pv_new_head = true;
+                    if self.spinning_now(n) {
+                        let nv = self.threads[n].vcpu as usize;
+                        self.poke(nv);
+                    }
+                }
+            }
+            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+            return Flow::Again;
+        }
+        let spent = self.threads[t].spun >= self.vms[vm].spin_threshold_ns;
+        let halt = if pos == 0 {
+            if spent && self.threads[t].pv_hashed {
+                // hashed once already (lp set): pv_wait returns at once
+                // (locked != _Q_SLOW_VAL), another SPIN_THRESHOLD loop
+                self.threads[t].spun = 0;
+            }
+            spent && !self.threads[t].pv_hashed
+        } else {
+            let prev = self.vms[vm].locks[lock].waiters[pos - 1] as usize;
+            let early = self.threads[prev].pv_halted
+                || (self.vms[vm].cfg.guest.pv_wait_early == WaitEarly::PrevHaltedOrPreempted
+                    && self.vcpu_is_preempted(vm, self.threads[prev].vcpu as usize));
+            if early && !spent {
+                self.vcpus[v].c.pv_wait_early += 1;
+            }
+            spent || early
+        };
+        if !halt {
+            self.start_spin(v, true);
+            return Flow::Started;
+        }
+        // pv_wait: pn->state = halted, then HLT until kicked
+        self.threads[t].pv_halted = true;
+        if pos == 0 {
+            // pv_hash + xchg(locked, _Q_SLOW_VAL): the unlock will kick it
+            self.threads[t].pv_hashed = true;
+            self.vms[vm].locks[lock].slow = true;
+            self.vcpus[v].c.pv_wait_head += 1;
+        } else {
+            self.vcpus[v].c.pv_wait_node += 1;
+        }
+        self.poke_pv_next(vm, lock, pos);
+        self.start_halt_exit(v);
+        Flow::Started
+    }
+
+    /// The node after `pos` in the queue re-runs its wait-early check (the
+    /// kernel checks every 256 iterations; here at once).
+    fn poke_pv_next(&mut self, vm: usize, lock: usize, pos: usize) {
+        if let Some(&n) = self.vms[vm].locks[lock].waiters.get(pos + 1) {
+            if self.spinning_now(n as usize) {
+                let nv = self.threads[n as usize].vcpu as usize;
+                self.poke(nv);
+            }
+        }
+    }
+
+    /// `__pv_queued_spin_unlock` (kernel lock model): the lock is free; a
+    /// halted queue head (`_Q_SLOW_VAL`) is kicked (KVM_HC_KICK_CPU), a
+    /// running one takes the lock at once, a preempted one when it runs.
+    fn pv_qspinlock_unlock(&mut self, v: usize, vm: usize, lock: usize) -> Flow {
+        let slow = std::mem::replace(&mut self.vms[vm].locks[lock].slow, false);
+        if let Some(&h) = self.vms[vm].locks[lock].waiters.front() {
+            let hv = self.threads[h as usize].vcpu as usize;
+            if slow {
+                // __pv_queued_spin_unlock_slowpath: unhash, release, pv_kick(node->cpu)
+                return self.kick_hypercall(v, hv);
+            }
+            self.poke(hv);
+        }
+        Flow::Again
+    }
+
+    /// `osq_lock` (kernel lock model): is the mutex spinner queued before `t`
+    /// on a preempted vCPU? (The OSQ holds the optimistic spinners, in
+    /// arrival order; a sleeping waiter is not in it.)
+    fn osq_prev_preempted(&self, vm: usize, lock: usize, t: usize) -> bool {
+        let l = &self.vms[vm].locks[lock];
+        let Some(pos) = l.waiters.iter().position(|&w| w as usize == t) else { return false };
+        l.waiters
+            .iter()
+            .take(pos)
+            .rev()
+            .find(|&&w| self.threads[w as usize].state == TState::Current)
+            .is_some_and(|&w| self.vcpu_is_preempted(vm, self.threads[w as usize].vcpu as usize))
+    }
+
+    /// The vCPU `v` was just marked preempted (kernel lock model): PV queue
+    /// nodes behind its thread re-check `pv_wait_early`, OSQ spinners behind
+    /// it re-check `vcpu_is_preempted(prev)`.
+    fn notify_preempted_kernel(&mut self, v: usize) {
+        let Some(h) = self.vcpus[v].cur else { return };
+        let vm = self.vm_of(v);
+        let mut pokes = Vec::new();
+        for l in &self.vms[vm].locks {
+            let Some(pos) = l.waiters.iter().position(|&w| w == h) else { continue };
+            match l.kind {
+                LockKind::PvQueued => {
+                    if let Some(&n) = l.waiters.get(pos + 1) {
+                        if self.spinning_now(n as usize) {
+                            pokes.push(self.threads[n as usize].vcpu as usize);
+                        }
+                    }
+                }
+                LockKind::Mutex => {
+                    if let Some(&n) =
+                        l.waiters.iter().skip(pos + 1).find(|&&w| self.threads[w as usize].state == TState::Current)
+                    {
+                        if self.spinning_now(n as usize) {
+                            pokes.push(self.threads[n as usize].vcpu as usize);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for p in pokes {
+            self.poke(p);
+        }
+    }
+
     // ------------------------------------------------------------------ IPIs
 
-    fn send_ipis(&mut self, v: usize, t: usize, targets: u32) -> Flow {
+    fn send_ipis(&mut self, v: usize, t: usize, targets: u32, tlb_flush: bool) -> Flow {
         let vm = self.vm_of(v);
         let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
         let mut others: Vec<usize> = (v0..v0 + n).filter(|&x| x != v).collect();
@@ -965,6 +1188,23 @@ impl Sim {
             others.truncate(targets as usize);
             others.sort_unstable();
         }
+        let pv = &self.vms[vm].cfg.pv;
+        if tlb_flush && pv.tlb_flush && pv.steal_time {
+            // kvm_flush_tlb_multi: a preempted target gets KVM_VCPU_FLUSH_TLB in its
+            // steal-time flags instead of an IPI; the host flushes at its sched-in
+            let before = others.len();
+            others.retain(|&o| !self.vcpus[o].st_preempted);
+            self.vcpus[v].c.tlb_flush_skipped += (before - others.len()) as u64;
+        }
+        // sending: one PV_SEND_IPI hypercall, or one ICR-write exit per target
+        let pv = &self.vms[vm].cfg.pv;
+        let send_ns = if others.is_empty() {
+            0
+        } else if pv.send_ipi {
+            pv.hypercall_ns
+        } else {
+            pv.icr_write_ns * others.len() as u64
+        };
         self.threads[t].acks = others.len() as u32;
         self.vcpus[v].c.ipis_sent += others.len() as u64;
         self.threads[t].step = Step::IpiWait;
@@ -977,13 +1217,18 @@ impl Sim {
             if let Some(&target) = others.iter().find(|&&o| self.vcpus[o].st_preempted) {
                 // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
                 let cost = pv.hypercall_ns;
-                let mut tt = self.now + cost;
+                let mut tt = self.now + send_ns + cost;
                 self.boost_cpu = NO_CPU;
                 let yielded = self.kvm_sched_yield(v, target, &mut tt);
                 let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
                 self.start_exit(v, tt, ExitKind::Hypercall { yielded, boost }, C_EXIT);
                 return Flow::Started;
             }
+        }
+        if send_ns > 0 {
+            let end = self.now + send_ns;
+            self.start_exit(v, end, ExitKind::Hypercall { yielded: false, boost: NO_CPU }, C_EXIT);
+            return Flow::Started;
         }
         Flow::Again
     }
@@ -1038,16 +1283,64 @@ impl Sim {
         rq.queue.iter().chain(rq.curr.iter()).all(|&x| x == mine)
     }
 
+    /// `kvm_arch_vcpu_put` of the 2021 RFC (vCPU `v` is being switched out
+    /// of its CPU): the `is_idle` byte is set if the CPU's nr_running is <= 1
+    /// (a halting vCPU no longer counts itself; a preempted one does), else
+    /// cleared (as posted: not if it is set).
+    fn rfc_vcpu_put(&mut self, v: usize) {
+        let Some(cpu) = self.vcpus[v].running else { return };
+        if self.nr_running(cpu as usize) <= 1 {
+            self.vcpus[v].st_is_idle = true;
+        } else {
+            self.rfc_clear_is_idle(v);
+        }
+    }
+
+    /// `record_steal_time` of the 2021 RFC (vCPU `v` enters the guest on
+    /// `cpu`): the vCPU that last entered there is cleared if it is another
+    /// one, set again if it is this one; then `v` is the last one.
+    fn rfc_record_steal_time(&mut self, v: usize, cpu: usize) {
+        let old = self.pre_run_vcpu[cpu];
+        if old != NO_VCPU {
+            if old as usize != v {
+                self.rfc_clear_is_idle(old as usize);
+            } else {
+                self.vcpus[v].st_is_idle = true;
+            }
+        }
+        self.pre_run_vcpu[cpu] = v as u32;
+    }
+
+    /// `kvm_steal_time_clear_is_idle`: as posted it returns early when the
+    /// byte is set (so it never clears); `PcpuIsIdleRfcCleared` clears.
+    fn rfc_clear_is_idle(&mut self, v: usize) {
+        let vm = self.vm_of(v);
+        if self.vms[vm].cfg.pv.placement == Placement::PcpuIsIdleRfcCleared {
+            self.vcpus[v].st_is_idle = false;
+        }
+    }
+
     fn place(&self, vm: usize, prev: usize) -> usize {
         let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
         let pv = &self.vms[vm].cfg.pv;
         let order = (0..n).map(|i| v0 + (prev - v0 + i) % n);
+        if pv.placement.is_rfc() {
+            // fair.c's available_idle_cpu() calls became available_idle_cpu_sched():
+            // idle_cpu(cpu) && pcpu_is_idle(cpu), the byte the host last wrote
+            // (without steal time the guest reads no byte: pcpu_is_idle() is false)
+            let st = pv.steal_time;
+            return order.clone().find(|&c| self.guest_idle_cpu(c) && st && self.vcpus[c].st_is_idle).unwrap_or(prev);
+        }
         if pv.placement == Placement::PcpuIsIdle {
             if let Some(c) = order.clone().find(|&c| self.guest_idle_cpu(c) && self.pcpu_is_idle(c)) {
                 return c;
             }
         }
-        let st = pv.steal_time;
-        order.clone().find(|&c| self.guest_idle_cpu(c) && !(st && self.vcpus[c].st_preempted)).unwrap_or(prev)
+        // available_idle_cpu(): idle_cpu(cpu) && !vcpu_is_preempted(cpu)
+        order.clone().find(|&c| self.guest_idle_cpu(c) && !self.vcpu_is_preempted(vm, c)).unwrap_or(prev)
     }
 }
+
+#[cfg(test)]
+#[path = "guest_tests.rs"]
+mod tests;

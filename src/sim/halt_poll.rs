@@ -23,6 +23,13 @@
 //! Policies ([`Policy`]):
 //! * `Off`: never poll (as the kernel with a maximum of 0);
 //! * `Fixed`: always poll up to the maximum (Feb 2015, before the dynamic series);
+//! * `DynamicV3`: Wanpeng Li's 2015 v3 (never merged), as vcpulab reconstructs
+//!   it from the review's description (the patch text was not found): a halt
+//!   whose interrupt the poll caught shrinks the window (÷`shrink`, 0 = reset);
+//!   a halt that slept but lasted less than `v4_idle_ns` grows it (×`grow`,
+//!   the first step to `v3_start_ns`, 500 µs: the review's "0 → 500 µs");
+//!   longer halts shrink it. On an idle ticking guest this gives the review's
+//!   oscillation 0 → 500 µs → 1 ms → 2 ms → 4 ms → 0;
 //! * `DynamicV4`: Wanpeng Li's 2015 v4 (never merged): grow when the interrupt
 //!   arrived while polling, shrink when the vCPU was idle. vcpulab's
 //!   reconstruction from digest §5: the window starts at `v4_start_ns`
@@ -65,31 +72,45 @@ pub const DEFAULT_GROW_START: u64 = 10_000;
 pub const DEFAULT_SHRINK: u32 = 2;
 /// v4's idle threshold, ns (vcpulab reconstruction: one 100 Hz tick).
 pub const DEFAULT_V4_IDLE_NS: u64 = 10_000_000;
+/// v3's first growth, ns (the review's "0 → 500 µs"; also the fixed
+/// `halt_poll_ns` of the 4.0-4.2 kernels that the series started from).
+pub const DEFAULT_V3_START_NS: u64 = 500_000;
 
-/// Which rule sets the per-vCPU poll window.
+/// Which rule sets the per-vCPU poll window. One vocabulary for the engine
+/// (`HaltPoll.policy`) and the calibration model (`halt_poll.Params.policy`):
+/// `off`, `fixed`, `dynamic-v3`, `dynamic-v4`, `block-time`. The engine's
+/// first names (`dynamic` = block-time, `dynamic_v4`) are read as aliases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Policy {
     Off,
     Fixed,
+    #[serde(alias = "dynamic_v4", alias = "v4")]
     DynamicV4,
+    #[serde(alias = "dynamic")]
     BlockTime,
+    DynamicV3,
 }
+
+/// The policy names, in the order documented.
+pub const POLICY_NAMES: [&str; 5] = ["off", "fixed", "dynamic-v3", "dynamic-v4", "block-time"];
 
 impl Policy {
     pub fn parse(s: &str) -> Result<Policy, String> {
         match s {
             "off" => Ok(Policy::Off),
             "fixed" => Ok(Policy::Fixed),
-            "dynamic-v4" | "v4" => Ok(Policy::DynamicV4),
-            "block-time" => Ok(Policy::BlockTime),
-            _ => Err(format!("policy must be one of 'off', 'fixed', 'dynamic-v4', 'block-time', got {s:?}")),
+            "dynamic-v3" => Ok(Policy::DynamicV3),
+            "dynamic-v4" | "dynamic_v4" | "v4" => Ok(Policy::DynamicV4),
+            "block-time" | "dynamic" => Ok(Policy::BlockTime),
+            _ => Err(format!("policy must be one of {}, got {s:?}", POLICY_NAMES.map(|n| format!("'{n}'")).join(", "))),
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             Policy::Off => "off",
             Policy::Fixed => "fixed",
+            Policy::DynamicV3 => "dynamic-v3",
             Policy::DynamicV4 => "dynamic-v4",
             Policy::BlockTime => "block-time",
         }
@@ -111,23 +132,33 @@ fn d_shrink() -> u32 {
 fn d_v4_idle() -> u64 {
     DEFAULT_V4_IDLE_NS
 }
+fn d_v3_start() -> u64 {
+    DEFAULT_V3_START_NS
+}
+fn d_policy() -> Policy {
+    Policy::Off
+}
 fn d_true() -> bool {
     true
 }
 
 /// The module parameters, the per-VM cap and the policy (kvm-mechanisms.md §3.1).
+/// The one halt-polling configuration: the engine's `VmConfig.halt_poll`
+/// (whose JSON names `max_ns` and `grow_start_ns` are aliases) and the
+/// calibration model's.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HaltPollConfig {
+    #[serde(default = "d_policy")]
     pub policy: Policy,
     /// Module parameter `halt_poll_ns`, ns: the maximum unless the VM overrides it.
-    #[serde(default = "d_halt_poll_ns")]
+    #[serde(default = "d_halt_poll_ns", alias = "max_ns")]
     pub halt_poll_ns: u64,
     /// `halt_poll_ns_grow`: multiplier (0 = never grow).
     #[serde(default = "d_grow")]
     pub grow: u32,
     /// `halt_poll_ns_grow_start`, ns: first non-zero window; smaller windows shrink to 0.
-    #[serde(default = "d_grow_start")]
+    #[serde(default = "d_grow_start", alias = "grow_start_ns")]
     pub grow_start: u64,
     /// `halt_poll_ns_shrink`: divisor (0 = reset to 0).
     #[serde(default = "d_shrink")]
@@ -144,6 +175,15 @@ pub struct HaltPollConfig {
     /// v4 only: a halt that slept longer than this is "idle" and shrinks the window, ns.
     #[serde(default = "d_v4_idle")]
     pub v4_idle_ns: u64,
+    /// v3 only: the first growth from 0, ns.
+    #[serde(default = "d_v3_start")]
+    pub v3_start_ns: u64,
+}
+
+impl Default for HaltPollConfig {
+    fn default() -> Self {
+        HaltPollConfig::new(Policy::Off)
+    }
 }
 
 impl HaltPollConfig {
@@ -158,6 +198,7 @@ impl HaltPollConfig {
             poll_allowed: true,
             v4_start_ns: None,
             v4_idle_ns: DEFAULT_V4_IDLE_NS,
+            v3_start_ns: DEFAULT_V3_START_NS,
         }
     }
 
@@ -181,6 +222,9 @@ impl HaltPollConfig {
         }
         if self.v4_idle_ns == 0 {
             return Err("v4_idle_ns must be > 0".into());
+        }
+        if self.v3_start_ns > LIM {
+            return Err(format!("v3_start_ns must be <= {LIM}, got {}", self.v3_start_ns));
         }
         Ok(())
     }
@@ -239,7 +283,7 @@ impl HaltPollState {
         let halt_poll_ns = match cfg.policy {
             Policy::DynamicV4 => cfg.v4_start_ns.unwrap_or_else(|| cfg.max_ns()),
             Policy::Fixed => cfg.max_ns(),
-            Policy::Off | Policy::BlockTime => 0, // a new vCPU starts at 0
+            Policy::Off | Policy::BlockTime | Policy::DynamicV3 => 0, // a new vCPU starts at 0
         };
         HaltPollState { halt_poll_ns, stats: HaltStats::default(), cur: None }
     }
@@ -339,6 +383,21 @@ impl HaltPollState {
                         self.halt_poll_ns = 0;
                     }
                 }
+                Policy::DynamicV3 => {
+                    if max == 0 {
+                        self.halt_poll_ns = 0;
+                    } else if c.do_poll && !waited {
+                        // the poll caught the interrupt: the window was enough, try less
+                        self.shrink(cfg);
+                    } else if waited && halt_ns < cfg.v4_idle_ns {
+                        // slept, but not idle: a longer window might have caught it
+                        if self.halt_poll_ns < max {
+                            self.grow_from(cfg, cfg.v3_start_ns);
+                        }
+                    } else if waited && self.halt_poll_ns != 0 {
+                        self.shrink(cfg);
+                    }
+                }
                 Policy::DynamicV4 => {
                     if max == 0 {
                         self.halt_poll_ns = 0;
@@ -359,12 +418,17 @@ impl HaltPollState {
 
     /// `grow_halt_poll_ns`: ×grow, at least grow_start; no clamp (next halt clamps).
     fn grow(&mut self, cfg: &HaltPollConfig) {
+        self.grow_from(cfg, cfg.grow_start)
+    }
+
+    /// `grow` with another first step (v3).
+    fn grow_from(&mut self, cfg: &HaltPollConfig, start: u64) {
         if cfg.grow == 0 {
             return;
         }
         let mut val = self.halt_poll_ns.saturating_mul(cfg.grow as u64).min(u32::MAX as u64);
-        if val < cfg.grow_start {
-            val = cfg.grow_start;
+        if val < start {
+            val = start;
         }
         self.halt_poll_ns = val;
         self.stats.grows += 1;
@@ -755,17 +819,26 @@ impl Sim<'_> {
         }
     }
 
-    fn run(&mut self) -> Result<(), String> {
+    fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
         let sc = self.sc;
         let end = if sc.duration_ns == 0 { u64::MAX } else { sc.duration_ns };
-        // a bound on the work of a run that can only be exceeded by a bug (a stuck vCPU)
+        // a bound on the vCPU events of a run that can only be exceeded by a bug
+        // (a stuck vCPU); background on/off events do not count (a background of
+        // 1 ns periods is valid and makes many of them)
         let mut budget: u64 =
             if sc.duration_ns == 0 { 1_000_000 + 64 * sc.rounds * sc.vcpus.len() as u64 } else { u64::MAX };
+        let mut events: u64 = 0;
         while let Some(Reverse((t, _, e))) = self.q.pop() {
             if t > end {
                 break;
             }
-            budget = budget.saturating_sub(1);
+            events += 1;
+            if events & ((1 << 16) - 1) == 0 && interrupted() {
+                return Err(INTERRUPTED.into());
+            }
+            if !matches!(e, Ev::Bg(_)) {
+                budget = budget.saturating_sub(1);
+            }
             if budget == 0 {
                 return Err(format!(
                     "internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"
@@ -897,6 +970,15 @@ impl Sim<'_> {
 /// Runs a scenario. Deterministic for a given `seed`. Never panics on valid
 /// input; callers across an FFI should still wrap it in `catch_unwind`.
 pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
+    simulate_checked(sc, &|| false)
+}
+
+/// The error message of a run stopped by its `interrupted()` check.
+pub const INTERRUPTED: &str = "interrupted";
+
+/// [`simulate`], polling `interrupted()` every 2^16 events; when it returns
+/// true the run stops with `Err(INTERRUPTED)`.
+pub fn simulate_checked(sc: &Scenario, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, String> {
     sc.validate()?;
     let mut sim = Sim {
         sc,
@@ -942,7 +1024,7 @@ pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
         let busy = sim.rng.random::<f64>() < rho;
         sim.push(0, Ev::Bg(busy));
     }
-    sim.run()?;
+    sim.run(interrupted)?;
     let end = sim.now;
     if sim.bg_busy {
         sim.bg_ns += end.saturating_sub(sim.bg_since);

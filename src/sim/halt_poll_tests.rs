@@ -353,3 +353,37 @@ fn a_timed_run_ends_at_its_duration_and_accounts_cpu_up_to_it() {
     // 250 ticks, each polled for the whole 200 µs window
     assert!((v.poll_cpu_ns as i64 - 250 * 200_000).abs() <= 200_000, "{}", v.poll_cpu_ns);
 }
+
+#[test]
+fn one_vocabulary_with_the_engines_first_names_as_aliases() {
+    for name in POLICY_NAMES {
+        assert_eq!(Policy::parse(name).unwrap().name(), name);
+        let p: Policy = serde_json::from_str(&format!("\"{name}\"")).unwrap();
+        assert_eq!(p.name(), name);
+    }
+    for (old, new) in [("dynamic", Policy::BlockTime), ("dynamic_v4", Policy::DynamicV4)] {
+        assert_eq!(Policy::parse(old).unwrap(), new);
+        assert_eq!(serde_json::from_str::<Policy>(&format!("\"{old}\"")).unwrap(), new);
+    }
+    let e = Policy::parse("v5").unwrap_err();
+    assert!(e.contains("'dynamic-v3'") && e.contains("'block-time'"), "{e}");
+    // the engine's JSON names are aliases of the one config type's fields
+    let c: HaltPollConfig =
+        serde_json::from_str(r#"{"policy": "dynamic", "max_ns": 50000, "grow_start_ns": 5000}"#).unwrap();
+    assert_eq!((c.policy, c.halt_poll_ns, c.grow_start), (Policy::BlockTime, 50_000, 5_000));
+    assert_eq!(HaltPollConfig::default(), HaltPollConfig::new(Policy::Off));
+}
+
+#[test]
+fn v3_oscillates_on_an_idle_ticking_guest() {
+    // 250 Hz: each halt 3.9 ms, the tick catchable by a poll; the series' shrink 0
+    let mut c = cfg(Policy::DynamicV3);
+    c.halt_poll_ns = 8_000_000;
+    c.shrink = 0;
+    let mut s = HaltPollState::new(&c);
+    let mut w = Vec::new();
+    for i in 0..10u64 {
+        w.push(halt(&mut s, &c, i * 4_000_000, 3_900_000).window_ns);
+    }
+    assert_eq!(w, [0, 500_000, 1_000_000, 2_000_000, 4_000_000, 0, 500_000, 1_000_000, 2_000_000, 4_000_000]);
+}

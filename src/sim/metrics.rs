@@ -106,9 +106,11 @@ fn hist_mean(h: &[u64]) -> f64 {
     h.iter().enumerate().map(|(b, &c)| bucket_mid(b) * c as f64).sum::<f64>() / total as f64
 }
 
-const VCPU_CATS: [&str; NCAT] =
+/// The per-vCPU time categories, in accounting order; they sum to the run's duration.
+pub const VCPU_CATS: [&str; NCAT] =
     ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "wait_ns", "halted_ns"];
-const PCPU_CATS: [&str; NCAT] =
+/// The per-host-CPU time categories, in accounting order; they sum to the run's duration.
+pub const PCPU_CATS: [&str; NCAT] =
     ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"];
 
 pub fn collect(sim: &Sim) -> SimResult {
@@ -139,7 +141,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     counter!("yield_zero", yield_zero);
     counter!("preemption_reported", preemption_reported);
     counter!("preemption_other", preemption_other);
-    // halt polling, under the kernel's stat names (§3.3)
+    // halt polling, under the kernel's stat names ([K3])
     macro_rules! halt_stat {
         ($name:literal, $f:ident) => {
             vc.add($name, Column::U64(vs.iter().map(|v| v.hp.stats.$f).collect()));
@@ -161,6 +163,12 @@ pub fn collect(sim: &Sim) -> SimResult {
     halt_stat!("halt_poll_invalid", halt_poll_invalid);
     vc.add("halt_poll_window_ns", Column::U64(vs.iter().map(|v| v.hp.halt_poll_ns).collect()));
     vc.add("ple_window", Column::U64(vs.iter().map(|v| v.ple_window).collect()));
+    counter!("pv_wait_node", pv_wait_node);
+    counter!("pv_wait_head", pv_wait_head);
+    counter!("pv_wait_early", pv_wait_early);
+    counter!("lock_steals", lock_steals);
+    counter!("osq_gave_up", osq_gave_up);
+    counter!("tlb_flush_skipped", tlb_flush_skipped);
 
     // ---- host CPUs
     let mut pc = Table::default();

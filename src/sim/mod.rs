@@ -14,6 +14,8 @@
 //! Entry points: [`run`] / [`run_with`] and [`sweep::sweep`]. Every entry point
 //! validates its input and turns a panic into [`SimError::Bug`].
 
+mod balance;
+mod cfs;
 pub mod config;
 mod engine;
 mod guest;
@@ -50,6 +52,12 @@ pub enum SimError {
     /// The caller's interrupt check fired (e.g. Ctrl-C in Python).
     #[error("interrupted")]
     Interrupted,
+    /// The trace grew past the caller's `trace_max_rows`; the message names it.
+    #[error("{0}")]
+    TraceLimit(String),
+    /// A growing buffer (the trace) could not get memory.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     /// A panic inside the simulator: a bug in vcpulab.
     #[error("internal error in the simulator (a bug in vcpulab, please report it): {0}")]
     Bug(String),
@@ -76,6 +84,19 @@ pub fn run_checked(
     make: PolicyMaker<'_>,
     interrupted: &dyn Fn() -> bool,
 ) -> Result<SimResult, SimError> {
+    run_limited(cfg, make, interrupted, u64::MAX)
+}
+
+/// [`run_checked`] keeping at most `trace_max_rows` trace rows: a run whose
+/// trace would grow past it (or could not get the memory to grow) stops with
+/// [`SimError::TraceLimit`] / [`SimError::OutOfMemory`] instead of exhausting
+/// memory. The limit does not change any result of a run that stays below it.
+pub fn run_limited(
+    cfg: &SimConfig,
+    make: PolicyMaker<'_>,
+    interrupted: &dyn Fn() -> bool,
+    trace_max_rows: u64,
+) -> Result<SimResult, SimError> {
     cfg.validate().map_err(SimError::Config)?;
     let out = catch_unwind(AssertUnwindSafe(|| {
         let maker = |g: usize, vm: &config::VmConfig| match policy::builtin(&vm.policy) {
@@ -83,6 +104,7 @@ pub fn run_checked(
             None => make(g, vm),
         };
         let mut sim = engine::Sim::new(cfg, &maker).map_err(SimError::Policy)?;
+        sim.trace_max_rows = trace_max_rows;
         sim.run(interrupted)?;
         Ok(metrics::collect(&sim))
     }));

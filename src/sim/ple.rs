@@ -70,6 +70,9 @@ impl SpinCtx for PleCtx<'_> {
         }
         !(kernel_filter && v.preempted && self.in_kernel && !pi && !v.preempted_in_kernel)
     }
+    fn preempted(&self, idx: usize) -> bool {
+        self.sim.vcpus[self.vcpu0 + idx].preempted
+    }
     fn last_boosted(&self) -> usize {
         self.sim.vms[self.vm].last_boosted
     }

@@ -3,7 +3,7 @@
 //! A policy sees the VM through a [`SpinCtx`]: live [`VcpuView`]s, the
 //! `last_boosted_vcpu` hint, the dy_eligible predicate with its toggle side
 //! effect, and `yield_to`, which costs host time and returns as the kernel's
-//! does (-ESRCH, 0, 1). Built-in policies follow kvm-mechanisms.md §1; an
+//! does (-ESRCH, 0, 1). Built-in policies follow [K1]; an
 //! external policy (a Python callable, via src/py/sim.rs) implements the same
 //! trait.
 
@@ -12,7 +12,7 @@ use super::config::{PolicyConfig, PolicyKind};
 /// `yield_to()` returned -ESRCH: both run queues hold a single task.
 pub const ESRCH: i32 = -3;
 
-/// What a policy may read about one vCPU (kvm-mechanisms.md §1.1).
+/// What a policy may read about one vCPU ([K1]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VcpuView {
     /// Index of the vCPU in its VM (`vcpu_idx`).
@@ -70,10 +70,15 @@ pub trait SpinCtx {
     fn eligible_for_directed_yield(&mut self, idx: usize) -> bool;
     /// `kvm_vcpu_yield_to()`: [`ESRCH`], 0 or 1; costs run-queue-lock time.
     fn yield_to(&mut self, idx: usize) -> i32;
-    /// The §1.3 candidate filter (before the dy_eligible toggle) on vCPU
+    /// The [K1] candidate filter (before the dy_eligible toggle) on vCPU
     /// `idx`; engines may override it with a faster equivalent.
     fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
         candidate_passes(&self.view(idx), self.spinner_in_kernel(), kernel_filter)
+    }
+    /// `vcpu->preempted` of vCPU `idx` (the candidate gate before 5.3);
+    /// engines may override it with a faster equivalent.
+    fn preempted(&self, idx: usize) -> bool {
+        self.view(idx).preempted
     }
     /// A uniform draw in `0..n` from the run's seeded RNG.
     fn random_below(&mut self, n: usize) -> usize;
@@ -106,6 +111,7 @@ pub fn builtin(cfg: &PolicyConfig) -> Option<Box<dyn DirectedYieldPolicy>> {
             last_boosted_bug: cfg.last_boosted_bug,
             dy_eligible: cfg.dy_eligible,
             kernel_filter: cfg.kernel_filter,
+            gate_preempted: cfg.candidate_gate == super::config::CandidateGate::Preempted,
         }),
         PolicyKind::Random => Box::new(RandomYield),
         PolicyKind::Oracle => Box::new(Oracle),
@@ -152,10 +158,10 @@ impl DirectedYieldPolicy for Baseline2011 {
     }
 }
 
-/// 2012 (Raghavendra K T, digest §1): the baseline plus
+/// 2012 (Raghavendra K T, [S1]): the baseline plus
 /// `kvm_vcpu_eligible_for_directed_yield()` (the in_spin_loop/dy_eligible
 /// toggle), checked before the PF_VCPU test. `esrch_budget` 0 = unlimited (the
-/// patch of the digest); 3 = the follow-up undercommit patch.
+/// patch of [S1]); 3 = the follow-up undercommit patch.
 pub struct DyEligible {
     pub esrch_budget: u32,
 }
@@ -197,7 +203,7 @@ impl DirectedYieldPolicy for DyEligible {
     }
 }
 
-/// Upstream today (kvm-mechanisms.md §1.3): one pass from last_boosted+1;
+/// Upstream today ([K1]): one pass from last_boosted+1;
 /// skip not-ready; blocking ⇒ dy_runnable; the kernel-mode filter for
 /// preempted candidates; the dy_eligible toggle; -ESRCH budget.
 #[derive(Clone, Copy, Debug)]
@@ -206,6 +212,10 @@ pub struct Upstream {
     pub last_boosted_bug: bool,
     pub dy_eligible: bool,
     pub kernel_filter: bool,
+    /// The candidate gate is `vcpu->preempted` (kernels before 5.3) instead
+    /// of `vcpu->ready`: a vCPU woken from a halt that has not run yet is
+    /// not a candidate.
+    pub gate_preempted: bool,
 }
 impl DirectedYieldPolicy for Upstream {
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
@@ -241,6 +251,9 @@ impl Upstream {
                 continue;
             }
             ctx.examine();
+            if self.gate_preempted && !ctx.preempted(idx) {
+                continue;
+            }
             if !upstream_filter(ctx, idx, self.kernel_filter) {
                 continue;
             }
@@ -262,7 +275,7 @@ impl Upstream {
     }
 }
 
-/// The candidate filter of §1.3, before the dy_eligible toggle:
+/// The candidate filter of [K1], before the dy_eligible toggle:
 /// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
 /// in kernel or has a pending interrupt).
 #[inline]
@@ -428,7 +441,13 @@ mod tests {
     #[test]
     fn upstream_scans_round_robin_from_last_boosted_and_stops_on_success() {
         let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
-        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        let mut p = Upstream {
+            esrch_budget: 3,
+            last_boosted_bug: false,
+            dy_eligible: true,
+            kernel_filter: true,
+            gate_preempted: false,
+        };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![3, 4]);
         assert_eq!(f.last, 4);
@@ -437,7 +456,13 @@ mod tests {
     #[test]
     fn upstream_last_boosted_bug_stores_the_offset() {
         let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
-        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: true, dy_eligible: true, kernel_filter: true };
+        let mut p = Upstream {
+            esrch_budget: 3,
+            last_boosted_bug: true,
+            dy_eligible: true,
+            kernel_filter: true,
+            gate_preempted: false,
+        };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.last, 1); // offset i = 1, not index 4
     }
@@ -445,7 +470,13 @@ mod tests {
     #[test]
     fn upstream_esrch_budget_is_three() {
         let mut f = Fake { views: vec![preempted(); 8], me: 0, last: 0, yields: vec![], results: vec![ESRCH; 8] };
-        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        let mut p = Upstream {
+            esrch_budget: 3,
+            last_boosted_bug: false,
+            dy_eligible: true,
+            kernel_filter: true,
+            gate_preempted: false,
+        };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![1, 2, 3]);
     }
@@ -454,7 +485,13 @@ mod tests {
     fn dy_eligible_toggle_skips_a_spinner_every_other_time() {
         let spinning = VcpuView { in_spin_loop: true, ..preempted() };
         let mut f = Fake { views: vec![preempted(), spinning], me: 0, last: 0, yields: vec![], results: vec![] };
-        let mut p = Upstream { esrch_budget: 3, last_boosted_bug: false, dy_eligible: true, kernel_filter: true };
+        let mut p = Upstream {
+            esrch_budget: 3,
+            last_boosted_bug: false,
+            dy_eligible: true,
+            kernel_filter: true,
+            gate_preempted: false,
+        };
         p.on_spin(&mut f).unwrap(); // dy_eligible false -> skipped, toggled to true
         assert!(f.yields.is_empty());
         p.on_spin(&mut f).unwrap(); // now eligible

@@ -3,14 +3,20 @@
 //! deadline, periodic tick, wake-up preemption, next buddy, yield_to), and gang
 //! scheduling as an alternative.
 //!
-//! Simplifications (documented in docs/simulator.md): load balancing is only
-//! wake-up placement and newidle pulls of unpinned tasks; no cgroup
-//! hierarchy; no RUN_TO_PARITY slice protection; ticks are synchronous.
+//! The pre-6.6 CFS rules (`scheduler = "cfs"`) are in `cfs.rs`, placement and
+//! load balancing with a topology in `balance.rs`; the functions here call
+//! them when those options are on.
+//!
+//! Simplifications (documented in docs/simulator.md): by default load
+//! balancing is only wake-up placement and newidle pulls of unpinned tasks;
+//! no cgroup hierarchy; no RUN_TO_PARITY slice protection; ticks are
+//! synchronous unless `Host.tick_skew`.
 
-use super::config::{NextBuddy, Scheduler, YieldPenalty};
+use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty};
 use super::engine::*;
 use super::policy::ESRCH;
 use super::trace::TraceRec;
+use super::SimError;
 
 impl Sim {
     #[inline]
@@ -59,7 +65,7 @@ impl Sim {
 
     /// Put a runnable task (not curr) on `cpu`'s queue, adding it to the
     /// queue's weighted sums. A queued task's vruntime does not change.
-    fn queue_add(&mut self, cpu: usize, t: usize) {
+    pub(crate) fn queue_add(&mut self, cpu: usize, t: usize) {
         let (w, v) = (self.tasks[t].weight as i64, self.tasks[t].vruntime);
         let rq = &mut self.rqs[cpu];
         rq.queue.push(t as u32);
@@ -92,6 +98,9 @@ impl Sim {
             self.rqs[cpu].exec_start = now;
             let w = self.tasks[t].weight;
             self.tasks[t].vruntime += if w == NICE0 { delta as i64 } else { (delta * NICE0 / w) as i64 };
+            if self.is_cfs() {
+                self.cfs_update_min_vruntime(cpu);
+            }
         }
     }
 
@@ -101,6 +110,9 @@ impl Sim {
         let tk = &self.tasks[t];
         if let Some(c) = tk.pinned {
             return c as usize;
+        }
+        if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
+            return self.select_task_rq_fair(t);
         }
         let p = self.rqs.len();
         let prev = tk.cpu as usize;
@@ -130,24 +142,37 @@ impl Sim {
             }
         } else {
             let c = self.select_cpu(t);
+            let from = self.tasks[t].cpu as usize;
             self.tasks[t].cpu = c as u32;
+            if self.is_cfs() {
+                self.update_curr(c);
+                self.cfs_place(c, t, from, true);
+            }
         }
         self.rq_add(t, true);
     }
 
     /// Put a runnable task on its CPU's queue (lag placement), and trigger
     /// wake-up preemption if asked.
-    fn rq_add(&mut self, t: usize, wakeup: bool) {
+    pub(crate) fn rq_add(&mut self, t: usize, wakeup: bool) {
         let cpu = self.tasks[t].cpu as usize;
         self.update_curr(cpu);
-        let v = self.avg_vruntime(cpu);
-        let vs = self.vslice(t);
-        let tk = &mut self.tasks[t];
-        tk.vruntime = v - tk.vlag;
-        tk.deadline = tk.vruntime + vs;
+        let cfs = self.is_cfs();
+        if !cfs {
+            let v = self.avg_vruntime(cpu);
+            let vs = self.vslice(t);
+            let tk = &mut self.tasks[t];
+            tk.vruntime = v - tk.vlag;
+            tk.deadline = tk.vruntime + vs;
+        }
         self.queue_add(cpu, t);
+        // a woken vCPU reaches its CPU after the IPI / idle-exit latency
+        let delayed = self.wake_latency && wakeup && matches!(self.tasks[t].kind, TaskKind::Vcpu(_));
         match self.rqs[cpu].curr {
-            None => self.push(self.now, Ev::Resched(cpu as u32, Why::Idle)),
+            None => {
+                let at = if delayed { self.now + self.wake_delay(cpu, true) } else { self.now };
+                self.push(at, Ev::Resched(cpu as u32, Why::Idle))
+            }
             Some(c) => {
                 if let TaskKind::Vcpu(pv) = self.tasks[c as usize].kind {
                     if matches!(self.vcpus[pv as usize].act, Act::HaltPoll { .. }) {
@@ -157,8 +182,14 @@ impl Sim {
                 }
                 if wakeup && self.cfg.host.wakeup_preemption {
                     let c = c as usize;
-                    if self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline {
-                        self.push(self.now, Ev::Resched(cpu as u32, Why::Wakeup));
+                    let preempt = if cfs {
+                        self.cfs_check_preempt_wakeup(cpu, t, c)
+                    } else {
+                        self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline
+                    };
+                    if preempt {
+                        let at = if delayed { self.now + self.wake_delay(cpu, false) } else { self.now };
+                        self.push(at, Ev::Resched(cpu as u32, Why::Wakeup));
                     }
                 }
             }
@@ -166,9 +197,16 @@ impl Sim {
     }
 
     /// Remove a runnable, not-running task from its queue (gang parking).
-    fn rq_remove_queued(&mut self, t: usize) {
+    pub(crate) fn rq_remove_queued(&mut self, t: usize) {
         let cpu = self.tasks[t].cpu as usize;
         self.update_curr(cpu);
+        if self.is_cfs() {
+            // dequeue_entity: clear_buddies, then update_min_vruntime
+            self.queue_remove(cpu, t);
+            self.cfs_clear_buddies(cpu, t as u32);
+            self.cfs_update_min_vruntime(cpu);
+            return;
+        }
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.queue_remove(cpu, t);
@@ -191,6 +229,13 @@ impl Sim {
         let cpu = self.tasks[t].cpu as usize;
         debug_assert_eq!(self.rqs[cpu].curr, Some(t as u32));
         self.update_curr(cpu);
+        if self.is_cfs() {
+            // dequeue_entity(DEQUEUE_SLEEP): vruntime kept, buddies cleared
+            self.tasks[t].runnable = false;
+            self.cfs_clear_buddies(cpu, t as u32);
+            self.cfs_update_min_vruntime(cpu);
+            return;
+        }
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.tasks[t].runnable = false;
@@ -201,6 +246,9 @@ impl Sim {
 
     /// EEVDF pick with the next-buddy rule.
     fn pick(&mut self, cpu: usize) -> Option<usize> {
+        if self.is_cfs() {
+            return self.cfs_pick(cpu);
+        }
         let rq = &self.rqs[cpu];
         let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
         if rq.queue.is_empty() {
@@ -224,38 +272,44 @@ impl Sim {
                 }
             }
         }
-        // the eligible task with the earliest (deadline, index), else the
-        // task with the least (vruntime, index). The least vruntime is at
+        // the eligible task with the earliest (deadline, tie, index), else the
+        // task with the least (vruntime, tie, index); the tie rank is the
+        // index unless `Host.seeded_ties`. The least vruntime is at
         // most V when V averages the candidates, so the second pass is
         // needed only when curr counts in V but is not a candidate (it is
-        // blocking or parked). (MAX, usize::MAX) is "none yet".
-        const NONE: (i64, usize) = (i64::MAX, usize::MAX);
+        // blocking or parked). NONE is "none yet".
+        const NONE: (i64, u32, usize) = (i64::MAX, u32::MAX, usize::MAX);
         let mut best = NONE;
         for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
             let tk = &self.tasks[t as usize];
-            if tk.vruntime <= v && (tk.deadline, t as usize) < best {
-                best = (tk.deadline, t as usize);
+            if tk.vruntime <= v && (tk.deadline, tk.tie, t as usize) < best {
+                best = (tk.deadline, tk.tie, t as usize);
             }
         }
         if best == NONE {
             for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
-                let key = (self.tasks[t as usize].vruntime, t as usize);
+                let key = (self.tasks[t as usize].vruntime, self.tasks[t as usize].tie, t as usize);
                 if key < best {
                     best = key;
                 }
             }
         }
         // the queue is not empty: `best` is a task
-        if Some(best.1 as u32) == self.rqs[cpu].buddy {
+        let best = best.2;
+        if Some(best as u32) == self.rqs[cpu].buddy {
             self.rqs[cpu].buddy = None;
         }
-        Some(best.1)
+        Some(best)
     }
 
     /// newidle balance: a CPU about to go idle pulls the longest-waiting
     /// unpinned task from the first CPU (in order after it) that has one
     /// waiting. Only unpinned tasks move (Host.affinity = "all").
     fn newidle_pull(&mut self, cpu: usize) {
+        if self.cfg.host.load_balance {
+            self.newidle_balance(cpu);
+            return;
+        }
         let p = self.rqs.len();
         for i in 1..p {
             let c = (cpu + i) % p;
@@ -268,6 +322,9 @@ impl Sim {
             if let Some(t) = best {
                 self.rq_remove_queued(t);
                 self.tasks[t].cpu = cpu as u32;
+                if self.is_cfs() {
+                    self.cfs_place(cpu, t, c, false);
+                }
                 self.rq_add(t, false);
                 return;
             }
@@ -301,6 +358,7 @@ impl Sim {
             if self.tasks[p].runnable && self.tasks[p].parked {
                 self.tasks[p].wait_since = now;
             }
+            self.tasks[p].last_ran = now;
             self.task_sched_out(p, why);
         }
         self.rqs[cpu].switches += 1;
@@ -308,17 +366,21 @@ impl Sim {
         match next {
             None => {
                 self.rqs[cpu].acct.set(now, C_IDLE);
+                self.rqs[cpu].idle_since = now;
             }
             Some(n) => {
                 self.queue_remove(cpu, n);
                 self.rqs[cpu].curr = Some(n as u32);
                 self.rqs[cpu].exec_start = now;
+                self.rqs[cpu].slice_start = now;
                 let tk = &mut self.tasks[n];
                 tk.run_delay += now - tk.wait_since;
                 if !self.rqs[cpu].tick_armed {
                     self.rqs[cpu].tick_armed = true;
-                    let tn = self.cfg.host.tick_ns;
-                    self.push((now / tn + 1) * tn, Ev::Tick(cpu as u32));
+                    let (tn, off) = (self.cfg.host.tick_ns, self.rqs[cpu].tick_off);
+                    // the next instant of this CPU's tick grid {k·tick + off} after now
+                    let at = if now < off { off } else { off + ((now - off) / tn + 1) * tn };
+                    self.push(at, Ev::Tick(cpu as u32));
                 }
                 self.task_sched_in(n, cpu);
             }
@@ -327,7 +389,7 @@ impl Sim {
 
     fn task_sched_out(&mut self, t: usize, why: Why) {
         match self.tasks[t].kind {
-            TaskKind::Bg(_) => {
+            TaskKind::Bg(_) | TaskKind::Noise(_) => {
                 let now = self.now;
                 let tk = &mut self.tasks[t];
                 tk.bg_rem = tk.bg_rem.saturating_sub(now - tk.bg_start);
@@ -339,7 +401,7 @@ impl Sim {
 
     fn task_sched_in(&mut self, t: usize, cpu: usize) {
         match self.tasks[t].kind {
-            TaskKind::Bg(_) => {
+            TaskKind::Bg(_) | TaskKind::Noise(_) => {
                 let now = self.now;
                 self.rqs[cpu].acct.set(now, C_BG);
                 let tk = &mut self.tasks[t];
@@ -359,7 +421,7 @@ impl Sim {
             self.rqs[cpu].curr_in_exit,
             self.rqs[cpu].curr.is_some_and(|c| match self.tasks[c as usize].kind {
                 TaskKind::Vcpu(v) => matches!(self.vcpus[v as usize].act, Act::Exit { .. }),
-                TaskKind::Bg(_) => false,
+                TaskKind::Bg(_) | TaskKind::Noise(_) => false,
             })
         );
         if self.rqs[cpu].curr_in_exit {
@@ -389,6 +451,13 @@ impl Sim {
         self.update_curr(cpu);
         let tn = self.cfg.host.tick_ns;
         self.push(self.now + tn, Ev::Tick(cpu as u32));
+        if self.cfg.host.load_balance && self.any_unpinned {
+            self.balance_tick(cpu);
+        }
+        if self.is_cfs() {
+            self.cfs_tick(cpu, c);
+            return;
+        }
         if self.tasks[c].vruntime >= self.tasks[c].deadline {
             let vs = self.vslice(c);
             self.tasks[c].deadline = self.tasks[c].vruntime + vs;
@@ -429,6 +498,18 @@ impl Sim {
         // yield_to_task_fair: set_next_buddy(p); yield_task_fair(curr).
         debug_assert_eq!(self.rqs[a].curr, Some(me_task as u32), "the yielder is curr, not queued");
         self.rqs[b].buddy = Some(tg_task as u32);
+        if self.is_cfs() {
+            // yield_task_fair (CFS): nothing with one task; else clear the
+            // yielder's buddies, update_curr, and make it the skip buddy.
+            if self.nr_running(a) > 1 {
+                self.cfs_clear_buddies(a, me_task as u32);
+                self.update_curr(a);
+                self.rqs[a].skip = Some(me_task as u32);
+            }
+            self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
+            self.vcpus[me].c.yield_ok += 1;
+            return 1;
+        }
         self.update_curr(a);
         let vs = self.vslice(me_task);
         let elig = self.eligible(a, me_task);
@@ -585,8 +666,28 @@ impl Sim {
     fn trace_record(&mut self, cpu: usize, t: u32, why: Why) {
         let (vm, vcpu) = match self.tasks[t as usize].kind {
             TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i64, self.vcpus[v as usize].idx as i64),
-            TaskKind::Bg(_) => (-1, -1),
+            TaskKind::Bg(_) | TaskKind::Noise(_) => (-1, -1),
         };
+        if self.trace_error.is_some() {
+            return;
+        }
+        if self.trace.len() as u64 >= self.trace_max_rows {
+            self.trace_error = Some(SimError::TraceLimit(format!(
+                "the trace reached trace_max_rows={} rows at t={} ns; raise trace_max_rows, shorten duration_ns \
+                 or run without trace",
+                self.trace_max_rows, self.now
+            )));
+            return;
+        }
+        if self.trace.len() == self.trace.capacity() && self.trace.try_reserve(self.trace.len().max(1024)).is_err() {
+            self.trace_error = Some(SimError::OutOfMemory(format!(
+                "no memory to grow the trace beyond {} rows (t={} ns); set a smaller trace_max_rows, shorten \
+                 duration_ns or run without trace",
+                self.trace.len(),
+                self.now
+            )));
+            return;
+        }
         let start = self.rqs[cpu].trace_start;
         self.trace.push(TraceRec { pcpu: cpu as u32, start_ns: start, end_ns: self.now, vm, vcpu, why: why.name() });
     }

@@ -34,13 +34,26 @@ pub fn sweep_checked(
     progress: &(dyn Fn(usize) + Sync),
     interrupted: &(dyn Fn() -> bool + Sync),
 ) -> Vec<Result<SimResult, SimError>> {
+    sweep_limited(configs, threads, make, progress, interrupted, u64::MAX)
+}
+
+/// [`sweep_checked`] with each run's trace limited to `trace_max_rows` rows
+/// (see [`super::run_limited`]).
+pub fn sweep_limited(
+    configs: &[SimConfig],
+    threads: usize,
+    make: SweepPolicyMaker<'_>,
+    progress: &(dyn Fn(usize) + Sync),
+    interrupted: &(dyn Fn() -> bool + Sync),
+    trace_max_rows: u64,
+) -> Vec<Result<SimResult, SimError>> {
     let done = AtomicUsize::new(0);
     let body = || {
         configs
             .par_iter()
             .enumerate()
             .map(|(i, c)| {
-                let r = super::run_checked(c, &|g, vm| make(i, g, vm), interrupted);
+                let r = super::run_limited(c, &|g, vm| make(i, g, vm), interrupted, trace_max_rows);
                 let d = done.fetch_add(1, Ordering::SeqCst) + 1;
                 progress(d);
                 r

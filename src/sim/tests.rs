@@ -247,7 +247,7 @@ fn every_lock_kind_and_phase_runs_and_conserves() {
         c.vms[0].workload.phases = vec![
             Phase::Compute { ns: 10_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
             Phase::Lock { lock: 0, lock_kind: kind, hold_ns: 3_000, dist: Dist::Uniform, prob: 1.0 },
-            Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2 },
+            Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2, tlb_flush: false },
             Phase::Send { to: 1, prob: 1.0 },
             Phase::Recv { prob: 1.0 },
             Phase::Sleep { ns: 5_000, dist: Dist::Exp, prob: 0.3, periodic: false },
@@ -279,7 +279,7 @@ fn a_workload_that_takes_no_time_is_rejected() {
     // SimError::NoProgress if a zero-time cycle ever slipped through).
     let mut c = rr(1, 1, 0);
     c.vms[0].workload.phases = vec![
-        Phase::Ipi { targets: 0, handler_ns: 1000, prob: 1.0 },
+        Phase::Ipi { targets: 0, handler_ns: 1000, prob: 1.0, tlb_flush: false },
         Phase::Compute { ns: 0, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
     ];
     assert!(c.validate().unwrap_err().contains("must take time"));

@@ -1,5 +1,5 @@
 //! The optional per-host-CPU trace: one record per interval a task ran on a
-//! host CPU, for sched maps (digest §4).
+//! host CPU, for sched maps ([S4]).
 
 /// One interval: which vCPU (or background task: vm = vcpu = -1) ran on
 /// `pcpu` from `start_ns` to `end_ns`, and why the interval ended.

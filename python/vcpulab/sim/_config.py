@@ -19,17 +19,21 @@ import dataclasses
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [
+    "IDLE_STATES_SKX",
     "Background",
     "Barrier",
+    "Cfs",
     "Compute",
     "Config",
     "HaltPoll",
     "Host",
+    "HostNoise",
     "Ipi",
     "Lock",
     "Phase",
@@ -97,7 +101,12 @@ class _Base:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             if not f.metadata.get("serialise", True):
                 continue
-            out[f.name] = _to_plain(getattr(self, f.name))
+            v = getattr(self, f.name)
+            # fields added after a config format settled are left out at
+            # their defaults, so older configs keep their JSON and hash
+            if f.metadata.get("omit_default") and v == _field_default(f):
+                continue
+            out[f.name] = _to_plain(v)
         return out
 
     @classmethod
@@ -109,11 +118,31 @@ class _Base:
         if unknown:
             raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
         kw = {k: cls._field_from_plain(k, v) for k, v in d.items()}
-        return cls(**kw)
+        try:
+            return cls(**kw)
+        except TypeError as e:  # a missing required field, named by Python
+            raise ValueError(f"{cls.__name__}: {e}") from None
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
         return v
+
+
+def _plain_seq(owner: str, name: str, v: Any) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{owner}.{name} must be a list, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+_NEW = {"omit_default": True}
 
 
 def _to_plain(v: Any) -> Any:
@@ -152,14 +181,141 @@ class Background(_Base):
 
 
 @dataclass(frozen=True)
+class HostNoise(_Base):
+    """Host noise: a process of its own, separate from :class:`Background`.
+
+    Two kinds of short host work that a real host runs beside the vCPU
+    threads (each a host task of weight 1024, nice 0, with Poisson arrivals
+    and exponential lengths, drawn from the run's second RNG stream):
+
+    * per-CPU kernel threads (kworker/N, ksoftirqd/N, rcuc/N, migration/N …),
+      one task pinned to each host CPU;
+    * one VMM I/O thread per VM (QEMU's main loop or an iothread), not
+      pinned: the host places it at wake-up like an unpinned vCPU thread.
+
+    The defaults are off (0 Hz). :meth:`typical` gives the values vcpulab
+    uses for a general-purpose host; they are *chosen*, not measured (see
+    its docstring for the reasons), and they are the same for every era:
+    no source we know publishes per-era rates for these threads.
+
+    Attributes:
+        kthread_hz: bursts per second of each CPU's kernel threads. Default 0.
+        kthread_ns: mean length of one kernel-thread burst, ns. Default 20000.
+        vmm_io_hz: bursts per second of each VM's VMM I/O thread. Default 0.
+        vmm_io_ns: mean length of one VMM I/O burst, ns. Default 20000.
+    """
+
+    kthread_hz: float = 0.0
+    kthread_ns: int = 20_000
+    vmm_io_hz: float = 0.0
+    vmm_io_ns: int = 20_000
+
+    def __post_init__(self) -> None:
+        for kind in ("kthread", "vmm_io"):
+            _float(self, f"{kind}_hz", 0.0, 100_000.0)
+            _int(self, f"{kind}_ns", 100, 10**9)
+            hz, ns = getattr(self, f"{kind}_hz"), getattr(self, f"{kind}_ns")
+            if hz * ns > 0.5e9:
+                raise ValueError(
+                    f"HostNoise.{kind}_hz * {kind}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}"
+                )
+
+    @classmethod
+    def typical(cls) -> HostNoise:
+        """A trickle of host work on an otherwise idle server (chosen values).
+
+        * kernel threads: 50 bursts/s of 10 µs per CPU (0.05 % of a CPU).
+          Reason: vmstat_update runs once a second per CPU
+          (``sysctl_stat_interval`` = HZ, mm/vmstat.c), RCU callback and
+          grace-period work, deferred timers and writeback kworkers wake a
+          few to a few tens of times per second; a kworker wake-up costs a
+          few µs of context switches plus its work. Order of magnitude only.
+        * VMM I/O thread: 200 bursts/s of 20 µs per VM (0.4 % of a CPU).
+          Reason: an idle guest's periodic device and timer emulation
+          (QEMU main loop: RTC/HPET/PIT timers, virtio notifications,
+          monitor and VNC polling) wakes the main loop a few hundred times
+          a second; each wake-up handles one event in a few to tens of µs.
+          Order of magnitude only.
+        """
+        return cls(kthread_hz=50.0, kthread_ns=10_000, vmm_io_hz=200.0, vmm_io_ns=20_000)
+
+
+@dataclass(frozen=True)
+class Cfs(_Base):
+    """Tunables of ``Host(scheduler="cfs")``, the fair class before v6.6.
+
+    The three times are the sysctl values before scaling; the kernel
+    multiplies each by a factor of the number of CPUs
+    (``get_update_sysctl_factor`` in kernel/sched/fair.c: with the default
+    ``SCHED_TUNABLESCALING_LOG``, 1 + ilog2(min(ncpus, 8)), i.e. ×4 from 8
+    CPUs on: 24 ms, 3 ms and 4 ms). Defaults are the kernel's of v2.6.39 …
+    v6.5 (``sysctl_sched_latency = 6000000ULL``,
+    ``sysctl_sched_min_granularity = 750000ULL``,
+    ``sysctl_sched_wakeup_granularity = 1000000UL``).
+
+    Attributes:
+        latency_ns: sysctl_sched_latency, ns, unscaled. Default 6000000.
+        min_granularity_ns: sysctl_sched_min_granularity, ns, unscaled.
+            Default 750000.
+        wakeup_granularity_ns: sysctl_sched_wakeup_granularity, ns, unscaled.
+            Default 1000000.
+        tunable_scaling: ``"log"`` (default), ``"linear"`` (factor
+            min(ncpus, 8)) or ``"none"`` (factor 1).
+        gentle_fair_sleepers: GENTLE_FAIR_SLEEPERS (kernel default True): a
+            waking task's sleeper credit in ``place_entity`` is half of
+            sched_latency instead of all of it.
+        last_buddy: LAST_BUDDY (kernel default True): a task preempted by a
+            wake-up becomes the last buddy when nr_running >= sched_nr_latency.
+    """
+
+    latency_ns: int = 6_000_000
+    min_granularity_ns: int = 750_000
+    wakeup_granularity_ns: int = 1_000_000
+    tunable_scaling: str = "log"
+    gentle_fair_sleepers: bool = True
+    last_buddy: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("latency_ns", "min_granularity_ns", "wakeup_granularity_ns"):
+            _int(self, name, 1000, 10**9)
+        if self.min_granularity_ns > self.latency_ns:
+            raise ValueError(
+                f"Cfs.min_granularity_ns must be <= latency_ns ({self.latency_ns}), got {self.min_granularity_ns}"
+            )
+        _choice(self, "tunable_scaling", ("none", "log", "linear"))
+        _bool(self, "gentle_fair_sleepers")
+        _bool(self, "last_buddy")
+
+    def factor(self, ncpus: int) -> int:
+        """``get_update_sysctl_factor()`` for ``ncpus`` CPUs."""
+        cpus = min(max(ncpus, 1), 8)
+        if self.tunable_scaling == "none":
+            return 1
+        if self.tunable_scaling == "linear":
+            return cpus
+        return 1 + cpus.bit_length() - 1
+
+
+#: Idle states of an Intel Skylake-SP / Cascade Lake server CPU as
+#: (exit_latency_ns, target_residency_ns): C1, C1E, C6 from the
+#: ``skx_cstates`` table of drivers/idle/intel_idle.c (exit latency 2, 10,
+#: 133 µs; target residency 2, 20, 600 µs).
+IDLE_STATES_SKX = ((2_000, 2_000), (10_000, 20_000), (133_000, 600_000))
+
+
+@dataclass(frozen=True)
 class Host(_Base):
     """The host: CPUs and scheduler.
 
     Attributes:
         pcpus: host CPUs. Default 4.
-        scheduler: ``"fair"`` (CFS/EEVDF-like, one run queue per CPU) or
-            ``"gang"`` (all vCPUs of a VM run together in slices of
-            ``gang_slice_ns``; digest §4). Default ``"fair"``.
+        scheduler: ``"fair"`` (EEVDF-like, v6.6+, one run queue per CPU;
+            ``"eevdf"`` is the same scheduler), ``"cfs"`` (the fair class
+            before v6.6: vruntime / min_vruntime, sched_latency slices,
+            check_preempt_tick, wakeup_preempt_entity, next / last / skip
+            buddies, place_entity; tunables in ``cfs``) or ``"gang"`` (all
+            vCPUs of a VM run together in slices of ``gang_slice_ns``;
+            digest §4). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -190,6 +346,62 @@ class Host(_Base):
             hold a single task (kernels since ~3.8). False models the 2011-2012
             yield_to, which always took both run-queue locks. Default True.
         background: optional background host load. Default: none.
+
+    Host-model options (each off by default, so existing results do not move):
+
+        tick_skew: per-CPU tick phase as the ``skew_tick=1`` boot option sets
+            it (kernel/time/tick-sched.c ``tick_setup_sched_timer``: CPU i's
+            tick is offset by i × (TICK_NSEC / 2) / nr_cpus). Default False:
+            the kernel's default, every CPU ticks on the same jiffy
+            boundary ("Tick operating in synchronized mode").
+        seeded_ties: break ties between equal scheduling keys by a per-task
+            random rank drawn from the seed (a second RNG stream) instead of
+            the task index. The kernel's rbtree keeps equal keys in enqueue
+            order, and on real hardware exact ties do not happen: the index
+            rule makes every CPU prefer the same VM. Default False.
+        wakeup_ipi_ns: latency of a vCPU wake-up on its host CPU, ns: the
+            wake list / reschedule IPI's delivery (``ttwu_queue_wakelist``,
+            ``resched_curr``); it delays the woken vCPU's start on an idle
+            CPU and its wake-up preemption of a busy one. Default 0 (off).
+            Suggested 1000-2000 (assumption: ~1 µs for a cross-core IPI on a
+            Xeon, plus the handler's entry).
+        idle_states: the host CPUs' idle states as (exit_latency_ns,
+            target_residency_ns), shallowest first. A vCPU woken onto an idle
+            CPU also waits for the exit latency of the deepest state whose
+            target residency the CPU has been idle for (an idle governor that
+            predicted right). Default () (off). ``sim.IDLE_STATES_SKX`` holds
+            the intel_idle table of a Skylake-SP server.
+        wakeup_jitter: relative jitter of both wake-up latencies: each is
+            drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
+            Suggested 0.5 (assumption).
+        noise: host noise (kernel threads, VMM I/O threads), see
+            :class:`HostNoise`. Default off.
+        cfs: tunables of ``scheduler="cfs"``, see :class:`Cfs`.
+        sockets: sockets, each one LLC (last-level cache) domain. Default 1.
+        threads_per_core: SMT threads per core, 1-8. Default 1. ``pcpus``
+            must be a multiple of sockets × threads_per_core. Host CPU i is
+            thread i // ncores of core i % ncores (siblings ncores apart, as
+            Linux numbers x86 servers). Busy siblings do not slow each other
+            down (no SMT throughput factor yet).
+        wake_placement: where a woken unpinned thread goes: ``"first_idle"``
+            (default: the previous CPU if idle, else the first idle CPU after
+            it, else the previous CPU) or ``"select_task_rq_fair"`` (the
+            kernel's: ``wake_affine`` between the waker's CPU and the
+            previous one, then ``select_idle_sibling`` — the target if idle,
+            the previous CPU if idle in the same LLC, the first fully idle
+            core of the target's LLC, its first idle CPU, else the target).
+        load_balance: periodic load balancing per domain (core, LLC,
+            machine) from the tick (``rebalance_domains``: every sd_weight ms
+            × ``lb_busy_factor`` on a busy CPU, one cache-cold task from the
+            busiest CPU when it runs 2+ more tasks), nohz idle balancing
+            kicked by a CPU with 2+ tasks, and newidle balancing domain by
+            domain (smallest first). Default False (newidle pulls only, from
+            the first CPU after this one that has a waiting task).
+        lb_busy_factor: sd->busy_factor (kernel/sched/topology.c sd_init):
+            32 before v5.10, 16 since. Default 16.
+        migration_cost_ns: sysctl_sched_migration_cost, ns: a task that ran
+            within it is cache-hot and periodic balancing leaves it
+            (``task_hot``). Default 500000 (kernel).
     """
 
     pcpus: int = 4
@@ -206,10 +418,23 @@ class Host(_Base):
     yield_check_ns: int = 50
     yield_to_esrch: bool = True
     background: Background = field(default_factory=Background)
+    tick_skew: bool = field(default=False, metadata=_NEW)
+    seeded_ties: bool = field(default=False, metadata=_NEW)
+    wakeup_ipi_ns: int = field(default=0, metadata=_NEW)
+    idle_states: tuple[tuple[int, int], ...] = field(default=(), metadata=_NEW)
+    wakeup_jitter: float = field(default=0.0, metadata=_NEW)
+    noise: HostNoise = field(default_factory=HostNoise, metadata=_NEW)
+    cfs: Cfs = field(default_factory=Cfs, metadata=_NEW)
+    sockets: int = field(default=1, metadata=_NEW)
+    threads_per_core: int = field(default=1, metadata=_NEW)
+    wake_placement: str = field(default="first_idle", metadata=_NEW)
+    load_balance: bool = field(default=False, metadata=_NEW)
+    lb_busy_factor: int = field(default=16, metadata=_NEW)
+    migration_cost_ns: int = field(default=500_000, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
-        _choice(self, "scheduler", ("fair", "gang"))
+        _choice(self, "scheduler", ("fair", "eevdf", "cfs", "gang"))
         _int(self, "tick_ns", 1000)
         _int(self, "base_slice_ns", 1000)
         _bool(self, "wakeup_preemption")
@@ -222,10 +447,55 @@ class Host(_Base):
         _int(self, "yield_check_ns", 0, 10**9)
         _bool(self, "yield_to_esrch")
         _instance(self, "background", Background)
+        _bool(self, "tick_skew")
+        _bool(self, "seeded_ties")
+        _int(self, "wakeup_ipi_ns", 0, 10**9)
+        states = self.idle_states
+        if isinstance(states, list):
+            states = tuple(tuple(x) if isinstance(x, list) else x for x in states)
+            object.__setattr__(self, "idle_states", states)
+        if not isinstance(states, tuple):
+            raise ValueError(f"Host.idle_states must be a tuple of (exit_latency_ns, target_residency_ns), got {states!r}")
+        prev = (0, 0)
+        for i, st in enumerate(states):
+            ok = (
+                isinstance(st, tuple)
+                and len(st) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 10**9 for x in st)
+            )
+            if not ok:
+                raise ValueError(
+                    f"Host.idle_states[{i}] must be (exit_latency_ns, target_residency_ns), ints in [0, 1e9], got {st!r}"
+                )
+            if st[0] < prev[0] or st[1] < prev[1]:
+                raise ValueError(f"Host.idle_states[{i}] must be at least as deep as idle_states[{i - 1}], got {st!r}")
+            prev = st
+        _float(self, "wakeup_jitter", 0.0, 1.0)
+        _instance(self, "noise", HostNoise)
+        _instance(self, "cfs", Cfs)
+        _int(self, "sockets", 1, self.pcpus)
+        _int(self, "threads_per_core", 1, 8)
+        if self.pcpus % (self.sockets * self.threads_per_core):
+            raise ValueError(
+                f"Host.pcpus ({self.pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
+                f"({self.sockets} × {self.threads_per_core})"
+            )
+        _choice(self, "wake_placement", ("first_idle", "select_task_rq_fair"))
+        _bool(self, "load_balance")
+        _int(self, "lb_busy_factor", 1, 1024)
+        _int(self, "migration_cost_ns", 0, 10**9)
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        return Background.from_dict(v) if name == "background" else v
+        if name == "background":
+            return Background.from_dict(v)
+        if name == "noise":
+            return HostNoise.from_dict(v)
+        if name == "cfs":
+            return Cfs.from_dict(v)
+        if name == "idle_states":
+            return tuple(tuple(x) for x in v)
+        return v
 
 
 # ------------------------------------------------------------------------- PLE
@@ -327,6 +597,12 @@ class Policy(_Base):
         dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
         kernel_filter: upstream: skip candidates preempted in guest user mode
             when the spinner is in kernel mode. Default True (since ~v4.14).
+        candidate_gate: upstream: the first candidate test of
+            ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
+            5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
+            interrupts": preempted, or woken from a halt and not yet running)
+            or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
+            woken vCPU that has not run yet is not a candidate).
         name: Python policies: the callable's name (the key it travels under).
         fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
             serialised, travels beside the JSON.
@@ -339,9 +615,11 @@ class Policy(_Base):
     kernel_filter: bool = True
     name: str = ""
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
+    candidate_gate: str = "ready"
 
     def __post_init__(self) -> None:
         _choice(self, "kind", POLICY_KINDS)
+        _choice(self, "candidate_gate", ("ready", "preempted"))
         _int(self, "esrch_budget", 0, U32_MAX)
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")
@@ -372,10 +650,23 @@ class Pv(_Base):
             to the first preempted target. Default True.
         apicv: posted interrupts: a pending IPI makes a candidate dy_runnable.
             Default True.
-        placement: guest wake-up placement: ``"available_idle"`` (upstream:
-            idle and not preempted) or ``"pcpu_is_idle"`` (2021 proposal: first
-            prefer idle vCPUs whose host CPU is idle, counting a preempted one
-            as available). Default ``"available_idle"``.
+        placement: guest wake-up placement: ``"available_idle"`` (upstream
+            ``available_idle_cpu``: guest-idle and not ``vcpu_is_preempted``),
+            ``"pcpu_is_idle"`` (vcpulab's first model of the 2021 proposal:
+            first prefer guest-idle vCPUs whose host CPU runs nothing else,
+            read live, counting a preempted one as available),
+            ``"pcpu_is_idle_rfc"`` (the RFC as posted, "[PATCH 1-4/4] KVM: x86:
+            Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
+            Dingji Li, Zeyu Mi, 31 Aug 2021,
+            https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/:
+            fair.c's ``available_idle_cpu`` becomes guest-idle && the vCPU's
+            steal-time ``is_idle`` byte, a snapshot the host writes when the
+            vCPU is put — 1 if its CPU's nr_running is <= 1 — and when a vCPU
+            enters the guest — the previous vCPU on that CPU cleared, or
+            itself set again; as posted the clear returns early when the byte
+            is set, so a set byte stays set) or ``"pcpu_is_idle_rfc_cleared"``
+            (the same write points with a clear that clears). Default
+            ``"available_idle"``.
         hypercall_ns: cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
             Default 1500 (assumption).
         halt_exit_ns: cost of a HLT exit before blocking, ns. Default 1500
@@ -383,6 +674,26 @@ class Pv(_Base):
         guest_idle_poll_ns: guest idle polling before HLT (cpuidle-haltpoll),
             ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
             loads it; its own default is 200000, spec §5.4).
+        pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the
+            guest's ``kvm_spinlock_init`` returns early, so its ``pv_queued``
+            locks run the ``virt_spin_lock`` test-and-set fallback (any running
+            waiter may take a free lock, newcomers included: lock stealing).
+            Default True (KVM since 3.12).
+        kick_yield: KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
+            (``kvm_pv_kick_cpu_op`` then ``kvm_sched_yield``; commit
+            266e85a5ec9 "KVM: X86: Boost queue head vCPU to mitigate lock
+            waiter preemption", Wanpeng Li, 2019). False: the kick only wakes
+            (hosts before it). Default True.
+        tlb_flush: KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown
+            IPI phase (``Ipi(tlb_flush=True)``) skips preempted targets, which
+            the host flushes at their next sched-in (``kvm_flush_tlb_multi``).
+            Default False (as before the option existed).
+        send_ipi: KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one
+            hypercall (``hypercall_ns``) for a multicast IPI instead of one
+            ICR-write exit per target (``icr_write_ns`` each). Default False.
+        icr_write_ns: cost of one ICR-write exit per IPI target when
+            ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
+            option existed; an era preset sets the hardware figure).
     """
 
     steal_time: bool = True
@@ -392,15 +703,45 @@ class Pv(_Base):
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
     guest_idle_poll_ns: int = 0
+    pv_spinlocks: bool = True
+    kick_yield: bool = True
+    tlb_flush: bool = False
+    send_ipi: bool = False
+    icr_write_ns: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
+            _bool(self, name)
+        _int(self, "icr_write_ns", 0, 10**9)
         _bool(self, "steal_time")
         _bool(self, "sched_yield")
         _bool(self, "apicv")
-        _choice(self, "placement", ("available_idle", "pcpu_is_idle"))
+        _choice(self, "placement", ("available_idle", "pcpu_is_idle", "pcpu_is_idle_rfc", "pcpu_is_idle_rfc_cleared"))
         _int(self, "hypercall_ns", 0, 10**9)
         _int(self, "halt_exit_ns", 0, 10**9)
         _int(self, "guest_idle_poll_ns", 0, 10**9)
+
+
+#: Halt-polling policy names, one vocabulary for the engine (:class:`HaltPoll`)
+#: and the calibration model (:class:`vcpulab.sim.halt_poll.Params`).
+HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
+#: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
+HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
+
+
+def halt_poll_policy(owner: str, name: Any) -> str:
+    """The canonical halt-polling policy name for ``name``: one of
+    :data:`HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
+    ``"dynamic_v4"``) gives its new name with a DeprecationWarning; anything
+    else raises ValueError naming ``owner`` and the valid names."""
+    if isinstance(name, str) and name in HALT_POLL_OLD_NAMES:
+        new = HALT_POLL_OLD_NAMES[name]
+        warnings.warn(f"{owner}.policy {name!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=4)
+        return new
+    if not isinstance(name, str) or name not in HALT_POLL_POLICIES:
+        valid = ", ".join(map(repr, HALT_POLL_POLICIES))
+        raise ValueError(f"{owner}.policy must be one of {valid}, got {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -410,14 +751,17 @@ class HaltPoll(_Base):
 
     Attributes:
         policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"dynamic"``
-            (upstream: the per-vCPU window grows when a halt was short and
-            shrinks when it was longer than ``max_ns``, §3.2) or
-            ``"dynamic_v4"`` (the 2015 v4 proposal, never merged: grow when
-            the wake-up came while polling, shrink after an idle halt of
-            more than 10 ms; vcpulab's reconstruction, see
-            :mod:`vcpulab.sim.halt_poll`). The window and the stats come from
-            the same per-vCPU state machine as :mod:`vcpulab.sim.halt_poll`.
+            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"block-time"``
+            (upstream since 4.3: the per-vCPU window grows when a halt was
+            short and shrinks when it was longer than ``max_ns``, §3.2),
+            ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
+            proposals, never merged; vcpulab's reconstructions from the
+            review, see :mod:`vcpulab.sim.halt_poll`). The same names as
+            ``halt_poll.Params.policy``; the old ``"dynamic"`` and
+            ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
+            with a DeprecationWarning. The window and the stats come from
+            the same per-vCPU state machine (and the same Rust configuration
+            type) as :mod:`vcpulab.sim.halt_poll`.
         max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
             200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
         grow: halt_poll_ns_grow. Default 2 (kernel).
@@ -441,7 +785,7 @@ class HaltPoll(_Base):
     poll_allowed: bool = True
 
     def __post_init__(self) -> None:
-        _choice(self, "policy", ("off", "fixed", "dynamic", "dynamic_v4"))
+        object.__setattr__(self, "policy", halt_poll_policy("HaltPoll", self.policy))
         _int(self, "max_ns", 0, U32_MAX)
         _int(self, "grow", 0, 1024)
         _int(self, "grow_start_ns", 0, U32_MAX)
@@ -526,14 +870,18 @@ class Ipi(_Base):
     ``targets`` random other vCPUs (0 = all others) and spin until each has
     run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
     phase sets the handler length for all). ``targets`` default 0 (all
-    others); ``prob`` default 1.0."""
+    others); ``prob`` default 1.0. ``tlb_flush``: the IPI is a TLB
+    shootdown (``flush_tlb_multi``), which PV TLB flush (``Pv.tlb_flush``)
+    skips for preempted targets; default False."""
 
     kind: ClassVar[str] = "ipi"
     targets: int = 0
     handler_ns: int = 1000
     prob: float = 1.0
+    tlb_flush: bool = False
 
     def __post_init__(self) -> None:
+        _bool(self, "tlb_flush")
         _int(self, "targets", 0, 65535)
         _int(self, "handler_ns", 0, 10**9)
         _phase_common(self)
@@ -695,11 +1043,53 @@ class Workload(_Base):
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
         if name == "phases":
-            return tuple(_phase_from_dict(p) for p in v)
+            return tuple(_phase_from_dict(p) for p in _plain_seq("Workload", name, v))
         return v
 
 
 # -------------------------------------------------------------------------- VM
+
+
+@dataclass(frozen=True)
+class Guest(_Base):
+    """The guest kernel's own choices (its version), as opposed to the
+    host's (``Pv``, ``HaltPoll``, ``Ple``).
+
+    Attributes:
+        lock_model: ``"simple"`` (default; the simulator's first rules: FIFO
+            hand-off for every queued kind, the PV predecessor check only when
+            a waiter (re)starts spinning, mutex spinners watch the owner only)
+            or ``"kernel"``: ``pv_queued`` is the PV qspinlock of
+            kernel/locking/qspinlock_paravirt.h — one steal attempt at
+            slow-path entry (``pv_queued_spin_steal_lock``, refused while the
+            queue head spins with the pending bit set), queue nodes spin
+            SPIN_THRESHOLD iterations or stop early when the previous node is
+            not running (``pv_wait_node``, ``pv_wait_early``, re-checked when
+            that node halts), the head spins SPIN_THRESHOLD iterations afresh
+            (``pv_wait_head_or_lock``) then halts, the unlock frees the lock
+            and kicks a halted head (``__pv_queued_spin_unlock_slowpath``);
+            mutex spinners queue in an OSQ and give up when the spinner before
+            them is on a preempted vCPU (``osq_lock``).
+        pv_wait_early: kernel lock model: ``"prev_halted"`` (default; the
+            rule since 4.x and again since 89340d0935c9, Oct 2019) or
+            ``"prev_halted_or_preempted"`` (75437bb304b2 "locking/pvqspinlock:
+            Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
+            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
+            node also halts when the previous node's vCPU is preempted).
+        vcpu_is_preempted: the guest asks ``vcpu_is_preempted()`` in
+            ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
+            False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
+            ``Pv.steal_time``. Default True.
+    """
+
+    lock_model: str = "simple"
+    pv_wait_early: str = "prev_halted"
+    vcpu_is_preempted: bool = True
+
+    def __post_init__(self) -> None:
+        _choice(self, "lock_model", ("simple", "kernel"))
+        _choice(self, "pv_wait_early", ("prev_halted", "prev_halted_or_preempted"))
+        _bool(self, "vcpu_is_preempted")
 
 
 @dataclass(frozen=True)
@@ -714,7 +1104,7 @@ class Vm(_Base):
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
         workload: what the threads run.
-        ple, policy, pv, halt_poll: see their classes.
+        ple, policy, pv, halt_poll, guest: see their classes.
     """
 
     vcpus: int = 4
@@ -726,13 +1116,15 @@ class Vm(_Base):
     policy: Policy = field(default_factory=Policy)
     pv: Pv = field(default_factory=Pv)
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
+    guest: Guest = field(default_factory=Guest)
 
     def __post_init__(self) -> None:
         _int(self, "vcpus", 1, 65536)
         _int(self, "count", 1, 65536)
         _int(self, "threads", 0, 16 * self.vcpus)
         _int(self, "weight", 2, 88761)
-        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll)):
+        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll),
+                          ("guest", Guest)):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
         for i, p in enumerate(self.workload.phases):
@@ -743,7 +1135,7 @@ class Vm(_Base):
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll}.get(name)
+        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
         return typ.from_dict(v) if typ else v
 
 
@@ -800,7 +1192,7 @@ class Config(_Base):
         if name == "host":
             return Host.from_dict(v)
         if name == "vms":
-            return tuple(Vm.from_dict(x) for x in v)
+            return tuple(Vm.from_dict(x) for x in _plain_seq("Config", name, v))
         return v
 
     def to_json(self) -> str:
@@ -831,7 +1223,11 @@ class Config(_Base):
         return dataclasses.replace(self, **changes)
 
     def with_path(self, path: str, value: Any) -> Config:
-        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.pcpus"``."""
+        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.pcpus"``.
+
+        Tuple indices are 0, 1, … (a negative index is refused: ValueError)."""
+        if not isinstance(path, str):
+            raise TypeError(f"with_path: path must be a dotted str, got {type(path).__name__}")
         return _set_path(self, path.split("."), value, path)
 
 
@@ -841,6 +1237,8 @@ def _set_path(obj: Any, parts: list[str], value: Any, full: str) -> Any:
     head, rest = parts[0], parts[1:]
     if isinstance(obj, tuple):
         try:
+            if not head.isdigit():  # no negative (or other Python) indices: each point names one entry
+                raise ValueError(head)
             i = int(head)
             item = obj[i]
         except (ValueError, IndexError):

@@ -22,7 +22,14 @@ How a sweep runs
   property). A task that dies (``KilledWorker``, ``CancelledError``, a lost
   connection, …) is resubmitted, split into single points, up to
   ``retries`` times; after that its points are recorded as failed.
-* ``Ctrl-C`` cancels the outstanding tasks and re-raises
+  A :class:`concurrent.futures.ProcessPoolExecutor` whose worker dies
+  (killed, out of memory) is *broken*: it runs nothing more
+  (``BrokenProcessPool``), so nothing can be resubmitted to it; every point
+  not finished by then is recorded as failed with that error, and the sweep
+  returns. Run it again with a new executor (with ``out=``, the finished
+  points are kept and the failed ones are computed again).
+* ``Ctrl-C`` cancels the outstanding tasks, stops the points running in
+  this process's threads within ~50 ms, and re-raises
   ``KeyboardInterrupt``; results already received are on disk.
 
 The dataset (``out=DIR``)
@@ -84,7 +91,9 @@ from typing import Any
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._frames import frame as _frame
 from vcpulab.sim._config import Config
+from vcpulab.sim._points import Point, expand
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -103,45 +112,8 @@ EXTRA_COLUMNS = ("error", "config_json", "vcpulab_version", "point_hash")
 _SUFFIX = ".parquet"
 _QUARANTINE = ".quarantine"
 
-Point = tuple[dict[str, Any], Config]
-
 
 # ------------------------------------------------------------------ points
-
-
-def expand(
-    points: Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]],
-    grid: Mapping[str, Iterable[Any]] | None = None,
-) -> list[Point]:
-    """The (params, Config) points of a sweep, in order, with their parameter
-    columns: the one expansion :func:`vcpulab.sim.sweep` and the distributed
-    sweep share (a grid's cartesian product over dotted paths, a list of
-    Configs numbered by ``point``, or your own (params, Config) pairs)."""
-    from vcpulab.sim import _param_value
-
-    labelled: list[Point] = []
-    if isinstance(points, Config):
-        base = points
-        if grid is None:
-            return [({"point": 0}, base)]
-        keys = list(grid)
-        values = [list(grid[k]) for k in keys]
-        for combo in itertools.product(*values):
-            c = base
-            for k, v in zip(keys, combo):
-                c = c.with_path(k, v)
-            labelled.append(({k: _param_value(v) for k, v in zip(keys, combo)}, c))
-        return labelled
-    if grid is not None:
-        raise ValueError("sweep: a grid needs a single base Config")
-    for i, p in enumerate(points):
-        if isinstance(p, Config):
-            labelled.append(({"point": i}, p))
-        elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Config):
-            labelled.append((dict(p[0]), p[1]))
-        else:
-            raise ValueError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
-    return labelled
 
 
 def _plain_param(name: str, v: Any) -> Any:
@@ -167,22 +139,35 @@ def point_hash(params: Mapping[str, Any], config: Config) -> str:
 # ------------------------------------------------------------------ worker side
 
 
+#: Nonces of the sweeps cancelled in this process (Ctrl-C): their points
+#: running on this process's threads stop at their next interrupt poll.
+_CANCELLED: set[str] = set()
+
+
 def _run_batch(batch: Sequence[tuple[str, str, dict[str, Any]]], nonce: str) -> list[tuple[str, str | None, Any, str]]:
     """Run a batch of points in this (worker) process.
 
     ``batch``: ``(point_hash, config JSON, Python policies)`` per point.
-    ``nonce``: unused here; makes each submission a distinct Dask task
-    (Dask names "pure" tasks by their arguments, and a resubmitted batch
-    must not be answered by the failed task of the same name).
+    ``nonce``: the sweep's id plus a sequence number: makes each submission
+    a distinct Dask task (Dask names "pure" tasks by their arguments, and a
+    resubmitted batch must not be answered by the failed task of the same
+    name); a run in this process stops when its sweep's id is in ``_CANCELLED``.
 
     Returns ``(point_hash, error, summary columns, vcpulab version)`` per
     point; ``error`` is None or ``"<Type>: <message>"`` (then no summary).
     """
-    del nonce
     out: list[tuple[str, str | None, Any, str]] = []
+
+    sweep_id = nonce.rsplit("-", 1)[0]
+
+    def cancelled() -> bool:
+        return sweep_id in _CANCELLED
+
     for key, cfg_json, pols in batch:
+        if cancelled():
+            raise KeyboardInterrupt("sweep cancelled")
         try:
-            d = _core.sim_run(cfg_json, pols or None)
+            d = _core.sim_run(cfg_json, pols or None, cancelled)
             out.append((key, None, d["summary"], _core.__version__))
         except Exception as e:  # noqa: BLE001 - a failed point is data
             out.append((key, f"{type(e).__name__}: {e}", None, _core.__version__))
@@ -197,8 +182,6 @@ def _row(params: Mapping[str, Any], cfg: Config, key: str, error: str | None, su
 
     Built from the same frames as the local sweep's row (``pl.DataFrame([params])``
     and the summary frame), so the dtypes are the same."""
-    from vcpulab.sim import _frame
-
     cols: list[pl.Series] = pl.DataFrame([dict(params)]).get_columns() if params else []
     if error is None:
         cols += [c for c in _frame(summary).get_columns() if c.name not in params]  # type: ignore[union-attr]
@@ -229,13 +212,23 @@ def _write_point(out: Path, key: str, df: pl.DataFrame) -> None:
     The folder itself is fsynced by the caller now and then and at the end:
     a rename lost in a power cut costs recomputing that point, never a torn
     file (the file's bytes are on disk before the rename)."""
+    import io
+
     tmp = out / f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    # Encoded in memory first: polars reports a failed write to a file as a
+    # parquet ComputeError; a plain write() gives the OSError (ENOSPC, EDQUOT…).
+    buf = io.BytesIO()
+    df.write_parquet(buf)
     try:
         with open(tmp, "wb") as f:
-            df.write_parquet(f)
+            f.write(buf.getbuffer())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, out / f"{key}{_SUFFIX}")
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(e.errno, f"sweep: cannot write a point of the dataset: {e.strerror}", str(tmp)) from e
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -418,8 +411,9 @@ def run_sweep(
         return sweep(points, grid, threads=threads, progress=progress)  # type: ignore[return-value]
     if executor is not None and not isinstance(executor, cf.Executor):
         raise ValueError(f"sweep: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"sweep: threads must be an int >= 1 or None, got {threads!r}")
+    from vcpulab.sim import _check_threads
+
+    _check_threads(threads)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"sweep: batch_size must be an int >= 1 or None, got {batch_size!r}")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
@@ -505,11 +499,15 @@ def _run(
     if batch_size is None:
         batch_size = 1 if own else max(1, min(64, math.ceil(len(todo) / (8 * slots))))
     in_flight_max = 2 * slots
-    nonce = uuid.uuid4().hex
+    sweep_id = uuid.uuid4().hex
     seq = itertools.count()
+    broken: list[BaseException] = []  # the executor's BrokenExecutor, once seen
 
     def payload(batch: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
-        return [(k, unique[k][1].to_json(), unique[k][1].python_policies()) for k in batch]
+        from vcpulab.sim import _policies_for
+
+        # a deep copy per point (shared objects would carry state between points)
+        return [(k, unique[k][1].to_json(), _policies_for(unique[k][1])) for k in batch]
 
     queue: deque[tuple[list[str], int]] = deque((todo[i : i + batch_size], 1) for i in range(0, len(todo), batch_size))
     inflight: dict[cf.Future[Any], tuple[list[str], int]] = {}
@@ -551,6 +549,9 @@ def _run(
         try:
             res = fut.result()
         except (Exception, asyncio.CancelledError) as e:  # the task, not a point, failed
+            if isinstance(e, cf.BrokenExecutor):
+                fail_broken(batch, e)
+                return
             if attempt < retries:
                 log.warning(
                     "vcpulab.sim.sweep: a task of %d point(s) failed (%s: %s); resubmitting (attempt %d of %d)",
@@ -565,6 +566,17 @@ def _run(
         for key, error, summary, version in res:
             record(key, error, summary, version)
 
+    def fail_broken(batch: list[str], e: BaseException) -> None:
+        if not broken:
+            broken.append(e)
+            log.warning(
+                "vcpulab.sim.sweep: the executor is broken (%s: %s) and runs nothing more; the points not finished "
+                "are recorded as failed. Run the sweep again with a new executor to compute them",
+                type(e).__name__, e,
+            )
+        for k in batch:
+            record(k, f"{type(e).__name__}: the executor broke before this point finished: {e}", None, _core.__version__)
+
     refreshed = time.monotonic()
     try:
         while queue or inflight:
@@ -573,15 +585,27 @@ def _run(
                 refreshed = time.monotonic()
             while queue and len(inflight) < in_flight_max:
                 batch, attempt = queue.popleft()
-                fut = ex.submit(_run_batch, payload(batch), f"{nonce}-{next(seq)}")
+                if broken:
+                    fail_broken(batch, broken[0])
+                    continue
+                try:
+                    fut = ex.submit(_run_batch, payload(batch), f"{sweep_id}-{next(seq)}")
+                except cf.BrokenExecutor as e:
+                    fail_broken(batch, e)
+                    continue
                 inflight[fut] = (batch, attempt)
-            finished, _ = cf.wait(list(inflight), return_when=cf.FIRST_COMPLETED)
+            if not inflight:
+                continue
+            # a timeout, so that Ctrl-C (delivered to this thread) is seen promptly
+            finished, _ = cf.wait(list(inflight), timeout=0.2, return_when=cf.FIRST_COMPLETED)
             for fut in finished:
                 batch, attempt = inflight.pop(fut)
                 collect(fut, batch, attempt)
     except BaseException:
         # Ctrl-C (or a failure writing the dataset): keep what already
-        # arrived, cancel the rest, re-raise.
+        # arrived, cancel the rest (also the points running on this
+        # process's threads), re-raise.
+        _CANCELLED.add(sweep_id)
         for fut in list(inflight):
             fut.cancel()
         with contextlib.suppress(BaseException):
@@ -595,3 +619,9 @@ def _run(
             _fsync_dir(outdir)
         if bar is not None:
             bar.close()
+        if own:
+            # our threads: wait for the cancelled points to stop (fast), then
+            # forget the id (another executor's threads may still need it)
+            with contextlib.suppress(BaseException):
+                cf.wait(list(inflight), timeout=5.0)
+            _CANCELLED.discard(sweep_id)

@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab.sim._config import HALT_POLL_POLICIES, halt_poll_policy
 
 __all__ = [
     "POLICIES",
@@ -58,7 +59,8 @@ __all__ = [
     "windows",
 ]
 
-POLICIES = ("off", "fixed", "dynamic-v4", "block-time")
+#: The policy names (the engine's :class:`vcpulab.sim.HaltPoll` uses the same).
+POLICIES = HALT_POLL_POLICIES
 
 #: the kernel's halt-polling vCPU stats (kvm-mechanisms.md §3.3), same names as real KVM
 STAT_COLUMNS = (
@@ -114,8 +116,9 @@ class Params:
     """The halt-polling policy, module parameters and per-VM cap.
 
     Attributes:
-        policy: ``"off"`` | ``"fixed"`` | ``"dynamic-v4"`` | ``"block-time"``
-            (default ``"block-time"``, today's upstream).
+        policy: ``"off"`` | ``"fixed"`` | ``"dynamic-v3"`` | ``"dynamic-v4"``
+            | ``"block-time"`` (default ``"block-time"``, today's upstream);
+            the names of :class:`vcpulab.sim.HaltPoll` (:data:`POLICIES`).
         halt_poll_ns: module parameter ``halt_poll_ns``, ns: the maximum window
             unless ``vm_max_ns`` is set. None (default): the host's value where
             /sys/module/kvm/parameters has it, else 200000 (x86 kernel default).
@@ -131,10 +134,12 @@ class Params:
         v4_start_ns: dynamic-v4 only: the initial window, ns; None (default):
             the maximum. vcpulab reconstruction (v4 was never merged): with 0 v4
             never polls, since it grows only when an interrupt arrives while polling.
-        v4_idle_ns: dynamic-v4 only: a halt that slept longer than this is
+        v4_idle_ns: dynamic-v3/-v4: a halt that slept longer than this is
             "idle" and shrinks the window, ns. Default 10 ms (vcpulab
             reconstruction: a 100 Hz tick; ticking guests at 250 Hz and up are
             not idle, as in digest §5's 15 % C0 result).
+        v3_start_ns: dynamic-v3 only: the first growth from 0, ns. Default
+            500000 (the review's "0 → 500 µs").
     """
 
     policy: str = "block-time"
@@ -146,10 +151,11 @@ class Params:
     poll_allowed: bool = True
     v4_start_ns: int | None = None
     v4_idle_ns: int = 10_000_000
+    v3_start_ns: int = 500_000
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ValueError(f"Params.policy must be one of {', '.join(map(repr, POLICIES))}, got {self.policy!r}")
+        object.__setattr__(self, "policy", halt_poll_policy("Params", self.policy))
+        _check_int(self, "v3_start_ns", 0, U32_MAX)
         for f in ("halt_poll_ns", "grow_start", "vm_max_ns", "v4_start_ns"):
             _check_int(self, f, 0, U32_MAX, optional=True)
         for f in ("grow", "shrink"):
@@ -188,6 +194,7 @@ class Params:
             "poll_allowed": r.poll_allowed,
             "v4_start_ns": None if r.v4_start_ns is None else int(r.v4_start_ns),
             "v4_idle_ns": int(r.v4_idle_ns),
+            "v3_start_ns": int(r.v3_start_ns),
         }
 
 

@@ -1,4 +1,4 @@
-"""Directed-yield policies for :class:`vcpulab.sim.Vm` (spec §1).
+"""Directed-yield policies for :class:`vcpulab.sim.Vm`.
 
 Built-in policies run in Rust. A **Python policy** is any callable
 ``fn(spinner, candidates) -> int | None``:
@@ -15,8 +15,11 @@ attempt (0 or -ESRCH = -3) the callable is called again with ``attempts``
 extended; after a success the exit ends. Examination is charged
 ``Ple.candidate_ns`` per candidate in round-robin order up to the one
 returned (up to the end of the round on None), as a kernel scan would be.
-The callable is deep-copied for each run, so state kept on it (e.g. a
-shadow ``dy_eligible`` table) starts fresh; it is called with the GIL held.
+The callable is deep-copied once for each run (each sweep point), so state
+kept on it (e.g. a shadow ``dy_eligible`` table) starts fresh and a seed
+always gives the same result; the VMs of one run share that copy, so state
+that is per VM is keyed by ``spinner.vm``. A callable that cannot be
+deep-copied is refused (ValueError). It is called with the GIL held.
 
 A Python policy sees snapshots: it cannot flip the engine's ``dy_eligible``
 flags (the kernel's ``kvm_vcpu_eligible_for_directed_yield`` toggle), so for a
@@ -35,8 +38,11 @@ from vcpulab.sim._config import Policy
 __all__ = [
     "DyEligibleInPython",
     "ESRCH",
+    "NAMES",
     "baseline_2011",
+    "by_name",
     "dy_eligible",
+    "label",
     "no_yield",
     "oracle",
     "python",
@@ -49,13 +55,21 @@ ESRCH = -3
 
 
 def upstream(
-    *, esrch_budget: int = 3, last_boosted_bug: bool = False, dy_eligible: bool = True, kernel_filter: bool = True
+    *,
+    esrch_budget: int = 3,
+    last_boosted_bug: bool = False,
+    dy_eligible: bool = True,
+    kernel_filter: bool = True,
+    candidate_gate: str = "ready",
 ) -> Policy:
-    """Upstream today (spec §1.3): one pass from last_boosted+1; skip not-ready;
+    """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
-    ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index)."""
+    ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index).
+    ``candidate_gate="preempted"`` models kernels before 5.3, whose first test
+    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see :class:`Policy`)."""
     return Policy(
         kind="upstream",
+        candidate_gate=candidate_gate,
         esrch_budget=esrch_budget,
         last_boosted_bug=last_boosted_bug,
         dy_eligible=dy_eligible,
@@ -70,7 +84,7 @@ def baseline_2011() -> Policy:
 
 
 def dy_eligible(*, esrch_budget: int = 0) -> Policy:
-    """The digest §1 patch: baseline + the in_spin_loop/dy_eligible toggle.
+    """The [S1] patch: baseline + the in_spin_loop/dy_eligible toggle.
     ``esrch_budget=3`` adds the follow-up undercommit patch."""
     return Policy(kind="dy_eligible", esrch_budget=esrch_budget)
 
@@ -102,7 +116,7 @@ def python(fn: Callable[..., Any], name: str | None = None) -> Policy:
 
 
 class DyEligibleInPython:
-    """The digest §1 policy (``dy_eligible()``) written in Python, as an
+    """The [S1] policy (``dy_eligible()``) written in Python, as an
     example of the protocol; it gives exactly the built-in's results.
 
     It keeps its own dy_eligible table: a candidate in a spin loop is
@@ -114,12 +128,14 @@ class DyEligibleInPython:
     __name__ = "dy_eligible_in_python"
 
     def __init__(self) -> None:
-        self.dy: dict[int, bool] = {}
+        #: (vm, vCPU index) -> dy_eligible (one table for the VMs of a run)
+        self.dy: dict[tuple[int, int], bool] = {}
 
     def __call__(self, spinner: Any, candidates: list[Any]) -> int | None:
         start = 0
+        vm = spinner.vm
         if not spinner.attempts:
-            self.dy[spinner.index] = False
+            self.dy[(vm, spinner.index)] = False
         else:
             last = spinner.attempts[-1][0]
             start = next(i for i, c in enumerate(candidates) if c.index == last) + 1
@@ -127,11 +143,44 @@ class DyEligibleInPython:
             if c.blocking and not c.ready:
                 continue  # halted (waitqueue active)
             if c.in_spin_loop:
-                eligible = self.dy.get(c.index, False)
-                self.dy[c.index] = not eligible
+                eligible = self.dy.get((vm, c.index), False)
+                self.dy[(vm, c.index)] = not eligible
                 if not eligible:
                     continue
             if c.in_guest:
                 continue  # PF_VCPU
             return c.index
         return None
+
+
+#: The built-in policies by name: each name is its constructor's (and the
+#: label of what it builds); accepted wherever a policy is (TOML specs, sweep
+#: grids, ``by_name``).
+NAMES = ("upstream", "baseline_2011", "dy_eligible", "random", "oracle", "no_yield")
+
+# Policy.kind (the Rust engine's serde name) -> constructor name, where they differ
+_KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
+
+
+def by_name(name: str) -> Policy:
+    """The built-in policy ``name`` with its defaults (one of :data:`NAMES`),
+    e.g. ``by_name("dy_eligible") == dy_eligible()``."""
+    if name not in NAMES:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(NAMES)}, or pass a Policy")
+    return globals()[name]()  # type: ignore[no-any-return]
+
+
+def label(policy: Policy) -> str:
+    """A policy's label for tables and sweep columns: the name of the
+    constructor that builds it (``baseline_2011()`` → ``"baseline_2011"``,
+    ``no_yield()`` → ``"no_yield"``), ``python:<name>`` for a Python policy."""
+    if policy.kind == "python":
+        return f"python:{policy.name}"
+    return _KIND_TO_NAME.get(policy.kind, policy.kind)
+
+
+def resolve(value: Any) -> Any:
+    """``value`` as a policy: a name of :data:`NAMES` becomes the policy, a
+    :class:`Policy` (or anything else, for the config to judge) is returned
+    unchanged."""
+    return by_name(value) if isinstance(value, str) else value

@@ -1,8 +1,8 @@
-"""The digest's experiments as ready-made configurations.
+"""The published experiments (docs/sources.md) as ready-made configurations.
 
 Each function returns a :class:`~vcpulab.sim.Config`; the tests in
 ``tests/test_sim_scenarios.py`` run them with short durations and check the
-direction and rough magnitude of the digest's findings, and
+direction and rough magnitude of the published findings, and
 ``benches/sim_bench.py`` runs them longer.
 """
 
@@ -16,7 +16,7 @@ __all__ = ["ebizzy_2012", "pcpu_is_idle_2021", "sched_map_2012"]
 
 
 def ebizzy_2012(overcommit: int, policy: Policy, *, duration_ns: int = 50_000_000, seed: int = 0) -> Config:
-    """Digest §1: a 32-CPU host, ``overcommit`` guests of 32 vCPUs running an
+    """[S1]: a 32-CPU host, ``overcommit`` guests of 32 vCPUs running an
     ebizzy-like workload with 2 threads per vCPU ("1x" = one guest, "2x" =
     two). The 2012 kernels: fixed PLE window (no grow/shrink), CFS honouring
     the next buddy, yield_to without the early -ESRCH, unpinned vCPU
@@ -49,10 +49,10 @@ def sched_map_2012(
     warmup_ns: int = 40_000_000,
     seed: int = 0,
 ) -> Config:
-    """Digest §4: 80 host CPUs at 2x overcommit, ``vms`` × ``vcpus`` (16 × 10
+    """[S4]: 80 host CPUs at 2x overcommit, ``vms`` × ``vcpus`` (16 × 10
     or 8 × 20) running :func:`~vcpulab.sim.presets.spinlock_microbench`
     (one hot kernel spinlock per VM), PLE with the upstream policy, or gang
-    scheduling (the digest does not name the workload of these runs).
+    scheduling ([S4] does not name the workload of these runs).
     Throughput is counted after ``warmup_ns``: all vCPUs start in step, and
     the PLE runs take some 50 ms to settle into their steady state."""
     return Config(
@@ -82,14 +82,14 @@ def pcpu_is_idle_2021(
     affinity: str = "pinned",
     seed: int = 0,
 ) -> Config:
-    """Digest §3: one 16-vCPU VM running a PARSEC-barrier-like kernel on a
+    """[S3]: one 16-vCPU VM running a PARSEC-barrier-like kernel on a
     112-CPU host with light pinned background host load (``background`` =
     each CPU's busy fraction, in bursts of mean ``burst_ns``); wake-up
     placement ``"available_idle"`` (upstream) or ``"pcpu_is_idle"``. Wall
     time = ``Result.vms["wall_ns"]``.
 
     vCPU threads are pinned (``affinity="pinned"``, one host CPU each), so a
-    vCPU woken on a CPU that runs background work waits for it. The digest
+    vCPU woken on a CPU that runs background work waits for it. [S3]
     ran 16 threads; with as many threads as vCPUs every vCPU gets a thread
     back at each barrier, no wake-up placement can avoid a busy host CPU and
     the simulator shows no gain. The default of 12 threads leaves the guest a

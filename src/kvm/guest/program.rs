@@ -296,7 +296,7 @@ pub enum Spec {
     /// the lock holder's steal-time `preempted` byte (in the holder's *default*
     /// steal-time slot, [`super::default_steal_gpa`]) is set and, if so, halts
     /// until the unlocker kicks it with an IPI of `kick_vector` (the guest side
-    /// of `vcpu_is_preempted`, digest §2); `vcpus` bounds the unlocker's scan.
+    /// of `vcpu_is_preempted`, [S2]); `vcpus` bounds the unlocker's scan.
     SpinLock { kind: LockKind, hold: u64, think: u64, iterations: u64, check_every: u64, kick_vector: u8, vcpus: u64 },
     /// Host → vCPU MSI ping-pong, guest side: halts until `count` interrupts of
     /// `vector` arrived; before each halt increments `halts` (the host's cue),
@@ -307,7 +307,7 @@ pub enum Spec {
     /// (vector `vector_base`); `rounds` times, recording each round trip in TSC
     /// cycles in `rtt_cycles[i]`. vCPU 1 halts and replies at once.
     IpiPingPong { rounds: u64, gap_cycles: u64, vector_base: u8 },
-    /// The idle guest of digest §5: the LAPIC timer fires periodically at `hz`
+    /// The idle guest of [S5]: the LAPIC timer fires periodically at `hz`
     /// (vector `vector`) and the vCPU halts between ticks, for `ticks` ticks
     /// (0: forever). Counts halts in `halts[vcpu]`.
     IdleTicks { hz: u64, ticks: u64, vector: u8 },

@@ -1,0 +1,232 @@
+"""Argument checks and guards shared by vcpulab's public API.
+
+* ``check_int`` / ``check_float`` / ``check_bool``: validate one argument
+  *before any work* and raise ``TypeError`` (wrong type) or ``ValueError``
+  (out of range), naming the argument, so no oversized value ever reaches the
+  Rust core (where it would overflow a conversion or size an allocation).
+* ``guard_panics``: a decorator (functions) / class decorator (every public
+  method and property) turning a Rust panic that crossed the FFI
+  (``pyo3_runtime.PanicException``, a ``BaseException``) into a
+  ``RuntimeError`` that says it is a bug in vcpulab. Panics are bugs: the
+  boundary checks above are the real defence; this keeps a missed one from
+  escaping ``except Exception`` (and a notebook's error handling).
+* ``ForkSafe``: a mixin for objects that own kernel resources (a KVM fd, a
+  mapping, a vCPU thread's lock). They refuse ``copy``/``deepcopy``/``pickle``
+  (``TypeError``: a copy would share — and on garbage collection close — the
+  original's resources), and after ``os.fork()`` an object created before the
+  fork raises ``RuntimeError`` in the child instead of touching locks held by
+  threads that do not exist there (``os.register_at_fork``).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import numbers
+import os
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+#: Bumped in every forked child (os.register_at_fork): objects remember the
+#: generation they were created in.
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+#: Per-object ownership tokens (never reused in a process, unlike ``id()``).
+_tokens = itertools.count(1)
+
+
+def new_token() -> int:
+    """A process-unique token (a Program names its VM by it, not by ``id()``)."""
+    return next(_tokens)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def check_int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """``v`` as an int in ``[lo, hi]`` (numpy integers accepted; bools and
+    floats refused with TypeError, out of range with ValueError)."""
+    if not _is_int(v):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__} {v!r}")
+    v = int(v)
+    if lo is not None and v < lo:
+        raise ValueError(f"{name} must be >= {lo}{'' if hi is None else f' (and <= {hi})'}, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {v}")
+    return v
+
+
+def check_float(
+    name: str,
+    v: Any,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    unit: str = "",
+) -> float:
+    """``v`` as a finite float in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    if not isinstance(v, numbers.Real) or isinstance(v, bool):
+        raise TypeError(f"{name} must be a number{f' ({unit})' if unit else ''}, got {type(v).__name__} {v!r}")
+    f = float(v)
+    u = f" {unit}" if unit else ""
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be a finite number{u}, got {f}")
+    if lo is not None and (f < lo or (lo_open and f == lo)):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo:g}{u}, got {f:g}")
+    if hi is not None and f > hi:
+        raise ValueError(f"{name} must be <= {hi:g}{u}, got {f:g}")
+    return f
+
+
+def check_bool(name: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be a bool, got {type(v).__name__} {v!r}")
+    return v
+
+
+def check_type(name: str, v: Any, cls: type | tuple[type, ...]) -> Any:
+    if not isinstance(v, cls):
+        want = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
+        raise TypeError(f"{name} must be a {want}, got {type(v).__name__} {v!r}")
+    return v
+
+
+# --------------------------------------------------------------------------- panics
+
+_BUG = "internal error in vcpulab (a bug, please report it at https://github.com/vcpulab/vcpulab/issues)"
+
+
+def _is_panic(e: BaseException) -> bool:
+    t = type(e)
+    return t.__name__ == "PanicException" and t.__module__ == "pyo3_runtime"
+
+
+def _wrap(f: F) -> F:
+    @functools.wraps(f)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except BaseException as e:
+            if _is_panic(e):
+                raise RuntimeError(f"{_BUG}: {e}") from None
+            raise
+
+    inner.__wrapped_by_guard__ = True  # type: ignore[attr-defined]
+    return inner  # type: ignore[return-value]
+
+
+def guard_panics(obj: T) -> T:
+    """Decorate a function, or a class (every public method and property,
+    plus ``__init__``/``__enter__``/``__exit__``), so a Rust panic surfaces as
+    ``RuntimeError`` naming it a bug in vcpulab."""
+    if isinstance(obj, type):
+        for name, attr in list(vars(obj).items()):
+            if name.startswith("_") and name not in ("__init__", "__enter__", "__exit__"):
+                continue
+            if isinstance(attr, property):
+                setattr(
+                    obj,
+                    name,
+                    property(
+                        _wrap(attr.fget) if attr.fget else None,
+                        _wrap(attr.fset) if attr.fset else None,
+                        attr.fdel,
+                        attr.__doc__,
+                    ),
+                )
+            elif isinstance(attr, (staticmethod, classmethod)):
+                setattr(obj, name, type(attr)(_wrap(attr.__func__)))
+            elif callable(attr) and not getattr(attr, "__wrapped_by_guard__", False):
+                setattr(obj, name, _wrap(attr))
+        return obj
+    return _wrap(obj)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- kernel resources
+
+
+class ForkSafe:
+    """Mixin for objects owning kernel resources: no copy, no pickle, and a
+    clear error when used in a child process forked after they were created.
+
+    Subclasses call ``self._fork_init()`` in ``__init__`` and
+    ``self._check_process()`` before touching their resources."""
+
+    _fork_gen: int = 0
+
+    def _fork_init(self) -> None:
+        self._fork_gen = _fork_generation
+
+    def _forked(self) -> bool:
+        return self._fork_gen != _fork_generation
+
+    def _check_process(self) -> None:
+        if self._fork_gen != _fork_generation:
+            raise RuntimeError(
+                f"this {type(self).__name__} was created in the parent of a forked process: its KVM file "
+                "descriptors and locks belong to the parent (threads running vCPUs there do not exist here); "
+                "create a new Host/Vm in the child (or use the 'spawn'/'forkserver' start method)"
+            )
+
+    def __copy__(self) -> Any:
+        raise TypeError(
+            f"a {type(self).__name__} owns kernel resources and cannot be copied (a copy would close the "
+            "original's when it is garbage-collected); pass the object itself"
+        )
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        self.__copy__()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            f"a {type(self).__name__} owns kernel resources (KVM file descriptors, guest memory) and cannot be "
+            "pickled or sent to another process; create it where it is used"
+        )
+
+    def __getstate__(self) -> Any:
+        self.__reduce_ex__(2)
+
+
+def fork_checked(cls: type[T]) -> type[T]:
+    """Class decorator: every public method and property of a ForkSafe class
+    first checks it is used in the process (fork generation) that created it."""
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+
+        def make(f: Callable[..., Any]) -> Callable[..., Any]:
+            @functools.wraps(f)
+            def inner(self: Any, *args: Any, **kwargs: Any) -> Any:
+                self._check_process()
+                return f(self, *args, **kwargs)
+
+            return inner
+
+        if isinstance(attr, property):
+            setattr(
+                cls,
+                name,
+                property(
+                    make(attr.fget) if attr.fget else None,
+                    make(attr.fset) if attr.fset else None,
+                    attr.fdel,
+                    attr.__doc__,
+                ),
+            )
+        elif callable(attr) and not isinstance(attr, (staticmethod, classmethod, type)):
+            setattr(cls, name, make(attr))
+    return cls

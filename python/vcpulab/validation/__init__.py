@@ -1,0 +1,64 @@
+"""Validation: the published results vcpulab's simulator exists to explore,
+registered, cited and scored in one table.
+
+* :data:`CASES` — the registry: one :class:`Case` per published comparison
+  (source, published numbers with units, metric, era, configuration builder);
+* :data:`ERAS` / :class:`Era` — one parameter set per era of kernel and
+  hardware, every value with its unit and source; :data:`COSTS` — the
+  ``hardware`` and ``this_host`` cost profiles;
+* :func:`validate` — runs the cases as one sweep (rayon locally, or any
+  executor such as Dask) and returns a polars frame, one row per case;
+  :func:`summary` / :func:`summary_line` — the shares against the targets
+  and the flags (lock-step, starvation, instability, bimodality);
+* :func:`check_case` — finds era values a case changes without a recorded
+  reason (no per-case tuning);
+* ``python -m vcpulab.validation [--quick]`` prints the table.
+
+See docs/validation.md (its table is written by benches/validation_full.py).
+"""
+
+from __future__ import annotations
+
+from vcpulab.validation._score import (
+    DEAD_BAND,
+    bimodal,
+    jain,
+    quick_kwargs,
+    summary,
+    summary_line,
+    t_interval,
+    to_markdown,
+    validate,
+)
+from vcpulab.validation.cases import CASES, METRICS, Case, Ctx, OnSpinGate, Published, Source, case, check_case
+from vcpulab.validation.eras import COSTS, ERAS, PENDING, CostProfile, Era, Param, era, eras_markdown, this_host
+
+__all__ = [
+    "CASES",
+    "COSTS",
+    "DEAD_BAND",
+    "ERAS",
+    "METRICS",
+    "PENDING",
+    "Case",
+    "CostProfile",
+    "Ctx",
+    "Era",
+    "OnSpinGate",
+    "Param",
+    "Published",
+    "Source",
+    "bimodal",
+    "case",
+    "check_case",
+    "era",
+    "eras_markdown",
+    "jain",
+    "quick_kwargs",
+    "summary",
+    "summary_line",
+    "t_interval",
+    "this_host",
+    "to_markdown",
+    "validate",
+]

@@ -1,0 +1,483 @@
+"""Running the registry as one sweep and scoring it (see :func:`validate`)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from vcpulab import _core
+from vcpulab.sim import halt_poll as hp
+from vcpulab.sim._config import Config
+from vcpulab.validation.cases import _COMPARED, _MEASURES, CASES, Case
+from vcpulab.validation.eras import COSTS, CostProfile
+
+__all__ = [
+    "DEAD_BAND",
+    "bimodal",
+    "jain",
+    "summary",
+    "summary_line",
+    "t_interval",
+    "to_markdown",
+    "validate",
+]
+
+#: a change (or log ratio) smaller than this counts as "no effect" (sign 0),
+#: for the published value, the direction test and the stability test
+DEAD_BAND = 0.02
+
+# two-sided 97.5 % quantiles of Student's t by degrees of freedom
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 25: 2.060, 30: 2.042}  # fmt: skip
+
+
+def _t975(df: int) -> float:
+    if df in _T975:
+        return _T975[df]
+    if df > 30:
+        return 1.96 + 2.4 / df  # within 0.3 % of the t quantile above 30 degrees of freedom
+    return _T975[max(k for k in _T975 if k < df)]
+
+
+def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and the 95 % t interval of ``values`` (NaN bounds for n < 2)."""
+    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan
+    m = float(x.mean())
+    if x.size < 2:
+        return m, math.nan, math.nan
+    h = _t975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return m, m - h, m + h
+
+
+def jain(xs: Sequence[float]) -> float:
+    """Jain's fairness index (Σx)² / (n Σx²): 1 when all equal, 1/n when one takes all."""
+    x = np.asarray(xs, dtype=float)
+    s2 = float((x * x).sum())
+    return float(x.sum() ** 2 / (x.size * s2)) if x.size and s2 > 0 else math.nan
+
+
+def bimodal(values: Sequence[float], min_group: int = 2) -> bool:
+    """True when the per-seed values split into two groups separated by a
+    gap: the largest gap between sorted values leaves at least
+    ``max(min_group, 20 %)`` values on each side and is more than 3 times
+    the pooled standard deviation within the groups and more than 5 % of the
+    values' scale. Needs >= 4 finite values (False otherwise). A gap test,
+    not a mixture fit: with 3-10 seeds it flags collapses such as a PLE storm
+    in some seeds and not others."""
+    x = np.sort(np.asarray([v for v in values if math.isfinite(v)], dtype=float))
+    n = x.size
+    if n < 4:
+        return False
+    k_min = max(min_group, math.ceil(0.2 * n))
+    best = None
+    for k in range(k_min, n - k_min + 1):
+        gap = x[k] - x[k - 1]
+        if best is None or gap > best[0]:
+            best = (gap, k)
+    if best is None:
+        return False
+    gap, k = best
+    lo, hi = x[:k], x[k:]
+    ss = float(((lo - lo.mean()) ** 2).sum() + ((hi - hi.mean()) ** 2).sum())
+    pooled = math.sqrt(ss / max(1, n - 2))
+    scale = max(abs(float(np.median(x))), float(x.max() - x.min()), 1e-12)
+    return bool(gap > 3 * pooled and gap > 0.05 * scale)
+
+
+def _sign(v: float, metric: str) -> int:
+    if v is None or not math.isfinite(v):
+        return 0
+    e = math.log(v) if metric == "ratio" and v > 0 else v
+    return 0 if abs(e) < DEAD_BAND else (1 if e > 0 else -1)
+
+
+# ----------------------------------------------------------------- running
+
+
+@dataclass
+class _Point:
+    key: str
+    kind: str  # "sim" or "hp"
+    payload: Any  # Config or Scenario
+
+
+def _run_sim_batch(batch: Sequence[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """Runs main-engine points in the calling process (one thread each under
+    rayon); returns (key, {"summary": {...}, "vms": {...}}) of plain lists
+    (picklable, for executors)."""
+    jsons = [j for _, j, _ in batch]
+    pols: list[dict[str, Any] | None] = [p for _, _, p in batch]
+    outs = _core.sim_sweep(jsons, pols, 0, None)
+    res = []
+    for (key, _, _), d in zip(batch, outs):
+        res.append((key, {"summary": _plain(d["summary"]), "vms": _plain(d["vms"])}))
+    return res
+
+
+def _plain(cols: Mapping[str, Any]) -> dict[str, list[Any]]:
+    return {k: (v.tolist() if hasattr(v, "tolist") else list(v)) for k, v in cols.items()}
+
+
+def _run_hp(scs: Sequence[hp.Scenario]) -> list[dict[str, Any]]:
+    outs = _core.halt_poll_simulate_many([s.to_json() for s in scs])
+    res = []
+    for s, d in zip(scs, outs):
+        r = hp._result(s, d)
+        res.append({"hp": r.stats, "hp_end_ns": r.end_ns})
+    return res
+
+
+def _execute(points: list[_Point], executor: Any, batch_size: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    sims = [p for p in points if p.kind == "sim"]
+    items = [(p.key, p.payload.to_json(), p.payload.python_policies()) for p in sims]
+    if executor is None:
+        for k, r in _run_sim_batch(items):
+            out[k] = r
+    else:
+        from vcpulab.sim._distributed import _check_shippable
+
+        _check_shippable([({}, p.payload) for p in sims], executor)  # Python policies must reach the workers
+        futs = [executor.submit(_run_sim_batch, items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
+        for f in futs:
+            for k, r in f.result():
+                out[k] = r
+    hps = [p for p in points if p.kind == "hp"]
+    for p, r in zip(hps, _run_hp([p.payload for p in hps])):
+        out[p.key] = r
+    for k, r in out.items():
+        if "summary" in r:
+            r["summary"] = pl.DataFrame(r["summary"])
+            r["vms"] = pl.DataFrame(r["vms"])
+    return out
+
+
+def _key(obj: Any) -> str:
+    if isinstance(obj, Config):
+        return "sim:" + obj.config_hash() + ":" + ",".join(sorted(obj.python_policies()))
+    return "hp:" + obj.to_json()
+
+
+# ----------------------------------------------------------------- scoring
+
+
+def _fairness(r: Mapping[str, Any], cfg: Any) -> tuple[float, int]:
+    """(min Jain index over the config's groups of identical VMs, VMs with no
+    operation in the measured window) of one main-engine run."""
+    if "vms" not in r or not isinstance(cfg, Config):
+        return math.nan, 0
+    tput = r["vms"]["throughput_ops_s"].to_list()
+    ops = r["vms"]["ops"].to_list()
+    starved = sum(1 for o in ops if o == 0)
+    j = math.nan
+    i = 0
+    for vm in cfg.vms:
+        if vm.count >= 2:
+            jj = jain(tput[i : i + vm.count])
+            j = jj if math.isnan(j) else min(j, jj)
+        i += vm.count
+    return j, starved
+
+
+def _compare(metric: str, base: float, new: float) -> float:
+    if metric == "ratio":
+        return new / base if base > 0 else math.nan
+    return new / base - 1 if base > 0 else math.nan
+
+
+def validate(
+    cases: Iterable[Case | str] | None = None,
+    seeds: int | Sequence[int] = 5,
+    executor: Any = None,
+    duration_scale: float = 1.0,
+    costs: str | CostProfile | None = None,
+    batch_size: int = 4,
+) -> pl.DataFrame:
+    """Runs every case (or ``cases``) as one sweep and scores it.
+
+    Each expressible case runs its variants ("base"/"new", or "only") for
+    every seed at two simulated lengths after the same warm-up: the nominal
+    one (times ``duration_scale``) and half of it. Identical configurations
+    (e.g. the six PARSEC rows) run once. Main-engine points run in parallel
+    in this process (rayon, GIL released), or as batches of ``batch_size``
+    points on ``executor`` (any :class:`concurrent.futures.Executor`, e.g. a
+    Dask ``Client.get_executor()``; the points travel as JSON plus their
+    Python policies, which must be importable on the workers); the
+    halt-polling model's points run locally (milliseconds each).
+
+    ``seeds``: a count (seeds 0..n-1) or the seeds. ``costs``: a cost profile
+    or its name; default each case's own (``"hardware"``).
+
+    Returns one row per case: ``case``, ``era``, ``metric``, ``published``
+    (the published value: a change as a fraction, a ratio, or a share),
+    ``published_text``, ``sim_mean`` with its 95 % t interval ``ci_low`` /
+    ``ci_high`` (paired by seed: the comparison is formed per seed),
+    ``per_seed`` (list), ``short_mean`` (the half-length run), ``direction_ok``,
+    ``sim_over_pub``, ``within_2x``, ``jain_min`` (Jain's index of per-VM
+    throughput over each group of identical VMs, worst seed and variant;
+    null for single VMs), ``starved_vms`` (most VMs with no operation in the
+    measured window, any seed and variant), ``stable`` (same sign, with the
+    dead band, at both lengths), ``bimodal`` (per-seed comparison or either
+    variant's per-seed measure), ``identical`` (both variants gave the same
+    measure on every seed: the compared mechanism had no effect),
+    ``status`` ("simulated" or "not expressible: …"), ``waits_for``,
+    ``source`` and ``url``. See docs/validation.md for the rules.
+    """
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ValueError(f"validate: seeds must be >= 1, got {seeds}")
+        seed_list = list(range(seeds))
+    else:
+        seed_list = [int(s) for s in seeds]
+        if not seed_list:
+            raise ValueError("validate: seeds must not be empty")
+    if isinstance(duration_scale, bool) or not isinstance(duration_scale, (int, float)) or not duration_scale > 0:
+        raise ValueError(f"validate: duration_scale must be a number > 0, got {duration_scale!r}")
+    sel = _select(cases)
+    prof_for = {c.name: _profile(costs, c) for c in sel}
+    lengths = (1.0, 0.5)
+    plan: dict[tuple[str, float, str, int], str] = {}
+    built: dict[tuple[str, float, str, int], Any] = {}
+    points: dict[str, _Point] = {}
+    for c in sel:
+        if c.build is None:
+            continue
+        for ln in lengths:
+            ctx = c.ctx(prof_for[c.name], float(duration_scale), ln)
+            for v in c.variants:
+                for s in seed_list:
+                    obj = c.build(ctx, v, s)
+                    k = _key(obj)
+                    plan[(c.name, ln, v, s)] = k
+                    built[(c.name, ln, v, s)] = obj
+                    if k not in points:
+                        points[k] = _Point(k, "sim" if isinstance(obj, Config) else "hp", obj)
+    results = _execute(list(points.values()), executor, batch_size)
+    rows = [_score(c, seed_list, plan, built, results) for c in sel]
+    return pl.DataFrame(rows, schema=_SCHEMA, orient="row")
+
+
+_SCHEMA: dict[str, Any] = {
+    "case": pl.String,
+    "era": pl.String,
+    "metric": pl.String,
+    "published": pl.Float64,
+    "published_text": pl.String,
+    "sim_mean": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "per_seed": pl.List(pl.Float64),
+    "short_mean": pl.Float64,
+    "direction_ok": pl.Boolean,
+    "sim_over_pub": pl.Float64,
+    "within_2x": pl.Boolean,
+    "jain_min": pl.Float64,
+    "starved_vms": pl.Int64,
+    "stable": pl.Boolean,
+    "bimodal": pl.Boolean,
+    "identical": pl.Boolean,
+    "seeds": pl.Int64,
+    "status": pl.String,
+    "waits_for": pl.String,
+    "source": pl.String,
+    "url": pl.String,
+}
+
+
+def _select(cases: Iterable[Case | str] | None) -> list[Case]:
+    if cases is None:
+        return list(CASES)
+    if isinstance(cases, (str, Case)):
+        cases = [cases]
+    by_name = {c.name: c for c in CASES}
+    out = []
+    for c in cases:
+        if isinstance(c, Case):
+            out.append(c)
+        elif isinstance(c, str) and c in by_name:
+            out.append(by_name[c])
+        else:
+            raise ValueError(f"validate: unknown case {c!r}; see vcpulab.validation.CASES")
+    return out
+
+
+def _profile(costs: str | CostProfile | None, c: Case) -> CostProfile:
+    if costs is None:
+        return COSTS[c.costs]
+    if isinstance(costs, CostProfile):
+        return costs
+    if costs not in COSTS:
+        raise ValueError(f"validate: costs must be one of {list(COSTS)} or a CostProfile, got {costs!r}")
+    return COSTS[costs]
+
+
+def _score(
+    c: Case,
+    seeds: list[int],
+    plan: Mapping[tuple[str, float, str, int], str],
+    built: Mapping[tuple[str, float, str, int], Any],
+    results: Mapping[str, Mapping[str, Any]],
+) -> tuple[Any, ...]:
+    pub = c.published
+    pv = pub.value
+    src = f"{c.source.authors}, '{c.source.title}', {c.source.date}"
+    if c.build is None:
+        return (c.name, c.era, c.metric, pv, pub.text, None, None, None, None, None, None, None, None, None, None,
+                None, None, None, 0, f"not expressible: {c.limitation}", c.waits_for, src, c.source.url)  # fmt: skip
+    measure = _MEASURES[c.measure]
+    per_len: dict[float, list[float]] = {}
+    per_var: dict[str, list[float]] = {v: [] for v in c.variants}
+    jmin, starved = math.nan, 0
+    for ln in (1.0, 0.5):
+        vals = []
+        for s in seeds:
+            m = {}
+            for v in c.variants:
+                r = results[plan[(c.name, ln, v, s)]]
+                m[v] = measure(r)
+                if ln == 1.0:
+                    per_var[v].append(m[v])
+                    j, st = _fairness(r, built[(c.name, ln, v, s)])
+                    if not math.isnan(j):
+                        jmin = j if math.isnan(jmin) else min(jmin, j)
+                    starved = max(starved, st)
+            vals.append(m["only"] if c.metric == "share" else _compare(c.metric, m["base"], m["new"]))
+        per_len[ln] = vals
+    vals = per_len[1.0]
+    mean, lo, hi = t_interval(vals)
+    short = t_interval(per_len[0.5])[0]
+    # direction
+    if c.metric in _COMPARED:
+        ps = pub.sign if pv is None else _sign(pv, c.metric)
+        direction_ok: bool | None = _sign(mean, c.metric) == ps
+    else:
+        direction_ok = None
+    # magnitude
+    ratio: float | None = None
+    within: bool | None = None
+    if pv is not None and math.isfinite(mean):
+        if c.metric in _COMPARED and _sign(pv, c.metric) == 0:
+            within = abs((math.log(mean) if c.metric == "ratio" and mean > 0 else mean)) < 2 * DEAD_BAND
+        else:
+            ratio = mean / pv if pv != 0 else None
+            if pub.low is not None and pub.high is not None:
+                within = pub.low / 2 <= mean <= pub.high * 2
+            elif ratio is not None:
+                within = 0.5 <= ratio <= 2.0
+    stable = _sign(mean, c.metric if c.metric != "share" else "x") == _sign(short, c.metric if c.metric != "share" else "x")
+    if c.metric == "share":
+        stable = bool(math.isfinite(mean) and math.isfinite(short) and (abs(mean - short) <= 0.5 * max(abs(mean), 1e-9)))
+    bim = bimodal(vals) or any(bimodal(x) for x in per_var.values())
+    identical = None if c.metric == "share" else all(
+        math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) for a, b in zip(per_var["base"], per_var["new"])
+    )
+    return (c.name, c.era, c.metric, pv, pub.text, mean, lo, hi, [float(v) for v in vals], short, direction_ok, ratio,
+            within, None if math.isnan(jmin) else jmin, starved, stable, bim, identical, len(seeds), "simulated",
+            c.waits_for, src, c.source.url)  # fmt: skip
+
+
+# ----------------------------------------------------------------- summary
+
+
+def summary(df: pl.DataFrame) -> dict[str, Any]:
+    """Shares and flags of a :func:`validate` frame.
+
+    * ``direction_share``: right in direction / simulated cases with a direction;
+    * ``within_2x_share``: within 2x / simulated cases with a published magnitude;
+    * ``registered``, ``simulated``, ``not_expressible`` (case names);
+    * ``lockstep``: fair-vs-gang comparisons whose two schedulers gave
+      identical results on every seed; ``identical``: every comparison whose
+      two variants did (a mechanism with no effect: a dead path);
+    * ``starvation``: cases with a VM at zero operations in a measured window;
+    * ``unstable``, ``bimodal``: case names.
+    """
+    sim = df.filter(pl.col("status") == "simulated")
+    d = sim.filter(pl.col("direction_ok").is_not_null())
+    w = sim.filter(pl.col("within_2x").is_not_null())
+    gang = [n for n in sim["case"].to_list() if "gang" in n]
+    ident = sim.filter(pl.col("identical").fill_null(False))["case"].to_list()
+    return {
+        "registered": df.height,
+        "simulated": sim.height,
+        "not_expressible": df.filter(pl.col("status") != "simulated")["case"].to_list(),
+        "direction_right": int(d["direction_ok"].sum()) if d.height else 0,
+        "direction_cases": d.height,
+        "direction_share": float(d["direction_ok"].mean()) if d.height else math.nan,  # type: ignore[arg-type]
+        "within_2x": int(w["within_2x"].sum()) if w.height else 0,
+        "within_2x_cases": w.height,
+        "within_2x_share": float(w["within_2x"].mean()) if w.height else math.nan,  # type: ignore[arg-type]
+        "lockstep": [n for n in ident if n in gang],
+        "identical": ident,
+        "starvation": sim.filter(pl.col("starved_vms") > 0)["case"].to_list(),
+        "unstable": sim.filter(~pl.col("stable"))["case"].to_list(),
+        "bimodal": sim.filter(pl.col("bimodal"))["case"].to_list(),
+    }
+
+
+def summary_line(df: pl.DataFrame) -> str:
+    """One line: shares against the targets (>= 80 % direction, >= 60 % within 2x) and the flags."""
+    s = summary(df)
+    return (
+        f"{s['simulated']} of {s['registered']} registered cases simulated; "
+        f"direction right {s['direction_right']}/{s['direction_cases']} ({s['direction_share']:.0%}, target >= 80 %); "
+        f"within 2x {s['within_2x']}/{s['within_2x_cases']} ({s['within_2x_share']:.0%}, target >= 60 %); "
+        f"lock-step {len(s['lockstep'])}, starvation {len(s['starvation'])}, unstable {len(s['unstable'])}, "
+        f"bimodal {len(s['bimodal'])}, identical variants {len(s['identical'])}, "
+        f"not expressible {len(s['not_expressible'])}"
+    )
+
+
+def _fmt(metric: str, v: float | None) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if metric == "ratio":
+        return f"{v:.2f}x"
+    if metric == "share":
+        return f"{v:.1%}"
+    return f"{v:+.1%}"
+
+
+def to_markdown(df: pl.DataFrame) -> str:
+    """The frame as a Markdown table (one row per case) and the summary line."""
+    head = ("| case | era | published | simulated (95 % CI) | per seed | dir | sim/pub | 2x | Jain | starved | stable "
+            "| bimodal | status |")  # fmt: skip
+    lines = [head, "|" + " --- |" * 13]
+
+    def yn(v: Any) -> str:
+        return "—" if v is None else ("yes" if v else "**no**")
+
+    for r in df.iter_rows(named=True):
+        m = r["metric"]
+        pub = _fmt(m, r["published"]) if r["published"] is not None else ("+ (direction)" if "16x10" in r["case"] else "—")
+        if r["status"] == "simulated":
+            ci = f"{_fmt(m, r['sim_mean'])} ({_fmt(m, r['ci_low'])} … {_fmt(m, r['ci_high'])})"
+            seeds = " ".join(_fmt(m, v) for v in r["per_seed"])
+            ratio = "—" if r["sim_over_pub"] is None else f"{r['sim_over_pub']:.2f}"
+            jn = "—" if r["jain_min"] is None else f"{r['jain_min']:.2f}"
+            status = "simulated" + (f", waits for {r['waits_for']}" if r["waits_for"] else "")
+            lines.append(f"| {r['case']} | {r['era']} | {pub} | {ci} | {seeds} | {yn(r['direction_ok'])} | {ratio} | "
+                         f"{yn(r['within_2x'])} | {jn} | {r['starved_vms']} | {yn(r['stable'])} | "
+                         f"{'**yes**' if r['bimodal'] else 'no'} | {status} |")  # fmt: skip
+        else:
+            lines.append(f"| {r['case']} | {r['era']} | {pub} | — | — | — | — | — | — | — | — | — | {r['status']} |")
+    lines.append("")
+    lines.append(summary_line(df))
+    return "\n".join(lines)
+
+
+def quick_kwargs() -> dict[str, Any]:
+    """The reduced run CI uses: 3 seeds, a fifth of the nominal lengths."""
+    return {"seeds": 3, "duration_scale": 0.2}
+
+
+def _cpu_count() -> int:  # pragma: no cover
+    return os.cpu_count() or 1

@@ -1,0 +1,706 @@
+"""Eras of kernel and hardware, and cost profiles, as data.
+
+An :class:`Era` is one parameter set for the kernels and machines a group of
+published results was measured on (2012 3.x, 2015 4.x, 2019 5.x, 2021 5.14,
+today's 6.x). It maps onto the simulator's configuration objects
+(:class:`vcpulab.sim.Host`, :class:`~vcpulab.sim.Ple`,
+:class:`~vcpulab.sim.Pv`, :class:`~vcpulab.sim.HaltPoll`, the guest kernel's
+spin lock and :class:`~vcpulab.sim.Workload` constants, the directed-yield
+policy of that kernel) field by field. Every value is a :class:`Param` with
+its unit and its source: a kernel default (the file or function named), a
+cited hardware figure (with its reference), a measurement, or an assumption
+(said so, with the reason; where vcpulab found no published figure).
+
+Costs are kept apart, in a :class:`CostProfile`: ``hardware`` (figures for a
+hardware-virtualised guest, cited where a figure was found) and
+``this_host`` (measured by :func:`vcpulab.calibrate.halt_poll` on the
+project's machine, whose guests run emulated). A validation case picks an era
+and a cost profile; it never sets an era's or a profile's value itself (see
+:mod:`vcpulab.validation.cases`: an override needs a recorded reason).
+
+Adding an option of a new simulator version to an era is adding a
+:class:`Param` to the era's mapping for that class (``host``, ``ple``, ``pv``,
+``halt_poll``, ``workload``): e.g. ``"scheduler": Param("cfs", "", KERNEL,
+"kernel/sched/fair.c before v6.6")`` once ``Host.scheduler`` accepts
+``"cfs"``. :data:`PENDING` lists, per era, what the sources' kernels did that
+today's simulator cannot express yet, and which issue adds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from vcpulab.sim import halt_poll as hp
+from vcpulab.sim import policies as P
+from vcpulab.sim._config import Guest, HaltPoll, Host, HostNoise, Ple, Policy, Pv
+
+__all__ = [
+    "ASSUMPTION",
+    "COSTS",
+    "ERAS",
+    "HARDWARE",
+    "KERNEL",
+    "MEASURED",
+    "PENDING",
+    "SECTIONS",
+    "CostProfile",
+    "Era",
+    "Param",
+    "era",
+    "eras_markdown",
+    "this_host",
+]
+
+#: the ``guest`` section's fields that are :class:`vcpulab.sim.Guest` fields (the
+#: others, ``lock_kind`` and ``policy``, set the workload's locks and the policy)
+_GUEST_FIELDS = tuple(f.name for f in dataclasses.fields(Guest))
+
+#: kinds of source a value can have
+KERNEL = "kernel default"
+HARDWARE = "cited hardware figure"
+MEASURED = "measured"
+ASSUMPTION = "assumption"
+PUBLISHED_SETUP = "published set-up"
+KINDS = (KERNEL, HARDWARE, MEASURED, ASSUMPTION, PUBLISHED_SETUP)
+
+#: the configuration sections an era or a cost profile maps onto; "guest" holds
+#: the guest kernel's choices (``lock_kind``, ``policy``), "halt_poll_model"
+#: the one-CPU halt-polling model's :class:`vcpulab.sim.halt_poll.Params` /
+#: :class:`~vcpulab.sim.halt_poll.Costs` fields.
+SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One value with its unit and where it comes from.
+
+    Attributes:
+        value: the value, in the unit of the simulator field it sets.
+        unit: ``"ns"``, ``"cycles"``, ``"kHz"``, ``""`` for choices/flags/counts.
+        kind: one of :data:`KERNEL`, :data:`HARDWARE`, :data:`MEASURED`,
+            :data:`ASSUMPTION`, ``"published set-up"``.
+        source: the kernel file/function and constant, the reference of a
+            hardware figure, the measurement, or the reason of an assumption.
+    """
+
+    value: Any
+    unit: str
+    kind: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Param.kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.source, str) or len(self.source.strip()) < 8:
+            raise ValueError(f"Param.source must say where the value comes from, got {self.source!r}")
+        if not isinstance(self.unit, str):
+            raise ValueError(f"Param.unit must be a str, got {self.unit!r}")
+
+
+def _freeze(d: Mapping[str, Param]) -> Mapping[str, Param]:
+    for k, v in d.items():
+        if not isinstance(v, Param):
+            raise ValueError(f"{k}: expected a Param, got {v!r}")
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class Era:
+    """One era of kernel and hardware (see the module docstring).
+
+    Attributes:
+        name: ``"2012-3.x"``, ``"2015-4.x"``, ``"2019-5.x"``, ``"2021-5.14"``, ``"6.x"``.
+        kernel: the host/guest kernels the era stands for.
+        hardware: the machines the era's sources measured on.
+        host, ple, pv, halt_poll, workload: field → :class:`Param` for
+            :class:`vcpulab.sim.Host`, :class:`~vcpulab.sim.Ple`,
+            :class:`~vcpulab.sim.Pv`, :class:`~vcpulab.sim.HaltPoll` and the
+            :class:`~vcpulab.sim.Workload` constants of the guest kernel.
+        guest: ``lock_kind`` (the guest's kernel spinlock) and ``policy``
+            (the host's ``kvm_vcpu_on_spin``) as :class:`Param`.
+        halt_poll_model: the module parameters of the one-CPU halt-polling
+            model (:class:`vcpulab.sim.halt_poll.Params` fields).
+    """
+
+    name: str
+    kernel: str
+    hardware: str
+    host: Mapping[str, Param] = field(default_factory=dict)
+    ple: Mapping[str, Param] = field(default_factory=dict)
+    pv: Mapping[str, Param] = field(default_factory=dict)
+    halt_poll: Mapping[str, Param] = field(default_factory=dict)
+    workload: Mapping[str, Param] = field(default_factory=dict)
+    guest: Mapping[str, Param] = field(default_factory=dict)
+    halt_poll_model: Mapping[str, Param] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for s in SECTIONS:
+            object.__setattr__(self, s, _freeze(getattr(self, s)))
+        # every value must be accepted by the simulator's own validation
+        Host(**self.values("host"))
+        Ple(**self.values("ple"))
+        Pv(**self.values("pv"))
+        HaltPoll(**self.values("halt_poll"))
+        Guest(**{k: v for k, v in self.values("guest").items() if k in _GUEST_FIELDS})
+        if not isinstance(self.guest["policy"].value, Policy):
+            raise ValueError(f"Era {self.name}: guest.policy must be a Policy")
+
+    def values(self, section: str) -> dict[str, Any]:
+        """``{field: value}`` of one section."""
+        if section not in SECTIONS:
+            raise ValueError(f"section must be one of {SECTIONS}, got {section!r}")
+        return {k: p.value for k, p in getattr(self, section).items()}
+
+    def params(self) -> dict[str, Param]:
+        """Every value as ``{"section.field": Param}``."""
+        return {f"{s}.{k}": p for s in SECTIONS for k, p in getattr(self, s).items()}
+
+    def with_overrides(self, overrides: Mapping[str, tuple[Any, str]]) -> Era:
+        """A copy with ``{"section.field": (value, reason)}`` replaced; each
+        replaced value's source says it is a case override and why."""
+        secs: dict[str, dict[str, Param]] = {s: dict(getattr(self, s)) for s in SECTIONS}
+        for path, (value, reason) in overrides.items():
+            sec, _, name = path.partition(".")
+            if sec not in SECTIONS or not name:
+                raise ValueError(f"override {path!r}: expected 'section.field' with section in {SECTIONS}")
+            if not isinstance(reason, str) or len(reason.strip()) < 10:
+                raise ValueError(f"override {path!r} needs a recorded reason, got {reason!r}")
+            old = secs[sec].get(name)
+            secs[sec][name] = Param(value, old.unit if old else "", PUBLISHED_SETUP, f"case override: {reason}")
+        return dataclasses.replace(self, **secs)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """Costs of exits and handlers, apart from the era's parameters.
+
+    Attributes:
+        name: ``"hardware"`` or ``"this_host"``.
+        description: what the profile stands for.
+        host, ple, pv: field → :class:`Param` for the main engine.
+        halt_poll_model: :class:`vcpulab.sim.halt_poll.Costs` fields.
+    """
+
+    name: str
+    description: str
+    host: Mapping[str, Param] = field(default_factory=dict)
+    ple: Mapping[str, Param] = field(default_factory=dict)
+    pv: Mapping[str, Param] = field(default_factory=dict)
+    halt_poll_model: Mapping[str, Param] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for s in ("host", "ple", "pv", "halt_poll_model"):
+            object.__setattr__(self, s, _freeze(getattr(self, s)))
+        hp.Costs(**self.values("halt_poll_model"))
+
+    def values(self, section: str) -> dict[str, Any]:
+        return {k: p.value for k, p in getattr(self, section, {}).items()}
+
+    def params(self) -> dict[str, Param]:
+        return {f"{s}.{k}": p for s in ("host", "ple", "pv", "halt_poll_model") for k, p in getattr(self, s).items()}
+
+    def costs(self) -> hp.Costs:
+        """The one-CPU halt-polling model's :class:`~vcpulab.sim.halt_poll.Costs`."""
+        return hp.Costs(**self.values("halt_poll_model"))
+
+
+# --------------------------------------------------------------- references
+
+_SPEC_PLE = "arch/x86/kvm/x86.h + vmx/vmx.c module parameters"
+_PAUSE_MANUAL = (
+    "Intel 64 and IA-32 Architectures Optimization Reference Manual (Intel, 2016 and later), Skylake server "
+    "microarchitecture section: the PAUSE latency 'is about 10 cycles' on earlier microarchitectures and "
+    "'as many as 140 cycles' on Skylake; https://www.intel.com/content/www/us/en/developer/articles/technical/"
+    "intel-sdm.html"
+)
+_SPLITX = (
+    "Landau, Ben-Yehuda, Gordon, 'SplitX: Split Guest/Hypervisor Execution on Multi-Core', USENIX WIOV 2011, "
+    "Table 1: the direct cost of an exit (world switch out and back) ~2,000 cycles on a Xeon X5570 at 2.93 GHz "
+    "with KVM (2.6.34) = 683 ns; a copy of the paper: "
+    "https://m.moam.info/splitx-split-guest-hypervisor-execution-on-multi-core-usenix_59e5379e1723ddf9a2a71953.html"
+)
+
+
+def _k(value: Any, unit: str, source: str) -> Param:
+    return Param(value, unit, KERNEL, source)
+
+
+def _a(value: Any, unit: str, source: str) -> Param:
+    return Param(value, unit, ASSUMPTION, source)
+
+
+def _h(value: Any, unit: str, source: str) -> Param:
+    return Param(value, unit, HARDWARE, source)
+
+
+# values shared by every era (kernel defaults that never changed in the range)
+_TICK = _k(4_000_000, "ns", "CONFIG_HZ_250, the default of kernel/Kconfig.hz (HZ=250: a 4 ms tick)")
+_SLICE = _k(
+    3_000_000,
+    "ns",
+    "kernel/sched/fair.c: sysctl_sched_min_granularity (CFS) / sysctl_sched_base_slice (EEVDF) 0.75 ms "
+    "x (1 + ilog2(min(ncpus, 8))) = 3 ms; the simulator's scheduler is EEVDF-like in every era (see PENDING)",
+)
+_WAKE = _k(True, "", "kernel/sched/fair.c: check_preempt_wakeup / wakeup_preempt (wake-up preemption on)")
+_WINDOW = _k(4096, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW = 4096 ({_SPEC_PLE})")
+_SHRINK = _k(0, "", f"KVM_DEFAULT_PLE_WINDOW_SHRINK = 0: reset to ple_window on sched-in ({_SPEC_PLE})")
+_VMX = _k("vmx", "", "every source of the registry measured on Intel hosts (VMX pause-loop exiting)")
+_ENABLED = _k(True, "", "vmx.c: PLE on when the CPU has it (ple_gap = KVM_DEFAULT_PLE_GAP = 128)")
+_SPIN_THRESHOLD = _k(32768, "iterations", "SPIN_THRESHOLD = 1 << 15, arch/x86/include/asm/spinlock.h (pv spinlocks)")
+_GUEST_SLICE = _a(4_000_000, "ns", "a 4 ms guest CFS slice between threads sharing a vCPU (the simulator default)")
+_SPIN_OLD = _h(40, "cycles", f"PAUSE ~10 cycles before Skylake plus the spin loop's load and compare; {_PAUSE_MANUAL}")
+_SPIN_SKL = _h(150, "cycles", f"PAUSE up to ~140 cycles from Skylake on, plus the loop; {_PAUSE_MANUAL}")
+_NO_STEAL = _k(
+    False,
+    "",
+    "no preempted byte in struct kvm_steal_time before v4.9 ('x86/kvm: support vCPU preemption check', 2016)",
+)
+_STEAL = _k(True, "", "KVM_FEATURE_STEAL_TIME with the preempted byte (v4.9+), offered by QEMU's default CPU model")
+_NO_SCHED_YIELD = _k(False, "", "KVM_FEATURE_PV_SCHED_YIELD arrived in v5.2 (2019)")
+_SCHED_YIELD = _k(True, "", "KVM_FEATURE_PV_SCHED_YIELD (v5.2+): call-function IPIs yield to a preempted target")
+_APICV = _h(True, "", "posted interrupts / APICv on Xeons from Ivy Bridge-EP (2013) on (Intel SDM vol. 3, ch. 29)")
+_NO_APICV = _h(False, "", "no posted interrupts before Ivy Bridge-EP (Intel SDM vol. 3, ch. 29: APIC virtualization)")
+_PLACEMENT = _k("available_idle", "", "kernel/sched/core.c: available_idle_cpu() = idle_cpu && !vcpu_is_preempted")
+_GUEST_POLL = _k(0, "ns", "cpuidle-haltpoll is not loaded by default: the guest halts at once")
+# the PV switches and the guest kernel's lock rules (issue #13)
+_NO_KICK_YIELD = _k(False, "", "KVM_HC_KICK_CPU only wakes the kicked vCPU before 266e85a5ec91 (2019)")
+_KICK_YIELD = _k(True, "", "kvm_pv_kick_cpu_op + kvm_sched_yield: 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (2019)")
+_NO_PV_TLB = _k(False, "", "KVM_FEATURE_PV_TLB_FLUSH arrived in v4.16 (2018)")
+_PV_TLB = _k(True, "", "KVM_FEATURE_PV_TLB_FLUSH (v4.16+): kvm_flush_tlb_multi skips preempted vCPUs")
+_NO_PV_IPI = _k(False, "", "KVM_FEATURE_PV_SEND_IPI arrived in v4.19 (2018)")
+_PV_IPI = _k(True, "", "KVM_FEATURE_PV_SEND_IPI (v4.19+): one hypercall per multicast IPI")
+_LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lock.c rules (sim.Guest.lock_model)")
+_WAIT_EARLY = _k("prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)")
+_NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
+_VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
+_HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
+_HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
+_HP_GROW_START = _k(10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)")
+_HP_SHRINK_OLD = _k(0, "", "halt_poll_ns_shrink = 0 (reset to 0) before ~v6.8 (virt/kvm/kvm_main.c)")
+_HP_SHRINK_NEW = _k(2, "", "halt_poll_ns_shrink = 2 since ~v6.8 (virt/kvm/kvm_main.c)")
+_ESRCH = _k(True, "", "kernel/sched/core.c yield_to(): -ESRCH when both run queues hold one task (since 2013)")
+_CFS_BUDDY = _k(
+    "always",
+    "",
+    "CFS before v6.6: pick_next_entity() takes cfs_rq->next (set by yield_to_task_fair) unless too unfair; "
+    "modelled as always honoured",
+)
+_CFS_YIELD = _k(
+    "deadline",
+    "",
+    "CFS before v6.6: yield_task_fair() set a skip buddy; the simulator's closest rule is the v6.6 deadline push",
+)
+# host model (issue #12): the scheduler class, time out of lock-step, host
+# noise, wake-up placement and balancing; topology (sockets, SMT) is a
+# published set-up of each case, not an era value
+_INTEL_IDLE = "drivers/idle/intel_idle.c"
+_IDLE_NHM = _h(
+    ((3_000, 6_000), (10_000, 20_000), (20_000, 80_000), (200_000, 800_000)),
+    "ns",
+    f"{_INTEL_IDLE} nehalem_cstates (used for Nehalem/Westmere Xeons): C1 3/6 us, C1E 10/20, C3 20/80, C6 200/800 "
+    "(exit latency / target residency)",
+)
+_IDLE_SKX = _h(
+    ((2_000, 2_000), (10_000, 20_000), (133_000, 600_000)),
+    "ns",
+    f"{_INTEL_IDLE} skx_cstates (Skylake-SP / Cascade Lake Xeons): C1 2/2 us, C1E 10/20, C6 133/600",
+)
+
+
+def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
+    out = {
+        "tick_skew": _k(False, "", "skew_tick=0 by default: every CPU ticks on the jiffy boundary "
+                        "(kernel/time/tick-sched.c tick_setup_sched_timer, 'synchronized mode')"),
+        "seeded_ties": _a(True, "", "real CPUs never see exact ties of scheduling keys; a seeded rank per task "
+                          "stands for the kernel's enqueue order (the task index made every CPU prefer one VM)"),
+        "wakeup_ipi_ns": _a(1_500, "ns", "~1-2 us for a cross-core wake-up IPI and its handler on a Xeon; no figure "
+                            "for the sources' machines"),
+        "wakeup_jitter": _a(0.5, "", "wake-up latencies vary by interrupt timing and idle-state depth; +-50 % chosen"),
+        "idle_states": idle,
+        "noise": _a(HostNoise.typical(), "", "HostNoise.typical(): a trickle of kernel threads (50/s x 10 us per CPU) "
+                    "and VMM I/O (200/s x 20 us per VM); order-of-magnitude choices, see its docstring"),
+        "wake_placement": _k("select_task_rq_fair", "", "kernel/sched/fair.c select_task_rq_fair: wake_affine, "
+                             "select_idle_sibling"),
+        "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
+        "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
+        "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
+    }
+    if cfs:
+        out["scheduler"] = _k("cfs", "", "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
+                              "kernel's sysctl defaults (6 / 0.75 / 1 ms, log scaling)")
+    return out
+
+
+_DEFAULT_AFFINITY_NOTE = "host.affinity and background are the published set-up of each case, not era values"
+
+
+def _hp_model(shrink: int, max_ns: int = 200_000) -> dict[str, Param]:
+    return {
+        "halt_poll_ns": _k(max_ns, "ns", "halt_poll_ns = KVM_HALT_POLL_NS_DEFAULT (x86)"),
+        "grow": _HP_GROW,
+        "grow_start": _HP_GROW_START,
+        "shrink": _k(shrink, "", "halt_poll_ns_shrink (virt/kvm/kvm_main.c): 0 before ~v6.8, 2 since"),
+    }
+
+
+def _common_ple(grow: Param, max_: Param) -> dict[str, Param]:
+    return {"enabled": _ENABLED, "kind": _VMX, "window": _WINDOW, "grow": grow, "shrink": _SHRINK, "max": max_}
+
+
+def _workload(spin: Param) -> dict[str, Param]:
+    return {"spin_threshold": _SPIN_THRESHOLD, "spin_iter_cycles": spin, "guest_slice_ns": _GUEST_SLICE}
+
+
+ERA_2012 = Era(
+    name="2012-3.x",
+    kernel="Linux 3.5-3.6 host and guest (CFS), KVM with the 2011 yield_to directed yield",
+    hardware="Westmere-class Xeons: the sources' 32-core host and 80-thread (4 x 10 x 2) host",
+    host={
+        "tick_ns": _TICK,
+        "base_slice_ns": _SLICE,
+        "wakeup_preemption": _WAKE,
+        "next_buddy": _CFS_BUDDY,
+        "yield_penalty": _CFS_YIELD,
+        "yield_to_esrch": _k(False, "", "yield_to() took both run-queue locks before the 2013 -ESRCH bail-out"),
+        "tsc_khz": _a(2_400_000, "kHz", "2.4 GHz, the nominal clock of Westmere-EX Xeons; the sources give no clock"),
+        **_host_model(True, 32, _IDLE_NHM),
+    },
+    ple=_common_ple(
+        _k(0, "", "fixed window: ple_window_grow arrived with the dynamic PLE window (v3.18, 2014)"),
+        _k(4096, "cycles", "fixed window (no growth before v3.18)"),
+    ),
+    pv={
+        "steal_time": _NO_STEAL,
+        "sched_yield": _NO_SCHED_YIELD,
+        "apicv": _NO_APICV,
+        "placement": _PLACEMENT,
+        "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _NO_KICK_YIELD,
+        "tlb_flush": _NO_PV_TLB,
+        "send_ipi": _NO_PV_IPI,
+    },
+    halt_poll={"policy": _k("off", "", "no host halt polling before v4.0 (halt_poll_ns, 2015)")},
+    workload=_workload(_SPIN_OLD),
+    guest={
+        "lock_kind": _k("ticket", "", "ticket spinlocks in 3.x guests (pv ticketlocks came in v3.12, 2013)"),
+        "policy": _k(P.dy_eligible(), "", "virt/kvm/kvm_main.c kvm_vcpu_on_spin with dy_eligible (v3.6, 2012)"),
+        "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+    },
+    halt_poll_model=_hp_model(0, 0),
+)
+
+ERA_2015 = Era(
+    name="2015-4.x",
+    kernel="Linux 4.2-4.3 (CFS, qspinlock with pv, dynamic PLE window, dynamic halt polling)",
+    hardware="Haswell-EP Xeons",
+    host={
+        "tick_ns": _TICK,
+        "base_slice_ns": _SLICE,
+        "wakeup_preemption": _WAKE,
+        "next_buddy": _CFS_BUDDY,
+        "yield_penalty": _CFS_YIELD,
+        "yield_to_esrch": _ESRCH,
+        "tsc_khz": _a(2_300_000, "kHz", "2.3 GHz, a Haswell-EP Xeon's nominal clock; the sources give no clock"),
+        **_host_model(True, 32, _a(_IDLE_NHM.value, "ns", "Haswell-EP's own intel_idle table was not checked here; "
+                                  f"the Nehalem/Westmere one stands in ({_IDLE_NHM.source})")),
+    },
+    ple=_common_ple(
+        _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 (dynamic PLE window, v3.18; {_SPEC_PLE})"),
+        _k(4294967295, "cycles", "ple_window_max: UINT_MAX today; the v3.18 cap is not verified here"),
+    ),
+    pv={
+        "steal_time": _NO_STEAL,
+        "sched_yield": _NO_SCHED_YIELD,
+        "apicv": _APICV,
+        "placement": _PLACEMENT,
+        "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _NO_KICK_YIELD,
+        "tlb_flush": _NO_PV_TLB,
+        "send_ipi": _NO_PV_IPI,
+    },
+    halt_poll={
+        "policy": _k("block-time", "", "block-time dynamic halt polling (aca6ff29c406, v4.3)"),
+        "max_ns": _HP_MAX,
+        "grow": _HP_GROW,
+        "grow_start_ns": _HP_GROW_START,
+        "shrink": _HP_SHRINK_OLD,
+    },
+    workload=_workload(_SPIN_OLD),
+    guest={
+        "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (v4.2, 2015)"),
+        "policy": _k(P.dy_eligible(esrch_budget=3), "", "kvm_vcpu_on_spin with dy_eligible and the -ESRCH budget of 3"),
+        "lock_model": _LOCKS_KERNEL,
+        "pv_wait_early": _WAIT_EARLY,
+        "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+    },
+    halt_poll_model=_hp_model(0),
+)
+
+
+def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param) -> Era:
+    return Era(
+        name=name,
+        kernel=kernel,
+        hardware=hardware,
+        host={
+            "tick_ns": _TICK,
+            "base_slice_ns": _SLICE,
+            "wakeup_preemption": _WAKE,
+            "next_buddy": _CFS_BUDDY,
+            "yield_penalty": _CFS_YIELD,
+            "yield_to_esrch": _ESRCH,
+            "tsc_khz": tsc,
+            **_host_model(True, busy_factor, _IDLE_SKX),
+        },
+        ple=_common_ple(
+            _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
+            _k(4294967295, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW_MAX = UINT_MAX ({_SPEC_PLE})"),
+        ),
+        pv={
+            "steal_time": _STEAL,
+            "sched_yield": _SCHED_YIELD,
+            "apicv": _APICV,
+            "placement": _PLACEMENT,
+            "guest_idle_poll_ns": _GUEST_POLL,
+            "kick_yield": _KICK_YIELD,
+            "tlb_flush": _PV_TLB,
+            "send_ipi": _PV_IPI,
+        },
+        halt_poll={
+            "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
+            "max_ns": _HP_MAX,
+            "grow": _HP_GROW,
+            "grow_start_ns": _HP_GROW_START,
+            "shrink": _HP_SHRINK_OLD,
+        },
+        workload=_workload(_SPIN_SKL),
+        guest={
+            "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
+            "policy": _k(P.upstream(), "", "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on, virt/kvm/kvm_main.c)"),
+            "lock_model": _LOCKS_KERNEL,
+            "pv_wait_early": wait_early,
+            "vcpu_is_preempted": _VCPU_PREEMPTED,
+        },
+        halt_poll_model=_hp_model(0),
+    )
+
+
+ERA_2019 = _era_5x(
+    "2019-5.x",
+    "Linux 5.2-5.3 (CFS, pv sched yield, the ready gate from v5.3)",
+    "Skylake-SP Xeons (the sources' 2 x 20 x 2 = 80-thread host)",
+    _a(2_400_000, "kHz", "2.4 GHz, a 20-core Skylake-SP Xeon's nominal clock; the sources give no clock"),
+    32,
+    _k(
+        "prev_halted_or_preempted",
+        "",
+        "75437bb304b2 'locking/pvqspinlock: Don't wait if vCPU is preempted' (2019): pv_wait_early also on "
+        "vcpu_is_preempted(prev); the 2019 guests ran with it until its revert 89340d0935c9 (Oct 2019, 5.4 and stable)",
+    ),
+)
+ERA_2021 = _era_5x(
+    "2021-5.14",
+    "Linux 5.14 (CFS)",
+    "Cascade Lake-class Xeons (the source's 2 x 28 x 2 host)",
+    _a(2_000_000, "kHz", "2.0 GHz, a 28-core Cascade Lake Xeon's nominal clock; the source gives no clock"),
+    16,
+    _WAIT_EARLY,
+)
+ERA_6X = Era(
+    name="6.x",
+    kernel="Linux 6.12+ (EEVDF with PICK_BUDDY, the 2025 last_boosted fix)",
+    hardware="current Xeons (Sapphire Rapids class)",
+    host={
+        "tick_ns": _TICK,
+        "base_slice_ns": _SLICE,
+        "wakeup_preemption": _WAKE,
+        "next_buddy": _k("eligible", "", "sched_feat(PICK_BUDDY) honours an eligible ->next (~v6.12, kernel/sched/fair.c)"),
+        "yield_penalty": _k("vruntime", "", "newer yield_task_fair: an eligible yielder's vruntime jumps to its deadline"),
+        "yield_to_esrch": _ESRCH,
+        "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
+        **_host_model(False, 16, _IDLE_SKX),
+    },
+    ple=_common_ple(
+        _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
+        _k(4294967295, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW_MAX = UINT_MAX ({_SPEC_PLE})"),
+    ),
+    pv={
+        "steal_time": _STEAL,
+        "sched_yield": _SCHED_YIELD,
+        "apicv": _APICV,
+        "placement": _PLACEMENT,
+        "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _KICK_YIELD,
+        "tlb_flush": _PV_TLB,
+        "send_ipi": _PV_IPI,
+    },
+    halt_poll={
+        "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
+        "max_ns": _HP_MAX,
+        "grow": _HP_GROW,
+        "grow_start_ns": _HP_GROW_START,
+        "shrink": _HP_SHRINK_NEW,
+    },
+    workload=_workload(_SPIN_SKL),
+    guest={
+        "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
+        "policy": _k(P.upstream(), "", "kvm_vcpu_on_spin as of v6.19 (virt/kvm/kvm_main.c), index bug fixed"),
+        "lock_model": _LOCKS_KERNEL,
+        "pv_wait_early": _WAIT_EARLY,
+        "vcpu_is_preempted": _VCPU_PREEMPTED,
+    },
+    halt_poll_model=_hp_model(2),
+)
+
+#: the eras by name
+ERAS: Mapping[str, Era] = MappingProxyType({e.name: e for e in (ERA_2012, ERA_2015, ERA_2019, ERA_2021, ERA_6X)})
+
+#: what each era's kernels did that today's simulator cannot express, and the issue that adds it
+PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "2012-3.x": (
+            "busy SMT siblings sharing a core's throughput, and the cost of a cache-cold migration, #12",
+            "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan, #12",
+        ),
+        "2015-4.x": (
+            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
+        ),
+        "2019-5.x": (
+            "busy SMT siblings sharing a core's throughput (80 threads = 40 cores), cache-cold migration cost, #12",
+        ),
+        "2021-5.14": (
+            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
+            "PARSEC-like kernels that differ (one barrier kernel stands for all), #13",
+        ),
+        "6.x": ("busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",),
+    }
+)
+
+
+# ------------------------------------------------------------ cost profiles
+
+_HW_EXIT = _h(683, "ns", _SPLITX)
+
+HARDWARE_COSTS = CostProfile(
+    name="hardware",
+    description=(
+        "a hardware-virtualised (VMX) guest; exit costs from the cited figure, the rest assumptions where no "
+        "published figure was found (each says so)"
+    ),
+    host={
+        "rq_lock_ns": _a(300, "ns", "both run-queue locks of yield_to (the simulator default; no published figure)"),
+        "yield_check_ns": _a(50, "ns", "yield_to's checks before the locks (the simulator default; no figure)"),
+    },
+    ple={
+        "exit_ns": _HW_EXIT,
+        "candidate_ns": _a(40, "ns", "one candidate examined in kvm_vcpu_on_spin: a few cache lines (no figure)"),
+    },
+    pv={
+        "hypercall_ns": _a(1500, "ns", f"a hypercall exit: the 683 ns world switch ({_SPLITX.split(',')[0]}) plus handling"),
+        "halt_exit_ns": _a(1500, "ns", "a HLT exit before blocking: the 683 ns world switch plus kvm_vcpu_halt's entry"),
+    },
+    halt_poll_model={
+        "wake_to_cue_ns": _a(
+            5_000, "ns", "VM entry (683 ns world switch, SplitX) plus a guest's timer-tick handler and idle loop (no figure)"
+        ),
+        "cue_to_halt_ns": _h(683, "ns", f"the HLT exit's world switch; {_SPLITX}"),
+        "cue_observe_ns": _a(200, "ns", "the model default (a spinning reader)"),
+        "deliver_ns": _a(1_000, "ns", "a timer interrupt becoming pending on the host (hrtimer expiry; no figure)"),
+        "poll_detect_ns": _a(200, "ns", "one iteration of the host's poll loop (the model default)"),
+        "wake_latency_ns": _a(
+            10_000, "ns", "a blocked vCPU thread woken on its idle CPU: wake-up and context switch (no figure)"
+        ),
+        "wake_jitter_ns": _a(0, "ns", "no host noise (the model default)"),
+    },
+)
+
+
+def this_host(calibration: Any = None) -> CostProfile:
+    """The ``this_host`` profile: the halt-polling costs measured by
+    :func:`vcpulab.calibrate.halt_poll` (``calibration``: its result, whose
+    ``.costs`` are used; None: the values measured on the project's machine,
+    :data:`vcpulab.sim.halt_poll.MEASURED_HERE`). This host runs guests
+    emulated (kvm_pvm, no PLE), so the main engine's exit costs cannot be
+    measured here: they are the ``hardware`` values, marked so."""
+    if calibration is None:
+        costs = hp.MEASURED_HERE
+        how = "vcpulab.calibrate.halt_poll on the project's machine (2-core EPYC VM, kvm_pvm), 2026-11-29"
+        measured = {"wake_to_cue_ns", "cue_to_halt_ns", "wake_latency_ns"}
+    else:
+        costs = dataclasses.asdict(calibration.costs)
+        how = "vcpulab.calibrate.halt_poll, this run"
+        measured = {k for k, v in getattr(calibration, "costs_source", {}).items() if str(v).startswith("measured")}
+    model = {
+        k: Param(int(v), "ns", MEASURED, how) if k in measured else Param(int(v), "ns", ASSUMPTION, "model default, not resolved")
+        for k, v in costs.items()
+    }
+    not_here = "not measurable on this host (guests are emulated, no PLE): the hardware profile's value"
+
+    def _nh(p: Param) -> Param:
+        return Param(p.value, p.unit, p.kind, f"{not_here}; {p.source}")
+
+    return CostProfile(
+        name="this_host",
+        description="this host's calibration (emulated guests: ~24 us of host CPU per timer tick)",
+        host={k: _nh(p) for k, p in HARDWARE_COSTS.host.items()},
+        ple={k: _nh(p) for k, p in HARDWARE_COSTS.ple.items()},
+        pv={k: _nh(p) for k, p in HARDWARE_COSTS.pv.items()},
+        halt_poll_model=model,
+    )
+
+
+#: the cost profiles by name
+COSTS: Mapping[str, CostProfile] = MappingProxyType({"hardware": HARDWARE_COSTS, "this_host": this_host()})
+
+
+def era(name: str) -> Era:
+    """The era called ``name`` (ValueError naming the known ones otherwise)."""
+    try:
+        return ERAS[name]
+    except KeyError:
+        raise ValueError(f"unknown era {name!r}; known: {', '.join(ERAS)}") from None
+
+
+def eras_markdown() -> str:
+    """Every era value side by side (one row per field), then each value's
+    source once per distinct (value, source), as Markdown."""
+    names = list(ERAS)
+    fields: list[str] = []
+    for e in ERAS.values():
+        for k in e.params():
+            if k not in fields:
+                fields.append(k)
+
+    def show(v: Any) -> str:
+        return v.label if isinstance(v, Policy) and v.kind != "dy_eligible" else (
+            f"dy_eligible(esrch_budget={v.esrch_budget})" if isinstance(v, Policy) else str(v)
+        )
+
+    lines = ["| field | " + " | ".join(names) + " |", "|" + " --- |" * (len(names) + 1)]
+    for f in fields:
+        cells = []
+        for n in names:
+            p = ERAS[n].params().get(f)
+            cells.append("—" if p is None else f"{show(p.value)} {p.unit}".strip())
+        lines.append(f"| `{f}` | " + " | ".join(cells) + " |")
+    lines += ["", "| field | value | kind | source |", "| --- | --- | --- | --- |"]
+    seen: set[tuple[str, str, str]] = set()
+    for f in fields:
+        for n in names:
+            p = ERAS[n].params().get(f)
+            if p is None:
+                continue
+            key = (f, show(p.value), p.source)
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(f"| `{f}` | {show(p.value)} {p.unit} | {p.kind} | {p.source} |")
+    lines += ["", "Cost profiles:", "", "| profile | field | value | kind | source |", "| --- | --- | --- | --- | --- |"]
+    for prof in COSTS.values():
+        for f, p in prof.params().items():
+            lines.append(f"| {prof.name} | `{f}` | {p.value} {p.unit} | {p.kind} | {p.source} |")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+//! Placement and balancing rules on a hand-built 2-socket SMT host.
+
+use super::super::config::*;
+use super::super::engine::Sim;
+use super::super::policy;
+
+fn sim_of(c: &SimConfig) -> Sim {
+    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
+}
+
+/// 2 sockets × 4 cores × 2 threads = 16 CPUs (CPU i: core i mod 8, socket
+/// (i mod 8) / 4; siblings i and i + 8), `v` unpinned vCPUs computing forever.
+fn two_socket_smt(v: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig {
+            pcpus: 16,
+            sockets: 2,
+            threads_per_core: 2,
+            affinity: Affinity::All,
+            wake_placement: WakePlacement::SelectTaskRqFair,
+            load_balance: true,
+            ..Default::default()
+        },
+        vms: vec![VmConfig {
+            vcpus: v,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Mark CPUs busy (a task as curr) on a not-started simulation.
+fn busy(s: &mut Sim, cpus: &[usize]) {
+    for &c in cpus {
+        s.rqs[c].curr = Some(0);
+    }
+}
+
+#[test]
+fn topology_numbers_cores_siblings_and_llcs_like_linux_on_x86() {
+    let s = sim_of(&two_socket_smt(4));
+    assert_eq!(s.core_cpus(1).collect::<Vec<_>>(), vec![1, 9]);
+    assert_eq!(s.llc_cpus(9), vec![0, 1, 2, 3, 8, 9, 10, 11]);
+    assert_eq!(s.llc_cpus(12), vec![4, 5, 6, 7, 12, 13, 14, 15]);
+    assert!(s.share_llc(3, 11) && !s.share_llc(3, 4));
+}
+
+#[test]
+fn select_idle_sibling_prefers_target_then_prev_then_an_idle_core_then_an_idle_cpu_of_the_llc() {
+    let mut s = sim_of(&two_socket_smt(4));
+    assert_eq!(s.select_idle_sibling(5, 0), 0, "idle target");
+    busy(&mut s, &[0]);
+    assert_eq!(s.select_idle_sibling(9, 0), 9, "idle prev in the target's LLC");
+    assert_ne!(s.select_idle_sibling(4, 0), 4, "prev in another LLC is not taken");
+    // socket 0: CPU 1 idle but its sibling 9 busy; core 2 (2, 10) busy; core 3 (3, 11) idle
+    let mut s = sim_of(&two_socket_smt(4));
+    busy(&mut s, &[0, 8, 9, 2, 10]);
+    assert_eq!(s.select_idle_sibling(0, 0), 3, "the first fully idle core, past the idle CPU 1");
+    // no idle core in socket 0: the first idle CPU after the target
+    let mut s = sim_of(&two_socket_smt(4));
+    busy(&mut s, &[0, 8, 9, 2, 3, 11]);
+    assert_eq!(s.select_idle_sibling(0, 0), 1);
+    // socket 0 full, socket 1 idle: the wake-up stays on the target
+    let mut s = sim_of(&two_socket_smt(4));
+    busy(&mut s, &[0, 1, 2, 3, 8, 9, 10, 11]);
+    assert_eq!(s.select_idle_sibling(0, 0), 0);
+    // the scan wraps around from target + 1
+    let mut s = sim_of(&two_socket_smt(4));
+    busy(&mut s, &[0, 1, 2, 3, 9, 10, 11]);
+    assert_eq!(s.select_idle_sibling(10, 10), 8);
+}
+
+#[test]
+fn wake_affine_takes_an_idle_waker_cpu_of_the_same_llc_and_otherwise_compares_loads() {
+    let mut s = sim_of(&two_socket_smt(4));
+    let t = s.vcpus[0].task as usize;
+    busy(&mut s, &[1]);
+    assert_eq!(s.wake_affine(t, 2, 1), 2, "idle waker CPU, same LLC, busy prev");
+    assert_eq!(s.wake_affine(t, 2, 3), 3, "idle prev wins over an idle waker");
+    // the waker's CPU in the other socket, idle: loads decide (0 + 1024)·100 < 1024·108
+    let (w0, w1) = (s.vcpus[0].task, s.vcpus[1].task);
+    s.rqs[1].curr = Some(w0);
+    s.tasks[w0 as usize].runnable = true;
+    assert_eq!(s.wake_affine(t, 4, 1), 4);
+    // a busy waker CPU with as much load as prev: stay on prev
+    s.rqs[4].curr = Some(w1);
+    s.tasks[w1 as usize].runnable = true;
+    assert_eq!(s.wake_affine(t, 4, 1), 1);
+}
+
+#[test]
+fn load_balancing_spreads_tasks_started_on_one_cpu_over_both_sockets() {
+    let c = two_socket_smt(32);
+    let mut s = sim_of(&c);
+    for t in 0..s.tasks.len() {
+        s.tasks[t].cpu = 0;
+    }
+    s.step_until(1_000_000).unwrap();
+    // wake-up placement fills socket 0 (select_idle_sibling stays in the LLC)
+    let nr: Vec<usize> = (0..16).map(|c| s.nr_running(c)).collect();
+    assert!(nr[..4].iter().chain(&nr[8..12]).all(|&n| n >= 1), "{nr:?}");
+    assert!(nr[4..8].iter().chain(&nr[12..]).all(|&n| n == 0), "{nr:?}");
+    s.step_until(900_000_000).unwrap();
+    let nr: Vec<usize> = (0..16).map(|c| s.nr_running(c)).collect();
+    assert_eq!(nr.iter().sum::<usize>(), 32);
+    assert!(nr.iter().all(|&n| n == 2), "balanced: {nr:?}");
+}
+
+#[test]
+fn without_balancing_the_same_start_stays_on_one_socket() {
+    let mut c = two_socket_smt(32);
+    c.host.load_balance = false;
+    let mut s = sim_of(&c);
+    for t in 0..s.tasks.len() {
+        s.tasks[t].cpu = 0;
+    }
+    s.step_until(900_000_000).unwrap();
+    let nr: Vec<usize> = (0..16).map(|c| s.nr_running(c)).collect();
+    assert!(nr[4..8].iter().chain(&nr[12..]).all(|&n| n == 0), "{nr:?}");
+}

@@ -1,0 +1,355 @@
+//! The guest kernel's lock rules on hand-built states and short live runs
+//! (kernel lock model: kernel/locking/qspinlock_paravirt.h, osq_lock.c;
+//! the `virt_spin_lock` fallback; the KICK_CPU yield switch).
+
+use super::super::config::*;
+use super::super::engine::{Act, Sim, Step, TState};
+use super::super::policy;
+use super::*;
+
+fn sim_of(c: &SimConfig) -> Sim {
+    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
+}
+
+/// One VM of `v` vCPUs pinned round-robin on `p` CPUs, one thread per vCPU,
+/// looping on one lock of `kind` held `hold_ns`; no PLE, no yields, the
+/// kernel lock model, a short SPIN_THRESHOLD (1000 iterations × 40 cycles at
+/// 2.1 GHz = 19 µs) so that the tests stay short.
+fn locks(v: u32, p: u32, kind: LockKind, hold_ns: u64) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            ple: PleConfig { enabled: false, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            guest: GuestConfig { lock_model: LockModel::Kernel, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Fixed, prob: 1.0 }],
+                spin_threshold: 1000,
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The lock's holder thread and its first waiter.
+fn holder_and_head(s: &Sim) -> (usize, usize) {
+    let l = &s.vms[0].locks[0];
+    (l.holder.unwrap() as usize, *l.waiters.front().unwrap() as usize)
+}
+
+#[test]
+fn a_head_halts_after_spin_threshold_and_the_unlock_kicks_it() {
+    // Two vCPUs on two CPUs, the lock held 2 ms: the waiter spins
+    // SPIN_THRESHOLD (19 µs) in pv_wait_head_or_lock, hashes the lock
+    // (_Q_SLOW_VAL) and halts; the unlock kicks it and it takes the lock.
+    for kick_yield in [true, false] {
+        let mut c = locks(2, 2, LockKind::PvQueued, 2_000_000);
+        c.vms[0].pv.kick_yield = kick_yield;
+        let mut s = sim_of(&c);
+        s.step_until(1_000_000).unwrap();
+        let (h, w) = holder_and_head(&s);
+        let (hv, wv) = (s.threads[h].vcpu as usize, s.threads[w].vcpu as usize);
+        assert!(s.threads[w].pv_halted && s.threads[w].pv_hashed, "the head halted");
+        assert!(s.vcpus[wv].halted && s.vcpus[wv].running.is_none(), "its vCPU blocks in the host");
+        assert!(s.vms[0].locks[0].slow, "_Q_SLOW_VAL");
+        assert_eq!((s.vcpus[wv].c.pv_wait_head, s.vcpus[wv].c.pv_wait_node), (1, 0));
+        let spun = s.vcpus[wv].acct.acc[super::super::engine::C_SPIN];
+        assert!((19_000..=21_000).contains(&spun), "spun {spun} ns, the threshold is 19.5 µs");
+        assert_eq!(s.vcpus[hv].c.kicks, 0);
+        // the holder releases at 2 ms: one KICK_CPU, the waiter holds the lock
+        // (and the old holder, back for more, is the halted head in its turn)
+        s.step_until(2_100_000).unwrap();
+        assert_eq!(s.vcpus[hv].c.kicks, 1);
+        assert_eq!(s.vms[0].locks[0].holder, Some(w as u32));
+        assert!(!s.threads[w].pv_halted && s.threads[h].pv_halted);
+        assert_eq!(s.vcpus[hv].c.pv_wait_head, 1);
+        // the kick hypercall directed-yields only with kick_yield (nothing to
+        // yield to here: the target's CPU is idle, both queues hold one task)
+        assert_eq!(s.vcpus[hv].c.directed_yield_attempted, u64::from(kick_yield));
+    }
+}
+
+#[test]
+fn a_queue_node_waits_early_behind_a_halted_node_and_for_a_preempted_one_only_in_2019() {
+    // Three vCPUs on three CPUs, lock held long: thread order holder, head, node.
+    let mut s = sim_of(&locks(3, 3, LockKind::PvQueued, 50_000_000));
+    s.step_until(5_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    let (head, node) = (l.waiters[0] as usize, l.waiters[1] as usize);
+    let nv = s.threads[node].vcpu as usize;
+    assert!(matches!(s.vcpus[nv].act, Act::Spin { .. }), "the node spins");
+    // the node starts its loop 5 µs after the head: its own threshold ends later
+    // (nothing happens between the last event and 5 µs)
+    s.now = 5_000;
+    s.pause_act(nv);
+    s.threads[node].spun = 0;
+    s.vcpu_step(nv);
+    // the head halts (spent its threshold): the node re-checks at once and halts early
+    s.step_until(1_000_000).unwrap();
+    assert!(s.threads[head].pv_halted && s.threads[node].pv_halted);
+    assert_eq!(s.vcpus[nv].c.pv_wait_node, 1);
+    assert_eq!(s.vcpus[nv].c.pv_wait_early, 1, "it did not spin its own threshold");
+
+    // vcpu_is_preempted(prev->cpu): only with 75437bb304b2's rule
+    for (rule, early) in [(WaitEarly::PrevHalted, false), (WaitEarly::PrevHaltedOrPreempted, true)] {
+        let mut c = locks(3, 3, LockKind::PvQueued, 50_000_000);
+        c.vms[0].guest.pv_wait_early = rule;
+        let mut s = sim_of(&c);
+        s.step_until(5_000).unwrap();
+        let l = &s.vms[0].locks[0];
+        let (head, node) = (l.waiters[0] as usize, l.waiters[1] as usize);
+        let (hv, nv) = (s.threads[head].vcpu as usize, s.threads[node].vcpu as usize);
+        // the head's vCPU is marked preempted (steal-time byte), the node re-checks
+        s.vcpus[hv].st_preempted = true;
+        s.pause_act(nv);
+        s.vcpu_step(nv);
+        assert_eq!(s.threads[node].pv_halted, early, "{rule:?}");
+        assert_eq!(s.vcpus[nv].c.pv_wait_early, u64::from(early));
+    }
+}
+
+#[test]
+fn a_newcomer_steals_only_while_the_head_is_not_spinning() {
+    // Hand-built: the lock is free, one thread queued as the head.
+    let mut s = sim_of(&locks(3, 3, LockKind::PvQueued, 50_000_000));
+    s.step_until(5_000).unwrap();
+    let (h, w) = holder_and_head(&s);
+    let newcomer = (0..3).find(|&t| t != h && t != w).unwrap();
+    let nv = s.threads[newcomer].vcpu as usize;
+    let l = &mut s.vms[0].locks[0];
+    l.holder = None;
+    l.waiters.retain(|&x| x as usize == w);
+    // the head spins in pv_wait_head_or_lock (pending bit set): no stealing
+    assert!(!s.threads[w].pv_halted);
+    assert!(!s.pv_steal(nv, 0, 0, newcomer));
+    // the head halted (pending cleared before pv_wait): one steal attempt succeeds
+    s.threads[w].pv_halted = true;
+    assert!(s.pv_steal(nv, 0, 0, newcomer));
+    assert_eq!(s.vms[0].locks[0].holder, Some(newcomer as u32));
+    assert_eq!(s.vcpus[nv].c.lock_steals, 1);
+    // the simple lock model has no stealing
+    let mut c = locks(3, 3, LockKind::PvQueued, 50_000_000);
+    c.vms[0].guest.lock_model = LockModel::Simple;
+    let mut s = sim_of(&c);
+    s.step_until(5_000).unwrap();
+    s.vms[0].locks[0].holder = None;
+    let w = *s.vms[0].locks[0].waiters.front().unwrap() as usize;
+    s.threads[w].pv_halted = true;
+    assert!(!s.pv_steal(0, 0, 0, 2));
+}
+
+#[test]
+fn without_pv_unhalt_the_pv_lock_is_virt_spin_locks_test_and_set_and_newcomers_steal() {
+    let mut vm = VmConfig::default();
+    assert_eq!(effective_lock_kind(LockKind::PvQueued, &vm), LockKind::PvQueued);
+    vm.pv.pv_spinlocks = false;
+    assert_eq!(effective_lock_kind(LockKind::PvQueued, &vm), LockKind::Tas);
+    assert_eq!(effective_lock_kind(LockKind::Ticket, &vm), LockKind::Ticket, "only the PV lock falls back");
+
+    // Hand-built: a waiter queued first sits on a preempted vCPU; at the
+    // release nobody runs on the lock, and a newcomer takes it (steal).
+    let mut c = locks(3, 3, LockKind::PvQueued, 50_000_000);
+    c.vms[0].pv.pv_spinlocks = false;
+    let mut s = sim_of(&c);
+    assert_eq!(s.vms[0].locks[0].kind, LockKind::Tas);
+    s.step_until(5_000).unwrap();
+    let h = s.vms[0].locks[0].holder.unwrap() as usize;
+    let waiters: Vec<usize> = s.vms[0].locks[0].waiters.iter().map(|&w| w as usize).collect();
+    assert_eq!(waiters.len(), 2);
+    let (first, newcomer) = (waiters[0], waiters[1]);
+    s.vms[0].locks[0].waiters.retain(|&w| w as usize == first);
+    s.vms[0].locks[0].holder = None;
+    let _ = h;
+    assert!(s.lock_try(0, 0, newcomer), "test-and-set: whoever tries first on a free lock gets it");
+    assert_eq!(s.vms[0].locks[0].holder, Some(newcomer as u32));
+    assert_eq!(s.vms[0].locks[0].waiters.front(), Some(&(first as u32)), "the earlier waiter still waits");
+}
+
+/// A mutex held 5 ms by one thread, two more threads contending, four vCPUs
+/// on four CPUs: both waiters spin optimistically (the owner runs).
+fn mutex_state(vcpu_is_preempted: bool) -> (Sim, usize, usize, usize) {
+    let mut c = locks(3, 3, LockKind::Mutex, 5_000_000);
+    c.vms[0].guest.vcpu_is_preempted = vcpu_is_preempted;
+    let mut s = sim_of(&c);
+    s.step_until(5_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    let (h, a, b) = (l.holder.unwrap() as usize, l.waiters[0] as usize, l.waiters[1] as usize);
+    for t in [a, b] {
+        assert!(s.spinning_now(t), "waiter {t} spins on the running owner");
+    }
+    (s, h, a, b)
+}
+
+#[test]
+fn mutex_spinners_stop_when_the_owners_vcpu_is_preempted() {
+    // owner_on_cpu(): owner->on_cpu && !vcpu_is_preempted(task_cpu(owner))
+    let (mut s, h, a, _) = mutex_state(true);
+    let (hv, av) = (s.threads[h].vcpu as usize, s.threads[a].vcpu as usize);
+    s.vcpus[hv].st_preempted = true;
+    s.pause_act(av);
+    s.vcpu_step(av);
+    assert_eq!(s.threads[a].state, TState::Blocked, "the spinner sleeps");
+    // a 3.x / pre-4.10 guest does not ask: it keeps spinning on a preempted owner
+    let (mut s, h, a, _) = mutex_state(false);
+    let (hv, av) = (s.threads[h].vcpu as usize, s.threads[a].vcpu as usize);
+    s.vcpus[hv].st_preempted = true;
+    s.pause_act(av);
+    s.vcpu_step(av);
+    assert_eq!(s.threads[a].state, TState::Current);
+    assert!(s.spinning_now(a));
+}
+
+#[test]
+fn an_osq_spinner_gives_up_when_the_spinner_before_it_is_preempted() {
+    // osq_lock: need_resched() || vcpu_is_preempted(node_cpu(node->prev))
+    let (mut s, _, a, b) = mutex_state(true);
+    let (av, bv) = (s.threads[a].vcpu as usize, s.threads[b].vcpu as usize);
+    s.vcpus[av].st_preempted = true;
+    s.pause_act(bv);
+    s.vcpu_step(bv);
+    assert_eq!(s.threads[b].state, TState::Blocked);
+    assert_eq!(s.vcpus[bv].c.osq_gave_up, 1);
+    assert!(matches!(s.threads[b].step, Step::AwaitLock { .. }), "it waits in the mutex's wait list");
+    // the simple lock model has no OSQ: b spins on the (running) owner
+    let mut c = locks(3, 3, LockKind::Mutex, 5_000_000);
+    c.vms[0].guest.lock_model = LockModel::Simple;
+    let mut s = sim_of(&c);
+    s.step_until(5_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    let (a, b) = (l.waiters[0] as usize, l.waiters[1] as usize);
+    let (av, bv) = (s.threads[a].vcpu as usize, s.threads[b].vcpu as usize);
+    s.vcpus[av].st_preempted = true;
+    s.pause_act(bv);
+    s.vcpu_step(bv);
+    assert!(s.spinning_now(b));
+}
+
+#[test]
+fn the_lock_kinds_differ_where_the_kernel_differs() {
+    // 2 VMs × 8 vCPUs on 8 CPUs, no PLE (PAUSE exits disabled), one hot lock
+    // (2 µs compute, 2 µs hold): a holder or the next waiter preempted by a
+    // tick keeps the others waiting for milliseconds.
+    let run = |kind: LockKind, guest: GuestConfig, pv_spinlocks: bool| {
+        let mut c = locks(8, 8, kind, 2_000);
+        c.duration_ns = 20_000_000;
+        c.vms[0].count = 2;
+        c.vms[0].guest = guest;
+        c.vms[0].pv.pv_spinlocks = pv_spinlocks;
+        c.vms[0].workload.spin_threshold = 32_768;
+        c.vms[0].workload.phases.insert(0, Phase::Compute { ns: 2_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 });
+        c.host.affinity = Affinity::Pinned;
+        c.host.background.utilization = 0.1;
+        super::super::run(&c).unwrap()
+    };
+    let simple = GuestConfig::default();
+    let kernel = GuestConfig { lock_model: LockModel::Kernel, ..Default::default() };
+    let ticket = run(LockKind::Ticket, simple.clone(), true);
+    let queued = run(LockKind::Queued, simple.clone(), true);
+    // ticket and native qspinlock are both strictly FIFO without stealing: the
+    // model gives them the same run (they differ in cache traffic only)
+    assert_eq!(ticket.vcpus, queued.vcpus);
+    let pv = run(LockKind::PvQueued, kernel.clone(), true);
+    assert_ne!(pv.vcpus, queued.vcpus);
+    let sum = |r: &super::super::SimResult, c: &str| r.vcpus.u64s(c).iter().sum::<u64>();
+    assert!(sum(&pv, "pv_wait_node") + sum(&pv, "pv_wait_head") > 0, "the PV path halts");
+    assert!(sum(&pv, "kicks") > 0);
+    // without PV_UNHALT the PV lock is test-and-set, exactly
+    let fallback = run(LockKind::PvQueued, kernel, false);
+    let tas = run(LockKind::Tas, simple, true);
+    assert_eq!(fallback.vcpus, tas.vcpus);
+    assert_eq!(sum(&fallback, "kicks"), 0);
+}
+
+// ------------------------------------------------- pcpu_is_idle (2021 RFC)
+
+/// One VM, 2 vCPUs pinned on 2 CPUs, one thread (vCPU 1 halts), `bg` host
+/// background load per CPU, wake-up placement `placement`.
+fn rfc(placement: Placement, bg: f64) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig {
+            pcpus: 2,
+            affinity: Affinity::RoundRobin,
+            background: Background { utilization: bg, burst_ns: 200_000, weight: 1024 },
+            ..Default::default()
+        },
+        vms: vec![VmConfig {
+            vcpus: 2,
+            threads: 1,
+            pv: PvConfig { placement, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Compute { ns: 300_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
+                    Phase::Sleep { ns: 100_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_is_idle_byte_is_a_snapshot_written_at_put_and_entry() {
+    // vCPU 1 has no thread: it halts at once on CPU 1, which is otherwise idle
+    // (nr_running 0 at its put): the byte is set
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfcCleared, 0.0));
+    s.step_until(50_000).unwrap();
+    assert!(s.vcpus[1].halted && s.vcpus[1].st_is_idle);
+    // record_steal_time: another vCPU entering on the CPU clears the previous
+    // one's byte (the cleared variant), the same vCPU re-entering sets its own
+    s.vcpus[0].st_is_idle = true;
+    s.pre_run_vcpu[1] = 0;
+    s.rfc_record_steal_time(1, 1);
+    assert!(!s.vcpus[0].st_is_idle && s.pre_run_vcpu[1] == 1);
+    s.vcpus[1].st_is_idle = false;
+    s.rfc_record_steal_time(1, 1);
+    assert!(s.vcpus[1].st_is_idle);
+    // as posted, kvm_steal_time_clear_is_idle returns early on a set byte
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfc, 0.0));
+    s.step_until(50_000).unwrap();
+    s.vcpus[0].st_is_idle = true;
+    s.rfc_clear_is_idle(0);
+    assert!(s.vcpus[0].st_is_idle, "the posted clear never clears a set byte");
+}
+
+#[test]
+fn the_guest_sees_a_stale_is_idle_while_the_host_cpu_is_busy() {
+    // with host background load on CPU 1, there are instants where vCPU 1 is
+    // halted, its byte still says "idle" (written when it halted), and yet a
+    // host task runs there: the live view (pcpu_is_idle) says busy
+    let mut s = sim_of(&rfc(Placement::PcpuIsIdleRfcCleared, 0.5));
+    let mut stale = 0;
+    let mut fresh = 0;
+    for k in 1..4000 {
+        s.step_until(k * 10_000).unwrap();
+        if s.vcpus[1].halted && s.vcpus[1].running.is_none() && s.guest_idle_cpu(1) {
+            match (s.vcpus[1].st_is_idle, s.pcpu_is_idle(1)) {
+                (true, false) => stale += 1,
+                (true, true) => fresh += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(stale > 0 && fresh > 0, "stale {stale}, fresh {fresh}");
+    // and the placement reads the byte, not the host CPU
+    let c = rfc(Placement::PcpuIsIdleRfcCleared, 0.5);
+    let mut s = sim_of(&c);
+    s.step_until(50_000).unwrap();
+    s.vcpus[1].st_is_idle = true;
+    s.vcpus[1].st_preempted = true; // no preemption check in available_idle_cpu_sched
+    assert!(s.guest_idle_cpu(1));
+    assert_eq!(s.place(0, 1), 1);
+    // upstream available_idle_cpu refuses the preempted vCPU
+    let mut c = c.clone();
+    c.vms[0].pv.placement = Placement::AvailableIdle;
+    let mut u = sim_of(&c);
+    u.step_until(50_000).unwrap();
+    u.vcpus[1].st_preempted = true;
+    assert!(u.guest_idle_cpu(1) && u.vcpu_is_preempted(0, 1), "not available to available_idle_cpu");
+}

@@ -1,0 +1,88 @@
+"""The 2015 "KVM: Dynamic Halt-Polling" series as vcpulab reconstructs it
+(v3, v4) next to the merged block-time rule: the window sequences the review
+describes, and one vocabulary of policy names for the engine and the model."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from vcpulab import sim
+from vcpulab.sim import halt_poll as hp
+
+US, MS = 1_000, 1_000_000
+# an idle guest ticking at 250 Hz: each halt lasts the tick period less the
+# tick's own work (~100 µs), and the timer interrupt can be caught by a poll
+IDLE_250HZ = [(4 * MS - 100 * US, True)] * 12
+# a message-passing guest: the next message arrives 50 µs into each halt
+MESSAGES = [(50 * US, True)] * 12
+
+
+def test_v3_oscillates_on_an_idle_guest_as_the_review_describes() -> None:
+    # the 4.3-era shrink (0: reset) and a maximum that lets the window reach 4 ms
+    p = hp.Params(policy="dynamic-v3", halt_poll_ns=8 * MS, grow=2, grow_start=10 * US, shrink=0)
+    w = hp.windows(p, IDLE_250HZ)
+    assert w[:7] == [0, 500 * US, 1 * MS, 2 * MS, 4 * MS, 0, 500 * US]
+    # and forever after, with period 5
+    assert w[5:10] == w[:5] and w[10:] == w[:2]
+
+
+def test_v4_stays_at_the_maximum_for_a_message_passing_guest() -> None:
+    p = hp.Params(policy="dynamic-v4", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=0)
+    assert hp.windows(p, MESSAGES) == [200 * US] * 12
+    # it even stays there on the idle 250 Hz guest: no halt is "idle" (> 10 ms)
+    assert set(hp.windows(p, IDLE_250HZ)) == {200 * US}
+    # started at 0 it never polls, so it never sees an interrupt while polling
+    assert set(hp.windows(hp.Params(policy="dynamic-v4", halt_poll_ns=200 * US, v4_start_ns=0), MESSAGES)) == {0}
+
+
+def test_block_time_stays_at_zero_for_long_halts_and_grows_for_short_ones() -> None:
+    p = hp.Params(policy="block-time", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=0)
+    assert set(hp.windows(p, IDLE_250HZ)) == {0}
+    w = hp.windows(p, MESSAGES)
+    # 0 → 10 µs → 20 µs → 40 µs → 80 µs: the first window that covers the 50 µs halt stays
+    assert w[:6] == [0, 10 * US, 20 * US, 40 * US, 80 * US, 80 * US]
+    assert set(w[4:]) == {80 * US}
+
+
+def test_v3_message_passing_halves_after_each_caught_interrupt() -> None:
+    # shrink 2 (today's default): a caught interrupt halves the window, a
+    # missed one doubles it: it hovers around the message gap
+    p = hp.Params(policy="dynamic-v3", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=2)
+    w = hp.windows(p, MESSAGES)
+    assert w[0] == 0 and w[1] == 200 * US  # 500 µs clamped to the maximum at the next halt
+    assert all(w[i] != w[i + 1] for i in range(1, 11))
+
+
+def test_one_vocabulary_and_old_names_are_deprecated() -> None:
+    assert hp.POLICIES == sim._config.HALT_POLL_POLICIES
+    for name in hp.POLICIES:
+        assert sim.HaltPoll(policy=name).policy == hp.Params(policy=name).policy == name
+    for old, new in (("dynamic", "block-time"), ("dynamic_v4", "dynamic-v4")):
+        with pytest.warns(DeprecationWarning, match=f"use '{new}'"):
+            assert sim.HaltPoll(policy=old).policy == new
+        with pytest.warns(DeprecationWarning):
+            assert hp.Params(policy=old).policy == new
+    for owner, make in (("HaltPoll", sim.HaltPoll), ("Params", hp.Params)):
+        with pytest.raises(ValueError, match=f"{owner}.policy must be one of 'off', 'fixed', 'dynamic-v3'"):
+            make(policy="v5")
+    # a config saved with an old name loads with the new one, the same run
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = sim.Config(vms=(sim.Vm(halt_poll=sim.HaltPoll(policy="dynamic")),), duration_ns=2 * MS)
+    new = sim.Config(vms=(sim.Vm(halt_poll=sim.HaltPoll(policy="block-time")),), duration_ns=2 * MS)
+    assert old == new and old.to_json() == new.to_json()
+
+
+def test_engine_runs_v3_with_the_shared_state_machine() -> None:
+    wl = sim.Workload(name="ticks", phases=(sim.Compute(100 * US), sim.Sleep(3_900 * US)))
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2),
+        vms=(sim.Vm(vcpus=2, workload=wl, halt_poll=sim.HaltPoll(policy="dynamic-v3", max_ns=8 * MS, shrink=0)),),
+        duration_ns=200 * MS, seed=1,
+    )
+    v = sim.run(cfg).vcpus
+    # polls happen, some catch the timer, and the window stays within the v3 cycle
+    assert v["halt_attempted_poll"].sum() > 0 and v["halt_successful_poll"].sum() > 0
+    assert set(v["halt_poll_window_ns"].to_list()) <= {0, 500 * US, 1 * MS, 2 * MS, 4 * MS, 8 * MS}

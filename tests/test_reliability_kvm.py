@@ -1,0 +1,303 @@
+"""Reliability of the real-KVM API (issue 15): boundary checks, interruptible
+waits, resource-owning objects that refuse copy/pickle/fork, ownership by
+token. Anything that could abort or hang runs in a subprocess with a timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vcpulab import calibrate, experiment
+from vcpulab.experiment import IpiPingPong, MsiPingPong, Spin, SpinLock
+
+ENV = {**os.environ, "RUST_BACKTRACE": "0"}
+
+
+def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=ENV, timeout=timeout)  # fmt: skip
+
+
+def interrupt_after_ready(code: str, delay_s: float, timeout: float = 60) -> tuple[float, str, str]:
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.strip() == "READY", (line, p.stderr.read() if p.stderr else "")
+        time.sleep(delay_s)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=timeout)
+        return time.monotonic() - t0, out, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+# --------------------------------------------------------------------------- aborts and panics
+
+
+def test_msi_ping_huge_count_is_a_value_error(kvm_host: Any) -> None:
+    p = run_py("""
+    from vcpulab.kvm import Host
+    vm = Host().create_vm(16)
+    v = vm.create_vcpu(0)
+    prog = vm.load("wait_interrupts", vector=0x40, count=4)
+    for count in (2**40, 2**61, 2**64):
+        try:
+            vm.msi_ping(v, prog, 0x40, count, 10.0, timeout=0.5)
+        except ValueError as e:
+            print("ValueError", "count" in str(e))
+    """)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["ValueError", "True"] * 3
+
+
+def test_experiment_periods_out_of_range(kvm_host: Any) -> None:
+    for kw, name in [({"sample_every": 1e19}, "sample_every"), ({"sample_every": 1e20}, "sample_every"),
+                     ({"poll_every": 1e19}, "poll_every"), ({"poll_every": 5.0}, "poll_every"),
+                     ({"sample_every": float("nan")}, "sample_every")]:  # fmt: skip
+        with pytest.raises(ValueError, match=name):
+            experiment.run(Spin(), vcpus=1, pcpus=[0], duration=0.05, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw, exc, name",
+    [
+        ({"duration": math.inf}, ValueError, "duration"),
+        ({"duration": 1e6}, ValueError, "duration"),
+        ({"vcpus": 257}, ValueError, "vcpus"),
+        ({"vcpus": 1.5}, TypeError, "vcpus"),
+        ({"workload": None}, TypeError, "workload"),
+        ({"workload": MsiPingPong(gap_us=math.nan), "vcpus": 1}, ValueError, "gap_us"),
+        ({"workload": IpiPingPong(gap_us=math.inf), "vcpus": 2}, ValueError, "gap_us"),
+        ({"workload": MsiPingPong(rounds=10, gap_us=30e6), "vcpus": 1, "duration": 0.5}, ValueError, "gap_us"),
+        ({"memory_mib": 10**9}, ValueError, "memory_mib"),
+        ({"halt_poll_ns": -1}, ValueError, "halt_poll_ns"),
+        ({"steal_time": "yes"}, TypeError, "steal_time"),
+        ({"pcpus": "0"}, TypeError, "pcpus"),
+    ],
+)
+def test_experiment_run_validates_first(kvm_host: Any, kw: dict[str, Any], exc: type, name: str) -> None:
+    args: dict[str, Any] = {"workload": Spin(), "vcpus": 1, "pcpus": [0], "duration": 0.05}
+    args.update(kw)
+    t0 = time.monotonic()
+    with pytest.raises(exc, match=name):
+        experiment.run(**args)
+    assert time.monotonic() - t0 < 0.5  # refused before any VM was created
+
+
+def test_kvm_arguments_name_the_problem(kvm_host: Any) -> None:
+    with kvm_host.create_vm(16) as vm:
+        v = vm.create_vcpu(0)
+        v.start(vm.load("halt"))
+        cases = [
+            (lambda: v.run_until([], timeout=0.2), ValueError, "kind"),
+            (lambda: v.run_program(timeout=-1), ValueError, "timeout"),
+            (lambda: v.run(timeout=math.nan), ValueError, "timeout"),
+            (lambda: v.run_until("io", port=70000), ValueError, "port"),
+            (lambda: vm.send_msi(-1, 0x40), ValueError, "dest_apic_id"),
+            (lambda: vm.send_msi(0, 256), ValueError, "vector"),
+            (lambda: v.set_msr(2**32, 1), ValueError, "MSR index"),
+            (lambda: v.set_msr(0x10, 2**64), ValueError, "value"),
+            (lambda: vm.create_vcpu("1"), TypeError, "id"),
+            (lambda: kvm_host.create_vm(2**64), ValueError, "memory_mib"),
+            (lambda: vm.write(0x100000, 5), TypeError, "data"),
+            (lambda: vm.write_u64(0x100000, -1), ValueError, "value"),
+            (lambda: vm.read(2**64, 1), ValueError, "gpa"),
+            (lambda: vm.msi_train(0, 0x40, 2, math.inf), ValueError, "gap_us"),
+            (lambda: vm.load("spin_lock", kind=5, vcpus=1), TypeError, "spin_lock"),
+            (lambda: v.set_regs(rax=-1), ValueError, "rax"),
+        ]
+        for f, exc, name in cases:
+            t0 = time.monotonic()
+            with pytest.raises(exc, match=name):
+                f()
+            assert time.monotonic() - t0 < 0.1, name  # no wait for a timeout
+        # numpy integers are ints
+        assert vm.create_vcpu(np.int64(3)).id == 3
+
+
+# --------------------------------------------------------------------------- silent wrong results
+
+
+def test_kernel_resource_owners_refuse_copy_and_pickle(kvm_host: Any) -> None:
+    with kvm_host.create_vm(16) as vm:
+        v = vm.create_vcpu(0)
+        for obj in (kvm_host, vm, v):
+            for f in (copy.copy, copy.deepcopy, pickle.dumps):
+                with pytest.raises(TypeError, match="cannot be"):
+                    f(obj)
+        gc.collect()
+        assert not vm.closed  # the attempts closed nothing
+        v.set_regs(rax=7)
+        assert v.regs.rax == 7
+
+
+def test_program_of_a_dead_vm_is_refused(kvm_host: Any) -> None:
+    vm = kvm_host.create_vm(16)
+    prog = vm.load("pause_loop", iterations=5)
+    vm.close()
+    del vm
+    gc.collect()
+    # new VMs may get the old one's id(); the token differs
+    for _ in range(5):
+        with kvm_host.create_vm(16) as vm2:
+            v = vm2.create_vcpu(0)
+            with pytest.raises(ValueError, match="another VM"):
+                v.start(prog)
+            with pytest.raises(ValueError, match="another VM"):
+                vm2.results(prog)
+
+
+def test_vm_write_rejects_non_bytes(kvm_host: Any) -> None:
+    with kvm_host.create_vm(16) as vm:
+        vm.write(0x100000, b"\xff" * 8)
+        with pytest.raises(TypeError):
+            vm.write(0x100000, 5)  # type: ignore[arg-type]
+        assert vm.read(0x100000, 8) == b"\xff" * 8
+
+
+# --------------------------------------------------------------------------- hangs
+
+
+def test_msi_train_gap_interrupted_by_ctrl_c(kvm_host: Any) -> None:
+    code = """
+    import threading
+    from vcpulab.kvm import Host
+    vm = Host().create_vm(16)
+    v = vm.create_vcpu(0)
+    prog = vm.load("wait_interrupts", vector=0x40, count=1000)
+    v.start(prog)
+    threading.Thread(target=lambda: v.run_program(timeout=30), daemon=True).start()
+    print("READY", flush=True)
+    try:
+        vm.msi_train(0, 0x40, 2, gap_us=20e6)
+    except KeyboardInterrupt:
+        print("KI")
+    """
+    dt, out, err = interrupt_after_ready(code, 0.5)
+    assert "KI" in out, (out, err)
+    assert dt < 1.0
+
+
+def test_msi_train_gap_stops_on_close(kvm_host: Any) -> None:
+    import threading
+
+    with kvm_host.create_vm(16) as vm:
+        v = vm.create_vcpu(0)
+        prog = vm.load("wait_interrupts", vector=0x40, count=1000)
+        v.start(prog)
+        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout=10)), daemon=True).start()
+        threading.Timer(0.3, vm.close).start()
+        t0 = time.monotonic()
+        r = vm.msi_train(0, 0x40, 3, gap_us=20e6)
+        assert time.monotonic() - t0 < 1.0
+        assert r.sent == 1  # the first MSI goes at once; the close ended the first gap
+
+
+def test_msi_ping_gap_bounded_by_timeout(kvm_host: Any) -> None:
+    import threading
+
+    with kvm_host.create_vm(16) as vm:
+        v = vm.create_vcpu(0)
+        prog = vm.load("wait_interrupts", vector=0x40, count=1000)
+        v.start(prog)
+        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout=10)), daemon=True).start()
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="gap_us"):
+            vm.msi_ping(v, prog, 0x40, 3, gap_us=8e6, timeout=0.5)
+        # a gap shorter than the timeout but rounds that cannot all fit: TimeoutError at the deadline
+        with pytest.raises(TimeoutError):
+            vm.msi_ping(v, prog, 0x40, 3, gap_us=0.4e6, timeout=0.5)
+        assert time.monotonic() - t0 < 1.5
+
+
+def _quiet(f: Any) -> None:
+    try:
+        f()
+    except BaseException:  # noqa: BLE001 - the VM closes under it
+        pass
+
+
+def test_experiment_run_ctrl_c(kvm_host: Any) -> None:
+    code = """
+    from vcpulab import experiment
+    from vcpulab.experiment import SpinLock
+    print("READY", flush=True)
+    try:
+        experiment.run(SpinLock(), vcpus=2, pcpus=[0], duration=30)
+    except KeyboardInterrupt:
+        print("KI")
+    """
+    dt, out, err = interrupt_after_ready(code, 1.0)
+    assert "KI" in out, (out, err)
+    assert dt < 1.5
+
+
+def test_forked_child_gets_a_clear_error(kvm_host: Any) -> None:
+    p = run_py("""
+    import os, signal, threading, time
+    from vcpulab.kvm import Host
+    vm = Host().create_vm(16)
+    v = vm.create_vcpu(0)
+    v.start(vm.load("endless_loop"))
+    def _run():
+        try:
+            v.run_until("hlt", timeout=3)
+        except BaseException:
+            pass
+    t = threading.Thread(target=_run)
+    t.start()
+    time.sleep(0.2)
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(5)
+        code = 3
+        try:
+            v.regs
+        except RuntimeError as e:
+            code = 0 if "forked" in str(e) else 4
+        try:
+            vm.memory_mib, Host().create_vm(4).close()  # a new VM in the child works
+        except BaseException:
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status))
+    v.kick()
+    t.join()
+    vm.close()
+    """, timeout=30)
+    assert "child 0" in p.stdout, p.stdout + p.stderr
+
+
+def test_calibrate_validates_before_measuring(kvm_host: Any) -> None:
+    small: dict[str, Any] = dict(gaps_us=[50], max_poll_ns=[0, 50_000], rounds=20, min_cell_s=0)
+    for kw, name in [({"seed": -1}, "seed"), ({"background_busy_ns": -5}, "background_busy_ns"),
+                     ({"plot": "/proc/x.png"}, "plot"), ({"deadline_s": 0.05, "min_cell_s": 0.1}, "deadline_s"),
+                     ({"deadline_s": math.inf}, "deadline_s"), ({"pcpu": "1"}, "pcpu")]:  # fmt: skip
+        t0 = time.monotonic()
+        with pytest.raises((ValueError, TypeError), match=name):
+            calibrate.halt_poll(**{**small, **kw})
+        assert time.monotonic() - t0 < 0.1, name
+
+
+def test_spin_lock_kind_checked(kvm_host: Any) -> None:
+    with pytest.raises(ValueError, match="kind"):
+        experiment.run(SpinLock(kind="mcs"), vcpus=2, pcpus=[0], duration=0.05)  # type: ignore[arg-type]

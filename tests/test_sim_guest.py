@@ -1,0 +1,171 @@
+"""vcpulab.sim guest and pv model: the kernel lock model, the PV switches of
+each era, the pre-5.3 candidate gate (the rules themselves are tested on
+hand-built states in src/sim/guest_tests.rs)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from vcpulab import sim
+from vcpulab.sim import policies as P
+from vcpulab.sim import presets
+
+MS = 1_000_000
+LOCK_COUNTERS = ["pv_wait_node", "pv_wait_head", "pv_wait_early", "lock_steals", "kicks", "halt_exits"]
+
+
+def lock_run(kind: str, *, guest: sim.Guest | None = None, pv: sim.Pv | None = None, ple: bool = False,
+             seed: int = 1) -> sim.Result:
+    """2 VMs × 8 vCPUs on 8 pinned CPUs with 10 % host background load, one hot
+    kernel lock (2 µs compute, 2 µs hold), 20 ms."""
+    vm = sim.Vm(
+        vcpus=8, count=2, workload=presets.spinlock_microbench(compute_ns=2_000, hold_ns=2_000, lock_kind=kind),
+        ple=sim.Ple() if ple else sim.Ple.off(), guest=guest or sim.Guest(), pv=pv or sim.Pv(),
+    )
+    host = sim.Host(pcpus=8, background=sim.Background(utilization=0.1))
+    return sim.run(sim.Config(host=host, vms=(vm,), duration_ns=20 * MS, seed=seed))
+
+
+def counters(r: sim.Result) -> dict[str, int]:
+    return {c: int(r.vcpus[c].sum()) for c in LOCK_COUNTERS}
+
+
+def test_guest_config_validates_and_round_trips() -> None:
+    g = sim.Guest(lock_model="kernel", pv_wait_early="prev_halted_or_preempted", vcpu_is_preempted=False)
+    cfg = sim.Config(vms=(sim.Vm(guest=g, pv=sim.Pv(kick_yield=False, pv_spinlocks=False, tlb_flush=True,
+                                                    send_ipi=True, icr_write_ns=700),
+                                policy=P.upstream(candidate_gate="preempted")),))
+    back = sim.Config.from_json(cfg.to_json())
+    assert back == cfg
+    assert back.vms[0].guest.pv_wait_early == "prev_halted_or_preempted"
+    with pytest.raises(ValueError, match="Guest.lock_model"):
+        sim.Guest(lock_model="qspinlock")
+    with pytest.raises(ValueError, match="Guest.pv_wait_early"):
+        sim.Guest(pv_wait_early="preempted")
+    with pytest.raises(ValueError, match="Policy.candidate_gate"):
+        P.upstream(candidate_gate="running")
+    with pytest.raises(ValueError, match="Pv.icr_write_ns"):
+        sim.Pv(icr_write_ns=-1)
+    with pytest.raises(ValueError, match="Ipi.tlb_flush"):
+        sim.Ipi(tlb_flush="yes")  # type: ignore[arg-type]
+
+
+def test_defaults_leave_every_lock_kind_as_it_was() -> None:
+    # the simple lock model: ticket and native qspinlock are the same strict
+    # FIFO (the model has no cache traffic), and the PV lock never halts here
+    t, q = lock_run("ticket"), lock_run("queued")
+    assert t.vcpus.equals(q.vcpus)
+    assert counters(lock_run("pv_queued"))["pv_wait_node"] == 0
+
+
+def test_kernel_lock_model_exercises_the_pv_path_and_differs() -> None:
+    kernel = sim.Guest(lock_model="kernel")
+    q = lock_run("queued")
+    pv = lock_run("pv_queued", guest=kernel)
+    c = counters(pv)
+    assert c["pv_wait_node"] + c["pv_wait_head"] > 0 and c["kicks"] > 0, c
+    assert c["halt_exits"] >= c["pv_wait_node"] + c["pv_wait_head"]
+    assert not pv.vcpus.equals(q.vcpus)
+    # without KVM_FEATURE_PV_UNHALT the same guest runs virt_spin_lock: exactly TAS
+    fallback = lock_run("pv_queued", guest=kernel, pv=sim.Pv(pv_spinlocks=False))
+    assert fallback.vcpus.equals(lock_run("tas").vcpus)
+    assert counters(fallback)["kicks"] == 0
+
+
+def test_kick_yield_and_wait_early_switches_change_the_run() -> None:
+    kernel = sim.Guest(lock_model="kernel")
+    on = lock_run("pv_queued", guest=kernel)
+    off = lock_run("pv_queued", guest=kernel, pv=sim.Pv(kick_yield=False))
+    assert int(off.vcpus["directed_yield_attempted"].sum()) == 0
+    assert int(on.vcpus["directed_yield_attempted"].sum()) == int(on.vcpus["kicks"].sum()) > 0
+    early = lock_run("pv_queued", guest=sim.Guest(lock_model="kernel", pv_wait_early="prev_halted_or_preempted"))
+    assert counters(early)["pv_wait_early"] > counters(on)["pv_wait_early"]
+
+
+def test_pv_tlb_flush_skips_preempted_targets() -> None:
+    wl = sim.Workload(
+        name="shootdowns",
+        phases=(sim.Compute(20_000, dist="exp"), sim.Ipi(0, 2_000, prob=0.5, tlb_flush=True)),
+    )
+
+    # no directed yield of any kind, so that only the flush differs: a sender
+    # otherwise spins until every preempted target runs again
+    def run(pv: sim.Pv) -> sim.Result:
+        vm = sim.Vm(vcpus=8, count=2, workload=wl, pv=pv, policy=P.no_yield())
+        return sim.run(sim.Config(host=sim.Host(pcpus=8), vms=(vm,), duration_ns=20 * MS, seed=2))
+
+    off, on = run(sim.Pv(sched_yield=False)), run(sim.Pv(sched_yield=False, tlb_flush=True))
+    assert int(off.vcpus["tlb_flush_skipped"].sum()) == 0
+    assert int(on.vcpus["tlb_flush_skipped"].sum()) > 0
+    assert on.summary["ops"][0] > 5 * off.summary["ops"][0]
+    # without steal time the guest cannot see who is preempted: no skipping
+    blind = run(sim.Pv(sched_yield=False, tlb_flush=True, steal_time=False))
+    assert int(blind.vcpus["tlb_flush_skipped"].sum()) == 0
+
+
+def test_send_ipi_cost_is_one_hypercall_or_one_exit_per_target() -> None:
+    wl = sim.Workload(name="ipis", phases=(sim.Compute(50_000, dist="exp"), sim.Ipi(0, 1_000)))
+
+    def exit_ns(pv: sim.Pv) -> int:
+        vm = sim.Vm(vcpus=4, workload=wl, pv=pv)
+        r = sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=10 * MS, seed=3))
+        return int(r.vcpus["exit_ns"].sum()), int(r.vcpus["ipis_sent"].sum())
+
+    free, sent = exit_ns(sim.Pv(sched_yield=False))
+    icr, sent_icr = exit_ns(sim.Pv(sched_yield=False, icr_write_ns=1_000))
+    pvipi, sent_pv = exit_ns(sim.Pv(sched_yield=False, send_ipi=True, hypercall_ns=1_000))
+    assert free == 0 and sent > 0
+    # 3 targets per IPI: three ICR-write exits against one hypercall
+    assert icr == pytest.approx(1_000 * sent_icr, rel=0.05)
+    assert pvipi == pytest.approx(1_000 * sent_pv / 3, rel=0.05)
+
+
+def test_candidate_gate_preempted_skips_woken_vcpus() -> None:
+    # threads that sleep, so vCPUs halt and are woken by call-function IPIs
+    # (posted interrupts make them dy_runnable): the 5.3 gate (ready) offers
+    # them as candidates, the older one (preempted) does not
+    wl = sim.Workload(name="wake", phases=(sim.Compute(20_000, dist="exp"), sim.Lock(0, "ticket", 3_000),
+                                            sim.Ipi(0, 1_000, prob=0.3), sim.Sleep(30_000, dist="exp", prob=0.5)))
+
+    def run(gate: str) -> sim.Result:
+        vm = sim.Vm(vcpus=8, count=2, workload=wl, policy=P.upstream(candidate_gate=gate),
+                    pv=sim.Pv(sched_yield=False))
+        cfg = sim.Config(host=sim.Host(pcpus=6, background=sim.Background(utilization=0.2)), vms=(vm,),
+                         duration_ns=20 * MS, seed=4)
+        return sim.run(cfg)
+
+    ready, preempted = run("ready"), run("preempted")
+    assert not ready.vcpus.equals(preempted.vcpus)
+    # more candidates: more successful yields per pause-loop exit
+    rate = lambda r: r.vcpus["yield_ok"].sum() / max(1, r.vcpus["ple_exits"].sum())  # noqa: E731
+    assert rate(ready) > rate(preempted)
+
+
+def test_parsec_like_kernels_differ_in_synchronisation() -> None:
+    walls = {}
+    for name, wl in (
+        ("barrier", presets.parsec_barrier_like(iterations=10)),
+        ("pipeline", presets.parsec_pipeline_like(iterations=10)),
+        ("task_queue", presets.parsec_task_queue_like(iterations=40)),
+        ("lock_heavy", presets.parsec_lock_heavy_like(iterations=25)),
+    ):
+        cfg = sim.Config(host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),
+                         vms=(sim.Vm(vcpus=8, threads=12, workload=wl),), duration_ns=2_000 * MS, seed=1)
+        r = sim.run(cfg)
+        assert r.vms["finished"][0], name
+        walls[name] = int(r.vms["wall_ns"][0])
+        # the threads block (futex-like waits): vCPUs halt
+        assert int(r.vcpus["halt_exits"].sum()) > 0, name
+    assert len(set(walls.values())) == 4, walls
+
+
+def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None:
+    def tput(threads: int, mmap_sem: bool) -> float:
+        vm = sim.Vm(vcpus=16, count=2, threads=threads, workload=presets.ebizzy_like(mmap_sem=mmap_sem))
+        return float(sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1))
+                     .summary["throughput_ops_s"][0])
+
+    # without blocking, a second thread per vCPU only time-shares the vCPU
+    assert tput(16, False) == tput(32, False)
+    assert tput(16, True) != tput(32, True)
