@@ -58,27 +58,57 @@ class PinnedThread(threading.Thread):
         return self.result
 
 
-def interrupt_script(code: str, after_s: float = 0.3, within_s: float = 1.0) -> str:
+def _psi_some_us() -> int | None:
+    try:
+        with open("/proc/pressure/cpu") as f:
+            return int(f.readline().rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def interrupt_script(code: str, after_s: float = 0.3, within_s: float = 1.0, tries: int = 3) -> str:
     """Runs ``code`` in a fresh interpreter; once it prints "ready", waits
     ``after_s``, sends SIGINT, and asserts the process finished within
-    ``within_s`` with status 0. Returns what it printed after "ready"."""
+    ``within_s`` with status 0. Returns what it printed after "ready".
+
+    Promptness is wall time, which a starved machine stretches: a stop that
+    took too long while tasks waited for a CPU more than 30 % of the stop
+    window (PSI ``cpu some``, machine-wide) is tried again (``tries`` in all),
+    then skipped naming that pressure; a slow stop on a machine without CPU
+    pressure fails."""
     import signal
     import subprocess
     import sys
     import time
 
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert p.stdout is not None
-        assert p.stdout.readline().strip() == "ready"
-        time.sleep(after_s)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=10)
-        assert time.monotonic() - t0 < within_s, f"took {time.monotonic() - t0:.2f} s to stop"
-        assert p.returncode == 0, out
-        return out
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    import pytest
+
+    from vcpulab.testing import REMEASURES
+
+    key = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    last = ""
+    for i in range(1, tries + 1):
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready"
+            time.sleep(after_s)
+            t0, psi0 = time.monotonic(), _psi_some_us()
+            p.send_signal(signal.SIGINT)
+            out, _ = p.communicate(timeout=10)
+            took = time.monotonic() - t0
+            psi1 = _psi_some_us()
+            assert p.returncode == 0, out
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        pressure = (psi1 - psi0) / (took * 1e6) if psi0 is not None and psi1 is not None else 0.0
+        if took < within_s:
+            REMEASURES.setdefault(key, []).append(i)
+            return out
+        last = f"took {took:.2f} s to stop while tasks waited for a CPU {pressure:.0%} of the time (PSI cpu some)"
+        assert pressure > 0.3, last
+        print(f"try {i}/{tries}: {last}")
+    REMEASURES.setdefault(key, []).append(-tries)
+    pytest.skip(f"starved in all {tries} tries: {last}")

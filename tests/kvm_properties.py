@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
@@ -49,6 +50,10 @@ TIMEOUT = st.one_of(st.floats(0.001, 0.2), st.sampled_from([0.0, -1.0, math.nan,
 SMALL_GAP_US = st.one_of(st.floats(0, 200), st.sampled_from([-1.0, math.nan, math.inf, 1e12]), ODD)
 
 
+#: how the calls ended: "returned" or the exception's type name
+OUTCOMES: Counter[str] = Counter()
+
+
 def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -63,8 +68,11 @@ def call(f: Callable[[], Any], deadline_s: float) -> Any:
     on a loaded 2-CPU machine)."""
     t0 = time.monotonic()
     try:
-        return f()
-    except Exception:  # noqa: BLE001 - the property: an Exception is fine
+        r = f()
+        OUTCOMES["returned"] += 1
+        return r
+    except Exception as e:  # noqa: BLE001 - the property: an Exception is fine
+        OUTCOMES[type(e).__name__] += 1
         return None
     finally:
         dt = time.monotonic() - t0
@@ -244,10 +252,26 @@ WORKLOADS = st.one_of(
 )
 
 
-@given(workload=WORKLOADS, vcpus=st.one_of(st.integers(1, 3), ANY), duration=st.one_of(st.floats(0.01, 0.15), TIMEOUT),
-       sample_every=st.one_of(st.none(), st.floats(0.001, 0.1), ANY), poll_every=st.one_of(st.just(0.05), TIMEOUT),
-       vms=st.one_of(st.just(1), st.integers(-1, 2), ODD), pcpus=st.one_of(st.none(), st.just([0]), st.just([0, 1]), ANY))  # fmt: skip
-def prop_experiment(workload: Any, vcpus: Any, duration: Any, sample_every: Any, poll_every: Any, vms: Any, pcpus: Any) -> None:
+VALID_WORKLOADS = st.one_of(
+    st.just((experiment.Spin(), 2)), st.just((experiment.SpinLock(kind="ticket", hold=20, think=20), 2)),
+    st.just((experiment.MsiPingPong(rounds=10, gap_us=50), 1)), st.just((experiment.IpiPingPong(rounds=10, gap_us=50), 2)),
+    st.just((experiment.IdleTicks(hz=250), 1)),
+)  # fmt: skip
+
+
+def _mostly_valid(valid: Any, other: Any) -> Any:
+    """Valid values most of the time, so that whole runs happen too."""
+    return st.one_of(valid, valid, valid, other)
+
+
+@given(wv=st.one_of(VALID_WORKLOADS, st.tuples(WORKLOADS, st.one_of(st.integers(1, 3), ANY))),
+       duration=_mostly_valid(st.floats(0.01, 0.15), TIMEOUT),
+       sample_every=_mostly_valid(st.one_of(st.none(), st.floats(0.001, 0.1)), ANY),
+       poll_every=_mostly_valid(st.just(0.05), TIMEOUT),
+       vms=_mostly_valid(st.integers(1, 2), st.one_of(st.integers(-1, 0), ODD)),
+       pcpus=_mostly_valid(st.sampled_from([None, [0], [0, 1]]), ANY))  # fmt: skip
+def prop_experiment(wv: Any, duration: Any, sample_every: Any, poll_every: Any, vms: Any, pcpus: Any) -> None:
+    workload, vcpus = wv
     with NoLeak():
         dl = deadline_of(duration) + experiment.GRACE_S + 2.0
         call(lambda: experiment.run(workload, vcpus=vcpus, duration=duration, sample_every=sample_every,
@@ -337,6 +361,7 @@ def main() -> int:
         settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck),
                  print_blob=True)(prop)()  # fmt: skip
         print(f"{prop.__name__}: {n} examples in {time.monotonic() - t0:.1f} s", flush=True)
+    print("outcomes of the calls:", dict(OUTCOMES.most_common()), flush=True)
     print("ALL PROPERTIES HOLD", flush=True)
     return 0
 

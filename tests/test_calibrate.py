@@ -48,10 +48,22 @@ def _reproducible(a: calibrate.HaltPollCalibration, b: calibrate.HaltPollCalibra
 @pytest.fixture(scope="module")
 def calibrations(kvm_host: Host) -> list[calibrate.HaltPollCalibration]:
     """Pairs of back-to-back calibrations, until a pair is reproducible (at most TRIES pairs)."""
+    from vcpulab.quality import snapshot
+
     cals: list[calibrate.HaltPollCalibration] = []
     for i in range(TRIES):
-        a = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60, seed=0, warn_quality=False)
-        b = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=60, seed=100, warn_quality=False)
+        s0 = snapshot([1])
+        try:
+            a = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=30, seed=0, warn_quality=False)
+            b = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=30, seed=100, warn_quality=False)
+        except TimeoutError as e:
+            # cells that cannot finish: only a starved machine excuses that
+            s1 = snapshot([1])
+            wall = (s1.t_ns - s0.t_ns) / 1e3  # µs, as PSI counts
+            psi = (s1.psi_some_us - s0.psi_some_us) / wall if s1.psi_some_us is not None and s0.psi_some_us is not None else 0.0
+            if psi < 0.2:
+                raise
+            pytest.skip(f"calibration did not finish ({e}); tasks waited for a CPU {psi:.0%} of the time (PSI cpu some)")
         cals += [a, b]
         if _reproducible(a, b)[0]:
             break

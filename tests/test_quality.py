@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import polars as pl
 import pytest
 
 from vcpulab import quality as vq
@@ -100,3 +101,88 @@ def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host)
     assert q.other_busy_ns[1] > 0.2 * q.wall_ns
     assert q.alone_delay_share is not None and q.alone_delay_share > 0
     assert q.as_dict()["disturbed"] is True
+
+
+def test_repeat_runs_trials_and_gives_means_with_confidence_intervals(kvm_host: Host) -> None:
+    from vcpulab.experiment import Spin, Trials, t_critical
+
+    tr = run(Spin(), vcpus=2, pcpus=[0], duration=0.2, repeat=3, host=kvm_host, warn_quality=False)
+    assert isinstance(tr, Trials) and len(tr.runs) == 3
+    assert sorted(set(tr.results["trial"])) == [0, 1, 2]
+    assert tr.results.height == 6 and tr.samples["trial"].n_unique() == 3
+    q = tr.quality
+    assert q.height == 3 and set(q.columns) >= {"trial", "other_share", "disturbed", "reasons"}
+    s = tr.summary(["pauses"])
+    assert s.height == 2 and (s["n"] == 3).all()
+    # the interval is the t interval of the three trials' values
+    v = tr.results.filter((pl.col("vcpu") == 0))["pauses"].cast(pl.Float64)
+    row = s.filter(pl.col("vcpu") == 0).row(0, named=True)
+    half = t_critical(0.95, 2) * v.std() / 3**0.5
+    assert row["mean"] == pytest.approx(v.mean())
+    assert row["ci_low"] == pytest.approx(v.mean() - half) and row["ci_high"] == pytest.approx(v.mean() + half)
+    with pytest.raises(ValueError, match="repeat"):
+        run(Spin(), vcpus=1, repeat=0, host=kvm_host)
+    with pytest.raises(ValueError, match="confidence"):
+        tr.summary(confidence=0.5)
+    with pytest.raises(ValueError, match="not numeric"):
+        tr.summary(["nope"])
+
+
+VMM = """
+import os, sys
+from vcpulab.experiment import Spin, run
+print(os.getpid(), flush=True)
+run(Spin(), vcpus=2, pcpus=[0], duration=20, warn_quality=False)
+"""
+
+
+def test_attach_finds_another_process_vcpu_threads_and_stats(kvm_host: Host, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """vcpulab.kvm.attach and `vcpulab watch` on a separate process running a vcpulab VM."""
+    from vcpulab.kvm import attach
+
+    p = subprocess.Popen([sys.executable, "-c", VMM], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        pid = int(p.stdout.readline())
+        deadline = time.monotonic() + 20
+        while True:  # until its vCPU threads run
+            try:
+                a = attach(pid)
+                if a.vcpus.height == 2 and (a.vcpus["tid"] > 0).all():
+                    break
+            except LookupError:
+                pass
+            assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
+            time.sleep(0.1)
+        print(a, a.vcpus, a.notes)
+        assert sorted(a.vcpus["vcpu"]) == [0, 1]
+        assert set(a.vcpus["name"]) == {"CPU 0/KVM", "CPU 1/KVM"}  # named like QEMU's
+        threads, _ = a.sample(duration_s=0.5, every_s=0.1)
+        assert threads.height >= 4 and {"cpu_ns", "run_delay_ns", "nonvoluntary_ctxt_switches"} <= set(threads.columns)
+        first, last = (threads.filter(pl.col("t_ns") == f(threads["t_ns"])) for f in (pl.Series.min, pl.Series.max))
+        assert (last["cpu_ns"].sum() > first["cpu_ns"].sum())  # the vCPUs ran
+        # the process holds vCPU stats fds: KVM's own counters, read through pidfd_getfd
+        assert "insn_emulation" in threads.columns and last["insn_emulation"].sum() > first["insn_emulation"].sum()
+        out = tmp_path / "w.parquet"
+        r = subprocess.run([sys.executable, "-m", "vcpulab.cli", "watch", str(pid), "--interval", "0.2", "--count", "2",
+                            "--parquet", str(out)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        print(r.stdout, r.stderr)
+        assert r.returncode == 0, r.stderr
+        assert "cpu_%" in r.stdout and "run_delay_%" in r.stdout and "exits_per_s" in r.stdout
+        assert pl.read_parquet(out).height >= 2
+    finally:
+        p.kill()
+        p.wait()
+        assert p.stdout is not None
+        p.stdout.close()
+    with pytest.raises(ProcessLookupError):
+        attach(pid)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        with pytest.raises(LookupError, match="holds no KVM VM"):
+            attach(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.raises(ValueError, match="pid"):
+        attach(0)

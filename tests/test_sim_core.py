@@ -38,7 +38,7 @@ def assert_conserved(r: sim.Result) -> None:
     ("make", "field"),
     [
         (lambda: sim.Host(pcpus=0), "Host.pcpus must be >= 1, got 0"),
-        (lambda: sim.Host(scheduler="cfs"), "Host.scheduler must be one of"),
+        (lambda: sim.Host(scheduler="bfs"), "Host.scheduler must be one of"),
         (lambda: sim.Host(next_buddy="sometimes"), "Host.next_buddy"),
         (lambda: sim.Background(utilization=1.0), "Background.utilization"),
         (lambda: sim.Ple(window=0), "Ple.window must be >= 1"),

@@ -140,3 +140,23 @@ def test_cfs_runs_the_2012_scenarios_and_conserves_time():
     cols = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
     assert (r.pcpus.select(pl.sum_horizontal(cols)).to_series() == d).all()
     assert r.summary["yield_ok"][0] > 0 and r.summary["ops"][0] > 0
+
+
+def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
+    """Two vCPUs computing on the two threads of one core make 65 % of the
+    progress each that one alone makes (smt_speed_pct=65); 100 turns it off."""
+
+    def ops(speed: int, vcpus: int) -> list[int]:
+        cfg = sim.Config(
+            host=sim.Host(pcpus=4, threads_per_core=2, affinity="round_robin", smt_speed_pct=speed),
+            vms=(sim.Vm(vcpus=vcpus, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy=sim.Policy(kind="none")),),
+            duration_ns=100_000_000,
+            seed=1,
+        )
+        return sim.run(cfg).vms["ops"].to_list()
+
+    # vCPUs 0 and 2 on CPUs 0 and 2 (core 0), vCPU 1 alone on core 1
+    assert ops(65, 3)[0] == pytest.approx(65 + 65 + 100, abs=3)
+    assert ops(100, 3)[0] == pytest.approx(300, abs=3)
+    with pytest.raises(ValueError, match="Host.smt_speed_pct must be >= 10"):
+        sim.Host(smt_speed_pct=5)

@@ -153,7 +153,7 @@ def guard_panics(obj: T) -> T:
             elif callable(attr) and not getattr(attr, "__wrapped_by_guard__", False):
                 setattr(obj, name, _wrap(attr))
         return obj
-    return _wrap(obj)  # type: ignore[arg-type]
+    return _wrap(obj)  # type: ignore[type-var, arg-type]
 
 
 # --------------------------------------------------------------------------- kernel resources

@@ -1,6 +1,6 @@
 """Type stubs of the Rust extension (src/py). The Pythonic API is in vcpulab.kvm / vcpulab.sim."""
 
-from typing import Any, final
+from typing import Any, Callable, final
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ __all__ = [
     "halt_poll_simulate",
     "halt_poll_simulate_many",
     "halt_poll_windows",
+    "read_foreign_stats",
     "run_experiment",
     "sim_default_config",
     "sim_run",
@@ -153,6 +154,7 @@ def run_experiment(
     plan: list[tuple[Vcpu, int, list[int]]], duration: float, sample_every: float | None = None, poll_every: float = 0.05
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
+def read_foreign_stats(pid: int, fd: int) -> dict[str, Any]: ...
 
 STEAL_AREA_ADDR: int
 
@@ -188,12 +190,18 @@ class Spinner:
     state: VcpuView
 
 def sim_validate(config_json: str) -> str: ...
-def sim_run(config_json: str, policies: dict[str, Any] | None = None) -> dict[str, Any]: ...
+def sim_run(
+    config_json: str,
+    policies: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    trace_max_rows: int | None = None,
+) -> dict[str, Any]: ...
 def sim_sweep(
     config_jsons: list[str],
     policies: list[dict[str, Any] | None] | None = None,
     threads: int = 0,
     progress: Any = None,
+    trace_max_rows: int | None = None,
 ) -> list[dict[str, Any]]: ...
 def sim_default_config() -> str: ...
 

@@ -53,6 +53,7 @@ from typing import Any, Sequence
 import numpy as np
 import polars as pl
 
+from vcpulab._checks import guard_panics
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
 
@@ -286,6 +287,7 @@ def _check_writable(name: str, path: Any) -> None:
             p.unlink()
 
 
+@guard_panics
 def halt_poll(
     gaps_us: Sequence[float] = GAPS_US,
     max_poll_ns: Sequence[int] = MAX_POLL_NS,
@@ -392,17 +394,17 @@ def halt_poll(
                         raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed in cell gap={gap} max={mx}")
                     per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
                     try:
-                        c = _real_cell(host, gap, mx, n, pcpu, per_cell)
+                        cell = _real_cell(host, gap, mx, n, pcpu, per_cell)
                     except TimeoutError:
                         # a cell starved by other tasks (its vCPU or sender thread
                         # did not get the CPU): measure again while tries are left
                         if attempt == retries + 1 and best is None:
                             raise
                         continue
-                    if best is None or c["other_share"] < best["other_share"]:
-                        best = c
+                    if best is None or cell["other_share"] < best["other_share"]:
+                        best = cell
                     best["tries"] = attempt
-                    if not c["disturbed"]:
+                    if not cell["disturbed"]:
                         break
                 assert best is not None
                 cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **best})
@@ -415,17 +417,17 @@ def halt_poll(
     costs, source = _fit_costs(real)
 
     scs, labels = [], []
-    for i, c in enumerate(cells):
+    for i, cl in enumerate(cells):
         for rep in range(sim_replicas):
             scs.append(
                 hp.Scenario(
                     hp.Params(policy="block-time", halt_poll_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
                               grow_start=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
-                              vm_max_ns=c["max_poll_ns"]),  # fmt: skip
-                    vcpus=(hp.Message(gap_ns=int(c["gap_us"] * 1000)),),
+                              vm_max_ns=cl["max_poll_ns"]),  # fmt: skip
+                    vcpus=(hp.Message(gap_ns=int(cl["gap_us"] * 1000)),),
                     costs=costs,
-                    background=hp.Background.from_fraction(c["busy_fraction"], background_busy_ns),
-                    rounds=c["rounds"],
+                    background=hp.Background.from_fraction(cl["busy_fraction"], background_busy_ns),
+                    rounds=cl["rounds"],
                     seed=seed + i * sim_replicas + rep,
                 )
             )
@@ -438,7 +440,7 @@ def halt_poll(
     )
     frame = pl.concat([real, sim], how="horizontal").with_columns(
         ((pl.col("sim_success_frac") - pl.col("real_success_frac")) * 100).alias("diff_pp"),
-        pl.Series("cell_class", [classify(c["gap_us"], c["max_poll_ns"], costs) for c in cells]),
+        pl.Series("cell_class", [classify(x["gap_us"], x["max_poll_ns"], costs) for x in cells]),
     )
     first = ["gap_us", "max_poll_ns", "cell_class", "real_success_frac", "sim_success_frac", "diff_pp", "real_rtt_median_us",
              "sim_rtt_median_us", "busy_fraction", "other_share", "tries", "disturbed"]  # fmt: skip

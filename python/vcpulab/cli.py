@@ -441,6 +441,71 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    """A kvm_stat-like live table of another process's vCPU threads."""
+    import polars as pl
+
+    from vcpulab.kvm import attach
+
+    try:
+        a = attach(args.pid)
+    except (ProcessLookupError, LookupError, PermissionError) as e:
+        print(f"vcpulab: error: {e}", file=sys.stderr)
+        return 1
+    print(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
+    for n in a.notes:
+        print(f"  note: {n}")
+    frames_t, frames_v = [], []
+    prev_t, prev_v = a.sample_once()
+    t_first = time.monotonic_ns()
+    i = 0
+    try:
+        while args.count is None or i < args.count:
+            time.sleep(args.interval)
+            cur_t, cur_v = a.sample_once()
+            frames_t.append(cur_t)
+            frames_v.append(cur_v)
+            dt = max((time.monotonic_ns() - t_first) if not i else 1, 1)
+            j = cur_t.join(prev_t, on=["vm", "vcpu", "tid"], suffix="_0")
+            if j.height:
+                dt = int((j["t_ns"] - j["t_ns_0"]).max())  # type: ignore[arg-type]
+                tab = j.select(
+                    "vcpu", "tid",
+                    ((pl.col("cpu_ns") - pl.col("cpu_ns_0")) / dt * 100).round(1).alias("cpu_%"),
+                    ((pl.col("run_delay_ns") - pl.col("run_delay_ns_0")) / dt * 100).round(1).alias("run_delay_%"),
+                    ((pl.col("voluntary_ctxt_switches") - pl.col("voluntary_ctxt_switches_0")) * 1e9 / dt).round(0)
+                    .alias("vol_cs_per_s"),
+                    ((pl.col("nonvoluntary_ctxt_switches") - pl.col("nonvoluntary_ctxt_switches_0")) * 1e9 / dt)
+                    .round(0).alias("invol_cs_per_s"),
+                    *[((pl.col(k) - pl.col(k + "_0")) * 1e9 / dt).round(0).alias(f"{k}_per_s")
+                      for k in ("exits", "halt_exits", "halt_successful_poll") if k in j.columns],
+                ).sort("vcpu")  # fmt: skip
+                with pl.Config(tbl_rows=64, tbl_cols=-1, tbl_width_chars=250, tbl_hide_dataframe_shape=True,
+                               tbl_hide_column_data_types=True):  # fmt: skip
+                    print(f"-- {time.strftime('%H:%M:%S')}\n{tab}")
+            else:
+                print(f"-- {time.strftime('%H:%M:%S')}: no vCPU thread alive")
+            if cur_v.height and prev_v.height:
+                keys = [k for k in ("exits", "halt_exits", "halt_successful_poll", "halt_wakeup", "io_exits") if k in cur_v.columns]
+                jv = cur_v.join(prev_v, on="vm", suffix="_0")
+                for r in jv.iter_rows(named=True) if keys else ():
+                    rates = ", ".join(f"{k} {(r[k] - r[k + '_0']) * 1e9 / dt:,.0f}/s" for k in keys)
+                    print(f"   VM fd {r['vm']}: {rates}")
+            prev_t, prev_v = cur_t, cur_v
+            i += 1
+    except KeyboardInterrupt:
+        pass
+    if args.parquet and frames_t:
+        out = Path(args.parquet)
+        pl.concat(frames_t).write_parquet(out)
+        print(f"wrote {out}")
+        if any(f.height for f in frames_v):
+            vm_out = out.with_name(out.stem + "_vm_stats" + out.suffix)
+            pl.concat([f for f in frames_v if f.height], how="diagonal_relaxed").write_parquet(vm_out)
+            print(f"wrote {vm_out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
     p.add_argument("--version", action=_VersionAction,
@@ -470,6 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
     simp.set_defaults(func=cmd_sim)
+    watch = sub.add_parser("watch", help="a live per-vCPU table of another process's KVM VMs (QEMU, vcpulab, ...)")
+    watch.add_argument("pid", type=_positive_int, help="the VMM process")
+    watch.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between rows (default 1)")
+    watch.add_argument("--count", type=_positive_int, default=None, help="stop after COUNT tables (default: until Ctrl-C)")
+    watch.add_argument("--parquet", default=None, help="write the per-thread samples there (VM stats beside it)")
+    watch.set_defaults(func=cmd_watch)
     demo = sub.add_parser("demo", help="a short showcase of real KVM and the simulator")
     demo.add_argument("--out", default="vcpulab-demo", help="output folder (default ./vcpulab-demo)")
     demo.set_defaults(func=cmd_demo)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, ClassVar, Literal, Sequence, overload
 
 import numpy as np
 import polars as pl
@@ -47,6 +47,7 @@ __all__ = [
     "Run",
     "Spin",
     "SpinLock",
+    "Trials",
     "Workload",
     "run",
 ]
@@ -442,6 +443,114 @@ class Run:
         )
 
 
+#: two-sided Student t critical values t_{1-α/2, df} for df = 1..30 (standard
+#: tables, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, §1.3.6.7.2,
+#: https://www.itl.nist.gov/div898/handbook/eda/section3/eda3672.htm); larger df use the normal value
+_T_TABLE = {
+    0.90: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
+           1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697],
+    0.95: [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+           2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042],
+    0.99: [63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
+           2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750],
+}  # fmt: skip
+_Z = {0.90: 1.645, 0.95: 1.960, 0.99: 2.576}
+
+
+def t_critical(confidence: float, df: int) -> float:
+    """Two-sided Student t critical value for ``confidence`` (0.90, 0.95 or 0.99)."""
+    if confidence not in _T_TABLE:
+        raise ValueError(f"confidence must be one of {sorted(_T_TABLE)}, got {confidence!r}")
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    return _T_TABLE[confidence][df - 1] if df <= 30 else _Z[confidence]
+
+
+@dataclass
+class Trials:
+    """What :func:`run` with ``repeat=N`` produced: N independent runs of the
+    same configuration (a fresh VM each), every trial's frames kept.
+
+    ``results``, ``samples`` and ``threads`` are the trials' frames stacked
+    with a ``trial`` column; ``quality`` has one row per trial;
+    :meth:`summary` gives per-vCPU means with Student-t confidence intervals
+    across trials.
+    """
+
+    runs: list[Run]
+
+    def _stack(self, name: str) -> pl.DataFrame:
+        return pl.concat(
+            [getattr(r, name).with_columns(pl.lit(i, dtype=pl.UInt32).alias("trial")) for i, r in enumerate(self.runs)],
+            how="diagonal_relaxed",
+        )
+
+    @property
+    def results(self) -> pl.DataFrame:
+        return self._stack("results")
+
+    @property
+    def samples(self) -> pl.DataFrame:
+        return self._stack("samples")
+
+    @property
+    def threads(self) -> pl.DataFrame:
+        return self._stack("threads").drop("cpus")
+
+    @property
+    def quality(self) -> pl.DataFrame:
+        """One row per trial: other_share, alone_delay_share, steal_excess,
+        psi_cpu_some_share, disturbed, reasons (see vcpulab.quality)."""
+        rows = []
+        for i, r in enumerate(self.runs):
+            q = r.quality
+            rows.append({
+                "trial": i, "wall_s": r.wall_s,
+                "other_share": q.other_share if q else None,
+                "alone_delay_share": q.alone_delay_share if q else None,
+                "steal_excess": q.steal_excess if q else None,
+                "psi_cpu_some_share": q.psi_cpu_some_share if q else None,
+                "disturbed": q.disturbed if q else None,
+                "reasons": "; ".join(q.reasons) if q else "",
+            })  # fmt: skip
+        return pl.DataFrame(rows)
+
+    def summary(
+        self, columns: Sequence[str] | None = None, confidence: float = 0.95, include_disturbed: bool = True
+    ) -> pl.DataFrame:
+        """Per (vm, vcpu, column): ``n`` trials, ``mean``, ``std`` (sample),
+        and the ``ci_low``/``ci_high`` of the mean (Student t, ``confidence``
+        0.90/0.95/0.99; NaN with one trial). ``columns``: result columns
+        (default: every numeric one); ``include_disturbed=False`` leaves out
+        trials whose quality says other tasks disturbed them."""
+        res = self.results
+        if not include_disturbed:
+            keep = [i for i, r in enumerate(self.runs) if r.quality is None or not r.quality.disturbed]
+            res = res.filter(pl.col("trial").is_in(keep))
+        num = [c for c, t in res.schema.items() if t.is_numeric() and c not in ("vm", "vcpu", "trial")]
+        cols = list(columns) if columns is not None else num
+        bad = [c for c in cols if c not in num]
+        if bad:
+            raise ValueError(f"columns {bad} are not numeric result columns; these are: {num}")
+        t_critical(confidence, 1)  # validates confidence
+        long = res.unpivot(index=["vm", "vcpu", "trial"], on=cols, variable_name="column", value_name="value")
+        agg = long.group_by(["vm", "vcpu", "column"], maintain_order=True).agg(
+            pl.len().alias("n"), pl.col("value").cast(pl.Float64).mean().alias("mean"),
+            pl.col("value").cast(pl.Float64).std().alias("std"),
+        )  # fmt: skip
+        half = [
+            t_critical(confidence, n - 1) * sd / np.sqrt(n) if n > 1 and sd is not None else float("nan")
+            for n, sd in zip(agg["n"], agg["std"])
+        ]
+        return agg.with_columns(
+            (pl.col("mean") - pl.Series(half)).alias("ci_low"), (pl.col("mean") + pl.Series(half)).alias("ci_high")
+        ).sort(["vm", "vcpu", "column"])
+
+    def __repr__(self) -> str:
+        d = sum(1 for r in self.runs if r.quality is not None and r.quality.disturbed)
+        return f"<Trials n={len(self.runs)} disturbed={d} {self.runs[0]!r}>"
+
+
 def _placement(
     n_vms: int, n_vcpus: int, pcpus: Sequence[int] | None, placement: Sequence[Sequence[int]] | None
 ) -> dict[tuple[int, int], list[int]]:
@@ -463,6 +572,47 @@ def _placement(
     return {(i // n_vcpus, i % n_vcpus): lists[i] for i in range(total)}
 
 
+@overload
+def run(
+    workload: Workload,
+    vcpus: int = ...,
+    pcpus: Sequence[int] | None = ...,
+    placement: Sequence[Sequence[int]] | None = ...,
+    duration: float = ...,
+    sample_every: float | None = ...,
+    vms: int = ...,
+    memory_mib: int = ...,
+    halt_poll_ns: int | None = ...,
+    steal_time: bool = ...,
+    host: Host | None = ...,
+    poll_every: float = ...,
+    warn_quality: bool = ...,
+    quality_thresholds: dict[str, float] | None = ...,
+    repeat: None = ...,
+) -> Run: ...
+
+
+@overload
+def run(
+    workload: Workload,
+    vcpus: int = ...,
+    pcpus: Sequence[int] | None = ...,
+    placement: Sequence[Sequence[int]] | None = ...,
+    duration: float = ...,
+    sample_every: float | None = ...,
+    vms: int = ...,
+    memory_mib: int = ...,
+    halt_poll_ns: int | None = ...,
+    steal_time: bool = ...,
+    host: Host | None = ...,
+    poll_every: float = ...,
+    warn_quality: bool = ...,
+    quality_thresholds: dict[str, float] | None = ...,
+    *,
+    repeat: int,
+) -> Trials: ...
+
+
 @guard_panics
 def run(
     workload: Workload,
@@ -479,7 +629,8 @@ def run(
     poll_every: float = 0.05,
     warn_quality: bool = True,
     quality_thresholds: dict[str, float] | None = None,
-) -> Run:
+    repeat: int | None = None,
+) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
     Args:
@@ -497,11 +648,23 @@ def run(
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
             for :func:`vcpulab.quality.quality` (default 0.02 each).
         poll_every: how often the run checks for Ctrl-C, s (at most 1).
+        repeat: run ``repeat`` independent trials (fresh VMs each) and return
+            :class:`Trials` (every trial's frames, means with confidence
+            intervals) instead of one :class:`Run`.
 
     Every argument is checked before anything is created (TypeError /
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
     at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
+    if repeat is not None:
+        _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+                        pcpus, placement, host)  # fmt: skip
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
+            raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
+        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration=duration, sample_every=sample_every, vms=vms,
+                  memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
+                  poll_every=poll_every, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
+        return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
     _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
                     pcpus, placement, host)  # fmt: skip
     vcpus, vms, duration = int(vcpus), int(vms), float(duration)

@@ -993,3 +993,7 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
     schema["t_ns"] = pl.Int64
     schema["vcpu"] = pl.Int64  # key columns are Int64 in every frame (vcpulab._frames)
     return pl.DataFrame(rows, schema=schema)
+
+
+# Watching VMs vcpulab did not start (kept in its own module; see vcpulab/_attach.py).
+from vcpulab._attach import Attached, attach  # noqa: E402

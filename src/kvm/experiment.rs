@@ -215,14 +215,26 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     sampler.sample(0)?;
     let mut stopped = false;
     let threads: Vec<ThreadReport> = std::thread::scope(|s| -> Result<Vec<ThreadReport>> {
-        let handles: Vec<_> = members
+        let handles = members
             .iter_mut()
             .map(|m| {
                 let (vm, cpus) = (m.vm, m.cpus.clone());
                 let vcpu = &mut *m.vcpu;
-                s.spawn(move || vcpu_thread(vm, vcpu, cpus, deadline))
+                // named like QEMU's vCPU threads, so tools (and vcpulab.kvm.attach) find them
+                std::thread::Builder::new()
+                    .name(format!("CPU {}/KVM", vcpu.id))
+                    .spawn_scoped(s, move || vcpu_thread(vm, vcpu, cpus, deadline))
             })
-            .collect();
+            .collect::<Vec<_>>();
+        if let Some(i) = handles.iter().position(|h| h.is_err()) {
+            // stop the threads already started (the scope joins them) and report
+            for slot in &slots {
+                slot.stop();
+            }
+            let e = handles.into_iter().nth(i).expect("found above").expect_err("an error");
+            return Err(Error::Ioctl { call: "spawn vCPU thread", source: e });
+        }
+        let handles: Vec<_> = handles.into_iter().map(|h| h.expect("checked above")).collect();
         let mut next_sample = opts.sample_every.map(|p| t0 + p);
         let mut next_poll = t0 + opts.poll_every;
         let mut sample_err = None;

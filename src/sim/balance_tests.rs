@@ -124,3 +124,77 @@ fn without_balancing_the_same_start_stays_on_one_socket() {
     let nr: Vec<usize> = (0..16).map(|c| s.nr_running(c)).collect();
     assert!(nr[4..8].iter().chain(&nr[12..]).all(|&n| n == 0), "{nr:?}");
 }
+
+/// 1 socket × 2 cores × 2 threads (CPUs 0 and 2 share core 0; 1 and 3 core
+/// 1), `v` vCPUs pinned round-robin, threads computing 1 ms per iteration.
+fn smt_host(v: u32, speed: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 100_000_000,
+        host: HostConfig {
+            pcpus: 4,
+            threads_per_core: 2,
+            affinity: Affinity::RoundRobin,
+            smt_speed_pct: speed,
+            ..Default::default()
+        },
+        vms: vec![VmConfig {
+            vcpus: v,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn busy_smt_siblings_run_at_the_smt_speed_and_a_thread_alone_at_full_speed() {
+    // v0 on CPU 0 and v2 on CPU 2 share core 0; v1 has core 1 to itself
+    let mut s = sim_of(&smt_host(3, 65));
+    s.step_until(100_000_000).unwrap();
+    let iters: Vec<u64> = s.threads.iter().map(|t| t.iters).collect();
+    assert!((64..=66).contains(&iters[0]) && (64..=66).contains(&iters[2]), "{iters:?}");
+    assert!((99..=100).contains(&iters[1]), "{iters:?}");
+    // off (100 %): every thread at full speed
+    let mut s = sim_of(&smt_host(3, 100));
+    s.step_until(100_000_000).unwrap();
+    assert!(s.threads.iter().all(|t| (99..=100).contains(&t.iters)));
+}
+
+#[test]
+fn a_sibling_going_idle_speeds_the_other_thread_up_at_once() {
+    // v2 (CPU 2, sibling of v0's CPU 0) sleeps 5 ms after each 1 ms of work:
+    // v0 runs at 65 % about a sixth of the time
+    let mut c2 = smt_host(3, 65);
+    c2.vms.push(VmConfig {
+        vcpus: 1,
+        policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+        workload: WorkloadConfig {
+            phases: vec![
+                Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
+                Phase::Sleep { ns: 5_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
+            ],
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    c2.vms[0].vcpus = 2; // v0 on CPU 0, v1 on CPU 1; the sleeper's vCPU on CPU 2
+    c2.vms[0].threads = 2;
+    let mut s = sim_of(&c2);
+    s.step_until(100_000_000).unwrap();
+    let it0 = s.threads[0].iters;
+    // all at 65 % would be ~65, all at full speed 100
+    assert!((86..=97).contains(&it0), "{it0}");
+    let r = super::super::run(&c2).unwrap();
+    let p = &r.pcpus;
+    for i in 0..4 {
+        let sum: u64 = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
+            .iter()
+            .map(|k| p.u64s(k)[i])
+            .sum();
+        assert_eq!(sum, c2.duration_ns);
+    }
+}

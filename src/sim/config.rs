@@ -163,6 +163,9 @@ pub struct HostConfig {
     /// sysctl_sched_migration_cost, ns: a task that ran within this time
     /// is cache-hot and not moved by periodic balancing (`task_hot`).
     pub migration_cost_ns: u64,
+    /// Speed of a hardware thread while an SMT sibling of its core is busy,
+    /// percent of its speed alone (100: no slow-down, off).
+    pub smt_speed_pct: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,6 +290,7 @@ impl Default for HostConfig {
             load_balance: false,
             lb_busy_factor: 16,
             migration_cost_ns: 500_000,
+            smt_speed_pct: 100,
         }
     }
 }
@@ -816,6 +820,9 @@ impl SimConfig {
         })?;
         check((1..=1024).contains(&h.lb_busy_factor), || {
             format!("host.lb_busy_factor must be in [1, 1024], got {}", h.lb_busy_factor)
+        })?;
+        check((10..=100).contains(&h.smt_speed_pct), || {
+            format!("host.smt_speed_pct must be in [10, 100], got {}", h.smt_speed_pct)
         })?;
         check(h.migration_cost_ns <= 1_000_000_000, || {
             format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)

@@ -399,8 +399,9 @@ pub enum ExitKind {
 pub enum Act {
     /// Not running, or between activities.
     Off,
-    /// Useful work of the current thread or of an IPI handler.
-    Exec { start: Ns, end: Ns, ipi: bool },
+    /// Useful work of the current thread or of an IPI handler; `slow`: at
+    /// the SMT speed (`Host.smt_speed_pct`: a sibling was busy when it started).
+    Exec { start: Ns, end: Ns, ipi: bool, slow: bool },
     /// Spinning in guest kernel mode; `ple_at`/`pv_at` are the PLE-exit and
     /// SPIN_THRESHOLD instants (NEVER if not applicable).
     Spin { start: Ns, ple_at: Ns, pv_at: Ns },
@@ -653,6 +654,8 @@ pub struct Sim {
     pub waker_cpu: u32,
     /// Earliest instant of the next nohz idle-balance kick.
     pub nohz_next: Ns,
+    /// Busy SMT siblings slow each other down (threads_per_core > 1 and smt_speed_pct < 100).
+    pub smt_slow: bool,
 }
 
 pub type PolicyMaker<'a> = &'a dyn Fn(usize, &VmConfig) -> Result<Box<dyn DirectedYieldPolicy>, String>;
@@ -727,6 +730,7 @@ impl Sim {
             cores_per_socket: 1,
             waker_cpu: NO_CPU,
             nohz_next: 0,
+            smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
         };
         sim.ncores = (p / cfg.host.threads_per_core).max(1);
         sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);

@@ -186,8 +186,8 @@ impl Sim {
     pub fn pause_act(&mut self, v: usize) {
         let now = self.now;
         match self.vcpus[v].act {
-            Act::Exec { start, ipi, .. } => {
-                let el = now - start;
+            Act::Exec { start, ipi, slow, .. } => {
+                let el = self.smt_progress(now - start, slow);
                 if ipi {
                     let vc = &mut self.vcpus[v];
                     vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
@@ -359,7 +359,8 @@ impl Sim {
             matches!(self.threads[t].step, Step::Work { kernel: true, .. })
         };
         self.vcpus[v].in_kernel = kernel;
-        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi }, now + dur, C_USEFUL);
+        let (dur, slow) = self.smt_duration(v, dur);
+        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi, slow }, now + dur, C_USEFUL);
     }
 
     fn start_spin(&mut self, v: usize, pv: bool) {
@@ -1034,8 +1035,16 @@ impl Sim {
             self.threads[t].pv_new_head = false;
             self.threads[t].spun = 0;
         }
+        let pos = match self.vms[vm].locks[lock].waiters.iter().position(|&w| w as usize == t) {
+            Some(p) => p,
+            None => {
+                // every waiter queued in begin_phase; never taken from the queue here
+                debug_assert!(false, "PV waiter {t} is not queued");
+                self.vms[vm].locks[lock].waiters.push_back(t as u32);
+                self.vms[vm].locks[lock].waiters.len() - 1
+            }
+        };
         let l = &self.vms[vm].locks[lock];
-        let pos = l.waiters.iter().position(|&w| w as usize == t).unwrap_or(0);
         if pos == 0 && l.holder.is_none() {
             // trylock_clear_pending succeeds
             let l = &mut self.vms[vm].locks[lock];
@@ -1140,23 +1149,28 @@ impl Sim {
     }
 
     /// The vCPU `v` was just marked preempted (kernel lock model): PV queue
-    /// nodes behind its thread re-check `pv_wait_early`, OSQ spinners behind
-    /// it re-check `vcpu_is_preempted(prev)`.
+    /// nodes behind its thread re-check `pv_wait_early` (2019 rule only),
+    /// OSQ spinners behind it re-check `vcpu_is_preempted(prev)` (only where
+    /// the guest asks it). Only a check whose answer can change pokes: a
+    /// poke restarts the spinner's spin (and its PLE window).
     fn notify_preempted_kernel(&mut self, v: usize) {
         let Some(h) = self.vcpus[v].cur else { return };
         let vm = self.vm_of(v);
+        let g = &self.vms[vm].cfg.guest;
+        let early_on_preempted = g.pv_wait_early == WaitEarly::PrevHaltedOrPreempted;
+        let osq_checks = self.vcpu_is_preempted(vm, v);
         let mut pokes = Vec::new();
         for l in &self.vms[vm].locks {
             let Some(pos) = l.waiters.iter().position(|&w| w == h) else { continue };
             match l.kind {
-                LockKind::PvQueued => {
+                LockKind::PvQueued if early_on_preempted => {
                     if let Some(&n) = l.waiters.get(pos + 1) {
                         if self.spinning_now(n as usize) {
                             pokes.push(self.threads[n as usize].vcpu as usize);
                         }
                     }
                 }
-                LockKind::Mutex => {
+                LockKind::Mutex if osq_checks => {
                     if let Some(&n) =
                         l.waiters.iter().skip(pos + 1).find(|&&w| self.threads[w as usize].state == TState::Current)
                     {

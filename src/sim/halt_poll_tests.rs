@@ -387,3 +387,24 @@ fn v3_oscillates_on_an_idle_ticking_guest() {
     }
     assert_eq!(w, [0, 500_000, 1_000_000, 2_000_000, 4_000_000, 0, 500_000, 1_000_000, 2_000_000, 4_000_000]);
 }
+
+#[test]
+fn a_background_of_one_ns_periods_is_not_a_bug() {
+    // background on/off events do not count against the stuck-vCPU budget
+    let mut sc = msg(Policy::DynamicV4, 200_000, 50, 100);
+    sc.background = Some(Background { busy_ns: 1, idle_ns: 1 });
+    let r = simulate(&sc).unwrap();
+    assert_eq!(r.vcpus[0].rounds, 100);
+}
+
+#[test]
+fn an_interrupt_check_stops_a_long_run() {
+    let sc = msg(Policy::DynamicV4, 200_000, 50, 10_000_000);
+    let calls = std::cell::Cell::new(0u32);
+    let r = simulate_checked(&sc, &|| {
+        calls.set(calls.get() + 1);
+        calls.get() >= 3
+    });
+    assert_eq!(r.unwrap_err(), INTERRUPTED);
+    assert_eq!(calls.get(), 3);
+}

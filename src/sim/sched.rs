@@ -363,6 +363,7 @@ impl Sim {
         }
         self.rqs[cpu].switches += 1;
         self.rqs[cpu].trace_start = now;
+        let idle_changed = prev.is_none() != next.is_none();
         match next {
             None => {
                 self.rqs[cpu].acct.set(now, C_IDLE);
@@ -384,6 +385,9 @@ impl Sim {
                 }
                 self.task_sched_in(n, cpu);
             }
+        }
+        if idle_changed && self.smt_slow {
+            self.smt_sibling_changed(cpu);
         }
     }
 

@@ -344,3 +344,20 @@ fn periodic_sleep_wakes_on_its_grid() {
     c.vms[0].workload.phases[0] = Phase::Sleep { ns: 1_000_000, dist: Dist::Exp, prob: 1.0, periodic: true };
     assert!(c.validate().unwrap_err().to_string().contains("periodic"));
 }
+
+#[test]
+fn a_trace_limit_stops_the_run_and_changes_nothing_below_it() {
+    let mut c = small(PolicyKind::DyEligible, 2, 4, 2);
+    c.trace = true;
+    let full = run(&c).unwrap();
+    let rows = full.trace.as_ref().unwrap().u64s("pcpu").len() as u64;
+    assert!(rows > 10);
+    let same = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, rows).unwrap();
+    assert_eq!(same.summary, full.summary);
+    assert_eq!(same.trace, full.trace);
+    let cut = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, rows / 2);
+    match cut {
+        Err(SimError::TraceLimit(m)) => assert!(m.contains(&format!("trace_max_rows={}", rows / 2)), "{m}"),
+        other => panic!("expected TraceLimit, got {:?}", other.map(|_| ())),
+    }
+}

@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._checks import guard_panics
 from vcpulab._frames import frame as _frame
 from vcpulab.sim import distributed, policies, presets
 from vcpulab.sim._config import (
@@ -256,6 +257,7 @@ def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
     )
 
 
+@guard_panics
 def run(config: Config, *, trace: bool | None = None, trace_max_rows: int | None = TRACE_MAX_ROWS) -> Result:
     """Run one configuration. ``trace`` overrides ``config.trace``.
 
@@ -305,6 +307,7 @@ def sweep(
 ) -> tuple[pl.DataFrame, list[Result]]: ...
 
 
+@guard_panics
 def sweep(
     points: Points,
     grid: Mapping[str, Iterable[Any]] | None = None,

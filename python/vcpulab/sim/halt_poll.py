@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._checks import guard_panics
 from vcpulab.sim._config import HALT_POLL_POLICIES, halt_poll_policy
 
 __all__ = [
@@ -440,6 +441,7 @@ def _result(sc: Scenario, d: dict[str, Any]) -> Result:
     return Result(stats, trace, rtt, lat, int(d["end_ns"]), int(d["background_ns"]), sc)
 
 
+@guard_panics
 def run(scenario: Scenario) -> Result:
     """Simulates one :class:`Scenario` (GIL released; deterministic per seed)."""
     if not isinstance(scenario, Scenario):
@@ -447,6 +449,7 @@ def run(scenario: Scenario) -> Result:
     return _result(scenario, _core.halt_poll_simulate(scenario.to_json()))
 
 
+@guard_panics
 def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None = None) -> pl.DataFrame:
     """Simulates many scenarios in parallel; one frame of their ``stats`` rows,
     each prefixed with its label columns (``labels[i]``, default ``{"scenario": i}``)."""
@@ -466,6 +469,7 @@ def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
+@guard_panics
 def windows(params: Params, halts: Sequence[tuple[int, bool]]) -> list[int]:
     """The window (ns) each of a sequence of halts starts with under ``params``;
     each halt is (its whole length in ns, whether the wake-up came while
@@ -483,6 +487,7 @@ def windows(params: Params, halts: Sequence[tuple[int, bool]]) -> list[int]:
 # ------------------------------------------------------------------ idle study
 
 
+@guard_panics
 def idle_study(
     max_poll_ns: int | None = None,
     policies: Sequence[str] = POLICIES,

@@ -328,6 +328,9 @@ def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
         "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
         "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
         "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
+        "smt_speed_pct": _h(65, "%", "two busy Hyper-Threads give a core 'up to 30 %' more throughput: Marr et al., "
+                            "'Hyper-Threading Technology Architecture and Microarchitecture', Intel Technology "
+                            "Journal 6(1), 2002; one figure for every era (used only with threads_per_core > 1)"),
     }
     if cfs:
         out["scheduler"] = _k("cfs", "", "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
@@ -563,20 +566,20 @@ ERAS: Mapping[str, Era] = MappingProxyType({e.name: e for e in (ERA_2012, ERA_20
 PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "2012-3.x": (
-            "busy SMT siblings sharing a core's throughput, and the cost of a cache-cold migration, #12",
+            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
             "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan, #12",
         ),
         "2015-4.x": (
-            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
+            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
         ),
         "2019-5.x": (
-            "busy SMT siblings sharing a core's throughput (80 threads = 40 cores), cache-cold migration cost, #12",
+            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
         ),
         "2021-5.14": (
-            "busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",
+            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
             "PARSEC-like kernels that differ (one barrier kernel stands for all), #13",
         ),
-        "6.x": ("busy SMT siblings sharing a core's throughput, cache-cold migration cost, #12",),
+        "6.x": ("the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",),
     }
 )
 

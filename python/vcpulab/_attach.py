@@ -1,0 +1,236 @@
+"""Watching VMs that vcpulab did not start: :func:`attach` (exported as
+``vcpulab.kvm.attach``) and the ``vcpulab watch PID`` command.
+
+A VMM process (QEMU, Firecracker, cloud-hypervisor, another vcpulab) holds its
+VMs and vCPUs as file descriptors (``/proc/<pid>/fd`` → ``anon_inode:kvm-vm``,
+``anon_inode:kvm-vcpu:N``). Its vCPU threads are found two ways:
+
+* KVM's debugfs (``/sys/kernel/debug/kvm/<pid>-<vm fd>/vcpuN/pid``): the thread
+  that last ran vCPU N (set by ``KVM_RUN``; Documentation/virt/kvm/api.rst,
+  virt/kvm/kvm_main.c ``kvm_vcpu_ioctl``); debugfs is mounted when missing and
+  this process may (root);
+* thread names: QEMU names its vCPU threads ``CPU n/KVM``; vcpulab's
+  experiment threads carry the same names.
+
+:meth:`Attached.sample` reads, per vCPU thread, ``/proc/<pid>/task/<tid>/schedstat``
+(CPU time, run delay, timeslices) and ``status`` (context switches), and per VM
+the debugfs statistics (sums over the VM's vCPUs: ``exits``, ``halt_exits``,
+``halt_successful_poll``, …), into polars frames whose columns are named like
+``Run.threads`` and ``Run.samples``; and, where the process holds binary-stats
+fds (``anon_inode:kvm-vcpu-stats:N``: vcpulab always, QEMU after a QMP
+``query-stats``), each vCPU's KVM statistics read through ``pidfd_getfd(2)``
+(``exits``, ``halt_exits``, ``halt_successful_poll``, …, as in ``Run.samples``).
+KVM refuses vCPU ioctls from another process, so no stats fd can be made for a
+VMM that holds none; debugfs statistics are used where the kernel lets them be
+read (this host answers EPERM). Tracing filtered to the process is not done
+yet.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+__all__ = ["Attached", "attach"]
+
+DEBUGFS_KVM = Path("/sys/kernel/debug/kvm")
+_CPU_NAME = re.compile(r"^CPU (\d+)/KVM$")
+_VCPU_FD = re.compile(r"^anon_inode:kvm-vcpu:(\d+)$")
+_VCPU_STATS_FD = re.compile(r"^anon_inode:kvm-vcpu-stats:(\d+)$")
+
+
+def _debugfs_kvm() -> Path | None:
+    """/sys/kernel/debug/kvm, mounting debugfs first when missing and root."""
+    if DEBUGFS_KVM.is_dir():
+        return DEBUGFS_KVM
+    if os.geteuid() == 0 and Path("/sys/kernel/debug").is_dir():
+        subprocess.run(["mount", "-t", "debugfs", "nodev", "/sys/kernel/debug"], capture_output=True, check=False)
+    return DEBUGFS_KVM if DEBUGFS_KVM.is_dir() else None
+
+
+def _read_int(p: Path) -> int | None:
+    try:
+        return int(p.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class Attached:
+    """A VMM process's VMs and vCPU threads (see :func:`attach`)."""
+
+    pid: int
+    comm: str
+    #: one row per VM: vm (its fd in the process), debugfs (the folder, or null)
+    vms: pl.DataFrame
+    #: one row per vCPU: vm, vcpu, tid (0 where unknown), name, source ("debugfs" or "thread name")
+    vcpus: pl.DataFrame
+    #: why debugfs statistics are missing, if they are
+    notes: list[str] = field(default_factory=list)
+    #: vCPU index → the binary-stats fd the process holds for it (KVM_GET_STATS_FD)
+    stats_fds: dict[int, int] = field(default_factory=dict)
+
+    def _vcpu_stats(self, vcpu: int) -> dict[str, int]:
+        fd = self.stats_fds.get(vcpu)
+        if fd is None:
+            return {}
+        from vcpulab import _core
+
+        try:
+            d = _core.read_foreign_stats(self.pid, fd)
+        except OSError:
+            return {}
+        return {k: int(v) for k, v in d.items() if isinstance(v, int)}
+
+    def _thread_row(self, tid: int) -> dict[str, int] | None:
+        base = Path(f"/proc/{self.pid}/task/{tid}")
+        try:
+            cpu, delay, slices = (int(x) for x in (base / "schedstat").read_text().split())
+            st = (base / "status").read_text()
+        except (OSError, ValueError):
+            return None
+        vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", st, re.M).group(1))  # type: ignore[union-attr]
+        nonvol = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", st, re.M).group(1))  # type: ignore[union-attr]
+        return {"cpu_ns": cpu, "run_delay_ns": delay, "timeslices": slices,
+                "voluntary_ctxt_switches": vol, "nonvoluntary_ctxt_switches": nonvol}  # fmt: skip
+
+    def sample_once(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """One sample now: (per vCPU thread, per VM) frames, each with ``t_ns``
+        (CLOCK_MONOTONIC)."""
+        t = time.monotonic_ns()
+        rows = []
+        for r in self.vcpus.iter_rows(named=True):
+            tr = self._thread_row(r["tid"]) if r["tid"] else None
+            if tr is not None:
+                rows.append({"t_ns": t, "vm": r["vm"], "vcpu": r["vcpu"], "tid": r["tid"], **tr, **self._vcpu_stats(r["vcpu"])})
+        vm_rows = []
+        for r in self.vms.iter_rows(named=True):
+            if not r["debugfs"]:
+                continue
+            d = Path(r["debugfs"])
+            stats: dict[str, Any] = {"t_ns": t, "vm": r["vm"]}
+            try:
+                names = sorted(p.name for p in d.iterdir() if p.is_file())
+            except OSError:
+                continue
+            for name in names:
+                v = _read_int(d / name)
+                if v is not None:
+                    stats[name] = v
+            vm_rows.append(stats)
+        schema = {"t_ns": pl.Int64, "vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "cpu_ns": pl.Int64,
+                  "run_delay_ns": pl.Int64, "timeslices": pl.Int64, "voluntary_ctxt_switches": pl.Int64,
+                  "nonvoluntary_ctxt_switches": pl.Int64}  # fmt: skip
+        extra = sorted({k for r in rows for k in r} - set(schema))
+        schema.update({k: pl.Int64 for k in extra})
+        return pl.DataFrame(rows, schema=schema), pl.DataFrame(vm_rows)
+
+    def sample(self, duration_s: float = 1.0, every_s: float = 0.1) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Samples every ``every_s`` for ``duration_s`` (both s, > 0): (threads,
+        vm_stats) frames with ``t_ns`` relative to the first sample. Threads
+        that ended in between are missing from the later samples."""
+        if not duration_s > 0 or not every_s > 0:
+            raise ValueError(f"duration_s and every_s must be positive, got {duration_s}, {every_s}")
+        t0 = time.monotonic()
+        th, vm = [], []
+        while True:
+            a, b = self.sample_once()
+            th.append(a)
+            vm.append(b)
+            if time.monotonic() - t0 >= duration_s:
+                break
+            time.sleep(min(every_s, max(0.0, duration_s - (time.monotonic() - t0))))
+        threads = pl.concat(th)
+        vms = pl.concat(vm, how="diagonal_relaxed") if any(x.height for x in vm) else pl.DataFrame()
+        first = int(threads["t_ns"].min()) if threads.height else 0  # type: ignore[arg-type]
+        threads = threads.with_columns(pl.col("t_ns") - first)
+        if vms.height:
+            vms = vms.with_columns(pl.col("t_ns") - first)
+        return threads, vms
+
+    def __repr__(self) -> str:
+        return f"<Attached pid={self.pid} {self.comm!r} vms={self.vms.height} vcpus={self.vcpus.height}>"
+
+
+def attach(pid: int) -> Attached:
+    """Finds process ``pid``'s KVM VMs and vCPU threads (module docstring).
+
+    Raises ``ValueError`` for a bad pid, ``ProcessLookupError`` when no such
+    process exists, ``PermissionError`` when its file descriptors cannot be
+    read, and ``LookupError`` when it holds no KVM VM.
+    """
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise ValueError(f"pid must be a positive int, got {pid!r}")
+    proc = Path(f"/proc/{pid}")
+    if not proc.is_dir():
+        raise ProcessLookupError(f"no process {pid}")
+    comm = (proc / "comm").read_text().strip()
+    vm_fds: list[int] = []
+    vcpu_fds: dict[int, int] = {}
+    stats_fds: dict[int, int] = {}
+    for fd in os.listdir(proc / "fd"):  # PermissionError names the path
+        try:
+            target = os.readlink(proc / "fd" / fd)
+        except OSError:
+            continue
+        if target == "anon_inode:kvm-vm":
+            vm_fds.append(int(fd))
+        elif m := _VCPU_FD.match(target):
+            vcpu_fds[int(m.group(1))] = int(fd)
+        elif m := _VCPU_STATS_FD.match(target):
+            stats_fds[int(m.group(1))] = int(fd)
+    if not vm_fds:
+        raise LookupError(f"process {pid} ({comm}) holds no KVM VM (no anon_inode:kvm-vm among its file descriptors)")
+    notes: list[str] = []
+    dbg = _debugfs_kvm()
+    if dbg is None:
+        notes.append("KVM debugfs is not available (mount -t debugfs nodev /sys/kernel/debug as root): no VM statistics")
+    vm_rows, vcpu_rows = [], []
+    for vm_fd in sorted(vm_fds):
+        d = dbg / f"{pid}-{vm_fd}" if dbg is not None else None
+        vm_rows.append({"vm": vm_fd, "debugfs": str(d) if d is not None and d.is_dir() else None})
+        if d is not None and d.is_dir():
+            for v in sorted(d.glob("vcpu*")):
+                n = int(v.name[4:])
+                tid = _read_int(v / "pid") or 0
+                name = ""
+                if tid:
+                    try:
+                        name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+                    except OSError:
+                        name = ""
+                vcpu_rows.append({"vm": vm_fd, "vcpu": n, "tid": tid, "name": name, "source": "debugfs"})
+    if not vcpu_rows:
+        # no debugfs: vCPU threads by their names (QEMU's and vcpulab's "CPU n/KVM")
+        for tid in sorted(int(t) for t in os.listdir(proc / "task")):
+            try:
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if m := _CPU_NAME.match(name):
+                vm = sorted(vm_fds)[0] if len(vm_fds) == 1 else -1
+                vcpu_rows.append({"vm": vm, "vcpu": int(m.group(1)), "tid": tid, "name": name, "source": "thread name"})
+    if not vcpu_rows:
+        # known vCPUs (their fds), threads unknown
+        notes.append("vCPU threads not identified (no debugfs, no thread named 'CPU n/KVM')")
+        vm = sorted(vm_fds)[0] if len(vm_fds) == 1 else -1
+        vcpu_rows = [{"vm": vm, "vcpu": n, "tid": 0, "name": "", "source": "fd"} for n in sorted(vcpu_fds)]
+    vcpus = pl.DataFrame(
+        vcpu_rows, schema={"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "name": pl.String, "source": pl.String}
+    )
+    if not stats_fds:
+        notes.append("the process holds no vCPU stats fd (KVM_GET_STATS_FD): no per-vCPU KVM statistics")
+    if len(vm_fds) > 1 and stats_fds:
+        notes.append("several VMs: vCPU stats fds are matched to vCPUs by index only")
+    for r in vm_rows:
+        if r["debugfs"] and _read_int(Path(r["debugfs"]) / "exits") is None:
+            notes.append(f"KVM debugfs statistics in {r['debugfs']} are not readable here (the kernel refuses them)")
+    return Attached(pid=pid, comm=comm, vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
+                    vcpus=vcpus, notes=notes, stats_fds=stats_fds)  # fmt: skip
