@@ -25,7 +25,7 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code")
 
 
-def test_the_six_notebooks_are_there() -> None:
+def test_the_notebooks_are_there() -> None:
     assert [p.stem for p in NOTEBOOKS] == [
         "01_real_kvm_tour",
         "02_ple_directed_yield",
@@ -33,4 +33,5 @@ def test_the_six_notebooks_are_there() -> None:
         "04_sched_maps",
         "05_halt_polling",
         "06_validation",
+        "07_twins",
     ]

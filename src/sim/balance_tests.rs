@@ -175,7 +175,7 @@ fn a_sibling_going_idle_speeds_the_other_thread_up_at_once() {
         workload: WorkloadConfig {
             phases: vec![
                 Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
-                Phase::Sleep { ns: 5_000_000, dist: Dist::Fixed, prob: 1.0 },
+                Phase::Sleep { ns: 5_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
             ],
             ..Default::default()
         },

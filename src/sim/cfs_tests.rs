@@ -249,7 +249,7 @@ fn a_woken_vcpu_reaches_an_idle_cpu_after_the_ipi_and_idle_exit_latency() {
 #[test]
 fn host_noise_uses_its_share_of_each_cpu_and_kthreads_stay_home() {
     let mut c = rr(4, 4, Scheduler::Fair);
-    c.vms[0].workload.phases = vec![Phase::Sleep { ns: 1_000_000_000, dist: Dist::Fixed, prob: 1.0 }];
+    c.vms[0].workload.phases = vec![Phase::Sleep { ns: 1_000_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false }];
     c.duration_ns = 2_000_000_000;
     c.trace = true;
     c.host.noise = HostNoise { kthread_hz: 1000.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 };

@@ -566,6 +566,10 @@ pub enum Phase {
         dist: Dist,
         #[serde(default = "one")]
         prob: f64,
+        /// Wake at the next multiple of `ns` since the run's start (a periodic
+        /// timer: a late wake-up does not shift the later ones).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        periodic: bool,
     },
     Send {
         to: u32,
@@ -884,8 +888,11 @@ impl SimConfig {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
-                    Phase::Sleep { ns, .. } => {
+                    Phase::Sleep { ns, dist, periodic, .. } => {
                         check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
+                        check(!*periodic || (*ns > 0 && *dist == Dist::Fixed), || {
+                            format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
+                        })?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {

@@ -545,6 +545,8 @@ pub struct Thread {
     pub iter_start: Ns,
     pub iters: u64,
     pub wake_gen: u32,
+    /// When the current Lock phase began (its wait for the lock starts here).
+    pub lock_wait_start: Ns,
 }
 
 #[derive(Clone, Debug)]
@@ -574,6 +576,8 @@ pub struct Vm {
     pub upstream: Option<Upstream>,
     pub ops: u64,
     pub latencies: Vec<Ns>,
+    /// Lock waits (Lock phase start → the thread runs holding the lock), log-linear histogram.
+    pub lock_waits: Vec<Ns>,
     pub done_threads: u32,
     pub finished_at: Option<Ns>,
     /// PLE windows (cycles) already converted to ns: (window, ns) at index
@@ -846,6 +850,7 @@ impl Sim {
                         pv_new_head: false,
                         pv_hashed: false,
                         wake_gen: 0,
+                        lock_wait_start: 0,
                     });
                 }
                 let nlocks = vmc
@@ -890,6 +895,7 @@ impl Sim {
                     policy,
                     ops: 0,
                     latencies: Vec::new(),
+                    lock_waits: Vec::new(),
                     done_threads: 0,
                     finished_at: None,
                     ple_ns: [(0, 0); 64],

@@ -682,7 +682,9 @@ impl Sim {
                 self.threads[t].spun = 0;
                 self.threads[t].pv_halted = false;
                 self.threads[t].pv_hashed = false;
+                self.threads[t].lock_wait_start = self.now;
                 if self.lock_try(vm, lock as usize, t) || self.pv_steal(v, vm, lock as usize, t) {
+                    self.record_lock_wait(vm, t);
                     self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
                 } else {
                     self.vms[vm].locks[lock as usize].waiters.push_back(t as u32);
@@ -706,8 +708,8 @@ impl Sim {
                     self.block_current(v, t);
                 }
             }
-            Phase::Sleep { ns, dist, .. } => {
-                let d = self.sample(ns, dist);
+            Phase::Sleep { ns, dist, periodic, .. } => {
+                let d = if periodic { ns - self.now % ns } else { self.sample(ns, dist) };
                 let th = &mut self.threads[t];
                 th.step = Step::Waiting;
                 th.wake_gen = th.wake_gen.wrapping_add(1);
@@ -757,6 +759,16 @@ impl Sim {
     }
 
     // ----------------------------------------------------------------- locks
+
+    /// The thread now runs holding its lock: its wait (from the Lock phase's
+    /// start, including any time its vCPU was preempted or halted meanwhile)
+    /// goes into the VM's lock-wait histogram, after the warm-up.
+    fn record_lock_wait(&mut self, vm: usize, t: usize) {
+        if self.now >= self.cfg.warmup_ns {
+            let w = self.now - self.threads[t].lock_wait_start;
+            super::metrics::hist_add(&mut self.vms[vm].lock_waits, w);
+        }
+    }
 
     fn lock_try(&mut self, vm: usize, lock: usize, t: usize) -> bool {
         let l = &mut self.vms[vm].locks[lock];
@@ -821,6 +833,7 @@ impl Sim {
             false
         };
         if got {
+            self.record_lock_wait(vm, t);
             self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
             return Flow::Again;
         }

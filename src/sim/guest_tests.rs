@@ -284,7 +284,7 @@ fn rfc(placement: Placement, bg: f64) -> SimConfig {
             workload: WorkloadConfig {
                 phases: vec![
                     Phase::Compute { ns: 300_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-                    Phase::Sleep { ns: 100_000, dist: Dist::Exp, prob: 1.0 },
+                    Phase::Sleep { ns: 100_000, dist: Dist::Exp, prob: 1.0, periodic: false },
                 ],
                 ..Default::default()
             },

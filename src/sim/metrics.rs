@@ -206,6 +206,10 @@ pub fn collect(sim: &Sim) -> SimResult {
     vm.add("yield_ok", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_ok)).collect()));
     vm.add("yield_esrch", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_esrch)).collect()));
     vm.add("yield_zero", Column::U64(vms.iter().map(|m| sum_v(m, &|v| v.c.yield_zero)).collect()));
+    vm.add("lock_wait_mean_ns", Column::F64(vms.iter().map(|m| hist_mean(&m.lock_waits)).collect()));
+    for (q, name) in [(0.5, "lock_wait_p50_ns"), (0.9, "lock_wait_p90_ns"), (0.99, "lock_wait_p99_ns")] {
+        vm.add(name, Column::F64(vms.iter().map(|m| hist_quantile(&m.lock_waits, q)).collect()));
+    }
     vm.add(
         "lock_acquisitions",
         Column::U64(vms.iter().map(|m| m.locks.iter().map(|l| l.acquisitions).sum()).collect()),

@@ -250,7 +250,7 @@ fn every_lock_kind_and_phase_runs_and_conserves() {
             Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2, tlb_flush: false },
             Phase::Send { to: 1, prob: 1.0 },
             Phase::Recv { prob: 1.0 },
-            Phase::Sleep { ns: 5_000, dist: Dist::Exp, prob: 0.3 },
+            Phase::Sleep { ns: 5_000, dist: Dist::Exp, prob: 0.3, periodic: false },
             Phase::Barrier { prob: 1.0 },
         ];
         c.trace = true;
@@ -285,6 +285,64 @@ fn a_workload_that_takes_no_time_is_rejected() {
     assert!(c.validate().unwrap_err().contains("must take time"));
     c.vms[0].workload.phases[1] = Phase::Compute { ns: 1000, dist: Dist::Fixed, mode: Mode::User, prob: 0.5 };
     assert!(c.validate().unwrap_err().contains("must take time"));
+}
+
+/// The VM's lock-wait histogram: no wait without contention; with a ticket
+/// lock on one CPU the next ticket's vCPU waits for host slices (ms), and
+/// the waits (Lock phase start → running with the lock) are at least as long
+/// in total as the waiters' spinning on their CPU.
+#[test]
+fn lock_waits_are_recorded_from_phase_start_to_running_with_the_lock() {
+    let lockcfg = |vcpus: u32| SimConfig {
+        duration_ns: 100_000_000,
+        host: HostConfig { pcpus: 1, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            ple: PleConfig { enabled: false, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Compute { ns: 31_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
+                    Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 33_000, dist: Dist::Fixed, prob: 1.0 },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let one = run(&lockcfg(1)).unwrap();
+    assert_eq!(one.vms.f64s("lock_wait_mean_ns")[0], 0.0);
+    assert_eq!(one.vms.f64s("lock_wait_p99_ns")[0], 0.0);
+    let three = run(&lockcfg(3)).unwrap();
+    let acq = three.vms.u64s("lock_acquisitions")[0] as f64;
+    let mean = three.vms.f64s("lock_wait_mean_ns")[0];
+    assert!(mean > 1_000_000.0, "mean wait {mean} ns");
+    let spin: u64 = three.vcpus.u64s("spin_ns").iter().sum();
+    // histogram means are within 6.25 % of the exact values
+    assert!(mean * acq >= 0.9 * spin as f64, "waits {} ns < spinning {spin} ns", mean * acq);
+    assert!(three.vms.f64s("lock_wait_p99_ns")[0] >= three.vms.f64s("lock_wait_p50_ns")[0]);
+}
+
+/// A periodic Sleep wakes on its grid: every run of the vCPU after the first
+/// starts at a multiple of the period (an idle host, work shorter than it);
+/// a periodic Sleep needs a fixed length.
+#[test]
+fn periodic_sleep_wakes_on_its_grid() {
+    let mut c = rr(1, 1, 1);
+    c.duration_ns = 20_000_000;
+    c.trace = true;
+    c.vms[0].workload.phases = vec![
+        Phase::Sleep { ns: 1_000_000, dist: Dist::Fixed, prob: 1.0, periodic: true },
+        Phase::Compute { ns: 250_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+    ];
+    let r = run(&c).unwrap();
+    let t = r.trace.as_ref().unwrap();
+    let starts = &t.u64s("start_ns")[1..];
+    assert!(starts.len() >= 10);
+    assert!(starts.iter().all(|s| s % 1_000_000 == 0), "{starts:?}");
+    c.vms[0].workload.phases[0] = Phase::Sleep { ns: 1_000_000, dist: Dist::Exp, prob: 1.0, periodic: true };
+    assert!(c.validate().unwrap_err().to_string().contains("periodic"));
 }
 
 #[test]

@@ -919,17 +919,34 @@ class Barrier(_Base):
 @dataclass(frozen=True)
 class Sleep(_Base):
     """Block until a timer (I/O, timed waits): ``ns`` mean, ns (default
-    100000); ``dist`` default ``"fixed"``; ``prob`` default 1.0."""
+    100000); ``dist`` default ``"fixed"``; ``prob`` default 1.0.
+
+    ``periodic=True``: wake at the next multiple of ``ns`` since the run's
+    start instead (a periodic timer such as the LAPIC's: a late wake-up does
+    not shift the later ones, and periods that pass while the thread is not
+    waiting are skipped, like coalesced timer interrupts); needs ``ns > 0``
+    and ``dist="fixed"``. Default False (left out of the JSON when False, so
+    existing configurations keep their hash)."""
 
     kind: ClassVar[str] = "sleep"
     ns: int = 100_000
     dist: str = "fixed"
     prob: float = 1.0
+    periodic: bool = False
 
     def __post_init__(self) -> None:
         _int(self, "ns", 0, 10**12)
         _choice(self, "dist", DISTS)
         _phase_common(self)
+        _bool(self, "periodic")
+        if self.periodic and (self.ns == 0 or self.dist != "fixed"):
+            raise ValueError(f"Sleep.periodic needs ns > 0 and dist 'fixed', got ns={self.ns}, dist={self.dist!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if not self.periodic:
+            d.pop("periodic")
+        return d
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,76 @@
+"""Real KVM vs the simulator's twins, over a grid of experiments.
+
+    python benches/twins_grid.py [--small] [--trials 3] [--seeds 3] [--load measured|none]
+                                 [--out DIR] [--markdown FILE]
+
+Calibrates this host (vcpulab.twins.calibrate), runs every cell of
+vcpulab.twins.default_grid on real KVM (``--trials`` times, each recording what
+else ran on its CPUs) and its twin (``--seeds`` seeds), and prints every cell,
+the between-cell directions and the agreement line. ``--out`` writes the cells
+and directions as Parquet, ``--markdown`` the tables as Markdown (docs/twins.md
+quotes one). The machine's other load changes real results: every cell reports
+the largest share of its CPUs' time other tasks took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+
+from vcpulab import twins
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--small", action="store_true", help="the CI's reduced grid")
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=0.3, help="seconds per real run")
+    ap.add_argument("--load", choices=("measured", "none"), default="measured")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--markdown", type=Path)
+    a = ap.parse_args()
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        print("twins_grid: /dev/kvm is not usable here; nothing to compare")
+        return 0
+    t0 = time.time()
+    cal = twins.calibrate()
+    with pl.Config(tbl_rows=100, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=200, float_precision=3):
+        print(cal.frame())
+    exps = twins.default_grid(small=a.small, duration_s=a.duration)
+    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True)
+    print(g.table())
+    with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
+        print(g.directions.filter(pl.col("significant")))
+    for name, why in g.no_twin:
+        print(f"no twin: {name}: {why}")
+    for name, why in g.no_real:
+        print(f"no real result: {name}: {why}")
+    print(f"({time.time() - t0:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(g.line())
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+        g.cells.write_parquet(a.out / "twins_cells.parquet")
+        g.directions.write_parquet(a.out / "twins_directions.parquet")
+        cal.frame().write_parquet(a.out / "twins_calibration.parquet")
+    if a.markdown:
+        d = g.directions.filter(pl.col("significant"))
+        dl = ["| metric | factor | low → high | real diff | sim diff | agree |", "|---|---|---|---|---|---|"]
+        for r in d.iter_rows(named=True):
+            dl.append(f"| {r['metric']} | {r['factor']} | {r['low']} → {r['high']} | {r['real_diff']:.3g} | "
+                      f"{r['sim_diff']:.3g} | {'yes' if r['agree'] else '**no**'} |")  # fmt: skip
+        a.markdown.write_text(
+            f"{g.line()}\n\n## Cells\n\n{g.table()}\n\n## Directions (significant in real)\n\n" + "\n".join(dl) + "\n"
+            + "".join(f"\nno twin: {n}: {w}\n" for n, w in g.no_twin)
+            + "".join(f"\nno real result: {n}: {w}\n" for n, w in g.no_real)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
