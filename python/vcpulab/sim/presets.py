@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Recv, Send, Sleep, Workload
 
-__all__ = [
-    "NAMES",
-    "by_name",
+#: The preset workloads by name (each its constructor's name).
+NAMES = (
     "ebizzy_like",
     "kernbench_like",
     "parsec_barrier_like",
@@ -21,7 +20,9 @@ __all__ = [
     "parsec_task_queue_like",
     "spinlock_microbench",
     "sysbench_oltp_like",
-]
+)
+
+__all__ = ["NAMES", "by_name", *NAMES]
 
 
 def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: bool = False) -> Workload:
@@ -176,19 +177,6 @@ def parsec_lock_heavy_like(*, compute_ns: int = 20_000, hold_ns: int = 2_000, it
         ),
         iterations=iterations,
     )
-
-
-#: The preset workloads by name (each its constructor's name).
-NAMES = (
-    "ebizzy_like",
-    "kernbench_like",
-    "parsec_barrier_like",
-    "parsec_lock_heavy_like",
-    "parsec_pipeline_like",
-    "parsec_task_queue_like",
-    "spinlock_microbench",
-    "sysbench_oltp_like",
-)
 
 
 def by_name(name: str) -> Workload:
