@@ -9,17 +9,11 @@ from __future__ import annotations
 
 import copy
 import json
-import math
-import os
 import pickle
-import signal
 import subprocess
 import sys
-import textwrap
 import threading
-import time
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
@@ -29,47 +23,9 @@ from vcpulab._checks import guard_panics
 from vcpulab.sim import Config, Host, Vm
 from vcpulab.sim import halt_poll as hp
 
-ENV = {**os.environ, "RUST_BACKTRACE": "0"}
+from _subproc import ENV, fastest_interrupt, run_py
+
 VCPULAB = str(Path(sys.executable).with_name("vcpulab"))
-
-
-def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)  # fmt: skip
-
-
-def interrupt_after_ready(code: str, delay_s: float, timeout: float = 60) -> tuple[float, str, str, int]:
-    """Run ``code`` (which prints READY before its blocking call), send SIGINT
-    ``delay_s`` after READY; returns (seconds from SIGINT to exit, stdout, stderr, rc)."""
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert line.strip() == "READY", (line, p.stderr.read() if p.stderr else "")
-        time.sleep(delay_s)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=timeout)
-        return time.monotonic() - t0, out, err, p.returncode
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
-def fastest_interrupt(code: str, delay_s: float, check: Any, attempts: int = 3) -> float:
-    """Ctrl-C latency is wall time, which other load on a 2-CPU machine can
-    stretch: every attempt must behave right (``check(stdout, stderr)``), and
-    the fastest of at most ``attempts`` is returned (a hang fails them all)."""
-    best = math.inf
-    for _ in range(attempts):
-        r = interrupt_after_ready(code, delay_s)
-        check(r[1], r[2])
-        best = min(best, r[0])
-        if best < 1.0:
-            break
-    return best
-
 
 
 def slow_config(duration_ns: int) -> Config:

@@ -8,12 +8,7 @@ from __future__ import annotations
 import copy
 import gc
 import math
-import os
 import pickle
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from typing import Any
 
@@ -23,47 +18,9 @@ import pytest
 from vcpulab import calibrate, experiment
 from vcpulab.experiment import IpiPingPong, MsiPingPong, Spin, SpinLock
 
-ENV = {**os.environ, "RUST_BACKTRACE": "0"}
-
-
-def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)  # fmt: skip
-
-
-def interrupt_after_ready(code: str, delay_s: float, timeout: float = 60) -> tuple[float, str, str]:
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
-    try:
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        assert line.strip() == "READY", (line, p.stderr.read() if p.stderr else "")
-        time.sleep(delay_s)
-        t0 = time.monotonic()
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=timeout)
-        return time.monotonic() - t0, out, err
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-
+from _subproc import fastest_interrupt, run_py
 
 # --------------------------------------------------------------------------- aborts and panics
-
-def fastest_interrupt(code: str, delay_s: float, check: Any, attempts: int = 3) -> float:
-    """Ctrl-C latency is wall time, which other load on a 2-CPU machine can
-    stretch: every attempt must behave right (``check(stdout, stderr)``), and
-    the fastest of at most ``attempts`` is returned (a hang fails them all)."""
-    best = math.inf
-    for _ in range(attempts):
-        r = interrupt_after_ready(code, delay_s)
-        check(r[1], r[2])
-        best = min(best, r[0])
-        if best < 1.0:
-            break
-    return best
-
 
 
 def test_msi_ping_huge_count_is_a_value_error(kvm_host: Any) -> None:
