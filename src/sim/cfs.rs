@@ -260,31 +260,13 @@ impl Sim {
     /// per VM (on its first vCPU's CPU to begin with).
     pub(crate) fn add_noise_tasks(&mut self) {
         let n = self.cfg.host.noise.clone();
-        let slice = |w: u64| (self.cfg.host.base_slice_ns * NICE0 / w) as i64;
-        let mk = |kind, cpu, pinned, vslice| Task {
-            kind,
-            weight: NICE0,
-            vslice,
-            vruntime: 0,
-            deadline: 0,
-            vlag: 0,
-            runnable: false,
-            parked: false,
-            cpu,
-            pinned,
-            wait_since: 0,
-            run_delay: 0,
-            bg_rem: 0,
-            bg_start: 0,
-            bg_gen: 0,
-            tie: 0,
-            last_ran: 0,
-        };
+        let base_slice_ns = self.cfg.host.base_slice_ns;
+        let mk = |kind, cpu, pinned| Task::new(kind, NICE0, base_slice_ns, cpu, pinned);
         if n.kthread_hz > 0.0 {
             for cpu in 0..self.rqs.len() as u32 {
                 let id = self.noise_src.len() as u32;
                 self.noise_src.push(((1e9 / n.kthread_hz) as Ns, n.kthread_ns));
-                self.tasks.push(mk(TaskKind::Noise(id), cpu, Some(cpu), slice(NICE0)));
+                self.tasks.push(mk(TaskKind::Noise(id), cpu, Some(cpu)));
             }
         }
         if n.vmm_io_hz > 0.0 {
@@ -293,7 +275,7 @@ impl Sim {
                 let cpu = self.tasks[self.vcpus[v0].task as usize].cpu;
                 let id = self.noise_src.len() as u32;
                 self.noise_src.push(((1e9 / n.vmm_io_hz) as Ns, n.vmm_io_ns));
-                self.tasks.push(mk(TaskKind::Noise(id), cpu, None, slice(NICE0)));
+                self.tasks.push(mk(TaskKind::Noise(id), cpu, None));
             }
         }
     }

@@ -336,6 +336,32 @@ pub struct Task {
     pub last_ran: Ns,
 }
 
+impl Task {
+    /// A new, not yet runnable task of `weight` on `cpu` (pinned there or not),
+    /// its virtual slice base_slice_ns·1024/weight.
+    pub fn new(kind: TaskKind, weight: u64, base_slice_ns: Ns, cpu: u32, pinned: Option<u32>) -> Task {
+        Task {
+            kind,
+            weight,
+            vslice: (base_slice_ns * NICE0 / weight) as i64,
+            vruntime: 0,
+            deadline: 0,
+            vlag: 0,
+            runnable: false,
+            parked: false,
+            cpu,
+            pinned,
+            wait_since: 0,
+            run_delay: 0,
+            bg_rem: 0,
+            bg_start: 0,
+            bg_gen: 0,
+            tie: 0,
+            last_ran: 0,
+        }
+    }
+}
+
 /// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
 /// the first cache line, the accounting's open interval and running
 /// categories in the second.
@@ -779,25 +805,14 @@ impl Sim {
                     let cpu = pins[g];
                     g += 1;
                     let task = sim.tasks.len() as u32;
-                    sim.tasks.push(Task {
-                        kind: TaskKind::Vcpu(vcpu0 + i),
-                        weight: vmc.weight,
-                        vslice: (cfg.host.base_slice_ns * NICE0 / vmc.weight) as i64,
-                        vruntime: 0,
-                        deadline: 0,
-                        vlag: 0,
-                        runnable: false,
-                        parked: false,
+                    let pinned = if cfg.host.affinity == Affinity::All { None } else { Some(cpu) };
+                    sim.tasks.push(Task::new(
+                        TaskKind::Vcpu(vcpu0 + i),
+                        vmc.weight,
+                        cfg.host.base_slice_ns,
                         cpu,
-                        pinned: if cfg.host.affinity == Affinity::All { None } else { Some(cpu) },
-                        wait_since: 0,
-                        run_delay: 0,
-                        bg_rem: 0,
-                        bg_start: 0,
-                        bg_gen: 0,
-                        tie: 0,
-                        last_ran: 0,
-                    });
+                        pinned,
+                    ));
                     sim.vcpus.push(Vcpu {
                         vm: vm_id,
                         idx: i,
@@ -907,25 +922,8 @@ impl Sim {
         // Background host load: one pinned task per host CPU.
         if cfg.host.background.utilization > 0.0 {
             for cpu in 0..p {
-                sim.tasks.push(Task {
-                    kind: TaskKind::Bg(cpu),
-                    weight: cfg.host.background.weight,
-                    vslice: (cfg.host.base_slice_ns * NICE0 / cfg.host.background.weight) as i64,
-                    vruntime: 0,
-                    deadline: 0,
-                    vlag: 0,
-                    runnable: false,
-                    parked: false,
-                    cpu,
-                    pinned: Some(cpu),
-                    wait_since: 0,
-                    run_delay: 0,
-                    bg_rem: 0,
-                    bg_start: 0,
-                    bg_gen: 0,
-                    tie: 0,
-                    last_ran: 0,
-                });
+                let w = cfg.host.background.weight;
+                sim.tasks.push(Task::new(TaskKind::Bg(cpu), w, cfg.host.base_slice_ns, cpu, Some(cpu)));
             }
         }
         sim.add_noise_tasks();
