@@ -444,6 +444,39 @@ ERA_2015 = Era(
 )
 
 
+def _ple_dynamic() -> dict[str, Param]:
+    """The dynamic PLE window of 5.x and later (VMX defaults)."""
+    return _common_ple(
+        _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
+        _k(4294967295, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW_MAX = UINT_MAX ({_SPEC_PLE})"),
+    )
+
+
+def _pv_5x_on() -> dict[str, Param]:
+    """The pv features of a 5.x-and-later guest on KVM (every switch on)."""
+    return {
+        "steal_time": _STEAL,
+        "sched_yield": _SCHED_YIELD,
+        "apicv": _APICV,
+        "placement": _PLACEMENT,
+        "guest_idle_poll_ns": _GUEST_POLL,
+        "kick_yield": _KICK_YIELD,
+        "tlb_flush": _PV_TLB,
+        "send_ipi": _PV_IPI,
+    }
+
+
+def _halt_poll_block_time(shrink: Param) -> dict[str, Param]:
+    """Block-time dynamic halt polling with the module defaults and ``shrink``."""
+    return {
+        "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
+        "max_ns": _HP_MAX,
+        "grow": _HP_GROW,
+        "grow_start_ns": _HP_GROW_START,
+        "shrink": shrink,
+    }
+
+
 def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param) -> Era:
     return Era(
         name=name,
@@ -459,27 +492,9 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             "tsc_khz": tsc,
             **_host_model(True, busy_factor, _IDLE_SKX),
         },
-        ple=_common_ple(
-            _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
-            _k(4294967295, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW_MAX = UINT_MAX ({_SPEC_PLE})"),
-        ),
-        pv={
-            "steal_time": _STEAL,
-            "sched_yield": _SCHED_YIELD,
-            "apicv": _APICV,
-            "placement": _PLACEMENT,
-            "guest_idle_poll_ns": _GUEST_POLL,
-            "kick_yield": _KICK_YIELD,
-            "tlb_flush": _PV_TLB,
-            "send_ipi": _PV_IPI,
-        },
-        halt_poll={
-            "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
-            "max_ns": _HP_MAX,
-            "grow": _HP_GROW,
-            "grow_start_ns": _HP_GROW_START,
-            "shrink": _HP_SHRINK_OLD,
-        },
+        ple=_ple_dynamic(),
+        pv=_pv_5x_on(),
+        halt_poll=_halt_poll_block_time(_HP_SHRINK_OLD),
         workload=_workload(_SPIN_SKL),
         guest={
             "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
@@ -527,27 +542,9 @@ ERA_6X = Era(
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
         **_host_model(False, 16, _IDLE_SKX),
     },
-    ple=_common_ple(
-        _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 ({_SPEC_PLE})"),
-        _k(4294967295, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW_MAX = UINT_MAX ({_SPEC_PLE})"),
-    ),
-    pv={
-        "steal_time": _STEAL,
-        "sched_yield": _SCHED_YIELD,
-        "apicv": _APICV,
-        "placement": _PLACEMENT,
-        "guest_idle_poll_ns": _GUEST_POLL,
-        "kick_yield": _KICK_YIELD,
-        "tlb_flush": _PV_TLB,
-        "send_ipi": _PV_IPI,
-    },
-    halt_poll={
-        "policy": _k("block-time", "", "block-time dynamic halt polling (virt/kvm/kvm_main.c kvm_vcpu_halt)"),
-        "max_ns": _HP_MAX,
-        "grow": _HP_GROW,
-        "grow_start_ns": _HP_GROW_START,
-        "shrink": _HP_SHRINK_NEW,
-    },
+    ple=_ple_dynamic(),
+    pv=_pv_5x_on(),
+    halt_poll=_halt_poll_block_time(_HP_SHRINK_NEW),
     workload=_workload(_SPIN_SKL),
     guest={
         "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
