@@ -248,3 +248,33 @@ def test_a_vcpu_id_beyond_the_programs_slots_is_a_guest_assertion(kvm_host: Host
         vcpu.start(prog)
         with pytest.raises(vcpulab.GuestAssertionError, match="vCPU id below the program's vcpus parameter: got 0x5"):
             vcpu.run_program(timeout=5)
+
+
+def test_an_exit_prints_compares_and_converts_like_a_value(kvm_host: Host) -> None:
+    with kvm_host.create_vm(memory_mib=4, irqchip=False) as vm:
+        prog = vm.load("io_out", port=0x3F8, value=0x5A, size=1)
+        vcpu = vm.create_vcpu(0)
+        vcpu.start(prog)
+        e = vcpu.run(timeout=2)
+        assert isinstance(e, vcpulab.kvm.Exit)
+        assert repr(e) == "Exit(kind='io', port=1016, size=1, count=1, direction='out', data=90, data_bytes=b'Z')"
+        assert str(e) == "io port=0x3f8 size=0x1 count=0x1 direction=out data=0x5a"
+        d = e.to_dict()
+        assert d["port"] == 0x3F8 and d["address"] is None and set(d) >= {"kind", "event_data", "internal_data"}
+        vcpu.start(prog)
+        again = vcpu.run(timeout=2)
+        assert again == e and hash(again) == hash(e) and again is not e
+        h = vcpu.run(timeout=2)
+        assert h.kind == "hlt" and h != e and h.port is None
+        assert {e, again, h} == {e, h}
+        with pytest.raises(AttributeError):
+            e.kind = "hlt"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("bad,err", [(True, TypeError), ("1", TypeError), (0, ValueError), (-1.0, ValueError),
+                                     (float("nan"), ValueError), (10**9, ValueError)])  # fmt: skip
+def test_run_names_a_bad_timeout(kvm_host: Host, bad: object, err: type) -> None:
+    with kvm_host.create_vm(memory_mib=2, irqchip=False) as vm:
+        v = vm.create_vcpu(0)
+        with pytest.raises(err, match="timeout"):
+            v.run(timeout=bad)  # type: ignore[arg-type]

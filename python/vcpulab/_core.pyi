@@ -15,6 +15,7 @@ PV_FEATURE_BITS: list[tuple[str, int]]
 DISABLE_EXITS_BITS: list[tuple[str, int]]
 __all__ = [
     "DISABLE_EXITS_BITS",
+    "Exit",
     "EXIT_KINDS",
     "GUEST_PROGRAMS",
     "GuestAssertionError",
@@ -121,6 +122,30 @@ class Vm:
     def steal_times(self, gpas: list[int]) -> bytes: ...
 
 @final
+class Exit:
+    kind: str
+    port: int | None
+    size: int | None
+    count: int | None
+    direction: str | None
+    data: int | None
+    data_bytes: bytes | None
+    address: int | None
+    length: int | None
+    is_write: bool | None
+    suberror: int | None
+    internal_data: list[int] | None
+    reason: int | None
+    cpu: int | None
+    name: str | None
+    event_type: int | None
+    event_data: list[int] | None
+    __match_args__: tuple[str]
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+@final
 class Vcpu:
     id: int
     io_in_value: int
@@ -142,7 +167,7 @@ class Vcpu:
     def stats(self) -> dict[str, Any]: ...
     def stats_scalars(self) -> tuple[list[str], npt.NDArray[np.uint64]]: ...
     def stats_schema(self) -> list[_SchemaRow]: ...
-    def run(self, timeout: float = 10.0) -> dict[str, Any]: ...
+    def run(self, timeout: float = 10.0) -> Exit: ...
     def run_until(
         self, kinds: list[str], count: int = 1, port: int | None = None, timeout: float = 10.0
     ) -> dict[str, Any]: ...

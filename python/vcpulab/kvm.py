@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from vcpulab import _core
-from vcpulab._checks import ForkSafe, check_float, check_int, fork_checked, guard_panics, new_token
+from vcpulab import _checks, _core
+from vcpulab._checks import ForkSafe, check_float, check_int, checks_inline, fork_checked, guard_panics, new_token
 from vcpulab._core import (  # noqa: F401  (re-exported)
     GuestAssertionError,
     KvmIoctlError,
@@ -363,51 +363,13 @@ class Sregs:
         return bool(self.efer & (1 << 10)) and bool(self.cs.l)
 
 
-@dataclass(frozen=True)
-class Exit:
-    """One decoded vCPU exit.
-
-    ``kind`` is one of: io, mmio, hlt, shutdown, internal_error, fail_entry,
-    interrupted, system_event, debug, other. Fields not meaningful for a kind
-    are ``None``.
-    """
-
-    kind: str
-    port: int | None = None
-    size: int | None = None
-    #: accesses of a string IO (`rep ins`/`rep outs`); 1 for a plain in/out
-    count: int | None = None
-    direction: str | None = None
-    data: int | None = None
-    data_bytes: bytes | None = None
-    address: int | None = None
-    length: int | None = None
-    is_write: bool | None = None
-    suberror: int | None = None
-    internal_data: list[int] | None = None
-    reason: int | None = None
-    cpu: int | None = None
-    name: str | None = None
-    event_type: int | None = None
-    event_data: list[int] | None = None
-
-    @classmethod
-    def _from(cls, d: Mapping[str, Any]) -> Exit:
-        # One per exit on the per-exit Python path: the frozen dataclass's
-        # __init__ (one object.__setattr__ per field) cost ~3 µs of a ~40 µs
-        # round trip; the dict from Rust holds only field names, and fields it
-        # leaves out read the class defaults (None).
-        e = object.__new__(cls)
-        e.__dict__.update(d)
-        return e
-
-    def __str__(self) -> str:
-        parts = [self.kind]
-        for f in fields(self)[1:]:
-            v = getattr(self, f.name)
-            if v is not None and f.name != "data_bytes":
-                parts.append(f"{f.name}={hex(v) if isinstance(v, int) and not isinstance(v, bool) else v}")
-        return " ".join(parts)
+#: One decoded vCPU exit (built in Rust, ``src/py/exit.rs``): ``kind`` (one of
+#: :data:`EXIT_KINDS`) and the fields meaningful for it (port, size, count,
+#: direction, data, data_bytes for IO; address, length, is_write, data,
+#: data_bytes for MMIO; suberror/internal_data, reason/cpu, event_type/event_data,
+#: reason/name for the rarer kinds); the others are ``None``. ``str(exit)``
+#: gives ``io port=0x80 size=0x1 …``; ``exit.to_dict()`` every field.
+Exit = _core.Exit
 
 
 @dataclass(frozen=True)
@@ -882,10 +844,18 @@ class Vcpu(ForkSafe):
             entry = _gpa(program)
         self._vcpu.start(entry)
 
+    @checks_inline
     def run(self, timeout: float = 10.0) -> Exit:
         """One ``KVM_RUN`` (GIL released). At the deadline (``timeout`` s) the vCPU
-        is forced out and the exit's kind is ``'interrupted'``."""
-        return Exit._from(self._vcpu.run(_timeout(timeout)))
+        is forced out and the exit's kind is ``'interrupted'``.
+
+        The per-exit path: one call per exit costs about 1 µs over the exit itself
+        (benches/bench_kvm.py), so a Python loop over ``run()`` is a fair tool."""
+        if self._fork_gen != _checks._fork_generation:
+            self._check_process()
+        if type(timeout) not in (float, int) or not 0 < timeout <= MAX_TIMEOUT_S:
+            timeout = _timeout(timeout)  # the named TypeError/ValueError
+        return self._vcpu.run(timeout)
 
     def run_until(
         self, kind: str | Sequence[str], count: int = 1, port: int | None = None, timeout: float = 10.0
@@ -912,7 +882,7 @@ class Vcpu(ForkSafe):
         t0 = time.perf_counter()
         d = self._vcpu.run_until(kinds, count, port, timeout)
         return RunResult(
-            exit=Exit._from(d["exit"]),
+            exit=d["exit"],
             ucall=d["ucall"],
             matches=d["matches"],
             exits=d["exits"],

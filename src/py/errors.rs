@@ -1,7 +1,7 @@
 //! vcpulab's exception hierarchy and the one conversion from core errors.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyIndexError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::kvm;
@@ -58,4 +58,13 @@ impl From<kvm::Error> for PyErr {
             kvm::Error::Unsupported(_) => UnsupportedError::new_err(msg),
         }
     }
+}
+
+/// A Rust panic caught at the binding layer, as the RuntimeError Python's
+/// `vcpulab._checks.guard_panics` raises for one (same wording).
+pub fn bug(payload: &(dyn std::any::Any + Send)) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "internal error in vcpulab (a bug in vcpulab, not in your input: please report it with this message): {}",
+        crate::sim::panic_message(payload)
+    ))
 }

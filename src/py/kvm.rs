@@ -21,7 +21,8 @@ use crate::kvm::kick::RunSlot;
 use crate::kvm::memory::GuestMemory;
 use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
 use crate::kvm::vcpu::{regs_from_array, regs_to_array, VcpuObserver, REG_NAMES};
-use crate::kvm::{self, Error, Exit, IoDir, RunUntil, Ucall};
+use crate::kvm::{self, Error, Exit, RunUntil, Ucall};
+use crate::py::exit::PyExit;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -631,57 +632,6 @@ fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResu
     Ok(d)
 }
 
-fn exit_dict<'py>(py: Python<'py>, e: &Exit) -> PyResult<Bound<'py, PyDict>> {
-    // One dict per exit on the per-exit Python path: keys and the common
-    // values are interned strings (no allocation or hashing per exit).
-    use pyo3::intern;
-    let d = PyDict::new(py);
-    let kind = match e {
-        Exit::Io { .. } => intern!(py, "io"),
-        Exit::Mmio { .. } => intern!(py, "mmio"),
-        Exit::Hlt => intern!(py, "hlt"),
-        Exit::Interrupted => intern!(py, "interrupted"),
-        other => &pyo3::types::PyString::new(py, other.kind()),
-    };
-    d.set_item(intern!(py, "kind"), kind)?;
-    match e {
-        Exit::Io { port, size, count, dir, data } => {
-            d.set_item(intern!(py, "port"), *port)?;
-            d.set_item(intern!(py, "size"), *size)?;
-            d.set_item(intern!(py, "count"), *count)?;
-            let dir = if *dir == IoDir::In { intern!(py, "in") } else { intern!(py, "out") };
-            d.set_item(intern!(py, "direction"), dir)?;
-            d.set_item(intern!(py, "data"), e.data_value())?;
-            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
-        }
-        Exit::Mmio { addr, len, is_write, data } => {
-            d.set_item(intern!(py, "address"), *addr)?;
-            d.set_item(intern!(py, "length"), *len)?;
-            d.set_item(intern!(py, "is_write"), *is_write)?;
-            d.set_item(intern!(py, "data"), e.data_value())?;
-            d.set_item(intern!(py, "data_bytes"), PyBytes::new(py, data))?;
-        }
-        Exit::InternalError { suberror, data } => {
-            d.set_item("suberror", *suberror)?;
-            d.set_item("internal_data", data.clone())?;
-        }
-        Exit::FailEntry { reason, cpu } => {
-            d.set_item("reason", *reason)?;
-            d.set_item("cpu", *cpu)?;
-        }
-        Exit::SystemEvent { kind, data } => {
-            d.set_item("event_type", *kind)?;
-            d.set_item("event_data", data.clone())?;
-        }
-        Exit::Other { reason, name } => {
-            d.set_item("reason", *reason)?;
-            d.set_item("name", *name)?;
-        }
-        Exit::Hlt | Exit::Shutdown | Exit::Interrupted | Exit::Debug => {}
-    }
-    Ok(d)
-}
-
 /// A vCPU. Its methods may be called from any thread; `run*` release the GIL.
 #[pyclass(module = "vcpulab._core", name = "Vcpu", frozen)]
 pub struct PyVcpu {
@@ -964,14 +914,20 @@ impl PyVcpu {
 
     /// One KVM_RUN (GIL released) with a deadline `timeout` seconds away; the
     /// exit is 'interrupted' when the deadline (or a kick, or a signal) ended it.
+    ///
+    /// The per-exit Python path: validates the timeout, turns a Rust panic into
+    /// RuntimeError itself (no Python wrapper per call) and returns an `Exit`
+    /// pyclass (no dict).
     #[pyo3(signature = (timeout = 10.0))]
-    fn run<'py>(&self, py: Python<'py>, timeout: f64) -> PyResult<Bound<'py, PyDict>> {
+    fn run(&self, py: Python<'_>, timeout: f64) -> PyResult<PyExit> {
         let deadline = timeout_deadline(timeout)?;
-        let e = self.with(py, |v| v.run_once(Some(deadline)))?;
+        let e =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.with(py, |v| v.run_once(Some(deadline)))))
+                .map_err(|p| crate::py::errors::bug(p.as_ref()))??;
         if e == Exit::Interrupted && !self.cell.closed.load(Ordering::SeqCst) {
             py.check_signals()?;
         }
-        exit_dict(py, &e)
+        Ok(PyExit::new(py, &e))
     }
 
     /// Runs until `count` exits of the given kinds (port-filtered for "io"), in
@@ -1004,7 +960,7 @@ impl PyVcpu {
                 continue;
             }
             let d = PyDict::new(py);
-            d.set_item("exit", exit_dict(py, &out.exit)?)?;
+            d.set_item("exit", PyExit::new(py, &out.exit))?;
             d.set_item(
                 "ucall",
                 match out.ucall {
@@ -1163,6 +1119,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyHost>()?;
     m.add_class::<PyVm>()?;
     m.add_class::<PyVcpu>()?;
+    m.add_class::<PyExit>()?;
     m.add("UCALL_PORT", crate::kvm::guest::program::UCALL_PORT)?;
     m.add("IRQ_COUNTS_ADDR", crate::kvm::guest::IRQ_COUNTS_ADDR)?;
     m.add("STEAL_AREA_ADDR", crate::kvm::guest::STEAL_AREA_ADDR)?;

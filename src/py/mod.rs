@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod exit;
 mod halt_poll;
 mod kvm;
 mod sim;
