@@ -151,3 +151,16 @@ def test_demo_finishes_and_names_its_files(tmp_path: Path, kvm_host: Host) -> No
     for name in ("kvm_steal_samples.parquet", "sched_map_8x20_ple.png", "sched_map_8x20_gang.png"):
         assert (tmp_path / name).exists()
         assert str(tmp_path / name) in r.stdout
+
+
+def test_sim_called_in_process_leaves_no_figure_open(tmp_path: Path) -> None:
+    # a notebook or script that calls the CLI's entry point must not collect
+    # one open pyplot figure per sched map written
+    import matplotlib.pyplot as plt
+
+    from vcpulab import cli
+
+    before = set(plt.get_fignums())
+    assert cli.main(["sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet"]) == 0
+    assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
+    assert set(plt.get_fignums()) == before

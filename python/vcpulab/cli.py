@@ -23,7 +23,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 
 class _Parser(argparse.ArgumentParser):
@@ -303,6 +303,15 @@ def _parquet_meta(extra: dict[str, str] | None = None) -> dict[str, str]:
     return meta
 
 
+def _closed(fig: Any, path: Path) -> Path:
+    """A figure already saved to ``path``, closed: pyplot keeps every open
+    figure alive, and the CLI writes many."""
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     import polars as pl
 
@@ -333,7 +342,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if want_map:
             if r.trace is None:
                 raise ValueError("[output] sched_map needs config.trace = true")
-            written.append(sched_map(r, out / "sched_map.png", us_per_pixel=upp).save(out / "sched_map.png"))
+            written.append(_closed(sched_map(r, out / "sched_map.png", us_per_pixel=upp), out / "sched_map.png"))
     else:
         from vcpulab.sim._points import grid_json
         from vcpulab.sim.distributed import dask_executor, run_sweep
@@ -361,7 +370,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 if i >= 8:
                     break
                 r = sim.run(cfg)
-                written.append(sched_map(r, out / f"sched_map_{i}.png", us_per_pixel=upp, title=str(params)).save(out / f"sched_map_{i}.png"))
+                written.append(_closed(sched_map(r, out / f"sched_map_{i}.png", us_per_pixel=upp, title=str(params)), out / f"sched_map_{i}.png"))
     print("wrote:")
     for p in written:
         print(f"  {p}")
@@ -427,10 +436,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         base = base or tput
         label = f"{vms}x{vcpus}_{'gang' if sched == 'gang' else 'ple'}"
         png = out / f"sched_map_{label}.png"
-        sched_map(r, png, us_per_pixel=5, row_px=3, start_ns=45_000_000, end_ns=50_000_000,
-                  title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
-                        f"{tput:,.0f} ops/s")  # fmt: skip
-        written.append(png)
+        fig = sched_map(r, png, us_per_pixel=5, row_px=3, start_ns=45_000_000, end_ns=50_000_000,
+                        title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
+                              f"{tput:,.0f} ops/s")  # fmt: skip
+        written.append(_closed(fig, png))
         print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
               f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {r.summary['ple_exits'][0]:,}")  # fmt: skip
     print("  (the 2012 measurement, docs/sources.md [S4]: gang scheduling of 8x20 at 3.88x its PLE run)")
