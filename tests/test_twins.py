@@ -200,6 +200,20 @@ def test_distributions_of_frames_in_the_trace_schema() -> None:
         twins.sim_wakeups(sim.run(twins.twin(msi, cal, trace=True)))
 
 
+def test_twin_of_a_fixed_number_of_iterations() -> None:
+    """SpinLock(iterations=k): the twin runs k iterations per thread and ends
+    when all are done, as the real guest does; rates are over its wall time."""
+    cal = fake_cal()
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50, iterations=40), 2, (0,), duration_s=5.0)
+    cfg = twins.twin(exp, cal)
+    assert cfg.vms[0].workload.iterations == 40
+    r = sim.run(cfg)
+    assert r.vms["lock_acquisitions"][0] == 80 and r.vms["wall_ns"][0] < cfg.duration_ns
+    m = twins.sim_metrics(exp, cfg, r, cal)
+    assert m["acq_per_s"] == pytest.approx(80 / (r.vms["wall_ns"][0] / 1e9))
+    assert 0.0 <= m["steal_fraction"] < 1.0
+
+
 def test_periodic_sleep_keeps_the_timer_grid() -> None:
     """A periodic Sleep wakes on multiples of its period whatever ran before
     it (a LAPIC periodic timer); a relative one drifts with the work."""

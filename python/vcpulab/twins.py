@@ -498,6 +498,10 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
 
 
+#: just under the simulator's limit on one noise source (half a CPU, HostNoise)
+_NOISE_MAX_NS_PER_S = 0.499e9
+
+
 def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim.HostNoise]:
     """The simulated host load of a measured :class:`OtherLoad`: the short
     tasks as the simulator's host noise, the long ones as its background task.
@@ -524,7 +528,7 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
     s_vmm = 0.0
     if load.vmm_wakeups_per_s > 0 and load.vmm_burst_ns == load.vmm_burst_ns:
         v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
-        v_hz = min(load.vmm_wakeups_per_s, 100_000.0, 0.5e9 / v_ns)
+        v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
         vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
         s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
     if load.share <= 0.0:
@@ -533,10 +537,7 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
     noise = sim.HostNoise(**vmm)
     if s_short > 0.0:
         ns = int(min(max(round(load.short_burst_ns), 100), 10**9))
-        s_short = min(s_short, 0.5)
-        hz = min(s_short * 1e9 / ns, 100_000.0)
-        if hz * ns > 0.5e9:
-            hz = 0.5e9 / ns
+        hz = min(s_short * 1e9 / ns, 100_000.0, _NOISE_MAX_NS_PER_S / ns)
         s_short = hz * ns / 1e9
         noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, **vmm)
     s_long = max(load.share - s_short - s_vmm, 0.0)
@@ -655,7 +656,7 @@ def twin(
         hkw["wakeup_ipi_ns"] = int(cal["wake_block_ns"])
     vm = sim.Vm(
         vcpus=exp.vcpus,
-        workload=sim.Workload(phases=phases, name=name),
+        workload=sim.Workload(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0))),
         ple=sim.Ple.off(),
         policy=sim.policies.no_yield(),
         pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
@@ -725,8 +726,10 @@ def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
 
 def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibration) -> dict[str, float]:
     """The compared metrics of one simulated run."""
-    dur = cfg.duration_ns / 1e9
     vms, vc = res.vms, res.vcpus
+    # a run of a fixed number of iterations ends when every thread is done
+    # (as the real one does): rates over its wall time
+    dur = (float(vms["wall_ns"][0]) if cfg.vms[0].workload.iterations > 0 else cfg.duration_ns) / 1e9
     out: dict[str, float] = {}
     names = _metrics_of(exp)
     if "acq_per_s" in names:
@@ -736,10 +739,10 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             # simulated Lock phase does not execute; they run at the vCPU's
             # running share, so on average they last window / (1 - steal)
             window = guest_path(exp.workload, exp.vcpus)["wait_path"] * cal["path_insn_ns"]
-            running = 1.0 - float(vc["wait_ns"].mean()) / cfg.duration_ns  # type: ignore[operator, arg-type]
+            running = 1.0 - float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
             out["wait_per_acq_us"] = (float(vms["lock_wait_mean_ns"][0]) + window / max(running, 1e-3)) / 1e3
     if "steal_fraction" in names:
-        out["steal_fraction"] = float(vc["wait_ns"].mean()) / cfg.duration_ns  # type: ignore[operator, arg-type]
+        out["steal_fraction"] = float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
     if "ctx_switches_per_vcpu_s" in names:
         out["ctx_switches_per_vcpu_s"] = float(vc["sched_in"].mean()) / dur  # type: ignore[operator, arg-type]
     if "halt_exits_per_s" in names:
@@ -783,7 +786,8 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
     (its sched-in, as KVM does), and summed per ``bin_ns`` bin / ``bin_ns``."""
     if res.trace is None:
         raise ValueError("sim_steal_intervals needs a run with trace=True")
-    dur = res.config.duration_ns
+    warm = res.config.warmup_ns  # bins from the end of the warm-up
+    dur = res.config.duration_ns - warm
     nb = dur // bin_ns
     if nb < 1:
         return np.empty(0)
@@ -794,8 +798,8 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
         seen += 1
         st, en = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
         gaps = np.concatenate([[st[0]], st[1:] - en[:-1]]).astype(float)
-        k = (st // bin_ns).astype(int)
-        ok = k < nb
+        k = ((st.astype(np.int64) - warm) // bin_ns).astype(int)
+        ok = (k >= 0) & (k < nb)
         out.append(np.bincount(k[ok], weights=gaps[ok], minlength=nb)[:nb] / bin_ns)
     for _ in range(res.vcpus.height - seen):  # a vCPU that never ran publishes nothing
         out.append(np.zeros(nb))
