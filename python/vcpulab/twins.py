@@ -28,7 +28,10 @@ experiment) are run side by side and compared metric by metric::
   latency from a blocked halt and from the poll loop (the last two only slot
   into a simulator that models wake-up latency: ``Host.wakeup_ipi_ns`` where
   the host model has it; otherwise the comparison says the mechanism is
-  missing).
+  missing);
+* the host load each real run measured (:class:`OtherLoad`): other tasks'
+  short bursts as host noise, CPU-bound ones as a background task, and the
+  experiment's own VMM loop as the simulated VMM thread (:func:`host_load_for`).
 
 **What is compared** (:func:`compare`, :data:`METRICS`): lock acquisitions per
 second, mean wait per acquisition (the real guest times it with RDTSC and
@@ -37,7 +40,9 @@ context switches per vCPU and second, halt exits and successful polls per
 second, MSI round trip, timer ticks per second; the per-10 ms steal
 distribution with a two-sample Kolmogorov-Smirnov distance for workloads whose
 vCPUs are always runnable. Real values carry a 95 % t-interval over trials,
-simulated ones over seeds. ``IpiPingPong`` has no twin on this simulator
+simulated ones over seeds. :func:`distributions` compares run-slice and
+wake-up-latency distributions (KS statistic and p-value) of a real trace in
+the tracing schema (:data:`TRACE_COLUMNS`, :data:`WAKEUP_COLUMNS`) with twins. ``IpiPingPong`` has no twin on this simulator
 (:func:`twin` raises ``ValueError`` naming the missing mechanism).
 """
 
@@ -1219,7 +1224,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
     }
 
 
-def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 0.3) -> list[Experiment]:
+def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
     """The grid of the benchmark (``small``: the CI's reduced grid).
 
     SpinLock ticket/TAS × vCPUs 1-8 × 1-2 host CPUs (one CPU each, round
@@ -1227,6 +1232,13 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
     vCPUs on one CPU; MsiPingPong gap 50/500 µs × max poll 0/200 µs;
     IdleTicks 250/1000 Hz × 1/4 vCPUs × max poll 0/200 µs. One-CPU cells use
     the last usable CPU (MsiPingPong's host driver then runs on the other).
+
+    ``duration_s`` (default 1 s) is each spin-lock and timer run's length. A
+    contended ticket run makes only 50-300 acquisitions a second here, and
+    its first few ms (vCPUs that have not queued yet let the first one take
+    the lock dozens of times) weigh differently in the real start-up and the
+    simulator's (every vCPU queued at t = 0): at 0.3 s that start decides the
+    count; at 1 s it is diluted (docs/twins.md, "Measured here").
     """
     from vcpulab import _core
 
