@@ -384,3 +384,19 @@ def test_compare_frame(kvm_host: Host) -> None:
     # halt polling off: no halt ends in the poll loop, on either side
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["real"] == 0.0
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["sim"] == 0.0
+
+
+def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> None:
+    """run_real records each trial's OtherLoad; the probe sees the run loop's
+    wake-ups (it wakes every 5 ms to check for Ctrl-C, whatever the load:
+    a busy CPU delays those wake-ups but does not remove them)."""
+    cal = twins.calibrate()
+    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, cpus=(1,), duration_s=0.3)
+    (r,) = twins.run_real(exp, trials=1, cal=cal)
+    ol = twins.OtherLoad(**r.config["other_load"])
+    assert ol.base_slice_ns == cal["base_slice_ns"] and 0.0 <= ol.short_fraction <= 1.0
+    assert ol.vmm_wakeups_per_s > 0 and ol.vmm_burst_ns > 0
+    assert ol.share == pytest.approx(min(r.quality.other_share, 0.99))  # type: ignore[union-attr]
+    # the twin built from it has the measured VMM thread
+    cfg = twins.twin(exp, cal, other_load=ol)
+    assert cfg.host.noise.vmm_io_hz == pytest.approx(min(ol.vmm_wakeups_per_s, 0.499e9 / cfg.host.noise.vmm_io_ns))
