@@ -57,7 +57,7 @@ import subprocess
 import threading
 import warnings
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, overload
 
 import numpy as np
 import polars as pl
@@ -1587,6 +1587,14 @@ def vcpu_slices(trace: pl.DataFrame) -> np.ndarray:
     return (t["end_ns"] - t["start_ns"]).cast(pl.Float64).to_numpy()
 
 
+@overload
+def distributions(
+    real_frames: Any, sim_result: sim.Result | Sequence[sim.Result], plot: Literal[False] = ...
+) -> pl.DataFrame: ...
+@overload
+def distributions(
+    real_frames: Any, sim_result: sim.Result | Sequence[sim.Result], plot: Literal[True]
+) -> tuple[pl.DataFrame, Any]: ...
 def distributions(
     real_frames: Any,
     sim_result: sim.Result | Sequence[sim.Result],
