@@ -1152,7 +1152,11 @@ def compare(
     distance, distributions only), ``disturbed_trials`` (real trials whose
     :class:`~vcpulab.quality.Quality` crossed a threshold) and
     ``other_share_max`` (the largest share of the run's CPU time other tasks
-    took). Pass ``real`` to reuse real runs of ``exp``.
+    took), ``other_share_twin`` (the mean share the twin was given),
+    ``other_short_fraction`` and ``other_burst_ns`` (the short tasks' part of
+    the others' CPU time and their mean burst, ns, pooled over the trials:
+    :class:`OtherLoad`) and ``steal_by_construction``. Pass ``real`` to reuse
+    real runs of ``exp``.
     """
     cal = cal or calibrate()
     failures: list[str] = []
