@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small] [--trials 3] [--seeds 3] [--load measured|none]
+    python benches/twins_grid.py [--small] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -30,8 +30,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the CI's reduced grid")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=0.3, help="seconds per real run")
-    ap.add_argument("--load", choices=("measured", "none"), default="measured")
+    ap.add_argument("--duration", type=float, default=1.0, help="seconds per real run (spin-lock and timer cells)")
+    ap.add_argument("--load", choices=("measured", "one_task", "none"), default="measured")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()

@@ -124,6 +124,96 @@ def test_measured_load_becomes_a_background_of_the_right_weight() -> None:
     assert halting.weight == 1024 and halting.utilization == 0.5
 
 
+def test_other_load_classes_tasks_by_their_mean_burst() -> None:
+    """Short tasks (mean burst < base slice) and long ones are told apart from
+    two schedstat snapshots; the run's own threads are left out."""
+    before = {1: (0, 0), 2: (0, 0), 3: (0, 0), 9: (0, 0)}
+    after = {1: (10_000_000, 2), 2: (1_000_000, 50), 3: (0, 0), 9: (99_000_000, 1), 4: (1_000_000, 50)}
+    ol = twins.OtherLoad.measure(before, after, own={9}, share=0.6, base_slice_ns=1_500_000, vmm=(200.0, 50_000.0))
+    assert ol.short_tasks == 2 and ol.long_tasks == 1  # task 4 was born meanwhile; task 3 did not run
+    assert ol.short_fraction == pytest.approx(2 / 12) and ol.short_burst_ns == pytest.approx(20_000)
+    assert ol.long_burst_ns == pytest.approx(5_000_000) and ol.vmm_wakeups_per_s == 200.0
+    pooled = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "share": 0.2})])
+    assert pooled is not None and pooled.share == pytest.approx(0.4) and twins.OtherLoad.pooled([]) is None
+    with pytest.raises(ValueError, match="share"):
+        twins.OtherLoad(share=1.0, short_fraction=0, short_burst_ns=0, long_burst_ns=0, short_tasks=0, long_tasks=0,
+                        base_slice_ns=1)  # fmt: skip
+
+
+def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
+    """host_load_for: short tasks → kernel-thread noise of the measured rate
+    and length, the VMM loop → the VMM thread, the rest → the background task;
+    the twin's vCPUs are then switched out more often than with one task
+    (each noise wake-up may preempt), at about the same steal."""
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, cpus=(0,), duration_s=0.3)
+    ol = twins.OtherLoad(share=0.5, short_fraction=0.1, short_burst_ns=50_000, long_burst_ns=3e6, short_tasks=10,
+                         long_tasks=3, base_slice_ns=1.5e6, vmm_wakeups_per_s=200.0, vmm_burst_ns=50_000)  # fmt: skip
+    bg, noise = twins.host_load_for(exp, ol)
+    assert noise.kthread_ns == 50_000 and noise.kthread_hz == pytest.approx(0.05 / 50e-6)
+    assert noise.vmm_io_hz == 200.0 and noise.vmm_io_ns == 50_000
+    # long share 0.5 − 0.05 − 0.01 against the vCPUs' 0.5: k = 3 × 0.44 / 0.5
+    assert bg.weight == round(1024 * 3 * 0.44 / 0.5) and bg.utilization > 0.99
+    cal = fake_cal()
+    many = sim.run(twins.twin(exp, cal, other_load=ol))
+    one = sim.run(twins.twin(exp, cal, other_share=0.5))
+    steal = lambda r: float(r.vcpus["wait_ns"].mean()) / r.config.duration_ns  # noqa: E731
+    assert abs(steal(many) - steal(one)) < 0.05
+    assert float(many.vcpus["sched_in"].mean()) > 1.2 * float(one.vcpus["sched_in"].mean())  # type: ignore[arg-type]
+    # halting workloads: the long part is a background of that utilization
+    bg_h, _ = twins.host_load_for(Experiment(IdleTicks(), 1, (0,)), ol)
+    assert bg_h.weight == 1024 and bg_h.utilization == pytest.approx(0.44)
+    idle_bg, idle_noise = twins.host_load_for(exp, twins.OtherLoad(**{**ol.as_dict(), "share": 0.0}))
+    assert idle_bg.utilization == 0.0 and idle_noise.kthread_hz == 0.0 and idle_noise.vmm_io_hz == 200.0
+
+
+def test_distributions_of_frames_in_the_trace_schema() -> None:
+    """distributions(): real frames in the tracing schema (here built from a
+    simulated run) against twins; identical runs give KS 0, a different
+    host gives a larger distance; wake-ups come from the guest's timer."""
+    cal = fake_cal()
+    exp = Experiment(IdleTicks(hz=1000), 2, (0,), duration_s=0.2, halt_poll_ns=0)
+    a = sim.run(twins.twin(exp, cal, trace=True))
+    fr = twins.sim_trace_frames(a)
+    assert tuple(fr["trace"].columns) == twins.TRACE_COLUMNS and tuple(fr["wakeups"].columns) == twins.WAKEUP_COLUMNS
+    w = fr["wakeups"]
+    # every wake-up is on the 1 ms timer grid, and a vCPU runs at or after it
+    assert w.height > 300 and (w["wake_ns"] % 1_000_000 == 0).all() and (w["latency_ns"] >= 0).all()
+    same = twins.distributions(fr, a)
+    assert same["quantity"].to_list() == ["slice_ns", "wakeup_latency_ns"]
+    assert (same["ks"] == 0.0).all() and (same["n_real"] == same["n_sim"]).all()
+    loaded = sim.run(twins.twin(exp, cal, seed=1, trace=True, other_share=0.8))
+    d, fig = twins.distributions([fr], [loaded], plot=True)
+    lat = d.row(by_predicate=pl.col("quantity") == "wakeup_latency_ns", named=True)
+    assert lat["ks"] > 0.2 and lat["p_value"] < 0.01 and lat["sim_p90_ns"] > lat["real_p90_ns"]
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    # spin locks never block: slices only, no wake-ups on either side
+    lk = sim.run(twins.twin(Experiment(SpinLock(), 2, (0,), duration_s=0.05), cal, trace=True))
+    d2 = twins.distributions({"trace": twins.sim_trace_frames(lk)["trace"], "wakeups": None}, lk)
+    assert d2["n_sim"][1] == 0 and np.isnan(d2["ks"][1]) and d2["ks"][0] == 0.0
+    with pytest.raises(ValueError, match="columns"):
+        twins.distributions({"trace": pl.DataFrame({"start_ns": [0]}), "wakeups": None}, lk)
+    with pytest.raises(ValueError, match="halt polling off"):
+        msi = Experiment(MsiPingPong(gap_us=50), 1, (0,), duration_s=0.05, halt_poll_ns=200_000)
+        twins.sim_wakeups(sim.run(twins.twin(msi, cal, trace=True)))
+
+
+def test_twin_of_a_fixed_number_of_iterations() -> None:
+    """SpinLock(iterations=k): the twin runs k iterations per thread and ends
+    when all are done, as the real guest does; rates are over its wall time."""
+    cal = fake_cal()
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50, iterations=40), 2, (0,), duration_s=5.0)
+    cfg = twins.twin(exp, cal)
+    assert cfg.vms[0].workload.iterations == 40
+    r = sim.run(cfg)
+    assert r.vms["lock_acquisitions"][0] == 80 and r.vms["wall_ns"][0] < cfg.duration_ns
+    m = twins.sim_metrics(exp, cfg, r, cal)
+    assert m["acq_per_s"] == pytest.approx(80 / (r.vms["wall_ns"][0] / 1e9))
+    assert 0.0 <= m["steal_fraction"] < 1.0
+
+
 def test_periodic_sleep_keeps_the_timer_grid() -> None:
     """A periodic Sleep wakes on multiples of its period whatever ran before
     it (a LAPIC periodic timer); a relative one drifts with the work."""
@@ -294,3 +384,19 @@ def test_compare_frame(kvm_host: Host) -> None:
     # halt polling off: no halt ends in the poll loop, on either side
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["real"] == 0.0
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["sim"] == 0.0
+
+
+def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> None:
+    """run_real records each trial's OtherLoad; the probe sees the run loop's
+    wake-ups (it wakes every 5 ms to check for Ctrl-C, whatever the load:
+    a busy CPU delays those wake-ups but does not remove them)."""
+    cal = twins.calibrate()
+    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, cpus=(1,), duration_s=0.3)
+    (r,) = twins.run_real(exp, trials=1, cal=cal)
+    ol = twins.OtherLoad(**r.config["other_load"])
+    assert ol.base_slice_ns == cal["base_slice_ns"] and 0.0 <= ol.short_fraction <= 1.0
+    assert ol.vmm_wakeups_per_s > 0 and ol.vmm_burst_ns > 0
+    assert ol.share == pytest.approx(min(r.quality.other_share, 0.99))  # type: ignore[union-attr]
+    # the twin built from it has the measured VMM thread
+    cfg = twins.twin(exp, cal, other_load=ol)
+    assert cfg.host.noise.vmm_io_hz == pytest.approx(min(ol.vmm_wakeups_per_s, 0.499e9 / cfg.host.noise.vmm_io_ns))

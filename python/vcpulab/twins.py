@@ -28,7 +28,10 @@ experiment) are run side by side and compared metric by metric::
   latency from a blocked halt and from the poll loop (the last two only slot
   into a simulator that models wake-up latency: ``Host.wakeup_ipi_ns`` where
   the host model has it; otherwise the comparison says the mechanism is
-  missing).
+  missing);
+* the host load each real run measured (:class:`OtherLoad`): other tasks'
+  short bursts as host noise, CPU-bound ones as a background task, and the
+  experiment's own VMM loop as the simulated VMM thread (:func:`host_load_for`).
 
 **What is compared** (:func:`compare`, :data:`METRICS`): lock acquisitions per
 second, mean wait per acquisition (the real guest times it with RDTSC and
@@ -37,7 +40,9 @@ context switches per vCPU and second, halt exits and successful polls per
 second, MSI round trip, timer ticks per second; the per-10 ms steal
 distribution with a two-sample Kolmogorov-Smirnov distance for workloads whose
 vCPUs are always runnable. Real values carry a 95 % t-interval over trials,
-simulated ones over seeds. ``IpiPingPong`` has no twin on this simulator
+simulated ones over seeds. :func:`distributions` compares run-slice and
+wake-up-latency distributions (KS statistic and p-value) of a real trace in
+the tracing schema (:data:`TRACE_COLUMNS`, :data:`WAKEUP_COLUMNS`) with twins. ``IpiPingPong`` has no twin on this simulator
 (:func:`twin` raises ``ValueError`` naming the missing mechanism).
 """
 
@@ -52,7 +57,7 @@ import subprocess
 import threading
 import warnings
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence, overload
 
 import numpy as np
 import polars as pl
@@ -64,14 +69,22 @@ __all__ = [
     "Calibration",
     "Experiment",
     "METRICS",
+    "OtherLoad",
+    "TRACE_COLUMNS",
     "Value",
+    "WAKEUP_COLUMNS",
     "calibrate",
     "compare",
+    "distributions",
     "guest_path",
     "host_knobs",
+    "host_load_for",
     "run_real",
     "run_sim",
+    "sim_trace_frames",
+    "sim_wakeups",
     "twin",
+    "vcpu_slices",
 ]
 
 
@@ -490,6 +503,59 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
 
 
+#: just under the simulator's limit on one noise source (half a CPU, HostNoise)
+_NOISE_MAX_NS_PER_S = 0.499e9
+
+
+def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim.HostNoise]:
+    """The simulated host load of a measured :class:`OtherLoad`: the short
+    tasks as the simulator's host noise, the long ones as its background task.
+
+    * short tasks → ``HostNoise`` kernel-thread bursts on every CPU: mean
+      length ``short_burst_ns``, ``share × short_fraction / short_burst_ns``
+      bursts per second (Poisson arrivals; each wake-up may preempt a vCPU,
+      as each of the real short tasks' wake-ups may). The simulator allows
+      at most half a CPU of noise; any excess moves to the background.
+    * long tasks → :func:`background_for` with the rest of the share (its
+      weight is computed against the CPU time the vCPUs kept, ``1 − share``).
+    * the experiment's own VMM thread (measured ``vmm_wakeups_per_s`` and
+      ``vmm_burst_ns``) → ``HostNoise.vmm_io_*``: one unpinned thread per VM
+      that wakes at that rate (Poisson; the real loop wakes every 5-10 ms)
+      for that long. Its time on the run's CPUs is part of ``share``, so it
+      is taken out of the long tasks' part (all of it: the simulator places
+      the thread on the vCPUs' CPUs).
+
+    Simplifications: the many short tasks are one Poisson process per CPU
+    (the simulator's noise task accumulates work while it runs, as a kworker
+    does), nice 0; the split is machine-wide (see :class:`OtherLoad`).
+    """
+    vmm: dict[str, Any] = {}
+    s_vmm = 0.0
+    if load.vmm_wakeups_per_s > 0 and load.vmm_burst_ns == load.vmm_burst_ns:
+        v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
+        v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
+        vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
+        s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
+    if load.share <= 0.0:
+        return sim.Background(), sim.HostNoise(**vmm)
+    s_short = load.share * load.short_fraction if load.short_fraction > 0 else 0.0
+    noise = sim.HostNoise(**vmm)
+    if s_short > 0.0:
+        ns = int(min(max(round(load.short_burst_ns), 100), 10**9))
+        hz = min(s_short * 1e9 / ns, 100_000.0, _NOISE_MAX_NS_PER_S / ns)
+        s_short = hz * ns / 1e9
+        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, **vmm)
+    s_long = max(load.share - s_short - s_vmm, 0.0)
+    if s_long <= 0.0:
+        return sim.Background(), noise
+    burst = load.long_burst_ns if load.long_burst_ns == load.long_burst_ns else None
+    if not isinstance(exp.workload, _RUNNABLE):
+        return background_for(exp, s_long, burst), noise
+    n = exp.vcpus / len(exp.cpus)
+    k = n * s_long / (1.0 - load.share)
+    return sim.Background(utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))), noise
+
+
 def twin(
     exp: Experiment | Run,
     cal: Calibration | None = None,
@@ -498,6 +564,7 @@ def twin(
     trace: bool = False,
     other_share: float | None = None,
     other_burst_ns: float | None = None,
+    other_load: OtherLoad | None = None,
 ) -> sim.Config:
     """The simulated configuration of the real experiment ``exp``.
 
@@ -586,13 +653,15 @@ def twin(
         affinity=affinity,
         tsc_khz=max(int(cal["tsc_khz"]), 1000),
     )
-    if other_share:
+    if other_load is not None:
+        hkw["background"], hkw["noise"] = host_load_for(exp, other_load)
+    elif other_share:
         hkw["background"] = background_for(exp, min(float(other_share), 0.99), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
         hkw["wakeup_ipi_ns"] = int(cal["wake_block_ns"])
     vm = sim.Vm(
         vcpus=exp.vcpus,
-        workload=sim.Workload(phases=phases, name=name),
+        workload=sim.Workload(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0))),
         ple=sim.Ple.off(),
         policy=sim.policies.no_yield(),
         pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
@@ -662,8 +731,10 @@ def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
 
 def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibration) -> dict[str, float]:
     """The compared metrics of one simulated run."""
-    dur = cfg.duration_ns / 1e9
     vms, vc = res.vms, res.vcpus
+    # a run of a fixed number of iterations ends when every thread is done
+    # (as the real one does): rates over its wall time
+    dur = (float(vms["wall_ns"][0]) if cfg.vms[0].workload.iterations > 0 else cfg.duration_ns) / 1e9
     out: dict[str, float] = {}
     names = _metrics_of(exp)
     if "acq_per_s" in names:
@@ -673,10 +744,10 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             # simulated Lock phase does not execute; they run at the vCPU's
             # running share, so on average they last window / (1 - steal)
             window = guest_path(exp.workload, exp.vcpus)["wait_path"] * cal["path_insn_ns"]
-            running = 1.0 - float(vc["wait_ns"].mean()) / cfg.duration_ns  # type: ignore[operator, arg-type]
+            running = 1.0 - float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
             out["wait_per_acq_us"] = (float(vms["lock_wait_mean_ns"][0]) + window / max(running, 1e-3)) / 1e3
     if "steal_fraction" in names:
-        out["steal_fraction"] = float(vc["wait_ns"].mean()) / cfg.duration_ns  # type: ignore[operator, arg-type]
+        out["steal_fraction"] = float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
     if "ctx_switches_per_vcpu_s" in names:
         out["ctx_switches_per_vcpu_s"] = float(vc["sched_in"].mean()) / dur  # type: ignore[operator, arg-type]
     if "halt_exits_per_s" in names:
@@ -720,7 +791,8 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
     (its sched-in, as KVM does), and summed per ``bin_ns`` bin / ``bin_ns``."""
     if res.trace is None:
         raise ValueError("sim_steal_intervals needs a run with trace=True")
-    dur = res.config.duration_ns
+    warm = res.config.warmup_ns  # bins from the end of the warm-up
+    dur = res.config.duration_ns - warm
     nb = dur // bin_ns
     if nb < 1:
         return np.empty(0)
@@ -731,8 +803,8 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
         seen += 1
         st, en = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
         gaps = np.concatenate([[st[0]], st[1:] - en[:-1]]).astype(float)
-        k = (st // bin_ns).astype(int)
-        ok = k < nb
+        k = ((st.astype(np.int64) - warm) // bin_ns).astype(int)
+        ok = (k >= 0) & (k < nb)
         out.append(np.bincount(k[ok], weights=gaps[ok], minlength=nb)[:nb] / bin_ns)
     for _ in range(res.vcpus.height - seen):  # a vCPU that never ran publishes nothing
         out.append(np.zeros(nb))
@@ -763,23 +835,202 @@ def _task_schedstat() -> dict[int, tuple[int, int]]:
     return out
 
 
-def other_burst_ns(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]], own: set[int]) -> float | None:
-    """Mean length of the other tasks' CPU bursts between two
-    :func:`_task_schedstat` snapshots, machine-wide: their CPU time / their
-    timeslices (tasks in ``own`` left out; a task born meanwhile counts from
-    0, one that exited is missed). None when they ran no timeslice."""
-    cpu = slices = 0
-    for tid, (c1, s1) in after.items():
-        if tid in own:
-            continue
-        c0, s0 = before.get(tid, (0, 0))
-        cpu += max(c1 - c0, 0)
-        slices += max(s1 - s0, 0)
-    return cpu / slices if slices else None
+@dataclass(frozen=True)
+class OtherLoad:
+    """What the machine's other tasks did during a real run, as the twin needs it.
+
+    Measured from every other task's ``/proc/<pid>/task/<tid>/schedstat``
+    (CPU time and timeslices) before and after the run, and the run's
+    :class:`~vcpulab.quality.Quality` (the share of *its* CPUs' time other
+    tasks took). Each other task is classed by its mean burst over the run
+    (CPU time / timeslices):
+
+    * **short** (mean burst < ``base_slice_ns``): tasks that give the CPU up
+      by sleeping (shells, editors, build drivers, kworkers). Each of their
+      bursts begins with a wake-up that may preempt a vCPU thread (EEVDF
+      wake-up preemption, ``check_preempt_wakeup_fair``).
+    * **long** (mean burst ≥ ``base_slice_ns``): CPU-bound tasks (compilers,
+      test suites) that run until a slice ends.
+
+    The experiment's own process is measured too: its threads other than the
+    vCPUs (the run loop that samples the stats every 10 ms and checks for
+    Ctrl-C every 5 ms, ``src/kvm/experiment.rs``; polars' pool) are the VMM
+    thread of the twin (``HostNoise.vmm_io_*``), measured by
+    :class:`_VmmProbe` between 20 % and 80 % of the run, so that the set-up
+    and teardown of the VM are not counted.
+
+    Attributes:
+        share: other tasks' share of the run's CPUs' time (``Quality.other_share``;
+            it includes the VMM thread's time on those CPUs), 0-1.
+        short_fraction: the short tasks' part of the others' CPU time, machine-wide, 0-1.
+        short_burst_ns: the short tasks' mean burst, ns (their CPU time / timeslices).
+        long_burst_ns: the long tasks' mean burst, ns (NaN when none ran).
+        short_tasks, long_tasks: how many tasks of each class ran.
+        base_slice_ns: the class boundary used, ns.
+        vmm_wakeups_per_s: timeslices per second of the experiment's own
+            non-vCPU threads (0: not measured).
+        vmm_burst_ns: their CPU time per timeslice, ns (NaN: not measured).
+
+    Simplification: the mix of short and long work is measured machine-wide
+    (per-task schedstat has no per-CPU split, and this kernel has no
+    ``/proc/schedstat``, CONFIG_SCHEDSTATS) and assumed the same on every CPU.
+    """
+
+    share: float
+    short_fraction: float
+    short_burst_ns: float
+    long_burst_ns: float
+    short_tasks: int
+    long_tasks: int
+    base_slice_ns: float
+    vmm_wakeups_per_s: float = 0.0
+    vmm_burst_ns: float = float("nan")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share < 1.0:
+            raise ValueError(f"OtherLoad.share must be in [0, 1), got {self.share}")
+        if not 0.0 <= self.short_fraction <= 1.0:
+            raise ValueError(f"OtherLoad.short_fraction must be in [0, 1], got {self.short_fraction}")
+        if self.short_fraction > 0 and not self.short_burst_ns > 0:
+            raise ValueError(f"OtherLoad.short_burst_ns must be > 0 when short_fraction > 0, got {self.short_burst_ns}")
+
+    @classmethod
+    def measure(
+        cls,
+        before: Mapping[int, tuple[int, int]],
+        after: Mapping[int, tuple[int, int]],
+        own: set[int],
+        share: float,
+        base_slice_ns: float,
+        vmm: tuple[float, float] = (0.0, float("nan")),
+    ) -> OtherLoad:
+        """From two :func:`_task_schedstat` snapshots (tasks in ``own`` left
+        out; a task born meanwhile counts from 0, one that exited is missed)."""
+        sc = ss = lc = ls = 0
+        ns_ = nl = 0
+        for tid, (c1, s1) in after.items():
+            if tid in own:
+                continue
+            c0, s0 = before.get(tid, (0, 0))
+            c, k = max(c1 - c0, 0), max(s1 - s0, 0)
+            if k == 0 or c == 0:
+                continue
+            if c / k < base_slice_ns:
+                sc, ss, ns_ = sc + c, ss + k, ns_ + 1
+            else:
+                lc, ls, nl = lc + c, ls + k, nl + 1
+        tot = sc + lc
+        return cls(
+            share=min(max(float(share), 0.0), 0.99),
+            short_fraction=sc / tot if tot else 0.0,
+            short_burst_ns=sc / ss if ss else float("nan"),
+            long_burst_ns=lc / ls if ls else float("nan"),
+            short_tasks=ns_,
+            long_tasks=nl,
+            base_slice_ns=float(base_slice_ns),
+            vmm_wakeups_per_s=float(vmm[0]),
+            vmm_burst_ns=float(vmm[1]),
+        )
+
+    @classmethod
+    def pooled(cls, loads: Sequence[OtherLoad]) -> OtherLoad | None:
+        """Several trials' loads as one: mean share and short fraction,
+        mean bursts weighted by each trial's short (long) share; None if empty."""
+        if not loads:
+            return None
+        w_s = np.array([x.share * x.short_fraction for x in loads])
+        w_l = np.array([x.share * (1 - x.short_fraction) for x in loads])
+
+        def wmean(v: list[float], w: np.ndarray) -> float:
+            a = np.array(v, dtype=float)
+            ok = (a == a) & (w > 0)
+            return float((a[ok] * w[ok]).sum() / w[ok].sum()) if ok.any() else float("nan")
+
+        return cls(
+            share=float(np.mean([x.share for x in loads])),
+            short_fraction=float(np.mean([x.short_fraction for x in loads])),
+            short_burst_ns=wmean([x.short_burst_ns for x in loads], w_s),
+            long_burst_ns=wmean([x.long_burst_ns for x in loads], w_l),
+            short_tasks=int(round(np.mean([x.short_tasks for x in loads]))),
+            long_tasks=int(round(np.mean([x.long_tasks for x in loads]))),
+            base_slice_ns=loads[0].base_slice_ns,
+            vmm_wakeups_per_s=float(np.mean([x.vmm_wakeups_per_s for x in loads])),
+            vmm_burst_ns=wmean([x.vmm_burst_ns for x in loads], np.array([x.vmm_wakeups_per_s for x in loads])),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-def run_real(exp: Experiment, trials: int = 3, failures: list[str] | None = None) -> list[Run]:
-    """``trials`` real runs of ``exp`` (each records its :class:`~vcpulab.quality.Quality`).
+class _VmmProbe:
+    """Measures the experiment process's own non-vCPU threads (the VMM side)
+    while a real run is under way: a helper thread snapshots their schedstat
+    at 20 % and 80 % of ``duration_s`` (vCPU threads are recognised by their
+    name, ``CPU n/KVM``). :meth:`result` gives (timeslices per second, CPU
+    ns per timeslice) over that window, or (0, NaN) when the window was not
+    reached (a run shorter than planned)."""
+
+    def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.snaps: list[tuple[float, dict[int, tuple[int, int]]]] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._main, name="vcpulab-vmm-probe", daemon=True)
+
+    @staticmethod
+    def _snap() -> dict[int, tuple[int, int]]:
+        out: dict[int, tuple[int, int]] = {}
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    if f.read().strip().endswith("/KVM"):
+                        continue
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    cpu, _, slices = f.read().split()
+                out[int(tid)] = (int(cpu), int(slices))
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def _main(self) -> None:
+        import time
+
+        t0 = time.monotonic()
+        for frac in (0.2, 0.8):
+            if self._stop.wait(max(t0 + frac * self.duration_s - time.monotonic(), 0.0)):
+                return
+            self.snaps.append((time.monotonic(), self._snap()))
+
+    def __enter__(self) -> _VmmProbe:
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def result(self) -> tuple[float, float]:
+        if len(self.snaps) < 2:
+            return 0.0, float("nan")
+        (t0, a), (t1, b) = self.snaps
+        cpu = slices = 0
+        for tid, (c1, s1) in b.items():
+            c0, s0 = a.get(tid, (c1, s1))
+            cpu += max(c1 - c0, 0)
+            slices += max(s1 - s0, 0)
+        if self._t.native_id in b and self._t.native_id in a:  # not the probe's own wake-ups
+            cpu -= b[self._t.native_id][0] - a[self._t.native_id][0]
+            slices -= b[self._t.native_id][1] - a[self._t.native_id][1]
+        if slices <= 0 or t1 <= t0:
+            return 0.0, float("nan")
+        return slices / (t1 - t0), cpu / slices
+
+
+def run_real(
+    exp: Experiment, trials: int = 3, failures: list[str] | None = None, cal: Calibration | None = None
+) -> list[Run]:
+    """``trials`` real runs of ``exp`` (each records its :class:`~vcpulab.quality.Quality`
+    and, in ``Run.config["other_load"]``, the other tasks' :class:`OtherLoad`
+    as a dict; the short/long boundary is ``cal``'s base slice, else :func:`host_knobs`').
 
     A trial that misses its deadline (``TimeoutError``: an MSI ping-pong whose
     vCPU other tasks kept off its CPU) is left out and its message appended to
@@ -788,16 +1039,19 @@ def run_real(exp: Experiment, trials: int = 3, failures: list[str] | None = None
         raise ValueError(f"trials must be >= 1, got {trials}")
     out = []
     last: TimeoutError | None = None
+    base_slice = cal["base_slice_ns"] if cal is not None else float(host_knobs()["base_slice_ns"].value)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # quality is recorded in each Run and reported per cell
         for _ in range(trials):
             try:
                 me = {int(t) for t in os.listdir("/proc/self/task")}
                 before = _task_schedstat()
-                r = exp.run()
+                with _VmmProbe(exp.duration_s) as probe:
+                    r = exp.run()
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
-                r.config["other_burst_ns"] = other_burst_ns(before, after, own)
+                share = r.quality.other_share if r.quality is not None else 0.0
+                r.config["other_load"] = OtherLoad.measure(before, after, own, share, base_slice, probe.result()).as_dict()
                 out.append(r)
             except TimeoutError as e:
                 last = e
@@ -815,14 +1069,15 @@ def run_sim(
     trace: bool = True,
     other_share: float | None = None,
     other_burst_ns: float | None = None,
+    other_load: OtherLoad | None = None,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``: see :func:`twin`)."""
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`)."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     out = []
     for s in range(seeds):
         cfg = twin(exp, cal, seed=s, trace=trace and type(exp.workload) in _DISTS, other_share=other_share,
-                   other_burst_ns=other_burst_ns)  # fmt: skip
+                   other_burst_ns=other_burst_ns, other_load=other_load)  # fmt: skip
         out.append((cfg, sim.run(cfg)))
     return out
 
@@ -878,13 +1133,16 @@ def compare(
     seeds: int = 3,
     cal: Calibration | None = None,
     real: Sequence[Run] | None = None,
-    load: Literal["measured", "none"] = "measured",
+    load: Literal["measured", "one_task", "none"] = "measured",
 ) -> pl.DataFrame:
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
     ``load="measured"`` (default) gives the twin the other load the real
-    trials measured (mean ``Quality.other_share``, :func:`background_for`);
-    ``"none"`` simulates an idle host.
+    trials measured: their :class:`OtherLoad` pooled, short tasks as host
+    noise and long ones as a background task (:func:`host_load_for`);
+    ``"one_task"`` the previous model, all of the measured share as one
+    background task per CPU (:func:`background_for`); ``"none"`` simulates
+    an idle host.
 
     Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
     ``real_lo``/``real_hi`` (95 % t-interval; NaN with one trial), ``sim``
@@ -894,21 +1152,25 @@ def compare(
     distance, distributions only), ``disturbed_trials`` (real trials whose
     :class:`~vcpulab.quality.Quality` crossed a threshold) and
     ``other_share_max`` (the largest share of the run's CPU time other tasks
-    took). Pass ``real`` to reuse real runs of ``exp``.
+    took), ``other_share_twin`` (the mean share the twin was given),
+    ``other_short_fraction`` and ``other_burst_ns`` (the short tasks' part of
+    the others' CPU time and their mean burst, ns, pooled over the trials:
+    :class:`OtherLoad`) and ``steal_by_construction``. Pass ``real`` to reuse
+    real runs of ``exp``.
     """
     cal = cal or calibrate()
     failures: list[str] = []
-    runs = list(real) if real is not None else run_real(exp, trials, failures)
+    if load not in ("measured", "one_task", "none"):
+        raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
+    runs = list(real) if real is not None else run_real(exp, trials, failures, cal)
     shares = [r.quality.other_share for r in runs if r.quality is not None]
-    share = float(np.mean(shares)) if (load == "measured" and shares) else 0.0
-    bursts = [b for r in runs if (b := r.config.get("other_burst_ns"))]
-    burst = float(np.median(bursts)) if bursts else None
-    # the measured burst is reported, not simulated: one background task with
-    # the machine's mean burst (0.4-2.5 ms here) sleeps so often that EEVDF's
-    # placement of a waking task gives it far less than the measured share
-    # (tried: steal 0.43 simulated vs 0.78 real for 1 vCPU on a loaded CPU);
-    # the real load is many tasks, which one background task cannot be
-    sims = run_sim(exp, cal, seeds, other_share=share)
+    share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
+    ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
+    burst = ol.short_burst_ns if ol is not None else None
+    if load == "measured" and ol is not None:
+        sims = run_sim(exp, cal, seeds, other_load=ol)
+    else:
+        sims = run_sim(exp, cal, seeds, other_share=share)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
@@ -938,6 +1200,7 @@ def compare(
         pl.lit(float(other)).alias("other_share_max"),
         pl.lit(share).alias("other_share_twin"),
         pl.lit(burst, dtype=pl.Float64).alias("other_burst_ns"),
+        pl.lit(ol.short_fraction if ol is not None else float("nan"), dtype=pl.Float64).alias("other_short_fraction"),
         pl.lit(bool(share > 0 and isinstance(exp.workload, _RUNNABLE))).alias("steal_by_construction"),
     )
 
@@ -965,7 +1228,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
     }
 
 
-def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 0.3) -> list[Experiment]:
+def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
     """The grid of the benchmark (``small``: the CI's reduced grid).
 
     SpinLock ticket/TAS × vCPUs 1-8 × 1-2 host CPUs (one CPU each, round
@@ -973,6 +1236,13 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
     vCPUs on one CPU; MsiPingPong gap 50/500 µs × max poll 0/200 µs;
     IdleTicks 250/1000 Hz × 1/4 vCPUs × max poll 0/200 µs. One-CPU cells use
     the last usable CPU (MsiPingPong's host driver then runs on the other).
+
+    ``duration_s`` (default 1 s) is each spin-lock and timer run's length. A
+    contended ticket run makes only 50-300 acquisitions a second here, and
+    its first few ms (vCPUs that have not queued yet let the first one take
+    the lock dozens of times) weigh differently in the real start-up and the
+    simulator's (every vCPU queued at t = 0): at 0.3 s that start decides the
+    count; at 1 s it is diluted (docs/twins.md, "Measured here").
     """
     from vcpulab import _core
 
@@ -1165,7 +1435,7 @@ def grid(
     trials: int = 3,
     seeds: int = 3,
     cal: Calibration | None = None,
-    load: Literal["measured", "none"] = "measured",
+    load: Literal["measured", "one_task", "none"] = "measured",
     progress: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
@@ -1199,3 +1469,211 @@ def grid(
     cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
     return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
                 calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load})  # fmt: skip
+
+
+# -------------------------------------------------------------------- distributions
+
+#: columns of a real run's trace (``Run.trace``, the tracing work) and of its
+#: wake-ups (``Run.wakeups``); :func:`sim_trace_frames` gives a simulated run
+#: the same two frames
+TRACE_COLUMNS = ("pcpu", "start_ns", "end_ns", "vm", "vcpu", "tid", "comm")
+WAKEUP_COLUMNS = ("vm", "vcpu", "tid", "wake_ns", "run_ns", "latency_ns")
+
+
+def _sleep_phase(res: sim.Result) -> tuple[int, bool] | None:
+    """(ns, periodic) of the twin's one Sleep phase, or None when the
+    simulated guest blocks in anything else (or in more than one way)."""
+    vms = res.config.vms
+    if len(vms) != 1:
+        return None
+    ph = vms[0].workload.phases
+    sleeps = [p for p in ph if isinstance(p, sim.Sleep)]
+    blocking = [p for p in ph if isinstance(p, (sim.Recv, sim.Barrier))]
+    if len(sleeps) != 1 or blocking or sleeps[0].dist != "fixed" or sleeps[0].prob != 1.0:
+        return None
+    return int(sleeps[0].ns), bool(sleeps[0].periodic)
+
+
+def sim_wakeups(res: sim.Result) -> pl.DataFrame:
+    """The wake-ups of a simulated run's vCPUs in the schema of a real run's
+    ``Run.wakeups`` (:data:`WAKEUP_COLUMNS`; ``tid`` is -1), derived from its
+    trace (``trace=True``) and its guest's timer.
+
+    The simulator's trace records when each vCPU ran, not when it was woken.
+    A vCPU interval that ended because the vCPU blocked in a halt (``why`` =
+    ``"halt"``) at ``h`` was woken by its guest's timer at:
+
+    * ``Sleep(ns, periodic=True)`` (the twin of ``IdleTicks``): the first
+      multiple of ``ns`` after ``h`` (the timer's grid; a grid point between
+      the sleep's start and ``h`` would have ended the halt-poll loop instead);
+    * ``Sleep(ns)`` (``MsiPingPong``): ``h + ns``, exact only when the vCPU
+      blocked at once, i.e. with halt polling off; with polling on a
+      ``ValueError`` says so.
+
+    ``run_ns`` is the start of the vCPU's next interval, ``latency_ns`` the
+    difference (the simulator's wake-up latencies, ``Host.wakeup_ipi_ns`` and
+    idle-state exits, plus any wait for the CPU). Workloads whose vCPUs never
+    block (spin locks) have no wake-ups: an empty frame. Other blocking
+    phases (``Recv``, ``Barrier``) raise ``ValueError``: their wake-up times
+    are not in the trace.
+    """
+    if res.trace is None:
+        raise ValueError("sim_wakeups needs a run with trace=True")
+    schema = {"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "wake_ns": pl.Int64, "run_ns": pl.Int64,
+              "latency_ns": pl.Int64}  # fmt: skip
+    t = res.trace.filter(pl.col("vcpu") >= 0).sort(["vm", "vcpu", "start_ns"])
+    if t.filter(pl.col("why") == "halt").height == 0:
+        return pl.DataFrame(schema=schema)
+    sp = _sleep_phase(res)
+    if sp is None:
+        raise ValueError("sim_wakeups derives wake-ups from a guest whose only blocking phase is one fixed Sleep; "
+                         "this run's guest blocks otherwise (Recv, Barrier, several or random sleeps)")  # fmt: skip
+    ns, periodic = sp
+    if not periodic and res.config.vms[0].halt_poll.policy != "off":
+        raise ValueError("sim_wakeups: with a non-periodic Sleep the wake time is exact only with halt polling off "
+                         f"(this run's policy is {res.config.vms[0].halt_poll.policy!r})")  # fmt: skip
+    rows: dict[str, list[int]] = {k: [] for k in schema}
+    for (vm, vcpu), g in t.group_by(["vm", "vcpu"], maintain_order=True):
+        st, en, why = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["why"].to_list()
+        for i in range(len(st) - 1):
+            if why[i] != "halt":
+                continue
+            h = int(en[i])
+            wake = (h // ns + 1) * ns if periodic else h + ns
+            run = int(st[i + 1])
+            if run < wake:  # woken by something other than the timer
+                continue
+            for k, v in zip(schema, (int(vm), int(vcpu), -1, wake, run, run - wake)):  # type: ignore[call-overload]
+                rows[k].append(v)
+    return pl.DataFrame(rows, schema=schema)
+
+
+def sim_trace_frames(res: sim.Result) -> dict[str, pl.DataFrame]:
+    """A simulated run as a real run's trace frames: ``{"trace": …, "wakeups": …}``
+    with :data:`TRACE_COLUMNS` (``tid`` -1, ``comm`` ``"CPU n/KVM"`` for vCPUs
+    as vcpulab names its vCPU threads, ``"other"`` for host tasks) and
+    :data:`WAKEUP_COLUMNS`. Tests and notebooks use it to exercise
+    :func:`distributions` without a real trace."""
+    if res.trace is None:
+        raise ValueError("sim_trace_frames needs a run with trace=True")
+    tr = res.trace.select(
+        pl.col("pcpu").cast(pl.Int64),
+        pl.col("start_ns").cast(pl.Int64),
+        pl.col("end_ns").cast(pl.Int64),
+        pl.col("vm").cast(pl.Int64),
+        pl.col("vcpu").cast(pl.Int64),
+        pl.lit(-1, dtype=pl.Int64).alias("tid"),
+        pl.when(pl.col("vcpu") >= 0).then(pl.format("CPU {}/KVM", pl.col("vcpu"))).otherwise(pl.lit("other")).alias("comm"),
+    )
+    return {"trace": tr, "wakeups": sim_wakeups(res)}
+
+
+def _frames_of(x: Any) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(trace, wakeups) of a Run (attributes), a mapping, or a (trace, wakeups) pair."""
+    if isinstance(x, Mapping):
+        return x.get("trace"), x.get("wakeups")
+    if isinstance(x, tuple) and len(x) == 2:
+        return x[0], x[1]
+    return getattr(x, "trace", None), getattr(x, "wakeups", None)
+
+
+def _check_cols(df: pl.DataFrame, cols: Sequence[str], what: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what} lacks the columns {missing} (has {df.columns})")
+
+
+def vcpu_slices(trace: pl.DataFrame) -> np.ndarray:
+    """Run-slice lengths of the vCPU threads, ns: ``end_ns − start_ns`` of every
+    trace row with ``vcpu >= 0`` (a real trace's or :func:`sim_trace_frames`')."""
+    _check_cols(trace, ("start_ns", "end_ns", "vcpu"), "trace")
+    t = trace.filter(pl.col("vcpu") >= 0)
+    return (t["end_ns"] - t["start_ns"]).cast(pl.Float64).to_numpy()
+
+
+@overload
+def distributions(
+    real_frames: Any, sim_result: sim.Result | Sequence[sim.Result], plot: Literal[False] = ...
+) -> pl.DataFrame: ...
+@overload
+def distributions(
+    real_frames: Any, sim_result: sim.Result | Sequence[sim.Result], plot: Literal[True]
+) -> tuple[pl.DataFrame, Any]: ...
+def distributions(
+    real_frames: Any,
+    sim_result: sim.Result | Sequence[sim.Result],
+    plot: bool = False,
+) -> pl.DataFrame | tuple[pl.DataFrame, Any]:
+    """Real vs simulated distributions, two-sample Kolmogorov-Smirnov per quantity.
+
+    ``real_frames``: a real :class:`~vcpulab.experiment.Run` with ``trace``
+    (:data:`TRACE_COLUMNS`) and ``wakeups`` (:data:`WAKEUP_COLUMNS`) frames,
+    a mapping ``{"trace": …, "wakeups": …}``, a (trace, wakeups) pair, or a
+    list of these (trials, pooled). ``sim_result``: one or several (seeds,
+    pooled) simulated runs with ``trace=True``.
+
+    Quantities: ``slice_ns`` (every vCPU run slice, :func:`vcpu_slices`) and
+    ``wakeup_latency_ns`` (real ``latency_ns``; simulated from
+    :func:`sim_wakeups`). One row each: ``quantity``, ``n_real``, ``n_sim``,
+    the medians and 90th percentiles of both sides (ns), ``ks`` (the
+    two-sample KS statistic, ``scipy.stats.ks_2samp``) and ``p_value``
+    (its exact/asymptotic p-value; NaN with an empty side). A quantity with
+    no real frame (``wakeups`` None) or no sample on either side gets NaN.
+    ``plot=True`` returns ``(frame, matplotlib Figure)``: both quantities'
+    empirical distribution functions, real and simulated, log-scaled time.
+    """
+    from scipy import stats
+
+    reals = list(real_frames) if isinstance(real_frames, list) else [real_frames]
+    sims = [sim_result] if isinstance(sim_result, sim.Result) else list(sim_result)
+    if not reals or not sims:
+        raise ValueError("distributions needs at least one real and one simulated run")
+    samples: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    r_sl, r_wk = [], []
+    for rf in reals:
+        tr, wk = _frames_of(rf)
+        if tr is not None:
+            _check_cols(tr, TRACE_COLUMNS, "real trace")
+            r_sl.append(vcpu_slices(tr))
+        if wk is not None:
+            _check_cols(wk, WAKEUP_COLUMNS, "real wakeups")
+            w = wk.filter(pl.col("vcpu") >= 0) if "vcpu" in wk.columns else wk
+            r_wk.append(w["latency_ns"].cast(pl.Float64).to_numpy())
+    s_sl, s_wk = [], []
+    for s in sims:
+        f = sim_trace_frames(s)
+        s_sl.append(vcpu_slices(f["trace"]))
+        s_wk.append(f["wakeups"]["latency_ns"].cast(pl.Float64).to_numpy())
+    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
+    samples["slice_ns"] = (cat(r_sl), cat(s_sl))
+    samples["wakeup_latency_ns"] = (cat(r_wk), cat(s_wk))
+    rows = []
+    for q, (a, b) in samples.items():
+        def pct(x: np.ndarray, p: float) -> float:
+            return float(np.percentile(x, p)) if x.size else float("nan")
+
+        if a.size and b.size:
+            res = stats.ks_2samp(a, b)
+            ks, pv = float(res.statistic), float(res.pvalue)
+        else:
+            ks = pv = float("nan")
+        rows.append(dict(quantity=q, n_real=int(a.size), n_sim=int(b.size), real_median_ns=pct(a, 50),
+                         sim_median_ns=pct(b, 50), real_p90_ns=pct(a, 90), sim_p90_ns=pct(b, 90), ks=ks,
+                         p_value=pv))  # fmt: skip
+    frame = pl.DataFrame(rows)
+    if not plot:
+        return frame
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for ax, (q, (a, b)) in zip(axes, samples.items()):
+        for x, lab, st in ((a, "real", "-"), (b, "twin", "--")):
+            if x.size:
+                xs = np.sort(x) / 1e3
+                ax.step(xs, np.arange(1, xs.size + 1) / xs.size, st, where="post", label=f"{lab} (n={x.size})")
+        row = frame.filter(pl.col("quantity") == q).row(0, named=True)
+        ks_txt = "–" if row["ks"] != row["ks"] else f"{row['ks']:.2f}"
+        ax.set(xscale="log", xlabel=f"{q.removesuffix('_ns')} (µs)", ylabel="fraction ≤ x", title=f"{q}: KS {ks_txt}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return frame, fig
