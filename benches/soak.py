@@ -164,7 +164,7 @@ class Soak:
             sim.sweep(base, grid, threads=rng.randint(1, 4), progress=False, results=rng.random() < 0.3)
 
     def act_halt_poll(self, rng: random.Random) -> None:
-        hp.run(hp.Scenario(hp.Params(halt_poll_ns=rng.choice([0, 50_000, 200_000])),
+        hp.run(hp.Scenario(sim.HaltPoll(policy="block-time", max_ns=rng.choice([0, 50_000, 200_000])),
                            vcpus=(hp.Message(gap_ns=rng.randint(1_000, 500_000)),),
                            rounds=rng.randint(10, 2_000), seed=rng.randint(0, 2**32)))  # fmt: skip
 

@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from vcpulab import calibrate, experiment
 from vcpulab.kvm import PROGRAMS, Host
+from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 # --------------------------------------------------------------------------- strategies
@@ -327,7 +328,7 @@ def prop_halt_poll_model(policy: str, halt_poll_ns: Any, gap_ns: Any, rounds: An
                          idle: Any, hz: Any, seed: Any) -> None:  # fmt: skip
     def go() -> Any:
         sc = hp.Scenario(
-            hp.Params(policy=policy, halt_poll_ns=halt_poll_ns),
+            sim.HaltPoll(policy=policy, max_ns=halt_poll_ns),
             vcpus=(hp.Message(gap_ns=gap_ns), hp.Timer(hz=hz)),
             background=None if busy is None else hp.Background(busy_ns=busy, idle_ns=idle),
             rounds=rounds,

@@ -13,6 +13,8 @@ directed-yield policies and pv hints, deterministic and fast::
   policies written in Python; :mod:`vcpulab.sim.presets` the workloads;
   :mod:`vcpulab.sim.scenarios` the published experiments it reproduces
   (docs/sources.md);
+* :func:`config_schema` is the JSON Schema of a configuration, generated
+  from the Rust structs that validate it (limits, defaults, descriptions);
 * :mod:`vcpulab.sim.distributed` runs sweeps on a Dask cluster or any
   executor, checkpointed to Parquet and resumable (:func:`run_sweep`,
   :func:`read_dataset`, :func:`dask_executor`).
@@ -53,6 +55,7 @@ from vcpulab.sim._config import (
     Sleep,
     Vm,
     Workload,
+    config_schema,
 )
 from vcpulab.sim._points import expand
 from vcpulab.sim._points import param_value as _param_value
@@ -85,6 +88,7 @@ __all__ = [
     "PCPU_TIME_CATEGORIES",
     "TIME_CATEGORIES",
     "Workload",
+    "config_schema",
     "dask_executor",
     "distributed",
     "expand",
