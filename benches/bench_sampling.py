@@ -23,7 +23,7 @@ def main() -> None:
     rows = []
     for every in (None, 0.001):
         c0 = time.thread_time()
-        r = run(Spin(), vcpus=a.vcpus, duration=a.seconds, sample_every=every)
+        r = run(Spin(), vcpus=a.vcpus, duration_s=a.seconds, sample_every_s=every)
         cpu = time.thread_time() - c0
         n = r.samples["t_ns"].n_unique()
         rows.append((every, n, cpu, r.results["pauses"].sum() / r.wall_s, r.wall_s))

@@ -204,7 +204,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
             box["tid"] = threading.get_native_id()
             meter.add_thread(box["tid"], [pcpu])
             try:
-                vcpu.run_program(timeout=timeout)
+                vcpu.run_program(timeout_s=timeout)
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 box["error"] = e
             box["cpu_ns"] = _thread_cpu_ns(box["tid"])
@@ -218,7 +218,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         meter.__enter__()
         t.start()
         try:
-            rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout=timeout)
+            rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout_s=timeout)
         except BaseException:
             t.join(timeout + 5)
             if "error" in box:

@@ -1,7 +1,7 @@
 """The ``vcpulab`` command.
 
     vcpulab info                         what KVM offers on this host (or exactly why it is unusable)
-    vcpulab kvm steal --vcpus 4 --pcpus 0 --seconds 2
+    vcpulab kvm steal --vcpus 4 --pcpus 0 --duration-s 2
                                          a real overcommit run printing steal per vCPU
     vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
@@ -24,11 +24,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn, Sequence
+
+if TYPE_CHECKING:
+    from vcpulab.sim import Config
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, exit 2
+    def error(self, message: str) -> NoReturn:  # one clear line, exit 2
         print(f"vcpulab: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -100,7 +103,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _steal_rows(run) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def _steal_rows(run) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     import polars as pl
 
     f = run.steal_fraction().join(run.threads.select("vm", "vcpu", "run_delay_ns", "wall_ns", "cpus"), on=["vm", "vcpu"])
@@ -153,7 +156,7 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     if bad:
         print(f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr)
         return 2
-    r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration=args.seconds, sample_every=0.01, warn_quality=False)
+    r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration_s=args.duration_s, sample_every_s=0.01, warn_quality=False)
     fair = 1 - min(1, len(pcpus) / args.vcpus)
     if args.json:
         rows = _steal_rows(r)
@@ -285,7 +288,7 @@ def sim_config_schema() -> dict[str, Any]:
     return sim.config_schema()
 
 
-def load_spec(path: Path) -> tuple[object, dict[str, list[object]] | None, dict[str, object]]:
+def load_spec(path: Path) -> tuple[Config, dict[str, list[object]] | None, dict[str, object]]:
     """Parse a SPEC.toml into (base Config, grid or None, output options)."""
     import tomllib
 
@@ -390,7 +393,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     _clear_outputs(out)
     want_map = bool(output.get("sched_map", base.trace))
-    upp = float(output.get("us_per_pixel", 10))
+    upp = float(output.get("us_per_pixel", 10))  # type: ignore[arg-type]  # a number (load_spec checks it)
     written: list[Path] = []
     if grid is None:
         r = sim.run(base)
@@ -401,7 +404,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 p = out / f"{name}.parquet"
                 df.write_parquet(p, metadata=meta)
                 written.append(p)
-        show = [c for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok") if c in r.summary.columns]
+        show: list[str] = [c for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok") if c in r.summary.columns]
         with pl.Config(tbl_cols=len(show)):
             print(r.summary.select(show))
         if want_map:
@@ -466,7 +469,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from vcpulab.experiment import MsiPingPong, Spin, run
 
         print("== real KVM: 4 vCPUs sharing 1 host CPU for 1 s")
-        r = run(Spin(), vcpus=4, pcpus=[0], duration=1.0, sample_every=0.01, warn_quality=False)
+        r = run(Spin(), vcpus=4, pcpus=[0], duration_s=1.0, sample_every_s=0.01, warn_quality=False)
         print(_steal_table(r))
         print(_quality_line(r))
         r.samples.write_parquet(out / "kvm_steal_samples.parquet")
@@ -476,7 +479,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             from vcpulab import _core
 
             cpus = sorted(_core.allowed_cpus())
-            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration=10, halt_poll_ns=poll,
+            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration_s=10, halt_poll_ns=poll,
                      warn_quality=False)  # fmt: skip
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
@@ -496,17 +499,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     base = None
     for vms, vcpus, sched in ((8, 20, "fair"), (16, 10, "fair"), (8, 20, "gang")):
         cfg = scenarios.sched_map_2012(vms, vcpus, scheduler=sched, duration_ns=60_000_000).replace(trace=True)
-        r = sim.run(cfg)
-        tput = r.summary["throughput_ops_s"][0]
+        sr = sim.run(cfg)
+        tput = sr.summary["throughput_ops_s"][0]
         base = base or tput
         label = f"{vms}x{vcpus}_{'gang' if sched == 'gang' else 'ple'}"
         png = out / f"sched_map_{label}.png"
-        sched_map(r, png, us_per_pixel=5, row_px=3, start_ns=45_000_000, end_ns=50_000_000,
+        sched_map(sr, png, us_per_pixel=5, row_px=3, start_ns=45_000_000, end_ns=50_000_000,
                   title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
                         f"{tput:,.0f} ops/s")  # fmt: skip
         written.append(png)
         print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
-              f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {r.summary['ple_exits'][0]:,}")  # fmt: skip
+              f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {sr.summary['ple_exits'][0]:,}")  # fmt: skip
     print("  (the 2012 measurement, docs/sources.md [S4]: gang scheduling of 8x20 at 3.88x its PLE run)")
 
     print(f"\ndone in {time.monotonic() - t0:.1f} s; wrote:")
@@ -535,7 +538,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     i = 0
     try:
         while args.count is None or i < args.count:
-            time.sleep(args.interval)
+            time.sleep(args.interval_s)
             cur_t, cur_v = a.sample_once()
             frames_t.append(cur_t)
             frames_v.append(cur_v)
@@ -596,7 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     steal.add_argument("--pcpus", type=parse_cpu_list, default=None, metavar="CPULIST",
                        help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
                             "this process may use)")  # fmt: skip
-    steal.add_argument("--seconds", type=_positive_float, default=2.0, help="duration in s (default 2)")
+    steal.add_argument("--duration-s", "--seconds", dest="duration_s", type=_positive_float, default=2.0,
+                       help="duration in s (default 2; --seconds is its former name)")  # fmt: skip
     steal.add_argument("--json", action="store_true", help="machine-readable output")
     steal.set_defaults(func=cmd_kvm_steal)
     simp = sub.add_parser("sim", help="a simulated run or sweep described in TOML",
@@ -611,7 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
     simp.set_defaults(func=cmd_sim)
     watch = sub.add_parser("watch", help="a live per-vCPU table of another process's KVM VMs (QEMU, vcpulab, ...)")
     watch.add_argument("pid", type=_positive_int, help="the VMM process")
-    watch.add_argument("--interval", type=_positive_float, default=1.0, help="seconds between rows (default 1)")
+    watch.add_argument("--interval-s", "--interval", dest="interval_s", type=_positive_float, default=1.0,
+                       help="seconds between rows (default 1; --interval is its former name)")  # fmt: skip
     watch.add_argument("--count", type=_positive_int, default=None, help="stop after COUNT tables (default: until Ctrl-C)")
     watch.add_argument("--parquet", default=None, help="write the per-thread samples there (VM stats beside it)")
     watch.set_defaults(func=cmd_watch)

@@ -1116,7 +1116,7 @@ class Recv(_Base):
 
 
 Phase = Compute | Lock | Ipi | Barrier | Sleep | Send | Recv
-_PHASES: dict[str, type] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv)}
+_PHASES: dict[str, Any] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv)}
 
 
 def _phase_to_dict(p: Any) -> dict[str, Any]:
@@ -1294,7 +1294,7 @@ class Vm(_Base):
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        typ = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
+        typ: Any = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
         return typ.from_dict(v) if typ else v
 
 
@@ -1405,4 +1405,5 @@ def _set_path(obj: Any, parts: list[str], value: Any, full: str) -> Any:
         return obj[:i] + (_set_path(item, rest, value, full),) + obj[i + 1 :]
     if not dataclasses.is_dataclass(obj) or head not in {f.name for f in dataclasses.fields(obj)}:
         raise ValueError(f"path {full!r}: {type(obj).__name__} has no field {head!r}")
-    return dataclasses.replace(obj, **{head: _set_path(getattr(obj, head), rest, value, full)})  # type: ignore[arg-type]
+    inst: Any = obj  # a dataclass instance (is_dataclass above also admits a class)
+    return dataclasses.replace(inst, **{head: _set_path(getattr(obj, head), rest, value, full)})

@@ -416,7 +416,7 @@ def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None
         lab = (labels[i] if labels is not None else {"scenario": i})
         lits = [pl.lit(val, dtype=pl.Int64 if isinstance(val, int) and not isinstance(val, bool) else None).alias(k)
                 for k, val in lab.items()]  # fmt: skip
-        frames.append(st.select(lits + st.columns))
+        frames.append(st.select([*lits, *st.columns]))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
