@@ -323,3 +323,49 @@ def test_schema_is_the_one_from_rust() -> None:
     s["properties"].clear()  # a copy: the cached schema is not changed
     assert sim.config_schema()["properties"]
     assert copy.deepcopy(SCHEMA) == sim.config_schema()
+
+
+# ------------------------------------------------------- rules across fields
+
+#: (a config as Rust's JSON, edited; the field both sides must name). The
+#: schema states these rules in its descriptions only; Python and Rust check
+#: each, and must refuse the same configs.
+def _d(**edits: Any) -> dict[str, Any]:
+    d = json.loads(_core.sim_default_config())
+    for path, v in edits.items():
+        where: Any = d
+        keys = [int(k) if k.isdigit() else k for k in path.split("__")]
+        for k in keys[:-1]:
+            where = where[k]
+        where[keys[-1]] = v
+    return d
+
+
+CROSS_FIELD = [
+    (_d(warmup_ns=100_000_000), "warmup_ns"),
+    (_d(host__pcpus=4, host__sockets=8), "sockets"),
+    (_d(host__pcpus=6, host__threads_per_core=4), "pcpus"),
+    (_d(host__idle_states=[[10_000, 20_000], [2_000, 2_000]]), "idle_states"),
+    (_d(host__noise__kthread_hz=100_000.0, host__noise__kthread_ns=10_000), "kthread_hz"),
+    (_d(host__cfs__min_granularity_ns=7_000_000), "min_granularity_ns"),
+    (_d(vms__0__ple__window=5000, vms__0__ple__max=4096), "max"),
+    (_d(vms__0__vcpus=2, vms__0__threads=33), "threads"),
+    (_d(vms__0__count=300, vms__0__vcpus=256), "vcpus"),
+    (_d(vms__0__policy__kind="python", vms__0__policy__name=""), "name"),
+    (_d(vms__0__workload__phases=[{"kind": "ipi", "targets": 4, "handler_ns": 100}, {"kind": "compute", "ns": 10}]),
+     "targets"),
+    (_d(vms__0__workload__phases=[{"kind": "send", "to": 4}, {"kind": "compute", "ns": 10}]), "to"),
+    (_d(vms__0__workload__phases=[{"kind": "recv"}, {"kind": "compute", "ns": 10}]), "recv"),
+    (_d(vms__0__workload__phases=[{"kind": "compute", "ns": 0}]), "phases"),
+    (_d(vms__0__workload__phases=[{"kind": "lock", "lock": 1, "lock_kind": "tas", "hold_ns": 10},
+                                  {"kind": "lock", "lock": 1, "lock_kind": "mutex", "hold_ns": 10}]), "lock_kind"),
+    (_d(vms__0__workload__phases=[{"kind": "sleep", "ns": 1000, "dist": "exp", "periodic": True}]), "periodic"),
+]
+
+
+@pytest.mark.parametrize("cfg, field", CROSS_FIELD, ids=[f for _, f in CROSS_FIELD])
+def test_python_and_rust_refuse_the_same_rules_across_fields(cfg: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        _core.sim_validate(json.dumps(cfg))
+    with pytest.raises(ValueError, match=rf"(?i){field}"):
+        sim.Config.from_dict(cfg)

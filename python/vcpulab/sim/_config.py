@@ -153,6 +153,7 @@ def _float(obj: Any, name: str) -> None:
         raise ValueError(f"{cls}.{name} must be in [{lo}, {hi}{bracket}, got {v}")
 
 
+@functools.cache
 def choices(cls_name: str, name: str) -> tuple[str, ...]:
     """The names an enumerated field accepts (the schema's, deprecated aliases left out)."""
     f = field_schema(cls_name, name)
