@@ -30,7 +30,8 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the CI's reduced grid")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=1.0, help="seconds per real run (spin-lock and timer cells)")
+    ap.add_argument("--duration-s", "--duration", dest="duration_s", type=float, default=1.0,
+                    help="seconds per real run, spin-lock and timer cells (--duration: the former name)")
     ap.add_argument("--load", choices=("measured", "one_task", "none"), default="measured")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
@@ -42,7 +43,7 @@ def main() -> int:
     cal = twins.calibrate()
     with pl.Config(tbl_rows=100, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=200, float_precision=3):
         print(cal.frame())
-    exps = twins.default_grid(small=a.small, duration_s=a.duration)
+    exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True)
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):

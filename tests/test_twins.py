@@ -293,22 +293,22 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     from vcpulab.experiment import run
 
-    r = run(SpinLock(kind="ticket", hold=20, think=20), vcpus=3, placement=[[0], [1], [0]], duration=0.1,
+    r = run(SpinLock(kind="ticket", hold=20, think=20), vcpus=3, placement=[[0], [1], [0]], duration_s=0.1,
             host=kvm_host, warn_quality=False)  # fmt: skip
     exp = Experiment.from_run(r)
     assert exp.vcpus == 3 and exp.cpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
     assert cfg.host.pcpus == 2 and cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
-    shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration=0.05, host=kvm_host, warn_quality=False)
+    shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration_s=0.05, host=kvm_host, warn_quality=False)
     assert twins.twin(shared).host.affinity == "all"
     with pytest.raises(ValueError, match="placement"):
-        Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration=0.05, host=kvm_host,
+        Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration_s=0.05, host=kvm_host,
                                 warn_quality=False))  # fmt: skip
-    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
+    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration_s=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
     t = twins.twin(ticks)
     assert t.host.pcpus == 1 and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
     assert t.vms[0].workload.phases[0].ns == 2_000_000 and t.vms[0].workload.phases[0].periodic
-    msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration=3.0, host=kvm_host, warn_quality=False)
+    msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration_s=3.0, host=kvm_host, warn_quality=False)
     assert twins.twin(msi).vms[0].workload.phases[0].ns == 30_000
 
 

@@ -230,7 +230,7 @@ def attach(pid: int) -> Attached:
     if len(vm_fds) > 1 and stats_fds:
         notes.append("several VMs: vCPU stats fds are matched to vCPUs by index only")
     for r in vm_rows:
-        if r["debugfs"] and _read_int(Path(r["debugfs"]) / "exits") is None:
+        if r["debugfs"] and _read_int(Path(str(r["debugfs"])) / "exits") is None:
             notes.append(f"KVM debugfs statistics in {r['debugfs']} are not readable here (the kernel refuses them)")
     return Attached(pid=pid, comm=comm, vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
                     vcpus=vcpus, notes=notes, stats_fds=stats_fds)  # fmt: skip

@@ -46,6 +46,7 @@ __all__ = [
     "halt_poll_windows",
     "read_foreign_stats",
     "run_experiment",
+    "sim_config_schema",
     "sim_default_config",
     "sim_run",
     "sim_sweep",
@@ -229,6 +230,7 @@ def sim_sweep(
     trace_max_rows: int | None = None,
 ) -> list[dict[str, Any]]: ...
 def sim_default_config() -> str: ...
+def sim_config_schema() -> str: ...
 
 # ----------------------------------------------------------------- halt polling (src/py/halt_poll.rs)
 

@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
+from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
@@ -337,8 +337,8 @@ MAX_DURATION_S = 86_400.0 - GRACE_S
 
 
 def _check_run_args(
-    workload: Any, vcpus: Any, vms: Any, duration: Any, sample_every: Any, memory_mib: Any,
-    halt_poll_ns: Any, steal_time: Any, poll_every: Any, pcpus: Any, placement: Any, host: Any,
+    workload: Any, vcpus: Any, vms: Any, duration_s: Any, sample_every_s: Any, memory_mib: Any,
+    halt_poll_ns: Any, steal_time: Any, poll_every_s: Any, pcpus: Any, placement: Any, host: Any,
 ) -> None:
     """Every argument of :func:`run`, checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -346,14 +346,14 @@ def _check_run_args(
     check_type("workload", workload, Workload)
     check_int("vcpus", vcpus, 1, MAX_VCPUS)
     check_int("vms", vms, 1, 64)
-    check_float("duration", duration, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
-    if sample_every is not None:
-        check_float("sample_every", sample_every, 1e-5, 86_400.0, unit="s")
+    check_float("duration_s", duration_s, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
+    if sample_every_s is not None:
+        check_float("sample_every_s", sample_every_s, 1e-5, 86_400.0, unit="s")
     check_int("memory_mib", memory_mib, 2, MAX_MEMORY_MIB)
     if halt_poll_ns is not None:
         check_int("halt_poll_ns", halt_poll_ns, 0, 2**32 - 1)
     check_bool("steal_time", steal_time)
-    check_float("poll_every", poll_every, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
+    check_float("poll_every_s", poll_every_s, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
     for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
         if lists is None:
             continue
@@ -367,9 +367,9 @@ def _check_run_args(
     if host is not None:
         check_type("host", host, Host)
     gap = getattr(workload, "gap_us", None)
-    if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration:
+    if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration_s:
         raise ValueError(
-            f"{type(workload).__name__}.gap_us = {gap:g} µs is not shorter than the run (duration = {duration:g} s): "
+            f"{type(workload).__name__}.gap_us = {gap:g} µs is not shorter than the run (duration_s = {duration_s:g} s): "
             "no round could complete"
         )
 
@@ -578,14 +578,14 @@ def run(
     vcpus: int = ...,
     pcpus: Sequence[int] | None = ...,
     placement: Sequence[Sequence[int]] | None = ...,
-    duration: float = ...,
-    sample_every: float | None = ...,
+    duration_s: float = ...,
+    sample_every_s: float | None = ...,
     vms: int = ...,
     memory_mib: int = ...,
     halt_poll_ns: int | None = ...,
     steal_time: bool = ...,
     host: Host | None = ...,
-    poll_every: float = ...,
+    poll_every_s: float = ...,
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     repeat: None = ...,
@@ -598,14 +598,14 @@ def run(
     vcpus: int = ...,
     pcpus: Sequence[int] | None = ...,
     placement: Sequence[Sequence[int]] | None = ...,
-    duration: float = ...,
-    sample_every: float | None = ...,
+    duration_s: float = ...,
+    sample_every_s: float | None = ...,
     vms: int = ...,
     memory_mib: int = ...,
     halt_poll_ns: int | None = ...,
     steal_time: bool = ...,
     host: Host | None = ...,
-    poll_every: float = ...,
+    poll_every_s: float = ...,
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     *,
@@ -613,20 +613,21 @@ def run(
 ) -> Trials: ...
 
 
+@renamed(duration="duration_s", sample_every="sample_every_s", poll_every="poll_every_s")
 @guard_panics
 def run(
     workload: Workload,
     vcpus: int = 2,
     pcpus: Sequence[int] | None = None,
     placement: Sequence[Sequence[int]] | None = None,
-    duration: float = 1.0,
-    sample_every: float | None = 0.01,
+    duration_s: float = 1.0,
+    sample_every_s: float | None = 0.01,
     vms: int = 1,
     memory_mib: int = 16,
     halt_poll_ns: int | None = None,
     steal_time: bool = True,
     host: Host | None = None,
-    poll_every: float = 0.05,
+    poll_every_s: float = 0.05,
     warn_quality: bool = True,
     quality_thresholds: dict[str, float] | None = None,
     repeat: int | None = None,
@@ -637,9 +638,9 @@ def run(
         pcpus: host CPUs every vCPU thread is pinned to (default: all this
             process may use). ``placement`` instead gives one CPU list per vCPU
             (VM-major order).
-        duration: seconds; graceful workloads then get up to ``GRACE_S`` more
+        duration_s: seconds; graceful workloads then get up to ``GRACE_S`` more
             to finish their current iteration.
-        sample_every: sampling period in seconds (None: first and last sample only).
+        sample_every_s: sampling period in seconds (None: first and last sample only).
         halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
         steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
         warn_quality: issue a :class:`~vcpulab.quality.QualityWarning` when
@@ -647,7 +648,7 @@ def run(
             recorded either way).
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
             for :func:`vcpulab.quality.quality` (default 0.02 each).
-        poll_every: how often the run checks for Ctrl-C, s (at most 1).
+        poll_every_s: how often the run checks for Ctrl-C, s (at most 1).
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
             :class:`Trials` (every trial's frames, means with confidence
             intervals) instead of one :class:`Run`.
@@ -657,17 +658,17 @@ def run(
     at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
     if repeat is not None:
-        _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+        _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
                         pcpus, placement, host)  # fmt: skip
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
-        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration=duration, sample_every=sample_every, vms=vms,
+        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration_s=duration_s, sample_every_s=sample_every_s, vms=vms,
                   memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
-                  poll_every=poll_every, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
+                  poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
         return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
-    _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+    _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
                     pcpus, placement, host)  # fmt: skip
-    vcpus, vms, duration = int(vcpus), int(vms), float(duration)
+    vcpus, vms, duration_s = int(vcpus), int(vms), float(duration_s)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
     host = host or Host()
@@ -698,11 +699,11 @@ def run(
             progs.append(prog)
             groups.append(vs)
 
-        hard = duration + (GRACE_S if workload.graceful else 0.0)
+        hard = duration_s + (GRACE_S if workload.graceful else 0.0)
         stoppers: list[threading.Timer] = []
         if workload.graceful:
             for vm, prog in zip(vm_objs, progs):
-                t = threading.Timer(duration, workload.stop, args=(vm, prog))
+                t = threading.Timer(duration_s, workload.stop, args=(vm, prog))
                 t.daemon = True
                 stoppers.append(t)
         vcpu_cpus = {c for cl in where.values() for c in cl}
@@ -717,7 +718,7 @@ def run(
         for d in drivers:
             d.start()
         try:
-            rep = _core.run_experiment(plan, hard, sample_every, poll_every)
+            rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s)
         except BaseException:
             # Ctrl-C or an error: closing the VMs stops every host driver at
             # once (they poll for it), then they are joined.
@@ -764,8 +765,8 @@ def run(
             "vms": vms,
             "vcpus": vcpus,
             "placement": {f"{k[0]}.{k[1]}": v for k, v in where.items()},
-            "duration_s": duration,
-            "sample_every_s": sample_every,
+            "duration_s": duration_s,
+            "sample_every_s": sample_every_s,
             "memory_mib": memory_mib,
             "halt_poll_ns": halt_poll_ns,
             "steal_time": steal_time,
@@ -773,8 +774,9 @@ def run(
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
         if warn_quality:
-            # stack: Quality.warn <- run <- guard_panics <- the caller, whose line the warning names
-            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=4)
+            # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
+            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
+                   stacklevel=frames_in_package() + 2)  # Quality.warn's frame, then run's wrappers, then the caller
         return r
     finally:
         for vm in vm_objs:

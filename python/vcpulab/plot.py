@@ -103,6 +103,15 @@ def vcpu_color(vm: int, vcpu: int, n_vms: int, n_vcpus: int) -> tuple[int, int, 
     return (round(r * 255), round(g * 255), round(b * 255))
 
 
+def _as_int(x: Any) -> int:
+    """A frame's scalar (``max()``, ``min()``) as an int."""
+    return int(x)
+
+
+def _rgb01(c: tuple[int, int, int]) -> tuple[float, float, float]:
+    return (c[0] / 255, c[1] / 255, c[2] / 255)
+
+
 def _trace_of(obj: Any) -> pl.DataFrame:
     trace = getattr(obj, "trace", obj)
     if trace is None:
@@ -139,9 +148,9 @@ def sched_map_codes(
     if not us_per_pixel > 0:
         raise ValueError(f"us_per_pixel must be positive, got {us_per_pixel}")
     trace = _trace_of(obj)
-    n_pcpus = pcpus if pcpus is not None else (int(trace["pcpu"].max()) + 1 if trace.height else 1)
-    t0 = (int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
-    t1 = (int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
+    n_pcpus = pcpus if pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
+    t0 = (_as_int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
+    t1 = (_as_int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
     if t1 <= t0:
         raise ValueError(f"end_ns ({t1}) must be after start_ns ({t0})")
     w = us_per_pixel * 1000.0
@@ -183,8 +192,8 @@ def sched_map_image(
         raise ValueError(f"row_px must be >= 1, got {row_px}")
     codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
     trace = _trace_of(obj).filter(pl.col("vm") >= 0)
-    n_vms = int(trace["vm"].max()) + 1 if trace.height else 1
-    n_vcpus = int(trace["vcpu"].max()) + 1 if trace.height else 1
+    n_vms = _as_int(trace["vm"].max()) + 1 if trace.height else 1
+    n_vcpus = _as_int(trace["vcpu"].max()) + 1 if trace.height else 1
     img = np.full(codes.shape + (3,), 255, dtype=np.uint8)
     for c in np.unique(codes).tolist():
         if c == IDLE:
@@ -263,8 +272,8 @@ def sched_map(
     run_pcpus, run_start, run_end = _run_extent(obj)
     n_pcpus = pcpus if pcpus is not None else run_pcpus
     if n_pcpus is None:
-        n_pcpus = int(trace["pcpu"].max()) + 1 if trace.height else 1
-    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (int(trace["start_ns"].min()) if trace.height else 0))
+        n_pcpus = _as_int(trace["pcpu"].max()) + 1 if trace.height else 1
+    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
     t1 = end_ns if end_ns is not None else run_end
     rpx = row_px if row_px is not None else (1 if compact else 4)
     show_legend = (not compact) if legend is None else legend
@@ -273,7 +282,7 @@ def sched_map(
     t1 = t0 + int(round(w * us_per_pixel * 1000))
     vm_ids = sorted(int(v) for v in trace.filter(pl.col("vm") >= 0)["vm"].unique())
     n_vms = (max(vm_ids) + 1) if vm_ids else 1
-    n_vcpus = int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
+    n_vcpus = _as_int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
     dpi = 100
     left, right = (44, 12)
     top = (22 if title else 8)
@@ -299,7 +308,7 @@ def sched_map(
     if title:
         fig.text(0.01, 1 - 4 / fig_h, title, va="top", ha="left", fontsize=9)
     if show_legend:
-        handles = [Patch(facecolor=np.array(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)) / 255, label=f"VM {v}") for v in vm_ids]
+        handles = [Patch(facecolor=_rgb01(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)), label=f"VM {v}") for v in vm_ids]
         handles += [Patch(facecolor="black", label="non-vCPU task"), Patch(facecolor="white", edgecolor="grey", label="idle")]
         fig.legend(handles=handles, loc="lower left", ncol=4, fontsize=7, frameon=False,
                    title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",

@@ -321,7 +321,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
             rows = []
             for loop, iters in ((5, 3000), (400, 150)):
                 w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
-                r = run(w, vcpus=1, pcpus=[cpu], duration=10.0, sample_every=None)
+                r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
                 acq = int(r.results["acquisitions"].sum())
                 insns = _stat_delta(r, "insn_emulation")
                 cpu_ns = int(r.threads["cpu_ns"].sum())
@@ -353,8 +353,8 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 
             rtt: dict[str, float] = {}
             for key, gap, poll in (("block", 200.0, 0), ("poll", 20.0, 200_000)):
-                r = run(MsiPingPong(rounds=300, gap_us=gap), vcpus=1, pcpus=[cpu], duration=10.0, halt_poll_ns=poll,
-                        sample_every=None)  # fmt: skip
+                r = run(MsiPingPong(rounds=300, gap_us=gap), vcpus=1, pcpus=[cpu], duration_s=10.0, halt_poll_ns=poll,
+                        sample_every_s=None)  # fmt: skip
                 rounds = max(int(r.results["rounds"][0]), 1)
                 per_round = _stat_delta(r, "insn_emulation") / rounds
                 succ = _stat_delta(r, "halt_successful_poll")
@@ -429,7 +429,7 @@ class Experiment:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
         from vcpulab.experiment import run
 
-        return run(self.workload, vcpus=self.vcpus, placement=self.placement(), duration=self.duration_s,
+        return run(self.workload, vcpus=self.vcpus, placement=self.placement(), duration_s=self.duration_s,
                    halt_poll_ns=self.halt_poll_ns, **kw)  # fmt: skip
 
     @classmethod

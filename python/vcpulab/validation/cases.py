@@ -301,10 +301,10 @@ class Ctx:
         return Config(host=host, vms=tuple(vms), seed=seed, duration_ns=w["duration_ns"], warmup_ns=w["warmup_ns"])
 
     # ---- the one-CPU halt-polling model
-    def hp_params(self, **setup: Any) -> hp.Params:
-        return hp.Params(**self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup))
+    def hp_params(self, **setup: Any) -> HaltPoll:
+        return HaltPoll(**{"policy": "block-time", **self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup)})
 
-    def hp_scenario(self, params: hp.Params, vcpus: Sequence[Any], seed: int) -> hp.Scenario:
+    def hp_scenario(self, params: HaltPoll, vcpus: Sequence[Any], seed: int) -> hp.Scenario:
         assert self.case is not None
         d = max(10_000_000, int(self.case.measure_ns * self.duration_scale * self.length))
         return hp.Scenario(params, vcpus=tuple(vcpus), costs=self.costs.costs(), duration_ns=d, seed=seed)
@@ -805,7 +805,7 @@ def _registry() -> list[Case]:
             build=_hp_idle("dynamic-v4", 250),
             measure="cpu_c0",
             varies=("halt_poll_model.policy",),
-            overrides={"halt_poll_model.halt_poll_ns": (2_000_000, "the published run set halt_poll_ns to 2 ms")},
+            overrides={"halt_poll_model.max_ns": (2_000_000, "the published run set halt_poll_ns to 2 ms")},
             measure_ns=2_000_000_000,
             setup="one idle 250 Hz vCPU on its own host CPU",
             notes="v4 was never merged: vcpulab's reconstruction (docs/halt_polling.md)",

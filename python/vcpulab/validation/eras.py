@@ -69,7 +69,7 @@ KINDS = (KERNEL, HARDWARE, MEASURED, ASSUMPTION, PUBLISHED_SETUP)
 
 #: the configuration sections an era or a cost profile maps onto; "guest" holds
 #: the guest kernel's choices (``lock_kind``, ``policy``), "halt_poll_model"
-#: the one-CPU halt-polling model's :class:`vcpulab.sim.halt_poll.Params` /
+#: the one-CPU halt-polling model's :class:`vcpulab.sim.HaltPoll` /
 #: :class:`~vcpulab.sim.halt_poll.Costs` fields.
 SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model")
 
@@ -123,7 +123,7 @@ class Era:
         guest: ``lock_kind`` (the guest's kernel spinlock) and ``policy``
             (the host's ``kvm_vcpu_on_spin``) as :class:`Param`.
         halt_poll_model: the module parameters of the one-CPU halt-polling
-            model (:class:`vcpulab.sim.halt_poll.Params` fields).
+            model (:class:`vcpulab.sim.HaltPoll` fields).
     """
 
     name: str
@@ -343,9 +343,9 @@ _DEFAULT_AFFINITY_NOTE = "host.affinity and background are the published set-up 
 
 def _hp_model(shrink: int, max_ns: int = 200_000) -> dict[str, Param]:
     return {
-        "halt_poll_ns": _k(max_ns, "ns", "halt_poll_ns = KVM_HALT_POLL_NS_DEFAULT (x86)"),
+        "max_ns": _k(max_ns, "ns", "halt_poll_ns = KVM_HALT_POLL_NS_DEFAULT (x86)"),
         "grow": _HP_GROW,
-        "grow_start": _HP_GROW_START,
+        "grow_start_ns": _HP_GROW_START,
         "shrink": _k(shrink, "", "halt_poll_ns_shrink (virt/kvm/kvm_main.c): 0 before ~v6.8, 2 since"),
     }
 
