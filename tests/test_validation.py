@@ -260,8 +260,10 @@ def test_a_pinned_8x20_under_the_fair_scheduler_is_far_from_gang_scheduling():
     assert t["fair"]["ple_exits"][0] > 10 * t["gang"]["ple_exits"][0]
 
 
-@pytest.mark.xfail(strict=True, reason=W12 + "unpinned vCPU threads fall into lock-step: the fair scheduler "
-                   "reproduces gang scheduling exactly (ticks in step, identical tie-breaking on every CPU)")
+@pytest.mark.xfail(strict=True, reason=W12 + "6.x: with the shuffled start map (Host.start_placement) unpinned "
+                   "vCPUs leave lock-step (gang/fair 1.30, fair PLE exits ~100x gang's; the robustness probe passes) "
+                   "but stay below 1.5: waiters that pv_wait free their CPUs to other VMs; round_robin pins VM k "
+                   "and VM k + 4 to the same 20 CPUs, which alternate as a gang (1.02)")
 @pytest.mark.parametrize("affinity", ["all", "round_robin"])
 def test_a_unpinned_8x20_under_the_fair_scheduler_differs_from_gang_scheduling(affinity):
     ratio, t = _gang_over_fair(affinity)

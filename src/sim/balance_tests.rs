@@ -198,3 +198,33 @@ fn a_sibling_going_idle_speeds_the_other_thread_up_at_once() {
         assert_eq!(sum, c2.duration_ns);
     }
 }
+
+/// The start CPU of every vCPU thread, in vCPU order.
+fn start_cpus(c: &SimConfig) -> Vec<u32> {
+    let s = sim_of(c);
+    s.vcpus.iter().map(|v| s.tasks[v.task as usize].cpu).collect()
+}
+
+#[test]
+fn start_placement_shuffled_gives_unpinned_vcpus_a_balanced_seeded_map_and_leaves_pinned_maps_alone() {
+    // 3 VMs of 8 vCPUs on 16 CPUs: index puts VM 0 and VM 2 on CPUs 0..8
+    let mut c = two_socket_smt(8);
+    c.vms[0].count = 3;
+    let index = start_cpus(&c);
+    assert_eq!(index, (0..24).map(|g| g % 16).collect::<Vec<u32>>());
+    c.host.start_placement = StartPlacement::Shuffled;
+    let shuffled = start_cpus(&c);
+    assert_ne!(shuffled, index);
+    let mut per_cpu = [0u32; 16];
+    for &cpu in &shuffled {
+        per_cpu[cpu as usize] += 1;
+    }
+    assert!(per_cpu.iter().all(|&n| n == 1 || n == 2), "balanced: {per_cpu:?}");
+    assert_eq!(per_cpu.iter().sum::<u32>(), 24);
+    assert_eq!(start_cpus(&c), shuffled, "one map per seed");
+    c.seed += 1;
+    assert_ne!(start_cpus(&c), shuffled, "another seed, another map");
+    // an explicit pinning is the user's: round robin stays g mod P
+    c.host.affinity = Affinity::RoundRobin;
+    assert_eq!(start_cpus(&c), index);
+}

@@ -166,6 +166,21 @@ pub struct HostConfig {
     /// Speed of a hardware thread while an SMT sibling of its core is busy,
     /// percent of its speed alone (100: no slow-down, off).
     pub smt_speed_pct: u32,
+    /// Where each unpinned (`affinity = "all"`) vCPU thread starts.
+    pub start_placement: StartPlacement,
+}
+
+/// The host CPU each unpinned vCPU thread starts on.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPlacement {
+    /// vCPU g (counted over all VMs) on CPU g mod P: VM k shares its CPUs
+    /// with the VMs P / vcpus apart.
+    Index,
+    /// Balanced slots g mod P in a seeded random order (the run's RNG, as
+    /// `Affinity::Pinned` draws them): a stand-in for the map that thread
+    /// creation and guest boot leave, which depends on their timing.
+    Shuffled,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -291,6 +306,7 @@ impl Default for HostConfig {
             lb_busy_factor: 16,
             migration_cost_ns: 500_000,
             smt_speed_pct: 100,
+            start_placement: StartPlacement::Index,
         }
     }
 }

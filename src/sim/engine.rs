@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig, WakePlacement};
+use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, StartPlacement, VmConfig, WakePlacement};
 use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
@@ -781,17 +781,11 @@ impl Sim {
         sim.cfs_wakeup_gran = cfg.host.cfs.wakeup_granularity_ns * f;
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
+        let shuffled_start = cfg.host.start_placement == StartPlacement::Shuffled;
         let pins: Vec<u32> = match cfg.host.affinity {
+            Affinity::All if shuffled_start => shuffled_slots(total, p, &mut rng),
             Affinity::RoundRobin | Affinity::All => (0..total).map(|g| (g as u32) % p).collect(),
-            Affinity::Pinned => {
-                // balanced: slots g mod P, shuffled (Fisher-Yates with the run's RNG)
-                let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
-                for i in (1..s.len()).rev() {
-                    let j = rng.random_range(0..=i);
-                    s.swap(i, j);
-                }
-                s
-            }
+            Affinity::Pinned => shuffled_slots(total, p, &mut rng),
         };
         let mut g = 0usize;
         for (group, vmc) in cfg.vms.iter().enumerate() {
@@ -1214,4 +1208,15 @@ mod tests {
         }
         assert!(q.pop_before(NEVER).is_none());
     }
+}
+
+/// Balanced slots g mod `p` for `total` vCPUs in a random order
+/// (Fisher-Yates with the run's RNG).
+fn shuffled_slots(total: usize, p: u32, rng: &mut Pcg64Mcg) -> Vec<u32> {
+    let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
+    for i in (1..s.len()).rev() {
+        let j = rng.random_range(0..=i);
+        s.swap(i, j);
+    }
+    s
 }

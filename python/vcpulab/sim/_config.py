@@ -411,6 +411,20 @@ class Host(_Base):
             6(1), 2002, https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
             (the same figure for every era: vcpulab has no per-generation
             source). Spinning, exits and polling are not slowed.
+        start_placement: the host CPU each unpinned (``affinity="all"``)
+            vCPU thread starts on: ``"index"`` (default: vCPU g, counted over
+            all VMs, on CPU g mod P, so that VM k shares its CPUs with the
+            VMs P / vcpus apart and nothing else) or ``"shuffled"`` (the
+            balanced slots g mod P in a seeded random order, the map that
+            ``affinity="pinned"`` draws). No kernel rule puts vCPU g on CPU g
+            mod P: the map a real host starts a run with comes from fork
+            placement (``sched_balance_find_dst_cpu``) and the wake-up
+            placements of guest boot and idle, which depend on their timing;
+            "shuffled" stands for it (simplified: balanced, one draw per
+            seed). vCPU threads that never sleep keep their start CPU (load
+            balancing finds nothing to move between equally loaded CPUs),
+            so the start map decides which VMs share CPUs. Pinned affinities
+            ignore it.
     """
 
     pcpus: int = 4
@@ -441,6 +455,7 @@ class Host(_Base):
     lb_busy_factor: int = field(default=16, metadata=_NEW)
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)
     smt_speed_pct: int = field(default=100, metadata=_NEW)
+    start_placement: str = field(default="index", metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
@@ -491,6 +506,7 @@ class Host(_Base):
                 f"({self.sockets} × {self.threads_per_core})"
             )
         _choice(self, "wake_placement", ("first_idle", "select_task_rq_fair"))
+        _choice(self, "start_placement", ("index", "shuffled"))
         _bool(self, "load_balance")
         _int(self, "lb_busy_factor", 1, 1024)
         _int(self, "migration_cost_ns", 0, 10**9)

@@ -431,11 +431,13 @@ def _ple2012(preset: Callable[[], Workload], overcommit: int) -> Builder:
 
 def _sched_map(vms: int, vcpus: int) -> Builder:
     """Theurer's 80-CPU host at 2x overcommit, pinned vCPUs; base = the
-    fair scheduler with PLE and the era's directed yield, new = gang."""
+    era's fair class (CFS in 2012) with PLE and the era's directed yield,
+    new = gang."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
-        return ctx.config(ctx.host(pcpus=80, scheduler="fair" if variant == "base" else "gang"), [vm], seed)
+        sched = {} if variant == "base" else {"scheduler": "gang"}
+        return ctx.config(ctx.host(pcpus=80, **sched), [vm], seed)
 
     return build
 

@@ -328,6 +328,10 @@ def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
         "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
         "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
         "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
+        "start_placement": _a("shuffled", "", "no kernel rule starts vCPU g on CPU g mod P: the map a run starts from "
+                              "comes from fork placement (kernel/sched/fair.c sched_balance_find_dst_cpu) and the "
+                              "wake-up placements of guest boot, which depend on their timing; a seeded balanced "
+                              "shuffle stands for it (the index map paired VM k with VM k + P/vcpus on the same CPUs)"),
         "smt_speed_pct": _h(65, "%", "two busy Hyper-Threads give a core 'up to 30 %' more throughput: Marr et al., "
                             "'Hyper-Threading Technology Architecture and Microarchitecture', Intel Technology "
                             "Journal 6(1), 2002; one figure for every era (used only with threads_per_core > 1)"),
