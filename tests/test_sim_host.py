@@ -48,6 +48,8 @@ def unpinned_8x20(scheduler: str, seed: int = 1, **host) -> sim.Config:
         (dict(threads_per_core=9), "Host.threads_per_core must be <= 8"),
         (dict(wake_placement="anywhere"), "Host.wake_placement must be one of"),
         (dict(start_placement="random"), "Host.start_placement must be one of"),
+        (dict(migration_cold_core_ns=-1), "Host.migration_cold_core_ns must be"),
+        (dict(migration_cold_llc_ns=2 * 10**9), "Host.migration_cold_llc_ns must be"),
     ],
 )
 def test_bad_host_values_raise_valueerror_naming_the_field(kw, msg):

@@ -260,6 +260,24 @@ impl Sim {
 }
 
 impl Sim {
+    /// Cache-refill time owed by a vCPU that last ran on `from` and now runs
+    /// on `to` (`Host.migration_cold_core_ns` / `migration_cold_llc_ns`): none
+    /// on the same core (SMT siblings share L1 and L2), the core cost within
+    /// the LLC, the LLC cost across LLCs.
+    #[inline]
+    pub(crate) fn migration_cold(&self, from: usize, to: usize) -> Ns {
+        let h = &self.cfg.host;
+        if from == to || (h.migration_cold_core_ns == 0 && h.migration_cold_llc_ns == 0) {
+            0
+        } else if self.core_of(from) == self.core_of(to) {
+            0
+        } else if self.share_llc(from, to) {
+            h.migration_cold_core_ns
+        } else {
+            h.migration_cold_llc_ns
+        }
+    }
+
     /// Whether a CPU other than `cpu` of its core runs something.
     fn sibling_busy(&self, cpu: usize) -> bool {
         self.core_cpus(cpu).any(|c| c != cpu && self.rqs[c].curr.is_some())

@@ -228,3 +228,44 @@ fn start_placement_shuffled_gives_unpinned_vcpus_a_balanced_seeded_map_and_leave
     c.host.affinity = Affinity::RoundRobin;
     assert_eq!(start_cpus(&c), index);
 }
+
+#[test]
+fn migration_cold_costs_nothing_on_the_same_core_the_core_cost_in_the_llc_and_the_llc_cost_across() {
+    let mut c = two_socket_smt(4);
+    assert_eq!(sim_of(&c).migration_cold(0, 5), 0, "off by default");
+    c.host.migration_cold_core_ns = 10_000;
+    c.host.migration_cold_llc_ns = 100_000;
+    let mut s = sim_of(&c);
+    assert_eq!(s.migration_cold(1, 1), 0);
+    assert_eq!(s.migration_cold(1, 9), 0, "SMT siblings share L1/L2");
+    assert_eq!(s.migration_cold(1, 2), 10_000);
+    assert_eq!(s.migration_cold(1, 10), 10_000, "another core of the LLC, either thread");
+    assert_eq!(s.migration_cold(1, 4), 100_000);
+    assert_eq!(s.migration_cold(12, 3), 100_000);
+    // sched-in on another socket owes the LLC cost
+    s.vcpus[0].last_cpu = 4;
+    s.vcpu_sched_in(0, 0);
+    assert_eq!(s.vcpus[0].cold_ns, 100_000);
+    // a debt still owed is not added up: the larger one stays
+    let mut s = sim_of(&c);
+    s.vcpus[0].last_cpu = 1;
+    s.vcpus[0].cold_ns = 100_000;
+    s.vcpu_sched_in(0, 2);
+    assert_eq!(s.vcpus[0].cold_ns, 100_000);
+}
+
+#[test]
+fn a_cold_debt_delays_the_next_useful_work_by_its_length_and_is_spent_once() {
+    // v1 alone on core 1 computes 1 ms per iteration: ~100 in 100 ms
+    let c = smt_host(2, 100);
+    let mut s = sim_of(&c);
+    s.step_until(100_000_000).unwrap();
+    let base = s.threads[1].iters;
+    assert!((99..=100).contains(&base), "{base}");
+    let mut s = sim_of(&c);
+    s.vcpus[1].cold_ns = 2_500_000;
+    s.step_until(100_000_000).unwrap();
+    let it = s.threads[1].iters;
+    assert!(it == base - 3 || it == base - 2, "2.5 ms of refill, then full speed: {it} vs {base}");
+    assert_eq!(s.vcpus[1].cold_ns, 0);
+}

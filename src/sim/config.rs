@@ -168,6 +168,12 @@ pub struct HostConfig {
     pub smt_speed_pct: u32,
     /// Where each unpinned (`affinity = "all"`) vCPU thread starts.
     pub start_placement: StartPlacement,
+    /// Cache-refill time a vCPU owes when it runs on another core of the
+    /// same LLC than last time (its private L1/L2 are cold), ns; spent at
+    /// the start of its next useful work. 0: off.
+    pub migration_cold_core_ns: u64,
+    /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
+    pub migration_cold_llc_ns: u64,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -307,6 +313,8 @@ impl Default for HostConfig {
             migration_cost_ns: 500_000,
             smt_speed_pct: 100,
             start_placement: StartPlacement::Index,
+            migration_cold_core_ns: 0,
+            migration_cold_llc_ns: 0,
         }
     }
 }

@@ -520,6 +520,9 @@ pub struct Vcpu {
     /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
     /// written by the host (`Placement::PcpuIsIdleRfc*`).
     pub st_is_idle: bool,
+    /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
+    /// the next useful work of this vCPU starts with it, ns.
+    pub cold_ns: Ns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -838,6 +841,7 @@ impl Sim {
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
+                        cold_ns: 0,
                     });
                     sim.ready.push(false);
                 }

@@ -425,6 +425,16 @@ class Host(_Base):
             balancing finds nothing to move between equally loaded CPUs),
             so the start map decides which VMs share CPUs. Pinned affinities
             ignore it.
+        migration_cold_core_ns: cache-refill time a vCPU owes when it runs
+            on another core of the same LLC than last time (its private L1
+            and L2 are cold), ns: its next useful work starts with it (the
+            time counts as useful: the guest runs, slower). Default 0 (off).
+            The kernel charges nothing for a migration; the hardware does
+            (sysctl_sched_migration_cost only marks tasks cache-hot).
+            Simplified: one figure per distance, whatever the working set;
+            SMT siblings share L1/L2 and owe nothing.
+        migration_cold_llc_ns: the same for a CPU in another LLC (socket),
+            ns. Default 0 (off).
     """
 
     pcpus: int = 4
@@ -456,6 +466,8 @@ class Host(_Base):
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)
     smt_speed_pct: int = field(default=100, metadata=_NEW)
     start_placement: str = field(default="index", metadata=_NEW)
+    migration_cold_core_ns: int = field(default=0, metadata=_NEW)
+    migration_cold_llc_ns: int = field(default=0, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
@@ -507,6 +519,8 @@ class Host(_Base):
             )
         _choice(self, "wake_placement", ("first_idle", "select_task_rq_fair"))
         _choice(self, "start_placement", ("index", "shuffled"))
+        _int(self, "migration_cold_core_ns", 0, 10**9)
+        _int(self, "migration_cold_llc_ns", 0, 10**9)
         _bool(self, "load_balance")
         _int(self, "lb_busy_factor", 1, 1024)
         _int(self, "migration_cost_ns", 0, 10**9)
