@@ -50,6 +50,7 @@ def unpinned_8x20(scheduler: str, seed: int = 1, **host) -> sim.Config:
         (dict(start_placement="random"), "Host.start_placement must be one of"),
         (dict(migration_cold_core_ns=-1), "Host.migration_cold_core_ns must be"),
         (dict(migration_cold_llc_ns=2 * 10**9), "Host.migration_cold_llc_ns must be"),
+        (dict(wake_wide=1), "Host.wake_wide must be"),
     ],
 )
 def test_bad_host_values_raise_valueerror_naming_the_field(kw, msg):

@@ -269,3 +269,58 @@ fn a_cold_debt_delays_the_next_useful_work_by_its_length_and_is_spent_once() {
     assert!(it == base - 3 || it == base - 2, "2.5 ms of refill, then full speed: {it} vs {base}");
     assert_eq!(s.vcpus[1].cold_ns, 0);
 }
+
+#[test]
+fn record_wakee_counts_changes_of_wakee_and_halves_the_count_every_second() {
+    let mut c = two_socket_smt(4);
+    c.host.wake_wide = true;
+    let mut s = sim_of(&c);
+    let (w, a, b) = (s.vcpus[0].task, s.vcpus[1].task as usize, s.vcpus[2].task as usize);
+    s.waker_task = w;
+    s.record_wakee(a);
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 1, "the same wakee again: no flip");
+    s.record_wakee(b);
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 3);
+    s.tasks[w as usize].wakee_flips = 40;
+    s.now = 1_000_000_001;
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 20, "halved after a second; a is the last wakee already");
+    // off: nothing is counted
+    let mut s = sim_of(&two_socket_smt(4));
+    s.waker_task = w;
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 0);
+}
+
+#[test]
+fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_other() {
+    // LLC of 8 CPUs: factor 8
+    let mut c = two_socket_smt(4);
+    c.host.wake_wide = true;
+    let mut s = sim_of(&c);
+    let (w, t) = (s.vcpus[0].task as usize, s.vcpus[1].task as usize);
+    s.waker_task = w as u32;
+    let mut flips = |waker: u32, wakee: u32| {
+        s.tasks[w].wakee_flips = waker;
+        s.tasks[t].wakee_flips = wakee;
+        s.wake_wide(t, 0)
+    };
+    assert!(flips(64, 8), "64 >= 8 x 8 and 8 >= 8");
+    assert!(flips(8, 64), "symmetric");
+    assert!(!flips(63, 8), "63 < 8 x 8");
+    assert!(!flips(1000, 7), "the smaller count under the LLC size");
+    // wake-wide skips wake_affine: the wakee stays around its previous CPU
+    s.tasks[w].wakee_flips = 64;
+    s.tasks[t].wakee_flips = 8;
+    s.tasks[t].cpu = 5; // socket 1, idle
+    s.waker_cpu = 0;
+    busy(&mut s, &[5]);
+    s.tasks[0].runnable = true; // CPU 5 carries a load of 1024: wake_affine_weight prefers the idle waker CPU
+    let cpu = s.select_task_rq_fair(t);
+    assert!(s.share_llc(cpu, 5), "wide: an idle CPU of the previous CPU's LLC, got {cpu}");
+    s.tasks[w].wakee_flips = 0;
+    let cpu = s.select_task_rq_fair(t);
+    assert!(s.share_llc(cpu, 0), "affine: the waker's LLC (idle waker CPU), got {cpu}");
+}

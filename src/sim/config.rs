@@ -174,6 +174,9 @@ pub struct HostConfig {
     pub migration_cold_core_ns: u64,
     /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
     pub migration_cold_llc_ns: u64,
+    /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
+    /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
+    pub wake_wide: bool,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -315,6 +318,7 @@ impl Default for HostConfig {
             start_placement: StartPlacement::Index,
             migration_cold_core_ns: 0,
             migration_cold_llc_ns: 0,
+            wake_wide: false,
         }
     }
 }

@@ -334,6 +334,11 @@ pub struct Task {
     pub tie: u32,
     /// When it last stopped running (`task_hot`'s exec_start).
     pub last_ran: Ns,
+    /// `record_wakee` state (`Host.wake_wide`): how often this task, as a
+    /// waker, switched wakees (halved every second), and its last wakee.
+    pub wakee_flips: u32,
+    pub last_wakee: u32,
+    pub wakee_flip_decay_ts: Ns,
 }
 
 impl Task {
@@ -358,6 +363,9 @@ impl Task {
             bg_gen: 0,
             tie: 0,
             last_ran: 0,
+            wakee_flips: 0,
+            last_wakee: u32::MAX,
+            wakee_flip_decay_ts: 0,
         }
     }
 }
@@ -681,6 +689,10 @@ pub struct Sim {
     /// The CPU the event being handled runs on (the waker of a wake-up it
     /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
     pub waker_cpu: u32,
+    /// The task that makes the wake-ups of the event being handled
+    /// (`current`: the vCPU thread of a vCPU event, the task running on the
+    /// CPU of a tick or resched), u32::MAX if none; kept only with `Host.wake_wide`.
+    pub waker_task: u32,
     /// Earliest instant of the next nohz idle-balance kick.
     pub nohz_next: Ns,
     /// Busy SMT siblings slow each other down (threads_per_core > 1 and smt_speed_pct < 100).
@@ -760,6 +772,7 @@ impl Sim {
             ncores: 1,
             cores_per_socket: 1,
             waker_cpu: NO_CPU,
+            waker_task: u32::MAX,
             nohz_next: 0,
             smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
             llc_list: Vec::new(),
@@ -1035,6 +1048,15 @@ impl Sim {
                 Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
                 _ => NO_CPU,
             };
+            if self.cfg.host.wake_wide {
+                self.waker_task = match ev {
+                    Ev::Tick(c) | Ev::Resched(c, _) => self.rqs[c as usize].curr.unwrap_or(u32::MAX),
+                    Ev::Vcpu(v, _) | Ev::Poke(v) if self.vcpus[v as usize].running.is_some() => {
+                        self.vcpus[v as usize].task
+                    }
+                    _ => u32::MAX,
+                };
+            }
         }
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),

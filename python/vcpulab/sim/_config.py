@@ -435,6 +435,18 @@ class Host(_Base):
             SMT siblings share L1/L2 and owe nothing.
         migration_cold_llc_ns: the same for a CPU in another LLC (socket),
             ns. Default 0 (off).
+        wake_wide: ``wake_wide`` in ``select_task_rq_fair`` (kernel/sched/fair.c,
+            since v4.6): each waker counts its "wakee flips" (one more when
+            it wakes a different task than last time, halved every second:
+            ``record_wakee``); when the waker's and the wakee's counts are
+            both at least the LLC size and one is at least LLC-size times
+            the other, the wake-up skips ``wake_affine`` and looks for an
+            idle CPU around the wakee's previous CPU. The waker is the vCPU
+            thread of the vCPU event that makes the wake-up (an IPI, a pv
+            kick), or the task running on the CPU of a tick or resched;
+            wake-ups with no waker task (timers on an idle CPU) count
+            nothing. Only with ``wake_placement="select_task_rq_fair"``.
+            Default False (off).
     """
 
     pcpus: int = 4
@@ -468,6 +480,7 @@ class Host(_Base):
     start_placement: str = field(default="index", metadata=_NEW)
     migration_cold_core_ns: int = field(default=0, metadata=_NEW)
     migration_cold_llc_ns: int = field(default=0, metadata=_NEW)
+    wake_wide: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus", 1, 4096)
@@ -521,6 +534,7 @@ class Host(_Base):
         _choice(self, "start_placement", ("index", "shuffled"))
         _int(self, "migration_cold_core_ns", 0, 10**9)
         _int(self, "migration_cold_llc_ns", 0, 10**9)
+        _bool(self, "wake_wide")
         _bool(self, "load_balance")
         _int(self, "lb_busy_factor", 1, 1024)
         _int(self, "migration_cost_ns", 0, 10**9)
