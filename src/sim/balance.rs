@@ -303,10 +303,9 @@ impl Sim {
     #[inline]
     pub(crate) fn migration_cold(&self, from: usize, to: usize) -> Ns {
         let h = &self.cfg.host;
-        if from == to || (h.migration_cold_core_ns == 0 && h.migration_cold_llc_ns == 0) {
-            0
-        } else if self.core_of(from) == self.core_of(to) {
-            0
+        let off = h.migration_cold_core_ns == 0 && h.migration_cold_llc_ns == 0;
+        if off || self.core_of(from) == self.core_of(to) {
+            0 // the same CPU or an SMT sibling: L1/L2 are warm
         } else if self.share_llc(from, to) {
             h.migration_cold_core_ns
         } else {

@@ -1191,6 +1191,17 @@ pub fn cycles_to_ns(cycles: u64, tsc_khz: u64) -> Ns {
     }
 }
 
+/// Balanced slots g mod `p` for `total` vCPUs in a random order
+/// (Fisher-Yates with the run's RNG).
+fn shuffled_slots(total: usize, p: u32, rng: &mut Pcg64Mcg) -> Vec<u32> {
+    let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
+    for i in (1..s.len()).rev() {
+        let j = rng.random_range(0..=i);
+        s.swap(i, j);
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1234,15 +1245,4 @@ mod tests {
         }
         assert!(q.pop_before(NEVER).is_none());
     }
-}
-
-/// Balanced slots g mod `p` for `total` vCPUs in a random order
-/// (Fisher-Yates with the run's RNG).
-fn shuffled_slots(total: usize, p: u32, rng: &mut Pcg64Mcg) -> Vec<u32> {
-    let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
-    for i in (1..s.len()).rev() {
-        let j = rng.random_range(0..=i);
-        s.swap(i, j);
-    }
-    s
 }
