@@ -289,14 +289,23 @@ def _all_or_none_share(r, vcpus):
     return float(np.mean(shares))
 
 
-@pytest.mark.parametrize("era", ["2012-3.x", "2015-4.x", "2019-5.x", "2021-5.14", "6.x"])
+_STARVES_6X = pytest.mark.xfail(
+    strict=True,
+    reason=W12 + "6.x (EEVDF), unpinned 8 x 20 with the shuffled start map: the poorest VM gets ~1 % of the mean "
+    "(seeds 0-2: 0.3-1 %; pinned on the same map 40-60 %, the same host under CFS 63-73 %): pv_wait-halted vCPUs "
+    "of a VM whose holder is preempted wake with their kept lag and wait behind the VMs that never halt",
+)
+
+
+@pytest.mark.parametrize("era", ["2012-3.x", "2015-4.x", "2019-5.x", "2021-5.14", pytest.param("6.x", marks=_STARVES_6X)])
 def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     """Robustness (a) and (b) with each era's host (its own fair class, start
     map, placement, balancing, noise): unpinned 8 x 20 under the fair class
     is not gang scheduling — its PLE exits differ, and a VM runs all or none
     of its vCPUs at under half of the instants (gang: nearly all; the index
-    start map with EEVDF and the 2012 era's buddies gave 0.95) — and every
-    VM makes progress over the 100 ms window."""
+    start map with EEVDF and the 2012 era's buddies gave 0.95) — and no VM
+    starves over the 100 ms window: each gets at least a fifth of the mean
+    (the bound of tests/test_sim_host.py's symmetric 8 x 20 test)."""
     ctx = _era_ctx(era)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     cfg = sim.Config(host=ctx.host(pcpus=80, affinity="all"), vms=(vm,), seed=0, duration_ns=140_000_000,
@@ -306,7 +315,8 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
     assert _all_or_none_share(gang, 20) > 0.9
     assert _all_or_none_share(fair, 20) < 0.5
-    assert min(fair.vms["ops"].to_list()) > 0, fair.vms["ops"].to_list()
+    ops = fair.vms["ops"].to_list()
+    assert min(ops) > 0.2 * sum(ops) / len(ops), ops
 
 
 SYMMETRIC = [
