@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from vcpulab import sim
+from vcpulab.sim import presets
 from vcpulab.sim import scenarios as S
 
 #: The options that take unpinned vCPU threads out of lock-step (item 4 of
@@ -176,7 +177,6 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
     to balance). With the shuffled start map every CPU pairs vCPUs of
     unrelated VMs: gang scheduling gains over 20 %, as with pinned maps."""
     from vcpulab import validation as V
-    from vcpulab.sim import presets
     from vcpulab.validation.cases import Ctx
 
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
@@ -192,3 +192,21 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
         gang = thr(seed, scheduler="gang")
         assert gang / thr(seed, start_placement="index") < 1.15
         assert gang / thr(seed) > 1.2
+
+
+def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
+    """Two unpinned ebizzy-like VMs (threads that sleep and wake) on a
+    2-socket host: their vCPUs migrate; with a refill cost per migration the
+    same run completes fewer operations, and every host CPU's categories
+    still add up to the run's length."""
+    host = sim.Host(pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True,
+                    **TIME)  # fmt: skip
+    vm = sim.Vm(vcpus=12, count=2, threads=24, workload=presets.ebizzy_like(mmap_sem=True))
+    cfg = sim.Config(host=host, vms=(vm,), seed=1, duration_ns=60_000_000, warmup_ns=10_000_000)
+    warm = sim.run(cfg)
+    cold_host = dataclasses.replace(host, migration_cold_core_ns=20_000, migration_cold_llc_ns=200_000)
+    cold = sim.run(cfg.replace(host=cold_host))
+    assert cold.summary["ops"][0] < 0.97 * warm.summary["ops"][0]
+    d = cold.summary["duration_ns"][0]
+    cols = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
+    assert (cold.pcpus.select(pl.sum_horizontal(cols)).to_series() == d).all()
