@@ -203,6 +203,32 @@ pub struct HostConfig {
     /// percent of its speed alone (100: no slow-down, off).
     #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
     pub smt_speed_pct: u32,
+    /// Where each unpinned (`affinity = "all"`) vCPU thread starts.
+    pub start_placement: StartPlacement,
+    /// Cache-refill time a vCPU owes when it runs on another core of the
+    /// same LLC than last time (its private L1/L2 are cold), ns; spent at
+    /// the start of its next useful work. 0: off.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_core_ns: u64,
+    /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_llc_ns: u64,
+    /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
+    /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
+    pub wake_wide: bool,
+}
+
+/// The host CPU each unpinned vCPU thread starts on.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPlacement {
+    /// vCPU g (counted over all VMs) on CPU g mod P: VM k shares its CPUs
+    /// with the VMs P / vcpus apart.
+    Index,
+    /// Balanced slots g mod P in a seeded random order (the run's RNG, as
+    /// `Affinity::Pinned` draws them): a stand-in for the map that thread
+    /// creation and guest boot leave, which depends on their timing.
+    Shuffled,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -336,6 +362,10 @@ impl Default for HostConfig {
             lb_busy_factor: 16,
             migration_cost_ns: 500_000,
             smt_speed_pct: 100,
+            start_placement: StartPlacement::Index,
+            migration_cold_core_ns: 0,
+            migration_cold_llc_ns: 0,
+            wake_wide: false,
         }
     }
 }
@@ -1061,6 +1091,12 @@ impl SimConfig {
         })?;
         check(h.migration_cost_ns <= MAX_COST_NS, || {
             format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
+        })?;
+        check(h.migration_cold_core_ns <= MAX_COST_NS, || {
+            format!("host.migration_cold_core_ns must be <= 1e9, got {}", h.migration_cold_core_ns)
+        })?;
+        check(h.migration_cold_llc_ns <= MAX_COST_NS, || {
+            format!("host.migration_cold_llc_ns must be <= 1e9, got {}", h.migration_cold_llc_ns)
         })?;
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;

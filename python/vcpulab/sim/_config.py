@@ -497,6 +497,42 @@ class Host(_Base):
             6(1), 2002, https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
             (the same figure for every era: vcpulab has no per-generation
             source). Spinning, exits and polling are not slowed.
+        start_placement: the host CPU each unpinned (``affinity="all"``)
+            vCPU thread starts on: ``"index"`` (default: vCPU g, counted over
+            all VMs, on CPU g mod P, so that VM k shares its CPUs with the
+            VMs P / vcpus apart and nothing else) or ``"shuffled"`` (the
+            balanced slots g mod P in a seeded random order, the map that
+            ``affinity="pinned"`` draws). No kernel rule puts vCPU g on CPU g
+            mod P: the map a real host starts a run with comes from fork
+            placement (``sched_balance_find_dst_cpu``) and the wake-up
+            placements of guest boot and idle, which depend on their timing;
+            "shuffled" stands for it (simplified: balanced, one draw per
+            seed). vCPU threads that never sleep keep their start CPU (load
+            balancing finds nothing to move between equally loaded CPUs),
+            so the start map decides which VMs share CPUs. Pinned affinities
+            ignore it.
+        migration_cold_core_ns: cache-refill time a vCPU owes when it runs
+            on another core of the same LLC than last time (its private L1
+            and L2 are cold), ns: its next useful work starts with it (the
+            time counts as useful: the guest runs, slower). Default 0 (off).
+            The kernel charges nothing for a migration; the hardware does
+            (sysctl_sched_migration_cost only marks tasks cache-hot).
+            Simplified: one figure per distance, whatever the working set;
+            SMT siblings share L1/L2 and owe nothing.
+        migration_cold_llc_ns: the same for a CPU in another LLC (socket),
+            ns. Default 0 (off).
+        wake_wide: ``wake_wide`` in ``select_task_rq_fair`` (kernel/sched/fair.c,
+            since v4.6): each waker counts its "wakee flips" (one more when
+            it wakes a different task than last time, halved every second:
+            ``record_wakee``); when the waker's and the wakee's counts are
+            both at least the LLC size and one is at least LLC-size times
+            the other, the wake-up skips ``wake_affine`` and looks for an
+            idle CPU around the wakee's previous CPU. The waker is the vCPU
+            thread of the vCPU event that makes the wake-up (an IPI, a pv
+            kick), or the task running on the CPU of a tick or resched;
+            wake-ups with no waker task (timers on an idle CPU) count
+            nothing. Only with ``wake_placement="select_task_rq_fair"``.
+            Default False (off).
     """
 
     pcpus: int = 4
@@ -527,6 +563,10 @@ class Host(_Base):
     lb_busy_factor: int = field(default=16, metadata=_NEW)
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)
     smt_speed_pct: int = field(default=100, metadata=_NEW)
+    start_placement: str = field(default="index", metadata=_NEW)
+    migration_cold_core_ns: int = field(default=0, metadata=_NEW)
+    migration_cold_llc_ns: int = field(default=0, metadata=_NEW)
+    wake_wide: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus")
@@ -577,6 +617,10 @@ class Host(_Base):
                 f"({self.sockets} × {self.threads_per_core})"
             )
         _choice(self, "wake_placement")
+        _choice(self, "start_placement")
+        _int(self, "migration_cold_core_ns")
+        _int(self, "migration_cold_llc_ns")
+        _bool(self, "wake_wide")
         _bool(self, "load_balance")
         _int(self, "lb_busy_factor")
         _int(self, "migration_cost_ns")
