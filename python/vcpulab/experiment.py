@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal, Sequence, overload
 import numpy as np
 import polars as pl
 
-from vcpulab import _core
+from vcpulab import _core, _trace
 from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
@@ -400,6 +400,18 @@ class Run:
     #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
     #: built by hand)
     quality: Quality | None = None
+    #: with ``trace=True`` (docs/tracing.md): one row per interval a task ran on one of
+    #: the run's CPUs — pcpu, start_ns, end_ns, vm, vcpu, tid, comm (vm = vcpu = -1:
+    #: not a vCPU thread of this run), the simulator's ``Result.trace`` columns
+    trace: pl.DataFrame | None = None
+    #: wake-up-to-run latency of each vCPU thread: vm, vcpu, tid, wake_ns, run_ns, latency_ns
+    wakeups: pl.DataFrame | None = None
+    #: every exit: vm, vcpu, reason (the kernel's name), exit_ns, entry_ns, handling_ns
+    exits: pl.DataFrame | None = None
+    #: every halt: vm, vcpu, time_ns, polled, ns, valid, window_ns (the poll window after it)
+    halts: pl.DataFrame | None = None
+    #: what the trace recorded: events, lost, dropped, truncated, counts per tracepoint
+    trace_info: dict[str, Any] | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -589,6 +601,8 @@ def run(
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     repeat: None = ...,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Run: ...
 
 
@@ -610,6 +624,8 @@ def run(
     quality_thresholds: dict[str, float] | None = ...,
     *,
     repeat: int,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Trials: ...
 
 
@@ -630,6 +646,8 @@ def run(
     warn_quality: bool = True,
     quality_thresholds: dict[str, float] | None = None,
     repeat: int | None = None,
+    trace: bool = False,
+    trace_max_events: int = _trace.DEFAULT_MAX_EVENTS,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -651,6 +669,13 @@ def run(
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
             :class:`Trials` (every trial's frames, means with confidence
             intervals) instead of one :class:`Run`.
+        trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
+            ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
+            ``Run.quality`` takes other tasks' time from the trace (exact).
+            Needs tracefs (mounted when absent and root; else
+            ``TraceUnavailableError``).
+        trace_max_events: cap on traced events kept; beyond it the trace is
+            flagged ``Run.trace_info["truncated"]``.
 
     Every argument is checked before anything is created (TypeError /
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
@@ -663,10 +688,13 @@ def run(
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
         kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration=duration, sample_every=sample_every, vms=vms,
                   memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
-                  poll_every=poll_every, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
+                  poll_every=poll_every, warn_quality=warn_quality, quality_thresholds=quality_thresholds,
+                  trace=trace, trace_max_events=trace_max_events)  # fmt: skip
         return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
     _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
                     pcpus, placement, host)  # fmt: skip
+    check_bool("trace", trace)
+    check_int("trace_max_events", trace_max_events, 1, 1 << 32)
     vcpus, vms, duration = int(vcpus), int(vms), float(duration)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
@@ -710,6 +738,7 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
+        tracer = _trace.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -718,9 +747,13 @@ def run(
             d.start()
         try:
             rep = _core.run_experiment(plan, hard, sample_every, poll_every)
+            if tracer is not None:
+                tracer.stop()
         except BaseException:
             # Ctrl-C or an error: closing the VMs stops every host driver at
             # once (they poll for it), then they are joined.
+            if tracer is not None:
+                tracer.close()
             for vm in vm_objs:
                 vm.close()
             raise
@@ -758,7 +791,16 @@ def run(
             for k, col in cols.items():
                 res_rows.setdefault(k, []).extend(col)
         results = pl.DataFrame(res_rows)
-        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds)
+        tf = None
+        if tracer is not None:
+            try:
+                start = int(rep["start_mono_ns"])
+                tf = tracer.frames(start, start + int(rep["wall_ns"]),
+                                   [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]])  # fmt: skip
+                tf.info["window_ns"] = int(rep["wall_ns"])
+            finally:
+                tracer.close()
+        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
         config = {
             "workload": workload.config(),
             "vms": vms,
@@ -772,6 +814,9 @@ def run(
             "provenance": provenance(),
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
+        if tf is not None:
+            config["trace"] = {"max_events": trace_max_events, "events": list(_trace.EVENTS)}
+            r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
         if warn_quality:
             # stack: Quality.warn <- run <- guard_panics <- the caller, whose line the warning names
             q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=4)
@@ -783,11 +828,12 @@ def run(
 
 def _run_quality(
     snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
-    steal_time: bool, thresholds: dict[str, float] | None,
+    steal_time: bool, thresholds: dict[str, float] | None, tf: "_trace.TraceFrames | None" = None,
 ) -> Quality:  # fmt: skip
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
-    count as the run's own."""
+    count as the run's own. With a trace, other tasks' time on the run's CPUs
+    comes from it (exact) instead of cpuidle."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -805,7 +851,13 @@ def _run_quality(
         )
         cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
         steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
-    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal, **(thresholds or {}))
+    traced = None
+    if tf is not None:
+        cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
+        traced = _trace.other_busy_ns(tf.trace, cpus, placement)
+    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
+                   traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None else None),
+                   **(thresholds or {}))  # fmt: skip
 
 
 class _Driver(threading.Thread):

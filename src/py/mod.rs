@@ -9,6 +9,7 @@ mod errors;
 mod halt_poll;
 mod kvm;
 mod sim;
+mod trace;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -22,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kvm::register(m)?;
     sim::register(m)?;
     halt_poll::register(m)?;
+    trace::register(m)?;
     Ok(())
 }
