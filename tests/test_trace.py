@@ -1,0 +1,198 @@
+"""Tracing real runs (docs/tracing.md): the frames of ``run(..., trace=True)``
+against KVM's own counters of the same run, their invariants and dtypes, the
+bounds (truncation flag) and clean-up on every path.
+
+Counts are compared exactly (every event of the window is recorded unless the
+trace says it is truncated); nothing here asserts on a timing a busy CPU can
+flip. Skips only where tracefs cannot be had (not root and not mounted)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import polars as pl
+import pytest
+
+from vcpulab import _core, _trace
+from vcpulab.experiment import IdleTicks, MsiPingPong, Spin, run
+from vcpulab.quality import QualityWarning
+
+from _subproc import interrupt_after_ready
+
+
+@pytest.fixture(scope="module")
+def traceable(kvm_host):  # type: ignore[no-untyped-def]
+    try:
+        _trace.Trace([os.sched_getaffinity(0).__iter__().__next__()]).close()
+    except _core.TraceUnavailableError as e:
+        pytest.skip(f"kernel tracing unavailable: {e}")
+    return kvm_host
+
+
+def perf_fds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "perf_event" in os.readlink(f"/proc/self/fd/{fd}"):
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def _cpu() -> int:
+    return max(os.sched_getaffinity(0))
+
+
+def _delta(r, stat: str) -> int:  # type: ignore[no-untyped-def]
+    s = r.samples.sort("t_ns")
+    return int(s[stat][-1] - s[stat][0])
+
+
+def _quiet_run(**kw):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QualityWarning)
+        return run(**kw)
+
+
+def test_halts_match_kvm_stats_and_frames_have_their_dtypes(traceable) -> None:  # type: ignore[no-untyped-def]
+    r = _quiet_run(workload=MsiPingPong(rounds=200, gap_us=50), vcpus=1, pcpus=[_cpu()], duration=10,
+                   halt_poll_ns=200_000, host=traceable, trace=True)  # fmt: skip
+    assert not r.trace_info["truncated"], r.trace_info
+    assert dict(r.trace.schema) == _trace.TRACE_SCHEMA
+    assert dict(r.wakeups.schema) == _trace.WAKEUPS_SCHEMA
+    assert dict(r.exits.schema) == _trace.EXITS_SCHEMA
+    assert dict(r.halts.schema) == _trace.HALTS_SCHEMA
+    # every halt of the run is one kvm_vcpu_wakeup: exactly KVM's halt_exits, and the
+    # halts that ended in the poll loop exactly its halt_successful_poll
+    assert r.halts.height == _delta(r, "halt_exits") == 200
+    assert int(r.halts["polled"].sum()) == _delta(r, "halt_successful_poll")
+    assert int((~r.halts["valid"]).sum()) == _delta(r, "halt_poll_invalid")
+    # the window after each halt is a halt-poll value: within [0, the VM's max]
+    w = r.halts["window_ns"].drop_nulls()
+    assert w.len() > 0 and w.min() >= 0 and w.max() <= 200_000
+    # every exit that reached user space is one row (the DONE ucall here)
+    if r.trace_info["exits_source"] == "kvm_exit":
+        assert r.exits.height == _delta(r, "exits")
+    else:
+        assert r.exits.height == int(r.threads["user_exits"].sum())
+    assert r.quality is not None and r.quality.source == "trace"
+
+
+def test_slices_lie_in_the_run_and_do_not_overlap(traceable) -> None:  # type: ignore[no-untyped-def]
+    cpus = sorted(os.sched_getaffinity(0))[-2:]
+    r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=3, pcpus=cpus, duration=0.3, host=traceable, trace=True)
+    wall_ns = r.trace_info["window_ns"]
+    t = r.trace
+    assert t.height > 0
+    assert (t["start_ns"] >= 0).all() and (t["end_ns"] <= wall_ns).all() and (t["start_ns"] < t["end_ns"]).all()
+    assert set(t["pcpu"].unique().to_list()) <= set(cpus)
+    # one task at a time on each CPU
+    for (cpu,), g in t.sort("start_ns").group_by(["pcpu"]):
+        assert (g["end_ns"].head(-1) <= g["start_ns"].tail(-1)).all(), f"overlapping slices on CPU {cpu}"
+    # the vCPU threads' slices carry their tids, on the CPUs they were pinned to
+    vt = t.filter(pl.col("vm") >= 0)
+    tids = dict(zip(zip(r.threads["vm"], r.threads["vcpu"]), r.threads["tid"]))
+    for (vm, vcpu, tid), _ in vt.group_by(["vm", "vcpu", "tid"]):
+        assert tids[(vm, vcpu)] == tid
+    assert set(vt["vcpu"].unique().to_list()) == {0, 1, 2}
+    assert set(vt["tid"].unique().to_list()) == set(r.threads["tid"].to_list())
+    # wake-ups: each is of a vCPU thread, and it ran at or after it was woken
+    w = r.wakeups
+    assert w.height > 0
+    assert (w["latency_ns"] >= 0).all() and set(w["tid"].unique().to_list()) <= set(tids.values())
+    # halts: the guest's own count of halts per vCPU matches the trace's
+    per = r.halts.group_by("vcpu").len().sort("vcpu")
+    assert per["len"].to_list() == [int(_delta_one(r, v, "halt_exits")) for v in per["vcpu"]]
+
+
+def _delta_one(r, vcpu: int, stat: str) -> int:  # type: ignore[no-untyped-def]
+    s = r.samples.filter(pl.col("vcpu") == vcpu).sort("t_ns")
+    return int(s[stat][-1] - s[stat][0])
+
+
+def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untyped-def]
+    """Exits of a vCPU driven by hand: every IO exit is one row, named by the kernel."""
+    import threading
+
+    with traceable.create_vm(memory_mib=2, irqchip=False) as vm:
+        prog = vm.load("io_loop", port=0x80, count=500)
+        v = vm.create_vcpu(0)
+        v.start(prog)
+        before = v.stats()
+        with _trace.Trace(sorted(os.sched_getaffinity(0))) as tr:
+            t0 = _core.monotonic_ns()
+            res = v.run_until("io", count=500, port=0x80, timeout=60)
+            t1 = _core.monotonic_ns()
+            after = v.stats()
+            f = tr.frames(t0, t1, [(threading.get_native_id(), 0, 0)])
+    assert res.matches == 500 and not f.info["truncated"]
+    io = f.exits.filter(pl.col("reason").is_in(["KVM_EXIT_IO", "IO_INSTRUCTION", "io"]))
+    assert io.height == 500
+    # KVM's exits stat counts these and any exit handled in the kernel
+    assert after["exits"] - before["exits"] >= io.height
+    done = f.exits.drop_nulls("entry_ns")
+    assert (done["handling_ns"] > 0).all() and done.height >= 499
+
+
+def test_a_capped_trace_is_flagged_truncated(traceable) -> None:  # type: ignore[no-untyped-def]
+    r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=1, pcpus=[_cpu()], duration=0.1, host=traceable, trace=True,
+                   trace_max_events=5)  # fmt: skip
+    assert r.trace_info["truncated"] and r.trace_info["dropped"] > 0
+    assert r.trace_info["events"] == 5
+
+
+def test_bad_cpus_and_limits_are_value_errors(traceable) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="not online"):
+        _trace.Trace([100_000])
+    with pytest.raises(ValueError, match="at least one"):
+        _trace.Trace([])
+    with pytest.raises(ValueError, match="cpus"):
+        _trace.Trace([-1])
+    with pytest.raises(ValueError, match="max_events"):
+        _trace.Trace([0], max_events=0)
+    with pytest.raises(ValueError):
+        run(Spin(), vcpus=1, pcpus=[100_000], duration=0.1, host=traceable, trace=True)
+    with pytest.raises(ValueError, match="trace_max_events"):
+        run(Spin(), vcpus=1, duration=0.1, host=traceable, trace=True, trace_max_events=0)
+    assert perf_fds() == 0
+
+
+def test_deadline_and_errors_leave_no_perf_fds(traceable) -> None:  # type: ignore[no-untyped-def]
+    assert perf_fds() == 0
+    r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[_cpu()], duration=0.2, host=traceable, trace=True)
+    assert r.threads["outcome"].to_list() == ["deadline"]
+    assert r.trace.filter(pl.col("vm") == 0).height > 0
+    assert perf_fds() == 0
+    tr = _trace.Trace([_cpu()])
+    assert perf_fds() > 0
+    del tr  # dropped without stop
+    import gc
+
+    gc.collect()
+    assert perf_fds() == 0
+
+
+def test_ctrl_c_leaves_no_perf_fds(traceable) -> None:  # type: ignore[no-untyped-def]
+    code = f"""
+        import os, warnings
+        from vcpulab.experiment import run, Spin
+        def perf():
+            n = 0
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    n += "perf_event" in os.readlink(f"/proc/self/fd/{{fd}}")
+                except OSError:
+                    pass
+            return n
+        warnings.simplefilter("ignore")
+        print("READY", flush=True)
+        try:
+            run(Spin(), vcpus=1, pcpus=[{_cpu()}], duration=30, trace=True)
+        except KeyboardInterrupt:
+            print("interrupted", perf())
+    """
+    _, out, err, rc = interrupt_after_ready(code, 0.5)
+    assert rc == 0, err
+    assert out.split() == ["interrupted", "0"], (out, err)
