@@ -19,7 +19,10 @@ a :class:`~vcpulab.experiment.Run` carries when ``run(..., trace=True)``:
   ``kvm_vcpu_wakeup`` (the end of a halt: ``ns`` is the halt's length,
   polling included; ``polled`` when it ended in the poll loop), and the
   vCPU's halt-poll window after it from the last ``kvm_halt_poll_ns`` (null
-  before the first).
+  before the first). The window is the kernel's traced value:
+  ``grow_halt_poll_ns`` can set it above the VM's maximum, which
+  ``kvm_vcpu_halt`` clamps at the start of the next halt without a trace
+  event (virt/kvm/kvm_main.c).
 
 Times are ns from the run's start. Memory is bounded (``max_events``, and the
 kernel's ring buffers); ``info["truncated"]`` says when events are missing.
