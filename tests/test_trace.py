@@ -14,7 +14,7 @@ import warnings
 import polars as pl
 import pytest
 
-from vcpulab import _core, _trace
+from vcpulab import _core, tracing
 from vcpulab.experiment import IdleTicks, MsiPingPong, Spin, run
 from vcpulab.quality import QualityWarning
 
@@ -24,7 +24,7 @@ from _subproc import interrupt_after_ready
 @pytest.fixture(scope="module")
 def traceable(kvm_host):  # type: ignore[no-untyped-def]
     try:
-        _trace.Trace([os.sched_getaffinity(0).__iter__().__next__()]).close()
+        tracing.Trace([os.sched_getaffinity(0).__iter__().__next__()]).close()
     except _core.TraceUnavailableError as e:
         pytest.skip(f"kernel tracing unavailable: {e}")
     return kvm_host
@@ -68,10 +68,10 @@ def test_halts_match_kvm_stats_and_frames_have_their_dtypes(traceable) -> None: 
     r = _quiet_run(workload=MsiPingPong(rounds=200, gap_us=50), vcpus=1, pcpus=[_cpu()], duration=10,
                    halt_poll_ns=200_000, host=traceable, trace=True)  # fmt: skip
     assert not r.trace_info["truncated"], r.trace_info
-    assert dict(r.trace.schema) == _trace.TRACE_SCHEMA
-    assert dict(r.wakeups.schema) == _trace.WAKEUPS_SCHEMA
-    assert dict(r.exits.schema) == _trace.EXITS_SCHEMA
-    assert dict(r.halts.schema) == _trace.HALTS_SCHEMA
+    assert dict(r.trace.schema) == tracing.TRACE_SCHEMA
+    assert dict(r.wakeups.schema) == tracing.WAKEUPS_SCHEMA
+    assert dict(r.exits.schema) == tracing.EXITS_SCHEMA
+    assert dict(r.halts.schema) == tracing.HALTS_SCHEMA
     # every halt of the run is one kvm_vcpu_wakeup, whose ns is the halt's length; KVM
     # adds the same ktime differences to its poll and wait stats, so they agree to the ns
     assert int(r.halts["ns"].sum()) == _halted_ns(r)
@@ -138,7 +138,7 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
         v = vm.create_vcpu(0)
         v.start(prog)
         before = v.stats()
-        with _trace.Trace(sorted(os.sched_getaffinity(0))) as tr:
+        with tracing.Trace(sorted(os.sched_getaffinity(0))) as tr:
             t0 = _core.monotonic_ns()
             res = v.run_until("io", count=500, port=0x80, timeout=60)
             t1 = _core.monotonic_ns()
@@ -162,13 +162,13 @@ def test_a_capped_trace_is_flagged_truncated(traceable) -> None:  # type: ignore
 
 def test_bad_cpus_and_limits_are_value_errors(traceable) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError, match="not online"):
-        _trace.Trace([100_000])
+        tracing.Trace([100_000])
     with pytest.raises(ValueError, match="at least one"):
-        _trace.Trace([])
+        tracing.Trace([])
     with pytest.raises(ValueError, match="cpus"):
-        _trace.Trace([-1])
+        tracing.Trace([-1])
     with pytest.raises(ValueError, match="max_events"):
-        _trace.Trace([0], max_events=0)
+        tracing.Trace([0], max_events=0)
     with pytest.raises(ValueError):
         run(Spin(), vcpus=1, pcpus=[100_000], duration=0.1, host=traceable, trace=True)
     with pytest.raises(ValueError, match="trace_max_events"):
@@ -182,7 +182,7 @@ def test_deadline_and_errors_leave_no_perf_fds(traceable) -> None:  # type: igno
     assert r.threads["outcome"].to_list() == ["deadline"]
     assert r.trace.filter(pl.col("vm") == 0).height > 0
     assert perf_fds() == 0
-    tr = _trace.Trace([_cpu()])
+    tr = tracing.Trace([_cpu()])
     assert perf_fds() > 0
     del tr  # dropped without stop
     import gc

@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal, Sequence, overload
 import numpy as np
 import polars as pl
 
-from vcpulab import _core, _trace
+from vcpulab import _core, tracing
 from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
@@ -647,7 +647,7 @@ def run(
     quality_thresholds: dict[str, float] | None = None,
     repeat: int | None = None,
     trace: bool = False,
-    trace_max_events: int = _trace.DEFAULT_MAX_EVENTS,
+    trace_max_events: int = tracing.DEFAULT_MAX_EVENTS,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -738,7 +738,7 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
-        tracer = _trace.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
+        tracer = tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -815,7 +815,7 @@ def run(
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
         if tf is not None:
-            config["trace"] = {"max_events": trace_max_events, "events": list(_trace.EVENTS)}
+            config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
             r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
         if warn_quality:
             # stack: Quality.warn <- run <- guard_panics <- the caller, whose line the warning names
@@ -828,7 +828,7 @@ def run(
 
 def _run_quality(
     snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
-    steal_time: bool, thresholds: dict[str, float] | None, tf: "_trace.TraceFrames | None" = None,
+    steal_time: bool, thresholds: dict[str, float] | None, tf: "tracing.TraceFrames | None" = None,
 ) -> Quality:  # fmt: skip
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
@@ -854,7 +854,7 @@ def _run_quality(
     traced = None
     if tf is not None:
         cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
-        traced = _trace.other_busy_ns(tf.trace, cpus, placement)
+        traced = tracing.other_busy_ns(tf.trace, cpus, placement)
     return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
                    traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None else None),
                    **(thresholds or {}))  # fmt: skip

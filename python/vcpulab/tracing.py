@@ -1,5 +1,6 @@
 """Kernel traces of real runs, as polars frames (the Rust side is
-``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs).
+``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs;
+the tracepoints and perf interface are [K8] of docs/sources.md).
 
 :class:`Trace` records the scheduler and KVM tracepoints of some host CPUs
 (``perf_event_open``, one ring buffer per CPU) and turns them into the frames
@@ -38,7 +39,18 @@ import polars as pl
 
 from vcpulab import _core
 
-__all__ = ["Trace", "TRACE_SCHEMA", "WAKEUPS_SCHEMA", "EXITS_SCHEMA", "HALTS_SCHEMA", "DEFAULT_MAX_EVENTS"]
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_MAX_EVENTS",
+    "EVENTS",
+    "EXITS_SCHEMA",
+    "HALTS_SCHEMA",
+    "TRACE_SCHEMA",
+    "Trace",
+    "TraceFrames",
+    "WAKEUPS_SCHEMA",
+    "other_busy_ns",
+]
 
 DEFAULT_MAX_EVENTS: int = _core.TRACE_DEFAULT_MAX_EVENTS
 DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
