@@ -483,8 +483,9 @@ class Trials:
     """What :func:`run` with ``repeat=N`` produced: N independent runs of the
     same configuration (a fresh VM each), every trial's frames kept.
 
-    ``results``, ``samples`` and ``threads`` are the trials' frames stacked
-    with a ``trial`` column; ``quality`` has one row per trial;
+    ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
+    ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
+    ``trial`` column; ``quality`` has one row per trial;
     :meth:`summary` gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
@@ -508,6 +509,31 @@ class Trials:
     @property
     def threads(self) -> pl.DataFrame:
         return self._stack("threads").drop("cpus")
+
+    def _traced(self, name: str) -> pl.DataFrame | None:
+        if any(getattr(r, name) is None for r in self.runs):
+            return None
+        return self._stack(name)
+
+    @property
+    def trace(self) -> pl.DataFrame | None:
+        """The trials' ``Run.trace`` frames with a ``trial`` column (None without ``trace=True``)."""
+        return self._traced("trace")
+
+    @property
+    def wakeups(self) -> pl.DataFrame | None:
+        """The trials' ``Run.wakeups`` with a ``trial`` column."""
+        return self._traced("wakeups")
+
+    @property
+    def exits(self) -> pl.DataFrame | None:
+        """The trials' ``Run.exits`` with a ``trial`` column."""
+        return self._traced("exits")
+
+    @property
+    def halts(self) -> pl.DataFrame | None:
+        """The trials' ``Run.halts`` with a ``trial`` column."""
+        return self._traced("halts")
 
     @property
     def quality(self) -> pl.DataFrame:

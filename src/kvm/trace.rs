@@ -485,6 +485,8 @@ struct Decoding {
     comm_index: HashMap<Comm, u32>,
     traced: Vec<bool>,
     opts: TraceOptions,
+    /// Events seen per tracepoint id (names filled in at the end).
+    seen: HashMap<u64, u64>,
     out: Collected,
 }
 
@@ -512,7 +514,7 @@ impl Decoding {
             self.out.malformed += 1;
             return;
         };
-        let Some((name, dec)) = self.decoders.get(&(ty as u64)) else { return };
+        let Some((_, dec)) = self.decoders.get(&(ty as u64)) else { return };
         if dec.is_kvm() && self.opts.kvm_pid.is_some_and(|p| p as u32 != pid) {
             return;
         }
@@ -561,7 +563,6 @@ impl Decoding {
                 Decoder::Fpu { load } => Pre::Done(Kind::Fpu { load: r(load)? != 0 }),
             })
         })();
-        let name = name.clone();
         let Some(pre) = pre else {
             self.out.malformed += 1;
             return;
@@ -569,7 +570,7 @@ impl Decoding {
         if matches!(pre, Pre::Skip) {
             return;
         }
-        *self.out.counts.entry(name).or_insert(0) += 1;
+        *self.seen.entry(ty as u64).or_insert(0) += 1;
         if self.out.events.len() >= self.opts.max_events {
             self.out.dropped += 1;
             return;
@@ -728,6 +729,7 @@ impl Tracer {
             comm_index: HashMap::new(),
             traced,
             opts,
+            seen: HashMap::new(),
             out: Collected { cpus: cpus.to_vec(), start_ns, ..Default::default() },
         };
         let flag = stop.clone();
@@ -802,6 +804,11 @@ fn reader(mut buffers: Vec<CpuBuffer>, mut dec: Decoding, stop: Arc<AtomicBool>)
         drain(&mut b.sampler, &mut dec);
     }
     dec.out.events.sort_by_key(|e| e.time_ns);
+    for (id, n) in &dec.seen {
+        if let Some((name, _)) = dec.decoders.get(id) {
+            dec.out.counts.insert(name.clone(), *n);
+        }
+    }
     dec.out
     // `buffers` drops here: every ring buffer is unmapped and every perf fd closed
 }
