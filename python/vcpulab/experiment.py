@@ -726,6 +726,7 @@ def run(
     where = _placement(vms, vcpus, pcpus, placement)
     host = host or Host()
     vm_objs: list[Vm] = []
+    tracer: tracing.Trace | None = None
     try:
         plan = []
         progs: list[Program] = []
@@ -848,6 +849,8 @@ def run(
             q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=4)
         return r
     finally:
+        if tracer is not None:
+            tracer.close()  # idempotent: stops and frees the trace on every path
         for vm in vm_objs:
             vm.close()
 

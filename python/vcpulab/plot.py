@@ -581,7 +581,7 @@ def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
         ax.text(0.5, 0.5, "no exits with a handling time in this trace", ha="center", va="center", transform=ax.transAxes)
         return fig  # type: ignore[no-any-return]
     summary = exits_by_reason(e).head(top)
-    bins = _log_bins(e["handling_ns"].to_numpy() / 1e3)
+    bins = _log_bins(e["handling_ns"].to_numpy() / 1e3).tolist()
     for r in summary.iter_rows(named=True):
         v = e.filter(pl.col("reason") == r["reason"])["handling_ns"].to_numpy() / 1e3
         ax.hist(v, bins=bins, histtype="step", lw=1.2,
@@ -632,8 +632,8 @@ def wakeup_latency(run: Any, ax: Axes | None = None) -> _MplFigure:
         fig, ax = _subplots(figsize=(6, 3))
     else:
         fig = ax.figure
-    n_vms = int(w["vm"].max()) + 1 if w.height else 1
-    n_vcpus = int(w["vcpu"].max()) + 1 if w.height else 1
+    n_vms = int(w["vm"].to_numpy().max()) + 1 if w.height else 1
+    n_vcpus = int(w["vcpu"].to_numpy().max()) + 1 if w.height else 1
     for (vm, vcpu), g in w.group_by(["vm", "vcpu"], maintain_order=True):
         v = np.sort(g["latency_ns"].to_numpy()) / 1e3
         y = np.arange(1, len(v) + 1) / len(v)

@@ -33,7 +33,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use perf_event::events::Tracepoint;
 use perf_event::{Builder, Clock, Counter, SampleFlag, Sampler};
@@ -733,9 +732,15 @@ impl Tracer {
             out: Collected { cpus: cpus.to_vec(), start_ns, ..Default::default() },
         };
         let flag = stop.clone();
+        // the reader runs on CPUs the trace does not watch, where there are such CPUs
+        let elsewhere: Vec<usize> =
+            super::experiment::allowed_cpus().into_iter().filter(|c| !cpus.contains(c)).collect();
         let reader = std::thread::Builder::new()
             .name("vcpulab-trace".into())
-            .spawn(move || reader(buffers, dec, flag))
+            .spawn(move || {
+                let _ = super::experiment::pin_current_thread(&elsewhere);
+                reader(buffers, dec, flag)
+            })
             .map_err(|e| Error::Ioctl { call: "spawn trace reader thread", source: e })?;
         Ok(Tracer { stop, reader: Some(reader), cpus: cpus.to_vec() })
     }
@@ -812,10 +817,6 @@ fn reader(mut buffers: Vec<CpuBuffer>, mut dec: Decoding, stop: Arc<AtomicBool>)
     dec.out
     // `buffers` drops here: every ring buffer is unmapped and every perf fd closed
 }
-
-/// Stops `tracer` on a time limit too: used by callers that hold it across a
-/// run that has its own deadline (the run's deadline plus this margin).
-pub const STOP_MARGIN: Duration = Duration::from_millis(500);
 
 // ------------------------------------------------------------------ frames
 
@@ -1095,6 +1096,7 @@ mod tests {
 #[cfg(test)]
 mod live_tests {
     use super::*;
+    use std::time::Duration;
 
     /// Records this thread's own switches on CPU 0 (skips where tracefs cannot be had).
     #[test]
