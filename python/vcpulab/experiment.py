@@ -446,7 +446,10 @@ class Run:
             ("vcpulab", prov.get("vcpulab_version")),
             ("host", f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}"),
         ]
-        return table("real-KVM run", rows, [("results", self.results), ("threads", self.threads), ("samples", self.samples)])
+        frames = [("results", self.results), ("threads", self.threads), ("samples", self.samples)]
+        frames += [(n, f) for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups),
+                                       ("trace", self.trace)) if f is not None]  # fmt: skip
+        return table("real-KVM run", rows, frames)
 
     def __repr__(self) -> str:
         return (
