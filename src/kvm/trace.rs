@@ -50,6 +50,7 @@ pub const EVENTS: &[(&str, &str, bool)] = &[
     ("kvm", "kvm_halt_poll_ns", false),
     ("kvm", "kvm_userspace_exit", false),
     ("kvm", "kvm_msi_set_irq", false),
+    ("kvm", "kvm_apic_ipi", false),
     ("kvm", "kvm_fpu", false),
 ];
 
@@ -345,6 +346,8 @@ pub enum Kind {
         errno: i32,
     },
     MsiSetIrq,
+    /// A vCPU sent an IPI through its local APIC (counted only).
+    ApicIpi,
     /// The guest FPU loaded (`load`: start of KVM_RUN) or put back (its end).
     Fpu {
         load: bool,
@@ -361,6 +364,7 @@ enum Decoder {
     HaltPollNs { vcpu_id: Field, new: Field, old: Field, grow: Field },
     UserspaceExit { reason: Field, errno: Field },
     MsiSetIrq,
+    ApicIpi,
     Fpu { load: Field },
 }
 
@@ -383,6 +387,7 @@ impl Decoder {
             }
             "kvm_userspace_exit" => Decoder::UserspaceExit { reason: f("reason")?, errno: f("errno")? },
             "kvm_msi_set_irq" => Decoder::MsiSetIrq,
+            "kvm_apic_ipi" => Decoder::ApicIpi,
             "kvm_fpu" => Decoder::Fpu { load: f("load")? },
             other => return Err(Error::Unsupported(format!("no decoder for tracepoint {other}"))),
         })
@@ -559,6 +564,7 @@ impl Decoding {
                 }),
                 Decoder::UserspaceExit { reason, errno } => Pre::Uexit(r(reason)?, r(errno)?),
                 Decoder::MsiSetIrq => Pre::Done(Kind::MsiSetIrq),
+                Decoder::ApicIpi => Pre::Done(Kind::ApicIpi),
                 Decoder::Fpu { load } => Pre::Done(Kind::Fpu { load: r(load)? != 0 }),
             })
         })();
@@ -976,7 +982,8 @@ impl Frames {
                 | Kind::KvmEntry { .. }
                 | Kind::UserspaceExit { .. }
                 | Kind::Fpu { .. }
-                | Kind::MsiSetIrq => {}
+                | Kind::MsiSetIrq
+                | Kind::ApicIpi => {}
             }
         }
         let mut open: Vec<_> = current.into_iter().collect();
@@ -1076,6 +1083,8 @@ mod tests {
                 ev(1000, 1, 7, Kind::Switch { prev_pid: 7, prev_comm: 0, next_pid: 0, next_comm: 0 }),
                 ev(1500, 0, 3, Kind::Wakeup { pid: 42, target_cpu: 1 }),
                 ev(2000, 1, 0, Kind::Switch { prev_pid: 0, prev_comm: 0, next_pid: 42, next_comm: 1 }),
+                // a wake-up of a thread that is running is no wake-up-to-run row
+                ev(2050, 0, 3, Kind::Wakeup { pid: 42, target_cpu: 1 }),
                 ev(2100, 1, 42, Kind::KvmExit { reason: 0, vcpu_id: 0 }),
                 ev(2300, 1, 42, Kind::KvmEntry { vcpu_id: 0 }),
                 ev(2400, 1, 42, Kind::HaltPollNs { vcpu_id: 0, new: 10000, old: 0, grow: true }),
