@@ -299,3 +299,35 @@ def test_attach_traces_another_process(traceable) -> None:  # type: ignore[no-un
     assert f.halts.height > 0 and set(f.halts["vcpu"].to_list()) <= {0, 1}
     assert set(f.wakeups["tid"].to_list()) <= set(tids)
     assert perf_fds() == 0
+
+
+def test_a_hog_on_the_run_cpu_is_seen_by_name_and_in_quality(traceable) -> None:  # type: ignore[no-untyped-def]
+    """Another process spinning on the run's CPU: its slices are in Run.trace under its
+    pid and name, black in the sched map's terms (vm = -1), and Run.quality counts them."""
+    import subprocess
+    import sys
+
+    cpu = _cpu()
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{cpu}]); print(1, flush=True)\n"
+                            "while True: pass"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "1"  # pinned and spinning
+        r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[cpu], duration=0.3, host=traceable, trace=True)
+    finally:
+        hog.kill()
+        hog.wait()
+        assert hog.stdout is not None
+        hog.stdout.close()
+    mine = r.trace.filter(pl.col("tid") == hog.pid)
+    assert mine.height > 0 and set(mine["pcpu"].to_list()) == {cpu} and (mine["vm"] == -1).all()
+    assert set(mine["comm"].to_list()) == {"python"} or all(c.startswith("python") for c in mine["comm"])
+    q = r.quality
+    assert q is not None and q.source == "trace"
+    assert q.other_busy_ns[cpu] >= int((mine["end_ns"] - mine["start_ns"]).sum())
+
+
+def test_trials_keep_each_trial_trace(traceable) -> None:  # type: ignore[no-untyped-def]
+    tr = _quiet_run(workload=Spin(), vcpus=1, pcpus=[_cpu()], duration=0.1, host=traceable, trace=True, repeat=2)
+    assert tr.trace is not None and sorted(tr.trace["trial"].unique().to_list()) == [0, 1]
+    assert tr.halts is not None and tr.exits is not None and tr.wakeups is not None
+    assert perf_fds() == 0
