@@ -260,7 +260,7 @@ run(IdleTicks(hz=1000), vcpus=2, pcpus=[%d], duration=20, warn_quality=False)
 """
 
 
-def test_attach_traces_another_process(traceable) -> None:  # type: ignore[no-untyped-def]
+def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """attach(pid).trace(): a separate process's vCPU threads, into the frames of a traced Run."""
     import subprocess
     import sys
@@ -284,6 +284,13 @@ def test_attach_traces_another_process(traceable) -> None:  # type: ignore[no-un
             assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
             time.sleep(0.1)
         f = a.trace(duration_s=1.0)
+        # the same from the command line, frames written as Parquet
+        out = tmp_path / "tr"
+        cli = subprocess.run([sys.executable, "-m", "vcpulab.cli", "trace", str(pid), "--seconds", "0.3", "--out",
+                              str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
+        assert "exits by reason" in cli.stdout and "wake-up to run" in cli.stdout, cli.stdout
+        assert dict(pl.read_parquet(out / "halts.parquet").schema) == tracing.HALTS_SCHEMA
     finally:
         p.kill()
         p.wait()
