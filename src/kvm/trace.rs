@@ -1069,6 +1069,12 @@ mod tests {
         assert_eq!(f.symbol_tables(), vec![("REC->reason".to_string(), vec![(2, "KVM_EXIT_IO".to_string())])]);
     }
 
+    #[test]
+    fn an_event_takes_40_bytes() {
+        // the memory bound in the docs (max_events × 40 bytes) rests on this
+        assert!(std::mem::size_of::<Event>() <= 40, "{}", std::mem::size_of::<Event>());
+    }
+
     fn ev(t: u64, cpu: u32, tid: u32, kind: Kind) -> Event {
         Event { time_ns: t, cpu, tid, kind }
     }
