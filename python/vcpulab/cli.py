@@ -6,6 +6,9 @@
     vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
+    vcpulab trace PID [--duration-s S] [--out DIR]
+                                         trace another process's vCPU threads: exits by reason,
+                                         halts, wake-up latency; the frames as Parquet
 
 Every command takes ``--help``; ``vcpulab --version`` names the build;
 ``info`` and ``kvm steal`` print JSON with ``--json``. Bad arguments give one clear line on stderr and
@@ -591,6 +594,43 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Traces another process's vCPU threads for a while (docs/tracing.md) and
+    prints exits by reason, halts and wake-up latency per vCPU."""
+    import polars as pl
+
+    from vcpulab.analysis import exits_by_reason, wakeup_latency
+    from vcpulab.kvm import attach
+
+    try:
+        a = attach(args.pid)
+    except (ProcessLookupError, LookupError, PermissionError) as e:
+        print(f"vcpulab: error: {e}", file=sys.stderr)
+        return 1
+    print(f"tracing pid {a.pid} ({a.comm}) for {args.duration_s:g} s: {a.vcpus.height} vCPU thread(s)")
+    f = a.trace(duration_s=args.duration_s)
+    info = f.info
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items()))
+    print(f"CPUs {info['cpus']}: {info['events']} events ({counts})" + ("; TRUNCATED" if info["truncated"] else ""))
+    with pl.Config(tbl_rows=32, tbl_cols=-1, tbl_width_chars=200, tbl_hide_dataframe_shape=True,
+                   tbl_hide_column_data_types=True):  # fmt: skip
+        print(f"exits by reason (from {info['exits_source']}):")
+        print(exits_by_reason(f.exits).select("reason", "count", "handling_p50_ns", "handling_p99_ns"))
+        h = f.halts.group_by("vcpu").agg(pl.len().alias("halts"), pl.col("polled").sum().alias("polled"),
+                                         pl.col("ns").median().alias("halt_p50_ns")).sort("vcpu")  # fmt: skip
+        print("halts:")
+        print(h)
+        print("wake-up to run:")
+        print(wakeup_latency(f.wakeups).select("vcpu", "tid", "count", "latency_p50_ns", "latency_p99_ns"))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("trace", "wakeups", "exits", "halts"):
+            getattr(f, name).write_parquet(out / f"{name}.parquet")
+        print(f"wrote {out}/{{trace,wakeups,exits,halts}}.parquet")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
     p.add_argument("--version", action=_VersionAction,
@@ -632,6 +672,11 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--config", action="store_true",
                         help="the simulator configuration's schema instead (vcpulab.sim.config_schema())")  # fmt: skip
     schema.set_defaults(func=cmd_schema)
+    trace = sub.add_parser("trace", help="trace another process's vCPU threads: exits, halts, wake-up latency")
+    trace.add_argument("pid", type=_positive_int, help="the VMM process")
+    trace.add_argument("--duration-s", type=_positive_float, default=1.0, help="how long to trace, s (default 1)")
+    trace.add_argument("--out", default=None, help="write trace, wakeups, exits, halts as Parquet into this folder")
+    trace.set_defaults(func=cmd_trace)
     demo = sub.add_parser("demo", help="a short showcase of real KVM and the simulator")
     demo.add_argument("--out", default="vcpulab-demo", help="output folder (default ./vcpulab-demo)")
     demo.set_defaults(func=cmd_demo)

@@ -5,7 +5,7 @@ live sampling.
 
     from vcpulab.experiment import SpinLock, run
 
-    r = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration=1.0)
+    r = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration_s=1.0)
     r.results          # one row per vCPU: acquisitions, pauses, waits …
     r.samples          # t_ns, vm, vcpu, steal_ns, preempted, every vCPU stat
     r.deltas()         # the same, per sampling interval
@@ -32,7 +32,7 @@ from typing import Any, ClassVar, Literal, Sequence, overload
 import numpy as np
 import polars as pl
 
-from vcpulab import _core
+from vcpulab import _core, tracing
 from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
@@ -400,6 +400,18 @@ class Run:
     #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
     #: built by hand)
     quality: Quality | None = None
+    #: with ``trace=True`` (docs/tracing.md): one row per interval a task ran on one of
+    #: the run's CPUs — pcpu, start_ns, end_ns, vm, vcpu, tid, comm (vm = vcpu = -1:
+    #: not a vCPU thread of this run), the simulator's ``Result.trace`` columns
+    trace: pl.DataFrame | None = None
+    #: wake-up-to-run latency of each vCPU thread: vm, vcpu, tid, wake_ns, run_ns, latency_ns
+    wakeups: pl.DataFrame | None = None
+    #: every exit: vm, vcpu, reason (the kernel's name), exit_ns, entry_ns, handling_ns
+    exits: pl.DataFrame | None = None
+    #: every halt: vm, vcpu, time_ns, polled, ns, valid, window_ns (the poll window after it)
+    halts: pl.DataFrame | None = None
+    #: what the trace recorded: events, lost, dropped, truncated, counts per tracepoint
+    trace_info: dict[str, Any] | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -434,7 +446,10 @@ class Run:
             ("vcpulab", prov.get("vcpulab_version")),
             ("host", f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}"),
         ]
-        return table("real-KVM run", rows, [("results", self.results), ("threads", self.threads), ("samples", self.samples)])
+        frames = [("results", self.results), ("threads", self.threads), ("samples", self.samples)]
+        frames += [(n, f) for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups),
+                                       ("trace", self.trace)) if f is not None]  # fmt: skip
+        return table("real-KVM run", rows, frames)
 
     def __repr__(self) -> str:
         return (
@@ -471,8 +486,9 @@ class Trials:
     """What :func:`run` with ``repeat=N`` produced: N independent runs of the
     same configuration (a fresh VM each), every trial's frames kept.
 
-    ``results``, ``samples`` and ``threads`` are the trials' frames stacked
-    with a ``trial`` column; ``quality`` has one row per trial;
+    ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
+    ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
+    ``trial`` column; ``quality`` has one row per trial;
     :meth:`summary` gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
@@ -496,6 +512,31 @@ class Trials:
     @property
     def threads(self) -> pl.DataFrame:
         return self._stack("threads").drop("cpus")
+
+    def _traced(self, name: str) -> pl.DataFrame | None:
+        if any(getattr(r, name) is None for r in self.runs):
+            return None
+        return self._stack(name)
+
+    @property
+    def trace(self) -> pl.DataFrame | None:
+        """The trials' ``Run.trace`` frames with a ``trial`` column (None without ``trace=True``)."""
+        return self._traced("trace")
+
+    @property
+    def wakeups(self) -> pl.DataFrame | None:
+        """The trials' ``Run.wakeups`` with a ``trial`` column."""
+        return self._traced("wakeups")
+
+    @property
+    def exits(self) -> pl.DataFrame | None:
+        """The trials' ``Run.exits`` with a ``trial`` column."""
+        return self._traced("exits")
+
+    @property
+    def halts(self) -> pl.DataFrame | None:
+        """The trials' ``Run.halts`` with a ``trial`` column."""
+        return self._traced("halts")
 
     @property
     def quality(self) -> pl.DataFrame:
@@ -589,6 +630,8 @@ def run(
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     repeat: None = ...,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Run: ...
 
 
@@ -610,6 +653,8 @@ def run(
     quality_thresholds: dict[str, float] | None = ...,
     *,
     repeat: int,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Trials: ...
 
 
@@ -631,6 +676,8 @@ def run(
     warn_quality: bool = True,
     quality_thresholds: dict[str, float] | None = None,
     repeat: int | None = None,
+    trace: bool = False,
+    trace_max_events: int = tracing.DEFAULT_MAX_EVENTS,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -652,6 +699,13 @@ def run(
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
             :class:`Trials` (every trial's frames, means with confidence
             intervals) instead of one :class:`Run`.
+        trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
+            ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
+            ``Run.quality`` takes other tasks' time from the trace (exact).
+            Needs tracefs (mounted when absent and root; else
+            ``TraceUnavailableError``).
+        trace_max_events: cap on traced events kept; beyond it the trace is
+            flagged ``Run.trace_info["truncated"]``.
 
     Every argument is checked before anything is created (TypeError /
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
@@ -664,15 +718,19 @@ def run(
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
         kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration_s=duration_s, sample_every_s=sample_every_s, vms=vms,
                   memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
-                  poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
+                  poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds,
+                  trace=trace, trace_max_events=trace_max_events)  # fmt: skip
         return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
     _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
                     pcpus, placement, host)  # fmt: skip
+    check_bool("trace", trace)
+    check_int("trace_max_events", trace_max_events, 1, 1 << 32)
     vcpus, vms, duration_s = int(vcpus), int(vms), float(duration_s)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
     host = host or Host()
     vm_objs: list[Vm] = []
+    tracer: tracing.Trace | None = None
     try:
         plan = []
         progs: list[Program] = []
@@ -711,6 +769,7 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
+        tracer = tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -719,9 +778,13 @@ def run(
             d.start()
         try:
             rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s)
+            if tracer is not None:
+                tracer.stop()
         except BaseException:
             # Ctrl-C or an error: closing the VMs stops every host driver at
             # once (they poll for it), then they are joined.
+            if tracer is not None:
+                tracer.close()
             for vm in vm_objs:
                 vm.close()
             raise
@@ -759,7 +822,16 @@ def run(
             for k, col in cols.items():
                 res_rows.setdefault(k, []).extend(col)
         results = pl.DataFrame(res_rows)
-        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds)
+        tf = None
+        if tracer is not None:
+            try:
+                start = int(rep["start_mono_ns"])
+                tf = tracer.frames(start, start + int(rep["wall_ns"]),
+                                   [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]])  # fmt: skip
+                tf.info["window_ns"] = int(rep["wall_ns"])
+            finally:
+                tracer.close()
+        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
         config = {
             "workload": workload.config(),
             "vms": vms,
@@ -773,23 +845,29 @@ def run(
             "provenance": provenance(),
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
+        if tf is not None:
+            config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
+            r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
         if warn_quality:
             # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
             q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
                    stacklevel=frames_in_package() + 2)  # Quality.warn's frame, then run's wrappers, then the caller
         return r
     finally:
+        if tracer is not None:
+            tracer.close()  # idempotent: stops and frees the trace on every path
         for vm in vm_objs:
             vm.close()
 
 
 def _run_quality(
     snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
-    steal_time: bool, thresholds: dict[str, float] | None,
+    steal_time: bool, thresholds: dict[str, float] | None, tf: "tracing.TraceFrames | None" = None,
 ) -> Quality:  # fmt: skip
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
-    count as the run's own."""
+    count as the run's own. With a trace, other tasks' time on the run's CPUs
+    comes from it (exact) instead of cpuidle."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -807,7 +885,13 @@ def _run_quality(
         )
         cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
         steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
-    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal, **(thresholds or {}))
+    traced = None
+    if tf is not None:
+        cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
+        traced = tracing.other_busy_ns(tf.trace, cpus, placement)
+    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
+                   traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None else None),
+                   **(thresholds or {}))  # fmt: skip
 
 
 class _Driver(threading.Thread):

@@ -37,6 +37,7 @@ from vcpulab._core import (  # noqa: F401  (re-exported)
     GuestAssertionError,
     KvmIoctlError,
     KvmUnavailableError,
+    TraceUnavailableError,
     UnexpectedExitError,
     UnsupportedError,
 )
