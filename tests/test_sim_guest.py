@@ -47,6 +47,13 @@ def test_guest_config_validates_and_round_trips() -> None:
         P.upstream(candidate_gate="running")
     with pytest.raises(ValueError, match="Pv.icr_write_ns"):
         sim.Pv(icr_write_ns=-1)
+    with pytest.raises(ValueError, match="Pv.preempted_byte"):
+        sim.Pv(preempted_byte="always")
+    # a new option left at its default stays out of the JSON (old configs keep their hash)
+    old = sim.Config(vms=(sim.Vm(),))
+    assert "preempted_byte" not in old.to_json()
+    every = sim.Config(vms=(sim.Vm(pv=sim.Pv(preempted_byte="every_put")),))
+    assert sim.Config.from_json(every.to_json()) == every
     with pytest.raises(ValueError, match="Ipi.tlb_flush"):
         sim.Ipi(tlb_flush="yes")  # type: ignore[arg-type]
 
@@ -169,3 +176,23 @@ def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None
     # without blocking, a second thread per vCPU only time-shares the vCPU
     assert tput(16, False) == tput(32, False)
     assert tput(16, True) != tput(32, True)
+
+
+def test_before_5_19_halted_vcpus_read_as_preempted_and_wakeups_stack() -> None:
+    """A 16-vCPU barrier kernel (16 threads) on an idle host: with the 4.10-5.18
+    put (``every_put``) a blocked vCPU reads as preempted, ``available_idle_cpu``
+    refuses it and woken threads stack on the vCPUs still polling; today's
+    byte (``instruction_boundary``) and the 2021 RFC's ``is_idle`` placement
+    spread them, so the kernel runs faster."""
+    def wall(placement: str, byte: str) -> int:
+        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+                    pv=sim.Pv(placement=placement, preempted_byte=byte),
+                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
+        host = sim.Host(pcpus=32, affinity="all")
+        r = sim.run(sim.Config(host=host, vms=(vm,), seed=3, duration_ns=2_000_000_000))
+        return int(r.vms["wall_ns"][0])
+
+    today, old = wall("available_idle", "instruction_boundary"), wall("available_idle", "every_put")
+    rfc_old = wall("pcpu_is_idle_rfc", "every_put")
+    assert old > 1.1 * today, (old, today)
+    assert rfc_old < 0.9 * old, (rfc_old, old)

@@ -464,6 +464,26 @@ pub struct PvConfig {
     /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
     /// (0: sending is free, as before this field existed).
     pub icr_write_ns: u64,
+    /// When the host writes the steal-time `preempted` byte (what the
+    /// guest's `vcpu_is_preempted` reads).
+    pub preempted_byte: PreemptedByte,
+}
+
+/// When `kvm_arch_vcpu_put` sets the steal-time `preempted` byte ([K4]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptedByte {
+    /// 5.19 on (and stable kernels from 5.4, 2022-2023): only for a vCPU
+    /// preempted while runnable, taken out of guest mode by the interrupt
+    /// that preempts it (54aa83c90198 "KVM: x86: do not set st->preempted
+    /// when going back to user space" and 6cd88243c7e0 "KVM: x86: do not
+    /// report a vCPU as preempted outside instruction boundaries").
+    #[default]
+    InstructionBoundary,
+    /// 4.10 to 5.18: `kvm_arch_vcpu_put` calls `kvm_steal_time_set_preempted`
+    /// at every put, so a vCPU that blocks after HLT, or yields after a
+    /// pause-loop exit, reads as preempted until it next enters the guest.
+    EveryPut,
 }
 
 impl Default for PvConfig {
@@ -481,6 +501,7 @@ impl Default for PvConfig {
             tlb_flush: false,
             send_ipi: false,
             icr_write_ns: 0,
+            preempted_byte: PreemptedByte::InstructionBoundary,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! at its planned end; anything that may change what it does (a lock granted,
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
 
-use super::config::{LockKind, LockModel, Phase, Placement, VmConfig, WaitEarly};
+use super::config::{LockKind, LockModel, Phase, Placement, PreemptedByte, VmConfig, WaitEarly};
 use super::engine::*;
 use super::policy::VcpuView;
 
@@ -92,6 +92,7 @@ impl Sim {
         let runnable = self.tasks[task].runnable;
         let vm = self.vm_of(v);
         let steal_time = self.vms[vm].cfg.pv.steal_time;
+        let every_put = self.vms[vm].cfg.pv.preempted_byte == PreemptedByte::EveryPut;
         let now = self.now;
         if runnable {
             self.ready[v] = true;
@@ -115,6 +116,10 @@ impl Sim {
                 }
             } else {
                 vc.c.preemption_other += 1;
+                if every_put && steal_time && !vc.st_preempted {
+                    vc.st_preempted = true;
+                    newly = true;
+                }
             }
             vc.acct.set(now, C_WAIT);
             if newly {
@@ -125,6 +130,11 @@ impl Sim {
             }
         } else {
             vc.acct.set(now, C_HALT);
+            // before 5.19 kvm_arch_vcpu_put marks a blocking vCPU preempted too
+            // (nothing runs on a halted vCPU, so no spinner needs telling)
+            if every_put && steal_time {
+                vc.st_preempted = true;
+            }
         }
     }
 

@@ -353,3 +353,46 @@ fn the_guest_sees_a_stale_is_idle_while_the_host_cpu_is_busy() {
     u.vcpus[1].st_preempted = true;
     assert!(u.guest_idle_cpu(1) && u.vcpu_is_preempted(0, 1), "not available to available_idle_cpu");
 }
+
+#[test]
+fn before_5_19_a_halted_vcpu_reads_as_preempted_and_available_idle_cpu_refuses_it() {
+    // vCPU 1 has no thread: it halts at once and blocks on its idle CPU.
+    // Today (instruction_boundary) the blocked vCPU is not preempted, so
+    // available_idle_cpu takes it; with the 4.10-5.18 put (every_put) the
+    // byte is set at the blocking put, so the wake-up falls back to prev.
+    for (byte, preempted) in [(PreemptedByte::InstructionBoundary, false), (PreemptedByte::EveryPut, true)] {
+        let mut c = rfc(Placement::AvailableIdle, 0.0);
+        c.vms[0].pv.preempted_byte = byte;
+        let mut s = sim_of(&c);
+        s.step_until(50_000).unwrap();
+        assert!(s.vcpus[1].halted && s.vcpus[1].running.is_none() && s.guest_idle_cpu(1));
+        assert_eq!(s.vcpus[1].st_preempted, preempted, "{byte:?}");
+        assert_eq!(s.vcpu_is_preempted(0, 1), preempted);
+        assert_eq!(s.vcpus[1].c.preemption_reported, 0, "a blocking put is no reported preemption");
+        // a thread whose previous vCPU (0) is busy: vCPU 1 is chosen only if available
+        s.threads[0].vcpu = 0;
+        let busy0 = !s.guest_idle_cpu(0);
+        assert!(busy0, "vCPU 0 runs the thread");
+        assert_eq!(s.place(0, 0), if preempted { 0 } else { 1 });
+        // the RFC's available_idle_cpu_sched asks no preemption question
+        let mut c = c.clone();
+        c.vms[0].pv.placement = Placement::PcpuIsIdleRfc;
+        let mut r = sim_of(&c);
+        r.step_until(50_000).unwrap();
+        assert_eq!(r.vcpus[1].st_preempted, preempted);
+        assert!(r.vcpus[1].st_is_idle);
+        assert_eq!(r.place(0, 0), 1);
+        // entering the guest clears the byte (record_steal_time)
+        s.step_until(2_000_000).unwrap();
+        if s.vcpus[1].running.is_some() {
+            assert!(!s.vcpus[1].st_preempted);
+        }
+    }
+    // without steal time there is no byte to set
+    let mut c = rfc(Placement::AvailableIdle, 0.0);
+    c.vms[0].pv.preempted_byte = PreemptedByte::EveryPut;
+    c.vms[0].pv.steal_time = false;
+    let mut s = sim_of(&c);
+    s.step_until(50_000).unwrap();
+    assert!(s.vcpus[1].halted && !s.vcpus[1].st_preempted);
+}

@@ -709,6 +709,20 @@ class Pv(_Base):
         icr_write_ns: cost of one ICR-write exit per IPI target when
             ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
             option existed; an era preset sets the hardware figure).
+        preempted_byte: when the host sets the steal-time ``preempted`` byte
+            that the guest's ``vcpu_is_preempted`` reads ([K4]):
+            ``"instruction_boundary"`` (5.19 on, and the stable kernels from
+            5.4 that took the fixes: only a vCPU preempted while runnable by
+            the interrupt that took it out of guest mode; commits
+            54aa83c90198 "KVM: x86: do not set st->preempted when going back
+            to user space" and 6cd88243c7e0 "KVM: x86: do not report a vCPU
+            as preempted outside instruction boundaries", Paolo Bonzini,
+            June 2022) or ``"every_put"`` (4.10 to 5.18: ``kvm_arch_vcpu_put``
+            calls ``kvm_steal_time_set_preempted`` at every put, so a vCPU
+            blocked after HLT, or switched out after a pause-loop exit, reads
+            as preempted until it enters the guest again, and
+            ``available_idle_cpu`` refuses every halted vCPU). Default
+            ``"instruction_boundary"``.
     """
 
     steal_time: bool = True
@@ -723,8 +737,10 @@ class Pv(_Base):
     tlb_flush: bool = False
     send_ipi: bool = False
     icr_write_ns: int = 0
+    preempted_byte: str = field(default="instruction_boundary", metadata=_NEW)
 
     def __post_init__(self) -> None:
+        _choice(self, "preempted_byte", ("instruction_boundary", "every_put"))
         for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
             _bool(self, name)
         _int(self, "icr_write_ns", 0, 10**9)

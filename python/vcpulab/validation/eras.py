@@ -452,9 +452,25 @@ def _ple_dynamic() -> dict[str, Param]:
     )
 
 
-def _pv_5x_on() -> dict[str, Param]:
+_PREEMPTED_EVERY_PUT = _k(
+    "every_put",
+    "",
+    "kvm_arch_vcpu_put called kvm_steal_time_set_preempted at every put (arch/x86/kvm/x86.c, v4.10 to v5.18): a vCPU "
+    "blocked in HLT reads as preempted until it enters the guest again; changed by 54aa83c90198 'KVM: x86: do not set "
+    "st->preempted when going back to user space' and 6cd88243c7e0 (v5.19, 2022)",
+)
+_PREEMPTED_BOUNDARY = _k(
+    "instruction_boundary",
+    "",
+    "kvm_arch_vcpu_put sets the byte only when vcpu->preempted, at an instruction boundary (54aa83c90198 and "
+    "6cd88243c7e0, v5.19, 2022; arch/x86/kvm/x86.c)",
+)
+
+
+def _pv_5x_on(preempted_byte: Param = _PREEMPTED_BOUNDARY) -> dict[str, Param]:
     """The pv features of a 5.x-and-later guest on KVM (every switch on)."""
     return {
+        "preempted_byte": preempted_byte,
         "steal_time": _STEAL,
         "sched_yield": _SCHED_YIELD,
         "apicv": _APICV,
@@ -493,7 +509,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             **_host_model(True, busy_factor, _IDLE_SKX),
         },
         ple=_ple_dynamic(),
-        pv=_pv_5x_on(),
+        pv=_pv_5x_on(_PREEMPTED_EVERY_PUT),
         halt_poll=_halt_poll_block_time(_HP_SHRINK_OLD),
         workload=_workload(_SPIN_SKL),
         guest={
