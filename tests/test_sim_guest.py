@@ -196,3 +196,25 @@ def test_before_5_19_halted_vcpus_read_as_preempted_and_wakeups_stack() -> None:
     rfc_old = wall("pcpu_is_idle_rfc", "every_put")
     assert old > 1.1 * today, (old, today)
     assert rfc_old < 0.9 * old, (rfc_old, old)
+
+
+def test_guest_load_balancing_unstacks_threads_and_is_off_by_default() -> None:
+    """The same 5.14-like barrier kernel with the guest's load balancing
+    (newidle and nohz idle balance): stacked threads are pulled to idle
+    vCPUs, so it runs faster than with wake-up placement alone."""
+    def run(lb: bool) -> sim.Result:
+        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+                    pv=sim.Pv(preempted_byte="every_put"), guest=sim.Guest(load_balance=lb),
+                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
+        return sim.run(sim.Config(host=sim.Host(pcpus=32, affinity="all"), vms=(vm,), seed=1,
+                                  duration_ns=2_000_000_000))
+
+    off, on = run(False), run(True)
+    assert int(off.vcpus["guest_pulls"].sum()) == 0
+    assert int(on.vcpus["guest_pulls"].sum()) > 0
+    assert on.vms["wall_ns"][0] < off.vms["wall_ns"][0]
+    assert "load_balance" not in sim.Config(vms=(sim.Vm(),)).to_json()
+    with pytest.raises(ValueError, match="Guest.tick_ns"):
+        sim.Guest(tick_ns=10)
+    with pytest.raises(ValueError, match="Guest.load_balance"):
+        sim.Guest(load_balance="yes")  # type: ignore[arg-type]

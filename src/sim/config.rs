@@ -695,11 +695,31 @@ pub struct GuestConfig {
     /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
     /// before 4.10). Needs `pv.steal_time`.
     pub vcpu_is_preempted: bool,
+    /// The guest scheduler balances threads between its vCPUs
+    /// (kernel/sched/fair.c): `newidle_balance` when a vCPU runs out of
+    /// threads (skipped while its `avg_idle` < `migration_cost_ns`), and
+    /// the nohz idle balance a vCPU with two or more runnable threads kicks
+    /// from its tick, at most once per balance interval (`sd_weight` ms,
+    /// `sd_init`), pulling one cache-cold waiting thread to each idle vCPU.
+    /// False: threads move only at wake-up.
+    pub load_balance: bool,
+    /// `sysctl_sched_migration_cost` of the guest (ns): `task_hot` and the
+    /// `avg_idle` gate of `newidle_balance`.
+    pub migration_cost_ns: u64,
+    /// The guest's scheduler tick (ns): CONFIG_HZ (Kconfig.hz default HZ_250).
+    pub tick_ns: u64,
 }
 
 impl Default for GuestConfig {
     fn default() -> Self {
-        GuestConfig { lock_model: LockModel::Simple, pv_wait_early: WaitEarly::PrevHalted, vcpu_is_preempted: true }
+        GuestConfig {
+            lock_model: LockModel::Simple,
+            pv_wait_early: WaitEarly::PrevHalted,
+            vcpu_is_preempted: true,
+            load_balance: false,
+            migration_cost_ns: 500_000,
+            tick_ns: 4_000_000,
+        }
     }
 }
 
@@ -877,6 +897,12 @@ impl SimConfig {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
             check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
+            check(vm.guest.migration_cost_ns <= 1_000_000_000, || {
+                format!("{} must be <= 1e9", f("guest.migration_cost_ns"))
+            })?;
+            check((100_000..=1_000_000_000).contains(&vm.guest.tick_ns), || {
+                format!("{} must be in [100000, 1e9], got {}", f("guest.tick_ns"), vm.guest.tick_ns)
+            })?;
             let hp = &vm.halt_poll;
             check(hp.halt_poll_ns <= u32::MAX as u64, || {
                 format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.halt_poll_ns)

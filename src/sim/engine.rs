@@ -110,6 +110,8 @@ pub enum Ev {
     ThreadWake(u32, u32),
     Resched(u32, Why),
     Gang,
+    /// A guest tick of a VM with stacked threads: nohz idle balancing (`Guest.load_balance`).
+    GuestBalance(u32),
 }
 
 /// A queued event. `key` is (time, seq) as one 128-bit number: one integer
@@ -467,6 +469,8 @@ pub struct VcpuCounters {
     pub lock_steals: u64,
     pub osq_gave_up: u64,
     pub tlb_flush_skipped: u64,
+    /// Threads the guest's load balancing pulled onto this vCPU.
+    pub guest_pulls: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
@@ -520,6 +524,10 @@ pub struct Vcpu {
     /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
     /// written by the host (`Placement::PcpuIsIdleRfc*`).
     pub st_is_idle: bool,
+    /// Guest load balancing: when this vCPU went idle (`rq->idle_stamp`) and
+    /// its average idle period (`rq->avg_idle`).
+    pub idle_stamp: Option<Ns>,
+    pub avg_idle: Ns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -573,6 +581,8 @@ pub struct Thread {
     pub wake_gen: u32,
     /// When the current Lock phase began (its wait for the lock starts here).
     pub lock_wait_start: Ns,
+    /// When it last stopped running on a vCPU (`se.exec_start` for `task_hot`).
+    pub last_ran: Ns,
 }
 
 #[derive(Clone, Debug)]
@@ -614,6 +624,10 @@ pub struct Vm {
     pub spin_threshold_ns: Ns,
     /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
     pub halt_poll: HaltPollConfig,
+    /// Guest load balancing: a `GuestBalance` event is queued; the next
+    /// instant a nohz idle balance may run (`nohz.next_balance`).
+    pub lb_pending: bool,
+    pub nohz_next: Ns,
 }
 
 /// No vCPU (`Sim::pre_run_vcpu`).
@@ -844,6 +858,8 @@ impl Sim {
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
+                        idle_stamp: None,
+                        avg_idle: 2 * vmc.guest.migration_cost_ns,
                     });
                     sim.ready.push(false);
                 }
@@ -866,6 +882,7 @@ impl Sim {
                         pv_hashed: false,
                         wake_gen: 0,
                         lock_wait_start: 0,
+                        last_ran: 0,
                     });
                 }
                 let nlocks = vmc
@@ -916,6 +933,8 @@ impl Sim {
                     ple_ns: [(0, 0); 64],
                     spin_threshold_ns: spin_threshold_ns.max(1),
                     halt_poll,
+                    lb_pending: false,
+                    nohz_next: 0,
                 });
             }
         }
@@ -1069,6 +1088,7 @@ impl Sim {
             }
             Ev::Resched(cpu, why) => self.resched_event(cpu as usize, why),
             Ev::Gang => self.gang_switch(),
+            Ev::GuestBalance(vm) => self.guest_nohz_balance(vm as usize),
         }
     }
 

@@ -322,7 +322,11 @@ impl Sim {
                         let vc = &mut self.vcpus[v];
                         vc.cur = None;
                         vc.runq.push_back(t);
-                        self.threads[t as usize].state = TState::Ready;
+                        let th = &mut self.threads[t as usize];
+                        th.state = TState::Ready;
+                        th.last_ran = now;
+                        let vm = th.vm as usize;
+                        self.guest_balance_later(vm);
                     }
                 }
                 self.vcpu_step(v);
@@ -579,6 +583,15 @@ impl Sim {
                         t as usize
                     }
                     None => {
+                        let vm = self.vm_of(v);
+                        if self.vms[vm].cfg.guest.load_balance {
+                            if self.guest_newidle_balance(v) {
+                                continue;
+                            }
+                            if self.vcpus[v].idle_stamp.is_none() {
+                                self.vcpus[v].idle_stamp = Some(self.now);
+                            }
+                        }
                         self.guest_idle(v);
                         return;
                     }
@@ -633,6 +646,7 @@ impl Sim {
     fn block_current(&mut self, v: usize, t: usize) {
         self.vcpus[v].cur = None;
         self.threads[t].state = TState::Blocked;
+        self.threads[t].last_ran = self.now;
     }
 
     /// Next phase (and iteration bookkeeping).
@@ -1285,6 +1299,13 @@ impl Sim {
         let th = &mut self.threads[t];
         th.state = TState::Ready;
         th.vcpu = target as u32;
+        if self.vms[vm].cfg.guest.load_balance {
+            self.guest_idle_ends(target);
+            if !self.guest_idle_cpu(target) {
+                // the thread waits behind another: a later tick may balance
+                self.guest_balance_later(vm);
+            }
+        }
         self.vcpus[target].runq.push_back(t as u32);
         if self.vcpus[target].halted {
             self.vcpu_host_wake(target, reason);
@@ -1341,6 +1362,122 @@ impl Sim {
         let vm = self.vm_of(v);
         if self.vms[vm].cfg.pv.placement == Placement::PcpuIsIdleRfcCleared {
             self.vcpus[v].st_is_idle = false;
+        }
+    }
+
+    // ------------------------------------------- guest load balancing
+
+    /// `ttwu_do_wakeup`'s idle accounting: a thread arrives on a vCPU that
+    /// was idle since `idle_stamp`: `update_avg(&rq->avg_idle, delta)`
+    /// (1/8 weight), capped at 2 × the migration cost (`max_idle_balance_cost`
+    /// at its initial value).
+    fn guest_idle_ends(&mut self, c: usize) {
+        let vm = self.vm_of(c);
+        let cost = self.vms[vm].cfg.guest.migration_cost_ns;
+        let now = self.now;
+        let vc = &mut self.vcpus[c];
+        if let Some(since) = vc.idle_stamp.take() {
+            let delta = (now - since) as i64;
+            let avg = vc.avg_idle as i64;
+            vc.avg_idle = ((avg + (delta - avg) / 8).max(0) as Ns).min(2 * cost);
+        }
+    }
+
+    /// The first cache-cold waiting thread of the vCPU with the most waiting
+    /// threads (other than `dst`): `find_busiest_queue` by queue length, then
+    /// `detach_tasks` from the longest-waiting end, skipping `task_hot`
+    /// threads (stopped running less than the migration cost ago).
+    fn guest_busiest_thread(&self, vm: usize, dst: usize) -> Option<(usize, usize)> {
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let cost = self.vms[vm].cfg.guest.migration_cost_ns;
+        let mut best: Option<(usize, usize)> = None;
+        for c in v0..v0 + n {
+            let q = self.vcpus[c].runq.len();
+            // a queue with a waiting thread beside a running one (nr_running >= 2),
+            // or two waiting threads
+            let nr = q + usize::from(self.vcpus[c].cur.is_some());
+            if c == dst || q == 0 || nr < 2 || best.is_some_and(|(_, bq)| bq >= q) {
+                continue;
+            }
+            best = Some((c, q));
+        }
+        let (src, _) = best?;
+        let now = self.now;
+        let i = self.vcpus[src].runq.iter().position(|&t| now - self.threads[t as usize].last_ran >= cost)?;
+        Some((src, i))
+    }
+
+    /// Move waiting thread number `i` of `src`'s queue to `dst` (`detach_task` + `attach_task`).
+    fn guest_migrate(&mut self, src: usize, i: usize, dst: usize) {
+        let t = self.vcpus[src].runq.remove(i).expect("a queued thread") as usize;
+        self.threads[t].vcpu = dst as u32;
+        self.vcpus[dst].runq.push_back(t as u32);
+        self.vcpus[dst].c.guest_pulls += 1;
+    }
+
+    /// `newidle_balance` (kernel/sched/fair.c, 5.x): a vCPU about to go idle
+    /// pulls one waiting thread, unless its `avg_idle` is below the migration
+    /// cost (the kernel's guard against balancing for short idle periods).
+    fn guest_newidle_balance(&mut self, v: usize) -> bool {
+        let vm = self.vm_of(v);
+        if self.vcpus[v].avg_idle < self.vms[vm].cfg.guest.migration_cost_ns {
+            return false;
+        }
+        match self.guest_busiest_thread(vm, v) {
+            Some((src, i)) => {
+                self.guest_migrate(src, i, v);
+                self.vcpus[v].idle_stamp = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A thread waits behind another on a vCPU of `vm`: at the next guest
+    /// tick, `trigger_load_balance` → `nohz_balancer_kick` may run.
+    fn guest_balance_later(&mut self, vm: usize) {
+        if !self.vms[vm].cfg.guest.load_balance || self.vms[vm].lb_pending {
+            return;
+        }
+        let tick = self.vms[vm].cfg.guest.tick_ns;
+        self.vms[vm].lb_pending = true;
+        let at = (self.now / tick + 1) * tick;
+        self.push(at, Ev::GuestBalance(vm as u32));
+    }
+
+    /// A guest tick of a vCPU with two or more runnable threads: once the
+    /// balance interval has passed (`nohz.next_balance`; `sd_weight` ms for
+    /// the VM's one domain, `sd_init`), the kicked idle vCPU balances for
+    /// every idle vCPU (`nohz_idle_balance`): each pulls one cache-cold
+    /// waiting thread from the busiest queue and is woken (the reschedule
+    /// IPI of `attach_task`). Simplification: the kick's own IPI and the
+    /// balancing time are not charged; periodic balancing between busy
+    /// vCPUs is not modelled.
+    pub fn guest_nohz_balance(&mut self, vm: usize) {
+        self.vms[vm].lb_pending = false;
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let stacked = |s: &Self| (v0..v0 + n).any(|c| !s.vcpus[c].runq.is_empty());
+        if !stacked(self) {
+            return;
+        }
+        if self.now >= self.vms[vm].nohz_next {
+            self.vms[vm].nohz_next = self.now + n as Ns * 1_000_000;
+            for dst in v0..v0 + n {
+                if !self.guest_idle_cpu(dst) {
+                    continue;
+                }
+                let Some((src, i)) = self.guest_busiest_thread(vm, dst) else { break };
+                self.guest_idle_ends(dst);
+                self.guest_migrate(src, i, dst);
+                if self.vcpus[dst].halted {
+                    self.vcpu_host_wake(dst, WakeReason::Ipi);
+                } else if self.vcpus[dst].running.is_some() {
+                    self.poke(dst);
+                }
+            }
+        }
+        if stacked(self) {
+            self.guest_balance_later(vm);
         }
     }
 

@@ -396,3 +396,102 @@ fn before_5_19_a_halted_vcpu_reads_as_preempted_and_available_idle_cpu_refuses_i
     s.step_until(50_000).unwrap();
     assert!(s.vcpus[1].halted && !s.vcpus[1].st_preempted);
 }
+
+// ------------------------------------------------- guest load balancing
+
+/// One VM of `v` vCPUs pinned on `v` CPUs, `t` threads that compute 20 ms
+/// after a 1 ms sleep, the guest's load balancing on.
+fn guest_lb(v: u32, t: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: v, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            threads: t,
+            guest: GuestConfig { load_balance: true, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Sleep { ns: 1_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
+                    Phase::Compute { ns: 20_000_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// At 0.6 ms every thread sleeps and every vCPU is halted; queue threads
+/// 1 and 2 on vCPU 0 (stacked, woken), cold unless `hot`.
+fn stacked(c: &SimConfig, hot: bool) -> Sim {
+    let mut s = sim_of(c);
+    s.step_until(600_000).unwrap();
+    assert!((0..s.vcpus.len()).all(|v| s.vcpus[v].halted && s.guest_idle_cpu(v)));
+    assert!(s.now < 600_000);
+    s.now = 600_000; // nothing happens until the sleeps end at 1 ms
+    for t in [1usize, 2] {
+        let th = &mut s.threads[t];
+        th.wake_gen = th.wake_gen.wrapping_add(1); // its sleep timer is void
+        th.state = TState::Ready;
+        th.vcpu = 0;
+        th.last_ran = if hot { 500_000 } else { 0 };
+        s.advance(t); // past its sleep: the next phase computes
+        s.vcpus[0].runq.push_back(t as u32);
+    }
+    s.vcpu_host_wake(0, WakeReason::Ipi);
+    s
+}
+
+#[test]
+fn newidle_balance_pulls_a_cold_waiting_thread_unless_idle_periods_are_short() {
+    let c = guest_lb(3, 3);
+    // avg_idle starts at 2 x migration cost (1 ms): vCPU 1, about to idle, pulls
+    let mut s = stacked(&c, false);
+    assert_eq!(s.vcpus[1].avg_idle, 1_000_000);
+    assert!(s.guest_newidle_balance(1));
+    assert_eq!(s.vcpus[1].runq.front(), Some(&1));
+    assert_eq!((s.threads[1].vcpu, s.vcpus[1].c.guest_pulls), (1, 1));
+    // short idle periods (avg_idle < sysctl_sched_migration_cost): no newidle balance
+    let mut s = stacked(&c, false);
+    s.vcpus[1].avg_idle = 400_000;
+    assert!(!s.guest_newidle_balance(1));
+    // task_hot: a thread that ran less than the migration cost ago stays
+    let mut s = stacked(&c, true);
+    assert!(!s.guest_newidle_balance(1));
+    // update_avg: an idle period of 0.2 ms moves avg_idle 1/8 of the way
+    let mut s = sim_of(&c);
+    s.vcpus[2].idle_stamp = Some(0);
+    s.now = 200_000;
+    s.guest_idle_ends(2);
+    assert_eq!((s.vcpus[2].avg_idle, s.vcpus[2].idle_stamp), (1_000_000 - 100_000, None));
+}
+
+#[test]
+fn a_tick_of_a_stacked_vcpu_kicks_the_nohz_idle_balance_once_per_interval() {
+    let c = guest_lb(3, 3);
+    let mut s = stacked(&c, false);
+    s.guest_nohz_balance(0);
+    // one thread moves to the first idle vCPU, which is woken; vCPU 0 keeps one
+    assert_eq!((s.threads[1].vcpu, s.threads[2].vcpu), (1, 0));
+    assert!(!s.vcpus[1].halted && s.ready[1], "the pulling vCPU is woken");
+    assert_eq!(s.vcpus[1].c.guest_pulls + s.vcpus[2].c.guest_pulls, 1);
+    assert_eq!(s.vms[0].nohz_next, 600_000 + 3_000_000, "sd_weight ms");
+    // both threads then compute at the same time on two vCPUs
+    s.step_until(1_500_000).unwrap();
+    assert_eq!(s.vcpus[0].cur, Some(2));
+    assert_eq!(s.vcpus[1].cur, Some(1));
+    // before the interval has passed a tick balances nothing
+    let mut s = stacked(&c, false);
+    s.vms[0].nohz_next = 5_000_000;
+    s.guest_nohz_balance(0);
+    assert_eq!(s.threads[1].vcpu, 0);
+    assert!(s.vms[0].lb_pending, "the next guest tick looks again");
+    // without load balancing nothing moves: the thread waits on vCPU 0
+    let mut off = c.clone();
+    off.vms[0].guest.load_balance = false;
+    let mut s = stacked(&off, false);
+    s.step_until(1_500_000).unwrap();
+    assert_eq!((s.threads[1].vcpu, s.threads[2].vcpu), (0, 0));
+    assert_eq!(s.vcpus.iter().map(|v| v.c.guest_pulls).sum::<u64>(), 0);
+}

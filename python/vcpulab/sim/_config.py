@@ -1111,16 +1111,41 @@ class Guest(_Base):
             ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
             False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
             ``Pv.steal_time``. Default True.
+        load_balance: the guest scheduler balances its threads between its
+            vCPUs (kernel/sched/fair.c, 5.x): ``newidle_balance`` when a vCPU
+            runs out of threads pulls one waiting thread from the vCPU with
+            the most waiting threads, unless the vCPU's ``avg_idle`` (1/8-weight
+            average of its idle periods, capped at 2 × ``migration_cost_ns``)
+            is below ``migration_cost_ns``; and a guest tick of a vCPU with two
+            or more runnable threads kicks the nohz idle balance, at most once
+            per balance interval (``sd_weight`` ms for the VM's one domain,
+            ``sd_init`` in kernel/sched/topology.c), which pulls one thread to
+            each idle vCPU and wakes it. Threads that stopped running less than
+            ``migration_cost_ns`` ago stay (``task_hot``). Simplifications: one
+            domain spanning the VM, queue lengths instead of PELT loads, one
+            thread per pull, no balancing between busy vCPUs, the kick's IPI
+            and the balancing itself cost nothing. Default False (threads move
+            only at wake-up, as before the option).
+        migration_cost_ns: ``sysctl_sched_migration_cost`` of the guest, ns.
+            Default 500000 (kernel/sched/fair.c).
+        tick_ns: the guest's scheduler tick, ns (used by ``load_balance``).
+            Default 4000000 (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
     """
 
     lock_model: str = "simple"
     pv_wait_early: str = "prev_halted"
     vcpu_is_preempted: bool = True
+    load_balance: bool = field(default=False, metadata=_NEW)
+    migration_cost_ns: int = field(default=500_000, metadata=_NEW)
+    tick_ns: int = field(default=4_000_000, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "lock_model", ("simple", "kernel"))
         _choice(self, "pv_wait_early", ("prev_halted", "prev_halted_or_preempted"))
         _bool(self, "vcpu_is_preempted")
+        _bool(self, "load_balance")
+        _int(self, "migration_cost_ns", 0, 10**9)
+        _int(self, "tick_ns", 100_000, 10**9)
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,12 @@ _LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lo
 _WAIT_EARLY = _k("prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)")
 _NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
 _VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
+_GUEST_LB = _k(
+    True,
+    "",
+    "the guest's CFS balances its threads between its vCPUs: idle_balance/newidle_balance with the avg_idle >= "
+    "sysctl_sched_migration_cost gate, and nohz idle balancing kicked from a busy CPU's tick (kernel/sched/fair.c)",
+)
 _HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
 _HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
 _HP_GROW_START = _k(10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)")
@@ -392,6 +398,7 @@ ERA_2012 = Era(
         "lock_kind": _k("ticket", "", "ticket spinlocks in 3.x guests (pv ticketlocks came in v3.12, 2013)"),
         "policy": _k(P.dy_eligible(), "", "virt/kvm/kvm_main.c kvm_vcpu_on_spin with dy_eligible (v3.6, 2012)"),
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(0, 0),
 )
@@ -439,6 +446,7 @@ ERA_2015 = Era(
         "lock_model": _LOCKS_KERNEL,
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(0),
 )
@@ -518,6 +526,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             "lock_model": _LOCKS_KERNEL,
             "pv_wait_early": wait_early,
             "vcpu_is_preempted": _VCPU_PREEMPTED,
+            "load_balance": _GUEST_LB,
         },
         halt_poll_model=_hp_model(0),
     )
@@ -568,6 +577,7 @@ ERA_6X = Era(
         "lock_model": _LOCKS_KERNEL,
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(2),
 )
