@@ -451,11 +451,24 @@ def _yield_share_2012(ctx: Ctx, variant: str, seed: int) -> Config:
     return ctx.config(ctx.host(pcpus=32, affinity="all"), [vm], seed)
 
 
-def _pcpu_is_idle(ctx: Ctx, variant: str, seed: int) -> Config:
-    wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
-    vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": "available_idle" if variant == "base" else "pcpu_is_idle_rfc"})
-    host = ctx.host(pcpus=112, affinity="all")
-    return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
+def _pcpu_is_idle(kernel: str) -> Builder:
+    """The 2021 RFC's set-up (one 16-vCPU VM, 16 threads, an idle 112-CPU
+    host); ``kernel`` is the PARSEC program's synchronisation as the suite's
+    characterisation describes it (``_PARSEC_SYNC``): ``"barrier"`` (data-
+    parallel steps between barriers) or ``"lock_heavy"`` (fine-grained locks
+    and a barrier per step)."""
+
+    def build(ctx: Ctx, variant: str, seed: int) -> Config:
+        if kernel == "lock_heavy":
+            wl = presets.parsec_lock_heavy_like(iterations=ctx.count(100))
+        else:
+            wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
+        placement = "available_idle" if variant == "base" else "pcpu_is_idle_rfc"
+        vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": placement})
+        host = ctx.host(pcpus=112, affinity="all")
+        return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
+
+    return build
 
 
 def _boost_ready(vms: int) -> Builder:
@@ -613,6 +626,21 @@ _P2021 = [
     ("ocean_ncp", 36.1, 14.2),
     ("volrend", 134.6, 21.8),
 ]
+#: each program's synchronisation, after Bienia, Kumar, Singh, Li, "The PARSEC Benchmark Suite:
+#: Characterization and Architectural Implications", PACT 2008 (Princeton TR-811-08,
+#: http://www.cs.princeton.edu/research/techreps/TR-811-08): fluidanimate synchronises its
+#: particle cells with fine-grained locks and its steps with barriers; bodytrack and streamcluster
+#: are data-parallel with barrier-like steps; ocean_cp, ocean_ncp and volrend (SPLASH-2x: Woo et al.,
+#: "The SPLASH-2 Programs: Characterization and Methodological Considerations", ISCA 1995) separate
+#: their phases with barriers (volrend's task queues inside a frame are not modelled)
+_PARSEC_SYNC = {
+    "bodytrack": "barrier",
+    "fluidanimate": "lock_heavy",
+    "streamcluster": "barrier",
+    "ocean_cp": "barrier",
+    "ocean_ncp": "barrier",
+    "volrend": "barrier",
+}
 
 
 def _registry() -> list[Case]:
@@ -674,16 +702,22 @@ def _registry() -> list[Case]:
                 published=Published(_pct(base, new), f"{bench}: {base} -> {new} s", "s", base, new),
                 metric="wall_time_change",
                 era="2021-5.14",
-                build=_pcpu_is_idle,
+                build=_pcpu_is_idle(_PARSEC_SYNC[bench]),
                 measure="wall_ns",
                 varies=("pv.placement",),
                 setup="host 2 x 28 cores x 2 threads (112 CPUs, no SMT in the model), idle; one 16-vCPU VM, 16 threads; "
                 + _UNPINNED,
-                notes="one barrier kernel (presets.parsec_barrier_like, 40 steps of 0.5 ms) stands for every PARSEC "
-                "program, so the six rows share one simulated value",
-                limitation="the simulator has no host wake_affine placement or PARSEC kernels that differ; "
-                "pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
-                waits_for="#12, #13",
+                notes=(
+                    "fine-grained locks and a barrier per step (presets.parsec_lock_heavy_like, 100 steps)"
+                    if _PARSEC_SYNC[bench] == "lock_heavy"
+                    else "barrier steps (presets.parsec_barrier_like, 40 steps of 0.5 ms)"
+                )
+                + " after the program's synchronisation in the PARSEC characterisation (Bienia et al., PACT 2008); "
+                "the 5.14 host marks every blocked vCPU preempted (Pv.preempted_byte='every_put'), so "
+                "available_idle_cpu refuses halted vCPUs, which the RFC's is_idle byte accepts",
+                limitation="the programs' own phase lengths and thread counts beyond 16 are not modelled (the rows "
+                "of one kernel share a value); pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
+                waits_for="#13",
             )
         )
     # ---- halt polling (the one-CPU model)

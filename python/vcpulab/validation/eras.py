@@ -600,7 +600,8 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2021-5.14": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
-            "PARSEC-like kernels that differ (one barrier kernel stands for all), #13",
+            "PARSEC-like kernels of two kinds only (barrier steps; fine-grained locks), not each program's own "
+            "phases, #13",
         ),
         "6.x": ("the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",),
     }
