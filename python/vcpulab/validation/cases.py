@@ -388,8 +388,9 @@ def _yield_share(r: Mapping[str, Any]) -> float:
 
 
 def _cpu_c0(r: Mapping[str, Any]) -> float:
+    # the host CPU in C0: the vCPU threads' time and the host's wake-up path (halt_poll.Result.c0_ns)
     st = r["hp"]
-    return float(st["busy_ns"].sum()) / max(1, int(r["hp_end_ns"]))
+    return min(1.0, float(st["c0_ns"].sum()) / max(1, int(r["hp_end_ns"])))
 
 
 def _rtt_us(r: Mapping[str, Any]) -> float:
