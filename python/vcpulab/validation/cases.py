@@ -788,7 +788,8 @@ def _registry() -> list[Case]:
             era="2015-4.x",
             build=None,
             measure="cpu_c0",
-            limitation="the wake-up rate of an idle tickless guest is not published; a Timer rate would be invented",
+            limitation="the wake-up rate of an idle tickless guest is not published (its timers, RCU and "
+            "housekeeping set it); a Timer rate would be invented",
         ),
         Case(
             name="haltpoll2015_dynamic_vs_off_idle_nohz",
@@ -917,8 +918,11 @@ def _registry() -> list[Case]:
                     metric="throughput_change",
                     era="6.x",
                     build=None,
-                    limitation="the policy (IPI receiver tracking, priority tiers) is not in the simulator; it can be "
-                    "written as a Python policy, which vcpulab does not ship",
+                    limitation="the policy's filter (a confirmed IPI receiver of the spinner within a recency "
+                    "window, then a pending interrupt, then the preempted fallback; a relaxed second round) fits the "
+                    "Python policy protocol, but the window and the tracking (patches 1-7/9 of the series) were not "
+                    "read, and the source does not characterise dedup's or vips' IPI and lock pattern: a preset "
+                    "for either would be invented",
                 )
             )
     cases.append(
@@ -930,7 +934,9 @@ def _registry() -> list[Case]:
             metric="throughput_change",
             era="2019-5.x",
             build=None,
-            limitation="the simulator charges nothing for reading the preempted byte (no call-cost model)",
+            limitation="needs a cost per vcpu_is_preempted() call (the thunk's register saves) and a count of "
+            "calls: the simulator asks vcpu_is_preempted only at lock events and charges nothing for it, and "
+            "the source gives neither fio's call rate nor its lock pattern (only ~13 % of CPU in the call)",
         )
     )
     return cases
