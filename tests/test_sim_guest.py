@@ -218,3 +218,21 @@ def test_guest_load_balancing_unstacks_threads_and_is_off_by_default() -> None:
         sim.Guest(tick_ns=10)
     with pytest.raises(ValueError, match="Guest.load_balance"):
         sim.Guest(load_balance="yes")  # type: ignore[arg-type]
+
+
+def test_rwsem_sides_share_one_lock_and_ebizzy_can_model_mmap_sem_as_one() -> None:
+    w = sim.Workload(phases=(sim.Compute(10_000), sim.Lock(1, "rwsem_read", 1_000), sim.Lock(1, "rwsem_write", 5_000)))
+    assert sim.Config.from_json(sim.Config(vms=(sim.Vm(workload=w),)).to_json()).vms[0].workload == w
+    with pytest.raises(ValueError, match="lock_kind differs"):
+        sim.Workload(phases=(sim.Lock(1, "rwsem_read", 1_000), sim.Lock(1, "mutex", 1_000)))
+    with pytest.raises(ValueError, match="mmap_sem"):
+        presets.ebizzy_like(mmap_sem="rw")
+
+    def run(mmap_sem: bool | str) -> sim.Result:
+        vm = sim.Vm(vcpus=8, threads=16, workload=presets.ebizzy_like(lock_kind="pv_queued", mmap_sem=mmap_sem),
+                    guest=sim.Guest(lock_model="kernel"))
+        return sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=20 * MS, seed=2))
+
+    mutex, rw = run(True), run("rwsem")
+    assert rw.summary["throughput_ops_s"][0] > 0
+    assert not rw.vcpus.equals(mutex.vcpus)

@@ -543,6 +543,17 @@ pub enum LockKind {
     PvQueued,
     /// Sleeping mutex with optimistic spinning while the owner runs.
     Mutex,
+    /// A reader of a reader-writer semaphore (`down_read`, kernel/locking/rwsem.c).
+    RwsemRead,
+    /// A writer of a reader-writer semaphore (`down_write`).
+    RwsemWrite,
+}
+
+impl LockKind {
+    /// Either side of a reader-writer semaphore.
+    pub fn is_rwsem(self) -> bool {
+        matches!(self, LockKind::RwsemRead | LockKind::RwsemWrite)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -948,7 +959,8 @@ impl SimConfig {
                             format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns"))
                         })?;
                         if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
-                            check(k == lock_kind, || {
+                            // an rwsem's readers and writers share it
+                            check(k == lock_kind || (k.is_rwsem() && lock_kind.is_rwsem()), || {
                                 format!("{} differs from an earlier phase using lock {lock}", pf("lock_kind"))
                             })?;
                         } else {

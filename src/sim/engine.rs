@@ -583,6 +583,9 @@ pub struct Thread {
     pub lock_wait_start: Ns,
     /// When it last stopped running on a vCPU (`se.exec_start` for `task_hot`).
     pub last_ran: Ns,
+    /// Its Lock phase takes an rwsem for reading; a waiting reader was granted it.
+    pub rw_read: bool,
+    pub rw_granted: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -594,6 +597,8 @@ pub struct Lock {
     /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
     /// (a halted queue head is hashed; the unlock must kick it).
     pub slow: bool,
+    /// A reader-writer semaphore's active readers (its writer is `holder`).
+    pub readers: u32,
 }
 
 pub struct Vm {
@@ -883,6 +888,8 @@ impl Sim {
                         wake_gen: 0,
                         lock_wait_start: 0,
                         last_ran: 0,
+                        rw_read: false,
+                        rw_granted: false,
                     });
                 }
                 let nlocks = vmc
@@ -899,11 +906,14 @@ impl Sim {
                         waiters: VecDeque::new(),
                         acquisitions: 0,
                         slow: false,
+                        readers: 0,
                     })
                     .collect();
                 for ph in &vmc.workload.phases {
                     if let Phase::Lock { lock, lock_kind, .. } = ph {
-                        locks[*lock as usize].kind = super::guest::effective_lock_kind(*lock_kind, vmc);
+                        // an rwsem's lock is the semaphore; each phase says which side it takes
+                        let kind = if lock_kind.is_rwsem() { LockKind::RwsemWrite } else { *lock_kind };
+                        locks[*lock as usize].kind = super::guest::effective_lock_kind(kind, vmc);
                     }
                 }
                 let policy = make_policy(group, vmc)?;

@@ -700,9 +700,11 @@ impl Sim {
                 th.rem = d;
                 th.step = Step::Work { kernel: mode == super::config::Mode::Kernel, hold: None };
             }
-            Phase::Lock { lock, hold_ns, dist, .. } => {
+            Phase::Lock { lock, lock_kind, hold_ns, dist, .. } => {
                 let d = self.sample(hold_ns, dist);
                 self.threads[t].rem = d;
+                self.threads[t].rw_read = lock_kind == LockKind::RwsemRead;
+                self.threads[t].rw_granted = false;
                 self.threads[t].spun = 0;
                 self.threads[t].pv_halted = false;
                 self.threads[t].pv_hashed = false;
@@ -795,6 +797,9 @@ impl Sim {
     }
 
     fn lock_try(&mut self, vm: usize, lock: usize, t: usize) -> bool {
+        if self.vms[vm].locks[lock].kind.is_rwsem() {
+            return self.rwsem_try(vm, lock, t, true);
+        }
         let l = &mut self.vms[vm].locks[lock];
         let free_for_me = match l.kind {
             LockKind::Tas | LockKind::Mutex => l.holder.is_none(),
@@ -833,6 +838,9 @@ impl Sim {
     fn await_lock(&mut self, v: usize, t: usize, lock: u32) -> Flow {
         let vm = self.threads[t].vm as usize;
         let kernel = self.vms[vm].cfg.guest.lock_model == LockModel::Kernel;
+        if self.vms[vm].locks[lock as usize].kind.is_rwsem() {
+            return self.await_rwsem(v, t, lock as usize);
+        }
         if kernel && self.vms[vm].locks[lock as usize].kind == LockKind::PvQueued {
             return self.await_pv_qspinlock(v, t, lock as usize);
         }
@@ -896,12 +904,18 @@ impl Sim {
                     Flow::Again
                 }
             }
+            // await_rwsem runs these (checked at the top)
+            LockKind::RwsemRead | LockKind::RwsemWrite => self.await_rwsem(v, t, lock as usize),
         }
     }
 
     fn lock_release(&mut self, v: usize, t: usize, lock: usize) -> Flow {
         let vm = self.threads[t].vm as usize;
         let kind = self.vms[vm].locks[lock].kind;
+        if kind.is_rwsem() {
+            self.rwsem_release(vm, lock, t);
+            return Flow::Again;
+        }
         self.vms[vm].locks[lock].holder = None;
         if kind == LockKind::PvQueued && self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
             return self.pv_qspinlock_unlock(v, vm, lock);
@@ -950,6 +964,8 @@ impl Sim {
                     }
                 }
             }
+            // rwsem_release runs these (checked at the top)
+            LockKind::RwsemRead | LockKind::RwsemWrite => {}
         }
         Flow::Again
     }
@@ -977,7 +993,7 @@ impl Sim {
         let vm = self.vm_of(v);
         let mut pokes = Vec::new();
         for l in &self.vms[vm].locks {
-            if l.kind == LockKind::Mutex && l.holder == Some(h) {
+            if matches!(l.kind, LockKind::Mutex | LockKind::RwsemWrite) && l.holder == Some(h) {
                 for &w in &l.waiters {
                     if self.spinning_now(w as usize) {
                         pokes.push(self.threads[w as usize].vcpu as usize);
@@ -987,6 +1003,121 @@ impl Sim {
         }
         for p in pokes {
             self.poke(p);
+        }
+    }
+
+    // ------------------------------------------- reader-writer semaphores
+
+    /// `down_read_trylock` / `down_write_trylock` (kernel/locking/rwsem.c,
+    /// 5.x): a reader takes it while no writer holds it and, at its fast
+    /// path (`fast`), nobody waits (`RWSEM_FLAG_WAITERS` sends readers to the
+    /// slow path); a writer takes it when neither a writer nor a reader holds it.
+    fn rwsem_try(&mut self, vm: usize, lock: usize, t: usize, fast: bool) -> bool {
+        let read = self.threads[t].rw_read;
+        let l = &mut self.vms[vm].locks[lock];
+        let ok = if read {
+            l.holder.is_none() && (!fast || l.waiters.is_empty())
+        } else {
+            l.holder.is_none() && l.readers == 0 && (!fast || l.waiters.is_empty())
+        };
+        if ok {
+            if read {
+                l.readers += 1;
+            } else {
+                l.holder = Some(t as u32);
+            }
+            l.acquisitions += 1;
+            if let Some(i) = l.waiters.iter().position(|&w| w as usize == t) {
+                l.waiters.remove(i);
+            }
+        }
+        ok
+    }
+
+    /// A waiter in `rwsem_down_read_slowpath` / `rwsem_down_write_slowpath`:
+    /// granted by a wake-up (`rwsem_mark_wake`), or takes the semaphore if
+    /// it is free for its side; else it spins optimistically while a writer
+    /// owns it and runs (`rwsem_optimistic_spin` → `rwsem_spin_on_owner`:
+    /// `owner_on_cpu`, through the OSQ with the kernel lock model), and
+    /// sleeps otherwise. Simplifications: a reader-owned semaphore is not
+    /// spun on (5.x writers spin on readers for a bounded time), and a
+    /// sleeping waiter does not retry before a wake-up grants it.
+    fn await_rwsem(&mut self, v: usize, t: usize, lock: usize) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        let granted =
+            std::mem::take(&mut self.threads[t].rw_granted) || self.vms[vm].locks[lock].holder == Some(t as u32);
+        if granted || self.rwsem_try(vm, lock, t, false) {
+            self.record_lock_wait(vm, t);
+            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+            return Flow::Again;
+        }
+        let holder = self.vms[vm].locks[lock].holder.map(|h| h as usize);
+        if holder.is_some_and(|h| self.owner_on_cpu(vm, h)) {
+            let kernel = self.vms[vm].cfg.guest.lock_model == LockModel::Kernel;
+            if kernel && self.osq_prev_preempted(vm, lock, t) {
+                self.vcpus[v].c.osq_gave_up += 1;
+                self.block_current(v, t);
+                return Flow::Again;
+            }
+            self.start_spin(v, false);
+            return Flow::Started;
+        }
+        self.block_current(v, t);
+        Flow::Again
+    }
+
+    /// `up_read` / `up_write`: the last reader out, or the writer, wakes
+    /// the waiters (`rwsem_wake` → `rwsem_mark_wake`): a spinning waiter if
+    /// there is one (it takes the semaphore itself), else the first
+    /// sleeper — a writer alone, or, if it is a reader, every waiting
+    /// reader (up to `MAX_READERS_WAKEUP` = 256), each granted it.
+    fn rwsem_release(&mut self, vm: usize, lock: usize, t: usize) {
+        let l = &mut self.vms[vm].locks[lock];
+        if l.holder == Some(t as u32) {
+            l.holder = None;
+        } else {
+            debug_assert!(l.readers > 0, "an rwsem reader releases a semaphore no reader holds");
+            l.readers = l.readers.saturating_sub(1);
+            if l.readers > 0 {
+                return;
+            }
+        }
+        if let Some(w) = self.vms[vm].locks[lock].waiters.iter().copied().find(|&w| self.spinning_now(w as usize)) {
+            let wv = self.threads[w as usize].vcpu as usize;
+            self.poke(wv);
+            return;
+        }
+        let Some(&first) = self.vms[vm].locks[lock].waiters.front() else { return };
+        let wake: Vec<u32> = if self.threads[first as usize].rw_read {
+            self.vms[vm].locks[lock]
+                .waiters
+                .iter()
+                .copied()
+                .filter(|&w| self.threads[w as usize].rw_read)
+                .take(256)
+                .collect()
+        } else {
+            vec![first]
+        };
+        for w in wake {
+            let w = w as usize;
+            let l = &mut self.vms[vm].locks[lock];
+            if let Some(i) = l.waiters.iter().position(|&x| x as usize == w) {
+                l.waiters.remove(i);
+            }
+            if self.threads[w].rw_read {
+                l.readers += 1;
+                self.threads[w].rw_granted = true;
+            } else {
+                l.holder = Some(w as u32);
+            }
+            l.acquisitions += 1;
+            if self.threads[w].state == TState::Blocked {
+                self.wake_thread(w, WakeReason::Ipi);
+            } else {
+                let wv = self.threads[w].vcpu as usize;
+                self.poke(wv);
+            }
         }
     }
 
@@ -1194,7 +1325,7 @@ impl Sim {
                         }
                     }
                 }
-                LockKind::Mutex if osq_checks => {
+                LockKind::Mutex | LockKind::RwsemWrite if osq_checks => {
                     if let Some(&n) =
                         l.waiters.iter().skip(pos + 1).find(|&&w| self.threads[w as usize].state == TState::Current)
                     {

@@ -827,7 +827,7 @@ class HaltPoll(_Base):
 # ---------------------------------------------------------------------- phases
 
 DISTS = ("fixed", "exp", "uniform")
-LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex")
+LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
 
 
 def _phase_common(obj: Any) -> None:
@@ -869,8 +869,14 @@ class Lock(_Base):
     (spin SPIN_THRESHOLD iterations, then halt until kicked; the kick
     directed-yields to the kicked vCPU, [K5]), ``"mutex"`` (optimistic
     spinning while the owner is on a CPU and, with steal time, not preempted;
-    otherwise sleep). Simplified: no lock stealing for queued kinds; the PV
-    predecessor check happens when a waiter (re)starts spinning.
+    otherwise sleep), ``"rwsem_read"`` / ``"rwsem_write"`` (the two sides of
+    one reader-writer semaphore, kernel/locking/rwsem.c, 5.x: readers share
+    it while no writer holds it — a newcomer reader waits if anyone waits —,
+    a writer needs it free; a waiter spins while a writer owns it and runs,
+    else sleeps; the last reader out or the writer wakes a spinning waiter, or
+    the first sleeper — a writer alone, or every waiting reader). Simplified:
+    no lock stealing for queued kinds; the PV predecessor check happens when a
+    waiter (re)starts spinning; nobody spins on a reader-owned semaphore.
 
     Attributes:
         lock: lock id within the VM, 0..1023. Default 0.
@@ -1056,7 +1062,8 @@ class Workload(_Base):
         kinds: dict[int, str] = {}
         for i, p in enumerate(self.phases):
             if isinstance(p, Lock):
-                if kinds.setdefault(p.lock, p.lock_kind) != p.lock_kind:
+                first = kinds.setdefault(p.lock, p.lock_kind)
+                if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
                     raise ValueError(f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}")
         if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")

@@ -265,7 +265,9 @@ class Ctx:
         """``w`` with the era's guest kernel: its spinlock kind for every
         spinlock phase (mutexes stay mutexes) and its workload constants."""
         phases = tuple(
-            dataclasses.replace(p, lock_kind=self.lock_kind) if isinstance(p, Lock) and p.lock_kind != "mutex" else p
+            dataclasses.replace(p, lock_kind=self.lock_kind)
+            if isinstance(p, Lock) and p.lock_kind != "mutex" and not p.lock_kind.startswith("rwsem")
+            else p
             for p in w.phases
         )
         return dataclasses.replace(w, phases=phases, **self.era.values("workload"))
@@ -997,7 +999,7 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
                     got.setdefault(f"workload.{k}", []).append(getattr(vm.workload, k))
                 got.setdefault("guest.policy", []).append(vm.policy)
                 for p in vm.workload.phases:
-                    if isinstance(p, Lock) and p.lock_kind != "mutex":
+                    if isinstance(p, Lock) and p.lock_kind != "mutex" and not p.lock_kind.startswith("rwsem"):
                         got.setdefault("guest.lock_kind", []).append(p.lock_kind)
         elif isinstance(cfg, hp.Scenario):
             for k in era.values("halt_poll_model"):
