@@ -49,6 +49,10 @@ def test_guest_config_validates_and_round_trips() -> None:
         sim.Pv(icr_write_ns=-1)
     with pytest.raises(ValueError, match="Pv.preempted_byte"):
         sim.Pv(preempted_byte="always")
+    with pytest.raises(ValueError, match="Pv.yield_single_task_bailout"):
+        sim.Pv(yield_single_task_bailout=0)  # type: ignore[arg-type]
+    pre513 = sim.Config(vms=(sim.Vm(pv=sim.Pv(yield_single_task_bailout=False)),))
+    assert sim.Config.from_json(pre513.to_json()) == pre513
     # a new option left at its default stays out of the JSON (old configs keep their hash)
     old = sim.Config(vms=(sim.Vm(),))
     assert "preempted_byte" not in old.to_json()

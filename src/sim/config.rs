@@ -467,6 +467,12 @@ pub struct PvConfig {
     /// When the host writes the steal-time `preempted` byte (what the
     /// guest's `vcpu_is_preempted` reads).
     pub preempted_byte: PreemptedByte,
+    /// `kvm_sched_yield` (PV kick yield, PV sched yield) gives up at once
+    /// while the yielder is alone on its CPU (`single_task_running()`; "KVM:
+    /// X86: Bail out of direct yield in case of under-committed scenarios",
+    /// Wanpeng Li, 2021, v5.13); false: hosts before it, which always call
+    /// `kvm_vcpu_yield_to`.
+    pub yield_single_task_bailout: bool,
 }
 
 /// When `kvm_arch_vcpu_put` sets the steal-time `preempted` byte ([K4]).
@@ -502,6 +508,7 @@ impl Default for PvConfig {
             send_ipi: false,
             icr_write_ns: 0,
             preempted_byte: PreemptedByte::InstructionBoundary,
+            yield_single_task_bailout: true,
         }
     }
 }

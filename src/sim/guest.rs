@@ -1141,7 +1141,8 @@ impl Sim {
     pub fn kvm_sched_yield(&mut self, v: usize, target: usize, t: &mut Ns) -> bool {
         self.vcpus[v].c.directed_yield_attempted += 1;
         let cpu = self.vcpus[v].running.unwrap() as usize;
-        if self.nr_running(cpu) == 1 || !self.ready[target] || target == v {
+        let bailout = self.vms[self.vm_of(v)].cfg.pv.yield_single_task_bailout;
+        if (bailout && self.nr_running(cpu) == 1) || !self.ready[target] || target == v {
             return false;
         }
         let ok = self.yield_to(v, target, t) > 0;

@@ -595,3 +595,26 @@ fn rwsem_runs_live_and_its_acquisitions_add_up() {
     assert!(s.threads.iter().all(|t| t.iters > 100));
     assert!(shared > 0, "readers held it together");
 }
+
+#[test]
+fn before_5_13_kvm_sched_yield_boosts_a_waiting_target_even_from_an_idle_queue() {
+    // 3 vCPUs round robin on 2 CPUs: vCPU 1 runs alone on CPU 1, vCPUs 0 and 2
+    // share CPU 0, so one of them is ready and waiting there
+    for bailout in [true, false] {
+        let mut c = locks(3, 2, LockKind::PvQueued, 1_000);
+        c.vms[0].workload.phases =
+            vec![Phase::Compute { ns: 50_000_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 }];
+        c.vms[0].pv.yield_single_task_bailout = bailout;
+        let mut s = sim_of(&c);
+        s.step_until(1_000_000).unwrap();
+        let waiting = if s.vcpus[0].running.is_some() { 2 } else { 0 };
+        assert!(s.ready[waiting] && s.vcpus[1].running.is_some() && s.nr_running(1) == 1);
+        let mut t = s.now;
+        let ok = s.kvm_sched_yield(1, waiting, &mut t);
+        assert_eq!(s.vcpus[1].c.directed_yield_attempted, 1);
+        // 5.13+: single_task_running() on the yielder's CPU ends it at once; before,
+        // yield_to boosts the target on its own queue (CPU 0 runs two tasks: no -ESRCH)
+        assert_eq!(ok, !bailout, "bailout {bailout}");
+        assert_eq!(s.vcpus[1].c.directed_yield_successful, u64::from(!bailout));
+    }
+}

@@ -723,6 +723,13 @@ class Pv(_Base):
             as preempted until it enters the guest again, and
             ``available_idle_cpu`` refuses every halted vCPU). Default
             ``"instruction_boundary"``.
+        yield_single_task_bailout: ``kvm_sched_yield`` (the KICK_CPU yield
+            and PV sched yield) gives up at once while the yielder is alone
+            on its host CPU (``single_task_running()``; "KVM: X86: Bail out of
+            direct yield in case of under-committed scenarios", Wanpeng Li,
+            2021, v5.13). False: hosts before it, which always try
+            ``kvm_vcpu_yield_to`` (it can still boost a target waiting on
+            another CPU's queue). Default True.
     """
 
     steal_time: bool = True
@@ -738,9 +745,11 @@ class Pv(_Base):
     send_ipi: bool = False
     icr_write_ns: int = 0
     preempted_byte: str = field(default="instruction_boundary", metadata=_NEW)
+    yield_single_task_bailout: bool = field(default=True, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "preempted_byte", ("instruction_boundary", "every_put"))
+        _bool(self, "yield_single_task_bailout")
         for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
             _bool(self, name)
         _int(self, "icr_write_ns", 0, 10**9)

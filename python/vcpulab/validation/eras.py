@@ -475,10 +475,25 @@ _PREEMPTED_BOUNDARY = _k(
 )
 
 
-def _pv_5x_on(preempted_byte: Param = _PREEMPTED_BOUNDARY) -> dict[str, Param]:
+_YIELD_BAILOUT = _k(
+    True,
+    "",
+    "kvm_sched_yield returns at once when single_task_running() ('KVM: X86: Bail out of direct yield in case of "
+    "under-committed scenarios', Wanpeng Li, 2021, v5.13; arch/x86/kvm/x86.c)",
+)
+_NO_YIELD_BAILOUT = _k(
+    False,
+    "",
+    "kvm_sched_yield called kvm_vcpu_yield_to whenever the target was ready (266e85a5ec91 / the PV sched yield of "
+    "v5.2); the single_task_running() bail-out came in v5.13 (2021)",
+)
+
+
+def _pv_5x_on(preempted_byte: Param = _PREEMPTED_BOUNDARY, bailout: Param = _YIELD_BAILOUT) -> dict[str, Param]:
     """The pv features of a 5.x-and-later guest on KVM (every switch on)."""
     return {
         "preempted_byte": preempted_byte,
+        "yield_single_task_bailout": bailout,
         "steal_time": _STEAL,
         "sched_yield": _SCHED_YIELD,
         "apicv": _APICV,
@@ -501,7 +516,9 @@ def _halt_poll_block_time(shrink: Param) -> dict[str, Param]:
     }
 
 
-def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param) -> Era:
+def _era_5x(
+    name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param, bailout: Param
+) -> Era:
     return Era(
         name=name,
         kernel=kernel,
@@ -517,7 +534,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             **_host_model(True, busy_factor, _IDLE_SKX),
         },
         ple=_ple_dynamic(),
-        pv=_pv_5x_on(_PREEMPTED_EVERY_PUT),
+        pv=_pv_5x_on(_PREEMPTED_EVERY_PUT, bailout),
         halt_poll=_halt_poll_block_time(_HP_SHRINK_OLD),
         workload=_workload(_SPIN_SKL),
         guest={
@@ -544,6 +561,7 @@ ERA_2019 = _era_5x(
         "75437bb304b2 'locking/pvqspinlock: Don't wait if vCPU is preempted' (2019): pv_wait_early also on "
         "vcpu_is_preempted(prev); the 2019 guests ran with it until its revert 89340d0935c9 (Oct 2019, 5.4 and stable)",
     ),
+    _NO_YIELD_BAILOUT,
 )
 ERA_2021 = _era_5x(
     "2021-5.14",
@@ -552,6 +570,7 @@ ERA_2021 = _era_5x(
     _a(2_000_000, "kHz", "2.0 GHz, a 28-core Cascade Lake Xeon's nominal clock; the source gives no clock"),
     16,
     _WAIT_EARLY,
+    _YIELD_BAILOUT,
 )
 ERA_6X = Era(
     name="6.x",
