@@ -240,3 +240,22 @@ def test_rwsem_sides_share_one_lock_and_ebizzy_can_model_mmap_sem_as_one() -> No
     mutex, rw = run(True), run("rwsem")
     assert rw.summary["throughput_ops_s"][0] > 0
     assert not rw.vcpus.equals(mutex.vcpus)
+
+
+def test_ipi_aware_candidate_selection_is_an_upstream_option() -> None:
+    """The 2025 IPI-aware RFC as an upstream option: off by default (and out of
+    the JSON), on it changes an IPI-bound overcommitted run (the rule itself
+    is tested on hand-built states in src/sim/policy.rs)."""
+    assert "ipi_aware" not in sim.Config(vms=(sim.Vm(),)).to_json()
+    with pytest.raises(ValueError, match="Policy.ipi_aware"):
+        P.upstream(ipi_aware="yes")  # type: ignore[arg-type]
+
+    def run(aware: bool) -> sim.Result:
+        wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Ipi(0, 2_000, prob=0.3)))
+        vm = sim.Vm(vcpus=16, count=2, workload=wl, policy=P.upstream(ipi_aware=aware),
+                    pv=sim.Pv(apicv=False, sched_yield=False))
+        return sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1))
+
+    off, on = run(False), run(True)
+    assert not on.vcpus.equals(off.vcpus)
+    assert on.summary["yield_ok"][0] > 0

@@ -374,6 +374,12 @@ pub struct PolicyConfig {
     pub name: String,
     /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
     pub candidate_gate: CandidateGate,
+    /// Upstream: IPI-aware candidate selection (Wanpeng Li's RFC, "[PATCH v2
+    /// 8/9] KVM: Implement IPI-aware directed yield candidate selection", Dec
+    /// 2025, not merged): a candidate that has not yet handled an IPI from
+    /// the spinner passes the in-kernel filter; a scan that boosts nobody is
+    /// followed by a relaxed round that checks `vcpu->preempted` only.
+    pub ipi_aware: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -396,6 +402,7 @@ impl Default for PolicyConfig {
             kernel_filter: true,
             name: String::new(),
             candidate_gate: CandidateGate::Ready,
+            ipi_aware: false,
         }
     }
 }

@@ -614,6 +614,16 @@ class Policy(_Base):
             interrupts": preempted, or woken from a halt and not yet running)
             or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
             woken vCPU that has not run yet is not a candidate).
+        ipi_aware: upstream: IPI-aware candidate selection, after Wanpeng
+            Li's RFC ("[PATCH v2 8/9] KVM: Implement IPI-aware directed yield
+            candidate selection", 18 Dec 2025, not merged,
+            https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a
+            candidate that has not yet handled an IPI the spinner's thread
+            sent passes the in-kernel filter (``kvm_vcpu_is_ipi_receiver``;
+            "recent" = still pending: the RFC's recency window, patches 1-7,
+            is not modelled), then pending interrupts and the preempted
+            fallback as upstream; a scan that boosts nobody is followed by a
+            relaxed round that asks ``vcpu->preempted`` only. Default False.
         name: Python policies: the callable's name (the key it travels under).
         fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
             serialised, travels beside the JSON.
@@ -627,10 +637,12 @@ class Policy(_Base):
     name: str = ""
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
     candidate_gate: str = "ready"
+    ipi_aware: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "kind", POLICY_KINDS)
         _choice(self, "candidate_gate", ("ready", "preempted"))
+        _bool(self, "ipi_aware")
         _int(self, "esrch_budget", 0, U32_MAX)
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")

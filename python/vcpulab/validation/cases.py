@@ -920,11 +920,10 @@ def _registry() -> list[Case]:
                     metric="throughput_change",
                     era="6.x",
                     build=None,
-                    limitation="the policy's filter (a confirmed IPI receiver of the spinner within a recency "
-                    "window, then a pending interrupt, then the preempted fallback; a relaxed second round) fits the "
-                    "Python policy protocol, but the window and the tracking (patches 1-7/9 of the series) were not "
-                    "read, and the source does not characterise dedup's or vips' IPI and lock pattern: a preset "
-                    "for either would be invented",
+                    limitation="the policy is sim.policies.upstream(ipi_aware=True) (a pending IPI receiver of "
+                    "the spinner passes the in-kernel filter; a relaxed second round; the RFC's recency window, "
+                    "patches 1-7/9, not modelled), but the source does not characterise dedup's or vips' IPI and "
+                    "lock pattern (simlarge, 16 vCPUs per VM): a preset for either would be invented",
                 )
             )
     cases.append(
