@@ -555,7 +555,7 @@ class Host(_Base):
     wakeup_preemption: bool = True
     next_buddy: str = "eligible"
     yield_penalty: str = "vruntime"
-    yield_scope: str = "run_queue"
+    yield_scope: str = field(default="run_queue", metadata=_NEW)
     affinity: str = "pinned"
     gang_slice_ns: int = 4_000_000
     tsc_khz: int = 2_100_000
