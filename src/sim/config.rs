@@ -62,20 +62,41 @@ pub enum Scheduler {
 pub enum NextBuddy {
     /// The hint is always honoured (CFS before v6.6).
     Always,
-    /// Honoured only if the target is EEVDF-eligible (PICK_BUDDY, ~v6.12+).
+    /// Honoured only if the target is EEVDF-eligible (sched_feat(PICK_BUDDY),
+    /// on by default since 2a77e4be12cb, v6.14; kernel/sched/fair.c pick_next_entity).
     Eligible,
-    /// Never honoured (v6.6-~6.11: NEXT_BUDDY off by default).
+    /// Never honoured (v6.6-v6.13: ->next is picked only under NEXT_BUDDY, off by default).
     Never,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum YieldPenalty {
-    /// First EEVDF: the yielder's deadline moves one slice forward.
+    /// First EEVDF (147f3efaa241, v6.6, to v6.18): yield_task_fair moves the
+    /// yielder's deadline one slice forward.
     Deadline,
-    /// Newer EEVDF: an eligible yielder's vruntime jumps to its deadline, then
-    /// the deadline moves one slice forward.
+    /// Newer EEVDF (79104becf42b "sched/fair: Forfeit vruntime on yield",
+    /// v6.19; stable 6.12.63, 6.18.2): an eligible yielder's vruntime jumps
+    /// to its deadline, then the deadline moves one slice forward.
     Vruntime,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum YieldScope {
+    /// All threads share the CPU's one fair run queue (no task groups): the
+    /// yield penalty reorders the yielder against every task of its CPU.
+    RunQueue,
+    /// Each VM's threads are in their own task group (libvirt's per-VM
+    /// machine.slice scope; autogroup per session). yield_task_fair acts on
+    /// task_cfs_rq(curr), the VM's own queue, and returns early when the CPU
+    /// runs one task (rq->nr_running == 1), so the penalty reorders the
+    /// yielder only among its own VM's threads; set_next_buddy walks the
+    /// whole hierarchy, so the next buddy still acts where VMs compete.
+    /// Simplified (one flat queue): the penalty applies when every other
+    /// runnable task of the CPU is a vCPU of the yielder's VM (then the flat
+    /// queue is the group's queue), and not at all otherwise.
+    VmGroup,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +151,9 @@ pub struct HostConfig {
     pub next_buddy: NextBuddy,
     /// What a yield costs the yielder (EEVDF).
     pub yield_penalty: YieldPenalty,
+    /// Which run queue the yield penalty acts on (EEVDF): the CPU's whole
+    /// queue, or only the yielder's VM's task group.
+    pub yield_scope: YieldScope,
     /// Placement of the vCPU threads on the host CPUs.
     pub affinity: Affinity,
     /// Gang-scheduling slice, ns.
@@ -341,6 +365,7 @@ impl Default for HostConfig {
             wakeup_preemption: true,
             next_buddy: NextBuddy::Eligible,
             yield_penalty: YieldPenalty::Vruntime,
+            yield_scope: YieldScope::RunQueue,
             affinity: Affinity::Pinned,
             gang_slice_ns: 4_000_000,
             tsc_khz: 2_100_000,

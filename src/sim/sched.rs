@@ -12,7 +12,7 @@
 //! no cgroup hierarchy; no RUN_TO_PARITY slice protection; ticks are
 //! synchronous unless `Host.tick_skew`.
 
-use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty};
+use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty, YieldScope};
 use super::engine::*;
 use super::policy::ESRCH;
 use super::trace::TraceRec;
@@ -518,17 +518,35 @@ impl Sim {
             return 1;
         }
         self.update_curr(a);
-        let vs = self.vslice(me_task);
-        let elig = self.eligible(a, me_task);
-        let tk = &mut self.tasks[me_task];
-        if self.cfg.host.yield_penalty == YieldPenalty::Vruntime && elig {
-            tk.vruntime = tk.vruntime.max(tk.deadline);
+        if self.cfg.host.yield_scope == YieldScope::RunQueue || self.yield_stays_in_vm_group(a, me_task) {
+            let vs = self.vslice(me_task);
+            let elig = self.eligible(a, me_task);
+            let tk = &mut self.tasks[me_task];
+            if self.cfg.host.yield_penalty == YieldPenalty::Vruntime && elig {
+                tk.vruntime = tk.vruntime.max(tk.deadline);
+            }
+            tk.deadline += vs;
         }
-        tk.deadline += vs;
         // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
         self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
         self.vcpus[me].c.yield_ok += 1;
         1
+    }
+
+    /// `Host.yield_scope = "vm_group"`: whether yield_task_fair's penalty
+    /// on `me` (curr of `cpu`) reorders it only among its own VM's threads,
+    /// so that the flat queue may carry it: false when `me` runs alone
+    /// (yield_task_fair returns at rq->nr_running == 1) or when another
+    /// runnable task of the CPU is not a vCPU of the same VM (the penalty
+    /// stays in the VM's group queue and does not reach where they compete).
+    fn yield_stays_in_vm_group(&self, cpu: usize, me: usize) -> bool {
+        let vm_of = |t: u32| match self.tasks[t as usize].kind {
+            TaskKind::Vcpu(v) => Some(self.vcpus[v as usize].vm),
+            _ => None,
+        };
+        let mine = vm_of(me as u32);
+        let q = &self.rqs[cpu].queue;
+        !q.is_empty() && q.iter().all(|&t| vm_of(t) == mine)
     }
 
     /// Reserve both run-queue locks for `hold` ns at the earliest instant at
@@ -699,3 +717,7 @@ impl Sim {
         self.trace.push(TraceRec { pcpu: cpu as u32, start_ns: start, end_ns: self.now, vm, vcpu, why: why.name() });
     }
 }
+
+#[cfg(test)]
+#[path = "sched_tests.rs"]
+mod tests;

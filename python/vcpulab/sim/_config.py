@@ -409,11 +409,24 @@ class Host(_Base):
         wakeup_preemption: a woken, eligible task with an earlier deadline
             preempts curr. Default True (kernel). Simplified: no RUN_TO_PARITY.
         next_buddy: effect of yield_to's next-buddy hint: ``"always"`` (CFS
-            before v6.6), ``"eligible"`` (PICK_BUDDY, ~v6.12+; default) or
-            ``"never"`` (v6.6-~6.11). Spec §1.5.
-        yield_penalty: ``"vruntime"`` (newer EEVDF: an eligible yielder's
-            vruntime jumps to its deadline, deadline += slice; default) or
-            ``"deadline"`` (v6.6: deadline += slice). Spec §1.5.
+            before v6.6), ``"eligible"`` (sched_feat(PICK_BUDDY), on since
+            2a77e4be12cb, v6.14; default) or ``"never"`` (v6.6-v6.13: ->next
+            picked only under NEXT_BUDDY, off by default). Spec §1.5.
+        yield_penalty: ``"vruntime"`` (79104becf42b "sched/fair: Forfeit
+            vruntime on yield", v6.19, stable 6.12.63 / 6.18.2: an eligible
+            yielder's vruntime jumps to its deadline, deadline += slice;
+            default) or ``"deadline"`` (147f3efaa241, v6.6-v6.18: deadline +=
+            slice). Spec §1.5.
+        yield_scope: where the EEVDF yield penalty acts. ``"run_queue"``
+            (default): all threads share the CPU's one fair queue, so the
+            penalty reorders the yielder against every task of its CPU.
+            ``"vm_group"``: each VM's threads are in their own task group
+            (libvirt's per-VM machine.slice scope; autogroup per session);
+            yield_task_fair acts on task_cfs_rq(curr) and returns when the
+            CPU runs one task, while set_next_buddy walks the whole
+            hierarchy. Simplified on the flat queue: the penalty applies when
+            every other runnable task of the CPU is a vCPU of the yielder's
+            VM, and not at all otherwise.
         affinity: vCPU threads ``"pinned"`` one per CPU slot in a seeded,
             balanced random order (default), ``"round_robin"`` (vCPU g on CPU
             g mod P), or ``"all"`` (unpinned: placed at wake-up on the previous
@@ -542,6 +555,7 @@ class Host(_Base):
     wakeup_preemption: bool = True
     next_buddy: str = "eligible"
     yield_penalty: str = "vruntime"
+    yield_scope: str = field(default="run_queue", metadata=_NEW)
     affinity: str = "pinned"
     gang_slice_ns: int = 4_000_000
     tsc_khz: int = 2_100_000
@@ -576,6 +590,7 @@ class Host(_Base):
         _bool(self, "wakeup_preemption")
         _choice(self, "next_buddy")
         _choice(self, "yield_penalty")
+        _choice(self, "yield_scope")
         _choice(self, "affinity")
         _int(self, "gang_slice_ns")
         _int(self, "tsc_khz")

@@ -585,14 +585,35 @@ ERA_2021 = _era_5x(
 )
 ERA_6X = Era(
     name="6.x",
-    kernel="Linux 6.12+ (EEVDF with PICK_BUDDY, the 2025 last_boosted fix)",
+    kernel="Linux 6.19+ (EEVDF: PICK_BUDDY since v6.14, forfeit-on-yield since v6.19 and stable 6.12.63 / 6.18.2; "
+    "the 2025 last_boosted fix)",
     hardware="current Xeons (Sapphire Rapids class)",
     host={
         "tick_ns": _TICK,
         "base_slice_ns": _SLICE,
         "wakeup_preemption": _WAKE,
-        "next_buddy": _k("eligible", "", "sched_feat(PICK_BUDDY) honours an eligible ->next (~v6.12, kernel/sched/fair.c)"),
-        "yield_penalty": _k("vruntime", "", "newer yield_task_fair: an eligible yielder's vruntime jumps to its deadline"),
+        "next_buddy": _k(
+            "eligible",
+            "",
+            "kernel/sched/fair.c pick_next_entity(): sched_feat(PICK_BUDDY) (default on) takes an eligible ->next, "
+            "2a77e4be12cb 'sched/fair: Untangle NEXT_BUDDY and pick_next_task()' (v6.14; before it, v6.6-v6.13, "
+            "->next was picked only under NEXT_BUDDY, off by default)",
+        ),
+        "yield_penalty": _k(
+            "vruntime",
+            "",
+            "kernel/sched/fair.c yield_task_fair(): an eligible yielder's vruntime jumps to its deadline, deadline += "
+            "slice, 79104becf42b 'sched/fair: Forfeit vruntime on yield' (v6.19; stable 6.12.63, 6.18.2; before it, "
+            "from 147f3efaa241 in v6.6, only deadline += slice)",
+        ),
+        "yield_scope": _a(
+            "vm_group",
+            "",
+            "each VM's threads in their own task group: libvirt runs a VM in its own cgroup "
+            "(machine.slice/machine-qemu-N-name.scope, per-vCPU groups under it; 'Control Groups Resource "
+            "Management', libvirt project, https://libvirt.org/cgroups.html), and yield_task_fair() acts on "
+            "task_cfs_rq(curr) while set_next_buddy() walks the hierarchy (kernel/sched/fair.c)",
+        ),
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
         **_host_model(False, 16, _IDLE_SKX),
