@@ -627,10 +627,11 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2019-5.x": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
-            "an ebizzy-like guest in the sources' regime: the preset's one VM-wide spinlock (2 us held per 17 us) "
-            "serialises 80 vCPUs, so 2-3 such VMs leave 80 CPUs 70-82 % idle and a kicked or woken vCPU runs at "
-            "once; the sources' guests were CPU-bound and IPI-bound (d73eb57b80b9's profile: 72 % in "
-            "smp_call_function_many), #13",
+            "ebizzy -M's shootdown stalls at the sources' size: the derived preset (presets.ebizzy_no_mmap_like: "
+            "one record, one TLB-shootdown IPI to all others) saturates the host, but its base variants spend "
+            "14-49 % of vCPU time in IPI/lock waits at 2-3 VMs where d73eb57b80b9's guest profile shows 72 % in "
+            "smp_call_function_many, and its per-VM baselines are 2-3x the published ones (2800 and 1800 "
+            "records/s), #13",
         ),
         "2021-5.14": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
