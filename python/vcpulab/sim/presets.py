@@ -103,12 +103,17 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
     * ``Lock(0, lock_kind, 2_000)``: one mm spinlock section per record
       (page allocator / LRU locks of the faults and the free), 2 µs held —
       the hold and the count per record are carried over from
-      :func:`ebizzy_like` and are **not derived**: the sources give neither
-      (the count depends on ebizzy's chunk size and the kernel's pagevec
-      and per-cpu page batches). With 3.73 ms records this lock is lightly
+      :func:`ebizzy_like` and are **not derived**. The count could be
+      (128 faulted and 128 freed pages per record against the 2019 kernel's
+      15-page pagevecs for the LRU lock and per-cpu page batches for the
+      zone lock: of the order of 10-20 acquisitions), but the hold times
+      cannot: the sources do not give them, so no number is put here. With 3.73 ms records this lock is lightly
       contended (80 × 2 µs / 3.73 ms ≈ 4 % per VM).
     * ``Ipi(targets=0, handler_ns=1_000, prob=1.0, tlb_flush=True)``: one
-      TLB shootdown to all other vCPUs per record (the trim of each free),
+      TLB shootdown to all other vCPUs per record (the trim of each free:
+      ebizzy's default chunk is ``record_size * 64 * 1024`` = 512 KiB = 128
+      pages, above glibc's 128 KiB ``M_TRIM_THRESHOLD`` and above x86's
+      ``tlb_single_page_flush_ceiling`` of 33 pages, so one full-flush round),
       flush handler 1 µs (:func:`ebizzy_like`'s handler; the round's
       send/deliver/exit costs are the cost profile's). The sources ran the
       boost tests with PV TLB flush off (Wanpeng Li, 2019-07-12, "I disable

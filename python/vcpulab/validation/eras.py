@@ -631,7 +631,9 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "one record, one TLB-shootdown IPI to all others) saturates the host, but its base variants spend "
             "14-49 % of vCPU time in IPI/lock waits at 2-3 VMs where d73eb57b80b9's guest profile shows 72 % in "
             "smp_call_function_many, and its per-VM baselines are 2-3x the published ones (2800 and 1800 "
-            "records/s), #13",
+            "records/s); the 'ready' gate and the queue-head yield act on vCPUs woken from halts (pv-spinlock "
+            "waiters, kicks), which needs ebizzy -M's mm spinlock sections per record (LRU/zone lock batches: "
+            "counts follow from kernel constants, hold times are not published), #13",
         ),
         "2021-5.14": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
