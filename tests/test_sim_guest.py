@@ -4,6 +4,8 @@ hand-built states in src/sim/guest_tests.rs)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 import pytest
 
@@ -259,3 +261,35 @@ def test_ipi_aware_candidate_selection_is_an_upstream_option() -> None:
     off, on = run(False), run(True)
     assert not on.vcpus.equals(off.vcpus)
     assert on.summary["yield_ok"][0] > 0
+
+
+def test_ebizzy_no_mmap_preset_is_one_record_with_one_shootdown_to_all_others() -> None:
+    # each number of the 2019 ebizzy -M preset as its docstring derives it
+    w = presets.ebizzy_no_mmap_like()
+    assert presets.EBIZZY_2019_RECORD_NS == round(80 * 0.65 / 21443 * 1e9) == 2_425_034
+    compute, lock, ipi = w.phases
+    assert (compute.ns, compute.dist) == (presets.EBIZZY_2019_RECORD_NS, "fixed")
+    assert (lock.lock_kind, lock.hold_ns, lock.prob) == ("pv_queued", 2_000, 1.0)
+    assert (ipi.targets, ipi.prob, ipi.tlb_flush, ipi.handler_ns) == (0, 1.0, True, 1_000)
+    # -M: mmap_sem is only taken for reading, so no sleeping lock
+    assert not any(getattr(p, "lock_kind", "").startswith(("mutex", "rwsem")) for p in w.phases)
+    assert presets.by_name("ebizzy_no_mmap_like") == w
+
+
+def test_ebizzy_no_mmap_reproduces_its_anchor_and_only_overcommit_adds_ipi_waits() -> None:
+    # the not-overcommitted anchor (1 x 80 vCPUs on 40 SMT cores, 21443 records/s) comes back, and the
+    # shootdown waits appear only when a second VM shares the host
+    from vcpulab import validation as V
+
+    out = {}
+    for n in (1, 2):
+        c = V.case(f"boost_ready2019_ebizzy_{n}vm")
+        cfg = c.build(c.ctx(V.COSTS["hardware"]), "base", 0)
+        r = sim.run(dataclasses.replace(cfg, duration_ns=40_000_000))
+        vc = r.vcpus
+        running = sum(vc[k].sum() for k in ("useful_ns", "spin_ns", "ple_ns", "exit_ns"))
+        out[n] = (r.summary["throughput_ops_s"][0] / n, (vc["spin_ns"].sum() + vc["ple_ns"].sum()) / running)
+    assert out[1][0] == pytest.approx(21443, rel=0.05)
+    assert out[1][1] < 0.01
+    assert out[2][0] < 0.7 * out[1][0]
+    assert out[2][1] > 0.05

@@ -645,13 +645,22 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2015-4.x": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            "halt_poll.max_ns: the era uses today's x86 KVM_HALT_POLL_NS_DEFAULT (200000); 2015-2016 kernels had "
+            "a larger one (commit 14ebda33, 'KVM: x86: reduce default value of halt_poll_ns parameter', v4.6-rc; "
+            "Ubuntu 16.04's 4.4 kernel defaults to 400000 ns: Launchpad bug #1724614, 'Lower the default for "
+            "halt_poll_ns to 200000 ns', 2017, https://bugs.launchpad.net/ubuntu/+source/linux/+bug/1724614); "
+            "the v4.3 header (arch/x86/include/asm/kvm_host.h) was not readable here, so the value is not "
+            "changed, #13",
         ),
         "2019-5.x": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
-            "an ebizzy-like guest in the sources' regime: the preset's one VM-wide spinlock (2 us held per 17 us) "
-            "serialises 80 vCPUs, so 2-3 such VMs leave 80 CPUs 70-82 % idle and a kicked or woken vCPU runs at "
-            "once; the sources' guests were CPU-bound and IPI-bound (d73eb57b80b9's profile: 72 % in "
-            "smp_call_function_many), #13",
+            "ebizzy -M's shootdown stalls at the sources' size: the derived preset (presets.ebizzy_no_mmap_like: "
+            "one record, one TLB-shootdown IPI to all others) saturates the host, but its base variants spend "
+            "14-49 % of vCPU time in IPI/lock waits at 2-3 VMs where d73eb57b80b9's guest profile shows 72 % in "
+            "smp_call_function_many, and its per-VM baselines are 2-3x the published ones (2800 and 1800 "
+            "records/s); the 'ready' gate and the queue-head yield act on vCPUs woken from halts (pv-spinlock "
+            "waiters, kicks), which needs ebizzy -M's mm spinlock sections per record (LRU/zone lock batches: "
+            "counts follow from kernel constants, hold times are not published), #13",
         ),
         "2021-5.14": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
