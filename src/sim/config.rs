@@ -195,11 +195,24 @@ pub struct HostNoise {
     pub vmm_io_hz: f64,
     /// Mean length of one VMM I/O burst, ns.
     pub vmm_io_ns: u64,
+    /// Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
+    /// `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson
+    /// process and lag). 1 (the default): one task per CPU whose arrivals
+    /// join the work it already has. Many short tasks that each ran little
+    /// keep their lag and preempt at each wake-up; one task carrying all of
+    /// them does not. Source: a measurement here, the number of short tasks
+    /// `/proc/<pid>/task/<tid>/schedstat` counts over a run (docs/twins.md).
+    #[serde(skip_serializing_if = "is_one_u32")]
+    pub kthreads_per_cpu: u32,
+}
+
+fn is_one_u32(x: &u32) -> bool {
+    *x == 1
 }
 
 impl Default for HostNoise {
     fn default() -> Self {
-        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 }
+        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000, kthreads_per_cpu: 1 }
     }
 }
 
@@ -620,6 +633,25 @@ pub struct WorkloadConfig {
     pub spin_iter_cycles: u64,
     /// SPIN_THRESHOLD of the PV queued lock, iterations.
     pub spin_threshold: u64,
+    /// Thread 0 of each VM runs these phases instead of `phases` (empty, the
+    /// default: every thread runs `phases`). An initiator beside responders,
+    /// e.g. a ping-pong: thread 0 `[Compute, Send{to: 1}, Recv]`, the others
+    /// `[Recv, Compute, Send{to: 1}]`. Only compute, sleep, barrier, send and
+    /// receive phases (locks and IPIs are set up from `phases`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub thread0_phases: Vec<Phase>,
+}
+
+impl WorkloadConfig {
+    /// The phases guest thread `idx` of its VM runs.
+    #[inline]
+    pub fn phases_for(&self, idx: u32) -> &[Phase] {
+        if idx == 0 && !self.thread0_phases.is_empty() {
+            &self.thread0_phases
+        } else {
+            &self.phases
+        }
+    }
 }
 
 impl Default for WorkloadConfig {
@@ -634,6 +666,7 @@ impl Default for WorkloadConfig {
             guest_slice_ns: 4_000_000,
             spin_iter_cycles: 40,
             spin_threshold: 32_768,
+            thread0_phases: Vec::new(),
         }
     }
 }
@@ -722,6 +755,46 @@ pub const MAX_PCPUS: u32 = 4096;
 pub const MAX_VCPUS_TOTAL: u64 = 65_536;
 pub const MAX_PHASES: usize = 256;
 
+/// `workload.thread0_phases`: what thread 0 may run instead of `phases`.
+fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
+    let ph = &vm.workload.thread0_phases;
+    if ph.is_empty() {
+        return Ok(());
+    }
+    let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };
+    check(ph.len() <= MAX_PHASES, || format!("vms[{i}].workload.thread0_phases must hold <= {MAX_PHASES} phases"))?;
+    check(threads >= 2, || format!("vms[{i}].workload.thread0_phases needs >= 2 guest threads, got {threads}"))?;
+    let mut any_work = false;
+    for (j, p) in ph.iter().enumerate() {
+        let pf = |name: &str| format!("vms[{i}].workload.thread0_phases[{j}].{name}");
+        let pr = p.prob();
+        check((0.0..=1.0).contains(&pr), || format!("{} must be in [0, 1], got {pr}", pf("prob")))?;
+        match p {
+            Phase::Compute { ns, .. } | Phase::Sleep { ns, .. } => {
+                check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
+                if let Phase::Sleep { ns, dist, periodic: true, .. } = p {
+                    check(*ns > 0 && *dist == Dist::Fixed, || {
+                        format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
+                    })?;
+                }
+                any_work |= *ns > 0 && pr >= 1.0;
+            }
+            Phase::Send { to, .. } => {
+                check(*to >= 1 && *to < threads, || format!("{} must be in [1, threads), got {to}", pf("to")))?;
+            }
+            Phase::Barrier { .. } | Phase::Recv { .. } => {}
+            Phase::Lock { .. } | Phase::Ipi { .. } => {
+                return Err(format!(
+                    "vms[{i}].workload.thread0_phases[{j}]: only compute, sleep, barrier, send and recv phases"
+                ));
+            }
+        }
+    }
+    check(any_work, || {
+        format!("vms[{i}].workload.thread0_phases must take time (a compute or sleep phase with ns > 0 and prob 1)")
+    })
+}
+
 fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     if cond {
         Ok(())
@@ -792,6 +865,9 @@ impl SimConfig {
                 format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
             })?;
         }
+        check((1..=64).contains(&n.kthreads_per_cpu), || {
+            format!("host.noise.kthreads_per_cpu must be in [1, 64], got {}", n.kthreads_per_cpu)
+        })?;
         let c = &h.cfs;
         for (name, v) in [
             ("latency_ns", c.latency_ns),
@@ -932,6 +1008,7 @@ impl SimConfig {
             let has_recv = w.phases.iter().any(|p| matches!(p, Phase::Recv { .. }));
             let has_send = w.phases.iter().any(|p| matches!(p, Phase::Send { .. }));
             check(!has_recv || has_send, || format!("{}: a recv phase needs a send phase", f("workload.phases")))?;
+            check_thread0_phases(i, vm)?;
         }
         Ok(())
     }
