@@ -840,19 +840,32 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
 
 
 def _sim_ipi_rtt_ns(res: sim.Result) -> float | None:
-    """The median round trip of an IpiPingPong twin from its trace: vCPU 0
-    halts right after its IPI, so each of its intervals that ended in a
-    blocking halt at ``h``, followed by its next interval at ``r``, is one round
-    trip ``r − h`` (the reply's wake-ups and the responder's path). Not the
-    iteration latency minus the gap: the real gap is RDTSC (wall) time, the
-    twin's a Compute that other tasks stretch. Rounds a halt poll caught leave
-    no halt in the trace and are not counted (with polling on, the median of
-    the blocked rounds); None without a trace or a blocked round."""
+    """The median round trip of an IpiPingPong twin. vCPU 0 halts right after
+    its IPI, so each round trip is one of its halts:
+
+    * a halt that blocked: from the trace, its interval that ended in the
+      blocking halt at ``h`` and its next interval at ``r`` give ``r − h``,
+      plus the mean failed poll before blocking (``halt_poll_fail_ns`` over
+      the blocked halts; 0 with polling off);
+    * a halt a poll caught (no halt in the trace: the vCPU stays on its CPU):
+      the mean successful poll (``halt_poll_success_ns`` /
+      ``halt_successful_poll``), once per such halt.
+
+    Not the iteration latency minus the gap: the real gap is RDTSC (wall)
+    time, the twin's a Compute that other tasks stretch. Simplification: the
+    polls' per-halt lengths are their means. None without a trace or a halt.
+    """
     if res.trace is None:
         return None
     t = res.trace.filter((pl.col("vm") == 0) & (pl.col("vcpu") == 0)).sort("start_ns")
     st, en, why = t["start_ns"].to_numpy(), t["end_ns"].to_numpy(), t["why"].to_list()
-    rtt = [float(st[i + 1]) - float(en[i]) for i in range(len(st) - 1) if why[i] == "halt"]
+    blocked = [float(st[i + 1]) - float(en[i]) for i in range(len(st) - 1) if why[i] == "halt"]
+    v0 = res.vcpus.row(0, named=True)
+    n_succ = int(v0["halt_successful_poll"])
+    fail = float(v0["halt_poll_fail_ns"]) / len(blocked) if blocked else 0.0
+    rtt = [b + fail for b in blocked]
+    if n_succ > 0:
+        rtt += [float(v0["halt_poll_success_ns"]) / n_succ] * n_succ
     return float(np.median(rtt)) if rtt else None
 
 
