@@ -46,7 +46,7 @@ def python_api(cycles: int, exits: int) -> dict[str, float]:
         v = vm.create_vcpu(0)
         v.start(prog)
         t = time.perf_counter()
-        r = v.run_until("io", count=exits, port=0x80, timeout=120)
+        r = v.run_until("io", count=exits, port=0x80, timeout_s=120)
         rust_loop = exits / (time.perf_counter() - t)
         assert r.matches == exits
 
@@ -54,7 +54,7 @@ def python_api(cycles: int, exits: int) -> dict[str, float]:
         t = time.perf_counter()
         n = 0
         while n < exits:
-            e = v.run(timeout=10)
+            e = v.run(timeout_s=10)
             if e.kind == "io" and e.port == 0x80:
                 n += 1
         py_loop = exits / (time.perf_counter() - t)

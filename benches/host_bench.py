@@ -31,6 +31,10 @@ HOST_OPTIONS["all"] = {
     "threads_per_core": 2,
     "wake_placement": "select_task_rq_fair",
     "load_balance": True,
+    "start_placement": "shuffled",
+    # bench values that exercise the cold-migration path (no era turns it on)
+    "migration_cold_core_ns": 10_000,
+    "migration_cold_llc_ns": 100_000,
 }
 
 
@@ -49,15 +53,16 @@ def bench_speed(quick: bool, repeat: int) -> None:
     cases = [("fair", "off")]
     if hasattr(sim, "HostNoise"):
         cases += [("fair", "time+noise"), ("fair", "all"), ("cfs", "off"), ("cfs", "time+noise"), ("cfs", "all")]
-    for sched, opt in cases:
+    cases = [(s, o, "pinned") for s, o in cases] + [("fair", "off", "all"), ("fair", "all", "all"), ("cfs", "all", "all")]
+    for sched, opt, aff in cases:
         best = float("inf")
         for _ in range(repeat):
-            cfg = config(sched, opt, "pinned", dur)
+            cfg = config(sched, opt, aff, dur)
             t = time.thread_time()
             r = sim.run(cfg)
             best = min(best, time.thread_time() - t)
         ev = int(r.summary["events"][0])
-        print(f"speed 8x20 pinned {sched:4} {opt:11}: {dur / 1e9 / best:.3f} simulated s per CPU s "
+        print(f"speed 8x20 {aff:6} {sched:4} {opt:11}: {dur / 1e9 / best:.3f} simulated s per CPU s "
               f"({ev:,} events, {r.summary['ple_exits'][0]:,} PLE exits)", flush=True)  # fmt: skip
 
 

@@ -91,7 +91,7 @@ class Soak:
 
             def go(v: Any = v) -> None:
                 try:
-                    v.run_until("ucall", timeout=rng.uniform(0.01, 0.3))
+                    v.run_until("ucall", timeout_s=rng.uniform(0.01, 0.3))
                 except Exception:  # noqa: BLE001 - timeouts, closed VM: expected
                     pass
 
@@ -131,14 +131,14 @@ class Soak:
 
             def guest() -> None:
                 try:
-                    v.run_program(timeout=3.0)
+                    v.run_program(timeout_s=3.0)
                 except Exception:  # noqa: BLE001
                     pass
 
             t = threading.Thread(target=guest, daemon=True)
             t.start()
             try:
-                vm.msi_ping(v, prog, 0x40, rounds, rng.uniform(0, 200), timeout=2.0)
+                vm.msi_ping(v, prog, 0x40, rounds, rng.uniform(0, 200), timeout_s=2.0)
             finally:
                 vm.close()
                 t.join(3.0)
@@ -147,8 +147,8 @@ class Soak:
         w = rng.choice([experiment.Spin(), experiment.SpinLock(kind=rng.choice(["tas", "ticket"])),
                         experiment.MsiPingPong(rounds=20, gap_us=50)])  # fmt: skip
         vcpus = 1 if isinstance(w, experiment.MsiPingPong) else rng.randint(1, 3)
-        experiment.run(w, vcpus=vcpus, pcpus=[rng.choice([0, 1])], duration=rng.uniform(0.05, 0.3),
-                       sample_every=rng.choice([None, 0.01]), host=self.host)  # fmt: skip
+        experiment.run(w, vcpus=vcpus, pcpus=[rng.choice([0, 1])], duration_s=rng.uniform(0.05, 0.3),
+                       sample_every_s=rng.choice([None, 0.01]), host=self.host)  # fmt: skip
 
     def act_sweep(self, rng: random.Random) -> None:
         base = sim.Config(host=sim.Host(pcpus=rng.randint(1, 8)), vms=(sim.Vm(vcpus=rng.randint(1, 16)),),
@@ -164,7 +164,7 @@ class Soak:
             sim.sweep(base, grid, threads=rng.randint(1, 4), progress=False, results=rng.random() < 0.3)
 
     def act_halt_poll(self, rng: random.Random) -> None:
-        hp.run(hp.Scenario(hp.Params(halt_poll_ns=rng.choice([0, 50_000, 200_000])),
+        hp.run(hp.Scenario(sim.HaltPoll(policy="block-time", max_ns=rng.choice([0, 50_000, 200_000])),
                            vcpus=(hp.Message(gap_ns=rng.randint(1_000, 500_000)),),
                            rounds=rng.randint(10, 2_000), seed=rng.randint(0, 2**32)))  # fmt: skip
 
@@ -172,7 +172,7 @@ class Soak:
         bad: list[Callable[[], Any]] = [
             lambda: self.host.create_vm(-1),
             lambda: sim.sweep(sim.Config(), {"seed": [0]}, threads=10**6, progress=False),
-            lambda: experiment.run(experiment.Spin(), vcpus=300, duration=0.1),
+            lambda: experiment.run(experiment.Spin(), vcpus=300, duration_s=0.1),
             lambda: hp.run(hp.Scenario(rounds=-1)),
             lambda: sim.Config().with_path("vms.-1.vcpus", 2),
         ]

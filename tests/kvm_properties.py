@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from vcpulab import calibrate, experiment
 from vcpulab.kvm import PROGRAMS, Host
+from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 # --------------------------------------------------------------------------- strategies
@@ -187,7 +188,7 @@ def prop_vcpu(ops: list[tuple[str, Any, Any, Any, Any]], program: str) -> None:
                 if op == "run":
                     call(lambda: v.run(timeout), dl + 0.1)
                 elif op == "run_until":
-                    call(lambda: v.run_until(kind, count=a if isinstance(a, int) and 0 < a < 5 else a, port=b if b is None or isinstance(b, int) else b, timeout=timeout), dl + 0.1)  # noqa: E501
+                    call(lambda: v.run_until(kind, count=a if isinstance(a, int) and 0 < a < 5 else a, port=b if b is None or isinstance(b, int) else b, timeout_s=timeout), dl + 0.1)  # noqa: E501
                 elif op == "run_program":
                     call(lambda: v.run_program(timeout), dl + 0.1)
                 elif op == "set_regs":
@@ -227,13 +228,13 @@ def prop_msi_ping(vector: Any, count: Any, gap_us: Any, timeout: Any, halts_befo
             if run_guest:
                 def guest() -> None:
                     try:
-                        v.run_program(timeout=2.0)
+                        v.run_program(timeout_s=2.0)
                     except Exception:  # noqa: BLE001 - ends when the VM closes or the pings stop
                         pass
 
                 t = threading.Thread(target=guest, daemon=True)
                 t.start()
-            call(lambda: vm.msi_ping(v, prog, vector, count, gap_us, timeout=timeout, halts_before=halts_before),
+            call(lambda: vm.msi_ping(v, prog, vector, count, gap_us, timeout_s=timeout, halts_before=halts_before),
                  deadline_of(timeout, 0.0) + 0.1)  # fmt: skip
             vm.close()
             if t is not None:
@@ -276,8 +277,8 @@ def prop_experiment(wv: Any, duration: Any, sample_every: Any, poll_every: Any, 
     workload, vcpus = wv
     with NoLeak():
         dl = deadline_of(duration) + experiment.GRACE_S + 2.0
-        call(lambda: experiment.run(workload, vcpus=vcpus, duration=duration, sample_every=sample_every,
-                                    poll_every=poll_every, vms=vms, pcpus=pcpus, host=HOST), dl)  # fmt: skip
+        call(lambda: experiment.run(workload, vcpus=vcpus, duration_s=duration, sample_every_s=sample_every,
+                                    poll_every_s=poll_every, vms=vms, pcpus=pcpus, host=HOST), dl)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- calibrate (validation only)
@@ -327,7 +328,7 @@ def prop_halt_poll_model(policy: str, halt_poll_ns: Any, gap_ns: Any, rounds: An
                          idle: Any, hz: Any, seed: Any) -> None:  # fmt: skip
     def go() -> Any:
         sc = hp.Scenario(
-            hp.Params(policy=policy, halt_poll_ns=halt_poll_ns),
+            sim.HaltPoll(policy=policy, max_ns=halt_poll_ns),
             vcpus=(hp.Message(gap_ns=gap_ns), hp.Timer(hz=hz)),
             background=None if busy is None else hp.Background(busy_ns=busy, idle_ns=idle),
             rounds=rounds,
@@ -353,7 +354,7 @@ def main() -> int:
     faulthandler.dump_traceback_later(args.watchdog, exit=True)
     # one-time, process-wide resources (polars' and the sampler's lazily opened
     # files and pools) are made here, so that the checks see only leaks
-    experiment.run(experiment.Spin(), vcpus=1, pcpus=[0], duration=0.01, host=HOST)
+    experiment.run(experiment.Spin(), vcpus=1, pcpus=[0], duration_s=0.01, host=HOST)
     hp.run(hp.Scenario(rounds=10))
     for prop in PROPS:
         if args.only and prop.__name__ != args.only:

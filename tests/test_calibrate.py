@@ -20,6 +20,7 @@ import pytest
 
 from vcpulab import calibrate
 from vcpulab.kvm import Host
+from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 ROUNDS = 200
@@ -158,7 +159,7 @@ def test_cost_fit_from_synthetic_cells() -> None:
     rows = []
     for gap in (20, 50, 100):
         for mx in (0, 200_000):
-            r = hp.run(hp.Scenario(hp.Params(vm_max_ns=mx), vcpus=(hp.Message(gap * 1000),), costs=truth, rounds=300))
+            r = hp.run(hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=mx), vcpus=(hp.Message(gap * 1000),), costs=truth, rounds=300))
             s = r.stats.row(0, named=True)
             rows.append({"gap_us": float(gap), "max_poll_ns": mx, "real_rtt_median_us": s["rtt_median_us"],
                          "real_success_frac": s["success_frac"], **{f"real_{k}": s[k] for k in hp.STAT_COLUMNS}})  # fmt: skip

@@ -71,7 +71,7 @@ def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
         fair = 100 - (100 - float(m.group(1))) / 2
         assert all(abs(s - fair) <= 20 for s in steal), r.stdout
 
-    remeasure(lambda: vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--seconds", "0.5"), check,
+    remeasure(lambda: vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--duration-s", "0.5"), check,
               quality=lambda r: _PrintedQuality(r.stdout))  # fmt: skip
 
 
@@ -79,7 +79,7 @@ def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
     "args,message",
     [
         (["kvm", "steal", "--vcpus", "0"], "positive integer"),
-        (["kvm", "steal", "--seconds", "abc"], "positive number"),
+        (["kvm", "steal", "--duration-s", "abc"], "positive number"),
         (["kvm", "steal", "--pcpus", "999-999"], "may use only"),
         (["kvm", "steal", "--pcpus", "1"], "ambiguous"),
         (["bogus"], "invalid choice"),

@@ -1,88 +1,137 @@
-"""The simulator's configuration is defined twice — the serde structs in
-src/sim/config.rs (which validate and run it) and the frozen dataclasses in
-python/vcpulab/sim/_config.py (which users write). These tests walk both, field
-by field, so that the two cannot drift apart silently: the same fields, the same
-defaults, and a configuration that survives the round trip through Rust
-unchanged. Fields Rust has and Python cannot set are listed in KNOWN_GAPS; a
-new gap, or a gap closed without updating the list, fails."""
+"""One schema: the serde structs of src/sim/config.rs are the source of truth.
+Rust generates a JSON Schema from them (``vcpulab.sim.config_schema()``:
+fields, types, defaults, limits, descriptions) and validates every config with
+errors that name the field; Python's frozen dataclasses read their limits and
+enumerated names from that schema. These tests fail on ANY difference between
+the three: a field one side lacks, a default, a limit the validator does not
+enforce (or enforces differently), an enum name one side refuses, a field
+without documentation on either side."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import math
 from typing import Any
 
+import pytest
+
 from vcpulab import _core, sim
+from vcpulab.sim import _config as C
 from vcpulab.sim import policies, presets
 from vcpulab.sim._config import _to_plain
 
-#: Rust name -> Python name where the two differ (the engine's halt-poll
-#: config is the calibration model's type; Python keeps the engine's names)
-ALIASES = {"HaltPoll": {"halt_poll_ns": "max_ns", "grow_start": "grow_start_ns"}}
+SCHEMA = sim.config_schema()
+PHASE_CLASSES = (sim.Compute, sim.Lock, sim.Ipi, sim.Barrier, sim.Sleep, sim.Send, sim.Recv)
+CLASSES = {name: getattr(sim, name) for name in C.RUST_DEFS} | {c.__name__: c for c in PHASE_CLASSES}
 
-#: Keys that are structure, not fields: a phase's serde tag; a Python policy's
-#: callable (it travels beside the JSON, never in it)
-STRUCTURAL = {("Compute", "kind"), ("Lock", "kind"), ("Sleep", "kind"), ("Barrier", "kind"), ("Ipi", "kind"),
-              ("Send", "kind"), ("Recv", "kind"), ("Policy", "fn")}  # fmt: skip
-
-#: Rust fields that Python's classes cannot set yet (issue #16, item 1: one
-#: schema). The halt-poll window parameters of dynamic-v3 / dynamic-v4 keep
-#: their kernel-derived defaults in the engine.
-KNOWN_GAPS = {"HaltPoll.vm_max_ns", "HaltPoll.v4_start_ns", "HaltPoll.v4_idle_ns", "HaltPoll.v3_start_ns"}
+#: Python fields that are not configuration: a Python policy's callable
+#: travels beside the JSON, never in it
+NOT_IN_SCHEMA = {("Policy", "fn")}
 
 
-def _walk(obj: Any, rs: Any, path: str, gaps: set[str], diffs: list[str]) -> None:
+def _fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    return {f.name: f for f in dataclasses.fields(cls) if (cls.__name__, f.name) not in NOT_IN_SCHEMA}
+
+
+def _props(cls: type) -> dict[str, Any]:
+    """The schema's properties of a class (a phase's serde tag "kind" is structure, not a field)."""
+    tag = cls in PHASE_CLASSES
+    return {k: v for k, v in C.schema_of(cls.__name__)["properties"].items() if not (tag and k == "kind")}
+
+
+# ------------------------------------------------------------------ fields
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_same_fields_and_required_fields(name: str) -> None:
+    cls = CLASSES[name]
+    assert set(_fields(cls)) == set(_props(cls)), f"{name}: Python and the Rust schema have different fields"
+    required = set(C.schema_of(name).get("required", ())) - ({"kind"} if cls in PHASE_CLASSES else set())
+    no_default = {n for n, f in _fields(cls).items() if C._field_default(f) is dataclasses.MISSING}
+    assert no_default == required, f"{name}: fields without a default differ"
+
+
+# ---------------------------------------------------------------- defaults
+
+
+def _plain_default(f: dataclasses.Field[Any]) -> Any:
+    v = C._field_default(f)
+    if isinstance(v, tuple) and v and isinstance(v[0], PHASE_CLASSES):
+        return [C._phase_to_dict(p) for p in v]
+    if isinstance(v, C._Base):
+        return v.to_dict()
+    return _to_plain(v)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_same_defaults(name: str) -> None:
+    cls = CLASSES[name]
+    props = _props(cls)
+    for n, f in _fields(cls).items():
+        if C._field_default(f) is dataclasses.MISSING:
+            continue
+        d = _plain_default(f)
+        if isinstance(d, dict):
+            # a nested config: its own class's defaults are checked field by field; here, Rust's
+            # default of the whole must be the nested class's defaults (compare what both state)
+            rust = props[n]["default"]
+            assert {k: v for k, v in rust.items() if k in d} == d, f"{name}.{n}"
+            continue
+        assert "default" in props[n] or d is None, f"{name}.{n}: Python has default {d!r}, the schema none"
+        rust = props[n].get("default")
+        if isinstance(d, list) and d and isinstance(d[0], dict):  # Config.vms, Workload.phases
+            assert _sub(d, rust), f"{name}.{n}: Python default {d!r} != Rust default {rust!r}"
+        else:
+            assert d == rust, f"{name}.{n}: Python default {d!r} != Rust default {rust!r}"
+
+
+def _sub(py: Any, rust: Any) -> bool:
+    """Python's plain value states the same as Rust's (a key Python leaves out at its default may be absent)."""
+    if isinstance(py, dict):
+        return isinstance(rust, dict) and all(k in rust and _sub(v, rust[k]) for k, v in py.items())
+    if isinstance(py, list):
+        return isinstance(rust, list) and len(py) == len(rust) and all(map(_sub, py, rust))
+    return bool(py == rust)
+
+
+def _walk(obj: Any, rs: Any, path: str, diffs: list[str]) -> None:
     if dataclasses.is_dataclass(obj):
+        assert isinstance(rs, dict), f"{path}: Rust has {rs!r} where Python has a {type(obj).__name__}"
         cls = type(obj).__name__
-        names = {f.name for f in dataclasses.fields(obj)}
-        alias = ALIASES.get(cls, {})
-        assert isinstance(rs, dict), f"{path}: Rust has {rs!r} where Python has a {cls}"
-        for k, v in rs.items():
-            n = alias.get(k, k)
-            if (cls, k) in STRUCTURAL:
-                continue
-            if n not in names:
-                gaps.add(f"{cls}.{k}")
-                continue
-            _walk(getattr(obj, n), v, f"{path}.{n}", gaps, diffs)
-        for f in dataclasses.fields(obj):
-            if f.name in {alias.get(k, k) for k in rs} or (cls, f.name) in STRUCTURAL:
-                continue
-            # Rust leaves a field out of its JSON only at its default (skip_serializing_if), so
-            # Python's value must be that default too
-            if f.default is dataclasses.MISSING or getattr(obj, f.name) != f.default:
-                diffs.append(f"{path}.{f.name}: a Python field Rust does not have (or left out at a non-default)")
+        for n in _fields(type(obj)):
+            if n not in rs:  # Rust leaves a field out only at its default (skip_serializing_if)
+                if _to_plain(getattr(obj, n)) != C.field_schema(cls, n).get("default"):
+                    diffs.append(f"{path}.{n}: not in Rust's JSON, and not at the schema's default")
+            else:
+                _walk(getattr(obj, n), rs[n], f"{path}.{n}", diffs)
     elif isinstance(obj, (list, tuple)) and obj and dataclasses.is_dataclass(obj[0]):
         assert isinstance(rs, list) and len(rs) == len(obj), f"{path}: {len(obj)} entries in Python, Rust {rs!r}"
         for i, (a, b) in enumerate(zip(obj, rs)):
-            _walk(a, b, f"{path}[{i}]", gaps, diffs)
+            _walk(a, b, f"{path}[{i}]", diffs)
     elif _to_plain(obj) != rs:
         diffs.append(f"{path}: Python {_to_plain(obj)!r} != Rust {rs!r}")
 
 
-def _compare(cfg: sim.Config, rust_json: str) -> tuple[set[str], list[str]]:
-    gaps: set[str] = set()
-    diffs: list[str] = []
-    _walk(cfg, json.loads(rust_json), "Config", gaps, diffs)
-    return gaps, diffs
-
-
 def test_python_defaults_are_rust_defaults() -> None:
-    # Rust's SimConfig::default() against Python's Config(): every field both have, recursively
-    gaps, diffs = _compare(sim.Config(), _core.sim_default_config())
+    # Rust's SimConfig::default() against Python's Config(): every field, recursively
+    diffs: list[str] = []
+    _walk(sim.Config(), json.loads(_core.sim_default_config()), "Config", diffs)
     assert diffs == []
-    assert gaps == KNOWN_GAPS, "Rust fields Python cannot set changed: update the Python classes or KNOWN_GAPS"
 
 
 def test_configs_round_trip_through_rust_unchanged() -> None:
-    # what Python writes, Rust reads back (with its defaults filled in) as the same values
+    # what Python writes, Rust reads back (with its defaults filled in) as the same values, every field
+    hp = sim.HaltPoll(policy="dynamic-v4", max_ns=50_000, vm_max_ns=40_000, v4_start_ns=0, v4_idle_ns=5_000_000,
+                      v3_start_ns=400_000, grow_start_ns=5_000)  # fmt: skip
     cfgs = [
         sim.Config(
             host=sim.Host(pcpus=8, scheduler="cfs", tick_skew=True, seeded_ties=True, wakeup_ipi_ns=1500,
-                          noise=sim.HostNoise(kthread_hz=50.0, vmm_io_hz=200.0), load_balance=True),  # fmt: skip
+                          noise=sim.HostNoise(kthread_hz=50.0, vmm_io_hz=200.0), load_balance=True,
+                          idle_states=sim.IDLE_STATES_SKX),  # fmt: skip
             vms=(
-                sim.Vm(vcpus=8, count=2, workload=presets.ebizzy_like(), policy=policies.dy_eligible(),
-                       halt_poll=sim.HaltPoll(policy="block-time", max_ns=50_000)),  # fmt: skip
+                sim.Vm(vcpus=8, count=2, workload=presets.ebizzy_like(), policy=policies.dy_eligible(), halt_poll=hp),
                 sim.Vm(vcpus=4, workload=presets.parsec_pipeline_like(), policy=policies.upstream()),
             ),
             duration_ns=2_000_000,
@@ -91,6 +140,232 @@ def test_configs_round_trip_through_rust_unchanged() -> None:
         sim.Config(vms=(sim.Vm(vcpus=16, workload=presets.kernbench_like(), policy=policies.baseline_2011()),)),
     ]
     for cfg in cfgs:
-        gaps, diffs = _compare(cfg, _core.sim_validate(cfg.to_json()))
+        diffs: list[str] = []
+        _walk(cfg, json.loads(_core.sim_validate(cfg.to_json())), "Config", diffs)
         assert diffs == []
-        assert gaps <= KNOWN_GAPS
+
+
+# ------------------------------------------------------------------- enums
+
+
+def _enum_fields() -> list[tuple[str, str]]:
+    return [(c, n) for c, cls in sorted(CLASSES.items()) for n in _fields(cls) if "enum" in C.field_schema(c, n)]
+
+
+@pytest.mark.parametrize("name, field", _enum_fields())
+def test_every_enum_name_is_accepted_by_python_and_rust(name: str, field: str) -> None:
+    f = C.field_schema(name, field)
+    cls = CLASSES[name]
+    for value in C.choices(name, field):
+        obj = _make(cls, {field: value})
+        assert getattr(obj, field) == value
+        _core.sim_validate(_in_config(obj).to_json())  # Rust reads it
+    with pytest.raises(ValueError, match=rf"{name}\.{field} must be one of"):
+        _make(cls, {field: "no-such-name"})
+    assert set(C.choices(name, field)) | set(f["deprecated_names"]) == set(f["enum"])
+
+
+def test_python_name_tables_are_the_schemas() -> None:
+    assert C.POLICY_KINDS == C.choices("Policy", "kind")
+    assert set(C.DISTS) == set(C.choices("Compute", "dist"))
+    assert set(C.LOCK_KINDS) == set(C.choices("Lock", "lock_kind"))
+    assert set(C.HALT_POLL_POLICIES) == set(C.choices("HaltPoll", "policy"))
+    assert set(C.HALT_POLL_OLD_NAMES) <= set(C.field_schema("HaltPoll", "policy")["deprecated_names"])
+
+
+# ------------------------------------------------------------------ limits
+
+#: edits that make a field's boundary reachable alone (rules across fields)
+CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
+    ("Host", "sockets"): {"pcpus": 4096},
+    ("HostNoise", "kthread_hz"): {"kthread_ns": 100},
+    ("HostNoise", "vmm_io_hz"): {"vmm_io_ns": 100},
+    ("Cfs", "min_granularity_ns"): {"latency_ns": 10**9},
+    ("Cfs", "latency_ns"): {"min_granularity_ns": 1000},
+    ("Ple", "max"): {"window": 1},
+    ("Host", "threads_per_core"): {"pcpus": 8},
+    ("Vm", "count"): {"vcpus": 1},
+}
+#: upper bounds that are another field's value (rules across fields, in the
+#: validator and the descriptions; tested with their classes): only the minimum here
+CROSS_FIELD_MAX = {("Config", "warmup_ns"), ("Vm", "threads")}
+#: where the config around a phase needs more vCPUs / threads
+VM_CONTEXT: dict[tuple[str, str], dict[str, Any]] = {("Ipi", "targets"): {"vcpus": 65536}, ("Send", "to"): {"vcpus": 65536}}
+
+
+def _make(cls: type, changes: dict[str, Any]) -> Any:
+    base: dict[str, Any] = {"Compute": {"ns": 1000}, "Policy": {"name": "p"}}.get(cls.__name__, {})
+    return cls(**{**base, **changes})
+
+
+def _in_config(obj: Any, vm: dict[str, Any] | None = None) -> sim.Config:
+    """A default config holding obj where its class goes."""
+    vm = dict(vm or {})
+    name = type(obj).__name__
+    if isinstance(obj, PHASE_CLASSES):
+        phases: tuple[Any, ...] = (sim.Compute(1000), obj) + ((sim.Send(),) if isinstance(obj, sim.Recv) else ())
+        return sim.Config(vms=(sim.Vm(workload=sim.Workload(phases=phases), **vm),))
+    if name == "Config":
+        return obj  # type: ignore[no-any-return]
+    if name == "Host":
+        return sim.Config(host=obj)
+    if name in ("Background", "HostNoise", "Cfs"):
+        attr = {"Background": "background", "HostNoise": "noise", "Cfs": "cfs"}[name]
+        return sim.Config(host=sim.Host(**{attr: obj}))
+    if name == "Vm":
+        return sim.Config(vms=(obj,))
+    attr = {"Ple": "ple", "Policy": "policy", "Pv": "pv", "HaltPoll": "halt_poll", "Workload": "workload", "Guest": "guest"}
+    return sim.Config(vms=(sim.Vm(**{attr[name]: obj}, **vm),))
+
+
+def _rust_json(obj: Any, field: str, value: Any, vm: dict[str, Any] | None = None) -> str:
+    """The config JSON with obj's field set to value (past what Python would let through)."""
+    cfg = json.loads(_in_config(obj, vm).to_json())
+    name = type(obj).__name__
+    where: Any
+    if isinstance(obj, PHASE_CLASSES):
+        where = cfg["vms"][0]["workload"]["phases"][1]
+    else:
+        paths: dict[str, list[Any]] = {"Config": [], "Host": ["host"], "Background": ["host", "background"],
+                                       "HostNoise": ["host", "noise"], "Cfs": ["host", "cfs"], "Vm": ["vms", 0]}  # fmt: skip
+        attr = {"Ple": "ple", "Policy": "policy", "Pv": "pv", "HaltPoll": "halt_poll", "Workload": "workload",
+                "Guest": "guest"}  # fmt: skip
+        path = paths[name] if name in paths else ["vms", 0, attr[name]]
+        where = cfg
+        for k in path:
+            where = where.setdefault(k, {}) if isinstance(k, str) else where[k]
+    where[field] = value
+    return json.dumps(cfg)
+
+
+def _limit_cases() -> list[tuple[str, str]]:
+    out = []
+    for c, cls in sorted(CLASSES.items()):
+        for n in _fields(cls):
+            f = C.field_schema(c, n)
+            if f.get("type") in ("integer", "number") or "integer" in (f.get("type") or []):
+                out.append((c, n))
+    return out
+
+
+@pytest.mark.parametrize("name, field", _limit_cases())
+def test_python_and_rust_enforce_the_schemas_limits(name: str, field: str) -> None:
+    cls = CLASSES[name]
+    f = C.field_schema(name, field)
+    ctx, vm = CONTEXT.get((name, field), {}), VM_CONTEXT.get((name, field))
+    is_int = "integer" in (f["type"] if isinstance(f["type"], list) else [f["type"]])
+    lo, hi, hi_open = C._limits(name, field)
+    step = 1 if is_int else max(abs(hi), 1.0) * 1e-6 if math.isfinite(hi) else 1.0
+    checked = 0
+    # the maximum: accepted by both (an exclusive one refused), one step above refused by both
+    if (name, field) not in CROSS_FIELD_MAX and math.isfinite(hi):
+        ok = (hi - step) if hi_open else hi
+        ok = int(ok) if is_int else ok
+        obj = _make(cls, {**ctx, field: ok})
+        _core.sim_validate(_rust_json(obj, field, ok, vm))
+        bad = int(hi + step) if is_int and not hi_open else (int(hi) if is_int else (hi if hi_open else hi + step))
+        with pytest.raises(ValueError, match=rf"{name}\.{field} must"):
+            _make(cls, {**ctx, field: bad})
+        if "maximum" in f or "exclusiveMaximum" in f:  # a stated limit (a type's own range fails in serde)
+            with pytest.raises(ValueError, match=rf"\b{field}\b"):
+                _core.sim_validate(_rust_json(obj, field, bad, vm))
+        checked += 1
+    # the minimum likewise
+    if lo > 0:
+        ok = int(lo) if is_int else lo
+        obj = _make(cls, {**ctx, field: ok})
+        _core.sim_validate(_rust_json(obj, field, ok, vm))
+        bad = int(lo - 1) if is_int else lo - max(abs(lo), 1.0) * 1e-6
+        with pytest.raises(ValueError, match=rf"{name}\.{field} must"):
+            _make(cls, {**ctx, field: bad})
+        with pytest.raises(ValueError, match=rf"\b{field}\b"):
+            _core.sim_validate(_rust_json(obj, field, bad, vm))
+        checked += 1
+    elif "minimum" in f or is_int:
+        with pytest.raises(ValueError, match=rf"{name}\.{field} must"):
+            _make(cls, {**ctx, field: -1})
+        checked += 1
+    assert checked, f"{name}.{field}: no limit checked"
+
+
+def test_the_issues_examples_agree() -> None:
+    # Rust accepted spin_iter_cycles=10**7 and rq_lock_ns=10**12 while Python refused them
+    for cfg in (json.loads(_core.sim_default_config()),) * 2:
+        pass
+    d = json.loads(_core.sim_default_config())
+    d["vms"][0]["workload"]["spin_iter_cycles"] = 10**7
+    with pytest.raises(ValueError, match="spin_iter_cycles"):
+        _core.sim_validate(json.dumps(d))
+    d = json.loads(_core.sim_default_config())
+    d["host"]["rq_lock_ns"] = 10**12
+    with pytest.raises(ValueError, match="host.rq_lock_ns"):
+        _core.sim_validate(json.dumps(d))
+    with pytest.raises(ValueError, match="Host.rq_lock_ns"):
+        sim.Host(rq_lock_ns=10**12)
+
+
+# -------------------------------------------------------------------- docs
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_every_field_is_documented_on_both_sides(name: str) -> None:
+    cls = CLASSES[name]
+    doc = cls.__doc__ or ""
+    for n, p in _props(cls).items():
+        assert p.get("description"), f"{name}.{n}: no doc comment on the Rust field"
+        assert f"{n}:" in doc or f"``{n}``" in doc, f"{name}.{n}: not documented in {name}'s docstring"
+
+
+def test_schema_is_the_one_from_rust() -> None:
+    assert SCHEMA == json.loads(_core.sim_config_schema())
+    assert SCHEMA["$schema"].endswith("2020-12/schema")
+    s = sim.config_schema()
+    s["properties"].clear()  # a copy: the cached schema is not changed
+    assert sim.config_schema()["properties"]
+    assert copy.deepcopy(SCHEMA) == sim.config_schema()
+
+
+# ------------------------------------------------------- rules across fields
+
+#: (a config as Rust's JSON, edited; the field both sides must name). The
+#: schema states these rules in its descriptions only; Python and Rust check
+#: each, and must refuse the same configs.
+def _d(**edits: Any) -> dict[str, Any]:
+    d = json.loads(_core.sim_default_config())
+    for path, v in edits.items():
+        where: Any = d
+        keys = [int(k) if k.isdigit() else k for k in path.split("__")]
+        for k in keys[:-1]:
+            where = where[k]
+        where[keys[-1]] = v
+    return d
+
+
+CROSS_FIELD = [
+    (_d(warmup_ns=100_000_000), "warmup_ns"),
+    (_d(host__pcpus=4, host__sockets=8), "sockets"),
+    (_d(host__pcpus=6, host__threads_per_core=4), "pcpus"),
+    (_d(host__idle_states=[[10_000, 20_000], [2_000, 2_000]]), "idle_states"),
+    (_d(host__noise__kthread_hz=100_000.0, host__noise__kthread_ns=10_000), "kthread_hz"),
+    (_d(host__cfs__min_granularity_ns=7_000_000), "min_granularity_ns"),
+    (_d(vms__0__ple__window=5000, vms__0__ple__max=4096), "max"),
+    (_d(vms__0__vcpus=2, vms__0__threads=33), "threads"),
+    (_d(vms__0__count=300, vms__0__vcpus=256), "vcpus"),
+    (_d(vms__0__policy__kind="python", vms__0__policy__name=""), "name"),
+    (_d(vms__0__workload__phases=[{"kind": "ipi", "targets": 4, "handler_ns": 100}, {"kind": "compute", "ns": 10}]),
+     "targets"),
+    (_d(vms__0__workload__phases=[{"kind": "send", "to": 4}, {"kind": "compute", "ns": 10}]), "to"),
+    (_d(vms__0__workload__phases=[{"kind": "recv"}, {"kind": "compute", "ns": 10}]), "recv"),
+    (_d(vms__0__workload__phases=[{"kind": "compute", "ns": 0}]), "phases"),
+    (_d(vms__0__workload__phases=[{"kind": "lock", "lock": 1, "lock_kind": "tas", "hold_ns": 10},
+                                  {"kind": "lock", "lock": 1, "lock_kind": "mutex", "hold_ns": 10}]), "lock_kind"),
+    (_d(vms__0__workload__phases=[{"kind": "sleep", "ns": 1000, "dist": "exp", "periodic": True}]), "periodic"),
+]
+
+
+@pytest.mark.parametrize("cfg, field", CROSS_FIELD, ids=[f for _, f in CROSS_FIELD])
+def test_python_and_rust_refuse_the_same_rules_across_fields(cfg: dict[str, Any], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        _core.sim_validate(json.dumps(cfg))
+    with pytest.raises(ValueError, match=rf"(?i){field}"):
+        sim.Config.from_dict(cfg)

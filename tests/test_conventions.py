@@ -179,7 +179,7 @@ def test_key_columns_are_int64_in_every_real_run_frame(kvm_host) -> None:  # typ
     from vcpulab.experiment import Spin, run
     from vcpulab.kvm import sample_stats
 
-    r = run(Spin(), vcpus=2, pcpus=[0], duration=0.1, sample_every=0.02)
+    r = run(Spin(), vcpus=2, pcpus=[0], duration_s=0.1, sample_every_s=0.02)
     for df in (r.samples, r.threads, r.results, r.deltas(), r.steal_fraction()):
         assert df.schema["vm"] == pl.Int64 and df.schema["vcpu"] == pl.Int64, df.schema
     with kvm_host.create_vm(memory_mib=16) as vm:
@@ -270,7 +270,7 @@ def test_cpu_lists_mean_the_same_on_the_command_line_as_in_python() -> None:
 
 
 def test_kvm_steal_json(kvm_host) -> None:  # type: ignore[no-untyped-def]
-    r = _cli("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--seconds", "0.3", "--json")
+    r = _cli("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--duration-s", "0.3", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["pcpus"] == [0] and d["vcpus"] == 2 and d["fair_share_steal_fraction"] == 0.5

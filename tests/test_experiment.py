@@ -23,7 +23,7 @@ from vcpulab.testing import remeasure
 @pytest.mark.parametrize("kind", ["tas", "ticket"])
 @pytest.mark.parametrize("pcpus", [[0], [0, 1]], ids=["1cpu", "2cpus"])
 def test_mutual_exclusion_holds_under_overcommit(kvm_host: Host, kind: str, pcpus: list[int]) -> None:
-    r = run(SpinLock(kind=kind, hold=40, think=40), vcpus=4, pcpus=pcpus, duration=0.4, host=kvm_host)
+    r = run(SpinLock(kind=kind, hold=40, think=40), vcpus=4, pcpus=pcpus, duration_s=0.4, host=kvm_host)
     res = r.results
     acq = res["acquisitions"]
     print(f"{kind} on {pcpus}: acquisitions {acq.to_list()}, counter {res['counter'][0]}")
@@ -45,8 +45,8 @@ def test_overcommit_is_visible(kvm_host: Host) -> None:
     w = SpinLock(kind="ticket", hold=40, think=40)
 
     def measure():  # type: ignore[no-untyped-def]
-        one = run(w, vcpus=2, pcpus=[0], duration=0.6, host=kvm_host, warn_quality=False)
-        two = run(w, vcpus=2, pcpus=[0, 1], duration=0.6, host=kvm_host, warn_quality=False)
+        one = run(w, vcpus=2, pcpus=[0], duration_s=0.6, host=kvm_host, warn_quality=False)
+        two = run(w, vcpus=2, pcpus=[0, 1], duration_s=0.6, host=kvm_host, warn_quality=False)
         return one, two
 
     def check(p) -> None:  # type: ignore[no-untyped-def]
@@ -64,7 +64,7 @@ def test_overcommit_is_visible(kvm_host: Host) -> None:
 def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
     def measure():  # type: ignore[no-untyped-def]
         w = SpinLock(kind="tas", hold=40, think=40)
-        return run(w, vcpus=2, pcpus=[0], duration=0.6, sample_every=0.01, host=kvm_host, warn_quality=False)
+        return run(w, vcpus=2, pcpus=[0], duration_s=0.6, sample_every_s=0.01, host=kvm_host, warn_quality=False)
 
     def check(r) -> None:  # type: ignore[no-untyped-def]
         frac = r.steal_fraction()["steal_fraction"].to_list()
@@ -86,8 +86,8 @@ def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
 def test_pv_spin_lock_halts_instead_of_spinning_when_the_holder_is_preempted(kvm_host: Host) -> None:
     base = PvSpinLock(hold=40, think=40)
     flagged = PvSpinLock(hold=40, think=40, preempted_from_host=(0, 1, 2))
-    r0 = run(base, vcpus=3, pcpus=[0, 1], duration=0.5, host=kvm_host)
-    r1 = run(flagged, vcpus=3, pcpus=[0, 1], duration=0.5, host=kvm_host)
+    r0 = run(base, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host)
+    r1 = run(flagged, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host)
     for r in (r0, r1):
         assert r.results["counter"][0] == r.results["acquisitions"].sum()
     p0 = r0.results["pauses"].sum() / r0.results["acquisitions"].sum()
@@ -110,8 +110,8 @@ def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
     w = MsiPingPong(rounds=800, gap_us=50)
 
     def measure():  # type: ignore[no-untyped-def]
-        off = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
-        on = run(w, vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
+        off = run(w, vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
+        on = run(w, vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
         return off, on
 
     def check(p) -> None:  # type: ignore[no-untyped-def]
@@ -135,8 +135,8 @@ def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
     w = IpiPingPong(rounds=400, gap_us=50)
 
     def measure():  # type: ignore[no-untyped-def]
-        off = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
-        on = run(w, vcpus=2, placement=[[0], [1]], duration=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
+        off = run(w, vcpus=2, placement=[[0], [1]], duration_s=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
+        on = run(w, vcpus=2, placement=[[0], [1]], duration_s=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
         return off, on
 
     def check(p) -> None:  # type: ignore[no-untyped-def]
@@ -162,7 +162,7 @@ def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
         assert wait_frac > 0.8, f"halted {wait_frac:.0%} of the run"  # an idle guest: blocked almost all the time
 
     r = remeasure(
-        lambda: run(IdleTicks(hz=250), vcpus=1, pcpus=[1], duration=1.0, host=kvm_host, warn_quality=False),
+        lambda: run(IdleTicks(hz=250), vcpus=1, pcpus=[1], duration_s=1.0, host=kvm_host, warn_quality=False),
         check,
         quality=lambda r: r.quality,
     )
@@ -176,7 +176,7 @@ def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
 
 def test_a_run_that_never_finishes_stops_at_its_deadline(kvm_host: Host) -> None:
     t0 = time.monotonic()
-    r = run(IdleTicks(hz=1000), vcpus=3, pcpus=[0], duration=0.3, host=kvm_host)
+    r = run(IdleTicks(hz=1000), vcpus=3, pcpus=[0], duration_s=0.3, host=kvm_host)
     assert time.monotonic() - t0 < 2.0
     assert r.threads.height == 3
     assert set(r.threads["outcome"]) == {"deadline"}
@@ -190,7 +190,7 @@ def test_ctrl_c_stops_all_vcpus_within_a_second(kvm_host: Host) -> None:
         print("ready", flush=True)
         t0 = time.monotonic()
         try:
-            run(SpinLock(kind="ticket"), vcpus=4, pcpus=[0], duration=30)
+            run(SpinLock(kind="ticket"), vcpus=4, pcpus=[0], duration_s=30)
         except KeyboardInterrupt:
             print(f"interrupted {time.monotonic() - t0:.3f} fds {len(os.listdir('/proc/self/fd'))}", flush=True)
         """
@@ -208,7 +208,7 @@ def test_ctrl_c_stops_a_host_driven_ping_pong_promptly(kvm_host: Host) -> None:
         from vcpulab.experiment import MsiPingPong, run
         print("ready", flush=True)
         try:
-            run(MsiPingPong(rounds=16_000, gap_us=2000), vcpus=1, pcpus=[1], duration=60)
+            run(MsiPingPong(rounds=16_000, gap_us=2000), vcpus=1, pcpus=[1], duration_s=60)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
         """
@@ -226,6 +226,6 @@ def test_bad_experiment_arguments(kvm_host: Host) -> None:
     with pytest.raises(ValueError, match="kind"):
         run(SpinLock(kind="mcs"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="duration"):
-        run(SpinLock(), vcpus=2, duration=0, host=kvm_host)
+        run(SpinLock(), vcpus=2, duration_s=0, host=kvm_host)
     with pytest.raises(ValueError, match="test-and-set"):
         run(PvSpinLock(kind="ticket"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]

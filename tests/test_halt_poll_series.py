@@ -21,7 +21,7 @@ MESSAGES = [(50 * US, True)] * 12
 
 def test_v3_oscillates_on_an_idle_guest_as_the_review_describes() -> None:
     # the 4.3-era shrink (0: reset) and a maximum that lets the window reach 4 ms
-    p = hp.Params(policy="dynamic-v3", halt_poll_ns=8 * MS, grow=2, grow_start=10 * US, shrink=0)
+    p = sim.HaltPoll(policy="dynamic-v3", max_ns=8 * MS, grow=2, grow_start_ns=10 * US, shrink=0)
     w = hp.windows(p, IDLE_250HZ)
     assert w[:7] == [0, 500 * US, 1 * MS, 2 * MS, 4 * MS, 0, 500 * US]
     # and forever after, with period 5
@@ -29,16 +29,16 @@ def test_v3_oscillates_on_an_idle_guest_as_the_review_describes() -> None:
 
 
 def test_v4_stays_at_the_maximum_for_a_message_passing_guest() -> None:
-    p = hp.Params(policy="dynamic-v4", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=0)
+    p = sim.HaltPoll(policy="dynamic-v4", max_ns=200 * US, grow=2, grow_start_ns=10 * US, shrink=0)
     assert hp.windows(p, MESSAGES) == [200 * US] * 12
     # it even stays there on the idle 250 Hz guest: no halt is "idle" (> 10 ms)
     assert set(hp.windows(p, IDLE_250HZ)) == {200 * US}
     # started at 0 it never polls, so it never sees an interrupt while polling
-    assert set(hp.windows(hp.Params(policy="dynamic-v4", halt_poll_ns=200 * US, v4_start_ns=0), MESSAGES)) == {0}
+    assert set(hp.windows(sim.HaltPoll(policy="dynamic-v4", max_ns=200 * US, v4_start_ns=0), MESSAGES)) == {0}
 
 
 def test_block_time_stays_at_zero_for_long_halts_and_grows_for_short_ones() -> None:
-    p = hp.Params(policy="block-time", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=0)
+    p = sim.HaltPoll(policy="block-time", max_ns=200 * US, grow=2, grow_start_ns=10 * US, shrink=0)
     assert set(hp.windows(p, IDLE_250HZ)) == {0}
     w = hp.windows(p, MESSAGES)
     # 0 → 10 µs → 20 µs → 40 µs → 80 µs: the first window that covers the 50 µs halt stays
@@ -49,7 +49,7 @@ def test_block_time_stays_at_zero_for_long_halts_and_grows_for_short_ones() -> N
 def test_v3_message_passing_halves_after_each_caught_interrupt() -> None:
     # shrink 2 (today's default): a caught interrupt halves the window, a
     # missed one doubles it: it hovers around the message gap
-    p = hp.Params(policy="dynamic-v3", halt_poll_ns=200 * US, grow=2, grow_start=10 * US, shrink=2)
+    p = sim.HaltPoll(policy="dynamic-v3", max_ns=200 * US, grow=2, grow_start_ns=10 * US, shrink=2)
     w = hp.windows(p, MESSAGES)
     assert w[0] == 0 and w[1] == 200 * US  # 500 µs clamped to the maximum at the next halt
     assert all(w[i] != w[i + 1] for i in range(1, 11))
@@ -58,15 +58,30 @@ def test_v3_message_passing_halves_after_each_caught_interrupt() -> None:
 def test_one_vocabulary_and_old_names_are_deprecated() -> None:
     assert hp.POLICIES == sim._config.HALT_POLL_POLICIES
     for name in hp.POLICIES:
-        assert sim.HaltPoll(policy=name).policy == hp.Params(policy=name).policy == name
+        assert sim.HaltPoll(policy=name).policy == name
     for old, new in (("dynamic", "block-time"), ("dynamic_v4", "dynamic-v4")):
         with pytest.warns(DeprecationWarning, match=f"use '{new}'"):
             assert sim.HaltPoll(policy=old).policy == new
-        with pytest.warns(DeprecationWarning):
-            assert hp.Params(policy=old).policy == new
-    for owner, make in (("HaltPoll", sim.HaltPoll), ("Params", hp.Params)):
-        with pytest.raises(ValueError, match=f"{owner}.policy must be one of 'off', 'fixed', 'dynamic-v3'"):
-            make(policy="v5")
+    with pytest.raises(ValueError, match="HaltPoll.policy must be one of 'off', 'fixed', 'dynamic-v3'"):
+        sim.HaltPoll(policy="v5")
+
+
+def test_params_is_a_deprecated_alias_of_the_one_halt_poll_type(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # the calibration model and the engine share sim.HaltPoll; the old class builds one, with its names
+    with pytest.warns(DeprecationWarning, match="use vcpulab.sim.HaltPoll"):
+        p = hp.Params(policy="dynamic-v3", halt_poll_ns=8 * MS, grow=3, grow_start=20 * US, shrink=0, vm_max_ns=MS)
+    assert p == sim.HaltPoll(policy="dynamic-v3", max_ns=8 * MS, grow=3, grow_start_ns=20 * US, shrink=0, vm_max_ns=MS)
+    assert p.effective_max_ns == MS
+    with pytest.warns(DeprecationWarning):
+        assert hp.Params().policy == "block-time"  # the old default policy
+    # module parameters left None are the host's (HaltPoll.from_host), else the kernel's defaults
+    (tmp_path / "halt_poll_ns").write_text("123456\n")
+    h = sim.HaltPoll.from_host(sysfs=str(tmp_path), policy="fixed")
+    assert (h.max_ns, h.grow, h.grow_start_ns, h.shrink) == (123456, 2, 10_000, 2)
+    assert sim.HaltPoll.from_host(sysfs=str(tmp_path), max_ns=7).max_ns == 7
+    # one config type: a calibration-model scenario takes the engine's config
+    sc = hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=50_000), vcpus=(hp.Message(20_000),), rounds=50)
+    assert hp.run(sc).stats["halt_exits"][0] > 0
     # a config saved with an old name loads with the new one, the same run
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

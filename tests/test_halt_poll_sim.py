@@ -9,29 +9,30 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 
 def test_grow_sequence_and_clamp_follow_the_kernel() -> None:
-    p = hp.Params(policy="block-time", halt_poll_ns=200_000, grow=2, grow_start=10_000, shrink=2)
+    p = sim.HaltPoll(policy="block-time", max_ns=200_000, grow=2, grow_start_ns=10_000, shrink=2)
     # halts of 190 µs: each misses the window and is shorter than the max → grow
     w = hp.windows(p, [(190_000, False)] * 8)
     assert w == [0, 10_000, 20_000, 40_000, 80_000, 160_000, 200_000, 200_000]
 
 
 def test_shrink_sequence_follows_the_kernel() -> None:
-    p = hp.Params(policy="block-time", halt_poll_ns=200_000, grow=2, grow_start=10_000, shrink=2)
+    p = sim.HaltPoll(policy="block-time", max_ns=200_000, grow=2, grow_start_ns=10_000, shrink=2)
     # grow to the max with short halts, then long halts shrink: ÷2 until < grow_start → 0
     w = hp.windows(p, [(190_000, False)] * 7 + [(1_000_000, False)] * 6)
     assert w[7:] == [200_000, 100_000, 50_000, 25_000, 12_500, 0]
-    p0 = hp.Params(policy="block-time", halt_poll_ns=200_000, shrink=0)
+    p0 = sim.HaltPoll(policy="block-time", max_ns=200_000, shrink=0)
     assert hp.windows(p0, [(190_000, False)] * 7 + [(1_000_000, False)] * 2)[7:] == [200_000, 0]
 
 
 def test_policies_off_fixed_v4() -> None:
-    assert set(hp.windows(hp.Params(policy="off", halt_poll_ns=200_000), [(20_000, True)] * 5)) == {0}
-    assert set(hp.windows(hp.Params(policy="fixed", halt_poll_ns=50_000), [(4_000_000, False)] * 5)) == {50_000}
-    v4 = hp.Params(policy="dynamic-v4", halt_poll_ns=200_000, v4_start_ns=0)
+    assert set(hp.windows(sim.HaltPoll(policy="off", max_ns=200_000), [(20_000, True)] * 5)) == {0}
+    assert set(hp.windows(sim.HaltPoll(policy="fixed", max_ns=50_000), [(4_000_000, False)] * 5)) == {50_000}
+    v4 = sim.HaltPoll(policy="dynamic-v4", max_ns=200_000, v4_start_ns=0)
     # v4 from 0: no interrupt can arrive while polling, so it never grows
     assert set(hp.windows(v4, [(20_000, False)] * 20)) == {0}
 
@@ -43,14 +44,14 @@ def test_policies_off_fixed_v4() -> None:
     policy=st.sampled_from(hp.POLICIES),
 )
 def test_window_never_exceeds_the_max_and_is_zero_or_at_least_grow_start(halts, mx, policy) -> None:  # type: ignore[no-untyped-def]
-    w = hp.windows(hp.Params(policy=policy, halt_poll_ns=mx, grow_start=10_000), halts)
+    w = hp.windows(sim.HaltPoll(policy=policy, max_ns=mx, grow_start_ns=10_000), halts)
     assert all(0 <= x <= mx for x in w)
     if policy == "block-time":
         assert all(x == 0 or x >= min(10_000, mx) for x in w)
 
 
 def _msg(policy: str, mx: int, gap_us: int, rounds: int = 600, **kw) -> hp.Result:  # type: ignore[no-untyped-def]
-    return hp.run(hp.Scenario(hp.Params(policy=policy, vm_max_ns=mx), vcpus=(hp.Message(gap_us * 1000),), rounds=rounds, **kw))
+    return hp.run(hp.Scenario(sim.HaltPoll(policy=policy, vm_max_ns=mx), vcpus=(hp.Message(gap_us * 1000),), rounds=rounds, **kw))
 
 
 def test_stats_line_up_with_the_kernel_names_and_are_consistent() -> None:
@@ -79,7 +80,7 @@ def test_long_gaps_block_time_shrinks_to_zero() -> None:
 
 def test_deterministic_and_seeded() -> None:
     sc = hp.Scenario(
-        hp.Params(vm_max_ns=200_000),
+        sim.HaltPoll(policy="block-time", vm_max_ns=200_000),
         vcpus=(hp.Message(50_000, exponential=True),),
         costs=hp.Costs(wake_jitter_ns=5_000),
         background=hp.Background.from_fraction(0.3),
@@ -107,10 +108,10 @@ def test_background_load_stops_polling() -> None:
 @pytest.mark.parametrize(
     "bad, field",
     [
-        (lambda: hp.Params(policy="sometimes"), "policy"),
-        (lambda: hp.Params(halt_poll_ns=-1), "halt_poll_ns"),
-        (lambda: hp.Params(vm_max_ns=2**40), "vm_max_ns"),
-        (lambda: hp.Params(grow=1.5), "grow"),
+        (lambda: sim.HaltPoll(policy="sometimes"), "policy"),
+        (lambda: sim.HaltPoll(policy="block-time", max_ns=-1), "max_ns"),
+        (lambda: sim.HaltPoll(policy="block-time", vm_max_ns=2**40), "vm_max_ns"),
+        (lambda: sim.HaltPoll(policy="block-time", grow=1.5), "grow"),
         (lambda: hp.Message(gap_ns=-5), "gap_ns"),
         (lambda: hp.Timer(hz=0), "hz"),
         (lambda: hp.Costs(wake_latency_ns=-1), "wake_latency_ns"),
@@ -119,7 +120,7 @@ def test_background_load_stops_polling() -> None:
         (lambda: hp.Scenario(vcpus=()), "vcpus"),
         (lambda: hp.Background(busy_ns=0), "busy_ns"),
         (lambda: hp.Background.from_fraction(1.5), "busy_fraction"),
-        (lambda: hp.windows(hp.Params(), [(-1, True)]), "halts[0]"),
+        (lambda: hp.windows(sim.HaltPoll(policy="block-time"), [(-1, True)]), "halts[0]"),
     ],
 )
 def test_bad_input_raises_value_error_naming_the_field(bad, field) -> None:  # type: ignore[no-untyped-def]

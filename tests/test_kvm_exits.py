@@ -14,12 +14,12 @@ def test_io_out_exit_carries_port_size_direction_and_data(kvm_host: Host, size: 
         prog = vm.load("io_out", port=0x3F8, value=value, size=size)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        e = vcpu.run(timeout=2)
+        e = vcpu.run(timeout_s=2)
         assert e.kind == "io"
         assert (e.port, e.size, e.direction, e.data) == (0x3F8, size, "out", value)
         assert e.data_bytes == value.to_bytes(size, "little")
         # the program then halts; without an irqchip that is a HLT exit to user space
-        assert vcpu.run(timeout=2).kind == "hlt"
+        assert vcpu.run(timeout_s=2).kind == "hlt"
 
 
 def test_io_in_exit_returns_the_hosts_value_to_the_guest(kvm_host: Host) -> None:
@@ -28,9 +28,9 @@ def test_io_in_exit_returns_the_hosts_value_to_the_guest(kvm_host: Host) -> None
         vcpu = vm.create_vcpu(0)
         vcpu.io_in_value = 0xCAFE
         vcpu.start(prog)
-        e = vcpu.run(timeout=2)
+        e = vcpu.run(timeout_s=2)
         assert (e.kind, e.port, e.size, e.direction) == ("io", 0x71, 2, "in")
-        vcpu.run_program(timeout=2)
+        vcpu.run_program(timeout_s=2)
         assert vm.results(prog)["value"][0] == 0xCAFE
 
 
@@ -42,7 +42,7 @@ def test_mmio_write_exit_outside_ram(kvm_host: Host, size: int) -> None:
         prog = vm.load("mmio_write", addr=addr, value=value, size=size)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        e = vcpu.run(timeout=2)
+        e = vcpu.run(timeout_s=2)
         assert (e.kind, e.address, e.length, e.is_write, e.data) == ("mmio", addr, size, True, value)
 
 
@@ -53,9 +53,9 @@ def test_mmio_read_exit_and_the_value_the_guest_sees(kvm_host: Host) -> None:
         vcpu = vm.create_vcpu(0)
         vcpu.mmio_read_value = 0xDEAD_BEEF
         vcpu.start(prog)
-        e = vcpu.run(timeout=2)
+        e = vcpu.run(timeout_s=2)
         assert (e.kind, e.address, e.length, e.is_write) == ("mmio", addr, 4, False)
-        vcpu.run_program(timeout=2)
+        vcpu.run_program(timeout_s=2)
         assert vm.results(prog)["value"][0] == 0xDEAD_BEEF
 
 
@@ -64,7 +64,7 @@ def test_hlt_exits_to_user_space_without_irqchip(kvm_host: Host) -> None:
         prog = vm.load("halt")
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        r = vcpu.run_until("hlt", count=3, timeout=2)
+        r = vcpu.run_until("hlt", count=3, timeout_s=2)
         assert r.matches == 3 and r.exit.kind == "hlt"
         assert vcpu.stats()["halt_exits"] == 3
 
@@ -74,7 +74,7 @@ def test_triple_fault_is_a_shutdown_exit(kvm_host: Host) -> None:
         prog = vm.load("triple_fault")
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        assert vcpu.run(timeout=2).kind == "shutdown"
+        assert vcpu.run(timeout_s=2).kind == "shutdown"
 
 
 def test_unwanted_shutdown_names_what_was_wanted_and_what_came(kvm_host: Host) -> None:
@@ -83,7 +83,7 @@ def test_unwanted_shutdown_names_what_was_wanted_and_what_came(kvm_host: Host) -
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
         with pytest.raises(vcpulab.UnexpectedExitError, match="wanted ucall exit, got shutdown"):
-            vcpu.run_program(timeout=2)
+            vcpu.run_program(timeout_s=2)
 
 
 def test_guest_assertion_surfaces_with_its_location(kvm_host: Host) -> None:
@@ -92,14 +92,14 @@ def test_guest_assertion_surfaces_with_its_location(kvm_host: Host) -> None:
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
         with pytest.raises(vcpulab.GuestAssertionError) as ei:
-            vcpu.run_program(timeout=2)
+            vcpu.run_program(timeout_s=2)
         msg = str(ei.value)
         assert "program.rs:" in msg and "assert: actual == expected" in msg
         assert "got 0x7" in msg and "expected 0x9" in msg
         # a passing assertion is silent
         ok = vm.load("assert", actual=5, expected=5)
         vcpu.start(ok)
-        assert vcpu.run_program(timeout=2) == []
+        assert vcpu.run_program(timeout_s=2) == []
 
 
 def test_pause_loop_counts_into_ram_read_through_numpy(kvm_host: Host) -> None:
@@ -107,7 +107,7 @@ def test_pause_loop_counts_into_ram_read_through_numpy(kvm_host: Host) -> None:
         prog = vm.load("pause_loop", iterations=2000)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        vcpu.run_program(timeout=10)
+        vcpu.run_program(timeout_s=10)
         counter = vm.memory[prog.data : prog.data + 8].view("<u8")[0]
         assert counter == 2000
         assert vm.results(prog)["counter"][0] == 2000
@@ -124,7 +124,7 @@ def test_interrupt_handler_counts_msis_and_eois(kvm_host: Host) -> None:
         # run until the guest has enabled its LAPIC and halted (blocks in the kernel)
         from conftest import PinnedThread
 
-        t = PinnedThread(lambda: vcpu.run_program(timeout=5), {0})
+        t = PinnedThread(lambda: vcpu.run_program(timeout_s=5), {0})
         t.start()
         import time
 
@@ -145,10 +145,10 @@ def test_sync_messages_carry_their_values(kvm_host: Host) -> None:
         prog = vm.load("sync", count=5)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        assert vcpu.run_program(timeout=5) == [0, 1, 2, 3, 4]
+        assert vcpu.run_program(timeout_s=5) == [0, 1, 2, 3, 4]
         # one at a time, as ucall matches
         vcpu.start(prog)
-        r = vcpu.run_until("ucall", timeout=5)
+        r = vcpu.run_until("ucall", timeout_s=5)
         assert r.ucall == ("sync", 0)
 
 
@@ -159,7 +159,7 @@ def test_guest_exceptions_are_reported_by_the_idt(kvm_host: Host, vector: int, n
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
         with pytest.raises(vcpulab.UnexpectedExitError, match=f"guest exception {name} \\(vector {vector}\\) at rip 0x") as ei:
-            vcpu.run_program(timeout=5)
+            vcpu.run_program(timeout_s=5)
         rip = int(str(ei.value).split("at rip ")[1].split()[0].rstrip(","), 16)
         # the reported RIP lies inside the program (after it for #BP: a trap)
         assert prog.entry <= rip <= prog.entry + prog.code_size
@@ -175,9 +175,9 @@ def test_int3_is_an_exception_or_an_emulation_failure_depending_on_the_host(kvm_
         vcpu.start(prog)
         if kvm_host.virtualization in ("vmx", "svm"):
             with pytest.raises(vcpulab.UnexpectedExitError, match="#BP"):
-                vcpu.run_program(timeout=5)
+                vcpu.run_program(timeout_s=5)
         else:
-            e = vcpu.run(timeout=5)
+            e = vcpu.run(timeout_s=5)
             assert (e.kind, e.suberror) == ("internal_error", 1)
 
 
@@ -195,7 +195,7 @@ def test_the_gil_is_released_while_a_vcpu_runs(kvm_host: Host) -> None:
 
         def body() -> None:
             started.set()
-            pytest.raises(TimeoutError, vcpu.run_until, "hlt", timeout=1.0)
+            pytest.raises(TimeoutError, vcpu.run_until, "hlt", timeout_s=1.0)
 
         t = threading.Thread(target=body)
         t.start()
@@ -217,7 +217,7 @@ def test_sample_stats_gives_one_row_per_vcpu(kvm_host: Host) -> None:
         vs = [vm.create_vcpu(i) for i in range(3)]
         for v in vs:
             v.start(prog)
-        vs[1].run_until("hlt", count=4, timeout=5)
+        vs[1].run_until("hlt", count=4, timeout_s=5)
         df = sample_stats(vs, t_ns=123)
         assert df.height == 3 and df["vcpu"].to_list() == [0, 1, 2]
         assert (df["t_ns"] == 123).all()
@@ -234,7 +234,7 @@ def test_string_io_reports_element_size_and_count(kvm_host: Host) -> None:
         vcpu.start(prog)
         sent = b""
         while len(sent) < 16:
-            e = vcpu.run(timeout=2)
+            e = vcpu.run(timeout_s=2)
             assert (e.kind, e.port, e.size, e.direction) == ("io", 0x80, 1, "out")
             assert e.count is not None and e.count >= 1 and len(e.data_bytes) == e.count
             sent += e.data_bytes
@@ -247,7 +247,7 @@ def test_a_vcpu_id_beyond_the_programs_slots_is_a_guest_assertion(kvm_host: Host
         vcpu = vm.create_vcpu(5)
         vcpu.start(prog)
         with pytest.raises(vcpulab.GuestAssertionError, match="vCPU id below the program's vcpus parameter: got 0x5"):
-            vcpu.run_program(timeout=5)
+            vcpu.run_program(timeout_s=5)
 
 
 def test_an_exit_prints_compares_and_converts_like_a_value(kvm_host: Host) -> None:
@@ -255,16 +255,16 @@ def test_an_exit_prints_compares_and_converts_like_a_value(kvm_host: Host) -> No
         prog = vm.load("io_out", port=0x3F8, value=0x5A, size=1)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        e = vcpu.run(timeout=2)
+        e = vcpu.run(timeout_s=2)
         assert isinstance(e, vcpulab.kvm.Exit)
         assert repr(e) == "Exit(kind='io', port=1016, size=1, count=1, direction='out', data=90, data_bytes=b'Z')"
         assert str(e) == "io port=0x3f8 size=0x1 count=0x1 direction=out data=0x5a"
         d = e.to_dict()
         assert d["port"] == 0x3F8 and d["address"] is None and set(d) >= {"kind", "event_data", "internal_data"}
         vcpu.start(prog)
-        again = vcpu.run(timeout=2)
+        again = vcpu.run(timeout_s=2)
         assert again == e and hash(again) == hash(e) and again is not e
-        h = vcpu.run(timeout=2)
+        h = vcpu.run(timeout_s=2)
         assert h.kind == "hlt" and h != e and h.port is None
         assert {e, again, h} == {e, h}
         with pytest.raises(AttributeError):
@@ -277,4 +277,4 @@ def test_run_names_a_bad_timeout(kvm_host: Host, bad: object, err: type) -> None
     with kvm_host.create_vm(memory_mib=2, irqchip=False) as vm:
         v = vm.create_vcpu(0)
         with pytest.raises(err, match="timeout"):
-            v.run(timeout=bad)  # type: ignore[arg-type]
+            v.run(timeout_s=bad)  # type: ignore[arg-type]

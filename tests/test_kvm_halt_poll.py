@@ -39,9 +39,9 @@ def _halt_run(kvm_host: Host, max_poll_ns: int) -> dict[str, Any]:
             vcpu.start(prog)
             before = vcpu.stats()
             with measure_cpus([1]) as meter:
-                t = PinnedThread(lambda: vcpu.run_program(timeout=20), {1}, meter)
+                t = PinnedThread(lambda: vcpu.run_program(timeout_s=20), {1}, meter)
                 t.start()
-                rtt = vm.msi_ping(vcpu, prog, VECTOR, WAKEUPS, GAP_US, timeout=20)
+                rtt = vm.msi_ping(vcpu, prog, VECTOR, WAKEUPS, GAP_US, timeout_s=20)
                 t.value()
             after = vcpu.stats()
             d = {k: int(after[k] - before[k]) for k in before if isinstance(before[k], int)}
@@ -99,13 +99,13 @@ def test_msi_ping_counts_rounds_from_the_program_start_not_from_its_own_start(kv
         prog = vm.load("wait_interrupts", vector=VECTOR, count=20)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        t = PinnedThread(lambda: vcpu.run_program(timeout=10), {1})
+        t = PinnedThread(lambda: vcpu.run_program(timeout_s=10), {1})
         t.start()
         deadline = time.monotonic() + 5
         while vm.results(prog)["halts"][0] < 1:
             assert time.monotonic() < deadline, "the guest never announced its first halt"
             time.sleep(0.001)
-        rtt = vm.msi_ping(vcpu, prog, VECTOR, 20, 10.0, timeout=10)
+        rtt = vm.msi_ping(vcpu, prog, VECTOR, 20, 10.0, timeout_s=10)
         t.value()
         assert len(rtt) == 19 and (rtt > 0).all()
         assert int(vm.results(prog)["halts"][0]) == 20

@@ -20,16 +20,16 @@ def test_endless_loop_stops_at_its_deadline_and_the_vcpu_still_works(kvm_host: H
         vcpu.start(spin)
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="within 0.200 s"):
-            vcpu.run_until("hlt", timeout=0.2)
+            vcpu.run_until("hlt", timeout_s=0.2)
         assert time.monotonic() - t0 < 1.0
         # one KVM_RUN with a deadline returns an 'interrupted' exit instead
         t0 = time.monotonic()
-        assert vcpu.run(timeout=0.1).kind == "interrupted"
+        assert vcpu.run(timeout_s=0.1).kind == "interrupted"
         assert 0.09 < time.monotonic() - t0 < 1.0
         # usable afterwards
         prog = vm.load("pause_loop", iterations=100)
         vcpu.start(prog)
-        vcpu.run_program(timeout=5)
+        vcpu.run_program(timeout_s=5)
         assert vm.results(prog)["counter"][0] == 100
 
 
@@ -37,7 +37,7 @@ def test_kick_from_another_thread_returns_early(kvm_host: Host) -> None:
     with kvm_host.create_vm(memory_mib=4) as vm:
         vcpu = vm.create_vcpu(0)
         vcpu.start(vm.load("endless_loop"))
-        t = PinnedThread(lambda: vcpu.run_until("hlt", timeout=20), set(os.sched_getaffinity(0)))
+        t = PinnedThread(lambda: vcpu.run_until("hlt", timeout_s=20), set(os.sched_getaffinity(0)))
         t.start()
         time.sleep(0.2)
         t0 = time.monotonic()
@@ -52,7 +52,7 @@ def test_closing_a_vm_kicks_its_running_vcpus(kvm_host: Host) -> None:
     vm = kvm_host.create_vm(memory_mib=4)
     vcpu = vm.create_vcpu(0)
     vcpu.start(vm.load("endless_loop"))
-    t = PinnedThread(lambda: vcpu.run_until("hlt", timeout=20), set(os.sched_getaffinity(0)))
+    t = PinnedThread(lambda: vcpu.run_until("hlt", timeout_s=20), set(os.sched_getaffinity(0)))
     t.start()
     time.sleep(0.2)
     t0 = time.monotonic()
@@ -61,7 +61,7 @@ def test_closing_a_vm_kicks_its_running_vcpus(kvm_host: Host) -> None:
     assert r.interrupted
     assert time.monotonic() - t0 < 1.0
     with pytest.raises(ValueError, match="closed"):
-        vcpu.run(timeout=1)
+        vcpu.run(timeout_s=1)
 
 
 def test_ctrl_c_interrupts_a_run_promptly(kvm_host: Host) -> None:
@@ -75,7 +75,7 @@ def test_ctrl_c_interrupts_a_run_promptly(kvm_host: Host) -> None:
         print("ready", flush=True)
         t0 = time.monotonic()
         try:
-            v.run_until("hlt", timeout=30)
+            v.run_until("hlt", timeout_s=30)
         except KeyboardInterrupt:
             print(f"interrupted after {time.monotonic() - t0:.3f}", flush=True)
             vm.close()
@@ -221,7 +221,7 @@ def test_use_after_close(kvm_host: Host) -> None:
     vm.close()
     vm.close()  # idempotent
     for call in (lambda: vm.read(0, 1), lambda: vm.memory, lambda: vm.create_vcpu(1), lambda: vm.stats(),
-                 lambda: v.regs, lambda: v.run(timeout=0.1), lambda: vm.send_msi(0, 40)):  # fmt: skip
+                 lambda: v.regs, lambda: v.run(timeout_s=0.1), lambda: vm.send_msi(0, 40)):  # fmt: skip
         with pytest.raises(ValueError, match="closed"):
             call()
 
@@ -240,11 +240,11 @@ def test_bad_program_and_run_arguments(kvm_host: Host) -> None:
             vm.load("wait_interrupts", vector=40, count=1)
         v = vm.create_vcpu(0)
         with pytest.raises(ValueError, match="timeout"):
-            v.run(timeout=0)
+            v.run(timeout_s=0)
         with pytest.raises(ValueError, match="timeout"):
-            v.run(timeout=float("inf"))
+            v.run(timeout_s=float("inf"))
         with pytest.raises(ValueError, match="unknown exit kind"):
-            v.run_until("hltt", timeout=1)
+            v.run_until("hltt", timeout_s=1)
         with pytest.raises(ValueError, match="unknown register"):
             v.set_regs(rxx=1)
         with pytest.raises(vcpulab.UnsupportedError, match="irqchip"):
@@ -270,7 +270,7 @@ def test_ctrl_c_interrupts_a_long_msi_train(kvm_host: Host) -> None:
         vm = Host().create_vm(memory_mib=4)
         v = vm.create_vcpu(0)
         v.start(vm.load("wait_interrupts", vector=40, count=10**9))
-        v.run(timeout=0.05)  # the guest enables its LAPIC, then halts
+        v.run(timeout_s=0.05)  # the guest enables its LAPIC, then halts
         print("ready", flush=True)
         t0 = time.monotonic()
         try:
@@ -292,25 +292,25 @@ def test_a_thread_timer_left_armed_by_a_short_run_cuts_no_later_run_short(kvm_ho
         spin = vm.load("endless_loop")
         vcpu = vm.create_vcpu(0)
         vcpu.start(io)
-        assert vcpu.run(timeout=0.2).kind == "io"  # returns at once; the timer stays set for +0.2 s
+        assert vcpu.run(timeout_s=0.2).kind == "io"  # returns at once; the timer stays set for +0.2 s
         vcpu.start(spin)
         t0 = time.monotonic()
         with pytest.raises(TimeoutError, match="within 0.600 s"):
-            vcpu.run_until("hlt", timeout=0.6)
+            vcpu.run_until("hlt", timeout_s=0.6)
         assert 0.55 < time.monotonic() - t0 < 1.5
         # the same through one KVM_RUN: the early fire is not an 'interrupted' exit
         vcpu.start(io)
-        assert vcpu.run(timeout=0.1).kind == "io"
+        assert vcpu.run(timeout_s=0.1).kind == "io"
         vcpu.start(spin)
         t0 = time.monotonic()
-        assert vcpu.run(timeout=0.4).kind == "interrupted"
+        assert vcpu.run(timeout_s=0.4).kind == "interrupted"
         assert 0.35 < time.monotonic() - t0 < 1.5
         # a kick still ends a run whose timer fired early before it
         def early_then_long():  # type: ignore[no-untyped-def]
             vcpu.start(io)
-            assert vcpu.run(timeout=0.05).kind == "io"  # this thread's timer: +0.05 s
+            assert vcpu.run(timeout_s=0.05).kind == "io"  # this thread's timer: +0.05 s
             vcpu.start(spin)
-            return vcpu.run_until("hlt", timeout=20)
+            return vcpu.run_until("hlt", timeout_s=20)
 
         t = PinnedThread(early_then_long, set(os.sched_getaffinity(0)))
         t.start()
@@ -320,9 +320,9 @@ def test_a_thread_timer_left_armed_by_a_short_run_cuts_no_later_run_short(kvm_ho
         r = t.value(timeout=5)
         assert r.interrupted and r.wall_s < 5
         # a fire after the last run lands in this thread while it sleeps
-        assert vcpu.run(timeout=0.05).kind == "interrupted"
+        assert vcpu.run(timeout_s=0.05).kind == "interrupted"
         vcpu.start(io)
-        assert vcpu.run(timeout=0.1).kind == "io"
+        assert vcpu.run(timeout_s=0.1).kind == "io"
         t0 = time.monotonic()
         time.sleep(0.3)
         assert time.monotonic() - t0 >= 0.3

@@ -40,7 +40,7 @@ def _measure(vcpu: Vcpu) -> dict[str, float]:
         for _ in range(200):
             before = vcpu.steal_time.version
             d_a = schedstat(tid)[1]
-            vcpu.run(timeout=1e-4)
+            vcpu.run(timeout_s=1e-4)
             d_b = schedstat(tid)[1]
             st = vcpu.steal_time
             if st.version != before and d_a == d_b:
@@ -51,7 +51,7 @@ def _measure(vcpu: Vcpu) -> dict[str, float]:
     v0 = vcpu.steal_time.version
     t0 = time.monotonic_ns()
     try:
-        vcpu.run_until("hlt", timeout=RUN_S)
+        vcpu.run_until("hlt", timeout_s=RUN_S)
     except TimeoutError:
         pass
     t1 = time.monotonic_ns()
@@ -144,7 +144,7 @@ def test_steal_time_and_stats_can_be_read_while_the_vcpu_runs(kvm_host: Host) ->
         v = vm.create_vcpu(0)
         v.start(vm.load("endless_loop"))
         v.enable_steal_time()
-        t = threading.Thread(target=lambda: pytest.raises(TimeoutError, v.run_until, "hlt", timeout=1.0))
+        t = threading.Thread(target=lambda: pytest.raises(TimeoutError, v.run_until, "hlt", timeout_s=1.0))
         t.start()
         time.sleep(0.1)
         t0 = time.monotonic()

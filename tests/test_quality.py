@@ -86,7 +86,7 @@ def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host)
         assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
         time.sleep(0.05)
         with pytest.warns(QualityWarning, match=r"other tasks ran .*CPU 1"):
-            r = run(MsiPingPong(rounds=300, gap_us=50), vcpus=1, pcpus=[1], duration=10, halt_poll_ns=200_000, host=kvm_host)
+            r = run(MsiPingPong(rounds=300, gap_us=50), vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=200_000, host=kvm_host)
     finally:
         hog.kill()
         hog.wait()
@@ -106,7 +106,7 @@ def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host)
 def test_repeat_runs_trials_and_gives_means_with_confidence_intervals(kvm_host: Host) -> None:
     from vcpulab.experiment import Spin, Trials, t_critical
 
-    tr = run(Spin(), vcpus=2, pcpus=[0], duration=0.2, repeat=3, host=kvm_host, warn_quality=False)
+    tr = run(Spin(), vcpus=2, pcpus=[0], duration_s=0.2, repeat=3, host=kvm_host, warn_quality=False)
     assert isinstance(tr, Trials) and len(tr.runs) == 3
     assert sorted(set(tr.results["trial"])) == [0, 1, 2]
     assert tr.results.height == 6 and tr.samples["trial"].n_unique() == 3
@@ -132,7 +132,7 @@ VMM = """
 import os, sys
 from vcpulab.experiment import Spin, run
 print(os.getpid(), flush=True)
-run(Spin(), vcpus=2, pcpus=[0], duration=20, warn_quality=False)
+run(Spin(), vcpus=2, pcpus=[0], duration_s=20, warn_quality=False)
 """
 
 
@@ -164,7 +164,7 @@ def test_attach_finds_another_process_vcpu_threads_and_stats(kvm_host: Host, tmp
         # the process holds vCPU stats fds: KVM's own counters, read through pidfd_getfd
         assert "insn_emulation" in threads.columns and last["insn_emulation"].sum() > first["insn_emulation"].sum()
         out = tmp_path / "w.parquet"
-        r = subprocess.run([sys.executable, "-m", "vcpulab.cli", "watch", str(pid), "--interval", "0.2", "--count", "2",
+        r = subprocess.run([sys.executable, "-m", "vcpulab.cli", "watch", str(pid), "--interval-s", "0.2", "--count", "2",
                             "--parquet", str(out)], capture_output=True, text=True, timeout=60)  # fmt: skip
         print(r.stdout, r.stderr)
         assert r.returncode == 0, r.stderr

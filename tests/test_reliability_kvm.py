@@ -31,7 +31,7 @@ def test_msi_ping_huge_count_is_a_value_error(kvm_host: Any) -> None:
     prog = vm.load("wait_interrupts", vector=0x40, count=4)
     for count in (2**40, 2**61, 2**64):
         try:
-            vm.msi_ping(v, prog, 0x40, count, 10.0, timeout=0.5)
+            vm.msi_ping(v, prog, 0x40, count, 10.0, timeout_s=0.5)
         except ValueError as e:
             print("ValueError", "count" in str(e))
     """)
@@ -40,24 +40,24 @@ def test_msi_ping_huge_count_is_a_value_error(kvm_host: Any) -> None:
 
 
 def test_experiment_periods_out_of_range(kvm_host: Any) -> None:
-    for kw, name in [({"sample_every": 1e19}, "sample_every"), ({"sample_every": 1e20}, "sample_every"),
-                     ({"poll_every": 1e19}, "poll_every"), ({"poll_every": 5.0}, "poll_every"),
-                     ({"sample_every": float("nan")}, "sample_every")]:  # fmt: skip
+    for kw, name in [({"sample_every_s": 1e19}, "sample_every_s"), ({"sample_every_s": 1e20}, "sample_every_s"),
+                     ({"poll_every_s": 1e19}, "poll_every_s"), ({"poll_every_s": 5.0}, "poll_every_s"),
+                     ({"sample_every_s": float("nan")}, "sample_every_s")]:  # fmt: skip
         with pytest.raises(ValueError, match=name):
-            experiment.run(Spin(), vcpus=1, pcpus=[0], duration=0.05, **kw)
+            experiment.run(Spin(), vcpus=1, pcpus=[0], duration_s=0.05, **kw)
 
 
 @pytest.mark.parametrize(
     "kw, exc, name",
     [
-        ({"duration": math.inf}, ValueError, "duration"),
-        ({"duration": 1e6}, ValueError, "duration"),
+        ({"duration_s": math.inf}, ValueError, "duration_s"),
+        ({"duration_s": 1e6}, ValueError, "duration_s"),
         ({"vcpus": 257}, ValueError, "vcpus"),
         ({"vcpus": 1.5}, TypeError, "vcpus"),
         ({"workload": None}, TypeError, "workload"),
         ({"workload": MsiPingPong(gap_us=math.nan), "vcpus": 1}, ValueError, "gap_us"),
         ({"workload": IpiPingPong(gap_us=math.inf), "vcpus": 2}, ValueError, "gap_us"),
-        ({"workload": MsiPingPong(rounds=10, gap_us=30e6), "vcpus": 1, "duration": 0.5}, ValueError, "gap_us"),
+        ({"workload": MsiPingPong(rounds=10, gap_us=30e6), "vcpus": 1, "duration_s": 0.5}, ValueError, "gap_us"),
         ({"memory_mib": 10**9}, ValueError, "memory_mib"),
         ({"halt_poll_ns": -1}, ValueError, "halt_poll_ns"),
         ({"steal_time": "yes"}, TypeError, "steal_time"),
@@ -65,7 +65,7 @@ def test_experiment_periods_out_of_range(kvm_host: Any) -> None:
     ],
 )
 def test_experiment_run_validates_first(kvm_host: Any, kw: dict[str, Any], exc: type, name: str) -> None:
-    args: dict[str, Any] = {"workload": Spin(), "vcpus": 1, "pcpus": [0], "duration": 0.05}
+    args: dict[str, Any] = {"workload": Spin(), "vcpus": 1, "pcpus": [0], "duration_s": 0.05}
     args.update(kw)
     t0 = time.monotonic()
     with pytest.raises(exc, match=name):
@@ -78,9 +78,9 @@ def test_kvm_arguments_name_the_problem(kvm_host: Any) -> None:
         v = vm.create_vcpu(0)
         v.start(vm.load("halt"))
         cases = [
-            (lambda: v.run_until([], timeout=0.2), ValueError, "kind"),
-            (lambda: v.run_program(timeout=-1), ValueError, "timeout"),
-            (lambda: v.run(timeout=math.nan), ValueError, "timeout"),
+            (lambda: v.run_until([], timeout_s=0.2), ValueError, "kind"),
+            (lambda: v.run_program(timeout_s=-1), ValueError, "timeout"),
+            (lambda: v.run(timeout_s=math.nan), ValueError, "timeout"),
             (lambda: v.run_until("io", port=70000), ValueError, "port"),
             (lambda: vm.send_msi(-1, 0x40), ValueError, "dest_apic_id"),
             (lambda: vm.send_msi(0, 256), ValueError, "vector"),
@@ -155,7 +155,7 @@ def test_msi_train_gap_interrupted_by_ctrl_c(kvm_host: Any) -> None:
     v = vm.create_vcpu(0)
     prog = vm.load("wait_interrupts", vector=0x40, count=1000)
     v.start(prog)
-    threading.Thread(target=lambda: v.run_program(timeout=30), daemon=True).start()
+    threading.Thread(target=lambda: v.run_program(timeout_s=30), daemon=True).start()
     t_end = time.monotonic() + 10
     while vm.results(prog)["halts"][0] < 1 and time.monotonic() < t_end:
         time.sleep(0.01)  # the guest has enabled its LAPIC and halts
@@ -178,7 +178,7 @@ def test_msi_train_gap_stops_on_close(kvm_host: Any) -> None:
         v = vm.create_vcpu(0)
         prog = vm.load("wait_interrupts", vector=0x40, count=1000)
         v.start(prog)
-        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout=10)), daemon=True).start()
+        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout_s=10)), daemon=True).start()
         t_end = time.monotonic() + 10
         while vm.results(prog)["halts"][0] < 1 and time.monotonic() < t_end:
             time.sleep(0.01)  # the guest has enabled its LAPIC and halts
@@ -196,13 +196,13 @@ def test_msi_ping_gap_bounded_by_timeout(kvm_host: Any) -> None:
         v = vm.create_vcpu(0)
         prog = vm.load("wait_interrupts", vector=0x40, count=1000)
         v.start(prog)
-        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout=10)), daemon=True).start()
+        threading.Thread(target=lambda: _quiet(lambda: v.run_program(timeout_s=10)), daemon=True).start()
         t0 = time.monotonic()
         with pytest.raises(ValueError, match="gap_us"):
-            vm.msi_ping(v, prog, 0x40, 3, gap_us=8e6, timeout=0.5)
+            vm.msi_ping(v, prog, 0x40, 3, gap_us=8e6, timeout_s=0.5)
         # a gap shorter than the timeout but rounds that cannot all fit: TimeoutError at the deadline
         with pytest.raises(TimeoutError):
-            vm.msi_ping(v, prog, 0x40, 3, gap_us=0.4e6, timeout=0.5)
+            vm.msi_ping(v, prog, 0x40, 3, gap_us=0.4e6, timeout_s=0.5)
         assert time.monotonic() - t0 < 1.5
 
 
@@ -219,7 +219,7 @@ def test_experiment_run_ctrl_c(kvm_host: Any) -> None:
     from vcpulab.experiment import SpinLock
     print("READY", flush=True)
     try:
-        experiment.run(SpinLock(), vcpus=2, pcpus=[0], duration=30)
+        experiment.run(SpinLock(), vcpus=2, pcpus=[0], duration_s=30)
     except KeyboardInterrupt:
         print("KI")
     """
@@ -238,7 +238,7 @@ def test_forked_child_gets_a_clear_error(kvm_host: Any) -> None:
     v.start(vm.load("endless_loop"))
     def _run():
         try:
-            v.run_until("hlt", timeout=3)
+            v.run_until("hlt", timeout_s=3)
         except BaseException:
             pass
     t = threading.Thread(target=_run)
@@ -279,4 +279,4 @@ def test_calibrate_validates_before_measuring(kvm_host: Any) -> None:
 
 def test_spin_lock_kind_checked(kvm_host: Any) -> None:
     with pytest.raises(ValueError, match="kind"):
-        experiment.run(SpinLock(kind="mcs"), vcpus=2, pcpus=[0], duration=0.05)  # type: ignore[arg-type]
+        experiment.run(SpinLock(kind="mcs"), vcpus=2, pcpus=[0], duration_s=0.05)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from vcpulab import sim
+from vcpulab.sim import presets
 from vcpulab.sim import scenarios as S
 
 #: The options that take unpinned vCPU threads out of lock-step (item 4 of
@@ -47,6 +48,10 @@ def unpinned_8x20(scheduler: str, seed: int = 1, **host) -> sim.Config:
         (dict(pcpus=6, sockets=4), "Host.pcpus (6) must be a multiple"),
         (dict(threads_per_core=9), "Host.threads_per_core must be <= 8"),
         (dict(wake_placement="anywhere"), "Host.wake_placement must be one of"),
+        (dict(start_placement="random"), "Host.start_placement must be one of"),
+        (dict(migration_cold_core_ns=-1), "Host.migration_cold_core_ns must be"),
+        (dict(migration_cold_llc_ns=2 * 10**9), "Host.migration_cold_llc_ns must be"),
+        (dict(wake_wide=1), "Host.wake_wide must be"),
     ],
 )
 def test_bad_host_values_raise_valueerror_naming_the_field(kw, msg):
@@ -160,3 +165,48 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
     assert ops(100, 3)[0] == pytest.approx(300, abs=3)
     with pytest.raises(ValueError, match="Host.smt_speed_pct must be >= 10"):
         sim.Host(smt_speed_pct=5)
+
+
+
+def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_step():
+    """6.x host (EEVDF, select_task_rq_fair, load balancing, noise, seeded
+    ties, wake-up latencies). The index start map (vCPU g on CPU g mod 80)
+    gives VM k and VM k + 4 the same 20 CPUs and nothing else: the pair
+    alternates on them as a gang scheduler would (gang/fair within 15 %),
+    and vCPUs that never sleep long are hardly moved (equal loads: nothing
+    to balance). With the shuffled start map every CPU pairs vCPUs of
+    unrelated VMs: gang scheduling gains over 20 %, as with pinned maps."""
+    from vcpulab import validation as V
+    from vcpulab.validation.cases import Ctx
+
+    ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
+    vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
+    assert ctx.host(pcpus=80).start_placement == "shuffled"
+
+    def thr(seed, **kw):
+        host = dataclasses.replace(ctx.host(pcpus=80, affinity="all"), **kw)
+        r = sim.run(sim.Config(host=host, vms=(vm,), seed=seed, duration_ns=60_000_000, warmup_ns=20_000_000))
+        return r.summary["throughput_ops_s"][0]
+
+    for seed in (0, 1):
+        gang = thr(seed, scheduler="gang")
+        assert gang / thr(seed, start_placement="index") < 1.15
+        assert gang / thr(seed) > 1.2
+
+
+def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
+    """Two unpinned ebizzy-like VMs (threads that sleep and wake) on a
+    2-socket host: their vCPUs migrate; with a refill cost per migration the
+    same run completes fewer operations, and every host CPU's categories
+    still add up to the run's length."""
+    host = sim.Host(pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True,
+                    **TIME)  # fmt: skip
+    vm = sim.Vm(vcpus=12, count=2, threads=24, workload=presets.ebizzy_like(mmap_sem=True))
+    cfg = sim.Config(host=host, vms=(vm,), seed=1, duration_ns=60_000_000, warmup_ns=10_000_000)
+    warm = sim.run(cfg)
+    cold_host = dataclasses.replace(host, migration_cold_core_ns=20_000, migration_cold_llc_ns=200_000)
+    cold = sim.run(cfg.replace(host=cold_host))
+    assert cold.summary["ops"][0] < 0.97 * warm.summary["ops"][0]
+    d = cold.summary["duration_ns"][0]
+    cols = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
+    assert (cold.pcpus.select(pl.sum_horizontal(cols)).to_series() == d).all()

@@ -348,22 +348,22 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     from vcpulab.experiment import run
 
-    r = run(SpinLock(kind="ticket", hold=20, think=20), vcpus=3, placement=[[0], [1], [0]], duration=0.1,
+    r = run(SpinLock(kind="ticket", hold=20, think=20), vcpus=3, placement=[[0], [1], [0]], duration_s=0.1,
             host=kvm_host, warn_quality=False)  # fmt: skip
     exp = Experiment.from_run(r)
     assert exp.vcpus == 3 and exp.cpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
     assert cfg.host.pcpus == 2 and cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
-    shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration=0.05, host=kvm_host, warn_quality=False)
+    shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration_s=0.05, host=kvm_host, warn_quality=False)
     assert twins.twin(shared).host.affinity == "all"
     with pytest.raises(ValueError, match="placement"):
-        Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration=0.05, host=kvm_host,
+        Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration_s=0.05, host=kvm_host,
                                 warn_quality=False))  # fmt: skip
-    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
+    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration_s=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
     t = twins.twin(ticks)
     assert t.host.pcpus == 1 and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
     assert t.vms[0].workload.phases[0].ns == 2_000_000 and t.vms[0].workload.phases[0].periodic
-    msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration=3.0, host=kvm_host, warn_quality=False)
+    msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration_s=3.0, host=kvm_host, warn_quality=False)
     assert twins.twin(msi).vms[0].workload.phases[0].ns == 30_000
 
 
@@ -439,6 +439,28 @@ def test_compare_frame(kvm_host: Host) -> None:
     # halt polling off: no halt ends in the poll loop, on either side
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["real"] == 0.0
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["sim"] == 0.0
+
+
+def test_compare_with_real_traces(kvm_host: Host) -> None:
+    """trace=True: the real trials are traced and the cell gets run-slice and
+    wake-up-latency rows (medians, KS in [0, 1]); an IdleTicks guest is woken
+    by its timer on both sides, so both distributions have samples. An IPI
+    ping-pong's twin has no timer wake-ups: its wake-up row is NaN, its slices
+    are compared. Structure only: the distances themselves depend on the load."""
+    cal = twins.calibrate()
+    exp = Experiment(IdleTicks(hz=500), 2, (1,), duration_s=0.2, halt_poll_ns=0)
+    c = twins.compare(exp, trials=1, seeds=1, cal=cal, trace=True)
+    assert c["metric"].to_list()[-2:] == ["slice_ns", "wakeup_latency_ns"]
+    for q in ("slice_ns", "wakeup_latency_ns"):
+        row = c.row(by_predicate=pl.col("metric") == q, named=True)
+        assert row["informative"] and row["real"] > 0 and row["sim"] > 0 and 0.0 <= row["ks"] <= 1.0, row
+    ipi = twins.compare(Experiment(IpiPingPong(rounds=50, gap_us=100.0), 2, (0, 1), duration_s=3.0, halt_poll_ns=0),
+                        trials=1, seeds=1, cal=cal, trace=True)  # fmt: skip
+    sl = ipi.row(by_predicate=pl.col("metric") == "slice_ns", named=True)
+    wk = ipi.row(by_predicate=pl.col("metric") == "wakeup_latency_ns", named=True)
+    assert sl["informative"] and 0.0 <= sl["ks"] <= 1.0
+    assert not wk["informative"] and np.isnan(wk["sim"]) and np.isnan(wk["ks"])
+    assert ipi.row(by_predicate=pl.col("metric") == "rtt_median_us", named=True)["sim"] > 0
 
 
 def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> None:

@@ -260,13 +260,65 @@ def test_a_pinned_8x20_under_the_fair_scheduler_is_far_from_gang_scheduling():
     assert t["fair"]["ple_exits"][0] > 10 * t["gang"]["ple_exits"][0]
 
 
-@pytest.mark.xfail(strict=True, reason=W12 + "unpinned vCPU threads fall into lock-step: the fair scheduler "
-                   "reproduces gang scheduling exactly (ticks in step, identical tie-breaking on every CPU)")
+@pytest.mark.xfail(strict=True, reason=W12 + "6.x: with the shuffled start map (Host.start_placement) unpinned "
+                   "vCPUs leave lock-step (gang/fair 1.30, fair PLE exits ~100x gang's; the robustness probe passes) "
+                   "but stay below 1.5: waiters that pv_wait free their CPUs to other VMs; round_robin pins VM k "
+                   "and VM k + 4 to the same 20 CPUs, which alternate as a gang (1.02)")
 @pytest.mark.parametrize("affinity", ["all", "round_robin"])
 def test_a_unpinned_8x20_under_the_fair_scheduler_differs_from_gang_scheduling(affinity):
     ratio, t = _gang_over_fair(affinity)
     assert t["fair"]["ple_exits"][0] != t["gang"]["ple_exits"][0]
     assert ratio >= 1.5, ratio
+
+
+
+def _all_or_none_share(r, vcpus):
+    """Share of (VM, instant) samples, every 20 us over the trace's second
+    half, at which a VM runs all or none of its vCPUs (gang scheduling: ~1)."""
+    import numpy as np
+
+    tr = r.trace.filter(pl.col("vm") >= 0)
+    lo, hi = int(tr["start_ns"].min()), int(tr["end_ns"].max())
+    ts = np.arange(lo + (hi - lo) // 2, hi, 20_000)
+    shares = []
+    for _, g in tr.group_by("vm"):
+        k = np.searchsorted(np.sort(g["start_ns"].to_numpy()), ts, "right") - np.searchsorted(
+            np.sort(g["end_ns"].to_numpy()), ts, "right"
+        )
+        shares.append(np.mean((k == 0) | (k == vcpus)))
+    return float(np.mean(shares))
+
+
+_STARVES_6X = pytest.mark.xfail(
+    strict=True,
+    reason=W12 + "6.x (EEVDF), unpinned 8 x 20 with the shuffled start map: the poorest VM gets ~1 % of the mean "
+    "(seeds 0-2: 0.3-1 %; pinned on the same map 40-60 %, the same host under CFS 63-73 %). The starved VMs' vCPUs "
+    "wait runnable ~70 % of the time: each PLE exit's yield moves the yielder's vruntime to its deadline "
+    "(yield_penalty='vruntime') and PICK_BUDDY ignores an ineligible yield_to target, so VMs that never spin keep "
+    "the CPUs (with yield_penalty='deadline': 12-24 %; next_buddy='always': 24-84 %)",
+)
+
+
+@pytest.mark.parametrize("era", ["2012-3.x", "2015-4.x", "2019-5.x", "2021-5.14", pytest.param("6.x", marks=_STARVES_6X)])
+def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
+    """Robustness (a) and (b) with each era's host (its own fair class, start
+    map, placement, balancing, noise): unpinned 8 x 20 under the fair class
+    is not gang scheduling — its PLE exits differ, and a VM runs all or none
+    of its vCPUs at under half of the instants (gang: nearly all; the index
+    start map with EEVDF and the 2012 era's buddies gave 0.95) — and no VM
+    starves over the 100 ms window: each gets at least a fifth of the mean
+    (the bound of tests/test_sim_host.py's symmetric 8 x 20 test)."""
+    ctx = _era_ctx(era)
+    vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
+    cfg = sim.Config(host=ctx.host(pcpus=80, affinity="all"), vms=(vm,), seed=0, duration_ns=140_000_000,
+                     warmup_ns=40_000_000, trace=True)  # fmt: skip
+    fair = sim.run(cfg)
+    gang = sim.run(cfg.replace(host=ctx.host(pcpus=80, affinity="all", scheduler="gang")))
+    assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
+    assert _all_or_none_share(gang, 20) > 0.9
+    assert _all_or_none_share(fair, 20) < 0.5
+    ops = fair.vms["ops"].to_list()
+    assert min(ops) > 0.2 * sum(ops) / len(ops), ops
 
 
 SYMMETRIC = [

@@ -30,6 +30,7 @@ from vcpulab._core import (
     GuestAssertionError,
     KvmIoctlError,
     KvmUnavailableError,
+    TraceUnavailableError,
     UnexpectedExitError,
     UnsupportedError,
     VcpulabError,
@@ -40,6 +41,7 @@ __all__ = [
     "GuestAssertionError",
     "KvmIoctlError",
     "KvmUnavailableError",
+    "TraceUnavailableError",
     "UnexpectedExitError",
     "UnsupportedError",
     "VcpulabError",
@@ -52,13 +54,16 @@ __all__ = [
     "provenance",
     "sim",
     "testing",
+    "tracing",
 ]
 
 #: Submodules reachable as attributes of the package (imported on first use).
-_SUBMODULES = frozenset({"analysis", "calibrate", "cli", "experiment", "kvm", "plot", "provenance", "sim", "testing"})
+_SUBMODULES = frozenset(
+    {"analysis", "calibrate", "cli", "experiment", "kvm", "plot", "provenance", "sim", "testing", "tracing"}
+)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing
+    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing, tracing
 
 
 def __getattr__(name: str) -> Any:

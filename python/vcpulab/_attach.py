@@ -22,8 +22,12 @@ fds (``anon_inode:kvm-vcpu-stats:N``: vcpulab always, QEMU after a QMP
 (``exits``, ``halt_exits``, ``halt_successful_poll``, …, as in ``Run.samples``).
 KVM refuses vCPU ioctls from another process, so no stats fd can be made for a
 VMM that holds none; debugfs statistics are used where the kernel lets them be
-read (this host answers EPERM). Tracing filtered to the process is not done
-yet.
+read (this host answers EPERM).
+
+:meth:`Attached.trace` records the scheduler and KVM tracepoints on the CPUs
+the vCPU threads may run on, KVM events filtered to the process, into the
+frames of a traced ``Run`` (``trace``, ``wakeups``, ``exits``, ``halts``;
+docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -155,6 +159,38 @@ class Attached:
             vms = vms.with_columns(pl.col("t_ns") - first)
         return threads, vms
 
+    def trace(self, duration_s: float = 1.0, cpus: list[int] | None = None, max_events: int | None = None) -> Any:
+        """Traces the process's vCPU threads for ``duration_s`` seconds
+        (docs/tracing.md): a :class:`vcpulab.tracing.TraceFrames` whose
+        ``trace``, ``wakeups``, ``exits`` and ``halts`` are the frames of a
+        traced ``Run`` (``vm`` is the VM's fd in the process, as in
+        :attr:`vcpus`; ns from the start of the window). ``cpus``: the host
+        CPUs whose scheduler events are recorded (default: every CPU the vCPU
+        threads may run on). KVM events are kept only for this process.
+        Ctrl-C stops it (the trace is freed)."""
+        from vcpulab import tracing
+        from vcpulab._checks import check_float
+
+        check_float("duration_s", duration_s, 1e-3, 3600.0)
+        known = [r for r in self.vcpus.iter_rows(named=True) if r["tid"]]
+        if not known:
+            raise LookupError(f"process {self.pid}: no vCPU thread identified to trace ({'; '.join(self.notes)})")
+        if cpus is None:
+            allowed: set[int] = set()
+            for r in known:
+                try:
+                    allowed |= os.sched_getaffinity(r["tid"])
+                except OSError:
+                    pass
+            cpus = sorted(allowed) or sorted(os.sched_getaffinity(0))
+        kw = {} if max_events is None else {"max_events": max_events}
+        with tracing.Trace(cpus, kvm_pid=self.pid, **kw) as tr:
+            t0 = time.monotonic_ns()
+            end = t0 + int(duration_s * 1e9)
+            while (left := end - time.monotonic_ns()) > 0:
+                time.sleep(min(left / 1e9, 0.05))
+            return tr.frames(t0, end, [(r["tid"], r["vm"], r["vcpu"]) for r in known])
+
     def __repr__(self) -> str:
         return f"<Attached pid={self.pid} {self.comm!r} vms={self.vms.height} vcpus={self.vcpus.height}>"
 
@@ -230,7 +266,7 @@ def attach(pid: int) -> Attached:
     if len(vm_fds) > 1 and stats_fds:
         notes.append("several VMs: vCPU stats fds are matched to vCPUs by index only")
     for r in vm_rows:
-        if r["debugfs"] and _read_int(Path(r["debugfs"]) / "exits") is None:
+        if r["debugfs"] and _read_int(Path(str(r["debugfs"])) / "exits") is None:
             notes.append(f"KVM debugfs statistics in {r['debugfs']} are not readable here (the kernel refuses them)")
     return Attached(pid=pid, comm=comm, vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
                     vcpus=vcpus, notes=notes, stats_fds=stats_fds)  # fmt: skip

@@ -25,6 +25,8 @@ import itertools
 import math
 import numbers
 import os
+import sys
+import warnings
 from typing import Any, Callable, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -103,6 +105,57 @@ def check_type(name: str, v: Any, cls: type | tuple[type, ...]) -> Any:
         want = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
         raise TypeError(f"{name} must be a {want}, got {type(v).__name__} {v!r}")
     return v
+
+
+# ------------------------------------------------------------------ renamed args
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def frames_in_package() -> int:
+    """How many frames, from the caller of this function outwards, run
+    vcpulab's own code before the user's (for a warning's ``stacklevel``)."""
+    f = sys._getframe(1)
+    n = 0
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back  # type: ignore[assignment]
+        n += 1
+    return n
+
+
+def _outside_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this module (the user's
+    call, through any wrappers of this module), for warnings.warn called here."""
+    f = sys._getframe(1)
+    level = 1
+    while f is not None and f.f_code.co_filename == __file__:
+        f = f.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def renamed(**old_to_new: str) -> Callable[[F], F]:
+    """Accept the former keyword names of a function's arguments (units
+    added to the names: ``duration`` -> ``duration_s``): an old name works
+    with a DeprecationWarning naming the new one; the old and the new name
+    together raise TypeError."""
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items() if kwargs else ():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got {old}= and {new}=; {old} is the deprecated name of {new}")
+                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}= (the unit is in the name)",
+                                  DeprecationWarning, stacklevel=_outside_stacklevel())  # fmt: skip
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return inner  # type: ignore[return-value]
+
+    return deco
 
 
 # --------------------------------------------------------------------------- panics

@@ -30,6 +30,12 @@ __all__ = [
     "SIM_VCPU_TIME_CATEGORIES",
     "STEAL_AREA_ADDR",
     "Spinner",
+    "TRACE_DEFAULT_BUFFER_BYTES",
+    "TRACE_DEFAULT_MAX_EVENTS",
+    "TRACE_EVENTS",
+    "TRACE_NULL",
+    "TraceUnavailableError",
+    "Tracer",
     "UCALL_PORT",
     "UnexpectedExitError",
     "UnsupportedError",
@@ -44,8 +50,10 @@ __all__ = [
     "halt_poll_simulate",
     "halt_poll_simulate_many",
     "halt_poll_windows",
+    "monotonic_ns",
     "read_foreign_stats",
     "run_experiment",
+    "sim_config_schema",
     "sim_default_config",
     "sim_run",
     "sim_sweep",
@@ -62,6 +70,7 @@ class KvmIoctlError(VcpulabError): ...
 class GuestAssertionError(VcpulabError): ...
 class UnexpectedExitError(VcpulabError): ...
 class UnsupportedError(VcpulabError): ...
+class TraceUnavailableError(VcpulabError): ...
 
 _CpuidRow = tuple[int, int, int, int, int, int, int]
 _SchemaRow = tuple[str, str, str, int, int, int, int]
@@ -183,6 +192,26 @@ def read_foreign_stats(pid: int, fd: int) -> dict[str, Any]: ...
 
 STEAL_AREA_ADDR: int
 
+# ----------------------------------------------------------------- tracing (src/py/trace.rs)
+
+TRACE_EVENTS: list[str]
+TRACE_NULL: int
+TRACE_DEFAULT_MAX_EVENTS: int
+TRACE_DEFAULT_BUFFER_BYTES: int
+
+@final
+class Tracer:
+    def __new__(
+        cls, cpus: list[int], max_events: int = ..., buffer_bytes: int = ..., kvm_pid: int | None = None
+    ) -> Tracer: ...
+    @property
+    def running(self) -> bool: ...
+    def stop(self) -> dict[str, Any]: ...
+    def frames(self, start_ns: int, end_ns: int, vcpus: list[tuple[int, int, int]]) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+def monotonic_ns() -> int: ...
+
 # ----------------------------------------------------------------- simulator (src/py/sim.rs)
 
 @final
@@ -229,6 +258,7 @@ def sim_sweep(
     trace_max_rows: int | None = None,
 ) -> list[dict[str, Any]]: ...
 def sim_default_config() -> str: ...
+def sim_config_schema() -> str: ...
 
 # ----------------------------------------------------------------- halt polling (src/py/halt_poll.rs)
 

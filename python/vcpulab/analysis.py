@@ -27,7 +27,16 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import polars as pl
 
-__all__ = ["Comparison", "LowPowerWarning", "compare", "mean_interval", "stat_deltas", "time_breakdown"]
+__all__ = [
+    "Comparison",
+    "LowPowerWarning",
+    "compare",
+    "exits_by_reason",
+    "mean_interval",
+    "stat_deltas",
+    "time_breakdown",
+    "wakeup_latency",
+]
 
 Interval = Literal["t", "bca", "percentile"]
 
@@ -373,3 +382,54 @@ def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFr
         (pl.col("ns") / pl.col("ns").sum().over(keys)).alias("fraction"),
         pl.col("category").str.replace("_ns$", ""),
     ).sort(keys + ["category"])
+
+
+def _traced(run: Any, frame: str) -> pl.DataFrame:
+    df = getattr(run, frame, run)
+    if df is None:
+        raise ValueError(f"this run has no {frame} frame: run it with trace=True (docs/tracing.md)")
+    if not isinstance(df, pl.DataFrame):
+        raise ValueError(f"expected a traced Run or its {frame} frame, got {type(run).__name__}")
+    return df
+
+
+def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
+    """Exits of a traced real run (``run(..., trace=True)``, or its ``exits``
+    frame) per exit reason, the ``kvm_stat``/``perf kvm stat`` view: count,
+    share of all exits, and handling time (``kvm_exit`` to the next
+    ``kvm_entry``, docs/tracing.md) as mean, p50, p90, p99 and max, ns. Exits
+    whose entry fell outside the trace are counted but have no handling time.
+    ``by_vcpu`` adds vm and vcpu to the key. Sorted by count, largest first."""
+    e = _traced(run, "exits")
+    keys = (["vm", "vcpu"] if by_vcpu else []) + ["reason"]
+    h = pl.col("handling_ns")
+    out = e.group_by(keys).agg(
+        pl.len().cast(pl.Int64).alias("count"),
+        h.mean().alias("handling_mean_ns"),
+        h.quantile(0.5, "nearest").cast(pl.Int64).alias("handling_p50_ns"),
+        h.quantile(0.9, "nearest").cast(pl.Int64).alias("handling_p90_ns"),
+        h.quantile(0.99, "nearest").cast(pl.Int64).alias("handling_p99_ns"),
+        h.max().alias("handling_max_ns"),
+    )
+    out = out.with_columns((pl.col("count") / max(e.height, 1)).alias("share"))
+    return out.select(keys + ["count", "share", "handling_mean_ns", "handling_p50_ns", "handling_p90_ns",
+                              "handling_p99_ns", "handling_max_ns"]).sort(["count"] + keys, descending=[True] + [False] * len(keys))  # fmt: skip
+
+
+def wakeup_latency(run: Any) -> pl.DataFrame:
+    """Wake-up-to-run latency of each vCPU thread of a traced real run (its
+    ``wakeups`` frame): count, mean, p50, p90, p99 and max, ns, per (vm, vcpu, tid)."""
+    w = _traced(run, "wakeups")
+    lat = pl.col("latency_ns")
+    return (
+        w.group_by(["vm", "vcpu", "tid"])
+        .agg(
+            pl.len().cast(pl.Int64).alias("count"),
+            lat.mean().alias("latency_mean_ns"),
+            lat.quantile(0.5, "nearest").cast(pl.Int64).alias("latency_p50_ns"),
+            lat.quantile(0.9, "nearest").cast(pl.Int64).alias("latency_p90_ns"),
+            lat.quantile(0.99, "nearest").cast(pl.Int64).alias("latency_p99_ns"),
+            lat.max().alias("latency_max_ns"),
+        )
+        .sort(["vm", "vcpu"])
+    )

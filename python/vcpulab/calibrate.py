@@ -56,6 +56,7 @@ import polars as pl
 from vcpulab._checks import guard_panics
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
+from vcpulab.sim._config import HaltPoll
 
 __all__ = ["HaltPollCalibration", "classify", "halt_poll", "real_stats"]
 
@@ -203,7 +204,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
             box["tid"] = threading.get_native_id()
             meter.add_thread(box["tid"], [pcpu])
             try:
-                vcpu.run_program(timeout=timeout)
+                vcpu.run_program(timeout_s=timeout)
             except BaseException as e:  # noqa: BLE001 - re-raised below
                 box["error"] = e
             box["cpu_ns"] = _thread_cpu_ns(box["tid"])
@@ -217,7 +218,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         meter.__enter__()
         t.start()
         try:
-            rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout=timeout)
+            rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout_s=timeout)
         except BaseException:
             t.join(timeout + 5)
             if "error" in box:
@@ -421,9 +422,9 @@ def halt_poll(
         for rep in range(sim_replicas):
             scs.append(
                 hp.Scenario(
-                    hp.Params(policy="block-time", halt_poll_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
-                              grow_start=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
-                              vm_max_ns=cl["max_poll_ns"]),  # fmt: skip
+                    HaltPoll(policy="block-time", max_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
+                             grow_start_ns=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
+                             vm_max_ns=cl["max_poll_ns"]),  # fmt: skip
                     vcpus=(hp.Message(gap_ns=int(cl["gap_us"] * 1000)),),
                     costs=costs,
                     background=hp.Background.from_fraction(cl["busy_fraction"], background_busy_ns),

@@ -5,7 +5,7 @@ live sampling.
 
     from vcpulab.experiment import SpinLock, run
 
-    r = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration=1.0)
+    r = run(SpinLock(kind="ticket", hold=40, think=40), vcpus=4, pcpus=[0], duration_s=1.0)
     r.results          # one row per vCPU: acquisitions, pauses, waits …
     r.samples          # t_ns, vm, vcpu, steal_ns, preempted, every vCPU stat
     r.deltas()         # the same, per sampling interval
@@ -32,8 +32,8 @@ from typing import Any, ClassVar, Literal, Sequence, overload
 import numpy as np
 import polars as pl
 
-from vcpulab import _core
-from vcpulab._checks import check_bool, check_float, check_int, check_type, guard_panics
+from vcpulab import _core, tracing
+from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
 from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
@@ -337,8 +337,8 @@ MAX_DURATION_S = 86_400.0 - GRACE_S
 
 
 def _check_run_args(
-    workload: Any, vcpus: Any, vms: Any, duration: Any, sample_every: Any, memory_mib: Any,
-    halt_poll_ns: Any, steal_time: Any, poll_every: Any, pcpus: Any, placement: Any, host: Any,
+    workload: Any, vcpus: Any, vms: Any, duration_s: Any, sample_every_s: Any, memory_mib: Any,
+    halt_poll_ns: Any, steal_time: Any, poll_every_s: Any, pcpus: Any, placement: Any, host: Any,
 ) -> None:
     """Every argument of :func:`run`, checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -346,14 +346,14 @@ def _check_run_args(
     check_type("workload", workload, Workload)
     check_int("vcpus", vcpus, 1, MAX_VCPUS)
     check_int("vms", vms, 1, 64)
-    check_float("duration", duration, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
-    if sample_every is not None:
-        check_float("sample_every", sample_every, 1e-5, 86_400.0, unit="s")
+    check_float("duration_s", duration_s, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
+    if sample_every_s is not None:
+        check_float("sample_every_s", sample_every_s, 1e-5, 86_400.0, unit="s")
     check_int("memory_mib", memory_mib, 2, MAX_MEMORY_MIB)
     if halt_poll_ns is not None:
         check_int("halt_poll_ns", halt_poll_ns, 0, 2**32 - 1)
     check_bool("steal_time", steal_time)
-    check_float("poll_every", poll_every, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
+    check_float("poll_every_s", poll_every_s, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
     for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
         if lists is None:
             continue
@@ -367,9 +367,9 @@ def _check_run_args(
     if host is not None:
         check_type("host", host, Host)
     gap = getattr(workload, "gap_us", None)
-    if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration:
+    if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration_s:
         raise ValueError(
-            f"{type(workload).__name__}.gap_us = {gap:g} µs is not shorter than the run (duration = {duration:g} s): "
+            f"{type(workload).__name__}.gap_us = {gap:g} µs is not shorter than the run (duration_s = {duration_s:g} s): "
             "no round could complete"
         )
 
@@ -400,6 +400,18 @@ class Run:
     #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
     #: built by hand)
     quality: Quality | None = None
+    #: with ``trace=True`` (docs/tracing.md): one row per interval a task ran on one of
+    #: the run's CPUs — pcpu, start_ns, end_ns, vm, vcpu, tid, comm (vm = vcpu = -1:
+    #: not a vCPU thread of this run), the simulator's ``Result.trace`` columns
+    trace: pl.DataFrame | None = None
+    #: wake-up-to-run latency of each vCPU thread: vm, vcpu, tid, wake_ns, run_ns, latency_ns
+    wakeups: pl.DataFrame | None = None
+    #: every exit: vm, vcpu, reason (the kernel's name), exit_ns, entry_ns, handling_ns
+    exits: pl.DataFrame | None = None
+    #: every halt: vm, vcpu, time_ns, polled, ns, valid, window_ns (the poll window after it)
+    halts: pl.DataFrame | None = None
+    #: what the trace recorded: events, lost, dropped, truncated, counts per tracepoint
+    trace_info: dict[str, Any] | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -434,7 +446,10 @@ class Run:
             ("vcpulab", prov.get("vcpulab_version")),
             ("host", f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}"),
         ]
-        return table("real-KVM run", rows, [("results", self.results), ("threads", self.threads), ("samples", self.samples)])
+        frames = [("results", self.results), ("threads", self.threads), ("samples", self.samples)]
+        frames += [(n, f) for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups),
+                                       ("trace", self.trace)) if f is not None]  # fmt: skip
+        return table("real-KVM run", rows, frames)
 
     def __repr__(self) -> str:
         return (
@@ -471,8 +486,9 @@ class Trials:
     """What :func:`run` with ``repeat=N`` produced: N independent runs of the
     same configuration (a fresh VM each), every trial's frames kept.
 
-    ``results``, ``samples`` and ``threads`` are the trials' frames stacked
-    with a ``trial`` column; ``quality`` has one row per trial;
+    ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
+    ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
+    ``trial`` column; ``quality`` has one row per trial;
     :meth:`summary` gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
@@ -496,6 +512,31 @@ class Trials:
     @property
     def threads(self) -> pl.DataFrame:
         return self._stack("threads").drop("cpus")
+
+    def _traced(self, name: str) -> pl.DataFrame | None:
+        if any(getattr(r, name) is None for r in self.runs):
+            return None
+        return self._stack(name)
+
+    @property
+    def trace(self) -> pl.DataFrame | None:
+        """The trials' ``Run.trace`` frames with a ``trial`` column (None without ``trace=True``)."""
+        return self._traced("trace")
+
+    @property
+    def wakeups(self) -> pl.DataFrame | None:
+        """The trials' ``Run.wakeups`` with a ``trial`` column."""
+        return self._traced("wakeups")
+
+    @property
+    def exits(self) -> pl.DataFrame | None:
+        """The trials' ``Run.exits`` with a ``trial`` column."""
+        return self._traced("exits")
+
+    @property
+    def halts(self) -> pl.DataFrame | None:
+        """The trials' ``Run.halts`` with a ``trial`` column."""
+        return self._traced("halts")
 
     @property
     def quality(self) -> pl.DataFrame:
@@ -578,17 +619,19 @@ def run(
     vcpus: int = ...,
     pcpus: Sequence[int] | None = ...,
     placement: Sequence[Sequence[int]] | None = ...,
-    duration: float = ...,
-    sample_every: float | None = ...,
+    duration_s: float = ...,
+    sample_every_s: float | None = ...,
     vms: int = ...,
     memory_mib: int = ...,
     halt_poll_ns: int | None = ...,
     steal_time: bool = ...,
     host: Host | None = ...,
-    poll_every: float = ...,
+    poll_every_s: float = ...,
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     repeat: None = ...,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Run: ...
 
 
@@ -598,38 +641,43 @@ def run(
     vcpus: int = ...,
     pcpus: Sequence[int] | None = ...,
     placement: Sequence[Sequence[int]] | None = ...,
-    duration: float = ...,
-    sample_every: float | None = ...,
+    duration_s: float = ...,
+    sample_every_s: float | None = ...,
     vms: int = ...,
     memory_mib: int = ...,
     halt_poll_ns: int | None = ...,
     steal_time: bool = ...,
     host: Host | None = ...,
-    poll_every: float = ...,
+    poll_every_s: float = ...,
     warn_quality: bool = ...,
     quality_thresholds: dict[str, float] | None = ...,
     *,
     repeat: int,
+    trace: bool = ...,
+    trace_max_events: int = ...,
 ) -> Trials: ...
 
 
+@renamed(duration="duration_s", sample_every="sample_every_s", poll_every="poll_every_s")
 @guard_panics
 def run(
     workload: Workload,
     vcpus: int = 2,
     pcpus: Sequence[int] | None = None,
     placement: Sequence[Sequence[int]] | None = None,
-    duration: float = 1.0,
-    sample_every: float | None = 0.01,
+    duration_s: float = 1.0,
+    sample_every_s: float | None = 0.01,
     vms: int = 1,
     memory_mib: int = 16,
     halt_poll_ns: int | None = None,
     steal_time: bool = True,
     host: Host | None = None,
-    poll_every: float = 0.05,
+    poll_every_s: float = 0.05,
     warn_quality: bool = True,
     quality_thresholds: dict[str, float] | None = None,
     repeat: int | None = None,
+    trace: bool = False,
+    trace_max_events: int = tracing.DEFAULT_MAX_EVENTS,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -637,9 +685,9 @@ def run(
         pcpus: host CPUs every vCPU thread is pinned to (default: all this
             process may use). ``placement`` instead gives one CPU list per vCPU
             (VM-major order).
-        duration: seconds; graceful workloads then get up to ``GRACE_S`` more
+        duration_s: seconds; graceful workloads then get up to ``GRACE_S`` more
             to finish their current iteration.
-        sample_every: sampling period in seconds (None: first and last sample only).
+        sample_every_s: sampling period in seconds (None: first and last sample only).
         halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
         steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
         warn_quality: issue a :class:`~vcpulab.quality.QualityWarning` when
@@ -647,31 +695,42 @@ def run(
             recorded either way).
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
             for :func:`vcpulab.quality.quality` (default 0.02 each).
-        poll_every: how often the run checks for Ctrl-C, s (at most 1).
+        poll_every_s: how often the run checks for Ctrl-C, s (at most 1).
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
             :class:`Trials` (every trial's frames, means with confidence
             intervals) instead of one :class:`Run`.
+        trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
+            ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
+            ``Run.quality`` takes other tasks' time from the trace (exact).
+            Needs tracefs (mounted when absent and root; else
+            ``TraceUnavailableError``).
+        trace_max_events: cap on traced events kept; beyond it the trace is
+            flagged ``Run.trace_info["truncated"]``.
 
     Every argument is checked before anything is created (TypeError /
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
     at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
     if repeat is not None:
-        _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+        _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
                         pcpus, placement, host)  # fmt: skip
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
-        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration=duration, sample_every=sample_every, vms=vms,
+        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration_s=duration_s, sample_every_s=sample_every_s, vms=vms,
                   memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
-                  poll_every=poll_every, warn_quality=warn_quality, quality_thresholds=quality_thresholds)  # fmt: skip
+                  poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds,
+                  trace=trace, trace_max_events=trace_max_events)  # fmt: skip
         return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
-    _check_run_args(workload, vcpus, vms, duration, sample_every, memory_mib, halt_poll_ns, steal_time, poll_every,
+    _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
                     pcpus, placement, host)  # fmt: skip
-    vcpus, vms, duration = int(vcpus), int(vms), float(duration)
+    check_bool("trace", trace)
+    check_int("trace_max_events", trace_max_events, 1, 1 << 32)
+    vcpus, vms, duration_s = int(vcpus), int(vms), float(duration_s)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
     host = host or Host()
     vm_objs: list[Vm] = []
+    tracer: tracing.Trace | None = None
     try:
         plan = []
         progs: list[Program] = []
@@ -698,11 +757,11 @@ def run(
             progs.append(prog)
             groups.append(vs)
 
-        hard = duration + (GRACE_S if workload.graceful else 0.0)
+        hard = duration_s + (GRACE_S if workload.graceful else 0.0)
         stoppers: list[threading.Timer] = []
         if workload.graceful:
             for vm, prog in zip(vm_objs, progs):
-                t = threading.Timer(duration, workload.stop, args=(vm, prog))
+                t = threading.Timer(duration_s, workload.stop, args=(vm, prog))
                 t.daemon = True
                 stoppers.append(t)
         vcpu_cpus = {c for cl in where.values() for c in cl}
@@ -710,6 +769,7 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
+        tracer = tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -717,10 +777,14 @@ def run(
         for d in drivers:
             d.start()
         try:
-            rep = _core.run_experiment(plan, hard, sample_every, poll_every)
+            rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s)
+            if tracer is not None:
+                tracer.stop()
         except BaseException:
             # Ctrl-C or an error: closing the VMs stops every host driver at
             # once (they poll for it), then they are joined.
+            if tracer is not None:
+                tracer.close()
             for vm in vm_objs:
                 vm.close()
             raise
@@ -758,36 +822,52 @@ def run(
             for k, col in cols.items():
                 res_rows.setdefault(k, []).extend(col)
         results = pl.DataFrame(res_rows)
-        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds)
+        tf = None
+        if tracer is not None:
+            try:
+                start = int(rep["start_mono_ns"])
+                tf = tracer.frames(start, start + int(rep["wall_ns"]),
+                                   [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]])  # fmt: skip
+                tf.info["window_ns"] = int(rep["wall_ns"])
+            finally:
+                tracer.close()
+        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
         config = {
             "workload": workload.config(),
             "vms": vms,
             "vcpus": vcpus,
             "placement": {f"{k[0]}.{k[1]}": v for k, v in where.items()},
-            "duration_s": duration,
-            "sample_every_s": sample_every,
+            "duration_s": duration_s,
+            "sample_every_s": sample_every_s,
             "memory_mib": memory_mib,
             "halt_poll_ns": halt_poll_ns,
             "steal_time": steal_time,
             "provenance": provenance(),
         }
         r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
+        if tf is not None:
+            config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
+            r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
         if warn_quality:
-            # stack: Quality.warn <- run <- guard_panics <- the caller, whose line the warning names
-            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})", stacklevel=4)
+            # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
+            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
+                   stacklevel=frames_in_package() + 2)  # Quality.warn's frame, then run's wrappers, then the caller
         return r
     finally:
+        if tracer is not None:
+            tracer.close()  # idempotent: stops and frees the trace on every path
         for vm in vm_objs:
             vm.close()
 
 
 def _run_quality(
     snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
-    steal_time: bool, thresholds: dict[str, float] | None,
+    steal_time: bool, thresholds: dict[str, float] | None, tf: "tracing.TraceFrames | None" = None,
 ) -> Quality:  # fmt: skip
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
-    count as the run's own."""
+    count as the run's own. With a trace, other tasks' time on the run's CPUs
+    comes from it (exact) instead of cpuidle."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -805,7 +885,13 @@ def _run_quality(
         )
         cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
         steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
-    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal, **(thresholds or {}))
+    traced = None
+    if tf is not None:
+        cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
+        traced = tracing.other_busy_ns(tf.trace, cpus, placement)
+    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
+                   traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None else None),
+                   **(thresholds or {}))  # fmt: skip
 
 
 class _Driver(threading.Thread):

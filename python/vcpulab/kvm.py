@@ -9,7 +9,7 @@ A first look::
         prog = vm.load("pause_loop", iterations=1000)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        vcpu.run_program(timeout=5)          # runs until the guest says DONE
+        vcpu.run_program(timeout_s=5)          # runs until the guest says DONE
         print(vm.results(prog)["counter"][0])  # 1000, read from guest RAM
 
 Everything that enters ``KVM_RUN`` has a deadline and releases the GIL; Ctrl-C
@@ -32,11 +32,12 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from vcpulab import _checks, _core
-from vcpulab._checks import ForkSafe, check_float, check_int, checks_inline, fork_checked, guard_panics, new_token
+from vcpulab._checks import ForkSafe, check_float, check_int, checks_inline, fork_checked, guard_panics, new_token, renamed
 from vcpulab._core import (  # noqa: F401  (re-exported)
     GuestAssertionError,
     KvmIoctlError,
     KvmUnavailableError,
+    TraceUnavailableError,
     UnexpectedExitError,
     UnsupportedError,
 )
@@ -165,7 +166,7 @@ def kvm_available(path: str = "/dev/kvm") -> tuple[bool, str]:
     return True, ""
 
 
-def _timeout(v: Any, name: str = "timeout") -> float:
+def _timeout(v: Any, name: str = "timeout_s") -> float:
     return check_float(name, v, 0.0, MAX_TIMEOUT_S, lo_open=True, unit="s")
 
 
@@ -620,6 +621,7 @@ class Vm(ForkSafe):
         sent, elapsed_ns, late_ns = self._vm.msi_train(dest_apic_id, vector, count, int(gap_us * 1000))
         return MsiTrain(sent, elapsed_ns / 1e9, late_ns / 1e3)
 
+    @renamed(timeout="timeout_s")
     def msi_ping(
         self,
         vcpu: Vcpu,
@@ -627,7 +629,7 @@ class Vm(ForkSafe):
         vector: int,
         count: int,
         gap_us: float,
-        timeout: float = 30.0,
+        timeout_s: float = 30.0,
         halts_before: int = 0,
     ) -> np.ndarray:
         """Host → vCPU MSI ping-pong with a running ``wait_interrupts`` program.
@@ -643,7 +645,7 @@ class Vm(ForkSafe):
         the vCPU thread may start before or after this call.
 
         ``count`` is at most :data:`MSI_PING_MAX_COUNT`; ``gap_us`` at most the
-        ``timeout``. Ctrl-C, :meth:`close` and the timeout end it within ~20 ms,
+        ``timeout_s`` (s). Ctrl-C, :meth:`close` and the timeout end it within ~20 ms,
         also in the middle of a gap (``KeyboardInterrupt``, ``ValueError``,
         ``TimeoutError``).
         """
@@ -656,12 +658,12 @@ class Vm(ForkSafe):
             raise ValueError(f"msi_ping drives a wait_interrupts program, got {program.name!r}")
         vector = check_int("vector", vector, 0, 255)
         count = check_int("count", count, 1, MSI_PING_MAX_COUNT)
-        timeout = _timeout(timeout)
-        gap_us = check_float("gap_us", gap_us, 0.0, timeout * 1e6, unit="µs (at most the timeout)")
+        timeout_s = _timeout(timeout_s)
+        gap_us = check_float("gap_us", gap_us, 0.0, timeout_s * 1e6, unit="µs (at most the timeout)")
         halts_before = check_int("halts_before", halts_before, 0, _U64)
         halts = next(r for r in program.results if r["name"] == "halts")
         counter = halts["gpa"] + 8 * vcpu.id
-        return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout, halts_before)
+        return self._vm.msi_ping(vcpu.id, vector, count, int(gap_us * 1000), counter, timeout_s, halts_before)
 
     # observation ------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -768,7 +770,7 @@ class Vcpu(ForkSafe):
     @property
     def sregs(self) -> Sregs:
         d = self._vcpu.get_sregs()
-        segs = {k: Segment(**d[k]) for k in ("cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt")}
+        segs: dict[str, Any] = {k: Segment(**d[k]) for k in ("cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt")}
         return Sregs(**segs, **{k: d[k] for k in d if k not in segs})
 
     def set_sregs(self, **values: Any) -> None:
@@ -845,20 +847,24 @@ class Vcpu(ForkSafe):
         self._vcpu.start(entry)
 
     @checks_inline
-    def run(self, timeout: float = 10.0) -> Exit:
-        """One ``KVM_RUN`` (GIL released). At the deadline (``timeout`` s) the vCPU
+    @renamed(timeout="timeout_s")
+    def run(self, timeout_s: float = 10.0) -> Exit:
+        """One ``KVM_RUN`` (GIL released). At the deadline (``timeout_s`` s) the vCPU
         is forced out and the exit's kind is ``'interrupted'``.
 
-        The per-exit path: one call per exit costs about 1 µs over the exit itself
-        (benches/bench_kvm.py), so a Python loop over ``run()`` is a fair tool."""
+        The per-exit path: the fork, timeout and panic checks are inline (the
+        Rust side turns a panic into RuntimeError) and the exit is a Rust
+        object, so a Python loop over ``run()`` stays close to a Rust loop
+        (benches/bench_kvm.py)."""
         if self._fork_gen != _checks._fork_generation:
             self._check_process()
-        if type(timeout) not in (float, int) or not 0 < timeout <= MAX_TIMEOUT_S:
-            timeout = _timeout(timeout)  # the named TypeError/ValueError
-        return self._vcpu.run(timeout)
+        if type(timeout_s) not in (float, int) or not 0 < timeout_s <= MAX_TIMEOUT_S:
+            timeout_s = _timeout(timeout_s)  # the named TypeError/ValueError
+        return self._vcpu.run(timeout_s)
 
+    @renamed(timeout="timeout_s")
     def run_until(
-        self, kind: str | Sequence[str], count: int = 1, port: int | None = None, timeout: float = 10.0
+        self, kind: str | Sequence[str], count: int = 1, port: int | None = None, timeout_s: float = 10.0
     ) -> RunResult:
         """Run (looping in Rust, GIL released) until ``count`` exits of ``kind``.
 
@@ -878,9 +884,9 @@ class Vcpu(ForkSafe):
         count = check_int("count", count, 1, _U64)
         if port is not None:
             port = check_int("port", port, 0, 0xFFFF)
-        timeout = _timeout(timeout)
+        timeout_s = _timeout(timeout_s)
         t0 = time.perf_counter()
-        d = self._vcpu.run_until(kinds, count, port, timeout)
+        d = self._vcpu.run_until(kinds, count, port, timeout_s)
         return RunResult(
             exit=d["exit"],
             ucall=d["ucall"],
@@ -890,17 +896,19 @@ class Vcpu(ForkSafe):
             wall_s=time.perf_counter() - t0,
         )
 
-    def run_program(self, timeout: float = 10.0) -> list[int]:
-        """Run the started program until it says DONE; returns the values of the
-        SYNC messages it sent on the way. Guest assertions raise."""
-        timeout = _timeout(timeout)
-        deadline = time.monotonic() + timeout
+    @renamed(timeout="timeout_s")
+    def run_program(self, timeout_s: float = 10.0) -> list[int]:
+        """Run the started program until it says DONE (at most ``timeout_s``
+        s); returns the values of the SYNC messages it sent on the way. Guest
+        assertions raise."""
+        timeout_s = _timeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
         syncs: list[int] = []
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"vCPU {self.id}: program did not finish within {timeout} s")
-            r = self.run_until("ucall", timeout=left)
+                raise TimeoutError(f"vCPU {self.id}: program did not finish within {timeout_s} s")
+            r = self.run_until("ucall", timeout_s=left)
             if r.interrupted:
                 raise InterruptedError(f"vCPU {self.id} was kicked before its program finished")
             assert r.ucall is not None
@@ -967,7 +975,7 @@ def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
         rows["vcpu"].append(v.id)
         for k, x in zip(names, vals.tolist()):
             rows[k].append(x)
-    schema = {k: pl.UInt64 for k in rows}
+    schema: dict[str, Any] = {k: pl.UInt64 for k in rows}
     schema["t_ns"] = pl.Int64
     schema["vcpu"] = pl.Int64  # key columns are Int64 in every frame (vcpulab._frames)
     return pl.DataFrame(rows, schema=schema)

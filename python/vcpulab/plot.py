@@ -9,6 +9,11 @@
   policy) with t / permutation-test intervals over seeds, a second factor as hue.
 * :func:`steal_over_time` (with the fair-share line), :func:`stats_over_time`
   (one axes per stat) — real-KVM runs over time.
+* :func:`exit_handling`, :func:`halt_poll_window`, :func:`wakeup_latency` —
+  a traced real run (``run(..., trace=True)``, docs/tracing.md): exit
+  handling-time histograms per reason, the halt-poll window over time,
+  wake-up-to-run latency distributions per vCPU thread. :func:`sched_map`
+  draws a traced real run too (one row per host CPU of the run).
 * :func:`validation` — published vs simulated, case by case, with 95 % CIs
   (a :func:`vcpulab.validation.validate` frame).
 """
@@ -33,7 +38,9 @@ __all__ = [
     "TIME_CATEGORIES",
     "Figure",
     "SchedMap",
+    "exit_handling",
     "fair_share_steal_fraction",
+    "halt_poll_window",
     "policy_comparison",
     "sched_map",
     "sched_map_codes",
@@ -43,6 +50,7 @@ __all__ = [
     "time_breakdown",
     "validation",
     "vcpu_color",
+    "wakeup_latency",
 ]
 
 
@@ -103,10 +111,22 @@ def vcpu_color(vm: int, vcpu: int, n_vms: int, n_vcpus: int) -> tuple[int, int, 
     return (round(r * 255), round(g * 255), round(b * 255))
 
 
+def _as_int(x: Any) -> int:
+    """A frame's scalar (``max()``, ``min()``) as an int."""
+    return int(x)
+
+
+def _rgb01(c: tuple[int, int, int]) -> tuple[float, float, float]:
+    return (c[0] / 255, c[1] / 255, c[2] / 255)
+
+
 def _trace_of(obj: Any) -> pl.DataFrame:
     trace = getattr(obj, "trace", obj)
     if trace is None:
-        raise ValueError("this result has no trace: run the simulation with trace=True (Config.trace)")
+        raise ValueError(
+            "this result has no trace: run the simulation with trace=True (Config.trace), "
+            "or a real run with vcpulab.experiment.run(..., trace=True)"
+        )
     if not isinstance(trace, pl.DataFrame):
         raise ValueError(f"sched_map needs a Result with a trace or a trace DataFrame, got {type(obj).__name__}")
     need = {"pcpu", "start_ns", "end_ns", "vm", "vcpu"}
@@ -139,9 +159,9 @@ def sched_map_codes(
     if not us_per_pixel > 0:
         raise ValueError(f"us_per_pixel must be positive, got {us_per_pixel}")
     trace = _trace_of(obj)
-    n_pcpus = pcpus if pcpus is not None else (int(trace["pcpu"].max()) + 1 if trace.height else 1)
-    t0 = (int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
-    t1 = (int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
+    n_pcpus = pcpus if pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
+    t0 = (_as_int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
+    t1 = (_as_int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
     if t1 <= t0:
         raise ValueError(f"end_ns ({t1}) must be after start_ns ({t0})")
     w = us_per_pixel * 1000.0
@@ -183,8 +203,8 @@ def sched_map_image(
         raise ValueError(f"row_px must be >= 1, got {row_px}")
     codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
     trace = _trace_of(obj).filter(pl.col("vm") >= 0)
-    n_vms = int(trace["vm"].max()) + 1 if trace.height else 1
-    n_vcpus = int(trace["vcpu"].max()) + 1 if trace.height else 1
+    n_vms = _as_int(trace["vm"].max()) + 1 if trace.height else 1
+    n_vcpus = _as_int(trace["vcpu"].max()) + 1 if trace.height else 1
     img = np.full(codes.shape + (3,), 255, dtype=np.uint8)
     for c in np.unique(codes).tolist():
         if c == IDLE:
@@ -217,8 +237,18 @@ class SchedMap(Figure):
         return p
 
 
+def _real_cpus(obj: Any) -> list[int] | None:
+    """The traced host CPUs of a real run (``Run.trace_info``), or None."""
+    info = getattr(obj, "trace_info", None)
+    return sorted(int(c) for c in info["cpus"]) if isinstance(info, dict) and info.get("cpus") else None
+
+
 def _run_extent(obj: Any) -> tuple[int | None, int | None, int | None]:
-    """(host CPUs, start_ns, end_ns) of a simulator Result, or Nones for a bare trace."""
+    """(host CPUs, start_ns, end_ns) of a simulator Result or a traced real
+    run, or Nones for a bare trace."""
+    info = getattr(obj, "trace_info", None)
+    if isinstance(info, dict) and "window_ns" in info:
+        return None, 0, int(info["window_ns"])
     summary = getattr(obj, "summary", None)
     if isinstance(summary, pl.DataFrame) and summary.height and "pcpus" in summary.columns:
         end = int(summary["duration_ns"][0]) if "duration_ns" in summary.columns else None
@@ -261,10 +291,18 @@ def sched_map(
 
     trace = _trace_of(obj)
     run_pcpus, run_start, run_end = _run_extent(obj)
+    # a real run: one row per host CPU it used, labelled with the CPU's number
+    cpu_labels = _real_cpus(obj) if pcpus is None else None
+    if cpu_labels is not None:
+        row = {c: i for i, c in enumerate(cpu_labels)}
+        trace = trace.filter(pl.col("pcpu").is_in(cpu_labels)).with_columns(
+            pl.col("pcpu").replace_strict(row, return_dtype=pl.Int64)
+        )
+        run_pcpus = len(cpu_labels)
     n_pcpus = pcpus if pcpus is not None else run_pcpus
     if n_pcpus is None:
-        n_pcpus = int(trace["pcpu"].max()) + 1 if trace.height else 1
-    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (int(trace["start_ns"].min()) if trace.height else 0))
+        n_pcpus = _as_int(trace["pcpu"].max()) + 1 if trace.height else 1
+    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
     t1 = end_ns if end_ns is not None else run_end
     rpx = row_px if row_px is not None else (1 if compact else 4)
     show_legend = (not compact) if legend is None else legend
@@ -273,7 +311,7 @@ def sched_map(
     t1 = t0 + int(round(w * us_per_pixel * 1000))
     vm_ids = sorted(int(v) for v in trace.filter(pl.col("vm") >= 0)["vm"].unique())
     n_vms = (max(vm_ids) + 1) if vm_ids else 1
-    n_vcpus = int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
+    n_vcpus = _as_int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
     dpi = 100
     left, right = (44, 12)
     top = (22 if title else 8)
@@ -293,13 +331,14 @@ def sched_map(
     ax.set_ylim(n_pcpus, 0)
     ax.tick_params(direction="out", labelsize=7, length=3)
     step = max(1, int(np.ceil(n_pcpus / max(1, h / 12))))  # labels at least 12 px apart
-    ax.set_yticks(np.arange(0, n_pcpus, step) + 0.5, [str(i) for i in range(0, n_pcpus, step)])
+    names = cpu_labels if cpu_labels is not None else list(range(n_pcpus))
+    ax.set_yticks(np.arange(0, n_pcpus, step) + 0.5, [str(names[i]) for i in range(0, n_pcpus, step)])
     ax.set_ylabel("host CPU", fontsize=7)
-    ax.set_xlabel("simulated time (ms)", fontsize=7)
+    ax.set_xlabel("time since the run's start (ms)" if cpu_labels is not None else "simulated time (ms)", fontsize=7)
     if title:
         fig.text(0.01, 1 - 4 / fig_h, title, va="top", ha="left", fontsize=9)
     if show_legend:
-        handles = [Patch(facecolor=np.array(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)) / 255, label=f"VM {v}") for v in vm_ids]
+        handles = [Patch(facecolor=_rgb01(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)), label=f"VM {v}") for v in vm_ids]
         handles += [Patch(facecolor="black", label="non-vCPU task"), Patch(facecolor="white", edgecolor="grey", label="idle")]
         fig.legend(handles=handles, loc="lower left", ncol=4, fontsize=7, frameon=False,
                    title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
@@ -517,6 +556,105 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
     axes[-1].set_xlabel("time (ms)")
     fig.tight_layout()
     return fig
+
+
+def _frame_of(run: Any, name: str) -> pl.DataFrame:
+    df = getattr(run, name, run)
+    if df is None:
+        raise ValueError(f"this run has no {name} frame: run it with trace=True (docs/tracing.md)")
+    if not isinstance(df, pl.DataFrame):
+        raise ValueError(f"expected a traced Run or its {name} frame, got {type(run).__name__}")
+    return df
+
+
+def _log_bins(v: np.ndarray, n: int = 40) -> np.ndarray:
+    lo = max(float(v.min()), 1.0) if v.size else 1.0
+    hi = max(float(v.max()), lo * 10) if v.size else 10.0
+    return np.logspace(np.log10(lo), np.log10(hi), n)
+
+
+def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
+    """Histograms of exit handling time (``kvm_exit`` to the next
+    ``kvm_entry``, µs, log scale) of a traced real run, one per exit reason
+    (the ``top`` most frequent), counts on the y axis; the legend gives each
+    reason's count and p50 (:func:`vcpulab.analysis.exits_by_reason`)."""
+    from vcpulab.analysis import exits_by_reason
+
+    e = _frame_of(run, "exits").drop_nulls("handling_ns")
+    fig: Any
+    if ax is None:
+        fig, ax = _subplots(figsize=(6, 3))
+    else:
+        fig = ax.figure
+    if not e.height:
+        ax.text(0.5, 0.5, "no exits with a handling time in this trace", ha="center", va="center", transform=ax.transAxes)
+        return fig  # type: ignore[no-any-return]
+    summary = exits_by_reason(e).head(top)
+    bins = _log_bins(e["handling_ns"].to_numpy() / 1e3).tolist()
+    for r in summary.iter_rows(named=True):
+        v = e.filter(pl.col("reason") == r["reason"])["handling_ns"].to_numpy() / 1e3
+        ax.hist(v, bins=bins, histtype="step", lw=1.2,
+                label=f"{r['reason']} (n={r['count']}, p50 {r['handling_p50_ns'] / 1e3:.1f} µs)")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("handling time (µs)")
+    ax.set_ylabel("exits")
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig  # type: ignore[no-any-return]
+
+
+def halt_poll_window(run: Any, ax: Axes | None = None) -> _MplFigure:
+    """The halt-poll window of each vCPU over a traced real run (µs, steps at
+    each halt, from ``kvm_halt_poll_ns``), with each halt marked at its
+    length: filled where it ended in the poll loop, hollow where it waited."""
+    h = _frame_of(run, "halts")
+    fig: Any
+    if ax is None:
+        fig, ax = _subplots(figsize=(6, 3))
+    else:
+        fig = ax.figure
+    multi_vm = h["vm"].n_unique() > 1
+    for (vm, vcpu), g in h.sort("time_ns").group_by(["vm", "vcpu"], maintain_order=True):
+        t = g["time_ns"].to_numpy() / 1e6
+        label = f"VM {vm} vCPU {vcpu}" if multi_vm else f"vCPU {vcpu}"
+        w = g["window_ns"].to_numpy().astype(float) / 1e3  # nulls become NaN: no step drawn
+        (line,) = ax.step(t, w, where="post", label=f"{label} window")
+        p = g["polled"].to_numpy()
+        ns = g["ns"].to_numpy() / 1e3
+        ax.scatter(t[p], ns[p], s=6, color=line.get_color(), label=f"{label} halt, polled")
+        ax.scatter(t[~p], ns[~p], s=6, facecolors="none", edgecolors=line.get_color(), label=f"{label} halt, waited")
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("time since the run's start (ms)")
+    ax.set_ylabel("µs")
+    ax.legend(fontsize=7, frameon=False, ncol=2)
+    fig.tight_layout()
+    return fig  # type: ignore[no-any-return]
+
+
+def wakeup_latency(run: Any, ax: Axes | None = None) -> _MplFigure:
+    """Wake-up-to-run latency distributions of a traced real run, one
+    empirical CDF per vCPU thread (µs, log scale), coloured as in the sched
+    map (:func:`vcpu_color`)."""
+    w = _frame_of(run, "wakeups")
+    fig: Any
+    if ax is None:
+        fig, ax = _subplots(figsize=(6, 3))
+    else:
+        fig = ax.figure
+    n_vms = int(w["vm"].to_numpy().max()) + 1 if w.height else 1
+    n_vcpus = int(w["vcpu"].to_numpy().max()) + 1 if w.height else 1
+    for (vm, vcpu), g in w.group_by(["vm", "vcpu"], maintain_order=True):
+        v = np.sort(g["latency_ns"].to_numpy()) / 1e3
+        y = np.arange(1, len(v) + 1) / len(v)
+        c = np.array(vcpu_color(int(vm), int(vcpu), n_vms, n_vcpus)) / 255
+        ax.step(np.maximum(v, 1e-3), y, where="post", color=c,
+                label=f"VM {vm} vCPU {vcpu} (n={len(v)}, p50 {np.median(v):.1f} µs)")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("wake-up to run (µs)")
+    ax.set_ylabel("fraction of wake-ups")
+    ax.legend(fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig  # type: ignore[no-any-return]
 
 
 def _effect(metric: str, v: float | None) -> float:

@@ -167,7 +167,8 @@ class Quality:
 
     wall_ns: int
     cpus: tuple[int, ...]
-    #: how busy time was measured: "cpuidle" (µs residency) or "/proc/stat" (10 ms ticks)
+    #: how other tasks' time was measured: "trace" (sched_switch, exact), "cpuidle"
+    #: (µs residency) or "/proc/stat" (10 ms ticks)
     source: str
     #: per CPU: busy ns not spent in the run's own threads (threads spanning several
     #: CPUs are subtracted from their CPUs' total)
@@ -243,6 +244,8 @@ def quality(
     steal_fraction: Sequence[tuple[Sequence[int], float]] = (),
     max_other_share: float = MAX_OTHER_SHARE,
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE,
+    traced_other_ns: Mapping[int, int] | None = None,
+    traced_wall_ns: int | None = None,
 ) -> Quality:
     """The :class:`Quality` of the interval between two snapshots.
 
@@ -252,6 +255,9 @@ def quality(
             the run, ns, where known better than the snapshots (a thread that
             ended before ``after`` was read; default: from the snapshots' schedstat).
         steal_fraction: (CPUs of the vCPU's group, measured steal fraction) per vCPU.
+        traced_other_ns: per CPU, ns other tasks ran there, from a scheduler
+            trace of the run (exact; ``source`` becomes "trace"), over
+            ``traced_wall_ns``; replaces the cpuidle / /proc/stat estimate.
     """
     wall = max(after.t_ns - before.t_ns, 1)
     cpus = sorted(after.counters)
@@ -280,6 +286,11 @@ def quality(
             other[c] -= ns // len(mine)
     other = {c: max(v, 0) for c, v in other.items()}
     share = sum(other.values()) / (wall * max(len(cpus), 1))
+    source = after.source
+    if traced_other_ns is not None:
+        other = {c: int(traced_other_ns.get(c, 0)) for c in cpus}
+        share = sum(other.values()) / (max(traced_wall_ns or wall, 1) * max(len(cpus), 1))
+        source = "trace"
     # threads alone on their CPU: pinned to one CPU that no other run thread uses
     users: dict[int, int] = {}
     for cl in placement.values():
@@ -303,7 +314,7 @@ def quality(
     return Quality(
         wall_ns=wall,
         cpus=tuple(cpus),
-        source=after.source,
+        source=source,
         other_busy_ns=other,
         other_share=share,
         alone_run_delay_ns=alone_ns,

@@ -322,7 +322,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
             rows = []
             for loop, iters in ((5, 3000), (400, 150)):
                 w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
-                r = run(w, vcpus=1, pcpus=[cpu], duration=10.0, sample_every=None)
+                r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
                 acq = int(r.results["acquisitions"].sum())
                 insns = _stat_delta(r, "insn_emulation")
                 cpu_ns = int(r.threads["cpu_ns"].sum())
@@ -354,8 +354,8 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 
             rtt: dict[str, float] = {}
             for key, gap, poll in (("block", 200.0, 0), ("poll", 20.0, 200_000)):
-                r = run(MsiPingPong(rounds=300, gap_us=gap), vcpus=1, pcpus=[cpu], duration=10.0, halt_poll_ns=poll,
-                        sample_every=None)  # fmt: skip
+                r = run(MsiPingPong(rounds=300, gap_us=gap), vcpus=1, pcpus=[cpu], duration_s=10.0, halt_poll_ns=poll,
+                        sample_every_s=None)  # fmt: skip
                 rounds = max(int(r.results["rounds"][0]), 1)
                 per_round = _stat_delta(r, "insn_emulation") / rounds
                 succ = _stat_delta(r, "halt_successful_poll")
@@ -394,12 +394,12 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     placement = [[other[0]], [cpu]] if other else [[cpu], [cpu]]
     where = f"vCPU 0 on CPU {placement[0][0]}, vCPU 1 on CPU {placement[1][0]}"
     out: dict[str, Value] = {}
-    r0 = run(IpiPingPong(rounds=300, gap_us=0.0), vcpus=2, placement=placement, duration=10.0, halt_poll_ns=0,
-             sample_every=None)  # fmt: skip
+    r0 = run(IpiPingPong(rounds=300, gap_us=0.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
+             sample_every_s=None)  # fmt: skip
     per_round = _stat_delta(r0, "insn_emulation") / max(int(r0.results["rounds"][0]), 1)
     out["ipi_round_insns"] = Value(per_round, "insns", f"insn_emulation / rounds of IpiPingPong, gap 0, 300 rounds, {where}")
-    r = run(IpiPingPong(rounds=300, gap_us=200.0), vcpus=2, placement=placement, duration=10.0, halt_poll_ns=0,
-            sample_every=None)  # fmt: skip
+    r = run(IpiPingPong(rounds=300, gap_us=200.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
+            sample_every_s=None)  # fmt: skip
     inside = max(per_round - IPI_OUTSIDE_INSNS, 0.0)
     rtt = float(r.results["rtt_median_us"][0]) * 1e3
     out["ipi_wake_ns"] = Value(
@@ -468,7 +468,7 @@ class Experiment:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
         from vcpulab.experiment import run
 
-        return run(self.workload, vcpus=self.vcpus, placement=self.placement(), duration=self.duration_s,
+        return run(self.workload, vcpus=self.vcpus, placement=self.placement(), duration_s=self.duration_s,
                    halt_poll_ns=self.halt_poll_ns, **kw)  # fmt: skip
 
     @classmethod
@@ -1132,7 +1132,11 @@ class _VmmProbe:
 
 
 def run_real(
-    exp: Experiment, trials: int = 3, failures: list[str] | None = None, cal: Calibration | None = None
+    exp: Experiment,
+    trials: int = 3,
+    failures: list[str] | None = None,
+    cal: Calibration | None = None,
+    trace: bool = False,
 ) -> list[Run]:
     """``trials`` real runs of ``exp`` (each records its :class:`~vcpulab.quality.Quality`
     and, in ``Run.config["other_load"]``, the other tasks' :class:`OtherLoad`
@@ -1140,7 +1144,9 @@ def run_real(
 
     A trial that misses its deadline (``TimeoutError``: an MSI ping-pong whose
     vCPU other tasks kept off its CPU) is left out and its message appended to
-    ``failures``; when every trial fails the last error is raised."""
+    ``failures``; when every trial fails the last error is raised. ``trace``:
+    each trial records the kernel's trace (``run(trace=True)``: ``Run.trace``,
+    ``Run.wakeups``; docs/tracing.md)."""
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     out = []
@@ -1153,7 +1159,7 @@ def run_real(
                 me = {int(t) for t in os.listdir("/proc/self/task")}
                 before = _task_schedstat()
                 with _VmmProbe(exp.duration_s) as probe:
-                    r = exp.run()
+                    r = exp.run(trace=True) if trace else exp.run()
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
                 share = r.quality.other_share if r.quality is not None else 0.0
@@ -1176,13 +1182,15 @@ def run_sim(
     other_share: float | None = None,
     other_burst_ns: float | None = None,
     other_load: OtherLoad | None = None,
+    trace_all: bool = False,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`)."""
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`).
+    ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     out = []
     for s in range(seeds):
-        traced = type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
+        traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
         cfg = twin(exp, cal, seed=s, trace=trace and traced, other_share=other_share,
                    other_burst_ns=other_burst_ns, other_load=other_load)  # fmt: skip
         out.append((cfg, sim.run(cfg)))
@@ -1241,6 +1249,7 @@ def compare(
     cal: Calibration | None = None,
     real: Sequence[Run] | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
+    trace: bool = False,
 ) -> pl.DataFrame:
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
@@ -1264,20 +1273,29 @@ def compare(
     the others' CPU time and their mean burst, ns, pooled over the trials:
     :class:`OtherLoad`) and ``steal_by_construction``. Pass ``real`` to reuse
     real runs of ``exp``.
+
+    ``trace=True``: the real trials are traced (``run(trace=True)``) and two
+    more rows compare distributions (:func:`distributions`, trials and seeds
+    pooled): ``slice_ns`` (every vCPU run slice) and ``wakeup_latency_ns``
+    (guest timer → vCPU running); ``real``/``sim`` are the medians, ``ks``
+    the two-sample KS statistic. The twin's wake-ups are derived from its
+    guest's timer (:func:`sim_wakeups`), so workloads woken otherwise (IPI,
+    spin locks, MSI with polling on) have none: NaN there. ``real`` runs
+    passed in are used as they are (traced or not).
     """
     cal = cal or calibrate()
     failures: list[str] = []
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
-    runs = list(real) if real is not None else run_real(exp, trials, failures, cal)
+    runs = list(real) if real is not None else run_real(exp, trials, failures, cal, trace=trace)
     shares = [r.quality.other_share for r in runs if r.quality is not None]
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
     if load == "measured" and ol is not None:
-        sims = run_sim(exp, cal, seeds, other_load=ol)
+        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace)
     else:
-        sims = run_sim(exp, cal, seeds, other_share=share)
+        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
@@ -1300,6 +1318,8 @@ def compare(
         rows.append(dict(metric=d, unit="", real=float(rs.mean()) if rs.size else float("nan"), real_lo=float("nan"),
                          real_hi=float("nan"), sim=float(ss.mean()) if ss.size else float("nan"), sim_lo=float("nan"),
                          sim_hi=float("nan"), rel_err=float("nan"), informative=bool(rs.size and ss.size), ks=ks))  # fmt: skip
+    if trace:
+        rows += _trace_rows(runs, [s for _, s in sims])
     return pl.DataFrame(rows).with_columns(
         pl.lit(dist).alias("disturbed_trials"),
         pl.lit(len(runs)).alias("trials"),
@@ -1310,6 +1330,29 @@ def compare(
         pl.lit(ol.short_fraction if ol is not None else float("nan"), dtype=pl.Float64).alias("other_short_fraction"),
         pl.lit(bool(share > 0 and isinstance(exp.workload, _RUNNABLE))).alias("steal_by_construction"),
     )
+
+
+def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[str, Any]]:
+    """compare()'s distribution rows of traced real runs: run slices and
+    wake-up latencies (medians and the KS statistic, :func:`distributions`)."""
+    nan = float("nan")
+    real = [r for r in runs if getattr(r, "trace", None) is not None]
+    traced = [s for s in sims if s.trace is not None]
+    r_sl = np.concatenate([vcpu_slices(r.trace) for r in real]) if real else np.empty(0)  # type: ignore[arg-type]
+    r_wk = (np.concatenate([r.wakeups.filter(pl.col("vcpu") >= 0)["latency_ns"].cast(pl.Float64).to_numpy()
+                            for r in real if r.wakeups is not None] or [np.empty(0)]))  # fmt: skip
+    s_sl = np.concatenate([vcpu_slices(s.trace) for s in traced]) if traced else np.empty(0)  # type: ignore[arg-type]
+    try:
+        s_wk = np.concatenate([sim_wakeups(s)["latency_ns"].cast(pl.Float64).to_numpy() for s in traced] or [np.empty(0)])
+    except ValueError:  # a guest woken by something other than its timer: no simulated wake-ups to compare
+        s_wk = np.empty(0)
+    rows = []
+    for q, a, b in (("slice_ns", r_sl, s_sl), ("wakeup_latency_ns", r_wk, s_wk)):
+        ok = bool(a.size and b.size)
+        rows.append(dict(metric=q, unit="ns", real=float(np.median(a)) if a.size else nan, real_lo=nan, real_hi=nan,
+                         sim=float(np.median(b)) if b.size else nan, sim_lo=nan, sim_hi=nan, rel_err=nan,
+                         informative=ok, ks=ks_distance(a, b) if ok else nan))  # fmt: skip
+    return rows
 
 
 # ----------------------------------------------------------------------------- grid
@@ -1435,8 +1478,10 @@ class Grid:
         out["steal_cells"] = st.height
         out["steal_within_0.10"] = float(((st["sim"] - st["real"]).abs() <= 0.10).mean()) if st.height else float("nan")  # type: ignore[arg-type]
         out["steal_by_construction"] = int(st["steal_by_construction"].sum()) if st.height else 0
-        ks = self.cells.filter(pl.col("ks").is_not_nan())["ks"]
-        out["ks_median"] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
+        for key, metric in (("ks_median", "steal_per_10ms"), ("ks_slice_median", "slice_ns"),
+                            ("ks_wakeup_median", "wakeup_latency_ns")):  # fmt: skip
+            ks = self.cells.filter((pl.col("metric") == metric) & pl.col("ks").is_not_nan())["ks"]
+            out[key] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
         d = self.directions.filter(pl.col("significant"))
         out["directions"] = d.height
         out["directions_agree"] = int(d["agree"].sum()) if d.height else 0
@@ -1453,12 +1498,15 @@ class Grid:
         return (
             f"twins: {s['cells']} cells; within 25 %: throughput {pct(s['acq_per_s_within_25pct'])} of "
             f"{s['acq_per_s_informative']}, wait {pct(s['wait_per_acq_us_within_25pct'])} of {s['wait_per_acq_us_informative']}, "
-            f"MSI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
+            f"MSI/IPI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
             f"halt exits {pct(s['halt_exits_per_s_within_25pct'])} of {s['halt_exits_per_s_informative']}, "
             f"polled share {pct(s['polled_per_halt_within_25pct'])} of {s['polled_per_halt_informative']}; "
             f"steal within 0.10: {pct(s['steal_within_0.10'])} of {s['steal_cells']} "
             f"({s['steal_by_construction']} by construction); directions agree {s['directions_agree']}/{s['directions']}; "
-            f"KS median {s['ks_median']:.2f}; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
+            f"KS median {s['ks_median']:.2f}"
+            + (f" (run slices {s['ks_slice_median']:.2f}, wake-ups {s['ks_wakeup_median']:.2f})"
+               if s["ks_slice_median"] == s["ks_slice_median"] else "")
+            + f"; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
             f"(other tasks' share median {s['other_share_median']:.0%})"
         )
 
@@ -1553,10 +1601,13 @@ def grid(
     cal: Calibration | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
     progress: bool = False,
+    trace: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare (:func:`compare`) and derive the between-cell
-    directions. ``experiments`` default: :func:`default_grid`."""
+    directions. ``experiments`` default: :func:`default_grid`. ``trace``: the
+    real trials are traced and each cell gets its run-slice and wake-up
+    latency KS rows (:func:`compare`)."""
     cal = cal or calibrate()
     exps = list(experiments) if experiments is not None else default_grid()
     frames = []
@@ -1570,7 +1621,7 @@ def grid(
             no_twin.append((name, str(e)))
             continue
         try:
-            c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load)
+            c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
         except TimeoutError as e:
             no_real.append((name, str(e)))
             if progress:
@@ -1584,7 +1635,7 @@ def grid(
     first = ["cell", *FACTORS]
     cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
     return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
-                calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load})  # fmt: skip
+                calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load, "trace": trace})  # fmt: skip
 
 
 # -------------------------------------------------------------------- distributions

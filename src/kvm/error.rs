@@ -50,6 +50,11 @@ pub enum Error {
     /// The host lacks a feature the operation needs (e.g. an in-kernel irqchip).
     #[error("{0}")]
     Unsupported(String),
+
+    /// Kernel tracing cannot be used (tracefs absent and not mountable, or a
+    /// tracepoint missing); the message says which and how to fix it.
+    #[error("tracing is unavailable: {0}")]
+    TraceUnavailable(String),
 }
 
 impl Error {

@@ -97,6 +97,9 @@ pub struct Report {
     pub threads: Vec<ThreadReport>,
     pub samples: Samples,
     pub wall_ns: u64,
+    /// When the run started (`wall_ns` counts from here), CLOCK_MONOTONIC ns: the
+    /// time base of a trace of the run (`trace::monotonic_ns`).
+    pub start_mono_ns: u64,
     /// True if `should_stop` ended it early.
     pub stopped: bool,
 }
@@ -211,6 +214,7 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     }
     let mut sampler = Sampler::new(obs);
     let t0 = Instant::now();
+    let start_mono_ns = super::trace::monotonic_ns();
     let deadline = t0 + opts.duration;
     sampler.sample(0)?;
     let mut stopped = false;
@@ -288,7 +292,7 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     })?;
     let wall_ns = t0.elapsed().as_nanos() as u64;
     sampler.sample(wall_ns)?;
-    Ok(Report { threads, samples: sampler.out, wall_ns, stopped })
+    Ok(Report { threads, samples: sampler.out, wall_ns, start_mono_ns, stopped })
 }
 
 fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) -> ThreadReport {

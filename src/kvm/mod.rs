@@ -7,6 +7,7 @@
 //! * [`vm::Vm`]: guest RAM, irqchip, halt-poll and exit-disable knobs, MSIs, stats.
 //! * [`vcpu::Vcpu`]: registers, MSRs, CPUID, steal time, run loops with deadlines.
 //! * [`guest`]: the long-mode environment and the iced-x86 guest programs.
+//! * [`trace`]: scheduler and KVM tracepoints of a run (perf_event_open, decoded with the format files).
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod stats;
 pub mod steal;
 pub mod system;
+pub mod trace;
 pub mod vcpu;
 pub mod vm;
 

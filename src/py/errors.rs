@@ -33,6 +33,13 @@ create_exception!(
     "This host (or this VM's configuration) lacks a feature the operation needs."
 );
 
+create_exception!(
+    _core,
+    TraceUnavailableError,
+    VcpulabError,
+    "Kernel tracing cannot be used here (tracefs absent and not mountable, or a tracepoint missing)."
+);
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("VcpulabError", py.get_type::<VcpulabError>())?;
@@ -41,6 +48,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("GuestAssertionError", py.get_type::<GuestAssertionError>())?;
     m.add("UnexpectedExitError", py.get_type::<UnexpectedExitError>())?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("TraceUnavailableError", py.get_type::<TraceUnavailableError>())?;
     Ok(())
 }
 
@@ -56,6 +64,7 @@ impl From<kvm::Error> for PyErr {
             kvm::Error::GuestAssertion { .. } => GuestAssertionError::new_err(msg),
             kvm::Error::UnexpectedExit(_) => UnexpectedExitError::new_err(msg),
             kvm::Error::Unsupported(_) => UnsupportedError::new_err(msg),
+            kvm::Error::TraceUnavailable(_) => TraceUnavailableError::new_err(msg),
         }
     }
 }

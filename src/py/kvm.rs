@@ -1086,6 +1086,7 @@ fn run_experiment<'py>(
     out.set_item("samples", samples)?;
     out.set_item("stat_names", names)?;
     out.set_item("wall_ns", report.wall_ns)?;
+    out.set_item("start_mono_ns", report.start_mono_ns)?;
     out.set_item("stopped", report.stopped)?;
     Ok(out)
 }

@@ -10,6 +10,7 @@ mod exit;
 mod halt_poll;
 mod kvm;
 mod sim;
+mod trace;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -23,5 +24,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kvm::register(m)?;
     sim::register(m)?;
     halt_poll::register(m)?;
+    trace::register(m)?;
     Ok(())
 }

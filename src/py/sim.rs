@@ -532,6 +532,12 @@ fn sim_default_config() -> String {
     SimConfig::default().to_json()
 }
 
+/// The JSON Schema of the configuration (`crate::sim::config::json_schema`), as JSON text.
+#[pyfunction]
+fn sim_config_schema() -> String {
+    crate::sim::config::json_schema().to_string()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyVcpuView>()?;
     m.add_class::<PySpinner>()?;
@@ -539,6 +545,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim_run, m)?)?;
     m.add_function(wrap_pyfunction!(sim_sweep, m)?)?;
     m.add_function(wrap_pyfunction!(sim_default_config, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_config_schema, m)?)?;
     // the time categories of the vcpus / pcpus frames, straight from the engine's accounting
     m.add("SIM_VCPU_TIME_CATEGORIES", crate::sim::metrics::VCPU_CATS.to_vec())?;
     m.add("SIM_PCPU_TIME_CATEGORIES", crate::sim::metrics::PCPU_CATS.to_vec())?;

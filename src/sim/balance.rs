@@ -89,8 +89,44 @@ impl Sim {
     pub(crate) fn select_task_rq_fair(&self, t: usize) -> usize {
         let prev = self.tasks[t].cpu as usize;
         let this = if self.waker_cpu == NO_CPU { prev } else { self.waker_cpu as usize };
-        let target = if this != prev { self.wake_affine(t, this, prev) } else { prev };
+        let target = if this != prev && !self.wake_wide(t, this) { self.wake_affine(t, this, prev) } else { prev };
         self.select_idle_sibling(prev, target)
+    }
+
+    /// `record_wakee` (`Host.wake_wide`), before `select_task_rq_fair` places
+    /// wakee `t`: the waker's flips halve once a second has passed since
+    /// the last halving (`wakee_flip_decay_ts + HZ`), and count one more
+    /// when its wakee changes.
+    pub(crate) fn record_wakee(&mut self, t: usize) {
+        let w = self.waker_task;
+        if !self.cfg.host.wake_wide || w == u32::MAX || w as usize == t {
+            return;
+        }
+        let now = self.now;
+        let wk = &mut self.tasks[w as usize];
+        if now > wk.wakee_flip_decay_ts + 1_000_000_000 {
+            wk.wakee_flips >>= 1;
+            wk.wakee_flip_decay_ts = now;
+        }
+        if wk.last_wakee != t as u32 {
+            wk.last_wakee = t as u32;
+            wk.wakee_flips += 1;
+        }
+    }
+
+    /// `wake_wide`: the wakee goes to its own previous CPU's neighbourhood,
+    /// not the waker's, when the larger of the two flip counts is at least
+    /// llc_size times the smaller, and the smaller is at least llc_size
+    /// (`sd_llc_size` of the waker's CPU): one waker feeding many wakees.
+    pub(crate) fn wake_wide(&self, t: usize, this: usize) -> bool {
+        let w = self.waker_task;
+        if !self.cfg.host.wake_wide || w == u32::MAX {
+            return false;
+        }
+        let (a, b) = (self.tasks[w as usize].wakee_flips, self.tasks[t].wakee_flips);
+        let (master, slave) = (a.max(b), a.min(b));
+        let factor = self.llc(this).len() as u32;
+        !(slave < factor || master < slave.saturating_mul(factor))
     }
 
     /// `wake_affine`: `wake_affine_idle` (the waker's CPU if it is idle and
@@ -260,6 +296,23 @@ impl Sim {
 }
 
 impl Sim {
+    /// Cache-refill time owed by a vCPU that last ran on `from` and now runs
+    /// on `to` (`Host.migration_cold_core_ns` / `migration_cold_llc_ns`): none
+    /// on the same core (SMT siblings share L1 and L2), the core cost within
+    /// the LLC, the LLC cost across LLCs.
+    #[inline]
+    pub(crate) fn migration_cold(&self, from: usize, to: usize) -> Ns {
+        let h = &self.cfg.host;
+        let off = h.migration_cold_core_ns == 0 && h.migration_cold_llc_ns == 0;
+        if off || self.core_of(from) == self.core_of(to) {
+            0 // the same CPU or an SMT sibling: L1/L2 are warm
+        } else if self.share_llc(from, to) {
+            h.migration_cold_core_ns
+        } else {
+            h.migration_cold_llc_ns
+        }
+    }
+
     /// Whether a CPU other than `cpu` of its core runs something.
     fn sibling_busy(&self, cpu: usize) -> bool {
         self.core_cpus(cpu).any(|c| c != cpu && self.rqs[c].curr.is_some())

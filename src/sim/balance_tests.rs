@@ -198,3 +198,129 @@ fn a_sibling_going_idle_speeds_the_other_thread_up_at_once() {
         assert_eq!(sum, c2.duration_ns);
     }
 }
+
+/// The start CPU of every vCPU thread, in vCPU order.
+fn start_cpus(c: &SimConfig) -> Vec<u32> {
+    let s = sim_of(c);
+    s.vcpus.iter().map(|v| s.tasks[v.task as usize].cpu).collect()
+}
+
+#[test]
+fn start_placement_shuffled_gives_unpinned_vcpus_a_balanced_seeded_map_and_leaves_pinned_maps_alone() {
+    // 3 VMs of 8 vCPUs on 16 CPUs: index puts VM 0 and VM 2 on CPUs 0..8
+    let mut c = two_socket_smt(8);
+    c.vms[0].count = 3;
+    let index = start_cpus(&c);
+    assert_eq!(index, (0..24).map(|g| g % 16).collect::<Vec<u32>>());
+    c.host.start_placement = StartPlacement::Shuffled;
+    let shuffled = start_cpus(&c);
+    assert_ne!(shuffled, index);
+    let mut per_cpu = [0u32; 16];
+    for &cpu in &shuffled {
+        per_cpu[cpu as usize] += 1;
+    }
+    assert!(per_cpu.iter().all(|&n| n == 1 || n == 2), "balanced: {per_cpu:?}");
+    assert_eq!(per_cpu.iter().sum::<u32>(), 24);
+    assert_eq!(start_cpus(&c), shuffled, "one map per seed");
+    c.seed += 1;
+    assert_ne!(start_cpus(&c), shuffled, "another seed, another map");
+    // an explicit pinning is the user's: round robin stays g mod P
+    c.host.affinity = Affinity::RoundRobin;
+    assert_eq!(start_cpus(&c), index);
+}
+
+#[test]
+fn migration_cold_costs_nothing_on_the_same_core_the_core_cost_in_the_llc_and_the_llc_cost_across() {
+    let mut c = two_socket_smt(4);
+    assert_eq!(sim_of(&c).migration_cold(0, 5), 0, "off by default");
+    c.host.migration_cold_core_ns = 10_000;
+    c.host.migration_cold_llc_ns = 100_000;
+    let mut s = sim_of(&c);
+    assert_eq!(s.migration_cold(1, 1), 0);
+    assert_eq!(s.migration_cold(1, 9), 0, "SMT siblings share L1/L2");
+    assert_eq!(s.migration_cold(1, 2), 10_000);
+    assert_eq!(s.migration_cold(1, 10), 10_000, "another core of the LLC, either thread");
+    assert_eq!(s.migration_cold(1, 4), 100_000);
+    assert_eq!(s.migration_cold(12, 3), 100_000);
+    // sched-in on another socket owes the LLC cost
+    s.vcpus[0].last_cpu = 4;
+    s.vcpu_sched_in(0, 0);
+    assert_eq!(s.vcpus[0].cold_ns, 100_000);
+    // a debt still owed is not added up: the larger one stays
+    let mut s = sim_of(&c);
+    s.vcpus[0].last_cpu = 1;
+    s.vcpus[0].cold_ns = 100_000;
+    s.vcpu_sched_in(0, 2);
+    assert_eq!(s.vcpus[0].cold_ns, 100_000);
+}
+
+#[test]
+fn a_cold_debt_delays_the_next_useful_work_by_its_length_and_is_spent_once() {
+    // v1 alone on core 1 computes 1 ms per iteration: ~100 in 100 ms
+    let c = smt_host(2, 100);
+    let mut s = sim_of(&c);
+    s.step_until(100_000_000).unwrap();
+    let base = s.threads[1].iters;
+    assert!((99..=100).contains(&base), "{base}");
+    let mut s = sim_of(&c);
+    s.vcpus[1].cold_ns = 2_500_000;
+    s.step_until(100_000_000).unwrap();
+    let it = s.threads[1].iters;
+    assert!(it == base - 3 || it == base - 2, "2.5 ms of refill, then full speed: {it} vs {base}");
+    assert_eq!(s.vcpus[1].cold_ns, 0);
+}
+
+#[test]
+fn record_wakee_counts_changes_of_wakee_and_halves_the_count_every_second() {
+    let mut c = two_socket_smt(4);
+    c.host.wake_wide = true;
+    let mut s = sim_of(&c);
+    let (w, a, b) = (s.vcpus[0].task, s.vcpus[1].task as usize, s.vcpus[2].task as usize);
+    s.waker_task = w;
+    s.record_wakee(a);
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 1, "the same wakee again: no flip");
+    s.record_wakee(b);
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 3);
+    s.tasks[w as usize].wakee_flips = 40;
+    s.now = 1_000_000_001;
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 20, "halved after a second; a is the last wakee already");
+    // off: nothing is counted
+    let mut s = sim_of(&two_socket_smt(4));
+    s.waker_task = w;
+    s.record_wakee(a);
+    assert_eq!(s.tasks[w as usize].wakee_flips, 0);
+}
+
+#[test]
+fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_other() {
+    // LLC of 8 CPUs: factor 8
+    let mut c = two_socket_smt(4);
+    c.host.wake_wide = true;
+    let mut s = sim_of(&c);
+    let (w, t) = (s.vcpus[0].task as usize, s.vcpus[1].task as usize);
+    s.waker_task = w as u32;
+    let mut flips = |waker: u32, wakee: u32| {
+        s.tasks[w].wakee_flips = waker;
+        s.tasks[t].wakee_flips = wakee;
+        s.wake_wide(t, 0)
+    };
+    assert!(flips(64, 8), "64 >= 8 x 8 and 8 >= 8");
+    assert!(flips(8, 64), "symmetric");
+    assert!(!flips(63, 8), "63 < 8 x 8");
+    assert!(!flips(1000, 7), "the smaller count under the LLC size");
+    // wake-wide skips wake_affine: the wakee stays around its previous CPU
+    s.tasks[w].wakee_flips = 64;
+    s.tasks[t].wakee_flips = 8;
+    s.tasks[t].cpu = 5; // socket 1, idle
+    s.waker_cpu = 0;
+    busy(&mut s, &[5]);
+    s.tasks[0].runnable = true; // CPU 5 carries a load of 1024: wake_affine_weight prefers the idle waker CPU
+    let cpu = s.select_task_rq_fair(t);
+    assert!(s.share_llc(cpu, 5), "wide: an idle CPU of the previous CPU's LLC, got {cpu}");
+    s.tasks[w].wakee_flips = 0;
+    let cpu = s.select_task_rq_fair(t);
+    assert!(s.share_llc(cpu, 0), "affine: the waker's LLC (idle waker CPU), got {cpu}");
+}

@@ -5,23 +5,28 @@
 //! ([`SimConfig::validate`]) so that a config coming from anywhere is checked
 //! before the event loop sees it; every error names the field.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The whole experiment: one host, its VMs, a seed and a duration.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
     /// Seed of the one RNG of a run (PCG64).
     pub seed: u64,
     /// Simulated time limit, ns. The run also ends earlier when every VM with
     /// a finite `iterations` has completed them.
+    #[schemars(range(min = 1, max = limits::MAX_DURATION_NS))]
     pub duration_ns: u64,
     /// Record the per-host-CPU trace (sched map).
     pub trace: bool,
     /// Iterations completing before this instant (ns) are not counted in
     /// ops, throughput and latency (time accounting covers the whole run).
     pub warmup_ns: u64,
+    /// The host: CPUs and scheduler.
     pub host: HostConfig,
+    /// The VMs; each entry stands for `count` identical VMs.
+    #[schemars(length(min = 1))]
     pub vms: Vec<VmConfig>,
 }
 
@@ -38,7 +43,7 @@ impl Default for SimConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Scheduler {
     /// EEVDF-like fair scheduler (v6.6+), one run queue per host CPU; "eevdf" names it too.
@@ -52,7 +57,7 @@ pub enum Scheduler {
     Cfs,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum NextBuddy {
     /// The hint is always honoured (CFS before v6.6).
@@ -63,7 +68,7 @@ pub enum NextBuddy {
     Never,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum YieldPenalty {
     /// First EEVDF: the yielder's deadline moves one slice forward.
@@ -73,7 +78,7 @@ pub enum YieldPenalty {
     Vruntime,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Affinity {
     /// Each vCPU thread pinned to one host CPU, balanced, in a seeded random order.
@@ -85,14 +90,17 @@ pub enum Affinity {
     All,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Background {
-    /// Fraction of each host CPU a pinned background host task (kworker-like) wants, 0..1.
+    /// Fraction of each host CPU a pinned background host task (kworker-like) wants, in [0, 1).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1.0))]
     pub utilization: f64,
     /// Mean length of one background burst, ns (exponential).
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub burst_ns: u64,
     /// Scheduler weight of the background tasks (1024 = nice 0).
+    #[schemars(range(min = limits::MIN_WEIGHT, max = limits::MAX_WEIGHT))]
     pub weight: u64,
 }
 
@@ -102,25 +110,45 @@ impl Default for Background {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostConfig {
+    /// Host CPUs.
+    #[schemars(range(min = 1, max = MAX_PCPUS))]
     pub pcpus: u32,
+    /// The host's CPU scheduler.
     pub scheduler: Scheduler,
+    /// Scheduler tick period, ns (HZ=250: 4 ms). Slice expiry is noticed at ticks.
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub tick_ns: u64,
+    /// EEVDF base slice, ns (sysctl_sched_base_slice 0.75 ms scaled by 1 + ilog2(min(ncpus, 8))).
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub base_slice_ns: u64,
+    /// A woken, eligible task with an earlier deadline preempts the running one.
     pub wakeup_preemption: bool,
+    /// Effect of yield_to's next-buddy hint.
     pub next_buddy: NextBuddy,
+    /// What a yield costs the yielder (EEVDF).
     pub yield_penalty: YieldPenalty,
+    /// Placement of the vCPU threads on the host CPUs.
     pub affinity: Affinity,
+    /// Gang-scheduling slice, ns.
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub gang_slice_ns: u64,
+    /// Host clock converting PLE cycles to ns, kHz.
+    #[schemars(range(min = limits::MIN_TSC_KHZ))]
     pub tsc_khz: u64,
+    /// Time a yield_to attempt holds both run-queue locks, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub rq_lock_ns: u64,
+    /// Cost of yield_to before the run-queue locks (the -ESRCH check), ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub yield_check_ns: u64,
     /// yield_to returns -ESRCH early when both run queues hold one task
     /// (kernels since ~3.8); false: the 2011-2012 yield_to, which always takes
     /// both run-queue locks.
     pub yield_to_esrch: bool,
+    /// Background host load: one pinned host task per host CPU.
     pub background: Background,
     /// Per-CPU tick phase as the `skew_tick=1` boot option sets it
     /// (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is
@@ -133,14 +161,17 @@ pub struct HostConfig {
     pub seeded_ties: bool,
     /// Wake-up latency of a task on a remote CPU: the IPI (wake list or
     /// reschedule IPI) delivery, ns. 0: instantaneous (off).
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub wakeup_ipi_ns: u64,
     /// Idle states of each host CPU as (exit_latency_ns, target_residency_ns),
     /// shallowest first; a woken task waits for the exit latency of the
     /// deepest state whose target residency the CPU has been idle for.
-    /// Empty: no exit latency (off).
+    /// Empty: no exit latency (off). Times are <= 1e9 ns.
+    #[schemars(schema_with = "idle_states_schema")]
     pub idle_states: Vec<(u64, u64)>,
     /// Relative jitter of the wake-up latencies: each is drawn uniformly in
-    /// [1 - j, 1 + j] times its value. 0..1.
+    /// [1 - j, 1 + j] times its value, in [0, 1].
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub wakeup_jitter: f64,
     /// Host noise: per-CPU kernel-thread bursts and per-VM VMM I/O threads.
     pub noise: HostNoise,
@@ -149,8 +180,11 @@ pub struct HostConfig {
     /// Topology: sockets (each one LLC domain) × cores × SMT threads;
     /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
     /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
-    /// servers: siblings are ncores apart).
+    /// servers: siblings are ncores apart). At most `pcpus`.
+    #[schemars(range(min = 1, max = MAX_PCPUS))]
     pub sockets: u32,
+    /// SMT threads per core.
+    #[schemars(range(min = 1, max = limits::MAX_THREADS_PER_CORE))]
     pub threads_per_core: u32,
     /// Wake-up placement of unpinned threads.
     pub wake_placement: WakePlacement,
@@ -159,16 +193,45 @@ pub struct HostConfig {
     pub load_balance: bool,
     /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
     /// (kernel sd_init: 32 before v5.10, 16 since).
+    #[schemars(range(min = 1, max = limits::MAX_LB_BUSY_FACTOR))]
     pub lb_busy_factor: u32,
     /// sysctl_sched_migration_cost, ns: a task that ran within this time
     /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub migration_cost_ns: u64,
     /// Speed of a hardware thread while an SMT sibling of its core is busy,
     /// percent of its speed alone (100: no slow-down, off).
+    #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
     pub smt_speed_pct: u32,
+    /// Where each unpinned (`affinity = "all"`) vCPU thread starts.
+    pub start_placement: StartPlacement,
+    /// Cache-refill time a vCPU owes when it runs on another core of the
+    /// same LLC than last time (its private L1/L2 are cold), ns; spent at
+    /// the start of its next useful work. 0: off.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_core_ns: u64,
+    /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_llc_ns: u64,
+    /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
+    /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
+    pub wake_wide: bool,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+/// The host CPU each unpinned vCPU thread starts on.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPlacement {
+    /// vCPU g (counted over all VMs) on CPU g mod P: VM k shares its CPUs
+    /// with the VMs P / vcpus apart.
+    Index,
+    /// Balanced slots g mod P in a seeded random order (the run's RNG, as
+    /// `Affinity::Pinned` draws them): a stand-in for the map that thread
+    /// creation and guest boot leave, which depends on their timing.
+    Shuffled,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum WakePlacement {
     /// The previous CPU if idle, else the first idle CPU after it, else the previous CPU.
@@ -184,16 +247,20 @@ pub enum WakePlacement {
 /// bursts of per-CPU kernel threads (kworker, ksoftirqd, rcu, migration …,
 /// each bound to its CPU) and one VMM I/O thread per VM (QEMU's main loop /
 /// iothread, unpinned). Arrivals are Poisson, lengths exponential.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostNoise {
     /// Bursts per second of each CPU's kernel threads (0: off).
+    #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
     pub kthread_hz: f64,
     /// Mean length of one kernel-thread burst, ns.
+    #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
     pub kthread_ns: u64,
     /// Bursts per second of each VM's VMM I/O thread (0: off).
+    #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
     pub vmm_io_hz: f64,
     /// Mean length of one VMM I/O burst, ns.
+    #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
     pub vmm_io_ns: u64,
     /// Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
     /// `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson
@@ -203,6 +270,7 @@ pub struct HostNoise {
     /// them does not. Source: a measurement here, the number of short tasks
     /// `/proc/<pid>/task/<tid>/schedstat` counts over a run (docs/twins.md).
     #[serde(skip_serializing_if = "is_one_u32")]
+    #[schemars(range(min = 1, max = limits::MAX_KTHREADS_PER_CPU), extend("default" = 1))]
     pub kthreads_per_cpu: u32,
 }
 
@@ -216,7 +284,7 @@ impl Default for HostNoise {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TunableScaling {
     /// factor 1 (SCHED_TUNABLESCALING_NONE).
@@ -230,15 +298,19 @@ pub enum TunableScaling {
 /// CFS tunables (kernel/sched/fair.c before v6.6). The three times are the
 /// unscaled sysctl values; each is multiplied by the `tunable_scaling`
 /// factor of the host's CPU count (`update_sysctl` / `get_update_sysctl_factor`).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CfsConfig {
     /// sysctl_sched_latency before scaling, ns (kernel: 6 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub latency_ns: u64,
     /// sysctl_sched_min_granularity before scaling, ns (kernel: 0.75 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub min_granularity_ns: u64,
     /// sysctl_sched_wakeup_granularity before scaling, ns (kernel: 1 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub wakeup_granularity_ns: u64,
+    /// How the three times scale with the CPU count.
     pub tunable_scaling: TunableScaling,
     /// GENTLE_FAIR_SLEEPERS: the sleeper credit of place_entity is half of
     /// sched_latency (kernel default true) instead of all of it.
@@ -304,11 +376,15 @@ impl Default for HostConfig {
             lb_busy_factor: 16,
             migration_cost_ns: 500_000,
             smt_speed_pct: 100,
+            start_placement: StartPlacement::Index,
+            migration_cold_core_ns: 0,
+            migration_cold_llc_ns: 0,
+            wake_wide: false,
         }
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PleKind {
     /// Intel PLE: fires at CPL 0 only; default window 4096, max UINT_MAX.
@@ -317,23 +393,30 @@ pub enum PleKind {
     Svm,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PleConfig {
     /// false: the KVM_X86_DISABLE_EXITS_PAUSE case (no exits, window never changes).
     pub enabled: bool,
+    /// Intel PLE or AMD pause filter.
     pub kind: PleKind,
     /// Initial window and shrink floor, cycles (VMX `ple_window` / SVM `pause_filter_count`).
+    #[schemars(range(min = 1, max = limits::UINT_MAX))]
     pub window: u64,
-    /// Grow modifier (`ple_window_grow`); 0 keeps the window fixed at `window`.
+    /// Grow modifier (`ple_window_grow`, a kernel uint); 0 keeps the window fixed at `window`.
+    #[schemars(range(max = limits::UINT_MAX))]
     pub grow: u64,
-    /// Shrink modifier (`ple_window_shrink`); 0 resets to `window` on sched-in.
+    /// Shrink modifier (`ple_window_shrink`, a kernel uint); 0 resets to `window` on sched-in.
+    #[schemars(range(max = limits::UINT_MAX))]
     pub shrink: u64,
-    /// Growth cap, cycles (`ple_window_max`).
+    /// Growth cap, cycles (`ple_window_max`); at least `window`.
+    #[schemars(range(min = 1, max = limits::UINT_MAX))]
     pub max: u64,
     /// Cost of one PAUSE exit round trip (exit + entry), ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub exit_ns: u64,
     /// Cost of examining one candidate in the on_spin loop, ns.
+    #[schemars(range(max = limits::MAX_CANDIDATE_NS))]
     pub candidate_ns: u64,
 }
 
@@ -352,7 +435,7 @@ impl Default for PleConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
     /// Never yield (PLE exits only cost).
@@ -371,9 +454,10 @@ pub enum PolicyKind {
     Python,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
+    /// The directed-yield policy.
     pub kind: PolicyKind,
     /// Number of -ESRCH results tolerated before the scan stops; 0 = unlimited.
     pub esrch_budget: u32,
@@ -389,7 +473,7 @@ pub struct PolicyConfig {
     pub candidate_gate: CandidateGate,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum CandidateGate {
     /// `vcpu->ready` (since 5.3, d73eb57b80b9 "KVM: Boost vCPUs that are
@@ -413,7 +497,7 @@ impl Default for PolicyConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
     /// available_idle_cpu = idle and not preempted (upstream).
@@ -443,7 +527,7 @@ impl Placement {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PvConfig {
     /// Steal time enabled: the guest sees the `preempted` byte and steal_ns.
@@ -455,10 +539,13 @@ pub struct PvConfig {
     /// Guest wake-up placement rule.
     pub placement: Placement,
     /// Cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub hypercall_ns: u64,
     /// Cost of a HLT exit before blocking, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub halt_exit_ns: u64,
     /// Guest idle poll before HLT (cpuidle-haltpoll), ns; 0 = HLT at once.
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub guest_idle_poll_ns: u64,
     /// KVM_FEATURE_PV_UNHALT offered: the guest's `pv_queued` locks use the
     /// PV slow path; false: `kvm_spinlock_init` returns early and the guest's
@@ -476,6 +563,7 @@ pub struct PvConfig {
     pub send_ipi: bool,
     /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
     /// (0: sending is free, as before this field existed).
+    #[schemars(range(max = limits::MAX_COST_NS))]
     pub icr_write_ns: u64,
 }
 
@@ -505,7 +593,7 @@ impl Default for PvConfig {
 /// `block-time` and `dynamic-v4`).
 pub use super::halt_poll::{HaltPollConfig, Policy as HaltPollPolicy};
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Dist {
     Fixed,
@@ -515,14 +603,14 @@ pub enum Dist {
     Uniform,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     User,
     Kernel,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum LockKind {
     /// virt_spin_lock-like test-and-set: whoever runs at release time takes it.
@@ -537,60 +625,107 @@ pub enum LockKind {
     Mutex,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Phase {
+    /// Useful work.
     Compute {
+        /// Mean duration, ns.
+        #[schemars(range(max = limits::MAX_PHASE_NS))]
         ns: u64,
+        /// Distribution of the duration.
         #[serde(default = "dist_fixed")]
         dist: Dist,
+        /// CPL of the work (recorded as preempted in kernel mode).
         #[serde(default = "mode_user")]
         mode: Mode,
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
+    /// Acquire guest lock `lock`, hold it `hold_ns` in kernel mode, release it.
     Lock {
+        /// Lock id within the VM.
+        #[serde(default)]
+        #[schemars(range(max = limits::MAX_LOCK_ID))]
         lock: u32,
+        /// The lock's kind (all phases using one lock agree).
+        #[serde(default = "lock_ticket")]
         lock_kind: LockKind,
+        /// Mean hold time, ns.
+        #[serde(default = "ns_1000")]
+        #[schemars(range(max = limits::MAX_COST_NS))]
         hold_ns: u64,
+        /// Distribution of the hold time.
         #[serde(default = "dist_fixed")]
         dist: Dist,
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
+    /// A call-function IPI to other vCPUs; the sender spins until each ran the handler.
     Ipi {
-        /// Number of other vCPUs targeted; 0 = all others (smp_call_function).
+        /// Number of other vCPUs targeted; 0 = all others (smp_call_function). Less than `vcpus`.
+        #[serde(default)]
+        #[schemars(range(max = limits::MAX_IPI_TARGETS))]
         targets: u32,
+        /// Length of the IPI handler, ns (the VM's first Ipi phase sets it for all).
+        #[serde(default = "ns_1000")]
+        #[schemars(range(max = limits::MAX_COST_NS))]
         handler_ns: u64,
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
         /// A TLB shootdown (flush_tlb_mm_range → flush_tlb_multi): with PV TLB
         /// flush, preempted targets are skipped and flush at sched-in.
         #[serde(default)]
         tlb_flush: bool,
     },
+    /// Block until every unfinished thread of the VM arrives.
     Barrier {
+        /// Always 1 (a skipped barrier deadlocks).
         #[serde(default = "one")]
+        #[schemars(range(min = 1.0, max = 1.0))]
         prob: f64,
     },
+    /// Block until a timer.
     Sleep {
+        /// Mean sleep, ns.
+        #[serde(default = "ns_100000")]
+        #[schemars(range(max = limits::MAX_PHASE_NS))]
         ns: u64,
+        /// Distribution of the sleep.
         #[serde(default = "dist_fixed")]
         dist: Dist,
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
         /// Wake at the next multiple of `ns` since the run's start (a periodic
         /// timer: a late wake-up does not shift the later ones).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[schemars(extend("default" = false))]
         periodic: bool,
     },
+    /// Post a message to thread (i + `to`) mod threads.
     Send {
+        /// Distance to the receiving thread, in [1, threads).
+        #[serde(default = "one_u32")]
+        #[schemars(range(min = 1, max = limits::MAX_IPI_TARGETS))]
         to: u32,
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
+    /// Block until a message is available.
     Recv {
+        /// Probability that the phase runs in an iteration.
         #[serde(default = "one")]
+        #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
 }
@@ -603,6 +738,28 @@ fn mode_user() -> Mode {
 }
 fn one() -> f64 {
     1.0
+}
+fn one_u32() -> u32 {
+    1
+}
+fn lock_ticket() -> LockKind {
+    LockKind::Ticket
+}
+fn ns_1000() -> u64 {
+    1_000
+}
+fn ns_100000() -> u64 {
+    100_000
+}
+
+/// `HostConfig.idle_states`: (exit_latency_ns, target_residency_ns) pairs, each <= 1 s.
+fn idle_states_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let t =
+        schemars::json_schema!({"type": "integer", "format": "uint64", "minimum": 0, "maximum": limits::MAX_COST_NS});
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "array", "prefixItems": [t, t], "minItems": 2, "maxItems": 2},
+    })
 }
 
 impl Phase {
@@ -619,19 +776,24 @@ impl Phase {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkloadConfig {
+    /// A label for tables.
     pub name: String,
     /// One iteration of each guest thread, executed in order.
+    #[schemars(length(min = 1, max = MAX_PHASES))]
     pub phases: Vec<Phase>,
     /// Iterations per thread; 0 = loop until the end of the run.
     pub iterations: u64,
     /// Guest round-robin slice between threads sharing a vCPU, ns.
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub guest_slice_ns: u64,
     /// Cycles per iteration of a spin loop (used for SPIN_THRESHOLD).
+    #[schemars(range(min = 1, max = limits::MAX_SPIN_ITER_CYCLES))]
     pub spin_iter_cycles: u64,
     /// SPIN_THRESHOLD of the PV queued lock, iterations.
+    #[schemars(range(min = 1, max = limits::MAX_SPIN_THRESHOLD))]
     pub spin_threshold: u64,
     /// Thread 0 of each VM runs these phases instead of `phases` (empty, the
     /// default: every thread runs `phases`). An initiator beside responders,
@@ -639,6 +801,7 @@ pub struct WorkloadConfig {
     /// `[Recv, Compute, Send{to: 1}]`. Only compute, sleep, barrier, send and
     /// receive phases (locks and IPIs are set up from `phases`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PHASES), extend("default" = []))]
     pub thread0_phases: Vec<Phase>,
 }
 
@@ -671,7 +834,7 @@ impl Default for WorkloadConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum LockModel {
     /// The simulator's first lock rules (FIFO hand-off for every queued kind;
@@ -686,7 +849,7 @@ pub enum LockModel {
     Kernel,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitEarly {
     /// `pv_wait_early`: the previous queue node is not running (halted).
@@ -697,9 +860,10 @@ pub enum WaitEarly {
 }
 
 /// The guest kernel's own choices (its version, not the host's).
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct GuestConfig {
+    /// Which guest lock rules run.
     pub lock_model: LockModel,
     /// Kernel lock model: when a `pv_wait_node` waiter halts early.
     pub pv_wait_early: WaitEarly,
@@ -715,21 +879,31 @@ impl Default for GuestConfig {
     }
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
     /// Number of identical VMs this entry stands for.
+    #[schemars(range(min = 1, max = MAX_VCPUS_TOTAL))]
     pub count: u32,
+    /// vCPUs per VM.
+    #[schemars(range(min = 1, max = MAX_VCPUS_TOTAL))]
     pub vcpus: u32,
-    /// Guest threads; 0 = one per vCPU.
+    /// Guest threads; 0 = one per vCPU; at most 16 per vCPU.
     pub threads: u32,
     /// Scheduler weight of each vCPU thread (1024 = nice 0).
+    #[schemars(range(min = limits::MIN_WEIGHT, max = limits::MAX_WEIGHT))]
     pub weight: u64,
+    /// Pause-loop exiting.
     pub ple: PleConfig,
+    /// The directed-yield policy (what kvm_vcpu_on_spin does).
     pub policy: PolicyConfig,
+    /// Paravirtual features and exit costs.
     pub pv: PvConfig,
+    /// Host halt polling.
     pub halt_poll: HaltPollConfig,
+    /// What each guest thread runs.
     pub workload: WorkloadConfig,
+    /// The guest kernel's own choices.
     pub guest: GuestConfig,
 }
 
@@ -795,6 +969,83 @@ fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
     })
 }
 
+/// The limits of the configuration's fields: the one place from which both
+/// [`SimConfig::validate`] and the JSON Schema ([`json_schema`], the
+/// `#[schemars(range(..))]` attributes) take them. Python's dataclasses read
+/// them from the schema (`vcpulab.sim.config_schema()`).
+pub mod limits {
+    /// Upper bound of a cost or latency, ns (1 s).
+    pub const MAX_COST_NS: u64 = 1_000_000_000;
+    /// Upper bound of a phase's compute or sleep time, ns (1000 s).
+    pub const MAX_PHASE_NS: u64 = 1_000_000_000_000;
+    /// Upper bound of `duration_ns` (2^50 ns, about 13 days).
+    pub const MAX_DURATION_NS: u64 = 1 << 50;
+    /// Lower bound of a period or slice (tick, slices, bursts), ns.
+    pub const MIN_PERIOD_NS: u64 = 1_000;
+    /// Lower bound of `tsc_khz` (1 MHz).
+    pub const MIN_TSC_KHZ: u64 = 1_000;
+    /// Scheduler weights: the kernel's nice-to-weight table (nice 19 .. -20 is 15 .. 88761;
+    /// 2 is the smallest weight the simulator's arithmetic takes).
+    pub const MIN_WEIGHT: u64 = 2;
+    pub const MAX_WEIGHT: u64 = 88_761;
+    /// A kernel `unsigned int` module parameter (`ple_window*`, `halt_poll_ns*`).
+    pub const UINT_MAX: u64 = u32::MAX as u64;
+    pub const MAX_THREADS_PER_CORE: u32 = 8;
+    pub const MAX_LB_BUSY_FACTOR: u32 = 1024;
+    pub const MIN_SMT_SPEED_PCT: u32 = 10;
+    /// Host noise: bursts per second, and the shortest mean burst, ns.
+    pub const MAX_NOISE_HZ: f64 = 100_000.0;
+    pub const MIN_NOISE_NS: u64 = 100;
+    /// Host noise may take at most half a CPU (`hz * ns <= 0.5e9`).
+    pub const MAX_NOISE_SHARE_NS_PER_S: f64 = 0.5e9;
+    pub const MAX_CANDIDATE_NS: u64 = 1_000_000;
+    pub const MAX_LOCK_ID: u32 = 1023;
+    /// `Ipi.targets` and `Send.to` (also bounded by the VM's vCPUs / threads).
+    pub const MAX_IPI_TARGETS: u32 = 65_535;
+    /// Guest threads per vCPU.
+    pub const MAX_THREADS_PER_VCPU: u64 = 16;
+    pub const MAX_SPIN_ITER_CYCLES: u64 = 1_000_000;
+    pub const MAX_SPIN_THRESHOLD: u64 = 1_000_000_000;
+    /// `HostNoise.kthreads_per_cpu`.
+    pub const MAX_KTHREADS_PER_CPU: u32 = 64;
+}
+
+/// The JSON Schema (draft 2020-12) of [`SimConfig`], generated from the serde
+/// structs: field names, types, defaults, limits ([`limits`]) and the doc
+/// comments as descriptions. Rules across fields (`warmup_ns < duration_ns`,
+/// `pcpus` a multiple of sockets × threads, …) are in [`SimConfig::validate`]
+/// and the descriptions only. Serde aliases of enum values (`"eevdf"`, the
+/// old halt-poll policy names) are added as documented (deprecated) values.
+pub fn json_schema() -> serde_json::Value {
+    let mut v = serde_json::to_value(schemars::schema_for!(SimConfig)).expect("schema serialises");
+    // serde aliases are not seen by schemars: list them so that what the parser accepts validates
+    for (def, alias, of, deprecated) in ENUM_ALIASES {
+        let d = &mut v["$defs"][*def];
+        if let Some(names) = d.get("enum").and_then(|e| e.as_array()).cloned() {
+            // an enum without doc comments: the same as one of consts
+            d["oneOf"] = names.iter().map(|n| serde_json::json!({"type": "string", "const": n})).collect();
+            d.as_object_mut().expect("a definition").retain(|k, _| k != "enum" && k != "type");
+        }
+        if let Some(one_of) = d["oneOf"].as_array_mut() {
+            one_of.push(serde_json::json!({
+                "type": "string",
+                "const": alias,
+                "description": format!("alias of \"{of}\""),
+                "deprecated": deprecated,
+            }));
+        }
+    }
+    v
+}
+
+/// (schema definition, alias, canonical name, deprecated): the serde aliases of enum values.
+const ENUM_ALIASES: &[(&str, &str, &str, bool)] = &[
+    ("Scheduler", "eevdf", "fair", false),
+    ("HaltPollPolicy", "dynamic", "block-time", true),
+    ("HaltPollPolicy", "dynamic_v4", "dynamic-v4", true),
+    ("HaltPollPolicy", "v4", "dynamic-v4", true),
+];
+
 fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     if cond {
         Ok(())
@@ -818,32 +1069,42 @@ impl SimConfig {
     /// Check every field; the error names the field (`host.pcpus must be >= 1, got 0`).
     pub fn validate(&self) -> Result<(), String> {
         check(self.duration_ns >= 1, || format!("duration_ns must be >= 1, got {}", self.duration_ns))?;
-        check(self.duration_ns <= 1u64 << 50, || format!("duration_ns must be <= 2^50, got {}", self.duration_ns))?;
+        check(self.duration_ns <= limits::MAX_DURATION_NS, || {
+            format!("duration_ns must be <= 2^50, got {}", self.duration_ns)
+        })?;
         check(self.warmup_ns < self.duration_ns, || {
             format!("warmup_ns must be < duration_ns ({}), got {}", self.duration_ns, self.warmup_ns)
         })?;
         let h = &self.host;
         check(h.pcpus >= 1, || format!("host.pcpus must be >= 1, got {}", h.pcpus))?;
         check(h.pcpus <= MAX_PCPUS, || format!("host.pcpus must be <= {MAX_PCPUS}, got {}", h.pcpus))?;
-        check(h.tick_ns >= 1000, || format!("host.tick_ns must be >= 1000, got {}", h.tick_ns))?;
-        check(h.base_slice_ns >= 1000, || format!("host.base_slice_ns must be >= 1000, got {}", h.base_slice_ns))?;
-        check(h.gang_slice_ns >= 1000, || format!("host.gang_slice_ns must be >= 1000, got {}", h.gang_slice_ns))?;
-        check(h.tsc_khz >= 1000, || format!("host.tsc_khz must be >= 1000, got {}", h.tsc_khz))?;
+        use limits::*;
+        for (name, v, lo) in [
+            ("tick_ns", h.tick_ns, MIN_PERIOD_NS),
+            ("base_slice_ns", h.base_slice_ns, MIN_PERIOD_NS),
+            ("gang_slice_ns", h.gang_slice_ns, MIN_PERIOD_NS),
+            ("tsc_khz", h.tsc_khz, MIN_TSC_KHZ),
+        ] {
+            check(v >= lo, || format!("host.{name} must be >= {lo}, got {v}"))?;
+        }
+        for (name, v) in [("rq_lock_ns", h.rq_lock_ns), ("yield_check_ns", h.yield_check_ns)] {
+            check(v <= MAX_COST_NS, || format!("host.{name} must be <= 1e9, got {v}"))?;
+        }
         let u = h.background.utilization;
         check((0.0..1.0).contains(&u), || format!("host.background.utilization must be in [0, 1), got {u}"))?;
-        check((2..=88_761).contains(&h.background.weight), || {
-            format!("host.background.weight must be in [2, 88761], got {}", h.background.weight)
+        check((MIN_WEIGHT..=MAX_WEIGHT).contains(&h.background.weight), || {
+            format!("host.background.weight must be in [{MIN_WEIGHT}, {MAX_WEIGHT}], got {}", h.background.weight)
         })?;
-        check(h.background.burst_ns >= 1000, || {
-            format!("host.background.burst_ns must be >= 1000, got {}", h.background.burst_ns)
+        check(h.background.burst_ns >= MIN_PERIOD_NS, || {
+            format!("host.background.burst_ns must be >= {MIN_PERIOD_NS}, got {}", h.background.burst_ns)
         })?;
-        check(h.wakeup_ipi_ns <= 1_000_000_000, || {
+        check(h.wakeup_ipi_ns <= MAX_COST_NS, || {
             format!("host.wakeup_ipi_ns must be <= 1e9, got {}", h.wakeup_ipi_ns)
         })?;
         let j = h.wakeup_jitter;
         check((0.0..=1.0).contains(&j), || format!("host.wakeup_jitter must be in [0, 1], got {j}"))?;
         for (i, &(exit, res)) in h.idle_states.iter().enumerate() {
-            check(exit <= 1_000_000_000 && res <= 1_000_000_000, || {
+            check(exit <= MAX_COST_NS && res <= MAX_COST_NS, || {
                 format!("host.idle_states[{i}] must hold times <= 1e9 ns, got ({exit}, {res})")
             })?;
             if i > 0 {
@@ -855,18 +1116,18 @@ impl SimConfig {
         }
         let n = &h.noise;
         for (name, hz, ns) in [("kthread", n.kthread_hz, n.kthread_ns), ("vmm_io", n.vmm_io_hz, n.vmm_io_ns)] {
-            check(hz.is_finite() && (0.0..=100_000.0).contains(&hz), || {
-                format!("host.noise.{name}_hz must be in [0, 100000], got {hz}")
+            check(hz.is_finite() && (0.0..=MAX_NOISE_HZ).contains(&hz), || {
+                format!("host.noise.{name}_hz must be in [0, {MAX_NOISE_HZ}], got {hz}")
             })?;
-            check((100..=1_000_000_000).contains(&ns), || {
-                format!("host.noise.{name}_ns must be in [100, 1e9], got {ns}")
+            check((MIN_NOISE_NS..=MAX_COST_NS).contains(&ns), || {
+                format!("host.noise.{name}_ns must be in [{MIN_NOISE_NS}, 1e9], got {ns}")
             })?;
-            check(hz * ns as f64 <= 0.5e9, || {
+            check(hz * ns as f64 <= MAX_NOISE_SHARE_NS_PER_S, || {
                 format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
             })?;
         }
-        check((1..=64).contains(&n.kthreads_per_cpu), || {
-            format!("host.noise.kthreads_per_cpu must be in [1, 64], got {}", n.kthreads_per_cpu)
+        check((1..=MAX_KTHREADS_PER_CPU).contains(&n.kthreads_per_cpu), || {
+            format!("host.noise.kthreads_per_cpu must be in [1, {MAX_KTHREADS_PER_CPU}], got {}", n.kthreads_per_cpu)
         })?;
         let c = &h.cfs;
         for (name, v) in [
@@ -874,7 +1135,9 @@ impl SimConfig {
             ("min_granularity_ns", c.min_granularity_ns),
             ("wakeup_granularity_ns", c.wakeup_granularity_ns),
         ] {
-            check((1000..=1_000_000_000).contains(&v), || format!("host.cfs.{name} must be in [1000, 1e9], got {v}"))?;
+            check((MIN_PERIOD_NS..=MAX_COST_NS).contains(&v), || {
+                format!("host.cfs.{name} must be in [{MIN_PERIOD_NS}, 1e9], got {v}")
+            })?;
         }
         check(c.min_granularity_ns <= c.latency_ns, || {
             format!(
@@ -882,26 +1145,38 @@ impl SimConfig {
                 c.latency_ns, c.min_granularity_ns
             )
         })?;
-        check(h.sockets >= 1 && h.sockets <= h.pcpus && h.threads_per_core >= 1 && h.threads_per_core <= 8, || {
-            format!(
-                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, 8], got {} and {}",
+        check(
+            h.sockets >= 1
+                && h.sockets <= h.pcpus
+                && h.threads_per_core >= 1
+                && h.threads_per_core <= MAX_THREADS_PER_CORE,
+            || {
+                format!(
+                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, {MAX_THREADS_PER_CORE}], got {} and {}",
                 h.sockets, h.threads_per_core
             )
-        })?;
+            },
+        )?;
         check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
             format!(
                 "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
                 h.pcpus, h.sockets, h.threads_per_core
             )
         })?;
-        check((1..=1024).contains(&h.lb_busy_factor), || {
-            format!("host.lb_busy_factor must be in [1, 1024], got {}", h.lb_busy_factor)
+        check((1..=MAX_LB_BUSY_FACTOR).contains(&h.lb_busy_factor), || {
+            format!("host.lb_busy_factor must be in [1, {MAX_LB_BUSY_FACTOR}], got {}", h.lb_busy_factor)
         })?;
-        check((10..=100).contains(&h.smt_speed_pct), || {
-            format!("host.smt_speed_pct must be in [10, 100], got {}", h.smt_speed_pct)
+        check((MIN_SMT_SPEED_PCT..=100).contains(&h.smt_speed_pct), || {
+            format!("host.smt_speed_pct must be in [{MIN_SMT_SPEED_PCT}, 100], got {}", h.smt_speed_pct)
         })?;
-        check(h.migration_cost_ns <= 1_000_000_000, || {
+        check(h.migration_cost_ns <= MAX_COST_NS, || {
             format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
+        })?;
+        check(h.migration_cold_core_ns <= MAX_COST_NS, || {
+            format!("host.migration_cold_core_ns must be <= 1e9, got {}", h.migration_cold_core_ns)
+        })?;
+        check(h.migration_cold_llc_ns <= MAX_COST_NS, || {
+            format!("host.migration_cold_llc_ns must be <= 1e9, got {}", h.migration_cold_llc_ns)
         })?;
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;
@@ -909,37 +1184,40 @@ impl SimConfig {
             let f = |name: &str| format!("vms[{i}].{name}");
             check(vm.count >= 1, || format!("{} must be >= 1, got {}", f("count"), vm.count))?;
             check(vm.vcpus >= 1, || format!("{} must be >= 1, got {}", f("vcpus"), vm.vcpus))?;
-            check((2..=88_761).contains(&vm.weight), || {
-                format!("{} must be in [2, 88761] (nice 19 .. -20), got {}", f("weight"), vm.weight)
+            check(vm.count as u64 <= MAX_VCPUS_TOTAL, || {
+                format!("{} must be <= {MAX_VCPUS_TOTAL}, got {}", f("count"), vm.count)
+            })?;
+            check(vm.vcpus as u64 <= MAX_VCPUS_TOTAL, || {
+                format!("{} must be <= {MAX_VCPUS_TOTAL}, got {}", f("vcpus"), vm.vcpus)
+            })?;
+            check((MIN_WEIGHT..=MAX_WEIGHT).contains(&vm.weight), || {
+                format!("{} must be in [{MIN_WEIGHT}, {MAX_WEIGHT}] (nice 19 .. -20), got {}", f("weight"), vm.weight)
             })?;
             total += vm.count as u64 * vm.vcpus as u64;
             check(total <= MAX_VCPUS_TOTAL, || format!("{} : total vCPUs must be <= {MAX_VCPUS_TOTAL}", f("vcpus")))?;
             let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };
-            check(threads as u64 <= 16 * vm.vcpus as u64, || {
+            check(threads as u64 <= MAX_THREADS_PER_VCPU * vm.vcpus as u64, || {
                 format!("{} must be <= 16 * vcpus, got {}", f("threads"), vm.threads)
             })?;
             let p = &vm.ple;
             check(p.window >= 1, || format!("{} must be >= 1, got {}", f("ple.window"), p.window))?;
+            check(p.window <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.window"), p.window))?;
             check(p.max >= p.window, || format!("{} must be >= ple.window, got {}", f("ple.max"), p.max))?;
-            check(p.max <= u32::MAX as u64, || format!("{} must be <= 2^32-1, got {}", f("ple.max"), p.max))?;
-            check(p.exit_ns <= 1_000_000_000, || format!("{} must be <= 1e9, got {}", f("ple.exit_ns"), p.exit_ns))?;
-            check(p.candidate_ns <= 1_000_000, || {
+            check(p.max <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.max"), p.max))?;
+            check(p.grow <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.grow"), p.grow))?;
+            check(p.shrink <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.shrink"), p.shrink))?;
+            check(p.exit_ns <= MAX_COST_NS, || format!("{} must be <= 1e9, got {}", f("ple.exit_ns"), p.exit_ns))?;
+            check(p.candidate_ns <= MAX_CANDIDATE_NS, || {
                 format!("{} must be <= 1e6, got {}", f("ple.candidate_ns"), p.candidate_ns)
             })?;
-            check(vm.pv.hypercall_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.hypercall_ns")))?;
-            check(vm.pv.halt_exit_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.halt_exit_ns")))?;
-            check(vm.pv.guest_idle_poll_ns <= 1_000_000_000, || {
+            check(vm.pv.hypercall_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.hypercall_ns")))?;
+            check(vm.pv.halt_exit_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.halt_exit_ns")))?;
+            check(vm.pv.guest_idle_poll_ns <= MAX_COST_NS, || {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
-            check(vm.pv.icr_write_ns <= 1_000_000_000, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
-            let hp = &vm.halt_poll;
-            check(hp.halt_poll_ns <= u32::MAX as u64, || {
-                format!("{} must be <= 2^32-1, got {}", f("halt_poll.max_ns"), hp.halt_poll_ns)
-            })?;
-            check(hp.grow <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.grow"), hp.grow))?;
-            check(hp.shrink <= 1024, || format!("{} must be <= 1024, got {}", f("halt_poll.shrink"), hp.shrink))?;
-            check(hp.grow_start <= u32::MAX as u64, || format!("{} must be <= 2^32-1", f("halt_poll.grow_start_ns")))?;
-            hp.validate().map_err(|e| format!("{}: {e}", f("halt_poll")))?;
+            check(vm.pv.icr_write_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
+            // the halt-poll limits live with its type (shared with the calibration model)
+            vm.halt_poll.validate().map_err(|e| format!("{}.{e}", f("halt_poll")))?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }
@@ -948,11 +1226,23 @@ impl SimConfig {
             check(w.phases.len() <= MAX_PHASES, || {
                 format!("{} must hold <= {MAX_PHASES} phases", f("workload.phases"))
             })?;
-            check(w.guest_slice_ns >= 1000, || {
-                format!("{} must be >= 1000, got {}", f("workload.guest_slice_ns"), w.guest_slice_ns)
+            check(w.guest_slice_ns >= MIN_PERIOD_NS, || {
+                format!("{} must be >= {MIN_PERIOD_NS}, got {}", f("workload.guest_slice_ns"), w.guest_slice_ns)
             })?;
-            check(w.spin_iter_cycles >= 1, || format!("{} must be >= 1", f("workload.spin_iter_cycles")))?;
-            check(w.spin_threshold >= 1, || format!("{} must be >= 1", f("workload.spin_threshold")))?;
+            check((1..=MAX_SPIN_ITER_CYCLES).contains(&w.spin_iter_cycles), || {
+                format!(
+                    "{} must be in [1, {MAX_SPIN_ITER_CYCLES}], got {}",
+                    f("workload.spin_iter_cycles"),
+                    w.spin_iter_cycles
+                )
+            })?;
+            check((1..=MAX_SPIN_THRESHOLD).contains(&w.spin_threshold), || {
+                format!(
+                    "{} must be in [1, {MAX_SPIN_THRESHOLD}], got {}",
+                    f("workload.spin_threshold"),
+                    w.spin_threshold
+                )
+            })?;
             let mut lock_kinds: Vec<(u32, LockKind)> = Vec::new();
             let mut any_work = false;
             for (j, ph) in w.phases.iter().enumerate() {
@@ -961,21 +1251,19 @@ impl SimConfig {
                 check((0.0..=1.0).contains(&pr), || format!("{} must be in [0, 1], got {pr}", pf("prob")))?;
                 match ph {
                     Phase::Compute { ns, .. } => {
-                        check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
+                        check(*ns <= MAX_PHASE_NS, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Sleep { ns, dist, periodic, .. } => {
-                        check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
+                        check(*ns <= MAX_PHASE_NS, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
                         check(!*periodic || (*ns > 0 && *dist == Dist::Fixed), || {
                             format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
                         })?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {
-                        check(*lock < 1024, || format!("{} must be < 1024, got {lock}", pf("lock")))?;
-                        check(*hold_ns <= 1_000_000_000, || {
-                            format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns"))
-                        })?;
+                        check(*lock <= MAX_LOCK_ID, || format!("{} must be <= {MAX_LOCK_ID}, got {lock}", pf("lock")))?;
+                        check(*hold_ns <= MAX_COST_NS, || format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns")))?;
                         if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
                             check(k == lock_kind, || {
                                 format!("{} differs from an earlier phase using lock {lock}", pf("lock_kind"))
@@ -986,17 +1274,22 @@ impl SimConfig {
                         any_work |= *hold_ns > 0 && pr >= 1.0;
                     }
                     Phase::Ipi { targets, handler_ns, .. } => {
-                        check(*targets < vm.vcpus.max(1) || *targets == 0, || {
+                        check((*targets < vm.vcpus.max(1) || *targets == 0) && *targets <= MAX_IPI_TARGETS, || {
                             format!("{} must be < vcpus (0 = all others), got {targets}", pf("targets"))
                         })?;
-                        check(*handler_ns <= 1_000_000_000, || format!("{} must be <= 1e9", pf("handler_ns")))?;
+                        check(*handler_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", pf("handler_ns")))?;
                     }
                     Phase::Send { to, .. } => {
-                        check(*to >= 1 && *to < threads.max(2), || {
+                        check(*to >= 1 && *to < threads.max(2) && *to <= MAX_IPI_TARGETS, || {
                             format!("{} must be in [1, threads), got {to}", pf("to"))
                         })?;
                     }
-                    Phase::Barrier { .. } | Phase::Recv { .. } => {}
+                    Phase::Barrier { .. } => {
+                        check(pr == 1.0, || {
+                            format!("{} must be 1 (a skipped barrier deadlocks), got {pr}", pf("prob"))
+                        })?;
+                    }
+                    Phase::Recv { .. } => {}
                 }
             }
             check(any_work, || {
@@ -1041,5 +1334,63 @@ mod tests {
         assert!(c.validate().unwrap_err().starts_with("vms[0].ple.max"));
         let e = SimConfig::from_json("{\"host\": {\"pcpus\": 2, \"bogus\": 1}}").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    fn get<'a>(v: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Value {
+        path.iter().fold(v, |v, k| &v[*k])
+    }
+
+    #[test]
+    fn schema_states_the_validators_limits_and_every_field_has_a_description() {
+        let s = json_schema();
+        let pcpus = get(&s, &["$defs", "HostConfig", "properties", "pcpus"]);
+        assert_eq!(pcpus["minimum"], 1);
+        assert_eq!(pcpus["maximum"], MAX_PCPUS);
+        assert_eq!(pcpus["default"], 4);
+        let rq = get(&s, &["$defs", "HostConfig", "properties", "rq_lock_ns"]);
+        assert_eq!(rq["maximum"], limits::MAX_COST_NS);
+        let hp = get(&s, &["$defs", "HaltPollConfig", "properties"]);
+        assert!(hp.get("max_ns").is_some() && hp.get("grow_start_ns").is_some(), "{hp}");
+        // the validator refuses one above the schema's maximum and accepts the maximum
+        let mut c = SimConfig::default();
+        c.host.rq_lock_ns = limits::MAX_COST_NS;
+        c.validate().unwrap();
+        c.host.rq_lock_ns += 1;
+        assert!(c.validate().unwrap_err().starts_with("host.rq_lock_ns"));
+        let mut c = SimConfig::default();
+        c.vms[0].workload.spin_iter_cycles = limits::MAX_SPIN_ITER_CYCLES + 1;
+        assert!(c.validate().unwrap_err().starts_with("vms[0].workload.spin_iter_cycles"));
+        // every property of every struct has a description (the doc comment)
+        fn walk(v: &serde_json::Value, path: &str, missing: &mut Vec<String>) {
+            if let Some(props) = v.get("properties").and_then(|p| p.as_object()) {
+                for (k, p) in props {
+                    if k != "kind" && p.get("description").is_none() {
+                        missing.push(format!("{path}.{k}"));
+                    }
+                }
+            }
+            if let Some(o) = v.as_object() {
+                for (k, x) in o {
+                    if k != "properties" {
+                        walk(x, &format!("{path}/{k}"), missing);
+                    }
+                }
+            } else if let Some(a) = v.as_array() {
+                for (i, x) in a.iter().enumerate() {
+                    walk(x, &format!("{path}/{i}"), missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&s, "", &mut missing);
+        assert!(missing.is_empty(), "fields without a doc comment: {missing:?}");
+        // serde's enum aliases are listed
+        let sched = get(&s, &["$defs", "Scheduler", "oneOf"]).to_string();
+        assert!(sched.contains("\"eevdf\""), "{sched}");
     }
 }

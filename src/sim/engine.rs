@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, VmConfig, WakePlacement};
+use super::config::{Affinity, Dist, LockKind, Phase, Scheduler, SimConfig, StartPlacement, VmConfig, WakePlacement};
 use super::halt_poll::{HaltPollConfig, HaltPollState};
 use super::policy::{DirectedYieldPolicy, Upstream};
 use super::trace::TraceRec;
@@ -334,6 +334,11 @@ pub struct Task {
     pub tie: u32,
     /// When it last stopped running (`task_hot`'s exec_start).
     pub last_ran: Ns,
+    /// `record_wakee` state (`Host.wake_wide`): how often this task, as a
+    /// waker, switched wakees (halved every second), and its last wakee.
+    pub wakee_flips: u32,
+    pub last_wakee: u32,
+    pub wakee_flip_decay_ts: Ns,
 }
 
 impl Task {
@@ -358,6 +363,9 @@ impl Task {
             bg_gen: 0,
             tie: 0,
             last_ran: 0,
+            wakee_flips: 0,
+            last_wakee: u32::MAX,
+            wakee_flip_decay_ts: 0,
         }
     }
 }
@@ -520,6 +528,9 @@ pub struct Vcpu {
     /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
     /// written by the host (`Placement::PcpuIsIdleRfc*`).
     pub st_is_idle: bool,
+    /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
+    /// the next useful work of this vCPU starts with it, ns.
+    pub cold_ns: Ns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -678,6 +689,10 @@ pub struct Sim {
     /// The CPU the event being handled runs on (the waker of a wake-up it
     /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
     pub waker_cpu: u32,
+    /// The task that makes the wake-ups of the event being handled
+    /// (`current`: the vCPU thread of a vCPU event, the task running on the
+    /// CPU of a tick or resched), u32::MAX if none; kept only with `Host.wake_wide`.
+    pub waker_task: u32,
     /// Earliest instant of the next nohz idle-balance kick.
     pub nohz_next: Ns,
     /// Busy SMT siblings slow each other down (threads_per_core > 1 and smt_speed_pct < 100).
@@ -757,6 +772,7 @@ impl Sim {
             ncores: 1,
             cores_per_socket: 1,
             waker_cpu: NO_CPU,
+            waker_task: u32::MAX,
             nohz_next: 0,
             smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
             llc_list: Vec::new(),
@@ -781,17 +797,11 @@ impl Sim {
         sim.cfs_wakeup_gran = cfg.host.cfs.wakeup_granularity_ns * f;
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
+        let shuffled_start = cfg.host.start_placement == StartPlacement::Shuffled;
         let pins: Vec<u32> = match cfg.host.affinity {
+            Affinity::All if shuffled_start => shuffled_slots(total, p, &mut rng),
             Affinity::RoundRobin | Affinity::All => (0..total).map(|g| (g as u32) % p).collect(),
-            Affinity::Pinned => {
-                // balanced: slots g mod P, shuffled (Fisher-Yates with the run's RNG)
-                let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
-                for i in (1..s.len()).rev() {
-                    let j = rng.random_range(0..=i);
-                    s.swap(i, j);
-                }
-                s
-            }
+            Affinity::Pinned => shuffled_slots(total, p, &mut rng),
         };
         let mut g = 0usize;
         for (group, vmc) in cfg.vms.iter().enumerate() {
@@ -844,6 +854,7 @@ impl Sim {
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
+                        cold_ns: 0,
                     });
                     sim.ready.push(false);
                 }
@@ -1037,6 +1048,15 @@ impl Sim {
                 Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
                 _ => NO_CPU,
             };
+            if self.cfg.host.wake_wide {
+                self.waker_task = match ev {
+                    Ev::Tick(c) | Ev::Resched(c, _) => self.rqs[c as usize].curr.unwrap_or(u32::MAX),
+                    Ev::Vcpu(v, _) | Ev::Poke(v) if self.vcpus[v as usize].running.is_some() => {
+                        self.vcpus[v as usize].task
+                    }
+                    _ => u32::MAX,
+                };
+            }
         }
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),
@@ -1169,6 +1189,17 @@ pub fn cycles_to_ns(cycles: u64, tsc_khz: u64) -> Ns {
         Some(x) => x.div_ceil(tsc_khz),
         None => ((cycles as u128 * 1_000_000u128).div_ceil(tsc_khz as u128)).min(u64::MAX as u128 / 4) as Ns,
     }
+}
+
+/// Balanced slots g mod `p` for `total` vCPUs in a random order
+/// (Fisher-Yates with the run's RNG).
+fn shuffled_slots(total: usize, p: u32, rng: &mut Pcg64Mcg) -> Vec<u32> {
+    let mut s: Vec<u32> = (0..total).map(|g| (g as u32) % p).collect();
+    for i in (1..s.len()).rev() {
+        let j = rng.random_range(0..=i);
+        s.swap(i, j);
+    }
+    s
 }
 
 #[cfg(test)]

@@ -41,7 +41,9 @@ impl Sim {
         let run_delay = self.tasks[task].run_delay;
         let (base, shrink) = (self.vms[vm].cfg.ple.window, self.vms[vm].cfg.ple.shrink);
         self.ready[v] = false;
+        let cold = self.migration_cold(self.vcpus[v].last_cpu as usize, cpu);
         let vc = &mut self.vcpus[v];
+        vc.cold_ns = vc.cold_ns.max(cold);
         vc.running = Some(cpu as u32);
         vc.last_cpu = cpu as u32;
         vc.preempted = false;
@@ -187,7 +189,10 @@ impl Sim {
         let now = self.now;
         match self.vcpus[v].act {
             Act::Exec { start, ipi, slow, .. } => {
-                let el = self.smt_progress(now - start, slow);
+                // the cache refill owed comes first, then the work
+                let cold = self.vcpus[v].cold_ns.min(now - start);
+                self.vcpus[v].cold_ns -= cold;
+                let el = self.smt_progress(now - start - cold, slow);
                 if ipi {
                     let vc = &mut self.vcpus[v];
                     vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
@@ -296,6 +301,7 @@ impl Sim {
             Act::Exec { ipi: true, .. } => {
                 let vc = &mut self.vcpus[v];
                 vc.ipi_rem = 0;
+                vc.cold_ns = 0;
                 vc.act = Act::Off;
                 if let Some(sender) = vc.ipis.pop_front() {
                     self.ipi_ack(sender as usize);
@@ -360,6 +366,7 @@ impl Sim {
         };
         self.vcpus[v].in_kernel = kernel;
         let (dur, slow) = self.smt_duration(v, dur);
+        let dur = dur + self.vcpus[v].cold_ns;
         self.set_act(v, Act::Exec { start: now, end: now + dur, ipi, slow }, now + dur, C_USEFUL);
     }
 

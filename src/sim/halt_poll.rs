@@ -60,6 +60,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `KVM_HALT_POLL_NS_DEFAULT` on x86, ns (kernel default).
@@ -72,6 +73,10 @@ pub const DEFAULT_GROW_START: u64 = 10_000;
 pub const DEFAULT_SHRINK: u32 = 2;
 /// v4's idle threshold, ns (vcpulab reconstruction: one 100 Hz tick).
 pub const DEFAULT_V4_IDLE_NS: u64 = 10_000_000;
+/// A kernel `unsigned int` (the module parameters and the per-VM cap).
+pub const UINT_MAX: u64 = u32::MAX as u64;
+/// Upper bound of `v4_idle_ns`, ns (10^13 ns, about 2.8 h).
+pub const MAX_V4_IDLE_NS: u64 = 10_000_000_000_000;
 /// v3's first growth, ns (the review's "0 → 500 µs"; also the fixed
 /// `halt_poll_ns` of the 4.0-4.2 kernels that the series started from).
 pub const DEFAULT_V3_START_NS: u64 = 500_000;
@@ -80,15 +85,21 @@ pub const DEFAULT_V3_START_NS: u64 = 500_000;
 /// (`HaltPoll.policy`) and the calibration model (`halt_poll.Params.policy`):
 /// `off`, `fixed`, `dynamic-v3`, `dynamic-v4`, `block-time`. The engine's
 /// first names (`dynamic` = block-time, `dynamic_v4`) are read as aliases.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
+#[schemars(rename = "HaltPollPolicy")]
 pub enum Policy {
+    /// Block at once.
     Off,
+    /// Always poll up to the maximum (the Feb 2015 `halt_poll_ns`).
     Fixed,
+    /// The 2015 v4 proposal (never merged; vcpulab's reconstruction).
     #[serde(alias = "dynamic_v4", alias = "v4")]
     DynamicV4,
+    /// Upstream since 4.3: grow or shrink from the length of the whole halt.
     #[serde(alias = "dynamic")]
     BlockTime,
+    /// The 2015 v3 proposal (never merged; vcpulab's reconstruction).
     DynamicV3,
 }
 
@@ -144,39 +155,47 @@ fn d_true() -> bool {
 
 /// The module parameters, the per-VM cap and the policy ([K3]).
 /// The one halt-polling configuration: the engine's `VmConfig.halt_poll`
-/// (whose JSON names `max_ns` and `grow_start_ns` are aliases) and the
-/// calibration model's.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// and the calibration model's (Python: `vcpulab.sim.HaltPoll`). JSON names
+/// carry their unit (`max_ns`, `grow_start_ns`); the kernel's parameter names
+/// `halt_poll_ns` and `grow_start` are read as aliases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HaltPollConfig {
+    /// The rule that sets the per-vCPU poll window.
     #[serde(default = "d_policy")]
     pub policy: Policy,
-    /// Module parameter `halt_poll_ns`, ns: the maximum unless the VM overrides it.
-    #[serde(default = "d_halt_poll_ns", alias = "max_ns")]
+    /// Module parameter `halt_poll_ns`, ns: the maximum window unless the VM overrides it (`vm_max_ns`).
+    #[serde(default = "d_halt_poll_ns", rename = "max_ns", alias = "halt_poll_ns")]
+    #[schemars(range(max = UINT_MAX))]
     pub halt_poll_ns: u64,
-    /// `halt_poll_ns_grow`: multiplier (0 = never grow).
+    /// `halt_poll_ns_grow`: multiplier (0 = never grow), a kernel uint.
     #[serde(default = "d_grow")]
     pub grow: u32,
     /// `halt_poll_ns_grow_start`, ns: first non-zero window; smaller windows shrink to 0.
-    #[serde(default = "d_grow_start", alias = "grow_start_ns")]
+    #[serde(default = "d_grow_start", rename = "grow_start_ns", alias = "grow_start")]
+    #[schemars(range(max = UINT_MAX))]
     pub grow_start: u64,
-    /// `halt_poll_ns_shrink`: divisor (0 = reset to 0).
+    /// `halt_poll_ns_shrink`: divisor (0 = reset to 0), a kernel uint.
     #[serde(default = "d_shrink")]
     pub shrink: u32,
-    /// Per-VM maximum set with `KVM_CAP_HALT_POLL` (`override_halt_poll_ns`), ns.
+    /// Per-VM maximum set with `KVM_CAP_HALT_POLL` (`override_halt_poll_ns`), ns; null: not set.
     #[serde(default)]
+    #[schemars(range(max = UINT_MAX))]
     pub vm_max_ns: Option<u64>,
     /// False when the guest disabled host polling (`MSR_KVM_POLL_CONTROL` bit 0 = 0).
     #[serde(default = "d_true")]
     pub poll_allowed: bool,
-    /// v4 only: initial window, ns (None: the maximum).
+    /// v4 only: initial window, ns (null: the maximum).
     #[serde(default)]
+    #[schemars(range(max = UINT_MAX))]
     pub v4_start_ns: Option<u64>,
-    /// v4 only: a halt that slept longer than this is "idle" and shrinks the window, ns.
+    /// v3 and v4: a halt that slept longer than this is "idle" and shrinks the window, ns.
     #[serde(default = "d_v4_idle")]
+    #[schemars(range(min = 1, max = MAX_V4_IDLE_NS))]
     pub v4_idle_ns: u64,
     /// v3 only: the first growth from 0, ns.
     #[serde(default = "d_v3_start")]
+    #[schemars(range(max = UINT_MAX))]
     pub v3_start_ns: u64,
 }
 
@@ -207,24 +226,23 @@ impl HaltPollConfig {
         self.vm_max_ns.unwrap_or(self.halt_poll_ns)
     }
 
+    /// Check the fields against [`UINT_MAX`] and [`MAX_V4_IDLE_NS`] (the
+    /// limits the JSON Schema states too); the error names the field by its JSON name.
     pub fn validate(&self) -> Result<(), String> {
-        const LIM: u64 = u32::MAX as u64; // the kernel's parameters and cap are `uint`
-        if self.halt_poll_ns > LIM {
-            return Err(format!("halt_poll_ns must be <= {LIM} (a kernel uint), got {}", self.halt_poll_ns));
-        }
-        if let Some(m) = self.vm_max_ns {
-            if m > LIM {
-                return Err(format!("vm_max_ns must be <= {LIM} (a kernel uint), got {m}"));
+        const LIM: u64 = UINT_MAX; // the kernel's parameters and cap are `uint`
+        for (name, v) in [
+            ("max_ns", Some(self.halt_poll_ns)),
+            ("grow_start_ns", Some(self.grow_start)),
+            ("vm_max_ns", self.vm_max_ns),
+            ("v4_start_ns", self.v4_start_ns),
+            ("v3_start_ns", Some(self.v3_start_ns)),
+        ] {
+            if let Some(v) = v.filter(|&v| v > LIM) {
+                return Err(format!("{name} must be <= {LIM} (a kernel uint), got {v}"));
             }
         }
-        if self.grow_start > LIM {
-            return Err(format!("grow_start must be <= {LIM}, got {}", self.grow_start));
-        }
-        if self.v4_idle_ns == 0 {
-            return Err("v4_idle_ns must be > 0".into());
-        }
-        if self.v3_start_ns > LIM {
-            return Err(format!("v3_start_ns must be <= {LIM}, got {}", self.v3_start_ns));
+        if !(1..=MAX_V4_IDLE_NS).contains(&self.v4_idle_ns) {
+            return Err(format!("v4_idle_ns must be in [1, {MAX_V4_IDLE_NS}], got {}", self.v4_idle_ns));
         }
         Ok(())
     }

@@ -141,6 +141,9 @@ impl Sim {
                 self.tasks[t].cpu = self.gang_cpu[v as usize];
             }
         } else {
+            if self.tasks[t].pinned.is_none() {
+                self.record_wakee(t);
+            }
             let c = self.select_cpu(t);
             let from = self.tasks[t].cpu as usize;
             self.tasks[t].cpu = c as u32;

@@ -94,6 +94,7 @@ from vcpulab import _core
 from vcpulab._frames import frame as _frame
 from vcpulab.sim._config import Config
 from vcpulab.sim._points import Point, expand
+from vcpulab.sim._run import _check_threads, _policies_for, local_sweep
 
 __all__ = [
     "EXTRA_COLUMNS",
@@ -406,13 +407,9 @@ def run_sweep(
     raised for them — check ``df["error"].null_count() == df.height``.
     """
     if executor is None and out is None:
-        from vcpulab.sim import sweep
-
-        return sweep(points, grid, threads=threads, progress=progress)  # type: ignore[return-value]
+        return local_sweep(points, grid, threads=threads, progress=progress)  # type: ignore[return-value]
     if executor is not None and not isinstance(executor, cf.Executor):
         raise ValueError(f"sweep: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
-    from vcpulab.sim import _check_threads
-
     _check_threads(threads)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"sweep: batch_size must be an int >= 1 or None, got {batch_size!r}")
@@ -476,7 +473,8 @@ def run_sweep(
         if k in rows:  # read at the start (out) or kept in memory (no out)
             result_rows.append(rows[k])
             continue
-        r = _read_point(outdir / f"{k}{_SUFFIX}", k)  # type: ignore[operator]
+        assert outdir is not None  # a point not kept in memory was written to out
+        r = _read_point(outdir / f"{k}{_SUFFIX}", k)
         if isinstance(r, str):
             raise RuntimeError(f"sweep: {outdir / (k + _SUFFIX)} became unreadable after it was written: {r}")
         result_rows.append(r)
@@ -504,8 +502,6 @@ def _run(
     broken: list[BaseException] = []  # the executor's BrokenExecutor, once seen
 
     def payload(batch: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
-        from vcpulab.sim import _policies_for
-
         # a deep copy per point (shared objects would carry state between points)
         return [(k, unique[k][1].to_json(), _policies_for(unique[k][1])) for k in batch]
 

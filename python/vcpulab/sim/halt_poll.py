@@ -8,9 +8,10 @@ window by the policy. This module gives it validated configs with units,
 defaults and sources, and returns polars frames whose stat columns are named
 like the real vCPU stats (``vcpulab.experiment.Run.samples``)::
 
+    from vcpulab import sim
     from vcpulab.sim import halt_poll as hp
 
-    sc = hp.Scenario(hp.Params(policy="block-time", vm_max_ns=200_000),
+    sc = hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=200_000),
                      vcpus=(hp.Message(gap_ns=50_000),), rounds=1000)
     r = hp.run(sc)
     r.stats            # one row per vCPU: halt_exits, halt_successful_poll, …
@@ -20,6 +21,10 @@ Policies: ``"off"``, ``"fixed"`` (always poll up to the maximum, Feb 2015),
 ``"dynamic-v4"`` (2015 v4: grow when the interrupt arrived while polling,
 shrink when idle; never merged, reconstructed here), ``"block-time"``
 (upstream since v4.3: decide from the length of the whole halt).
+
+The configuration is :class:`vcpulab.sim.HaltPoll`, the same type as the
+engine's ``Vm.halt_poll`` (one Rust type, ``HaltPollConfig``, behind both).
+``Params`` (this module's former class) is a deprecated alias.
 
 Simplifications (see docs/halt_polling.md): one host CPU; FIFO among the vCPUs
 that share it, no time slices; other host work is an on/off "another task is
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,7 +47,7 @@ import polars as pl
 
 from vcpulab import _core
 from vcpulab._checks import guard_panics
-from vcpulab.sim._config import HALT_POLL_POLICIES, halt_poll_policy
+from vcpulab.sim._config import HALT_POLL_POLICIES, HaltPoll
 
 __all__ = [
     "POLICIES",
@@ -112,91 +118,34 @@ def _check_int(obj: Any, name: str, lo: int = 0, hi: int = LIMIT_NS, optional: b
 # ------------------------------------------------------------------ configs
 
 
-@dataclass(frozen=True)
-class Params:
-    """The halt-polling policy, module parameters and per-VM cap.
+def Params(  # noqa: N802 (the former class's name)
+    policy: str = "block-time",
+    halt_poll_ns: int | None = None,
+    grow: int | None = None,
+    grow_start: int | None = None,
+    shrink: int | None = None,
+    vm_max_ns: int | None = None,
+    poll_allowed: bool = True,
+    v4_start_ns: int | None = None,
+    v4_idle_ns: int = 10_000_000,
+    v3_start_ns: int = 500_000,
+) -> HaltPoll:
+    """Deprecated: use :class:`vcpulab.sim.HaltPoll`, the one halt-polling
+    configuration of the engine and this model.
 
-    Attributes:
-        policy: ``"off"`` | ``"fixed"`` | ``"dynamic-v3"`` | ``"dynamic-v4"``
-            | ``"block-time"`` (default ``"block-time"``, today's upstream);
-            the names of :class:`vcpulab.sim.HaltPoll` (:data:`POLICIES`).
-        halt_poll_ns: module parameter ``halt_poll_ns``, ns: the maximum window
-            unless ``vm_max_ns`` is set. None (default): the host's value where
-            /sys/module/kvm/parameters has it, else 200000 (x86 kernel default).
-        grow: ``halt_poll_ns_grow``, multiplier (0: never grow). None: host, else 2.
-        grow_start: ``halt_poll_ns_grow_start``, ns: first non-zero window;
-            a window shrunk below it becomes 0. None: host, else 10000.
-        shrink: ``halt_poll_ns_shrink``, divisor (0: reset to 0). None: host,
-            else 2 (kernel default since ~v6.8; it was 0 before).
-        vm_max_ns: per-VM maximum set with ``KVM_CAP_HALT_POLL``, ns; None
-            (default): not set, the module parameter applies (kernel).
-        poll_allowed: False when the guest disabled host polling through
-            ``MSR_KVM_POLL_CONTROL`` (kernel; default True).
-        v4_start_ns: dynamic-v4 only: the initial window, ns; None (default):
-            the maximum. vcpulab reconstruction (v4 was never merged): with 0 v4
-            never polls, since it grows only when an interrupt arrives while polling.
-        v4_idle_ns: dynamic-v3/-v4: a halt that slept longer than this is
-            "idle" and shrinks the window, ns. Default 10 ms (vcpulab
-            reconstruction: a 100 Hz tick; ticking guests at 250 Hz and up are
-            not idle, as in [S5]'s 15 % C0 result).
-        v3_start_ns: dynamic-v3 only: the first growth from 0, ns. Default
-            500000 (the review's "0 → 500 µs").
-    """
-
-    policy: str = "block-time"
-    halt_poll_ns: int | None = None
-    grow: int | None = None
-    grow_start: int | None = None
-    shrink: int | None = None
-    vm_max_ns: int | None = None
-    poll_allowed: bool = True
-    v4_start_ns: int | None = None
-    v4_idle_ns: int = 10_000_000
-    v3_start_ns: int = 500_000
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "policy", halt_poll_policy("Params", self.policy))
-        _check_int(self, "v3_start_ns", 0, U32_MAX)
-        for f in ("halt_poll_ns", "grow_start", "vm_max_ns", "v4_start_ns"):
-            _check_int(self, f, 0, U32_MAX, optional=True)
-        for f in ("grow", "shrink"):
-            _check_int(self, f, 0, U32_MAX, optional=True)
-        _check_int(self, "v4_idle_ns", 1, LIMIT_NS)
-        if not isinstance(self.poll_allowed, bool):
-            raise ValueError(f"Params.poll_allowed must be a bool, got {self.poll_allowed!r}")
-
-    def resolved(self) -> Params:
-        """A copy with every None module parameter filled from the host (or
-        the kernel default)."""
-        h = host_params()
-        return replace(
-            self,
-            halt_poll_ns=h["halt_poll_ns"] if self.halt_poll_ns is None else self.halt_poll_ns,
-            grow=h["halt_poll_ns_grow"] if self.grow is None else self.grow,
-            grow_start=h["halt_poll_ns_grow_start"] if self.grow_start is None else self.grow_start,
-            shrink=h["halt_poll_ns_shrink"] if self.shrink is None else self.shrink,
-        )
-
-    @property
-    def max_ns(self) -> int:
-        """``kvm_vcpu_max_halt_poll_ns``: the per-VM cap if set, else the module parameter."""
-        r = self.resolved()
-        return int(r.vm_max_ns if r.vm_max_ns is not None else r.halt_poll_ns)  # type: ignore[arg-type]
-
-    def _plain(self) -> dict[str, Any]:
-        r = self.resolved()
-        return {
-            "policy": r.policy,
-            "halt_poll_ns": int(r.halt_poll_ns),  # type: ignore[arg-type]
-            "grow": int(r.grow),  # type: ignore[arg-type]
-            "grow_start": int(r.grow_start),  # type: ignore[arg-type]
-            "shrink": int(r.shrink),  # type: ignore[arg-type]
-            "vm_max_ns": None if r.vm_max_ns is None else int(r.vm_max_ns),
-            "poll_allowed": r.poll_allowed,
-            "v4_start_ns": None if r.v4_start_ns is None else int(r.v4_start_ns),
-            "v4_idle_ns": int(r.v4_idle_ns),
-            "v3_start_ns": int(r.v3_start_ns),
-        }
+    Builds the equivalent ``HaltPoll`` (``halt_poll_ns`` is ``max_ns``,
+    ``grow_start`` is ``grow_start_ns``; module parameters left None are the
+    host's, as :meth:`HaltPoll.from_host` reads them; the default policy is
+    ``"block-time"``) and warns with a DeprecationWarning."""
+    warnings.warn(
+        "vcpulab.sim.halt_poll.Params is deprecated; use vcpulab.sim.HaltPoll (halt_poll_ns -> max_ns, "
+        "grow_start -> grow_start_ns; HaltPoll.from_host(...) reads the host's module parameters)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return HaltPoll.from_host(policy=policy, max_ns=halt_poll_ns, grow=grow, grow_start_ns=grow_start, shrink=shrink,
+                              vm_max_ns=vm_max_ns, poll_allowed=poll_allowed, v4_start_ns=v4_start_ns,
+                              v4_idle_ns=v4_idle_ns, v3_start_ns=v3_start_ns)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -337,7 +286,9 @@ class Scenario:
     """vCPUs halting on one host CPU.
 
     Attributes:
-        halt_poll: the policy and parameters (:class:`Params`).
+        halt_poll: the policy and parameters (:class:`vcpulab.sim.HaltPoll`).
+            Default ``HaltPoll(policy="block-time")`` (the kernel's defaults;
+            ``HaltPoll.from_host(policy="block-time")`` takes this host's).
         vcpus: one :class:`Message` or :class:`Timer` per vCPU (all on one host CPU).
         costs: :class:`Costs`.
         background: other work on the CPU (:class:`Background`), None: none.
@@ -347,7 +298,7 @@ class Scenario:
         trace: keep one row per halt (:attr:`Result.trace`).
     """
 
-    halt_poll: Params = field(default_factory=Params)
+    halt_poll: HaltPoll = field(default_factory=lambda: HaltPoll(policy="block-time"))
     vcpus: Sequence[Message | Timer] = (Message(),)
     costs: Costs = field(default_factory=Costs)
     background: Background | None = None
@@ -357,8 +308,8 @@ class Scenario:
     trace: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.halt_poll, Params):
-            raise ValueError(f"Scenario.halt_poll must be a Params, got {self.halt_poll!r}")
+        if not isinstance(self.halt_poll, HaltPoll):
+            raise ValueError(f"Scenario.halt_poll must be a vcpulab.sim.HaltPoll, got {self.halt_poll!r}")
         object.__setattr__(self, "vcpus", tuple(self.vcpus))
         if not self.vcpus or not all(isinstance(v, (Message, Timer)) for v in self.vcpus):
             raise ValueError(f"Scenario.vcpus must be a non-empty sequence of Message / Timer, got {self.vcpus!r}")
@@ -379,7 +330,7 @@ class Scenario:
     def to_json(self) -> str:
         return json.dumps(
             {
-                "halt_poll": self.halt_poll._plain(),
+                "halt_poll": self.halt_poll.to_dict(),
                 "vcpus": [v._plain() for v in self.vcpus],
                 "costs": self.costs._plain(),
                 "background": None if self.background is None else self.background._plain(),
@@ -465,23 +416,23 @@ def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None
         lab = (labels[i] if labels is not None else {"scenario": i})
         lits = [pl.lit(val, dtype=pl.Int64 if isinstance(val, int) and not isinstance(val, bool) else None).alias(k)
                 for k, val in lab.items()]  # fmt: skip
-        frames.append(st.select(lits + st.columns))
+        frames.append(st.select([*lits, *st.columns]))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
 @guard_panics
-def windows(params: Params, halts: Sequence[tuple[int, bool]]) -> list[int]:
+def windows(params: HaltPoll, halts: Sequence[tuple[int, bool]]) -> list[int]:
     """The window (ns) each of a sequence of halts starts with under ``params``;
     each halt is (its whole length in ns, whether the wake-up came while
     polling). A direct check of the grow/shrink rules."""
-    if not isinstance(params, Params):
-        raise ValueError(f"windows needs a Params, got {params!r}")
+    if not isinstance(params, HaltPoll):
+        raise ValueError(f"windows needs a vcpulab.sim.HaltPoll, got {params!r}")
     hs = []
     for i, h in enumerate(halts):
         if not (isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], int) and h[0] >= 0):
             raise ValueError(f"halts[{i}] must be (length_ns >= 0, caught: bool), got {h!r}")
         hs.append((int(h[0]), bool(h[1])))
-    return list(_core.halt_poll_windows(json.dumps(params._plain()), hs))
+    return list(_core.halt_poll_windows(json.dumps(params.to_dict()), hs))
 
 
 # ------------------------------------------------------------------ idle study
@@ -514,7 +465,7 @@ def idle_study(
     loads += [(f"message {g / 1000:g} us", Message(gap_ns=g), g / 1000) for g in gaps_ns]
     for name, w, gap in loads:
         for p in policies:
-            scs.append(Scenario(Params(policy=p, vm_max_ns=mx), vcpus=(w,), costs=c, duration_ns=duration_ns, seed=seed))
+            scs.append(Scenario(HaltPoll(policy=p, vm_max_ns=mx), vcpus=(w,), costs=c, duration_ns=duration_ns, seed=seed))
             labels.append({"workload": name, "gap_us": gap, "policy": p, "max_poll_ns": mx})
     cols = ["workload", "gap_us", "policy", "max_poll_ns", "poll_cpu_frac", "busy_frac", "success_frac",
             "wake_latency_median_us", "wake_latency_mean_us", "mean_window_ns", "final_halt_poll_ns",

@@ -301,10 +301,10 @@ class Ctx:
         return Config(host=host, vms=tuple(vms), seed=seed, duration_ns=w["duration_ns"], warmup_ns=w["warmup_ns"])
 
     # ---- the one-CPU halt-polling model
-    def hp_params(self, **setup: Any) -> hp.Params:
-        return hp.Params(**self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup))
+    def hp_params(self, **setup: Any) -> HaltPoll:
+        return HaltPoll(**{"policy": "block-time", **self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup)})
 
-    def hp_scenario(self, params: hp.Params, vcpus: Sequence[Any], seed: int) -> hp.Scenario:
+    def hp_scenario(self, params: HaltPoll, vcpus: Sequence[Any], seed: int) -> hp.Scenario:
         assert self.case is not None
         d = max(10_000_000, int(self.case.measure_ns * self.duration_scale * self.length))
         return hp.Scenario(params, vcpus=tuple(vcpus), costs=self.costs.costs(), duration_ns=d, seed=seed)
@@ -431,11 +431,13 @@ def _ple2012(preset: Callable[[], Workload], overcommit: int) -> Builder:
 
 def _sched_map(vms: int, vcpus: int) -> Builder:
     """Theurer's 80-CPU host at 2x overcommit, pinned vCPUs; base = the
-    fair scheduler with PLE and the era's directed yield, new = gang."""
+    era's fair class (CFS in 2012) with PLE and the era's directed yield,
+    new = gang."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
-        return ctx.config(ctx.host(pcpus=80, scheduler="fair" if variant == "base" else "gang"), [vm], seed)
+        sched = {} if variant == "base" else {"scheduler": "gang"}
+        return ctx.config(ctx.host(pcpus=80, **sched), [vm], seed)
 
     return build
 
@@ -454,7 +456,7 @@ def _yield_share_2012(ctx: Ctx, variant: str, seed: int) -> Config:
 def _pcpu_is_idle(ctx: Ctx, variant: str, seed: int) -> Config:
     wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
     vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": "available_idle" if variant == "base" else "pcpu_is_idle_rfc"})
-    host = ctx.host(pcpus=112, affinity="all")
+    host = ctx.host(pcpus=112, sockets=2, threads_per_core=2, affinity="all")
     return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
 
 
@@ -464,7 +466,7 @@ def _boost_ready(vms: int) -> Builder:
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(workload=_ebizzy(), vcpus=80, count=vms, policy=_gate("preempted" if variant == "base" else "ready"))
-        return ctx.config(ctx.host(pcpus=80, affinity="all"), [vm], seed)
+        return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
     return build
 
@@ -476,7 +478,7 @@ def _boost_queue_head(vms: int) -> Builder:
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(workload=_ebizzy(), vcpus=80, count=vms, pv={"kick_yield": variant != "base"})
-        return ctx.config(ctx.host(pcpus=80, affinity="all"), [vm], seed)
+        return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
     return build
 
@@ -677,7 +679,7 @@ def _registry() -> list[Case]:
                 build=_pcpu_is_idle,
                 measure="wall_ns",
                 varies=("pv.placement",),
-                setup="host 2 x 28 cores x 2 threads (112 CPUs, no SMT in the model), idle; one 16-vCPU VM, 16 threads; "
+                setup="host 2 x 28 cores x 2 threads (112 CPUs: sockets=2, threads_per_core=2), idle; one 16-vCPU VM, 16 threads; "
                 + _UNPINNED,
                 notes="one barrier kernel (presets.parsec_barrier_like, 40 steps of 0.5 ms) stands for every PARSEC "
                 "program, so the six rows share one simulated value",
@@ -805,7 +807,7 @@ def _registry() -> list[Case]:
             build=_hp_idle("dynamic-v4", 250),
             measure="cpu_c0",
             varies=("halt_poll_model.policy",),
-            overrides={"halt_poll_model.halt_poll_ns": (2_000_000, "the published run set halt_poll_ns to 2 ms")},
+            overrides={"halt_poll_model.max_ns": (2_000_000, "the published run set halt_poll_ns to 2 ms")},
             measure_ns=2_000_000_000,
             setup="one idle 250 Hz vCPU on its own host CPU",
             notes="v4 was never merged: vcpulab's reconstruction (docs/halt_polling.md)",
@@ -827,7 +829,7 @@ def _registry() -> list[Case]:
                 varies=("guest.policy",),
                 warmup_ns=10_000_000,
                 measure_ns=30_000_000,
-                setup="80 HT 2-socket Skylake server (80 CPUs, no SMT in the model), VMs of 80 vCPUs; " + _UNPINNED,
+                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; " + _UNPINNED,
                 notes="both gates are the built-in upstream policy's candidate_gate option",
                 waits_for="#12, #13",
             )
@@ -867,7 +869,7 @@ def _registry() -> list[Case]:
                 varies=("pv.kick_yield",),
                 warmup_ns=10_000_000,
                 measure_ns=30_000_000,
-                setup="80 HT 2-socket Skylake server (80 CPUs, no SMT in the model), VMs of 80 vCPUs; " + _UNPINNED,
+                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; " + _UNPINNED,
                 waits_for="#12",
             )
         )

@@ -69,7 +69,7 @@ KINDS = (KERNEL, HARDWARE, MEASURED, ASSUMPTION, PUBLISHED_SETUP)
 
 #: the configuration sections an era or a cost profile maps onto; "guest" holds
 #: the guest kernel's choices (``lock_kind``, ``policy``), "halt_poll_model"
-#: the one-CPU halt-polling model's :class:`vcpulab.sim.halt_poll.Params` /
+#: the one-CPU halt-polling model's :class:`vcpulab.sim.HaltPoll` /
 #: :class:`~vcpulab.sim.halt_poll.Costs` fields.
 SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model")
 
@@ -123,7 +123,7 @@ class Era:
         guest: ``lock_kind`` (the guest's kernel spinlock) and ``policy``
             (the host's ``kvm_vcpu_on_spin``) as :class:`Param`.
         halt_poll_model: the module parameters of the one-CPU halt-polling
-            model (:class:`vcpulab.sim.halt_poll.Params` fields).
+            model (:class:`vcpulab.sim.HaltPoll` fields).
     """
 
     name: str
@@ -311,7 +311,13 @@ _IDLE_SKX = _h(
 )
 
 
-def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
+_WAKE_WIDE = _k(True, "", "kernel/sched/fair.c wake_wide / record_wakee: since v3.10 ('sched: Implement smarter "
+                "wake-affine logic', 62470419e993, 2013); the rule modelled is the v4.3+ form ('sched/fair: Beef up "
+                "wake_wide()', 63b0e9edceec, 2015)")
+_NO_WAKE_WIDE = _k(False, "", "no wake_wide before v3.10 (2013): every wake-up tried wake_affine")
+
+
+def _host_model(cfs: bool, busy_factor: int, idle: Param, wake_wide: Param = _WAKE_WIDE) -> dict[str, Param]:
     out = {
         "tick_skew": _k(False, "", "skew_tick=0 by default: every CPU ticks on the jiffy boundary "
                         "(kernel/time/tick-sched.c tick_setup_sched_timer, 'synchronized mode')"),
@@ -326,8 +332,13 @@ def _host_model(cfs: bool, busy_factor: int, idle: Param) -> dict[str, Param]:
         "wake_placement": _k("select_task_rq_fair", "", "kernel/sched/fair.c select_task_rq_fair: wake_affine, "
                              "select_idle_sibling"),
         "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
+        "wake_wide": wake_wide,
         "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
         "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
+        "start_placement": _a("shuffled", "", "no kernel rule starts vCPU g on CPU g mod P: the map a run starts from "
+                              "comes from fork placement (kernel/sched/fair.c sched_balance_find_dst_cpu) and the "
+                              "wake-up placements of guest boot, which depend on their timing; a seeded balanced "
+                              "shuffle stands for it (the index map paired VM k with VM k + P/vcpus on the same CPUs)"),
         "smt_speed_pct": _h(65, "%", "two busy Hyper-Threads give a core 'up to 30 %' more throughput: Marr et al., "
                             "'Hyper-Threading Technology Architecture and Microarchitecture', Intel Technology "
                             "Journal 6(1), 2002; one figure for every era (used only with threads_per_core > 1)"),
@@ -343,9 +354,9 @@ _DEFAULT_AFFINITY_NOTE = "host.affinity and background are the published set-up 
 
 def _hp_model(shrink: int, max_ns: int = 200_000) -> dict[str, Param]:
     return {
-        "halt_poll_ns": _k(max_ns, "ns", "halt_poll_ns = KVM_HALT_POLL_NS_DEFAULT (x86)"),
+        "max_ns": _k(max_ns, "ns", "halt_poll_ns = KVM_HALT_POLL_NS_DEFAULT (x86)"),
         "grow": _HP_GROW,
-        "grow_start": _HP_GROW_START,
+        "grow_start_ns": _HP_GROW_START,
         "shrink": _k(shrink, "", "halt_poll_ns_shrink (virt/kvm/kvm_main.c): 0 before ~v6.8, 2 since"),
     }
 
@@ -370,7 +381,7 @@ ERA_2012 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _k(False, "", "yield_to() took both run-queue locks before the 2013 -ESRCH bail-out"),
         "tsc_khz": _a(2_400_000, "kHz", "2.4 GHz, the nominal clock of Westmere-EX Xeons; the sources give no clock"),
-        **_host_model(True, 32, _IDLE_NHM),
+        **_host_model(True, 32, _IDLE_NHM, _NO_WAKE_WIDE),
     },
     ple=_common_ple(
         _k(0, "", "fixed window: ple_window_grow arrived with the dynamic PLE window (v3.18, 2014)"),

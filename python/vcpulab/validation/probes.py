@@ -5,7 +5,8 @@ today's build (not published comparisons; they run beside the registry).
 the artifact is present:
 
 * ``lockstep_unpinned_8x20``: 8 VMs x 20 vCPUs on 80 CPUs with unpinned
-  vCPU threads under the fair scheduler give the gang-scheduled run, exactly
+  vCPU threads under the era's fair class (CFS in 2012, EEVDF in 6.x) give
+  the gang-scheduled run, exactly
   or within 20 % (value: gang ÷ fair throughput; published 3.88 for the
   pinned set-up, where today's model gives ~3.7 with 6.x defaults);
 * ``starvation_2x_ebizzy_16cpus``: two symmetric 16-vCPU ebizzy-like VMs on
@@ -67,9 +68,9 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         ctx = _ctx(e, ("host.scheduler",))
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
         cfgs = [
-            Config(host=ctx.host(pcpus=80, scheduler=s, affinity="all"), vms=(vm,), seed=seed,
+            Config(host=ctx.host(pcpus=80, affinity="all", **s), vms=(vm,), seed=seed,
                    duration_ns=ns(100_000_000), warmup_ns=ns(40_000_000))
-            for seed in range(seeds) for s in ("fair", "gang")
+            for seed in range(seeds) for s in ({}, {"scheduler": "gang"})
         ]  # fmt: skip
         res = _sweep(cfgs)
         ratios, same = [], True

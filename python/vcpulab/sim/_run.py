@@ -1,0 +1,273 @@
+"""Running the simulator on this machine: :func:`run` (one configuration),
+:func:`local_sweep` (many, in parallel) and their :class:`Result`. Re-exported
+by :mod:`vcpulab.sim`, whose :func:`~vcpulab.sim.sweep` adds the distributed
+and checkpointed cases (:mod:`vcpulab.sim.distributed`), which use this
+module in turn: no import cycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from vcpulab import _core
+from vcpulab._checks import guard_panics
+from vcpulab._frames import frame as _frame
+from vcpulab.sim import policies
+from vcpulab.sim._config import Config
+from vcpulab.sim._points import expand
+
+VcpuView = _core.VcpuView
+Spinner = _core.Spinner
+
+#: Where a vCPU's time goes, the columns of :attr:`Result.vcpus` that sum to
+#: the run's duration (useful work, lock spinning, PLE exits, other exits,
+#: guest idle polling, host halt polling, runnable-but-waiting, halted).
+#: Read from the Rust engine (``sim::metrics``), so it cannot drift.
+TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_VCPU_TIME_CATEGORIES)
+#: The same for a host CPU (:attr:`Result.pcpus`): running categories, then
+#: background tasks and idle.
+PCPU_TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_PCPU_TIME_CATEGORIES)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a run returns, with its provenance.
+
+    Attributes:
+        config: the full configuration (seed included).
+        version: the vcpulab version that produced it.
+        summary: one row: duration, ops, throughput, host-time fractions, counters.
+        vms: one row per VM: ops, throughput, latency percentiles (log-linear
+            histogram, < 6.25 % error), wall time, time categories, counters.
+        vcpus: one row per vCPU: time in useful work, spinning, PLE exits,
+            other exits, guest idle polling, runnable-but-waiting (steal),
+            halted; PLE exits; yield_to attempts and outcomes; preemptions
+            reported / other; halt exits and wake-ups; PLE window.
+        pcpus: one row per host CPU: the same running categories, background
+            and idle time, context switches.
+        trace: with ``Config.trace``: one row per interval a task ran on a
+            host CPU (pcpu, start_ns, end_ns, vm, vcpu (-1: background
+            task), why the interval ended). Otherwise None.
+    """
+
+    config: Config
+    version: str
+    summary: pl.DataFrame
+    vms: pl.DataFrame
+    vcpus: pl.DataFrame
+    pcpus: pl.DataFrame
+    trace: pl.DataFrame | None = field(default=None)
+
+    @property
+    def config_hash(self) -> str:
+        return self.config.config_hash()
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where this result came from (:mod:`vcpulab.provenance`): vcpulab
+        version and build, dependency versions, timestamp, command line, the
+        machine (CPU model, kernel, KVM module parameters), seed and config hash."""
+        from vcpulab.provenance import provenance
+
+        return {**provenance(), "seed": self.config.seed, "config_hash": self.config_hash}
+
+    def _repr_html_(self) -> str:
+        from vcpulab._display import table
+
+        s = self.summary.row(0, named=True)
+        vms = ", ".join(f"{v.count}×{v.vcpus} vCPUs ({v.workload.name or 'workload'}, {policies.label(v.policy)})" for v in self.config.vms)
+        prov = self.provenance
+        rows = [
+            ("host", f"{self.config.host.pcpus} CPUs, scheduler {self.config.host.scheduler}"),
+            ("VMs", vms),
+            ("simulated", f"{self.config.duration_ns / 1e6:g} ms (warm-up {self.config.warmup_ns / 1e6:g} ms), seed {self.config.seed}"),
+            ("throughput", f"{s.get('throughput_ops_s', float('nan')):,.0f} ops/s"),
+            ("host time", f"useful {s.get('useful_frac', 0):.1%}, spin {s.get('spin_frac', 0):.1%}, "
+                          f"PLE {s.get('ple_frac', 0):.1%}, idle {s.get('idle_frac', 0):.1%}"),
+            ("config hash", self.config_hash[:16]),
+            ("computed by", f"vcpulab {prov['vcpulab_version']} on {prov['host_cpu_model']}, kernel {prov['kernel_release']}"),
+        ]  # fmt: skip
+        return table("simulated run", rows, [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)])
+
+    def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
+        """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
+        for each host CPU and time bin of ``bin_ns``, what ran at the middle
+        of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
+        idle (see :func:`vcpulab.plot.sched_map_codes`). Needs ``trace=True``."""
+        from vcpulab.plot import sched_map_codes
+
+        return sched_map_codes(self, **self._bins(bin_ns))
+
+    def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
+        """:meth:`sched_map` as an RGB image (uint8, shape (pcpus, bins, 3)),
+        coloured as in [S4]: one hue per VM, one brightness per
+        vCPU, black for background host tasks, white for idle. For a picture
+        with a legend, saved as PNG, use :func:`vcpulab.plot.sched_map`."""
+        from vcpulab.plot import sched_map_image
+
+        return sched_map_image(self, **self._bins(bin_ns))
+
+    def _bins(self, bin_ns: int) -> dict[str, Any]:
+        if self.trace is None:
+            raise ValueError("Result.sched_map needs a run with trace=True")
+        if isinstance(bin_ns, bool) or not isinstance(bin_ns, int) or bin_ns < 1:
+            raise ValueError(f"sched_map: bin_ns must be an int >= 1, got {bin_ns!r}")
+        return {
+            "us_per_pixel": bin_ns / 1000,
+            "start_ns": 0,
+            "end_ns": int(self.summary["duration_ns"][0]),
+            "pcpus": int(self.summary["pcpus"][0]),
+        }
+
+
+#: Default of ``trace_max_rows``: most trace rows one run keeps (~200 bytes a
+#: row at the peak, measured: sched_map_2012(8, 20) over 100 ms makes 1.24 M
+#: rows and peaks at 313 MB RSS). ``None`` lifts the limit.
+TRACE_MAX_ROWS = 5_000_000
+
+#: Most worker threads of a local sweep (more only adds memory and contention).
+MAX_THREADS = 1024
+
+
+def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
+    """One deep copy of each Python policy per run, shared by the VMs of that
+    run (a policy keeping state per VM keys it by ``spinner.vm``): state never
+    leaks from one run (or sweep point) to another, so a seed gives the same
+    result every time, and memory does not grow with the number of VMs. A
+    policy that cannot be deep-copied is refused (ValueError) rather than
+    shared between runs."""
+    import copy
+
+    out = {}
+    for name, fn in cfg.python_policies().items():
+        try:
+            out[name] = copy.deepcopy(fn)
+        except Exception as e:  # noqa: BLE001 - any failure to copy
+            raise ValueError(
+                f"the Python policy {name!r} ({fn!r}) cannot be deep-copied ({type(e).__name__}: {e}); each run "
+                "needs its own copy so that runs are independent and deterministic. Keep its state in plain "
+                "attributes (or define __deepcopy__)"
+            ) from e
+    return out
+
+
+def _check_trace_max_rows(v: Any) -> int | None:
+    from vcpulab._checks import check_int
+
+    return None if v is None else check_int("trace_max_rows", v, 1, 2**63 - 1)
+
+
+def _check_threads(threads: Any) -> int | None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"sweep: threads must be an int >= 1 or None, got {threads!r}")
+    if threads is not None and threads > MAX_THREADS:
+        raise ValueError(f"sweep: threads must be at most {MAX_THREADS}, got {threads}")
+    return threads
+
+
+def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
+    return Result(
+        config=cfg,
+        version=_core.__version__,
+        summary=_frame(d["summary"]),  # type: ignore[arg-type]
+        vms=_frame(d["vms"]),  # type: ignore[arg-type]
+        vcpus=_frame(d["vcpus"]),  # type: ignore[arg-type]
+        pcpus=_frame(d["pcpus"]),  # type: ignore[arg-type]
+        trace=_frame(d["trace"]),
+    )
+
+
+@guard_panics
+def run(config: Config, *, trace: bool | None = None, trace_max_rows: int | None = TRACE_MAX_ROWS) -> Result:
+    """Run one configuration. ``trace`` overrides ``config.trace``.
+
+    Deterministic: the same config (seed included) gives identical frames.
+    The GIL is released while the simulator runs; Python policies take it
+    only while they are called. Ctrl-C stops it (``KeyboardInterrupt``).
+
+    ``trace_max_rows``: a run whose trace would exceed this many rows stops
+    with a ValueError naming it (None: no limit; a trace that cannot get
+    memory raises MemoryError). It never changes a result that stays below.
+    """
+    if not isinstance(config, Config):
+        raise ValueError(f"run() needs a vcpulab.sim.Config, got {type(config).__name__}")
+    limit = _check_trace_max_rows(trace_max_rows)
+    if trace is not None:
+        config = config.replace(trace=bool(trace))
+    d = _core.sim_run(config.to_json(), _policies_for(config), None, limit)
+    return _result(config, d)
+
+
+Points = Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]]
+
+
+def _sweep_frame(done: list[tuple[tuple[dict[str, Any], Config], Any]], results: bool) -> Any:
+    rows = []
+    res = []
+    for (params, cfg), d in done:
+        r = _result(cfg, d)
+        res.append(r)
+        row = r.summary.drop([k for k in params if k in r.summary.columns])
+        row = row.with_columns(pl.lit(cfg.config_hash()).alias("config_hash"))
+        prm = pl.DataFrame([params]) if params else None
+        rows.append(pl.concat([prm, row], how="horizontal") if prm is not None else row)
+    df = pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame()
+    return (df, res) if results else df
+
+
+def local_sweep(
+    points: Points,
+    grid: Mapping[str, Iterable[Any]] | None = None,
+    *,
+    threads: int | None = None,
+    progress: bool = True,
+    results: bool = False,
+    trace_max_rows: int | None = TRACE_MAX_ROWS,
+) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
+    """:func:`vcpulab.sim.sweep` on this machine (rayon threads): its
+    arguments, less ``executor`` and ``out`` (those go through
+    :func:`vcpulab.sim.distributed.run_sweep`, which calls this for its
+    local case)."""
+    _check_threads(threads)
+    limit = _check_trace_max_rows(trace_max_rows)
+    labelled = expand(points, grid)
+    jsons = [c.to_json() for _, c in labelled]
+    pols: list[dict[str, Any] | None] = [_policies_for(c) for _, c in labelled]
+    bar = None
+    cb = None
+    if progress and labelled:
+        try:
+            from tqdm.auto import tqdm
+
+            tq = tqdm(total=len(labelled), desc="vcpulab.sim.sweep", leave=False)
+            bar = tq
+
+            def cb(done: int) -> None:
+                tq.n = done
+                tq.refresh()
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = None
+    try:
+        out = _core.sim_sweep(jsons, pols, threads or 0, cb, limit)
+    except KeyboardInterrupt as e:
+        partial = getattr(e, "partial", None)
+        if isinstance(partial, list):
+            kept = [(lc, d) for lc, d in zip(labelled, partial) if d is not None]
+            e.partial = _sweep_frame(kept, results)  # type: ignore[attr-defined]
+            import logging
+
+            logging.getLogger("vcpulab.sim.sweep").warning(
+                "vcpulab.sim.sweep: interrupted; %d of %d points had finished (kept in KeyboardInterrupt.partial)",
+                len(kept), len(labelled),
+            )
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return _sweep_frame(list(zip(labelled, out)), results)
+
+

@@ -1,0 +1,166 @@
+"""Kernel traces of real runs, as polars frames (the Rust side is
+``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs;
+the tracepoints and perf interface are [K8] of docs/sources.md).
+
+:class:`Trace` records the scheduler and KVM tracepoints of some host CPUs
+(``perf_event_open``, one ring buffer per CPU) and turns them into the frames
+a :class:`~vcpulab.experiment.Run` carries when ``run(..., trace=True)``:
+
+* ``trace``: one row per interval a task ran on a traced CPU —
+  ``pcpu, start_ns, end_ns, vm, vcpu, tid, comm`` (``vm = vcpu = -1`` for
+  tasks that are not the run's vCPU threads; the idle task is no row), the
+  columns of the simulator's ``Result.trace`` plus ``tid`` and ``comm``, so
+  :func:`vcpulab.plot.sched_map` draws both;
+* ``wakeups``: ``vm, vcpu, tid, wake_ns, run_ns, latency_ns`` — from each
+  ``sched_wakeup`` of a sleeping vCPU thread to its next ``sched_switch`` in;
+* ``exits``: ``vm, vcpu, reason, exit_ns, entry_ns, handling_ns`` — each
+  ``kvm_exit`` of a vCPU thread (reason named by the kernel's own print
+  format) and its next ``kvm_entry`` (null when the window ended first);
+* ``halts``: ``vm, vcpu, time_ns, polled, ns, valid, window_ns`` — each
+  ``kvm_vcpu_wakeup`` (the end of a halt: ``ns`` is the halt's length,
+  polling included; ``polled`` when it ended in the poll loop), and the
+  vCPU's halt-poll window after it from the last ``kvm_halt_poll_ns`` (null
+  before the first). The window is the kernel's traced value:
+  ``grow_halt_poll_ns`` can set it above the VM's maximum, which
+  ``kvm_vcpu_halt`` clamps at the start of the next halt without a trace
+  event (virt/kvm/kvm_main.c).
+
+Times are ns from the run's start. Memory is bounded (``max_events``, and the
+kernel's ring buffers); ``info["truncated"]`` says when events are missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import polars as pl
+
+from vcpulab import _core
+
+__all__ = [
+    "DEFAULT_BUFFER_BYTES",
+    "DEFAULT_MAX_EVENTS",
+    "EVENTS",
+    "EXITS_SCHEMA",
+    "HALTS_SCHEMA",
+    "TRACE_SCHEMA",
+    "Trace",
+    "TraceFrames",
+    "WAKEUPS_SCHEMA",
+    "other_busy_ns",
+]
+
+DEFAULT_MAX_EVENTS: int = _core.TRACE_DEFAULT_MAX_EVENTS
+DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
+#: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
+EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
+
+TRACE_SCHEMA = {"pcpu": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "vm": pl.Int64, "vcpu": pl.Int64,
+                "tid": pl.Int64, "comm": pl.Utf8}  # fmt: skip
+WAKEUPS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "wake_ns": pl.Int64, "run_ns": pl.Int64,
+                  "latency_ns": pl.Int64}  # fmt: skip
+EXITS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "reason": pl.Utf8, "exit_ns": pl.Int64, "entry_ns": pl.Int64,
+                "handling_ns": pl.Int64}  # fmt: skip
+HALTS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "time_ns": pl.Int64, "polled": pl.Boolean, "ns": pl.Int64,
+                "valid": pl.Boolean, "window_ns": pl.Int64}  # fmt: skip
+
+
+def _null(c: str) -> pl.Expr:
+    return pl.when(pl.col(c) == _core.TRACE_NULL).then(None).otherwise(pl.col(c)).alias(c)
+
+
+def _df(cols: dict[str, Any], schema: dict[str, Any]) -> pl.DataFrame:
+    data = {k: (cols[k] if isinstance(cols[k], list) else np.asarray(cols[k])) for k in cols}
+    return pl.DataFrame(data, schema={k: schema[k] for k in cols})
+
+
+@dataclass
+class TraceFrames:
+    """The four frames of one traced window and what the trace recorded."""
+
+    trace: pl.DataFrame
+    wakeups: pl.DataFrame
+    exits: pl.DataFrame
+    halts: pl.DataFrame
+    #: events, lost (kernel buffer full), dropped (max_events reached), truncated,
+    #: counts per tracepoint, cpus
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Trace:
+    """Records the tracepoints of ``cpus`` until :meth:`stop` (or :meth:`close`).
+
+    Args:
+        cpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
+            aimed at them are recorded on every CPU).
+        max_events: cap on events kept (about 40 bytes each); more are counted
+            as dropped and the trace is flagged truncated.
+        buffer_bytes: kernel ring buffer per CPU.
+        kvm_pid: keep KVM events only of this process's threads (default: this process).
+
+    Raises ValueError for a CPU that is not online, ``TraceUnavailableError``
+    where tracefs cannot be had.
+    """
+
+    def __init__(
+        self,
+        cpus: Iterable[int],
+        max_events: int = DEFAULT_MAX_EVENTS,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        kvm_pid: int | None = None,
+    ) -> None:
+        import os
+
+        from vcpulab._checks import check_int
+
+        cpus = list(cpus)
+        for c in cpus:
+            if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
+                raise ValueError(f"cpus must be host CPU numbers >= 0, got {c!r}")
+        check_int("max_events", max_events, 1, 1 << 32)
+        check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
+        self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes), kvm_pid or os.getpid())
+        self.info: dict[str, Any] | None = None
+
+    def stop(self) -> dict[str, Any]:
+        """Stops recording (idempotent); returns :attr:`info`."""
+        self.info = dict(self._t.stop())
+        return self.info
+
+    def close(self) -> None:
+        """Stops and frees everything (idempotent)."""
+        self._t.close()
+
+    def __enter__(self) -> "Trace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def frames(self, start_ns: int, end_ns: int, vcpus: Sequence[tuple[int, int, int]]) -> TraceFrames:
+        """The frames of the window [start_ns, end_ns) (``time.monotonic_ns``
+        clock), for the vCPU threads ``vcpus`` = [(tid, vm, vcpu)]."""
+        info = self.stop()
+        f = self._t.frames(int(start_ns), int(end_ns), [(int(t), int(m), int(c)) for t, m, c in vcpus])
+        trace = _df(f["trace"], TRACE_SCHEMA).sort(["pcpu", "start_ns"])
+        wakeups = _df(f["wakeups"], WAKEUPS_SCHEMA).with_columns(
+            (pl.col("run_ns") - pl.col("wake_ns")).alias("latency_ns")
+        )
+        exits = (
+            _df(f["exits"], EXITS_SCHEMA)
+            .with_columns(_null("entry_ns"))
+            .with_columns((pl.col("entry_ns") - pl.col("exit_ns")).alias("handling_ns"))
+        )
+        halts = _df(f["halts"], HALTS_SCHEMA).with_columns(_null("window_ns"))
+        info["exits_source"] = f["exits_source"]
+        return TraceFrames(trace=trace, wakeups=wakeups, exits=exits, halts=halts, info=info)
+
+
+def other_busy_ns(trace: pl.DataFrame, cpus: Iterable[int], own_tids: Iterable[int]) -> dict[int, int]:
+    """Per CPU of ``cpus``: ns that tasks other than ``own_tids`` ran there, from a trace frame (exact)."""
+    own = list(own_tids)
+    t = trace.filter(~pl.col("tid").is_in(own)).group_by("pcpu").agg((pl.col("end_ns") - pl.col("start_ns")).sum())
+    got = {int(r[0]): int(r[1]) for r in t.iter_rows()}
+    return {int(c): got.get(int(c), 0) for c in cpus}

@@ -1,0 +1,340 @@
+"""Tracing real runs (docs/tracing.md): the frames of ``run(..., trace=True)``
+against KVM's own counters of the same run, their invariants and dtypes, the
+bounds (truncation flag) and clean-up on every path.
+
+Counts are compared exactly (every event of the window is recorded unless the
+trace says it is truncated); nothing here asserts on a timing a busy CPU can
+flip. Skips only where tracefs cannot be had (not root and not mounted)."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import polars as pl
+import pytest
+
+from vcpulab import _core, tracing
+from vcpulab.experiment import IdleTicks, MsiPingPong, Spin, run
+from vcpulab.quality import QualityWarning
+
+from _subproc import interrupt_after_ready
+
+
+@pytest.fixture(scope="module")
+def traceable(kvm_host):  # type: ignore[no-untyped-def]
+    try:
+        tracing.Trace([os.sched_getaffinity(0).__iter__().__next__()]).close()
+    except _core.TraceUnavailableError as e:
+        pytest.skip(f"kernel tracing unavailable: {e}")
+    return kvm_host
+
+
+def perf_fds() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if "perf_event" in os.readlink(f"/proc/self/fd/{fd}"):
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def _cpu() -> int:
+    return max(os.sched_getaffinity(0))
+
+
+def _delta(r, stat: str) -> int:  # type: ignore[no-untyped-def]
+    s = r.samples.sort("t_ns")
+    return int(s[stat][-1] - s[stat][0])
+
+
+def _halted_ns(  # type: ignore[no-untyped-def]
+    r, vcpu: int | None = None, stats: tuple[str, ...] = ("halt_poll_fail_ns", "halt_wait_ns")
+) -> int:
+    """ns KVM accounted to halts in ``stats`` over the run (default: those of halts that waited)."""
+    s = r.samples if vcpu is None else r.samples.filter(pl.col("vcpu") == vcpu)
+    s = s.sort("t_ns")
+    return sum(int(s.group_by("vcpu").agg(pl.col(c).max() - pl.col(c).min())[c].sum()) for c in stats)
+
+
+def _quiet_run(**kw):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QualityWarning)
+        return run(**kw)
+
+
+def test_halts_match_kvm_stats_and_frames_have_their_dtypes(traceable) -> None:  # type: ignore[no-untyped-def]
+    r = _quiet_run(workload=MsiPingPong(rounds=200, gap_us=50), vcpus=1, pcpus=[_cpu()], duration_s=10,
+                   halt_poll_ns=200_000, host=traceable, trace=True)  # fmt: skip
+    assert not r.trace_info["truncated"], r.trace_info
+    assert dict(r.trace.schema) == tracing.TRACE_SCHEMA
+    assert dict(r.wakeups.schema) == tracing.WAKEUPS_SCHEMA
+    assert dict(r.exits.schema) == tracing.EXITS_SCHEMA
+    assert dict(r.halts.schema) == tracing.HALTS_SCHEMA
+    # every halt of the run is one kvm_vcpu_wakeup, whose ns is the halt's length. For a
+    # halt that waited, kvm_vcpu_halt adds the same ktime differences to halt_poll_fail_ns
+    # and halt_wait_ns: they agree to the ns. A halt that did not wait counts its poll time
+    # in halt_poll_success_ns, and its length may include a block check after the poll.
+    waited = r.halts.filter(~pl.col("polled"))
+    assert int(waited["ns"].sum()) == _halted_ns(r, stats=("halt_poll_fail_ns", "halt_wait_ns"))
+    polled = r.halts.filter(pl.col("polled"))
+    assert int(polled["ns"].sum()) >= _halted_ns(r, stats=("halt_poll_success_ns",))
+    # the halts that ended in the poll loop are exactly halt_successful_poll; every halt
+    # follows an HLT exit (one that finds an interrupt already pending does not halt)
+    assert int(r.halts["polled"].sum()) == _delta(r, "halt_successful_poll")
+    assert _delta(r, "halt_attempted_poll") <= r.halts.height <= _delta(r, "halt_exits") == 200
+    assert int((~r.halts["valid"]).sum()) == _delta(r, "halt_poll_invalid")
+    # the window after each halt is what kvm_halt_poll_ns traced: grow_halt_poll_ns may
+    # overshoot the VM's maximum once (kvm_vcpu_halt clamps it, untraced, at the next halt)
+    with open("/sys/module/kvm/parameters/halt_poll_ns_grow") as f:
+        grow = int(f.read())
+    w = r.halts["window_ns"].drop_nulls()
+    assert w.len() > 0 and w.min() >= 0 and w.max() <= 200_000 * max(grow, 1)
+    # every exit that reached user space is one row (the DONE ucall here)
+    if r.trace_info["exits_source"] == "kvm_exit":
+        assert r.exits.height == _delta(r, "exits")
+    else:
+        assert r.exits.height == int(r.threads["user_exits"].sum())
+    assert r.quality is not None and r.quality.source == "trace"
+
+
+@pytest.fixture(scope="module")
+def idle_run(traceable):  # type: ignore[no-untyped-def]
+    """3 vCPUs of an idle guest (1000 Hz ticks) on the last two CPUs, traced."""
+    cpus = sorted(os.sched_getaffinity(0))[-2:]
+    return _quiet_run(workload=IdleTicks(hz=1000), vcpus=3, pcpus=cpus, duration_s=0.3, host=traceable, trace=True)
+
+
+def test_slices_lie_in_the_run_and_do_not_overlap(idle_run) -> None:  # type: ignore[no-untyped-def]
+    r = idle_run
+    cpus = r.trace_info["cpus"]
+    wall_ns = r.trace_info["window_ns"]
+    t = r.trace
+    assert t.height > 0
+    assert (t["start_ns"] >= 0).all() and (t["end_ns"] <= wall_ns).all() and (t["start_ns"] < t["end_ns"]).all()
+    assert set(t["pcpu"].unique().to_list()) <= set(cpus)
+    # one task at a time on each CPU
+    for (cpu,), g in t.sort("start_ns").group_by(["pcpu"]):
+        assert (g["end_ns"].head(-1) <= g["start_ns"].tail(-1)).all(), f"overlapping slices on CPU {cpu}"
+    # the vCPU threads' slices carry their tids, on the CPUs they were pinned to
+    vt = t.filter(pl.col("vm") >= 0)
+    tids = dict(zip(zip(r.threads["vm"], r.threads["vcpu"]), r.threads["tid"]))
+    for (vm, vcpu, tid), _ in vt.group_by(["vm", "vcpu", "tid"]):
+        assert tids[(vm, vcpu)] == tid
+    assert set(vt["vcpu"].unique().to_list()) == {0, 1, 2}
+    assert set(vt["tid"].unique().to_list()) == set(r.threads["tid"].to_list())
+    # wake-ups: each is of a vCPU thread, and it ran at or after it was woken
+    w = r.wakeups
+    # a halt that waited put its thread to sleep until a wake-up, which the trace saw
+    for v in r.halts.filter(~pl.col("polled"))["vcpu"].unique().to_list():
+        assert w.filter(pl.col("vcpu") == v).height > 0
+    assert (w["latency_ns"] >= 0).all() and set(w["tid"].unique().to_list()) <= set(tids.values())
+    # halts: per vCPU, the traced lengths of the halts that waited sum to what KVM accounted to them
+    waited = r.halts.filter(~pl.col("polled"))
+    for v in (0, 1, 2):
+        assert int(waited.filter(pl.col("vcpu") == v)["ns"].sum()) == _halted_ns(r, v)
+
+
+def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untyped-def]
+    """Exits of a vCPU driven by hand: every IO exit is one row, named by the kernel."""
+    import threading
+
+    with traceable.create_vm(memory_mib=2, irqchip=False) as vm:
+        prog = vm.load("io_loop", port=0x80, count=500)
+        v = vm.create_vcpu(0)
+        v.start(prog)
+        before = v.stats()
+        with tracing.Trace(sorted(os.sched_getaffinity(0))) as tr:
+            t0 = _core.monotonic_ns()
+            res = v.run_until("io", count=500, port=0x80, timeout_s=60)
+            t1 = _core.monotonic_ns()
+            after = v.stats()
+            f = tr.frames(t0, t1, [(threading.get_native_id(), 0, 0)])
+    assert res.matches == 500 and not f.info["truncated"]
+    io = f.exits.filter(pl.col("reason").is_in(["KVM_EXIT_IO", "IO_INSTRUCTION", "io"]))
+    assert io.height == 500
+    # KVM's exits stat counts these and any exit handled in the kernel
+    assert after["exits"] - before["exits"] >= io.height
+    done = f.exits.drop_nulls("entry_ns")
+    assert (done["handling_ns"] > 0).all() and done.height >= 499
+
+
+def test_a_capped_trace_is_flagged_truncated(traceable) -> None:  # type: ignore[no-untyped-def]
+    r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=1, pcpus=[_cpu()], duration_s=0.1, host=traceable, trace=True,
+                   trace_max_events=5)  # fmt: skip
+    assert r.trace_info["truncated"] and r.trace_info["dropped"] > 0
+    assert r.trace_info["events"] == 5
+
+
+def test_bad_cpus_and_limits_are_value_errors(traceable) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="not online"):
+        tracing.Trace([100_000])
+    with pytest.raises(ValueError, match="at least one"):
+        tracing.Trace([])
+    with pytest.raises(ValueError, match="cpus"):
+        tracing.Trace([-1])
+    with pytest.raises(ValueError, match="max_events"):
+        tracing.Trace([0], max_events=0)
+    with pytest.raises(ValueError):
+        run(Spin(), vcpus=1, pcpus=[100_000], duration_s=0.1, host=traceable, trace=True)
+    with pytest.raises(ValueError, match="trace_max_events"):
+        run(Spin(), vcpus=1, duration_s=0.1, host=traceable, trace=True, trace_max_events=0)
+    assert perf_fds() == 0
+
+
+def test_deadline_and_errors_leave_no_perf_fds(traceable) -> None:  # type: ignore[no-untyped-def]
+    assert perf_fds() == 0
+    r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[_cpu()], duration_s=0.2, host=traceable, trace=True)
+    assert r.threads["outcome"].to_list() == ["deadline"]
+    assert r.trace.filter(pl.col("vm") == 0).height > 0
+    assert perf_fds() == 0
+    tr = tracing.Trace([_cpu()])
+    assert perf_fds() > 0
+    del tr  # dropped without stop
+    import gc
+
+    gc.collect()
+    assert perf_fds() == 0
+
+
+def test_ctrl_c_leaves_no_perf_fds(traceable) -> None:  # type: ignore[no-untyped-def]
+    code = f"""
+        import os, warnings
+        from vcpulab.experiment import run, Spin
+        def perf():
+            n = 0
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    n += "perf_event" in os.readlink(f"/proc/self/fd/{{fd}}")
+                except OSError:
+                    pass
+            return n
+        warnings.simplefilter("ignore")
+        print("READY", flush=True)
+        try:
+            run(Spin(), vcpus=1, pcpus=[{_cpu()}], duration_s=30, trace=True)
+        except KeyboardInterrupt:
+            print("interrupted", perf())
+    """
+    _, out, err, rc = interrupt_after_ready(code, 0.5)
+    assert rc == 0, err
+    assert out.split() == ["interrupted", "0"], (out, err)
+
+
+def test_views_of_a_traced_run(idle_run) -> None:  # type: ignore[no-untyped-def]
+    from matplotlib.figure import Figure
+
+    from vcpulab import analysis, plot
+
+    r = idle_run
+    by = analysis.exits_by_reason(r)
+    assert by["count"].sum() == r.exits.height
+    assert by.columns[:3] == ["reason", "count", "share"]
+    lat = analysis.wakeup_latency(r)
+    assert lat["count"].sum() == r.wakeups.height and lat.height == r.wakeups["tid"].n_unique()
+    assert (lat["latency_p50_ns"] <= lat["latency_p99_ns"]).all()
+    m = plot.sched_map(r, us_per_pixel=100)
+    # one row (4 px) per host CPU of the run; the vCPUs in the simulator's colours, other tasks black
+    assert m.image.shape[0] == 4 * len(r.trace_info["cpus"])
+    colours = {tuple(c) for c in m.image.reshape(-1, 3).tolist()}
+    # a slice at least one column (100 µs) long covers a column's midpoint, so its colour shows
+    longest = r.trace.group_by(["vm", "vcpu"]).agg((pl.col("end_ns") - pl.col("start_ns")).max().alias("ns"))
+    for vm, vcpu, ns in longest.iter_rows():
+        if ns >= 100_000:
+            assert (plot.BLACK if vm < 0 else plot.vcpu_color(vm, vcpu, 1, 3)) in colours
+    codes = plot.sched_map_codes(r.trace.with_columns(pl.col("pcpu") - min(r.trace_info["cpus"])), 100.0)
+    assert (codes >= 0).any()
+    for fig in (plot.exit_handling(r), plot.halt_poll_window(r), plot.wakeup_latency(r)):
+        assert isinstance(fig, Figure)
+    with pytest.raises(ValueError, match="trace=True"):
+        analysis.exits_by_reason(type("R", (), {"exits": None})())
+
+
+VMM = """
+import os
+from vcpulab.experiment import IdleTicks, run
+print(os.getpid(), flush=True)
+run(IdleTicks(hz=1000), vcpus=2, pcpus=[%d], duration_s=20, warn_quality=False)
+"""
+
+
+def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """attach(pid).trace(): a separate process's vCPU threads, into the frames of a traced Run."""
+    import subprocess
+    import sys
+    import time
+
+    from vcpulab.kvm import attach
+
+    cpu = _cpu()
+    p = subprocess.Popen([sys.executable, "-c", VMM % cpu], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None
+        pid = int(p.stdout.readline())
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                a = attach(pid)
+                if a.vcpus.height == 2 and (a.vcpus["tid"] > 0).all():
+                    break
+            except LookupError:
+                pass
+            assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
+            time.sleep(0.1)
+        f = a.trace(duration_s=1.0)
+        # the same from the command line, frames written as Parquet
+        out = tmp_path / "tr"
+        cli = subprocess.run([sys.executable, "-m", "vcpulab.cli", "trace", str(pid), "--duration-s", "0.3", "--out",
+                              str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
+        assert "exits by reason" in cli.stdout and "wake-up to run" in cli.stdout, cli.stdout
+        assert dict(pl.read_parquet(out / "halts.parquet").schema) == tracing.HALTS_SCHEMA
+    finally:
+        p.kill()
+        p.wait()
+        assert p.stdout is not None
+        p.stdout.close()
+    assert not f.info["truncated"] and f.info["cpus"] == [cpu]
+    assert dict(f.trace.schema) == tracing.TRACE_SCHEMA and dict(f.halts.schema) == tracing.HALTS_SCHEMA
+    tids = dict(zip(a.vcpus["tid"], a.vcpus["vcpu"]))
+    vt = f.trace.filter(pl.col("vcpu") >= 0)
+    assert set(vt["tid"].to_list()) == set(tids) and all(tids[t] == v for t, v in zip(vt["tid"], vt["vcpu"]))
+    assert (f.trace["start_ns"] >= 0).all() and (f.trace["end_ns"] <= 1_000_000_000).all()
+    # an idle guest at 1000 Hz halts between ticks (only its vCPUs' halts are kept)
+    assert f.halts.height > 0 and set(f.halts["vcpu"].to_list()) <= {0, 1}
+    assert set(f.wakeups["tid"].to_list()) <= set(tids)
+    assert perf_fds() == 0
+
+
+def test_a_hog_on_the_run_cpu_is_seen_by_name_and_in_quality(traceable) -> None:  # type: ignore[no-untyped-def]
+    """Another process spinning on the run's CPU: its slices are in Run.trace under its
+    pid and name, black in the sched map's terms (vm = -1), and Run.quality counts them."""
+    import subprocess
+    import sys
+
+    cpu = _cpu()
+    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{cpu}]); print(1, flush=True)\n"
+                            "while True: pass"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "1"  # pinned and spinning
+        r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[cpu], duration_s=0.3, host=traceable, trace=True)
+    finally:
+        hog.kill()
+        hog.wait()
+        assert hog.stdout is not None
+        hog.stdout.close()
+    mine = r.trace.filter(pl.col("tid") == hog.pid)
+    assert mine.height > 0 and set(mine["pcpu"].to_list()) == {cpu} and (mine["vm"] == -1).all()
+    assert set(mine["comm"].to_list()) == {"python"} or all(c.startswith("python") for c in mine["comm"])
+    q = r.quality
+    assert q is not None and q.source == "trace"
+    assert q.other_busy_ns[cpu] >= int((mine["end_ns"] - mine["start_ns"]).sum())
+
+
+def test_trials_keep_each_trial_trace(traceable) -> None:  # type: ignore[no-untyped-def]
+    tr = _quiet_run(workload=Spin(), vcpus=1, pcpus=[_cpu()], duration_s=0.1, host=traceable, trace=True, repeat=2)
+    assert tr.trace is not None and sorted(tr.trace["trial"].unique().to_list()) == [0, 1]
+    assert tr.halts is not None and tr.exits is not None and tr.wakeups is not None
+    assert perf_fds() == 0
