@@ -33,8 +33,9 @@ def main() -> int:
     ap.add_argument("--duration-s", "--duration", dest="duration_s", type=float, default=1.0,
                     help="seconds per real run, spin-lock and timer cells (--duration: the former name)")
     ap.add_argument("--load", choices=("measured", "one_task", "none"), default="measured")
-    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=True,
-                    help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS)")
+    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=False,
+                    help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS); "
+                         "off by default: tracing slows this host's emulated guests (docs/twins.md, section 4)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
