@@ -591,8 +591,8 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
         s_short = hz * ns / 1e9
         # each measured short task is a task of its own (its own wake-ups and
         # lag), spread evenly over the machine's CPUs
-        k = int(min(max(math.ceil(load.short_tasks / max(os.cpu_count() or 1, 1)), 1), 64))
-        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, kthreads_per_cpu=k, **vmm)
+        per_cpu = int(min(max(math.ceil(load.short_tasks / max(os.cpu_count() or 1, 1)), 1), 64))
+        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, kthreads_per_cpu=per_cpu, **vmm)
     s_long = max(load.share - s_short - s_vmm, 0.0)
     if s_long <= 0.0:
         return sim.Background(), noise
