@@ -47,6 +47,17 @@ def test_guest_config_validates_and_round_trips() -> None:
         P.upstream(candidate_gate="running")
     with pytest.raises(ValueError, match="Pv.icr_write_ns"):
         sim.Pv(icr_write_ns=-1)
+    with pytest.raises(ValueError, match="Pv.preempted_byte"):
+        sim.Pv(preempted_byte="always")
+    with pytest.raises(ValueError, match="Pv.yield_single_task_bailout"):
+        sim.Pv(yield_single_task_bailout=0)  # type: ignore[arg-type]
+    pre513 = sim.Config(vms=(sim.Vm(pv=sim.Pv(yield_single_task_bailout=False)),))
+    assert sim.Config.from_json(pre513.to_json()) == pre513
+    # a new option left at its default stays out of the JSON (old configs keep their hash)
+    old = sim.Config(vms=(sim.Vm(),))
+    assert "preempted_byte" not in old.to_json()
+    every = sim.Config(vms=(sim.Vm(pv=sim.Pv(preempted_byte="every_put")),))
+    assert sim.Config.from_json(every.to_json()) == every
     with pytest.raises(ValueError, match="Ipi.tlb_flush"):
         sim.Ipi(tlb_flush="yes")  # type: ignore[arg-type]
 
@@ -169,3 +180,82 @@ def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None
     # without blocking, a second thread per vCPU only time-shares the vCPU
     assert tput(16, False) == tput(32, False)
     assert tput(16, True) != tput(32, True)
+
+
+def test_before_5_19_halted_vcpus_read_as_preempted_and_wakeups_stack() -> None:
+    """A 16-vCPU barrier kernel (16 threads) on an idle host: with the 4.10-5.18
+    put (``every_put``) a blocked vCPU reads as preempted, ``available_idle_cpu``
+    refuses it and woken threads stack on the vCPUs still polling; today's
+    byte (``instruction_boundary``) and the 2021 RFC's ``is_idle`` placement
+    spread them, so the kernel runs faster."""
+    def wall(placement: str, byte: str) -> int:
+        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+                    pv=sim.Pv(placement=placement, preempted_byte=byte),
+                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
+        host = sim.Host(pcpus=32, affinity="all")
+        r = sim.run(sim.Config(host=host, vms=(vm,), seed=3, duration_ns=2_000_000_000))
+        return int(r.vms["wall_ns"][0])
+
+    today, old = wall("available_idle", "instruction_boundary"), wall("available_idle", "every_put")
+    rfc_old = wall("pcpu_is_idle_rfc", "every_put")
+    assert old > 1.1 * today, (old, today)
+    assert rfc_old < 0.9 * old, (rfc_old, old)
+
+
+def test_guest_load_balancing_unstacks_threads_and_is_off_by_default() -> None:
+    """The same 5.14-like barrier kernel with the guest's load balancing
+    (newidle and nohz idle balance): stacked threads are pulled to idle
+    vCPUs, so it runs faster than with wake-up placement alone."""
+    def run(lb: bool) -> sim.Result:
+        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+                    pv=sim.Pv(preempted_byte="every_put"), guest=sim.Guest(load_balance=lb),
+                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
+        return sim.run(sim.Config(host=sim.Host(pcpus=32, affinity="all"), vms=(vm,), seed=1,
+                                  duration_ns=2_000_000_000))
+
+    off, on = run(False), run(True)
+    assert int(off.vcpus["guest_pulls"].sum()) == 0
+    assert int(on.vcpus["guest_pulls"].sum()) > 0
+    assert on.vms["wall_ns"][0] < off.vms["wall_ns"][0]
+    assert "load_balance" not in sim.Config(vms=(sim.Vm(),)).to_json()
+    with pytest.raises(ValueError, match="Guest.tick_ns"):
+        sim.Guest(tick_ns=10)
+    with pytest.raises(ValueError, match="Guest.load_balance"):
+        sim.Guest(load_balance="yes")  # type: ignore[arg-type]
+
+
+def test_rwsem_sides_share_one_lock_and_ebizzy_can_model_mmap_sem_as_one() -> None:
+    w = sim.Workload(phases=(sim.Compute(10_000), sim.Lock(1, "rwsem_read", 1_000), sim.Lock(1, "rwsem_write", 5_000)))
+    assert sim.Config.from_json(sim.Config(vms=(sim.Vm(workload=w),)).to_json()).vms[0].workload == w
+    with pytest.raises(ValueError, match="lock_kind differs"):
+        sim.Workload(phases=(sim.Lock(1, "rwsem_read", 1_000), sim.Lock(1, "mutex", 1_000)))
+    with pytest.raises(ValueError, match="mmap_sem"):
+        presets.ebizzy_like(mmap_sem="rw")
+
+    def run(mmap_sem: bool | str) -> sim.Result:
+        vm = sim.Vm(vcpus=8, threads=16, workload=presets.ebizzy_like(lock_kind="pv_queued", mmap_sem=mmap_sem),
+                    guest=sim.Guest(lock_model="kernel"))
+        return sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=20 * MS, seed=2))
+
+    mutex, rw = run(True), run("rwsem")
+    assert rw.summary["throughput_ops_s"][0] > 0
+    assert not rw.vcpus.equals(mutex.vcpus)
+
+
+def test_ipi_aware_candidate_selection_is_an_upstream_option() -> None:
+    """The 2025 IPI-aware RFC as an upstream option: off by default (and out of
+    the JSON), on it changes an IPI-bound overcommitted run (the rule itself
+    is tested on hand-built states in src/sim/policy.rs)."""
+    assert "ipi_aware" not in sim.Config(vms=(sim.Vm(),)).to_json()
+    with pytest.raises(ValueError, match="Policy.ipi_aware"):
+        P.upstream(ipi_aware="yes")  # type: ignore[arg-type]
+
+    def run(aware: bool) -> sim.Result:
+        wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Ipi(0, 2_000, prob=0.3)))
+        vm = sim.Vm(vcpus=16, count=2, workload=wl, policy=P.upstream(ipi_aware=aware),
+                    pv=sim.Pv(apicv=False, sched_yield=False))
+        return sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1))
+
+    off, on = run(False), run(True)
+    assert not on.vcpus.equals(off.vcpus)
+    assert on.summary["yield_ok"][0] > 0

@@ -471,6 +471,12 @@ pub struct PolicyConfig {
     pub name: String,
     /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
     pub candidate_gate: CandidateGate,
+    /// Upstream: IPI-aware candidate selection (Wanpeng Li's RFC, "[PATCH v2
+    /// 8/9] KVM: Implement IPI-aware directed yield candidate selection", Dec
+    /// 2025, not merged): a candidate that has not yet handled an IPI from
+    /// the spinner passes the in-kernel filter; a scan that boosts nobody is
+    /// followed by a relaxed round that checks `vcpu->preempted` only.
+    pub ipi_aware: bool,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -493,6 +499,7 @@ impl Default for PolicyConfig {
             kernel_filter: true,
             name: String::new(),
             candidate_gate: CandidateGate::Ready,
+            ipi_aware: false,
         }
     }
 }
@@ -565,6 +572,32 @@ pub struct PvConfig {
     /// (0: sending is free, as before this field existed).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub icr_write_ns: u64,
+    /// When the host writes the steal-time `preempted` byte (what the
+    /// guest's `vcpu_is_preempted` reads).
+    pub preempted_byte: PreemptedByte,
+    /// `kvm_sched_yield` (PV kick yield, PV sched yield) gives up at once
+    /// while the yielder is alone on its CPU (`single_task_running()`; "KVM:
+    /// X86: Bail out of direct yield in case of under-committed scenarios",
+    /// Wanpeng Li, 2021, v5.13); false: hosts before it, which always call
+    /// `kvm_vcpu_yield_to`.
+    pub yield_single_task_bailout: bool,
+}
+
+/// When `kvm_arch_vcpu_put` sets the steal-time `preempted` byte ([K4]).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PreemptedByte {
+    /// 5.19 on (and stable kernels from 5.4, 2022-2023): only for a vCPU
+    /// preempted while runnable, taken out of guest mode by the interrupt
+    /// that preempts it (54aa83c90198 "KVM: x86: do not set st->preempted
+    /// when going back to user space" and 6cd88243c7e0 "KVM: x86: do not
+    /// report a vCPU as preempted outside instruction boundaries").
+    #[default]
+    InstructionBoundary,
+    /// 4.10 to 5.18: `kvm_arch_vcpu_put` calls `kvm_steal_time_set_preempted`
+    /// at every put, so a vCPU that blocks after HLT, or yields after a
+    /// pause-loop exit, reads as preempted until it next enters the guest.
+    EveryPut,
 }
 
 impl Default for PvConfig {
@@ -582,6 +615,8 @@ impl Default for PvConfig {
             tlb_flush: false,
             send_ipi: false,
             icr_write_ns: 0,
+            preempted_byte: PreemptedByte::InstructionBoundary,
+            yield_single_task_bailout: true,
         }
     }
 }
@@ -623,6 +658,17 @@ pub enum LockKind {
     PvQueued,
     /// Sleeping mutex with optimistic spinning while the owner runs.
     Mutex,
+    /// A reader of a reader-writer semaphore (`down_read`, kernel/locking/rwsem.c).
+    RwsemRead,
+    /// A writer of a reader-writer semaphore (`down_write`).
+    RwsemWrite,
+}
+
+impl LockKind {
+    /// Either side of a reader-writer semaphore.
+    pub fn is_rwsem(self) -> bool {
+        matches!(self, LockKind::RwsemRead | LockKind::RwsemWrite)
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
@@ -871,11 +917,33 @@ pub struct GuestConfig {
     /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
     /// before 4.10). Needs `pv.steal_time`.
     pub vcpu_is_preempted: bool,
+    /// The guest scheduler balances threads between its vCPUs
+    /// (kernel/sched/fair.c): `newidle_balance` when a vCPU runs out of
+    /// threads (skipped while its `avg_idle` < `migration_cost_ns`), and
+    /// the nohz idle balance a vCPU with two or more runnable threads kicks
+    /// from its tick, at most once per balance interval (`sd_weight` ms,
+    /// `sd_init`), pulling one cache-cold waiting thread to each idle vCPU.
+    /// False: threads move only at wake-up.
+    pub load_balance: bool,
+    /// `sysctl_sched_migration_cost` of the guest (ns): `task_hot` and the
+    /// `avg_idle` gate of `newidle_balance`.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cost_ns: u64,
+    /// The guest's scheduler tick (ns): CONFIG_HZ (Kconfig.hz default HZ_250).
+    #[schemars(range(min = limits::MIN_GUEST_TICK_NS, max = limits::MAX_COST_NS))]
+    pub tick_ns: u64,
 }
 
 impl Default for GuestConfig {
     fn default() -> Self {
-        GuestConfig { lock_model: LockModel::Simple, pv_wait_early: WaitEarly::PrevHalted, vcpu_is_preempted: true }
+        GuestConfig {
+            lock_model: LockModel::Simple,
+            pv_wait_early: WaitEarly::PrevHalted,
+            vcpu_is_preempted: true,
+            load_balance: false,
+            migration_cost_ns: 500_000,
+            tick_ns: 4_000_000,
+        }
     }
 }
 
@@ -993,6 +1061,8 @@ pub mod limits {
     pub const MAX_THREADS_PER_CORE: u32 = 8;
     pub const MAX_LB_BUSY_FACTOR: u32 = 1024;
     pub const MIN_SMT_SPEED_PCT: u32 = 10;
+    /// Shortest guest tick period, ns (CONFIG_HZ=10000 would be 100 µs; real guests use 100-1000 Hz).
+    pub const MIN_GUEST_TICK_NS: u64 = 100_000;
     /// Host noise: bursts per second, and the shortest mean burst, ns.
     pub const MAX_NOISE_HZ: f64 = 100_000.0;
     pub const MIN_NOISE_NS: u64 = 100;
@@ -1216,6 +1286,17 @@ impl SimConfig {
                 format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
             })?;
             check(vm.pv.icr_write_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
+            check(vm.guest.migration_cost_ns <= MAX_COST_NS, || {
+                format!("{} must be <= 1e9, got {}", f("guest.migration_cost_ns"), vm.guest.migration_cost_ns)
+            })?;
+            check((limits::MIN_GUEST_TICK_NS..=MAX_COST_NS).contains(&vm.guest.tick_ns), || {
+                format!(
+                    "{} must be in [{}, 1e9], got {}",
+                    f("guest.tick_ns"),
+                    limits::MIN_GUEST_TICK_NS,
+                    vm.guest.tick_ns
+                )
+            })?;
             // the halt-poll limits live with its type (shared with the calibration model)
             vm.halt_poll.validate().map_err(|e| format!("{}.{e}", f("halt_poll")))?;
             if vm.policy.kind == PolicyKind::Python {
@@ -1265,7 +1346,8 @@ impl SimConfig {
                         check(*lock <= MAX_LOCK_ID, || format!("{} must be <= {MAX_LOCK_ID}, got {lock}", pf("lock")))?;
                         check(*hold_ns <= MAX_COST_NS, || format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns")))?;
                         if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
-                            check(k == lock_kind, || {
+                            // an rwsem's readers and writers share it
+                            check(k == lock_kind || (k.is_rwsem() && lock_kind.is_rwsem()), || {
                                 format!("{} differs from an earlier phase using lock {lock}", pf("lock_kind"))
                             })?;
                         } else {

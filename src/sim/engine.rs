@@ -110,6 +110,8 @@ pub enum Ev {
     ThreadWake(u32, u32),
     Resched(u32, Why),
     Gang,
+    /// A guest tick of a VM with stacked threads: nohz idle balancing (`Guest.load_balance`).
+    GuestBalance(u32),
 }
 
 /// A queued event. `key` is (time, seq) as one 128-bit number: one integer
@@ -475,6 +477,8 @@ pub struct VcpuCounters {
     pub lock_steals: u64,
     pub osq_gave_up: u64,
     pub tlb_flush_skipped: u64,
+    /// Threads the guest's load balancing pulled onto this vCPU.
+    pub guest_pulls: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
@@ -531,6 +535,10 @@ pub struct Vcpu {
     /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
     /// the next useful work of this vCPU starts with it, ns.
     pub cold_ns: Ns,
+    /// Guest load balancing: when this vCPU went idle (`rq->idle_stamp`) and
+    /// its average idle period (`rq->avg_idle`).
+    pub idle_stamp: Option<Ns>,
+    pub avg_idle: Ns,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -584,6 +592,11 @@ pub struct Thread {
     pub wake_gen: u32,
     /// When the current Lock phase began (its wait for the lock starts here).
     pub lock_wait_start: Ns,
+    /// When it last stopped running on a vCPU (`se.exec_start` for `task_hot`).
+    pub last_ran: Ns,
+    /// Its Lock phase takes an rwsem for reading; a waiting reader was granted it.
+    pub rw_read: bool,
+    pub rw_granted: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -595,6 +608,8 @@ pub struct Lock {
     /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
     /// (a halted queue head is hashed; the unlock must kick it).
     pub slow: bool,
+    /// A reader-writer semaphore's active readers (its writer is `holder`).
+    pub readers: u32,
 }
 
 pub struct Vm {
@@ -625,6 +640,10 @@ pub struct Vm {
     pub spin_threshold_ns: Ns,
     /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
     pub halt_poll: HaltPollConfig,
+    /// Guest load balancing: a `GuestBalance` event is queued; the next
+    /// instant a nohz idle balance may run (`nohz.next_balance`).
+    pub lb_pending: bool,
+    pub nohz_next: Ns,
 }
 
 /// No vCPU (`Sim::pre_run_vcpu`).
@@ -855,6 +874,8 @@ impl Sim {
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
                         cold_ns: 0,
+                        idle_stamp: None,
+                        avg_idle: 2 * vmc.guest.migration_cost_ns,
                     });
                     sim.ready.push(false);
                 }
@@ -877,6 +898,9 @@ impl Sim {
                         pv_hashed: false,
                         wake_gen: 0,
                         lock_wait_start: 0,
+                        last_ran: 0,
+                        rw_read: false,
+                        rw_granted: false,
                     });
                 }
                 let nlocks = vmc
@@ -893,11 +917,14 @@ impl Sim {
                         waiters: VecDeque::new(),
                         acquisitions: 0,
                         slow: false,
+                        readers: 0,
                     })
                     .collect();
                 for ph in &vmc.workload.phases {
                     if let Phase::Lock { lock, lock_kind, .. } = ph {
-                        locks[*lock as usize].kind = super::guest::effective_lock_kind(*lock_kind, vmc);
+                        // an rwsem's lock is the semaphore; each phase says which side it takes
+                        let kind = if lock_kind.is_rwsem() { LockKind::RwsemWrite } else { *lock_kind };
+                        locks[*lock as usize].kind = super::guest::effective_lock_kind(kind, vmc);
                     }
                 }
                 let policy = make_policy(group, vmc)?;
@@ -927,6 +954,8 @@ impl Sim {
                     ple_ns: [(0, 0); 64],
                     spin_threshold_ns: spin_threshold_ns.max(1),
                     halt_poll,
+                    lb_pending: false,
+                    nohz_next: 0,
                 });
             }
         }
@@ -1089,6 +1118,7 @@ impl Sim {
             }
             Ev::Resched(cpu, why) => self.resched_event(cpu as usize, why),
             Ev::Gang => self.gang_switch(),
+            Ev::GuestBalance(vm) => self.guest_nohz_balance(vm as usize),
         }
     }
 

@@ -6,7 +6,7 @@
 //! at its planned end; anything that may change what it does (a lock granted,
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`.
 
-use super::config::{LockKind, LockModel, Phase, Placement, VmConfig, WaitEarly};
+use super::config::{LockKind, LockModel, Phase, Placement, PreemptedByte, VmConfig, WaitEarly};
 use super::engine::*;
 use super::policy::VcpuView;
 
@@ -94,6 +94,7 @@ impl Sim {
         let runnable = self.tasks[task].runnable;
         let vm = self.vm_of(v);
         let steal_time = self.vms[vm].cfg.pv.steal_time;
+        let every_put = self.vms[vm].cfg.pv.preempted_byte == PreemptedByte::EveryPut;
         let now = self.now;
         if runnable {
             self.ready[v] = true;
@@ -117,6 +118,10 @@ impl Sim {
                 }
             } else {
                 vc.c.preemption_other += 1;
+                if every_put && steal_time && !vc.st_preempted {
+                    vc.st_preempted = true;
+                    newly = true;
+                }
             }
             vc.acct.set(now, C_WAIT);
             if newly {
@@ -127,6 +132,11 @@ impl Sim {
             }
         } else {
             vc.acct.set(now, C_HALT);
+            // before 5.19 kvm_arch_vcpu_put marks a blocking vCPU preempted too
+            // (nothing runs on a halted vCPU, so no spinner needs telling)
+            if every_put && steal_time {
+                vc.st_preempted = true;
+            }
         }
     }
 
@@ -318,7 +328,11 @@ impl Sim {
                         let vc = &mut self.vcpus[v];
                         vc.cur = None;
                         vc.runq.push_back(t);
-                        self.threads[t as usize].state = TState::Ready;
+                        let th = &mut self.threads[t as usize];
+                        th.state = TState::Ready;
+                        th.last_ran = now;
+                        let vm = th.vm as usize;
+                        self.guest_balance_later(vm);
                     }
                 }
                 self.vcpu_step(v);
@@ -576,6 +590,15 @@ impl Sim {
                         t as usize
                     }
                     None => {
+                        let vm = self.vm_of(v);
+                        if self.vms[vm].cfg.guest.load_balance {
+                            if self.guest_newidle_balance(v) {
+                                continue;
+                            }
+                            if self.vcpus[v].idle_stamp.is_none() {
+                                self.vcpus[v].idle_stamp = Some(self.now);
+                            }
+                        }
                         self.guest_idle(v);
                         return;
                     }
@@ -630,6 +653,7 @@ impl Sim {
     fn block_current(&mut self, v: usize, t: usize) {
         self.vcpus[v].cur = None;
         self.threads[t].state = TState::Blocked;
+        self.threads[t].last_ran = self.now;
     }
 
     /// Next phase (and iteration bookkeeping).
@@ -683,9 +707,11 @@ impl Sim {
                 th.rem = d;
                 th.step = Step::Work { kernel: mode == super::config::Mode::Kernel, hold: None };
             }
-            Phase::Lock { lock, hold_ns, dist, .. } => {
+            Phase::Lock { lock, lock_kind, hold_ns, dist, .. } => {
                 let d = self.sample(hold_ns, dist);
                 self.threads[t].rem = d;
+                self.threads[t].rw_read = lock_kind == LockKind::RwsemRead;
+                self.threads[t].rw_granted = false;
                 self.threads[t].spun = 0;
                 self.threads[t].pv_halted = false;
                 self.threads[t].pv_hashed = false;
@@ -778,6 +804,9 @@ impl Sim {
     }
 
     fn lock_try(&mut self, vm: usize, lock: usize, t: usize) -> bool {
+        if self.vms[vm].locks[lock].kind.is_rwsem() {
+            return self.rwsem_try(vm, lock, t, true);
+        }
         let l = &mut self.vms[vm].locks[lock];
         let free_for_me = match l.kind {
             LockKind::Tas | LockKind::Mutex => l.holder.is_none(),
@@ -816,6 +845,9 @@ impl Sim {
     fn await_lock(&mut self, v: usize, t: usize, lock: u32) -> Flow {
         let vm = self.threads[t].vm as usize;
         let kernel = self.vms[vm].cfg.guest.lock_model == LockModel::Kernel;
+        if self.vms[vm].locks[lock as usize].kind.is_rwsem() {
+            return self.await_rwsem(v, t, lock as usize);
+        }
         if kernel && self.vms[vm].locks[lock as usize].kind == LockKind::PvQueued {
             return self.await_pv_qspinlock(v, t, lock as usize);
         }
@@ -879,12 +911,18 @@ impl Sim {
                     Flow::Again
                 }
             }
+            // await_rwsem runs these (checked at the top)
+            LockKind::RwsemRead | LockKind::RwsemWrite => self.await_rwsem(v, t, lock as usize),
         }
     }
 
     fn lock_release(&mut self, v: usize, t: usize, lock: usize) -> Flow {
         let vm = self.threads[t].vm as usize;
         let kind = self.vms[vm].locks[lock].kind;
+        if kind.is_rwsem() {
+            self.rwsem_release(vm, lock, t);
+            return Flow::Again;
+        }
         self.vms[vm].locks[lock].holder = None;
         if kind == LockKind::PvQueued && self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
             return self.pv_qspinlock_unlock(v, vm, lock);
@@ -933,6 +971,8 @@ impl Sim {
                     }
                 }
             }
+            // rwsem_release runs these (checked at the top)
+            LockKind::RwsemRead | LockKind::RwsemWrite => {}
         }
         Flow::Again
     }
@@ -960,7 +1000,7 @@ impl Sim {
         let vm = self.vm_of(v);
         let mut pokes = Vec::new();
         for l in &self.vms[vm].locks {
-            if l.kind == LockKind::Mutex && l.holder == Some(h) {
+            if matches!(l.kind, LockKind::Mutex | LockKind::RwsemWrite) && l.holder == Some(h) {
                 for &w in &l.waiters {
                     if self.spinning_now(w as usize) {
                         pokes.push(self.threads[w as usize].vcpu as usize);
@@ -970,6 +1010,121 @@ impl Sim {
         }
         for p in pokes {
             self.poke(p);
+        }
+    }
+
+    // ------------------------------------------- reader-writer semaphores
+
+    /// `down_read_trylock` / `down_write_trylock` (kernel/locking/rwsem.c,
+    /// 5.x): a reader takes it while no writer holds it and, at its fast
+    /// path (`fast`), nobody waits (`RWSEM_FLAG_WAITERS` sends readers to the
+    /// slow path); a writer takes it when neither a writer nor a reader holds it.
+    fn rwsem_try(&mut self, vm: usize, lock: usize, t: usize, fast: bool) -> bool {
+        let read = self.threads[t].rw_read;
+        let l = &mut self.vms[vm].locks[lock];
+        let ok = if read {
+            l.holder.is_none() && (!fast || l.waiters.is_empty())
+        } else {
+            l.holder.is_none() && l.readers == 0 && (!fast || l.waiters.is_empty())
+        };
+        if ok {
+            if read {
+                l.readers += 1;
+            } else {
+                l.holder = Some(t as u32);
+            }
+            l.acquisitions += 1;
+            if let Some(i) = l.waiters.iter().position(|&w| w as usize == t) {
+                l.waiters.remove(i);
+            }
+        }
+        ok
+    }
+
+    /// A waiter in `rwsem_down_read_slowpath` / `rwsem_down_write_slowpath`:
+    /// granted by a wake-up (`rwsem_mark_wake`), or takes the semaphore if
+    /// it is free for its side; else it spins optimistically while a writer
+    /// owns it and runs (`rwsem_optimistic_spin` → `rwsem_spin_on_owner`:
+    /// `owner_on_cpu`, through the OSQ with the kernel lock model), and
+    /// sleeps otherwise. Simplifications: a reader-owned semaphore is not
+    /// spun on (5.x writers spin on readers for a bounded time), and a
+    /// sleeping waiter does not retry before a wake-up grants it.
+    fn await_rwsem(&mut self, v: usize, t: usize, lock: usize) -> Flow {
+        let vm = self.threads[t].vm as usize;
+        let granted =
+            std::mem::take(&mut self.threads[t].rw_granted) || self.vms[vm].locks[lock].holder == Some(t as u32);
+        if granted || self.rwsem_try(vm, lock, t, false) {
+            self.record_lock_wait(vm, t);
+            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+            return Flow::Again;
+        }
+        let holder = self.vms[vm].locks[lock].holder.map(|h| h as usize);
+        if holder.is_some_and(|h| self.owner_on_cpu(vm, h)) {
+            let kernel = self.vms[vm].cfg.guest.lock_model == LockModel::Kernel;
+            if kernel && self.osq_prev_preempted(vm, lock, t) {
+                self.vcpus[v].c.osq_gave_up += 1;
+                self.block_current(v, t);
+                return Flow::Again;
+            }
+            self.start_spin(v, false);
+            return Flow::Started;
+        }
+        self.block_current(v, t);
+        Flow::Again
+    }
+
+    /// `up_read` / `up_write`: the last reader out, or the writer, wakes
+    /// the waiters (`rwsem_wake` → `rwsem_mark_wake`): a spinning waiter if
+    /// there is one (it takes the semaphore itself), else the first
+    /// sleeper — a writer alone, or, if it is a reader, every waiting
+    /// reader (up to `MAX_READERS_WAKEUP` = 256), each granted it.
+    fn rwsem_release(&mut self, vm: usize, lock: usize, t: usize) {
+        let l = &mut self.vms[vm].locks[lock];
+        if l.holder == Some(t as u32) {
+            l.holder = None;
+        } else {
+            debug_assert!(l.readers > 0, "an rwsem reader releases a semaphore no reader holds");
+            l.readers = l.readers.saturating_sub(1);
+            if l.readers > 0 {
+                return;
+            }
+        }
+        if let Some(w) = self.vms[vm].locks[lock].waiters.iter().copied().find(|&w| self.spinning_now(w as usize)) {
+            let wv = self.threads[w as usize].vcpu as usize;
+            self.poke(wv);
+            return;
+        }
+        let Some(&first) = self.vms[vm].locks[lock].waiters.front() else { return };
+        let wake: Vec<u32> = if self.threads[first as usize].rw_read {
+            self.vms[vm].locks[lock]
+                .waiters
+                .iter()
+                .copied()
+                .filter(|&w| self.threads[w as usize].rw_read)
+                .take(256)
+                .collect()
+        } else {
+            vec![first]
+        };
+        for w in wake {
+            let w = w as usize;
+            let l = &mut self.vms[vm].locks[lock];
+            if let Some(i) = l.waiters.iter().position(|&x| x as usize == w) {
+                l.waiters.remove(i);
+            }
+            if self.threads[w].rw_read {
+                l.readers += 1;
+                self.threads[w].rw_granted = true;
+            } else {
+                l.holder = Some(w as u32);
+            }
+            l.acquisitions += 1;
+            if self.threads[w].state == TState::Blocked {
+                self.wake_thread(w, WakeReason::Ipi);
+            } else {
+                let wv = self.threads[w].vcpu as usize;
+                self.poke(wv);
+            }
         }
     }
 
@@ -993,7 +1148,8 @@ impl Sim {
     pub fn kvm_sched_yield(&mut self, v: usize, target: usize, t: &mut Ns) -> bool {
         self.vcpus[v].c.directed_yield_attempted += 1;
         let cpu = self.vcpus[v].running.unwrap() as usize;
-        if self.nr_running(cpu) == 1 || !self.ready[target] || target == v {
+        let bailout = self.vms[self.vm_of(v)].cfg.pv.yield_single_task_bailout;
+        if (bailout && self.nr_running(cpu) == 1) || !self.ready[target] || target == v {
             return false;
         }
         let ok = self.yield_to(v, target, t) > 0;
@@ -1177,7 +1333,7 @@ impl Sim {
                         }
                     }
                 }
-                LockKind::Mutex if osq_checks => {
+                LockKind::Mutex | LockKind::RwsemWrite if osq_checks => {
                     if let Some(&n) =
                         l.waiters.iter().skip(pos + 1).find(|&&w| self.threads[w as usize].state == TState::Current)
                     {
@@ -1282,6 +1438,13 @@ impl Sim {
         let th = &mut self.threads[t];
         th.state = TState::Ready;
         th.vcpu = target as u32;
+        if self.vms[vm].cfg.guest.load_balance {
+            self.guest_idle_ends(target);
+            if !self.guest_idle_cpu(target) {
+                // the thread waits behind another: a later tick may balance
+                self.guest_balance_later(vm);
+            }
+        }
         self.vcpus[target].runq.push_back(t as u32);
         if self.vcpus[target].halted {
             self.vcpu_host_wake(target, reason);
@@ -1338,6 +1501,122 @@ impl Sim {
         let vm = self.vm_of(v);
         if self.vms[vm].cfg.pv.placement == Placement::PcpuIsIdleRfcCleared {
             self.vcpus[v].st_is_idle = false;
+        }
+    }
+
+    // ------------------------------------------- guest load balancing
+
+    /// `ttwu_do_wakeup`'s idle accounting: a thread arrives on a vCPU that
+    /// was idle since `idle_stamp`: `update_avg(&rq->avg_idle, delta)`
+    /// (1/8 weight), capped at 2 × the migration cost (`max_idle_balance_cost`
+    /// at its initial value).
+    fn guest_idle_ends(&mut self, c: usize) {
+        let vm = self.vm_of(c);
+        let cost = self.vms[vm].cfg.guest.migration_cost_ns;
+        let now = self.now;
+        let vc = &mut self.vcpus[c];
+        if let Some(since) = vc.idle_stamp.take() {
+            let delta = (now - since) as i64;
+            let avg = vc.avg_idle as i64;
+            vc.avg_idle = ((avg + (delta - avg) / 8).max(0) as Ns).min(2 * cost);
+        }
+    }
+
+    /// The first cache-cold waiting thread of the vCPU with the most waiting
+    /// threads (other than `dst`): `find_busiest_queue` by queue length, then
+    /// `detach_tasks` from the longest-waiting end, skipping `task_hot`
+    /// threads (stopped running less than the migration cost ago).
+    fn guest_busiest_thread(&self, vm: usize, dst: usize) -> Option<(usize, usize)> {
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let cost = self.vms[vm].cfg.guest.migration_cost_ns;
+        let mut best: Option<(usize, usize)> = None;
+        for c in v0..v0 + n {
+            let q = self.vcpus[c].runq.len();
+            // a queue with a waiting thread beside a running one (nr_running >= 2),
+            // or two waiting threads
+            let nr = q + usize::from(self.vcpus[c].cur.is_some());
+            if c == dst || q == 0 || nr < 2 || best.is_some_and(|(_, bq)| bq >= q) {
+                continue;
+            }
+            best = Some((c, q));
+        }
+        let (src, _) = best?;
+        let now = self.now;
+        let i = self.vcpus[src].runq.iter().position(|&t| now - self.threads[t as usize].last_ran >= cost)?;
+        Some((src, i))
+    }
+
+    /// Move waiting thread number `i` of `src`'s queue to `dst` (`detach_task` + `attach_task`).
+    fn guest_migrate(&mut self, src: usize, i: usize, dst: usize) {
+        let t = self.vcpus[src].runq.remove(i).expect("a queued thread") as usize;
+        self.threads[t].vcpu = dst as u32;
+        self.vcpus[dst].runq.push_back(t as u32);
+        self.vcpus[dst].c.guest_pulls += 1;
+    }
+
+    /// `newidle_balance` (kernel/sched/fair.c, 5.x): a vCPU about to go idle
+    /// pulls one waiting thread, unless its `avg_idle` is below the migration
+    /// cost (the kernel's guard against balancing for short idle periods).
+    fn guest_newidle_balance(&mut self, v: usize) -> bool {
+        let vm = self.vm_of(v);
+        if self.vcpus[v].avg_idle < self.vms[vm].cfg.guest.migration_cost_ns {
+            return false;
+        }
+        match self.guest_busiest_thread(vm, v) {
+            Some((src, i)) => {
+                self.guest_migrate(src, i, v);
+                self.vcpus[v].idle_stamp = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A thread waits behind another on a vCPU of `vm`: at the next guest
+    /// tick, `trigger_load_balance` → `nohz_balancer_kick` may run.
+    fn guest_balance_later(&mut self, vm: usize) {
+        if !self.vms[vm].cfg.guest.load_balance || self.vms[vm].lb_pending {
+            return;
+        }
+        let tick = self.vms[vm].cfg.guest.tick_ns;
+        self.vms[vm].lb_pending = true;
+        let at = (self.now / tick + 1) * tick;
+        self.push(at, Ev::GuestBalance(vm as u32));
+    }
+
+    /// A guest tick of a vCPU with two or more runnable threads: once the
+    /// balance interval has passed (`nohz.next_balance`; `sd_weight` ms for
+    /// the VM's one domain, `sd_init`), the kicked idle vCPU balances for
+    /// every idle vCPU (`nohz_idle_balance`): each pulls one cache-cold
+    /// waiting thread from the busiest queue and is woken (the reschedule
+    /// IPI of `attach_task`). Simplification: the kick's own IPI and the
+    /// balancing time are not charged; periodic balancing between busy
+    /// vCPUs is not modelled.
+    pub fn guest_nohz_balance(&mut self, vm: usize) {
+        self.vms[vm].lb_pending = false;
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let stacked = |s: &Self| (v0..v0 + n).any(|c| !s.vcpus[c].runq.is_empty());
+        if !stacked(self) {
+            return;
+        }
+        if self.now >= self.vms[vm].nohz_next {
+            self.vms[vm].nohz_next = self.now + n as Ns * 1_000_000;
+            for dst in v0..v0 + n {
+                if !self.guest_idle_cpu(dst) {
+                    continue;
+                }
+                let Some((src, i)) = self.guest_busiest_thread(vm, dst) else { break };
+                self.guest_idle_ends(dst);
+                self.guest_migrate(src, i, dst);
+                if self.vcpus[dst].halted {
+                    self.vcpu_host_wake(dst, WakeReason::Ipi);
+                } else if self.vcpus[dst].running.is_some() {
+                    self.poke(dst);
+                }
+            }
+        }
+        if stacked(self) {
+            self.guest_balance_later(vm);
         }
     }
 

@@ -353,3 +353,268 @@ fn the_guest_sees_a_stale_is_idle_while_the_host_cpu_is_busy() {
     u.vcpus[1].st_preempted = true;
     assert!(u.guest_idle_cpu(1) && u.vcpu_is_preempted(0, 1), "not available to available_idle_cpu");
 }
+
+#[test]
+fn before_5_19_a_halted_vcpu_reads_as_preempted_and_available_idle_cpu_refuses_it() {
+    // vCPU 1 has no thread: it halts at once and blocks on its idle CPU.
+    // Today (instruction_boundary) the blocked vCPU is not preempted, so
+    // available_idle_cpu takes it; with the 4.10-5.18 put (every_put) the
+    // byte is set at the blocking put, so the wake-up falls back to prev.
+    for (byte, preempted) in [(PreemptedByte::InstructionBoundary, false), (PreemptedByte::EveryPut, true)] {
+        let mut c = rfc(Placement::AvailableIdle, 0.0);
+        c.vms[0].pv.preempted_byte = byte;
+        let mut s = sim_of(&c);
+        s.step_until(50_000).unwrap();
+        assert!(s.vcpus[1].halted && s.vcpus[1].running.is_none() && s.guest_idle_cpu(1));
+        assert_eq!(s.vcpus[1].st_preempted, preempted, "{byte:?}");
+        assert_eq!(s.vcpu_is_preempted(0, 1), preempted);
+        assert_eq!(s.vcpus[1].c.preemption_reported, 0, "a blocking put is no reported preemption");
+        // a thread whose previous vCPU (0) is busy: vCPU 1 is chosen only if available
+        s.threads[0].vcpu = 0;
+        let busy0 = !s.guest_idle_cpu(0);
+        assert!(busy0, "vCPU 0 runs the thread");
+        assert_eq!(s.place(0, 0), if preempted { 0 } else { 1 });
+        // the RFC's available_idle_cpu_sched asks no preemption question
+        let mut c = c.clone();
+        c.vms[0].pv.placement = Placement::PcpuIsIdleRfc;
+        let mut r = sim_of(&c);
+        r.step_until(50_000).unwrap();
+        assert_eq!(r.vcpus[1].st_preempted, preempted);
+        assert!(r.vcpus[1].st_is_idle);
+        assert_eq!(r.place(0, 0), 1);
+        // entering the guest clears the byte (record_steal_time)
+        s.step_until(2_000_000).unwrap();
+        if s.vcpus[1].running.is_some() {
+            assert!(!s.vcpus[1].st_preempted);
+        }
+    }
+    // without steal time there is no byte to set
+    let mut c = rfc(Placement::AvailableIdle, 0.0);
+    c.vms[0].pv.preempted_byte = PreemptedByte::EveryPut;
+    c.vms[0].pv.steal_time = false;
+    let mut s = sim_of(&c);
+    s.step_until(50_000).unwrap();
+    assert!(s.vcpus[1].halted && !s.vcpus[1].st_preempted);
+}
+
+// ------------------------------------------------- guest load balancing
+
+/// One VM of `v` vCPUs pinned on `v` CPUs, `t` threads that compute 20 ms
+/// after a 1 ms sleep, the guest's load balancing on.
+fn guest_lb(v: u32, t: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: v, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            threads: t,
+            guest: GuestConfig { load_balance: true, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Sleep { ns: 1_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
+                    Phase::Compute { ns: 20_000_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// At 0.6 ms every thread sleeps and every vCPU is halted; queue threads
+/// 1 and 2 on vCPU 0 (stacked, woken), cold unless `hot`.
+fn stacked(c: &SimConfig, hot: bool) -> Sim {
+    let mut s = sim_of(c);
+    s.step_until(600_000).unwrap();
+    assert!((0..s.vcpus.len()).all(|v| s.vcpus[v].halted && s.guest_idle_cpu(v)));
+    assert!(s.now < 600_000);
+    s.now = 600_000; // nothing happens until the sleeps end at 1 ms
+    for t in [1usize, 2] {
+        let th = &mut s.threads[t];
+        th.wake_gen = th.wake_gen.wrapping_add(1); // its sleep timer is void
+        th.state = TState::Ready;
+        th.vcpu = 0;
+        th.last_ran = if hot { 500_000 } else { 0 };
+        s.advance(t); // past its sleep: the next phase computes
+        s.vcpus[0].runq.push_back(t as u32);
+    }
+    s.vcpu_host_wake(0, WakeReason::Ipi);
+    s
+}
+
+#[test]
+fn newidle_balance_pulls_a_cold_waiting_thread_unless_idle_periods_are_short() {
+    let c = guest_lb(3, 3);
+    // avg_idle starts at 2 x migration cost (1 ms): vCPU 1, about to idle, pulls
+    let mut s = stacked(&c, false);
+    assert_eq!(s.vcpus[1].avg_idle, 1_000_000);
+    assert!(s.guest_newidle_balance(1));
+    assert_eq!(s.vcpus[1].runq.front(), Some(&1));
+    assert_eq!((s.threads[1].vcpu, s.vcpus[1].c.guest_pulls), (1, 1));
+    // short idle periods (avg_idle < sysctl_sched_migration_cost): no newidle balance
+    let mut s = stacked(&c, false);
+    s.vcpus[1].avg_idle = 400_000;
+    assert!(!s.guest_newidle_balance(1));
+    // task_hot: a thread that ran less than the migration cost ago stays
+    let mut s = stacked(&c, true);
+    assert!(!s.guest_newidle_balance(1));
+    // update_avg: an idle period of 0.2 ms moves avg_idle 1/8 of the way
+    let mut s = sim_of(&c);
+    s.vcpus[2].idle_stamp = Some(0);
+    s.now = 200_000;
+    s.guest_idle_ends(2);
+    assert_eq!((s.vcpus[2].avg_idle, s.vcpus[2].idle_stamp), (1_000_000 - 100_000, None));
+}
+
+#[test]
+fn a_tick_of_a_stacked_vcpu_kicks_the_nohz_idle_balance_once_per_interval() {
+    let c = guest_lb(3, 3);
+    let mut s = stacked(&c, false);
+    s.guest_nohz_balance(0);
+    // one thread moves to the first idle vCPU, which is woken; vCPU 0 keeps one
+    assert_eq!((s.threads[1].vcpu, s.threads[2].vcpu), (1, 0));
+    assert!(!s.vcpus[1].halted && s.ready[1], "the pulling vCPU is woken");
+    assert_eq!(s.vcpus[1].c.guest_pulls + s.vcpus[2].c.guest_pulls, 1);
+    assert_eq!(s.vms[0].nohz_next, 600_000 + 3_000_000, "sd_weight ms");
+    // both threads then compute at the same time on two vCPUs
+    s.step_until(1_500_000).unwrap();
+    assert_eq!(s.vcpus[0].cur, Some(2));
+    assert_eq!(s.vcpus[1].cur, Some(1));
+    // before the interval has passed a tick balances nothing
+    let mut s = stacked(&c, false);
+    s.vms[0].nohz_next = 5_000_000;
+    s.guest_nohz_balance(0);
+    assert_eq!(s.threads[1].vcpu, 0);
+    assert!(s.vms[0].lb_pending, "the next guest tick looks again");
+    // without load balancing nothing moves: the thread waits on vCPU 0
+    let mut off = c.clone();
+    off.vms[0].guest.load_balance = false;
+    let mut s = stacked(&off, false);
+    s.step_until(1_500_000).unwrap();
+    assert_eq!((s.threads[1].vcpu, s.threads[2].vcpu), (0, 0));
+    assert_eq!(s.vcpus.iter().map(|v| v.c.guest_pulls).sum::<u64>(), 0);
+}
+
+// ------------------------------------------------- reader-writer semaphores
+
+/// One VM, 4 vCPUs on 4 CPUs, one thread each, looping: 10 µs compute,
+/// rwsem 0 for reading (`read_hold_ns`), then for writing (5 µs).
+fn rwsem(read_hold_ns: u64) -> SimConfig {
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: 4, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: 4,
+            ple: PleConfig { enabled: false, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    Phase::Compute { ns: 10_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
+                    Phase::Lock {
+                        lock: 0,
+                        lock_kind: LockKind::RwsemRead,
+                        hold_ns: read_hold_ns,
+                        dist: Dist::Fixed,
+                        prob: 1.0,
+                    },
+                    Phase::Lock {
+                        lock: 0,
+                        lock_kind: LockKind::RwsemWrite,
+                        hold_ns: 5_000,
+                        dist: Dist::Fixed,
+                        prob: 1.0,
+                    },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn rwsem_readers_share_a_writer_excludes_and_the_release_wakes_the_right_side() {
+    let mut s = sim_of(&rwsem(1_000_000));
+    assert_eq!(s.vms[0].locks[0].kind, LockKind::RwsemWrite, "the lock is the semaphore");
+    // at 10 µs every thread enters its read phase at once: all four read together
+    s.step_until(20_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    assert_eq!((l.readers, l.holder, l.waiters.len()), (4, None, 0));
+    assert!((0..4).all(|t| matches!(s.threads[t].step, Step::Work { hold: Some(0), .. })));
+    // a writer needs it free
+    s.threads[0].rw_read = false;
+    assert!(!s.rwsem_try(0, 0, 0, true));
+    // by hand: 3 readers release; a writer and two readers wait (sleeping)
+    for t in [1usize, 2, 3] {
+        s.rwsem_release(0, 0, t);
+    }
+    assert_eq!(s.vms[0].locks[0].readers, 1);
+    s.threads[0].rw_read = true; // thread 0 still reads
+    for (t, read) in [(1usize, false), (2, true), (3, true)] {
+        let v = s.threads[t].vcpu as usize;
+        s.threads[t].rw_read = read;
+        s.threads[t].step = Step::AwaitLock { lock: 0 };
+        s.vms[0].locks[0].waiters.push_back(t as u32);
+        s.block_current(v, t);
+    }
+    // a newcomer reader waits behind waiters (RWSEM_FLAG_WAITERS), the slow path lets it in
+    s.threads[2].rw_read = true;
+    assert!(!s.rwsem_try(0, 0, 2, true));
+    // the last reader out wakes the first waiter, the writer, alone
+    s.rwsem_release(0, 0, 0);
+    let l = &s.vms[0].locks[0];
+    assert_eq!((l.holder, l.readers), (Some(1), 0));
+    assert_eq!(l.waiters.iter().copied().collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(s.threads[1].state, TState::Ready, "the writer is woken");
+    // the writer's release grants every waiting reader
+    s.rwsem_release(0, 0, 1);
+    let l = &s.vms[0].locks[0];
+    assert_eq!((l.holder, l.readers, l.waiters.len()), (None, 2, 0));
+    assert!(s.threads[2].rw_granted && s.threads[3].rw_granted);
+    assert!(s.threads[2].state == TState::Ready && s.threads[3].state == TState::Ready);
+}
+
+#[test]
+fn rwsem_runs_live_and_its_acquisitions_add_up() {
+    // 4 threads alternate a 20 µs read side and a 5 µs write side: no thread
+    // stalls, every grant is matched by a release
+    let mut s = sim_of(&rwsem(20_000));
+    let mut shared = 0;
+    for k in 1..=5000 {
+        s.step_until(k * 10_000).unwrap();
+        let l = &s.vms[0].locks[0];
+        assert!(l.readers <= 4 && (l.holder.is_none() || l.readers == 0), "a writer never shares");
+        let holding = s.threads.iter().filter(|t| matches!(t.step, Step::Work { hold: Some(0), .. })).count();
+        assert_eq!(holding as u32, l.readers + u32::from(l.holder.is_some()), "holders at {} ns", s.now);
+        shared += usize::from(l.readers >= 2);
+    }
+    let l = &s.vms[0].locks[0];
+    assert!(l.acquisitions > 1000, "{}", l.acquisitions);
+    assert!(s.threads.iter().all(|t| t.iters > 100));
+    assert!(shared > 0, "readers held it together");
+}
+
+#[test]
+fn before_5_13_kvm_sched_yield_boosts_a_waiting_target_even_from_an_idle_queue() {
+    // 3 vCPUs round robin on 2 CPUs: vCPU 1 runs alone on CPU 1, vCPUs 0 and 2
+    // share CPU 0, so one of them is ready and waiting there
+    for bailout in [true, false] {
+        let mut c = locks(3, 2, LockKind::PvQueued, 1_000);
+        c.vms[0].workload.phases =
+            vec![Phase::Compute { ns: 50_000_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 }];
+        c.vms[0].pv.yield_single_task_bailout = bailout;
+        let mut s = sim_of(&c);
+        s.step_until(1_000_000).unwrap();
+        let waiting = if s.vcpus[0].running.is_some() { 2 } else { 0 };
+        assert!(s.ready[waiting] && s.vcpus[1].running.is_some() && s.nr_running(1) == 1);
+        let mut t = s.now;
+        let ok = s.kvm_sched_yield(1, waiting, &mut t);
+        assert_eq!(s.vcpus[1].c.directed_yield_attempted, 1);
+        // 5.13+: single_task_running() on the yielder's CPU ends it at once; before,
+        // yield_to boosts the target on its own queue (CPU 0 runs two tasks: no -ESRCH)
+        assert_eq!(ok, !bailout, "bailout {bailout}");
+        assert_eq!(s.vcpus[1].c.directed_yield_successful, u64::from(!bailout));
+    }
+}

@@ -169,6 +169,7 @@ pub fn collect(sim: &Sim) -> SimResult {
     counter!("lock_steals", lock_steals);
     counter!("osq_gave_up", osq_gave_up);
     counter!("tlb_flush_skipped", tlb_flush_skipped);
+    counter!("guest_pulls", guest_pulls);
 
     // ---- host CPUs
     let mut pc = Table::default();

@@ -73,6 +73,12 @@ impl SpinCtx for PleCtx<'_> {
     fn preempted(&self, idx: usize) -> bool {
         self.sim.vcpus[self.vcpu0 + idx].preempted
     }
+    fn ipi_receiver(&self, idx: usize) -> bool {
+        match self.sim.vcpus[self.spinner].cur {
+            Some(t) => self.sim.vcpus[self.vcpu0 + idx].ipis.contains(&t),
+            None => false,
+        }
+    }
     fn last_boosted(&self) -> usize {
         self.sim.vms[self.vm].last_boosted
     }

@@ -70,6 +70,12 @@ pub trait SpinCtx {
     fn eligible_for_directed_yield(&mut self, idx: usize) -> bool;
     /// `kvm_vcpu_yield_to()`: [`ESRCH`], 0 or 1; costs run-queue-lock time.
     fn yield_to(&mut self, idx: usize) -> i32;
+    /// Vcpu `idx` has not yet handled an IPI that the spinner's current
+    /// thread sent (`kvm_vcpu_is_ipi_receiver` of the 2025 IPI-aware RFC,
+    /// with "recent" = still pending); false where the engine cannot tell.
+    fn ipi_receiver(&self, _idx: usize) -> bool {
+        false
+    }
     /// The [K1] candidate filter (before the dy_eligible toggle) on vCPU
     /// `idx`; engines may override it with a faster equivalent.
     fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
@@ -112,6 +118,7 @@ pub fn builtin(cfg: &PolicyConfig) -> Option<Box<dyn DirectedYieldPolicy>> {
             dy_eligible: cfg.dy_eligible,
             kernel_filter: cfg.kernel_filter,
             gate_preempted: cfg.candidate_gate == super::config::CandidateGate::Preempted,
+            ipi_aware: cfg.ipi_aware,
         }),
         PolicyKind::Random => Box::new(RandomYield),
         PolicyKind::Oracle => Box::new(Oracle),
@@ -216,6 +223,8 @@ pub struct Upstream {
     /// of `vcpu->ready`: a vCPU woken from a halt that has not run yet is
     /// not a candidate.
     pub gate_preempted: bool,
+    /// IPI-aware candidate selection (`PolicyConfig::ipi_aware`).
+    pub ipi_aware: bool,
 }
 impl DirectedYieldPolicy for Upstream {
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
@@ -254,7 +263,10 @@ impl Upstream {
             if self.gate_preempted && !ctx.preempted(idx) {
                 continue;
             }
-            if !upstream_filter(ctx, idx, self.kernel_filter) {
+            // kvm_vcpu_is_good_yield_candidate (IPI-aware RFC): a pending IPI
+            // receiver of the spinner is good whatever mode it was preempted in
+            let kernel_filter = self.kernel_filter && !(self.ipi_aware && ctx.ipi_receiver(idx));
+            if !upstream_filter(ctx, idx, kernel_filter) {
                 continue;
             }
             if self.dy_eligible && !ctx.eligible_for_directed_yield(idx) {
@@ -263,12 +275,41 @@ impl Upstream {
             let r = ctx.yield_to(idx);
             if r > 0 {
                 ctx.set_last_boosted(if self.last_boosted_bug { i } else { idx });
-                break;
+                return;
             }
             if r < 0 && budget > 0 {
                 budget -= 1;
                 if budget == 0 {
-                    break;
+                    return;
+                }
+            }
+        }
+        if self.ipi_aware {
+            self.relaxed_round(ctx, start, budget);
+        }
+    }
+
+    /// The IPI-aware RFC's second round: `vcpu->preempted` only.
+    fn relaxed_round<C: SpinCtx + ?Sized>(&self, ctx: &mut C, start: usize, mut budget: u32) {
+        let (n, me) = (ctx.n(), ctx.me());
+        for i in 0..n {
+            let idx = (start + i) % n;
+            if idx == me {
+                continue;
+            }
+            ctx.examine();
+            if !ctx.preempted(idx) {
+                continue;
+            }
+            let r = ctx.yield_to(idx);
+            if r > 0 {
+                ctx.set_last_boosted(if self.last_boosted_bug { i } else { idx });
+                return;
+            }
+            if r < 0 && budget > 0 {
+                budget -= 1;
+                if budget == 0 {
+                    return;
                 }
             }
         }
@@ -393,8 +434,13 @@ mod tests {
         last: usize,
         yields: Vec<usize>,
         results: Vec<i32>,
+        /// vCPUs holding an unhandled IPI from the spinner.
+        receivers: Vec<usize>,
     }
     impl SpinCtx for Fake {
+        fn ipi_receiver(&self, idx: usize) -> bool {
+            self.receivers.contains(&idx)
+        }
         fn n(&self) -> usize {
             self.views.len()
         }
@@ -440,13 +486,21 @@ mod tests {
 
     #[test]
     fn upstream_scans_round_robin_from_last_boosted_and_stops_on_success() {
-        let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
+        let mut f = Fake {
+            views: vec![preempted(); 5],
+            me: 1,
+            last: 2,
+            yields: vec![],
+            results: vec![0, 1],
+            receivers: vec![],
+        };
         let mut p = Upstream {
             esrch_budget: 3,
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
             gate_preempted: false,
+            ipi_aware: false,
         };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![3, 4]);
@@ -455,13 +509,21 @@ mod tests {
 
     #[test]
     fn upstream_last_boosted_bug_stores_the_offset() {
-        let mut f = Fake { views: vec![preempted(); 5], me: 1, last: 2, yields: vec![], results: vec![0, 1] };
+        let mut f = Fake {
+            views: vec![preempted(); 5],
+            me: 1,
+            last: 2,
+            yields: vec![],
+            results: vec![0, 1],
+            receivers: vec![],
+        };
         let mut p = Upstream {
             esrch_budget: 3,
             last_boosted_bug: true,
             dy_eligible: true,
             kernel_filter: true,
             gate_preempted: false,
+            ipi_aware: false,
         };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.last, 1); // offset i = 1, not index 4
@@ -469,13 +531,21 @@ mod tests {
 
     #[test]
     fn upstream_esrch_budget_is_three() {
-        let mut f = Fake { views: vec![preempted(); 8], me: 0, last: 0, yields: vec![], results: vec![ESRCH; 8] };
+        let mut f = Fake {
+            views: vec![preempted(); 8],
+            me: 0,
+            last: 0,
+            yields: vec![],
+            results: vec![ESRCH; 8],
+            receivers: vec![],
+        };
         let mut p = Upstream {
             esrch_budget: 3,
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
             gate_preempted: false,
+            ipi_aware: false,
         };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![1, 2, 3]);
@@ -484,13 +554,21 @@ mod tests {
     #[test]
     fn dy_eligible_toggle_skips_a_spinner_every_other_time() {
         let spinning = VcpuView { in_spin_loop: true, ..preempted() };
-        let mut f = Fake { views: vec![preempted(), spinning], me: 0, last: 0, yields: vec![], results: vec![] };
+        let mut f = Fake {
+            views: vec![preempted(), spinning],
+            me: 0,
+            last: 0,
+            yields: vec![],
+            results: vec![],
+            receivers: vec![],
+        };
         let mut p = Upstream {
             esrch_budget: 3,
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
             gate_preempted: false,
+            ipi_aware: false,
         };
         p.on_spin(&mut f).unwrap(); // dy_eligible false -> skipped, toggled to true
         assert!(f.yields.is_empty());
@@ -511,8 +589,39 @@ mod tests {
             last: 0,
             yields: vec![],
             results: vec![0, 1],
+            receivers: vec![],
         };
         Baseline2011.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![2, 4]);
+    }
+
+    #[test]
+    fn ipi_aware_selection_boosts_a_receiver_preempted_in_user_mode_then_relaxes() {
+        // vCPU 2 holds the spinner's IPI but was preempted in guest user mode:
+        // upstream's in-kernel filter skips it, the IPI-aware filter takes it
+        let user = VcpuView { preempted: true, ready: true, preempted_in_kernel: false, ..v() };
+        let views = vec![v(), v(), user.clone(), v()];
+        let up = Upstream {
+            esrch_budget: 3,
+            last_boosted_bug: false,
+            dy_eligible: true,
+            kernel_filter: true,
+            gate_preempted: false,
+            ipi_aware: false,
+        };
+        let mut f = Fake { views: views.clone(), me: 0, last: 0, yields: vec![], results: vec![1], receivers: vec![2] };
+        up.clone().on_spin(&mut f).unwrap();
+        assert!(f.yields.is_empty(), "upstream skips it");
+        let mut aware = up;
+        aware.ipi_aware = true;
+        let mut f = Fake { views, me: 0, last: 0, yields: vec![], results: vec![1], receivers: vec![2] };
+        aware.on_spin(&mut f).unwrap();
+        assert_eq!((f.yields.clone(), f.last), (vec![2], 2));
+        // no receiver: the strict round finds nobody (user-mode preemption), the
+        // relaxed round boosts the first preempted vCPU after last_boosted
+        let views = vec![v(), user.clone(), v(), user];
+        let mut f = Fake { views, me: 0, last: 2, yields: vec![], results: vec![1], receivers: vec![] };
+        aware.on_spin(&mut f).unwrap();
+        assert_eq!(f.yields, vec![3]);
     }
 }

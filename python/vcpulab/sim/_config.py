@@ -754,6 +754,16 @@ class Policy(_Base):
             interrupts": preempted, or woken from a halt and not yet running)
             or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
             woken vCPU that has not run yet is not a candidate).
+        ipi_aware: upstream: IPI-aware candidate selection, after Wanpeng
+            Li's RFC ("[PATCH v2 8/9] KVM: Implement IPI-aware directed yield
+            candidate selection", 18 Dec 2025, not merged,
+            https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a
+            candidate that has not yet handled an IPI the spinner's thread
+            sent passes the in-kernel filter (``kvm_vcpu_is_ipi_receiver``;
+            "recent" = still pending: the RFC's recency window, patches 1-7,
+            is not modelled), then pending interrupts and the preempted
+            fallback as upstream; a scan that boosts nobody is followed by a
+            relaxed round that asks ``vcpu->preempted`` only. Default False.
         name: Python policies: the callable's name (the key it travels under).
         fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
             serialised, travels beside the JSON.
@@ -767,10 +777,12 @@ class Policy(_Base):
     name: str = ""
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
     candidate_gate: str = "ready"
+    ipi_aware: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "kind")
         _choice(self, "candidate_gate")
+        _bool(self, "ipi_aware")
         _int(self, "esrch_budget")
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")
@@ -849,6 +861,27 @@ class Pv(_Base):
         icr_write_ns: cost of one ICR-write exit per IPI target when
             ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
             option existed; an era preset sets the hardware figure).
+        preempted_byte: when the host sets the steal-time ``preempted`` byte
+            that the guest's ``vcpu_is_preempted`` reads ([K4]):
+            ``"instruction_boundary"`` (5.19 on, and the stable kernels from
+            5.4 that took the fixes: only a vCPU preempted while runnable by
+            the interrupt that took it out of guest mode; commits
+            54aa83c90198 "KVM: x86: do not set st->preempted when going back
+            to user space" and 6cd88243c7e0 "KVM: x86: do not report a vCPU
+            as preempted outside instruction boundaries", Paolo Bonzini,
+            June 2022) or ``"every_put"`` (4.10 to 5.18: ``kvm_arch_vcpu_put``
+            calls ``kvm_steal_time_set_preempted`` at every put, so a vCPU
+            blocked after HLT, or switched out after a pause-loop exit, reads
+            as preempted until it enters the guest again, and
+            ``available_idle_cpu`` refuses every halted vCPU). Default
+            ``"instruction_boundary"``.
+        yield_single_task_bailout: ``kvm_sched_yield`` (the KICK_CPU yield
+            and PV sched yield) gives up at once while the yielder is alone
+            on its host CPU (``single_task_running()``; "KVM: X86: Bail out of
+            direct yield in case of under-committed scenarios", Wanpeng Li,
+            2021, v5.13). False: hosts before it, which always try
+            ``kvm_vcpu_yield_to`` (it can still boost a target waiting on
+            another CPU's queue). Default True.
     """
 
     steal_time: bool = True
@@ -863,8 +896,12 @@ class Pv(_Base):
     tlb_flush: bool = False
     send_ipi: bool = False
     icr_write_ns: int = 0
+    preempted_byte: str = field(default="instruction_boundary", metadata=_NEW)
+    yield_single_task_bailout: bool = field(default=True, metadata=_NEW)
 
     def __post_init__(self) -> None:
+        _choice(self, "preempted_byte")
+        _bool(self, "yield_single_task_bailout")
         for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
             _bool(self, name)
         _int(self, "icr_write_ns")
@@ -1005,7 +1042,7 @@ def _as_int(v: Any) -> Any:
 # ---------------------------------------------------------------------- phases
 
 DISTS = ("fixed", "exp", "uniform")
-LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex")
+LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
 
 
 def _phase_common(obj: Any) -> None:
@@ -1047,8 +1084,14 @@ class Lock(_Base):
     (spin SPIN_THRESHOLD iterations, then halt until kicked; the kick
     directed-yields to the kicked vCPU, [K5]), ``"mutex"`` (optimistic
     spinning while the owner is on a CPU and, with steal time, not preempted;
-    otherwise sleep). Simplified: no lock stealing for queued kinds; the PV
-    predecessor check happens when a waiter (re)starts spinning.
+    otherwise sleep), ``"rwsem_read"`` / ``"rwsem_write"`` (the two sides of
+    one reader-writer semaphore, kernel/locking/rwsem.c, 5.x: readers share
+    it while no writer holds it — a newcomer reader waits if anyone waits —,
+    a writer needs it free; a waiter spins while a writer owns it and runs,
+    else sleeps; the last reader out or the writer wakes a spinning waiter, or
+    the first sleeper — a writer alone, or every waiting reader). Simplified:
+    no lock stealing for queued kinds; the PV predecessor check happens when a
+    waiter (re)starts spinning; nobody spins on a reader-owned semaphore.
 
     Attributes:
         lock: lock id within the VM, 0..1023. Default 0.
@@ -1253,7 +1296,8 @@ class Workload(_Base):
         kinds: dict[int, str] = {}
         for i, p in enumerate(self.phases):
             if isinstance(p, Lock):
-                if kinds.setdefault(p.lock, p.lock_kind) != p.lock_kind:
+                first = kinds.setdefault(p.lock, p.lock_kind)
+                if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
                     raise ValueError(f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}")
         if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")
@@ -1310,16 +1354,41 @@ class Guest(_Base):
             ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
             False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
             ``Pv.steal_time``. Default True.
+        load_balance: the guest scheduler balances its threads between its
+            vCPUs (kernel/sched/fair.c, 5.x): ``newidle_balance`` when a vCPU
+            runs out of threads pulls one waiting thread from the vCPU with
+            the most waiting threads, unless the vCPU's ``avg_idle`` (1/8-weight
+            average of its idle periods, capped at 2 × ``migration_cost_ns``)
+            is below ``migration_cost_ns``; and a guest tick of a vCPU with two
+            or more runnable threads kicks the nohz idle balance, at most once
+            per balance interval (``sd_weight`` ms for the VM's one domain,
+            ``sd_init`` in kernel/sched/topology.c), which pulls one thread to
+            each idle vCPU and wakes it. Threads that stopped running less than
+            ``migration_cost_ns`` ago stay (``task_hot``). Simplifications: one
+            domain spanning the VM, queue lengths instead of PELT loads, one
+            thread per pull, no balancing between busy vCPUs, the kick's IPI
+            and the balancing itself cost nothing. Default False (threads move
+            only at wake-up, as before the option).
+        migration_cost_ns: ``sysctl_sched_migration_cost`` of the guest, ns.
+            Default 500000 (kernel/sched/fair.c).
+        tick_ns: the guest's scheduler tick, ns (used by ``load_balance``).
+            Default 4000000 (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
     """
 
     lock_model: str = "simple"
     pv_wait_early: str = "prev_halted"
     vcpu_is_preempted: bool = True
+    load_balance: bool = field(default=False, metadata=_NEW)
+    migration_cost_ns: int = field(default=500_000, metadata=_NEW)
+    tick_ns: int = field(default=4_000_000, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "lock_model")
         _choice(self, "pv_wait_early")
         _bool(self, "vcpu_is_preempted")
+        _bool(self, "load_balance")
+        _int(self, "migration_cost_ns")
+        _int(self, "tick_ns")
 
 
 @dataclass(frozen=True)

@@ -61,15 +61,19 @@ def upstream(
     dy_eligible: bool = True,
     kernel_filter: bool = True,
     candidate_gate: str = "ready",
+    ipi_aware: bool = False,
 ) -> Policy:
     """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
     ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index).
     ``candidate_gate="preempted"`` models kernels before 5.3, whose first test
-    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see :class:`Policy`)."""
+    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see :class:`Policy`).
+    ``ipi_aware=True`` is the 2025 IPI-aware candidate selection RFC (see
+    :class:`Policy`)."""
     return Policy(
         kind="upstream",
         candidate_gate=candidate_gate,
+        ipi_aware=ipi_aware,
         esrch_budget=esrch_budget,
         last_boosted_bug=last_boosted_bug,
         dy_eligible=dy_eligible,

@@ -25,7 +25,7 @@ NAMES = (
 __all__ = ["NAMES", "by_name", *NAMES]
 
 
-def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: bool = False) -> Workload:
+def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: bool | str = False) -> Workload:
     """ebizzy ([S1], records/s): threads allocate, search and free memory
     records; in a guest the cost is the mm's spinlocks (page-table/mmap
     locks, ticket spinlocks in the 2012 guests) and TLB-shootdown IPIs.
@@ -41,11 +41,18 @@ def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: boo
     glibc's mmap threshold), holding the mm's ``mmap_sem`` for writing for
     5 µs — a sleeping lock (rw_semaphore; optimistic spinning since 3.16,
     modelled as a ``mutex``), so waiting threads sleep and another thread of
-    the vCPU runs. The probability and the hold are vcpulab assumptions
-    (shaped after the benchmark, not fitted). Default False (as before).
+    the vCPU runs. ``mmap_sem="rwsem"`` models both sides of the semaphore
+    (``rwsem_read`` / ``rwsem_write``): each iteration's page fault on the
+    fresh record takes it for reading (1 µs) and the map/unmap above for
+    writing. The probability and the holds are vcpulab assumptions (shaped
+    after the benchmark, not fitted). Default False (as before).
     """
+    if mmap_sem not in (False, True, "rwsem"):
+        raise ValueError(f"ebizzy_like: mmap_sem must be False, True or 'rwsem', got {mmap_sem!r}")
     phases: tuple = (Compute(15_000, dist="exp"), Lock(0, lock_kind, 2_000), Ipi(0, 1_000, prob=0.02, tlb_flush=True))
-    if mmap_sem:
+    if mmap_sem == "rwsem":
+        phases += (Lock(1, "rwsem_read", 1_000), Lock(1, "rwsem_write", 5_000, prob=0.1))
+    elif mmap_sem:
         phases += (Lock(1, "mutex", 5_000, prob=0.1),)
     return Workload(name="ebizzy_like", phases=phases, iterations=iterations)
 

@@ -265,7 +265,9 @@ class Ctx:
         """``w`` with the era's guest kernel: its spinlock kind for every
         spinlock phase (mutexes stay mutexes) and its workload constants."""
         phases = tuple(
-            dataclasses.replace(p, lock_kind=self.lock_kind) if isinstance(p, Lock) and p.lock_kind != "mutex" else p
+            dataclasses.replace(p, lock_kind=self.lock_kind)
+            if isinstance(p, Lock) and p.lock_kind != "mutex" and not p.lock_kind.startswith("rwsem")
+            else p
             for p in w.phases
         )
         return dataclasses.replace(w, phases=phases, **self.era.values("workload"))
@@ -388,8 +390,9 @@ def _yield_share(r: Mapping[str, Any]) -> float:
 
 
 def _cpu_c0(r: Mapping[str, Any]) -> float:
+    # the host CPU in C0: the vCPU threads' time and the host's wake-up path (halt_poll.Result.c0_ns)
     st = r["hp"]
-    return float(st["busy_ns"].sum()) / max(1, int(r["hp_end_ns"]))
+    return min(1.0, float(st["c0_ns"].sum()) / max(1, int(r["hp_end_ns"])))
 
 
 def _rtt_us(r: Mapping[str, Any]) -> float:
@@ -453,11 +456,24 @@ def _yield_share_2012(ctx: Ctx, variant: str, seed: int) -> Config:
     return ctx.config(ctx.host(pcpus=32, affinity="all"), [vm], seed)
 
 
-def _pcpu_is_idle(ctx: Ctx, variant: str, seed: int) -> Config:
-    wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
-    vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": "available_idle" if variant == "base" else "pcpu_is_idle_rfc"})
-    host = ctx.host(pcpus=112, sockets=2, threads_per_core=2, affinity="all")
-    return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
+def _pcpu_is_idle(kernel: str) -> Builder:
+    """The 2021 RFC's set-up (one 16-vCPU VM, 16 threads, an idle 112-CPU
+    host); ``kernel`` is the PARSEC program's synchronisation as the suite's
+    characterisation describes it (``_PARSEC_SYNC``): ``"barrier"`` (data-
+    parallel steps between barriers) or ``"lock_heavy"`` (fine-grained locks
+    and a barrier per step)."""
+
+    def build(ctx: Ctx, variant: str, seed: int) -> Config:
+        if kernel == "lock_heavy":
+            wl = presets.parsec_lock_heavy_like(iterations=ctx.count(100))
+        else:
+            wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
+        placement = "available_idle" if variant == "base" else "pcpu_is_idle_rfc"
+        vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": placement})
+        host = ctx.host(pcpus=112, sockets=2, threads_per_core=2, affinity="all")
+        return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
+
+    return build
 
 
 def _boost_ready(vms: int) -> Builder:
@@ -615,6 +631,21 @@ _P2021 = [
     ("ocean_ncp", 36.1, 14.2),
     ("volrend", 134.6, 21.8),
 ]
+#: each program's synchronisation, after Bienia, Kumar, Singh, Li, "The PARSEC Benchmark Suite:
+#: Characterization and Architectural Implications", PACT 2008 (Princeton TR-811-08,
+#: http://www.cs.princeton.edu/research/techreps/TR-811-08): fluidanimate synchronises its
+#: particle cells with fine-grained locks and its steps with barriers; bodytrack and streamcluster
+#: are data-parallel with barrier-like steps; ocean_cp, ocean_ncp and volrend (SPLASH-2x: Woo et al.,
+#: "The SPLASH-2 Programs: Characterization and Methodological Considerations", ISCA 1995) separate
+#: their phases with barriers (volrend's task queues inside a frame are not modelled)
+_PARSEC_SYNC = {
+    "bodytrack": "barrier",
+    "fluidanimate": "lock_heavy",
+    "streamcluster": "barrier",
+    "ocean_cp": "barrier",
+    "ocean_ncp": "barrier",
+    "volrend": "barrier",
+}
 
 
 def _registry() -> list[Case]:
@@ -676,16 +707,22 @@ def _registry() -> list[Case]:
                 published=Published(_pct(base, new), f"{bench}: {base} -> {new} s", "s", base, new),
                 metric="wall_time_change",
                 era="2021-5.14",
-                build=_pcpu_is_idle,
+                build=_pcpu_is_idle(_PARSEC_SYNC[bench]),
                 measure="wall_ns",
                 varies=("pv.placement",),
                 setup="host 2 x 28 cores x 2 threads (112 CPUs: sockets=2, threads_per_core=2), idle; one 16-vCPU VM, 16 threads; "
                 + _UNPINNED,
-                notes="one barrier kernel (presets.parsec_barrier_like, 40 steps of 0.5 ms) stands for every PARSEC "
-                "program, so the six rows share one simulated value",
-                limitation="the simulator has no host wake_affine placement or PARSEC kernels that differ; "
-                "pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
-                waits_for="#12, #13",
+                notes=(
+                    "fine-grained locks and a barrier per step (presets.parsec_lock_heavy_like, 100 steps)"
+                    if _PARSEC_SYNC[bench] == "lock_heavy"
+                    else "barrier steps (presets.parsec_barrier_like, 40 steps of 0.5 ms)"
+                )
+                + " after the program's synchronisation in the PARSEC characterisation (Bienia et al., PACT 2008); "
+                "the 5.14 host marks every blocked vCPU preempted (Pv.preempted_byte='every_put'), so "
+                "available_idle_cpu refuses halted vCPUs, which the RFC's is_idle byte accepts",
+                limitation="the programs' own phase lengths and thread counts beyond 16 are not modelled (the rows "
+                "of one kernel share a value); pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
+                waits_for="#13",
             )
         )
     # ---- halt polling (the one-CPU model)
@@ -755,7 +792,8 @@ def _registry() -> list[Case]:
             era="2015-4.x",
             build=None,
             measure="cpu_c0",
-            limitation="the wake-up rate of an idle tickless guest is not published; a Timer rate would be invented",
+            limitation="the wake-up rate of an idle tickless guest is not published (its timers, RCU and "
+            "housekeeping set it); a Timer rate would be invented",
         ),
         Case(
             name="haltpoll2015_dynamic_vs_off_idle_nohz",
@@ -884,8 +922,10 @@ def _registry() -> list[Case]:
                     metric="throughput_change",
                     era="6.x",
                     build=None,
-                    limitation="the policy (IPI receiver tracking, priority tiers) is not in the simulator; it can be "
-                    "written as a Python policy, which vcpulab does not ship",
+                    limitation="the policy is sim.policies.upstream(ipi_aware=True) (a pending IPI receiver of "
+                    "the spinner passes the in-kernel filter; a relaxed second round; the RFC's recency window, "
+                    "patches 1-7/9, not modelled), but the source does not characterise dedup's or vips' IPI and "
+                    "lock pattern (simlarge, 16 vCPUs per VM): a preset for either would be invented",
                 )
             )
     cases.append(
@@ -897,7 +937,9 @@ def _registry() -> list[Case]:
             metric="throughput_change",
             era="2019-5.x",
             build=None,
-            limitation="the simulator charges nothing for reading the preempted byte (no call-cost model)",
+            limitation="needs a cost per vcpu_is_preempted() call (the thunk's register saves) and a count of "
+            "calls: the simulator asks vcpu_is_preempted only at lock events and charges nothing for it, and "
+            "the source gives neither fio's call rate nor its lock pattern (only ~13 % of CPU in the call)",
         )
     )
     return cases
@@ -958,7 +1000,7 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
                     got.setdefault(f"workload.{k}", []).append(getattr(vm.workload, k))
                 got.setdefault("guest.policy", []).append(vm.policy)
                 for p in vm.workload.phases:
-                    if isinstance(p, Lock) and p.lock_kind != "mutex":
+                    if isinstance(p, Lock) and p.lock_kind != "mutex" and not p.lock_kind.startswith("rwsem"):
                         got.setdefault("guest.lock_kind", []).append(p.lock_kind)
         elif isinstance(cfg, hp.Scenario):
             for k in era.values("halt_poll_model"):

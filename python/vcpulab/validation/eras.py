@@ -277,6 +277,12 @@ _LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lo
 _WAIT_EARLY = _k("prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)")
 _NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
 _VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
+_GUEST_LB = _k(
+    True,
+    "",
+    "the guest's CFS balances its threads between its vCPUs: idle_balance/newidle_balance with the avg_idle >= "
+    "sysctl_sched_migration_cost gate, and nohz idle balancing kicked from a busy CPU's tick (kernel/sched/fair.c)",
+)
 _HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
 _HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
 _HP_GROW_START = _k(10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)")
@@ -403,6 +409,7 @@ ERA_2012 = Era(
         "lock_kind": _k("ticket", "", "ticket spinlocks in 3.x guests (pv ticketlocks came in v3.12, 2013)"),
         "policy": _k(P.dy_eligible(), "", "virt/kvm/kvm_main.c kvm_vcpu_on_spin with dy_eligible (v3.6, 2012)"),
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(0, 0),
 )
@@ -450,6 +457,7 @@ ERA_2015 = Era(
         "lock_model": _LOCKS_KERNEL,
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(0),
 )
@@ -463,9 +471,40 @@ def _ple_dynamic() -> dict[str, Param]:
     )
 
 
-def _pv_5x_on() -> dict[str, Param]:
+_PREEMPTED_EVERY_PUT = _k(
+    "every_put",
+    "",
+    "kvm_arch_vcpu_put called kvm_steal_time_set_preempted at every put (arch/x86/kvm/x86.c, v4.10 to v5.18): a vCPU "
+    "blocked in HLT reads as preempted until it enters the guest again; changed by 54aa83c90198 'KVM: x86: do not set "
+    "st->preempted when going back to user space' and 6cd88243c7e0 (v5.19, 2022)",
+)
+_PREEMPTED_BOUNDARY = _k(
+    "instruction_boundary",
+    "",
+    "kvm_arch_vcpu_put sets the byte only when vcpu->preempted, at an instruction boundary (54aa83c90198 and "
+    "6cd88243c7e0, v5.19, 2022; arch/x86/kvm/x86.c)",
+)
+
+
+_YIELD_BAILOUT = _k(
+    True,
+    "",
+    "kvm_sched_yield returns at once when single_task_running() ('KVM: X86: Bail out of direct yield in case of "
+    "under-committed scenarios', Wanpeng Li, 2021, v5.13; arch/x86/kvm/x86.c)",
+)
+_NO_YIELD_BAILOUT = _k(
+    False,
+    "",
+    "kvm_sched_yield called kvm_vcpu_yield_to whenever the target was ready (266e85a5ec91 / the PV sched yield of "
+    "v5.2); the single_task_running() bail-out came in v5.13 (2021)",
+)
+
+
+def _pv_5x_on(preempted_byte: Param = _PREEMPTED_BOUNDARY, bailout: Param = _YIELD_BAILOUT) -> dict[str, Param]:
     """The pv features of a 5.x-and-later guest on KVM (every switch on)."""
     return {
+        "preempted_byte": preempted_byte,
+        "yield_single_task_bailout": bailout,
         "steal_time": _STEAL,
         "sched_yield": _SCHED_YIELD,
         "apicv": _APICV,
@@ -488,7 +527,9 @@ def _halt_poll_block_time(shrink: Param) -> dict[str, Param]:
     }
 
 
-def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param) -> Era:
+def _era_5x(
+    name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param, bailout: Param
+) -> Era:
     return Era(
         name=name,
         kernel=kernel,
@@ -504,7 +545,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             **_host_model(True, busy_factor, _IDLE_SKX),
         },
         ple=_ple_dynamic(),
-        pv=_pv_5x_on(),
+        pv=_pv_5x_on(_PREEMPTED_EVERY_PUT, bailout),
         halt_poll=_halt_poll_block_time(_HP_SHRINK_OLD),
         workload=_workload(_SPIN_SKL),
         guest={
@@ -513,6 +554,7 @@ def _era_5x(name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int,
             "lock_model": _LOCKS_KERNEL,
             "pv_wait_early": wait_early,
             "vcpu_is_preempted": _VCPU_PREEMPTED,
+            "load_balance": _GUEST_LB,
         },
         halt_poll_model=_hp_model(0),
     )
@@ -530,6 +572,7 @@ ERA_2019 = _era_5x(
         "75437bb304b2 'locking/pvqspinlock: Don't wait if vCPU is preempted' (2019): pv_wait_early also on "
         "vcpu_is_preempted(prev); the 2019 guests ran with it until its revert 89340d0935c9 (Oct 2019, 5.4 and stable)",
     ),
+    _NO_YIELD_BAILOUT,
 )
 ERA_2021 = _era_5x(
     "2021-5.14",
@@ -538,6 +581,7 @@ ERA_2021 = _era_5x(
     _a(2_000_000, "kHz", "2.0 GHz, a 28-core Cascade Lake Xeon's nominal clock; the source gives no clock"),
     16,
     _WAIT_EARLY,
+    _YIELD_BAILOUT,
 )
 ERA_6X = Era(
     name="6.x",
@@ -563,6 +607,7 @@ ERA_6X = Era(
         "lock_model": _LOCKS_KERNEL,
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _VCPU_PREEMPTED,
+        "load_balance": _GUEST_LB,
     },
     halt_poll_model=_hp_model(2),
 )
@@ -582,10 +627,15 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2019-5.x": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            "an ebizzy-like guest in the sources' regime: the preset's one VM-wide spinlock (2 us held per 17 us) "
+            "serialises 80 vCPUs, so 2-3 such VMs leave 80 CPUs 70-82 % idle and a kicked or woken vCPU runs at "
+            "once; the sources' guests were CPU-bound and IPI-bound (d73eb57b80b9's profile: 72 % in "
+            "smp_call_function_many), #13",
         ),
         "2021-5.14": (
             "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
-            "PARSEC-like kernels that differ (one barrier kernel stands for all), #13",
+            "PARSEC-like kernels of two kinds only (barrier steps; fine-grained locks), not each program's own "
+            "phases, #13",
         ),
         "6.x": ("the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",),
     }
