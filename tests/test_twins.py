@@ -188,6 +188,14 @@ def test_other_load_classes_tasks_by_their_mean_burst() -> None:
     assert ol.long_burst_ns == pytest.approx(5_000_000) and ol.vmm_wakeups_per_s == 200.0
     pooled = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "share": 0.2})])
     assert pooled is not None and pooled.share == pytest.approx(0.4) and twins.OtherLoad.pooled([]) is None
+    # a trial in which the others took nothing adds no short time: the pooled
+    # load stays valid (a short fraction needs a short burst)
+    idle = twins.OtherLoad(**{**ol.as_dict(), "share": 0.0, "short_fraction": 0.5, "short_burst_ns": 30_000.0})
+    busy = twins.OtherLoad(**{**ol.as_dict(), "short_fraction": 0.0, "short_burst_ns": float("nan")})
+    p2 = twins.OtherLoad.pooled([idle, busy])
+    assert p2 is not None and p2.short_fraction == 0.0 and p2.share == pytest.approx(0.3)
+    p3 = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "short_fraction": 0.0})])
+    assert p3 is not None and p3.short_fraction == pytest.approx(1 / 12) and p3.short_burst_ns == pytest.approx(20_000)
     with pytest.raises(ValueError, match="share"):
         twins.OtherLoad(share=1.0, short_fraction=0, short_burst_ns=0, long_burst_ns=0, short_tasks=0, long_tasks=0,
                         base_slice_ns=1)  # fmt: skip

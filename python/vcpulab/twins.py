@@ -1040,8 +1040,10 @@ class OtherLoad:
 
     @classmethod
     def pooled(cls, loads: Sequence[OtherLoad]) -> OtherLoad | None:
-        """Several trials' loads as one: mean share and short fraction,
-        mean bursts weighted by each trial's short (long) share; None if empty."""
+        """Several trials' loads as one: mean share; the short fraction of
+        the pooled other time (each trial's short fraction weighted by its
+        share: a trial in which the others took nothing adds nothing); mean
+        bursts weighted by each trial's short (long) share; None if empty."""
         if not loads:
             return None
         w_s = np.array([x.share * x.short_fraction for x in loads])
@@ -1054,7 +1056,7 @@ class OtherLoad:
 
         return cls(
             share=float(np.mean([x.share for x in loads])),
-            short_fraction=float(np.mean([x.short_fraction for x in loads])),
+            short_fraction=float(w_s.sum() / (w_s.sum() + w_l.sum())) if w_s.sum() > 0 else 0.0,
             short_burst_ns=wmean([x.short_burst_ns for x in loads], w_s),
             long_burst_ns=wmean([x.long_burst_ns for x in loads], w_l),
             short_tasks=int(round(np.mean([x.short_tasks for x in loads]))),
