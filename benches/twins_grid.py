@@ -33,6 +33,9 @@ def main() -> int:
     ap.add_argument("--duration-s", "--duration", dest="duration_s", type=float, default=1.0,
                     help="seconds per real run, spin-lock and timer cells (--duration: the former name)")
     ap.add_argument("--load", choices=("measured", "one_task", "none"), default="measured")
+    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=False,
+                    help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS); "
+                         "off by default: tracing slows this host's emulated guests (docs/twins.md, section 4)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
@@ -44,7 +47,7 @@ def main() -> int:
     with pl.Config(tbl_rows=100, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=200, float_precision=3):
         print(cal.frame())
     exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
-    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True)
+    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True, trace=a.trace)
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
         print(g.directions.filter(pl.col("significant")))

@@ -102,7 +102,7 @@ def _walk(obj: Any, rs: Any, path: str, diffs: list[str]) -> None:
         cls = type(obj).__name__
         for n in _fields(type(obj)):
             if n not in rs:  # Rust leaves a field out only at its default (skip_serializing_if)
-                if getattr(obj, n) != C.field_schema(cls, n).get("default"):
+                if _to_plain(getattr(obj, n)) != C.field_schema(cls, n).get("default"):
                     diffs.append(f"{path}.{n}: not in Rust's JSON, and not at the schema's default")
             else:
                 _walk(getattr(obj, n), rs[n], f"{path}.{n}", diffs)

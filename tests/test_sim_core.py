@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import numpy as np
 
@@ -392,3 +393,34 @@ def test_halt_polling_stops_when_another_task_wants_the_cpu():
     per_poll_idle = idle["polling_ns"].sum() / max(1, idle["halt_attempted_poll"].sum())
     assert per_poll_busy < per_poll_idle
     assert busy["halt_successful_poll"].sum() < busy["halt_attempted_poll"].sum()
+
+
+def test_thread0_phases_and_kthreads_per_cpu_round_trip_and_are_omitted_at_their_defaults():
+    """The twin options: absent from the JSON (and the hash) at their
+    defaults, carried through Rust when set, bad values named."""
+    plain = sim.Config()
+    d = plain.to_dict()
+    assert "thread0_phases" not in d["vms"][0]["workload"] and "kthreads_per_cpu" not in str(d)
+    assert "kthreads_per_cpu" not in sim.Config(host=sim.Host(noise=sim.HostNoise(kthread_hz=10.0))).to_json()
+    w = sim.Workload(
+        phases=(sim.Recv(), sim.Compute(5_000), sim.Send(1)),
+        thread0_phases=[sim.Compute(50_000), sim.Send(1), sim.Recv()],
+    )
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2, noise=sim.HostNoise(kthread_hz=1000.0, kthread_ns=20_000, kthreads_per_cpu=4)),
+        vms=(sim.Vm(vcpus=2, workload=w),),
+        duration_ns=5_000_000,
+    )
+    assert isinstance(cfg.vms[0].workload.thread0_phases, tuple)
+    assert sim.Config.from_json(cfg.to_json()) == cfg
+    assert cfg.config_hash() != replace(cfg, host=replace(cfg.host, noise=sim.HostNoise(1000.0, 20_000))).config_hash()
+    r = sim.run(cfg)
+    assert r.vms["ops"][0] > 0 and "lock_waits_open" in r.vms.columns
+    with pytest.raises(ValueError, match="kthreads_per_cpu"):
+        sim.HostNoise(kthreads_per_cpu=0)
+    with pytest.raises(ValueError, match="thread0_phases"):
+        sim.Workload(thread0_phases=(sim.Lock(0, "tas", 1000),))
+    with pytest.raises(ValueError, match="thread0_phases"):
+        sim.Workload(thread0_phases=(sim.Recv(),))
+    with pytest.raises(ValueError, match="thread0_phases"):
+        sim.run(sim.Config(vms=(sim.Vm(vcpus=1, workload=sim.Workload(thread0_phases=(sim.Compute(1000),))),)))

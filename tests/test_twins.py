@@ -12,6 +12,9 @@ checked where both sides differ by a factor of 2 or more, never on a knife-edge.
 
 from __future__ import annotations
 
+import math
+import os
+
 import numpy as np
 import polars as pl
 import pytest
@@ -38,6 +41,8 @@ def fake_cal(path: float = 400.0, loop: float = 250.0) -> Calibration:
         "wake_block_ns": 40_000,
         "wake_poll_ns": 30_000,
         "msi_round_insns": 41,
+        "ipi_wake_ns": 40_000,
+        "ipi_round_insns": 89,
     }
     return Calibration(values={k: Value(float(x), "", "given by the test") for k, x in v.items()}, cpu=0)
 
@@ -92,10 +97,58 @@ def test_twin_of_other_workloads_and_the_ones_without() -> None:
     assert ticks.vms[0].vcpus == 3 and tick.ns == 1_000_000 and tick.periodic and handler.ns == 41 * 400
     pv = twins.twin(Experiment(PvSpinLock(), 2, (0,)), cal)
     assert pv.vms[0].workload.phases[1].lock_kind == "tas"  # the preempted byte is never set on this host
-    with pytest.raises(ValueError, match="asymmetric"):
-        twins.twin(Experiment(IpiPingPong(), 2, (0, 1)), cal)
     with pytest.raises(ValueError, match="preempted_from_host"):
         twins.twin(Experiment(PvSpinLock(preempted_from_host=(0,)), 2, (0,)), cal)
+
+
+def test_ipi_ping_pong_twin_is_an_initiator_beside_a_responder() -> None:
+    """vCPU 0: gap + the 9 instructions outside its timed window, IPI, halt
+    until the reply; vCPU 1: halt, the round's other instructions, reply.
+    With polling off the twin's round trip is two measured IPI wake-ups and
+    the timed instructions, read from the trace (not iteration − gap)."""
+    cal = fake_cal()
+    exp = Experiment(IpiPingPong(rounds=200, gap_us=50.0), 2, (0, 1), halt_poll_ns=0, duration_s=5.0)
+    cfg = twins.twin(exp, cal, trace=True)
+    w = cfg.vms[0].workload
+    gap, send, recv = w.thread0_phases
+    assert gap.ns == 50_000 + 9 * 400 and isinstance(send, sim.Send) and isinstance(recv, sim.Recv)
+    r_recv, reply, r_send = w.phases
+    assert isinstance(r_recv, sim.Recv) and reply.ns == (89 - 9) * 400 and isinstance(r_send, sim.Send)
+    assert w.iterations == 200 and cfg.host.wakeup_ipi_ns == 40_000 and cfg.host.affinity == "round_robin"
+    res = sim.run(cfg)
+    assert res.vms["finished"][0] and res.vms["ops"][0] == 400  # 200 rounds, one iteration per thread each
+    rtt = twins.sim_metrics(exp, cfg, res, cal)["rtt_median_us"]
+    assert rtt == pytest.approx((2 * 40_000 + 80 * 400) / 1e3, rel=0.02)
+    # a longer gap changes the round, not the round trip
+    exp2 = Experiment(IpiPingPong(rounds=200, gap_us=500.0), 2, (0, 1), halt_poll_ns=0, duration_s=5.0)
+    cfg2 = twins.twin(exp2, cal, trace=True)
+    assert twins.sim_metrics(exp2, cfg2, sim.run(cfg2), cal)["rtt_median_us"] == pytest.approx(rtt, rel=0.02)
+    assert "ipi gap50us 2v/2c poll0us" == twins.cell_name(exp)
+    # with a 200 µs poll on an idle host the polls catch the replies: the round
+    # trip loses vCPU 0's wake-up (the caught rounds count with their poll time)
+    exp3 = Experiment(IpiPingPong(rounds=200, gap_us=50.0), 2, (0, 1), halt_poll_ns=200_000, duration_s=5.0)
+    cfg3 = twins.twin(exp3, cal, trace=True)
+    m3 = twins.sim_metrics(exp3, cfg3, sim.run(cfg3), cal)
+    assert m3["polled_per_halt"] > 0.9 and m3["rtt_median_us"] < 0.7 * rtt
+
+
+def test_twin_wait_counts_the_waits_still_open_at_the_end() -> None:
+    """TAS with 8 vCPUs on one CPU: most vCPUs wait at the end of the run; the
+    real guest finishes and counts those waits, so the twin's mean includes
+    them (up to the end): the acquisitions' mean weighted with the open ones."""
+    cal = fake_cal()
+    exp = Experiment(SpinLock(kind="tas", hold=200, think=20), 8, (0,), duration_s=0.2)
+    cfg = twins.twin(exp, cal)
+    res = sim.run(cfg)
+    vms = res.vms
+    n_open, n = int(vms["lock_waits_open"][0]), int(vms["lock_acquisitions"][0])
+    assert 1 <= n_open <= 8 and vms["lock_wait_open_mean_ns"][0] > 0
+    mean = (vms["lock_wait_mean_ns"][0] * n + vms["lock_wait_open_mean_ns"][0] * n_open) / (n + n_open)
+    window = twins.guest_path(exp.workload, 8)["wait_path"] * 400
+    running = 1.0 - float(res.vcpus["wait_ns"].mean()) / cfg.duration_ns  # type: ignore[operator]
+    got = twins.sim_metrics(exp, cfg, res, cal)["wait_per_acq_us"]
+    assert got == pytest.approx((mean + window / running) / 1e3)
+    assert got > (vms["lock_wait_mean_ns"][0] + window / running) / 1e3
 
 
 def test_experiment_rejects_bad_input() -> None:
@@ -135,6 +188,14 @@ def test_other_load_classes_tasks_by_their_mean_burst() -> None:
     assert ol.long_burst_ns == pytest.approx(5_000_000) and ol.vmm_wakeups_per_s == 200.0
     pooled = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "share": 0.2})])
     assert pooled is not None and pooled.share == pytest.approx(0.4) and twins.OtherLoad.pooled([]) is None
+    # a trial in which the others took nothing adds no short time: the pooled
+    # load stays valid (a short fraction needs a short burst)
+    idle = twins.OtherLoad(**{**ol.as_dict(), "share": 0.0, "short_fraction": 0.5, "short_burst_ns": 30_000.0})
+    busy = twins.OtherLoad(**{**ol.as_dict(), "short_fraction": 0.0, "short_burst_ns": float("nan")})
+    p2 = twins.OtherLoad.pooled([idle, busy])
+    assert p2 is not None and p2.short_fraction == 0.0 and p2.share == pytest.approx(0.3)
+    p3 = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "short_fraction": 0.0})])
+    assert p3 is not None and p3.short_fraction == pytest.approx(1 / 12) and p3.short_burst_ns == pytest.approx(20_000)
     with pytest.raises(ValueError, match="share"):
         twins.OtherLoad(share=1.0, short_fraction=0, short_burst_ns=0, long_burst_ns=0, short_tasks=0, long_tasks=0,
                         base_slice_ns=1)  # fmt: skip
@@ -151,6 +212,8 @@ def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
     bg, noise = twins.host_load_for(exp, ol)
     assert noise.kthread_ns == 50_000 and noise.kthread_hz == pytest.approx(0.05 / 50e-6)
     assert noise.vmm_io_hz == 200.0 and noise.vmm_io_ns == 50_000
+    # each of the 10 short tasks is a noise task of its own, spread over the machine's CPUs
+    assert noise.kthreads_per_cpu == math.ceil(10 / (os.cpu_count() or 1))
     # long share 0.5 − 0.05 − 0.01 against the vCPUs' 0.5: k = 3 × 0.44 / 0.5
     assert bg.weight == round(1024 * 3 * 0.44 / 0.5) and bg.utilization > 0.99
     cal = fake_cal()
@@ -384,6 +447,28 @@ def test_compare_frame(kvm_host: Host) -> None:
     # halt polling off: no halt ends in the poll loop, on either side
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["real"] == 0.0
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["sim"] == 0.0
+
+
+def test_compare_with_real_traces(kvm_host: Host) -> None:
+    """trace=True: the real trials are traced and the cell gets run-slice and
+    wake-up-latency rows (medians, KS in [0, 1]); an IdleTicks guest is woken
+    by its timer on both sides, so both distributions have samples. An IPI
+    ping-pong's twin has no timer wake-ups: its wake-up row is NaN, its slices
+    are compared. Structure only: the distances themselves depend on the load."""
+    cal = twins.calibrate()
+    exp = Experiment(IdleTicks(hz=500), 2, (1,), duration_s=0.2, halt_poll_ns=0)
+    c = twins.compare(exp, trials=1, seeds=1, cal=cal, trace=True)
+    assert c["metric"].to_list()[-2:] == ["slice_ns", "wakeup_latency_ns"]
+    for q in ("slice_ns", "wakeup_latency_ns"):
+        row = c.row(by_predicate=pl.col("metric") == q, named=True)
+        assert row["informative"] and row["real"] > 0 and row["sim"] > 0 and 0.0 <= row["ks"] <= 1.0, row
+    ipi = twins.compare(Experiment(IpiPingPong(rounds=50, gap_us=100.0), 2, (0, 1), duration_s=3.0, halt_poll_ns=0),
+                        trials=1, seeds=1, cal=cal, trace=True)  # fmt: skip
+    sl = ipi.row(by_predicate=pl.col("metric") == "slice_ns", named=True)
+    wk = ipi.row(by_predicate=pl.col("metric") == "wakeup_latency_ns", named=True)
+    assert sl["informative"] and 0.0 <= sl["ks"] <= 1.0
+    assert not wk["informative"] and np.isnan(wk["sim"]) and np.isnan(wk["ks"])
+    assert ipi.row(by_predicate=pl.col("metric") == "rtt_median_us", named=True)["sim"] > 0
 
 
 def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> None:

@@ -42,8 +42,8 @@ distribution with a two-sample Kolmogorov-Smirnov distance for workloads whose
 vCPUs are always runnable. Real values carry a 95 % t-interval over trials,
 simulated ones over seeds. :func:`distributions` compares run-slice and
 wake-up-latency distributions (KS statistic and p-value) of a real trace in
-the tracing schema (:data:`TRACE_COLUMNS`, :data:`WAKEUP_COLUMNS`) with twins. ``IpiPingPong`` has no twin on this simulator
-(:func:`twin` raises ``ValueError`` naming the missing mechanism).
+the tracing schema (:data:`TRACE_COLUMNS`, :data:`WAKEUP_COLUMNS`) with twins. ``IpiPingPong``'s twin is an initiator thread beside a
+responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
 """
 
 from __future__ import annotations
@@ -298,6 +298,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
        :func:`guest_path`, totals from KVM's ``insn_emulation`` stat); the two
        runs give both costs. CPU time, not wall time, so another task on the
        CPU does not inflate it.
+    3. IPI delivery: :func:`_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``).
     2. Wake-up latencies: ``MsiPingPong`` on ``cpu`` (the host driver on the
        other CPU), 300 rounds 200 µs apart with halt polling off (every halt
        blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
@@ -367,9 +368,47 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                     f"minus {per_round:.0f} guest instructions x path_insn_ns; {succ}/{halts} halts polled",
                 )
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
+            vals.update(_calibrate_ipi(allowed, cpu, a))
         cal = Calibration(values=vals, cpu=cpu)
         _CACHE[cpu] = cal
         return cal
+
+
+#: instructions of vCPU 0's IpiPingPong round outside its timed window (``mov [rbx], r12; jmp;
+#: cmp r12; jae; mov r14, [rsi]; rdtsc; shl; or; mov r13, rax``: src/kvm/guest/program.rs, gap 0)
+IPI_OUTSIDE_INSNS = 9
+
+
+def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dict[str, Value]:
+    """IPI delivery to a halted vCPU: ``IpiPingPong`` on two vCPUs (one CPU
+    each: ``cpu`` and another usable one, else both on ``cpu``), halt polling
+    off. A run with no gap counts the round's instructions (``insn_emulation``
+    / rounds); one with 200 µs gaps (both vCPUs halted long enough to block)
+    times the round trip. Each round trip holds two wake-ups of a blocked vCPU
+    and the round's instructions inside the timed window (all but
+    :data:`IPI_OUTSIDE_INSNS`), so one wake-up = (median round trip − those
+    instructions × ``path_insn_ns``) / 2."""
+    from vcpulab.experiment import run
+
+    other = [c for c in allowed if c != cpu]
+    placement = [[other[0]], [cpu]] if other else [[cpu], [cpu]]
+    where = f"vCPU 0 on CPU {placement[0][0]}, vCPU 1 on CPU {placement[1][0]}"
+    out: dict[str, Value] = {}
+    r0 = run(IpiPingPong(rounds=300, gap_us=0.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
+             sample_every_s=None)  # fmt: skip
+    per_round = _stat_delta(r0, "insn_emulation") / max(int(r0.results["rounds"][0]), 1)
+    out["ipi_round_insns"] = Value(per_round, "insns", f"insn_emulation / rounds of IpiPingPong, gap 0, 300 rounds, {where}")
+    r = run(IpiPingPong(rounds=300, gap_us=200.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
+            sample_every_s=None)  # fmt: skip
+    inside = max(per_round - IPI_OUTSIDE_INSNS, 0.0)
+    rtt = float(r.results["rtt_median_us"][0]) * 1e3
+    out["ipi_wake_ns"] = Value(
+        max((rtt - inside * path_insn_ns) / 2, 0.0),
+        "ns",
+        f"IpiPingPong, gap 200 us, max poll 0, 300 rounds, {where}: (median round trip {rtt / 1e3:.1f} us − "
+        f"{inside:.0f} instructions x path_insn_ns) / 2 wake-ups",
+    )
+    return out
 
 
 def _tsc_khz() -> int:
@@ -525,8 +564,14 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
       is taken out of the long tasks' part (all of it: the simulator places
       the thread on the vCPUs' CPUs).
 
-    Simplifications: the many short tasks are one Poisson process per CPU
-    (the simulator's noise task accumulates work while it runs, as a kworker
+      The measured number of short tasks, spread evenly over the machine's
+      CPUs, is ``HostNoise.kthreads_per_cpu`` (1-64): independent noise
+      tasks, each with its own arrivals and lag, so that each one's wake-up
+      may preempt a vCPU as a real short task's does (one task carrying all
+      of them has used its share and rarely preempts: docs/twins.md, §4).
+
+    Simplifications: the short tasks share the rate equally, each a Poisson
+    process (a noise task accumulates work while it runs, as a kworker
     does), nice 0; the split is machine-wide (see :class:`OtherLoad`).
     """
     vmm: dict[str, Any] = {}
@@ -544,7 +589,10 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
         ns = int(min(max(round(load.short_burst_ns), 100), 10**9))
         hz = min(s_short * 1e9 / ns, 100_000.0, _NOISE_MAX_NS_PER_S / ns)
         s_short = hz * ns / 1e9
-        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, **vmm)
+        # each measured short task is a task of its own (its own wake-ups and
+        # lag), spread evenly over the machine's CPUs
+        per_cpu = int(min(max(math.ceil(load.short_tasks / max(os.cpu_count() or 1, 1)), 1), 64))
+        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, kthreads_per_cpu=per_cpu, **vmm)
     s_long = max(load.share - s_short - s_vmm, 0.0)
     if s_long <= 0.0:
         return sim.Background(), noise
@@ -592,9 +640,14 @@ def twin(
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
       brings its own) adds :func:`background_for`'s background task.
 
-    Raises ``ValueError`` for experiments without a twin (``IpiPingPong``: the
-    simulated guest runs the same phases on every thread, so vCPU 0 sending
-    and vCPU 1 echoing cannot be expressed).
+    IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
+      1 ``Recv, Compute(the round's timed instructions), Send``
+      (``Workload.thread0_phases``), ``rounds`` iterations, ``wakeup_ipi_ns``
+      = the measured IPI wake-up (``ipi_wake_ns``). Simplification: the real
+      gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
+      its gap lengthens the twin's round, not its round trip).
+
+    Raises ``ValueError`` for experiments without a twin.
     """
     if isinstance(exp, Run):
         if other_share is None and exp.quality is not None:
@@ -612,11 +665,6 @@ def twin(
         grow_start_ns=int(knobs["halt_poll_ns_grow_start"]),
         shrink=int(knobs["halt_poll_ns_shrink"]),
     )
-    if isinstance(w, IpiPingPong):
-        raise ValueError(
-            "IpiPingPong has no twin: the simulated guest runs the same phases on every thread, so an asymmetric "
-            "ping-pong (vCPU 0 sends and halts, vCPU 1 echoes) cannot be expressed"
-        )
     if isinstance(w, PvSpinLock) and w.preempted_from_host:
         raise ValueError("PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)")
     name = type(w).__name__
@@ -630,6 +678,15 @@ def twin(
             sim.Lock(0, kind, max(int(round(hold_ns)), 1)),
         )
         name = f"{name}:{kind}"
+    elif isinstance(w, IpiPingPong):
+        # vCPU 0: its RDTSC gap and the instructions outside its timed window,
+        # then the IPI, then halt until the reply; vCPU 1: halt, then every
+        # instruction of the round inside the window (its reply path and both
+        # sides' halt and interrupt paths, on the critical path either way)
+        inside = max(cal["ipi_round_insns"] - IPI_OUTSIDE_INSNS, 1.0)
+        thread0 = (sim.Compute(max(int(round(w.gap_us * 1000 + IPI_OUTSIDE_INSNS * a)), 1), mode="kernel"),
+                   sim.Send(1), sim.Recv())  # fmt: skip
+        phases = (sim.Recv(), sim.Compute(max(int(round(inside * a)), 1), mode="kernel"), sim.Send(1))
     elif isinstance(w, MsiPingPong):
         path = int(round(cal["msi_round_insns"] * a))
         phases = (sim.Sleep(int(w.gap_us * 1000)), sim.Compute(max(path, 1), mode="kernel"))
@@ -658,10 +715,14 @@ def twin(
     elif other_share:
         hkw["background"] = background_for(exp, min(float(other_share), 0.99), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
-        hkw["wakeup_ipi_ns"] = int(cal["wake_block_ns"])
+        hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if isinstance(w, IpiPingPong) else cal["wake_block_ns"])
+    wkw: dict[str, Any] = dict(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0)))
+    if isinstance(w, IpiPingPong):
+        # the real run ends after its rounds: so does the twin (each thread one iteration per round)
+        wkw.update(thread0_phases=thread0, iterations=int(w.rounds))
     vm = sim.Vm(
         vcpus=exp.vcpus,
-        workload=sim.Workload(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0))),
+        workload=sim.Workload(**wkw),
         ple=sim.Ple.off(),
         policy=sim.policies.no_yield(),
         pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
@@ -675,12 +736,12 @@ def twin(
 #: metric → (unit, what it is on both sides)
 METRICS: dict[str, tuple[str, str]] = {
     "acq_per_s": ("1/s", "lock acquisitions per second, all vCPUs (real: guest counters / wall time of the run)"),
-    "wait_per_acq_us": ("us", "mean wait per acquisition (real: guest RDTSC; sim: Lock phase start → lock held, + the timed wait_path instructions stretched by the running share)"),
+    "wait_per_acq_us": ("us", "mean wait per acquisition (real: guest RDTSC; sim: Lock phase start → lock held, waits still open at the end counted up to the end, + the timed wait_path instructions stretched by the running share)"),
     "steal_fraction": ("", "steal time / wall time, mean over vCPUs (real: steal-time area; sim: runnable-not-running)"),
     "ctx_switches_per_vcpu_s": ("1/s", "times a vCPU thread was switched in, per vCPU and second (real: voluntary + involuntary switches)"),
     "halt_exits_per_s": ("1/s", "halt exits per second, all vCPUs (KVM stat halt_exits)"),
     "polled_per_halt": ("", "share of halts that ended in the poll loop (KVM stats halt_successful_poll / halt_exits)"),
-    "rtt_median_us": ("us", "MSI round trip, median (real: host-timed MSI sent → next cue; sim: iteration latency − gap)"),
+    "rtt_median_us": ("us", "MSI / IPI round trip, median (real: MSI host-timed sent → next cue, IPI guest RDTSC; sim: iteration latency − the initiator's own time)"),
     "ticks_per_s": ("1/s", "timer interrupts taken per second, all vCPUs"),
 }
 #: metrics per workload class
@@ -688,6 +749,7 @@ _BY_WORKLOAD: dict[type, tuple[str, ...]] = {
     SpinLock: ("acq_per_s", "wait_per_acq_us", "steal_fraction", "ctx_switches_per_vcpu_s"),
     PvSpinLock: ("acq_per_s", "wait_per_acq_us", "steal_fraction", "ctx_switches_per_vcpu_s", "halt_exits_per_s"),
     MsiPingPong: ("rtt_median_us", "polled_per_halt"),
+    IpiPingPong: ("rtt_median_us", "polled_per_halt"),
     IdleTicks: ("ticks_per_s", "halt_exits_per_s", "polled_per_halt", "ctx_switches_per_vcpu_s"),
     Spin: ("steal_fraction", "ctx_switches_per_vcpu_s"),
 }
@@ -745,7 +807,15 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             # running share, so on average they last window / (1 - steal)
             window = guest_path(exp.workload, exp.vcpus)["wait_path"] * cal["path_insn_ns"]
             running = 1.0 - float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
-            out["wait_per_acq_us"] = (float(vms["lock_wait_mean_ns"][0]) + window / max(running, 1e-3)) / 1e3
+            # the real guest, told to stop, finishes every wait still open and
+            # counts it: the twin's waits open at the end count too (up to the
+            # end, a lower bound of what they would have lasted)
+            mean = float(vms["lock_wait_mean_ns"][0])
+            if "lock_waits_open" in vms.columns:
+                closed, n_open = float(vms["lock_acquisitions"][0]), float(vms["lock_waits_open"][0])
+                if closed + n_open > 0:
+                    mean = (mean * closed + float(vms["lock_wait_open_mean_ns"][0]) * n_open) / (closed + n_open)
+            out["wait_per_acq_us"] = (mean + window / max(running, 1e-3)) / 1e3
     if "steal_fraction" in names:
         out["steal_fraction"] = float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
     if "ctx_switches_per_vcpu_s" in names:
@@ -756,11 +826,47 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
         out["polled_per_halt"] = float(vc["halt_successful_poll"].sum()) / max(float(vc["halt_exits"].sum()), 1.0)
     if "rtt_median_us" in names:
         w = exp.workload
-        assert isinstance(w, MsiPingPong)
-        out["rtt_median_us"] = (float(vms["lat_p50_ns"][0]) - w.gap_us * 1000) / 1e3
+        assert isinstance(w, (MsiPingPong, IpiPingPong))
+        ipi = _sim_ipi_rtt_ns(res) if isinstance(w, IpiPingPong) else None
+        if ipi is not None:
+            out["rtt_median_us"] = ipi / 1e3
+        else:
+            # a round = the initiator's own time outside the round trip + the round trip
+            own = cfg.vms[0].workload.thread0_phases[0].ns if isinstance(w, IpiPingPong) else w.gap_us * 1000
+            out["rtt_median_us"] = (float(vms["lat_p50_ns"][0]) - own) / 1e3
     if "ticks_per_s" in names:
         out["ticks_per_s"] = float(vms["ops"][0]) / dur
     return out
+
+
+def _sim_ipi_rtt_ns(res: sim.Result) -> float | None:
+    """The median round trip of an IpiPingPong twin. vCPU 0 halts right after
+    its IPI, so each round trip is one of its halts:
+
+    * a halt that blocked: from the trace, its interval that ended in the
+      blocking halt at ``h`` and its next interval at ``r`` give ``r − h``,
+      plus the mean failed poll before blocking (``halt_poll_fail_ns`` over
+      the blocked halts; 0 with polling off);
+    * a halt a poll caught (no halt in the trace: the vCPU stays on its CPU):
+      the mean successful poll (``halt_poll_success_ns`` /
+      ``halt_successful_poll``), once per such halt.
+
+    Not the iteration latency minus the gap: the real gap is RDTSC (wall)
+    time, the twin's a Compute that other tasks stretch. Simplification: the
+    polls' per-halt lengths are their means. None without a trace or a halt.
+    """
+    if res.trace is None:
+        return None
+    t = res.trace.filter((pl.col("vm") == 0) & (pl.col("vcpu") == 0)).sort("start_ns")
+    st, en, why = t["start_ns"].to_numpy(), t["end_ns"].to_numpy(), t["why"].to_list()
+    blocked = [float(st[i + 1]) - float(en[i]) for i in range(len(st) - 1) if why[i] == "halt"]
+    v0 = res.vcpus.row(0, named=True)
+    n_succ = int(v0["halt_successful_poll"])
+    fail = float(v0["halt_poll_fail_ns"]) / len(blocked) if blocked else 0.0
+    rtt = [b + fail for b in blocked]
+    if n_succ > 0:
+        rtt += [float(v0["halt_poll_success_ns"]) / n_succ] * n_succ
+    return float(np.median(rtt)) if rtt else None
 
 
 def real_steal_intervals(r: Run, bin_ns: int = 10_000_000) -> np.ndarray:
@@ -934,8 +1040,10 @@ class OtherLoad:
 
     @classmethod
     def pooled(cls, loads: Sequence[OtherLoad]) -> OtherLoad | None:
-        """Several trials' loads as one: mean share and short fraction,
-        mean bursts weighted by each trial's short (long) share; None if empty."""
+        """Several trials' loads as one: mean share; the short fraction of
+        the pooled other time (each trial's short fraction weighted by its
+        share: a trial in which the others took nothing adds nothing); mean
+        bursts weighted by each trial's short (long) share; None if empty."""
         if not loads:
             return None
         w_s = np.array([x.share * x.short_fraction for x in loads])
@@ -948,7 +1056,7 @@ class OtherLoad:
 
         return cls(
             share=float(np.mean([x.share for x in loads])),
-            short_fraction=float(np.mean([x.short_fraction for x in loads])),
+            short_fraction=float(w_s.sum() / (w_s.sum() + w_l.sum())) if w_s.sum() > 0 else 0.0,
             short_burst_ns=wmean([x.short_burst_ns for x in loads], w_s),
             long_burst_ns=wmean([x.long_burst_ns for x in loads], w_l),
             short_tasks=int(round(np.mean([x.short_tasks for x in loads]))),
@@ -1026,7 +1134,11 @@ class _VmmProbe:
 
 
 def run_real(
-    exp: Experiment, trials: int = 3, failures: list[str] | None = None, cal: Calibration | None = None
+    exp: Experiment,
+    trials: int = 3,
+    failures: list[str] | None = None,
+    cal: Calibration | None = None,
+    trace: bool = False,
 ) -> list[Run]:
     """``trials`` real runs of ``exp`` (each records its :class:`~vcpulab.quality.Quality`
     and, in ``Run.config["other_load"]``, the other tasks' :class:`OtherLoad`
@@ -1034,7 +1146,9 @@ def run_real(
 
     A trial that misses its deadline (``TimeoutError``: an MSI ping-pong whose
     vCPU other tasks kept off its CPU) is left out and its message appended to
-    ``failures``; when every trial fails the last error is raised."""
+    ``failures``; when every trial fails the last error is raised. ``trace``:
+    each trial records the kernel's trace (``run(trace=True)``: ``Run.trace``,
+    ``Run.wakeups``; docs/tracing.md)."""
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     out = []
@@ -1047,7 +1161,7 @@ def run_real(
                 me = {int(t) for t in os.listdir("/proc/self/task")}
                 before = _task_schedstat()
                 with _VmmProbe(exp.duration_s) as probe:
-                    r = exp.run()
+                    r = exp.run(trace=True) if trace else exp.run()
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
                 share = r.quality.other_share if r.quality is not None else 0.0
@@ -1070,13 +1184,16 @@ def run_sim(
     other_share: float | None = None,
     other_burst_ns: float | None = None,
     other_load: OtherLoad | None = None,
+    trace_all: bool = False,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`)."""
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`).
+    ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     out = []
     for s in range(seeds):
-        cfg = twin(exp, cal, seed=s, trace=trace and type(exp.workload) in _DISTS, other_share=other_share,
+        traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
+        cfg = twin(exp, cal, seed=s, trace=trace and traced, other_share=other_share,
                    other_burst_ns=other_burst_ns, other_load=other_load)  # fmt: skip
         out.append((cfg, sim.run(cfg)))
     return out
@@ -1134,6 +1251,7 @@ def compare(
     cal: Calibration | None = None,
     real: Sequence[Run] | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
+    trace: bool = False,
 ) -> pl.DataFrame:
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
@@ -1157,20 +1275,29 @@ def compare(
     the others' CPU time and their mean burst, ns, pooled over the trials:
     :class:`OtherLoad`) and ``steal_by_construction``. Pass ``real`` to reuse
     real runs of ``exp``.
+
+    ``trace=True``: the real trials are traced (``run(trace=True)``) and two
+    more rows compare distributions (:func:`distributions`, trials and seeds
+    pooled): ``slice_ns`` (every vCPU run slice) and ``wakeup_latency_ns``
+    (guest timer → vCPU running); ``real``/``sim`` are the medians, ``ks``
+    the two-sample KS statistic. The twin's wake-ups are derived from its
+    guest's timer (:func:`sim_wakeups`), so workloads woken otherwise (IPI,
+    spin locks, MSI with polling on) have none: NaN there. ``real`` runs
+    passed in are used as they are (traced or not).
     """
     cal = cal or calibrate()
     failures: list[str] = []
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
-    runs = list(real) if real is not None else run_real(exp, trials, failures, cal)
+    runs = list(real) if real is not None else run_real(exp, trials, failures, cal, trace=trace)
     shares = [r.quality.other_share for r in runs if r.quality is not None]
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
     if load == "measured" and ol is not None:
-        sims = run_sim(exp, cal, seeds, other_load=ol)
+        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace)
     else:
-        sims = run_sim(exp, cal, seeds, other_share=share)
+        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
@@ -1193,6 +1320,8 @@ def compare(
         rows.append(dict(metric=d, unit="", real=float(rs.mean()) if rs.size else float("nan"), real_lo=float("nan"),
                          real_hi=float("nan"), sim=float(ss.mean()) if ss.size else float("nan"), sim_lo=float("nan"),
                          sim_hi=float("nan"), rel_err=float("nan"), informative=bool(rs.size and ss.size), ks=ks))  # fmt: skip
+    if trace:
+        rows += _trace_rows(runs, [s for _, s in sims])
     return pl.DataFrame(rows).with_columns(
         pl.lit(dist).alias("disturbed_trials"),
         pl.lit(len(runs)).alias("trials"),
@@ -1203,6 +1332,29 @@ def compare(
         pl.lit(ol.short_fraction if ol is not None else float("nan"), dtype=pl.Float64).alias("other_short_fraction"),
         pl.lit(bool(share > 0 and isinstance(exp.workload, _RUNNABLE))).alias("steal_by_construction"),
     )
+
+
+def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[str, Any]]:
+    """compare()'s distribution rows of traced real runs: run slices and
+    wake-up latencies (medians and the KS statistic, :func:`distributions`)."""
+    nan = float("nan")
+    real = [r for r in runs if getattr(r, "trace", None) is not None]
+    traced = [s for s in sims if s.trace is not None]
+    r_sl = np.concatenate([vcpu_slices(r.trace) for r in real]) if real else np.empty(0)  # type: ignore[arg-type]
+    r_wk = (np.concatenate([r.wakeups.filter(pl.col("vcpu") >= 0)["latency_ns"].cast(pl.Float64).to_numpy()
+                            for r in real if r.wakeups is not None] or [np.empty(0)]))  # fmt: skip
+    s_sl = np.concatenate([vcpu_slices(s.trace) for s in traced]) if traced else np.empty(0)  # type: ignore[arg-type]
+    try:
+        s_wk = np.concatenate([sim_wakeups(s)["latency_ns"].cast(pl.Float64).to_numpy() for s in traced] or [np.empty(0)])
+    except ValueError:  # a guest woken by something other than its timer: no simulated wake-ups to compare
+        s_wk = np.empty(0)
+    rows = []
+    for q, a, b in (("slice_ns", r_sl, s_sl), ("wakeup_latency_ns", r_wk, s_wk)):
+        ok = bool(a.size and b.size)
+        rows.append(dict(metric=q, unit="ns", real=float(np.median(a)) if a.size else nan, real_lo=nan, real_hi=nan,
+                         sim=float(np.median(b)) if b.size else nan, sim_lo=nan, sim_hi=nan, rel_err=nan,
+                         informative=ok, ks=ks_distance(a, b) if ok else nan))  # fmt: skip
+    return rows
 
 
 # ----------------------------------------------------------------------------- grid
@@ -1267,7 +1419,9 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
                     out.append(Experiment(SpinLock(kind=kind, hold=hold, think=think), n, cp, "one_each", duration_s))  # type: ignore[arg-type]
     for n in (2, 4):
         out.append(Experiment(PvSpinLock(hold=50, think=50), n, one, "one_each", duration_s))
-    out.append(Experiment(IpiPingPong(rounds=1000), 2, two or one, "one_each", duration_s))  # listed as no twin
+    for gap in (50.0, 500.0):
+        for hp in (0, 200_000):
+            out.append(Experiment(_ipi(gap), 2, two or one, "one_each", MSI_DEADLINE_S, hp))
     for gap in (50.0, 500.0):
         for hp in (0, 200_000):
             out.append(Experiment(_msi(gap), 1, one, "one_each", MSI_DEADLINE_S, hp))
@@ -1281,6 +1435,11 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
 #: deadline of the grid's MSI ping-pong cells, s: 200 rounds take 20-120 ms on an
 #: idle host, but rounds of 1-20 ms were seen while other tasks held the vCPU's CPU
 MSI_DEADLINE_S = 5.0
+
+
+def _ipi(gap_us: float) -> IpiPingPong:
+    """The grid's IPI ping-pong: 200 rounds."""
+    return IpiPingPong(rounds=200, gap_us=gap_us)
 
 
 def _msi(gap_us: float) -> MsiPingPong:
@@ -1321,8 +1480,10 @@ class Grid:
         out["steal_cells"] = st.height
         out["steal_within_0.10"] = float(((st["sim"] - st["real"]).abs() <= 0.10).mean()) if st.height else float("nan")  # type: ignore[arg-type]
         out["steal_by_construction"] = int(st["steal_by_construction"].sum()) if st.height else 0
-        ks = self.cells.filter(pl.col("ks").is_not_nan())["ks"]
-        out["ks_median"] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
+        for key, metric in (("ks_median", "steal_per_10ms"), ("ks_slice_median", "slice_ns"),
+                            ("ks_wakeup_median", "wakeup_latency_ns")):  # fmt: skip
+            ks = self.cells.filter((pl.col("metric") == metric) & pl.col("ks").is_not_nan())["ks"]
+            out[key] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
         d = self.directions.filter(pl.col("significant"))
         out["directions"] = d.height
         out["directions_agree"] = int(d["agree"].sum()) if d.height else 0
@@ -1339,12 +1500,15 @@ class Grid:
         return (
             f"twins: {s['cells']} cells; within 25 %: throughput {pct(s['acq_per_s_within_25pct'])} of "
             f"{s['acq_per_s_informative']}, wait {pct(s['wait_per_acq_us_within_25pct'])} of {s['wait_per_acq_us_informative']}, "
-            f"MSI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
+            f"MSI/IPI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
             f"halt exits {pct(s['halt_exits_per_s_within_25pct'])} of {s['halt_exits_per_s_informative']}, "
             f"polled share {pct(s['polled_per_halt_within_25pct'])} of {s['polled_per_halt_informative']}; "
             f"steal within 0.10: {pct(s['steal_within_0.10'])} of {s['steal_cells']} "
             f"({s['steal_by_construction']} by construction); directions agree {s['directions_agree']}/{s['directions']}; "
-            f"KS median {s['ks_median']:.2f}; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
+            f"KS median {s['ks_median']:.2f}"
+            + (f" (run slices {s['ks_slice_median']:.2f}, wake-ups {s['ks_wakeup_median']:.2f})"
+               if s["ks_slice_median"] == s["ks_slice_median"] else "")
+            + f"; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
             f"(other tasks' share median {s['other_share_median']:.0%})"
         )
 
@@ -1378,6 +1542,8 @@ def cell_name(exp: Experiment) -> str:
         return f"{f['kind']} {f['hold']}/{f['think']} {f['vcpus']}v/{f['cpus']}c{hp}"
     if w == "MsiPingPong":
         return f"msi gap{f['gap_us']:g}us{hp}"
+    if w == "IpiPingPong":
+        return f"ipi gap{f['gap_us']:g}us {f['vcpus']}v/{f['cpus']}c{hp}"
     if w == "IdleTicks":
         return f"ticks {f['hz']}Hz {f['vcpus']}v/{f['cpus']}c{hp}"
     return f"{w} {f['vcpus']}v/{f['cpus']}c{hp}"
@@ -1437,10 +1603,13 @@ def grid(
     cal: Calibration | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
     progress: bool = False,
+    trace: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare (:func:`compare`) and derive the between-cell
-    directions. ``experiments`` default: :func:`default_grid`."""
+    directions. ``experiments`` default: :func:`default_grid`. ``trace``: the
+    real trials are traced and each cell gets its run-slice and wake-up
+    latency KS rows (:func:`compare`)."""
     cal = cal or calibrate()
     exps = list(experiments) if experiments is not None else default_grid()
     frames = []
@@ -1454,7 +1623,7 @@ def grid(
             no_twin.append((name, str(e)))
             continue
         try:
-            c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load)
+            c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
         except TimeoutError as e:
             no_real.append((name, str(e)))
             if progress:
@@ -1468,7 +1637,7 @@ def grid(
     first = ["cell", *FACTORS]
     cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
     return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
-                calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load})  # fmt: skip
+                calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load, "trace": trace})  # fmt: skip
 
 
 # -------------------------------------------------------------------- distributions

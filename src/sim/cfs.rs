@@ -256,17 +256,20 @@ impl Sim {
 
     // ---- host noise ----
 
-    /// One pinned kernel-thread task per CPU and one unpinned VMM I/O task
+    /// `kthreads_per_cpu` pinned kernel-thread tasks per CPU and one unpinned VMM I/O task
     /// per VM (on its first vCPU's CPU to begin with).
     pub(crate) fn add_noise_tasks(&mut self) {
         let n = self.cfg.host.noise.clone();
         let base_slice_ns = self.cfg.host.base_slice_ns;
         let mk = |kind, cpu, pinned| Task::new(kind, NICE0, base_slice_ns, cpu, pinned);
         if n.kthread_hz > 0.0 {
+            let k = n.kthreads_per_cpu.max(1);
             for cpu in 0..self.rqs.len() as u32 {
-                let id = self.noise_src.len() as u32;
-                self.noise_src.push(((1e9 / n.kthread_hz) as Ns, n.kthread_ns));
-                self.tasks.push(mk(TaskKind::Noise(id), cpu, Some(cpu)));
+                for _ in 0..k {
+                    let id = self.noise_src.len() as u32;
+                    self.noise_src.push(((1e9 / (n.kthread_hz / k as f64)) as Ns, n.kthread_ns));
+                    self.tasks.push(mk(TaskKind::Noise(id), cpu, Some(cpu)));
+                }
             }
         }
         if n.vmm_io_hz > 0.0 {

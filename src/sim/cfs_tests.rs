@@ -252,7 +252,8 @@ fn host_noise_uses_its_share_of_each_cpu_and_kthreads_stay_home() {
     c.vms[0].workload.phases = vec![Phase::Sleep { ns: 1_000_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false }];
     c.duration_ns = 2_000_000_000;
     c.trace = true;
-    c.host.noise = HostNoise { kthread_hz: 1000.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 };
+    c.host.noise =
+        HostNoise { kthread_hz: 1000.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000, ..Default::default() };
     let r = run(&c).unwrap();
     let bg = r.pcpus.u64s("bg_ns");
     for (cpu, &b) in bg.iter().enumerate() {
@@ -276,7 +277,13 @@ fn every_option_on_keeps_time_conserved_and_runs_deterministic() {
         c.host.wakeup_ipi_ns = 1_500;
         c.host.wakeup_jitter = 0.5;
         c.host.idle_states = vec![(2_000, 2_000), (10_000, 20_000), (133_000, 600_000)];
-        c.host.noise = HostNoise { kthread_hz: 500.0, kthread_ns: 10_000, vmm_io_hz: 500.0, vmm_io_ns: 20_000 };
+        c.host.noise = HostNoise {
+            kthread_hz: 500.0,
+            kthread_ns: 10_000,
+            vmm_io_hz: 500.0,
+            vmm_io_ns: 20_000,
+            ..Default::default()
+        };
         let a = run(&c).unwrap();
         assert_eq!(a, run(&c).unwrap());
         let d = c.duration_ns;

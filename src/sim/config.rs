@@ -286,11 +286,25 @@ pub struct HostNoise {
     /// Mean length of one VMM I/O burst, ns.
     #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
     pub vmm_io_ns: u64,
+    /// Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
+    /// `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson
+    /// process and lag). 1 (the default): one task per CPU whose arrivals
+    /// join the work it already has. Many short tasks that each ran little
+    /// keep their lag and preempt at each wake-up; one task carrying all of
+    /// them does not. Source: a measurement here, the number of short tasks
+    /// `/proc/<pid>/task/<tid>/schedstat` counts over a run (docs/twins.md).
+    #[serde(skip_serializing_if = "is_one_u32")]
+    #[schemars(range(min = 1, max = limits::MAX_KTHREADS_PER_CPU), extend("default" = 1))]
+    pub kthreads_per_cpu: u32,
+}
+
+fn is_one_u32(x: &u32) -> bool {
+    *x == 1
 }
 
 impl Default for HostNoise {
     fn default() -> Self {
-        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000 }
+        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000, kthreads_per_cpu: 1 }
     }
 }
 
@@ -852,6 +866,26 @@ pub struct WorkloadConfig {
     /// SPIN_THRESHOLD of the PV queued lock, iterations.
     #[schemars(range(min = 1, max = limits::MAX_SPIN_THRESHOLD))]
     pub spin_threshold: u64,
+    /// Thread 0 of each VM runs these phases instead of `phases` (empty, the
+    /// default: every thread runs `phases`). An initiator beside responders,
+    /// e.g. a ping-pong: thread 0 `[Compute, Send{to: 1}, Recv]`, the others
+    /// `[Recv, Compute, Send{to: 1}]`. Only compute, sleep, barrier, send and
+    /// receive phases (locks and IPIs are set up from `phases`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_PHASES), extend("default" = []))]
+    pub thread0_phases: Vec<Phase>,
+}
+
+impl WorkloadConfig {
+    /// The phases guest thread `idx` of its VM runs.
+    #[inline]
+    pub fn phases_for(&self, idx: u32) -> &[Phase] {
+        if idx == 0 && !self.thread0_phases.is_empty() {
+            &self.thread0_phases
+        } else {
+            &self.phases
+        }
+    }
 }
 
 impl Default for WorkloadConfig {
@@ -866,6 +900,7 @@ impl Default for WorkloadConfig {
             guest_slice_ns: 4_000_000,
             spin_iter_cycles: 40,
             spin_threshold: 32_768,
+            thread0_phases: Vec::new(),
         }
     }
 }
@@ -987,6 +1022,46 @@ pub const MAX_PCPUS: u32 = 4096;
 pub const MAX_VCPUS_TOTAL: u64 = 65_536;
 pub const MAX_PHASES: usize = 256;
 
+/// `workload.thread0_phases`: what thread 0 may run instead of `phases`.
+fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
+    let ph = &vm.workload.thread0_phases;
+    if ph.is_empty() {
+        return Ok(());
+    }
+    let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };
+    check(ph.len() <= MAX_PHASES, || format!("vms[{i}].workload.thread0_phases must hold <= {MAX_PHASES} phases"))?;
+    check(threads >= 2, || format!("vms[{i}].workload.thread0_phases needs >= 2 guest threads, got {threads}"))?;
+    let mut any_work = false;
+    for (j, p) in ph.iter().enumerate() {
+        let pf = |name: &str| format!("vms[{i}].workload.thread0_phases[{j}].{name}");
+        let pr = p.prob();
+        check((0.0..=1.0).contains(&pr), || format!("{} must be in [0, 1], got {pr}", pf("prob")))?;
+        match p {
+            Phase::Compute { ns, .. } | Phase::Sleep { ns, .. } => {
+                check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
+                if let Phase::Sleep { ns, dist, periodic: true, .. } = p {
+                    check(*ns > 0 && *dist == Dist::Fixed, || {
+                        format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
+                    })?;
+                }
+                any_work |= *ns > 0 && pr >= 1.0;
+            }
+            Phase::Send { to, .. } => {
+                check(*to >= 1 && *to < threads, || format!("{} must be in [1, threads), got {to}", pf("to")))?;
+            }
+            Phase::Barrier { .. } | Phase::Recv { .. } => {}
+            Phase::Lock { .. } | Phase::Ipi { .. } => {
+                return Err(format!(
+                    "vms[{i}].workload.thread0_phases[{j}]: only compute, sleep, barrier, send and recv phases"
+                ));
+            }
+        }
+    }
+    check(any_work, || {
+        format!("vms[{i}].workload.thread0_phases must take time (a compute or sleep phase with ns > 0 and prob 1)")
+    })
+}
+
 /// The limits of the configuration's fields: the one place from which both
 /// [`SimConfig::validate`] and the JSON Schema ([`json_schema`], the
 /// `#[schemars(range(..))]` attributes) take them. Python's dataclasses read
@@ -1026,6 +1101,8 @@ pub mod limits {
     pub const MAX_THREADS_PER_VCPU: u64 = 16;
     pub const MAX_SPIN_ITER_CYCLES: u64 = 1_000_000;
     pub const MAX_SPIN_THRESHOLD: u64 = 1_000_000_000;
+    /// `HostNoise.kthreads_per_cpu`.
+    pub const MAX_KTHREADS_PER_CPU: u32 = 64;
 }
 
 /// The JSON Schema (draft 2020-12) of [`SimConfig`], generated from the serde
@@ -1144,6 +1221,9 @@ impl SimConfig {
                 format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
             })?;
         }
+        check((1..=MAX_KTHREADS_PER_CPU).contains(&n.kthreads_per_cpu), || {
+            format!("host.noise.kthreads_per_cpu must be in [1, {MAX_KTHREADS_PER_CPU}], got {}", n.kthreads_per_cpu)
+        })?;
         let c = &h.cfs;
         for (name, v) in [
             ("latency_ns", c.latency_ns),
@@ -1328,6 +1408,7 @@ impl SimConfig {
             let has_recv = w.phases.iter().any(|p| matches!(p, Phase::Recv { .. }));
             let has_send = w.phases.iter().any(|p| matches!(p, Phase::Send { .. }));
             check(!has_recv || has_send, || format!("{}: a recv phase needs a send phase", f("workload.phases")))?;
+            check_thread0_phases(i, vm)?;
         }
         Ok(())
     }

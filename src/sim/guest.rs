@@ -660,7 +660,7 @@ impl Sim {
     pub fn advance(&mut self, t: usize) {
         let now = self.now;
         let vm = self.threads[t].vm as usize;
-        let nph = self.vms[vm].cfg.workload.phases.len();
+        let nph = self.vms[vm].cfg.workload.phases_for(self.threads[t].idx).len();
         let goal = self.vms[vm].cfg.workload.iterations;
         let th = &mut self.threads[t];
         th.pc += 1;
@@ -694,7 +694,7 @@ impl Sim {
     fn begin_phase(&mut self, v: usize, t: usize) -> Flow {
         let vm = self.threads[t].vm as usize;
         let pc = self.threads[t].pc;
-        let phase = self.vms[vm].cfg.workload.phases[pc].clone();
+        let phase = self.vms[vm].cfg.workload.phases_for(self.threads[t].idx)[pc].clone();
         if !self.chance(phase.prob()) {
             self.advance(t);
             self.drop_if_done(v, t);
@@ -757,7 +757,7 @@ impl Sim {
                 let dth = &self.threads[dst];
                 let in_recv = dth.state == TState::Blocked
                     && dth.step == Step::Waiting
-                    && matches!(self.vms[vm].cfg.workload.phases[dth.pc], Phase::Recv { .. });
+                    && matches!(self.vms[vm].cfg.workload.phases_for(dth.idx)[dth.pc], Phase::Recv { .. });
                 if in_recv {
                     self.advance(dst);
                     self.wake_thread(dst, WakeReason::Ipi);

@@ -215,6 +215,11 @@ pub fn collect(sim: &Sim) -> SimResult {
         "lock_acquisitions",
         Column::U64(vms.iter().map(|m| m.locks.iter().map(|l| l.acquisitions).sum()).collect()),
     );
+    // waits still open when the run ends (censored: counted up to the end);
+    // a real guest told to stop finishes them, so its mean includes them
+    let open: Vec<(u64, f64)> = vms.iter().map(|m| open_lock_waits(sim, m, dur)).collect();
+    vm.add("lock_waits_open", Column::U64(open.iter().map(|o| o.0).collect()));
+    vm.add("lock_wait_open_mean_ns", Column::F64(open.iter().map(|o| o.1).collect()));
 
     // ---- summary
     let mut s = Table::default();
@@ -267,6 +272,20 @@ pub fn collect(sim: &Sim) -> SimResult {
         None
     };
     SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace }
+}
+
+/// The lock waits of VM `m` still open at `end` (threads in a Lock phase
+/// without the lock): their number and mean age (ns, from the Lock phase's
+/// start, as `record_lock_wait` counts; 0 when there are none).
+fn open_lock_waits(sim: &Sim, m: &Vm, end: Ns) -> (u64, f64) {
+    let (mut n, mut sum) = (0u64, 0u64);
+    for th in &sim.threads[m.thread0 as usize..(m.thread0 + m.nthread) as usize] {
+        if th.state != TState::Done && matches!(th.step, Step::AwaitLock { .. }) {
+            n += 1;
+            sum += end.saturating_sub(th.lock_wait_start);
+        }
+    }
+    (n, if n > 0 { sum as f64 / n as f64 } else { 0.0 })
 }
 
 fn policy_name(m: &Vm) -> String {

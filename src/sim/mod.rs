@@ -124,3 +124,5 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod twin_tests;

@@ -289,12 +289,21 @@ class HostNoise(_Base):
         kthread_ns: mean length of one kernel-thread burst, ns. Default 20000.
         vmm_io_hz: bursts per second of each VM's VMM I/O thread. Default 0.
         vmm_io_ns: mean length of one VMM I/O burst, ns. Default 20000.
+        kthreads_per_cpu: independent kernel-thread tasks per CPU sharing
+            ``kthread_hz`` (each ``kthread_hz / kthreads_per_cpu`` arrivals per
+            second, its own Poisson process and its own lag), 1-64. Default 1:
+            one task per CPU whose arrivals join the work it already has. Many
+            short tasks that each ran little keep their lag and preempt a vCPU
+            at each wake-up; one task that carries them all has used its share
+            and rarely does. Source: measured here (the number of short tasks
+            of ``vcpulab.twins.OtherLoad``, from ``/proc/<pid>/task/*/schedstat``).
     """
 
     kthread_hz: float = 0.0
     kthread_ns: int = 20_000
     vmm_io_hz: float = 0.0
     vmm_io_ns: int = 20_000
+    kthreads_per_cpu: int = field(default=1, metadata=_NEW)
 
     def __post_init__(self) -> None:
         for kind in ("kthread", "vmm_io"):
@@ -305,6 +314,7 @@ class HostNoise(_Base):
                 raise ValueError(
                     f"HostNoise.{kind}_hz * {kind}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}"
                 )
+        _int(self, "kthreads_per_cpu")
 
     @classmethod
     def typical(cls) -> HostNoise:
@@ -1250,6 +1260,12 @@ class Workload(_Base):
             into time). Default 40 (assumption: PAUSE + load on older Xeons).
         spin_threshold: PV queued-lock SPIN_THRESHOLD, iterations. Default
             32768 (kernel, [K5]).
+        thread0_phases: what thread 0 of each VM runs instead of ``phases``
+            (an initiator beside responders, e.g. a ping-pong: thread 0
+            ``(Compute, Send(1), Recv())``, the others ``(Recv(), Compute,
+            Send(1))``); only Compute, Sleep, Barrier, Send and Recv phases,
+            and the VM needs >= 2 threads. Default ``()``: every thread runs
+            ``phases``.
     """
 
     phases: tuple[Any, ...] = (Compute(20_000, dist="exp"), Lock(0, "ticket", 2_000))
@@ -1258,10 +1274,22 @@ class Workload(_Base):
     guest_slice_ns: int = 4_000_000
     spin_iter_cycles: int = 40
     spin_threshold: int = 32768
+    thread0_phases: tuple[Any, ...] = field(default=(), metadata=_NEW)
 
     def __post_init__(self) -> None:
         if isinstance(self.phases, list):
             object.__setattr__(self, "phases", tuple(self.phases))
+        if isinstance(self.thread0_phases, list):
+            object.__setattr__(self, "thread0_phases", tuple(self.thread0_phases))
+        if not isinstance(self.thread0_phases, tuple):
+            raise ValueError(f"Workload.thread0_phases must be a tuple of phases, got {self.thread0_phases!r}")
+        for i, p in enumerate(self.thread0_phases):
+            if type(p) not in (Compute, Sleep, Barrier, Send, Recv):
+                raise ValueError(f"Workload.thread0_phases[{i}] must be a Compute, Sleep, Barrier, Send or Recv phase, got {p!r}")
+        if self.thread0_phases and not any(isinstance(p, (Compute, Sleep)) and p.ns > 0 and p.prob == 1.0 for p in self.thread0_phases):
+            raise ValueError("Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0")
+        if len(self.thread0_phases) > 256:
+            raise ValueError(f"Workload.thread0_phases must hold <= 256 phases, got {len(self.thread0_phases)}")
         if not isinstance(self.phases, tuple) or not self.phases:
             raise ValueError(f"Workload.phases must be a non-empty tuple of phases, got {self.phases!r}")
         for i, p in enumerate(self.phases):
@@ -1297,11 +1325,13 @@ class Workload(_Base):
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d["phases"] = [_phase_to_dict(p) for p in self.phases]
+        if "thread0_phases" in d:
+            d["thread0_phases"] = [_phase_to_dict(p) for p in self.thread0_phases]
         return d
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        if name == "phases":
+        if name in ("phases", "thread0_phases"):
             return tuple(_phase_from_dict(p) for p in _plain_seq("Workload", name, v))
         return v
 

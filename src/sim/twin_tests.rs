@@ -1,0 +1,151 @@
+//! The options real-KVM twins need: a thread-0 phase list (an initiator and
+//! a responder), open lock waits at the end of a run, several kernel-thread
+//! noise tasks per CPU.
+
+use super::config::*;
+use super::metrics::Column;
+use super::run;
+
+const US: u64 = 1_000;
+
+fn compute(ns: u64) -> Phase {
+    Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }
+}
+
+/// vCPU 0 computes `gap` then sends to vCPU 1 and waits for the reply;
+/// vCPU 1 waits, computes `reply` and answers. One vCPU per CPU.
+fn ping_pong(gap: u64, reply: u64) -> SimConfig {
+    SimConfig {
+        duration_ns: 100_000_000,
+        host: HostConfig { pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: 2,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            halt_poll: HaltPollConfig { halt_poll_ns: 0, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Recv { prob: 1.0 }, compute(reply), Phase::Send { to: 1, prob: 1.0 }],
+                thread0_phases: vec![compute(gap), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn thread0_phases_make_an_asymmetric_ping_pong() {
+    let c = ping_pong(50 * US, 5 * US);
+    c.validate().unwrap();
+    let r = run(&c).unwrap();
+    let run_ns = r.vcpus.u64s("running_ns");
+    let halted = r.vcpus.u64s("halted_ns");
+    // each round: vCPU 0 runs 50 µs while vCPU 1 is halted, then vCPU 1
+    // runs 5 µs while vCPU 0 is halted (plus the halt/wake-up costs)
+    let ratio = run_ns[0] as f64 / run_ns[1] as f64;
+    assert!((6.0..11.0).contains(&ratio), "running {run_ns:?}");
+    assert!(halted[1] > halted[0], "halted {halted:?}");
+    // both threads finish an iteration per round trip: the iteration latency
+    // is the round: 55 µs of work plus two wake-ups of a halted vCPU (the
+    // latency histogram's buckets are within 6.25 %)
+    let ops = r.vms.u64s("ops")[0];
+    let p50 = r.vms.f64s("lat_p50_ns")[0];
+    assert!(ops > 1_000, "{ops}");
+    assert!((51_000.0..80_000.0).contains(&p50), "{p50}");
+    // a longer reply lengthens the round by the difference
+    let r2 = run(&ping_pong(50 * US, 25 * US)).unwrap();
+    let d = r2.vms.f64s("lat_p50_ns")[0] - p50;
+    assert!((14_000.0..26_000.0).contains(&d), "{d}");
+}
+
+#[test]
+fn thread0_phases_are_validated_and_omitted_at_their_default() {
+    let mut c = ping_pong(50 * US, 5 * US);
+    c.vms[0].workload.thread0_phases.push(Phase::Lock {
+        lock: 0,
+        lock_kind: LockKind::Tas,
+        hold_ns: 1_000,
+        dist: Dist::Fixed,
+        prob: 1.0,
+    });
+    assert!(c.validate().unwrap_err().contains("thread0_phases[3]"));
+    let mut c = ping_pong(50 * US, 5 * US);
+    c.vms[0].workload.thread0_phases[1] = Phase::Send { to: 2, prob: 1.0 };
+    assert!(c.validate().unwrap_err().contains("thread0_phases[1].to"));
+    let mut c = ping_pong(50 * US, 5 * US);
+    c.vms[0].workload.thread0_phases = vec![Phase::Recv { prob: 1.0 }];
+    assert!(c.validate().unwrap_err().contains("must take time"));
+    let d = SimConfig::default().to_json();
+    assert!(!d.contains("thread0_phases") && !d.contains("kthreads_per_cpu"), "{d}");
+    let c = ping_pong(50 * US, 5 * US);
+    assert_eq!(SimConfig::from_json(&c.to_json()).unwrap(), c);
+}
+
+/// `v` vCPUs on one CPU contending for a TAS lock held `hold` ns.
+fn tas(v: u32, hold: u64, iterations: u64) -> SimConfig {
+    SimConfig {
+        duration_ns: 200_000_000,
+        host: HostConfig { pcpus: 1, affinity: Affinity::Pinned, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![
+                    compute(20 * US),
+                    Phase::Lock { lock: 0, lock_kind: LockKind::Tas, hold_ns: hold, dist: Dist::Fixed, prob: 1.0 },
+                ],
+                iterations,
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn waits_still_open_at_the_end_are_reported() {
+    let c = tas(4, 200 * US, 0);
+    let r = run(&c).unwrap();
+    let n = r.vms.u64s("lock_waits_open")[0];
+    let mean = r.vms.f64s("lock_wait_open_mean_ns")[0];
+    // 4 vCPUs take turns on one CPU: at the end, the ones preempted while
+    // waiting (at least the ones that did not hold it) still wait
+    assert!((1..=4).contains(&n), "{n}");
+    assert!(mean > 0.0 && mean <= c.duration_ns as f64, "{mean}");
+    // a run of fixed iterations ends when every thread is done: none open
+    let r = run(&tas(4, 200 * US, 50)).unwrap();
+    assert_eq!(r.summary.get("finished"), Some(&Column::Bool(vec![true])));
+    assert_eq!(r.vms.u64s("lock_waits_open")[0], 0);
+    assert_eq!(r.vms.f64s("lock_wait_open_mean_ns")[0], 0.0);
+}
+
+/// One vCPU computing on one CPU beside `k` kernel-thread tasks that share
+/// 2000 bursts/s of 40 µs.
+fn noisy(k: u32) -> SimConfig {
+    let mut c = tas(1, 1_000, 0);
+    c.duration_ns = 1_000_000_000;
+    c.vms[0].workload.phases = vec![compute(100_000_000)];
+    c.host.noise = HostNoise { kthread_hz: 2000.0, kthread_ns: 40 * US, kthreads_per_cpu: k, ..Default::default() };
+    c
+}
+
+#[test]
+fn several_kthreads_per_cpu_share_the_rate_and_preempt_more_often() {
+    let one = run(&noisy(1)).unwrap();
+    let many = run(&noisy(16)).unwrap();
+    // the same noise share (2000/s × 40 µs = 8 % of the CPU, Poisson ±10 %)
+    for r in [&one, &many] {
+        let bg = r.pcpus.u64s("bg_ns")[0] as f64 / 1e9;
+        assert!((0.07..0.09).contains(&bg), "{bg}");
+    }
+    // each of 16 tasks ran little, keeps its lag and preempts at its wake-up;
+    // one task carrying them all has used its share and waits more often
+    let s1 = one.vcpus.u64s("sched_in")[0];
+    let s16 = many.vcpus.u64s("sched_in")[0];
+    assert!(s16 as f64 > 1.2 * s1 as f64, "sched_in 1 task {s1}, 16 tasks {s16}");
+    assert!((1..=64).contains(&noisy(16).host.noise.kthreads_per_cpu));
+    let mut bad = noisy(0);
+    bad.host.noise.kthreads_per_cpu = 0;
+    assert!(bad.validate().unwrap_err().contains("kthreads_per_cpu"));
+}
