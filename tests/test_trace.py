@@ -125,11 +125,21 @@ def test_slices_lie_in_the_run_and_do_not_overlap(idle_run) -> None:  # type: ig
         assert tids[(vm, vcpu)] == tid
     assert set(vt["vcpu"].unique().to_list()) == {0, 1, 2}
     assert set(vt["tid"].unique().to_list()) == set(r.threads["tid"].to_list())
-    # wake-ups: each is of a vCPU thread, and it ran at or after it was woken
+    # every halt ends with its vCPU running: its kvm_vcpu_wakeup lies in a slice of that
+    # vCPU (also where the kernel wrote no switch-in record and the slice was inferred)
+    h = r.halts.filter((pl.col("time_ns") >= 0) & (pl.col("time_ns") < wall_ns))
+    assert h.height > 0
+    covered = h.join(vt.select("vcpu", "start_ns", "end_ns"), on="vcpu").filter(
+        (pl.col("start_ns") <= pl.col("time_ns")) & (pl.col("time_ns") <= pl.col("end_ns"))
+    )
+    assert covered.select("vcpu", "time_ns").unique().height == h.select("vcpu", "time_ns").unique().height
+    # a halt that waited put its thread to sleep: after each, a new slice (inferred or not)
+    for v in (0, 1, 2):
+        assert vt.filter(pl.col("vcpu") == v).height >= h.filter((pl.col("vcpu") == v) & ~pl.col("polled")).height
+    assert r.trace_info["inferred_switch_ins"] >= 0
+    # wake-ups: each is of a vCPU thread, and it ran at or after it was woken (the kernel
+    # may write no record of a wake-up from idle, so not every waited halt has one)
     w = r.wakeups
-    # a halt that waited put its thread to sleep until a wake-up, which the trace saw
-    for v in r.halts.filter(~pl.col("polled"))["vcpu"].unique().to_list():
-        assert w.filter(pl.col("vcpu") == v).height > 0
     assert (w["latency_ns"] >= 0).all() and set(w["tid"].unique().to_list()) <= set(tids.values())
     # halts: per vCPU, the traced lengths of the halts that waited sum to what KVM accounted to them
     waited = r.halts.filter(~pl.col("polled"))

@@ -85,7 +85,8 @@ class TraceFrames:
     exits: pl.DataFrame
     halts: pl.DataFrame
     #: events, lost (kernel buffer full), dropped (max_events reached), truncated,
-    #: counts per tracepoint, cpus
+    #: counts per tracepoint, cpus, exits_source, inferred_switch_ins (switches onto
+    #: a traced CPU the kernel wrote no record of, inferred from the task's next record)
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -155,6 +156,7 @@ class Trace:
         )
         halts = _df(f["halts"], HALTS_SCHEMA).with_columns(_null("window_ns"))
         info["exits_source"] = f["exits_source"]
+        info["inferred_switch_ins"] = f["inferred_switch_ins"]
         return TraceFrames(trace=trace, wakeups=wakeups, exits=exits, halts=halts, info=info)
 
 

@@ -874,6 +874,9 @@ pub struct Frames {
     /// Which events the exits come from: "kvm_exit" (kvm_exit → kvm_entry) or, where
     /// the kernel emits no kvm_exit, "kvm_userspace_exit" (→ the next KVM_RUN's kvm_fpu load).
     pub exits_source: &'static str,
+    /// Switches onto a traced CPU that the kernel did not trace, inferred from a later
+    /// event of the task on that CPU (see [`Frames::build`]).
+    pub inferred_switch_ins: u64,
 }
 
 /// Marks a null in an i64 column of [`Frames`].
@@ -881,6 +884,17 @@ pub const NONE: i64 = i64::MIN;
 
 impl Frames {
     /// Builds the frames of the window `[start_ns, end_ns)` (CLOCK_MONOTONIC).
+    ///
+    /// Switches the kernel did not trace: on some kernels a CPU leaving idle runs
+    /// the woken task without a `sched_switch` record (seen here on 6.18 with the
+    /// haltpoll cpuidle driver, by perf and ftrace alike: a vCPU thread switched out
+    /// 300 times and in 3 times). Every record carries the task that was running
+    /// when it was written, so a record of task B on a CPU where the last switch
+    /// left task A proves a switch A → B in between; it is inferred at that record's
+    /// time (B's slice starts late by at most the gap to the CPU's previous record;
+    /// for a vCPU leaving a halt, its first record is `kvm_vcpu_wakeup`, written
+    /// just after it resumes) and counted in `inferred_switch_ins`. A pending
+    /// wake-up of B is paired with the inferred switch.
     pub fn build(c: &Collected, start_ns: u64, end_ns: u64, vcpus: &[VcpuThread]) -> Frames {
         let mut f = Frames::default();
         let by_tid: HashMap<i32, VcpuThread> = vcpus.iter().map(|v| (v.tid, *v)).collect();
@@ -920,10 +934,47 @@ impl Frames {
         let from_kvm_exit =
             c.events.iter().any(|e| matches!(e.kind, Kind::KvmExit { .. }) && by_tid.contains_key(&(e.tid as i32)));
         f.exits_source = if from_kvm_exit { "kvm_exit" } else { "kvm_userspace_exit" };
+        // a wake-up at `t` of a vCPU thread that ran from `run`, both in the window
+        let push_wake = |f: &mut Frames, w: &VcpuThread, t: u64, run: u64| {
+            if t >= lo && run >= lo && run < hi {
+                f.w_vm.push(w.vm);
+                f.w_vcpu.push(w.vcpu);
+                f.w_tid.push(w.tid as i64);
+                f.w_wake_ns.push(rel(t));
+                f.w_run_ns.push(rel(run));
+            }
+        };
+        // the last comm seen for each pid (for a slice whose switch-in was not traced)
+        let mut comm_of: HashMap<i32, u32> = HashMap::new();
         for e in &c.events {
-            let in_window = e.time_ns >= lo && e.time_ns < hi;
+            if traced_cpu(e.cpu) {
+                // the task this record proves to be running on its CPU
+                let on_cpu = match e.kind {
+                    Kind::Switch { prev_pid, .. } => Some(prev_pid),
+                    _ if e.tid == u32::MAX => None,
+                    _ => Some(e.tid as i32),
+                };
+                if let (Some(b), Some(&(a, a_comm, since))) = (on_cpu, current.get(&e.cpu)) {
+                    if a != b {
+                        push_slice(&mut f, e.cpu, a, a_comm, since, e.time_ns);
+                        let b_comm = match e.kind {
+                            Kind::Switch { prev_comm, .. } => prev_comm,
+                            _ => comm_of.get(&b).copied().unwrap_or(u32::MAX),
+                        };
+                        current.insert(e.cpu, (b, b_comm, e.time_ns));
+                        running.insert(a, false);
+                        running.insert(b, true);
+                        f.inferred_switch_ins += 1;
+                        if let (Some(w), Some(t)) = (by_tid.get(&b), pending_wake.remove(&b)) {
+                            push_wake(&mut f, w, t, e.time_ns);
+                        }
+                    }
+                }
+            }
             match e.kind {
                 Kind::Switch { prev_pid, prev_comm, next_pid, next_comm } => {
+                    comm_of.insert(prev_pid, prev_comm);
+                    comm_of.insert(next_pid, next_comm);
                     if traced_cpu(e.cpu) {
                         let (pid, comm, since) = current.get(&e.cpu).copied().unwrap_or((prev_pid, prev_comm, lo));
                         push_slice(&mut f, e.cpu, pid, comm, since, e.time_ns);
@@ -932,13 +983,7 @@ impl Frames {
                     running.insert(prev_pid, false);
                     running.insert(next_pid, true);
                     if let (Some(w), Some(t)) = (by_tid.get(&next_pid), pending_wake.remove(&next_pid)) {
-                        if in_window && t >= lo {
-                            f.w_vm.push(w.vm);
-                            f.w_vcpu.push(w.vcpu);
-                            f.w_tid.push(w.tid as i64);
-                            f.w_wake_ns.push(rel(t));
-                            f.w_run_ns.push(rel(e.time_ns));
-                        }
+                        push_wake(&mut f, w, t, e.time_ns);
                     }
                 }
                 Kind::Wakeup { pid, .. } => {
@@ -1110,6 +1155,36 @@ mod tests {
         assert_eq!(f.e_exit_ns, vec![1600, 2100]);
         assert_eq!(f.e_entry_ns, vec![1800, NONE]);
         assert_eq!((f.h_polled.clone(), f.h_ns.clone(), f.h_window_ns.clone()), (vec![true], vec![300], vec![10000]));
+        assert_eq!(f.inferred_switch_ins, 0);
+    }
+
+    /// A CPU leaving idle without a traced switch: the vCPU's own records prove it ran.
+    #[test]
+    fn infers_switch_ins_the_kernel_did_not_trace() {
+        let c = Collected {
+            comms: vec![*b"swapper/1\0\0\0\0\0\0\0", *b"CPU 0/KVM\0\0\0\0\0\0\0"],
+            cpus: vec![1],
+            events: vec![
+                ev(1000, 1, 42, Kind::Switch { prev_pid: 42, prev_comm: 1, next_pid: 0, next_comm: 0 }),
+                // woken from idle; the switch idle -> 42 is missing
+                ev(1900, 1, 0, Kind::Wakeup { pid: 42, target_cpu: 1 }),
+                ev(2000, 1, 42, Kind::VcpuWakeup { ns: 1000, waited: true, valid: true }),
+                ev(2030, 1, 42, Kind::Switch { prev_pid: 42, prev_comm: 1, next_pid: 0, next_comm: 0 }),
+                // no wake-up traced either: the slice is still inferred from the halt's record
+                ev(3000, 1, 42, Kind::VcpuWakeup { ns: 970, waited: true, valid: true }),
+                ev(3020, 1, 42, Kind::Switch { prev_pid: 42, prev_comm: 1, next_pid: 0, next_comm: 0 }),
+                // a record of the idle task itself on a CPU the trace shows idle: nothing inferred
+                ev(3500, 1, 0, Kind::Wakeup { pid: 42, target_cpu: 1 }),
+            ],
+            ..Default::default()
+        };
+        let f = Frames::build(&c, 0, 4000, &[VcpuThread { tid: 42, vm: 0, vcpu: 0 }]);
+        assert_eq!(f.t_tid, vec![42, 42, 42]);
+        assert_eq!(f.t_start_ns, vec![0, 2000, 3000]);
+        assert_eq!(f.t_end_ns, vec![1000, 2030, 3020]);
+        assert_eq!(f.t_comm, vec!["CPU 0/KVM"; 3]);
+        assert_eq!((f.w_wake_ns.clone(), f.w_run_ns.clone()), (vec![1900], vec![2000]));
+        assert_eq!(f.inferred_switch_ins, 2);
     }
 }
 

@@ -119,6 +119,7 @@ impl PyTracer {
         d.set_item("window_ns", PyArray1::from_vec(py, f.h_window_ns))?;
         out.set_item("halts", d)?;
         out.set_item("exits_source", f.exits_source)?;
+        out.set_item("inferred_switch_ins", f.inferred_switch_ins)?;
         Ok(out)
     }
 
