@@ -51,5 +51,7 @@ def test_vcpu_timeout_is_timeout_s(kvm_host: Host) -> None:
         with pytest.warns(DeprecationWarning, match="use timeout_s=") as rec, pytest.raises(ValueError, match="timeout_s"):
             v.run(timeout=-1.0)  # type: ignore[call-arg]
         assert rec[0].filename == __file__  # through the class's panic guard too
+        with pytest.raises(TypeError, match="timeout= and timeout_s="):
+            v.run(timeout=1.0, timeout_s=2.0)
         with pytest.raises(ValueError, match="timeout_s"):
             v.run_until("hlt", timeout_s=0.0)

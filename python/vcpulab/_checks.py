@@ -158,6 +158,18 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
     return deco
 
 
+def former_name(fn: str, old: str, new: str, old_value: Any, new_value: Any, new_default: Any) -> Any:
+    """:func:`renamed` for a hot-path method that takes the former name as a
+    keyword-only argument instead of being wrapped (a wrapper frame packs a
+    tuple and a dict per call): warns at the method's caller and returns the
+    value to use; the new name away from its default as well raises TypeError."""
+    if new_value != new_default:
+        raise TypeError(f"{fn}() got {old}= and {new}=; {old} is the deprecated name of {new}")
+    warnings.warn(f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning,
+                  stacklevel=3)  # fmt: skip
+    return old_value
+
+
 # --------------------------------------------------------------------------- panics
 
 _BUG = "internal error in vcpulab (a bug in vcpulab, not in your input: please report it with this message)"

@@ -847,17 +847,20 @@ class Vcpu(ForkSafe):
         self._vcpu.start(entry)
 
     @checks_inline
-    @renamed(timeout="timeout_s")
-    def run(self, timeout_s: float = 10.0) -> Exit:
+    def run(self, timeout_s: float = 10.0, *, timeout: float | None = None) -> Exit:
         """One ``KVM_RUN`` (GIL released). At the deadline (``timeout_s`` s) the vCPU
-        is forced out and the exit's kind is ``'interrupted'``.
+        is forced out and the exit's kind is ``'interrupted'``. ``timeout`` is the
+        deprecated name of ``timeout_s`` (a DeprecationWarning).
 
         The per-exit path: the fork, timeout and panic checks are inline (the
-        Rust side turns a panic into RuntimeError) and the exit is a Rust
-        object, so a Python loop over ``run()`` stays close to a Rust loop
+        Rust side turns a panic into RuntimeError), the former argument name is
+        a keyword rather than a wrapper, and the exit is a Rust object, so a
+        Python loop over ``run()`` stays close to a Rust loop
         (benches/bench_kvm.py)."""
         if self._fork_gen != _checks._fork_generation:
             self._check_process()
+        if timeout is not None:
+            timeout_s = _checks.former_name("run", "timeout", "timeout_s", timeout, timeout_s, 10.0)
         if type(timeout_s) not in (float, int) or not 0 < timeout_s <= MAX_TIMEOUT_S:
             timeout_s = _timeout(timeout_s)  # the named TypeError/ValueError
         return self._vcpu.run(timeout_s)

@@ -215,6 +215,13 @@ impl Vcpu {
         self.set_regs(&r)
     }
 
+    /// The kvm-ioctls handle of this vCPU: for a plain `VcpuFd::run` loop on the guest
+    /// vcpulab set up, which `examples/bench_raw_kvm.rs` compares with vcpulab's loops
+    /// on the same work. Nothing of vcpulab's (deadlines, kicks, ucalls) applies to it.
+    pub fn kvm_ioctls_fd(&mut self) -> &mut VcpuFd {
+        &mut self.fd
+    }
+
     /// The handle other threads use to kick this vCPU out of KVM_RUN.
     pub fn run_slot(&self) -> Arc<RunSlot> {
         self.slot.clone()
