@@ -2,11 +2,7 @@
 
 use super::super::config::*;
 use super::super::engine::Sim;
-use super::super::policy;
-
-fn sim_of(c: &SimConfig) -> Sim {
-    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
-}
+use crate::sim::test_util::{computing_vm, sim_of};
 
 /// 2 sockets × 4 cores × 2 threads = 16 CPUs (CPU i: core i mod 8, socket
 /// (i mod 8) / 4; siblings i and i + 8), `v` unpinned vCPUs computing forever.
@@ -22,15 +18,7 @@ fn two_socket_smt(v: u32) -> SimConfig {
             load_balance: true,
             ..Default::default()
         },
-        vms: vec![VmConfig {
-            vcpus: v,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
-            workload: WorkloadConfig {
-                phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
-                ..Default::default()
-            },
-            ..Default::default()
-        }],
+        vms: vec![computing_vm(v)],
         ..Default::default()
     }
 }

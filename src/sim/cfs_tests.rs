@@ -2,11 +2,8 @@
 
 use super::super::config::*;
 use super::super::engine::{Sim, TaskKind, Why, NICE0};
-use super::super::{policy, run};
-
-fn sim_of(c: &SimConfig) -> Sim {
-    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
-}
+use super::super::run;
+use crate::sim::test_util::{computing_vm, sim_of};
 
 /// 1 VM of `v` vCPUs pinned round-robin on `p` CPUs, each with a thread
 /// that computes forever, under `scheduler`.
@@ -14,15 +11,7 @@ fn rr(v: u32, p: u32, scheduler: Scheduler) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, scheduler, ..Default::default() },
-        vms: vec![VmConfig {
-            vcpus: v,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
-            workload: WorkloadConfig {
-                phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
-                ..Default::default()
-            },
-            ..Default::default()
-        }],
+        vms: vec![computing_vm(v)],
         ..Default::default()
     }
 }

@@ -4,12 +4,8 @@
 
 use super::super::config::*;
 use super::super::engine::{Act, Sim, Step, TState};
-use super::super::policy;
 use super::*;
-
-fn sim_of(c: &SimConfig) -> Sim {
-    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
-}
+use crate::sim::test_util::sim_of;
 
 /// One VM of `v` vCPUs pinned round-robin on `p` CPUs, one thread per vCPU,
 /// looping on one lock of `kind` held `hold_ns`; no PLE, no yields, the

@@ -123,6 +123,8 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 #[cfg(test)]
+mod test_util;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod twin_tests;

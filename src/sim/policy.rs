@@ -194,20 +194,29 @@ impl DirectedYieldPolicy for DyEligible {
             if v.in_guest {
                 continue;
             }
-            let r = ctx.yield_to(idx);
-            if r > 0 {
-                ctx.set_last_boosted(idx);
+            if yield_step(ctx, idx, idx, &mut budget) {
                 break;
-            }
-            if r < 0 && budget > 0 {
-                budget -= 1;
-                if budget == 0 {
-                    break;
-                }
             }
         }
         Ok(())
     }
+}
+
+/// One `kvm_vcpu_yield_to` of a scan: on success records `boosted` as
+/// last_boosted; a failure (-ESRCH) spends one unit of a nonzero `budget`.
+/// True when the scan ends (a yield succeeded or the budget ran out).
+#[inline]
+fn yield_step<C: SpinCtx + ?Sized>(ctx: &mut C, idx: usize, boosted: usize, budget: &mut u32) -> bool {
+    let r = ctx.yield_to(idx);
+    if r > 0 {
+        ctx.set_last_boosted(boosted);
+        return true;
+    }
+    if r < 0 && *budget > 0 {
+        *budget -= 1;
+        return *budget == 0;
+    }
+    false
 }
 
 /// Upstream today ([K1]): one pass from last_boosted+1;
@@ -272,16 +281,8 @@ impl Upstream {
             if self.dy_eligible && !ctx.eligible_for_directed_yield(idx) {
                 continue;
             }
-            let r = ctx.yield_to(idx);
-            if r > 0 {
-                ctx.set_last_boosted(if self.last_boosted_bug { i } else { idx });
+            if yield_step(ctx, idx, if self.last_boosted_bug { i } else { idx }, &mut budget) {
                 return;
-            }
-            if r < 0 && budget > 0 {
-                budget -= 1;
-                if budget == 0 {
-                    return;
-                }
             }
         }
         if self.ipi_aware {
@@ -301,16 +302,8 @@ impl Upstream {
             if !ctx.preempted(idx) {
                 continue;
             }
-            let r = ctx.yield_to(idx);
-            if r > 0 {
-                ctx.set_last_boosted(if self.last_boosted_bug { i } else { idx });
+            if yield_step(ctx, idx, if self.last_boosted_bug { i } else { idx }, &mut budget) {
                 return;
-            }
-            if r < 0 && budget > 0 {
-                budget -= 1;
-                if budget == 0 {
-                    return;
-                }
             }
         }
     }

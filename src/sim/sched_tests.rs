@@ -2,24 +2,12 @@
 
 use super::super::config::*;
 use super::super::engine::{Sim, TaskKind};
-use super::super::policy;
-
-fn sim_of(c: &SimConfig) -> Sim {
-    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
-}
+use crate::sim::test_util::{computing_vm, sim_of};
 
 /// `vms` VMs of `v` vCPUs each, pinned round robin (vCPU g over all VMs on
 /// CPU g mod `p`), each vCPU computing forever, under EEVDF with `scope`.
 fn rr(vms: u32, v: u32, p: u32, scope: YieldScope) -> Sim {
-    let vm = VmConfig {
-        vcpus: v,
-        policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
-        workload: WorkloadConfig {
-            phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let vm = computing_vm(v);
     let c = SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, yield_scope: scope, ..Default::default() },

@@ -83,11 +83,8 @@ fn sweep_is_thread_count_independent() {
 
 // ---------------------------------------------------------------- kernel rules
 
-use super::engine::{Sim, Why};
-
-fn sim_of(c: &SimConfig) -> Sim {
-    Sim::new(c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap())).unwrap()
-}
+use super::engine::Why;
+use crate::sim::test_util::{computing_vm, sim_of};
 
 /// 1 VM, `v` vCPUs pinned round-robin on `p` CPUs, `threads` threads that
 /// compute forever (or sleep, so that thread-less vCPUs halt).
@@ -95,16 +92,7 @@ fn rr(v: u32, p: u32, threads: u32) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
-        vms: vec![VmConfig {
-            vcpus: v,
-            threads,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
-            workload: WorkloadConfig {
-                phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
-                ..Default::default()
-            },
-            ..Default::default()
-        }],
+        vms: vec![VmConfig { threads, ..computing_vm(v) }],
         ..Default::default()
     }
 }
