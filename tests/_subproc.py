@@ -53,3 +53,19 @@ def fastest_interrupt(code: str, delay_s: float, check: Any, attempts: int = 3) 
         if best < 1.0:
             break
     return best
+
+
+def attach_when_running(pid: int, n_vcpus: int, timeout_s: float = 20) -> Any:
+    """``vcpulab.kvm.attach(pid)`` once the process shows ``n_vcpus`` running vCPU threads."""
+    from vcpulab.kvm import attach
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            a = attach(pid)
+            if a.vcpus.height == n_vcpus and (a.vcpus["tid"] > 0).all():
+                return a
+        except LookupError:
+            pass
+        assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
+        time.sleep(0.1)

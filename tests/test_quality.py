@@ -15,6 +15,8 @@ from vcpulab.experiment import MsiPingPong, QualityWarning, run
 from vcpulab.kvm import Host
 from vcpulab.testing import REMEASURES, remeasure
 
+from _subproc import attach_when_running
+
 
 def _snap(t_ns: int, idle_ns: dict[int, int], threads: dict[int, tuple[int, int]] | None = None) -> vq.Snapshot:
     return vq.Snapshot(t_ns=t_ns, source="cpuidle", counters=idle_ns, psi_some_us=0, threads=threads or {})
@@ -144,16 +146,7 @@ def test_attach_finds_another_process_vcpu_threads_and_stats(kvm_host: Host, tmp
     try:
         assert p.stdout is not None
         pid = int(p.stdout.readline())
-        deadline = time.monotonic() + 20
-        while True:  # until its vCPU threads run
-            try:
-                a = attach(pid)
-                if a.vcpus.height == 2 and (a.vcpus["tid"] > 0).all():
-                    break
-            except LookupError:
-                pass
-            assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
-            time.sleep(0.1)
+        a = attach_when_running(pid, 2)
         print(a, a.vcpus, a.notes)
         assert sorted(a.vcpus["vcpu"]) == [0, 1]
         assert set(a.vcpus["name"]) == {"CPU 0/KVM", "CPU 1/KVM"}  # named like QEMU's

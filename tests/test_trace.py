@@ -18,7 +18,7 @@ from vcpulab import _core, tracing
 from vcpulab.experiment import IdleTicks, MsiPingPong, Spin, run
 from vcpulab.quality import QualityWarning
 
-from _subproc import interrupt_after_ready
+from _subproc import attach_when_running, interrupt_after_ready
 
 
 @pytest.fixture(scope="module")
@@ -274,25 +274,13 @@ def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ig
     """attach(pid).trace(): a separate process's vCPU threads, into the frames of a traced Run."""
     import subprocess
     import sys
-    import time
-
-    from vcpulab.kvm import attach
 
     cpu = _cpu()
     p = subprocess.Popen([sys.executable, "-c", VMM % cpu], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout is not None
         pid = int(p.stdout.readline())
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                a = attach(pid)
-                if a.vcpus.height == 2 and (a.vcpus["tid"] > 0).all():
-                    break
-            except LookupError:
-                pass
-            assert time.monotonic() < deadline, "the VMM process never showed its vCPUs"
-            time.sleep(0.1)
+        a = attach_when_running(pid, 2)
         f = a.trace(duration_s=1.0)
         # the same from the command line, frames written as Parquet
         out = tmp_path / "tr"

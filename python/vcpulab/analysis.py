@@ -384,13 +384,27 @@ def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFr
     ).sort(keys + ["category"])
 
 
-def _traced(run: Any, frame: str) -> pl.DataFrame:
+def _traced_frame(run: Any, frame: str) -> pl.DataFrame:
+    """The ``frame`` frame (exits, halts, wakeups, trace) of a traced real
+    run, or ``run`` itself where it is already that frame; ValueError naming
+    what is missing otherwise."""
     df = getattr(run, frame, run)
     if df is None:
         raise ValueError(f"this run has no {frame} frame: run it with trace=True (docs/tracing.md)")
     if not isinstance(df, pl.DataFrame):
         raise ValueError(f"expected a traced Run or its {frame} frame, got {type(run).__name__}")
     return df
+
+
+def _distribution(name: str) -> list[pl.Expr]:
+    """Aggregations of the ns column ``{name}_ns``: mean, p50, p90, p99 (nearest
+    rank, Int64) and max, named ``{name}_mean_ns`` … ``{name}_max_ns``."""
+    c = pl.col(f"{name}_ns")
+    return [
+        c.mean().alias(f"{name}_mean_ns"),
+        *(c.quantile(q, "nearest").cast(pl.Int64).alias(f"{name}_p{p}_ns") for q, p in ((0.5, 50), (0.9, 90), (0.99, 99))),
+        c.max().alias(f"{name}_max_ns"),
+    ]
 
 
 def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
@@ -400,17 +414,9 @@ def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
     ``kvm_entry``, docs/tracing.md) as mean, p50, p90, p99 and max, ns. Exits
     whose entry fell outside the trace are counted but have no handling time.
     ``by_vcpu`` adds vm and vcpu to the key. Sorted by count, largest first."""
-    e = _traced(run, "exits")
+    e = _traced_frame(run, "exits")
     keys = (["vm", "vcpu"] if by_vcpu else []) + ["reason"]
-    h = pl.col("handling_ns")
-    out = e.group_by(keys).agg(
-        pl.len().cast(pl.Int64).alias("count"),
-        h.mean().alias("handling_mean_ns"),
-        h.quantile(0.5, "nearest").cast(pl.Int64).alias("handling_p50_ns"),
-        h.quantile(0.9, "nearest").cast(pl.Int64).alias("handling_p90_ns"),
-        h.quantile(0.99, "nearest").cast(pl.Int64).alias("handling_p99_ns"),
-        h.max().alias("handling_max_ns"),
-    )
+    out = e.group_by(keys).agg(pl.len().cast(pl.Int64).alias("count"), *_distribution("handling"))
     out = out.with_columns((pl.col("count") / max(e.height, 1)).alias("share"))
     return out.select(keys + ["count", "share", "handling_mean_ns", "handling_p50_ns", "handling_p90_ns",
                               "handling_p99_ns", "handling_max_ns"]).sort(["count"] + keys, descending=[True] + [False] * len(keys))  # fmt: skip
@@ -419,17 +425,9 @@ def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
 def wakeup_latency(run: Any) -> pl.DataFrame:
     """Wake-up-to-run latency of each vCPU thread of a traced real run (its
     ``wakeups`` frame): count, mean, p50, p90, p99 and max, ns, per (vm, vcpu, tid)."""
-    w = _traced(run, "wakeups")
-    lat = pl.col("latency_ns")
+    w = _traced_frame(run, "wakeups")
     return (
         w.group_by(["vm", "vcpu", "tid"])
-        .agg(
-            pl.len().cast(pl.Int64).alias("count"),
-            lat.mean().alias("latency_mean_ns"),
-            lat.quantile(0.5, "nearest").cast(pl.Int64).alias("latency_p50_ns"),
-            lat.quantile(0.9, "nearest").cast(pl.Int64).alias("latency_p90_ns"),
-            lat.quantile(0.99, "nearest").cast(pl.Int64).alias("latency_p99_ns"),
-            lat.max().alias("latency_max_ns"),
-        )
+        .agg(pl.len().cast(pl.Int64).alias("count"), *_distribution("latency"))
         .sort(["vm", "vcpu"])
     )

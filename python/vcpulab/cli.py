@@ -529,16 +529,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attach(pid: int) -> Any:
+    """``vcpulab.kvm.attach(pid)``, or None after printing why it failed."""
+    from vcpulab.kvm import attach
+
+    try:
+        return attach(pid)
+    except (ProcessLookupError, LookupError, PermissionError) as e:
+        print(f"vcpulab: error: {e}", file=sys.stderr)
+        return None
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     """A kvm_stat-like live table of another process's vCPU threads."""
     import polars as pl
 
-    from vcpulab.kvm import attach
-
-    try:
-        a = attach(args.pid)
-    except (ProcessLookupError, LookupError, PermissionError) as e:
-        print(f"vcpulab: error: {e}", file=sys.stderr)
+    a = _attach(args.pid)
+    if a is None:
         return 1
     print(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
     for n in a.notes:
@@ -600,12 +607,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
     import polars as pl
 
     from vcpulab.analysis import exits_by_reason, wakeup_latency
-    from vcpulab.kvm import attach
 
-    try:
-        a = attach(args.pid)
-    except (ProcessLookupError, LookupError, PermissionError) as e:
-        print(f"vcpulab: error: {e}", file=sys.stderr)
+    a = _attach(args.pid)
+    if a is None:
         return 1
     print(f"tracing pid {a.pid} ({a.comm}) for {args.duration_s:g} s: {a.vcpus.height} vCPU thread(s)")
     f = a.trace(duration_s=args.duration_s)

@@ -100,6 +100,13 @@ def _subplots(**kw: Any) -> tuple[Figure, Any]:
     return _plt().subplots(FigureClass=Figure, **kw)  # type: ignore[no-any-return]
 
 
+def _figure(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
+    """``ax``'s figure and ``ax``, or a new figure of ``figsize`` and its axes."""
+    if ax is None:
+        return _subplots(figsize=figsize)
+    return ax.figure, ax
+
+
 def vcpu_color(vm: int, vcpu: int, n_vms: int, n_vcpus: int) -> tuple[int, int, int]:
     """The colour of (vm, vcpu): hue by VM (evenly spaced), brightness by vCPU
     (from darker to lighter, never black or white). ``vm < 0``: black."""
@@ -381,11 +388,7 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
         raise ValueError(f"by must be 'vcpu' or 'vm', got {by!r}")
     total = sum(df[c].to_numpy().astype(float) for c in cats)
     total = np.where(total > 0, total, 1.0)
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(max(4, 0.25 * len(labels) + 1) + 2.2, 3.2))
     bottom = np.zeros(len(labels))
     for c in cats:
         frac = df[c].to_numpy().astype(float) / total
@@ -442,11 +445,7 @@ def policy_comparison(
         if baseline not in levels:
             raise ValueError(f"baseline {baseline!r} is not a level of {by!r} ({levels})")
         levels = [lv for lv in levels if lv != baseline]
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(max(3.5, 0.9 * len(levels) * max(1, len(hues) * 0.6) + 2.0), 3.2))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(max(3.5, 0.9 * len(levels) * max(1, len(hues) * 0.6) + 2.0), 3.2))
     width = 0.8 / len(hues)
     for j, h in enumerate(hues):
         sub = df if h is None else df.filter(pl.col(hue) == h)  # type: ignore[arg-type]
@@ -506,11 +505,7 @@ def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -
     accumulate if the run's host CPUs were shared fairly, see
     :func:`fair_share_steal_fraction`)."""
     s = run.samples
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(6, 3))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(6, 3))
     multi_vm = s["vm"].n_unique() > 1
     t_end_ms = 0.0
     for (vm, vcpu), rows in s.sort("t_ns").group_by(["vm", "vcpu"], maintain_order=True):
@@ -559,12 +554,9 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
 
 
 def _frame_of(run: Any, name: str) -> pl.DataFrame:
-    df = getattr(run, name, run)
-    if df is None:
-        raise ValueError(f"this run has no {name} frame: run it with trace=True (docs/tracing.md)")
-    if not isinstance(df, pl.DataFrame):
-        raise ValueError(f"expected a traced Run or its {name} frame, got {type(run).__name__}")
-    return df
+    from vcpulab.analysis import _traced_frame
+
+    return _traced_frame(run, name)
 
 
 def _log_bins(v: np.ndarray, n: int = 40) -> np.ndarray:
@@ -581,11 +573,7 @@ def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
     from vcpulab.analysis import exits_by_reason
 
     e = _frame_of(run, "exits").drop_nulls("handling_ns")
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(6, 3))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(6, 3))
     if not e.height:
         ax.text(0.5, 0.5, "no exits with a handling time in this trace", ha="center", va="center", transform=ax.transAxes)
         return fig  # type: ignore[no-any-return]
@@ -608,11 +596,7 @@ def halt_poll_window(run: Any, ax: Axes | None = None) -> _MplFigure:
     each halt, from ``kvm_halt_poll_ns``), with each halt marked at its
     length: filled where it ended in the poll loop, hollow where it waited."""
     h = _frame_of(run, "halts")
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(6, 3))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(6, 3))
     multi_vm = h["vm"].n_unique() > 1
     for (vm, vcpu), g in h.sort("time_ns").group_by(["vm", "vcpu"], maintain_order=True):
         t = g["time_ns"].to_numpy() / 1e6
@@ -636,11 +620,7 @@ def wakeup_latency(run: Any, ax: Axes | None = None) -> _MplFigure:
     empirical CDF per vCPU thread (µs, log scale), coloured as in the sched
     map (:func:`vcpu_color`)."""
     w = _frame_of(run, "wakeups")
-    fig: Any
-    if ax is None:
-        fig, ax = _subplots(figsize=(6, 3))
-    else:
-        fig = ax.figure
+    fig, ax = _figure(ax, figsize=(6, 3))
     n_vms = int(w["vm"].to_numpy().max()) + 1 if w.height else 1
     n_vcpus = int(w["vcpu"].to_numpy().max()) + 1 if w.height else 1
     for (vm, vcpu), g in w.group_by(["vm", "vcpu"], maintain_order=True):
