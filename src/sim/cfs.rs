@@ -283,7 +283,7 @@ impl Sim {
         }
     }
 
-    fn noise_exp(&mut self, mean: Ns) -> Ns {
+    pub(crate) fn noise_exp(&mut self, mean: Ns) -> Ns {
         let u: f64 = self.rng2.random::<f64>();
         let x = -(1.0 - u).ln() * mean as f64;
         (x.min(mean as f64 * 50.0) as Ns).max(1)

@@ -240,6 +240,28 @@ pub struct HostConfig {
     /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
     /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
     pub wake_wide: bool,
+    /// Host CPU of each vCPU thread, overriding the map `affinity` draws:
+    /// vCPU thread g (counted over all VMs) on `vcpu_pcpus[g mod len]`,
+    /// pinned there (`affinity = "all"`: starting there). Lets a run use
+    /// some of the host's CPUs while the host's other threads (noise, the
+    /// VMM threads) may run on the rest, as a real experiment pinned to a
+    /// subset of the machine does. Each entry < `pcpus`, at most
+    /// `MAX_VCPUS_TOTAL` entries. Empty (default): the affinity's map.
+    #[schemars(schema_with = "vcpu_pcpus_schema")]
+    pub vcpu_pcpus: Vec<u32>,
+    /// vCPU threads arrive one by one, ns apart: the VMM creates them in
+    /// turn, and the order in which they first reach their CPU's run queue
+    /// (fork placement, then the move to their pinned CPU) is a seeded
+    /// random one; the k-th arrives at k × start_gap_ns and is placed and
+    /// may preempt as any waking task. 0 (default): every vCPU is runnable
+    /// at time 0, in index order.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub start_gap_ns: u64,
+    /// EEVDF: a wake-up onto a busy CPU notices an expired slice of the
+    /// running task, as the kernel's `enqueue_entity` → `update_curr` →
+    /// `update_deadline` → `resched_curr` does (kernel/sched/fair.c), and the
+    /// CPU picks again. false (default): slice expiry is noticed at ticks only.
+    pub slice_check_on_wakeup: bool,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -405,6 +427,9 @@ impl Default for HostConfig {
             migration_cold_core_ns: 0,
             migration_cold_llc_ns: 0,
             wake_wide: false,
+            vcpu_pcpus: Vec::new(),
+            start_gap_ns: 0,
+            slice_check_on_wakeup: false,
         }
     }
 }
@@ -830,6 +855,14 @@ fn idle_states_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "array",
         "items": {"type": "array", "prefixItems": [t, t], "minItems": 2, "maxItems": 2},
+    })
+}
+
+fn vcpu_pcpus_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": {"type": "integer", "format": "uint32", "minimum": 0, "maximum": MAX_PCPUS - 1},
+        "maxItems": MAX_VCPUS_TOTAL,
     })
 }
 
@@ -1273,6 +1306,13 @@ impl SimConfig {
         check(h.migration_cold_llc_ns <= MAX_COST_NS, || {
             format!("host.migration_cold_llc_ns must be <= 1e9, got {}", h.migration_cold_llc_ns)
         })?;
+        check(h.start_gap_ns <= MAX_COST_NS, || format!("host.start_gap_ns must be <= 1e9, got {}", h.start_gap_ns))?;
+        check(h.vcpu_pcpus.len() as u64 <= MAX_VCPUS_TOTAL, || {
+            format!("host.vcpu_pcpus must hold at most {MAX_VCPUS_TOTAL} CPUs, got {}", h.vcpu_pcpus.len())
+        })?;
+        if let Some((i, &c)) = h.vcpu_pcpus.iter().enumerate().find(|&(_, &c)| c >= h.pcpus) {
+            return Err(format!("host.vcpu_pcpus[{i}] must be < pcpus ({}), got {c}", h.pcpus));
+        }
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;
         for (i, vm) in self.vms.iter().enumerate() {

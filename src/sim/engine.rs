@@ -112,6 +112,8 @@ pub enum Ev {
     Gang,
     /// A guest tick of a VM with stacked threads: nohz idle balancing (`Guest.load_balance`).
     GuestBalance(u32),
+    /// A vCPU thread arrives (`Host.start_gap_ns`): its first wake-up.
+    Start(u32),
 }
 
 /// A queued event. `key` is (time, seq) as one 128-bit number: one integer
@@ -702,6 +704,9 @@ pub struct Sim {
     pub cfs_wakeup_gran: u64,
     /// `Host.wakeup_ipi_ns > 0` or idle states given.
     pub wake_latency: bool,
+    /// The enqueue in progress is a new thread's first (`Host.start_gap_ns`
+    /// arrivals): EEVDF places it with half a slice to its deadline.
+    pub enqueue_initial: bool,
     /// Topology: cores in the machine, cores per socket (LLC).
     pub ncores: u32,
     pub cores_per_socket: u32,
@@ -788,6 +793,7 @@ impl Sim {
             cfs_min_gran: 0,
             cfs_wakeup_gran: 0,
             wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
+            enqueue_initial: false,
             ncores: 1,
             cores_per_socket: 1,
             waker_cpu: NO_CPU,
@@ -818,6 +824,10 @@ impl Sim {
         let total = cfg.total_vcpus() as usize;
         let shuffled_start = cfg.host.start_placement == StartPlacement::Shuffled;
         let pins: Vec<u32> = match cfg.host.affinity {
+            _ if !cfg.host.vcpu_pcpus.is_empty() => {
+                let l = &cfg.host.vcpu_pcpus;
+                (0..total).map(|g| l[g % l.len()]).collect()
+            }
             Affinity::All if shuffled_start => shuffled_slots(total, p, &mut rng),
             Affinity::RoundRobin | Affinity::All => (0..total).map(|g| (g as u32) % p).collect(),
             Affinity::Pinned => shuffled_slots(total, p, &mut rng),
@@ -1055,8 +1065,21 @@ impl Sim {
             let v = self.threads[t].vcpu as usize;
             self.vcpus[v].runq.push_back(t as u32);
         }
-        for v in 0..self.vcpus.len() {
-            self.vcpu_host_wake(v, WakeReason::Start);
+        let gap = self.cfg.host.start_gap_ns;
+        if gap == 0 {
+            for v in 0..self.vcpus.len() {
+                self.vcpu_host_wake(v, WakeReason::Start);
+            }
+        } else {
+            // the VMM creates the vCPU threads one after another (index
+            // order); each creation and first move to its CPU takes a
+            // variable time: exponential gaps of mean `gap` (second RNG stream)
+            self.vcpu_host_wake(0, WakeReason::Start);
+            let mut at: Ns = 0;
+            for v in 1..self.vcpus.len() as u32 {
+                at += self.noise_exp(gap);
+                self.push(at, Ev::Start(v));
+            }
         }
         let bg: Vec<u32> =
             (0..self.tasks.len() as u32).filter(|&t| matches!(self.tasks[t as usize].kind, TaskKind::Bg(_))).collect();
@@ -1119,7 +1142,16 @@ impl Sim {
             Ev::Resched(cpu, why) => self.resched_event(cpu as usize, why),
             Ev::Gang => self.gang_switch(),
             Ev::GuestBalance(vm) => self.guest_nohz_balance(vm as usize),
+            Ev::Start(v) => self.vcpu_arrive(v as usize),
         }
+    }
+
+    /// A vCPU thread's first enqueue as a new task (`wake_up_new_task`:
+    /// `place_entity` with ENQUEUE_INITIAL, then `wakeup_preempt`).
+    fn vcpu_arrive(&mut self, v: usize) {
+        self.enqueue_initial = true;
+        self.vcpu_host_wake(v, WakeReason::Start);
+        self.enqueue_initial = false;
     }
 
     fn finish(&mut self) {

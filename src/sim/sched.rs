@@ -163,7 +163,9 @@ impl Sim {
         let cfs = self.is_cfs();
         if !cfs {
             let v = self.avg_vruntime(cpu);
-            let vs = self.vslice(t);
+            // place_entity: a new task (ENQUEUE_INITIAL, PLACE_DEADLINE_INITIAL)
+            // gets half a slice to its deadline, "so that it can get on quickly"
+            let vs = if self.enqueue_initial { self.vslice(t) / 2 } else { self.vslice(t) };
             let tk = &mut self.tasks[t];
             tk.vruntime = v - tk.vlag;
             tk.deadline = tk.vruntime + vs;
@@ -181,6 +183,18 @@ impl Sim {
                     if matches!(self.vcpus[pv as usize].act, Act::HaltPoll { .. }) {
                         // single_task_running() turns false: the poll loop stops
                         self.push(self.now, Ev::Poke(pv));
+                    }
+                }
+                if wakeup && !cfs && self.cfg.host.slice_check_on_wakeup {
+                    // update_curr → update_deadline: curr's slice is over
+                    let c = c as usize;
+                    if self.tasks[c].vruntime >= self.tasks[c].deadline {
+                        let vs = self.vslice(c);
+                        self.tasks[c].deadline = self.tasks[c].vruntime + vs;
+                        if self.nr_running(cpu) > 1 {
+                            self.push(self.now, Ev::Resched(cpu as u32, Why::Tick));
+                            return;
+                        }
                     }
                 }
                 if wakeup && self.cfg.host.wakeup_preemption {

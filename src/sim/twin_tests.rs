@@ -149,3 +149,93 @@ fn several_kthreads_per_cpu_share_the_rate_and_preempt_more_often() {
     bad.host.noise.kthreads_per_cpu = 0;
     assert!(bad.validate().unwrap_err().contains("kthreads_per_cpu"));
 }
+
+/// `v` vCPUs pinned to host CPU 1 of a 2-CPU host (`Host.vcpu_pcpus`),
+/// computing, with a VMM I/O thread that wakes 200 times a second.
+fn on_cpu1(v: u32) -> SimConfig {
+    let mut c = tas(v, 1_000, 0);
+    c.duration_ns = 1_000_000_000;
+    c.host.pcpus = 2;
+    c.host.affinity = Affinity::RoundRobin;
+    c.host.vcpu_pcpus = vec![1];
+    c.vms[0].workload.phases = vec![compute(100_000_000)];
+    c.host.noise = HostNoise { vmm_io_hz: 200.0, vmm_io_ns: 50 * US, ..Default::default() };
+    c
+}
+
+#[test]
+fn vcpu_pcpus_pin_the_vcpus_and_leave_the_other_cpus_to_the_vmm_thread() {
+    let c = on_cpu1(2);
+    c.validate().unwrap();
+    let r = run(&c).unwrap();
+    assert_eq!(r.vcpus.u64s("last_pcpu"), vec![1, 1]);
+    // the VMM thread wakes onto the idle CPU 0: the vCPUs are switched at
+    // the 4 ms ticks only (250 a second between the two)
+    let s: u64 = r.vcpus.u64s("sched_in").iter().sum();
+    assert!((249..=252).contains(&s), "sched_in {s}");
+    assert!(r.pcpus.u64s("bg_ns")[0] > 0 && r.pcpus.u64s("bg_ns")[1] == 0);
+    // the same run on CPU 1 alone: the VMM thread's wake-ups preempt the vCPUs
+    let mut alone = on_cpu1(2);
+    alone.host.pcpus = 1;
+    alone.host.vcpu_pcpus = vec![];
+    let s1: u64 = run(&alone).unwrap().vcpus.u64s("sched_in").iter().sum();
+    assert!(s1 > s + 20, "one CPU {s1}, two {s}");
+    let mut bad = on_cpu1(2);
+    bad.host.vcpu_pcpus = vec![0, 2];
+    assert!(bad.validate().unwrap_err().contains("host.vcpu_pcpus[1] must be < pcpus"));
+}
+
+/// `v` vCPUs taking a ticket lock on one CPU (hold and think 60 µs).
+fn ticket(v: u32, gap: u64, seed: u64) -> SimConfig {
+    let mut c = tas(v, 60 * US, 0);
+    c.duration_ns = 1_000_000_000;
+    c.seed = seed;
+    c.host.base_slice_ns = 1_500_000;
+    c.host.start_gap_ns = gap;
+    c.host.slice_check_on_wakeup = gap > 0;
+    c.vms[0].workload.phases = vec![
+        compute(60 * US),
+        Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 60 * US, dist: Dist::Fixed, prob: 1.0 },
+    ];
+    c
+}
+
+#[test]
+fn staggered_starts_can_set_a_ticket_order_the_host_does_not_run_in() {
+    // all at time 0: the ticket queue forms in the host's run order, one
+    // hand-off per 4 ms slice, whatever the seed
+    let aligned = run(&ticket(4, 0, 0)).unwrap().vms.u64s("lock_acquisitions")[0];
+    assert_eq!(run(&ticket(4, 0, 7)).unwrap().vms.u64s("lock_acquisitions")[0], aligned);
+    assert!((240..=500).contains(&aligned), "{aligned}");
+    // arrivals ~35 µs apart (new tasks preempt, expired slices end at the
+    // next wake-up): the first runs set the queue's order, the host's
+    // round robin settles in another one for some seeds, and the rate varies
+    let n: Vec<u64> = (0..8).map(|s| run(&ticket(4, 35 * US, s)).unwrap().vms.u64s("lock_acquisitions")[0]).collect();
+    assert!(n.iter().any(|&x| (x as f64) < 0.75 * aligned as f64), "{n:?} vs {aligned}");
+    assert!(n.iter().min() != n.iter().max(), "{n:?}");
+    let mut bad = ticket(4, 0, 0);
+    bad.host.start_gap_ns = 2_000_000_000;
+    assert!(bad.validate().unwrap_err().contains("start_gap_ns"));
+}
+
+#[test]
+fn a_wake_up_after_the_slice_ends_it_when_asked() {
+    // two computing vCPUs on one CPU and short kernel-thread bursts: with the
+    // check, a wake-up after the running task's 1.5 ms slice switches it out
+    // before the 4 ms tick
+    let mk = |on: bool| {
+        let mut c = tas(2, 1_000, 0);
+        c.duration_ns = 1_000_000_000;
+        c.host.base_slice_ns = 1_500_000;
+        c.vms[0].workload.phases = vec![compute(100_000_000)];
+        // 16 independent tasks: a wake-up every 0.5 ms on average, none of
+        // which preempts by itself: only an expired slice ends early
+        c.host.noise = HostNoise { kthread_hz: 2000.0, kthread_ns: 5 * US, kthreads_per_cpu: 16, ..Default::default() };
+        c.host.wakeup_preemption = false;
+        c.host.slice_check_on_wakeup = on;
+        c
+    };
+    let off: u64 = run(&mk(false)).unwrap().vcpus.u64s("sched_in").iter().sum();
+    let on: u64 = run(&mk(true)).unwrap().vcpus.u64s("sched_in").iter().sum();
+    assert!(on as f64 > 1.5 * off as f64, "sched_in with the check {on}, without {off}");
+}

@@ -556,6 +556,29 @@ class Host(_Base):
             wake-ups with no waker task (timers on an idle CPU) count
             nothing. Only with ``wake_placement="select_task_rq_fair"``.
             Default False (off).
+        vcpu_pcpus: the host CPU of each vCPU thread, overriding the map
+            ``affinity`` draws: vCPU thread g (counted over all VMs) on
+            ``vcpu_pcpus[g % len]``, pinned there (``affinity="all"``:
+            starting there). A run that uses some of the host's CPUs while
+            the host's other threads (noise, the VMM threads) may run on the
+            rest, as a real experiment pinned to part of the machine
+            (:mod:`vcpulab.twins`). Each entry < ``pcpus``. Default () (the
+            affinity's map).
+        start_gap_ns: the vCPU threads arrive one by one, ns apart, as a
+            VMM creates them in turn: the order in which they first reach
+            their CPU's run queue (fork placement, then the move to their
+            pinned CPU) is a seeded random one (a stand-in for that timing),
+            the k-th arrives at k × start_gap_ns and is placed, and may
+            preempt, as any waking task. Their first runs set the order of a
+            ticket lock's queue, the host scheduler's order of them is set
+            by the arrivals too, and the two need not agree (docs/twins.md).
+            Default 0 (every vCPU runnable at time 0, in index order).
+        slice_check_on_wakeup: EEVDF (``scheduler="fair"``): a wake-up onto
+            a busy CPU notices an expired slice of the running task, as the
+            kernel's ``enqueue_entity`` → ``update_curr`` →
+            ``update_deadline`` → ``resched_curr`` does (kernel/sched/fair.c),
+            and the CPU picks again. Default False (slice expiry noticed at
+            ticks only).
     """
 
     pcpus: int = 4
@@ -591,6 +614,9 @@ class Host(_Base):
     migration_cold_core_ns: int = field(default=0, metadata=_NEW)
     migration_cold_llc_ns: int = field(default=0, metadata=_NEW)
     wake_wide: bool = field(default=False, metadata=_NEW)
+    vcpu_pcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
+    start_gap_ns: int = field(default=0, metadata=_NEW)
+    slice_check_on_wakeup: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus")
@@ -650,6 +676,20 @@ class Host(_Base):
         _int(self, "lb_busy_factor")
         _int(self, "migration_cost_ns")
         _int(self, "smt_speed_pct")
+        _int(self, "start_gap_ns")
+        _bool(self, "slice_check_on_wakeup")
+        pins = self.vcpu_pcpus
+        if isinstance(pins, list):
+            pins = tuple(pins)
+            object.__setattr__(self, "vcpu_pcpus", pins)
+        if not isinstance(pins, tuple):
+            raise ValueError(f"Host.vcpu_pcpus must be a tuple of host CPU indices, got {pins!r}")
+        most = field_schema("Host", "vcpu_pcpus")["maxItems"]
+        if len(pins) > most:
+            raise ValueError(f"Host.vcpu_pcpus must hold at most {int(most)} CPUs, got {len(pins)}")
+        for i, c in enumerate(pins):
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.pcpus:
+                raise ValueError(f"Host.vcpu_pcpus[{i}] must be an int in [0, pcpus) = [0, {self.pcpus}), got {c!r}")
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
@@ -661,6 +701,8 @@ class Host(_Base):
             return Cfs.from_dict(v)
         if name == "idle_states":
             return tuple(tuple(x) for x in v)
+        if name == "vcpu_pcpus":
+            return tuple(v)
         return v
 
 
