@@ -390,7 +390,9 @@ class Run:
     #: the workload's per-vCPU counters (see the workload class)
     results: pl.DataFrame
     #: per vCPU thread: host CPUs, cpu_ns, run_delay_ns, timeslices, context
-    #: switches, user_exits (exits that reached user space), outcome
+    #: switches, wall_ns, start_ns (when the thread began, ns after the run's
+    #: start, just before it pinned itself to its CPUs), user_exits (exits
+    #: that reached user space), outcome
     threads: pl.DataFrame
     wall_s: float
     #: {(vm, vcpu): [host CPUs]}
@@ -811,7 +813,7 @@ def run(
             {
                 k: [t[k] for t in rep["threads"]]
                 for k in ("vm", "vcpu", "tid", "cpu_ns", "run_delay_ns", "timeslices", "voluntary_ctxt_switches",
-                          "nonvoluntary_ctxt_switches", "wall_ns", "user_exits", "outcome")  # fmt: skip
+                          "nonvoluntary_ctxt_switches", "wall_ns", "start_ns", "user_exits", "outcome")  # fmt: skip
             }
         ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
         res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}

@@ -71,6 +71,9 @@ pub struct ThreadReport {
     pub voluntary_ctxt_switches: u64,
     pub nonvoluntary_ctxt_switches: u64,
     pub wall_ns: u64,
+    /// When the thread began, ns after the run's start, just before it
+    /// pinned itself to its CPUs (the moment it joins their run queue).
+    pub start_ns: u64,
     /// Exits that reached user space (KVM_RUN returned); KVM's own count is the `exits` stat.
     pub exits: u64,
     pub syncs: u64,
@@ -227,7 +230,7 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
                 // named like QEMU's vCPU threads, so tools (and vcpulab.kvm.attach) find them
                 std::thread::Builder::new()
                     .name(format!("CPU {}/KVM", vcpu.id))
-                    .spawn_scoped(s, move || vcpu_thread(vm, vcpu, cpus, deadline))
+                    .spawn_scoped(s, move || vcpu_thread(vm, vcpu, cpus, t0, deadline))
             })
             .collect::<Vec<_>>();
         if let Some(i) = handles.iter().position(|h| h.is_err()) {
@@ -295,7 +298,7 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     Ok(Report { threads, samples: sampler.out, wall_ns, start_mono_ns, stopped })
 }
 
-fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) -> ThreadReport {
+fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadline: Instant) -> ThreadReport {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let start = Instant::now();
@@ -310,6 +313,7 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, deadline: Instant) 
         voluntary_ctxt_switches: 0,
         nonvoluntary_ctxt_switches: 0,
         wall_ns: 0,
+        start_ns: start.saturating_duration_since(t0).as_nanos() as u64,
         exits: 0,
         syncs: 0,
         outcome: Outcome::Deadline,

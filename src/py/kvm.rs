@@ -1056,6 +1056,7 @@ fn run_experiment<'py>(
         d.set_item("voluntary_ctxt_switches", t.voluntary_ctxt_switches)?;
         d.set_item("nonvoluntary_ctxt_switches", t.nonvoluntary_ctxt_switches)?;
         d.set_item("wall_ns", t.wall_ns)?;
+        d.set_item("start_ns", t.start_ns)?;
         d.set_item("user_exits", t.exits)?;
         d.set_item("syncs", t.syncs)?;
         d.set_item("outcome", t.outcome.name())?;
