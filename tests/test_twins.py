@@ -86,6 +86,50 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     assert off.vms[0].halt_poll.policy == "off"
 
 
+def test_twin_models_the_machine_around_the_runs_cpus() -> None:
+    """With the machine's CPUs known (``machine_cpus``), a one_each twin has
+    them all: its vCPUs on the run's CPUs (``Host.vcpu_pcpus``), the VMM
+    thread and noise free to use the others; shared pinning over several
+    CPUs and calibrations without the count keep the run's CPUs only. Its
+    EEVDF notices expired slices at wake-ups, and the vCPU threads start as
+    the real ones did (``start_gap_ns``)."""
+    cal = fake_cal()
+    cal.values["machine_cpus"] = Value(2.0, "", "given by the test")
+    one = Experiment(SpinLock(kind="ticket"), vcpus=3, cpus=(1,), duration_s=0.2)
+    cfg = twins.twin(one, cal, start_gap_ns=30_000.4)
+    assert cfg.host.pcpus == 2 and cfg.host.vcpu_pcpus == (0,) and cfg.host.affinity == "round_robin"
+    assert cfg.host.slice_check_on_wakeup and cfg.host.start_gap_ns == 30_000
+    r = sim.run(cfg)
+    assert r.vcpus["last_pcpu"].to_list() == [0, 0, 0]
+    assert twins.twin(one, cal).host.start_gap_ns == 0
+    shared = Experiment(SpinLock(), vcpus=3, cpus=(0, 1), pinning="shared", duration_s=0.2)
+    assert twins.twin(shared, cal).host.pcpus == 2 and twins.twin(shared, cal).host.vcpu_pcpus == ()
+    cal.values["machine_cpus"] = Value(64.0, "", "given by the test")
+    assert twins.twin_machine_cpus(one, cal) == twins.TWIN_MAX_MACHINE_CPUS
+    del cal.values["machine_cpus"]
+    assert twins.twin(one, cal).host.pcpus == 1
+    # the VMM thread's time is no longer taken out of the long tasks' part
+    # when it has CPUs of its own
+    ol = twins.OtherLoad(share=0.5, short_fraction=0.0, short_burst_ns=0, long_burst_ns=3e6, short_tasks=0,
+                         long_tasks=3, base_slice_ns=1.5e6, vmm_wakeups_per_s=200.0, vmm_burst_ns=50_000)  # fmt: skip
+    alone, _ = twins.host_load_for(one, ol)
+    machine, _ = twins.host_load_for(one, ol, machine_cpus=2)
+    assert machine.weight == round(1024 * 3 * 0.5 / 0.5) and alone.weight == round(1024 * 3 * 0.49 / 0.5)
+
+
+def test_start_gap_is_the_median_gap_between_thread_starts() -> None:
+    """start_gap_of: consecutive differences of each run's sorted thread
+    starts, pooled, their median (a thread that waited ms for a busy CPU
+    does not count more than once); None with one vCPU or no column."""
+    from types import SimpleNamespace
+
+    runs = [SimpleNamespace(threads=pl.DataFrame({"start_ns": [130, 100, 6_000_100]})),
+            SimpleNamespace(threads=pl.DataFrame({"start_ns": [50, 90]}))]  # fmt: skip
+    assert twins.start_gap_of(runs) == 40.0  # gaps 30, 6e6, 40
+    assert twins.start_gap_of([SimpleNamespace(threads=pl.DataFrame({"start_ns": [5]}))]) is None
+    assert twins.start_gap_of([SimpleNamespace(threads=pl.DataFrame({"wall_ns": [5, 6]}))]) is None
+
+
 def test_twin_of_other_workloads_and_the_ones_without() -> None:
     cal = fake_cal()
     msi = twins.twin(Experiment(MsiPingPong(gap_us=50), 1, (1,), halt_poll_ns=50_000), cal)
@@ -361,7 +405,12 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     exp = Experiment.from_run(r)
     assert exp.vcpus == 3 and exp.cpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
-    assert cfg.host.pcpus == 2 and cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
+    assert cfg.host.pcpus == max(2, min(len(os.sched_getaffinity(0)), twins.TWIN_MAX_MACHINE_CPUS))
+    assert cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
+    # each thread's start, after the run's and before its end; the twin's gap from them
+    st = r.threads["start_ns"]
+    assert st.min() >= 0 and st.max() < r.wall_s * 1e9  # type: ignore[operator]
+    assert cfg.host.start_gap_ns == round(twins.start_gap_of([r]) or 0)
     shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration_s=0.05, host=kvm_host, warn_quality=False)
     assert twins.twin(shared).host.affinity == "all"
     with pytest.raises(ValueError, match="placement"):
@@ -369,7 +418,7 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
                                 warn_quality=False))  # fmt: skip
     ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration_s=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
     t = twins.twin(ticks)
-    assert t.host.pcpus == 1 and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
+    assert t.host.vcpu_pcpus == ((0,) if t.host.pcpus > 1 else ()) and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
     assert t.vms[0].workload.phases[0].ns == 2_000_000 and t.vms[0].workload.phases[0].periodic
     msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration_s=3.0, host=kvm_host, warn_quality=False)
     assert twins.twin(msi).vms[0].workload.phases[0].ns == 30_000

@@ -191,6 +191,9 @@ def host_knobs() -> dict[str, Value]:
     * ``preempt``: the preemption model (debugfs ``sched/preempt``), as text in ``how``.
     * ``halt_poll_ns``, ``halt_poll_ns_grow``, ``halt_poll_ns_grow_start``,
       ``halt_poll_ns_shrink``: ``/sys/module/kvm/parameters``.
+    * ``machine_cpus``: the CPUs this process may run on
+      (``sched_getaffinity``): the run's vCPUs use some of them, its VMM
+      thread and the host's other tasks may use them all.
     """
     out: dict[str, Value] = {}
     ncpu = os.cpu_count() or 1
@@ -221,6 +224,7 @@ def host_knobs() -> dict[str, Value]:
             out[name] = Value(int(raw), "ns" if name.endswith("_ns") or name.endswith("start") else "", f"read /sys/module/kvm/parameters/{name}")
         else:
             out[name] = Value(dflt, "ns" if name.endswith("ns") else "", "module parameter unreadable; kernel default")
+    out["machine_cpus"] = Value(len(os.sched_getaffinity(0)), "", "CPUs this process may run on (sched_getaffinity)")
     return out
 
 
@@ -288,11 +292,13 @@ def _stat_delta(run: Run, name: str) -> int:
 
 def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     """Measure this host's costs on host CPU ``cpu`` (default: the last one this
-    process may use), about 1 s of real KVM; cached per process (``refresh``
+    process may use), about 2 s of real KVM; cached per process (``refresh``
     measures again).
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
-       = 5) and a long (400) loop, a fixed number of iterations each. Each
+       = 5) and a long (400) loop, a fixed number of iterations each, five
+       such pairs (:data:`COST_REPEATS`), the median pair kept (the cost of
+       an emulated instruction drifts from one second to the next here). Each
        run's vCPU thread CPU time is ``path_insn_ns`` × its fixed-path
        instructions + ``loop_insn_ns`` × its loop instructions (counts from
        :func:`guest_path`, totals from KVM's ``insn_emulation`` stat); the two
@@ -319,31 +325,41 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
         vals: dict[str, Value] = dict(host_knobs())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rows = []
-            for loop, iters in ((5, 3000), (400, 150)):
-                w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
-                r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
-                acq = int(r.results["acquisitions"].sum())
-                insns = _stat_delta(r, "insn_emulation")
-                cpu_ns = int(r.threads["cpu_ns"].sum())
-                p = guest_path(w, 1)
-                loop_insns = (p["hold_loop"] + p["think_loop"]) * acq
-                rows.append((loop, acq, insns, cpu_ns, loop_insns, _iteration_insns(w, 1), r))
-            # cpu = a·(insns − loop) + b·loop for both runs
+            # the cost per emulated instruction drifts between runs a second
+            # apart (685-948 ns per path instruction in four back-to-back
+            # calibrations here): the median of COST_REPEATS pairs
+            pairs = []
+            for _ in range(COST_REPEATS):
+                rows = []
+                for loop, iters in ((5, 3000), (400, 150)):
+                    w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
+                    r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
+                    acq = int(r.results["acquisitions"].sum())
+                    insns = _stat_delta(r, "insn_emulation")
+                    cpu_ns = int(r.threads["cpu_ns"].sum())
+                    p = guest_path(w, 1)
+                    loop_insns = (p["hold_loop"] + p["think_loop"]) * acq
+                    rows.append((loop, acq, insns, cpu_ns, loop_insns, _iteration_insns(w, 1), r))
+                # cpu = a·(insns − loop) + b·loop for both runs
+                (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
+                m = np.array([[i1 - l1, l1], [i2 - l2, l2]], dtype=float)
+                a, b = np.linalg.solve(m, np.array([c1, c2], dtype=float))
+                if not (a > 0 and b > 0):
+                    # a disturbed or degenerate pair: one cost for every instruction
+                    a = b = (c1 + c2) / max(i1 + i2, 1)
+                pairs.append((float(a), float(b), rows))
+            k = int(np.argsort([x[0] for x in pairs])[len(pairs) // 2])
+            a, b, rows = pairs[k]
+            b = float(np.median([x[1] for x in pairs]))
             (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
-            m = np.array([[i1 - l1, l1], [i2 - l2, l2]], dtype=float)
-            a, b = np.linalg.solve(m, np.array([c1, c2], dtype=float))
             how = (f"vCPU thread CPU time of two 1-vCPU TAS SpinLock runs on CPU {cpu} (hold=think=5, {a1} iterations; "
-                   f"400, {a2}) = path·a + loop·b, instruction totals from insn_emulation")  # fmt: skip
-            if not (a > 0 and b > 0):
-                # a disturbed or degenerate measurement: one cost for every instruction
-                a = b = (c1 + c2) / max(i1 + i2, 1)
-                how += "; the split was not positive, so one mean cost per instruction is used"
+                   f"400, {a2}) = path·a + loop·b, instruction totals from insn_emulation; the median of "
+                   f"{COST_REPEATS} such pairs (path: {', '.join(f'{x[0]:.0f}' for x in pairs)} ns)")  # fmt: skip
             vals["path_insn_ns"] = Value(float(a), "ns", how)
             vals["loop_insn_ns"] = Value(float(b), "ns", how)
             vals["insns_per_acq_measured"] = Value(i1 / max(a1, 1), "insns", "insn_emulation / acquisitions, short-loop run")
             vals["insns_per_acq_counted"] = Value(n1, "insns", "guest_path() count for the short-loop run")
-            short = rows[0][6]
+            short = rows[0][6]  # the median pair's short run
             vals["uncontended_wait_ns"] = Value(
                 float(short.results["wait_per_acq_us"][0]) * 1e3,
                 "ns",
@@ -546,7 +562,9 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
 _NOISE_MAX_NS_PER_S = 0.499e9
 
 
-def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim.HostNoise]:
+def host_load_for(
+    exp: Experiment, load: OtherLoad, machine_cpus: int | None = None
+) -> tuple[sim.Background, sim.HostNoise]:
     """The simulated host load of a measured :class:`OtherLoad`: the short
     tasks as the simulator's host noise, the long ones as its background task.
 
@@ -560,9 +578,12 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
     * the experiment's own VMM thread (measured ``vmm_wakeups_per_s`` and
       ``vmm_burst_ns``) → ``HostNoise.vmm_io_*``: one unpinned thread per VM
       that wakes at that rate (Poisson; the real loop wakes every 5-10 ms)
-      for that long. Its time on the run's CPUs is part of ``share``, so it
-      is taken out of the long tasks' part (all of it: the simulator places
-      the thread on the vCPUs' CPUs).
+      for that long. Its time on the run's CPUs is part of ``share``; when
+      the twin has only the run's CPUs (``machine_cpus`` None or no more
+      than the run's) the simulator places the thread there, so all of it
+      is taken out of the long tasks' part; when the twin models more of
+      the machine (:func:`twin_machine_cpus`) the thread goes to an idle CPU
+      as the real one does, and nothing is taken out.
 
       The measured number of short tasks, spread evenly over the machine's
       CPUs, is ``HostNoise.kthreads_per_cpu`` (1-64): independent noise
@@ -580,7 +601,8 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
         v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
         v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
         vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
-        s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
+        if machine_cpus is None or machine_cpus <= len(exp.cpus):
+            s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
     if load.share <= 0.0:
         return sim.Background(), sim.HostNoise(**vmm)
     s_short = load.share * load.short_fraction if load.short_fraction > 0 else 0.0
@@ -604,6 +626,57 @@ def host_load_for(exp: Experiment, load: OtherLoad) -> tuple[sim.Background, sim
     return sim.Background(utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))), noise
 
 
+#: pairs of cost runs :func:`calibrate` takes the median of
+COST_REPEATS = 5
+
+#: the most host CPUs a twin models: the run's, then the machine's others up
+#: to this (one idle CPU is all the VMM thread needs; noise on a CPU without
+#: vCPUs touches none)
+TWIN_MAX_MACHINE_CPUS = 16
+
+
+def twin_machine_cpus(exp: Experiment, cal: Calibration) -> int:
+    """How many host CPUs the twin of ``exp`` models: the run's CPUs plus the
+    machine's others (``cal["machine_cpus"]``, at most
+    :data:`TWIN_MAX_MACHINE_CPUS` in all) for ``one_each`` pinning; the run's
+    CPUs alone for ``shared`` pinning over several CPUs (the simulator's
+    unpinned vCPUs would roam the whole machine) or a calibration without
+    ``machine_cpus``.
+
+    Why: the real run pins only its vCPU threads; its VMM thread (the run
+    loop, which wakes every 5-10 ms) and the host's other tasks are placed
+    by the kernel on any CPU, an idle one first (``select_idle_sibling``).
+    On an idle two-CPU host a 1-CPU run's vCPUs are switched exactly at the
+    4 ms ticks (docs/twins.md, section 4); a twin of the run's CPU alone put
+    the VMM thread's ~200 wake-ups a second onto the vCPUs' CPU.
+    """
+    n = len(exp.cpus)
+    if "machine_cpus" not in cal.values or (exp.pinning == "shared" and n > 1):
+        return n
+    return max(n, min(int(cal["machine_cpus"]), TWIN_MAX_MACHINE_CPUS))
+
+
+def start_gap_of(runs: Sequence[Run]) -> float | None:
+    """The measured gap between vCPU thread starts, ns: the median, over the
+    runs, of the differences between consecutive ``Run.threads.start_ns``
+    (each thread's start, just before it pins itself to its CPUs, i.e. joins
+    their run queue). The median leaves out the rare starts a thread made
+    only after waiting for a busy CPU (whole 4 ms ticks here), a wait the
+    simulator's scheduler makes itself. None with fewer than two vCPUs or
+    runs without ``start_ns``.
+
+    Measured here (2-CPU host, idle): 5-36 µs for 2-8 vCPUs on one CPU.
+    """
+    gaps: list[float] = []
+    for r in runs:
+        th = r.threads
+        if "start_ns" not in th.columns or th.height < 2:
+            continue
+        st = np.sort(th["start_ns"].cast(pl.Float64).to_numpy())
+        gaps.extend(float(x) for x in np.diff(st))
+    return float(np.median(gaps)) if gaps else None
+
+
 def twin(
     exp: Experiment | Run,
     cal: Calibration | None = None,
@@ -613,10 +686,14 @@ def twin(
     other_share: float | None = None,
     other_burst_ns: float | None = None,
     other_load: OtherLoad | None = None,
+    start_gap_ns: float | None = None,
 ) -> sim.Config:
     """The simulated configuration of the real experiment ``exp``.
 
-    * Host: ``len(cpus)`` CPUs, the fair (EEVDF-like) scheduler with this
+    * Host: the run's CPUs and, for ``one_each`` pinning, the machine's
+      others (:func:`twin_machine_cpus`: vCPU i pinned to the run's CPU
+      i mod n via ``Host.vcpu_pcpus``, the VMM thread and host noise free
+      to use the rest), the fair (EEVDF-like) scheduler with this
       kernel's ``base_slice_ns`` and tick; ``affinity="round_robin"`` for
       ``one_each`` pinning (vCPU g on CPU g mod P, as the real placement),
       ``"all"`` for ``shared`` on several CPUs (the simulator then has
@@ -639,6 +716,13 @@ def twin(
     * Host load: none by default (the twin of the experiment on an idle
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
       brings its own) adds :func:`background_for`'s background task.
+    * Start: ``start_gap_ns`` (:func:`start_gap_of`, measured on the real
+      runs; a Run passed as ``exp`` brings its own) makes the vCPU threads
+      arrive one by one as the real ones do (``Host.start_gap_ns``: new
+      tasks placed with half a slice to their deadline); None or 0: all at
+      time 0. The host's EEVDF notices an expired slice at every wake-up
+      onto a busy CPU (``Host.slice_check_on_wakeup``, as the kernel's
+      ``update_curr`` does at enqueue).
 
     IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
       1 ``Recv, Compute(the round's timed instructions), Send``
@@ -652,6 +736,8 @@ def twin(
     if isinstance(exp, Run):
         if other_share is None and exp.quality is not None:
             other_share = exp.quality.other_share
+        if start_gap_ns is None:
+            start_gap_ns = start_gap_of([exp])
         exp = Experiment.from_run(exp)
     cal = cal or calibrate()
     w = exp.workload
@@ -702,16 +788,24 @@ def twin(
         raise ValueError(f"no twin for workload {name}")
     n_cpus = len(exp.cpus)
     affinity = "pinned" if n_cpus == 1 else ("round_robin" if exp.pinning == "one_each" else "all")
+    machine = twin_machine_cpus(exp, cal)
     hkw: dict[str, Any] = dict(
-        pcpus=n_cpus,
+        pcpus=machine,
         scheduler="fair",
         tick_ns=int(cal["tick_ns"]),
         base_slice_ns=int(cal["base_slice_ns"]),
         affinity=affinity,
         tsc_khz=max(int(cal["tsc_khz"]), 1000),
+        slice_check_on_wakeup=True,
     )
+    if start_gap_ns is not None and start_gap_ns == start_gap_ns and start_gap_ns >= 1:
+        hkw["start_gap_ns"] = int(min(round(start_gap_ns), 10**9))
+    if machine > n_cpus:
+        # vCPU i on the run's CPU i mod n (the real placement), the rest of
+        # the machine left to the VMM thread and the host's other tasks
+        hkw.update(affinity="round_robin", vcpu_pcpus=tuple(range(n_cpus)))
     if other_load is not None:
-        hkw["background"], hkw["noise"] = host_load_for(exp, other_load)
+        hkw["background"], hkw["noise"] = host_load_for(exp, other_load, machine_cpus=machine)
     elif other_share:
         hkw["background"] = background_for(exp, min(float(other_share), 0.99), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
@@ -1185,8 +1279,9 @@ def run_sim(
     other_burst_ns: float | None = None,
     other_load: OtherLoad | None = None,
     trace_all: bool = False,
+    start_gap_ns: float | None = None,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``: see :func:`twin`).
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see :func:`twin`).
     ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
@@ -1194,7 +1289,7 @@ def run_sim(
     for s in range(seeds):
         traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
         cfg = twin(exp, cal, seed=s, trace=trace and traced, other_share=other_share,
-                   other_burst_ns=other_burst_ns, other_load=other_load)  # fmt: skip
+                   other_burst_ns=other_burst_ns, other_load=other_load, start_gap_ns=start_gap_ns)  # fmt: skip
         out.append((cfg, sim.run(cfg)))
     return out
 
@@ -1260,7 +1355,8 @@ def compare(
     noise and long ones as a background task (:func:`host_load_for`);
     ``"one_task"`` the previous model, all of the measured share as one
     background task per CPU (:func:`background_for`); ``"none"`` simulates
-    an idle host.
+    an idle host. The twin's vCPU threads start as the real trials' did
+    (:func:`start_gap_of`).
 
     Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
     ``real_lo``/``real_hi`` (95 % t-interval; NaN with one trial), ``sim``
@@ -1294,10 +1390,11 @@ def compare(
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
+    gap = start_gap_of(runs)
     if load == "measured" and ol is not None:
-        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace)
+        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace, start_gap_ns=gap)
     else:
-        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace)
+        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
