@@ -80,6 +80,8 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     # counted instructions × the calibrated costs, nothing else
     assert think.ns == round(9 * 400 + 41 * 250) and lock.hold_ns == round(15 * 400 + 101 * 250)
     assert lock.lock_kind == "ticket"
+    # drawn around those means (the real iteration's length varies: its phase at a tick is random)
+    assert think.dist == lock.dist == twins.SPIN_PHASE_DIST == "uniform"
     assert cfg.host.background.utilization == 0.0  # idle host unless a measured load is given
     # the per-VM halt-poll maximum of the run wins over the module parameter; 0 turns polling off
     off = twins.twin(Experiment(IdleTicks(), 2, (0,), halt_poll_ns=0), cal)

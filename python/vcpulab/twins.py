@@ -626,6 +626,18 @@ def host_load_for(
     return sim.Background(utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))), noise
 
 
+#: distribution of a spin-lock twin's think and hold times around their
+#: counted means. The real iteration's length varies (the cost of an emulated
+#: instruction drifts: 685-948 ns per path instruction between runs a second
+#: apart here), so the phase of an iteration at which the 4 ms tick preempts a
+#: vCPU (holding the lock or not) is random. With fixed lengths the twin's
+#: vCPUs lock into one phase and the throughput of contended cells swings with
+#: the exact costs (TAS 50/50 4 vCPUs on one CPU: 2189 fixed vs 3075 uniform
+#: vs 3096 exponential acquisitions/s; real 2844-3104); any random width gives
+#: about the same, so the simulator's narrowest random distribution is used:
+#: uniform on [mean/2, 3·mean/2], the mean kept
+SPIN_PHASE_DIST = "uniform"
+
 #: pairs of cost runs :func:`calibrate` takes the median of
 COST_REPEATS = 5
 
@@ -706,7 +718,8 @@ def twin(
       emulated like every other); halt polling ``block-time`` (upstream) with the module's
       grow/shrink parameters and the run's maximum (``off`` when it is 0).
     * Workload: SpinLock → ``Compute(think) + Lock(kind, hold)`` with the
-      counted instructions × the measured costs; PvSpinLock → a ``tas`` lock
+      counted instructions × the measured costs, each drawn around that mean
+      (:data:`SPIN_PHASE_DIST`); PvSpinLock → a ``tas`` lock
       (this host never sets the ``preempted`` byte, so the real waiters never
       halt unless ``preempted_from_host`` is used, which has no twin);
       MsiPingPong → ``Sleep(gap) + Compute(round path)``; IdleTicks →
@@ -759,9 +772,12 @@ def twin(
         think_ns = p["think_path"] * a + p["think_loop"] * b
         hold_ns = p["hold_path"] * a + p["hold_loop"] * b
         kind = "tas" if isinstance(w, PvSpinLock) else w.kind
+        # each iteration's length varies (the cost of an emulated instruction
+        # drifts), so where a vCPU is in its iteration when the tick preempts
+        # it is random; fixed lengths lock that phase (SPIN_PHASE_DIST)
         phases: tuple[Any, ...] = (
-            sim.Compute(max(int(round(think_ns)), 1), mode="kernel"),
-            sim.Lock(0, kind, max(int(round(hold_ns)), 1)),
+            sim.Compute(max(int(round(think_ns)), 1), dist=SPIN_PHASE_DIST, mode="kernel"),
+            sim.Lock(0, kind, max(int(round(hold_ns)), 1), dist=SPIN_PHASE_DIST),
         )
         name = f"{name}:{kind}"
     elif isinstance(w, IpiPingPong):
