@@ -104,6 +104,9 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     r = sim.run(cfg)
     assert r.vcpus["last_pcpu"].to_list() == [0, 0, 0]
     assert twins.twin(one, cal).host.start_gap_ns == 0
+    for bad in (-1.0, float("nan"), 2e9, "30"):
+        with pytest.raises(ValueError, match="start_gap_ns"):
+            twins.twin(one, cal, start_gap_ns=bad)  # type: ignore[arg-type]
     shared = Experiment(SpinLock(), vcpus=3, cpus=(0, 1), pinning="shared", duration_s=0.2)
     assert twins.twin(shared, cal).host.pcpus == 2 and twins.twin(shared, cal).host.vcpu_pcpus == ()
     cal.values["machine_cpus"] = Value(64.0, "", "given by the test")

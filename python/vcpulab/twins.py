@@ -814,8 +814,11 @@ def twin(
         tsc_khz=max(int(cal["tsc_khz"]), 1000),
         slice_check_on_wakeup=True,
     )
-    if start_gap_ns is not None and start_gap_ns == start_gap_ns and start_gap_ns >= 1:
-        hkw["start_gap_ns"] = int(min(round(start_gap_ns), 10**9))
+    if start_gap_ns is not None:
+        if isinstance(start_gap_ns, bool) or not isinstance(start_gap_ns, (int, float)) or not 0 <= start_gap_ns <= 1e9:
+            raise ValueError(f"start_gap_ns must be a number of ns in [0, 1e9] (or None), got {start_gap_ns!r}")
+        if start_gap_ns >= 1:
+            hkw["start_gap_ns"] = int(round(start_gap_ns))
     if machine > n_cpus:
         # vCPU i on the run's CPU i mod n (the real placement), the rest of
         # the machine left to the VMM thread and the host's other tasks
