@@ -297,8 +297,9 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
        = 5) and a long (400) loop, a fixed number of iterations each, five
-       such pairs (:data:`COST_REPEATS`), the median pair kept (the cost of
-       an emulated instruction drifts from one second to the next here). Each
+       such pairs (:data:`COST_REPEATS`): the median path cost (and that
+       pair's runs), the median loop cost (the cost of an emulated
+       instruction drifts from one second to the next here). Each
        run's vCPU thread CPU time is ``path_insn_ns`` × its fixed-path
        instructions + ``loop_insn_ns`` × its loop instructions (counts from
        :func:`guest_path`, totals from KVM's ``insn_emulation`` stat); the two

@@ -477,24 +477,27 @@ mod tests {
         VcpuView { preempted: true, ready: true, preempted_in_kernel: true, ..v() }
     }
 
-    #[test]
-    fn upstream_scans_round_robin_from_last_boosted_and_stops_on_success() {
-        let mut f = Fake {
-            views: vec![preempted(); 5],
-            me: 1,
-            last: 2,
-            yields: vec![],
-            results: vec![0, 1],
-            receivers: vec![],
-        };
-        let mut p = Upstream {
+    /// A VM of `views` seen from vCPU `me`, `last` boosted, yield_to answering `results` in turn.
+    fn fake(views: Vec<VcpuView>, me: usize, last: usize, results: Vec<i32>) -> Fake {
+        Fake { views, me, last, yields: vec![], results, receivers: vec![] }
+    }
+
+    /// kvm_vcpu_on_spin as upstream has it today (the simulator's defaults).
+    fn upstream() -> Upstream {
+        Upstream {
             esrch_budget: 3,
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
             gate_preempted: false,
             ipi_aware: false,
-        };
+        }
+    }
+
+    #[test]
+    fn upstream_scans_round_robin_from_last_boosted_and_stops_on_success() {
+        let mut f = fake(vec![preempted(); 5], 1, 2, vec![0, 1]);
+        let mut p = upstream();
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![3, 4]);
         assert_eq!(f.last, 4);
@@ -502,44 +505,16 @@ mod tests {
 
     #[test]
     fn upstream_last_boosted_bug_stores_the_offset() {
-        let mut f = Fake {
-            views: vec![preempted(); 5],
-            me: 1,
-            last: 2,
-            yields: vec![],
-            results: vec![0, 1],
-            receivers: vec![],
-        };
-        let mut p = Upstream {
-            esrch_budget: 3,
-            last_boosted_bug: true,
-            dy_eligible: true,
-            kernel_filter: true,
-            gate_preempted: false,
-            ipi_aware: false,
-        };
+        let mut f = fake(vec![preempted(); 5], 1, 2, vec![0, 1]);
+        let mut p = Upstream { last_boosted_bug: true, ..upstream() };
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.last, 1); // offset i = 1, not index 4
     }
 
     #[test]
     fn upstream_esrch_budget_is_three() {
-        let mut f = Fake {
-            views: vec![preempted(); 8],
-            me: 0,
-            last: 0,
-            yields: vec![],
-            results: vec![ESRCH; 8],
-            receivers: vec![],
-        };
-        let mut p = Upstream {
-            esrch_budget: 3,
-            last_boosted_bug: false,
-            dy_eligible: true,
-            kernel_filter: true,
-            gate_preempted: false,
-            ipi_aware: false,
-        };
+        let mut f = fake(vec![preempted(); 8], 0, 0, vec![ESRCH; 8]);
+        let mut p = upstream();
         p.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![1, 2, 3]);
     }
@@ -547,22 +522,8 @@ mod tests {
     #[test]
     fn dy_eligible_toggle_skips_a_spinner_every_other_time() {
         let spinning = VcpuView { in_spin_loop: true, ..preempted() };
-        let mut f = Fake {
-            views: vec![preempted(), spinning],
-            me: 0,
-            last: 0,
-            yields: vec![],
-            results: vec![],
-            receivers: vec![],
-        };
-        let mut p = Upstream {
-            esrch_budget: 3,
-            last_boosted_bug: false,
-            dy_eligible: true,
-            kernel_filter: true,
-            gate_preempted: false,
-            ipi_aware: false,
-        };
+        let mut f = fake(vec![preempted(), spinning], 0, 0, vec![]);
+        let mut p = upstream();
         p.on_spin(&mut f).unwrap(); // dy_eligible false -> skipped, toggled to true
         assert!(f.yields.is_empty());
         p.on_spin(&mut f).unwrap(); // now eligible
@@ -576,14 +537,7 @@ mod tests {
         let in_guest = VcpuView { running: true, in_guest: true, ..v() };
         let in_exit = VcpuView { running: true, in_guest: false, ..v() };
         let halted = VcpuView { blocking: true, ..v() };
-        let mut f = Fake {
-            views: vec![v(), in_guest, in_exit, halted, preempted()],
-            me: 0,
-            last: 0,
-            yields: vec![],
-            results: vec![0, 1],
-            receivers: vec![],
-        };
+        let mut f = fake(vec![v(), in_guest, in_exit, halted, preempted()], 0, 0, vec![0, 1]);
         Baseline2011.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![2, 4]);
     }
@@ -594,26 +548,19 @@ mod tests {
         // upstream's in-kernel filter skips it, the IPI-aware filter takes it
         let user = VcpuView { preempted: true, ready: true, preempted_in_kernel: false, ..v() };
         let views = vec![v(), v(), user.clone(), v()];
-        let up = Upstream {
-            esrch_budget: 3,
-            last_boosted_bug: false,
-            dy_eligible: true,
-            kernel_filter: true,
-            gate_preempted: false,
-            ipi_aware: false,
-        };
-        let mut f = Fake { views: views.clone(), me: 0, last: 0, yields: vec![], results: vec![1], receivers: vec![2] };
+        let up = upstream();
+        let mut f = Fake { receivers: vec![2], ..fake(views.clone(), 0, 0, vec![1]) };
         up.clone().on_spin(&mut f).unwrap();
         assert!(f.yields.is_empty(), "upstream skips it");
         let mut aware = up;
         aware.ipi_aware = true;
-        let mut f = Fake { views, me: 0, last: 0, yields: vec![], results: vec![1], receivers: vec![2] };
+        let mut f = Fake { receivers: vec![2], ..fake(views, 0, 0, vec![1]) };
         aware.on_spin(&mut f).unwrap();
         assert_eq!((f.yields.clone(), f.last), (vec![2], 2));
         // no receiver: the strict round finds nobody (user-mode preemption), the
         // relaxed round boosts the first preempted vCPU after last_boosted
         let views = vec![v(), user.clone(), v(), user];
-        let mut f = Fake { views, me: 0, last: 2, yields: vec![], results: vec![1], receivers: vec![] };
+        let mut f = fake(views, 0, 2, vec![1]);
         aware.on_spin(&mut f).unwrap();
         assert_eq!(f.yields, vec![3]);
     }
