@@ -247,31 +247,41 @@ def _run(ctx, host, vms, *, seed=0, duration_ns=60_000_000, warmup_ns=20_000_000
     return sim.run(sim.Config(host=host, vms=tuple(vms), duration_ns=duration_ns, warmup_ns=warmup_ns, seed=seed))
 
 
-def _gang_over_fair(affinity):
+def _gang_over_fair(affinity, seed=0):
     ctx = _era_ctx("6.x")
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    t = {s: _run(ctx, ctx.host(pcpus=80, scheduler=s, affinity=affinity), [vm]).summary for s in ("fair", "gang")}
+    t = {
+        s: _run(ctx, ctx.host(pcpus=80, scheduler=s, affinity=affinity), [vm], seed=seed).summary
+        for s in ("fair", "gang")
+    }
     return t["gang"]["throughput_ops_s"][0] / t["fair"]["throughput_ops_s"][0], t
 
 
 def test_a_pinned_8x20_under_the_fair_scheduler_is_far_from_gang_scheduling():
     ratio, t = _gang_over_fair("pinned")
-    assert ratio >= 1.5, ratio  # published: gang = 3.88x PLE; here 3.82 (1.88 with yield_scope='run_queue')
+    assert ratio >= 1.5, ratio  # published: gang = 3.88x PLE; here 2.47 (seeds 1-2: 3.60, 3.42)
     assert t["fair"]["ple_exits"][0] > 10 * t["gang"]["ple_exits"][0]
 
 
 _RR_GANG = pytest.mark.xfail(
     strict=True,
     reason=W12 + "6.x, round_robin: VM k and VM k + 4 are pinned to the same 20 CPUs, which alternate between "
-    "the two VMs like a gang (gang/fair 1.24; 1.02 with yield_scope='run_queue'); unpinned ('all') gives 1.89",
+    "the two VMs like a gang (gang/fair, seeds 0-2: 1.35, 1.11, 1.29); unpinned ('all') gives 2.07, 2.28, 1.25",
 )
 
 
 @pytest.mark.parametrize("affinity", ["all", pytest.param("round_robin", marks=_RR_GANG)])
 def test_a_unpinned_8x20_under_the_fair_scheduler_differs_from_gang_scheduling(affinity):
-    ratio, t = _gang_over_fair(affinity)
-    assert t["fair"]["ple_exits"][0] != t["gang"]["ple_exits"][0]
-    assert ratio >= 1.5, ratio
+    """Gang / fair throughput per seed: no seed in lock-step (within 20 %,
+    the validation's probe), and gang well ahead at the median. The seeds
+    differ a lot (unpinned 'all': 2.07, 2.28, 1.25; a run either settles
+    into a storm of sub-slice yields or not), so one seed says little."""
+    ratios = []
+    for seed in range(3):
+        ratio, t = _gang_over_fair(affinity, seed)
+        assert t["fair"]["ple_exits"][0] != t["gang"]["ple_exits"][0]
+        ratios.append(ratio)
+    assert min(ratios) > 1.2 and sorted(ratios)[1] >= 1.5, ratios
 
 
 

@@ -262,6 +262,16 @@ pub struct HostConfig {
     /// `update_deadline` → `resched_curr` does (kernel/sched/fair.c), and the
     /// CPU picks again. false (default): slice expiry is noticed at ticks only.
     pub slice_check_on_wakeup: bool,
+    /// EEVDF: the kernel's `RUN_TO_PARITY` slice protection and wake-up
+    /// rule (kernel/sched/fair.c, v6.6 on; the feature is on by default). A
+    /// task picked to run keeps its CPU while it is eligible and has not
+    /// used its slice (`set_protect_slice` at the pick, `protect_slice` in
+    /// `pick_eevdf`); a woken task preempts only when `pick_eevdf` would
+    /// choose it (`check_preempt_wakeup_fair`), and an eligible next buddy
+    /// still goes first (`PICK_BUDDY`). false (default): every pick is the
+    /// earliest eligible deadline, and a woken task preempts when it is
+    /// eligible with an earlier deadline than the running one.
+    pub run_to_parity: bool,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -430,6 +440,7 @@ impl Default for HostConfig {
             vcpu_pcpus: Vec::new(),
             start_gap_ns: 0,
             slice_check_on_wakeup: false,
+            run_to_parity: false,
         }
     }
 }

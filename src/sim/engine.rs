@@ -409,6 +409,9 @@ pub struct Rq {
     pub skip: Option<u32>,
     /// When curr was picked (CFS: prev_sum_exec_runtime of check_preempt_tick).
     pub slice_start: Ns,
+    /// EEVDF `Host.run_to_parity`: curr's `se->vprot`, its deadline when it
+    /// was picked; curr keeps the CPU while eligible and vruntime < vprot.
+    pub vprot: i64,
     /// When the CPU last went idle (for the idle state's exit latency).
     pub idle_since: Ns,
     /// Phase of this CPU's tick (`Host.tick_skew`), ns.
@@ -761,6 +764,7 @@ impl Sim {
                     last: None,
                     skip: None,
                     slice_start: 0,
+                    vprot: i64::MIN,
                     idle_since: 0,
                     tick_off: 0,
                     lb_next: [0; 3],

@@ -74,7 +74,7 @@ impl Sim {
     }
 
     /// Take a task off `cpu`'s queue (if there), and out of its weighted sums.
-    fn queue_remove(&mut self, cpu: usize, t: usize) {
+    pub(crate) fn queue_remove(&mut self, cpu: usize, t: usize) {
         let (w, v) = (self.tasks[t].weight as i64, self.tasks[t].vruntime);
         let rq = &mut self.rqs[cpu];
         if let Some(i) = rq.queue.iter().position(|&x| x as usize == t) {
@@ -201,6 +201,11 @@ impl Sim {
                     let c = c as usize;
                     let preempt = if cfs {
                         self.cfs_check_preempt_wakeup(cpu, t, c)
+                    } else if self.cfg.host.run_to_parity {
+                        // check_preempt_wakeup_fair: preempt when the woken
+                        // task is what pick_eevdf (with slice protection) takes
+                        let v = self.avg_vruntime(cpu);
+                        self.pick_eevdf(cpu, self.curr_runnable(cpu), v, true) == t
                     } else {
                         self.eligible(cpu, t) && self.tasks[t].deadline < self.tasks[c].deadline
                     };
@@ -261,13 +266,18 @@ impl Sim {
         }
     }
 
+    /// curr, if it still competes for its CPU (runnable, not parked).
+    fn curr_runnable(&self, cpu: usize) -> Option<u32> {
+        self.rqs[cpu].curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked)
+    }
+
     /// EEVDF pick with the next-buddy rule.
     fn pick(&mut self, cpu: usize) -> Option<usize> {
         if self.is_cfs() {
             return self.cfs_pick(cpu);
         }
         let rq = &self.rqs[cpu];
-        let curr_ok = rq.curr.filter(|&c| self.tasks[c as usize].runnable && !self.tasks[c as usize].parked);
+        let curr_ok = self.curr_runnable(cpu);
         if rq.queue.is_empty() {
             if curr_ok.is_some() && rq.buddy == curr_ok {
                 self.rqs[cpu].buddy = None;
@@ -289,12 +299,31 @@ impl Sim {
                 }
             }
         }
-        // the eligible task with the earliest (deadline, tie, index), else the
-        // task with the least (vruntime, tie, index); the tie rank is the
-        // index unless `Host.seeded_ties`. The least vruntime is at
-        // most V when V averages the candidates, so the second pass is
-        // needed only when curr counts in V but is not a candidate (it is
-        // blocking or parked). NONE is "none yet".
+        let best = self.pick_eevdf(cpu, curr_ok, v, self.cfg.host.run_to_parity);
+        if Some(best as u32) == self.rqs[cpu].buddy {
+            self.rqs[cpu].buddy = None;
+        }
+        Some(best)
+    }
+
+    /// `pick_eevdf` over a non-empty queue and `curr_ok` (curr if it
+    /// competes), V = `v`: with `protect` (`Host.run_to_parity`), curr while
+    /// it is eligible and inside its protected slice (`protect_slice`:
+    /// vruntime < vprot); else the eligible task with the earliest
+    /// (deadline, tie, index), else the task with the least (vruntime, tie,
+    /// index). The tie rank is the index unless `Host.seeded_ties`. The
+    /// least vruntime is at most V when V averages the candidates, so the
+    /// second pass is needed only when curr counts in V but is not a
+    /// candidate (it is blocking or parked).
+    fn pick_eevdf(&self, cpu: usize, curr_ok: Option<u32>, v: i64, protect: bool) -> usize {
+        let rq = &self.rqs[cpu];
+        if let Some(c) = curr_ok.filter(|_| protect) {
+            let tk = &self.tasks[c as usize];
+            if tk.vruntime <= v && tk.vruntime < rq.vprot {
+                return c as usize;
+            }
+        }
+        // NONE is "none yet"
         const NONE: (i64, u32, usize) = (i64::MAX, u32::MAX, usize::MAX);
         let mut best = NONE;
         for &t in rq.queue.iter().chain(curr_ok.as_ref()) {
@@ -311,12 +340,8 @@ impl Sim {
                 }
             }
         }
-        // the queue is not empty: `best` is a task
-        let best = best.2;
-        if Some(best as u32) == self.rqs[cpu].buddy {
-            self.rqs[cpu].buddy = None;
-        }
-        Some(best)
+        debug_assert!(best != NONE, "pick_eevdf needs a candidate");
+        best.2
     }
 
     /// newidle balance: a CPU about to go idle pulls the longest-waiting
@@ -391,6 +416,8 @@ impl Sim {
                 self.rqs[cpu].curr = Some(n as u32);
                 self.rqs[cpu].exec_start = now;
                 self.rqs[cpu].slice_start = now;
+                // set_protect_slice: every task has the base slice, so vprot = deadline
+                self.rqs[cpu].vprot = self.tasks[n].deadline;
                 let tk = &mut self.tasks[n];
                 tk.run_delay += now - tk.wait_since;
                 if !self.rqs[cpu].tick_armed {
@@ -540,6 +567,8 @@ impl Sim {
                 tk.vruntime = tk.vruntime.max(tk.deadline);
             }
             tk.deadline += vs;
+            // the new deadline ends its protected slice (vlag != deadline, v6.6-v6.15)
+            self.rqs[a].vprot = i64::MIN;
         }
         // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
         self.boost_cpu = if a != b { b as u32 } else { NO_CPU };

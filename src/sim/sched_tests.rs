@@ -1,7 +1,7 @@
 //! The EEVDF yield rules (yield_task_fair's penalty and its scope) on hand-built states.
 
 use super::super::config::*;
-use super::super::engine::{Sim, TaskKind};
+use super::super::engine::{Sim, TaskKind, Why};
 use crate::sim::test_util::{computing_vm, sim_of};
 
 /// `vms` VMs of `v` vCPUs each, pinned round robin (vCPU g over all VMs on
@@ -106,5 +106,107 @@ fn vm_group_scope_returns_early_when_the_yielder_runs_alone() {
         s.rqs[1].exec_start = s.now;
         let (before, after) = yield_from(&mut s, 1, q);
         assert_eq!(before != after, penalised, "{scope:?}");
+    }
+}
+
+// ---- RUN_TO_PARITY (`Host.run_to_parity`) on hand-built states ----
+
+/// Three computing vCPUs on one CPU under EEVDF, `run_to_parity` as given,
+/// 10 µs in: (sim, curr, q1, q2) with q2 taken off the queue, asleep.
+fn one_cpu_with_a_sleeper(run_to_parity: bool) -> (Sim, usize, usize, usize) {
+    let c = SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: 1, run_to_parity, ..Default::default() },
+        vms: vec![computing_vm(3)],
+        ..Default::default()
+    };
+    let mut s = sim_of(&c);
+    s.step_until(10_000).unwrap();
+    let cur = s.rqs[0].curr.expect("curr") as usize;
+    let (q1, q2) = (s.rqs[0].queue[0] as usize, s.rqs[0].queue[1] as usize);
+    s.rq_remove_queued(q2);
+    s.tasks[q2].runnable = false;
+    s.rqs[0].exec_start = s.now;
+    (s, cur, q1, q2)
+}
+
+/// Wake `t` so that it is placed at `vruntime` (its virtual lag V − vruntime,
+/// its deadline one slice later) and let the wake-up's reschedule, if any,
+/// happen.
+fn wake(s: &mut Sim, t: usize, vruntime: i64) {
+    s.tasks[t].vlag = s.avg_vruntime(0) - vruntime;
+    s.enqueue(t);
+    assert_eq!(s.tasks[t].vruntime, vruntime);
+    let now = s.now;
+    s.step_until(now + 1).unwrap();
+}
+
+#[test]
+fn run_to_parity_keeps_an_eligible_curr_in_its_slice_against_an_earlier_deadline() {
+    // curr 3 ms behind q1 (eligible, its slice just begun: vprot = deadline);
+    // q2 wakes 3.5 ms behind q1 with the earliest deadline. The earlier rule
+    // preempts; check_preempt_wakeup_fair with RUN_TO_PARITY does not
+    // (pick_eevdf returns the protected curr).
+    for (r2p, preempted) in [(false, true), (true, false)] {
+        let (mut s, cur, q1, q2) = one_cpu_with_a_sleeper(r2p);
+        let base = s.tasks[q1].vruntime;
+        s.tasks[cur].vruntime = base - 3 * MS;
+        s.tasks[cur].deadline = s.tasks[cur].vruntime + s.tasks[cur].vslice;
+        s.rqs[0].vprot = s.tasks[cur].deadline;
+        wake(&mut s, q2, base - 3 * MS - MS / 2);
+        assert!(s.eligible(0, cur) && s.eligible(0, q2));
+        assert!(s.tasks[q2].deadline < s.tasks[cur].deadline);
+        let expect = if preempted { q2 } else { cur };
+        assert_eq!(s.rqs[0].curr, Some(expect as u32), "run_to_parity={r2p}");
+    }
+}
+
+#[test]
+fn run_to_parity_lets_the_best_eligible_wakee_preempt_an_ineligible_curr_with_an_earlier_deadline() {
+    // curr 1 ms ahead of q1 (ineligible) with half a millisecond of slice
+    // left; q2 wakes with the earliest deadline among the eligible tasks but
+    // a later one than curr's. pick_eevdf skips the ineligible curr and takes
+    // q2; the earlier rule compares with curr's deadline and does not preempt.
+    for (r2p, preempted) in [(false, false), (true, true)] {
+        let (mut s, cur, q1, q2) = one_cpu_with_a_sleeper(r2p);
+        let base = s.tasks[q1].vruntime;
+        s.tasks[q1].deadline = base + s.tasks[q1].vslice;
+        s.tasks[cur].vruntime = base + MS;
+        s.tasks[cur].deadline = base + MS + MS / 2;
+        s.rqs[0].vprot = s.tasks[cur].deadline;
+        wake(&mut s, q2, base - MS / 2);
+        assert!(!s.eligible(0, cur) && s.eligible(0, q2) && s.eligible(0, q1));
+        assert!(s.tasks[q2].deadline < s.tasks[q1].deadline);
+        assert!(s.tasks[q2].deadline > s.tasks[cur].deadline);
+        let expect = if preempted { q2 } else { cur };
+        assert_eq!(s.rqs[0].curr, Some(expect as u32), "run_to_parity={r2p}");
+    }
+}
+
+#[test]
+fn an_eligible_next_buddy_goes_before_the_protected_slice() {
+    // curr and q1 level (both eligible), q1 with the earlier deadline: the
+    // earlier rule picks q1, RUN_TO_PARITY keeps the protected curr; an
+    // eligible next buddy is taken before pick_eevdf's protection
+    // (PICK_BUDDY in pick_next_entity).
+    for r2p in [false, true] {
+        let (mut s, cur, q1, _) = one_cpu_with_a_sleeper(r2p);
+        let v = s.tasks[q1].vruntime - MS;
+        s.queue_remove(0, q1);
+        s.tasks[q1].vruntime = v;
+        s.queue_add(0, q1);
+        s.tasks[cur].vruntime = v;
+        s.tasks[cur].deadline = v + s.tasks[cur].vslice;
+        s.tasks[q1].deadline = v + s.tasks[q1].vslice / 2;
+        s.rqs[0].vprot = s.tasks[cur].deadline;
+        assert!(s.eligible(0, cur) && s.eligible(0, q1));
+        s.schedule(0, Why::Tick);
+        let expect = if r2p { cur } else { q1 };
+        assert_eq!(s.rqs[0].curr, Some(expect as u32), "run_to_parity={r2p}");
+        if r2p {
+            s.rqs[0].buddy = Some(q1 as u32);
+            s.schedule(0, Why::Boost);
+            assert_eq!(s.rqs[0].curr, Some(q1 as u32), "the eligible buddy goes first");
+        }
     }
 }

@@ -579,6 +579,18 @@ class Host(_Base):
             ``update_deadline`` → ``resched_curr`` does (kernel/sched/fair.c),
             and the CPU picks again. Default False (slice expiry noticed at
             ticks only).
+        run_to_parity: EEVDF (``scheduler="fair"``): the kernel's
+            ``RUN_TO_PARITY`` slice protection and wake-up rule
+            (kernel/sched/fair.c, v6.6 on; the feature is on by default): a
+            task picked to run keeps its CPU while it is eligible and has not
+            used its slice (``set_protect_slice``, ``protect_slice`` in
+            ``pick_eevdf``); a woken task preempts only when ``pick_eevdf``
+            would choose it (``check_preempt_wakeup_fair``); an eligible next
+            buddy still goes first (``PICK_BUDDY``). Every task has the base
+            slice here, so the protection lasts to the deadline set when it
+            was picked. Default False (every pick is the earliest eligible
+            deadline; a woken task preempts when it is eligible with an
+            earlier deadline than the running one).
     """
 
     pcpus: int = 4
@@ -617,6 +629,7 @@ class Host(_Base):
     vcpu_pcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
     start_gap_ns: int = field(default=0, metadata=_NEW)
     slice_check_on_wakeup: bool = field(default=False, metadata=_NEW)
+    run_to_parity: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus")
@@ -678,6 +691,7 @@ class Host(_Base):
         _int(self, "smt_speed_pct")
         _int(self, "start_gap_ns")
         _bool(self, "slice_check_on_wakeup")
+        _bool(self, "run_to_parity")
         pins = self.vcpu_pcpus
         if isinstance(pins, list):
             pins = tuple(pins)

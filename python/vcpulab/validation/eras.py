@@ -616,6 +616,22 @@ ERA_6X = Era(
         ),
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
+        "slice_check_on_wakeup": _k(
+            True,
+            "",
+            "kernel/sched/fair.c enqueue_entity() -> update_curr() -> update_deadline(): a running task whose slice "
+            "is used up gets a new deadline and resched_curr() at the next enqueue on its CPU, not only at the tick "
+            "(147f3efaa241 'sched/fair: Implement an EEVDF-like scheduling policy', v6.6)",
+        ),
+        "run_to_parity": _k(
+            True,
+            "",
+            "kernel/sched/features.h RUN_TO_PARITY (default true): pick_eevdf() keeps an eligible curr until its "
+            "protected slice is used (set_protect_slice() at the pick; with equal slices up to the deadline), and "
+            "check_preempt_wakeup_fair() preempts only when pick_eevdf() takes the woken task (63304558ba5d "
+            "'sched/eevdf: Curb wakeup-preemption', v6.6; the vprot form of 'sched/fair: Limit run to parity to "
+            "the min slice of enqueued entities', Vincent Guittot, 2025, is the same for equal slices)",
+        ),
         **_host_model(False, 16, _IDLE_SKX),
     },
     ple=_ple_dynamic(),
