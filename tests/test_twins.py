@@ -100,7 +100,7 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     one = Experiment(SpinLock(kind="ticket"), vcpus=3, cpus=(1,), duration_s=0.2)
     cfg = twins.twin(one, cal, start_gap_ns=30_000.4)
     assert cfg.host.pcpus == 2 and cfg.host.vcpu_pcpus == (0,) and cfg.host.affinity == "round_robin"
-    assert cfg.host.slice_check_on_wakeup and cfg.host.start_gap_ns == 30_000
+    assert cfg.host.slice_check_on_wakeup and cfg.host.run_to_parity and cfg.host.start_gap_ns == 30_000
     r = sim.run(cfg)
     assert r.vcpus["last_pcpu"].to_list() == [0, 0, 0]
     assert twins.twin(one, cal).host.start_gap_ns == 0
@@ -296,7 +296,10 @@ def test_distributions_of_frames_in_the_trace_schema() -> None:
     loaded = sim.run(twins.twin(exp, cal, seed=1, trace=True, other_share=0.8))
     d, fig = twins.distributions([fr], [loaded], plot=True)
     lat = d.row(by_predicate=pl.col("quantity") == "wakeup_latency_ns", named=True)
-    assert lat["ks"] > 0.2 and lat["p_value"] < 0.01 and lat["sim_p90_ns"] > lat["real_p90_ns"]
+    assert lat["ks"] > 0.1 and lat["p_value"] < 0.01
+    # the loaded host delays some wake-ups by whole milliseconds (a 0.8 background's slices)
+    slow = twins.sim_trace_frames(loaded)["wakeups"]["latency_ns"]
+    assert slow.quantile(0.99) > 10 * w["latency_ns"].quantile(0.99)  # type: ignore[operator]
     assert len(fig.axes) == 2
     import matplotlib.pyplot as plt
 

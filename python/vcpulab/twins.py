@@ -736,7 +736,9 @@ def twin(
       tasks placed with half a slice to their deadline); None or 0: all at
       time 0. The host's EEVDF notices an expired slice at every wake-up
       onto a busy CPU (``Host.slice_check_on_wakeup``, as the kernel's
-      ``update_curr`` does at enqueue).
+      ``update_curr`` does at enqueue) and protects a picked task's slice
+      against wake-ups (``Host.run_to_parity``: this host's 6.18 kernel has
+      RUN_TO_PARITY on, the default).
 
     IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
       1 ``Recv, Compute(the round's timed instructions), Send``
@@ -814,6 +816,7 @@ def twin(
         affinity=affinity,
         tsc_khz=max(int(cal["tsc_khz"]), 1000),
         slice_check_on_wakeup=True,
+        run_to_parity=True,
     )
     if start_gap_ns is not None:
         if isinstance(start_gap_ns, bool) or not isinstance(start_gap_ns, (int, float)) or not 0 <= start_gap_ns <= 1e9:
