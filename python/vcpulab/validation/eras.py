@@ -243,7 +243,7 @@ _SLICE = _k(
     3_000_000,
     "ns",
     "kernel/sched/fair.c: sysctl_sched_min_granularity (CFS) / sysctl_sched_base_slice (EEVDF) 0.75 ms "
-    "x (1 + ilog2(min(ncpus, 8))) = 3 ms; the simulator's scheduler is EEVDF-like in every era (see PENDING)",
+    "x (1 + ilog2(min(ncpus, 8))) = 3 ms (the CFS eras' min_granularity floor and the 6.x era's EEVDF slice)",
 )
 _WAKE = _k(True, "", "kernel/sched/fair.c: check_preempt_wakeup / wakeup_preempt (wake-up preemption on)")
 _WINDOW = _k(4096, "cycles", f"KVM_VMX_DEFAULT_PLE_WINDOW = 4096 ({_SPEC_PLE})")
@@ -652,15 +652,20 @@ ERA_6X = Era(
 #: the eras by name
 ERAS: Mapping[str, Era] = MappingProxyType({e.name: e for e in (ERA_2012, ERA_2015, ERA_2019, ERA_2021, ERA_6X)})
 
+_MIGRATION = (
+    "the cost of a cache-cold migration: Host.migration_cold_core_ns / migration_cold_llc_ns exist and are 0 in "
+    "every era, because the refill time depends on each workload's working set, which no source gives, #12"
+)
+
 #: what each era's kernels did that today's simulator cannot express, and the issue that adds it
 PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "2012-3.x": (
-            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            _MIGRATION,
             "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan, #12",
         ),
         "2015-4.x": (
-            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            _MIGRATION,
             "halt_poll.max_ns: the era uses today's x86 KVM_HALT_POLL_NS_DEFAULT (200000); 2015-2016 kernels had "
             "a larger one (commit 14ebda33, 'KVM: x86: reduce default value of halt_poll_ns parameter', v4.6-rc; "
             "Ubuntu 16.04's 4.4 kernel defaults to 400000 ns: Launchpad bug #1724614, 'Lower the default for "
@@ -669,7 +674,7 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "changed, #13",
         ),
         "2019-5.x": (
-            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            _MIGRATION,
             "ebizzy -M's shootdown stalls at the sources' size: the derived preset (presets.ebizzy_no_mmap_like: "
             "one record, one TLB-shootdown IPI to all others) saturates the host, but its base variants spend "
             "14-49 % of vCPU time in IPI/lock waits at 2-3 VMs where d73eb57b80b9's guest profile shows 72 % in "
@@ -679,11 +684,11 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "counts follow from kernel constants, hold times are not published), #13",
         ),
         "2021-5.14": (
-            "the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",
+            _MIGRATION,
             "PARSEC-like kernels of two kinds only (barrier steps; fine-grained locks), not each program's own "
             "phases, #13",
         ),
-        "6.x": ("the cost of a cache-cold migration (and SMT topologies are set per case: none is yet), #12",),
+        "6.x": (_MIGRATION,),
     }
 )
 
