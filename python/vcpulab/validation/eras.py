@@ -292,13 +292,15 @@ _ESRCH = _k(True, "", "kernel/sched/core.c yield_to(): -ESRCH when both run queu
 _CFS_BUDDY = _k(
     "always",
     "",
-    "CFS before v6.6: pick_next_entity() takes cfs_rq->next (set by yield_to_task_fair) unless too unfair; "
-    "modelled as always honoured",
+    "CFS before v6.6: pick_next_entity() takes cfs_rq->next (set by yield_to_task_fair) unless "
+    "wakeup_preempt_entity() finds it too unfair against the leftmost task; Host.scheduler='cfs' follows that "
+    "rule (cfs.rs cfs_pick), and this value is read only by the EEVDF scheduler",
 )
 _CFS_YIELD = _k(
     "deadline",
     "",
-    "CFS before v6.6: yield_task_fair() set a skip buddy; the simulator's closest rule is the v6.6 deadline push",
+    "CFS before v6.6: yield_task_fair() makes the yielder the skip buddy, which Host.scheduler='cfs' does "
+    "(sched.rs yield_to, cfs.rs cfs_pick); this value is read only by the EEVDF scheduler",
 )
 # host model (issue #12): the scheduler class, time out of lock-step, host
 # noise, wake-up placement and balancing; topology (sockets, SMT) is a
