@@ -1,7 +1,7 @@
 """What the 6.x era's EEVDF rules change (not part of the test suite).
 
-    python benches/eevdf_rules.py                 # seeds 0-2, 60 ms after 20 ms
-    python benches/eevdf_rules.py --seeds 5 --ms 200
+    python benches/eevdf_rules.py                 # seeds 0-2, 60 ms runs (the first 20 ms not counted)
+    python benches/eevdf_rules.py --seeds 5 --run-ms 200
 
 The 6.x era's host (EEVDF, per-VM yield scope, select_task_rq_fair
 placement, balancing, noise) with 8 VMs x 20 vCPUs of the spin-lock
@@ -21,10 +21,7 @@ import dataclasses
 import statistics
 import time
 
-import numpy as np
-import polars as pl
-
-from vcpulab import sim
+from vcpulab import analysis, sim
 from vcpulab import validation as V
 from vcpulab.sim import presets
 from vcpulab.validation.cases import Ctx
@@ -37,26 +34,13 @@ RULES = {
 }
 
 
-def all_or_none_share(r: sim.Result, vcpus: int) -> float:
-    """Share of (VM, instant) samples, every 20 us over the trace's second
-    half, at which a VM runs all or none of its vCPUs."""
-    tr = r.trace.filter(pl.col("vm") >= 0)
-    lo, hi = int(tr["start_ns"].min()), int(tr["end_ns"].max())
-    ts = np.arange(lo + (hi - lo) // 2, hi, 20_000)
-    shares = []
-    for _, g in tr.group_by("vm"):
-        k = np.searchsorted(np.sort(g["start_ns"].to_numpy()), ts, "right") - np.searchsorted(
-            np.sort(g["end_ns"].to_numpy()), ts, "right"
-        )
-        shares.append(np.mean((k == 0) | (k == vcpus)))
-    return float(np.mean(shares))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--ms", type=int, default=60, help="measured window after a 20 ms warm-up")
+    ap.add_argument("--run-ms", type=int, default=60, help="run length, ms (> 20: its first 20 ms are a warm-up)")
     a = ap.parse_args()
+    if a.run_ms <= 20:
+        ap.error(f"--run-ms must be > 20 (the warm-up), got {a.run_ms}")
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     print("| rules | placement | seed | fair Mops/s | gang/fair | yields ok | PLE exits | all-or-none | poorest VM | fair CPU s |")
@@ -69,7 +53,7 @@ def main() -> None:
                 out = {}
                 for s in ("fair", "gang"):
                     host = dataclasses.replace(ctx.host(pcpus=80, scheduler=s, affinity=aff), **rules)
-                    cfg = sim.Config(host=host, vms=(vm,), duration_ns=a.ms * 1_000_000, warmup_ns=20_000_000,
+                    cfg = sim.Config(host=host, vms=(vm,), duration_ns=a.run_ms * 1_000_000, warmup_ns=20_000_000,
                                      seed=seed, trace=s == "fair")  # fmt: skip
                     t0 = time.thread_time()
                     out[s] = (sim.run(cfg), time.thread_time() - t0)
@@ -79,7 +63,7 @@ def main() -> None:
                 ratios.append(ratio)
                 ops = f.vms["ops"].to_list()
                 print(f"| {name} | {aff} | {seed} | {fs['throughput_ops_s'][0] / 1e6:.2f} | {ratio:.2f} | "
-                      f"{fs['yield_ok'][0]} | {fs['ple_exits'][0]} | {all_or_none_share(f, 20):.2f} | "
+                      f"{fs['yield_ok'][0]} | {fs['ple_exits'][0]} | {analysis.gang_share(f):.2f} | "
                       f"{min(ops) / (sum(ops) / len(ops)):.2f} | {cpu_s:.2f} |", flush=True)  # fmt: skip
             medians.append((name, aff, statistics.median(ratios)))
     print()

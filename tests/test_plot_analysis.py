@@ -210,3 +210,31 @@ def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_h
     assert len(fig.axes) == 2 and [a.get_ylabel().split()[0] for a in fig.axes] == ["exits", "insn_emulation"]
     with pytest.raises(ValueError, match="unknown stats"):
         stats_over_time(r, ["nope"])
+
+
+def test_gang_share_is_one_under_gang_scheduling_and_low_for_independent_vcpus() -> None:
+    """analysis.gang_share on two VMs of 4 spinning vCPUs sharing 4 CPUs:
+    the gang scheduler runs a VM's vCPUs all together or not at all (1.0);
+    unpinned vCPU threads under the fair scheduler, with ticks out of step,
+    seeded ties and jittered wake-ups, run some of a VM's vCPUs at most
+    instants (seed 1: 0.125). With synchronous ticks and a map that pairs
+    the VMs' vCPUs on every CPU the fair scheduler too gives 1.0: the
+    lock-step this measure exists to catch."""
+    from vcpulab import sim
+    from vcpulab.analysis import gang_share
+    from vcpulab.sim import presets
+
+    def run(**host):  # type: ignore[no-untyped-def]
+        vm = sim.Vm(vcpus=4, count=2, workload=presets.spinlock_microbench())
+        cfg = sim.Config(host=sim.Host(pcpus=4, **host), vms=(vm,), duration_ns=40_000_000, trace=True, seed=1)
+        return sim.run(cfg)
+
+    assert gang_share(run(scheduler="gang")) > 0.95
+    assert gang_share(run(affinity="round_robin")) == 1.0
+    jitter = dict(tick_skew=True, seeded_ties=True, wakeup_ipi_ns=1500, wakeup_jitter=0.5)
+    assert gang_share(run(affinity="all", **jitter)) < 0.5
+    untraced = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000))
+    with pytest.raises(ValueError, match="trace=True"):
+        gang_share(untraced)
+    with pytest.raises(ValueError, match="step_ns"):
+        gang_share(run(scheduler="gang"), step_ns=0)

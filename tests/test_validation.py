@@ -16,7 +16,7 @@ import math
 import polars as pl
 import pytest
 
-from vcpulab import sim
+from vcpulab import analysis, sim
 from vcpulab import validation as V
 from vcpulab.sim import presets
 from vcpulab.validation.cases import _COMPARED, _MEASURES
@@ -284,25 +284,6 @@ def test_a_unpinned_8x20_under_the_fair_scheduler_differs_from_gang_scheduling(a
     assert min(ratios) > 1.2 and sorted(ratios)[1] >= 1.5, ratios
 
 
-
-def _all_or_none_share(r, vcpus):
-    """Share of (VM, instant) samples, every 20 us over the trace's second
-    half, at which a VM runs all or none of its vCPUs (gang scheduling: ~1)."""
-    import numpy as np
-
-    tr = r.trace.filter(pl.col("vm") >= 0)
-    lo, hi = int(tr["start_ns"].min()), int(tr["end_ns"].max())
-    ts = np.arange(lo + (hi - lo) // 2, hi, 20_000)
-    shares = []
-    for _, g in tr.group_by("vm"):
-        k = np.searchsorted(np.sort(g["start_ns"].to_numpy()), ts, "right") - np.searchsorted(
-            np.sort(g["end_ns"].to_numpy()), ts, "right"
-        )
-        shares.append(np.mean((k == 0) | (k == vcpus)))
-    return float(np.mean(shares))
-
-
-
 @pytest.mark.parametrize("era", ["2012-3.x", "2015-4.x", "2019-5.x", "2021-5.14", "6.x"])
 def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     """Robustness (a) and (b) with each era's host (its own fair class, start
@@ -319,8 +300,8 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     fair = sim.run(cfg)
     gang = sim.run(cfg.replace(host=ctx.host(pcpus=80, affinity="all", scheduler="gang")))
     assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
-    assert _all_or_none_share(gang, 20) > 0.9
-    assert _all_or_none_share(fair, 20) < 0.5
+    assert analysis.gang_share(gang) > 0.9
+    assert analysis.gang_share(fair) < 0.5
     ops = fair.vms["ops"].to_list()
     assert min(ops) > 0.2 * sum(ops) / len(ops), ops
 
