@@ -23,7 +23,7 @@ from vcpulab.sim import policies, presets
 from vcpulab.sim._config import _to_plain
 
 SCHEMA = sim.config_schema()
-PHASE_CLASSES = (sim.Compute, sim.Lock, sim.Ipi, sim.Barrier, sim.Sleep, sim.Send, sim.Recv)
+PHASE_CLASSES = tuple(C._PHASES.values())  # every phase class, new ones included
 CLASSES = {name: getattr(sim, name) for name in C.RUST_DEFS} | {c.__name__: c for c in PHASE_CLASSES}
 
 #: Python fields that are not configuration: a Python policy's callable
@@ -194,7 +194,7 @@ VM_CONTEXT: dict[tuple[str, str], dict[str, Any]] = {("Ipi", "targets"): {"vcpus
 
 
 def _make(cls: type, changes: dict[str, Any]) -> Any:
-    base: dict[str, Any] = {"Compute": {"ns": 1000}, "Policy": {"name": "p"}}.get(cls.__name__, {})
+    base: dict[str, Any] = {"Compute": {"ns": 1000}, "Policy": {"name": "p"}, "TaskQueue": {"tasks": 4}}.get(cls.__name__, {})
     return cls(**{**base, **changes})
 
 
@@ -361,6 +361,10 @@ CROSS_FIELD = [
     (_d(vms__0__workload__phases=[{"kind": "lock", "lock": 1, "lock_kind": "tas", "hold_ns": 10},
                                   {"kind": "lock", "lock": 1, "lock_kind": "mutex", "hold_ns": 10}]), "lock_kind"),
     (_d(vms__0__workload__phases=[{"kind": "sleep", "ns": 1000, "dist": "exp", "periodic": True}]), "periodic"),
+    (_d(vms__0__workload__phases=[{"kind": "task_queue", "tasks": 4}, {"kind": "compute", "ns": 10},
+                                  {"kind": "barrier"}]), "task_queue"),
+    (_d(vms__0__workload__iterations=3,
+        vms__0__workload__phases=[{"kind": "task_queue", "tasks": 4}, {"kind": "compute", "ns": 10}]), "task_queue"),
 ]
 
 

@@ -160,7 +160,7 @@ def test_parsec_like_kernels_differ_in_synchronisation() -> None:
     for name, wl in (
         ("barrier", presets.parsec_barrier_like(iterations=10)),
         ("pipeline", presets.parsec_pipeline_like(iterations=10)),
-        ("task_queue", presets.parsec_task_queue_like(iterations=40)),
+        ("task_queue", presets.parsec_task_queue_like(frames=8)),
         ("lock_heavy", presets.parsec_lock_heavy_like(iterations=25)),
     ):
         cfg = sim.Config(host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),

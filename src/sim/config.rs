@@ -835,6 +835,26 @@ pub enum Phase {
         #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
+    /// Take the next task of the VM's task queue (the phases after it are
+    /// the task; put the queue's lock before it). When the frame's tasks are
+    /// all taken, the thread waits until every unfinished thread has found
+    /// the queue empty (the frame's end); then the queue refills with `tasks`
+    /// tasks, and after `frames` frames every thread ends. Threads that
+    /// finish their tasks early take more: dynamic load balancing, as the
+    /// task queues of SPLASH-2's volrend and raytrace. At most one per
+    /// workload, with no barrier, no `thread0_phases` and `iterations` 0.
+    TaskQueue {
+        /// Tasks per frame, all threads together.
+        #[schemars(range(min = 1, max = limits::MAX_TASKS))]
+        tasks: u32,
+        /// Frames; 0 = until the end of the run.
+        #[serde(default)]
+        frames: u32,
+        /// Always 1 (a skipped take would lose the frame's end).
+        #[serde(default = "one")]
+        #[schemars(range(min = 1.0, max = 1.0))]
+        prob: f64,
+    },
 }
 
 fn dist_fixed() -> Dist {
@@ -886,7 +906,8 @@ impl Phase {
             | Phase::Barrier { prob }
             | Phase::Sleep { prob, .. }
             | Phase::Send { prob, .. }
-            | Phase::Recv { prob } => *prob,
+            | Phase::Recv { prob }
+            | Phase::TaskQueue { prob, .. } => *prob,
         }
     }
 }
@@ -1094,7 +1115,7 @@ fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
                 check(*to >= 1 && *to < threads, || format!("{} must be in [1, threads), got {to}", pf("to")))?;
             }
             Phase::Barrier { .. } | Phase::Recv { .. } => {}
-            Phase::Lock { .. } | Phase::Ipi { .. } => {
+            Phase::Lock { .. } | Phase::Ipi { .. } | Phase::TaskQueue { .. } => {
                 return Err(format!(
                     "vms[{i}].workload.thread0_phases[{j}]: only compute, sleep, barrier, send and recv phases"
                 ));
@@ -1147,6 +1168,8 @@ pub mod limits {
     pub const MAX_SPIN_THRESHOLD: u64 = 1_000_000_000;
     /// `HostNoise.kthreads_per_cpu`.
     pub const MAX_KTHREADS_PER_CPU: u32 = 64;
+    /// `TaskQueue.tasks`, per frame.
+    pub const MAX_TASKS: u32 = 1_000_000;
 }
 
 /// The JSON Schema (draft 2020-12) of [`SimConfig`], generated from the serde
@@ -1448,7 +1471,26 @@ impl SimConfig {
                         })?;
                     }
                     Phase::Recv { .. } => {}
+                    Phase::TaskQueue { tasks, .. } => {
+                        check((1..=limits::MAX_TASKS).contains(tasks), || {
+                            format!("{} must be in [1, {}], got {tasks}", pf("tasks"), limits::MAX_TASKS)
+                        })?;
+                        check(pr == 1.0, || {
+                            format!("{} must be 1 (a skipped take loses the frame's end)", pf("prob"))
+                        })?;
+                    }
                 }
+            }
+            let queues = w.phases.iter().filter(|p| matches!(p, Phase::TaskQueue { .. })).count();
+            if queues > 0 {
+                let barrier = w.phases.iter().any(|p| matches!(p, Phase::Barrier { .. }));
+                check(queues == 1 && !barrier && w.thread0_phases.is_empty() && w.iterations == 0, || {
+                    format!(
+                        "{}: a task_queue phase must be the only one, with no barrier phase, no thread0_phases \
+                         and iterations 0 (its frames end the run)",
+                        f("workload.phases")
+                    )
+                })?;
             }
             check(any_work, || {
                 format!(

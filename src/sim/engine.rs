@@ -626,6 +626,11 @@ pub struct Vm {
     pub nthread: u32,
     pub locks: Vec<Lock>,
     pub barrier_waiting: Vec<u32>,
+    /// `Phase::TaskQueue`: tasks left in this frame, frames ended, and the
+    /// threads that found the queue empty (waiting for the frame's end).
+    pub tq_left: u32,
+    pub tq_frames: u32,
+    pub tq_waiting: Vec<u32>,
     pub last_boosted: usize,
     pub policy: Box<dyn DirectedYieldPolicy>,
     /// `policy.as_upstream()`, asked once: the built-in upstream policy is
@@ -945,7 +950,11 @@ impl Sim {
                 let w = &vmc.workload;
                 let spin_threshold_ns =
                     cycles_to_ns(w.spin_threshold.saturating_mul(w.spin_iter_cycles), cfg.host.tsc_khz);
-                if w.iterations > 0 {
+                let queue = w.phases.iter().find_map(|p| match p {
+                    Phase::TaskQueue { tasks, frames, .. } => Some((*tasks, *frames)),
+                    _ => None,
+                });
+                if w.iterations > 0 || queue.is_some_and(|(_, frames)| frames > 0) {
                     sim.vms_with_goal += 1;
                 }
                 sim.vms.push(Vm {
@@ -957,6 +966,9 @@ impl Sim {
                     nthread,
                     locks,
                     barrier_waiting: Vec::new(),
+                    tq_left: queue.map_or(0, |(tasks, _)| tasks),
+                    tq_frames: 0,
+                    tq_waiting: Vec::new(),
                     last_boosted: 0,
                     upstream: policy.as_upstream(),
                     policy,

@@ -656,6 +656,56 @@ impl Sim {
         self.threads[t].last_ran = self.now;
     }
 
+    /// Thread `t` ends (its VM's task queue ran its last frame).
+    fn finish_thread(&mut self, t: usize) {
+        let now = self.now;
+        let vm = self.threads[t].vm as usize;
+        self.threads[t].state = TState::Done;
+        let vmr = &mut self.vms[vm];
+        vmr.done_threads += 1;
+        if vmr.done_threads == vmr.nthread {
+            vmr.finished_at = Some(now);
+            self.vms_done += 1;
+        }
+    }
+
+    /// `Phase::TaskQueue`: take a task, or wait for the frame's end; the last
+    /// thread to find the queue empty ends the frame: it refills the queue
+    /// and wakes the others to take again, or, after the last frame, ends
+    /// every thread.
+    fn task_queue(&mut self, v: usize, t: usize, tasks: u32, frames: u32) {
+        let vm = self.threads[t].vm as usize;
+        if self.vms[vm].tq_left > 0 {
+            self.vms[vm].tq_left -= 1;
+            self.advance(t);
+            return;
+        }
+        let active = self.vms[vm].nthread - self.vms[vm].done_threads;
+        if (self.vms[vm].tq_waiting.len() as u32) + 1 < active {
+            self.vms[vm].tq_waiting.push(t as u32);
+            self.threads[t].step = Step::Waiting;
+            self.block_current(v, t);
+            return;
+        }
+        let waiting = std::mem::take(&mut self.vms[vm].tq_waiting);
+        self.vms[vm].tq_frames += 1;
+        if frames > 0 && self.vms[vm].tq_frames >= frames {
+            for w in waiting {
+                self.finish_thread(w as usize);
+            }
+            self.finish_thread(t);
+            self.drop_if_done(v, t);
+            return;
+        }
+        self.vms[vm].tq_left = tasks - 1;
+        self.advance(t);
+        for w in waiting {
+            // it runs this phase again when it wakes: it takes a task or waits
+            self.threads[w as usize].step = Step::Begin;
+            self.wake_thread(w as usize, WakeReason::Ipi);
+        }
+    }
+
     /// Next phase (and iteration bookkeeping).
     pub fn advance(&mut self, t: usize) {
         let now = self.now;
@@ -767,6 +817,7 @@ impl Sim {
                 self.advance(t);
                 self.drop_if_done(v, t);
             }
+            Phase::TaskQueue { tasks, frames, .. } => self.task_queue(v, t, tasks, frames),
             Phase::Recv { .. } => {
                 if self.threads[t].msgs > 0 {
                     self.threads[t].msgs -= 1;

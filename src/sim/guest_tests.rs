@@ -614,3 +614,61 @@ fn before_5_13_kvm_sched_yield_boosts_a_waiting_target_even_from_an_idle_queue()
         assert_eq!(s.vcpus[1].c.directed_yield_successful, u64::from(!bailout));
     }
 }
+
+// ------------------------------------------------------------- task queues
+
+/// One VM of 3 vCPUs on 2 CPUs (round robin: vCPUs 0 and 2 share CPU 0),
+/// one thread per vCPU, 10 frames of 3 ms of work: 30 tasks of 100 µs from
+/// a task queue, or a static split (1 ms per thread, then a barrier).
+fn frames(queue: bool) -> SimConfig {
+    let task = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 };
+    let (phases, iterations) = if queue {
+        (vec![Phase::TaskQueue { tasks: 30, frames: 10, prob: 1.0 }, task(100_000)], 0)
+    } else {
+        (vec![task(1_000_000), Phase::Barrier { prob: 1.0 }], 10)
+    };
+    SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: 3,
+            ple: PleConfig { enabled: false, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            workload: WorkloadConfig { phases, iterations, ..Default::default() },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_task_queue_runs_its_frames_and_moves_work_to_the_faster_vcpu() {
+    // tasks × frames operations, every thread ends with the last frame;
+    // the thread alone on CPU 1 takes more tasks than the two sharing CPU 0,
+    // so the frames end sooner than with a static split, which waits for
+    // the slowest thread at each barrier
+    let run = |queue| {
+        let mut s = sim_of(&frames(queue));
+        s.step_until(1_000_000_000).unwrap();
+        assert!(s.threads.iter().all(|t| t.state == TState::Done), "every thread ends");
+        (s.vms[0].finished_at.expect("the VM finishes"), s.vms[0].ops, s.vms[0].tq_frames)
+    };
+    let (queue_ns, ops, frames_done) = run(true);
+    let (static_ns, _, _) = run(false);
+    assert_eq!((ops, frames_done), (300, 10));
+    assert!(queue_ns * 10 < static_ns * 9, "task queue {queue_ns} ns, static split {static_ns} ns");
+}
+
+#[test]
+fn a_task_queue_needs_to_be_alone_with_no_barrier_or_iterations() {
+    let bad = |f: &dyn Fn(&mut WorkloadConfig)| {
+        let mut c = frames(true);
+        f(&mut c.vms[0].workload);
+        c.validate().expect_err("refused")
+    };
+    assert!(bad(&|w| w.iterations = 5).contains("task_queue"));
+    assert!(bad(&|w| w.phases.push(Phase::Barrier { prob: 1.0 })).contains("task_queue"));
+    assert!(bad(&|w| w.phases.push(Phase::TaskQueue { tasks: 1, frames: 0, prob: 1.0 })).contains("task_queue"));
+    assert!(bad(&|w| w.phases[0] = Phase::TaskQueue { tasks: 0, frames: 0, prob: 1.0 }).contains("tasks"));
+    assert!(bad(&|w| w.phases[0] = Phase::TaskQueue { tasks: 3, frames: 0, prob: 0.5 }).contains("prob"));
+}

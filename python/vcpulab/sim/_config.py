@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,7 +92,7 @@ def schema_of(cls_name: str) -> dict[str, Any]:
     if cls_name in RUST_DEFS:
         d = RUST_DEFS[cls_name]
         return s if d == "" else s["$defs"][d]  # type: ignore[no-any-return]
-    kind = cls_name.lower()
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()  # TaskQueue -> task_queue
     for v in s["$defs"]["Phase"]["oneOf"]:
         if v["properties"]["kind"].get("const") == kind:
             return v  # type: ignore[no-any-return]
@@ -1284,8 +1285,45 @@ class Recv(_Base):
         _phase_common(self)
 
 
-Phase = Compute | Lock | Ipi | Barrier | Sleep | Send | Recv
-_PHASES: dict[str, Any] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv)}
+@dataclass(frozen=True)
+class TaskQueue(_Base):
+    """Take the next task of the VM's task queue; the phases after it are the
+    task (put the queue's lock, a ``Lock``, before it). When the frame's
+    tasks are all taken the thread waits (it sleeps; its vCPU halts if it has
+    nothing else) until every unfinished thread has found the queue empty:
+    the frame's end. Then the queue refills, or, after ``frames`` frames,
+    every thread ends. Threads that finish their tasks early take more: the
+    dynamic load balancing of a task queue, as SPLASH-2's volrend and
+    raytrace have (Woo et al., "The SPLASH-2 Programs: Characterization and
+    Methodological Considerations", ISCA 1995). Simplified: one queue per
+    VM, no per-thread queues to steal from (the stealing's effect, work
+    moving to idle threads, is what one shared queue gives).
+
+    At most one per workload, with no ``Barrier``, no ``thread0_phases`` and
+    ``iterations`` 0 (the frames end the run). Each pass through the phases
+    is one operation (a task).
+
+    Attributes:
+        tasks: tasks per frame, all threads together (1..1e6; required).
+        frames: frames; 0 (default) = until the end of the run.
+        prob: must be 1.0.
+    """
+
+    kind: ClassVar[str] = "task_queue"
+    tasks: int
+    frames: int = 0
+    prob: float = 1.0
+
+    def __post_init__(self) -> None:
+        _int(self, "tasks")
+        _int(self, "frames")
+        if self.prob != 1.0:
+            raise ValueError(f"TaskQueue.prob must be 1.0 (a skipped take loses the frame's end), got {self.prob}")
+        _phase_common(self)
+
+
+Phase = Compute | Lock | Ipi | Barrier | Sleep | Send | Recv | TaskQueue
+_PHASES: dict[str, Any] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue)}
 
 
 def _phase_to_dict(p: Any) -> dict[str, Any]:
@@ -1306,7 +1344,7 @@ class Workload(_Base):
     """What each guest thread runs: ``phases`` in order, one iteration at a time.
 
     Attributes:
-        phases: a tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv).
+        phases: a tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue).
         name: a label for tables. Default ``"custom"``.
         iterations: iterations per thread; 0 loops until the end of the run
             (throughput), > 0 ends the run when every VM is done (wall time).
@@ -1374,6 +1412,14 @@ class Workload(_Base):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")
         _instance(self, "name", str)
         _int(self, "iterations")
+        queues = sum(isinstance(p, TaskQueue) for p in self.phases)
+        if queues and (
+            queues > 1 or any(isinstance(p, Barrier) for p in self.phases) or self.thread0_phases or self.iterations
+        ):
+            raise ValueError(
+                "Workload.phases: a task_queue phase must be the only one, with no barrier phase, no thread0_phases "
+                "and iterations 0 (its frames end the run)"
+            )
         _int(self, "guest_slice_ns")
         _int(self, "spin_iter_cycles")
         _int(self, "spin_threshold")

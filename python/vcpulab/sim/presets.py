@@ -8,7 +8,7 @@ directions and rough magnitudes, not values.
 
 from __future__ import annotations
 
-from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Recv, Send, Sleep, Workload
+from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Recv, Send, Sleep, TaskQueue, Workload
 
 #: The preset workloads by name (each its constructor's name).
 NAMES = (
@@ -240,23 +240,24 @@ def parsec_pipeline_like(*, compute_ns: int = 200_000, iterations: int = 50) -> 
     )
 
 
-def parsec_task_queue_like(*, task_ns: int = 50_000, iterations: int = 200) -> Workload:
-    """PARSEC task-queue kernels with work stealing (bodytrack's and
-    facesim's thread pools): a thread takes a task from its queue under a
-    short queue lock (a pthread mutex: spin, then futex sleep; modelled as a
-    ``mutex``, 1 µs), runs it (``task_ns``, exponential), and with
-    probability 0.1 steals from the shared victim queue (a second ``mutex``,
-    2 µs); the wall time is the slowest thread's ``iterations`` tasks. Shape:
-    vcpulab assumption after the benchmarks' structure (Bienia et al., PACT
-    2008), not fitted."""
+def parsec_task_queue_like(*, task_ns: int = 50_000, tasks: int = 64, frames: int = 40) -> Workload:
+    """Task-queue kernels (SPLASH-2's volrend and raytrace, whose frames are
+    split into tiles that threads take from task queues, stealing when their
+    own is empty; Woo et al., ISCA 1995): a thread takes the next task under
+    the queue's lock (a pthread mutex: spin, then futex sleep; modelled as a
+    ``mutex``, 1 µs), runs it (``task_ns``, exponential) and takes the next;
+    threads that finish early take more (``TaskQueue``: one shared queue per
+    VM stands for the per-thread queues and their stealing). A frame of
+    ``tasks`` tasks ends when every thread found the queue empty; the wall
+    time is that of ``frames`` frames. Shape: vcpulab assumption after the
+    programs' structure, not fitted."""
     return Workload(
         name="parsec_task_queue_like",
         phases=(
             Lock(0, "mutex", 1_000),
+            TaskQueue(tasks, frames=frames),
             Compute(task_ns, dist="exp"),
-            Lock(1, "mutex", 2_000, prob=0.1),
         ),
-        iterations=iterations,
     )
 
 

@@ -482,12 +482,16 @@ def _pcpu_is_idle(kernel: str) -> Builder:
     """The 2021 RFC's set-up (one 16-vCPU VM, 16 threads, an idle 112-CPU
     host); ``kernel`` is the PARSEC program's synchronisation as the suite's
     characterisation describes it (``_PARSEC_SYNC``): ``"barrier"`` (data-
-    parallel steps between barriers) or ``"lock_heavy"`` (fine-grained locks
-    and a barrier per step)."""
+    parallel steps between barriers), ``"lock_heavy"`` (fine-grained locks
+    and a barrier per step) or ``"task_queue"`` (frames of tasks taken from
+    a task queue by whichever thread is free)."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         if kernel == "lock_heavy":
             wl = presets.parsec_lock_heavy_like(iterations=ctx.count(100))
+        elif kernel == "task_queue":
+            # a frame holds the barrier kernel's step of work (16 threads x 0.5 ms) in 128 tasks
+            wl = presets.parsec_task_queue_like(task_ns=62_500, tasks=128, frames=ctx.count(40))
         else:
             wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
         placement = "available_idle" if variant == "base" else "pcpu_is_idle_rfc"
@@ -665,16 +669,17 @@ _P2021 = [
 #: Characterization and Architectural Implications", PACT 2008 (Princeton TR-811-08,
 #: http://www.cs.princeton.edu/research/techreps/TR-811-08): fluidanimate synchronises its
 #: particle cells with fine-grained locks and its steps with barriers; bodytrack and streamcluster
-#: are data-parallel with barrier-like steps; ocean_cp, ocean_ncp and volrend (SPLASH-2x: Woo et al.,
+#: are data-parallel with barrier-like steps; ocean_cp and ocean_ncp (SPLASH-2x: Woo et al.,
 #: "The SPLASH-2 Programs: Characterization and Methodological Considerations", ISCA 1995) separate
-#: their phases with barriers (volrend's task queues inside a frame are not modelled)
+#: their phases with barriers; volrend renders frames whose tiles threads take from task queues,
+#: stealing when their own is empty (the same paper)
 _PARSEC_SYNC = {
     "bodytrack": "barrier",
     "fluidanimate": "lock_heavy",
     "streamcluster": "barrier",
     "ocean_cp": "barrier",
     "ocean_ncp": "barrier",
-    "volrend": "barrier",
+    "volrend": "task_queue",
 }
 
 
@@ -742,11 +747,13 @@ def _registry() -> list[Case]:
                 varies=("pv.placement",),
                 setup="host 2 x 28 cores x 2 threads (112 CPUs: sockets=2, threads_per_core=2), idle; one 16-vCPU VM, 16 threads; "
                 + _UNPINNED,
-                notes=(
-                    "fine-grained locks and a barrier per step (presets.parsec_lock_heavy_like, 100 steps)"
-                    if _PARSEC_SYNC[bench] == "lock_heavy"
-                    else "barrier steps (presets.parsec_barrier_like, 40 steps of 0.5 ms)"
-                )
+                notes={
+                    "lock_heavy": "fine-grained locks and a barrier per step (presets.parsec_lock_heavy_like, 100 "
+                    "steps)",
+                    "task_queue": "frames of tasks from a task queue (presets.parsec_task_queue_like: 40 frames of "
+                    "128 tasks of 62.5 us, each frame the barrier kernel's step of work)",
+                    "barrier": "barrier steps (presets.parsec_barrier_like, 40 steps of 0.5 ms)",
+                }[_PARSEC_SYNC[bench]]
                 + " after the program's synchronisation in the PARSEC characterisation (Bienia et al., PACT 2008); "
                 "the 5.14 host marks every blocked vCPU preempted (Pv.preempted_byte='every_put'), so "
                 "available_idle_cpu refuses halted vCPUs, which the RFC's is_idle byte accepts",
