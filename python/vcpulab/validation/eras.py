@@ -687,8 +687,8 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         "2021-5.14": (
             _MIGRATION,
-            "PARSEC-like kernels of two kinds only (barrier steps; fine-grained locks), not each program's own "
-            "phases, #13",
+            "PARSEC-like kernels of three kinds (barrier steps; fine-grained locks; task queues), not each "
+            "program's own phase lengths and thread counts, #13",
         ),
         "6.x": (_MIGRATION,),
     }
