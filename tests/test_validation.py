@@ -473,6 +473,7 @@ def test_robustness_probes_report_each_artifact():
         "dead_path_lock_kinds",
         "dead_path_threads_per_vcpu",
         "knife_edge_ple_window",
+        "knife_edge_ple_window_sysbench",
     ]
     assert df["artifact"].null_count() == 0 and df["value"].is_finite().all()
     lock = df.filter(pl.col("probe") == "lockstep_unpinned_8x20")

@@ -15,9 +15,10 @@ the artifact is present:
 * ``dead_path_lock_kinds``: ticket vs pv_queued spinlocks give identical runs;
 * ``dead_path_threads_per_vcpu``: 1 vs 2 ebizzy-like threads per vCPU give
   identical runs;
-* ``knife_edge_ple_window``: the 2012 kernbench-like 1x comparison with the
-  PLE window doubled (value: the comparison at 8192 cycles; artifact when
-  it moves by more than half of its value at 4096 or changes sign).
+* ``knife_edge_ple_window`` (kernbench-like) and
+  ``knife_edge_ple_window_sysbench``: the 2012 1x comparison with the PLE
+  window doubled (value: the comparison at 8192 cycles; artifact when it
+  moves by more than half of its value at 4096 or changes sign).
 """
 
 from __future__ import annotations
@@ -124,21 +125,27 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     rows.append(dict(probe="dead_path_threads_per_vcpu", era="6.x", value=v, artifact=same,
                      detail="2 / 1 ebizzy-like threads per vCPU, throughput (identical = dead path)", waits_for="#13"))
 
-    # knife edge
+    # knife edges: the 2012 1x comparisons with the PLE window doubled
     from vcpulab.validation._score import validate
 
-    base = case("ple2012_kernbench_1x")
-    wide = dataclasses.replace(
-        base,
-        name="ple2012_kernbench_1x_window_8192",
-        overrides={"ple.window": (8192, "probe: the PLE window doubled"), "ple.max": (8192, "probe: a fixed window")},
-    )
-    df = validate([base, wide], seeds=seeds, duration_scale=0.5 * duration_scale)
-    a, b = df["sim_mean"].to_list()
-    edge = (a > 0) != (b > 0) or abs(b - a) > 0.5 * abs(a)
-    rows.append(dict(probe="knife_edge_ple_window", era="2012-3.x", value=b, artifact=bool(edge),
-                     detail=f"kernbench-like 1x dy_eligible vs 2011 wall-time change at 8192 cycles ({a:+.1%} at 4096)",
-                     waits_for="#12, #13"))  # fmt: skip
+    pairs = []
+    for bench in ("kernbench", "sysbench"):
+        base = case(f"ple2012_{bench}_1x")
+        wide = dataclasses.replace(
+            base,
+            name=f"ple2012_{bench}_1x_window_8192",
+            overrides={"ple.window": (8192, "probe: the PLE window doubled"), "ple.max": (8192, "probe: a fixed window")},
+        )
+        pairs += [base, wide]
+    means = validate(pairs, seeds=seeds, duration_scale=0.5 * duration_scale)["sim_mean"].to_list()
+    for (bench, what), a, b in zip(
+        (("kernbench", "wall-time"), ("sysbench", "throughput")), means[0::2], means[1::2], strict=True
+    ):
+        edge = (a > 0) != (b > 0) or abs(b - a) > 0.5 * abs(a)
+        rows.append(dict(probe="knife_edge_ple_window" + ("" if bench == "kernbench" else "_sysbench"),
+                         era="2012-3.x", value=b, artifact=bool(edge),
+                         detail=f"{bench}-like 1x dy_eligible vs 2011 {what} change at 8192 cycles ({a:+.1%} at 4096)",
+                         waits_for="#12, #13"))  # fmt: skip
     return pl.DataFrame(rows, schema={"probe": pl.String, "era": pl.String, "value": pl.Float64, "artifact": pl.Boolean,
                                       "detail": pl.String, "waits_for": pl.String})  # fmt: skip
 
