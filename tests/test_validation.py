@@ -344,6 +344,23 @@ def test_b_symmetric_registered_setups_report_fairness_and_starve_no_vm_over_100
         assert min(r.vms["ops"].to_list()) > 0, r.vms["ops"].to_list()
 
 
+def test_a_vm_at_zero_counts_as_starved_only_where_its_identical_siblings_average_five_operations():
+    from vcpulab.validation._score import STARVED_MIN_FAIR_OPS, _fairness
+
+    cfg = sim.Config(vms=(sim.Vm(vcpus=2, count=2),))
+
+    def res(ops):
+        return {"vms": pl.DataFrame({"throughput_ops_s": [float(o) for o in ops], "ops": ops})}
+
+    assert STARVED_MIN_FAIR_OPS == 5
+    assert _fairness(res([0, 10]), cfg)[1] == 1  # the group's mean is 5: the zero is starvation
+    assert _fairness(res([0, 9]), cfg)[1] == 0  # 4.5: too short a window to tell
+    assert _fairness(res([3, 9]), cfg) == (pytest.approx(V.jain([3, 9])), 0)
+    # a VM with no identical sibling (an ebizzy VM beside a stress VM) is not compared
+    two = sim.Config(vms=(sim.Vm(vcpus=2), sim.Vm(vcpus=2, workload=presets.spinlock_microbench())))
+    assert _fairness(res([0, 100]), two)[1] == 0
+
+
 def test_b_two_symmetric_ebizzy_vms_on_16_cpus_both_make_progress_over_100ms():
     # passes since the host model (#12): CFS, host noise, seeded ties and wake-up latencies in the 2012 era
     from vcpulab.sim import policies as P
