@@ -656,7 +656,8 @@ impl Sim {
         self.threads[t].last_ran = self.now;
     }
 
-    /// Thread `t` ends (its VM's task queue ran its last frame).
+    /// Thread `t` ends (its iterations are done, or its VM's task queue ran
+    /// its last frame); the VM finishes with its last thread.
     fn finish_thread(&mut self, t: usize) {
         let now = self.now;
         let vm = self.threads[t].vm as usize;
@@ -723,21 +724,13 @@ impl Sim {
         let lat = now - th.iter_start;
         th.iter_start = now;
         let done = goal > 0 && th.iters >= goal;
-        if done {
-            th.state = TState::Done;
-        }
-        let counted = now >= self.cfg.warmup_ns;
-        let vmr = &mut self.vms[vm];
-        if counted {
+        if now >= self.cfg.warmup_ns {
+            let vmr = &mut self.vms[vm];
             vmr.ops += 1;
             super::metrics::hist_add(&mut vmr.latencies, lat);
         }
         if done {
-            vmr.done_threads += 1;
-            if vmr.done_threads == vmr.nthread {
-                vmr.finished_at = Some(now);
-                self.vms_done += 1;
-            }
+            self.finish_thread(t);
         }
     }
 
