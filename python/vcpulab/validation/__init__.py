@@ -12,6 +12,9 @@ registered, cited and scored in one table.
   and the flags (lock-step, starvation, instability, bimodality);
 * :func:`check_case` — finds era values a case changes without a recorded
   reason (no per-case tuning);
+* :mod:`vcpulab.validation.sensitivity` — every case re-run with each
+  unpublished value (an era's or cost profile's *assumption*) halved and
+  doubled: which rows hang on which assumption;
 * ``python -m vcpulab.validation [--quick]`` prints the table.
 
 See docs/validation.md (its table is written by benches/validation_full.py).
