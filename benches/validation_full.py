@@ -71,15 +71,20 @@ def main() -> int:
     print(table)
     print(prov)
     if not args.no_docs:
-        doc = ROOT / "docs" / "validation.md"
-        text = doc.read_text()
-        if BEGIN not in text or END not in text:
-            raise SystemExit(f"{doc} has no {BEGIN} … {END} block to replace")
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        doc.write_text(head + block + tail)
-        print(f"rewrote the table in {doc}")
+        replace_block(ROOT / "docs" / "validation.md", BEGIN, END, block)
     return 0
+
+
+def replace_block(doc: Path, begin: str, end: str, block: str) -> None:
+    """Replaces the generated block of ``doc`` (``begin`` … ``end``, markers
+    included in ``block``) and says so."""
+    text = doc.read_text()
+    if begin not in text or end not in text:
+        raise SystemExit(f"{doc} has no {begin} … {end} block to replace")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(head + block + tail)
+    print(f"rewrote the table in {doc}")
 
 
 if __name__ == "__main__":

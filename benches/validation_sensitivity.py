@@ -79,14 +79,9 @@ def main() -> int:
     (out / "validation_sensitivity.md").write_text(block + "\n")
     print(block)
     if not args.no_docs:
-        doc = ROOT / "docs" / "validation_sensitivity.md"
-        text = doc.read_text()
-        if BEGIN not in text or END not in text:
-            raise SystemExit(f"{doc} has no {BEGIN} … {END} block to replace")
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        doc.write_text(head + block + tail)
-        print(f"rewrote the table in {doc}")
+        from validation_full import replace_block  # benches/ is the script's directory
+
+        replace_block(ROOT / "docs" / "validation_sensitivity.md", BEGIN, END, block)
     return 0
 
 

@@ -191,27 +191,25 @@ def sensitivity(
             for f in fs:
                 v = _scale(p.value, f)
                 if where == "era":
-                    scaled = dataclasses.replace(
-                        c,
-                        name=f"{c.name}|{path}|{f:g}",
-                        overrides={**c.overrides, field: (v, f"sensitivity run: the assumption x{f:g}")},
+                    run_case, prof = (
+                        dataclasses.replace(
+                            c,
+                            name=f"{c.name}|{path}|{f:g}",
+                            overrides={**c.overrides, field: (v, f"sensitivity run: the assumption x{f:g}")},
+                        ),
+                        base_prof,
                     )
-                    keys = _builds(scaled, base_prof, 0)
-                    if keys == nominal_keys:
-                        continue
-                    if isinstance(keys, str):
-                        rows.append(_row(c, path, f, p, v, nominal[c.name], None, keys))
-                    else:
-                        era_runs.append((scaled, path, f, p, v))
                 else:
-                    prof = _scaled_profile(base_prof, field, v, f)
-                    keys = _builds(c, prof, 0)
-                    if keys == nominal_keys:
-                        continue
-                    if isinstance(keys, str):
-                        rows.append(_row(c, path, f, p, v, nominal[c.name], None, keys))
-                    else:
-                        cost_runs.setdefault((c.costs, path, f), (prof, []))[1].append((c, p, v))
+                    run_case, prof = c, _scaled_profile(base_prof, field, v, f)
+                keys = _builds(run_case, prof, 0)
+                if keys == nominal_keys:
+                    continue  # the case's runs do not read this value
+                if isinstance(keys, str):
+                    rows.append(_row(c, path, f, p, v, nominal[c.name], None, keys))
+                elif where == "era":
+                    era_runs.append((run_case, path, f, p, v))
+                else:
+                    cost_runs.setdefault((c.costs, path, f), (prof, []))[1].append((c, p, v))
     if era_runs:
         df = validate([r[0] for r in era_runs], seeds=seeds, duration_scale=duration_scale, executor=executor)
         got = {r["case"]: r for r in df.to_dicts()}
