@@ -55,6 +55,13 @@ def test_a_scaled_cost_reruns_the_case_and_keeps_the_nominal_table():
     assert math.isclose(df["sim_mean"][1], again["sim_mean"][0], rel_tol=1e-12)
 
 
+def test_the_run_length_is_scaled_like_an_assumption():
+    df = S.sensitivity([HP_CASE], params=[S.RUN_LENGTH], factors=(2.0,), seeds=1, duration_scale=0.5)
+    assert df["param"].to_list() == ["run.length"] and df["value"].to_list() == ["2.0 x the case's window"]
+    longer = V.validate([HP_CASE], seeds=1, duration_scale=1.0)
+    assert math.isclose(df["sim_mean"][0], longer["sim_mean"][0], rel_tol=1e-12)
+
+
 def test_a_value_the_case_never_reads_gives_no_row():
     # the one-CPU halt-polling model has no run queues: yield_to's lock cost changes nothing
     df = S.sensitivity([HP_CASE], params=["cost.host.rq_lock_ns"], seeds=1)

@@ -22,6 +22,11 @@ here feeds back into them (the fidelity rule: never fit a parameter to a
 published row). A factor that mends one case and breaks others is shown as
 both.
 
+The case's simulated window is one more such value (``"run.length"``): the
+sources ran for seconds to minutes, the cases for the milliseconds a sweep
+can afford, and a comparison that moves with the window is still in its
+start-up transient.
+
 Only numbers are scaled. Integers and floats are multiplied (integers
 rounded, at least 1); :class:`~vcpulab.sim.HostNoise` scales its two rates
 (the noise level), ``idle_states`` every latency and residency. Booleans and
@@ -51,6 +56,13 @@ from vcpulab.validation.eras import ASSUMPTION, COSTS, SECTIONS, CostProfile, Pa
 
 #: what :func:`sensitivity` multiplies the assumptions by unless told
 DEFAULT_FACTORS: tuple[float, ...] = (0.5, 2.0)
+
+#: the case's simulated window (warm-up and measured time) as one more
+#: scaled value: no source gives it either (the published runs lasted
+#: seconds to minutes), and a comparison still in its start-up transient
+#: moves with it
+RUN_LENGTH = "run.length"
+_LENGTH = Param(1.0, "x the case's window", ASSUMPTION, "the case's warmup_ns and measure_ns (or iterations)")
 
 _COST_SECTIONS = ("host", "ple", "pv", "halt_poll_model")
 
@@ -147,8 +159,11 @@ def sensitivity(
 
     ``cases``: names or :class:`Case` objects (default: every expressible
     case). ``params``: the assumptions to scale, as :func:`assumptions`
-    names them (``"era.host.wakeup_ipi_ns"``, ``"cost.host.rq_lock_ns"``);
-    default every one each case may read. ``factors``: the multipliers
+    names them (``"era.host.wakeup_ipi_ns"``, ``"cost.host.rq_lock_ns"``),
+    or ``"run.length"`` (:data:`RUN_LENGTH`: the case's warm-up and
+    measured time, or its iteration count, times each factor; a comparison
+    that moves with it is measured in a start-up transient); default every
+    one each case may read, and the run length. ``factors``: the multipliers
     (each > 0 and not 1). ``seeds``, ``duration_scale``, ``executor``: as
     :func:`~vcpulab.validation.validate`, which runs the nominal table and
     each scaled one.
@@ -169,7 +184,7 @@ def sensitivity(
     sel = [c for c in _select(cases) if c.build is not None]
     if not sel:
         raise ValueError("sensitivity: none of the cases is expressible (no builder to re-run)")
-    known = {p for c in sel for p in assumptions(c)}
+    known = {p for c in sel for p in assumptions(c)} | {RUN_LENGTH}
     if params is not None:
         if isinstance(params, str):
             params = [params]
@@ -222,6 +237,12 @@ def sensitivity(
         got = {r["case"]: r for r in df.to_dicts()}
         for c, p, v in group:
             rows.append(_row(c, path, f, p, v, nominal[c.name], got[c.name], "ran"))
+    if params is None or RUN_LENGTH in params:
+        for f in fs:
+            df = validate(sel, seeds=seeds, duration_scale=duration_scale * f, executor=executor)
+            for r in df.to_dicts():
+                c = next(c for c in sel if c.name == r["case"])
+                rows.append(_row(c, RUN_LENGTH, f, _LENGTH, f, nominal[c.name], r, "ran"))
     rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_SCHEMA)
 
