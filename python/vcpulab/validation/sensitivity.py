@@ -13,9 +13,10 @@ a reader of the validation table has:
   choice, not of the mechanism.
 * **Is a miss a missing value or a missing mechanism?** A case wrong at the
   chosen values that no assumption within the factors puts right is not
-  waiting for a number: the model (or the workload preset) lacks something.
-  One that an assumption does put right names the figure whose publication
-  would settle it.
+  waiting for one of these values near its chosen one: the model or the
+  workload preset lacks something (or a value is far off; wider factors
+  tell). One that an assumption does put right names the figure whose
+  publication would settle it.
 
 This is a measurement, not a fit: the eras keep their values, and nothing
 here feeds back into them (the fidelity rule: never fit a parameter to a
