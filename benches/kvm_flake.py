@@ -62,7 +62,15 @@ def main() -> int:
                             tries[name].extend(counts)
                 print(f"run {i}: rc={p.returncode} {wall:.0f} s  " + " | ".join(results[-1][3]), flush=True)
                 if p.returncode != 0:
-                    print(p.stdout[-4000:])
+                    # the whole output stays (bench-out/), and the failures section is printed: the
+                    # last lines alone are the warnings summary, which pushes the assertion out of view
+                    keep = ROOT / "bench-out" / f"kvm_flake_run{i}.log"
+                    keep.parent.mkdir(parents=True, exist_ok=True)
+                    keep.write_text(p.stdout + p.stderr)
+                    out = p.stdout
+                    lo, hi = out.find("= FAILURES ="), out.find("warnings summary")
+                    print(out[lo:hi] if 0 <= lo < hi else out[-4000:])
+                    print(f"(the whole output of run {i}: {keep})")
     finally:
         if hogp is not None:
             hogp.kill()
