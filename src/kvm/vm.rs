@@ -28,6 +28,8 @@ pub const MAX_MEMORY_MIB: u64 = 3072;
 
 /// Where `KVM_SET_TSS_ADDR` puts the three pages VMX needs (above RAM, below the xAPIC).
 const TSS_ADDR_FOR_VMX: usize = 0xfffb_d000;
+/// How many times KVM_CREATE_VM is repeated after EINTR before the error is returned.
+const CREATE_VM_EINTR_TRIES: u32 = 100;
 
 /// How to create a VM.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +107,18 @@ impl Vm {
         if mib << 20 > host_ram {
             invalid!("memory_mib={mib} exceeds this host's RAM ({} MiB)", host_ram >> 20);
         }
-        let fd = host.kvm.create_vm().map_err(|e| Error::ioctl("KVM_CREATE_VM", e))?;
+        // KVM_CREATE_VM fails with EINTR when a signal is pending while it
+        // registers the VM's MMU notifier (mm_take_all_locks() gives up on a
+        // pending signal; seen here in a CI run); the call is meant to be
+        // repeated, as QEMU's kvm_init does. Bounded, so a storm of signals
+        // still ends in an error.
+        let mut tries = 0;
+        let fd = loop {
+            match host.kvm.create_vm() {
+                Err(e) if e.errno() == libc::EINTR && tries < CREATE_VM_EINTR_TRIES => tries += 1,
+                r => break r.map_err(|e| Error::ioctl("KVM_CREATE_VM", e))?,
+            }
+        };
         let mem = Arc::new(GuestMemory::new((mib << 20) as usize)?);
         let region = kvm_userspace_memory_region {
             slot: 0,
