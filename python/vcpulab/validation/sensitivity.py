@@ -195,7 +195,7 @@ def sensitivity(
     nominal = {r["case"]: r for r in validate(sel, seeds=seeds, duration_scale=duration_scale, executor=executor).to_dicts()}
 
     rows: list[dict[str, Any]] = []
-    era_runs: list[tuple[Case, str, float, Param, Any]] = []
+    era_runs: list[tuple[Case, Case, str, float, Param, Any]] = []  # (case, scaled case, ...)
     cost_runs: dict[tuple[str, str, float], tuple[CostProfile, list[tuple[Case, Param, Any]]]] = {}
     for c in sel:
         base_prof = COSTS[c.costs]
@@ -223,26 +223,25 @@ def sensitivity(
                 if isinstance(keys, str):
                     rows.append(_row(c, path, f, p, v, nominal[c.name], None, keys))
                 elif where == "era":
-                    era_runs.append((run_case, path, f, p, v))
+                    era_runs.append((c, run_case, path, f, p, v))
                 else:
                     cost_runs.setdefault((c.costs, path, f), (prof, []))[1].append((c, p, v))
     if era_runs:
-        df = validate([r[0] for r in era_runs], seeds=seeds, duration_scale=duration_scale, executor=executor)
+        df = validate([r[1] for r in era_runs], seeds=seeds, duration_scale=duration_scale, executor=executor)
         got = {r["case"]: r for r in df.to_dicts()}
-        for scaled, path, f, p, v in era_runs:
-            orig = scaled.name.split("|", 1)[0]
-            (c,) = _select([orig])
-            rows.append(_row(c, path, f, p, v, nominal[orig], got[scaled.name], "ran"))
+        for c, scaled, path, f, p, v in era_runs:
+            rows.append(_row(c, path, f, p, v, nominal[c.name], got[scaled.name], "ran"))
     for (_, path, f), (prof, group) in cost_runs.items():
         df = validate([g[0] for g in group], seeds=seeds, duration_scale=duration_scale, costs=prof, executor=executor)
         got = {r["case"]: r for r in df.to_dicts()}
         for c, p, v in group:
             rows.append(_row(c, path, f, p, v, nominal[c.name], got[c.name], "ran"))
     if params is None or RUN_LENGTH in params:
+        by_name = {c.name: c for c in sel}
         for f in fs:
             df = validate(sel, seeds=seeds, duration_scale=duration_scale * f, executor=executor)
             for r in df.to_dicts():
-                c = next(c for c in sel if c.name == r["case"])
+                c = by_name[r["case"]]
                 rows.append(_row(c, RUN_LENGTH, f, _LENGTH, f, nominal[c.name], r, "ran"))
     rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_SCHEMA)
