@@ -100,13 +100,19 @@ fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bou
 }
 
 /// Runs many scenarios in parallel (rayon, GIL released); results in order.
-/// Ctrl-C stops every scenario within ~50 ms and raises KeyboardInterrupt.
+/// Ctrl-C stops every scenario within ~50 ms, starts no other, and raises KeyboardInterrupt.
 #[pyfunction]
 fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let interrupt = Interrupt::flag_only();
     let rs: Vec<Result<ScenarioResult, Failure>> =
-        run_polled(py, &interrupt, || scenarios_json.par_iter().map(|s| run_one(s, &|| interrupt.check())).collect())
-            .map_err(|m| to_err(Failure::Bug(m)))?;
+        run_polled(py, &interrupt, || {
+            scenarios_json
+                .par_iter()
+                // a scenario not started when Ctrl-C came is not started
+                .map(|s| if interrupt.check() { Err(Failure::Interrupted) } else { run_one(s, &|| interrupt.check()) })
+                .collect()
+        })
+        .map_err(|m| to_err(Failure::Bug(m)))?;
     if let Some(e) = interrupt.take() {
         return Err(e);
     }

@@ -39,6 +39,11 @@ pub fn sweep_checked(
 
 /// [`sweep_checked`] with each run's trace limited to `trace_max_rows` rows
 /// (see [`super::run_limited`]).
+///
+/// Once `interrupted()` has returned true, a point that has not started is not
+/// started: it comes back as [`SimError::Interrupted`] at once, so a sweep of
+/// many short points stops as promptly as one long run (a run polls
+/// `interrupted()` only every 2^18 events).
 pub fn sweep_limited(
     configs: &[SimConfig],
     threads: usize,
@@ -53,6 +58,9 @@ pub fn sweep_limited(
             .par_iter()
             .enumerate()
             .map(|(i, c)| {
+                if interrupted() {
+                    return Err(SimError::Interrupted);
+                }
                 let r = super::run_limited(c, &|g, vm| make(i, g, vm), interrupted, trace_max_rows);
                 let d = done.fetch_add(1, Ordering::SeqCst) + 1;
                 progress(d);

@@ -81,6 +81,27 @@ fn sweep_is_thread_count_independent() {
     assert_eq!(a, b);
 }
 
+#[test]
+fn an_interrupted_sweep_starts_no_further_point() {
+    // the interrupt fires as the first point ends: no later point may start
+    let cfgs: Vec<SimConfig> = (0..6)
+        .map(|s| {
+            let mut c = small(PolicyKind::Upstream, 2, 4, 4);
+            c.seed = s;
+            c
+        })
+        .collect();
+    let none = |_: usize, _: usize, _: &VmConfig| -> Result<Box<dyn DirectedYieldPolicy>, String> {
+        Err("no external".into())
+    };
+    let fired = std::sync::atomic::AtomicBool::new(false);
+    let progress = |_: usize| fired.store(true, std::sync::atomic::Ordering::SeqCst);
+    let check = || fired.load(std::sync::atomic::Ordering::SeqCst);
+    let out = sweep::sweep_checked(&cfgs, 1, &none, &progress, &check);
+    assert!(out[0].is_ok(), "{:?}", out[0].as_ref().err());
+    assert!(out[1..].iter().all(|r| matches!(r, Err(SimError::Interrupted))));
+}
+
 // ---------------------------------------------------------------- kernel rules
 
 use super::engine::Why;
@@ -338,7 +359,7 @@ fn a_trace_limit_stops_the_run_and_changes_nothing_below_it() {
     let mut c = small(PolicyKind::DyEligible, 2, 4, 2);
     c.trace = true;
     let full = run(&c).unwrap();
-    let rows = full.trace.as_ref().unwrap().u64s("pcpu").len() as u64;
+    let rows = full.trace.as_ref().unwrap().u64s("start_ns").len() as u64;
     assert!(rows > 10);
     let same = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, rows).unwrap();
     assert_eq!(same.summary, full.summary);
