@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 __all__ = ["KEY_COLUMNS", "KEY_DTYPE", "frame", "with_key_dtypes"]
@@ -29,9 +30,46 @@ def with_key_dtypes(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(casts) if casts else df
 
 
+#: Bytes a row of a categorical column takes while it becomes strings (the
+#: gather's 4-byte indices and polars' 16-byte string views).
+_CAT_BYTES_PER_ROW = 4 + 16
+
+
+def _reserve(cols: Mapping[str, Any]) -> None:
+    """Ask for the memory the frame will allocate, where failing is a
+    MemoryError: polars aborts the process when one of its allocations fails
+    (numpy columns are taken without a copy; strings from categorical codes
+    and key columns cast to Int64 are new)."""
+    rows = max((len(v[0]) if isinstance(v, tuple) else len(v) for v in cols.values()), default=0)
+    per_row = sum(
+        _CAT_BYTES_PER_ROW if isinstance(v, tuple) else 8 if k in KEY_COLUMNS and getattr(v, "dtype", None) != np.int64 else 0
+        for k, v in cols.items()
+    )
+    need = 2 * rows * per_row  # room for one temporary copy
+    if need <= 1 << 26:
+        return
+    try:
+        np.empty(need, dtype=np.uint8)
+    except MemoryError:
+        raise MemoryError(
+            f"no memory to turn {rows} rows into a frame (~{need >> 20} MB); set a smaller trace_max_rows, shorten "
+            "duration_ns or run without trace"
+        ) from None
+
+
+def _column(name: str, v: Any) -> Any:
+    if isinstance(v, tuple):
+        # a categorical column (codes, names): one byte a row across the boundary
+        codes, names = v
+        return pl.Series(name, names, dtype=pl.String).gather(codes)
+    return list(v) if isinstance(v, list) else v
+
+
 def frame(cols: Mapping[str, Any] | None) -> pl.DataFrame | None:
-    """A frame from the extension's column dict (numpy arrays or lists), key
-    columns as :data:`KEY_DTYPE`."""
+    """A frame from the extension's column dict (numpy arrays, lists, or
+    ``(codes, names)`` tuples of a categorical column), key columns as
+    :data:`KEY_DTYPE`."""
     if cols is None:
         return None
-    return with_key_dtypes(pl.DataFrame({k: (list(v) if isinstance(v, list) else v) for k, v in cols.items()}))
+    _reserve(cols)
+    return with_key_dtypes(pl.DataFrame({k: _column(k, v) for k, v in cols.items()}))

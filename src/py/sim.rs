@@ -365,27 +365,31 @@ fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     }
 }
 
-fn table_to_dict<'py>(py: Python<'py>, t: &Table) -> PyResult<Bound<'py, PyDict>> {
+/// A table's columns as numpy arrays (moved, not copied: a trace may be most
+/// of the memory there is) or lists; a categorical column becomes the tuple
+/// `(codes, names)`, which `vcpulab._frames.frame` turns into strings.
+fn table_to_dict<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    for (name, col) in &t.columns {
+    for (name, col) in t.columns {
         match col {
-            Column::U64(v) => d.set_item(name, v.clone().into_pyarray(py))?,
-            Column::I64(v) => d.set_item(name, v.clone().into_pyarray(py))?,
-            Column::F64(v) => d.set_item(name, v.clone().into_pyarray(py))?,
-            Column::Bool(v) => d.set_item(name, v.clone().into_pyarray(py))?,
+            Column::U64(v) => d.set_item(name, v.into_pyarray(py))?,
+            Column::I64(v) => d.set_item(name, v.into_pyarray(py))?,
+            Column::F64(v) => d.set_item(name, v.into_pyarray(py))?,
+            Column::Bool(v) => d.set_item(name, v.into_pyarray(py))?,
             Column::Str(v) => d.set_item(name, PyList::new(py, v)?)?,
+            Column::Cat { codes, names } => d.set_item(name, (codes.into_pyarray(py), PyList::new(py, names)?))?,
         }
     }
     Ok(d)
 }
 
-fn result_to_dict<'py>(py: Python<'py>, r: &SimResult) -> PyResult<Bound<'py, PyDict>> {
+fn result_to_dict<'py>(py: Python<'py>, r: SimResult) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("summary", table_to_dict(py, &r.summary)?)?;
-    d.set_item("vms", table_to_dict(py, &r.vms)?)?;
-    d.set_item("vcpus", table_to_dict(py, &r.vcpus)?)?;
-    d.set_item("pcpus", table_to_dict(py, &r.pcpus)?)?;
-    match &r.trace {
+    d.set_item("summary", table_to_dict(py, r.summary)?)?;
+    d.set_item("vms", table_to_dict(py, r.vms)?)?;
+    d.set_item("vcpus", table_to_dict(py, r.vcpus)?)?;
+    d.set_item("pcpus", table_to_dict(py, r.pcpus)?)?;
+    match r.trace {
         Some(t) => d.set_item("trace", table_to_dict(py, t)?)?,
         None => d.set_item("trace", py.None())?,
     }
@@ -438,7 +442,7 @@ fn sim_run<'py>(
         return Err(e);
     }
     match res {
-        Ok(r) => result_to_dict(py, &r),
+        Ok(r) => result_to_dict(py, r),
         Err(e) => Err(to_pyerr(e, &err)),
     }
 }
@@ -500,7 +504,7 @@ fn sim_sweep<'py>(
     })?;
     if let Some(e) = interrupt.take() {
         let partial = PyList::empty(py);
-        for r in &results {
+        for r in results {
             match r {
                 Ok(r) => partial.append(result_to_dict(py, r)?)?,
                 Err(_) => partial.append(py.None())?,
@@ -515,7 +519,7 @@ fn sim_sweep<'py>(
     let out = PyList::empty(py);
     for (i, r) in results.into_iter().enumerate() {
         match r {
-            Ok(r) => out.append(result_to_dict(py, &r)?)?,
+            Ok(r) => out.append(result_to_dict(py, r)?)?,
             Err(e) => {
                 let pe = to_pyerr(e, &errs[i]);
                 let msg = format!("sweep point {i}: {}", pe.value(py));

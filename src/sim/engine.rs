@@ -64,6 +64,7 @@ impl Acct {
 /// Why a host CPU reschedules. The first four arrive by an external interrupt
 /// (tick, reschedule IPI), so a vCPU preempted by them is at an instruction boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Why {
     Tick,
     Wakeup,
@@ -79,6 +80,20 @@ pub enum Why {
 }
 
 impl Why {
+    /// Every reason, in the order of their codes (`Why as u8`): the trace's
+    /// `why` column is these names indexed by code.
+    pub const ALL: [Why; 10] = [
+        Why::Tick,
+        Why::Wakeup,
+        Why::Boost,
+        Why::Gang,
+        Why::ExitResched,
+        Why::Yield,
+        Why::Halt,
+        Why::Sleep,
+        Why::Idle,
+        Why::End,
+    ];
     pub fn at_instruction_boundary(self) -> bool {
         matches!(self, Why::Tick | Why::Wakeup | Why::Boost | Why::Gang)
     }

@@ -2,6 +2,7 @@
 //! built from the engine's counters and time accounts at the end of a run.
 
 use super::engine::*;
+use super::SimError;
 
 /// One column of a result table.
 #[derive(Clone, Debug, PartialEq)]
@@ -11,6 +12,9 @@ pub enum Column {
     F64(Vec<f64>),
     Str(Vec<String>),
     Bool(Vec<bool>),
+    /// A categorical column: row `i` is `names[codes[i]]` (one byte a row;
+    /// the trace's `why`).
+    Cat { codes: Vec<u8>, names: Vec<&'static str> },
 }
 
 /// An ordered set of named columns of equal length.
@@ -113,7 +117,11 @@ pub const VCPU_CATS: [&str; NCAT] =
 pub const PCPU_CATS: [&str; NCAT] =
     ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"];
 
-pub fn collect(sim: &Sim) -> SimResult {
+/// The result tables of a finished run. The trace is moved out of `sim` and
+/// its columns are allocated fallibly: a trace that fit in memory while the
+/// run grew it may not fit twice, and that must be a
+/// [`SimError::OutOfMemory`] (Python's MemoryError), never an abort.
+pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     let dur = sim.end;
     // throughput is measured after the warm-up
     let secs = dur.saturating_sub(sim.cfg.warmup_ns).max(1) as f64 * 1e-9;
@@ -258,20 +266,37 @@ pub fn collect(sim: &Sim) -> SimResult {
     s.add("preemption_other", Column::U64(vec![all_v(&|v| v.c.preemption_other)]));
 
     // ---- trace
-    let trace = if sim.cfg.trace {
-        let tr = &sim.trace;
-        let mut t = Table::default();
-        t.add("pcpu", Column::U64(tr.iter().map(|r| r.pcpu as u64).collect()));
-        t.add("start_ns", Column::U64(tr.iter().map(|r| r.start_ns).collect()));
-        t.add("end_ns", Column::U64(tr.iter().map(|r| r.end_ns).collect()));
-        t.add("vm", Column::I64(tr.iter().map(|r| r.vm).collect()));
-        t.add("vcpu", Column::I64(tr.iter().map(|r| r.vcpu).collect()));
-        t.add("why", Column::Str(tr.iter().map(|r| r.why.to_string()).collect()));
-        Some(t)
-    } else {
-        None
-    };
-    SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace }
+    let trace = if sim.cfg.trace { Some(trace_table(std::mem::take(&mut sim.trace))?) } else { None };
+    Ok(SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace })
+}
+
+/// A column of `n` values from `f`, its memory reserved fallibly.
+fn try_column<T>(n: usize, what: &str, f: impl Iterator<Item = T>) -> Result<Vec<T>, SimError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        SimError::OutOfMemory(format!(
+            "no memory for the trace's {what} column ({n} rows, {} MB); set a smaller trace_max_rows, shorten \
+             duration_ns or run without trace",
+            (n * std::mem::size_of::<T>()) >> 20
+        ))
+    })?;
+    v.extend(f);
+    Ok(v)
+}
+
+/// The trace's columns (41 bytes a row), the records freed once read.
+fn trace_table(tr: Vec<super::trace::TraceRec>) -> Result<Table, SimError> {
+    let n = tr.len();
+    let mut t = Table::default();
+    t.add("pcpu", Column::I64(try_column(n, "pcpu", tr.iter().map(|r| r.pcpu as i64))?));
+    t.add("start_ns", Column::U64(try_column(n, "start_ns", tr.iter().map(|r| r.start_ns))?));
+    t.add("end_ns", Column::U64(try_column(n, "end_ns", tr.iter().map(|r| r.end_ns))?));
+    t.add("vm", Column::I64(try_column(n, "vm", tr.iter().map(|r| r.vm as i64))?));
+    t.add("vcpu", Column::I64(try_column(n, "vcpu", tr.iter().map(|r| r.vcpu as i64))?));
+    let codes = try_column(n, "why", tr.iter().map(|r| r.why as u8))?;
+    drop(tr);
+    t.add("why", Column::Cat { codes, names: Why::ALL.iter().map(|w| w.name()).collect() });
+    Ok(t)
 }
 
 /// The lock waits of VM `m` still open at `end` (threads in a Lock phase
@@ -299,6 +324,13 @@ fn policy_name(m: &Vm) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn why_codes_index_their_names() {
+        for (i, w) in Why::ALL.iter().enumerate() {
+            assert_eq!(*w as u8 as usize, i, "{w:?}");
+        }
+    }
+
     #[test]
     fn histogram_quantiles_are_close() {
         let mut h = Vec::new();

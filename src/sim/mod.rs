@@ -106,7 +106,7 @@ pub fn run_limited(
         let mut sim = engine::Sim::new(cfg, &maker).map_err(SimError::Policy)?;
         sim.trace_max_rows = trace_max_rows;
         sim.run(interrupted)?;
-        Ok(metrics::collect(&sim))
+        metrics::collect(&mut sim)
     }));
     match out {
         Ok(r) => r,

@@ -733,7 +733,7 @@ impl Sim {
 
     fn trace_record(&mut self, cpu: usize, t: u32, why: Why) {
         let (vm, vcpu) = match self.tasks[t as usize].kind {
-            TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i64, self.vcpus[v as usize].idx as i64),
+            TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i32, self.vcpus[v as usize].idx as i32),
             TaskKind::Bg(_) | TaskKind::Noise(_) => (-1, -1),
         };
         if self.trace_error.is_some() {
@@ -757,7 +757,7 @@ impl Sim {
             return;
         }
         let start = self.rqs[cpu].trace_start;
-        self.trace.push(TraceRec { pcpu: cpu as u32, start_ns: start, end_ns: self.now, vm, vcpu, why: why.name() });
+        self.trace.push(TraceRec { start_ns: start, end_ns: self.now, pcpu: cpu as u32, vm, vcpu, why });
     }
 }
 
