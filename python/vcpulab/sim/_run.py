@@ -16,6 +16,7 @@ import polars as pl
 from vcpulab import _core
 from vcpulab._checks import guard_panics
 from vcpulab._frames import frame as _frame
+from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
 from vcpulab.sim._config import Config
 from vcpulab.sim._points import expand
@@ -206,16 +207,30 @@ Points = Config | Sequence[Config] | Sequence[tuple[Mapping[str, Any], Config]]
 
 
 def _sweep_frame(done: list[tuple[tuple[dict[str, Any], Config], Any]], results: bool) -> Any:
-    rows = []
-    res = []
-    for (params, cfg), d in done:
-        r = _result(cfg, d)
-        res.append(r)
-        row = r.summary.drop([k for k in params if k in r.summary.columns])
-        row = row.with_columns(pl.lit(cfg.config_hash()).alias("config_hash"))
-        prm = pl.DataFrame([params]) if params else None
-        rows.append(pl.concat([prm, row], how="horizontal") if prm is not None else row)
-    df = pl.concat(rows, how="diagonal_relaxed") if rows else pl.DataFrame()
+    """The sweep's frame (one row per finished point: its parameters, its
+    summary, ``config_hash``), and with ``results`` every point's Result.
+
+    The summary columns are concatenated as arrays, not built point by point:
+    this is also the frame a Ctrl-C keeps, and it must be ready at once
+    (row-by-row frames cost ~3 ms a point)."""
+    if results:
+        res = [_result(cfg, d) for (_, cfg), d in done]
+        summaries = [r.summary for r in res]
+    else:
+        res = []
+        summaries = None
+    if not done:
+        return (pl.DataFrame(), res) if results else pl.DataFrame()
+    params = [p for (p, _), _ in done]
+    keys = list(dict.fromkeys(k for p in params for k in p))
+    if summaries is not None:
+        summary = pl.concat(summaries, how="diagonal_relaxed")
+    else:
+        cols = done[0][1]["summary"]
+        summary = _frame({k: np.concatenate([d["summary"][k] for _, d in done]) for k in cols})  # type: ignore[assignment]
+    summary = summary.drop([k for k in keys if k in summary.columns])  # type: ignore[union-attr]
+    summary = summary.with_columns(pl.Series("config_hash", [cfg.config_hash() for (_, cfg), _ in done]))
+    df = pl.concat([pl.DataFrame(params, infer_schema_length=None), summary], how="horizontal") if keys else summary
     return (df, res) if results else df
 
 
@@ -254,16 +269,10 @@ def local_sweep(
     try:
         out = _core.sim_sweep(jsons, pols, threads or 0, cb, limit)
     except KeyboardInterrupt as e:
-        partial = getattr(e, "partial", None)
-        if isinstance(partial, list):
-            kept = [(lc, d) for lc, d in zip(labelled, partial) if d is not None]
-            e.partial = _sweep_frame(kept, results)  # type: ignore[attr-defined]
-            import logging
-
-            logging.getLogger("vcpulab.sim.sweep").warning(
-                "vcpulab.sim.sweep: interrupted; %d of %d points had finished (kept in KeyboardInterrupt.partial)",
-                len(kept), len(labelled),
-            )
+        partial = partial_of(e)
+        kept = [(lc, d) for lc, d in zip(labelled, partial) if d is not None] if isinstance(partial, list) else []
+        keep_partial(e, _sweep_frame(kept, results), call="sim.sweep", done=len(kept), total=len(labelled),
+                     unit="points")  # fmt: skip
         raise
     finally:
         if bar is not None:
