@@ -54,6 +54,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab._checks import guard_panics
+from vcpulab._interrupt import keep_partial
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import HaltPoll
@@ -219,6 +220,11 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         t.start()
         try:
             rtt = vm.msi_ping(vcpu, prog, VECTOR, rounds, gap_us, timeout_s=timeout)
+        except KeyboardInterrupt:
+            # Ctrl-C: the vCPU thread is stopped now, not at its deadline, and the
+            # interrupt is what this raises (the thread's own error is moot)
+            _stop_vcpu_thread(vcpu, t)
+            raise
         except BaseException:
             t.join(timeout + 5)
             if "error" in box:
@@ -256,6 +262,16 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         for k in hp.STAT_COLUMNS:
             out[f"real_{k}"] = int(after[k] - before[k]) if k in before else 0
     return out
+
+
+def _stop_vcpu_thread(vcpu: Any, t: Any, within_s: float = 1.0) -> None:
+    """Kick ``vcpu`` out of ``KVM_RUN`` until its thread ``t`` has ended (a
+    kick finds no run while the thread is between two runs, so it is
+    repeated), for at most ``within_s``."""
+    end = time.monotonic() + within_s
+    while t.is_alive() and time.monotonic() < end:
+        vcpu.kick()
+        t.join(0.01)
 
 
 def _cell_rounds(gap_us: float, rounds: int, min_cell_s: float) -> int:
@@ -377,6 +393,7 @@ def halt_poll(
 
     saved = os.sched_getaffinity(0)
     cells: list[dict[str, Any]] = []
+    total = len(gaps) * len(maxes)
     try:
         # the MSI sender is this thread: keep it off the vCPU's CPU
         os.sched_setaffinity(0, {sender_cpu})
@@ -409,6 +426,10 @@ def halt_poll(
                         break
                 assert best is not None
                 cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **best})
+    except KeyboardInterrupt as e:
+        keep_partial(e, pl.DataFrame(cells), call="calibrate.halt_poll", done=len(cells), total=total,
+                     unit="real cells")  # fmt: skip
+        raise
     finally:
         os.sched_setaffinity(0, saved)
 

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
 from vcpulab.validation.cases import _COMPARED, _MEASURES, CASES, Case
@@ -116,7 +117,17 @@ def _run_sim_batch(batch: Sequence[tuple[str, str, dict[str, Any]]]) -> list[tup
     (picklable, for executors)."""
     jsons = [j for _, j, _ in batch]
     pols: list[dict[str, Any] | None] = [p for _, _, p in batch]
-    outs = _core.sim_sweep(jsons, pols, 0, None)
+    try:
+        outs = _core.sim_sweep(jsons, pols, 0, None)
+    except KeyboardInterrupt as e:
+        # the finished points, in this function's shape
+        p = partial_of(e)
+        e.partial = [  # type: ignore[attr-defined]
+            (key, {"summary": _plain(d["summary"]), "vms": _plain(d["vms"])})
+            for (key, _, _), d in zip(batch, p if isinstance(p, list) else [])
+            if d is not None
+        ]
+        raise
     res = []
     for (key, _, _), d in zip(batch, outs):
         res.append((key, {"summary": _plain(d["summary"]), "vms": _plain(d["vms"])}))
@@ -137,28 +148,54 @@ def _run_hp(scs: Sequence[hp.Scenario]) -> list[dict[str, Any]]:
 
 
 def _execute(points: list[_Point], executor: Any, batch_size: int) -> dict[str, dict[str, Any]]:
+    """Every point's result by key. Ctrl-C: KeyboardInterrupt within ~1 s
+    whose ``partial`` is this dict of the points that had finished."""
     out: dict[str, dict[str, Any]] = {}
+    try:
+        _execute_into(out, points, executor, batch_size)
+    except KeyboardInterrupt as e:
+        e.partial = _frames_of(out)  # type: ignore[attr-defined]
+        raise
+    return _frames_of(out)
+
+
+def _frames_of(out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    for r in out.values():
+        if "summary" in r and not isinstance(r["summary"], pl.DataFrame):
+            r["summary"] = pl.DataFrame(r["summary"])
+            r["vms"] = pl.DataFrame(r["vms"])
+    return out
+
+
+def _execute_into(out: dict[str, dict[str, Any]], points: list[_Point], executor: Any, batch_size: int) -> None:
     sims = [p for p in points if p.kind == "sim"]
     items = [(p.key, p.payload.to_json(), p.payload.python_policies()) for p in sims]
     if executor is None:
-        for k, r in _run_sim_batch(items):
-            out[k] = r
+        try:
+            for k, r in _run_sim_batch(items):
+                out[k] = r
+        except KeyboardInterrupt as e:
+            out.update(dict(partial_of(e) or []))
+            raise
     else:
         from vcpulab.sim._distributed import _check_shippable
 
         _check_shippable([({}, p.payload) for p in sims], executor)  # Python policies must reach the workers
         futs = [executor.submit(_run_sim_batch, items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
-        for f in futs:
-            for k, r in f.result():
-                out[k] = r
+        try:
+            for f in futs:
+                for k, r in f.result():
+                    out[k] = r
+        except KeyboardInterrupt:
+            for f in futs:
+                f.cancel()
+            for f in futs:
+                if f.done() and not f.cancelled() and f.exception() is None:
+                    out.update(dict(f.result()))
+            raise
     hps = [p for p in points if p.kind == "hp"]
     for p, r in zip(hps, _run_hp([p.payload for p in hps])):
         out[p.key] = r
-    for k, r in out.items():
-        if "summary" in r:
-            r["summary"] = pl.DataFrame(r["summary"])
-            r["vms"] = pl.DataFrame(r["vms"])
-    return out
 
 
 def _key(obj: Any) -> str:
@@ -272,7 +309,15 @@ def validate(
                     built[(c.name, ln, v, s)] = obj
                     if k not in points:
                         points[k] = _Point(k, "sim" if isinstance(obj, Config) else "hp", obj)
-    results = _execute(list(points.values()), executor, batch_size)
+    try:
+        results = _execute(list(points.values()), executor, batch_size)
+    except KeyboardInterrupt as e:
+        done = partial_of(e) or {}
+        whole = [c for c in sel if c.build is None or all(plan[k] in done for k in plan if k[0] == c.name)]
+        rows = [_score(c, seed_list, plan, built, done) for c in whole]
+        keep_partial(e, pl.DataFrame(rows, schema=_SCHEMA, orient="row"), call="validation.validate",
+                     done=len(whole), total=len(sel), unit="cases")  # fmt: skip
+        raise
     rows = [_score(c, seed_list, plan, built, results) for c in sel]
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row")
 
