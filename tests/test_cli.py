@@ -134,6 +134,35 @@ def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) 
         assert key in meta
 
 
+def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> None:
+    # outputs are staged and swapped in only on success: a failing rerun (its
+    # trace passes trace_max_rows, a SPEC that validates) leaves the earlier
+    # run's files; a later good run without a trace removes the old trace,
+    # and never a file that vcpulab did not write
+    out = tmp_path / "out"
+    traced = tmp_path / "traced.toml"
+    traced.write_text("[config]\nduration_ns = 2_000_000\ntrace = true\n")
+    plain = tmp_path / "plain.toml"
+    plain.write_text("[config]\nduration_ns = 2_000_000\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[config]\nduration_ns = 5_000_000_000\ntrace = true\n[config.host]\npcpus = 8\n"
+                   "[[config.vms]]\nvcpus = 20\ncount = 8\nworkload = 'ebizzy_like'\n")  # fmt: skip
+    assert vcpulab("sim", str(traced), "--out", str(out), "--quiet").returncode == 0
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert {"summary.parquet", "trace.parquet", "sched_map.png"} <= set(first)
+    (out / "notes.txt").write_text("mine")
+    (out / "sched_map_0.png").write_text("another tool's file of a name vcpulab uses")
+    r = vcpulab("sim", str(bad), "--out", str(out), "--quiet")
+    assert r.returncode != 0 and "trace_max_rows" in r.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name in first} == first
+    assert not [p for p in out.iterdir() if p.name.startswith(".vcpulab-staging")]
+    assert vcpulab("sim", str(plain), "--out", str(out), "--quiet").returncode == 0
+    names = {p.name for p in out.iterdir()}
+    assert "summary.parquet" in names and "trace.parquet" not in names and "sched_map.png" not in names
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "sched_map_0.png").exists()
+
+
 def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
     r = vcpulab("sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet")
     assert r.returncode == 0, r.stderr

@@ -357,20 +357,52 @@ def load_spec(path: Path) -> tuple[Config, dict[str, list[object]] | None, dict[
     return base, grid, output
 
 
-#: What ``vcpulab sim`` writes into --out (the points/ checkpoint of a sweep
-#: is kept on purpose: a rerun resumes from it).
-_SIM_OUTPUTS = ("summary.parquet", "vms.parquet", "vcpus.parquet", "pcpus.parquet", "trace.parquet", "sweep.parquet",
-                "sched_map.png", "sched_map_*.png")  # fmt: skip
+#: The file in --out that lists what the last ``vcpulab sim`` wrote there.
+_MANIFEST = ".vcpulab-outputs.json"
 
 
-def _clear_outputs(out: Path) -> None:
-    """Remove an earlier run's outputs from ``out``, so that it holds one run's
-    files only (a run that writes no trace must not leave an old trace beside
-    its summary)."""
-    for pattern in _SIM_OUTPUTS:
-        for p in out.glob(pattern):
-            if p.is_file():
-                p.unlink()
+class _Outputs:
+    """``vcpulab sim``'s outputs, staged: written into a hidden folder inside
+    ``--out`` and moved into place (``os.replace``, one file at a time) only
+    once the run has succeeded. A failing rerun leaves the earlier outputs as
+    they were. An earlier run's outputs that this run does not write again (a
+    trace, sched maps) are removed then, and only those the manifest
+    (``.vcpulab-outputs.json``) says vcpulab wrote: another tool's file in
+    ``--out`` is never deleted. (The points/ checkpoint of a sweep is written
+    in place on purpose: a rerun resumes from it.)"""
+
+    def __init__(self, out: Path) -> None:
+        import tempfile
+
+        self.out = out
+        self.stage = Path(tempfile.mkdtemp(prefix=".vcpulab-staging-", dir=out))
+
+    def path(self, name: str) -> Path:
+        return self.stage / name
+
+    def commit(self) -> list[Path]:
+        """Move the staged files into ``out``; returns their final paths."""
+        new = sorted(p.name for p in self.stage.iterdir())
+        man = self.out / _MANIFEST
+        try:
+            old = set(json.loads(man.read_text()).get("files", []))
+        except (OSError, ValueError, AttributeError):
+            old = set()
+        for name in new:
+            os.replace(self.stage / name, self.out / name)
+        for name in sorted(old - set(new)):
+            if "/" not in name and name != _MANIFEST:
+                (self.out / name).unlink(missing_ok=True)
+        tmp = self.stage / _MANIFEST
+        tmp.write_text(json.dumps({"files": new}))
+        os.replace(tmp, man)
+        self.stage.rmdir()
+        return [self.out / n for n in new]
+
+    def abort(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.stage, ignore_errors=True)
 
 
 def _parquet_meta(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -392,36 +424,47 @@ def _closed(fig: Any, path: Path) -> Path:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    import polars as pl
-
-    from vcpulab import sim
-    from vcpulab.plot import sched_map
-
     base, grid, output = load_spec(Path(args.spec))
     if args.dask and grid is None:
         raise ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    _clear_outputs(out)
+    staged = _Outputs(out)
+    try:
+        _sim_into(staged, base, grid, output, args)
+    except BaseException:
+        staged.abort()
+        raise
+    print("wrote:")
+    for p in staged.commit():
+        print(f"  {p}")
+    return 0
+
+
+def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object], args: argparse.Namespace) -> None:
+    import polars as pl
+
+    from vcpulab import sim
+    from vcpulab.plot import sched_map
+
+    out = staged.out
     want_map = bool(output.get("sched_map", base.trace))
     upp = float(output.get("us_per_pixel", 10))  # type: ignore[arg-type]  # a number (load_spec checks it)
-    written: list[Path] = []
     if grid is None:
         r = sim.run(base)
         meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
         for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
             df = getattr(r, name)
             if df is not None:
-                p = out / f"{name}.parquet"
+                p = staged.path(f"{name}.parquet")
                 df.write_parquet(p, metadata=meta)
-                written.append(p)
         show: list[str] = [c for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok") if c in r.summary.columns]
         with pl.Config(tbl_cols=len(show)):
             print(r.summary.select(show))
         if want_map:
             if r.trace is None:
                 raise ValueError("[output] sched_map needs config.trace = true")
-            written.append(_closed(sched_map(r, out / "sched_map.png", us_per_pixel=upp), out / "sched_map.png"))
+            _closed(sched_map(r, staged.path("sched_map.png"), us_per_pixel=upp), staged.path("sched_map.png"))
     else:
         from vcpulab.sim._points import grid_json
         from vcpulab.sim.distributed import dask_executor, run_sweep
@@ -438,9 +481,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if failed.height:
             print(f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
                   "rerun the same command to retry them", file=sys.stderr)  # fmt: skip
-        p = out / "sweep.parquet"
+        p = staged.path("sweep.parquet")
         df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": grid_json(grid)}))
-        written.append(p)
         show = [c for c in list(grid) + ["throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "ple_exits", "yield_ok"] if c in df.columns]
         with pl.Config(tbl_rows=40, tbl_cols=len(show), fmt_str_lengths=40):
             print(df.select(show))
@@ -449,11 +491,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
                 if i >= 8:
                     break
                 r = sim.run(cfg)
-                written.append(_closed(sched_map(r, out / f"sched_map_{i}.png", us_per_pixel=upp, title=str(params)), out / f"sched_map_{i}.png"))
-    print("wrote:")
-    for p in written:
-        print(f"  {p}")
-    return 0
+                m = staged.path(f"sched_map_{i}.png")
+                _closed(sched_map(r, m, us_per_pixel=upp, title=str(params)), m)
 
 
 def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[no-untyped-def]
