@@ -476,7 +476,8 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
                 raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
         # every point is checkpointed under OUT/points: a rerun resumes where it stopped
         with dask_executor(args.dask) if args.dask else contextlib.nullcontext() as ex:
-            df = run_sweep(base, grid, executor=ex, out=out / "points", threads=args.threads, progress=not args.quiet)
+            df = run_sweep(base, grid, executor=ex, out=out / "points", threads=args.threads, progress=not args.quiet,
+                           max_points=args.max_points or sim.MAX_SWEEP_POINTS)  # fmt: skip
         failed = df.filter(pl.col("error").is_not_null())
         if failed.height:
             print(f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
@@ -703,6 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
+    simp.add_argument("--max-points", type=_positive_int, default=None, metavar="N",
+                      help="refuse a [grid] of more than N points (default: vcpulab.sim.MAX_SWEEP_POINTS, 100000)")  # fmt: skip
     simp.set_defaults(func=cmd_sim)
     watch = sub.add_parser("watch", help="a live per-vCPU table of another process's KVM VMs (QEMU, vcpulab, ...)")
     watch.add_argument("pid", type=_positive_int, help="the VMM process")

@@ -54,7 +54,7 @@ from vcpulab.sim._config import (
     Workload,
     config_schema,
 )
-from vcpulab.sim._points import expand
+from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
 from vcpulab.sim._run import (  # noqa: F401  (MAX_THREADS: documented as vcpulab.sim.MAX_THREADS)
     MAX_THREADS,
     PCPU_TIME_CATEGORIES,
@@ -76,6 +76,7 @@ run.__module__ = Result.__module__ = __name__
 
 __all__ = [
     "IDLE_STATES_SKX",
+    "MAX_SWEEP_POINTS",
     "Background",
     "Barrier",
     "Cfs",
@@ -124,6 +125,8 @@ def sweep(
     results: Literal[False] = ...,
     executor: Any = ...,
     out: Any = ...,
+    trace_max_rows: int | None = ...,
+    max_points: int | None = ...,
 ) -> pl.DataFrame: ...
 
 
@@ -137,6 +140,8 @@ def sweep(
     results: Literal[True],
     executor: None = ...,
     out: None = ...,
+    trace_max_rows: int | None = ...,
+    max_points: int | None = ...,
 ) -> tuple[pl.DataFrame, list[Result]]: ...
 
 
@@ -151,6 +156,7 @@ def sweep(
     executor: Any = None,
     out: Any = None,
     trace_max_rows: int | None = TRACE_MAX_ROWS,
+    max_points: int | None = MAX_SWEEP_POINTS,
 ) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
     """Run many configurations in parallel (rayon, GIL released).
 
@@ -179,14 +185,18 @@ def sweep(
     the exception's ``partial`` attribute (this function's return value for
     those points: a DataFrame, or ``(DataFrame, results)``), with ``out=``
     on disk. ``threads`` is at most :data:`MAX_THREADS`;
-    ``trace_max_rows`` limits each point's trace as in :func:`run`.
+    ``trace_max_rows`` limits each point's trace as in :func:`run`;
+    a sweep of more than ``max_points`` points (:data:`MAX_SWEEP_POINTS`,
+    100,000; None: no bound) is refused with a ValueError before any point
+    is built.
     """
     _check_threads(threads)
     _check_trace_max_rows(trace_max_rows)
     if executor is not None or out is not None:
         if results:
             raise ValueError("sweep: results=True is not available with executor= or out= (the dataset keeps summary rows)")
-        return run_sweep(points, grid, executor=executor, out=out, threads=threads, progress=progress)
+        return run_sweep(points, grid, executor=executor, out=out, threads=threads, progress=progress,
+                         max_points=max_points)  # fmt: skip
 
     return local_sweep(points, grid, threads=threads, progress=progress, results=results,
-                       trace_max_rows=trace_max_rows)  # type: ignore[return-value]
+                       trace_max_rows=trace_max_rows, max_points=max_points)  # type: ignore[return-value]

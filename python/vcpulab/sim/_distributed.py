@@ -93,7 +93,7 @@ import polars as pl
 from vcpulab import _core
 from vcpulab._frames import frame as _frame
 from vcpulab.sim._config import Config
-from vcpulab.sim._points import Point, expand
+from vcpulab.sim._points import MAX_SWEEP_POINTS, Point, expand
 from vcpulab.sim._run import _check_threads, _policies_for, local_sweep
 
 __all__ = [
@@ -383,6 +383,7 @@ def run_sweep(
     threads: int | None = None,
     batch_size: int | None = None,
     retries: int = 3,
+    max_points: int | None = MAX_SWEEP_POINTS,
 ) -> pl.DataFrame:
     """Run a sweep on ``executor``, checkpointed to the dataset ``out``.
 
@@ -407,7 +408,7 @@ def run_sweep(
     raised for them — check ``df["error"].null_count() == df.height``.
     """
     if executor is None and out is None:
-        return local_sweep(points, grid, threads=threads, progress=progress)  # type: ignore[return-value]
+        return local_sweep(points, grid, threads=threads, progress=progress, max_points=max_points)  # type: ignore[return-value]
     if executor is not None and not isinstance(executor, cf.Executor):
         raise ValueError(f"sweep: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
     _check_threads(threads)
@@ -416,7 +417,7 @@ def run_sweep(
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
         raise ValueError(f"sweep: retries must be an int >= 1, got {retries!r}")
 
-    labelled = expand(points, grid)
+    labelled = expand(points, grid, max_points)
     keys = [point_hash(p, c) for p, c in labelled]
     unique: dict[str, Point] = {}
     for k, pt in zip(keys, labelled):

@@ -19,7 +19,7 @@ from vcpulab._frames import frame as _frame
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
 from vcpulab.sim._config import Config
-from vcpulab.sim._points import expand
+from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
 
 VcpuView = _core.VcpuView
 Spinner = _core.Spinner
@@ -242,6 +242,7 @@ def local_sweep(
     progress: bool = True,
     results: bool = False,
     trace_max_rows: int | None = TRACE_MAX_ROWS,
+    max_points: int | None = MAX_SWEEP_POINTS,
 ) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
     """:func:`vcpulab.sim.sweep` on this machine (rayon threads): its
     arguments, less ``executor`` and ``out`` (those go through
@@ -249,7 +250,7 @@ def local_sweep(
     local case)."""
     _check_threads(threads)
     limit = _check_trace_max_rows(trace_max_rows)
-    labelled = expand(points, grid)
+    labelled = expand(points, grid, max_points)
     jsons = [c.to_json() for _, c in labelled]
     pols: list[dict[str, Any] | None] = [_policies_for(c) for _, c in labelled]
     bar = None
