@@ -78,6 +78,19 @@ def test_a_scaled_value_the_simulator_refuses_is_reported_not_run():
     assert r["sim_mean"] is None and r["value"] == "2.0"
 
 
+@pytest.mark.parametrize("factor", [1e4, 1e308])
+def test_every_scaled_value_the_model_cannot_take_is_a_refused_row(factor):
+    # a noise rate past its bound (ValueError in HostNoise), a product that
+    # overflows an int (OverflowError) and a window too long to simulate are
+    # rows with their reason, never an exception that loses the table
+    df = S.sensitivity(["ple2012_ebizzy_1x"], factors=[factor], seeds=1, duration_scale=0.1)
+    refused = {r["param"]: r["status"] for r in df.iter_rows(named=True) if r["status"] != "ran"}
+    assert "HostNoise.kthread_hz" in refused["era.host.noise"]
+    assert "more than 16x" in refused["run.length"]
+    assert all(s.startswith("refused: ") for s in refused.values())
+    assert df.filter(pl.col("status") != "ran")["sim_mean"].null_count() == len(refused)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

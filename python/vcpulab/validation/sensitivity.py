@@ -50,6 +50,7 @@ from typing import Any
 
 import polars as pl
 
+from vcpulab._interrupt import keep_partial
 from vcpulab.sim import HostNoise
 from vcpulab.validation._score import _fmt, _key, _select, validate
 from vcpulab.validation.cases import Case
@@ -63,6 +64,9 @@ DEFAULT_FACTORS: tuple[float, ...] = (0.5, 2.0)
 #: seconds to minutes), and a comparison still in its start-up transient
 #: moves with it
 RUN_LENGTH = "run.length"
+#: the longest window a run-length row simulates, as a multiple of the case's
+#: own: a factor beyond it is a "refused" row (x10^4 would run for hours)
+MAX_LENGTH_FACTOR = 16.0
 _LENGTH = Param(1.0, "x the case's window", ASSUMPTION, "the case's warmup_ns and measure_ns (or iterations)")
 
 _COST_SECTIONS = ("host", "ple", "pv", "halt_poll_model")
@@ -192,9 +196,31 @@ def sensitivity(
         bad = [p for p in params if p not in known]
         if bad:
             raise ValueError(f"sensitivity: {bad} are not assumptions of these cases; they have {sorted(known)}")
+    rows: list[dict[str, Any]] = []
+    try:
+        _sensitivity_rows(rows, sel, params, fs, seeds, duration_scale, executor)
+    except KeyboardInterrupt as e:
+        rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
+        keep_partial(e, pl.DataFrame(rows, schema=_SCHEMA, orient="row"), call="validation.sensitivity",
+                     done=len(rows), total=len(rows), unit="rows (the scaled runs that had finished)")  # fmt: skip
+        raise
+    rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
+    return pl.DataFrame(rows, schema=_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_SCHEMA)
+
+
+def _sensitivity_rows(
+    rows: list[dict[str, Any]],
+    sel: list[Case],
+    params: Sequence[str] | None,
+    fs: list[float],
+    seeds: int | Sequence[int],
+    duration_scale: float,
+    executor: Any,
+) -> None:
+    """The rows of :func:`sensitivity`, appended to ``rows`` as each group of
+    scaled runs finishes (so that an interrupt keeps them)."""
     nominal = {r["case"]: r for r in validate(sel, seeds=seeds, duration_scale=duration_scale, executor=executor).to_dicts()}
 
-    rows: list[dict[str, Any]] = []
     era_runs: list[tuple[Case, Case, str, float, Param, Any]] = []  # (case, scaled case, ...)
     cost_runs: dict[tuple[str, str, float], tuple[CostProfile, list[tuple[Case, Param, Any]]]] = {}
     for c in sel:
@@ -205,7 +231,12 @@ def sensitivity(
                 continue
             where, _, field = path.partition(".")
             for f in fs:
-                v = _scale(p.value, f)
+                try:
+                    v = _scale(p.value, f)
+                except (ValueError, OverflowError) as e:
+                    # the scaled value is not one the model takes (e.g. a noise rate above its bound)
+                    rows.append(_row(c, path, f, p, f"{p.value!r} x {f:g}", nominal[c.name], None, f"refused: {e}"))
+                    continue
                 if where == "era":
                     run_case, prof = (
                         dataclasses.replace(
@@ -239,12 +270,14 @@ def sensitivity(
     if params is None or RUN_LENGTH in params:
         by_name = {c.name: c for c in sel}
         for f in fs:
+            if f > MAX_LENGTH_FACTOR:
+                why = f"refused: run.length x{f:g} simulates more than {MAX_LENGTH_FACTOR:g}x each case's window"
+                rows.extend(_row(c, RUN_LENGTH, f, _LENGTH, f"{f:g}", nominal[c.name], None, why) for c in sel)
+                continue
             df = validate(sel, seeds=seeds, duration_scale=duration_scale * f, executor=executor)
             for r in df.to_dicts():
                 c = by_name[r["case"]]
                 rows.append(_row(c, RUN_LENGTH, f, _LENGTH, f, nominal[c.name], r, "ran"))
-    rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
-    return pl.DataFrame(rows, schema=_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_SCHEMA)
 
 
 def _row(c: Case, path: str, f: float, p: Param, v: Any, nom: dict[str, Any], got: dict[str, Any] | None, status: str) -> dict[str, Any]:
@@ -255,7 +288,7 @@ def _row(c: Case, path: str, f: float, p: Param, v: Any, nom: dict[str, Any], go
         "param": path,
         "factor": f,
         "nominal_value": f"{p.value!r} {p.unit}".strip(),
-        "value": f"{v!r} {p.unit}".strip(),
+        "value": (v if isinstance(v, str) else f"{v!r} {p.unit}").strip(),  # a str: a product that is no value
         "published": nom["published"],
         "nominal_mean": nom["sim_mean"],
         "nominal_ci_low": nom["ci_low"],
