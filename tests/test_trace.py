@@ -171,11 +171,24 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
     assert (done["handling_ns"] > 0).all() and done.height >= 499
 
 
-def test_a_capped_trace_is_flagged_truncated(traceable) -> None:  # type: ignore[no-untyped-def]
-    r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=1, pcpus=[_cpu()], duration_s=0.1, host=traceable, trace=True,
-                   trace_max_events=5)  # fmt: skip
-    assert r.trace_info["truncated"] and r.trace_info["dropped"] > 0
-    assert r.trace_info["events"] == 5
+@pytest.mark.parametrize("cap", [5, 300])
+def test_a_capped_trace_says_so_and_is_not_trusted(traceable, cap) -> None:  # type: ignore[no-untyped-def]
+    # a trace that reached its cap warns, cuts its frames where its records stop
+    # (no CPU's last slice stretched to the run's end) and is not the source of
+    # Run.quality, which calls a trace exact
+    with pytest.warns(tracing.TraceTruncatedWarning, match="incomplete: .* dropped"):
+        r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=2, pcpus=[_cpu()], duration_s=0.3, host=traceable,
+                       trace=True, trace_max_events=cap)  # fmt: skip
+    ti = r.trace_info
+    assert ti["truncated"] and ti["dropped"] > 0 and ti["events"] == cap
+    window = ti["window_ns"]
+    assert 0 <= ti["complete_until_ns"] < window
+    assert ti["first_dropped_ns"] is not None
+    # the run's CPU switched ~600 times (2 vCPUs, 1000 Hz ticks), far past the cap:
+    # its slices end where its buffer's first record was dropped, before the window's end
+    assert r.trace.height == 0 or r.trace["end_ns"].max() < window
+    assert r.quality.source != "trace" and r.quality.trace_truncated is not None
+    assert "trace is incomplete" in r.quality.line()
 
 
 def test_bad_cpus_and_limits_are_value_errors(traceable) -> None:  # type: ignore[no-untyped-def]
@@ -336,3 +349,50 @@ def test_trials_keep_each_trial_trace(traceable) -> None:  # type: ignore[no-unt
     assert tr.trace is not None and sorted(tr.trace["trial"].unique().to_list()) == [0, 1]
     assert tr.halts is not None and tr.exits is not None and tr.wakeups is not None
     assert perf_fds() == 0
+
+
+def test_a_trace_whose_records_do_not_decode_is_not_a_clean_run(traceable, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # format files that do not describe the records (every field offset moved, as
+    # a kernel whose layout vcpulab misreads would give): every record is
+    # malformed, and the run must say its trace is incomplete instead of reading
+    # as an empty, undisturbed run. A private mount namespace keeps the host's
+    # tracefs untouched.
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    code = (
+        "import sys, warnings\n"
+        "from vcpulab.quality import QualityWarning\n"
+        "warnings.simplefilter('ignore', QualityWarning)\n"
+        "from vcpulab import tracing\n"
+        "from vcpulab.experiment import run, IdleTicks\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always', tracing.TraceTruncatedWarning)\n"
+        "    r = run(IdleTicks(hz=1000), vcpus=2, pcpus=[0], duration_s=0.2, trace=True)\n"
+        "ti = r.trace_info\n"
+        "print(ti['malformed'], ti['truncated'], r.quality.source, r.quality.trace_truncated is not None,\n"
+        "      any(issubclass(x.category, tracing.TraceTruncatedWarning) for x in w))\n"
+    )
+    script = f"""
+set -e
+umount /sys/kernel/debug/tracing 2>/dev/null || true
+umount /sys/kernel/tracing 2>/dev/null || true
+mkdir -p {tmp_path}/real; mount -t tracefs nodev {tmp_path}/real
+mount -t tmpfs none /sys/kernel/tracing
+cd {tmp_path}/real/events
+for d in sched/* kvm/*; do
+  [ -f $d/format ] || continue
+  mkdir -p /sys/kernel/tracing/events/$d; cp $d/id /sys/kernel/tracing/events/$d/id
+  sed -E 's/offset:([0-9]+);\\tsize:/offset:\\1000;\\tsize:/' $d/format > /sys/kernel/tracing/events/$d/format
+done
+cd /
+RUST_BACKTRACE=0 {sys.executable} -c "$CODE"
+"""
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "CODE": code})  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    malformed, truncated, source, noted, warned = p.stdout.split()
+    assert int(malformed) > 0 and truncated == "True" and source != "trace" and noted == "True" and warned == "True"

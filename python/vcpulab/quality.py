@@ -50,6 +50,8 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from vcpulab._checks import check_int
+
 __all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", "quality"]
 
 #: default thresholds (fractions): other tasks' share of the run's CPU time, and
@@ -82,6 +84,8 @@ def _idle_us(cpu: int) -> int | None:
 
 
 def _proc_stat_busy_ns(cpus: Iterable[int]) -> dict[int, int]:
+    """Busy ns of each CPU in ``cpus`` from /proc/stat; ValueError naming a
+    CPU that /proc/stat does not list (offline or absent)."""
     want = {f"cpu{c}": c for c in cpus}
     hz = os.sysconf("SC_CLK_TCK")
     out: dict[int, int] = {}
@@ -92,6 +96,9 @@ def _proc_stat_busy_ns(cpus: Iterable[int]) -> dict[int, int]:
                 v = [int(x) for x in line.split()[1:]]
                 idle = v[3] + (v[4] if len(v) > 4 else 0)
                 out[want[name]] = int((sum(v[:8]) - idle) * 1e9 / hz)
+    missing = sorted(set(want.values()) - set(out))
+    if missing:
+        raise ValueError(f"host CPU(s) {missing} are not online (not in /proc/stat)")
     return out
 
 
@@ -140,7 +147,7 @@ def snapshot(cpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     """Reads the counters :func:`quality` compares: idle (or busy) time of
     each CPU in ``cpus``, machine-wide CPU pressure, and the schedstat of each
     thread of this process in ``tids``."""
-    cpus = sorted(set(cpus))
+    cpus = sorted({check_int("cpus entry", c, 0, 2**16) for c in cpus})
     idle = {c: _idle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
@@ -187,6 +194,9 @@ class Quality:
     freq_min_khz: int | None
     max_other_share: float = MAX_OTHER_SHARE
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE
+    #: why a traced run's trace was not used for ``other_busy_ns`` (it is
+    #: truncated: :meth:`vcpulab.tracing.TraceFrames.describe_truncation`); None otherwise
+    trace_truncated: str | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -218,6 +228,8 @@ class Quality:
             parts.append(f"steal vs fair share {self.steal_excess:+.1%}")
         if self.psi_cpu_some_share is not None:
             parts.append(f"CPU pressure {self.psi_cpu_some_share:.0%}")
+        if self.trace_truncated is not None:
+            parts.append(f"from {self.source}: the trace is incomplete")
         verdict = "DISTURBED" if self.disturbed else "clean"
         return f"quality: {verdict} — " + ", ".join(parts)
 

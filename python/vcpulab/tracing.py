@@ -48,11 +48,14 @@ __all__ = [
     "TRACE_SCHEMA",
     "Trace",
     "TraceFrames",
+    "TraceTruncatedWarning",
     "WAKEUPS_SCHEMA",
     "other_busy_ns",
 ]
 
 DEFAULT_MAX_EVENTS: int = _core.TRACE_DEFAULT_MAX_EVENTS
+#: the largest pid Linux hands out (PID_MAX_LIMIT on 64-bit, include/linux/threads.h)
+PID_MAX = 4_194_304
 DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
 #: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
 EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
@@ -84,10 +87,33 @@ class TraceFrames:
     wakeups: pl.DataFrame
     exits: pl.DataFrame
     halts: pl.DataFrame
-    #: events, lost (kernel buffer full), dropped (max_events reached), truncated,
+    #: events, lost (kernel buffer full), dropped (max_events reached), malformed
+    #: (records the format files do not describe), truncated (any of the three),
+    #: first_dropped_ns, complete_until_ns (where the frames end, ns from the
+    #: window's start: earlier than the window's end when the cap was reached),
     #: counts per tracepoint, cpus, exits_source, inferred_switch_ins (switches onto
     #: a traced CPU the kernel wrote no record of, inferred from the task's next record)
     info: dict[str, Any] = field(default_factory=dict)
+
+    def describe_truncation(self) -> str | None:
+        """One sentence on what is missing from a truncated trace, or None."""
+        i = self.info
+        if not i.get("truncated"):
+            return None
+        parts = []
+        if i.get("dropped"):
+            parts.append(f"{i['dropped']} events past the cap were dropped, so the frames end at "
+                         f"{i['complete_until_ns'] / 1e6:.1f} ms")  # fmt: skip
+        if i.get("lost"):
+            parts.append(f"the kernel lost {i['lost']} records (its ring buffer was full): the frames have gaps")
+        if i.get("malformed"):
+            parts.append(f"{i['malformed']} records did not match their format files and were not decoded")
+        return "; ".join(parts)
+
+
+class TraceTruncatedWarning(UserWarning):
+    """A traced run's trace misses events (``Run.trace_info["truncated"]``):
+    its frames are incomplete, and ``Run.quality`` was measured without it."""
 
 
 class Trace:
@@ -122,7 +148,10 @@ class Trace:
                 raise ValueError(f"cpus must be host CPU numbers >= 0, got {c!r}")
         check_int("max_events", max_events, 1, 1 << 32)
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
-        self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes), kvm_pid or os.getpid())
+        if kvm_pid is not None:
+            check_int("kvm_pid", kvm_pid, 1, PID_MAX)
+        self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes),
+                               os.getpid() if kvm_pid is None else int(kvm_pid))  # fmt: skip
         self.info: dict[str, Any] | None = None
 
     def stop(self) -> dict[str, Any]:
@@ -157,6 +186,7 @@ class Trace:
         halts = _df(f["halts"], HALTS_SCHEMA).with_columns(_null("window_ns"))
         info["exits_source"] = f["exits_source"]
         info["inferred_switch_ins"] = f["inferred_switch_ins"]
+        info["complete_until_ns"] = f["complete_until_ns"]
         return TraceFrames(trace=trace, wakeups=wakeups, exits=exits, halts=halts, info=info)
 
 

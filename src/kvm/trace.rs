@@ -447,6 +447,14 @@ pub struct Collected {
     pub dropped: u64,
     /// Records whose raw data was shorter than its format (not kept).
     pub malformed: u64,
+    /// The earliest time of a dropped event, CLOCK_MONOTONIC ns: every event
+    /// before it was kept (the reader drains the CPUs' buffers in turn, so
+    /// events dropped from one CPU's buffer may predate ones kept from
+    /// another's); None when nothing was dropped.
+    pub first_dropped_ns: Option<u64>,
+    /// Per buffer's CPU, the earliest time of an event dropped from it: that
+    /// CPU's own records (its switches) are complete before it.
+    pub first_dropped_by_cpu: HashMap<u32, u64>,
     /// Events seen per tracepoint name (kept or not; lost ones excluded).
     pub counts: HashMap<String, u64>,
     /// CPUs whose scheduler and KVM events were recorded.
@@ -457,9 +465,19 @@ pub struct Collected {
 }
 
 impl Collected {
-    /// True when events are missing (kernel buffer full or the cap reached).
+    /// True when events are missing: the kernel's buffer was full (`lost`),
+    /// the cap was reached (`dropped`), or records could not be decoded
+    /// (`malformed`: a format file that does not describe the records).
     pub fn truncated(&self) -> bool {
-        self.lost > 0 || self.dropped > 0
+        self.lost > 0 || self.dropped > 0 || self.malformed > 0
+    }
+
+    /// Up to when the events are complete as far as the cap goes: the first
+    /// dropped event's time, else `end_ns`. Frames end there (see
+    /// [`Frames::build`]); lost and malformed records leave gaps no time
+    /// bounds, which [`Collected::truncated`] reports.
+    pub fn complete_until_ns(&self) -> u64 {
+        self.first_dropped_ns.map_or(self.end_ns, |t| t.min(self.end_ns))
     }
 }
 
@@ -577,7 +595,7 @@ impl Decoding {
         }
         *self.seen.entry(ty as u64).or_insert(0) += 1;
         if self.out.events.len() >= self.opts.max_events {
-            self.out.dropped += 1;
+            self.drop_event(time_ns, cpu);
             return;
         }
         let kind = match pre {
@@ -602,10 +620,17 @@ impl Decoding {
             Pre::Skip => unreachable!("returned above"),
         };
         if self.out.events.try_reserve(1).is_err() {
-            self.out.dropped += 1;
+            self.drop_event(time_ns, cpu);
             return;
         }
         self.out.events.push(Event { time_ns, cpu, tid, kind });
+    }
+
+    fn drop_event(&mut self, time_ns: u64, cpu: u32) {
+        self.out.dropped += 1;
+        self.out.first_dropped_ns = Some(self.out.first_dropped_ns.map_or(time_ns, |t| t.min(time_ns)));
+        let t = self.out.first_dropped_by_cpu.entry(cpu).or_insert(time_ns);
+        *t = (*t).min(time_ns);
     }
 }
 
@@ -877,6 +902,9 @@ pub struct Frames {
     /// Which events the exits come from: "kvm_exit" (kvm_exit → kvm_entry) or, where
     /// the kernel emits no kvm_exit, "kvm_userspace_exit" (→ the next KVM_RUN's kvm_fpu load).
     pub exits_source: &'static str,
+    /// Where the frames end, ns from the window's start: the window's end, or
+    /// earlier where the trace reached its cap ([`Collected::complete_until_ns`]).
+    pub complete_until_ns: i64,
     /// Switches onto a traced CPU that the kernel did not trace, inferred from a later
     /// event of the task on that CPU (see [`Frames::build`]).
     pub inferred_switch_ins: u64,
@@ -898,15 +926,26 @@ impl Frames {
     /// for a vCPU leaving a halt, its first record is `kvm_vcpu_wakeup`, written
     /// just after it resumes) and counted in `inferred_switch_ins`. A pending
     /// wake-up of B is paired with the inferred switch.
+    ///
+    /// A trace that reached its cap is cut where events are missing: a CPU's
+    /// slices end at the first event dropped from its own buffer (its switches
+    /// are complete before that), and wake-ups, exits and halts, which pair
+    /// records of several CPUs, at the first event dropped from any buffer
+    /// ([`Collected::complete_until_ns`], reported as `complete_until_ns`). No
+    /// slice is stretched over records that were not kept.
     pub fn build(c: &Collected, start_ns: u64, end_ns: u64, vcpus: &[VcpuThread]) -> Frames {
         let mut f = Frames::default();
         let by_tid: HashMap<i32, VcpuThread> = vcpus.iter().map(|v| (v.tid, *v)).collect();
         let rel = |t: u64| t as i64 - start_ns as i64;
         let (lo, hi) = (start_ns, end_ns.max(start_ns));
+        // where the records stop being complete: per CPU (its own switches) and for all
+        let cpu_cut = |cpu: u32| c.first_dropped_by_cpu.get(&cpu).map_or(hi, |&t| t.clamp(lo, hi));
+        let all_cut = c.first_dropped_ns.map_or(hi, |t| t.clamp(lo, hi));
+        f.complete_until_ns = rel(all_cut);
         // trace: per CPU, the task running between consecutive switches
         let mut current: HashMap<u32, (i32, u32, u64)> = HashMap::new();
         let push_slice = |f: &mut Frames, cpu: u32, pid: i32, comm: u32, a: u64, b: u64| {
-            let (a, b) = (a.max(lo), b.min(hi));
+            let (a, b) = (a.max(lo), b.min(cpu_cut(cpu)));
             if pid == 0 || b <= a {
                 return;
             }
@@ -939,7 +978,7 @@ impl Frames {
         f.exits_source = if from_kvm_exit { "kvm_exit" } else { "kvm_userspace_exit" };
         // a wake-up at `t` of a vCPU thread that ran from `run`, both in the window
         let push_wake = |f: &mut Frames, w: &VcpuThread, t: u64, run: u64| {
-            if t >= lo && run >= lo && run < hi {
+            if t >= lo && run >= lo && run < all_cut {
                 f.w_vm.push(w.vm);
                 f.w_vcpu.push(w.vcpu);
                 f.w_tid.push(w.tid as i64);
@@ -950,6 +989,9 @@ impl Frames {
         // the last comm seen for each pid (for a slice whose switch-in was not traced)
         let mut comm_of: HashMap<i32, u32> = HashMap::new();
         for e in &c.events {
+            if e.time_ns >= cpu_cut(e.cpu) {
+                continue; // this CPU's buffer lost records from here on (the cap)
+            }
             if traced_cpu(e.cpu) {
                 // the task this record proves to be running on its CPU
                 let on_cpu = match e.kind {
@@ -973,6 +1015,9 @@ impl Frames {
                         }
                     }
                 }
+            }
+            if e.time_ns >= all_cut && !matches!(e.kind, Kind::Switch { .. }) {
+                continue; // pairs records of several CPUs: complete only before the first drop anywhere
             }
             match e.kind {
                 Kind::Switch { prev_pid, prev_comm, next_pid, next_comm } => {
@@ -1125,6 +1170,47 @@ mod tests {
 
     fn ev(t: u64, cpu: u32, tid: u32, kind: Kind) -> Event {
         Event { time_ns: t, cpu, tid, kind }
+    }
+
+    #[test]
+    fn a_capped_trace_ends_each_cpus_frames_at_its_first_dropped_event() {
+        // CPU 1 ran the vCPU thread 42, CPU 2 task 9; events of CPU 1's buffer
+        // from 2000 on were dropped (the cap), CPU 2's buffer lost nothing, and
+        // the window runs to 10000. CPU 1's slice ends at 2000 (not stretched
+        // over what was not kept), CPU 2's runs to the end; records pairing
+        // several CPUs (here a halt at 5000 in CPU 0's buffer) stop at 2000.
+        let sw = |prev: i32, next: i32| Kind::Switch { prev_pid: prev, prev_comm: 0, next_pid: next, next_comm: 0 };
+        let c = Collected {
+            comms: vec![*b"x\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"],
+            cpus: vec![1, 2],
+            events: vec![
+                ev(0, 1, 7, sw(7, 42)),
+                ev(0, 2, 8, sw(8, 9)),
+                ev(1000, 1, 42, Kind::VcpuWakeup { ns: 10, waited: true, valid: true }),
+                ev(5000, 0, 42, Kind::VcpuWakeup { ns: 10, waited: true, valid: true }),
+            ],
+            dropped: 3,
+            first_dropped_ns: Some(2000),
+            first_dropped_by_cpu: [(1, 2000)].into_iter().collect(),
+            end_ns: 10_000,
+            ..Default::default()
+        };
+        assert!(c.truncated() && c.complete_until_ns() == 2000);
+        let f = Frames::build(&c, 0, 10_000, &[VcpuThread { tid: 42, vm: 0, vcpu: 0 }]);
+        assert_eq!(f.t_pcpu, vec![1, 2]);
+        assert_eq!(
+            (f.t_tid.clone(), f.t_start_ns.clone(), f.t_end_ns.clone()),
+            (vec![42, 9], vec![0, 0], vec![2000, 10_000])
+        );
+        assert_eq!(f.h_time_ns, vec![1000]);
+        assert_eq!(f.complete_until_ns, 2000);
+        // not capped: the frames run to the window's end
+        let whole = Collected { dropped: 0, first_dropped_ns: None, first_dropped_by_cpu: HashMap::new(), ..c };
+        assert!(!whole.truncated());
+        let f = Frames::build(&whole, 0, 10_000, &[]);
+        assert_eq!((f.complete_until_ns, f.t_end_ns), (10_000, vec![10_000, 10_000]));
+        // malformed records alone make a trace truncated (gaps with no time bound)
+        assert!(Collected { malformed: 1, ..Default::default() }.truncated());
     }
 
     #[test]

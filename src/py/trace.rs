@@ -47,8 +47,8 @@ impl PyTracer {
     }
 
     /// Stops recording (idempotent) and returns what was recorded: events,
-    /// lost, dropped, malformed, truncated, counts (per tracepoint), cpus,
-    /// start_ns, end_ns (CLOCK_MONOTONIC).
+    /// lost, dropped, malformed, truncated, first_dropped_ns, counts (per
+    /// tracepoint), cpus, start_ns, end_ns (CLOCK_MONOTONIC).
     fn stop<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let t = lock(&self.running).take();
         if let Some(t) = t {
@@ -63,6 +63,7 @@ impl PyTracer {
         d.set_item("dropped", c.dropped)?;
         d.set_item("malformed", c.malformed)?;
         d.set_item("truncated", c.truncated())?;
+        d.set_item("first_dropped_ns", c.first_dropped_ns)?;
         d.set_item("counts", c.counts.clone())?;
         d.set_item("cpus", c.cpus.clone())?;
         d.set_item("start_ns", c.start_ns)?;
@@ -120,6 +121,7 @@ impl PyTracer {
         out.set_item("halts", d)?;
         out.set_item("exits_source", f.exits_source)?;
         out.set_item("inferred_switch_ins", f.inferred_switch_ins)?;
+        out.set_item("complete_until_ns", f.complete_until_ns)?;
         Ok(out)
     }
 
