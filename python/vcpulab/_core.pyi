@@ -62,6 +62,7 @@ __all__ = [
 UCALL_PORT: int
 IRQ_COUNTS_ADDR: int
 MAX_MEMORY_MIB: int
+MAX_PROGRAM_ROUNDS: int
 MSR_KVM_STEAL_TIME: int
 
 class VcpulabError(Exception): ...

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Sequence, overload
 
 import numpy as np
@@ -35,6 +37,7 @@ import polars as pl
 from vcpulab import _core, tracing
 from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
+from vcpulab._interrupt import keep_partial
 from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 
@@ -191,7 +194,8 @@ class PvSpinLock(SpinLock):
 @dataclass(frozen=True)
 class MsiPingPong(Workload):
     """Host → vCPU messages: the guest halts; ``gap_us`` after it announced
-    its halt the host sends an MSI; ``rounds`` times. Needs one vCPU per VM.
+    its halt the host sends an MSI; ``rounds`` times (2 to 16,384: the guest
+    records every round's halt in its data area). Needs one vCPU per VM.
 
     Result columns: rounds, rtt_median_us / rtt_p99_us (host-timed, MSI sent →
     guest about to halt again), halt_median_us (guest-timed with RDTSC and
@@ -208,7 +212,7 @@ class MsiPingPong(Workload):
             raise ValueError(f"MsiPingPong runs on exactly one vCPU per VM, got {n_vcpus}")
         if not irqchip:
             raise ValueError("MsiPingPong needs irqchip=True")
-        check_int("MsiPingPong.rounds", self.rounds, 2, _core_max_rounds())
+        check_int("MsiPingPong.rounds", self.rounds, 2, _core.MAX_PROGRAM_ROUNDS)
         check_float("MsiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
         check_int("MsiPingPong.vector", self.vector, 32, 255)
         if self.rounds < 2 or self.gap_us < 0:
@@ -236,7 +240,8 @@ class MsiPingPong(Workload):
 @dataclass(frozen=True)
 class IpiPingPong(Workload):
     """vCPU ↔ vCPU messages: vCPU 0 waits ``gap_us`` (spinning on RDTSC), sends
-    an IPI to vCPU 1 and halts until its reply; ``rounds`` times. Needs two vCPUs.
+    an IPI to vCPU 1 and halts until its reply; ``rounds`` times (at most
+    16,384: the guest records every round). Needs two vCPUs.
 
     Result columns (on vCPU 0's row): rounds, rtt_median_us, rtt_p99_us
     (guest RDTSC, converted with KVM's TSC frequency); vCPU 1's row has replies.
@@ -252,7 +257,7 @@ class IpiPingPong(Workload):
             raise ValueError(f"IpiPingPong runs on exactly two vCPUs per VM, got {n_vcpus}")
         if not irqchip:
             raise ValueError("IpiPingPong needs irqchip=True")
-        check_int("IpiPingPong.rounds", self.rounds, 1, 2**32 - 1)
+        check_int("IpiPingPong.rounds", self.rounds, 1, _core.MAX_PROGRAM_ROUNDS)
         check_float("IpiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
         check_int("IpiPingPong.vector_base", self.vector_base, 32, 254)
         if self.rounds < 1 or self.gap_us < 0:
@@ -323,12 +328,6 @@ class Spin(Workload):
         return {"pauses": [int(counter[v.id]) for v in vcpus]}
 
 
-def _core_max_rounds() -> int:
-    from vcpulab.kvm import MSI_PING_MAX_COUNT
-
-    return MSI_PING_MAX_COUNT
-
-
 #: Most vCPUs per VM of an experiment: guest programs address vCPUs by their
 #: 8-bit xAPIC id (and keep one result slot per id below 256).
 MAX_VCPUS = 256
@@ -336,9 +335,27 @@ MAX_VCPUS = 256
 MAX_DURATION_S = 86_400.0 - GRACE_S
 
 
+def _check_quality_thresholds(qt: Any) -> None:
+    if qt is None:
+        return
+    if not isinstance(qt, Mapping):
+        raise TypeError(f"quality_thresholds must be a mapping of {sorted(QUALITY_THRESHOLDS)} to shares, got "
+                        f"{type(qt).__name__} {qt!r}")  # fmt: skip
+    bad = sorted(set(qt) - QUALITY_THRESHOLDS)
+    if bad:
+        raise ValueError(f"quality_thresholds: unknown key(s) {bad}; expected {sorted(QUALITY_THRESHOLDS)}")
+    for k, v in qt.items():
+        check_float(f"quality_thresholds[{k!r}]", v, 0.0, 1.0, unit="(a share of the run's CPU time)")
+
+
+#: the keys ``run(quality_thresholds=...)`` takes (the thresholds of vcpulab.quality.quality)
+QUALITY_THRESHOLDS = frozenset({"max_other_share", "max_alone_delay_share"})
+
+
 def _check_run_args(
     workload: Any, vcpus: Any, vms: Any, duration_s: Any, sample_every_s: Any, memory_mib: Any,
     halt_poll_ns: Any, steal_time: Any, poll_every_s: Any, pcpus: Any, placement: Any, host: Any,
+    quality_thresholds: Any = None, trace: Any = False, trace_max_events: Any = 1,
 ) -> None:
     """Every argument of :func:`run`, checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -366,6 +383,9 @@ def _check_run_args(
                 check_int(f"{name} entry", c, 0, 2**16)
     if host is not None:
         check_type("host", host, Host)
+    _check_quality_thresholds(quality_thresholds)
+    check_bool("trace", trace)
+    check_int("trace_max_events", trace_max_events, 1, 1 << 32)
     gap = getattr(workload, "gap_us", None)
     if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration_s:
         raise ValueError(
@@ -496,6 +516,13 @@ class Trials:
     """
 
     runs: list[Run]
+
+    def __post_init__(self) -> None:
+        self.runs = list(self.runs)
+        if not self.runs:
+            raise ValueError("Trials needs at least one Run (got none)")
+        for r in self.runs:
+            check_type("Trials.runs entry", r, Run)
 
     def _stack(self, name: str) -> pl.DataFrame:
         return pl.concat(
@@ -713,20 +740,24 @@ def run(
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
     at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
+    _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
+                    pcpus, placement, host, quality_thresholds, trace, trace_max_events)  # fmt: skip
     if repeat is not None:
-        _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
-                        pcpus, placement, host)  # fmt: skip
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
         kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration_s=duration_s, sample_every_s=sample_every_s, vms=vms,
                   memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
                   poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds,
                   trace=trace, trace_max_events=trace_max_events)  # fmt: skip
-        return Trials([run(workload, **kw) for _ in range(repeat)])  # type: ignore[call-overload]
-    _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
-                    pcpus, placement, host)  # fmt: skip
-    check_bool("trace", trace)
-    check_int("trace_max_events", trace_max_events, 1, 1 << 32)
+        done: list[Run] = []
+        try:
+            for _ in range(repeat):
+                done.append(run(workload, **kw))  # type: ignore[call-overload]
+        except KeyboardInterrupt as e:
+            keep_partial(e, Trials(done) if done else None, call="experiment.run", done=len(done), total=repeat,
+                         unit="trials")  # fmt: skip
+            raise
+        return Trials(done)
     vcpus, vms, duration_s = int(vcpus), int(vms), float(duration_s)
     workload.check(vcpus, True)
     where = _placement(vms, vcpus, pcpus, placement)
@@ -850,6 +881,15 @@ def run(
         if tf is not None:
             config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
             r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
+        if tf is not None and tf.info["truncated"]:
+            warnings.warn(
+                tracing.TraceTruncatedWarning(
+                    f"the trace of run({type(workload).__name__}, vcpus={vcpus}) is incomplete: "
+                    f"{tf.describe_truncation()}; Run.quality was measured from the {q.source} counters instead "
+                    "(raise trace_max_events, or shorten the run)"
+                ),
+                stacklevel=frames_in_package() + 1,
+            )
         if warn_quality:
             # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
             q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
@@ -888,12 +928,15 @@ def _run_quality(
         cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
         steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
     traced = None
-    if tf is not None:
+    untrusted = tf.describe_truncation() if tf is not None else None
+    if tf is not None and untrusted is None:
+        # an incomplete trace says nothing exact about other tasks: the counters are used instead
         cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
         traced = tracing.other_busy_ns(tf.trace, cpus, placement)
-    return quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
-                   traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None else None),
-                   **(thresholds or {}))  # fmt: skip
+    q = quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
+                traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
+                **(thresholds or {}))  # fmt: skip
+    return replace(q, trace_truncated=untrusted) if untrusted is not None else q
 
 
 class _Driver(threading.Thread):

@@ -1126,6 +1126,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("IRQ_COUNTS_ADDR", crate::kvm::guest::IRQ_COUNTS_ADDR)?;
     m.add("STEAL_AREA_ADDR", crate::kvm::guest::STEAL_AREA_ADDR)?;
     m.add("MAX_MEMORY_MIB", crate::kvm::vm::MAX_MEMORY_MIB)?;
+    m.add("MAX_PROGRAM_ROUNDS", crate::kvm::guest::program::MAX_ROUNDS)?;
     m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;
     // one source for the tables Python used to keep by hand
     m.add("GUEST_PROGRAMS", PROGRAMS.iter().map(|&(n, ps, doc)| (n, ps.to_vec(), doc)).collect::<Vec<_>>())?;

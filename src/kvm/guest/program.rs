@@ -400,8 +400,9 @@ impl Spec {
             Spec::TripleFault => 16,
             Spec::IoOutString { count, .. } => *count,
             Spec::SpinLock { .. } => SpinLockLayout::RECORDS + SpinLockLayout::MAX_VCPUS * SpinLockLayout::RECORD_SIZE,
-            Spec::MsiPong { count, .. } => 64 + 8 * count,
-            Spec::IpiPingPong { rounds, .. } => 64 + 8 * rounds,
+            // saturating: a count past MAX_ROUNDS is refused by `build`, never wrapped into a small size
+            Spec::MsiPong { count, .. } => count.saturating_mul(8).saturating_add(64),
+            Spec::IpiPingPong { rounds, .. } => rounds.saturating_mul(8).saturating_add(64),
             Spec::IdleTicks { .. } => 8 * MAX_PER_VCPU_RESULTS,
             _ => 0,
         }
