@@ -63,6 +63,8 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
+from vcpulab._checks import check_bool, check_float, check_int, check_type
+from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
 
 __all__ = [
@@ -318,6 +320,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     allowed = sorted(_core.allowed_cpus())
     if cpu is None:
         cpu = allowed[-1]
+    cpu = check_int("cpu", cpu, 0, 2**16)
     if cpu not in allowed:
         raise ValueError(f"host CPU {cpu} is not usable; this process may run on {allowed}")
     with _LOCK:
@@ -465,16 +468,35 @@ class Experiment:
     halt_poll_ns: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "cpus", tuple(self.cpus))
-        if self.vcpus < 1:
-            raise ValueError(f"Experiment.vcpus must be >= 1, got {self.vcpus}")
+        from vcpulab.experiment import MAX_DURATION_S, MAX_VCPUS
+
+        check_type("Experiment.workload", self.workload, Workload)
+        check_int("Experiment.vcpus", self.vcpus, 1, MAX_VCPUS)
+        if isinstance(self.cpus, (str, bytes)) or not hasattr(self.cpus, "__iter__"):
+            raise TypeError(f"Experiment.cpus must be a sequence of host CPU numbers, got {self.cpus!r}")
+        object.__setattr__(self, "cpus", tuple(check_int("Experiment.cpus entry", c, 0, 2**16) for c in self.cpus))
         if not self.cpus or len(set(self.cpus)) != len(self.cpus):
             raise ValueError(f"Experiment.cpus must name distinct host CPUs, got {self.cpus}")
         if self.pinning not in ("shared", "one_each"):
             raise ValueError(f"Experiment.pinning must be 'shared' or 'one_each', got {self.pinning!r}")
-        if not self.duration_s > 0:
-            raise ValueError(f"Experiment.duration_s must be positive, got {self.duration_s}")
+        check_float("Experiment.duration_s", self.duration_s, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
+        if self.halt_poll_ns is not None:
+            check_int("Experiment.halt_poll_ns", self.halt_poll_ns, 0, 2**32 - 1)
         self.workload.check(self.vcpus, True)
+
+    def check_runnable(self) -> None:
+        """ValueError naming the CPUs when this process may not run on all of
+        ``cpus`` (checked before any real trial, not when the experiment is
+        described: a twin needs no such CPU)."""
+        from vcpulab import _core
+
+        allowed = set(_core.allowed_cpus())
+        missing = sorted(set(self.cpus) - allowed)
+        if missing:
+            raise ValueError(
+                f"Experiment.cpus {list(self.cpus)}: host CPU(s) {missing} are not usable here; this process may run "
+                f"on {sorted(allowed)}"
+            )
 
     def placement(self) -> list[list[int]]:
         if self.pinning == "shared":
@@ -749,12 +771,20 @@ def twin(
 
     Raises ``ValueError`` for experiments without a twin.
     """
+    if other_share is not None:
+        check_float("other_share", other_share, 0.0, 1.0, unit="(a share of the run's CPU time)")
+        if other_share >= 1.0:
+            raise ValueError(f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}")
     if isinstance(exp, Run):
         if other_share is None and exp.quality is not None:
-            other_share = exp.quality.other_share
+            # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
+            other_share = min(exp.quality.other_share, 0.99)
         if start_gap_ns is None:
             start_gap_ns = start_gap_of([exp])
         exp = Experiment.from_run(exp)
+    check_type("exp", exp, Experiment)
+    if cal is not None:
+        check_type("cal", cal, Calibration)
     cal = cal or calibrate()
     w = exp.workload
     a, b = cal["path_insn_ns"], cal["loop_insn_ns"]
@@ -830,7 +860,7 @@ def twin(
     if other_load is not None:
         hkw["background"], hkw["noise"] = host_load_for(exp, other_load, machine_cpus=machine)
     elif other_share:
-        hkw["background"] = background_for(exp, min(float(other_share), 0.99), other_burst_ns)
+        hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
         hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if isinstance(w, IpiPingPong) else cal["wake_block_ns"])
     wkw: dict[str, Any] = dict(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0)))
@@ -1266,9 +1296,9 @@ def run_real(
     ``failures``; when every trial fails the last error is raised. ``trace``:
     each trial records the kernel's trace (``run(trace=True)``: ``Run.trace``,
     ``Run.wakeups``; docs/tracing.md)."""
-    if trials < 1:
-        raise ValueError(f"trials must be >= 1, got {trials}")
-    out = []
+    check_int("trials", trials, 1, 1000)
+    exp.check_runnable()
+    out: list[Run] = []
     last: TimeoutError | None = None
     base_slice = cal["base_slice_ns"] if cal is not None else float(host_knobs()["base_slice_ns"].value)
     with warnings.catch_warnings():
@@ -1288,6 +1318,9 @@ def run_real(
                 last = e
                 if failures is not None:
                     failures.append(str(e))
+            except KeyboardInterrupt as e:
+                keep_partial(e, out, call="twins.run_real", done=len(out), total=trials, unit="real trials")
+                raise
     if not out and last is not None:
         raise last
     return out
@@ -1306,8 +1339,7 @@ def run_sim(
 ) -> list[tuple[sim.Config, sim.Result]]:
     """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see :func:`twin`).
     ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    check_int("seeds", seeds, 1, 1000)
     out = []
     for s in range(seeds):
         traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
@@ -1404,11 +1436,41 @@ def compare(
     spin locks, MSI with polling on) have none: NaN there. ``real`` runs
     passed in are used as they are (traced or not).
     """
-    cal = cal or calibrate()
-    failures: list[str] = []
+    check_type("exp", exp, Experiment)
+    check_int("trials", trials, 1, 1000)
+    check_int("seeds", seeds, 1, 1000)
+    check_bool("trace", trace)
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
-    runs = list(real) if real is not None else run_real(exp, trials, failures, cal, trace=trace)
+    if real is not None:
+        real = list(real)
+        for r in real:
+            check_type("real entry", r, Run)
+    cal = cal or calibrate()
+    twin(exp, cal)  # an experiment without a twin is refused before its real trials run
+    failures: list[str] = []
+    if real is None:
+        try:
+            runs = run_real(exp, trials, failures, cal, trace=trace)
+        except KeyboardInterrupt as e:
+            # the finished real trials: compare(exp, real=e.partial) resumes from them
+            keep_partial(e, partial_of(e), call="twins.compare", done=len(partial_of(e) or []), total=trials,
+                         unit="real trials (pass them back as compare(exp, real=e.partial))")  # fmt: skip
+            raise
+    else:
+        runs = real
+    try:
+        return _compare_rows(exp, runs, failures, seeds, cal, load, trace)
+    except KeyboardInterrupt as e:
+        keep_partial(e, runs, call="twins.compare", done=len(runs), total=len(runs),
+                     unit="real trials (the twin was interrupted; pass them back as compare(exp, real=e.partial))")  # fmt: skip
+        raise
+
+
+def _compare_rows(
+    exp: Experiment, runs: list[Run], failures: list[str], seeds: int, cal: Calibration, load: str, trace: bool
+) -> pl.DataFrame:
+    """:func:`compare`'s frame from its real runs and the twin's seeds."""
     shares = [r.quality.other_share for r in runs if r.quality is not None]
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
@@ -1576,7 +1638,9 @@ class Grid:
     factor and per direction metric: the real and simulated differences, the
     real difference's significance, and whether the signs agree.
     ``no_twin``: experiments without a twin and why. ``calibration``: the
-    :class:`Calibration` used.
+    :class:`Calibration` used. ``no_real``: cells whose every real trial
+    missed its deadline; ``failed``: cells whose comparison raised
+    (``"ValueError: …"``), the other cells kept.
     """
 
     cells: pl.DataFrame
@@ -1586,6 +1650,8 @@ class Grid:
     #: cells whose every real trial missed its deadline, with the error
     no_real: list[tuple[str, str]] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    #: cells whose comparison raised, with the exception's type and message
+    failed: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """The agreement numbers (see :meth:`line`)."""
@@ -1729,35 +1795,69 @@ def grid(
     (``seeds`` seeds), compare (:func:`compare`) and derive the between-cell
     directions. ``experiments`` default: :func:`default_grid`. ``trace``: the
     real trials are traced and each cell gets its run-slice and wake-up
-    latency KS rows (:func:`compare`)."""
+    latency KS rows (:func:`compare`).
+
+    Every argument is checked before the first real trial; a cell on CPUs
+    this process may not use is recorded in :attr:`Grid.no_real`, and one
+    whose comparison fails in :attr:`Grid.failed`; the grid goes on. Ctrl-C raises
+    ``KeyboardInterrupt`` within about a second; its ``partial`` is the
+    :class:`Grid` of the cells that had finished."""
+    check_int("trials", trials, 1, 1000)
+    check_int("seeds", seeds, 1, 1000)
+    check_bool("trace", trace)
+    check_bool("progress", progress)
+    if load not in ("measured", "one_task", "none"):
+        raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     cal = cal or calibrate()
     exps = list(experiments) if experiments is not None else default_grid()
-    frames = []
+    for e in exps:
+        check_type("experiments entry", e, Experiment)
+    frames: list[pl.DataFrame] = []
     no_twin: list[tuple[str, str]] = []
     no_real: list[tuple[str, str]] = []
-    for i, exp in enumerate(exps):
-        name = cell_name(exp)
-        try:
-            twin(exp, cal)
-        except ValueError as e:
-            no_twin.append((name, str(e)))
-            continue
-        try:
-            c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
-        except TimeoutError as e:
-            no_real.append((name, str(e)))
+    failed: list[tuple[str, str]] = []
+    config = {"trials": trials, "seeds": seeds, "load": load, "trace": trace}
+
+    def result() -> Grid:
+        cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        first = ["cell", *FACTORS]
+        cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
+        return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
+                    calibration=cal, no_real=no_real, config=config, failed=failed)  # fmt: skip
+
+    try:
+        for i, exp in enumerate(exps):
+            name = cell_name(exp)
+            try:
+                twin(exp, cal)
+            except ValueError as e:
+                no_twin.append((name, str(e)))
+                continue
+            try:
+                exp.check_runnable()
+            except ValueError as e:
+                no_real.append((name, str(e)))
+                continue
+            try:
+                c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
+            except TimeoutError as e:
+                no_real.append((name, str(e)))
+                if progress:
+                    print(f"[{i + 1}/{len(exps)}] {name}: every real trial missed its deadline: {e}", flush=True)
+                continue
+            except (ValueError, RuntimeError, OSError) as e:
+                failed.append((name, f"{type(e).__name__}: {e}"))
+                if progress:
+                    print(f"[{i + 1}/{len(exps)}] {name}: failed: {type(e).__name__}: {e}", flush=True)
+                continue
+            f = cell_factors(exp)
+            frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
             if progress:
-                print(f"[{i + 1}/{len(exps)}] {name}: every real trial missed its deadline: {e}", flush=True)
-            continue
-        f = cell_factors(exp)
-        frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
-        if progress:
-            print(f"[{i + 1}/{len(exps)}] {name}: other tasks {float(c['other_share_max'][0]):.0%}", flush=True)
-    cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
-    first = ["cell", *FACTORS]
-    cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
-    return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
-                calibration=cal, no_real=no_real, config={"trials": trials, "seeds": seeds, "load": load, "trace": trace})  # fmt: skip
+                print(f"[{i + 1}/{len(exps)}] {name}: other tasks {float(c['other_share_max'][0]):.0%}", flush=True)
+    except KeyboardInterrupt as e:
+        keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(exps), unit="cells")
+        raise
+    return result()
 
 
 # -------------------------------------------------------------------- distributions
