@@ -352,8 +352,8 @@ def load_spec(path: Path) -> tuple[Config, dict[str, list[object]] | None, dict[
         raise ValueError(f"{path}: [output] sched_map must be true or false, got {output['sched_map']!r}")
     if "us_per_pixel" in output:
         upp = output["us_per_pixel"]
-        if isinstance(upp, bool) or not isinstance(upp, (int, float)) or not (upp > 0 and math.isfinite(upp)):
-            raise ValueError(f"{path}: [output] us_per_pixel must be a positive number, got {upp!r}")
+        if isinstance(upp, bool) or not isinstance(upp, (int, float)) or not (0 < upp <= 1e9):
+            raise ValueError(f"{path}: [output] us_per_pixel must be a number of µs in (0, 1e9], got {upp!r}")
     return base, grid, output
 
 

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import polars as pl
-
 from matplotlib.figure import Figure as _MplFigure
+
+from vcpulab._checks import check_float
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -147,6 +148,11 @@ def _trace_of(obj: Any) -> pl.DataFrame:
 BACKGROUND, IDLE = -1, -2
 
 
+#: the widest column a sched map takes, µs (1000 s: wider says nothing a
+#: single column would not)
+MAX_US_PER_PIXEL = 1e9
+
+
 def sched_map_codes(
     obj: Any,
     us_per_pixel: float = 10.0,
@@ -163,8 +169,7 @@ def sched_map_codes(
     task, :data:`IDLE` (-2) for nothing. ``obj`` is a simulator Result with a
     trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu).
     """
-    if not us_per_pixel > 0:
-        raise ValueError(f"us_per_pixel must be positive, got {us_per_pixel}")
+    check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
     trace = _trace_of(obj)
     n_pcpus = pcpus if pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
     t0 = (_as_int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)

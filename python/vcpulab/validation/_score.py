@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -12,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
+from vcpulab._checks import check_int
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
@@ -290,6 +292,9 @@ def validate(
             raise ValueError("validate: seeds must not be empty")
     if isinstance(duration_scale, bool) or not isinstance(duration_scale, (int, float)) or not duration_scale > 0:
         raise ValueError(f"validate: duration_scale must be a number > 0, got {duration_scale!r}")
+    check_int("batch_size", batch_size, 1, 1 << 20)
+    if executor is not None and not isinstance(executor, cf.Executor):
+        raise TypeError(f"validate: executor must be a concurrent.futures.Executor (or None), got {type(executor).__name__}")
     sel = _select(cases)
     prof_for = {c.name: _profile(costs, c) for c in sel}
     lengths = (1.0, 0.5)
