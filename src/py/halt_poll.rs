@@ -104,15 +104,14 @@ fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bou
 #[pyfunction]
 fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let interrupt = Interrupt::flag_only();
-    let rs: Vec<Result<ScenarioResult, Failure>> =
-        run_polled(py, &interrupt, || {
-            scenarios_json
-                .par_iter()
-                // a scenario not started when Ctrl-C came is not started
-                .map(|s| if interrupt.check() { Err(Failure::Interrupted) } else { run_one(s, &|| interrupt.check()) })
-                .collect()
-        })
-        .map_err(|m| to_err(Failure::Bug(m)))?;
+    let rs: Vec<Result<ScenarioResult, Failure>> = run_polled(py, &interrupt, || {
+        scenarios_json
+            .par_iter()
+            // a scenario not started when Ctrl-C came is not started
+            .map(|s| if interrupt.check() { Err(Failure::Interrupted) } else { run_one(s, &|| interrupt.check()) })
+            .collect()
+    })
+    .map_err(|m| to_err(Failure::Bug(m)))?;
     if let Some(e) = interrupt.take() {
         return Err(e);
     }

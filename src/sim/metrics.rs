@@ -14,7 +14,10 @@ pub enum Column {
     Bool(Vec<bool>),
     /// A categorical column: row `i` is `names[codes[i]]` (one byte a row;
     /// the trace's `why`).
-    Cat { codes: Vec<u8>, names: Vec<&'static str> },
+    Cat {
+        codes: Vec<u8>,
+        names: Vec<&'static str>,
+    },
 }
 
 /// An ordered set of named columns of equal length.
