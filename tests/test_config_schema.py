@@ -266,8 +266,12 @@ def test_python_and_rust_enforce_the_schemas_limits(name: str, field: str) -> No
         bad = int(hi + step) if is_int and not hi_open else (int(hi) if is_int else (hi if hi_open else hi + step))
         with pytest.raises(ValueError, match=rf"{name}\.{field} must"):
             _make(cls, {**ctx, field: bad})
-        if "maximum" in f or "exclusiveMaximum" in f:  # a stated limit (a type's own range fails in serde)
-            with pytest.raises(ValueError, match=rf"\b{field}\b"):
+        if "maximum" in f or "exclusiveMaximum" in f:
+            # a stated limit, or a type's own range, which serde refuses naming the
+            # field's path (a phase's fields only as far as the phase: an internally
+            # tagged enum is parsed as a whole)
+            where = r"phases\[1\]" if isinstance(obj, PHASE_CLASSES) else rf"\b{field}\b"
+            with pytest.raises(ValueError, match=rf"{where}|\b{field}\b"):
                 _core.sim_validate(_rust_json(obj, field, bad, vm))
         checked += 1
     # the minimum likewise
@@ -374,3 +378,77 @@ def test_python_and_rust_refuse_the_same_rules_across_fields(cfg: dict[str, Any]
         _core.sim_validate(json.dumps(cfg))
     with pytest.raises(ValueError, match=rf"(?i){field}"):
         sim.Config.from_dict(cfg)
+
+
+# ------------------------------------------------ the JSON Schema against the validator
+
+
+def _numeric_paths(s: Any, obj: Any, path: list[Any]) -> Any:
+    """(path in the config JSON, field schema) of every number below ``obj``."""
+    defs = SCHEMA.get("$defs", {})
+    while "$ref" in s:
+        s = defs[s["$ref"].split("/")[-1]]
+    for key in ("anyOf", "oneOf"):
+        if key in s:
+            for sub in s[key]:
+                yield from _numeric_paths(sub, obj, path)
+            return
+    types = s.get("type") if isinstance(s.get("type"), list) else [s.get("type")]
+    if "object" in types and isinstance(obj, dict):
+        for k, v in s.get("properties", {}).items():
+            if k in obj:
+                yield from _numeric_paths(v, obj[k], path + [k])
+    elif "array" in types and isinstance(obj, list) and obj:
+        yield from _numeric_paths(s.get("items", {}), obj[0], path + [0])
+    elif "integer" in types or "number" in types:
+        yield path, s
+
+
+def _boundary_values(s: dict[str, Any]) -> set[Any]:
+    is_int = "integer" in (s["type"] if isinstance(s["type"], list) else [s["type"]])
+    vals: set[Any] = {0, -1, 1, 2**32, 2**53}
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if key in s:
+            m = s[key]
+            step = 1 if is_int else max(abs(m), 1.0) * 1e-9
+            vals |= {m, m - step, m + step}
+    if not is_int:
+        vals |= {0.5, 1e300}
+    return {int(v) for v in vals if v == int(v)} if is_int else {float(v) for v in vals}
+
+
+def test_the_json_schema_and_the_validator_agree_on_every_boundary() -> None:
+    # the schema is what editors and other tools check SPECs against: every
+    # value at or next to a stated limit (and 0, -1, 2^32, 2^53) must get the
+    # same verdict from the schema and from validate(), except where one of the
+    # schema's own x-cross-field-rules refuses it (fields of the default config)
+    jsonschema = pytest.importorskip("jsonschema")
+    check = jsonschema.Draft202012Validator(SCHEMA)
+    rules = SCHEMA["x-cross-field-rules"]
+    ruled = {f.rsplit(".", 1)[-1] for r in rules for f in r["fields"]}
+    base = json.loads(_core.sim_default_config())
+    checked, unexplained = 0, []
+    for path, s in _numeric_paths(SCHEMA, base, []):
+        for v in sorted(_boundary_values(s)):
+            if isinstance(v, int) and not -(2**63) <= v < 2**64:
+                continue
+            d = copy.deepcopy(base)
+            where = d
+            for k in path[:-1]:
+                where = where[k]
+            where[path[-1]] = v
+            checked += 1
+            schema_ok = check.is_valid(d)
+            try:
+                _core.sim_validate(json.dumps(d))
+                valid_ok, msg = True, ""
+            except ValueError as e:
+                valid_ok, msg = False, str(e)
+            if schema_ok == valid_ok:
+                continue
+            # the validator refused a value the schema allows: only a cross-field rule may
+            if schema_ok and any(f in msg for f in ruled):
+                continue
+            unexplained.append((".".join(map(str, path)), v, schema_ok, msg[:100]))
+    assert checked > 500
+    assert not unexplained, unexplained

@@ -1180,6 +1180,9 @@ pub mod limits {
 /// old halt-poll policy names) are added as documented (deprecated) values.
 pub fn json_schema() -> serde_json::Value {
     let mut v = serde_json::to_value(schemars::schema_for!(SimConfig)).expect("schema serialises");
+    type_ranges(&mut v);
+    v["x-cross-field-rules"] =
+        CROSS_FIELD_RULES.iter().map(|(fields, rule)| serde_json::json!({"fields": fields, "rule": rule})).collect();
     // serde aliases are not seen by schemars: list them so that what the parser accepts validates
     for (def, alias, of, deprecated) in ENUM_ALIASES {
         let d = &mut v["$defs"][*def];
@@ -1198,6 +1201,54 @@ pub fn json_schema() -> serde_json::Value {
         }
     }
     v
+}
+
+/// The rules across fields that [`SimConfig::validate`] enforces and a JSON
+/// Schema cannot state (each field's own range can): which fields, and the
+/// rule. The schema lists them as `x-cross-field-rules`; a value inside every
+/// stated range is refused only by one of these (tests/test_config_schema.py
+/// probes every boundary).
+pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
+    (&["warmup_ns", "duration_ns"], "warmup_ns < duration_ns"),
+    (&["host.idle_states"], "each idle state at least as deep (exit and residency) as the one before"),
+    (&["host.noise.kthread_hz", "host.noise.kthread_ns"], "kthread_hz * kthread_ns <= 0.5e9 (half a CPU)"),
+    (&["host.noise.vmm_io_hz", "host.noise.vmm_io_ns"], "vmm_io_hz * vmm_io_ns <= 0.5e9 (half a CPU)"),
+    (&["host.cfs.min_granularity_ns", "host.cfs.latency_ns"], "min_granularity_ns <= latency_ns"),
+    (&["host.sockets", "host.pcpus"], "sockets <= pcpus"),
+    (&["host.pcpus", "host.sockets", "host.threads_per_core"], "pcpus is a multiple of sockets * threads_per_core"),
+    (&["vms.count", "vms.vcpus"], "the sum over VMs of count * vcpus <= 65536"),
+    (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below pcpus"),
+    (&["vms.threads", "vms.vcpus"], "threads <= 16 * vcpus"),
+    (&["vms.ple.max", "vms.ple.window"], "ple.max >= ple.window"),
+    (&["vms.workload.phases.ns", "vms.workload.phases.dist"], "a periodic sleep has ns > 0 and a fixed length"),
+    (&["vms.workload.phases.kind"], "every phase on one lock uses one kind (rwsem reads and writes mix)"),
+    (&["vms.workload.phases.targets", "vms.vcpus"], "an IPI's targets < vcpus"),
+    (&["vms.workload.phases.to", "vms.threads"], "a send's target thread < threads"),
+];
+
+/// Every integer's type range as `maximum` where no tighter one is stated:
+/// schemars gives `"format": "uint32"` and a minimum of 0 but no maximum, so
+/// the schema accepted 2^32 where the parser refuses it.
+fn type_ranges(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            let max = match m.get("format").and_then(|f| f.as_str()) {
+                Some("uint8") => Some(serde_json::json!(u8::MAX)),
+                Some("uint16") => Some(serde_json::json!(u16::MAX)),
+                Some("uint32") => Some(serde_json::json!(u32::MAX)),
+                Some("uint64") | Some("uint") => Some(serde_json::json!(u64::MAX)),
+                _ => None,
+            };
+            if let Some(max) = max {
+                if !m.contains_key("maximum") && !m.contains_key("exclusiveMaximum") {
+                    m.insert("maximum".into(), max);
+                }
+            }
+            m.values_mut().for_each(type_ranges);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(type_ranges),
+        _ => {}
+    }
 }
 
 /// (schema definition, alias, canonical name, deprecated): the serde aliases of enum values.
@@ -1219,7 +1270,18 @@ fn check(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
 impl SimConfig {
     /// Parse and validate a JSON configuration.
     pub fn from_json(s: &str) -> Result<SimConfig, String> {
-        let c: SimConfig = serde_json::from_str(s).map_err(|e| format!("invalid configuration JSON: {e}"))?;
+        // the error names the field it is about (`vms[0].halt_poll.grow: invalid value …`)
+        let mut de = serde_json::Deserializer::from_str(s);
+        let c: SimConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let at = e.path().to_string();
+            let what = e.into_inner();
+            if at == "." || at.is_empty() {
+                format!("invalid configuration JSON: {what}")
+            } else {
+                format!("invalid configuration JSON: {at}: {what}")
+            }
+        })?;
+        de.end().map_err(|e| format!("invalid configuration JSON: {e}"))?;
         c.validate()?;
         Ok(c)
     }
