@@ -453,7 +453,7 @@ fn sim_run<'py>(
 ///
 /// The calling thread waits with the GIL released and polls for Ctrl-C every
 /// 50 ms; on Ctrl-C every running point stops within its next interrupt poll
-/// (2^18 events) and this raises KeyboardInterrupt whose `partial` attribute
+/// (every 10 ms of its work) and this raises KeyboardInterrupt whose `partial` attribute
 /// is the list of results, with None for each point that did not finish.
 #[pyfunction]
 #[pyo3(signature = (config_jsons, policies=None, threads=0, progress=None, trace_max_rows=None))]

@@ -77,7 +77,7 @@ pub fn run_with(cfg: &SimConfig, make: PolicyMaker<'_>) -> Result<SimResult, Sim
     run_checked(cfg, make, &|| false)
 }
 
-/// [`run_with`], polling `interrupted()` every 2^18 events; when it returns
+/// [`run_with`], polling `interrupted()` every 10 ms of wall time ([`engine::POLL_INTERVAL`]); when it returns
 /// true the run stops with [`SimError::Interrupted`].
 pub fn run_checked(
     cfg: &SimConfig,

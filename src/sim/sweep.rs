@@ -43,7 +43,7 @@ pub fn sweep_checked(
 /// Once `interrupted()` has returned true, a point that has not started is not
 /// started: it comes back as [`SimError::Interrupted`] at once, so a sweep of
 /// many short points stops as promptly as one long run (a run polls
-/// `interrupted()` only every 2^18 events).
+/// `interrupted()` only every 10 ms of its own work).
 pub fn sweep_limited(
     configs: &[SimConfig],
     threads: usize,
