@@ -18,11 +18,24 @@ the debugfs statistics (sums over the VM's vCPUs: ``exits``, ``halt_exits``,
 ``halt_successful_poll``, …), into polars frames whose columns are named like
 ``Run.threads`` and ``Run.samples``; and, where the process holds binary-stats
 fds (``anon_inode:kvm-vcpu-stats:N``: vcpulab always, QEMU after a QMP
-``query-stats``), each vCPU's KVM statistics read through ``pidfd_getfd(2)``
-(``exits``, ``halt_exits``, ``halt_successful_poll``, …, as in ``Run.samples``).
-KVM refuses vCPU ioctls from another process, so no stats fd can be made for a
-VMM that holds none; debugfs statistics are used where the kernel lets them be
-read (this host answers EPERM).
+``query-stats``), each vCPU's KVM statistics (``exits``, ``halt_exits``,
+``halt_successful_poll``, …, as in ``Run.samples``). KVM refuses vCPU ioctls
+from another process, so no stats fd can be made for a VMM that holds none;
+debugfs statistics are used where the kernel lets them be read (this host
+answers EPERM).
+
+How the stats fds are held: :func:`attach` opens a pidfd for the process
+(``pidfd_open(2)``; it names that process even if its pid is reused), duplicates
+each stats fd **once** (``pidfd_getfd(2)``, needs ptrace access, e.g. root) and
+checks that the duplicate is a KVM stats file (an anonymous inode named
+``kvm-vcpu-stats:N`` with KVM's id in its header; anything else is refused).
+Samples ``pread`` those kept duplicates; the process's fd numbers are never
+looked up again, so a number it reuses for an ordinary file is never read as
+statistics. A kept fd also keeps the VM's kernel state alive (KVM holds a VM
+reference per stats file), so once the process closes its own stats fd
+(``kcmp(2)`` tells) or exits, the duplicate is closed and that vCPU's KVM
+statistics end (:attr:`Attached.notes` says so). :meth:`Attached.close` (or
+``with attach(pid) as a:``) releases everything; garbage collection does too.
 
 :meth:`Attached.trace` records the scheduler and KVM tracepoints on the CPUs
 the vCPU threads may run on, KVM events filtered to the process, into the
@@ -76,22 +89,71 @@ class Attached:
     vms: pl.DataFrame
     #: one row per vCPU: vm, vcpu, tid (0 where unknown), name, source ("debugfs" or "thread name")
     vcpus: pl.DataFrame
-    #: why debugfs statistics are missing, if they are
+    #: why statistics are missing, if they are (and since when)
     notes: list[str] = field(default_factory=list)
-    #: vCPU index → the binary-stats fd the process holds for it (KVM_GET_STATS_FD)
+    #: vCPU index → the number of the binary-stats fd (KVM_GET_STATS_FD) the
+    #: process held for it at attach time; information only: samples read the
+    #: duplicates taken then (module docstring), never these numbers again
     stats_fds: dict[int, int] = field(default_factory=dict)
+    #: the pidfd (``_core.ForeignProcess``); None after :meth:`close`
+    _process: Any = field(default=None, repr=False, compare=False)
+    #: vCPU index → its kept stats fd (``_core.ForeignStats``)
+    _kept: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def _live(self) -> Any:
+        if self._process is None:
+            raise ValueError(f"Attached(pid={self.pid}) is closed")
+        return self._process
+
+    def _drop_stats(self, vcpu: int, why: str) -> None:
+        s = self._kept.pop(vcpu, None)
+        if s is not None:
+            s.close()
+            self.notes.append(f"vCPU {vcpu}: {why}: no KVM statistics for it from here on (its kept stats fd is closed)")
 
     def _vcpu_stats(self, vcpu: int) -> dict[str, int]:
-        fd = self.stats_fds.get(vcpu)
-        if fd is None:
-            return {}
         from vcpulab import _core
 
+        s = self._kept.get(vcpu)
+        if s is None:
+            return {}
+        if s.held() is False:  # None: kcmp unavailable, keep reading the kept file
+            self._drop_stats(vcpu, f"the process closed its stats fd {s.target_fd} (its VM was closed)")
+            return {}
         try:
-            d = _core.read_foreign_stats(self.pid, fd)
-        except OSError:
+            d = s.read()
+        except (OSError, _core.KvmIoctlError):
             return {}
         return {k: int(v) for k, v in d.items() if isinstance(v, int)}
+
+    def exited(self) -> bool:
+        """True once the process has exited (by its pidfd: a new process with
+        the same pid does not count). ValueError after :meth:`close`."""
+        return bool(self._live().wait_exited(0.0))
+
+    def wait_exited(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` seconds (0 to 86400) for the process to
+        exit; True when it has. Ctrl-C raises KeyboardInterrupt within 50 ms."""
+        from vcpulab._checks import check_float
+
+        check_float("timeout_s", timeout_s, 0.0, 86_400.0)
+        return bool(self._live().wait_exited(float(timeout_s)))
+
+    def close(self) -> None:
+        """Closes the kept stats fds and the pidfd (idempotent); sampling
+        afterwards raises ValueError."""
+        for s in self._kept.values():
+            s.close()
+        self._kept.clear()
+        if self._process is not None:
+            self._process.close()
+            self._process = None
+
+    def __enter__(self) -> Attached:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _thread_row(self, tid: int) -> dict[str, int] | None:
         base = Path(f"/proc/{self.pid}/task/{tid}")
@@ -107,15 +169,20 @@ class Attached:
 
     def sample_once(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """One sample now: (per vCPU thread, per VM) frames, each with ``t_ns``
-        (CLOCK_MONOTONIC)."""
+        (CLOCK_MONOTONIC). Once the process has exited both are empty.
+        ValueError after :meth:`close`."""
+        gone = bool(self._live().wait_exited(0.0))  # a zombie too: its /proc entries stay until reaped
+        if gone:
+            for vcpu in list(self._kept):
+                self._drop_stats(vcpu, "the process exited")
         t = time.monotonic_ns()
         rows = []
-        for r in self.vcpus.iter_rows(named=True):
+        for r in self.vcpus.iter_rows(named=True) if not gone else ():
             tr = self._thread_row(r["tid"]) if r["tid"] else None
             if tr is not None:
                 rows.append({"t_ns": t, "vm": r["vm"], "vcpu": r["vcpu"], "tid": r["tid"], **tr, **self._vcpu_stats(r["vcpu"])})
         vm_rows = []
-        for r in self.vms.iter_rows(named=True):
+        for r in self.vms.iter_rows(named=True) if not gone else ():
             if not r["debugfs"]:
                 continue
             d = Path(r["debugfs"])
@@ -207,7 +274,29 @@ def attach(pid: int) -> Attached:
     proc = Path(f"/proc/{pid}")
     if not proc.is_dir():
         raise ProcessLookupError(f"no process {pid}")
-    comm = (proc / "comm").read_text().strip()
+    from vcpulab import _core
+
+    # the pidfd first: if the process still runs after its /proc entries were read
+    # (checked below), they were this process's, not a later one's with the same pid
+    try:
+        process = _core.ForeignProcess(pid)
+    except ProcessLookupError:
+        raise ProcessLookupError(f"no process {pid}") from None
+    kept: dict[int, Any] = {}
+    try:
+        return _attach(pid, proc, process, kept)
+    except BaseException:
+        for s in kept.values():
+            s.close()
+        process.close()
+        raise
+
+
+def _attach(pid: int, proc: Path, process: Any, kept: dict[int, Any]) -> Attached:
+    try:
+        comm = (proc / "comm").read_text().strip()
+    except FileNotFoundError:
+        raise ProcessLookupError(f"no process {pid}") from None
     vm_fds: list[int] = []
     vcpu_fds: dict[int, int] = {}
     stats_fds: dict[int, int] = {}
@@ -261,6 +350,22 @@ def attach(pid: int) -> Attached:
     vcpus = pl.DataFrame(
         vcpu_rows, schema={"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "name": pl.String, "source": pl.String}
     )
+    for n, num in sorted(stats_fds.items()):
+        try:
+            sf = process.take_stats_fd(num)
+        except ValueError as e:  # the process closed and reused the number since it was listed
+            notes.append(f"vCPU {n}: stats fd skipped ({e})")
+            continue
+        except OSError as e:
+            notes.append(f"vCPU {n}: its stats fd {num} cannot be duplicated ({e}): no KVM statistics for it")
+            continue
+        if sf.vcpu != n:
+            sf.close()
+            notes.append(f"vCPU {n}: fd {num} now holds vCPU {sf.vcpu}'s stats: skipped")
+            continue
+        kept[n] = sf
+    if process.wait_exited(0.0):
+        raise ProcessLookupError(f"process {pid} ({comm}) exited while being attached")
     if not stats_fds:
         notes.append("the process holds no vCPU stats fd (KVM_GET_STATS_FD): no per-vCPU KVM statistics")
     if len(vm_fds) > 1 and stats_fds:
@@ -269,4 +374,4 @@ def attach(pid: int) -> Attached:
         if r["debugfs"] and _read_int(Path(str(r["debugfs"])) / "exits") is None:
             notes.append(f"KVM debugfs statistics in {r['debugfs']} are not readable here (the kernel refuses them)")
     return Attached(pid=pid, comm=comm, vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
-                    vcpus=vcpus, notes=notes, stats_fds=stats_fds)  # fmt: skip
+                    vcpus=vcpus, notes=notes, stats_fds=stats_fds, _process=process, _kept=kept)  # fmt: skip

@@ -17,6 +17,8 @@ __all__ = [
     "DISABLE_EXITS_BITS",
     "Exit",
     "EXIT_KINDS",
+    "ForeignProcess",
+    "ForeignStats",
     "GUEST_PROGRAMS",
     "GuestAssertionError",
     "Host",
@@ -51,7 +53,6 @@ __all__ = [
     "halt_poll_simulate_many",
     "halt_poll_windows",
     "monotonic_ns",
-    "read_foreign_stats",
     "run_experiment",
     "sim_config_schema",
     "sim_default_config",
@@ -189,7 +190,31 @@ def run_experiment(
     plan: list[tuple[Vcpu, int, list[int]]], duration: float, sample_every: float | None = None, poll_every: float = 0.05
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
-def read_foreign_stats(pid: int, fd: int) -> dict[str, Any]: ...
+
+# ----------------------------------------------------------------- another process (src/py/attach.rs)
+
+@final
+class ForeignProcess:
+    def __new__(cls, pid: int) -> ForeignProcess: ...
+    @property
+    def pid(self) -> int: ...
+    def wait_exited(self, timeout_s: float = 0.0) -> bool: ...
+    def take_stats_fd(self, fd: int) -> ForeignStats: ...
+    def close(self) -> None: ...
+
+@final
+class ForeignStats:
+    @property
+    def target_fd(self) -> int: ...
+    @property
+    def vcpu(self) -> int | None: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def read(self) -> dict[str, Any]: ...
+    def held(self) -> bool | None: ...
+    def close(self) -> None: ...
 
 STEAL_AREA_ADDR: int
 

@@ -22,6 +22,16 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A system call outside KVM failed (on another process, a filesystem…);
+    /// maps to Python's OSError with the errno, so ESRCH is ProcessLookupError
+    /// and EPERM PermissionError.
+    #[error("{call} failed: {source}")]
+    Os {
+        call: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A caller passed a value that is out of its domain (maps to ValueError).
     #[error("{0}")]
     InvalidArgument(String),
@@ -68,10 +78,15 @@ impl Error {
         Error::Ioctl { call, source: std::io::Error::last_os_error() }
     }
 
+    /// Wraps the current `errno` of a system call outside KVM ([`Error::Os`]).
+    pub fn last_os_call(call: &'static str) -> Self {
+        Error::Os { call, source: std::io::Error::last_os_error() }
+    }
+
     /// The errno of an ioctl failure, if this is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Ioctl { source, .. } => source.raw_os_error(),
+            Error::Ioctl { source, .. } | Error::Os { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }

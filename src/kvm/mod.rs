@@ -8,11 +8,13 @@
 //! * [`vcpu::Vcpu`]: registers, MSRs, CPUID, steal time, run loops with deadlines.
 //! * [`guest`]: the long-mode environment and the iced-x86 guest programs.
 //! * [`trace`]: scheduler and KVM tracepoints of a run (perf_event_open, decoded with the format files).
+//! * [`foreign`]: another process (pidfd), its KVM stats fds duplicated once and checked (`attach`).
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
 pub mod exit;
 pub mod experiment;
+pub mod foreign;
 pub mod guest;
 pub mod kick;
 pub mod memory;

@@ -4,6 +4,7 @@
 //! descriptors never change for the life of the fd, so [`StatsSchema`] parses them
 //! once; sampling then costs exactly one positional read (`pread`) of the data
 //! block per fd. The fd does not support `lseek`, so every read is positional.
+//! Another process's stats fds are duplicated once and checked in [`super::foreign`].
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -187,6 +188,12 @@ pub struct StatsFd {
     pub schema: StatsSchema,
 }
 
+impl std::os::fd::AsFd for StatsFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
 impl StatsFd {
     /// Takes ownership of a stats fd (from `KVM_GET_STATS_FD`) and parses its schema.
     pub fn new(file: File) -> Result<Self> {
@@ -207,31 +214,6 @@ impl StatsFd {
             .read_exact_at(buf, self.schema.data_offset)
             .map_err(|source| Error::Ioctl { call: "pread(stats data)", source })
     }
-}
-
-/// The binary stats of another process's VM or vCPU: duplicates its stats fd
-/// number `fd` (an `anon_inode:kvm-vcpu-stats:N` or `kvm-vm-stats` the process
-/// holds) into this process with `pidfd_getfd(2)` (Linux 5.6; needs ptrace
-/// access to `pid`, e.g. root) and parses it. (A stats fd cannot be made for
-/// another process's vCPU: KVM refuses vCPU ioctls from a foreign `mm`.)
-pub fn foreign_stats_fd(pid: i32, fd: i32) -> Result<StatsFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
-    if pidfd < 0 {
-        return Err(Error::last_os("pidfd_open"));
-    }
-    // SAFETY: pidfd is a valid pidfd (checked above); returns a new fd or -1.
-    let newfd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) } as i32;
-    let err = Error::last_os("pidfd_getfd");
-    // SAFETY: pidfd was opened above and is closed once.
-    unsafe { libc::close(pidfd) };
-    if newfd < 0 {
-        return Err(err);
-    }
-    // SAFETY: newfd is a fresh fd owned by nothing else; the File closes it.
-    let file = unsafe { File::from_raw_fd(newfd) };
-    StatsFd::new(file)
 }
 
 #[cfg(test)]

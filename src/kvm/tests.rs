@@ -89,3 +89,26 @@ fn ipi_ping_pong_waits_for_a_responder_that_starts_late() {
     }
     assert_eq!(rounds_done(&vm), 3, "the first request was lost");
 }
+
+#[test]
+fn own_stats_fds_pass_the_foreign_check_and_are_kept() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let Some(h) = host() else { return };
+    let mut vm = h.create_vm(VmOptions { memory_mib: 4, irqchip: false }).unwrap();
+    let mut v = vm.create_vcpu(0).unwrap();
+    let vstats = v.stats_fd().unwrap().clone();
+    assert_eq!(foreign::check_stats_fd(vstats.as_fd()).unwrap(), foreign::StatsOwner::Vcpu(0));
+    assert_eq!(foreign::check_stats_fd(vm.stats_fd().unwrap().as_fd()).unwrap(), foreign::StatsOwner::Vm);
+    let me = foreign::Process::open(std::process::id() as i32).unwrap();
+    let kept = match me.take_stats_fd(vstats.as_fd().as_raw_fd()) {
+        Ok(k) => k,
+        Err(e @ Error::Os { .. }) => return eprintln!("skipping: {e}"), // pidfd_getfd refused here
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(kept.owner, foreign::StatsOwner::Vcpu(0));
+    assert!(kept.stats.schema.id.ends_with("/vcpu-0"), "{}", kept.stats.schema.id);
+    assert_ne!(kept.held_by(&me), Some(false));
+    let mut buf = Vec::new();
+    kept.stats.read_data(&mut buf).unwrap();
+    assert_eq!(buf.len(), kept.stats.schema.data_len);
+}

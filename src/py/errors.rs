@@ -1,7 +1,7 @@
 //! vcpulab's exception hierarchy and the one conversion from core errors.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyIndexError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::kvm;
@@ -58,6 +58,11 @@ impl From<kvm::Error> for PyErr {
         match e {
             kvm::Error::Unavailable { .. } => KvmUnavailableError::new_err(msg),
             kvm::Error::Ioctl { .. } => KvmIoctlError::new_err(msg),
+            // OSError(errno, msg) becomes its subclass (ProcessLookupError, PermissionError, …)
+            kvm::Error::Os { source, .. } => match source.raw_os_error() {
+                Some(errno) => PyOSError::new_err((errno, msg)),
+                None => PyOSError::new_err(msg),
+            },
             kvm::Error::InvalidArgument(_) | kvm::Error::Closed(_) => PyValueError::new_err(msg),
             kvm::Error::OutOfRange(_) => PyIndexError::new_err(msg),
             kvm::Error::Timeout(_) => PyTimeoutError::new_err(msg),

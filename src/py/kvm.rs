@@ -619,7 +619,7 @@ impl PyVm {
 }
 
 /// {name: int, or a numpy array for histograms} from one data block.
-fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn stats_dict<'py>(py: Python<'py>, schema: &StatsSchema, data: &[u8]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     for (i, desc) in schema.descs.iter().enumerate() {
         let vals: Vec<u64> = schema.values(data, i).collect();
@@ -1092,22 +1092,6 @@ fn run_experiment<'py>(
     Ok(out)
 }
 
-/// The binary stats behind file descriptor `fd` of process `pid` (a KVM
-/// stats fd it holds), read through pidfd_getfd: {name: int or numpy array}.
-#[pyfunction]
-fn read_foreign_stats<'py>(py: Python<'py>, pid: i32, fd: i32) -> PyResult<Bound<'py, PyDict>> {
-    if pid <= 0 || fd < 0 {
-        return Err(PyValueError::new_err(format!("pid must be > 0 and fd >= 0, got {pid}, {fd}")));
-    }
-    let (schema, data) = py.detach(|| -> crate::kvm::Result<_> {
-        let f = crate::kvm::stats::foreign_stats_fd(pid, fd)?;
-        let mut data = Vec::new();
-        f.read_data(&mut data)?;
-        Ok((f.schema.clone(), data))
-    })?;
-    stats_dict(py, &schema, &data)
-}
-
 /// Host CPUs this process may run on.
 #[pyfunction]
 fn allowed_cpus() -> Vec<usize> {
@@ -1117,7 +1101,6 @@ fn allowed_cpus() -> Vec<usize> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_experiment, m)?)?;
     m.add_function(wrap_pyfunction!(allowed_cpus, m)?)?;
-    m.add_function(wrap_pyfunction!(read_foreign_stats, m)?)?;
     m.add_class::<PyHost>()?;
     m.add_class::<PyVm>()?;
     m.add_class::<PyVcpu>()?;

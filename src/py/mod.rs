@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 
+mod attach;
 mod errors;
 mod exit;
 mod halt_poll;
@@ -25,5 +26,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     halt_poll::register(m)?;
     trace::register(m)?;
+    attach::register(m)?;
     Ok(())
 }

@@ -1,0 +1,163 @@
+"""Reliability of watching another process (issue 24): ``attach(pid)`` keeps the
+stats fds it duplicated once and never reads an fd number again; the helper
+that takes another process's fd refuses anything that is not a KVM stats fd.
+
+Every real process is a subprocess with a timeout; bounds on time are generous
+(a loaded 2-CPU machine): a hang fails, slowness does not."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from vcpulab import _core
+from vcpulab.kvm import Host
+
+ENV = {**os.environ, "RUST_BACKTRACE": "0"}
+MARKER = b"SECRET!!"
+
+
+def _forged_stats(marker: bytes = MARKER) -> bytes:
+    """A file laid out like a KVM stats file (header, id, one descriptor "exits",
+    data = marker): what a check of the header alone would accept."""
+    name_size, ndesc = 48, 1
+    id_off = 24
+    desc_off = id_off + name_size
+    data_off = desc_off + ndesc * (16 + name_size)
+    blob = struct.pack("<6I", 0, name_size, ndesc, id_off, desc_off, data_off)
+    blob += b"kvm-1/vcpu-0".ljust(name_size, b"\0")
+    blob += struct.pack("<IhHII", 0, 0, 1, 0, 0) + b"exits".ljust(name_size, b"\0")
+    return blob + marker
+
+
+def _links(pid: int | str = "self") -> dict[int, str]:
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return out
+
+
+# a process that ran a vCPU on its main thread, waits, closes its VM and lets the
+# numbers be reused by what REUSE names, then waits to be killed
+TARGET = """
+import gc, os, sys, time
+from vcpulab.kvm import Host
+vm = Host().create_vm(memory_mib=4); v = vm.create_vcpu(0)
+v.start(vm.load("pause_loop", iterations=10)); v.run_program(timeout_s=30)
+print("ready", flush=True); sys.stdin.readline()
+vm.close(); del v, vm; gc.collect()
+keep = []
+if REUSE == "file":
+    keep = [open(SECRET, "rb") for _ in range(8)]
+else:  # another VM's vCPU stats fd under the same numbers: a KVM stats fd, but not the one attached
+    vm2 = Host().create_vm(memory_mib=4); v2 = vm2.create_vcpu(0); v2.stats()
+print("reused", flush=True); time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("reuse", ["file", "another_vm"])
+def test_attach_reads_the_stats_fd_it_took_never_a_reused_number(kvm_host: Host, tmp_path, reuse: str) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab.kvm import attach
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(_forged_stats())
+    code = f"REUSE = {reuse!r}; SECRET = {str(secret)!r}\n" + TARGET
+    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert p.stdout is not None and p.stdin is not None
+        assert p.stdout.readline().strip() == "ready"
+        mine_before = sum("kvm-vcpu-stats" in t for t in _links().values())
+        with attach(p.pid) as a:
+            assert list(a.stats_fds) == [0]
+            fd = a.stats_fds[0]
+            first, _ = a.sample_once()
+            assert first["exits"].to_list()[0] >= 1  # read from the kept duplicate
+            assert sum("kvm-vcpu-stats" in t for t in _links().values()) == mine_before + 1
+            p.stdin.write("go\n")
+            p.stdin.flush()
+            assert p.stdout.readline().strip() == "reused"
+            now = os.readlink(f"/proc/{p.pid}/fd/{fd}")
+            if reuse == "file":
+                assert now == str(secret), now
+            elif now != "anon_inode:kvm-vcpu-stats:0":
+                pytest.skip(f"the target did not reuse fd {fd} for the new VM's stats ({now})")
+            after, _ = a.sample_once()
+            values = {v for c in after.columns for v in after[c].to_list()}
+            assert struct.unpack("<Q", MARKER)[0] not in values
+            # the target let go of the attached stats file: its KVM columns end, and so does
+            # the duplicate (which kept the closed VM alive in the kernel)
+            assert "exits" not in after.columns or after["exits"].is_null().all(), after
+            assert any("closed its stats fd" in n for n in a.notes), a.notes
+            assert sum("kvm-vcpu-stats" in t for t in _links().values()) == mine_before
+            assert after.height == 1  # the thread is still sampled
+        with pytest.raises(ValueError, match="closed"):
+            a.sample_once()
+    finally:
+        p.kill()
+        p.communicate(timeout=30)  # reaps it and closes the pipes
+
+
+def test_the_foreign_fd_helper_refuses_anything_but_a_kvm_stats_fd(kvm_host: Host, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """_core.ForeignProcess.take_stats_fd duplicates one fd of a process and keeps
+    it only if it is a KVM stats fd; here the process is this one."""
+    vm = kvm_host.create_vm(memory_mib=4)
+    v = vm.create_vcpu(0)
+    v.stats()  # makes the vCPU's stats fd
+    forged = tmp_path / "anon_inode:kvm-vcpu-stats:0"  # a regular file named like one, with a header like one
+    forged.write_bytes(_forged_stats())
+    memfd = os.memfd_create("anon_inode:kvm-vcpu-stats:0")
+    os.write(memfd, _forged_stats())
+    r, w = os.pipe()
+    efd = os.eventfd(0)
+    files = [open(forged, "rb"), open("/dev/null", "rb"), open(tmp_path / "plain", "wb")]
+    me = _core.ForeignProcess(os.getpid())
+    try:
+        links = _links()
+        by_link = {t: fd for fd, t in links.items()}
+        cases = {
+            "ordinary file": (files[2].fileno(), str(tmp_path / "plain")),
+            "file named like a stats fd": (files[0].fileno(), str(forged)),
+            "memfd named like a stats fd": (memfd, "/memfd:anon_inode:kvm-vcpu-stats:0"),
+            "pipe": (r, "pipe:["),
+            "/dev/null": (files[1].fileno(), "/dev/null"),
+            "eventfd (another anonymous inode)": (efd, "anon_inode:[eventfd]"),
+            "KVM VM fd": (by_link["anon_inode:kvm-vm"], "anon_inode:kvm-vm"),
+            "KVM vCPU fd": (by_link["anon_inode:kvm-vcpu:0"], "anon_inode:kvm-vcpu:0"),
+            "/dev/kvm": (by_link["/dev/kvm"], "/dev/kvm"),
+        }
+        for what, (fd, shown) in cases.items():
+            with pytest.raises(ValueError, match="not a KVM stats fd") as e:
+                me.take_stats_fd(fd)
+            assert shown in str(e.value) and f"fd {fd} of process {os.getpid()}" in str(e.value), (what, e.value)
+        with pytest.raises(ValueError, match="fd must be >= 0"):
+            me.take_stats_fd(-1)
+        with pytest.raises(OSError, match="pidfd_getfd"):
+            me.take_stats_fd(max(links) + 100)  # no such fd
+        # the real one is taken, and reads
+        s = me.take_stats_fd(by_link["anon_inode:kvm-vcpu-stats:0"])
+        assert (s.vcpu, s.id.endswith("/vcpu-0"), s.held()) == (0, True, True)
+        assert isinstance(s.read()["exits"], int)
+        s.close()
+        assert s.closed and s.held() is False
+        with pytest.raises(ValueError, match="ForeignStats is closed"):
+            s.read()
+    finally:
+        me.close()
+        for f in files:
+            f.close()
+        for fd in (memfd, r, w, efd):
+            os.close(fd)
+        vm.close()
+    with pytest.raises(ValueError, match="ForeignProcess is closed"):
+        me.take_stats_fd(0)
+    with pytest.raises(ProcessLookupError):
+        _core.ForeignProcess(2**22 + 1)  # above pid_max's largest value: never a process
+    with pytest.raises(ValueError, match="pid"):
+        _core.ForeignProcess(0)
