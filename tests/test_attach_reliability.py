@@ -1,6 +1,7 @@
 """Reliability of watching another process (issue 24): ``attach(pid)`` keeps the
 stats fds it duplicated once and never reads an fd number again; the helper
-that takes another process's fd refuses anything that is not a KVM stats fd.
+that takes another process's fd refuses anything that is not a KVM stats fd;
+``vcpulab watch`` ends when its process does.
 
 Every real process is a subprocess with a timeout; bounds on time are generous
 (a loaded 2-CPU machine): a hang fails, slowness does not."""
@@ -8,9 +9,13 @@ Every real process is a subprocess with a timeout; bounds on time are generous
 from __future__ import annotations
 
 import os
+import re
+import signal
 import struct
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +166,73 @@ def test_the_foreign_fd_helper_refuses_anything_but_a_kvm_stats_fd(kvm_host: Hos
         _core.ForeignProcess(2**22 + 1)  # above pid_max's largest value: never a process
     with pytest.raises(ValueError, match="pid"):
         _core.ForeignProcess(0)
+
+
+VMM = """
+import time
+from vcpulab.kvm import Host
+vm = Host().create_vm(memory_mib=4); v = vm.create_vcpu(0)
+v.start(vm.load("pause_loop", iterations=10)); v.run_program(timeout_s=30)
+print("ready", flush=True); time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", ["reaped", "zombie"])
+def test_watch_ends_soon_after_its_process_exits(kvm_host: Host, how: str) -> None:
+    """`vcpulab watch PID` ends (status 0, one line) once PID has exited, even
+    with an interval far longer than the wait allowed: it waits on the pidfd.
+    A zombie (exited, not reaped: its /proc entry stays) counts as exited."""
+    target = subprocess.Popen([sys.executable, "-c", VMM], stdout=subprocess.PIPE, text=True, env=ENV)
+    w = None
+    try:
+        assert target.stdout is not None
+        assert target.stdout.readline().strip() == "ready"
+        w = subprocess.Popen([sys.executable, "-m", "vcpulab.cli", "watch", str(target.pid), "--interval-s", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**ENV, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        assert w.stdout is not None
+        assert w.stdout.readline().startswith(f"watching pid {target.pid}")
+        target.send_signal(signal.SIGKILL)
+        if how == "reaped":
+            target.wait()
+        else:
+            while Path(f"/proc/{target.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+                time.sleep(0.05)
+        t0 = time.monotonic()
+        out, err = w.communicate(timeout=30)
+        waited_s = time.monotonic() - t0
+        assert w.returncode == 0, err
+        assert re.search(rf"process {target.pid} \(.*\) exited; watch ends", out), out
+        assert waited_s < 10, waited_s  # the interval is 60 s
+        assert "no vCPU thread alive" not in out
+    finally:
+        for p in (w, target):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate(timeout=30)
+
+
+def test_attached_knows_when_its_process_exited(kvm_host: Host) -> None:
+    from vcpulab.kvm import attach
+
+    target = subprocess.Popen([sys.executable, "-c", VMM], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert target.stdout is not None
+        assert target.stdout.readline().strip() == "ready"
+        a = attach(target.pid)
+        assert not a.exited() and not a.wait_exited(0.05)
+        target.kill()
+        assert a.wait_exited(30)  # returns when it exits, long before 30 s
+        threads, _ = a.sample_once()
+        assert threads.height == 0 and not a._kept
+        assert any("the process exited" in n for n in a.notes), a.notes
+        with pytest.raises(ValueError, match="timeout_s"):
+            a.wait_exited(-1)
+        a.close()
+        a.close()  # idempotent
+        with pytest.raises(ValueError, match="closed"):
+            a.exited()
+    finally:
+        target.kill()
+        target.communicate(timeout=30)

@@ -581,12 +581,18 @@ def _attach(pid: int) -> Any:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """A kvm_stat-like live table of another process's vCPU threads."""
-    import polars as pl
-
+    """A kvm_stat-like live table of another process's vCPU threads, until
+    COUNT tables, Ctrl-C, or the process's exit (then one line, status 0)."""
     a = _attach(args.pid)
     if a is None:
         return 1
+    with a:
+        return _watch(a, args)
+
+
+def _watch(a: Any, args: argparse.Namespace) -> int:
+    import polars as pl
+
     print(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
     for n in a.notes:
         print(f"  note: {n}")
@@ -596,7 +602,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     i = 0
     try:
         while args.count is None or i < args.count:
-            time.sleep(args.interval_s)
+            if a.wait_exited(args.interval_s):  # by its pidfd: ends within the interval after the process
+                print(f"-- {time.strftime('%H:%M:%S')}: process {a.pid} ({a.comm}) exited; watch ends")
+                break
             cur_t, cur_v = a.sample_once()
             frames_t.append(cur_t)
             frames_v.append(cur_v)
@@ -652,7 +660,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if a is None:
         return 1
     print(f"tracing pid {a.pid} ({a.comm}) for {args.duration_s:g} s: {a.vcpus.height} vCPU thread(s)")
-    f = a.trace(duration_s=args.duration_s)
+    try:
+        f = a.trace(duration_s=args.duration_s)
+    finally:
+        a.close()
     info = f.info
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items()))
     print(f"CPUs {info['cpus']}: {info['events']} events ({counts})" + ("; TRUNCATED" if info["truncated"] else ""))
@@ -711,7 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("pid", type=_positive_int, help="the VMM process")
     watch.add_argument("--interval-s", "--interval", dest="interval_s", type=_positive_float, default=1.0,
                        help="seconds between rows (default 1; --interval is its former name)")  # fmt: skip
-    watch.add_argument("--count", type=_positive_int, default=None, help="stop after COUNT tables (default: until Ctrl-C)")
+    watch.add_argument("--count", type=_positive_int, default=None, help="stop after COUNT tables (default: until Ctrl-C or the process exits)")
     watch.add_argument("--parquet", default=None, help="write the per-thread samples there (VM stats beside it)")
     watch.set_defaults(func=cmd_watch)
     schema = sub.add_parser("schema", help="the JSON Schema of a SPEC.toml (docs/spec.schema.json)")
