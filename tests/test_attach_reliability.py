@@ -1,7 +1,8 @@
 """Reliability of watching another process (issue 24): ``attach(pid)`` keeps the
 stats fds it duplicated once and never reads an fd number again; the helper
 that takes another process's fd refuses anything that is not a KVM stats fd;
-``vcpulab watch`` ends when its process does.
+``vcpulab watch`` ends when its process does; mounts are made by mount(2),
+never by a ``mount`` program from PATH.
 
 Every real process is a subprocess with a timeout; bounds on time are generous
 (a loaded 2-CPU machine): a hang fails, slowness does not."""
@@ -236,3 +237,89 @@ def test_attached_knows_when_its_process_exited(kvm_host: Host) -> None:
     finally:
         target.kill()
         target.communicate(timeout=30)
+
+
+def test_mount_helper_takes_only_debugfs_and_tracefs() -> None:
+    for bad in ["proc", "/sys/kernel/debug", "", "tmpfs"]:
+        with pytest.raises(ValueError, match="'debugfs' or 'tracefs'"):
+            _core.mount_pseudo_fs(bad)
+
+
+NO_MOUNT_PROGRAM = r"""
+set -e
+umount /sys/kernel/debug/tracing 2>/dev/null || true
+umount /sys/kernel/tracing 2>/dev/null || true
+umount /sys/kernel/debug 2>/dev/null || true
+export PATH="{bin}:$PATH"
+mounted() {{ awk -v p="$1" -v t="$2" '$5 == p && $0 ~ (" - " t " ") {{ found = 1 }} END {{ exit !found }}' /proc/self/mountinfo; }}
+if mounted /sys/kernel/debug debugfs; then echo "debugfs still mounted"; exit 3; fi
+{py} -c '
+import logging; logging.basicConfig(format="LOG %(levelname)s %(message)s")
+from vcpulab import _attach, _mounts
+print("kvm folder:", _attach._debugfs_kvm())
+print("again:", _mounts.ensure_mounted("debugfs"))
+'
+mounted /sys/kernel/debug debugfs && echo "debugfs mounted"
+umount /sys/kernel/debug
+{py} -c '
+import logging; logging.basicConfig(format="LOG %(levelname)s %(message)s")
+from vcpulab import twins
+print("sched knobs:", twins._mount_debugfs())
+'
+mounted /sys/kernel/debug debugfs && echo "debugfs mounted again"
+umount /sys/kernel/debug/tracing 2>/dev/null || true
+umount /sys/kernel/debug  # else the Tracer finds tracefs automounted at /sys/kernel/debug/tracing
+if mounted /sys/kernel/tracing tracefs; then echo "tracefs still mounted"; exit 3; fi
+{py} -c '
+import logging; logging.basicConfig(format="LOG %(levelname)s %(message)s")
+from vcpulab import tracing
+with tracing.Trace([0]) as t:
+    t.stop()
+print("traced")
+'
+mounted /sys/kernel/tracing tracefs && echo "tracefs mounted"
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a private mount namespace)")
+def test_mounts_are_made_by_syscall_never_by_a_mount_program_from_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In a private mount namespace (the host's mounts are untouched): with
+    debugfs and tracefs unmounted and a fake `mount` first in PATH, attach's
+    and twins' debugfs and a Trace's tracefs get mounted, the fake is never
+    run, and each mount is said once."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    marker = tmp_path / "fake-mount-ran"
+    (bin_ / "mount").write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\nexit 0\n")
+    (bin_ / "mount").chmod(0o755)
+    script = NO_MOUNT_PROGRAM.format(bin=bin_, py=sys.executable)
+    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+                       capture_output=True, text=True, timeout=120, env=ENV)  # fmt: skip
+    print(r.stdout, r.stderr)
+    if r.returncode != 0 and "unshare failed" in r.stderr:
+        pytest.skip(f"no private mount namespace here: {r.stderr.strip()}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not marker.exists(), marker.read_text()
+    assert "debugfs mounted" in r.stdout and "debugfs mounted again" in r.stdout and "tracefs mounted" in r.stdout
+    assert "kvm folder: /sys/kernel/debug/kvm" in r.stdout and "again: False" in r.stdout
+    assert "sched knobs: True" in r.stdout and "traced" in r.stdout
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("LOG ")]
+    assert said == [
+        "LOG WARNING vcpulab mounted debugfs at /sys/kernel/debug (it stays mounted after vcpulab exits; "
+        "`umount /sys/kernel/debug` removes it)",
+        "LOG WARNING vcpulab mounted debugfs at /sys/kernel/debug (it stays mounted after vcpulab exits; "
+        "`umount /sys/kernel/debug` removes it)",
+        "LOG WARNING vcpulab mounted tracefs at /sys/kernel/tracing (it stays mounted after vcpulab exits; "
+        "`umount /sys/kernel/tracing` removes it)",
+    ], r.stderr
+
+
+def test_no_mount_program_is_named_in_the_package() -> None:
+    """The one mount implementation is mount(2) in src/kvm/mounts.rs: no
+    subprocess of the package runs a mount program."""
+    import vcpulab
+
+    pkg = Path(vcpulab.__file__).parent
+    for f in pkg.rglob("*.py"):
+        text = f.read_text()
+        assert '["mount"' not in text and "'mount'," not in text, f

@@ -8,7 +8,7 @@ VMs and vCPUs as file descriptors (``/proc/<pid>/fd`` → ``anon_inode:kvm-vm``,
 * KVM's debugfs (``/sys/kernel/debug/kvm/<pid>-<vm fd>/vcpuN/pid``): the thread
   that last ran vCPU N (set by ``KVM_RUN``; Documentation/virt/kvm/api.rst,
   virt/kvm/kvm_main.c ``kvm_vcpu_ioctl``); debugfs is mounted when missing and
-  this process may (root);
+  this process may (root; by ``mount(2)``, and it stays mounted: ``vcpulab._mounts``);
 * thread names: QEMU names its vCPU threads ``CPU n/KVM``; vcpulab's
   experiment threads carry the same names.
 
@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,11 +63,16 @@ _VCPU_STATS_FD = re.compile(r"^anon_inode:kvm-vcpu-stats:(\d+)$")
 
 
 def _debugfs_kvm() -> Path | None:
-    """/sys/kernel/debug/kvm, mounting debugfs first when missing and root."""
+    """/sys/kernel/debug/kvm, mounting debugfs first when it is missing and
+    this process is root (by mount(2); it stays mounted: vcpulab._mounts)."""
+    from vcpulab._mounts import ensure_mounted
+
     if DEBUGFS_KVM.is_dir():
         return DEBUGFS_KVM
-    if os.geteuid() == 0 and Path("/sys/kernel/debug").is_dir():
-        subprocess.run(["mount", "-t", "debugfs", "nodev", "/sys/kernel/debug"], capture_output=True, check=False)
+    try:
+        ensure_mounted("debugfs")
+    except OSError:
+        return None
     return DEBUGFS_KVM if DEBUGFS_KVM.is_dir() else None
 
 

@@ -53,6 +53,8 @@ __all__ = [
     "halt_poll_simulate_many",
     "halt_poll_windows",
     "monotonic_ns",
+    "mount_pseudo_fs",
+    "mounted_pseudo_fs",
     "run_experiment",
     "sim_config_schema",
     "sim_default_config",
@@ -191,7 +193,7 @@ def run_experiment(
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
 
-# ----------------------------------------------------------------- another process (src/py/attach.rs)
+# ----------------------------------------------------------------- another process, mounts (src/py/attach.rs)
 
 @final
 class ForeignProcess:
@@ -215,6 +217,9 @@ class ForeignStats:
     def read(self) -> dict[str, Any]: ...
     def held(self) -> bool | None: ...
     def close(self) -> None: ...
+
+def mount_pseudo_fs(kind: str) -> bool: ...
+def mounted_pseudo_fs() -> list[tuple[str, str]]: ...
 
 STEAL_AREA_ADDR: int
 

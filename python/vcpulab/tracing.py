@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from vcpulab import _core
+from vcpulab import _core, _mounts
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -128,7 +128,9 @@ class Trace:
         kvm_pid: keep KVM events only of this process's threads (default: this process).
 
     Raises ValueError for a CPU that is not online, ``TraceUnavailableError``
-    where tracefs cannot be had.
+    where tracefs cannot be had. As root, tracefs is mounted at
+    /sys/kernel/tracing where missing (by mount(2); it stays mounted and the
+    ``vcpulab`` logger says so once: ``vcpulab._mounts``).
     """
 
     def __init__(
@@ -150,8 +152,11 @@ class Trace:
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:
             check_int("kvm_pid", kvm_pid, 1, PID_MAX)
-        self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes),
-                               os.getpid() if kvm_pid is None else int(kvm_pid))  # fmt: skip
+        try:
+            self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes),
+                                   os.getpid() if kvm_pid is None else int(kvm_pid))  # fmt: skip
+        finally:
+            _mounts.announce()  # a Tracer mounts tracefs where it is missing (root); said once
         self.info: dict[str, Any] | None = None
 
     def stop(self) -> dict[str, Any]:

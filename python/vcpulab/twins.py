@@ -53,7 +53,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import threading
 import warnings
 from dataclasses import dataclass, field, fields, replace
@@ -154,14 +153,15 @@ def _read_why(path: str) -> tuple[str | None, str]:
 
 
 def _mount_debugfs() -> bool:
-    """Mount debugfs at /sys/kernel/debug when it is not (root only); True if mounted."""
+    """Mount debugfs at /sys/kernel/debug when it is not (root only, by mount(2);
+    it stays mounted and vcpulab says so once: vcpulab._mounts); True if mounted."""
+    from vcpulab._mounts import ensure_mounted
+
     if os.path.isdir("/sys/kernel/debug/sched"):
         return True
-    if os.geteuid() != 0:
-        return False
     try:
-        subprocess.run(["mount", "-t", "debugfs", "nodev", "/sys/kernel/debug"], check=False, capture_output=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
+        ensure_mounted("debugfs")
+    except OSError:
         return False
     return os.path.isdir("/sys/kernel/debug/sched")
 
@@ -186,7 +186,7 @@ def host_knobs() -> dict[str, Value]:
 
     * ``base_slice_ns``: EEVDF's ``sysctl_sched_base_slice`` from
       ``/sys/kernel/debug/sched/base_slice_ns`` (debugfs is mounted when it is
-      not and this process is root); where unreadable, the kernel's rule
+      not and this process is root; it stays mounted, see ``vcpulab._mounts``); where unreadable, the kernel's rule
       0.75 ms × (1 + ilog2(min(ncpus, 8))) (``update_sysctl``,
       kernel/sched/fair.c) with ``how`` saying so.
     * ``tick_ns``: 1e9 / CONFIG_HZ (``/proc/config.gz`` or /boot/config-*).

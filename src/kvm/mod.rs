@@ -9,6 +9,7 @@
 //! * [`guest`]: the long-mode environment and the iced-x86 guest programs.
 //! * [`trace`]: scheduler and KVM tracepoints of a run (perf_event_open, decoded with the format files).
 //! * [`foreign`]: another process (pidfd), its KVM stats fds duplicated once and checked (`attach`).
+//! * [`mounts`]: debugfs / tracefs mounted by mount(2) where missing, and what this process mounted.
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
@@ -18,6 +19,7 @@ pub mod foreign;
 pub mod guest;
 pub mod kick;
 pub mod memory;
+pub mod mounts;
 pub mod stats;
 pub mod steal;
 pub mod system;

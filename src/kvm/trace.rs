@@ -70,7 +70,8 @@ pub fn monotonic_ns() -> u64 {
 // ------------------------------------------------------------------ tracefs
 
 /// The `events` directory of tracefs. Mounts tracefs at /sys/kernel/tracing
-/// when it is absent and this process is root.
+/// when it is absent and this process is root ([`super::mounts`]: by mount(2);
+/// it stays mounted).
 pub fn events_dir() -> Result<PathBuf> {
     for p in ["/sys/kernel/tracing/events", "/sys/kernel/debug/tracing/events"] {
         if Path::new(p).join("sched").is_dir() {
@@ -85,15 +86,8 @@ pub fn events_dir() -> Result<PathBuf> {
                 .into(),
         ));
     }
-    let target = c"/sys/kernel/tracing";
-    let (src, fstype) = (c"nodev", c"tracefs");
-    // SAFETY: all pointers are NUL-terminated C strings that outlive the call; data may be null.
-    let rc = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
-    if rc != 0 {
-        return Err(Error::TraceUnavailable(format!(
-            "tracefs is not mounted and mounting it at /sys/kernel/tracing failed: {}",
-            std::io::Error::last_os_error()
-        )));
+    if let Err(e) = super::mounts::ensure_mounted(super::mounts::PseudoFs::Tracefs) {
+        return Err(Error::TraceUnavailable(format!("tracefs is not mounted and mounting it failed: {e}")));
     }
     let p = PathBuf::from("/sys/kernel/tracing/events");
     if p.join("sched").is_dir() {

@@ -1,5 +1,6 @@
-//! Bindings of `kvm::foreign`: the pidfd and the kept stats fds behind
-//! `vcpulab.kvm.attach(pid)`.
+//! Bindings of `kvm::foreign` (the pidfd and the kept stats fds behind
+//! `vcpulab.kvm.attach(pid)`) and `kvm::mounts` (the one way vcpulab mounts
+//! debugfs / tracefs; `vcpulab._mounts` says what it mounted).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::kvm::foreign::{ForeignStats, Process, StatsOwner};
+use crate::kvm::mounts::{self, PseudoFs};
 use crate::kvm::stats::StatsSchema;
 use crate::kvm::Error;
 
@@ -145,8 +147,27 @@ impl PyForeignStats {
     }
 }
 
+/// Mounts "debugfs" at /sys/kernel/debug or "tracefs" at /sys/kernel/tracing
+/// (no other name, no other path) by mount(2) unless it is mounted there:
+/// True when this call mounted it (it stays mounted). OSError when refused
+/// (PermissionError: not root) or the mount point is missing.
+#[pyfunction]
+fn mount_pseudo_fs(py: Python<'_>, kind: &str) -> PyResult<bool> {
+    let fs = PseudoFs::parse(kind)?;
+    Ok(py.detach(|| mounts::ensure_mounted(fs))?)
+}
+
+/// [(name, path)] of the pseudo filesystems this process mounted (also those
+/// mounted inside Rust, e.g. tracefs by a Tracer).
+#[pyfunction]
+fn mounted_pseudo_fs() -> Vec<(&'static str, &'static str)> {
+    mounts::mounted_here().into_iter().map(|f| (f.name(), f.path())).collect()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyForeignProcess>()?;
     m.add_class::<PyForeignStats>()?;
+    m.add_function(wrap_pyfunction!(mount_pseudo_fs, m)?)?;
+    m.add_function(wrap_pyfunction!(mounted_pseudo_fs, m)?)?;
     Ok(())
 }
