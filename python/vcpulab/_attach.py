@@ -54,6 +54,8 @@ from typing import Any
 
 import polars as pl
 
+from vcpulab._checks import check_int
+
 __all__ = ["Attached", "attach"]
 
 DEBUGFS_KVM = Path("/sys/kernel/debug/kvm")
@@ -273,8 +275,9 @@ def attach(pid: int) -> Attached:
     process exists, ``PermissionError`` when its file descriptors cannot be
     read, and ``LookupError`` when it holds no KVM VM.
     """
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        raise ValueError(f"pid must be a positive int, got {pid!r}")
+    from vcpulab.tracing import PID_MAX
+
+    pid = check_int("pid", pid, 1, PID_MAX)  # any integer type (numpy's too), as an int
     proc = Path(f"/proc/{pid}")
     if not proc.is_dir():
         raise ProcessLookupError(f"no process {pid}")
