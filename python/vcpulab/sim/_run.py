@@ -251,8 +251,13 @@ def local_sweep(
     _check_threads(threads)
     limit = _check_trace_max_rows(trace_max_rows)
     labelled = expand(points, grid, max_points)
-    jsons = [c.to_json() for _, c in labelled]
-    pols: list[dict[str, Any] | None] = [_policies_for(c) for _, c in labelled]
+    try:
+        # thousands of points take a while to serialise: Ctrl-C here keeps the (empty) frame too
+        jsons = [c.to_json() for _, c in labelled]
+        pols: list[dict[str, Any] | None] = [_policies_for(c) for _, c in labelled]
+    except KeyboardInterrupt as e:
+        keep_partial(e, _sweep_frame([], results), call="sim.sweep", done=0, total=len(labelled), unit="points")
+        raise
     bar = None
     cb = None
     if progress and labelled:
