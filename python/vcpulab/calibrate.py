@@ -350,6 +350,9 @@ def halt_poll(
             counts them and ``disturbed`` flags a cell that stayed disturbed.
         warn_quality: issue one :class:`~vcpulab.quality.QualityWarning`
             naming the cells that stayed disturbed.
+
+    Ctrl-C stops the cell's vCPU at once: ``KeyboardInterrupt`` within a
+    second, its ``partial`` a frame of the real cells that had finished.
     """
     from vcpulab import _core
     from vcpulab.kvm import Host

@@ -727,7 +727,9 @@ def run(
         poll_every_s: how often the run checks for Ctrl-C, s (at most 1).
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
             :class:`Trials` (every trial's frames, means with confidence
-            intervals) instead of one :class:`Run`.
+            intervals) instead of one :class:`Run`. Ctrl-C stops within a
+            second; ``KeyboardInterrupt.partial`` is the :class:`Trials` of
+            the finished trials (None before the first).
         trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
             ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
             ``Run.quality`` takes other tasks' time from the trace (exact).

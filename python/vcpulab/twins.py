@@ -1435,6 +1435,11 @@ def compare(
     guest's timer (:func:`sim_wakeups`), so workloads woken otherwise (IPI,
     spin locks, MSI with polling on) have none: NaN there. ``real`` runs
     passed in are used as they are (traced or not).
+
+    Every argument (and that ``exp`` has a twin) is checked before the real
+    trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
+    is the list of finished real runs; ``compare(exp, real=e.partial)``
+    goes on from them.
     """
     check_type("exp", exp, Experiment)
     check_int("trials", trials, 1, 1000)

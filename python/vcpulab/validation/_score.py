@@ -281,6 +281,9 @@ def validate(
     measure on every seed: the compared mechanism had no effect),
     ``status`` ("simulated" or "not expressible: …"), ``waits_for``,
     ``source`` and ``url``. See docs/validation.md for the rules.
+
+    Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
+    of the cases whose every run had finished (:mod:`vcpulab._interrupt`).
     """
     if isinstance(seeds, int):
         if seeds < 1:

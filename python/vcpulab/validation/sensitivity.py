@@ -181,7 +181,12 @@ def sensitivity(
     ``direction_ok`` and ``within_2x``; the scaled run's ``per_seed``;
     ``beyond_seeds`` (the two intervals do not overlap; True where either is
     undefined, e.g. with one seed); ``status`` "ran" or the simulator's
-    refusal of the scaled value.
+    refusal of the scaled value (also a factor that makes the value one the
+    model cannot take, and a ``run.length`` factor above
+    :data:`MAX_LENGTH_FACTOR`).
+
+    Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
+    of the scaled runs that had finished.
     """
     fs = [float(f) for f in factors]
     if not fs or any(isinstance(f, bool) or not math.isfinite(f) or f <= 0 or f == 1.0 for f in fs):
