@@ -28,15 +28,24 @@ def bench(name: str, sc: hp.Scenario, reps: int = 5) -> None:
 def main() -> None:
     bench(
         "message 20 us, block-time, 1 s",
-        hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=200_000), vcpus=(hp.Message(20_000),), duration_ns=1_000_000_000),
+        hp.Scenario(
+            sim.HaltPoll(policy="block-time", vm_max_ns=200_000), vcpus=(hp.Message(20_000),), duration_ns=1_000_000_000
+        ),
     )
     bench(
         "8 x idle 1000 Hz on one CPU, fixed, 1 s",
-        hp.Scenario(sim.HaltPoll(policy="fixed", vm_max_ns=200_000), vcpus=(hp.Timer(1000),) * 8, duration_ns=1_000_000_000),
+        hp.Scenario(
+            sim.HaltPoll(policy="fixed", vm_max_ns=200_000), vcpus=(hp.Timer(1000),) * 8, duration_ns=1_000_000_000
+        ),
     )
     scs = [
-        hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=m), vcpus=(hp.Message(g * 1000),), rounds=200, seed=s,
-                    background=hp.Background.from_fraction(0.2))  # fmt: skip
+        hp.Scenario(
+            sim.HaltPoll(policy="block-time", vm_max_ns=m),
+            vcpus=(hp.Message(g * 1000),),
+            rounds=200,
+            seed=s,
+            background=hp.Background.from_fraction(0.2),
+        )
         for g in (20, 50, 100, 300, 1000)
         for m in (0, 50_000, 200_000)
         for s in range(8)

@@ -33,8 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def rust_baseline(cycles: int, exits: int) -> dict[str, float]:
     out = subprocess.run(
         ["cargo", "run", "--quiet", "--release", "--example", "bench_raw_kvm", "--", str(cycles), str(exits)],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -78,7 +81,9 @@ def main() -> None:
     rounds = []
     for _ in range(max(1, a.repeat)):
         rounds.append((rust_baseline(a.cycles, a.exits), python_api(a.cycles, a.exits)))
-    print(f"host: {platform.node()} {platform.machine()}, kernel {platform.release()}, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"host: {platform.node()} {platform.machine()}, kernel {platform.release()}, load average {os.getloadavg()[0]:.1f}"
+    )
     print(f"{'work':<40}{'raw kvm-ioctls':>16}{'vcpulab':>12}{'vcpulab/raw':>13}{'best round':>12}")
     rows = [
         ("VM create+close (/s)", "create_close_per_s", "create_close_per_s"),
@@ -94,7 +99,9 @@ def main() -> None:
         print(f"{name:<40}{r:>16,.0f}{p:>12,.0f}{statistics.median(ratios):>12.2f}x{max(ratios):>11.2f}x")
     # the same guest program both ways: what one Python call per exit costs next to run_until
     same = [y["io_python_per_s"] / y["io_run_until_per_s"] for _, y in rounds]
-    print(f"{'one Python call each / loop in Rust':<40}{'':>16}{'':>12}{statistics.median(same):>12.2f}x{max(same):>11.2f}x")
+    print(
+        f"{'one Python call each / loop in Rust':<40}{'':>16}{'':>12}{statistics.median(same):>12.2f}x{max(same):>11.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ def main() -> None:
     (_, n0, cpu0, p0, _), (_, n1, cpu1, p1, wall) = rows
     per_sample = (cpu1 - cpu0) / max(n1 - n0, 1)
     print(f"{a.vcpus} vCPUs, {a.duration_s} s; sampling every 1 ms took {n1} samples in {wall:.2f} s")
-    print(f"sampler CPU time: {per_sample * 1e6:.1f} us per sample = {per_sample / a.vcpus * 1e6:.2f} us per vCPU "
-          f"({(cpu1 - cpu0) / wall:.1%} of one CPU)")  # fmt: skip
+    print(
+        f"sampler CPU time: {per_sample * 1e6:.1f} us per sample = {per_sample / a.vcpus * 1e6:.2f} us per vCPU "
+        f"({(cpu1 - cpu0) / wall:.1%} of one CPU)"
+    )
     print(f"guest progress (PAUSEs/s): {p0:,.0f} unsampled, {p1:,.0f} sampled ({p1 / p0 - 1:+.1%})")
 
 

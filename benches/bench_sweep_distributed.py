@@ -27,9 +27,7 @@ def main() -> None:
     ap.add_argument("--duration-ms", type=float, default=200.0, help="simulated time per point (default 200 ms)")
     ap.add_argument("--workers", type=int, default=2, help="Dask workers, 1 thread each (default 2)")
     a = ap.parse_args()
-    base = sim.Config(
-        host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=int(a.duration_ms * 1e6)
-    )
+    base = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=int(a.duration_ms * 1e6))
     grid = {
         "vms.0.policy": [P.upstream(), P.dy_eligible(), P.random(), P.oracle()],
         "host.pcpus": [2, 4],
@@ -53,15 +51,24 @@ def main() -> None:
         from distributed import Client, LocalCluster
 
         t = time.perf_counter()
-        with LocalCluster(
-            n_workers=a.workers, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-        ) as cluster, Client(cluster) as client:  # fmt: skip
+        with (
+            LocalCluster(
+                n_workers=a.workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+            ) as cluster,
+            Client(cluster) as client,
+        ):
             times["(LocalCluster start)"] = time.perf_counter() - t
             ex = client.get_executor()
             df = timed("Dask LocalCluster (no dataset)", lambda: run_sweep(base, grid, executor=ex, progress=False))
             assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
-            df = timed("Dask LocalCluster + dataset", lambda: run_sweep(base, grid, executor=ex, out=f"{d}/dk", progress=False))
+            df = timed(
+                "Dask LocalCluster + dataset", lambda: run_sweep(base, grid, executor=ex, out=f"{d}/dk", progress=False)
+            )
             assert_frame_equal(df.drop(EXTRA_COLUMNS), ref)
     print(f"{n} points, {a.duration_ms:g} ms simulated each, {a.workers} Dask workers")
     for k, v in times.items():

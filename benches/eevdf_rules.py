@@ -43,7 +43,9 @@ def main() -> None:
         ap.error(f"--run-ms must be > 20 (the warm-up), got {a.run_ms}")
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    print("| rules | placement | seed | fair Mops/s | gang/fair | yields ok | PLE exits | all-or-none | poorest VM | fair CPU s |")
+    print(
+        "| rules | placement | seed | fair Mops/s | gang/fair | yields ok | PLE exits | all-or-none | poorest VM | fair CPU s |"
+    )
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     medians = []
     for name, rules in RULES.items():
@@ -53,8 +55,14 @@ def main() -> None:
                 out = {}
                 for s in ("fair", "gang"):
                     host = dataclasses.replace(ctx.host(pcpus=80, scheduler=s, affinity=aff), **rules)
-                    cfg = sim.Config(host=host, vms=(vm,), duration_ns=a.run_ms * 1_000_000, warmup_ns=20_000_000,
-                                     seed=seed, trace=s == "fair")  # fmt: skip
+                    cfg = sim.Config(
+                        host=host,
+                        vms=(vm,),
+                        duration_ns=a.run_ms * 1_000_000,
+                        warmup_ns=20_000_000,
+                        seed=seed,
+                        trace=s == "fair",
+                    )
                     t0 = time.thread_time()
                     out[s] = (sim.run(cfg), time.thread_time() - t0)
                 (f, cpu_s), g = out["fair"], out["gang"][0].summary
@@ -62,9 +70,12 @@ def main() -> None:
                 ratio = g["throughput_ops_s"][0] / fs["throughput_ops_s"][0]
                 ratios.append(ratio)
                 ops = f.vms["ops"].to_list()
-                print(f"| {name} | {aff} | {seed} | {fs['throughput_ops_s'][0] / 1e6:.2f} | {ratio:.2f} | "
-                      f"{fs['yield_ok'][0]} | {fs['ple_exits'][0]} | {analysis.gang_share(f):.2f} | "
-                      f"{min(ops) / (sum(ops) / len(ops)):.2f} | {cpu_s:.2f} |", flush=True)  # fmt: skip
+                print(
+                    f"| {name} | {aff} | {seed} | {fs['throughput_ops_s'][0] / 1e6:.2f} | {ratio:.2f} | "
+                    f"{fs['yield_ok'][0]} | {fs['ple_exits'][0]} | {analysis.gang_share(f):.2f} | "
+                    f"{min(ops) / (sum(ops) / len(ops)):.2f} | {cpu_s:.2f} |",
+                    flush=True,
+                )
             medians.append((name, aff, statistics.median(ratios)))
     print()
     for name, aff, m in medians:

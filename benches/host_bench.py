@@ -21,10 +21,17 @@ from vcpulab.sim import scenarios as S
 
 HOST_OPTIONS: dict[str, dict] = {
     "off": {},
-    "time": dict(seeded_ties=True, tick_skew=True, wakeup_ipi_ns=1500, wakeup_jitter=0.5,
-                 idle_states=((2_000, 2_000), (10_000, 20_000), (133_000, 600_000))),
-}  # fmt: skip
-HOST_OPTIONS["time+noise"] = {**HOST_OPTIONS["time"], "noise": sim.HostNoise.typical()} if hasattr(sim, "HostNoise") else {}
+    "time": dict(
+        seeded_ties=True,
+        tick_skew=True,
+        wakeup_ipi_ns=1500,
+        wakeup_jitter=0.5,
+        idle_states=((2_000, 2_000), (10_000, 20_000), (133_000, 600_000)),
+    ),
+}
+HOST_OPTIONS["time+noise"] = (
+    {**HOST_OPTIONS["time"], "noise": sim.HostNoise.typical()} if hasattr(sim, "HostNoise") else {}
+)
 HOST_OPTIONS["all"] = {
     **HOST_OPTIONS["time+noise"],
     "sockets": 2,
@@ -53,7 +60,11 @@ def bench_speed(quick: bool, repeat: int) -> None:
     cases = [("fair", "off")]
     if hasattr(sim, "HostNoise"):
         cases += [("fair", "time+noise"), ("fair", "all"), ("cfs", "off"), ("cfs", "time+noise"), ("cfs", "all")]
-    cases = [(s, o, "pinned") for s, o in cases] + [("fair", "off", "all"), ("fair", "all", "all"), ("cfs", "all", "all")]
+    cases = [(s, o, "pinned") for s, o in cases] + [
+        ("fair", "off", "all"),
+        ("fair", "all", "all"),
+        ("cfs", "all", "all"),
+    ]
     for sched, opt, aff in cases:
         best = float("inf")
         for _ in range(repeat):
@@ -62,8 +73,11 @@ def bench_speed(quick: bool, repeat: int) -> None:
             r = sim.run(cfg)
             best = min(best, time.thread_time() - t)
         ev = int(r.summary["events"][0])
-        print(f"speed 8x20 {aff:6} {sched:4} {opt:11}: {dur / 1e9 / best:.3f} simulated s per CPU s "
-              f"({ev:,} events, {r.summary['ple_exits'][0]:,} PLE exits)", flush=True)  # fmt: skip
+        print(
+            f"speed 8x20 {aff:6} {sched:4} {opt:11}: {dur / 1e9 / best:.3f} simulated s per CPU s "
+            f"({ev:,} events, {r.summary['ple_exits'][0]:,} PLE exits)",
+            flush=True,
+        )
 
 
 def bench_lockstep(quick: bool) -> None:
@@ -78,9 +92,15 @@ def bench_lockstep(quick: bool) -> None:
                 ratios.append(gang / sum(thr))
                 jains.append(jain(thr))
                 mins.append(min(thr) / (sum(thr) / len(thr)))
-            print(f"unpinned 8x20 {sched:4} {opt:11}: gang/PLE " + " ".join(f"{x:.2f}" for x in ratios)
-                  + "  Jain " + " ".join(f"{x:.3f}" for x in jains)
-                  + "  min VM/mean " + " ".join(f"{x:.2f}" for x in mins), flush=True)  # fmt: skip
+            print(
+                f"unpinned 8x20 {sched:4} {opt:11}: gang/PLE "
+                + " ".join(f"{x:.2f}" for x in ratios)
+                + "  Jain "
+                + " ".join(f"{x:.3f}" for x in jains)
+                + "  min VM/mean "
+                + " ".join(f"{x:.2f}" for x in mins),
+                flush=True,
+            )
 
 
 def main() -> None:

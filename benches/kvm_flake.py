@@ -50,11 +50,23 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as tmp:
                 log = Path(tmp) / "remeasure.jsonl"
                 env = dict(os.environ, VCPULAB_REMEASURE_LOG=str(log))
-                cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "kvm", *(a.pytest_args or ["tests"])]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    "-m",
+                    "kvm",
+                    *(a.pytest_args or ["tests"]),
+                ]
                 t = time.monotonic()
                 p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
                 wall = time.monotonic() - t
-                tail = [ln for ln in p.stdout.splitlines() if "passed" in ln or "failed" in ln or "real-KVM tests" in ln]
+                tail = [
+                    ln for ln in p.stdout.splitlines() if "passed" in ln or "failed" in ln or "real-KVM tests" in ln
+                ]
                 results.append((i, p.returncode, wall, tail[-2:] if tail else [p.stdout[-300:]]))
                 if log.exists():
                     for line in log.read_text().splitlines():
@@ -74,8 +86,11 @@ def main() -> int:
     finally:
         if hogp is not None:
             hogp.kill()
-    print(f"\nload average now {os.getloadavg()[0]:.1f}; hog on CPU {a.hog}" if a.hog is not None else
-          f"\nload average now {os.getloadavg()[0]:.1f}; no hog")  # fmt: skip
+    print(
+        f"\nload average now {os.getloadavg()[0]:.1f}; hog on CPU {a.hog}"
+        if a.hog is not None
+        else f"\nload average now {os.getloadavg()[0]:.1f}; no hog"
+    )
     ok = sum(1 for r in results if r[1] == 0)
     print(f"{ok} of {len(results)} runs passed")
     print("\nmeasurements per remeasure() call, over all runs (1 = first trusted; -N = skipped after N disturbed):")

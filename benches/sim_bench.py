@@ -51,8 +51,10 @@ def bench_speed(quick: bool) -> dict:
             "events_per_s": round(r.summary["events"][0] / wall),
             "ple_exits": int(r.summary["ple_exits"][0]),
         }
-        print(f"speed 8x20 {sched:5}: {out[sched]['sim_s_per_wall_s']:.3f} simulated s per CPU s "
-              f"({out[sched]['events']:,} events, {out[sched]['events_per_s']:,.0f} events/s)")
+        print(
+            f"speed 8x20 {sched:5}: {out[sched]['sim_s_per_wall_s']:.3f} simulated s per CPU s "
+            f"({out[sched]['events']:,} events, {out[sched]['events_per_s']:,.0f} events/s)"
+        )
     return out
 
 
@@ -70,10 +72,15 @@ def bench_scale(quick: bool) -> dict:
     dur = 20_000_000 if quick else 50_000_000
     for n in (64, 128, 256, 512, 1024):
         wall, r = timed(scale_config(n, dur))
-        out[n] = {"cpu_s": round(wall, 3), "events": int(r.summary["events"][0]),
-                  "cpu_s_per_simulated_s": round(wall / (dur / 1e9), 2)}
-        print(f"scale {n:5} vCPUs on {n // 2:4} CPUs: {wall:.3f} CPU s for {dur / 1e6:.0f} ms simulated "
-              f"({out[n]['events']:,} events)")
+        out[n] = {
+            "cpu_s": round(wall, 3),
+            "events": int(r.summary["events"][0]),
+            "cpu_s_per_simulated_s": round(wall / (dur / 1e9), 2),
+        }
+        print(
+            f"scale {n:5} vCPUs on {n // 2:4} CPUs: {wall:.3f} CPU s for {dur / 1e6:.0f} ms simulated "
+            f"({out[n]['events']:,} events)"
+        )
     return out
 
 
@@ -90,12 +97,20 @@ def bench_sweep(quick: bool) -> dict:
     parallelism = (time.process_time() - c0) / t2
     assert a.equals(b), "sweep results differ between 1 and 2 threads"
     load = os.getloadavg()[0]
-    out = {"points": a.height, "wall_1_thread_s": round(t1, 3), "wall_2_threads_s": round(t2, 3),
-           "speedup": round(t1 / t2, 2), "cpus": os.cpu_count(), "load_avg_1min": load,
-           "cpu_time_over_wall_2_threads": round(parallelism, 2)}
-    print(f"sweep {a.height} points: 1 thread {t1:.2f} s, 2 threads {t2:.2f} s, speed-up {t1 / t2:.2f}x, "
-          f"CPU time / wall on 2 threads {parallelism:.2f} (identical results; load average {load:.1f} "
-          f"on {os.cpu_count()} CPUs)")
+    out = {
+        "points": a.height,
+        "wall_1_thread_s": round(t1, 3),
+        "wall_2_threads_s": round(t2, 3),
+        "speedup": round(t1 / t2, 2),
+        "cpus": os.cpu_count(),
+        "load_avg_1min": load,
+        "cpu_time_over_wall_2_threads": round(parallelism, 2),
+    }
+    print(
+        f"sweep {a.height} points: 1 thread {t1:.2f} s, 2 threads {t2:.2f} s, speed-up {t1 / t2:.2f}x, "
+        f"CPU time / wall on 2 threads {parallelism:.2f} (identical results; load average {load:.1f} "
+        f"on {os.cpu_count()} CPUs)"
+    )
     return out
 
 
@@ -120,10 +135,17 @@ def bench_pypolicy(quick: bool) -> dict:
     assert ra.vcpus.equals(rb.vcpus), "Python dy_eligible differs from the built-in"
     per_call_us = (w_py - w_builtin) / max(CALLS, 1) * 1e6
     n = cfg.vms[0].vcpus
-    out = {"calls": CALLS, "wall_builtin_s": round(w_builtin, 3), "wall_python_s": round(w_py, 3),
-           "us_per_call": round(per_call_us, 2), "candidates_per_call": n - 1}
-    print(f"python policy: {CALLS:,} calls, {per_call_us:.1f} µs per call ({n - 1} candidates each), "
-          f"same results as the built-in")
+    out = {
+        "calls": CALLS,
+        "wall_builtin_s": round(w_builtin, 3),
+        "wall_python_s": round(w_py, 3),
+        "us_per_call": round(per_call_us, 2),
+        "candidates_per_call": n - 1,
+    }
+    print(
+        f"python policy: {CALLS:,} calls, {per_call_us:.1f} µs per call ({n - 1} candidates each), "
+        f"same results as the built-in"
+    )
     return out
 
 
@@ -134,24 +156,41 @@ def bench_scenarios(quick: bool) -> dict:
     a = {}
     for oc in (1, 2):
         th = {}
-        for name, pol in [("baseline2011", P.baseline_2011()), ("dy_eligible", P.dy_eligible()),
-                          ("upstream", P.upstream()), ("random", P.random()), ("oracle", P.oracle())]:
+        for name, pol in [
+            ("baseline2011", P.baseline_2011()),
+            ("dy_eligible", P.dy_eligible()),
+            ("upstream", P.upstream()),
+            ("random", P.random()),
+            ("oracle", P.oracle()),
+        ]:
             th[name] = sim.run(S.ebizzy_2012(oc, pol, duration_ns=dur, seed=1)).summary["throughput_ops_s"][0]
         a[f"{oc}x"] = {k: round(v) for k, v in th.items()}
         gain = th["dy_eligible"] / th["baseline2011"] - 1
         a[f"{oc}x"]["dy_eligible_gain_pct"] = round(100 * gain, 1)
-        print(f"(a) ebizzy-like {oc}x: baseline {th['baseline2011']:,.0f}/s, dy_eligible {th['dy_eligible']:,.0f}/s "
-              f"({100 * gain:+.0f} %; [S1], 1x only: 1129 -> 2317 records/s, +105 %); upstream {th['upstream']:,.0f}, "
-              f"random {th['random']:,.0f}, oracle {th['oracle']:,.0f}")
+        print(
+            f"(a) ebizzy-like {oc}x: baseline {th['baseline2011']:,.0f}/s, dy_eligible {th['dy_eligible']:,.0f}/s "
+            f"({100 * gain:+.0f} %; [S1], 1x only: 1129 -> 2317 records/s, +105 %); upstream {th['upstream']:,.0f}, "
+            f"random {th['random']:,.0f}, oracle {th['oracle']:,.0f}"
+        )
     out["a"] = a
     # (b)
     b = {}
     for n, v in ((8, 20), (16, 10)):
-        th = {s: sim.run(S.sched_map_2012(n, v, scheduler=s, duration_ns=max(dur, 100_000_000), seed=1)).summary[
-            "throughput_ops_s"][0] for s in ("fair", "gang")}
-        b[f"{n}x{v}"] = {"ple": round(th["fair"]), "gang": round(th["gang"]), "gang_over_ple": round(th["gang"] / th["fair"], 2)}
-        print(f"(b) {n} x {v} on 80 CPUs: PLE {th['fair']:,.0f}/s, gang {th['gang']:,.0f}/s: gang = "
-              f"{th['gang'] / th['fair']:.2f}x PLE ([S4]: 3.88x at 8 x 20; 16 x 10 'clean, good')")
+        th = {
+            s: sim.run(S.sched_map_2012(n, v, scheduler=s, duration_ns=max(dur, 100_000_000), seed=1)).summary[
+                "throughput_ops_s"
+            ][0]
+            for s in ("fair", "gang")
+        }
+        b[f"{n}x{v}"] = {
+            "ple": round(th["fair"]),
+            "gang": round(th["gang"]),
+            "gang_over_ple": round(th["gang"] / th["fair"], 2),
+        }
+        print(
+            f"(b) {n} x {v} on 80 CPUs: PLE {th['fair']:,.0f}/s, gang {th['gang']:,.0f}/s: gang = "
+            f"{th['gang'] / th['fair']:.2f}x PLE ([S4]: 3.88x at 8 x 20; 16 x 10 'clean, good')"
+        )
     out["b"] = b
     # (c)
     c = {}
@@ -160,27 +199,42 @@ def bench_scenarios(quick: bool) -> dict:
             for bg in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):
                 w = {}
                 for placement in ("available_idle", "pcpu_is_idle"):
-                    walls = [sim.run(S.pcpu_is_idle_2021(placement, bg, threads=threads, burst_ns=burst, seed=s))
-                             .vms["wall_ns"][0] for s in range(3 if quick else 8)]
+                    walls = [
+                        sim.run(S.pcpu_is_idle_2021(placement, bg, threads=threads, burst_ns=burst, seed=s)).vms[
+                            "wall_ns"
+                        ][0]
+                        for s in range(3 if quick else 8)
+                    ]
                     w[placement] = sum(walls) / len(walls) / 1e6
                 red = 1 - w["pcpu_is_idle"] / w["available_idle"]
                 c[f"{threads}t_burst{burst // 1000}us_bg{bg}"] = {
                     "available_idle_ms": round(w["available_idle"], 2),
-                    "pcpu_is_idle_ms": round(w["pcpu_is_idle"], 2), "reduction_pct": round(100 * red, 1)}
-                print(f"(c) 16 vCPUs, {threads} threads, host load {bg:.2f} in {burst // 1000} us bursts: wall "
-                      f"{w['available_idle']:.1f} -> {w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %; "
-                      "[S3], idle host, 16 threads: -50 to -84 %)")
+                    "pcpu_is_idle_ms": round(w["pcpu_is_idle"], 2),
+                    "reduction_pct": round(100 * red, 1),
+                }
+                print(
+                    f"(c) 16 vCPUs, {threads} threads, host load {bg:.2f} in {burst // 1000} us bursts: wall "
+                    f"{w['available_idle']:.1f} -> {w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %; "
+                    "[S3], idle host, 16 threads: -50 to -84 %)"
+                )
     for bg in (0.1, 0.4):
         w = {}
         for placement in ("available_idle", "pcpu_is_idle"):
-            walls = [sim.run(S.pcpu_is_idle_2021(placement, bg, affinity="all", seed=s)).vms["wall_ns"][0]
-                     for s in range(3 if quick else 8)]
+            walls = [
+                sim.run(S.pcpu_is_idle_2021(placement, bg, affinity="all", seed=s)).vms["wall_ns"][0]
+                for s in range(3 if quick else 8)
+            ]
             w[placement] = sum(walls) / len(walls) / 1e6
         red = 1 - w["pcpu_is_idle"] / w["available_idle"]
-        c[f"12t_unpinned_bg{bg}"] = {"available_idle_ms": round(w["available_idle"], 2),
-                                     "pcpu_is_idle_ms": round(w["pcpu_is_idle"], 2), "reduction_pct": round(100 * red, 1)}
-        print(f"(c) 16 unpinned vCPUs, 12 threads, host load {bg:.2f}: wall {w['available_idle']:.1f} -> "
-              f"{w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %)")
+        c[f"12t_unpinned_bg{bg}"] = {
+            "available_idle_ms": round(w["available_idle"], 2),
+            "pcpu_is_idle_ms": round(w["pcpu_is_idle"], 2),
+            "reduction_pct": round(100 * red, 1),
+        }
+        print(
+            f"(c) 16 unpinned vCPUs, 12 threads, host load {bg:.2f}: wall {w['available_idle']:.1f} -> "
+            f"{w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %)"
+        )
     out["c"] = c
     return out
 
@@ -190,8 +244,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="speed,scale,sweep,pypolicy,scenarios")
     args = ap.parse_args()
-    report = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-              "vcpulab": sim.Result.__module__ and __import__("vcpulab").__version__, "quick": args.quick}
+    report = {
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "vcpulab": sim.Result.__module__ and __import__("vcpulab").__version__,
+        "quick": args.quick,
+    }
     for name in args.only.split(","):
         report[name] = globals()[f"bench_{name}"](args.quick)
     Path("bench-out").mkdir(exist_ok=True)

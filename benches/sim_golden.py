@@ -22,7 +22,7 @@ from vcpulab import sim
 from vcpulab.sim import policies as P
 from vcpulab.sim import presets
 from vcpulab.sim import scenarios as S
-from vcpulab.sim._config import Background, HaltPoll, Host, Lock, Compute, Ipi, Ple, Pv, Sleep, Vm, Workload
+from vcpulab.sim._config import Background, Compute, HaltPoll, Host, Ipi, Lock, Ple, Pv, Sleep, Vm, Workload
 
 MS = 1_000_000
 
@@ -34,7 +34,9 @@ def configs() -> dict[str, sim.Config]:
             c[f"map_{sched}_{vms}x{vcpus}"] = S.sched_map_2012(
                 vms, vcpus, scheduler=sched, duration_ns=30 * MS, warmup_ns=10 * MS, seed=3
             ).replace(trace=True)
-    c["map_fair_8x20_oracle"] = S.sched_map_2012(8, 20, policy=P.oracle(), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1)
+    c["map_fair_8x20_oracle"] = S.sched_map_2012(
+        8, 20, policy=P.oracle(), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1
+    )
     c["map_fair_8x20_bug"] = S.sched_map_2012(
         8, 20, policy=P.upstream(last_boosted_bug=True), duration_ns=20 * MS, warmup_ns=5 * MS, seed=2
     )
@@ -56,27 +58,48 @@ def configs() -> dict[str, sim.Config]:
     for hp in ("fixed", "block-time"):
         c[f"halt_poll_{hp}".replace("block-time", "dynamic")] = sim.Config(
             host=Host(pcpus=8, background=Background(utilization=0.1)),
-            vms=(Vm(vcpus=8, count=2, workload=presets.parsec_barrier_like(compute_ns=50_000, iterations=0),
-                    halt_poll=HaltPoll(policy=hp)),),
-            duration_ns=20 * MS, seed=7, trace=True,
+            vms=(
+                Vm(
+                    vcpus=8,
+                    count=2,
+                    workload=presets.parsec_barrier_like(compute_ns=50_000, iterations=0),
+                    halt_poll=HaltPoll(policy=hp),
+                ),
+            ),
+            duration_ns=20 * MS,
+            seed=7,
+            trace=True,
         )
     mixed = Workload(
         name="mixed",
-        phases=(Compute(30_000, dist="exp"), Lock(0, "pv_queued", 2_000), Compute(10_000, mode="kernel"),
-                Lock(1, "mutex", 3_000), Ipi(targets=2, handler_ns=2_000), Sleep(20_000, dist="exp", prob=0.3),
-                Lock(2, "tas", 1_000)),
+        phases=(
+            Compute(30_000, dist="exp"),
+            Lock(0, "pv_queued", 2_000),
+            Compute(10_000, mode="kernel"),
+            Lock(1, "mutex", 3_000),
+            Ipi(targets=2, handler_ns=2_000),
+            Sleep(20_000, dist="exp", prob=0.3),
+            Lock(2, "tas", 1_000),
+        ),
     )
     c["mixed_all_affinity"] = sim.Config(
         host=Host(pcpus=12, affinity="all", next_buddy="never", background=Background(utilization=0.3)),
-        vms=(Vm(vcpus=8, count=2, workload=mixed, policy=P.upstream()),
-             Vm(vcpus=6, workload=presets.kernbench_like(), ple=Ple.svm(), pv=Pv(placement="pcpu_is_idle"))),
-        duration_ns=20 * MS, seed=8, trace=True,
+        vms=(
+            Vm(vcpus=8, count=2, workload=mixed, policy=P.upstream()),
+            Vm(vcpus=6, workload=presets.kernbench_like(), ple=Ple.svm(), pv=Pv(placement="pcpu_is_idle")),
+        ),
+        duration_ns=20 * MS,
+        seed=8,
+        trace=True,
     )
     c["mixed_round_robin"] = sim.Config(
         host=Host(pcpus=10, affinity="round_robin", yield_penalty="deadline", next_buddy="always"),
-        vms=(Vm(vcpus=10, count=2, workload=mixed, policy=P.dy_eligible(esrch_budget=3), ple=Ple.fixed()),
-             Vm(vcpus=4, workload=presets.sysbench_oltp_like(), ple=Ple.off())),
-        duration_ns=20 * MS, seed=9,
+        vms=(
+            Vm(vcpus=10, count=2, workload=mixed, policy=P.dy_eligible(esrch_budget=3), ple=Ple.fixed()),
+            Vm(vcpus=4, workload=presets.sysbench_oltp_like(), ple=Ple.off()),
+        ),
+        duration_ns=20 * MS,
+        seed=9,
     )
     return c
 

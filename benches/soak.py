@@ -34,7 +34,8 @@ import threading
 import time
 import traceback
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from vcpulab import experiment, sim
 from vcpulab.kvm import Host
@@ -55,10 +56,16 @@ def rss_mib() -> float:
 
 def snapshot(label: str, t0: float) -> dict[str, Any]:
     gc.collect()
-    s = {"t_s": round(time.monotonic() - t0, 1), "fds": fds(), "rss_mib": round(rss_mib(), 1),
-         "threads": threading.active_count()}  # fmt: skip
-    print(f"[{label:>5}] t={s['t_s']:>7.1f} s  fds={s['fds']:>4}  rss={s['rss_mib']:>8.1f} MiB  threads={s['threads']:>3}",
-          flush=True)  # fmt: skip
+    s = {
+        "t_s": round(time.monotonic() - t0, 1),
+        "fds": fds(),
+        "rss_mib": round(rss_mib(), 1),
+        "threads": threading.active_count(),
+    }
+    print(
+        f"[{label:>5}] t={s['t_s']:>7.1f} s  fds={s['fds']:>4}  rss={s['rss_mib']:>8.1f} MiB  threads={s['threads']:>3}",
+        flush=True,
+    )
     return s
 
 
@@ -92,7 +99,7 @@ class Soak:
             def go(v: Any = v) -> None:
                 try:
                     v.run_until("ucall", timeout_s=rng.uniform(0.01, 0.3))
-                except Exception:  # noqa: BLE001 - timeouts, closed VM: expected
+                except Exception:
                     pass
 
             t = threading.Thread(target=go, daemon=True)
@@ -132,7 +139,7 @@ class Soak:
             def guest() -> None:
                 try:
                     v.run_program(timeout_s=3.0)
-                except Exception:  # noqa: BLE001
+                except Exception:
                     pass
 
             t = threading.Thread(target=guest, daemon=True)
@@ -144,15 +151,29 @@ class Soak:
                 t.join(3.0)
 
     def act_experiment(self, rng: random.Random) -> None:
-        w = rng.choice([experiment.Spin(), experiment.SpinLock(kind=rng.choice(["tas", "ticket"])),
-                        experiment.MsiPingPong(rounds=20, gap_us=50)])  # fmt: skip
+        w = rng.choice(
+            [
+                experiment.Spin(),
+                experiment.SpinLock(kind=rng.choice(["tas", "ticket"])),
+                experiment.MsiPingPong(rounds=20, gap_us=50),
+            ]
+        )
         vcpus = 1 if isinstance(w, experiment.MsiPingPong) else rng.randint(1, 3)
-        experiment.run(w, vcpus=vcpus, pcpus=[rng.choice([0, 1])], duration_s=rng.uniform(0.05, 0.3),
-                       sample_every_s=rng.choice([None, 0.01]), host=self.host)  # fmt: skip
+        experiment.run(
+            w,
+            vcpus=vcpus,
+            pcpus=[rng.choice([0, 1])],
+            duration_s=rng.uniform(0.05, 0.3),
+            sample_every_s=rng.choice([None, 0.01]),
+            host=self.host,
+        )
 
     def act_sweep(self, rng: random.Random) -> None:
-        base = sim.Config(host=sim.Host(pcpus=rng.randint(1, 8)), vms=(sim.Vm(vcpus=rng.randint(1, 16)),),
-                          duration_ns=rng.randint(100_000, 5_000_000))  # fmt: skip
+        base = sim.Config(
+            host=sim.Host(pcpus=rng.randint(1, 8)),
+            vms=(sim.Vm(vcpus=rng.randint(1, 16)),),
+            duration_ns=rng.randint(100_000, 5_000_000),
+        )
         grid = {"seed": list(range(rng.randint(1, 6)))}
         if rng.random() < 0.3:
             d = tempfile.mkdtemp(prefix="vcpulab-soak-")
@@ -164,9 +185,14 @@ class Soak:
             sim.sweep(base, grid, threads=rng.randint(1, 4), progress=False, results=rng.random() < 0.3)
 
     def act_halt_poll(self, rng: random.Random) -> None:
-        hp.run(hp.Scenario(sim.HaltPoll(policy="block-time", max_ns=rng.choice([0, 50_000, 200_000])),
-                           vcpus=(hp.Message(gap_ns=rng.randint(1_000, 500_000)),),
-                           rounds=rng.randint(10, 2_000), seed=rng.randint(0, 2**32)))  # fmt: skip
+        hp.run(
+            hp.Scenario(
+                sim.HaltPoll(policy="block-time", max_ns=rng.choice([0, 50_000, 200_000])),
+                vcpus=(hp.Message(gap_ns=rng.randint(1_000, 500_000)),),
+                rounds=rng.randint(10, 2_000),
+                seed=rng.randint(0, 2**32),
+            )
+        )
 
     def act_bad(self, rng: random.Random) -> None:
         bad: list[Callable[[], Any]] = [
@@ -179,7 +205,7 @@ class Soak:
         f = rng.choice(bad)
         try:
             f()
-        except Exception:  # noqa: BLE001 - the expected outcome
+        except Exception:
             return
         raise RuntimeError("an invalid call was accepted")
 
@@ -198,7 +224,7 @@ class Soak:
             try:
                 getattr(self, f"act_{name}")(rng)
                 self.note(f"{name}: ok")
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 expected = isinstance(e, (TimeoutError, ValueError)) or type(e).__name__ in ("KvmIoctlError",)
                 self.note(f"{name}: {'expected ' if expected else 'UNEXPECTED '}{type(e).__name__}")
                 if expected and self.counts[f"{name}: expected {type(e).__name__}"] == 1:

@@ -30,12 +30,22 @@ def main() -> int:
     ap.add_argument("--small", action="store_true", help="the CI's reduced grid")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--duration-s", "--duration", dest="duration_s", type=float, default=1.0,
-                    help="seconds per real run, spin-lock and timer cells (--duration: the former name)")
+    ap.add_argument(
+        "--duration-s",
+        "--duration",
+        dest="duration_s",
+        type=float,
+        default=1.0,
+        help="seconds per real run, spin-lock and timer cells (--duration: the former name)",
+    )
     ap.add_argument("--load", choices=("measured", "one_task", "none"), default="measured")
-    ap.add_argument("--trace", action=argparse.BooleanOptionalAction, default=False,
-                    help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS); "
-                         "off by default: tracing slows this host's emulated guests (docs/twins.md, section 4)")
+    ap.add_argument(
+        "--trace",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS); "
+        "off by default: tracing slows this host's emulated guests (docs/twins.md, section 4)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
@@ -66,10 +76,14 @@ def main() -> int:
         d = g.directions.filter(pl.col("significant"))
         dl = ["| metric | factor | low → high | real diff | sim diff | agree |", "|---|---|---|---|---|---|"]
         for r in d.iter_rows(named=True):
-            dl.append(f"| {r['metric']} | {r['factor']} | {r['low']} → {r['high']} | {r['real_diff']:.3g} | "
-                      f"{r['sim_diff']:.3g} | {'yes' if r['agree'] else '**no**'} |")  # fmt: skip
+            dl.append(
+                f"| {r['metric']} | {r['factor']} | {r['low']} → {r['high']} | {r['real_diff']:.3g} | "
+                f"{r['sim_diff']:.3g} | {'yes' if r['agree'] else '**no**'} |"
+            )
         a.markdown.write_text(
-            f"{g.line()}\n\n## Cells\n\n{g.table()}\n\n## Directions (significant in real)\n\n" + "\n".join(dl) + "\n"
+            f"{g.line()}\n\n## Cells\n\n{g.table()}\n\n## Directions (significant in real)\n\n"
+            + "\n".join(dl)
+            + "\n"
             + "".join(f"\nno twin: {n}: {w}\n" for n, w in g.no_twin)
             + "".join(f"\nno real result: {n}: {w}\n" for n, w in g.no_real)
         )

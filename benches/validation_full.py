@@ -63,8 +63,10 @@ def main() -> int:
         f"{platform.machine()} with {os.cpu_count()} CPUs, load average {load[0]:.1f}; "
         f"{wall:.0f} s wall, {cpu:.0f} s CPU in this process)."
     )
-    table = V.to_markdown(df) + "\n\n### Robustness probes (model artifacts, not published comparisons)\n\n" + (
-        probes.to_markdown(pr) + "\n\n" + probes.summary_line(pr)
+    table = (
+        V.to_markdown(df)
+        + "\n\n### Robustness probes (model artifacts, not published comparisons)\n\n"
+        + (probes.to_markdown(pr) + "\n\n" + probes.summary_line(pr))
     )
     block = f"{BEGIN}\n{prov}\n\n{table}\n\n### The eras' values and their sources (generated)\n\n{V.eras_markdown()}\n{END}"
     (out / "validation.md").write_text(block + "\n")

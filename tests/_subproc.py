@@ -17,15 +17,21 @@ ENV = {**os.environ, "RUST_BACKTRACE": "0"}
 
 
 def run_py(code: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=ENV, timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=ENV, timeout=timeout
+    )
 
 
 def interrupt_after_ready(code: str, delay_s: float, timeout: float = 60) -> tuple[float, str, str, int]:
     """Run ``code`` (which prints READY before its blocking call), send SIGINT
     ``delay_s`` after READY; returns (seconds from SIGINT to exit, stdout, stderr, rc)."""
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         assert p.stdout is not None
         line = p.stdout.readline()

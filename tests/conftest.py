@@ -44,7 +44,7 @@ class PinnedThread(threading.Thread):
             self.meter.add_thread(self.tid, sorted(self.cpus))
         try:
             self.result = self.fn()
-        except BaseException as e:  # noqa: BLE001 - reported by the test
+        except BaseException as e:
             self.error = e
         finally:
             if self.meter is not None:

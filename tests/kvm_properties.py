@@ -27,24 +27,31 @@ import sys
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vcpulab import calibrate, experiment
+from vcpulab import calibrate, experiment, sim
 from vcpulab.kvm import PROGRAMS, Host
-from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 # --------------------------------------------------------------------------- strategies
 
 #: integers around every boundary the API has (u8, u16, u32, u64, signed, huge)
-EDGE_INTS = st.sampled_from([0, 1, -1, 2, 255, 256, 0xFFFF, 0x10000, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1,
-                             2**64, 2**70, -(2**63)])  # fmt: skip
+EDGE_INTS = st.sampled_from(
+    [0, 1, -1, 2, 255, 256, 0xFFFF, 0x10000, 2**31, 2**32 - 1, 2**32, 2**63, 2**64 - 1, 2**64, 2**70, -(2**63)]
+)
 ANY_INT = st.one_of(EDGE_INTS, st.integers(-(2**70), 2**70), st.integers(0, 4096))
-ODD = st.one_of(st.none(), st.booleans(), st.text(max_size=4), st.floats(allow_nan=True), st.binary(max_size=4),
-                st.lists(st.integers(0, 3), max_size=2))  # fmt: skip
+ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=4),
+    st.floats(allow_nan=True),
+    st.binary(max_size=4),
+    st.lists(st.integers(0, 3), max_size=2),
+)
 ANY = st.one_of(ANY_INT, ODD)
 #: timeouts: short valid ones and every kind of invalid one
 TIMEOUT = st.one_of(st.floats(0.001, 0.2), st.sampled_from([0.0, -1.0, math.nan, math.inf, 1e6, 1e300]), ODD)
@@ -72,7 +79,7 @@ def call(f: Callable[[], Any], deadline_s: float) -> Any:
         r = f()
         OUTCOMES["returned"] += 1
         return r
-    except Exception as e:  # noqa: BLE001 - the property: an Exception is fine
+    except Exception as e:
         OUTCOMES[type(e).__name__] += 1
         if os.environ.get("VCPULAB_PROPERTY_SHOW") and not isinstance(e, (TypeError, ValueError)):
             print(f"{type(e).__name__}: {e}", flush=True)
@@ -83,7 +90,11 @@ def call(f: Callable[[], Any], deadline_s: float) -> Any:
 
 
 def deadline_of(timeout: Any, default: float = 0.0) -> float:
-    return float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < 10 else default
+    return (
+        float(timeout)
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and 0 < timeout < 10
+        else default
+    )
 
 
 class NoLeak:
@@ -121,14 +132,36 @@ def prop_host(memory_mib: Any, irqchip: Any, cap: Any) -> None:
             vm.close()
 
 
-VM_OPS = st.sampled_from(["read", "write", "write_u64", "write_u8", "load", "create_vcpu", "halt_poll_ns",
-                          "disable_exits", "send_msi", "msi_train", "stats", "steal_times", "results"])  # fmt: skip
+VM_OPS = st.sampled_from(
+    [
+        "read",
+        "write",
+        "write_u64",
+        "write_u8",
+        "load",
+        "create_vcpu",
+        "halt_poll_ns",
+        "disable_exits",
+        "send_msi",
+        "msi_train",
+        "stats",
+        "steal_times",
+        "results",
+    ]
+)
 
 
-@given(ops=st.lists(st.tuples(VM_OPS, ANY, ANY, ANY, SMALL_GAP_US), min_size=1, max_size=6),
-       program=st.one_of(st.sampled_from(sorted(PROGRAMS)), st.text(max_size=6)),
-       params=st.dictionaries(st.sampled_from(["iterations", "count", "vector", "port", "value", "size", "kind",
-                                               "vcpus", "hz", "addr", "bogus"]), ANY, max_size=3))  # fmt: skip
+@given(
+    ops=st.lists(st.tuples(VM_OPS, ANY, ANY, ANY, SMALL_GAP_US), min_size=1, max_size=6),
+    program=st.one_of(st.sampled_from(sorted(PROGRAMS)), st.text(max_size=6)),
+    params=st.dictionaries(
+        st.sampled_from(
+            ["iterations", "count", "vector", "port", "value", "size", "kind", "vcpus", "hz", "addr", "bogus"]
+        ),
+        ANY,
+        max_size=3,
+    ),
+)
 def prop_vm(ops: list[tuple[str, Any, Any, Any, Any]], program: Any, params: dict[str, Any]) -> None:
     with NoLeak():
         with HOST.create_vm(4) as vm:
@@ -167,20 +200,44 @@ def prop_vm(ops: list[tuple[str, Any, Any, Any, Any]], program: Any, params: dic
 
 # --------------------------------------------------------------------------- Vcpu
 
-VCPU_OPS = st.sampled_from(["run", "run_until", "run_program", "set_regs", "get_msrs", "set_msr", "start",
-                            "enable_steal_time", "steal_time", "kick", "stats", "io_in_value", "sregs"])  # fmt: skip
-KINDS = st.one_of(st.sampled_from(["hlt", "io", "mmio", "ucall", "shutdown", "interrupted", "bogus"]),
-                  st.lists(st.sampled_from(["hlt", "io", "ucall"]), max_size=2), ODD)  # fmt: skip
+VCPU_OPS = st.sampled_from(
+    [
+        "run",
+        "run_until",
+        "run_program",
+        "set_regs",
+        "get_msrs",
+        "set_msr",
+        "start",
+        "enable_steal_time",
+        "steal_time",
+        "kick",
+        "stats",
+        "io_in_value",
+        "sregs",
+    ]
+)
+KINDS = st.one_of(
+    st.sampled_from(["hlt", "io", "mmio", "ucall", "shutdown", "interrupted", "bogus"]),
+    st.lists(st.sampled_from(["hlt", "io", "ucall"]), max_size=2),
+    ODD,
+)
 
 
-@given(ops=st.lists(st.tuples(VCPU_OPS, ANY, ANY, KINDS, TIMEOUT), min_size=1, max_size=5),
-       program=st.sampled_from(["halt", "pause_loop", "io_out", "endless_loop", "sync", "exception", "triple_fault"]))  # fmt: skip
+@given(
+    ops=st.lists(st.tuples(VCPU_OPS, ANY, ANY, KINDS, TIMEOUT), min_size=1, max_size=5),
+    program=st.sampled_from(["halt", "pause_loop", "io_out", "endless_loop", "sync", "exception", "triple_fault"]),
+)
 def prop_vcpu(ops: list[tuple[str, Any, Any, Any, Any]], program: str) -> None:
     with NoLeak():
         with HOST.create_vm(4) as vm:
             v = vm.create_vcpu(0)
-            params: dict[str, Any] = {"pause_loop": {"iterations": 100}, "io_out": {"port": 0x80, "value": 1, "size": 1},
-                                      "sync": {"count": 2}, "exception": {"vector": 6}}.get(program, {})  # fmt: skip
+            params: dict[str, Any] = {
+                "pause_loop": {"iterations": 100},
+                "io_out": {"port": 0x80, "value": 1, "size": 1},
+                "sync": {"count": 2},
+                "exception": {"vector": 6},
+            }.get(program, {})
             prog = vm.load(program, **params)
             v.start(prog)
             for op, a, b, kind, timeout in ops:
@@ -188,7 +245,15 @@ def prop_vcpu(ops: list[tuple[str, Any, Any, Any, Any]], program: str) -> None:
                 if op == "run":
                     call(lambda: v.run(timeout), dl + 0.1)
                 elif op == "run_until":
-                    call(lambda: v.run_until(kind, count=a if isinstance(a, int) and 0 < a < 5 else a, port=b if b is None or isinstance(b, int) else b, timeout_s=timeout), dl + 0.1)  # noqa: E501
+                    call(
+                        lambda: v.run_until(
+                            kind,
+                            count=a if isinstance(a, int) and 0 < a < 5 else a,
+                            port=b if b is None or isinstance(b, int) else b,
+                            timeout_s=timeout,
+                        ),
+                        dl + 0.1,
+                    )
                 elif op == "run_program":
                     call(lambda: v.run_program(timeout), dl + 0.1)
                 elif op == "set_regs":
@@ -216,8 +281,14 @@ def prop_vcpu(ops: list[tuple[str, Any, Any, Any, Any]], program: str) -> None:
 # --------------------------------------------------------------------------- MSI helpers
 
 
-@given(vector=st.one_of(st.just(0x40), ANY), count=st.one_of(st.integers(1, 20), ANY), gap_us=SMALL_GAP_US,
-       timeout=TIMEOUT, halts_before=st.one_of(st.just(0), ANY), run_guest=st.booleans())  # fmt: skip
+@given(
+    vector=st.one_of(st.just(0x40), ANY),
+    count=st.one_of(st.integers(1, 20), ANY),
+    gap_us=SMALL_GAP_US,
+    timeout=TIMEOUT,
+    halts_before=st.one_of(st.just(0), ANY),
+    run_guest=st.booleans(),
+)
 def prop_msi_ping(vector: Any, count: Any, gap_us: Any, timeout: Any, halts_before: Any, run_guest: bool) -> None:
     with NoLeak():
         with HOST.create_vm(4) as vm:
@@ -226,16 +297,19 @@ def prop_msi_ping(vector: Any, count: Any, gap_us: Any, timeout: Any, halts_befo
             v.start(prog)
             t = None
             if run_guest:
+
                 def guest() -> None:
                     try:
                         v.run_program(timeout_s=2.0)
-                    except Exception:  # noqa: BLE001 - ends when the VM closes or the pings stop
+                    except Exception:
                         pass
 
                 t = threading.Thread(target=guest, daemon=True)
                 t.start()
-            call(lambda: vm.msi_ping(v, prog, vector, count, gap_us, timeout_s=timeout, halts_before=halts_before),
-                 deadline_of(timeout, 0.0) + 0.1)  # fmt: skip
+            call(
+                lambda: vm.msi_ping(v, prog, vector, count, gap_us, timeout_s=timeout, halts_before=halts_before),
+                deadline_of(timeout, 0.0) + 0.1,
+            )
             vm.close()
             if t is not None:
                 t.join(3.0)
@@ -246,8 +320,13 @@ def prop_msi_ping(vector: Any, count: Any, gap_us: Any, timeout: Any, halts_befo
 
 WORKLOADS = st.one_of(
     st.builds(experiment.Spin),
-    st.builds(experiment.SpinLock, kind=st.sampled_from(["tas", "ticket", "mcs"]), hold=st.one_of(st.integers(0, 100), ANY),
-              think=st.integers(0, 100), iterations=st.one_of(st.integers(0, 50), ANY)),  # fmt: skip
+    st.builds(
+        experiment.SpinLock,
+        kind=st.sampled_from(["tas", "ticket", "mcs"]),
+        hold=st.one_of(st.integers(0, 100), ANY),
+        think=st.integers(0, 100),
+        iterations=st.one_of(st.integers(0, 50), ANY),
+    ),
     st.builds(experiment.MsiPingPong, rounds=st.one_of(st.integers(2, 30), ANY), gap_us=SMALL_GAP_US),
     st.builds(experiment.IpiPingPong, rounds=st.one_of(st.integers(1, 30), ANY), gap_us=SMALL_GAP_US),
     st.builds(experiment.IdleTicks, hz=st.one_of(st.integers(1, 1000), ANY)),
@@ -256,10 +335,12 @@ WORKLOADS = st.one_of(
 
 
 VALID_WORKLOADS = st.one_of(
-    st.just((experiment.Spin(), 2)), st.just((experiment.SpinLock(kind="ticket", hold=20, think=20), 2)),
-    st.just((experiment.MsiPingPong(rounds=10, gap_us=50), 1)), st.just((experiment.IpiPingPong(rounds=10, gap_us=50), 2)),
+    st.just((experiment.Spin(), 2)),
+    st.just((experiment.SpinLock(kind="ticket", hold=20, think=20), 2)),
+    st.just((experiment.MsiPingPong(rounds=10, gap_us=50), 1)),
+    st.just((experiment.IpiPingPong(rounds=10, gap_us=50), 2)),
     st.just((experiment.IdleTicks(hz=250), 1)),
-)  # fmt: skip
+)
 
 
 def _mostly_valid(valid: Any, other: Any) -> Any:
@@ -267,26 +348,52 @@ def _mostly_valid(valid: Any, other: Any) -> Any:
     return st.one_of(valid, valid, valid, other)
 
 
-@given(wv=st.one_of(VALID_WORKLOADS, st.tuples(WORKLOADS, st.one_of(st.integers(1, 3), ANY))),
-       duration=_mostly_valid(st.floats(0.01, 0.15), TIMEOUT),
-       sample_every=_mostly_valid(st.one_of(st.none(), st.floats(0.001, 0.1)), ANY),
-       poll_every=_mostly_valid(st.just(0.05), TIMEOUT),
-       vms=_mostly_valid(st.integers(1, 2), st.one_of(st.integers(-1, 0), ODD)),
-       pcpus=_mostly_valid(st.sampled_from([None, [0], [0, 1]]), ANY))  # fmt: skip
+@given(
+    wv=st.one_of(VALID_WORKLOADS, st.tuples(WORKLOADS, st.one_of(st.integers(1, 3), ANY))),
+    duration=_mostly_valid(st.floats(0.01, 0.15), TIMEOUT),
+    sample_every=_mostly_valid(st.one_of(st.none(), st.floats(0.001, 0.1)), ANY),
+    poll_every=_mostly_valid(st.just(0.05), TIMEOUT),
+    vms=_mostly_valid(st.integers(1, 2), st.one_of(st.integers(-1, 0), ODD)),
+    pcpus=_mostly_valid(st.sampled_from([None, [0], [0, 1]]), ANY),
+)
 def prop_experiment(wv: Any, duration: Any, sample_every: Any, poll_every: Any, vms: Any, pcpus: Any) -> None:
     workload, vcpus = wv
     with NoLeak():
         dl = deadline_of(duration) + experiment.GRACE_S + 2.0
-        call(lambda: experiment.run(workload, vcpus=vcpus, duration_s=duration, sample_every_s=sample_every,
-                                    poll_every_s=poll_every, vms=vms, pcpus=pcpus, host=HOST), dl)  # fmt: skip
+        call(
+            lambda: experiment.run(
+                workload,
+                vcpus=vcpus,
+                duration_s=duration,
+                sample_every_s=sample_every,
+                poll_every_s=poll_every,
+                vms=vms,
+                pcpus=pcpus,
+                host=HOST,
+            ),
+            dl,
+        )
 
 
 # --------------------------------------------------------------------------- calibrate (validation only)
 
-CAL_VALID: dict[str, Any] = dict(gaps_us=[50], max_poll_ns=[0], rounds=20, min_cell_s=0, pcpu=1, sender_cpu=0, seed=0,
-                                 background_busy_ns=10_000_000, sim_replicas=1, deadline_s=5.0, plot=None)  # fmt: skip
+CAL_VALID: dict[str, Any] = dict(
+    gaps_us=[50],
+    max_poll_ns=[0],
+    rounds=20,
+    min_cell_s=0,
+    pcpu=1,
+    sender_cpu=0,
+    seed=0,
+    background_busy_ns=10_000_000,
+    sim_replicas=1,
+    deadline_s=5.0,
+    plot=None,
+)
 CAL_BAD: dict[str, Any] = {
-    "gaps_us": st.one_of(st.just([]), st.lists(st.sampled_from([-1.0, math.nan, math.inf, 1e9]), min_size=1, max_size=2)),
+    "gaps_us": st.one_of(
+        st.just([]), st.lists(st.sampled_from([-1.0, math.nan, math.inf, 1e9]), min_size=1, max_size=2)
+    ),
     "max_poll_ns": st.one_of(st.just([]), st.lists(st.sampled_from([-1, 2**32, 1.5]), min_size=1, max_size=2)),
     "rounds": st.sampled_from([0, 19, 100_001, 1.5, None, "20"]),
     "min_cell_s": st.sampled_from([-1, 11, math.nan, "0"]),
@@ -308,7 +415,7 @@ def prop_calibrate_validates_first(data: Any, which: list[str]) -> None:
         t0 = time.monotonic()
         try:
             calibrate.halt_poll(**kw)
-        except Exception:  # noqa: BLE001 - validation errors are the point
+        except Exception:
             pass
         else:
             raise AssertionError(f"calibrate.halt_poll accepted {which}: {[kw[k] for k in which]}")
@@ -318,14 +425,20 @@ def prop_calibrate_validates_first(data: Any, which: list[str]) -> None:
 # --------------------------------------------------------------------------- the halt-poll model
 
 
-@given(policy=st.sampled_from(["off", "fixed", "dynamic-v4", "block-time", "bogus"]),
-       halt_poll_ns=st.one_of(st.integers(0, 1_000_000), ANY),
-       gap_ns=st.one_of(st.integers(1, 1_000_000), ANY), rounds=st.one_of(st.integers(1, 300), ANY),
-       duration_ns=st.one_of(st.just(0), st.integers(1, 20_000_000), ANY),
-       busy=st.one_of(st.none(), st.integers(1, 100_000)), idle=st.integers(1, 100_000),
-       hz=st.one_of(st.integers(1, 10_000), ANY), seed=st.one_of(st.integers(0, 2**64 - 1), ANY))  # fmt: skip
-def prop_halt_poll_model(policy: str, halt_poll_ns: Any, gap_ns: Any, rounds: Any, duration_ns: Any, busy: Any,
-                         idle: Any, hz: Any, seed: Any) -> None:  # fmt: skip
+@given(
+    policy=st.sampled_from(["off", "fixed", "dynamic-v4", "block-time", "bogus"]),
+    halt_poll_ns=st.one_of(st.integers(0, 1_000_000), ANY),
+    gap_ns=st.one_of(st.integers(1, 1_000_000), ANY),
+    rounds=st.one_of(st.integers(1, 300), ANY),
+    duration_ns=st.one_of(st.just(0), st.integers(1, 20_000_000), ANY),
+    busy=st.one_of(st.none(), st.integers(1, 100_000)),
+    idle=st.integers(1, 100_000),
+    hz=st.one_of(st.integers(1, 10_000), ANY),
+    seed=st.one_of(st.integers(0, 2**64 - 1), ANY),
+)
+def prop_halt_poll_model(
+    policy: str, halt_poll_ns: Any, gap_ns: Any, rounds: Any, duration_ns: Any, busy: Any, idle: Any, hz: Any, seed: Any
+) -> None:
     def go() -> Any:
         sc = hp.Scenario(
             sim.HaltPoll(policy=policy, max_ns=halt_poll_ns),
@@ -341,8 +454,15 @@ def prop_halt_poll_model(policy: str, halt_poll_ns: Any, gap_ns: Any, rounds: An
         call(go, 20.0)
 
 
-PROPS = [prop_host, prop_vm, prop_vcpu, prop_msi_ping, prop_experiment, prop_calibrate_validates_first,
-         prop_halt_poll_model]  # fmt: skip
+PROPS = [
+    prop_host,
+    prop_vm,
+    prop_vcpu,
+    prop_msi_ping,
+    prop_experiment,
+    prop_calibrate_validates_first,
+    prop_halt_poll_model,
+]
 
 
 def main() -> int:
@@ -361,8 +481,9 @@ def main() -> int:
             continue
         n = args.examples if prop is not prop_experiment else max(3, args.examples // 3)
         t0 = time.monotonic()
-        settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-                 print_blob=True)(prop)()  # fmt: skip
+        settings(
+            max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True
+        )(prop)()
         print(f"{prop.__name__}: {n} examples in {time.monotonic() - t0:.1f} s", flush=True)
     print("outcomes of the calls:", dict(OUTCOMES.most_common()), flush=True)
     print("ALL PROPERTIES HOLD", flush=True)

@@ -75,7 +75,9 @@ def test_attach_reads_the_stats_fd_it_took_never_a_reused_number(kvm_host: Host,
     secret = tmp_path / "secret.bin"
     secret.write_bytes(_forged_stats())
     code = f"REUSE = {reuse!r}; SECRET = {str(secret)!r}\n" + TARGET
-    p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV
+    )
     try:
         assert p.stdout is not None and p.stdin is not None
         assert p.stdout.readline().strip() == "ready"
@@ -188,9 +190,13 @@ def test_watch_ends_soon_after_its_process_exits(kvm_host: Host, how: str) -> No
     try:
         assert target.stdout is not None
         assert target.stdout.readline().strip() == "ready"
-        w = subprocess.Popen([sys.executable, "-m", "vcpulab.cli", "watch", str(target.pid), "--interval-s", "60"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**ENV, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        w = subprocess.Popen(
+            [sys.executable, "-m", "vcpulab.cli", "watch", str(target.pid), "--interval-s", "60"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**ENV, "PYTHONUNBUFFERED": "1"},
+        )
         assert w.stdout is not None
         assert w.stdout.readline().startswith(f"watching pid {target.pid}")
         target.send_signal(signal.SIGKILL)
@@ -290,11 +296,16 @@ def test_mounts_are_made_by_syscall_never_by_a_mount_program_from_path(tmp_path)
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     marker = tmp_path / "fake-mount-ran"
-    (bin_ / "mount").write_text(f"#!/bin/sh\necho \"$0 $*\" >> {marker}\nexit 0\n")
+    (bin_ / "mount").write_text(f'#!/bin/sh\necho "$0 $*" >> {marker}\nexit 0\n')
     (bin_ / "mount").chmod(0o755)
     script = NO_MOUNT_PROGRAM.format(bin=bin_, py=sys.executable)
-    r = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
-                       capture_output=True, text=True, timeout=120, env=ENV)  # fmt: skip
+    r = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     print(r.stdout, r.stderr)
     if r.returncode != 0 and "unshare failed" in r.stderr:
         pytest.skip(f"no private mount namespace here: {r.stderr.strip()}")

@@ -18,9 +18,8 @@ import math
 import polars as pl
 import pytest
 
-from vcpulab import calibrate
+from vcpulab import calibrate, sim
 from vcpulab.kvm import Host
-from vcpulab import sim
 from vcpulab.sim import halt_poll as hp
 
 ROUNDS = 200
@@ -52,7 +51,7 @@ def calibrations(kvm_host: Host) -> list[calibrate.HaltPollCalibration]:
     from vcpulab.quality import snapshot
 
     cals: list[calibrate.HaltPollCalibration] = []
-    for i in range(TRIES):
+    for _ in range(TRIES):
         s0 = snapshot([1])
         try:
             a = calibrate.halt_poll(rounds=ROUNDS, host=kvm_host, deadline_s=30, seed=0, warn_quality=False)
@@ -61,10 +60,16 @@ def calibrations(kvm_host: Host) -> list[calibrate.HaltPollCalibration]:
             # cells that cannot finish: only a starved machine excuses that
             s1 = snapshot([1])
             wall = (s1.t_ns - s0.t_ns) / 1e3  # µs, as PSI counts
-            psi = (s1.psi_some_us - s0.psi_some_us) / wall if s1.psi_some_us is not None and s0.psi_some_us is not None else 0.0
+            psi = (
+                (s1.psi_some_us - s0.psi_some_us) / wall
+                if s1.psi_some_us is not None and s0.psi_some_us is not None
+                else 0.0
+            )
             if psi < 0.2:
                 raise
-            pytest.skip(f"calibration did not finish ({e}); tasks waited for a CPU {psi:.0%} of the time (PSI cpu some)")
+            pytest.skip(
+                f"calibration did not finish ({e}); tasks waited for a CPU {psi:.0%} of the time (PSI cpu some)"
+            )
         cals += [a, b]
         if _reproducible(a, b)[0]:
             break
@@ -78,7 +83,9 @@ def calibrations(kvm_host: Host) -> list[calibrate.HaltPollCalibration]:
 def _disturbance(cals: list[calibrate.HaltPollCalibration]) -> str:
     """The measured disturbance of the informative cells."""
     d = pl.concat([c.frame.filter(pl.col("disturbed") & (pl.col("cell_class") == "informative")) for c in cals])
-    return ", ".join(f"{g:g} µs × {m} ns: {q}" for g, m, q in d.select("gap_us", "max_poll_ns", "quality").head(4).iter_rows())
+    return ", ".join(
+        f"{g:g} µs × {m} ns: {q}" for g, m, q in d.select("gap_us", "max_poll_ns", "quality").head(4).iter_rows()
+    )
 
 
 def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(calibrations, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -159,10 +166,24 @@ def test_cost_fit_from_synthetic_cells() -> None:
     rows = []
     for gap in (20, 50, 100):
         for mx in (0, 200_000):
-            r = hp.run(hp.Scenario(sim.HaltPoll(policy="block-time", vm_max_ns=mx), vcpus=(hp.Message(gap * 1000),), costs=truth, rounds=300))
+            r = hp.run(
+                hp.Scenario(
+                    sim.HaltPoll(policy="block-time", vm_max_ns=mx),
+                    vcpus=(hp.Message(gap * 1000),),
+                    costs=truth,
+                    rounds=300,
+                )
+            )
             s = r.stats.row(0, named=True)
-            rows.append({"gap_us": float(gap), "max_poll_ns": mx, "real_rtt_median_us": s["rtt_median_us"],
-                         "real_success_frac": s["success_frac"], **{f"real_{k}": s[k] for k in hp.STAT_COLUMNS}})  # fmt: skip
+            rows.append(
+                {
+                    "gap_us": float(gap),
+                    "max_poll_ns": mx,
+                    "real_rtt_median_us": s["rtt_median_us"],
+                    "real_success_frac": s["success_frac"],
+                    **{f"real_{k}": s[k] for k in hp.STAT_COLUMNS},
+                }
+            )
     costs, src = calibrate._fit_costs(pl.DataFrame(rows))
     print(costs, src)
     assert costs.wake_to_cue_ns == pytest.approx(truth.wake_to_cue_ns, abs=300)

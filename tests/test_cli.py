@@ -52,7 +52,7 @@ class _PrintedQuality:
         lines = [ln.strip() for ln in out.splitlines()]
         self.text = next((ln for ln in lines if ln.startswith("quality:")), "quality: (no line printed)")
         self.disturbed = "DISTURBED" in self.text
-        self.reasons = tuple(ln for ln in lines if ln.startswith("other tasks") or ln.startswith("threads alone"))
+        self.reasons = tuple(ln for ln in lines if ln.startswith(("other tasks", "threads alone")))
 
     def line(self) -> str:
         return self.text
@@ -71,8 +71,11 @@ def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
         fair = 100 - (100 - float(m.group(1))) / 2
         assert all(abs(s - fair) <= 20 for s in steal), r.stdout
 
-    remeasure(lambda: vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--duration-s", "0.5"), check,
-              quality=lambda r: _PrintedQuality(r.stdout))  # fmt: skip
+    remeasure(
+        lambda: vcpulab("kvm", "steal", "--vcpus", "2", "--pcpus", "0", "--duration-s", "0.5"),
+        check,
+        quality=lambda r: _PrintedQuality(r.stdout),
+    )
 
 
 @pytest.mark.parametrize(
@@ -130,7 +133,12 @@ def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) 
     meta = pl.read_parquet_metadata(out / "summary.parquet")
     assert '"seed":7' in meta["vcpulab.config"]
     assert meta["vcpulab.seed"] == "7"
-    for key in ("vcpulab.vcpulab_version", "vcpulab.host_cpu_model", "vcpulab.kernel_release", "vcpulab.kvm_module_params"):
+    for key in (
+        "vcpulab.vcpulab_version",
+        "vcpulab.host_cpu_model",
+        "vcpulab.kernel_release",
+        "vcpulab.kvm_module_params",
+    ):
         assert key in meta
 
 
@@ -145,8 +153,10 @@ def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> N
     plain = tmp_path / "plain.toml"
     plain.write_text("[config]\nduration_ns = 2_000_000\n")
     bad = tmp_path / "bad.toml"
-    bad.write_text("[config]\nduration_ns = 5_000_000_000\ntrace = true\n[config.host]\npcpus = 8\n"
-                   "[[config.vms]]\nvcpus = 20\ncount = 8\nworkload = 'ebizzy_like'\n")  # fmt: skip
+    bad.write_text(
+        "[config]\nduration_ns = 5_000_000_000\ntrace = true\n[config.host]\npcpus = 8\n"
+        "[[config.vms]]\nvcpus = 20\ncount = 8\nworkload = 'ebizzy_like'\n"
+    )
     assert vcpulab("sim", str(traced), "--out", str(out), "--quiet").returncode == 0
     first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert {"summary.parquet", "trace.parquet", "sched_map.png"} <= set(first)

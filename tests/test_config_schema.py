@@ -123,13 +123,27 @@ def test_python_defaults_are_rust_defaults() -> None:
 
 def test_configs_round_trip_through_rust_unchanged() -> None:
     # what Python writes, Rust reads back (with its defaults filled in) as the same values, every field
-    hp = sim.HaltPoll(policy="dynamic-v4", max_ns=50_000, vm_max_ns=40_000, v4_start_ns=0, v4_idle_ns=5_000_000,
-                      v3_start_ns=400_000, grow_start_ns=5_000)  # fmt: skip
+    hp = sim.HaltPoll(
+        policy="dynamic-v4",
+        max_ns=50_000,
+        vm_max_ns=40_000,
+        v4_start_ns=0,
+        v4_idle_ns=5_000_000,
+        v3_start_ns=400_000,
+        grow_start_ns=5_000,
+    )
     cfgs = [
         sim.Config(
-            host=sim.Host(pcpus=8, scheduler="cfs", tick_skew=True, seeded_ties=True, wakeup_ipi_ns=1500,
-                          noise=sim.HostNoise(kthread_hz=50.0, vmm_io_hz=200.0), load_balance=True,
-                          idle_states=sim.IDLE_STATES_SKX),  # fmt: skip
+            host=sim.Host(
+                pcpus=8,
+                scheduler="cfs",
+                tick_skew=True,
+                seeded_ties=True,
+                wakeup_ipi_ns=1500,
+                noise=sim.HostNoise(kthread_hz=50.0, vmm_io_hz=200.0),
+                load_balance=True,
+                idle_states=sim.IDLE_STATES_SKX,
+            ),
             vms=(
                 sim.Vm(vcpus=8, count=2, workload=presets.ebizzy_like(), policy=policies.dy_eligible(), halt_poll=hp),
                 sim.Vm(vcpus=4, workload=presets.parsec_pipeline_like(), policy=policies.upstream()),
@@ -190,11 +204,16 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
 #: validator and the descriptions; tested with their classes): only the minimum here
 CROSS_FIELD_MAX = {("Config", "warmup_ns"), ("Vm", "threads")}
 #: where the config around a phase needs more vCPUs / threads
-VM_CONTEXT: dict[tuple[str, str], dict[str, Any]] = {("Ipi", "targets"): {"vcpus": 65536}, ("Send", "to"): {"vcpus": 65536}}
+VM_CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
+    ("Ipi", "targets"): {"vcpus": 65536},
+    ("Send", "to"): {"vcpus": 65536},
+}
 
 
 def _make(cls: type, changes: dict[str, Any]) -> Any:
-    base: dict[str, Any] = {"Compute": {"ns": 1000}, "Policy": {"name": "p"}, "TaskQueue": {"tasks": 4}}.get(cls.__name__, {})
+    base: dict[str, Any] = {"Compute": {"ns": 1000}, "Policy": {"name": "p"}, "TaskQueue": {"tasks": 4}}.get(
+        cls.__name__, {}
+    )
     return cls(**{**base, **changes})
 
 
@@ -214,7 +233,14 @@ def _in_config(obj: Any, vm: dict[str, Any] | None = None) -> sim.Config:
         return sim.Config(host=sim.Host(**{attr: obj}))
     if name == "Vm":
         return sim.Config(vms=(obj,))
-    attr = {"Ple": "ple", "Policy": "policy", "Pv": "pv", "HaltPoll": "halt_poll", "Workload": "workload", "Guest": "guest"}
+    attr = {
+        "Ple": "ple",
+        "Policy": "policy",
+        "Pv": "pv",
+        "HaltPoll": "halt_poll",
+        "Workload": "workload",
+        "Guest": "guest",
+    }
     return sim.Config(vms=(sim.Vm(**{attr[name]: obj}, **vm),))
 
 
@@ -226,10 +252,22 @@ def _rust_json(obj: Any, field: str, value: Any, vm: dict[str, Any] | None = Non
     if isinstance(obj, PHASE_CLASSES):
         where = cfg["vms"][0]["workload"]["phases"][1]
     else:
-        paths: dict[str, list[Any]] = {"Config": [], "Host": ["host"], "Background": ["host", "background"],
-                                       "HostNoise": ["host", "noise"], "Cfs": ["host", "cfs"], "Vm": ["vms", 0]}  # fmt: skip
-        attr = {"Ple": "ple", "Policy": "policy", "Pv": "pv", "HaltPoll": "halt_poll", "Workload": "workload",
-                "Guest": "guest"}  # fmt: skip
+        paths: dict[str, list[Any]] = {
+            "Config": [],
+            "Host": ["host"],
+            "Background": ["host", "background"],
+            "HostNoise": ["host", "noise"],
+            "Cfs": ["host", "cfs"],
+            "Vm": ["vms", 0],
+        }
+        attr = {
+            "Ple": "ple",
+            "Policy": "policy",
+            "Pv": "pv",
+            "HaltPoll": "halt_poll",
+            "Workload": "workload",
+            "Guest": "guest",
+        }
         path = paths[name] if name in paths else ["vms", 0, attr[name]]
         where = cfg
         for k in path:
@@ -294,8 +332,6 @@ def test_python_and_rust_enforce_the_schemas_limits(name: str, field: str) -> No
 
 def test_the_issues_examples_agree() -> None:
     # Rust accepted spin_iter_cycles=10**7 and rq_lock_ns=10**12 while Python refused them
-    for cfg in (json.loads(_core.sim_default_config()),) * 2:
-        pass
     d = json.loads(_core.sim_default_config())
     d["vms"][0]["workload"]["spin_iter_cycles"] = 10**7
     with pytest.raises(ValueError, match="spin_iter_cycles"):
@@ -331,6 +367,7 @@ def test_schema_is_the_one_from_rust() -> None:
 
 # ------------------------------------------------------- rules across fields
 
+
 #: (a config as Rust's JSON, edited; the field both sides must name). The
 #: schema states these rules in its descriptions only; Python and Rust check
 #: each, and must refuse the same configs.
@@ -357,18 +394,40 @@ CROSS_FIELD = [
     (_d(vms__0__vcpus=2, vms__0__threads=33), "threads"),
     (_d(vms__0__count=300, vms__0__vcpus=256), "vcpus"),
     (_d(vms__0__policy__kind="python", vms__0__policy__name=""), "name"),
-    (_d(vms__0__workload__phases=[{"kind": "ipi", "targets": 4, "handler_ns": 100}, {"kind": "compute", "ns": 10}]),
-     "targets"),
+    (
+        _d(vms__0__workload__phases=[{"kind": "ipi", "targets": 4, "handler_ns": 100}, {"kind": "compute", "ns": 10}]),
+        "targets",
+    ),
     (_d(vms__0__workload__phases=[{"kind": "send", "to": 4}, {"kind": "compute", "ns": 10}]), "to"),
     (_d(vms__0__workload__phases=[{"kind": "recv"}, {"kind": "compute", "ns": 10}]), "recv"),
     (_d(vms__0__workload__phases=[{"kind": "compute", "ns": 0}]), "phases"),
-    (_d(vms__0__workload__phases=[{"kind": "lock", "lock": 1, "lock_kind": "tas", "hold_ns": 10},
-                                  {"kind": "lock", "lock": 1, "lock_kind": "mutex", "hold_ns": 10}]), "lock_kind"),
+    (
+        _d(
+            vms__0__workload__phases=[
+                {"kind": "lock", "lock": 1, "lock_kind": "tas", "hold_ns": 10},
+                {"kind": "lock", "lock": 1, "lock_kind": "mutex", "hold_ns": 10},
+            ]
+        ),
+        "lock_kind",
+    ),
     (_d(vms__0__workload__phases=[{"kind": "sleep", "ns": 1000, "dist": "exp", "periodic": True}]), "periodic"),
-    (_d(vms__0__workload__phases=[{"kind": "task_queue", "tasks": 4}, {"kind": "compute", "ns": 10},
-                                  {"kind": "barrier"}]), "task_queue"),
-    (_d(vms__0__workload__iterations=3,
-        vms__0__workload__phases=[{"kind": "task_queue", "tasks": 4}, {"kind": "compute", "ns": 10}]), "task_queue"),
+    (
+        _d(
+            vms__0__workload__phases=[
+                {"kind": "task_queue", "tasks": 4},
+                {"kind": "compute", "ns": 10},
+                {"kind": "barrier"},
+            ]
+        ),
+        "task_queue",
+    ),
+    (
+        _d(
+            vms__0__workload__iterations=3,
+            vms__0__workload__phases=[{"kind": "task_queue", "tasks": 4}, {"kind": "compute", "ns": 10}],
+        ),
+        "task_queue",
+    ),
 ]
 
 

@@ -12,7 +12,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 
@@ -111,9 +110,18 @@ def test_submodules_are_reachable_from_the_package_and_load_lazily() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["vcpulab.sim._distributed", "vcpulab.sim.distributed", "vcpulab.sim._points", "vcpulab.provenance", "vcpulab.plot",
-     "vcpulab.analysis", "vcpulab.experiment", "vcpulab.calibrate", "vcpulab.cli"],
-)  # fmt: skip
+    [
+        "vcpulab.sim._distributed",
+        "vcpulab.sim.distributed",
+        "vcpulab.sim._points",
+        "vcpulab.provenance",
+        "vcpulab.plot",
+        "vcpulab.analysis",
+        "vcpulab.experiment",
+        "vcpulab.calibrate",
+        "vcpulab.cli",
+    ],
+)
 def test_each_module_imports_first_in_a_fresh_process(module: str) -> None:
     r = _py(f"import {module}")
     assert r.returncode == 0, r.stderr
@@ -151,7 +159,8 @@ def test_a_policy_is_labelled_with_its_constructor_name() -> None:
 
 def test_policy_and_workload_names_work_in_a_python_grid() -> None:
     from vcpulab import sim
-    from vcpulab.sim import policies as P, presets
+    from vcpulab.sim import policies as P
+    from vcpulab.sim import presets
 
     base = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=4),), duration_ns=2_000_000)
     grid = {"vms.0.policy": ["baseline_2011", P.no_yield()], "vms.0.workload": ["ebizzy_like"]}
@@ -200,7 +209,9 @@ def test_time_categories_come_from_the_engine_and_cover_the_run() -> None:
     # ~93 % a list without polling_ns gave
     sleepy = sim.Workload(phases=(sim.Compute(ns=20_000), sim.Sleep(ns=50_000)), name="sleepy")
     hp = sim.HaltPoll(policy="fixed", max_ns=200_000)
-    cfg = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, workload=sleepy, halt_poll=hp),), duration_ns=5_000_000)
+    cfg = sim.Config(
+        host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, workload=sleepy, halt_poll=hp),), duration_ns=5_000_000
+    )
     r = sim.run(cfg)
     total = sum(r.vcpus[c].cast(pl.Int64) for c in sim.TIME_CATEGORIES)
     assert (total == int(r.summary["duration_ns"][0])).all()
@@ -241,8 +252,16 @@ def test_provenance_has_versions_timestamp_and_command_line() -> None:
     from vcpulab import provenance, sim
 
     p = sim.run(sim.Config(duration_ns=1_000_000)).provenance
-    for key in ("vcpulab_version", "dependencies", "timestamp_utc", "command_line", "host_cpu_model", "kernel_release",
-                "seed", "config_hash"):  # fmt: skip
+    for key in (
+        "vcpulab_version",
+        "dependencies",
+        "timestamp_utc",
+        "command_line",
+        "host_cpu_model",
+        "kernel_release",
+        "seed",
+        "config_hash",
+    ):
         assert key in p, key
     assert p["vcpulab_version"] == provenance.version()
     assert p["dependencies"]["polars"] == pl.__version__
@@ -313,7 +332,7 @@ def test_the_common_sweep_call_type_checks(tmp_path: Path) -> None:
         warnings.simplefilter("ignore")
         out, err, status = mypy_api.run(
             [str(src), "--follow-imports=silent", "--ignore-missing-imports", "--cache-dir", str(ROOT / ".mypy_cache")]
-        )  # fmt: skip
+        )
     assert status == 0, out + err
 
 
@@ -332,10 +351,27 @@ def test_python_tables_are_read_from_the_rust_registries() -> None:
 
 # a valid value for every parameter name a built-in program takes
 _PARAM_VALUES = {
-    "port": 0x10, "value": 1, "size": 1, "addr": 0xD000_0000, "iterations": 1, "count": 1, "vector": 0x40,
-    "actual": 1, "expected": 1, "kind": "tas", "hold": 1, "think": 1, "vcpus": 1, "check_every": 1,
-    "kick_vector": 0xF0, "rounds": 1, "gap_cycles": 1, "vector_base": 0x40, "hz": 100, "ticks": 1,
-}  # fmt: skip
+    "port": 0x10,
+    "value": 1,
+    "size": 1,
+    "addr": 0xD000_0000,
+    "iterations": 1,
+    "count": 1,
+    "vector": 0x40,
+    "actual": 1,
+    "expected": 1,
+    "kind": "tas",
+    "hold": 1,
+    "think": 1,
+    "vcpus": 1,
+    "check_every": 1,
+    "kick_vector": 0xF0,
+    "rounds": 1,
+    "gap_cycles": 1,
+    "vector_base": 0x40,
+    "hz": 100,
+    "ticks": 1,
+}
 
 
 def test_every_registered_program_builds(kvm_host) -> None:  # type: ignore[no-untyped-def]

@@ -13,8 +13,8 @@ import textwrap
 import time
 
 import pytest
-
 from conftest import interrupt_script
+
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, run
 from vcpulab.kvm import Host
 from vcpulab.testing import remeasure
@@ -94,7 +94,9 @@ def test_pv_spin_lock_halts_instead_of_spinning_when_the_holder_is_preempted(kvm
     p1 = r1.results["pauses"].sum() / r1.results["acquisitions"].sum()
     halts = r1.results["halts"].sum()
     halt_exits = r1.samples.group_by("vcpu").agg(__import__("polars").col("halt_exits").max())["halt_exits"].sum()
-    print(f"PAUSEs per acquisition: {p0:.1f} unflagged vs {p1:.1f} flagged; guest halts {halts}, halt exits {halt_exits}")
+    print(
+        f"PAUSEs per acquisition: {p0:.1f} unflagged vs {p1:.1f} flagged; guest halts {halts}, halt exits {halt_exits}"
+    )
     assert r0.results["halts"].sum() == 0  # this host never sets `preempted` itself
     assert halts > 0
     assert halt_exits >= halts * 0.9
@@ -103,7 +105,9 @@ def test_pv_spin_lock_halts_instead_of_spinning_when_the_holder_is_preempted(kvm
 
 
 def _halt_exits(r) -> int:  # type: ignore[no-untyped-def]
-    return int(r.deltas().group_by(["vm", "vcpu"]).agg(__import__("polars").col("halt_exits").sum())["halt_exits"].sum())
+    return int(
+        r.deltas().group_by(["vm", "vcpu"]).agg(__import__("polars").col("halt_exits").sum())["halt_exits"].sum()
+    )
 
 
 def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
@@ -116,8 +120,10 @@ def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
 
     def check(p) -> None:  # type: ignore[no-untyped-def]
         off, on = p
-        print(f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us; "
-              f"polling run {on.quality.line()}")  # fmt: skip
+        print(
+            f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us; "
+            f"polling run {on.quality.line()}"
+        )
         for r in (off, on):
             assert r.results["rounds"][0] == 800
             assert _halt_exits(r) == 800  # one halt per message
@@ -136,7 +142,9 @@ def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
 
     def measure():  # type: ignore[no-untyped-def]
         off = run(w, vcpus=2, placement=[[0], [1]], duration_s=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
-        on = run(w, vcpus=2, placement=[[0], [1]], duration_s=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
+        on = run(
+            w, vcpus=2, placement=[[0], [1]], duration_s=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False
+        )
         return off, on
 
     def check(p) -> None:  # type: ignore[no-untyped-def]

@@ -95,7 +95,8 @@ def test_engine_runs_v3_with_the_shared_state_machine() -> None:
     cfg = sim.Config(
         host=sim.Host(pcpus=2),
         vms=(sim.Vm(vcpus=2, workload=wl, halt_poll=sim.HaltPoll(policy="dynamic-v3", max_ns=8 * MS, shrink=0)),),
-        duration_ns=200 * MS, seed=1,
+        duration_ns=200 * MS,
+        seed=1,
     )
     v = sim.run(cfg).vcpus
     # polls happen, some catch the timer, and the window stays within the v3 cycle

@@ -51,7 +51,9 @@ def test_window_never_exceeds_the_max_and_is_zero_or_at_least_grow_start(halts, 
 
 
 def _msg(policy: str, mx: int, gap_us: int, rounds: int = 600, **kw) -> hp.Result:  # type: ignore[no-untyped-def]
-    return hp.run(hp.Scenario(sim.HaltPoll(policy=policy, vm_max_ns=mx), vcpus=(hp.Message(gap_us * 1000),), rounds=rounds, **kw))
+    return hp.run(
+        hp.Scenario(sim.HaltPoll(policy=policy, vm_max_ns=mx), vcpus=(hp.Message(gap_us * 1000),), rounds=rounds, **kw)
+    )
 
 
 def test_stats_line_up_with_the_kernel_names_and_are_consistent() -> None:
@@ -70,7 +72,9 @@ def test_stats_line_up_with_the_kernel_names_and_are_consistent() -> None:
     assert s0["halt_attempted_poll"] == 0 and s0["halt_wakeup"] == s0["halt_exits"]
     # a blocked wake-up is slower by the wake-up latency
     c = hp.Costs()
-    assert s0["rtt_median_us"] - s["rtt_median_us"] == pytest.approx((c.wake_latency_ns - c.poll_detect_ns) / 1e3, abs=0.5)
+    assert s0["rtt_median_us"] - s["rtt_median_us"] == pytest.approx(
+        (c.wake_latency_ns - c.poll_detect_ns) / 1e3, abs=0.5
+    )
 
 
 def test_long_gaps_block_time_shrinks_to_zero() -> None:
@@ -152,7 +156,17 @@ def test_host_params_are_read_from_sysfs_or_default(tmp_path) -> None:  # type: 
 def study() -> pl.DataFrame:
     t = hp.idle_study(max_poll_ns=200_000)
     with pl.Config(tbl_rows=64, tbl_cols=12, tbl_width_chars=200):
-        print(t.select("workload", "policy", "poll_cpu_frac", "busy_frac", "success_frac", "wake_latency_mean_us", "mean_window_ns"))
+        print(
+            t.select(
+                "workload",
+                "policy",
+                "poll_cpu_frac",
+                "busy_frac",
+                "success_frac",
+                "wake_latency_mean_us",
+                "mean_window_ns",
+            )
+        )
     return t
 
 

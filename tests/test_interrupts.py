@@ -23,7 +23,6 @@ import time
 from typing import Any
 
 import pytest
-
 from _subproc import ENV
 
 #: the most a KeyboardInterrupt may take to reach the caller after SIGINT, s
@@ -66,8 +65,13 @@ def main(call):
 def interrupt(code: str, delay_s: float, timeout_s: float = 120) -> tuple[float, dict[str, Any], str]:
     """Run PRELUDE + ``code`` (which calls ``main(lambda: ...)``), SIGINT
     ``delay_s`` after READY; (latency s, the child's report, its stderr)."""
-    p = subprocess.Popen([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     try:
         assert p.stdout is not None and p.stderr is not None
         line = p.stdout.readline()
@@ -95,12 +99,15 @@ SEEDS = [1, 2]
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sim_sweep(seed: int) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import sim
     base = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=8),), duration_ns=40_000_000)
     cfgs = [base.replace(seed=s) for s in range(3000)]
     main(lambda: sim.sweep(cfgs, progress=False))
-    """, _delay(seed, 0.3, 1.5))  # fmt: skip
+    """,
+        _delay(seed, 0.3, 1.5),
+    )
     print(f"sim.sweep: {late:.3f} s, {partial}")
     assert late < LATE_S
     # (a moment before the first point ran keeps an empty frame)
@@ -110,21 +117,27 @@ def test_sim_sweep(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sim_run(seed: int) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import sim
     from vcpulab.sim import scenarios
     main(lambda: sim.run(scenarios.sched_map_2012(8, 20, duration_ns=10_000_000_000, warmup_ns=0)))
-    """, _delay(seed, 0.1, 1.0))  # fmt: skip
+    """,
+        _delay(seed, 0.1, 1.0),
+    )
     print(f"sim.run: {late:.3f} s, {partial}")
     assert late < LATE_S and partial["type"] == "None"  # one run: nothing had finished
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_validate(seed: int) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import validation
     main(lambda: validation.validate(seeds=5))
-    """, _delay(seed, 0.5, 3.0))  # fmt: skip
+    """,
+        _delay(seed, 0.5, 3.0),
+    )
     print(f"validation.validate: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "DataFrame" and "case" in partial["columns"] and "sim_mean" in partial["columns"]
@@ -132,10 +145,13 @@ def test_validate(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sensitivity(seed: int) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab.validation import sensitivity as S
     main(lambda: S.sensitivity(["ple2012_ebizzy_1x", "ple2012_kernbench_1x"], seeds=2, duration_scale=0.5))
-    """, _delay(seed, 0.5, 2.5))  # fmt: skip
+    """,
+        _delay(seed, 0.5, 2.5),
+    )
     print(f"validation.sensitivity: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "DataFrame" and "param" in partial["columns"]
@@ -143,20 +159,26 @@ def test_sensitivity(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_experiment_run(seed: int, kvm_host: Any) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab.experiment import SpinLock, run
     main(lambda: run(SpinLock(kind="ticket"), vcpus=2, pcpus=[0], duration_s=30))
-    """, _delay(seed, 0.2, 1.0))  # fmt: skip
+    """,
+        _delay(seed, 0.2, 1.0),
+    )
     print(f"experiment.run: {late:.3f} s, {partial}")
     assert late < LATE_S and partial["type"] == "None"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_experiment_run_repeat(seed: int, kvm_host: Any) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab.experiment import Spin, run
     main(lambda: run(Spin(), vcpus=1, pcpus=[0], duration_s=0.2, repeat=100))
-    """, _delay(seed, 0.6, 1.5))  # fmt: skip
+    """,
+        _delay(seed, 0.6, 1.5),
+    )
     print(f"experiment.run(repeat=100): {late:.3f} s, {partial}")
     assert late < LATE_S
     # a moment inside the first trial leaves nothing (None); later ones keep the trials
@@ -165,11 +187,14 @@ def test_experiment_run_repeat(seed: int, kvm_host: Any) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_calibrate_halt_poll(seed: int, kvm_host: Any) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import calibrate
     main(lambda: calibrate.halt_poll(gaps_us=[300, 1000], max_poll_ns=[0, 200000], min_cell_s=0.4,
                                      sim_replicas=1, warn_quality=False))
-    """, _delay(seed, 0.1, 1.5))  # fmt: skip
+    """,
+        _delay(seed, 0.1, 1.5),
+    )
     print(f"calibrate.halt_poll: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "DataFrame" and partial["rows"] < 4
@@ -177,12 +202,15 @@ def test_calibrate_halt_poll(seed: int, kvm_host: Any) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_twins_compare(seed: int, kvm_host: Any) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import twins
     from vcpulab.experiment import Spin
     cal = twins.calibrate()
     main(lambda: twins.compare(twins.Experiment(Spin(), 2, (0,), duration_s=0.2), trials=50, seeds=1, cal=cal))
-    """, _delay(seed, 0.3, 1.5))  # fmt: skip
+    """,
+        _delay(seed, 0.3, 1.5),
+    )
     print(f"twins.compare: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "list" and partial["len"] < 50 and set(partial["of"]) <= {"Run"}
@@ -190,13 +218,16 @@ def test_twins_compare(seed: int, kvm_host: Any) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_twins_grid(seed: int, kvm_host: Any) -> None:
-    late, partial, _ = interrupt("""
+    late, partial, _ = interrupt(
+        """
     from vcpulab import twins
     from vcpulab.experiment import Spin
     cal = twins.calibrate()
     cells = [twins.Experiment(Spin(), v, (0,), duration_s=0.2) for v in (1, 2, 3, 4)] * 5
     main(lambda: twins.grid(cells, trials=1, seeds=1, cal=cal))
-    """, _delay(seed, 0.5, 2.0))  # fmt: skip
+    """,
+        _delay(seed, 0.5, 2.0),
+    )
     print(f"twins.grid: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "Grid" and partial["cells"] >= 0

@@ -158,7 +158,9 @@ def test_guest_exceptions_are_reported_by_the_idt(kvm_host: Host, vector: int, n
         prog = vm.load("exception", vector=vector)
         vcpu = vm.create_vcpu(0)
         vcpu.start(prog)
-        with pytest.raises(vcpulab.UnexpectedExitError, match=f"guest exception {name} \\(vector {vector}\\) at rip 0x") as ei:
+        with pytest.raises(
+            vcpulab.UnexpectedExitError, match=f"guest exception {name} \\(vector {vector}\\) at rip 0x"
+        ) as ei:
             vcpu.run_program(timeout_s=5)
         rip = int(str(ei.value).split("at rip ")[1].split()[0].rstrip(","), 16)
         # the reported RIP lies inside the program (after it for #BP: a trap)
@@ -271,8 +273,17 @@ def test_an_exit_prints_compares_and_converts_like_a_value(kvm_host: Host) -> No
             e.kind = "hlt"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("bad,err", [(True, TypeError), ("1", TypeError), (0, ValueError), (-1.0, ValueError),
-                                     (float("nan"), ValueError), (10**9, ValueError)])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad,err",
+    [
+        (True, TypeError),
+        ("1", TypeError),
+        (0, ValueError),
+        (-1.0, ValueError),
+        (float("nan"), ValueError),
+        (10**9, ValueError),
+    ],
+)
 def test_run_names_a_bad_timeout(kvm_host: Host, bad: object, err: type) -> None:
     with kvm_host.create_vm(memory_mib=2, irqchip=False) as vm:
         v = vm.create_vcpu(0)

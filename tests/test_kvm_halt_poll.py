@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from conftest import PinnedThread
+
 from vcpulab.kvm import Host
 from vcpulab.quality import measure_cpus
 from vcpulab.testing import remeasure
@@ -55,7 +55,15 @@ def _halt_run(kvm_host: Host, max_poll_ns: int) -> dict[str, Any]:
         os.sched_setaffinity(0, saved)
 
 
-KEYS = ("guest_halts", "halt_exits", "halt_attempted_poll", "halt_successful_poll", "halt_wakeup", "blocked", "rtt_median_us")
+KEYS = (
+    "guest_halts",
+    "halt_exits",
+    "halt_attempted_poll",
+    "halt_successful_poll",
+    "halt_wakeup",
+    "blocked",
+    "rtt_median_us",
+)
 
 
 def _print(d: dict[str, Any]) -> None:

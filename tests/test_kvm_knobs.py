@@ -46,7 +46,10 @@ def test_cpuid_carries_the_kvm_leaves_and_the_apic_id(kvm_host: Host) -> None:
         v = vm.create_vcpu(5)
         cpuid = {(e.function, e.index): e for e in v.cpuid}
         sig = cpuid[(0x4000_0000, 0)]
-        assert sig.ebx.to_bytes(4, "little") + sig.ecx.to_bytes(4, "little") + sig.edx.to_bytes(4, "little") == b"KVMKVMKVM\0\0\0"
+        assert (
+            sig.ebx.to_bytes(4, "little") + sig.ecx.to_bytes(4, "little") + sig.edx.to_bytes(4, "little")
+            == b"KVMKVMKVM\0\0\0"
+        )
         assert cpuid[(1, 0)].ebx >> 24 == 5
         assert v.kvm_pv_features["STEAL_TIME"]
         assert v.tsc_khz > 100_000

@@ -8,9 +8,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import PinnedThread, interrupt_script
 
 import vcpulab
-from conftest import PinnedThread, interrupt_script
 from vcpulab.kvm import Host
 
 
@@ -224,8 +224,15 @@ def test_use_after_close(kvm_host: Host) -> None:
     v = vm.create_vcpu(0)
     vm.close()
     vm.close()  # idempotent
-    for call in (lambda: vm.read(0, 1), lambda: vm.memory, lambda: vm.create_vcpu(1), lambda: vm.stats(),
-                 lambda: v.regs, lambda: v.run(timeout_s=0.1), lambda: vm.send_msi(0, 40)):  # fmt: skip
+    for call in (
+        lambda: vm.read(0, 1),
+        lambda: vm.memory,
+        lambda: vm.create_vcpu(1),
+        lambda: vm.stats(),
+        lambda: v.regs,
+        lambda: v.run(timeout_s=0.1),
+        lambda: vm.send_msi(0, 40),
+    ):
         with pytest.raises(ValueError, match="closed"):
             call()
 
@@ -309,6 +316,7 @@ def test_a_thread_timer_left_armed_by_a_short_run_cuts_no_later_run_short(kvm_ho
         t0 = time.monotonic()
         assert vcpu.run(timeout_s=0.4).kind == "interrupted"
         assert 0.35 < time.monotonic() - t0 < 1.5
+
         # a kick still ends a run whose timer fired early before it
         def early_then_long():  # type: ignore[no-untyped-def]
             vcpu.start(io)

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import PinnedThread, schedstat
+
 from vcpulab.kvm import STEAL_DTYPE, Host, Vcpu
 from vcpulab.quality import Quality, measure_cpus
 from vcpulab.testing import remeasure
@@ -92,8 +92,10 @@ def test_two_vcpus_on_one_cpu_steal_half_the_time(kvm_host: Host) -> None:
         print(out[1].line())
         for r in out[0]:
             frac = r["steal_ns"] / r["wall_ns"]
-            print(f"steal {r['steal_ns'] / 1e6:.1f} ms of {r['wall_ns'] / 1e6:.1f} ms ({frac:.0%}); "
-                  f"run_delay {r['run_delay_ns'] / 1e6:.1f} ms; version {r['v0']} -> {r['v1']}")  # fmt: skip
+            print(
+                f"steal {r['steal_ns'] / 1e6:.1f} ms of {r['wall_ns'] / 1e6:.1f} ms ({frac:.0%}); "
+                f"run_delay {r['run_delay_ns'] / 1e6:.1f} ms; version {r['v0']} -> {r['v1']}"
+            )
             assert r["wall_ns"] >= 0.5e9
             # each of two always-runnable threads gets half of what other tasks
             # leave of the CPU: steal = 1 − (1 − other)/2 (one half on a quiet CPU)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -19,7 +18,9 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, naming the cell, on any error
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    errors = [
+        o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors
     # every code cell ran
     assert all(c.get("execution_count") for c in nb.cells if c.cell_type == "code")

@@ -15,9 +15,12 @@ def _two_vm_trace() -> pl.DataFrame:
     # 2 host CPUs, 100 µs. CPU 0: VM0.vCPU0 0-30 µs, VM1.vCPU1 30-60, idle 60-80, background 80-100.
     # CPU 1: VM1.vCPU0 0-50, VM0.vCPU1 50-100.
     rows = [
-        (0, 0, 30_000, 0, 0), (0, 30_000, 60_000, 1, 1), (0, 80_000, 100_000, -1, -1),
-        (1, 0, 50_000, 1, 0), (1, 50_000, 100_000, 0, 1),
-    ]  # fmt: skip
+        (0, 0, 30_000, 0, 0),
+        (0, 30_000, 60_000, 1, 1),
+        (0, 80_000, 100_000, -1, -1),
+        (1, 0, 50_000, 1, 0),
+        (1, 50_000, 100_000, 0, 1),
+    ]
     return pl.DataFrame(rows, schema=["pcpu", "start_ns", "end_ns", "vm", "vcpu"], orient="row").with_columns(
         pl.lit("slice").alias("why")
     )
@@ -33,7 +36,7 @@ def test_sched_map_pixels_follow_the_trace() -> None:
     # one hue per VM, brightness per vCPU: same VM → same hue
     import colorsys
 
-    hue = lambda rgb: colorsys.rgb_to_hls(*(x / 255 for x in rgb))[0]  # noqa: E731
+    hue = lambda rgb: colorsys.rgb_to_hls(*(x / 255 for x in rgb))[0]
     assert hue(c[0, 0]) == pytest.approx(hue(c[0, 1]), abs=0.02)
     assert hue(c[0, 0]) != pytest.approx(hue(c[1, 0]), abs=0.1)
     # rows can be taller than one pixel
@@ -158,8 +161,12 @@ def test_policy_comparison_and_frame_assertions() -> None:
     ys = sorted(float(y) for line in caps for y in line.get_ydata())
     assert ys[0] == pytest.approx(11.0 - half) and ys[-1] == pytest.approx(21.0 + half)
     # gains over a baseline, a second factor as hue
-    two = pl.concat([df.with_columns(pl.lit("1x").alias("oc")), df.with_columns(pl.lit("2x").alias("oc"), pl.col("ops") * 2)])
-    two = pl.concat([two, two.filter(pl.col("policy") == "a").with_columns(pl.lit("c").alias("policy"), pl.col("ops") * 1.5)])
+    two = pl.concat(
+        [df.with_columns(pl.lit("1x").alias("oc")), df.with_columns(pl.lit("2x").alias("oc"), pl.col("ops") * 2)]
+    )
+    two = pl.concat(
+        [two, two.filter(pl.col("policy") == "a").with_columns(pl.lit("c").alias("policy"), pl.col("ops") * 1.5)]
+    )
     g = policy_comparison(two, "ops", baseline="a", hue="oc", pair_by="seed")
     heights = [b.get_height() for b in g.axes[0].patches]
     assert heights == pytest.approx([(21 / 11 - 1) * 100, 50.0, (21 / 11 - 1) * 100, 50.0])  # b, c per hue level
@@ -186,7 +193,9 @@ def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type:
     html = r._repr_html_()
     assert "simulated run" in html and "seed 3" in html and "kernel" in html
     prov = r.provenance
-    assert prov["seed"] == 3 and prov["config_hash"] == r.config_hash and "halt_poll_ns" in str(prov["kvm_module_params"])
+    assert (
+        prov["seed"] == 3 and prov["config_hash"] == r.config_hash and "halt_poll_ns" in str(prov["kvm_module_params"])
+    )
     real = run(Spin(), vcpus=1, duration_s=0.05, host=kvm_host)
     assert "real-KVM run" in real._repr_html_()
     assert real.config["provenance"]["kernel_release"] == prov["kernel_release"]

@@ -9,13 +9,12 @@ import time
 
 import polars as pl
 import pytest
+from _subproc import attach_when_running
 
 from vcpulab import quality as vq
 from vcpulab.experiment import MsiPingPong, QualityWarning, run
 from vcpulab.kvm import Host
 from vcpulab.testing import REMEASURES, remeasure
-
-from _subproc import attach_when_running
 
 
 def _snap(t_ns: int, idle_ns: dict[int, int], threads: dict[int, tuple[int, int]] | None = None) -> vq.Snapshot:
@@ -63,13 +62,18 @@ def test_remeasure_fails_a_clean_run_retries_a_disturbed_one_and_skips_naming_it
         remeasure(lambda: clean, fail, quality=lambda q: q, name="t-clean")
     assert REMEASURES["t-clean"] == [1]
     seq = iter([dirty, dirty, clean])
-    got = remeasure(lambda: next(seq), lambda q: None if not q.disturbed else fail(q), quality=lambda q: q, name="t-retry")
+    got = remeasure(
+        lambda: next(seq), lambda q: None if not q.disturbed else fail(q), quality=lambda q: q, name="t-retry"
+    )
     assert got is clean and REMEASURES["t-retry"] == [3]
     with pytest.raises(pytest.skip.Exception, match="disturbed in all 2 measurements: other tasks ran 100.0%"):
         remeasure(lambda: dirty, fail, quality=lambda q: q, tries=2, name="t-skip")
     # a disturbed measurement that passes is accepted only where other load pushes towards failing
     seq2 = iter([dirty, clean])
-    assert remeasure(lambda: next(seq2), lambda q: None, quality=lambda q: q, pass_when_disturbed=False, name="t-strict") is clean
+    assert (
+        remeasure(lambda: next(seq2), lambda q: None, quality=lambda q: q, pass_when_disturbed=False, name="t-strict")
+        is clean
+    )
     for k in ("t-clean", "t-retry", "t-skip", "t-strict"):
         REMEASURES.pop(k, None)
 
@@ -88,7 +92,14 @@ def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host)
         assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
         time.sleep(0.05)
         with pytest.warns(QualityWarning, match=r"other tasks ran .*CPU 1"):
-            r = run(MsiPingPong(rounds=300, gap_us=50), vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=200_000, host=kvm_host)
+            r = run(
+                MsiPingPong(rounds=300, gap_us=50),
+                vcpus=1,
+                pcpus=[1],
+                duration_s=10,
+                halt_poll_ns=200_000,
+                host=kvm_host,
+            )
     finally:
         hog.kill()
         hog.wait()
@@ -117,7 +128,7 @@ def test_repeat_runs_trials_and_gives_means_with_confidence_intervals(kvm_host: 
     s = tr.summary(["pauses"])
     assert s.height == 2 and (s["n"] == 3).all()
     # the interval is the t interval of the three trials' values
-    v = tr.results.filter((pl.col("vcpu") == 0))["pauses"].cast(pl.Float64)
+    v = tr.results.filter(pl.col("vcpu") == 0)["pauses"].cast(pl.Float64)
     row = s.filter(pl.col("vcpu") == 0).row(0, named=True)
     half = t_critical(0.95, 2) * v.std() / 3**0.5
     assert row["mean"] == pytest.approx(v.mean())
@@ -153,12 +164,28 @@ def test_attach_finds_another_process_vcpu_threads_and_stats(kvm_host: Host, tmp
         threads, _ = a.sample(duration_s=0.5, every_s=0.1)
         assert threads.height >= 4 and {"cpu_ns", "run_delay_ns", "nonvoluntary_ctxt_switches"} <= set(threads.columns)
         first, last = (threads.filter(pl.col("t_ns") == f(threads["t_ns"])) for f in (pl.Series.min, pl.Series.max))
-        assert (last["cpu_ns"].sum() > first["cpu_ns"].sum())  # the vCPUs ran
+        assert last["cpu_ns"].sum() > first["cpu_ns"].sum()  # the vCPUs ran
         # the process holds vCPU stats fds: KVM's own counters, read through pidfd_getfd
         assert "insn_emulation" in threads.columns and last["insn_emulation"].sum() > first["insn_emulation"].sum()
         out = tmp_path / "w.parquet"
-        r = subprocess.run([sys.executable, "-m", "vcpulab.cli", "watch", str(pid), "--interval-s", "0.2", "--count", "2",
-                            "--parquet", str(out)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vcpulab.cli",
+                "watch",
+                str(pid),
+                "--interval-s",
+                "0.2",
+                "--count",
+                "2",
+                "--parquet",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         print(r.stdout, r.stderr)
         assert r.returncode == 0, r.stderr
         assert "cpu_%" in r.stdout and "run_delay_%" in r.stdout and "exits_per_s" in r.stdout

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _subproc import ENV, fastest_interrupt, run_py
 
 from vcpulab import sim
 from vcpulab._checks import guard_panics
 from vcpulab.sim import Config, Host, Vm
 from vcpulab.sim import halt_poll as hp
-
-from _subproc import ENV, fastest_interrupt, run_py
 
 VCPULAB = str(Path(sys.executable).with_name("vcpulab"))
 
@@ -49,6 +48,7 @@ def test_sweep_ctrl_c_is_prompt_and_keeps_finished_points() -> None:
     except KeyboardInterrupt as e:
         print("KI", sorted(e.partial["n"].to_list()))
     """
+
     def check(out: str, err: str) -> None:
         assert "KI [0, 1]" in out, (out, err)  # the finished points are kept
         assert "PanicException" not in err
@@ -69,6 +69,7 @@ def test_checkpointed_sweep_ctrl_c_stops_running_points(tmp_path: Path) -> None:
     except KeyboardInterrupt:
         print("KI", flush=True)
     """
+
     def check(out: str, err: str) -> None:
         assert "KI" in out, (out, err)
         assert len(list(tmp_path.glob("*.parquet"))) == 1  # the finished point is on disk
@@ -90,6 +91,7 @@ def test_halt_poll_model_ctrl_c() -> None:
             print("KI", flush=True)
             break
     """
+
     def check(out: str, err: str) -> None:
         assert "KI" in out, (out, err)
 
@@ -138,7 +140,8 @@ def test_trace_under_memory_pressure_never_aborts(limit_mb: int) -> None:
     # an address-space limit stands in for a full machine: a clear error, never
     # SIGABRT. At 1200 MB the trace's own growth fails; at 1600 MB the trace
     # fits and turning it into columns, then into a frame, must fail cleanly
-    p = run_py(f"""
+    p = run_py(
+        f"""
     import resource
     from vcpulab import sim
     from vcpulab.sim import scenarios
@@ -148,7 +151,9 @@ def test_trace_under_memory_pressure_never_aborts(limit_mb: int) -> None:
         print("rows", sim.run(cfg, trace_max_rows=None).trace.height)
     except MemoryError as e:
         print("raised", type(e).__name__, e)
-    """, timeout=180)
+    """,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "raised MemoryError" in p.stdout and "trace_max_rows" in p.stdout, p.stdout
 
@@ -158,7 +163,9 @@ def test_sweep_points_bounded() -> None:
     # generator) passes max_points, naming the size and how to lift the bound
     base = Config(duration_ns=100_000)
     grid = {"seed": list(range(1000)), "host.tick_ns": [1_000_000 + i for i in range(1000)]}
-    with pytest.raises(ValueError, match=r"1000000 \(1000 x 1000\) points, more than max_points=100000.*max_points=None"):
+    with pytest.raises(
+        ValueError, match=r"1000000 \(1000 x 1000\) points, more than max_points=100000.*max_points=None"
+    ):
         sim.sweep(base, grid, progress=False)
     endless = (s for s in iter(int, 1))  # a generator that never ends
     with pytest.raises(ValueError, match="axis 'seed' alone has more than 10 points"):
@@ -193,7 +200,7 @@ class _Counting:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __deepcopy__(self, memo: dict[int, object]) -> "_Counting":
+    def __deepcopy__(self, memo: dict[int, object]) -> _Counting:
         type(self).copies += 1
         n = _Counting()
         n.calls = self.calls
@@ -310,7 +317,8 @@ def test_disk_full_gives_oserror_naming_the_file(tmp_path: Path) -> None:
 
 
 def test_process_pool_losing_a_worker_records_failed_points(tmp_path: Path) -> None:
-    p = run_py(f"""
+    p = run_py(
+        f"""
     import concurrent.futures as cf, os, pathlib, signal, threading, time
     from vcpulab import sim
     from vcpulab.sim import Config, Host, Vm
@@ -328,13 +336,20 @@ def test_process_pool_losing_a_worker_records_failed_points(tmp_path: Path) -> N
     threading.Thread(target=kill_when_the_sweep_is_under_way, daemon=True).start()
     df = sim.sweep(base, {{"seed": list(range(12))}}, executor=ex, out={str(tmp_path)!r}, progress=False)
     print("ROWS", df.height, "FAILED", df["error"].drop_nulls().str.contains("BrokenProcessPool").sum())
-    """, timeout=120)
+    """,
+        timeout=120,
+    )
     assert "ROWS 12" in p.stdout, p.stdout + p.stderr[-2000:]
     failed = int(p.stdout.split("FAILED")[1])
     assert failed >= 1
     # the rerun with a new executor computes the failed points
-    df = sim.sweep(Config(host=Host(pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000),
-                   {"seed": list(range(12))}, out=tmp_path, progress=False, threads=2)  # fmt: skip
+    df = sim.sweep(
+        Config(host=Host(pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000),
+        {"seed": list(range(12))},
+        out=tmp_path,
+        progress=False,
+        threads=2,
+    )
     assert df["error"].null_count() == 12
 
 
@@ -370,8 +385,11 @@ def test_cli_bad_spec_one_line(tmp_path: Path, spec: str | bytes, needle: str) -
 def test_cli_bad_arguments_one_line(tmp_path: Path) -> None:
     f = tmp_path / "s.toml"
     f.write_text("[config]\nduration_ns = 1_000_000\n")
-    for args in (["kvm", "steal", "--seconds", "inf"], ["kvm", "steal", "--seconds", "nan"],
-                 ["sim", str(f), "--dask", "tcp://127.0.0.1:1"]):  # fmt: skip
+    for args in (
+        ["kvm", "steal", "--seconds", "inf"],
+        ["kvm", "steal", "--seconds", "nan"],
+        ["sim", str(f), "--dask", "tcp://127.0.0.1:1"],
+    ):
         p = cli(*args)
         assert p.returncode != 0, args
         assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
@@ -384,16 +402,22 @@ def test_cli_out_holds_one_run_only(tmp_path: Path) -> None:
     assert cli("sim", str(a), "--out", str(out)).returncode == 0
     assert (out / "trace.parquet").exists() and (out / "sched_map.png").exists()
     assert cli("sim", str(b), "--out", str(out)).returncode == 0
-    assert sorted(p.name for p in out.iterdir()) == [".vcpulab-outputs.json", "pcpus.parquet", "summary.parquet",
-                                                     "vcpus.parquet", "vms.parquet"]  # fmt: skip
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".vcpulab-outputs.json",
+        "pcpus.parquet",
+        "summary.parquet",
+        "vcpus.parquet",
+        "vms.parquet",
+    ]
     assert pl.read_parquet(out / "summary.parquet")["pcpus"][0] == 8
 
 
 def test_cli_closed_pipe(tmp_path: Path) -> None:
     f = tmp_path / "s.toml"
     f.write_text("[config]\nduration_ns = 1_000_000\n")
-    p = subprocess.Popen([VCPULAB, "sim", str(f), "--out", str(tmp_path / "o")], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, env=ENV)  # fmt: skip
+    p = subprocess.Popen(
+        [VCPULAB, "sim", str(f), "--out", str(tmp_path / "o")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV
+    )
     assert p.stdout is not None and p.stderr is not None
     p.stdout.close()  # the reader is gone before the command prints
     with p.stderr:

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _subproc import fastest_interrupt, run_py
 
 from vcpulab import calibrate, experiment
 from vcpulab.experiment import IpiPingPong, MsiPingPong, Spin, SpinLock
-
-from _subproc import fastest_interrupt, run_py
 
 # --------------------------------------------------------------------------- aborts and panics
 
@@ -40,9 +39,13 @@ def test_msi_ping_huge_count_is_a_value_error(kvm_host: Any) -> None:
 
 
 def test_experiment_periods_out_of_range(kvm_host: Any) -> None:
-    for kw, name in [({"sample_every_s": 1e19}, "sample_every_s"), ({"sample_every_s": 1e20}, "sample_every_s"),
-                     ({"poll_every_s": 1e19}, "poll_every_s"), ({"poll_every_s": 5.0}, "poll_every_s"),
-                     ({"sample_every_s": float("nan")}, "sample_every_s")]:  # fmt: skip
+    for kw, name in [
+        ({"sample_every_s": 1e19}, "sample_every_s"),
+        ({"sample_every_s": 1e20}, "sample_every_s"),
+        ({"poll_every_s": 1e19}, "poll_every_s"),
+        ({"poll_every_s": 5.0}, "poll_every_s"),
+        ({"sample_every_s": float("nan")}, "sample_every_s"),
+    ]:
         with pytest.raises(ValueError, match=name):
             experiment.run(Spin(), vcpus=1, pcpus=[0], duration_s=0.05, **kw)
 
@@ -165,6 +168,7 @@ def test_msi_train_gap_interrupted_by_ctrl_c(kvm_host: Any) -> None:
     except KeyboardInterrupt:
         print("KI")
     """
+
     def check(out: str, err: str) -> None:
         assert "KI" in out, (out, err)
 
@@ -209,7 +213,7 @@ def test_msi_ping_gap_bounded_by_timeout(kvm_host: Any) -> None:
 def _quiet(f: Any) -> None:
     try:
         f()
-    except BaseException:  # noqa: BLE001 - the VM closes under it
+    except BaseException:
         pass
 
 
@@ -223,6 +227,7 @@ def test_experiment_run_ctrl_c(kvm_host: Any) -> None:
     except KeyboardInterrupt:
         print("KI")
     """
+
     def check(out: str, err: str) -> None:
         assert "KI" in out, (out, err)
 
@@ -230,7 +235,8 @@ def test_experiment_run_ctrl_c(kvm_host: Any) -> None:
 
 
 def test_forked_child_gets_a_clear_error(kvm_host: Any) -> None:
-    p = run_py("""
+    p = run_py(
+        """
     import os, signal, threading, time
     from vcpulab.kvm import Host
     vm = Host().create_vm(16)
@@ -262,15 +268,22 @@ def test_forked_child_gets_a_clear_error(kvm_host: Any) -> None:
     v.kick()
     t.join()
     vm.close()
-    """, timeout=30)
+    """,
+        timeout=30,
+    )
     assert "child 0" in p.stdout, p.stdout + p.stderr
 
 
 def test_calibrate_validates_before_measuring(kvm_host: Any) -> None:
     small: dict[str, Any] = dict(gaps_us=[50], max_poll_ns=[0, 50_000], rounds=20, min_cell_s=0)
-    for kw, name in [({"seed": -1}, "seed"), ({"background_busy_ns": -5}, "background_busy_ns"),
-                     ({"plot": "/proc/x.png"}, "plot"), ({"deadline_s": 0.05, "min_cell_s": 0.1}, "deadline_s"),
-                     ({"deadline_s": math.inf}, "deadline_s"), ({"pcpu": "1"}, "pcpu")]:  # fmt: skip
+    for kw, name in [
+        ({"seed": -1}, "seed"),
+        ({"background_busy_ns": -5}, "background_busy_ns"),
+        ({"plot": "/proc/x.png"}, "plot"),
+        ({"deadline_s": 0.05, "min_cell_s": 0.1}, "deadline_s"),
+        ({"deadline_s": math.inf}, "deadline_s"),
+        ({"pcpu": "1"}, "pcpu"),
+    ]:
         t0 = time.monotonic()
         with pytest.raises((ValueError, TypeError), match=name):
             calibrate.halt_poll(**{**small, **kw})

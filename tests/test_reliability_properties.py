@@ -22,8 +22,11 @@ def test_kvm_api_properties(kvm_host: Any) -> None:
     watchdog = 60 + 20 * examples
     p = subprocess.run(
         [sys.executable, str(SCRIPT), "--examples", str(examples), "--watchdog", str(watchdog)],
-        capture_output=True, text=True, timeout=watchdog + 30, env={**os.environ, "RUST_BACKTRACE": "0"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=watchdog + 30,
+        env={**os.environ, "RUST_BACKTRACE": "0"},
+    )
     assert p.returncode == 0 and "ALL PROPERTIES HOLD" in p.stdout, (
         f"exit status {p.returncode}\n--- stdout\n{p.stdout[-4000:]}\n--- stderr\n{p.stderr[-8000:]}"
     )

@@ -6,7 +6,6 @@ import pickle
 from dataclasses import replace
 
 import numpy as np
-
 import polars as pl
 import pytest
 
@@ -28,7 +27,9 @@ def assert_conserved(r: sim.Result) -> None:
     assert (tot == d).all(), tot
     v = r.vcpus.select(pl.col("running_ns") + pl.col("wait_ns") + pl.col("halted_ns")).to_series()
     assert (v == d).all(), v
-    run = r.vcpus.select(pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns"])).to_series()
+    run = r.vcpus.select(
+        pl.sum_horizontal(["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns"])
+    ).to_series()
     assert (run == r.vcpus["running_ns"]).all()
 
 
@@ -159,7 +160,18 @@ def test_conservation_for_every_lock_kind(lock_kind, scheduler):
     assert r.summary["ops"][0] > 0
     t = r.trace
     assert (t["end_ns"] >= t["start_ns"]).all()
-    assert set(t["why"].unique()) <= {"tick", "wakeup_preempt", "boost", "gang", "exit_resched", "yield", "halt", "sleep", "idle", "end"}
+    assert set(t["why"].unique()) <= {
+        "tick",
+        "wakeup_preempt",
+        "boost",
+        "gang",
+        "exit_resched",
+        "yield",
+        "halt",
+        "sleep",
+        "idle",
+        "end",
+    }
 
 
 def test_fixed_iterations_give_wall_time():
@@ -279,7 +291,10 @@ def test_sweep_with_python_policies_on_two_threads():
     one = sim.sweep(base, grid, threads=1, progress=False)
     two = sim.sweep(base, grid, threads=2, progress=False)
     assert one.equals(two)
-    py, builtin = one.filter(pl.col("vms.0.policy") != "dy_eligible"), one.filter(pl.col("vms.0.policy") == "dy_eligible")
+    py, builtin = (
+        one.filter(pl.col("vms.0.policy") != "dy_eligible"),
+        one.filter(pl.col("vms.0.policy") == "dy_eligible"),
+    )
     assert py.drop("vms.0.policy", "config_hash").equals(builtin.drop("vms.0.policy", "config_hash"))
 
 

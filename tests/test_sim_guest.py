@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import polars as pl
 import pytest
 
 from vcpulab import sim
@@ -17,13 +16,18 @@ MS = 1_000_000
 LOCK_COUNTERS = ["pv_wait_node", "pv_wait_head", "pv_wait_early", "lock_steals", "kicks", "halt_exits"]
 
 
-def lock_run(kind: str, *, guest: sim.Guest | None = None, pv: sim.Pv | None = None, ple: bool = False,
-             seed: int = 1) -> sim.Result:
+def lock_run(
+    kind: str, *, guest: sim.Guest | None = None, pv: sim.Pv | None = None, ple: bool = False, seed: int = 1
+) -> sim.Result:
     """2 VMs × 8 vCPUs on 8 pinned CPUs with 10 % host background load, one hot
     kernel lock (2 µs compute, 2 µs hold), 20 ms."""
     vm = sim.Vm(
-        vcpus=8, count=2, workload=presets.spinlock_microbench(compute_ns=2_000, hold_ns=2_000, lock_kind=kind),
-        ple=sim.Ple() if ple else sim.Ple.off(), guest=guest or sim.Guest(), pv=pv or sim.Pv(),
+        vcpus=8,
+        count=2,
+        workload=presets.spinlock_microbench(compute_ns=2_000, hold_ns=2_000, lock_kind=kind),
+        ple=sim.Ple() if ple else sim.Ple.off(),
+        guest=guest or sim.Guest(),
+        pv=pv or sim.Pv(),
     )
     host = sim.Host(pcpus=8, background=sim.Background(utilization=0.1))
     return sim.run(sim.Config(host=host, vms=(vm,), duration_ns=20 * MS, seed=seed))
@@ -35,9 +39,15 @@ def counters(r: sim.Result) -> dict[str, int]:
 
 def test_guest_config_validates_and_round_trips() -> None:
     g = sim.Guest(lock_model="kernel", pv_wait_early="prev_halted_or_preempted", vcpu_is_preempted=False)
-    cfg = sim.Config(vms=(sim.Vm(guest=g, pv=sim.Pv(kick_yield=False, pv_spinlocks=False, tlb_flush=True,
-                                                    send_ipi=True, icr_write_ns=700),
-                                policy=P.upstream(candidate_gate="preempted")),))
+    cfg = sim.Config(
+        vms=(
+            sim.Vm(
+                guest=g,
+                pv=sim.Pv(kick_yield=False, pv_spinlocks=False, tlb_flush=True, send_ipi=True, icr_write_ns=700),
+                policy=P.upstream(candidate_gate="preempted"),
+            ),
+        )
+    )
     back = sim.Config.from_json(cfg.to_json())
     assert back == cfg
     assert back.vms[0].guest.pv_wait_early == "prev_halted_or_preempted"
@@ -138,20 +148,27 @@ def test_candidate_gate_preempted_skips_woken_vcpus() -> None:
     # threads that sleep, so vCPUs halt and are woken by call-function IPIs
     # (posted interrupts make them dy_runnable): the 5.3 gate (ready) offers
     # them as candidates, the older one (preempted) does not
-    wl = sim.Workload(name="wake", phases=(sim.Compute(20_000, dist="exp"), sim.Lock(0, "ticket", 3_000),
-                                            sim.Ipi(0, 1_000, prob=0.3), sim.Sleep(30_000, dist="exp", prob=0.5)))
+    wl = sim.Workload(
+        name="wake",
+        phases=(
+            sim.Compute(20_000, dist="exp"),
+            sim.Lock(0, "ticket", 3_000),
+            sim.Ipi(0, 1_000, prob=0.3),
+            sim.Sleep(30_000, dist="exp", prob=0.5),
+        ),
+    )
 
     def run(gate: str) -> sim.Result:
-        vm = sim.Vm(vcpus=8, count=2, workload=wl, policy=P.upstream(candidate_gate=gate),
-                    pv=sim.Pv(sched_yield=False))
-        cfg = sim.Config(host=sim.Host(pcpus=6, background=sim.Background(utilization=0.2)), vms=(vm,),
-                         duration_ns=20 * MS, seed=4)
+        vm = sim.Vm(vcpus=8, count=2, workload=wl, policy=P.upstream(candidate_gate=gate), pv=sim.Pv(sched_yield=False))
+        cfg = sim.Config(
+            host=sim.Host(pcpus=6, background=sim.Background(utilization=0.2)), vms=(vm,), duration_ns=20 * MS, seed=4
+        )
         return sim.run(cfg)
 
     ready, preempted = run("ready"), run("preempted")
     assert not ready.vcpus.equals(preempted.vcpus)
     # more candidates: more successful yields per pause-loop exit
-    rate = lambda r: r.vcpus["yield_ok"].sum() / max(1, r.vcpus["ple_exits"].sum())  # noqa: E731
+    rate = lambda r: r.vcpus["yield_ok"].sum() / max(1, r.vcpus["ple_exits"].sum())
     assert rate(ready) > rate(preempted)
 
 
@@ -163,8 +180,12 @@ def test_parsec_like_kernels_differ_in_synchronisation() -> None:
         ("task_queue", presets.parsec_task_queue_like(frames=8)),
         ("lock_heavy", presets.parsec_lock_heavy_like(iterations=25)),
     ):
-        cfg = sim.Config(host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),
-                         vms=(sim.Vm(vcpus=8, threads=12, workload=wl),), duration_ns=2_000 * MS, seed=1)
+        cfg = sim.Config(
+            host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),
+            vms=(sim.Vm(vcpus=8, threads=12, workload=wl),),
+            duration_ns=2_000 * MS,
+            seed=1,
+        )
         r = sim.run(cfg)
         assert r.vms["finished"][0], name
         walls[name] = int(r.vms["wall_ns"][0])
@@ -176,8 +197,11 @@ def test_parsec_like_kernels_differ_in_synchronisation() -> None:
 def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None:
     def tput(threads: int, mmap_sem: bool) -> float:
         vm = sim.Vm(vcpus=16, count=2, threads=threads, workload=presets.ebizzy_like(mmap_sem=mmap_sem))
-        return float(sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1))
-                     .summary["throughput_ops_s"][0])
+        return float(
+            sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1)).summary[
+                "throughput_ops_s"
+            ][0]
+        )
 
     # without blocking, a second thread per vCPU only time-shares the vCPU
     assert tput(16, False) == tput(32, False)
@@ -190,10 +214,15 @@ def test_before_5_19_halted_vcpus_read_as_preempted_and_wakeups_stack() -> None:
     refuses it and woken threads stack on the vCPUs still polling; today's
     byte (``instruction_boundary``) and the 2021 RFC's ``is_idle`` placement
     spread them, so the kernel runs faster."""
+
     def wall(placement: str, byte: str) -> int:
-        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
-                    pv=sim.Pv(placement=placement, preempted_byte=byte),
-                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
+        vm = sim.Vm(
+            vcpus=16,
+            threads=16,
+            workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+            pv=sim.Pv(placement=placement, preempted_byte=byte),
+            halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000),
+        )
         host = sim.Host(pcpus=32, affinity="all")
         r = sim.run(sim.Config(host=host, vms=(vm,), seed=3, duration_ns=2_000_000_000))
         return int(r.vms["wall_ns"][0])
@@ -208,12 +237,19 @@ def test_guest_load_balancing_unstacks_threads_and_is_off_by_default() -> None:
     """The same 5.14-like barrier kernel with the guest's load balancing
     (newidle and nohz idle balance): stacked threads are pulled to idle
     vCPUs, so it runs faster than with wake-up placement alone."""
+
     def run(lb: bool) -> sim.Result:
-        vm = sim.Vm(vcpus=16, threads=16, workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
-                    pv=sim.Pv(preempted_byte="every_put"), guest=sim.Guest(load_balance=lb),
-                    halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000))
-        return sim.run(sim.Config(host=sim.Host(pcpus=32, affinity="all"), vms=(vm,), seed=1,
-                                  duration_ns=2_000_000_000))
+        vm = sim.Vm(
+            vcpus=16,
+            threads=16,
+            workload=presets.parsec_barrier_like(compute_ns=500_000, iterations=12),
+            pv=sim.Pv(preempted_byte="every_put"),
+            guest=sim.Guest(load_balance=lb),
+            halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000),
+        )
+        return sim.run(
+            sim.Config(host=sim.Host(pcpus=32, affinity="all"), vms=(vm,), seed=1, duration_ns=2_000_000_000)
+        )
 
     off, on = run(False), run(True)
     assert int(off.vcpus["guest_pulls"].sum()) == 0
@@ -235,8 +271,12 @@ def test_rwsem_sides_share_one_lock_and_ebizzy_can_model_mmap_sem_as_one() -> No
         presets.ebizzy_like(mmap_sem="rw")
 
     def run(mmap_sem: bool | str) -> sim.Result:
-        vm = sim.Vm(vcpus=8, threads=16, workload=presets.ebizzy_like(lock_kind="pv_queued", mmap_sem=mmap_sem),
-                    guest=sim.Guest(lock_model="kernel"))
+        vm = sim.Vm(
+            vcpus=8,
+            threads=16,
+            workload=presets.ebizzy_like(lock_kind="pv_queued", mmap_sem=mmap_sem),
+            guest=sim.Guest(lock_model="kernel"),
+        )
         return sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=20 * MS, seed=2))
 
     mutex, rw = run(True), run("rwsem")
@@ -254,8 +294,13 @@ def test_ipi_aware_candidate_selection_is_an_upstream_option() -> None:
 
     def run(aware: bool) -> sim.Result:
         wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Ipi(0, 2_000, prob=0.3)))
-        vm = sim.Vm(vcpus=16, count=2, workload=wl, policy=P.upstream(ipi_aware=aware),
-                    pv=sim.Pv(apicv=False, sched_yield=False))
+        vm = sim.Vm(
+            vcpus=16,
+            count=2,
+            workload=wl,
+            policy=P.upstream(ipi_aware=aware),
+            pv=sim.Pv(apicv=False, sched_yield=False),
+        )
         return sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1))
 
     off, on = run(False), run(True)

@@ -80,12 +80,30 @@ def test_cfs_tunables_validate_and_scale_like_the_kernel():
 def test_new_host_fields_leave_the_json_of_existing_configs_unchanged():
     h = sim.Host(pcpus=8)
     assert set(h.to_dict()) == {
-        "pcpus", "scheduler", "tick_ns", "base_slice_ns", "wakeup_preemption", "next_buddy",
-        "yield_penalty", "affinity", "gang_slice_ns", "tsc_khz", "rq_lock_ns", "yield_check_ns",
-        "yield_to_esrch", "background",
-    }  # fmt: skip
-    cfg = unpinned_8x20("cfs", **TIME, sockets=2, threads_per_core=2, wake_placement="select_task_rq_fair",
-                        load_balance=True, tick_skew=True)  # fmt: skip
+        "pcpus",
+        "scheduler",
+        "tick_ns",
+        "base_slice_ns",
+        "wakeup_preemption",
+        "next_buddy",
+        "yield_penalty",
+        "affinity",
+        "gang_slice_ns",
+        "tsc_khz",
+        "rq_lock_ns",
+        "yield_check_ns",
+        "yield_to_esrch",
+        "background",
+    }
+    cfg = unpinned_8x20(
+        "cfs",
+        **TIME,
+        sockets=2,
+        threads_per_core=2,
+        wake_placement="select_task_rq_fair",
+        load_balance=True,
+        tick_skew=True,
+    )
     back = sim.Config.from_json(cfg.to_json())
     assert back == cfg and back.config_hash() == cfg.config_hash()
     assert back.host.idle_states == sim.IDLE_STATES_SKX
@@ -154,7 +172,13 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
     def ops(speed: int, vcpus: int) -> list[int]:
         cfg = sim.Config(
             host=sim.Host(pcpus=4, threads_per_core=2, affinity="round_robin", smt_speed_pct=speed),
-            vms=(sim.Vm(vcpus=vcpus, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy=sim.Policy(kind="none")),),
+            vms=(
+                sim.Vm(
+                    vcpus=vcpus,
+                    workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)),
+                    policy=sim.Policy(kind="none"),
+                ),
+            ),
             duration_ns=100_000_000,
             seed=1,
         )
@@ -165,7 +189,6 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
     assert ops(100, 3)[0] == pytest.approx(300, abs=3)
     with pytest.raises(ValueError, match="Host.smt_speed_pct must be >= 10"):
         sim.Host(smt_speed_pct=5)
-
 
 
 def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_step():
@@ -203,8 +226,9 @@ def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
     2-socket host: their vCPUs migrate; with a refill cost per migration the
     same run completes fewer operations, and every host CPU's categories
     still add up to the run's length."""
-    host = sim.Host(pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True,
-                    **TIME)  # fmt: skip
+    host = sim.Host(
+        pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True, **TIME
+    )
     vm = sim.Vm(vcpus=12, count=2, threads=24, workload=presets.ebizzy_like(mmap_sem=True))
     cfg = sim.Config(host=host, vms=(vm,), seed=1, duration_ns=60_000_000, warmup_ns=10_000_000)
     warm = sim.run(cfg)

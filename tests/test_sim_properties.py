@@ -52,14 +52,24 @@ def vms(draw):
     ph = draw(st.permutations(ph))
     ple = draw(
         st.one_of(
-            st.builds(sim.Ple, st.booleans(), st.just("vmx"), st.integers(1, 20_000), st.integers(0, 3), st.integers(0, 3)),
+            st.builds(
+                sim.Ple, st.booleans(), st.just("vmx"), st.integers(1, 20_000), st.integers(0, 3), st.integers(0, 3)
+            ),
             st.just(sim.Ple.svm()),
             st.just(sim.Ple.fixed()),
         )
     )
     policy = draw(
         st.sampled_from(
-            [P.upstream(), P.upstream(last_boosted_bug=True), P.baseline_2011(), P.dy_eligible(), P.random(), P.oracle(), P.no_yield()]
+            [
+                P.upstream(),
+                P.upstream(last_boosted_bug=True),
+                P.baseline_2011(),
+                P.dy_eligible(),
+                P.random(),
+                P.oracle(),
+                P.no_yield(),
+            ]
         )
     )
     pv = sim.Pv(
@@ -118,7 +128,9 @@ def test_conservation_always_holds(cfg):
     assert (r.pcpus.select(pl.sum_horizontal(cats)).to_series() == d).all()
     v = r.vcpus
     assert ((v["running_ns"] + v["wait_ns"] + v["halted_ns"]) == d).all()
-    assert (r.summary["yield_attempts"] == r.summary["yield_ok"] + r.summary["yield_esrch"] + r.summary["yield_zero"]).all()
+    assert (
+        r.summary["yield_attempts"] == r.summary["yield_ok"] + r.summary["yield_esrch"] + r.summary["yield_zero"]
+    ).all()
     if cfg.trace:
         t = r.trace
         assert (t["end_ns"] >= t["start_ns"]).all() and (t["end_ns"] <= d).all()

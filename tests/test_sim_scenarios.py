@@ -80,7 +80,8 @@ def test_c_pcpu_is_idle_placement_reduces_wall_time_more_on_a_more_idle_host():
     # ~77 % at 20 %, ~28 % at 40 %. Require > 90 %, then strictly decreasing.
     idle = parsec_wall("available_idle", 0.0)
     removed = {
-        bg: (parsec_wall("available_idle", bg) - parsec_wall("pcpu_is_idle", bg)) / (parsec_wall("available_idle", bg) - idle)
+        bg: (parsec_wall("available_idle", bg) - parsec_wall("pcpu_is_idle", bg))
+        / (parsec_wall("available_idle", bg) - idle)
         for bg in (0.1, 0.2, 0.4)
     }
     assert removed[0.1] > 0.9, removed

@@ -43,7 +43,9 @@ def _examples() -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("name, text", _examples(), ids=[n for n, _ in _examples()])
 def test_every_example_spec_validates_and_loads(name: str, text: str, tmp_path: Path) -> None:
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _validator().iter_errors(tomllib.loads(text))]
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _validator().iter_errors(tomllib.loads(text))
+    ]
     assert errors == [], name
     p = tmp_path / "spec.toml"
     p.write_text(text)

@@ -484,10 +484,23 @@ def test_cli_sweep_on_a_dask_cluster_resumes_from_its_checkpoints(tmp_path):
     )
     with _cluster() as c:
         address = c.scheduler.address
-        run = lambda: subprocess.run(  # noqa: E731
-            [sys.executable, "-m", "vcpulab.cli", "sim", str(spec), "--out", str(tmp_path / "o"), "--dask", address, "--quiet"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+        run = lambda: subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vcpulab.cli",
+                "sim",
+                str(spec),
+                "--out",
+                str(tmp_path / "o"),
+                "--dask",
+                address,
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         first = run()
         assert first.returncode == 0, first.stderr
         points = sorted((tmp_path / "o" / "points").glob("*.parquet"))

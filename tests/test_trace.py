@@ -13,12 +13,11 @@ import warnings
 
 import polars as pl
 import pytest
+from _subproc import attach_when_running, interrupt_after_ready
 
 from vcpulab import _core, tracing
 from vcpulab.experiment import IdleTicks, MsiPingPong, Spin, run
 from vcpulab.quality import QualityWarning
-
-from _subproc import attach_when_running, interrupt_after_ready
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +65,15 @@ def _quiet_run(**kw):  # type: ignore[no-untyped-def]
 
 
 def test_halts_match_kvm_stats_and_frames_have_their_dtypes(traceable) -> None:  # type: ignore[no-untyped-def]
-    r = _quiet_run(workload=MsiPingPong(rounds=200, gap_us=50), vcpus=1, pcpus=[_cpu()], duration_s=10,
-                   halt_poll_ns=200_000, host=traceable, trace=True)  # fmt: skip
+    r = _quiet_run(
+        workload=MsiPingPong(rounds=200, gap_us=50),
+        vcpus=1,
+        pcpus=[_cpu()],
+        duration_s=10,
+        halt_poll_ns=200_000,
+        host=traceable,
+        trace=True,
+    )
     assert not r.trace_info["truncated"], r.trace_info
     assert dict(r.trace.schema) == tracing.TRACE_SCHEMA
     assert dict(r.wakeups.schema) == tracing.WAKEUPS_SCHEMA
@@ -177,8 +183,15 @@ def test_a_capped_trace_says_so_and_is_not_trusted(traceable, cap) -> None:  # t
     # (no CPU's last slice stretched to the run's end) and is not the source of
     # Run.quality, which calls a trace exact
     with pytest.warns(tracing.TraceTruncatedWarning, match="incomplete: .* dropped"):
-        r = _quiet_run(workload=IdleTicks(hz=1000), vcpus=2, pcpus=[_cpu()], duration_s=0.3, host=traceable,
-                       trace=True, trace_max_events=cap)  # fmt: skip
+        r = _quiet_run(
+            workload=IdleTicks(hz=1000),
+            vcpus=2,
+            pcpus=[_cpu()],
+            duration_s=0.3,
+            host=traceable,
+            trace=True,
+            trace_max_events=cap,
+        )
     ti = r.trace_info
     assert ti["truncated"] and ti["dropped"] > 0 and ti["events"] == cap
     window = ti["window_ns"]
@@ -297,8 +310,12 @@ def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ig
         f = a.trace(duration_s=1.0)
         # the same from the command line, frames written as Parquet
         out = tmp_path / "tr"
-        cli = subprocess.run([sys.executable, "-m", "vcpulab.cli", "trace", str(pid), "--duration-s", "0.3", "--out",
-                              str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        cli = subprocess.run(
+            [sys.executable, "-m", "vcpulab.cli", "trace", str(pid), "--duration-s", "0.3", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert cli.returncode == 0, cli.stderr
         assert "exits by reason" in cli.stdout and "wake-up to run" in cli.stdout, cli.stdout
         assert dict(pl.read_parquet(out / "halts.parquet").schema) == tracing.HALTS_SCHEMA
@@ -326,8 +343,11 @@ def test_a_hog_on_the_run_cpu_is_seen_by_name_and_in_quality(traceable) -> None:
     import sys
 
     cpu = _cpu()
-    hog = subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{cpu}]); print(1, flush=True)\n"
-                            "while True: pass"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    hog = subprocess.Popen(
+        [sys.executable, "-c", f"import os; os.sched_setaffinity(0, [{cpu}]); print(1, flush=True)\nwhile True: pass"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert hog.stdout is not None and hog.stdout.readline().strip() == "1"  # pinned and spinning
         r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[cpu], duration_s=0.3, host=traceable, trace=True)
@@ -391,8 +411,13 @@ done
 cd /
 RUST_BACKTRACE=0 {sys.executable} -c "$CODE"
 """
-    p = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script], capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "CODE": code})  # fmt: skip
+    p = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CODE": code},
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     malformed, truncated, source, noted, warned = p.stdout.split()
     assert int(malformed) > 0 and truncated == "True" and source != "trace" and noted == "True" and warned == "True"

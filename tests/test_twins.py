@@ -77,7 +77,9 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     assert cfg.duration_ns == 200_000_000 and cfg.seed == 3
     (vm,) = cfg.vms
     assert vm.vcpus == 5 and vm.count == 1 and not vm.ple.enabled and vm.policy.kind == "none"
-    assert vm.halt_poll.policy == "block-time" and vm.halt_poll.max_ns == 200_000 and vm.halt_poll.grow_start_ns == 10_000
+    assert (
+        vm.halt_poll.policy == "block-time" and vm.halt_poll.max_ns == 200_000 and vm.halt_poll.grow_start_ns == 10_000
+    )
     think, lock = vm.workload.phases
     # counted instructions × the calibrated costs, nothing else
     assert think.ns == round(9 * 400 + 41 * 250) and lock.hold_ns == round(15 * 400 + 101 * 250)
@@ -117,8 +119,17 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     assert twins.twin(one, cal).host.pcpus == 1
     # the VMM thread's time is no longer taken out of the long tasks' part
     # when it has CPUs of its own
-    ol = twins.OtherLoad(share=0.5, short_fraction=0.0, short_burst_ns=0, long_burst_ns=3e6, short_tasks=0,
-                         long_tasks=3, base_slice_ns=1.5e6, vmm_wakeups_per_s=200.0, vmm_burst_ns=50_000)  # fmt: skip
+    ol = twins.OtherLoad(
+        share=0.5,
+        short_fraction=0.0,
+        short_burst_ns=0,
+        long_burst_ns=3e6,
+        short_tasks=0,
+        long_tasks=3,
+        base_slice_ns=1.5e6,
+        vmm_wakeups_per_s=200.0,
+        vmm_burst_ns=50_000,
+    )
     alone, _ = twins.host_load_for(one, ol)
     machine, _ = twins.host_load_for(one, ol, machine_cpus=2)
     assert machine.weight == round(1024 * 3 * 0.5 / 0.5) and alone.weight == round(1024 * 3 * 0.49 / 0.5)
@@ -130,8 +141,10 @@ def test_start_gap_is_the_median_gap_between_thread_starts() -> None:
     does not count more than once); None with one vCPU or no column."""
     from types import SimpleNamespace
 
-    runs = [SimpleNamespace(threads=pl.DataFrame({"start_ns": [130, 100, 6_000_100]})),
-            SimpleNamespace(threads=pl.DataFrame({"start_ns": [50, 90]}))]  # fmt: skip
+    runs = [
+        SimpleNamespace(threads=pl.DataFrame({"start_ns": [130, 100, 6_000_100]})),
+        SimpleNamespace(threads=pl.DataFrame({"start_ns": [50, 90]})),
+    ]
     assert twins.start_gap_of(runs) == 40.0  # gaps 30, 6e6, 40
     assert twins.start_gap_of([SimpleNamespace(threads=pl.DataFrame({"start_ns": [5]}))]) is None
     assert twins.start_gap_of([SimpleNamespace(threads=pl.DataFrame({"wall_ns": [5, 6]}))]) is None
@@ -248,8 +261,9 @@ def test_other_load_classes_tasks_by_their_mean_burst() -> None:
     p3 = twins.OtherLoad.pooled([ol, twins.OtherLoad(**{**ol.as_dict(), "short_fraction": 0.0})])
     assert p3 is not None and p3.short_fraction == pytest.approx(1 / 12) and p3.short_burst_ns == pytest.approx(20_000)
     with pytest.raises(ValueError, match="share"):
-        twins.OtherLoad(share=1.0, short_fraction=0, short_burst_ns=0, long_burst_ns=0, short_tasks=0, long_tasks=0,
-                        base_slice_ns=1)  # fmt: skip
+        twins.OtherLoad(
+            share=1.0, short_fraction=0, short_burst_ns=0, long_burst_ns=0, short_tasks=0, long_tasks=0, base_slice_ns=1
+        )
 
 
 def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
@@ -258,8 +272,17 @@ def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
     the twin's vCPUs are then switched out more often than with one task
     (each noise wake-up may preempt), at about the same steal."""
     exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, cpus=(0,), duration_s=0.3)
-    ol = twins.OtherLoad(share=0.5, short_fraction=0.1, short_burst_ns=50_000, long_burst_ns=3e6, short_tasks=10,
-                         long_tasks=3, base_slice_ns=1.5e6, vmm_wakeups_per_s=200.0, vmm_burst_ns=50_000)  # fmt: skip
+    ol = twins.OtherLoad(
+        share=0.5,
+        short_fraction=0.1,
+        short_burst_ns=50_000,
+        long_burst_ns=3e6,
+        short_tasks=10,
+        long_tasks=3,
+        base_slice_ns=1.5e6,
+        vmm_wakeups_per_s=200.0,
+        vmm_burst_ns=50_000,
+    )
     bg, noise = twins.host_load_for(exp, ol)
     assert noise.kthread_ns == 50_000 and noise.kthread_hz == pytest.approx(0.05 / 50e-6)
     assert noise.vmm_io_hz == 200.0 and noise.vmm_io_ns == 50_000
@@ -270,7 +293,7 @@ def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
     cal = fake_cal()
     many = sim.run(twins.twin(exp, cal, other_load=ol))
     one = sim.run(twins.twin(exp, cal, other_share=0.5))
-    steal = lambda r: float(r.vcpus["wait_ns"].mean()) / r.config.duration_ns  # noqa: E731
+    steal = lambda r: float(r.vcpus["wait_ns"].mean()) / r.config.duration_ns
     assert abs(steal(many) - steal(one)) < 0.05
     assert float(many.vcpus["sched_in"].mean()) > 1.2 * float(one.vcpus["sched_in"].mean())  # type: ignore[arg-type]
     # halting workloads: the long part is a background of that utilization
@@ -337,8 +360,13 @@ def test_periodic_sleep_keeps_the_timer_grid() -> None:
     work = sim.Compute(300_000, dist="exp")
 
     def starts(sleep: sim.Sleep) -> np.ndarray:
-        cfg = sim.Config(host=sim.Host(pcpus=1), vms=(sim.Vm(vcpus=1, workload=sim.Workload(phases=(sleep, work))),),
-                         duration_ns=50_000_000, seed=1, trace=True)  # fmt: skip
+        cfg = sim.Config(
+            host=sim.Host(pcpus=1),
+            vms=(sim.Vm(vcpus=1, workload=sim.Workload(phases=(sleep, work))),),
+            duration_ns=50_000_000,
+            seed=1,
+            trace=True,
+        )
         t = sim.run(cfg).trace
         return t.filter(pl.col("vcpu") == 0)["start_ns"].to_numpy()[1:]
 
@@ -376,8 +404,21 @@ def test_sim_steal_intervals_publish_at_sched_in() -> None:
 
 
 def test_directions_pair_cells_that_differ_in_one_factor() -> None:
-    base = dict(workload="SpinLock", kind="tas", cpus=1, hold=50, think=50, halt_poll_ns=-1, gap_us=-1.0, hz=-1,
-                real_lo=float("nan"), real_hi=float("nan"), sim_lo=float("nan"), sim_hi=float("nan"), metric="acq_per_s")  # fmt: skip
+    base = dict(
+        workload="SpinLock",
+        kind="tas",
+        cpus=1,
+        hold=50,
+        think=50,
+        halt_poll_ns=-1,
+        gap_us=-1.0,
+        hz=-1,
+        real_lo=float("nan"),
+        real_hi=float("nan"),
+        sim_lo=float("nan"),
+        sim_hi=float("nan"),
+        metric="acq_per_s",
+    )
     rows = [
         {**base, "cell": "a", "vcpus": 1, "real": 3000.0, "sim": 3500.0},
         {**base, "cell": "b", "vcpus": 3, "real": 2400.0, "sim": 3100.0},
@@ -410,8 +451,14 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     from vcpulab.experiment import run
 
-    r = run(SpinLock(kind="ticket", hold=20, think=20), vcpus=3, placement=[[0], [1], [0]], duration_s=0.1,
-            host=kvm_host, warn_quality=False)  # fmt: skip
+    r = run(
+        SpinLock(kind="ticket", hold=20, think=20),
+        vcpus=3,
+        placement=[[0], [1], [0]],
+        duration_s=0.1,
+        host=kvm_host,
+        warn_quality=False,
+    )
     exp = Experiment.from_run(r)
     assert exp.vcpus == 3 and exp.cpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
@@ -424,11 +471,18 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     shared = run(SpinLock(), vcpus=2, pcpus=[0, 1], duration_s=0.05, host=kvm_host, warn_quality=False)
     assert twins.twin(shared).host.affinity == "all"
     with pytest.raises(ValueError, match="placement"):
-        Experiment.from_run(run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration_s=0.05, host=kvm_host,
-                                warn_quality=False))  # fmt: skip
-    ticks = run(IdleTicks(hz=500), vcpus=2, pcpus=[1], duration_s=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False)
+        Experiment.from_run(
+            run(SpinLock(), vcpus=2, placement=[[0], [0, 1]], duration_s=0.05, host=kvm_host, warn_quality=False)
+        )
+    ticks = run(
+        IdleTicks(hz=500), vcpus=2, pcpus=[1], duration_s=0.05, host=kvm_host, halt_poll_ns=0, warn_quality=False
+    )
     t = twins.twin(ticks)
-    assert t.host.vcpu_pcpus == ((0,) if t.host.pcpus > 1 else ()) and t.vms[0].vcpus == 2 and t.vms[0].halt_poll.policy == "off"
+    assert (
+        t.host.vcpu_pcpus == ((0,) if t.host.pcpus > 1 else ())
+        and t.vms[0].vcpus == 2
+        and t.vms[0].halt_poll.policy == "off"
+    )
     assert t.vms[0].workload.phases[0].ns == 2_000_000 and t.vms[0].workload.phases[0].periodic
     msi = run(MsiPingPong(rounds=20, gap_us=30), vcpus=1, pcpus=[1], duration_s=3.0, host=kvm_host, warn_quality=False)
     assert twins.twin(msi).vms[0].workload.phases[0].ns == 30_000
@@ -476,7 +530,9 @@ def test_directions_agree_on_one_cpu(kvm_host: Host) -> None:
         v = {k: per_vcpu(k, real) for k in cells}
         print({f"{k[0]} {k[1]}v": (round(a), round(b)) for k, (a, b) in v.items()})
         for side in (0, 1):
-            assert v[("tas", 3)][side] * 2 < v[("tas", 1)][side], f"more vCPUs, less per vCPU ({'real sim'.split()[side]})"
+            assert v[("tas", 3)][side] * 2 < v[("tas", 1)][side], (
+                f"more vCPUs, less per vCPU ({'real sim'.split()[side]})"
+            )
             assert v[("ticket", 3)][side] * 1.5 < v[("tas", 3)][side], f"ticket below TAS ({'real sim'.split()[side]})"
 
     def worst(real):  # type: ignore[no-untyped-def]
@@ -491,16 +547,37 @@ def test_compare_frame(kvm_host: Host) -> None:
     cal = twins.calibrate()
     exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, cpus=(1,), duration_s=0.1)
     c = twins.compare(exp, trials=2, seeds=2, cal=cal)
-    assert c["metric"].to_list() == ["acq_per_s", "wait_per_acq_us", "steal_fraction", "ctx_switches_per_vcpu_s",
-                                     "steal_per_10ms"]  # fmt: skip
-    assert {"real", "real_lo", "real_hi", "sim", "sim_lo", "sim_hi", "rel_err", "informative", "ks",
-            "disturbed_trials", "other_share_max", "steal_by_construction"} <= set(c.columns)  # fmt: skip
+    assert c["metric"].to_list() == [
+        "acq_per_s",
+        "wait_per_acq_us",
+        "steal_fraction",
+        "ctx_switches_per_vcpu_s",
+        "steal_per_10ms",
+    ]
+    assert {
+        "real",
+        "real_lo",
+        "real_hi",
+        "sim",
+        "sim_lo",
+        "sim_hi",
+        "rel_err",
+        "informative",
+        "ks",
+        "disturbed_trials",
+        "other_share_max",
+        "steal_by_construction",
+    } <= set(c.columns)
     row = c.row(by_predicate=pl.col("metric") == "acq_per_s", named=True)
     assert row["real"] > 0 and row["sim"] > 0 and row["real_lo"] <= row["real"] <= row["real_hi"]
     ks = c.row(by_predicate=pl.col("metric") == "steal_per_10ms", named=True)["ks"]
     assert 0.0 <= ks <= 1.0
-    m = twins.compare(Experiment(MsiPingPong(rounds=100, gap_us=100), 1, (1,), duration_s=3.0, halt_poll_ns=0),
-                      trials=1, seeds=1, cal=cal)  # fmt: skip
+    m = twins.compare(
+        Experiment(MsiPingPong(rounds=100, gap_us=100), 1, (1,), duration_s=3.0, halt_poll_ns=0),
+        trials=1,
+        seeds=1,
+        cal=cal,
+    )
     assert m["metric"].to_list() == ["rtt_median_us", "polled_per_halt"]
     assert np.isnan(m["real_lo"][0])  # one trial: no interval
     # halt polling off: no halt ends in the poll loop, on either side
@@ -538,8 +615,13 @@ def test_compare_with_real_traces(kvm_host: Host, tmp_path: Path) -> None:
             # this failed once in 20 fresh-clone runs with its message lost: the
             # evidence (the real trace and what it recorded) is kept and named
             raise AssertionError(f"{q}: {row}\n{_trace_evidence(real, tmp_path)}")
-    ipi = twins.compare(Experiment(IpiPingPong(rounds=50, gap_us=100.0), 2, (0, 1), duration_s=3.0, halt_poll_ns=0),
-                        trials=1, seeds=1, cal=cal, trace=True)  # fmt: skip
+    ipi = twins.compare(
+        Experiment(IpiPingPong(rounds=50, gap_us=100.0), 2, (0, 1), duration_s=3.0, halt_poll_ns=0),
+        trials=1,
+        seeds=1,
+        cal=cal,
+        trace=True,
+    )
     sl = ipi.row(by_predicate=pl.col("metric") == "slice_ns", named=True)
     wk = ipi.row(by_predicate=pl.col("metric") == "wakeup_latency_ns", named=True)
     assert sl["informative"] and 0.0 <= sl["ks"] <= 1.0

@@ -48,7 +48,10 @@ def test_renamed_keeps_positional_calls_and_the_signature() -> None:
 def test_vcpu_timeout_is_timeout_s(kvm_host: Host) -> None:
     with kvm_host.create_vm(4) as vm:
         v = vm.create_vcpu(0)
-        with pytest.warns(DeprecationWarning, match="use timeout_s=") as rec, pytest.raises(ValueError, match="timeout_s"):
+        with (
+            pytest.warns(DeprecationWarning, match="use timeout_s=") as rec,
+            pytest.raises(ValueError, match="timeout_s"),
+        ):
             v.run(timeout=-1.0)  # type: ignore[call-arg]
         assert rec[0].filename == __file__  # through the class's panic guard too
         with pytest.raises(TypeError, match="timeout= and timeout_s="):

@@ -37,7 +37,9 @@ def test_four_vcpus_on_two_cpus_each_get_half(kvm_host: Host) -> None:
         assert_between(sf, "steal_fraction", fair - 0.3, fair + 0.3)
 
     r = remeasure(
-        lambda: run(Spin(), vcpus=4, pcpus=[0, 1], duration_s=0.6, sample_every_s=0.02, host=kvm_host, warn_quality=False),
+        lambda: run(
+            Spin(), vcpus=4, pcpus=[0, 1], duration_s=0.6, sample_every_s=0.02, host=kvm_host, warn_quality=False
+        ),
         check,
         quality=lambda r: r.quality,
     )

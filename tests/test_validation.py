@@ -158,8 +158,14 @@ def test_the_check_finds_an_era_value_changed_without_a_reason():
         return ctx.config(ctx.host(pcpus=80, tsc_khz=3_000_000), [vm], seed)
 
     assert "host.tsc_khz" in V.check_case(dataclasses.replace(c, build=via_ctx))[0]
-    costs = dataclasses.replace(c, build=lambda ctx, v, s: inner(ctx, v, s).replace(
-        vms=tuple(dataclasses.replace(vm, ple=dataclasses.replace(vm.ple, exit_ns=99)) for vm in inner(ctx, v, s).vms)))
+    costs = dataclasses.replace(
+        c,
+        build=lambda ctx, v, s: inner(ctx, v, s).replace(
+            vms=tuple(
+                dataclasses.replace(vm, ple=dataclasses.replace(vm.ple, exit_ns=99)) for vm in inner(ctx, v, s).vms
+            )
+        ),
+    )
     assert "ple.exit_ns" in V.check_case(costs)[0]  # cost-profile values are checked too
     # recorded as an override with its reason, the same value passes
     declared = dataclasses.replace(c, overrides={"host.tsc_khz": (3_000_000, "the published host ran at 3 GHz")})
@@ -203,7 +209,9 @@ def test_validate_returns_one_scored_row_per_case_with_per_seed_values():
     assert s["not_expressible"] == ["vcpu_is_preempted2017_fio"]
     assert "direction" in V.summary_line(df)
     md = V.to_markdown(df)
-    assert len([ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]) == 4 and "not expressible" in md
+    assert (
+        len([ln for ln in md.splitlines() if ln.startswith("| ") and "---" not in ln]) == 4 and "not expressible" in md
+    )
 
 
 def test_validate_pairs_by_seed():
@@ -239,7 +247,9 @@ W13 = "waits for issue #13 (simulator guest and pv model): "
 def _era_ctx(name, **overrides):
     e = V.era(name)
     if overrides:
-        e = e.with_overrides({k: (v, "a robustness probe of the model, not a published set-up") for k, v in overrides.items()})
+        e = e.with_overrides(
+            {k: (v, "a robustness probe of the model, not a published set-up") for k, v in overrides.items()}
+        )
     return Ctx(e, V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
 
 
@@ -295,8 +305,14 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     (the bound of tests/test_sim_host.py's symmetric 8 x 20 test)."""
     ctx = _era_ctx(era)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    cfg = sim.Config(host=ctx.host(pcpus=80, affinity="all"), vms=(vm,), seed=0, duration_ns=140_000_000,
-                     warmup_ns=40_000_000, trace=True)  # fmt: skip
+    cfg = sim.Config(
+        host=ctx.host(pcpus=80, affinity="all"),
+        vms=(vm,),
+        seed=0,
+        duration_ns=140_000_000,
+        warmup_ns=40_000_000,
+        trace=True,
+    )
     fair = sim.run(cfg)
     gang = sim.run(cfg.replace(host=ctx.host(pcpus=80, affinity="all", scheduler="gang")))
     assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
@@ -370,7 +386,9 @@ def test_b_two_symmetric_ebizzy_vms_on_16_cpus_both_make_progress_over_100ms():
     for pol in (P.baseline_2011(), P.dy_eligible()):
         vm = ctx.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32, policy=pol)
         for seed in (0, 1, 2):
-            r = _run(ctx, ctx.host(pcpus=16, affinity="all"), [vm], seed=seed, duration_ns=150_000_000, warmup_ns=50_000_000)
+            r = _run(
+                ctx, ctx.host(pcpus=16, affinity="all"), [vm], seed=seed, duration_ns=150_000_000, warmup_ns=50_000_000
+            )
             zero += [(pol.kind, seed)] if min(r.vms["ops"].to_list()) == 0 else []
     assert zero == []
 
@@ -434,7 +452,15 @@ def test_d_per_seed_values_are_kept_and_bimodality_is_flagged(quick_table):
 
 def test_lockstep_and_dead_paths_are_reported_in_the_summary(quick_table):
     s = V.summary(quick_table)
-    assert set(s) >= {"lockstep", "starvation", "unstable", "bimodal", "identical", "direction_share", "within_2x_share"}
+    assert set(s) >= {
+        "lockstep",
+        "starvation",
+        "unstable",
+        "bimodal",
+        "identical",
+        "direction_share",
+        "within_2x_share",
+    }
     assert s["registered"] == len(V.CASES)
     assert s["simulated"] == sum(c.expressible for c in V.CASES)
     assert 0 <= s["direction_share"] <= 1 and 0 <= s["within_2x_share"] <= 1
@@ -519,12 +545,27 @@ def test_the_module_cli_prints_the_table_and_rejects_unknown_cases():
     import subprocess
     import sys
 
-    ok = subprocess.run([sys.executable, "-m", "vcpulab.validation", "--case", "schedmap2012_16x10_vs_8x20",
-                         "--seeds", "1", "--scale", "0.05"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vcpulab.validation",
+            "--case",
+            "schedmap2012_16x10_vs_8x20",
+            "--seeds",
+            "1",
+            "--scale",
+            "0.05",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "| schedmap2012_16x10_vs_8x20 |" in ok.stdout and "registered cases simulated" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "vcpulab.validation", "--case", "nope"], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, "-m", "vcpulab.validation", "--case", "nope"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "unknown case 'nope'" in bad.stderr
 
 
@@ -533,8 +574,17 @@ def test_validate_runs_on_a_dask_cluster_with_python_policies():
 
     names = ["boost_ready2019_desktop_with_pv_sched_yield"]  # both variants are Python policies (OnSpinGate)
     local = V.validate(names, seeds=1, duration_scale=0.05)
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, Client(cluster) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         remote = V.validate(names, seeds=1, duration_scale=0.05, executor=client.get_executor())
     assert remote["per_seed"].to_list() == local["per_seed"].to_list()
     assert remote["status"].to_list() == ["simulated"]

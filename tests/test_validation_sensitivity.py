@@ -70,7 +70,11 @@ def test_a_value_the_case_never_reads_gives_no_row():
 
 def test_a_scaled_value_the_simulator_refuses_is_reported_not_run():
     df = S.sensitivity(
-        ["ple2012_yield_success_share_1x"], params=["era.host.wakeup_jitter"], factors=(4.0,), seeds=1, duration_scale=0.02
+        ["ple2012_yield_success_share_1x"],
+        params=["era.host.wakeup_jitter"],
+        factors=(4.0,),
+        seeds=1,
+        duration_scale=0.02,
     )
     assert df.height == 1
     r = df.row(0, named=True)
@@ -124,22 +128,70 @@ def test_per_case_names_what_mends_a_miss_and_what_breaks_a_match():
     common = {"era": "2012-3.x", "metric": "throughput_change", "status": "ran", "published": 0.1}
     df = _frame(
         [
-            {**common, "case": "a", "param": "cost.host.rq_lock_ns", "factor": 0.5, "nominal_mean": -0.1,
-             "sim_mean": 0.05, "nominal_direction_ok": False, "direction_ok": True,
-             "nominal_within_2x": False, "within_2x": True, "beyond_seeds": True},
-            {**common, "case": "a", "param": "cost.host.rq_lock_ns", "factor": 2.0, "nominal_mean": -0.1,
-             "sim_mean": -0.3, "nominal_direction_ok": False, "direction_ok": False,
-             "nominal_within_2x": False, "within_2x": False, "beyond_seeds": True},
-            {**common, "case": "b", "param": "era.host.wakeup_ipi_ns", "factor": 2.0, "nominal_mean": 0.1,
-             "sim_mean": -0.2, "nominal_direction_ok": True, "direction_ok": False,
-             "nominal_within_2x": True, "within_2x": False, "beyond_seeds": True},
-            {**common, "case": "b", "param": "cost.pv.hypercall_ns", "factor": 0.5, "nominal_mean": 0.1,
-             "sim_mean": -0.01, "nominal_direction_ok": True, "direction_ok": False,
-             "nominal_within_2x": True, "within_2x": False, "beyond_seeds": False},
-            {**common, "case": "b", "param": "era.host.wakeup_jitter", "factor": 4.0, "status": "refused: x",
-             "nominal_mean": 0.1, "nominal_direction_ok": True, "nominal_within_2x": True},
+            {
+                **common,
+                "case": "a",
+                "param": "cost.host.rq_lock_ns",
+                "factor": 0.5,
+                "nominal_mean": -0.1,
+                "sim_mean": 0.05,
+                "nominal_direction_ok": False,
+                "direction_ok": True,
+                "nominal_within_2x": False,
+                "within_2x": True,
+                "beyond_seeds": True,
+            },
+            {
+                **common,
+                "case": "a",
+                "param": "cost.host.rq_lock_ns",
+                "factor": 2.0,
+                "nominal_mean": -0.1,
+                "sim_mean": -0.3,
+                "nominal_direction_ok": False,
+                "direction_ok": False,
+                "nominal_within_2x": False,
+                "within_2x": False,
+                "beyond_seeds": True,
+            },
+            {
+                **common,
+                "case": "b",
+                "param": "era.host.wakeup_ipi_ns",
+                "factor": 2.0,
+                "nominal_mean": 0.1,
+                "sim_mean": -0.2,
+                "nominal_direction_ok": True,
+                "direction_ok": False,
+                "nominal_within_2x": True,
+                "within_2x": False,
+                "beyond_seeds": True,
+            },
+            {
+                **common,
+                "case": "b",
+                "param": "cost.pv.hypercall_ns",
+                "factor": 0.5,
+                "nominal_mean": 0.1,
+                "sim_mean": -0.01,
+                "nominal_direction_ok": True,
+                "direction_ok": False,
+                "nominal_within_2x": True,
+                "within_2x": False,
+                "beyond_seeds": False,
+            },
+            {
+                **common,
+                "case": "b",
+                "param": "era.host.wakeup_jitter",
+                "factor": 4.0,
+                "status": "refused: x",
+                "nominal_mean": 0.1,
+                "nominal_direction_ok": True,
+                "nominal_within_2x": True,
+            },
         ]
-    )  # fmt: skip
+    )
     pc = {r["case"]: r for r in S.per_case(df).iter_rows(named=True)}
     assert pc["a"]["mends_direction"] == ["cost.host.rq_lock_ns x0.5"] and pc["a"]["breaks_direction"] == []
     assert pc["a"]["mends_within_2x"] == ["cost.host.rq_lock_ns x0.5"]

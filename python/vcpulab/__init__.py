@@ -63,7 +63,7 @@ _SUBMODULES = frozenset(
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing, tracing
+    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing, tracing  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -115,7 +115,9 @@ class Attached:
         s = self._kept.pop(vcpu, None)
         if s is not None:
             s.close()
-            self.notes.append(f"vCPU {vcpu}: {why}: no KVM statistics for it from here on (its kept stats fd is closed)")
+            self.notes.append(
+                f"vCPU {vcpu}: {why}: no KVM statistics for it from here on (its kept stats fd is closed)"
+            )
 
     def _vcpu_stats(self, vcpu: int) -> dict[str, int]:
         from vcpulab import _core
@@ -170,8 +172,13 @@ class Attached:
             return None
         vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", st, re.M).group(1))  # type: ignore[union-attr]
         nonvol = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", st, re.M).group(1))  # type: ignore[union-attr]
-        return {"cpu_ns": cpu, "run_delay_ns": delay, "timeslices": slices,
-                "voluntary_ctxt_switches": vol, "nonvoluntary_ctxt_switches": nonvol}  # fmt: skip
+        return {
+            "cpu_ns": cpu,
+            "run_delay_ns": delay,
+            "timeslices": slices,
+            "voluntary_ctxt_switches": vol,
+            "nonvoluntary_ctxt_switches": nonvol,
+        }
 
     def sample_once(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """One sample now: (per vCPU thread, per VM) frames, each with ``t_ns``
@@ -186,7 +193,9 @@ class Attached:
         for r in self.vcpus.iter_rows(named=True) if not gone else ():
             tr = self._thread_row(r["tid"]) if r["tid"] else None
             if tr is not None:
-                rows.append({"t_ns": t, "vm": r["vm"], "vcpu": r["vcpu"], "tid": r["tid"], **tr, **self._vcpu_stats(r["vcpu"])})
+                rows.append(
+                    {"t_ns": t, "vm": r["vm"], "vcpu": r["vcpu"], "tid": r["tid"], **tr, **self._vcpu_stats(r["vcpu"])}
+                )
         vm_rows = []
         for r in self.vms.iter_rows(named=True) if not gone else ():
             if not r["debugfs"]:
@@ -202,9 +211,17 @@ class Attached:
                 if v is not None:
                     stats[name] = v
             vm_rows.append(stats)
-        schema = {"t_ns": pl.Int64, "vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "cpu_ns": pl.Int64,
-                  "run_delay_ns": pl.Int64, "timeslices": pl.Int64, "voluntary_ctxt_switches": pl.Int64,
-                  "nonvoluntary_ctxt_switches": pl.Int64}  # fmt: skip
+        schema = {
+            "t_ns": pl.Int64,
+            "vm": pl.Int64,
+            "vcpu": pl.Int64,
+            "tid": pl.Int64,
+            "cpu_ns": pl.Int64,
+            "run_delay_ns": pl.Int64,
+            "timeslices": pl.Int64,
+            "voluntary_ctxt_switches": pl.Int64,
+            "nonvoluntary_ctxt_switches": pl.Int64,
+        }
         extra = sorted({k for r in rows for k in r} - set(schema))
         schema.update({k: pl.Int64 for k in extra})
         return pl.DataFrame(rows, schema=schema), pl.DataFrame(vm_rows)
@@ -275,9 +292,7 @@ def attach(pid: int) -> Attached:
     process exists, ``PermissionError`` when its file descriptors cannot be
     read, and ``LookupError`` when it holds no KVM VM.
     """
-    from vcpulab.tracing import PID_MAX
-
-    pid = check_int("pid", pid, 1, PID_MAX)  # any integer type (numpy's too), as an int
+    pid = check_int("pid", pid, 1, 2**31 - 1)  # any integer type (numpy's too); pid_t is 32 bits
     proc = Path(f"/proc/{pid}")
     if not proc.is_dir():
         raise ProcessLookupError(f"no process {pid}")
@@ -323,7 +338,9 @@ def _attach(pid: int, proc: Path, process: Any, kept: dict[int, Any]) -> Attache
     notes: list[str] = []
     dbg = _debugfs_kvm()
     if dbg is None:
-        notes.append("KVM debugfs is not available (mount -t debugfs nodev /sys/kernel/debug as root): no VM statistics")
+        notes.append(
+            "KVM debugfs is not available (mount -t debugfs nodev /sys/kernel/debug as root): no VM statistics"
+        )
     vm_rows, vcpu_rows = [], []
     for vm_fd in sorted(vm_fds):
         d = dbg / f"{pid}-{vm_fd}" if dbg is not None else None
@@ -380,5 +397,13 @@ def _attach(pid: int, proc: Path, process: Any, kept: dict[int, Any]) -> Attache
     for r in vm_rows:
         if r["debugfs"] and _read_int(Path(str(r["debugfs"])) / "exits") is None:
             notes.append(f"KVM debugfs statistics in {r['debugfs']} are not readable here (the kernel refuses them)")
-    return Attached(pid=pid, comm=comm, vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
-                    vcpus=vcpus, notes=notes, stats_fds=stats_fds, _process=process, _kept=kept)  # fmt: skip
+    return Attached(
+        pid=pid,
+        comm=comm,
+        vms=pl.DataFrame(vm_rows, schema={"vm": pl.Int64, "debugfs": pl.String}),
+        vcpus=vcpus,
+        notes=notes,
+        stats_fds=stats_fds,
+        _process=process,
+        _kept=kept,
+    )

@@ -27,7 +27,8 @@ import numbers
 import os
 import sys
 import warnings
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -148,8 +149,11 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
                 if old in kwargs:
                     if new in kwargs:
                         raise TypeError(f"{fn.__name__}() got {old}= and {new}=; {old} is the deprecated name of {new}")
-                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}= (the unit is in the name)",
-                                  DeprecationWarning, stacklevel=_outside_stacklevel())  # fmt: skip
+                    warnings.warn(
+                        f"{fn.__name__}({old}=...) is deprecated; use {new}= (the unit is in the name)",
+                        DeprecationWarning,
+                        stacklevel=_outside_stacklevel(),
+                    )
                     kwargs[new] = kwargs.pop(old)
             return fn(*args, **kwargs)
 
@@ -165,8 +169,9 @@ def former_name(fn: str, old: str, new: str, old_value: Any, new_value: Any, new
     value to use; the new name away from its default as well raises TypeError."""
     if new_value != new_default:
         raise TypeError(f"{fn}() got {old}= and {new}=; {old} is the deprecated name of {new}")
-    warnings.warn(f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning,
-                  stacklevel=3)  # fmt: skip
+    warnings.warn(
+        f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning, stacklevel=3
+    )
     return old_value
 
 

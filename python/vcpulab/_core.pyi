@@ -1,6 +1,7 @@
 """Type stubs of the Rust extension (src/py). The Pythonic API is in vcpulab.kvm / vcpulab.sim."""
 
-from typing import Any, Callable, final
+from collections.abc import Callable
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,7 @@ __all__ = [
     "KvmIoctlError",
     "KvmUnavailableError",
     "MAX_MEMORY_MIB",
+    "MAX_PROGRAM_ROUNDS",
     "MSR_KVM_STEAL_TIME",
     "PV_FEATURE_BITS",
     "SIM_PCPU_TIME_CATEGORIES",
@@ -189,7 +191,10 @@ class Vcpu:
 # ----------------------------------------------------------------- experiments (src/py/kvm.rs)
 
 def run_experiment(
-    plan: list[tuple[Vcpu, int, list[int]]], duration: float, sample_every: float | None = None, poll_every: float = 0.05
+    plan: list[tuple[Vcpu, int, list[int]]],
+    duration: float,
+    sample_every: float | None = None,
+    poll_every: float = 0.05,
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def table(title: str, rows: Iterable[tuple[str, Any]], frames: Iterable[tuple[str, Any]] = ()) -> str:

@@ -42,7 +42,11 @@ def _reserve(cols: Mapping[str, Any]) -> None:
     and key columns cast to Int64 are new)."""
     rows = max((len(v[0]) if isinstance(v, tuple) else len(v) for v in cols.values()), default=0)
     per_row = sum(
-        _CAT_BYTES_PER_ROW if isinstance(v, tuple) else 8 if k in KEY_COLUMNS and getattr(v, "dtype", None) != np.int64 else 0
+        _CAT_BYTES_PER_ROW
+        if isinstance(v, tuple)
+        else 8
+        if k in KEY_COLUMNS and getattr(v, "dtype", None) != np.int64
+        else 0
         for k, v in cols.items()
     )
     need = 2 * rows * per_row  # room for one temporary copy

@@ -30,7 +30,10 @@ def keep_partial(e: BaseException, partial: Any, *, call: str, done: int, total:
     e.partial = partial  # type: ignore[attr-defined]
     logging.getLogger(f"vcpulab.{call}").warning(
         "vcpulab.%s: interrupted; %d of %d %s had finished (kept in KeyboardInterrupt.partial)",
-        call, done, total, unit,
+        call,
+        done,
+        total,
+        unit,
     )
 
 

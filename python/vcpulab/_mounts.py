@@ -43,8 +43,10 @@ def announce() -> None:
         for name, path in _core.mounted_pseudo_fs():
             if name not in _announced:
                 _announced.add(name)
-                log.warning(f"vcpulab mounted {name} at {path} (it stays mounted after vcpulab exits; "
-                            f"`umount {path}` removes it)")  # fmt: skip
+                log.warning(
+                    f"vcpulab mounted {name} at {path} (it stays mounted after vcpulab exits; "
+                    f"`umount {path}` removes it)"
+                )
 
 
 def ensure_mounted(kind: Literal["debugfs", "tracefs"]) -> bool:

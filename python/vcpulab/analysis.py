@@ -20,9 +20,10 @@ p >= 0.1; 3 pairs: p >= 0.25); :func:`compare` reports that floor
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import polars as pl
@@ -125,7 +126,9 @@ def _paired_values(a: Any, b: Any, metric: str | None, pair_by: str) -> tuple[np
             raise ValueError(f"compare: {pair_by!r} repeats in {side}; each value must name one run")
     ka, kb = set(a[pair_by].to_list()), set(b[pair_by].to_list())
     if ka != kb:
-        raise ValueError(f"compare: {pair_by!r} values differ between the sides: only in a {sorted(ka - kb)}, only in b {sorted(kb - ka)}")
+        raise ValueError(
+            f"compare: {pair_by!r} values differ between the sides: only in a {sorted(ka - kb)}, only in b {sorted(kb - ka)}"
+        )
     a, b = a.sort(pair_by), b.sort(pair_by)
     return _values(a, metric), _values(b, metric)
 
@@ -295,7 +298,13 @@ def compare(
 
 
 def _diff_interval(
-    va: np.ndarray, vb: np.ndarray, paired: bool, interval: str, confidence: float, n_resamples: int, rng: np.random.Generator
+    va: np.ndarray,
+    vb: np.ndarray,
+    paired: bool,
+    interval: str,
+    confidence: float,
+    n_resamples: int,
+    rng: np.random.Generator,
 ) -> tuple[float, float]:
     na, nb = len(va), len(vb)
     diff = vb.mean() - va.mean()
@@ -332,8 +341,16 @@ def _diff_interval(
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # degenerate resamples of tiny samples
-        res = stats.bootstrap(data, statistic, n_resamples=n_resamples, confidence_level=confidence, method="BCa",
-                              rng=rng, vectorized=True, paired=False)  # fmt: skip
+        res = stats.bootstrap(
+            data,
+            statistic,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method="BCa",
+            rng=rng,
+            vectorized=True,
+            paired=False,
+        )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
@@ -365,7 +382,9 @@ def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
     if missing:
         raise ValueError(f"unknown stats {missing}")
     long = d.select(keys + cols).unpivot(index=keys, on=cols, variable_name="stat", value_name="delta")
-    return long.with_columns((pl.col("delta") / (pl.col("dt_ns") / 1e9)).alias("per_s")).sort(["vm", "vcpu", "stat", "t_ns"])
+    return long.with_columns((pl.col("delta") / (pl.col("dt_ns") / 1e9)).alias("per_s")).sort(
+        ["vm", "vcpu", "stat", "t_ns"]
+    )
 
 
 def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFrame:
@@ -435,7 +454,10 @@ def _distribution(name: str) -> list[pl.Expr]:
     c = pl.col(f"{name}_ns")
     return [
         c.mean().alias(f"{name}_mean_ns"),
-        *(c.quantile(q, "nearest").cast(pl.Int64).alias(f"{name}_p{p}_ns") for q, p in ((0.5, 50), (0.9, 90), (0.99, 99))),
+        *(
+            c.quantile(q, "nearest").cast(pl.Int64).alias(f"{name}_p{p}_ns")
+            for q, p in ((0.5, 50), (0.9, 90), (0.99, 99))
+        ),
         c.max().alias(f"{name}_max_ns"),
     ]
 
@@ -451,8 +473,18 @@ def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
     keys = (["vm", "vcpu"] if by_vcpu else []) + ["reason"]
     out = e.group_by(keys).agg(pl.len().cast(pl.Int64).alias("count"), *_distribution("handling"))
     out = out.with_columns((pl.col("count") / max(e.height, 1)).alias("share"))
-    return out.select(keys + ["count", "share", "handling_mean_ns", "handling_p50_ns", "handling_p90_ns",
-                              "handling_p99_ns", "handling_max_ns"]).sort(["count"] + keys, descending=[True] + [False] * len(keys))  # fmt: skip
+    return out.select(
+        keys
+        + [
+            "count",
+            "share",
+            "handling_mean_ns",
+            "handling_p50_ns",
+            "handling_p90_ns",
+            "handling_p99_ns",
+            "handling_max_ns",
+        ]
+    ).sort(["count"] + keys, descending=[True] + [False] * len(keys))
 
 
 def wakeup_latency(run: Any) -> pl.DataFrame:

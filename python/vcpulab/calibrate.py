@@ -46,9 +46,10 @@ import contextlib
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -121,9 +122,22 @@ class HaltPollCalibration:
 
     def table(self) -> str:
         """The real-vs-sim table as text (every cell)."""
-        cols = ["gap_us", "max_poll_ns", "cell_class", "real_success_frac", "sim_success_frac", "diff_pp",
-                "real_rtt_median_us", "sim_rtt_median_us", "real_halt_wakeup", "sim_halt_wakeup", "busy_fraction",
-                "other_share", "tries", "disturbed"]  # fmt: skip
+        cols = [
+            "gap_us",
+            "max_poll_ns",
+            "cell_class",
+            "real_success_frac",
+            "sim_success_frac",
+            "diff_pp",
+            "real_rtt_median_us",
+            "sim_rtt_median_us",
+            "real_halt_wakeup",
+            "sim_halt_wakeup",
+            "busy_fraction",
+            "other_share",
+            "tries",
+            "disturbed",
+        ]
         with pl.Config(tbl_rows=100, tbl_cols=20, tbl_width_chars=250, float_precision=3):
             return str(self.frame.select(cols))
 
@@ -206,7 +220,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
             meter.add_thread(box["tid"], [pcpu])
             try:
                 vcpu.run_program(timeout_s=timeout)
-            except BaseException as e:  # noqa: BLE001 - re-raised below
+            except BaseException as e:
                 box["error"] = e
             box["cpu_ns"] = _thread_cpu_ns(box["tid"])
             meter.end_thread(box["tid"])
@@ -235,7 +249,9 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
         meter.__exit__(None, None, None)
         b1, w1 = _cpu_busy_ns(pcpu), time.monotonic()
         if t.is_alive():
-            raise TimeoutError(f"calibrate.halt_poll: the vCPU thread of cell gap={gap_us} max={max_poll_ns} did not finish")
+            raise TimeoutError(
+                f"calibrate.halt_poll: the vCPU thread of cell gap={gap_us} max={max_poll_ns} did not finish"
+            )
         if "error" in box:
             raise box["error"]
         after = vcpu.stats()
@@ -366,7 +382,9 @@ def halt_poll(
     if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
         raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
     if pcpu == sender_cpu:
-        raise ValueError(f"pcpu and sender_cpu must differ (a sender spinning on the vCPU's CPU stops every poll), got {pcpu}")
+        raise ValueError(
+            f"pcpu and sender_cpu must differ (a sender spinning on the vCPU's CPU stops every poll), got {pcpu}"
+        )
     allowed = set(_core.allowed_cpus())
     for name, c in (("pcpu", pcpu), ("sender_cpu", sender_cpu)):
         if c not in allowed:
@@ -404,7 +422,9 @@ def halt_poll(
             for mx in maxes:
                 left = t_end - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed before cell gap={gap} max={mx}")
+                    raise TimeoutError(
+                        f"calibrate.halt_poll: deadline_s={deadline_s} passed before cell gap={gap} max={mx}"
+                    )
                 n = _cell_rounds(gap, rounds, min_cell_s)
                 best: dict[str, Any] | None = None
                 for attempt in range(1, retries + 2):
@@ -412,7 +432,9 @@ def halt_poll(
                     if left <= 0 and best is not None:
                         break
                     if left <= 0:
-                        raise TimeoutError(f"calibrate.halt_poll: deadline_s={deadline_s} passed in cell gap={gap} max={mx}")
+                        raise TimeoutError(
+                            f"calibrate.halt_poll: deadline_s={deadline_s} passed in cell gap={gap} max={mx}"
+                        )
                     per_cell = min(left, 2.0 + n * (gap + 500) * 1e-6 * 4)
                     try:
                         cell = _real_cell(host, gap, mx, n, pcpu, per_cell)
@@ -430,8 +452,9 @@ def halt_poll(
                 assert best is not None
                 cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **best})
     except KeyboardInterrupt as e:
-        keep_partial(e, pl.DataFrame(cells), call="calibrate.halt_poll", done=len(cells), total=total,
-                     unit="real cells")  # fmt: skip
+        keep_partial(
+            e, pl.DataFrame(cells), call="calibrate.halt_poll", done=len(cells), total=total, unit="real cells"
+        )
         raise
     finally:
         os.sched_setaffinity(0, saved)
@@ -446,9 +469,14 @@ def halt_poll(
         for rep in range(sim_replicas):
             scs.append(
                 hp.Scenario(
-                    HaltPoll(policy="block-time", max_ns=params["halt_poll_ns"], grow=params["halt_poll_ns_grow"],
-                             grow_start_ns=params["halt_poll_ns_grow_start"], shrink=params["halt_poll_ns_shrink"],
-                             vm_max_ns=cl["max_poll_ns"]),  # fmt: skip
+                    HaltPoll(
+                        policy="block-time",
+                        max_ns=params["halt_poll_ns"],
+                        grow=params["halt_poll_ns_grow"],
+                        grow_start_ns=params["halt_poll_ns_grow_start"],
+                        shrink=params["halt_poll_ns_shrink"],
+                        vm_max_ns=cl["max_poll_ns"],
+                    ),
                     vcpus=(hp.Message(gap_ns=int(cl["gap_us"] * 1000)),),
                     costs=costs,
                     background=hp.Background.from_fraction(cl["busy_fraction"], background_busy_ns),
@@ -460,24 +488,48 @@ def halt_poll(
     sim = hp.sweep(scs, labels).group_by("cell", maintain_order=True).mean().sort("cell")
     sim = sim.select(
         [pl.col(k).alias(f"sim_{k}") for k in hp.STAT_COLUMNS]
-        + [pl.col("success_frac").alias("sim_success_frac"), pl.col("rtt_median_us").alias("sim_rtt_median_us"),
-           pl.col("final_halt_poll_ns").alias("sim_final_halt_poll_ns")]  # fmt: skip
+        + [
+            pl.col("success_frac").alias("sim_success_frac"),
+            pl.col("rtt_median_us").alias("sim_rtt_median_us"),
+            pl.col("final_halt_poll_ns").alias("sim_final_halt_poll_ns"),
+        ]
     )
     frame = pl.concat([real, sim], how="horizontal").with_columns(
         ((pl.col("sim_success_frac") - pl.col("real_success_frac")) * 100).alias("diff_pp"),
         pl.Series("cell_class", [classify(x["gap_us"], x["max_poll_ns"], costs) for x in cells]),
     )
-    first = ["gap_us", "max_poll_ns", "cell_class", "real_success_frac", "sim_success_frac", "diff_pp", "real_rtt_median_us",
-             "sim_rtt_median_us", "busy_fraction", "other_share", "tries", "disturbed"]  # fmt: skip
+    first = [
+        "gap_us",
+        "max_poll_ns",
+        "cell_class",
+        "real_success_frac",
+        "sim_success_frac",
+        "diff_pp",
+        "real_rtt_median_us",
+        "sim_rtt_median_us",
+        "busy_fraction",
+        "other_share",
+        "tries",
+        "disturbed",
+    ]
     frame = frame.select(first + [c for c in frame.columns if c not in first])
     cal = HaltPollCalibration(
         frame=frame,
         costs=costs,
         costs_source=source,
         params=params,
-        config={"gaps_us": gaps, "max_poll_ns": maxes, "rounds": rounds, "pcpu": pcpu, "sender_cpu": sender_cpu,
-                "min_cell_s": min_cell_s, "seed": seed, "background_busy_ns": background_busy_ns, "sim_replicas": sim_replicas,
-                "retries": retries},  # fmt: skip
+        config={
+            "gaps_us": gaps,
+            "max_poll_ns": maxes,
+            "rounds": rounds,
+            "pcpu": pcpu,
+            "sender_cpu": sender_cpu,
+            "min_cell_s": min_cell_s,
+            "seed": seed,
+            "background_busy_ns": background_busy_ns,
+            "sim_replicas": sim_replicas,
+            "retries": retries,
+        },
     )
     bad = frame.filter(pl.col("disturbed"))
     if warn_quality and bad.height:
@@ -485,7 +537,9 @@ def halt_poll(
 
         from vcpulab.quality import QualityWarning
 
-        where = ", ".join(f"{g:g} µs × {m} ns ({o:.0%})" for g, m, o in bad.select("gap_us", "max_poll_ns", "other_share").iter_rows())
+        where = ", ".join(
+            f"{g:g} µs × {m} ns ({o:.0%})" for g, m, o in bad.select("gap_us", "max_poll_ns", "other_share").iter_rows()
+        )
         warnings.warn(
             f"calibrate.halt_poll: {bad.height} of {frame.height} cells stayed disturbed after {retries + 1} tries "
             f"(other tasks' share of CPU {pcpu}: {where})",
@@ -547,7 +601,9 @@ def _fit_costs(real: pl.DataFrame) -> tuple[hp.Costs, dict[str, str]]:
     if caught.height:
         rtt_poll = float(caught["real_rtt_median_us"].median()) * 1e3  # type: ignore[arg-type]
         # mean poll time of a caught wake-up minus the gap: observe + deliver + detect − cue_to_halt
-        offs = (caught["real_halt_poll_success_ns"] / caught["real_halt_successful_poll"] - caught["gap_us"] * 1e3).median()
+        offs = (
+            caught["real_halt_poll_success_ns"] / caught["real_halt_successful_poll"] - caught["gap_us"] * 1e3
+        ).median()
         offset = float(offs)  # type: ignore[arg-type]
         cue_to_halt = max(0, int(round(d.cue_observe_ns + deliver_ns + d.poll_detect_ns - offset)))
         src["cue_to_halt_ns"] = "measured: mean poll time of caught wake-ups minus the gap"
@@ -570,5 +626,7 @@ def _fit_costs(real: pl.DataFrame) -> tuple[hp.Costs, dict[str, str]]:
         else:
             wake_to_cue = d.wake_to_cue_ns
             src["wake_to_cue_ns"] = "default"
-    costs = replace(d, deliver_ns=deliver_ns, cue_to_halt_ns=cue_to_halt, wake_to_cue_ns=wake_to_cue, wake_latency_ns=wake_lat)
+    costs = replace(
+        d, deliver_ns=deliver_ns, cue_to_halt_ns=cue_to_halt, wake_to_cue_ns=wake_to_cue, wake_latency_ns=wake_lat
+    )
     return costs, src

@@ -26,8 +26,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from vcpulab.sim import Config
@@ -72,7 +73,13 @@ class _VersionAction(argparse.Action):
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
         super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         print(_version_line())
         parser.exit()
 
@@ -86,10 +93,20 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"vcpulab: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({
-            "api_version": host.api_version, "max_vcpus": host.max_vcpus, "virtualization": virtualization(),
-            "capabilities": host.capabilities, "pv_features": host.pv_features, "module_params": module_params(),
-        }, indent=2, default=str))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "api_version": host.api_version,
+                    "max_vcpus": host.max_vcpus,
+                    "virtualization": virtualization(),
+                    "capabilities": host.capabilities,
+                    "pv_features": host.pv_features,
+                    "module_params": module_params(),
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     print(f"/dev/kvm: API version {host.api_version}, max vCPUs {host.max_vcpus}, virtualization {virtualization()}")
     print("capabilities:")
@@ -109,7 +126,9 @@ def cmd_info(args: argparse.Namespace) -> int:
 def _steal_rows(run) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     import polars as pl
 
-    f = run.steal_fraction().join(run.threads.select("vm", "vcpu", "run_delay_ns", "wall_ns", "cpus"), on=["vm", "vcpu"])
+    f = run.steal_fraction().join(
+        run.threads.select("vm", "vcpu", "run_delay_ns", "wall_ns", "cpus"), on=["vm", "vcpu"]
+    )
     f = f.with_columns((pl.col("run_delay_ns") / pl.col("wall_ns")).alias("run_delay_fraction"))
     keep = ["vm", "vcpu", "cpus", "steal_fraction", "run_delay_fraction", "run_delay_ns", "wall_ns"]
     return [{k: r[k] for k in keep if k in r} for r in f.iter_rows(named=True)]
@@ -118,7 +137,9 @@ def _steal_rows(run) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
 def _steal_table(run) -> str:  # type: ignore[no-untyped-def]
     lines = [f"{'vCPU':>5} {'host CPUs':>10} {'steal':>8} {'run delay':>10}"]
     for r in _steal_rows(run):
-        lines.append(f"{r['vcpu']:>5} {','.join(map(str, r['cpus'])):>10} {r['steal_fraction']:>8.1%} {r['run_delay_fraction']:>10.1%}")
+        lines.append(
+            f"{r['vcpu']:>5} {','.join(map(str, r['cpus'])):>10} {r['steal_fraction']:>8.1%} {r['run_delay_fraction']:>10.1%}"
+        )
     return "\n".join(lines)
 
 
@@ -157,17 +178,31 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     pcpus = args.pcpus if args.pcpus is not None else allowed[:1]
     bad = [c for c in pcpus if c not in allowed]
     if bad:
-        print(f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr)
+        print(
+            f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr
+        )
         return 2
     r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration_s=args.duration_s, sample_every_s=0.01, warn_quality=False)
     fair = 1 - min(1, len(pcpus) / args.vcpus)
     if args.json:
         rows = _steal_rows(r)
-        print(json.dumps({"vcpus": args.vcpus, "pcpus": pcpus, "wall_s": r.wall_s, "fair_share_steal_fraction": fair,
-                          "per_vcpu": rows}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "vcpus": args.vcpus,
+                    "pcpus": pcpus,
+                    "wall_s": r.wall_s,
+                    "fair_share_steal_fraction": fair,
+                    "per_vcpu": rows,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"{args.vcpus} vCPUs on host CPU(s) {','.join(map(str, pcpus))} for {r.wall_s:.2f} s "
-          f"(fair share: {fair:.0%} steal)")  # fmt: skip
+    print(
+        f"{args.vcpus} vCPUs on host CPU(s) {','.join(map(str, pcpus))} for {r.wall_s:.2f} s "
+        f"(fair share: {fair:.0%} steal)"
+    )
     print(_steal_table(r))
     print(_quality_line(r))
     return 0
@@ -241,11 +276,15 @@ def spec_schema() -> dict[str, Any]:
     cfg["title"] = "SimConfig"
     defs["SimConfig"] = cfg
     vm = defs["VmConfig"]["properties"]
-    for key, module, what in (("workload", presets, "a preset of vcpulab.sim.presets"),
-                              ("policy", policies, "a constructor of vcpulab.sim.policies")):  # fmt: skip
+    for key, module, what in (
+        ("workload", presets, "a preset of vcpulab.sim.presets"),
+        ("policy", policies, "a constructor of vcpulab.sim.policies"),
+    ):
         table = {k: v for k, v in vm[key].items() if k != "default"}
-        vm[key] = {"description": vm[key].get("description", ""),
-                   "anyOf": [table, {"type": "string", "enum": list(module.NAMES), "description": what}]}  # fmt: skip
+        vm[key] = {
+            "description": vm[key].get("description", ""),
+            "anyOf": [table, {"type": "string", "enum": list(module.NAMES), "description": what}],
+        }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "vcpulab SPEC.toml",
@@ -256,7 +295,7 @@ def spec_schema() -> dict[str, Any]:
         "properties": {
             "config": {"$ref": "#/$defs/SimConfig", "description": "A vcpulab.sim.Config, field for field."},
             "grid": {
-                "description": "A sweep: dotted config paths (\"vms.0.policy\", \"seed\") -> the values to run.",
+                "description": 'A sweep: dotted config paths ("vms.0.policy", "seed") -> the values to run.',
                 "type": "object",
                 "minProperties": 1,
                 "propertyNames": {"pattern": "^[a-z_]+(\\.([a-z_]+|[0-9]+))*$"},
@@ -267,10 +306,16 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "additionalProperties": False,
                 "properties": {
-                    "sched_map": {"type": "boolean", "default": False,
-                                  "description": "Write a sched-map PNG per run that has a trace."},  # fmt: skip
-                    "us_per_pixel": {"type": "number", "exclusiveMinimum": 0,
-                                     "description": "Sched-map time resolution, us per pixel."},  # fmt: skip
+                    "sched_map": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Write a sched-map PNG per run that has a trace.",
+                    },
+                    "us_per_pixel": {
+                        "type": "number",
+                        "exclusiveMinimum": 0,
+                        "description": "Sched-map time resolution, us per pixel.",
+                    },
                 },
             },
         },
@@ -458,7 +503,11 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
             if df is not None:
                 p = staged.path(f"{name}.parquet")
                 df.write_parquet(p, metadata=meta)
-        show: list[str] = [c for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok") if c in r.summary.columns]
+        show: list[str] = [
+            c
+            for c in ("throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "idle_frac", "ple_exits", "yield_ok")
+            if c in r.summary.columns
+        ]
         with pl.Config(tbl_cols=len(show)):
             print(r.summary.select(show))
         if want_map:
@@ -476,15 +525,31 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
                 raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
         # every point is checkpointed under OUT/points: a rerun resumes where it stopped
         with dask_executor(args.dask) if args.dask else contextlib.nullcontext() as ex:
-            df = run_sweep(base, grid, executor=ex, out=out / "points", threads=args.threads, progress=not args.quiet,
-                           max_points=args.max_points or sim.MAX_SWEEP_POINTS)  # fmt: skip
+            df = run_sweep(
+                base,
+                grid,
+                executor=ex,
+                out=out / "points",
+                threads=args.threads,
+                progress=not args.quiet,
+                max_points=args.max_points or sim.MAX_SWEEP_POINTS,
+            )
         failed = df.filter(pl.col("error").is_not_null())
         if failed.height:
-            print(f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
-                  "rerun the same command to retry them", file=sys.stderr)  # fmt: skip
+            print(
+                f"vcpulab: {failed.height} of {df.height} points failed (see the error column); "
+                "rerun the same command to retry them",
+                file=sys.stderr,
+            )
         p = staged.path("sweep.parquet")
-        df.write_parquet(p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": grid_json(grid)}))
-        show = [c for c in list(grid) + ["throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "ple_exits", "yield_ok"] if c in df.columns]
+        df.write_parquet(
+            p, metadata=_parquet_meta({"vcpulab.base_config": base.to_json(), "vcpulab.grid": grid_json(grid)})
+        )
+        show = [
+            c
+            for c in list(grid) + ["throughput_ops_s", "useful_frac", "spin_frac", "ple_frac", "ple_exits", "yield_ok"]
+            if c in df.columns
+        ]
         with pl.Config(tbl_rows=40, tbl_cols=len(show), fmt_str_lengths=40):
             print(df.select(show))
         if want_map and base.trace:
@@ -530,16 +595,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
             from vcpulab import _core
 
             cpus = sorted(_core.allowed_cpus())
-            pp = run(MsiPingPong(rounds=500, gap_us=50), vcpus=1, pcpus=cpus[-1:], duration_s=10, halt_poll_ns=poll,
-                     warn_quality=False)  # fmt: skip
+            pp = run(
+                MsiPingPong(rounds=500, gap_us=50),
+                vcpus=1,
+                pcpus=cpus[-1:],
+                duration_s=10,
+                halt_poll_ns=poll,
+                warn_quality=False,
+            )
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
-            print(f"  halt_poll_ns={poll:>6}: round trip median {res['rtt_median_us']:.1f} us, "
-                  f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts")  # fmt: skip
+            print(
+                f"  halt_poll_ns={poll:>6}: round trip median {res['rtt_median_us']:.1f} us, "
+                f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts"
+            )
             print("    " + _quality_line(pp).replace("\n", "\n    "))
             if poll and pp.quality is not None and pp.quality.disturbed:
-                print("    (KVM stops polling while another task is runnable on the vCPU's CPU: "
-                      "few successful polls here say more about that load than about halt polling)")  # fmt: skip
+                print(
+                    "    (KVM stops polling while another task is runnable on the vCPU's CPU: "
+                    "few successful polls here say more about that load than about halt polling)"
+                )
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
     print("\n== simulator: [S4] — 80 host CPUs at 2x overcommit (60 ms simulated, the first 40 ms warm-up)")
@@ -555,12 +630,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
         base = base or tput
         label = f"{vms}x{vcpus}_{'gang' if sched == 'gang' else 'ple'}"
         png = out / f"sched_map_{label}.png"
-        fig = sched_map(sr, png, us_per_pixel=5, row_px=3, start_ns=45_000_000, end_ns=50_000_000,
-                        title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
-                              f"{tput:,.0f} ops/s")  # fmt: skip
+        fig = sched_map(
+            sr,
+            png,
+            us_per_pixel=5,
+            row_px=3,
+            start_ns=45_000_000,
+            end_ns=50_000_000,
+            title=f"{vms} VMs x {vcpus} vCPUs, {'gang scheduling' if sched == 'gang' else 'PLE + directed yield'}: "
+            f"{tput:,.0f} ops/s",
+        )
         written.append(_closed(fig, png))
-        print(f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
-              f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {sr.summary['ple_exits'][0]:,}")  # fmt: skip
+        print(
+            f"  {vms:>2} VMs x {vcpus} vCPUs, {'gang' if sched == 'gang' else 'PLE ':<4}: {tput:>12,.0f} ops/s "
+            f"({tput / base:.2f}x the 8x20 PLE run); PLE exits {sr.summary['ple_exits'][0]:,}"
+        )
     print("  (the 2012 measurement, docs/sources.md [S4]: gang scheduling of 8x20 at 3.88x its PLE run)")
 
     print(f"\ndone in {time.monotonic() - t0:.1f} s; wrote:")
@@ -613,23 +697,38 @@ def _watch(a: Any, args: argparse.Namespace) -> int:
             if j.height:
                 dt = int((j["t_ns"] - j["t_ns_0"]).max())  # type: ignore[arg-type]
                 tab = j.select(
-                    "vcpu", "tid",
+                    "vcpu",
+                    "tid",
                     ((pl.col("cpu_ns") - pl.col("cpu_ns_0")) / dt * 100).round(1).alias("cpu_%"),
                     ((pl.col("run_delay_ns") - pl.col("run_delay_ns_0")) / dt * 100).round(1).alias("run_delay_%"),
-                    ((pl.col("voluntary_ctxt_switches") - pl.col("voluntary_ctxt_switches_0")) * 1e9 / dt).round(0)
+                    ((pl.col("voluntary_ctxt_switches") - pl.col("voluntary_ctxt_switches_0")) * 1e9 / dt)
+                    .round(0)
                     .alias("vol_cs_per_s"),
                     ((pl.col("nonvoluntary_ctxt_switches") - pl.col("nonvoluntary_ctxt_switches_0")) * 1e9 / dt)
-                    .round(0).alias("invol_cs_per_s"),
-                    *[((pl.col(k) - pl.col(k + "_0")) * 1e9 / dt).round(0).alias(f"{k}_per_s")
-                      for k in ("exits", "halt_exits", "halt_successful_poll") if k in j.columns],
-                ).sort("vcpu")  # fmt: skip
-                with pl.Config(tbl_rows=64, tbl_cols=-1, tbl_width_chars=250, tbl_hide_dataframe_shape=True,
-                               tbl_hide_column_data_types=True):  # fmt: skip
+                    .round(0)
+                    .alias("invol_cs_per_s"),
+                    *[
+                        ((pl.col(k) - pl.col(k + "_0")) * 1e9 / dt).round(0).alias(f"{k}_per_s")
+                        for k in ("exits", "halt_exits", "halt_successful_poll")
+                        if k in j.columns
+                    ],
+                ).sort("vcpu")
+                with pl.Config(
+                    tbl_rows=64,
+                    tbl_cols=-1,
+                    tbl_width_chars=250,
+                    tbl_hide_dataframe_shape=True,
+                    tbl_hide_column_data_types=True,
+                ):
                     print(f"-- {time.strftime('%H:%M:%S')}\n{tab}")
             else:
                 print(f"-- {time.strftime('%H:%M:%S')}: no vCPU thread alive")
             if cur_v.height and prev_v.height:
-                keys = [k for k in ("exits", "halt_exits", "halt_successful_poll", "halt_wakeup", "io_exits") if k in cur_v.columns]
+                keys = [
+                    k
+                    for k in ("exits", "halt_exits", "halt_successful_poll", "halt_wakeup", "io_exits")
+                    if k in cur_v.columns
+                ]
                 jv = cur_v.join(prev_v, on="vm", suffix="_0")
                 for r in jv.iter_rows(named=True) if keys else ():
                     rates = ", ".join(f"{k} {(r[k] - r[k + '_0']) * 1e9 / dt:,.0f}/s" for k in keys)
@@ -667,12 +766,20 @@ def cmd_trace(args: argparse.Namespace) -> int:
     info = f.info
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items()))
     print(f"CPUs {info['cpus']}: {info['events']} events ({counts})" + ("; TRUNCATED" if info["truncated"] else ""))
-    with pl.Config(tbl_rows=32, tbl_cols=-1, tbl_width_chars=200, tbl_hide_dataframe_shape=True,
-                   tbl_hide_column_data_types=True):  # fmt: skip
+    with pl.Config(
+        tbl_rows=32, tbl_cols=-1, tbl_width_chars=200, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True
+    ):
         print(f"exits by reason (from {info['exits_source']}):")
         print(exits_by_reason(f.exits).select("reason", "count", "handling_p50_ns", "handling_p99_ns"))
-        h = f.halts.group_by("vcpu").agg(pl.len().alias("halts"), pl.col("polled").sum().alias("polled"),
-                                         pl.col("ns").median().alias("halt_p50_ns")).sort("vcpu")  # fmt: skip
+        h = (
+            f.halts.group_by("vcpu")
+            .agg(
+                pl.len().alias("halts"),
+                pl.col("polled").sum().alias("polled"),
+                pl.col("ns").median().alias("halt_p50_ns"),
+            )
+            .sort("vcpu")
+        )
         print("halts:")
         print(h)
         print("wake-up to run:")
@@ -688,8 +795,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
-    p.add_argument("--version", action=_VersionAction,
-                   help="the version, its build (git commit) and the Python/NumPy/polars it runs with")  # fmt: skip
+    p.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="the version, its build (git commit) and the Python/NumPy/polars it runs with",
+    )
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="KVM capabilities and module parameters of this host")
     info.add_argument("--json", action="store_true", help="machine-readable output")
@@ -699,35 +809,72 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = kvm.add_subparsers(dest="kvm_command", required=True, parser_class=_Parser)
     steal = ksub.add_parser("steal", help="a real overcommit run printing steal time per vCPU")
     steal.add_argument("--vcpus", type=_positive_int, default=4, help="vCPUs (each on its own thread; default 4)")
-    steal.add_argument("--pcpus", type=parse_cpu_list, default=None, metavar="CPULIST",
-                       help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
-                            "this process may use)")  # fmt: skip
-    steal.add_argument("--duration-s", "--seconds", dest="duration_s", type=_positive_float, default=2.0,
-                       help="duration in s (default 2; --seconds is its former name)")  # fmt: skip
+    steal.add_argument(
+        "--pcpus",
+        type=parse_cpu_list,
+        default=None,
+        metavar="CPULIST",
+        help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
+        "this process may use)",
+    )
+    steal.add_argument(
+        "--duration-s",
+        "--seconds",
+        dest="duration_s",
+        type=_positive_float,
+        default=2.0,
+        help="duration in s (default 2; --seconds is its former name)",
+    )
     steal.add_argument("--json", action="store_true", help="machine-readable output")
     steal.set_defaults(func=cmd_kvm_steal)
-    simp = sub.add_parser("sim", help="a simulated run or sweep described in TOML",
-                          description=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    simp = sub.add_parser(
+        "sim",
+        help="a simulated run or sweep described in TOML",
+        description=SPEC_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     simp.add_argument("spec", help="the SPEC.toml")
-    simp.add_argument("--out", default="vcpulab-sim-out",
-                      help="output folder (default ./vcpulab-sim-out); an earlier run's outputs there are removed first; "
-                           "a sweep checkpoints each point under OUT/points and a rerun computes only the missing ones")  # fmt: skip
+    simp.add_argument(
+        "--out",
+        default="vcpulab-sim-out",
+        help="output folder (default ./vcpulab-sim-out); an earlier run's outputs there are removed first; "
+        "a sweep checkpoints each point under OUT/points and a rerun computes only the missing ones",
+    )
     simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
-    simp.add_argument("--max-points", type=_positive_int, default=None, metavar="N",
-                      help="refuse a [grid] of more than N points (default: vcpulab.sim.MAX_SWEEP_POINTS, 100000)")  # fmt: skip
+    simp.add_argument(
+        "--max-points",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="refuse a [grid] of more than N points (default: vcpulab.sim.MAX_SWEEP_POINTS, 100000)",
+    )
     simp.set_defaults(func=cmd_sim)
     watch = sub.add_parser("watch", help="a live per-vCPU table of another process's KVM VMs (QEMU, vcpulab, ...)")
     watch.add_argument("pid", type=_positive_int, help="the VMM process")
-    watch.add_argument("--interval-s", "--interval", dest="interval_s", type=_positive_float, default=1.0,
-                       help="seconds between rows (default 1; --interval is its former name)")  # fmt: skip
-    watch.add_argument("--count", type=_positive_int, default=None, help="stop after COUNT tables (default: until Ctrl-C or the process exits)")
+    watch.add_argument(
+        "--interval-s",
+        "--interval",
+        dest="interval_s",
+        type=_positive_float,
+        default=1.0,
+        help="seconds between rows (default 1; --interval is its former name)",
+    )
+    watch.add_argument(
+        "--count",
+        type=_positive_int,
+        default=None,
+        help="stop after COUNT tables (default: until Ctrl-C or the process exits)",
+    )
     watch.add_argument("--parquet", default=None, help="write the per-thread samples there (VM stats beside it)")
     watch.set_defaults(func=cmd_watch)
     schema = sub.add_parser("schema", help="the JSON Schema of a SPEC.toml (docs/spec.schema.json)")
-    schema.add_argument("--config", action="store_true",
-                        help="the simulator configuration's schema instead (vcpulab.sim.config_schema())")  # fmt: skip
+    schema.add_argument(
+        "--config",
+        action="store_true",
+        help="the simulator configuration's schema instead (vcpulab.sim.config_schema())",
+    )
     schema.set_defaults(func=cmd_schema)
     trace = sub.add_parser("trace", help="trace another process's vCPU threads: exits, halts, wake-up latency")
     trace.add_argument("pid", type=_positive_int, help="the VMM process")

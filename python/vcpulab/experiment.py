@@ -27,9 +27,9 @@ from __future__ import annotations
 import threading
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal, Sequence, overload
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 import polars as pl
@@ -122,7 +122,13 @@ class SpinLock(Workload):
             raise ValueError(f"spin-lock workloads support at most 64 vCPUs per VM, got {n_vcpus}")
 
     def params(self, n_vcpus: int) -> dict[str, int | str]:
-        return {"kind": self.kind, "hold": self.hold, "think": self.think, "iterations": self.iterations, "vcpus": n_vcpus}
+        return {
+            "kind": self.kind,
+            "hold": self.hold,
+            "think": self.think,
+            "iterations": self.iterations,
+            "vcpus": n_vcpus,
+        }
 
     def stop(self, vm: Vm, prog: Program) -> None:
         vm.write_u64(_field(prog, "stop")["gpa"], 1)
@@ -136,7 +142,9 @@ class SpinLock(Workload):
             "acquisitions": acq.tolist(),
             "pauses": r["pauses"][ids].tolist(),
             "max_wait_us": (r["max_wait_cycles"][ids] / khz * 1e3).tolist(),
-            "wait_per_acq_us": np.where(acq > 0, r["total_wait_cycles"][ids] / np.maximum(acq, 1) / khz * 1e3, np.nan).tolist(),
+            "wait_per_acq_us": np.where(
+                acq > 0, r["total_wait_cycles"][ids] / np.maximum(acq, 1) / khz * 1e3, np.nan
+            ).tolist(),
             "counter": [int(r["counter"][0])] * len(ids),
         }
         if self.program == "pv_spin_lock":
@@ -339,8 +347,10 @@ def _check_quality_thresholds(qt: Any) -> None:
     if qt is None:
         return
     if not isinstance(qt, Mapping):
-        raise TypeError(f"quality_thresholds must be a mapping of {sorted(QUALITY_THRESHOLDS)} to shares, got "
-                        f"{type(qt).__name__} {qt!r}")  # fmt: skip
+        raise TypeError(
+            f"quality_thresholds must be a mapping of {sorted(QUALITY_THRESHOLDS)} to shares, got "
+            f"{type(qt).__name__} {qt!r}"
+        )
     bad = sorted(set(qt) - QUALITY_THRESHOLDS)
     if bad:
         raise ValueError(f"quality_thresholds: unknown key(s) {bad}; expected {sorted(QUALITY_THRESHOLDS)}")
@@ -353,9 +363,21 @@ QUALITY_THRESHOLDS = frozenset({"max_other_share", "max_alone_delay_share"})
 
 
 def _check_run_args(
-    workload: Any, vcpus: Any, vms: Any, duration_s: Any, sample_every_s: Any, memory_mib: Any,
-    halt_poll_ns: Any, steal_time: Any, poll_every_s: Any, pcpus: Any, placement: Any, host: Any,
-    quality_thresholds: Any = None, trace: Any = False, trace_max_events: Any = 1,
+    workload: Any,
+    vcpus: Any,
+    vms: Any,
+    duration_s: Any,
+    sample_every_s: Any,
+    memory_mib: Any,
+    halt_poll_ns: Any,
+    steal_time: Any,
+    poll_every_s: Any,
+    pcpus: Any,
+    placement: Any,
+    host: Any,
+    quality_thresholds: Any = None,
+    trace: Any = False,
+    trace_max_events: Any = 1,
 ) -> None:
     """Every argument of :func:`run`, checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -438,7 +460,9 @@ class Run:
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
         stats), one row per (vm, vcpu, interval), with ``dt_ns``."""
-        cum = [c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "blocking", "guest_mode")]
+        cum = [
+            c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "blocking", "guest_mode")
+        ]
         s = self.samples.sort(["vm", "vcpu", "t_ns"])
         d = s.with_columns(
             [pl.col("t_ns").diff().over(["vm", "vcpu"]).alias("dt_ns")]
@@ -449,9 +473,9 @@ class Run:
     def steal_fraction(self) -> pl.DataFrame:
         """Steal time as a fraction of wall time, per vCPU, over the whole run."""
         s = self.samples.group_by(["vm", "vcpu"]).agg(
-            ((pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())).alias(
-                "steal_fraction"
-            )
+            (
+                (pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())
+            ).alias("steal_fraction")
         )
         return s.sort(["vm", "vcpu"])
 
@@ -464,13 +488,22 @@ class Run:
             ("VMs × vCPUs", f"{self.config.get('vms')} × {self.config.get('vcpus')}"),
             ("placement", self.config.get("placement")),
             ("wall time", f"{self.wall_s:.3f} s"),
-            ("halt_poll_ns", self.config.get("halt_poll_ns") if self.config.get("halt_poll_ns") is not None else "module default"),
+            (
+                "halt_poll_ns",
+                self.config.get("halt_poll_ns") if self.config.get("halt_poll_ns") is not None else "module default",
+            ),
             ("vcpulab", prov.get("vcpulab_version")),
-            ("host", f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}"),
+            (
+                "host",
+                f"{prov.get('host_cpu_model')}, kernel {prov.get('kernel_release')}, {prov.get('virtualization')}",
+            ),
         ]
         frames = [("results", self.results), ("threads", self.threads), ("samples", self.samples)]
-        frames += [(n, f) for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups),
-                                       ("trace", self.trace)) if f is not None]  # fmt: skip
+        frames += [
+            (n, f)
+            for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups), ("trace", self.trace))
+            if f is not None
+        ]
         return table("real-KVM run", rows, frames)
 
     def __repr__(self) -> str:
@@ -484,13 +517,103 @@ class Run:
 #: tables, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, §1.3.6.7.2,
 #: https://www.itl.nist.gov/div898/handbook/eda/section3/eda3672.htm); larger df use the normal value
 _T_TABLE = {
-    0.90: [6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761, 1.753,
-           1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697],
-    0.95: [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-           2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042],
-    0.99: [63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169, 3.106, 3.055, 3.012, 2.977, 2.947,
-           2.921, 2.898, 2.878, 2.861, 2.845, 2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750],
-}  # fmt: skip
+    0.90: [
+        6.314,
+        2.920,
+        2.353,
+        2.132,
+        2.015,
+        1.943,
+        1.895,
+        1.860,
+        1.833,
+        1.812,
+        1.796,
+        1.782,
+        1.771,
+        1.761,
+        1.753,
+        1.746,
+        1.740,
+        1.734,
+        1.729,
+        1.725,
+        1.721,
+        1.717,
+        1.714,
+        1.711,
+        1.708,
+        1.706,
+        1.703,
+        1.701,
+        1.699,
+        1.697,
+    ],
+    0.95: [
+        12.706,
+        4.303,
+        3.182,
+        2.776,
+        2.571,
+        2.447,
+        2.365,
+        2.306,
+        2.262,
+        2.228,
+        2.201,
+        2.179,
+        2.160,
+        2.145,
+        2.131,
+        2.120,
+        2.110,
+        2.101,
+        2.093,
+        2.086,
+        2.080,
+        2.074,
+        2.069,
+        2.064,
+        2.060,
+        2.056,
+        2.052,
+        2.048,
+        2.045,
+        2.042,
+    ],
+    0.99: [
+        63.657,
+        9.925,
+        5.841,
+        4.604,
+        4.032,
+        3.707,
+        3.499,
+        3.355,
+        3.250,
+        3.169,
+        3.106,
+        3.055,
+        3.012,
+        2.977,
+        2.947,
+        2.921,
+        2.898,
+        2.878,
+        2.861,
+        2.845,
+        2.831,
+        2.819,
+        2.807,
+        2.797,
+        2.787,
+        2.779,
+        2.771,
+        2.763,
+        2.756,
+        2.750,
+    ],
+}
 _Z = {0.90: 1.645, 0.95: 1.960, 0.99: 2.576}
 
 
@@ -574,15 +697,18 @@ class Trials:
         rows = []
         for i, r in enumerate(self.runs):
             q = r.quality
-            rows.append({
-                "trial": i, "wall_s": r.wall_s,
-                "other_share": q.other_share if q else None,
-                "alone_delay_share": q.alone_delay_share if q else None,
-                "steal_excess": q.steal_excess if q else None,
-                "psi_cpu_some_share": q.psi_cpu_some_share if q else None,
-                "disturbed": q.disturbed if q else None,
-                "reasons": "; ".join(q.reasons) if q else "",
-            })  # fmt: skip
+            rows.append(
+                {
+                    "trial": i,
+                    "wall_s": r.wall_s,
+                    "other_share": q.other_share if q else None,
+                    "alone_delay_share": q.alone_delay_share if q else None,
+                    "steal_excess": q.steal_excess if q else None,
+                    "psi_cpu_some_share": q.psi_cpu_some_share if q else None,
+                    "disturbed": q.disturbed if q else None,
+                    "reasons": "; ".join(q.reasons) if q else "",
+                }
+            )
         return pl.DataFrame(rows)
 
     def summary(
@@ -605,9 +731,10 @@ class Trials:
         t_critical(confidence, 1)  # validates confidence
         long = res.unpivot(index=["vm", "vcpu", "trial"], on=cols, variable_name="column", value_name="value")
         agg = long.group_by(["vm", "vcpu", "column"], maintain_order=True).agg(
-            pl.len().alias("n"), pl.col("value").cast(pl.Float64).mean().alias("mean"),
+            pl.len().alias("n"),
+            pl.col("value").cast(pl.Float64).mean().alias("mean"),
             pl.col("value").cast(pl.Float64).std().alias("std"),
-        )  # fmt: skip
+        )
         half = [
             t_critical(confidence, n - 1) * sd / np.sqrt(n) if n > 1 and sd is not None else float("nan")
             for n, sd in zip(agg["n"], agg["std"])
@@ -742,22 +869,51 @@ def run(
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
     at most ``MAX_DURATION_S``, a message gap shorter than the run.
     """
-    _check_run_args(workload, vcpus, vms, duration_s, sample_every_s, memory_mib, halt_poll_ns, steal_time, poll_every_s,
-                    pcpus, placement, host, quality_thresholds, trace, trace_max_events)  # fmt: skip
+    _check_run_args(
+        workload,
+        vcpus,
+        vms,
+        duration_s,
+        sample_every_s,
+        memory_mib,
+        halt_poll_ns,
+        steal_time,
+        poll_every_s,
+        pcpus,
+        placement,
+        host,
+        quality_thresholds,
+        trace,
+        trace_max_events,
+    )
     if repeat is not None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
-        kw = dict(vcpus=vcpus, pcpus=pcpus, placement=placement, duration_s=duration_s, sample_every_s=sample_every_s, vms=vms,
-                  memory_mib=memory_mib, halt_poll_ns=halt_poll_ns, steal_time=steal_time, host=host,
-                  poll_every_s=poll_every_s, warn_quality=warn_quality, quality_thresholds=quality_thresholds,
-                  trace=trace, trace_max_events=trace_max_events)  # fmt: skip
+        kw = dict(
+            vcpus=vcpus,
+            pcpus=pcpus,
+            placement=placement,
+            duration_s=duration_s,
+            sample_every_s=sample_every_s,
+            vms=vms,
+            memory_mib=memory_mib,
+            halt_poll_ns=halt_poll_ns,
+            steal_time=steal_time,
+            host=host,
+            poll_every_s=poll_every_s,
+            warn_quality=warn_quality,
+            quality_thresholds=quality_thresholds,
+            trace=trace,
+            trace_max_events=trace_max_events,
+        )
         done: list[Run] = []
         try:
             for _ in range(repeat):
                 done.append(run(workload, **kw))  # type: ignore[call-overload]
         except KeyboardInterrupt as e:
-            keep_partial(e, Trials(done) if done else None, call="experiment.run", done=len(done), total=repeat,
-                         unit="trials")  # fmt: skip
+            keep_partial(
+                e, Trials(done) if done else None, call="experiment.run", done=len(done), total=repeat, unit="trials"
+            )
             raise
         return Trials(done)
     vcpus, vms, duration_s = int(vcpus), int(vms), float(duration_s)
@@ -845,8 +1001,20 @@ def run(
         threads = pl.DataFrame(
             {
                 k: [t[k] for t in rep["threads"]]
-                for k in ("vm", "vcpu", "tid", "cpu_ns", "run_delay_ns", "timeslices", "voluntary_ctxt_switches",
-                          "nonvoluntary_ctxt_switches", "wall_ns", "start_ns", "user_exits", "outcome")  # fmt: skip
+                for k in (
+                    "vm",
+                    "vcpu",
+                    "tid",
+                    "cpu_ns",
+                    "run_delay_ns",
+                    "timeslices",
+                    "voluntary_ctxt_switches",
+                    "nonvoluntary_ctxt_switches",
+                    "wall_ns",
+                    "start_ns",
+                    "user_exits",
+                    "outcome",
+                )
             }
         ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
         res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
@@ -861,8 +1029,9 @@ def run(
         if tracer is not None:
             try:
                 start = int(rep["start_mono_ns"])
-                tf = tracer.frames(start, start + int(rep["wall_ns"]),
-                                   [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]])  # fmt: skip
+                tf = tracer.frames(
+                    start, start + int(rep["wall_ns"]), [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]]
+                )
                 tf.info["window_ns"] = int(rep["wall_ns"])
             finally:
                 tracer.close()
@@ -879,7 +1048,9 @@ def run(
             "steal_time": steal_time,
             "provenance": provenance(),
         }
-        r = Run(samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q)
+        r = Run(
+            samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q
+        )
         if tf is not None:
             config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
             r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
@@ -894,8 +1065,10 @@ def run(
             )
         if warn_quality:
             # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
-            q.warn(f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
-                   stacklevel=frames_in_package() + 2)  # Quality.warn's frame, then run's wrappers, then the caller
+            q.warn(
+                f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
+                stacklevel=frames_in_package() + 2,
+            )  # Quality.warn's frame, then run's wrappers, then the caller
         return r
     finally:
         if tracer is not None:
@@ -905,9 +1078,15 @@ def run(
 
 
 def _run_quality(
-    snap0: Any, snap1: Any, threads: pl.DataFrame, drivers: Sequence["_Driver"], samples: pl.DataFrame,
-    steal_time: bool, thresholds: dict[str, float] | None, tf: "tracing.TraceFrames | None" = None,
-) -> Quality:  # fmt: skip
+    snap0: Any,
+    snap1: Any,
+    threads: pl.DataFrame,
+    drivers: Sequence[_Driver],
+    samples: pl.DataFrame,
+    steal_time: bool,
+    thresholds: dict[str, float] | None,
+    tf: tracing.TraceFrames | None = None,
+) -> Quality:
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
     count as the run's own. With a trace, other tasks' time on the run's CPUs
@@ -925,7 +1104,9 @@ def _run_quality(
     steal: list[tuple[Sequence[int], float]] = []
     if steal_time and samples.height:
         s = samples.group_by(["vm", "vcpu"]).agg(
-            ((pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())).alias("f")
+            (
+                (pl.col("steal_ns").max() - pl.col("steal_ns").min()) / (pl.col("t_ns").max() - pl.col("t_ns").min())
+            ).alias("f")
         )
         cpus_of = {(t["vm"], t["vcpu"]): t["cpus"] for t in threads.iter_rows(named=True)}
         steal = [(cpus_of[(r["vm"], r["vcpu"])], float(r["f"])) for r in s.iter_rows(named=True) if r["f"] == r["f"]]
@@ -935,9 +1116,17 @@ def _run_quality(
         # an incomplete trace says nothing exact about other tasks: the counters are used instead
         cpus = sorted({c for cl in threads["cpus"].to_list() for c in cl})
         traced = tracing.other_busy_ns(tf.trace, cpus, placement)
-    q = quality(snap0, snap1, placement, own_cpu_ns=cpu_ns, own_run_delay_ns=delay, steal_fraction=steal,
-                traced_other_ns=traced, traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
-                **(thresholds or {}))  # fmt: skip
+    q = quality(
+        snap0,
+        snap1,
+        placement,
+        own_cpu_ns=cpu_ns,
+        own_run_delay_ns=delay,
+        steal_fraction=steal,
+        traced_other_ns=traced,
+        traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
+        **(thresholds or {}),
+    )
     return replace(q, trace_truncated=untrusted) if untrusted is not None else q
 
 
@@ -973,7 +1162,7 @@ class _Driver(threading.Thread):
             else:
                 self.cpus = []
             self.result = self.workload.host_driver(*self.args)
-        except BaseException as e:  # noqa: BLE001 - re-raised by run()
+        except BaseException as e:
             self.error = e
         finally:
             c1, d1, _ = thread_schedstat(self.tid)

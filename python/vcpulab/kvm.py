@@ -25,14 +25,24 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from vcpulab import _checks, _core
-from vcpulab._checks import ForkSafe, check_float, check_int, checks_inline, fork_checked, guard_panics, new_token, renamed
+from vcpulab._checks import (
+    ForkSafe,
+    check_float,
+    check_int,
+    checks_inline,
+    fork_checked,
+    guard_panics,
+    new_token,
+    renamed,
+)
 from vcpulab._core import (  # noqa: F401  (re-exported)
     GuestAssertionError,
     KvmIoctlError,
@@ -44,6 +54,7 @@ from vcpulab._core import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "EXIT_KINDS",
+    "Attached",
     "Exit",
     "Host",
     "PROGRAMS",
@@ -57,6 +68,7 @@ __all__ = [
     "StealTime",
     "Vcpu",
     "Vm",
+    "attach",
     "kvm_available",
     "module_params",
     "sample_stats",
@@ -103,7 +115,6 @@ MSI_PING_MAX_COUNT = 10_000_000
 MAX_TIMEOUT_S = 86_400.0
 
 
-
 # --------------------------------------------------------------------------- host
 
 
@@ -145,7 +156,11 @@ def virtualization(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/module") -
     name of the loaded KVM vendor module (e.g. 'kvm_pvm'), else 'unknown'."""
     try:
         flags = next(
-            (line.split(":", 1)[1].split() for line in Path(cpuinfo).read_text().splitlines() if line.startswith("flags")),
+            (
+                line.split(":", 1)[1].split()
+                for line in Path(cpuinfo).read_text().splitlines()
+                if line.startswith("flags")
+            ),
             [],
         )
     except OSError:
@@ -273,13 +288,16 @@ class Host(ForkSafe):
                 ("API version", self.api_version),
                 ("virtualization", self.virtualization),
                 ("max vCPUs / max vCPU id", f"{self.max_vcpus} / {self.max_vcpu_id}"),
-                ("halt polling", f"halt_poll_ns={kvm.get('halt_poll_ns')}, grow={kvm.get('halt_poll_ns_grow')}, "
-                                 f"grow_start={kvm.get('halt_poll_ns_grow_start')}, shrink={kvm.get('halt_poll_ns_shrink')}"),
+                (
+                    "halt polling",
+                    f"halt_poll_ns={kvm.get('halt_poll_ns')}, grow={kvm.get('halt_poll_ns_grow')}, "
+                    f"grow_start={kvm.get('halt_poll_ns_grow_start')}, shrink={kvm.get('halt_poll_ns_shrink')}",
+                ),
                 ("exits that can be disabled", self.disable_exits_allowed),
                 ("PV features", {n for n, on in self.pv_features.items() if on}),
                 ("capabilities", {k: v for k, v in self.capabilities.items()}),
             ],
-        )  # fmt: skip
+        )
 
 
 # --------------------------------------------------------------------------- values
@@ -465,7 +483,7 @@ class Vm(ForkSafe):
             return  # the parent's resources: the child's exit releases its copies of the fds
         try:
             self._vm.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
+        except Exception:
             pass
 
     def close(self) -> None:
@@ -552,7 +570,7 @@ class Vm(ForkSafe):
         return np.frombuffer(self.read(IRQ_COUNTS_ADDR, 256 * 8), dtype="<u8").copy()
 
     # vCPUs ----------------------------------------------------------------------
-    def create_vcpu(self, id: int) -> Vcpu:  # noqa: A002 - KVM's name
+    def create_vcpu(self, id: int) -> Vcpu:
         """vCPU ``id`` in 64-bit mode, parked in a halt loop until :meth:`Vcpu.start`.
 
         Guest programs that use the xAPIC (interrupts, IPIs, timers) need ids
@@ -592,7 +610,9 @@ class Vm(ForkSafe):
         mask = self._vm.disabled_exits()
         return {n for n, b in _DISABLE_EXIT_BITS.items() if mask & b}
 
-    def disable_exits(self, *, pause: bool = False, hlt: bool = False, mwait: bool = False, cstate: bool = False) -> None:
+    def disable_exits(
+        self, *, pause: bool = False, hlt: bool = False, mwait: bool = False, cstate: bool = False
+    ) -> None:
         """``KVM_CAP_X86_DISABLE_EXITS``: keep PAUSE/HLT/MWAIT/C-states in the guest.
 
         Must come before the first vCPU. Disabling PAUSE exits turns pause-loop
@@ -729,7 +749,15 @@ def _check_owner(program: Program, vm: Vm) -> None:
 
 def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:
     name, kind, unit, base, exponent, size, bucket = r
-    return {"name": name, "type": kind, "unit": unit, "base": base, "exponent": exponent, "size": size, "bucket_size": bucket}
+    return {
+        "name": name,
+        "type": kind,
+        "unit": unit,
+        "base": base,
+        "exponent": exponent,
+        "size": size,
+        "bucket_size": bucket,
+    }
 
 
 # --------------------------------------------------------------------------- vCPU
@@ -787,7 +815,10 @@ class Vcpu(ForkSafe):
 
     def set_msrs(self, values: Mapping[int, int]) -> None:
         self._vcpu.set_msrs(
-            [(check_int("MSR index", i, 0, _U32), check_int(f"value of MSR {i:#x}", v, 0, _U64)) for i, v in values.items()]
+            [
+                (check_int("MSR index", i, 0, _U32), check_int(f"value of MSR {i:#x}", v, 0, _U64))
+                for i, v in values.items()
+            ]
         )
 
     def get_msr(self, index: int) -> int:
@@ -958,7 +989,7 @@ class Vcpu(ForkSafe):
 _PV_BITS: dict[str, int] = dict(_core.PV_FEATURE_BITS)
 
 
-def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> "Any":
+def sample_stats(vcpus: Sequence[Vcpu], t_ns: int | None = None) -> Any:
     """One row per vCPU with every scalar vCPU stat as a column (a polars DataFrame).
 
     Costs one ``pread`` per vCPU. ``t_ns`` defaults to ``time.monotonic_ns()``.

@@ -21,8 +21,9 @@
 from __future__ import annotations
 
 import colorsys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -314,7 +315,11 @@ def sched_map(
     n_pcpus = pcpus if pcpus is not None else run_pcpus
     if n_pcpus is None:
         n_pcpus = _as_int(trace["pcpu"].max()) + 1 if trace.height else 1
-    t0 = start_ns if start_ns is not None else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
+    t0 = (
+        start_ns
+        if start_ns is not None
+        else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
+    )
     t1 = end_ns if end_ns is not None else run_end
     rpx = row_px if row_px is not None else (1 if compact else 4)
     show_legend = (not compact) if legend is None else legend
@@ -326,7 +331,7 @@ def sched_map(
     n_vcpus = _as_int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
     dpi = 100
     left, right = (44, 12)
-    top = (22 if title else 8)
+    top = 22 if title else 8
     bottom = 36  # the time axis
     legend_px = (30 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if show_legend else 0
     fig_w, fig_h = left + max(w, 280) + right, top + h + bottom + legend_px
@@ -350,11 +355,22 @@ def sched_map(
     if title:
         fig.text(0.01, 1 - 4 / fig_h, title, va="top", ha="left", fontsize=9)
     if show_legend:
-        handles = [Patch(facecolor=_rgb01(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)), label=f"VM {v}") for v in vm_ids]
-        handles += [Patch(facecolor="black", label="non-vCPU task"), Patch(facecolor="white", edgecolor="grey", label="idle")]
-        fig.legend(handles=handles, loc="lower left", ncol=4, fontsize=7, frameon=False,
-                   title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
-                   title_fontsize=7)  # fmt: skip
+        handles = [
+            Patch(facecolor=_rgb01(vcpu_color(v, n_vcpus // 2, n_vms, n_vcpus)), label=f"VM {v}") for v in vm_ids
+        ]
+        handles += [
+            Patch(facecolor="black", label="non-vCPU task"),
+            Patch(facecolor="white", edgecolor="grey", label="idle"),
+        ]
+        fig.legend(
+            handles=handles,
+            loc="lower left",
+            ncol=4,
+            fontsize=7,
+            frameon=False,
+            title=f"{n_pcpus} host CPUs × {w} columns of {us_per_pixel:g} µs; vCPUs shaded by id",
+            title_fontsize=7,
+        )
     fig.image = img
     fig.us_per_pixel = us_per_pixel
     fig.start_ns = t0
@@ -375,7 +391,9 @@ _CATEGORY_LABELS = {
 }
 
 
-def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None) -> _MplFigure:
+def time_breakdown(
+    obj: Any, by: str = "vcpu", ax: Axes | None = None, categories: Sequence[str] | None = None
+) -> _MplFigure:
     """Stacked bars of time categories per vCPU (``by="vcpu"``) or VM (``"vm"``)
     from a simulator Result (its ``vcpus`` frame) or such a frame."""
     df = getattr(obj, "vcpus", obj)
@@ -397,7 +415,9 @@ def time_breakdown(obj: Any, by: str = "vcpu", ax: Axes | None = None, categorie
     bottom = np.zeros(len(labels))
     for c in cats:
         frac = df[c].to_numpy().astype(float) / total
-        ax.bar(range(len(labels)), frac, bottom=bottom, label=_CATEGORY_LABELS.get(c, c.removesuffix("_ns")), width=0.85)
+        ax.bar(
+            range(len(labels)), frac, bottom=bottom, label=_CATEGORY_LABELS.get(c, c.removesuffix("_ns")), width=0.85
+        )
         bottom += frac
     ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 16 else 0, fontsize=7)
     ax.set_ylabel("fraction of time")
@@ -474,8 +494,15 @@ def policy_comparison(
             lo.append(m - ci[0] if np.isfinite(ci[0]) else 0.0)
             hi.append(ci[1] - m if np.isfinite(ci[1]) else 0.0)
         x = np.arange(len(levels)) + (j - (len(hues) - 1) / 2) * width
-        ax.bar(x, ys, width=width * 0.95, yerr=[lo, hi], capsize=3, label=None if h is None else str(h),
-               color=None if hue else "#4878a8")  # fmt: skip
+        ax.bar(
+            x,
+            ys,
+            width=width * 0.95,
+            yerr=[lo, hi],
+            capsize=3,
+            label=None if h is None else str(h),
+            color=None if hue else "#4878a8",
+        )
     ax.set_xticks(range(len(levels)), [str(x) for x in levels], rotation=20, fontsize=8)
     interval = f"{confidence:.0%} CI over {seed}s" + (f", paired by {pair_by}" if pair_by else "")
     if baseline is None:
@@ -580,14 +607,21 @@ def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
     e = _frame_of(run, "exits").drop_nulls("handling_ns")
     fig, ax = _figure(ax, figsize=(6, 3))
     if not e.height:
-        ax.text(0.5, 0.5, "no exits with a handling time in this trace", ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5, 0.5, "no exits with a handling time in this trace", ha="center", va="center", transform=ax.transAxes
+        )
         return fig  # type: ignore[no-any-return]
     summary = exits_by_reason(e).head(top)
     bins = _log_bins(e["handling_ns"].to_numpy() / 1e3).tolist()
     for r in summary.iter_rows(named=True):
         v = e.filter(pl.col("reason") == r["reason"])["handling_ns"].to_numpy() / 1e3
-        ax.hist(v, bins=bins, histtype="step", lw=1.2,
-                label=f"{r['reason']} (n={r['count']}, p50 {r['handling_p50_ns'] / 1e3:.1f} µs)")  # fmt: skip
+        ax.hist(
+            v,
+            bins=bins,
+            histtype="step",
+            lw=1.2,
+            label=f"{r['reason']} (n={r['count']}, p50 {r['handling_p50_ns'] / 1e3:.1f} µs)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("handling time (µs)")
     ax.set_ylabel("exits")
@@ -632,8 +666,13 @@ def wakeup_latency(run: Any, ax: Axes | None = None) -> _MplFigure:
         v = np.sort(g["latency_ns"].to_numpy()) / 1e3
         y = np.arange(1, len(v) + 1) / len(v)
         c = np.array(vcpu_color(int(vm), int(vcpu), n_vms, n_vcpus)) / 255
-        ax.step(np.maximum(v, 1e-3), y, where="post", color=c,
-                label=f"VM {vm} vCPU {vcpu} (n={len(v)}, p50 {np.median(v):.1f} µs)")  # fmt: skip
+        ax.step(
+            np.maximum(v, 1e-3),
+            y,
+            where="post",
+            color=c,
+            label=f"VM {vm} vCPU {vcpu} (n={len(v)}, p50 {np.median(v):.1f} µs)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("wake-up to run (µs)")
     ax.set_ylabel("fraction of wake-ups")
@@ -663,8 +702,12 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     missing = need - set(df.columns)
     if missing:
         raise ValueError(f"validation: not a validate() frame, missing columns {sorted(missing)}")
-    sim = df.filter((pl.col("status") == "simulated") & pl.col("published").is_not_null() & pl.col("sim_mean").is_not_null())
-    fig, (ax, bx) = _subplots(nrows=1, ncols=2, figsize=(12, max(4.0, 0.22 * sim.height + 1.5)), gridspec_kw={"width_ratios": [1.1, 1]})
+    sim = df.filter(
+        (pl.col("status") == "simulated") & pl.col("published").is_not_null() & pl.col("sim_mean").is_not_null()
+    )
+    fig, (ax, bx) = _subplots(
+        nrows=1, ncols=2, figsize=(12, max(4.0, 0.22 * sim.height + 1.5)), gridspec_kw={"width_ratios": [1.1, 1]}
+    )
     comp = sim.filter(pl.col("metric") != "share")
     lim = 1e-3
     for r in comp.iter_rows(named=True):
@@ -685,8 +728,10 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     ax.set_yscale("symlog", linthresh=0.05)
     ax.set_xlabel("published effect (change, or ratio − 1)")
     ax.set_ylabel("simulated effect (mean, 95 % CI)")
-    ax.set_title(f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
-                 fontsize=8)  # fmt: skip
+    ax.set_title(
+        f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
+        fontsize=8,
+    )
     rat = sim.filter(pl.col("sim_over_pub").is_not_null() & (pl.col("sim_over_pub") > 0))
     ys = np.arange(rat.height)
     vals = rat["sim_over_pub"].to_numpy()

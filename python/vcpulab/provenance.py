@@ -97,7 +97,7 @@ def provenance() -> dict[str, Any]:
     return {
         "vcpulab_version": version(),
         "dependencies": dependency_versions(),
-        "timestamp_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command_line": list(sys.argv),
         **machine(),
     }

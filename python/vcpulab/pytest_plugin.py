@@ -64,7 +64,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     from vcpulab.testing import REMEASURES
 
     if REMEASURES:
-        terminalreporter.write_sep("-", "real-KVM measurements per test (vcpulab.testing.remeasure; -N: all N disturbed, skipped)")
+        terminalreporter.write_sep(
+            "-", "real-KVM measurements per test (vcpulab.testing.remeasure; -N: all N disturbed, skipped)"
+        )
         for name, counts in sorted(REMEASURES.items()):
             terminalreporter.write_line(f"{name}: {counts}")
         path = os.environ.get("VCPULAB_REMEASURE_LOG")

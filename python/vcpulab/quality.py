@@ -47,8 +47,9 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from vcpulab._checks import check_int
 
@@ -373,13 +374,15 @@ class measure_cpus:
         c0, d0 = self._first.get(tid, (0, 0))
         self._last[tid] = (c - c0, d - d0)
 
-    def __enter__(self) -> "measure_cpus":
+    def __enter__(self) -> measure_cpus:
         self._before = snapshot(self.cpus)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         after = snapshot(self.cpus, self.placement)
-        before = Snapshot(self._before.t_ns, self._before.source, self._before.counters, self._before.psi_some_us, dict(self._first))
+        before = Snapshot(
+            self._before.t_ns, self._before.source, self._before.counters, self._before.psi_some_us, dict(self._first)
+        )
         self.quality = quality(
             before,
             after,

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -116,14 +117,18 @@ def assert_between(df: pl.DataFrame, column: str, lo: float | None = None, hi: f
         raise AssertionError(f"{bad.height} of {df.height} rows have {column} outside [{lo}, {hi}]:\n{_show(bad)}")
 
 
-def assert_monotonic(df: pl.DataFrame, column: str, by: Sequence[str] = ("vm", "vcpu"), order: str = "t_ns", strict: bool = False) -> None:
+def assert_monotonic(
+    df: pl.DataFrame, column: str, by: Sequence[str] = ("vm", "vcpu"), order: str = "t_ns", strict: bool = False
+) -> None:
     """``column`` never decreases (increases, with ``strict``) along ``order`` within each ``by`` group."""
     _check(df, column)
     keys = [k for k in by if k in df.columns]
     d = df.sort(keys + [order]).with_columns(pl.col(column).diff().over(keys or None).alias("_step"))
     bad = d.filter((pl.col("_step") <= 0) if strict else (pl.col("_step") < 0))
     if bad.height:
-        raise AssertionError(f"{column} {'does not increase' if strict else 'decreases'} in {bad.height} steps:\n{_show(bad)}")
+        raise AssertionError(
+            f"{column} {'does not increase' if strict else 'decreases'} in {bad.height} steps:\n{_show(bad)}"
+        )
 
 
 def assert_equal_columns(df: pl.DataFrame, left: str, right: Any, *, rel: float = 0.0) -> None:

@@ -31,8 +31,9 @@ kernel's ring buffers); ``info["truncated"]`` says when events are missing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -60,14 +61,40 @@ DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
 #: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
 EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
 
-TRACE_SCHEMA = {"pcpu": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "vm": pl.Int64, "vcpu": pl.Int64,
-                "tid": pl.Int64, "comm": pl.Utf8}  # fmt: skip
-WAKEUPS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "wake_ns": pl.Int64, "run_ns": pl.Int64,
-                  "latency_ns": pl.Int64}  # fmt: skip
-EXITS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "reason": pl.Utf8, "exit_ns": pl.Int64, "entry_ns": pl.Int64,
-                "handling_ns": pl.Int64}  # fmt: skip
-HALTS_SCHEMA = {"vm": pl.Int64, "vcpu": pl.Int64, "time_ns": pl.Int64, "polled": pl.Boolean, "ns": pl.Int64,
-                "valid": pl.Boolean, "window_ns": pl.Int64}  # fmt: skip
+TRACE_SCHEMA = {
+    "pcpu": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "vm": pl.Int64,
+    "vcpu": pl.Int64,
+    "tid": pl.Int64,
+    "comm": pl.Utf8,
+}
+WAKEUPS_SCHEMA = {
+    "vm": pl.Int64,
+    "vcpu": pl.Int64,
+    "tid": pl.Int64,
+    "wake_ns": pl.Int64,
+    "run_ns": pl.Int64,
+    "latency_ns": pl.Int64,
+}
+EXITS_SCHEMA = {
+    "vm": pl.Int64,
+    "vcpu": pl.Int64,
+    "reason": pl.Utf8,
+    "exit_ns": pl.Int64,
+    "entry_ns": pl.Int64,
+    "handling_ns": pl.Int64,
+}
+HALTS_SCHEMA = {
+    "vm": pl.Int64,
+    "vcpu": pl.Int64,
+    "time_ns": pl.Int64,
+    "polled": pl.Boolean,
+    "ns": pl.Int64,
+    "valid": pl.Boolean,
+    "window_ns": pl.Int64,
+}
 
 
 def _null(c: str) -> pl.Expr:
@@ -102,8 +129,10 @@ class TraceFrames:
             return None
         parts = []
         if i.get("dropped"):
-            parts.append(f"{i['dropped']} events past the cap were dropped, so the frames end at "
-                         f"{i['complete_until_ns'] / 1e6:.1f} ms")  # fmt: skip
+            parts.append(
+                f"{i['dropped']} events past the cap were dropped, so the frames end at "
+                f"{i['complete_until_ns'] / 1e6:.1f} ms"
+            )
         if i.get("lost"):
             parts.append(f"the kernel lost {i['lost']} records (its ring buffer was full): the frames have gaps")
         if i.get("malformed"):
@@ -153,8 +182,12 @@ class Trace:
         if kvm_pid is not None:
             check_int("kvm_pid", kvm_pid, 1, PID_MAX)
         try:
-            self._t = _core.Tracer([int(c) for c in cpus], int(max_events), int(buffer_bytes),
-                                   os.getpid() if kvm_pid is None else int(kvm_pid))  # fmt: skip
+            self._t = _core.Tracer(
+                [int(c) for c in cpus],
+                int(max_events),
+                int(buffer_bytes),
+                os.getpid() if kvm_pid is None else int(kvm_pid),
+            )
         finally:
             _mounts.announce()  # a Tracer mounts tracefs where it is missing (root); said once
         self.info: dict[str, Any] | None = None
@@ -168,7 +201,7 @@ class Trace:
         """Stops and frees everything (idempotent)."""
         self._t.close()
 
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -55,8 +55,9 @@ import platform
 import re
 import threading
 import warnings
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, Mapping, Sequence, overload
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, overload
 
 import numpy as np
 import polars as pl
@@ -206,8 +207,10 @@ def host_knobs() -> dict[str, Value]:
     else:
         v = 750_000 * (1 + int(math.log2(min(ncpu, 8))))
         out["base_slice_ns"] = Value(
-            v, "ns", f"/sys/kernel/debug/sched/base_slice_ns: {why}; kernel rule 0.75 ms x (1 + ilog2(min({ncpu}, 8))) "
-            "(update_sysctl, SCHED_TUNABLESCALING_LOG default)"
+            v,
+            "ns",
+            f"/sys/kernel/debug/sched/base_slice_ns: {why}; kernel rule 0.75 ms x (1 + ilog2(min({ncpu}, 8))) "
+            "(update_sysctl, SCHED_TUNABLESCALING_LOG default)",
         )
     cfg = _kernel_config()
     hz = cfg.get("CONFIG_HZ")
@@ -216,14 +219,26 @@ def host_knobs() -> dict[str, Value]:
     else:
         out["tick_ns"] = Value(4_000_000, "ns", "kernel config unreadable; Kconfig default HZ=250")
     pre, why = _read_why("/sys/kernel/debug/sched/preempt") if mounted else (None, "debugfs not mounted")
-    model = pre or "; ".join(f"{k}={cfg[k]}" for k in ("CONFIG_PREEMPT_NONE", "CONFIG_PREEMPT_VOLUNTARY", "CONFIG_PREEMPT",
-                                                         "CONFIG_PREEMPT_DYNAMIC") if k in cfg)  # fmt: skip
-    out["preempt"] = Value(float("nan"), "", f"preemption model: {model} ({'debugfs sched/preempt' if pre else why + '; kernel config'})")
-    defaults = {"halt_poll_ns": 200_000, "halt_poll_ns_grow": 2, "halt_poll_ns_grow_start": 10_000, "halt_poll_ns_shrink": 2}
+    model = pre or "; ".join(
+        f"{k}={cfg[k]}"
+        for k in ("CONFIG_PREEMPT_NONE", "CONFIG_PREEMPT_VOLUNTARY", "CONFIG_PREEMPT", "CONFIG_PREEMPT_DYNAMIC")
+        if k in cfg
+    )
+    out["preempt"] = Value(
+        float("nan"), "", f"preemption model: {model} ({'debugfs sched/preempt' if pre else why + '; kernel config'})"
+    )
+    defaults = {
+        "halt_poll_ns": 200_000,
+        "halt_poll_ns_grow": 2,
+        "halt_poll_ns_grow_start": 10_000,
+        "halt_poll_ns_shrink": 2,
+    }
     for name, dflt in defaults.items():
         raw = _read(f"/sys/module/kvm/parameters/{name}")
         if raw is not None and raw.lstrip("-").isdigit():
-            out[name] = Value(int(raw), "ns" if name.endswith("_ns") or name.endswith("start") else "", f"read /sys/module/kvm/parameters/{name}")
+            out[name] = Value(
+                int(raw), "ns" if name.endswith(("_ns", "start")) else "", f"read /sys/module/kvm/parameters/{name}"
+            )
         else:
             out[name] = Value(dflt, "ns" if name.endswith("ns") else "", "module parameter unreadable; kernel default")
     out["machine_cpus"] = Value(len(os.sched_getaffinity(0)), "", "CPUs this process may run on (sched_getaffinity)")
@@ -356,12 +371,16 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
             a, b, rows = pairs[k]
             b = float(np.median([x[1] for x in pairs]))
             (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
-            how = (f"vCPU thread CPU time of two 1-vCPU TAS SpinLock runs on CPU {cpu} (hold=think=5, {a1} iterations; "
-                   f"400, {a2}) = path·a + loop·b, instruction totals from insn_emulation; the median of "
-                   f"{COST_REPEATS} such pairs (path: {', '.join(f'{x[0]:.0f}' for x in pairs)} ns)")  # fmt: skip
+            how = (
+                f"vCPU thread CPU time of two 1-vCPU TAS SpinLock runs on CPU {cpu} (hold=think=5, {a1} iterations; "
+                f"400, {a2}) = path·a + loop·b, instruction totals from insn_emulation; the median of "
+                f"{COST_REPEATS} such pairs (path: {', '.join(f'{x[0]:.0f}' for x in pairs)} ns)"
+            )
             vals["path_insn_ns"] = Value(float(a), "ns", how)
             vals["loop_insn_ns"] = Value(float(b), "ns", how)
-            vals["insns_per_acq_measured"] = Value(i1 / max(a1, 1), "insns", "insn_emulation / acquisitions, short-loop run")
+            vals["insns_per_acq_measured"] = Value(
+                i1 / max(a1, 1), "insns", "insn_emulation / acquisitions, short-loop run"
+            )
             vals["insns_per_acq_counted"] = Value(n1, "insns", "guest_path() count for the short-loop run")
             short = rows[0][6]  # the median pair's short run
             vals["uncontended_wait_ns"] = Value(
@@ -374,8 +393,14 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 
             rtt: dict[str, float] = {}
             for key, gap, poll in (("block", 200.0, 0), ("poll", 20.0, 200_000)):
-                r = run(MsiPingPong(rounds=300, gap_us=gap), vcpus=1, pcpus=[cpu], duration_s=10.0, halt_poll_ns=poll,
-                        sample_every_s=None)  # fmt: skip
+                r = run(
+                    MsiPingPong(rounds=300, gap_us=gap),
+                    vcpus=1,
+                    pcpus=[cpu],
+                    duration_s=10.0,
+                    halt_poll_ns=poll,
+                    sample_every_s=None,
+                )
                 rounds = max(int(r.results["rounds"][0]), 1)
                 per_round = _stat_delta(r, "insn_emulation") / rounds
                 succ = _stat_delta(r, "halt_successful_poll")
@@ -414,12 +439,26 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     placement = [[other[0]], [cpu]] if other else [[cpu], [cpu]]
     where = f"vCPU 0 on CPU {placement[0][0]}, vCPU 1 on CPU {placement[1][0]}"
     out: dict[str, Value] = {}
-    r0 = run(IpiPingPong(rounds=300, gap_us=0.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
-             sample_every_s=None)  # fmt: skip
+    r0 = run(
+        IpiPingPong(rounds=300, gap_us=0.0),
+        vcpus=2,
+        placement=placement,
+        duration_s=10.0,
+        halt_poll_ns=0,
+        sample_every_s=None,
+    )
     per_round = _stat_delta(r0, "insn_emulation") / max(int(r0.results["rounds"][0]), 1)
-    out["ipi_round_insns"] = Value(per_round, "insns", f"insn_emulation / rounds of IpiPingPong, gap 0, 300 rounds, {where}")
-    r = run(IpiPingPong(rounds=300, gap_us=200.0), vcpus=2, placement=placement, duration_s=10.0, halt_poll_ns=0,
-            sample_every_s=None)  # fmt: skip
+    out["ipi_round_insns"] = Value(
+        per_round, "insns", f"insn_emulation / rounds of IpiPingPong, gap 0, 300 rounds, {where}"
+    )
+    r = run(
+        IpiPingPong(rounds=300, gap_us=200.0),
+        vcpus=2,
+        placement=placement,
+        duration_s=10.0,
+        halt_poll_ns=0,
+        sample_every_s=None,
+    )
     inside = max(per_round - IPI_OUTSIDE_INSNS, 0.0)
     rtt = float(r.results["rtt_median_us"][0]) * 1e3
     out["ipi_wake_ns"] = Value(
@@ -507,8 +546,14 @@ class Experiment:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
         from vcpulab.experiment import run
 
-        return run(self.workload, vcpus=self.vcpus, placement=self.placement(), duration_s=self.duration_s,
-                   halt_poll_ns=self.halt_poll_ns, **kw)  # fmt: skip
+        return run(
+            self.workload,
+            vcpus=self.vcpus,
+            placement=self.placement(),
+            duration_s=self.duration_s,
+            halt_poll_ns=self.halt_poll_ns,
+            **kw,
+        )
 
     @classmethod
     def from_run(cls, r: Run) -> Experiment:
@@ -535,7 +580,9 @@ class Experiment:
             first = tuple(dict.fromkeys(order))
             if all(order[i] == first[i % len(first)] for i in range(n)):
                 return cls(w, n, first, "one_each", float(cfg["duration_s"]), cfg.get("halt_poll_ns"))
-        raise ValueError(f"placement {lists} has no twin: use one CPU list shared by all vCPUs, or one CPU each round robin")
+        raise ValueError(
+            f"placement {lists} has no twin: use one CPU list shared by all vCPUs, or one CPU each round robin"
+        )
 
 
 # ----------------------------------------------------------------------------- twin
@@ -646,7 +693,9 @@ def host_load_for(
         return background_for(exp, s_long, burst), noise
     n = exp.vcpus / len(exp.cpus)
     k = n * s_long / (1.0 - load.share)
-    return sim.Background(utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))), noise
+    return sim.Background(
+        utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))
+    ), noise
 
 
 #: distribution of a spin-lock twin's think and hold times around their
@@ -774,7 +823,9 @@ def twin(
     if other_share is not None:
         check_float("other_share", other_share, 0.0, 1.0, unit="(a share of the run's CPU time)")
         if other_share >= 1.0:
-            raise ValueError(f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}")
+            raise ValueError(
+                f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}"
+            )
     if isinstance(exp, Run):
         if other_share is None and exp.quality is not None:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
@@ -798,7 +849,9 @@ def twin(
         shrink=int(knobs["halt_poll_ns_shrink"]),
     )
     if isinstance(w, PvSpinLock) and w.preempted_from_host:
-        raise ValueError("PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)")
+        raise ValueError(
+            "PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)"
+        )
     name = type(w).__name__
     if isinstance(w, SpinLock):
         p = guest_path(w, exp.vcpus)
@@ -819,8 +872,11 @@ def twin(
         # instruction of the round inside the window (its reply path and both
         # sides' halt and interrupt paths, on the critical path either way)
         inside = max(cal["ipi_round_insns"] - IPI_OUTSIDE_INSNS, 1.0)
-        thread0 = (sim.Compute(max(int(round(w.gap_us * 1000 + IPI_OUTSIDE_INSNS * a)), 1), mode="kernel"),
-                   sim.Send(1), sim.Recv())  # fmt: skip
+        thread0 = (
+            sim.Compute(max(int(round(w.gap_us * 1000 + IPI_OUTSIDE_INSNS * a)), 1), mode="kernel"),
+            sim.Send(1),
+            sim.Recv(),
+        )
         phases = (sim.Recv(), sim.Compute(max(int(round(inside * a)), 1), mode="kernel"), sim.Send(1))
     elif isinstance(w, MsiPingPong):
         path = int(round(cal["msi_round_insns"] * a))
@@ -883,12 +939,24 @@ def twin(
 #: metric → (unit, what it is on both sides)
 METRICS: dict[str, tuple[str, str]] = {
     "acq_per_s": ("1/s", "lock acquisitions per second, all vCPUs (real: guest counters / wall time of the run)"),
-    "wait_per_acq_us": ("us", "mean wait per acquisition (real: guest RDTSC; sim: Lock phase start → lock held, waits still open at the end counted up to the end, + the timed wait_path instructions stretched by the running share)"),
-    "steal_fraction": ("", "steal time / wall time, mean over vCPUs (real: steal-time area; sim: runnable-not-running)"),
-    "ctx_switches_per_vcpu_s": ("1/s", "times a vCPU thread was switched in, per vCPU and second (real: voluntary + involuntary switches)"),
+    "wait_per_acq_us": (
+        "us",
+        "mean wait per acquisition (real: guest RDTSC; sim: Lock phase start → lock held, waits still open at the end counted up to the end, + the timed wait_path instructions stretched by the running share)",
+    ),
+    "steal_fraction": (
+        "",
+        "steal time / wall time, mean over vCPUs (real: steal-time area; sim: runnable-not-running)",
+    ),
+    "ctx_switches_per_vcpu_s": (
+        "1/s",
+        "times a vCPU thread was switched in, per vCPU and second (real: voluntary + involuntary switches)",
+    ),
     "halt_exits_per_s": ("1/s", "halt exits per second, all vCPUs (KVM stat halt_exits)"),
     "polled_per_halt": ("", "share of halts that ended in the poll loop (KVM stats halt_successful_poll / halt_exits)"),
-    "rtt_median_us": ("us", "MSI / IPI round trip, median (real: MSI host-timed sent → next cue, IPI guest RDTSC; sim: iteration latency − the initiator's own time)"),
+    "rtt_median_us": (
+        "us",
+        "MSI / IPI round trip, median (real: MSI host-timed sent → next cue, IPI guest RDTSC; sim: iteration latency − the initiator's own time)",
+    ),
     "ticks_per_s": ("1/s", "timer interrupts taken per second, all vCPUs"),
 }
 #: metrics per workload class
@@ -901,7 +969,11 @@ _BY_WORKLOAD: dict[type, tuple[str, ...]] = {
     Spin: ("steal_fraction", "ctx_switches_per_vcpu_s"),
 }
 #: KS-compared distributions
-_DISTS: dict[type, tuple[str, ...]] = {SpinLock: ("steal_per_10ms",), PvSpinLock: ("steal_per_10ms",), Spin: ("steal_per_10ms",)}
+_DISTS: dict[type, tuple[str, ...]] = {
+    SpinLock: ("steal_per_10ms",),
+    PvSpinLock: ("steal_per_10ms",),
+    Spin: ("steal_per_10ms",),
+}
 
 
 def _metrics_of(exp: Experiment) -> tuple[str, ...]:
@@ -910,7 +982,6 @@ def _metrics_of(exp: Experiment) -> tuple[str, ...]:
 
 def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
     """The compared metrics of one real run."""
-    dur = exp.duration_s
     res, th = r.results, r.threads
     out: dict[str, float] = {}
     names = _metrics_of(exp)
@@ -1312,7 +1383,9 @@ def run_real(
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
                 share = r.quality.other_share if r.quality is not None else 0.0
-                r.config["other_load"] = OtherLoad.measure(before, after, own, share, base_slice, probe.result()).as_dict()
+                r.config["other_load"] = OtherLoad.measure(
+                    before, after, own, share, base_slice, probe.result()
+                ).as_dict()
                 out.append(r)
             except TimeoutError as e:
                 last = e
@@ -1343,8 +1416,16 @@ def run_sim(
     out = []
     for s in range(seeds):
         traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
-        cfg = twin(exp, cal, seed=s, trace=trace and traced, other_share=other_share,
-                   other_burst_ns=other_burst_ns, other_load=other_load, start_gap_ns=start_gap_ns)  # fmt: skip
+        cfg = twin(
+            exp,
+            cal,
+            seed=s,
+            trace=trace and traced,
+            other_share=other_share,
+            other_burst_ns=other_burst_ns,
+            other_load=other_load,
+            start_gap_ns=start_gap_ns,
+        )
         out.append((cfg, sim.run(cfg)))
     return out
 
@@ -1352,8 +1433,38 @@ def run_sim(
 #: Student's t 0.975 quantiles for 1..30 degrees of freedom (any statistics
 #: table, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2);
 #: above 30 the normal 1.96 is used
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def _ci(x: Sequence[float]) -> tuple[float, float, float]:
@@ -1459,16 +1570,28 @@ def compare(
             runs = run_real(exp, trials, failures, cal, trace=trace)
         except KeyboardInterrupt as e:
             # the finished real trials: compare(exp, real=e.partial) resumes from them
-            keep_partial(e, partial_of(e), call="twins.compare", done=len(partial_of(e) or []), total=trials,
-                         unit="real trials (pass them back as compare(exp, real=e.partial))")  # fmt: skip
+            keep_partial(
+                e,
+                partial_of(e),
+                call="twins.compare",
+                done=len(partial_of(e) or []),
+                total=trials,
+                unit="real trials (pass them back as compare(exp, real=e.partial))",
+            )
             raise
     else:
         runs = real
     try:
         return _compare_rows(exp, runs, failures, seeds, cal, load, trace)
     except KeyboardInterrupt as e:
-        keep_partial(e, runs, call="twins.compare", done=len(runs), total=len(runs),
-                     unit="real trials (the twin was interrupted; pass them back as compare(exp, real=e.partial))")  # fmt: skip
+        keep_partial(
+            e,
+            runs,
+            call="twins.compare",
+            done=len(runs),
+            total=len(runs),
+            unit="real trials (the twin was interrupted; pass them back as compare(exp, real=e.partial))",
+        )
         raise
 
 
@@ -1498,15 +1621,40 @@ def _compare_rows(
         fl = FLOORS.get(m, 0.0)
         informative = bool(r_m == r_m and s_m == s_m and (abs(r_m) > fl or abs(s_m) > fl))
         rel = abs(s_m - r_m) / abs(r_m) if (r_m == r_m and s_m == s_m and r_m != 0) else float("nan")
-        rows.append(dict(metric=m, unit=METRICS[m][0], real=r_m, real_lo=r_lo, real_hi=r_hi, sim=s_m, sim_lo=s_lo,
-                         sim_hi=s_hi, rel_err=rel, informative=informative, ks=float("nan")))  # fmt: skip
+        rows.append(
+            dict(
+                metric=m,
+                unit=METRICS[m][0],
+                real=r_m,
+                real_lo=r_lo,
+                real_hi=r_hi,
+                sim=s_m,
+                sim_lo=s_lo,
+                sim_hi=s_hi,
+                rel_err=rel,
+                informative=informative,
+                ks=float("nan"),
+            )
+        )
     for d in _DISTS.get(type(exp.workload), ()):
         rs = np.concatenate([real_steal_intervals(r) for r in runs]) if runs else np.empty(0)
         ss = np.concatenate([sim_steal_intervals(s) for _, s in sims if s.trace is not None]) if sims else np.empty(0)
         ks = ks_distance(rs, ss)
-        rows.append(dict(metric=d, unit="", real=float(rs.mean()) if rs.size else float("nan"), real_lo=float("nan"),
-                         real_hi=float("nan"), sim=float(ss.mean()) if ss.size else float("nan"), sim_lo=float("nan"),
-                         sim_hi=float("nan"), rel_err=float("nan"), informative=bool(rs.size and ss.size), ks=ks))  # fmt: skip
+        rows.append(
+            dict(
+                metric=d,
+                unit="",
+                real=float(rs.mean()) if rs.size else float("nan"),
+                real_lo=float("nan"),
+                real_hi=float("nan"),
+                sim=float(ss.mean()) if ss.size else float("nan"),
+                sim_lo=float("nan"),
+                sim_hi=float("nan"),
+                rel_err=float("nan"),
+                informative=bool(rs.size and ss.size),
+                ks=ks,
+            )
+        )
     if trace:
         rows += _trace_rows(runs, [s for _, s in sims])
     return pl.DataFrame(rows).with_columns(
@@ -1528,19 +1676,39 @@ def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[st
     real = [r for r in runs if getattr(r, "trace", None) is not None]
     traced = [s for s in sims if s.trace is not None]
     r_sl = np.concatenate([vcpu_slices(r.trace) for r in real]) if real else np.empty(0)  # type: ignore[arg-type]
-    r_wk = (np.concatenate([r.wakeups.filter(pl.col("vcpu") >= 0)["latency_ns"].cast(pl.Float64).to_numpy()
-                            for r in real if r.wakeups is not None] or [np.empty(0)]))  # fmt: skip
+    r_wk = np.concatenate(
+        [
+            r.wakeups.filter(pl.col("vcpu") >= 0)["latency_ns"].cast(pl.Float64).to_numpy()
+            for r in real
+            if r.wakeups is not None
+        ]
+        or [np.empty(0)]
+    )
     s_sl = np.concatenate([vcpu_slices(s.trace) for s in traced]) if traced else np.empty(0)  # type: ignore[arg-type]
     try:
-        s_wk = np.concatenate([sim_wakeups(s)["latency_ns"].cast(pl.Float64).to_numpy() for s in traced] or [np.empty(0)])
+        s_wk = np.concatenate(
+            [sim_wakeups(s)["latency_ns"].cast(pl.Float64).to_numpy() for s in traced] or [np.empty(0)]
+        )
     except ValueError:  # a guest woken by something other than its timer: no simulated wake-ups to compare
         s_wk = np.empty(0)
     rows = []
     for q, a, b in (("slice_ns", r_sl, s_sl), ("wakeup_latency_ns", r_wk, s_wk)):
         ok = bool(a.size and b.size)
-        rows.append(dict(metric=q, unit="ns", real=float(np.median(a)) if a.size else nan, real_lo=nan, real_hi=nan,
-                         sim=float(np.median(b)) if b.size else nan, sim_lo=nan, sim_hi=nan, rel_err=nan,
-                         informative=ok, ks=ks_distance(a, b) if ok else nan))  # fmt: skip
+        rows.append(
+            dict(
+                metric=q,
+                unit="ns",
+                real=float(np.median(a)) if a.size else nan,
+                real_lo=nan,
+                real_hi=nan,
+                sim=float(np.median(b)) if b.size else nan,
+                sim_lo=nan,
+                sim_hi=nan,
+                rel_err=nan,
+                informative=ok,
+                ks=ks_distance(a, b) if ok else nan,
+            )
+        )
     return rows
 
 
@@ -1556,7 +1724,9 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
     hp = exp.halt_poll_ns
     return {
         "workload": type(w).__name__,
-        "kind": getattr(w, "kind", "") if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock) else ("pv" if isinstance(w, PvSpinLock) else ""),
+        "kind": getattr(w, "kind", "")
+        if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock)
+        else ("pv" if isinstance(w, PvSpinLock) else ""),
         "vcpus": exp.vcpus,
         "cpus": len(exp.cpus),
         "hold": getattr(w, "hold", -1),
@@ -1662,8 +1832,15 @@ class Grid:
         """The agreement numbers (see :meth:`line`)."""
         c = self.cells.filter(pl.col("informative"))
         out: dict[str, Any] = {"cells": self.cells["cell"].n_unique()}
-        for m in ("acq_per_s", "wait_per_acq_us", "rtt_median_us", "halt_exits_per_s", "polled_per_halt", "ticks_per_s",
-                  "ctx_switches_per_vcpu_s"):  # fmt: skip
+        for m in (
+            "acq_per_s",
+            "wait_per_acq_us",
+            "rtt_median_us",
+            "halt_exits_per_s",
+            "polled_per_halt",
+            "ticks_per_s",
+            "ctx_switches_per_vcpu_s",
+        ):
             g = c.filter(pl.col("metric") == m)
             out[f"{m}_informative"] = g.height
             out[f"{m}_within_25pct"] = float((g["rel_err"] <= 0.25).mean()) if g.height else float("nan")  # type: ignore[arg-type]
@@ -1671,15 +1848,19 @@ class Grid:
         out["steal_cells"] = st.height
         out["steal_within_0.10"] = float(((st["sim"] - st["real"]).abs() <= 0.10).mean()) if st.height else float("nan")  # type: ignore[arg-type]
         out["steal_by_construction"] = int(st["steal_by_construction"].sum()) if st.height else 0
-        for key, metric in (("ks_median", "steal_per_10ms"), ("ks_slice_median", "slice_ns"),
-                            ("ks_wakeup_median", "wakeup_latency_ns")):  # fmt: skip
+        for key, metric in (
+            ("ks_median", "steal_per_10ms"),
+            ("ks_slice_median", "slice_ns"),
+            ("ks_wakeup_median", "wakeup_latency_ns"),
+        ):
             ks = self.cells.filter((pl.col("metric") == metric) & pl.col("ks").is_not_nan())["ks"]
             out[key] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
         d = self.directions.filter(pl.col("significant"))
         out["directions"] = d.height
         out["directions_agree"] = int(d["agree"].sum()) if d.height else 0
-        per_cell = self.cells.group_by("cell").agg(pl.col("disturbed_trials").first(), pl.col("trials").first(),
-                                                   pl.col("other_share_max").first())  # fmt: skip
+        per_cell = self.cells.group_by("cell").agg(
+            pl.col("disturbed_trials").first(), pl.col("trials").first(), pl.col("other_share_max").first()
+        )
         out["cells_disturbed"] = int((per_cell["disturbed_trials"] > 0).sum())
         out["other_share_median"] = float(per_cell["other_share_max"].median())  # type: ignore[arg-type]
         return out
@@ -1687,7 +1868,7 @@ class Grid:
     def line(self) -> str:
         """One line of agreement numbers (the CI prints it)."""
         s = self.summary()
-        pct = lambda x: "n/a" if x != x else f"{x:.0%}"  # noqa: E731
+        pct = lambda x: "n/a" if x != x else f"{x:.0%}"
         return (
             f"twins: {s['cells']} cells; within 25 %: throughput {pct(s['acq_per_s_within_25pct'])} of "
             f"{s['acq_per_s_informative']}, wait {pct(s['wait_per_acq_us_within_25pct'])} of {s['wait_per_acq_us_informative']}, "
@@ -1697,8 +1878,11 @@ class Grid:
             f"steal within 0.10: {pct(s['steal_within_0.10'])} of {s['steal_cells']} "
             f"({s['steal_by_construction']} by construction); directions agree {s['directions_agree']}/{s['directions']}; "
             f"KS median {s['ks_median']:.2f}"
-            + (f" (run slices {s['ks_slice_median']:.2f}, wake-ups {s['ks_wakeup_median']:.2f})"
-               if s["ks_slice_median"] == s["ks_slice_median"] else "")
+            + (
+                f" (run slices {s['ks_slice_median']:.2f}, wake-ups {s['ks_wakeup_median']:.2f})"
+                if s["ks_slice_median"] == s["ks_slice_median"]
+                else ""
+            )
             + f"; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
             f"(other tasks' share median {s['other_share_median']:.0%})"
         )
@@ -1712,7 +1896,10 @@ class Grid:
                 return "–"
             return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
 
-        lines = ["| cell | metric | real [95 % CI] | sim [95 % CI] | rel. err | KS | other load |", "|---|---|---|---|---|---|---|"]
+        lines = [
+            "| cell | metric | real [95 % CI] | sim [95 % CI] | rel. err | KS | other load |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in c.iter_rows(named=True):
             ci_r = f" [{num(r['real_lo'])}, {num(r['real_hi'])}]" if r["real_lo"] == r["real_lo"] else ""
             ci_s = f" [{num(r['sim_lo'])}, {num(r['sim_hi'])}]" if r["sim_lo"] == r["sim_lo"] else ""
@@ -1752,7 +1939,10 @@ def directions(cells: pl.DataFrame) -> pl.DataFrame:
     or, with one trial, it exceeds 10 % of the larger value) and whether the
     signs agree."""
     c = cells.with_columns(
-        pl.when(pl.col("metric") == "acq_per_s").then(pl.lit("acq_per_vcpu_s")).otherwise(pl.col("metric")).alias("metric"),
+        pl.when(pl.col("metric") == "acq_per_s")
+        .then(pl.lit("acq_per_vcpu_s"))
+        .otherwise(pl.col("metric"))
+        .alias("metric"),
         *[
             pl.when(pl.col("metric") == "acq_per_s").then(pl.col(x) / pl.col("vcpus")).otherwise(pl.col(x)).alias(x)
             for x in ("real", "real_lo", "real_hi", "sim", "sim_lo", "sim_hi")
@@ -1780,10 +1970,28 @@ def directions(cells: pl.DataFrame) -> pl.DataFrame:
                         sig = hi["real_lo"] > lo["real_hi"] or lo["real_lo"] > hi["real_hi"]
                     else:
                         sig = abs(dr) > 0.10 * max(abs(hi["real"]), abs(lo["real"]), 1e-12)
-                    rows.append(dict(metric=m, factor=fac, low=lo["cell"], high=hi["cell"], real_diff=dr, sim_diff=ds,
-                                     significant=bool(sig), agree=bool(np.sign(dr) == np.sign(ds))))  # fmt: skip
-    schema = {"metric": pl.Utf8, "factor": pl.Utf8, "low": pl.Utf8, "high": pl.Utf8, "real_diff": pl.Float64,
-              "sim_diff": pl.Float64, "significant": pl.Boolean, "agree": pl.Boolean}  # fmt: skip
+                    rows.append(
+                        dict(
+                            metric=m,
+                            factor=fac,
+                            low=lo["cell"],
+                            high=hi["cell"],
+                            real_diff=dr,
+                            sim_diff=ds,
+                            significant=bool(sig),
+                            agree=bool(np.sign(dr) == np.sign(ds)),
+                        )
+                    )
+    schema = {
+        "metric": pl.Utf8,
+        "factor": pl.Utf8,
+        "low": pl.Utf8,
+        "high": pl.Utf8,
+        "real_diff": pl.Float64,
+        "sim_diff": pl.Float64,
+        "significant": pl.Boolean,
+        "agree": pl.Boolean,
+    }
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -1827,8 +2035,15 @@ def grid(
         cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
         first = ["cell", *FACTORS]
         cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
-        return Grid(cells=cells, directions=directions(cells) if frames else pl.DataFrame(), no_twin=no_twin,
-                    calibration=cal, no_real=no_real, config=config, failed=failed)  # fmt: skip
+        return Grid(
+            cells=cells,
+            directions=directions(cells) if frames else pl.DataFrame(),
+            no_twin=no_twin,
+            calibration=cal,
+            no_real=no_real,
+            config=config,
+            failed=failed,
+        )
 
     try:
         for i, exp in enumerate(exps):
@@ -1913,19 +2128,29 @@ def sim_wakeups(res: sim.Result) -> pl.DataFrame:
     """
     if res.trace is None:
         raise ValueError("sim_wakeups needs a run with trace=True")
-    schema = {"vm": pl.Int64, "vcpu": pl.Int64, "tid": pl.Int64, "wake_ns": pl.Int64, "run_ns": pl.Int64,
-              "latency_ns": pl.Int64}  # fmt: skip
+    schema = {
+        "vm": pl.Int64,
+        "vcpu": pl.Int64,
+        "tid": pl.Int64,
+        "wake_ns": pl.Int64,
+        "run_ns": pl.Int64,
+        "latency_ns": pl.Int64,
+    }
     t = res.trace.filter(pl.col("vcpu") >= 0).sort(["vm", "vcpu", "start_ns"])
     if t.filter(pl.col("why") == "halt").height == 0:
         return pl.DataFrame(schema=schema)
     sp = _sleep_phase(res)
     if sp is None:
-        raise ValueError("sim_wakeups derives wake-ups from a guest whose only blocking phase is one fixed Sleep; "
-                         "this run's guest blocks otherwise (Recv, Barrier, several or random sleeps)")  # fmt: skip
+        raise ValueError(
+            "sim_wakeups derives wake-ups from a guest whose only blocking phase is one fixed Sleep; "
+            "this run's guest blocks otherwise (Recv, Barrier, several or random sleeps)"
+        )
     ns, periodic = sp
     if not periodic and res.config.vms[0].halt_poll.policy != "off":
-        raise ValueError("sim_wakeups: with a non-periodic Sleep the wake time is exact only with halt polling off "
-                         f"(this run's policy is {res.config.vms[0].halt_poll.policy!r})")  # fmt: skip
+        raise ValueError(
+            "sim_wakeups: with a non-periodic Sleep the wake time is exact only with halt polling off "
+            f"(this run's policy is {res.config.vms[0].halt_poll.policy!r})"
+        )
     rows: dict[str, list[int]] = {k: [] for k in schema}
     for (vm, vcpu), g in t.group_by(["vm", "vcpu"], maintain_order=True):
         st, en, why = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["why"].to_list()
@@ -1957,7 +2182,10 @@ def sim_trace_frames(res: sim.Result) -> dict[str, pl.DataFrame]:
         pl.col("vm").cast(pl.Int64),
         pl.col("vcpu").cast(pl.Int64),
         pl.lit(-1, dtype=pl.Int64).alias("tid"),
-        pl.when(pl.col("vcpu") >= 0).then(pl.format("CPU {}/KVM", pl.col("vcpu"))).otherwise(pl.lit("other")).alias("comm"),
+        pl.when(pl.col("vcpu") >= 0)
+        .then(pl.format("CPU {}/KVM", pl.col("vcpu")))
+        .otherwise(pl.lit("other"))
+        .alias("comm"),
     )
     return {"trace": tr, "wakeups": sim_wakeups(res)}
 
@@ -2038,11 +2266,12 @@ def distributions(
         f = sim_trace_frames(s)
         s_sl.append(vcpu_slices(f["trace"]))
         s_wk.append(f["wakeups"]["latency_ns"].cast(pl.Float64).to_numpy())
-    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)  # noqa: E731
+    cat = lambda xs: np.concatenate(xs) if xs else np.empty(0)
     samples["slice_ns"] = (cat(r_sl), cat(s_sl))
     samples["wakeup_latency_ns"] = (cat(r_wk), cat(s_wk))
     rows = []
     for q, (a, b) in samples.items():
+
         def pct(x: np.ndarray, p: float) -> float:
             return float(np.percentile(x, p)) if x.size else float("nan")
 
@@ -2051,9 +2280,19 @@ def distributions(
             ks, pv = float(res.statistic), float(res.pvalue)
         else:
             ks = pv = float("nan")
-        rows.append(dict(quantity=q, n_real=int(a.size), n_sim=int(b.size), real_median_ns=pct(a, 50),
-                         sim_median_ns=pct(b, 50), real_p90_ns=pct(a, 90), sim_p90_ns=pct(b, 90), ks=ks,
-                         p_value=pv))  # fmt: skip
+        rows.append(
+            dict(
+                quantity=q,
+                n_real=int(a.size),
+                n_sim=int(b.size),
+                real_median_ns=pct(a, 50),
+                sim_median_ns=pct(b, 50),
+                real_p90_ns=pct(a, 90),
+                sim_p90_ns=pct(b, 90),
+                ks=ks,
+                p_value=pv,
+            )
+        )
     frame = pl.DataFrame(rows)
     if not plot:
         return frame

@@ -47,9 +47,9 @@ from vcpulab.sim._config import (
     Policy,
     Pv,
     Recv,
-    TaskQueue,
     Send,
     Sleep,
+    TaskQueue,
     Vm,
     Workload,
     config_schema,
@@ -114,6 +114,7 @@ __all__ = [
     "run_sweep",
     "sweep",
 ]
+
 
 @overload
 def sweep(
@@ -194,9 +195,19 @@ def sweep(
     _check_trace_max_rows(trace_max_rows)
     if executor is not None or out is not None:
         if results:
-            raise ValueError("sweep: results=True is not available with executor= or out= (the dataset keeps summary rows)")
-        return run_sweep(points, grid, executor=executor, out=out, threads=threads, progress=progress,
-                         max_points=max_points)  # fmt: skip
+            raise ValueError(
+                "sweep: results=True is not available with executor= or out= (the dataset keeps summary rows)"
+            )
+        return run_sweep(
+            points, grid, executor=executor, out=out, threads=threads, progress=progress, max_points=max_points
+        )
 
-    return local_sweep(points, grid, threads=threads, progress=progress, results=results,
-                       trace_max_rows=trace_max_rows, max_points=max_points)  # type: ignore[return-value]
+    return local_sweep(
+        points,
+        grid,
+        threads=threads,
+        progress=progress,
+        results=results,
+        trace_max_rows=trace_max_rows,
+        max_points=max_points,
+    )  # type: ignore[return-value]

@@ -28,7 +28,7 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -81,9 +81,20 @@ def _schema() -> dict[str, Any]:
 
 
 #: Python class -> the schema's definition ("" = the root, SimConfig)
-RUST_DEFS = {"Config": "", "Host": "HostConfig", "Background": "Background", "HostNoise": "HostNoise",
-             "Cfs": "CfsConfig", "Ple": "PleConfig", "Policy": "PolicyConfig", "Pv": "PvConfig",
-             "HaltPoll": "HaltPollConfig", "Workload": "WorkloadConfig", "Guest": "GuestConfig", "Vm": "VmConfig"}  # fmt: skip
+RUST_DEFS = {
+    "Config": "",
+    "Host": "HostConfig",
+    "Background": "Background",
+    "HostNoise": "HostNoise",
+    "Cfs": "CfsConfig",
+    "Ple": "PleConfig",
+    "Policy": "PolicyConfig",
+    "Pv": "PvConfig",
+    "HaltPoll": "HaltPollConfig",
+    "Workload": "WorkloadConfig",
+    "Guest": "GuestConfig",
+    "Vm": "VmConfig",
+}
 
 
 def schema_of(cls_name: str) -> dict[str, Any]:
@@ -656,7 +667,9 @@ class Host(_Base):
             states = tuple(tuple(x) if isinstance(x, list) else x for x in states)
             object.__setattr__(self, "idle_states", states)
         if not isinstance(states, tuple):
-            raise ValueError(f"Host.idle_states must be a tuple of (exit_latency_ns, target_residency_ns), got {states!r}")
+            raise ValueError(
+                f"Host.idle_states must be a tuple of (exit_latency_ns, target_residency_ns), got {states!r}"
+            )
         prev = (0, 0)
         for i, st in enumerate(states):
             ok = (
@@ -878,6 +891,7 @@ class Policy(_Base):
 
 # -------------------------------------------------------------------------- pv
 
+
 @dataclass(frozen=True)
 class Pv(_Base):
     """Paravirtual features of a VM and exit costs ([S2], [S3], [K4], [K5]).
@@ -1095,8 +1109,12 @@ class HaltPoll(_Base):
         """A config whose module parameters (``max_ns``, ``grow``,
         ``grow_start_ns``, ``shrink``) not given in ``kw`` are this host's
         (read from ``sysfs``; the kernel default where a file is missing)."""
-        from_sysfs = {"max_ns": "halt_poll_ns", "grow": "halt_poll_ns_grow",
-                      "grow_start_ns": "halt_poll_ns_grow_start", "shrink": "halt_poll_ns_shrink"}  # fmt: skip
+        from_sysfs = {
+            "max_ns": "halt_poll_ns",
+            "grow": "halt_poll_ns_grow",
+            "grow_start_ns": "halt_poll_ns_grow_start",
+            "shrink": "halt_poll_ns_shrink",
+        }
         for name, param in from_sysfs.items():
             if kw.get(name) is None:
                 try:
@@ -1379,9 +1397,15 @@ class Workload(_Base):
             raise ValueError(f"Workload.thread0_phases must be a tuple of phases, got {self.thread0_phases!r}")
         for i, p in enumerate(self.thread0_phases):
             if type(p) not in (Compute, Sleep, Barrier, Send, Recv):
-                raise ValueError(f"Workload.thread0_phases[{i}] must be a Compute, Sleep, Barrier, Send or Recv phase, got {p!r}")
-        if self.thread0_phases and not any(isinstance(p, (Compute, Sleep)) and p.ns > 0 and p.prob == 1.0 for p in self.thread0_phases):
-            raise ValueError("Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0")
+                raise ValueError(
+                    f"Workload.thread0_phases[{i}] must be a Compute, Sleep, Barrier, Send or Recv phase, got {p!r}"
+                )
+        if self.thread0_phases and not any(
+            isinstance(p, (Compute, Sleep)) and p.ns > 0 and p.prob == 1.0 for p in self.thread0_phases
+        ):
+            raise ValueError(
+                "Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0"
+            )
         if len(self.thread0_phases) > 256:
             raise ValueError(f"Workload.thread0_phases must hold <= 256 phases, got {len(self.thread0_phases)}")
         if not isinstance(self.phases, tuple) or not self.phases:
@@ -1407,7 +1431,9 @@ class Workload(_Base):
             if isinstance(p, Lock):
                 first = kinds.setdefault(p.lock, p.lock_kind)
                 if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
-                    raise ValueError(f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}")
+                    raise ValueError(
+                        f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}"
+                    )
         if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")
         _instance(self, "name", str)
@@ -1543,8 +1569,14 @@ class Vm(_Base):
         _int(self, "count")
         _int(self, "threads", hi=16 * self.vcpus)
         _int(self, "weight")
-        for name, typ in (("workload", Workload), ("ple", Ple), ("policy", Policy), ("pv", Pv), ("halt_poll", HaltPoll),
-                          ("guest", Guest)):
+        for name, typ in (
+            ("workload", Workload),
+            ("ple", Ple),
+            ("policy", Policy),
+            ("pv", Pv),
+            ("halt_poll", HaltPoll),
+            ("guest", Guest),
+        ):
             _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
         for i, p in enumerate(self.workload.phases):
@@ -1555,7 +1587,14 @@ class Vm(_Base):
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
-        typ: Any = {"workload": Workload, "ple": Ple, "policy": Policy, "pv": Pv, "halt_poll": HaltPoll, "guest": Guest}.get(name)
+        typ: Any = {
+            "workload": Workload,
+            "ple": Ple,
+            "policy": Policy,
+            "pv": Pv,
+            "halt_poll": HaltPoll,
+            "guest": Guest,
+        }.get(name)
         return typ.from_dict(v) if typ else v
 
 

@@ -170,7 +170,7 @@ def _run_batch(batch: Sequence[tuple[str, str, dict[str, Any]]], nonce: str) -> 
         try:
             d = _core.sim_run(cfg_json, pols or None, cancelled)
             out.append((key, None, d["summary"], _core.__version__))
-        except Exception as e:  # noqa: BLE001 - a failed point is data
+        except Exception as e:
             out.append((key, f"{type(e).__name__}: {e}", None, _core.__version__))
     return out
 
@@ -178,7 +178,9 @@ def _run_batch(batch: Sequence[tuple[str, str, dict[str, Any]]], nonce: str) -> 
 # ------------------------------------------------------------------ rows and files
 
 
-def _row(params: Mapping[str, Any], cfg: Config, key: str, error: str | None, summary: Any, version: str) -> pl.DataFrame:
+def _row(
+    params: Mapping[str, Any], cfg: Config, key: str, error: str | None, summary: Any, version: str
+) -> pl.DataFrame:
     """One point's row: the local sweep's columns, then EXTRA_COLUMNS.
 
     Built from the same frames as the local sweep's row (``pl.DataFrame([params])``
@@ -251,7 +253,7 @@ def _read_point(path: Path, key: str) -> pl.DataFrame | str:
         df = pl.read_parquet(path)
     except FileNotFoundError:
         raise
-    except Exception as e:  # noqa: BLE001 - any read failure means corrupt
+    except Exception as e:
         return f"{type(e).__name__}: {e}"
     missing = [c for c in EXTRA_COLUMNS if c not in df.columns]
     if missing:
@@ -287,7 +289,11 @@ def _assemble(rows: list[pl.DataFrame]) -> pl.DataFrame:
         return pl.DataFrame()
     df = pl.concat(rows, how="diagonal_relaxed")
     ok = [r for r in rows if r["error"][0] is None]
-    order = pl.concat(ok + [r for r in rows if r["error"][0] is not None], how="diagonal_relaxed").columns if ok else df.columns
+    order = (
+        pl.concat(ok + [r for r in rows if r["error"][0] is not None], how="diagonal_relaxed").columns
+        if ok
+        else df.columns
+    )
     order = [c for c in order if c not in EXTRA_COLUMNS] + list(EXTRA_COLUMNS)
     return df.select(order)
 
@@ -306,7 +312,7 @@ def _worker_slots(executor: cf.Executor) -> int:
     if client is not None:
         try:
             n = sum(client.nthreads().values())
-        except Exception:  # noqa: BLE001 - fall back to a guess
+        except Exception:
             n = 0
         return max(n, 1)
     n = getattr(executor, "_max_workers", None)
@@ -326,7 +332,7 @@ def _check_shippable(points: list[Point], executor: cf.Executor) -> None:
             try:
                 pickle.dumps(fn)
                 continue
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 err: Exception = e
             if dask:
                 try:
@@ -334,7 +340,7 @@ def _check_shippable(points: list[Point], executor: cf.Executor) -> None:
 
                     cloudpickle.dumps(fn)
                     continue
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     err = e
             raise ValueError(
                 f"sweep: point {i}: the Python policy {name!r} ({fn!r}) cannot be sent to other processes "
@@ -451,11 +457,19 @@ def run_sweep(
             log.warning(
                 "vcpulab.sim.sweep: %d point(s) in %s were computed by another vcpulab version (%s; this is %s) "
                 "and are reused; use a fresh out= to recompute them",
-                sum(other.values()), outdir, ", ".join(f"{v}: {c}" for v, c in sorted(other.items())), _core.__version__,
+                sum(other.values()),
+                outdir,
+                ", ".join(f"{v}: {c}" for v, c in sorted(other.items())),
+                _core.__version__,
             )
         log.info(
             "vcpulab.sim.sweep: %d points, %d already in %s, %d failed before (retried), %d unreadable (recomputed), %d to run",
-            len(unique), len(done), outdir, n_failed, n_bad, len(unique) - len(done),
+            len(unique),
+            len(done),
+            outdir,
+            n_failed,
+            n_bad,
+            len(unique) - len(done),
         )
     todo = [k for k in unique if k not in done]
 
@@ -552,7 +566,11 @@ def _run(
             if attempt < retries:
                 log.warning(
                     "vcpulab.sim.sweep: a task of %d point(s) failed (%s: %s); resubmitting (attempt %d of %d)",
-                    len(batch), type(e).__name__, e, attempt + 1, retries,
+                    len(batch),
+                    type(e).__name__,
+                    e,
+                    attempt + 1,
+                    retries,
                 )
                 # Alone, a point that kills its worker cannot take others with it.
                 queue.extendleft(([k], attempt + 1) for k in reversed(batch))
@@ -569,10 +587,13 @@ def _run(
             log.warning(
                 "vcpulab.sim.sweep: the executor is broken (%s: %s) and runs nothing more; the points not finished "
                 "are recorded as failed. Run the sweep again with a new executor to compute them",
-                type(e).__name__, e,
+                type(e).__name__,
+                e,
             )
         for k in batch:
-            record(k, f"{type(e).__name__}: the executor broke before this point finished: {e}", None, _core.__version__)
+            record(
+                k, f"{type(e).__name__}: the executor broke before this point finished: {e}", None, _core.__version__
+            )
 
     refreshed = time.monotonic()
     try:
@@ -606,7 +627,7 @@ def _run(
         for fut in list(inflight):
             fut.cancel()
         with contextlib.suppress(BaseException):
-            for fut, (batch, _) in list(inflight.items()):
+            for fut in list(inflight):
                 if fut.done() and not fut.cancelled() and fut.exception() is None:
                     for key, error, summary, version in fut.result():
                         record(key, error, summary, version)

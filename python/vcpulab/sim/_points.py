@@ -31,7 +31,7 @@ def param_value(v: Any) -> Any:
         return policies.label(v)
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
-    if hasattr(v, "name") and isinstance(getattr(v, "name"), str):
+    if hasattr(v, "name") and isinstance(v.name, str):
         return v.name
     return repr(v)
 

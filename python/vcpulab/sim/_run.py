@@ -80,19 +80,35 @@ class Result:
         from vcpulab._display import table
 
         s = self.summary.row(0, named=True)
-        vms = ", ".join(f"{v.count}×{v.vcpus} vCPUs ({v.workload.name or 'workload'}, {policies.label(v.policy)})" for v in self.config.vms)
+        vms = ", ".join(
+            f"{v.count}×{v.vcpus} vCPUs ({v.workload.name or 'workload'}, {policies.label(v.policy)})"
+            for v in self.config.vms
+        )
         prov = self.provenance
         rows = [
             ("host", f"{self.config.host.pcpus} CPUs, scheduler {self.config.host.scheduler}"),
             ("VMs", vms),
-            ("simulated", f"{self.config.duration_ns / 1e6:g} ms (warm-up {self.config.warmup_ns / 1e6:g} ms), seed {self.config.seed}"),
+            (
+                "simulated",
+                f"{self.config.duration_ns / 1e6:g} ms (warm-up {self.config.warmup_ns / 1e6:g} ms), seed {self.config.seed}",
+            ),
             ("throughput", f"{s.get('throughput_ops_s', float('nan')):,.0f} ops/s"),
-            ("host time", f"useful {s.get('useful_frac', 0):.1%}, spin {s.get('spin_frac', 0):.1%}, "
-                          f"PLE {s.get('ple_frac', 0):.1%}, idle {s.get('idle_frac', 0):.1%}"),
+            (
+                "host time",
+                f"useful {s.get('useful_frac', 0):.1%}, spin {s.get('spin_frac', 0):.1%}, "
+                f"PLE {s.get('ple_frac', 0):.1%}, idle {s.get('idle_frac', 0):.1%}",
+            ),
             ("config hash", self.config_hash[:16]),
-            ("computed by", f"vcpulab {prov['vcpulab_version']} on {prov['host_cpu_model']}, kernel {prov['kernel_release']}"),
-        ]  # fmt: skip
-        return table("simulated run", rows, [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)])
+            (
+                "computed by",
+                f"vcpulab {prov['vcpulab_version']} on {prov['host_cpu_model']}, kernel {prov['kernel_release']}",
+            ),
+        ]
+        return table(
+            "simulated run",
+            rows,
+            [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)],
+        )
 
     def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
         """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
@@ -147,7 +163,7 @@ def _policies_for(cfg: Config) -> dict[str, Callable[..., Any]]:
     for name, fn in cfg.python_policies().items():
         try:
             out[name] = copy.deepcopy(fn)
-        except Exception as e:  # noqa: BLE001 - any failure to copy
+        except Exception as e:
             raise ValueError(
                 f"the Python policy {name!r} ({fn!r}) cannot be deep-copied ({type(e).__name__}: {e}); each run "
                 "needs its own copy so that runs are independent and deterministic. Keep its state in plain "
@@ -277,12 +293,11 @@ def local_sweep(
     except KeyboardInterrupt as e:
         partial = partial_of(e)
         kept = [(lc, d) for lc, d in zip(labelled, partial) if d is not None] if isinstance(partial, list) else []
-        keep_partial(e, _sweep_frame(kept, results), call="sim.sweep", done=len(kept), total=len(labelled),
-                     unit="points")  # fmt: skip
+        keep_partial(
+            e, _sweep_frame(kept, results), call="sim.sweep", done=len(kept), total=len(labelled), unit="points"
+        )
         raise
     finally:
         if bar is not None:
             bar.close()
     return _sweep_frame(list(zip(labelled, out)), results)
-
-

@@ -38,9 +38,10 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -82,7 +83,12 @@ STAT_COLUMNS = (
 )
 
 #: Kernel defaults (x86): KVM_HALT_POLL_NS_DEFAULT and the module parameters
-KERNEL_DEFAULTS = {"halt_poll_ns": 200_000, "halt_poll_ns_grow": 2, "halt_poll_ns_grow_start": 10_000, "halt_poll_ns_shrink": 2}
+KERNEL_DEFAULTS = {
+    "halt_poll_ns": 200_000,
+    "halt_poll_ns_grow": 2,
+    "halt_poll_ns_grow_start": 10_000,
+    "halt_poll_ns_shrink": 2,
+}
 U32_MAX = 2**32 - 1
 LIMIT_NS = 10**13
 
@@ -118,7 +124,7 @@ def _check_int(obj: Any, name: str, lo: int = 0, hi: int = LIMIT_NS, optional: b
 # ------------------------------------------------------------------ configs
 
 
-def Params(  # noqa: N802 (the former class's name)
+def Params(
     policy: str = "block-time",
     halt_poll_ns: int | None = None,
     grow: int | None = None,
@@ -143,9 +149,18 @@ def Params(  # noqa: N802 (the former class's name)
         DeprecationWarning,
         stacklevel=2,
     )
-    return HaltPoll.from_host(policy=policy, max_ns=halt_poll_ns, grow=grow, grow_start_ns=grow_start, shrink=shrink,
-                              vm_max_ns=vm_max_ns, poll_allowed=poll_allowed, v4_start_ns=v4_start_ns,
-                              v4_idle_ns=v4_idle_ns, v3_start_ns=v3_start_ns)  # fmt: skip
+    return HaltPoll.from_host(
+        policy=policy,
+        max_ns=halt_poll_ns,
+        grow=grow,
+        grow_start_ns=grow_start,
+        shrink=shrink,
+        vm_max_ns=vm_max_ns,
+        poll_allowed=poll_allowed,
+        v4_start_ns=v4_start_ns,
+        v4_idle_ns=v4_idle_ns,
+        v3_start_ns=v3_start_ns,
+    )
 
 
 @dataclass(frozen=True)
@@ -237,7 +252,9 @@ class Costs:
         for f in self.__dataclass_fields__:
             _check_int(self, f, 0, LIMIT_NS)
         if self.wake_to_cue_ns + self.cue_to_halt_ns == 0:
-            raise ValueError("Costs.wake_to_cue_ns + Costs.cue_to_halt_ns must be > 0 (a vCPU needs time between halts)")
+            raise ValueError(
+                "Costs.wake_to_cue_ns + Costs.cue_to_halt_ns must be > 0 (a vCPU needs time between halts)"
+            )
 
     def _plain(self) -> dict[str, Any]:
         return {k: int(v) for k, v in asdict(self).items()}
@@ -266,7 +283,11 @@ class Background:
     def from_fraction(cls, busy_fraction: float, busy_ns: int = 10_000_000) -> Background | None:
         """The process with busy share ``busy_fraction`` (0..1) and mean busy
         period ``busy_ns``; None for 0 (no other work)."""
-        if isinstance(busy_fraction, bool) or not isinstance(busy_fraction, (int, float)) or not 0 <= busy_fraction <= 1:
+        if (
+            isinstance(busy_fraction, bool)
+            or not isinstance(busy_fraction, (int, float))
+            or not 0 <= busy_fraction <= 1
+        ):
             raise ValueError(f"busy_fraction must be a number in [0, 1], got {busy_fraction!r}")
         if busy_fraction <= 1e-3:
             return None
@@ -423,9 +444,11 @@ def sweep(scenarios: Sequence[Scenario], labels: Sequence[dict[str, Any]] | None
     frames = []
     for i, (s, d) in enumerate(zip(scenarios, outs)):
         st = _result(s, d).stats
-        lab = (labels[i] if labels is not None else {"scenario": i})
-        lits = [pl.lit(val, dtype=pl.Int64 if isinstance(val, int) and not isinstance(val, bool) else None).alias(k)
-                for k, val in lab.items()]  # fmt: skip
+        lab = labels[i] if labels is not None else {"scenario": i}
+        lits = [
+            pl.lit(val, dtype=pl.Int64 if isinstance(val, int) and not isinstance(val, bool) else None).alias(k)
+            for k, val in lab.items()
+        ]
         frames.append(st.select([*lits, *st.columns]))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
@@ -475,9 +498,24 @@ def idle_study(
     loads += [(f"message {g / 1000:g} us", Message(gap_ns=g), g / 1000) for g in gaps_ns]
     for name, w, gap in loads:
         for p in policies:
-            scs.append(Scenario(HaltPoll(policy=p, vm_max_ns=mx), vcpus=(w,), costs=c, duration_ns=duration_ns, seed=seed))
+            scs.append(
+                Scenario(HaltPoll(policy=p, vm_max_ns=mx), vcpus=(w,), costs=c, duration_ns=duration_ns, seed=seed)
+            )
             labels.append({"workload": name, "gap_us": gap, "policy": p, "max_poll_ns": mx})
-    cols = ["workload", "gap_us", "policy", "max_poll_ns", "poll_cpu_frac", "busy_frac", "success_frac",
-            "wake_latency_median_us", "wake_latency_mean_us", "mean_window_ns", "final_halt_poll_ns",
-            "halt_exits", "halt_successful_poll", "halt_poll_fail_ns"]  # fmt: skip
+    cols = [
+        "workload",
+        "gap_us",
+        "policy",
+        "max_poll_ns",
+        "poll_cpu_frac",
+        "busy_frac",
+        "success_frac",
+        "wake_latency_median_us",
+        "wake_latency_mean_us",
+        "mean_window_ns",
+        "final_halt_poll_ns",
+        "halt_exits",
+        "halt_successful_poll",
+        "halt_poll_fail_ns",
+    ]
     return sweep(scs, labels).select(cols)

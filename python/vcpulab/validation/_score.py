@@ -36,9 +36,30 @@ __all__ = [
 DEAD_BAND = 0.02
 
 # two-sided 97.5 % quantiles of Student's t by degrees of freedom
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 25: 2.060, 30: 2.042}  # fmt: skip
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    25: 2.060,
+    30: 2.042,
+}
 
 
 def _t975(df: int) -> float:
@@ -174,8 +195,7 @@ def _execute_into(out: dict[str, dict[str, Any]], points: list[_Point], executor
     items = [(p.key, p.payload.to_json(), p.payload.python_policies()) for p in sims]
     if executor is None:
         try:
-            for k, r in _run_sim_batch(items):
-                out[k] = r
+            out.update(_run_sim_batch(items))
         except KeyboardInterrupt as e:
             out.update(dict(partial_of(e) or []))
             raise
@@ -186,8 +206,7 @@ def _execute_into(out: dict[str, dict[str, Any]], points: list[_Point], executor
         futs = [executor.submit(_run_sim_batch, items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
         try:
             for f in futs:
-                for k, r in f.result():
-                    out[k] = r
+                out.update(f.result())
         except KeyboardInterrupt:
             for f in futs:
                 f.cancel()
@@ -297,7 +316,9 @@ def validate(
         raise ValueError(f"validate: duration_scale must be a number > 0, got {duration_scale!r}")
     check_int("batch_size", batch_size, 1, 1 << 20)
     if executor is not None and not isinstance(executor, cf.Executor):
-        raise TypeError(f"validate: executor must be a concurrent.futures.Executor (or None), got {type(executor).__name__}")
+        raise TypeError(
+            f"validate: executor must be a concurrent.futures.Executor (or None), got {type(executor).__name__}"
+        )
     sel = _select(cases)
     prof_for = {c.name: _profile(costs, c) for c in sel}
     lengths = (1.0, 0.5)
@@ -323,8 +344,14 @@ def validate(
         done = partial_of(e) or {}
         whole = [c for c in sel if c.build is None or all(plan[k] in done for k in plan if k[0] == c.name)]
         rows = [_score(c, seed_list, plan, built, done) for c in whole]
-        keep_partial(e, pl.DataFrame(rows, schema=_SCHEMA, orient="row"), call="validation.validate",
-                     done=len(whole), total=len(sel), unit="cases")  # fmt: skip
+        keep_partial(
+            e,
+            pl.DataFrame(rows, schema=_SCHEMA, orient="row"),
+            call="validation.validate",
+            done=len(whole),
+            total=len(sel),
+            unit="cases",
+        )
         raise
     rows = [_score(c, seed_list, plan, built, results) for c in sel]
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row")
@@ -395,8 +422,31 @@ def _score(
     pv = pub.value
     src = f"{c.source.authors}, '{c.source.title}', {c.source.date}"
     if c.build is None:
-        return (c.name, c.era, c.metric, pv, pub.text, None, None, None, None, None, None, None, None, None, None,
-                None, None, None, 0, f"not expressible: {c.limitation}", c.waits_for, src, c.source.url)  # fmt: skip
+        return (
+            c.name,
+            c.era,
+            c.metric,
+            pv,
+            pub.text,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            0,
+            f"not expressible: {c.limitation}",
+            c.waits_for,
+            src,
+            c.source.url,
+        )
     measure = _MEASURES[c.measure]
     per_len: dict[float, list[float]] = {}
     per_var: dict[str, list[float]] = {v: [] for v in c.variants}
@@ -430,23 +480,51 @@ def _score(
     within: bool | None = None
     if pv is not None and math.isfinite(mean):
         if c.metric in _COMPARED and _sign(pv, c.metric) == 0:
-            within = abs((math.log(mean) if c.metric == "ratio" and mean > 0 else mean)) < 2 * DEAD_BAND
+            within = abs(math.log(mean) if c.metric == "ratio" and mean > 0 else mean) < 2 * DEAD_BAND
         else:
             ratio = mean / pv if pv != 0 else None
             if pub.low is not None and pub.high is not None:
                 within = pub.low / 2 <= mean <= pub.high * 2
             elif ratio is not None:
                 within = 0.5 <= ratio <= 2.0
-    stable = _sign(mean, c.metric if c.metric != "share" else "x") == _sign(short, c.metric if c.metric != "share" else "x")
-    if c.metric == "share":
-        stable = bool(math.isfinite(mean) and math.isfinite(short) and (abs(mean - short) <= 0.5 * max(abs(mean), 1e-9)))
-    bim = bimodal(vals) or any(bimodal(x) for x in per_var.values())
-    identical = None if c.metric == "share" else all(
-        math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) for a, b in zip(per_var["base"], per_var["new"])
+    stable = _sign(mean, c.metric if c.metric != "share" else "x") == _sign(
+        short, c.metric if c.metric != "share" else "x"
     )
-    return (c.name, c.era, c.metric, pv, pub.text, mean, lo, hi, [float(v) for v in vals], short, direction_ok, ratio,
-            within, None if math.isnan(jmin) else jmin, starved, stable, bim, identical, len(seeds), "simulated",
-            c.waits_for, src, c.source.url)  # fmt: skip
+    if c.metric == "share":
+        stable = bool(
+            math.isfinite(mean) and math.isfinite(short) and (abs(mean - short) <= 0.5 * max(abs(mean), 1e-9))
+        )
+    bim = bimodal(vals) or any(bimodal(x) for x in per_var.values())
+    identical = (
+        None
+        if c.metric == "share"
+        else all(math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) for a, b in zip(per_var["base"], per_var["new"]))
+    )
+    return (
+        c.name,
+        c.era,
+        c.metric,
+        pv,
+        pub.text,
+        mean,
+        lo,
+        hi,
+        [float(v) for v in vals],
+        short,
+        direction_ok,
+        ratio,
+        within,
+        None if math.isnan(jmin) else jmin,
+        starved,
+        stable,
+        bim,
+        identical,
+        len(seeds),
+        "simulated",
+        c.waits_for,
+        src,
+        c.source.url,
+    )
 
 
 # ----------------------------------------------------------------- summary
@@ -512,8 +590,10 @@ def _fmt(metric: str, v: float | None) -> str:
 
 def to_markdown(df: pl.DataFrame) -> str:
     """The frame as a Markdown table (one row per case) and the summary line."""
-    head = ("| case | era | published | simulated (95 % CI) | per seed | dir | sim/pub | 2x | Jain | starved | stable "
-            "| bimodal | status |")  # fmt: skip
+    head = (
+        "| case | era | published | simulated (95 % CI) | per seed | dir | sim/pub | 2x | Jain | starved | stable "
+        "| bimodal | status |"
+    )
     lines = [head, "|" + " --- |" * 13]
 
     def yn(v: Any) -> str:
@@ -521,16 +601,22 @@ def to_markdown(df: pl.DataFrame) -> str:
 
     for r in df.iter_rows(named=True):
         m = r["metric"]
-        pub = _fmt(m, r["published"]) if r["published"] is not None else ("+ (direction)" if "16x10" in r["case"] else "—")
+        pub = (
+            _fmt(m, r["published"])
+            if r["published"] is not None
+            else ("+ (direction)" if "16x10" in r["case"] else "—")
+        )
         if r["status"] == "simulated":
             ci = f"{_fmt(m, r['sim_mean'])} ({_fmt(m, r['ci_low'])} … {_fmt(m, r['ci_high'])})"
             seeds = " ".join(_fmt(m, v) for v in r["per_seed"])
             ratio = "—" if r["sim_over_pub"] is None else f"{r['sim_over_pub']:.2f}"
             jn = "—" if r["jain_min"] is None else f"{r['jain_min']:.2f}"
             status = "simulated" + (f", waits for {r['waits_for']}" if r["waits_for"] else "")
-            lines.append(f"| {r['case']} | {r['era']} | {pub} | {ci} | {seeds} | {yn(r['direction_ok'])} | {ratio} | "
-                         f"{yn(r['within_2x'])} | {jn} | {r['starved_vms']} | {yn(r['stable'])} | "
-                         f"{'**yes**' if r['bimodal'] else 'no'} | {status} |")  # fmt: skip
+            lines.append(
+                f"| {r['case']} | {r['era']} | {pub} | {ci} | {seeds} | {yn(r['direction_ok'])} | {ratio} | "
+                f"{yn(r['within_2x'])} | {jn} | {r['starved_vms']} | {yn(r['stable'])} | "
+                f"{'**yes**' if r['bimodal'] else 'no'} | {status} |"
+            )
         else:
             lines.append(f"| {r['case']} | {r['era']} | {pub} | — | — | — | — | — | — | — | — | — | {r['status']} |")
     lines.append("")

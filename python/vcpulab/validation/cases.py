@@ -304,7 +304,9 @@ class Ctx:
 
     # ---- the one-CPU halt-polling model
     def hp_params(self, **setup: Any) -> HaltPoll:
-        return HaltPoll(**{"policy": "block-time", **self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup)})
+        return HaltPoll(
+            **{"policy": "block-time", **self._merge("halt_poll_model", self.era.values("halt_poll_model"), setup)}
+        )
 
     def hp_scenario(self, params: HaltPoll, vcpus: Sequence[Any], seed: int) -> hp.Scenario:
         assert self.case is not None
@@ -365,6 +367,7 @@ def _gate(gate: str) -> Policy:
 
 
 # ---- measures: run output (a dict of frames / values) → one number
+
 
 def _tput(r: Mapping[str, Any]) -> float:
     return float(r["summary"]["throughput_ops_s"][0])
@@ -529,7 +532,11 @@ def _boost_queue_head(vms: int) -> Builder:
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(
-            workload=_ebizzy2019(), vcpus=80, count=vms, threads=_EBIZZY_THREADS * 80, pv={"kick_yield": variant != "base"}
+            workload=_ebizzy2019(),
+            vcpus=80,
+            count=vms,
+            threads=_EBIZZY_THREADS * 80,
+            pv={"kick_yield": variant != "base"},
         )
         return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
@@ -632,13 +639,48 @@ def _pct(base: float, new: float) -> float:
 def _ple2012_cases() -> list[Case]:
     out = []
     rows = [
-        ("ebizzy", 1, "throughput_change", Published(_pct(1129, 2317), "ebizzy 1x: +105 % (1129 -> 2317 records/s)", "records/s", 1129, 2317), _ebizzy, "throughput"),
+        (
+            "ebizzy",
+            1,
+            "throughput_change",
+            Published(_pct(1129, 2317), "ebizzy 1x: +105 % (1129 -> 2317 records/s)", "records/s", 1129, 2317),
+            _ebizzy,
+            "throughput",
+        ),
         ("ebizzy", 2, "throughput_change", Published(0.26, "ebizzy 2x: +26 %"), _ebizzy, "throughput"),
-        ("kernbench", 1, "wall_time_change", Published(_pct(49.2, 38.4), "kernbench 1x: 28 % faster (49.2 -> 38.4 s)", "s", 49.2, 38.4), presets.kernbench_like, "time_per_op"),
-        ("kernbench", 2, "wall_time_change", Published(1 / 1.07 - 1, "kernbench 2x: 7 % faster"), presets.kernbench_like, "time_per_op"),
-        ("sysbench", 1, "throughput_change", Published(-0.0004, "sysbench 1x: -0.04 %"), presets.sysbench_oltp_like, "throughput"),
-        ("sysbench", 2, "throughput_change", Published(0.0083, "sysbench 2x: +0.83 %"), presets.sysbench_oltp_like, "throughput"),
-    ]  # fmt: skip
+        (
+            "kernbench",
+            1,
+            "wall_time_change",
+            Published(_pct(49.2, 38.4), "kernbench 1x: 28 % faster (49.2 -> 38.4 s)", "s", 49.2, 38.4),
+            presets.kernbench_like,
+            "time_per_op",
+        ),
+        (
+            "kernbench",
+            2,
+            "wall_time_change",
+            Published(1 / 1.07 - 1, "kernbench 2x: 7 % faster"),
+            presets.kernbench_like,
+            "time_per_op",
+        ),
+        (
+            "sysbench",
+            1,
+            "throughput_change",
+            Published(-0.0004, "sysbench 1x: -0.04 %"),
+            presets.sysbench_oltp_like,
+            "throughput",
+        ),
+        (
+            "sysbench",
+            2,
+            "throughput_change",
+            Published(0.0083, "sysbench 2x: +0.83 %"),
+            presets.sysbench_oltp_like,
+            "throughput",
+        ),
+    ]
     for bench, oc, metric, pub, preset, measure in rows:
         out.append(
             Case(
@@ -772,8 +814,13 @@ def _registry() -> list[Case]:
             name="haltpoll2015_always_vs_off_idle250hz",
             title="always-poll vs no polling: host CPU in C0 of an idle 250 Hz guest",
             source=HALT_POLL_COMMIT_2015,
-            published=Published(math.sqrt(4.6 * 14) / 1.1, "Idle (250HZ) vCPU %c0: no-poll 1.1 %, always-poll 4.6 %~14 %",
-                                "% C0", low=4.6 / 1.1, high=14 / 1.1),
+            published=Published(
+                math.sqrt(4.6 * 14) / 1.1,
+                "Idle (250HZ) vCPU %c0: no-poll 1.1 %, always-poll 4.6 %~14 %",
+                "% C0",
+                low=4.6 / 1.1,
+                high=14 / 1.1,
+            ),
             metric="ratio",
             era="2015-4.x",
             build=_hp_idle("fixed", 250),
@@ -786,7 +833,9 @@ def _registry() -> list[Case]:
             name="haltpoll2015_dynamic_vs_off_idle250hz",
             title="dynamic (block-time) polling vs no polling: host CPU in C0 of an idle 250 Hz guest",
             source=HALT_POLL_COMMIT_2015,
-            published=Published(1.2 / 1.1, "Idle (250HZ) vCPU %c0: no-poll 1.1 %, dynamic-poll 1.2 %", "% C0", 1.1, 1.2),
+            published=Published(
+                1.2 / 1.1, "Idle (250HZ) vCPU %c0: no-poll 1.1 %, dynamic-poll 1.2 %", "% C0", 1.1, 1.2
+            ),
             metric="ratio",
             era="2015-4.x",
             build=_hp_idle("block-time", 250),
@@ -827,7 +876,9 @@ def _registry() -> list[Case]:
             name="haltpoll2015_always_vs_off_idle_nohz",
             title="always-poll vs no polling: host CPU in C0 of an idle tickless guest",
             source=HALT_POLL_COMMIT_2015,
-            published=Published(0.3 / 0.15, "Idle (nohz) vCPU %c0: no-poll 0.15 %, always-poll 0.3 %", "% C0", 0.15, 0.3),
+            published=Published(
+                0.3 / 0.15, "Idle (nohz) vCPU %c0: no-poll 0.15 %, always-poll 0.3 %", "% C0", 0.15, 0.3
+            ),
             metric="ratio",
             era="2015-4.x",
             build=None,
@@ -839,7 +890,9 @@ def _registry() -> list[Case]:
             name="haltpoll2015_dynamic_vs_off_idle_nohz",
             title="dynamic polling vs no polling: host CPU in C0 of an idle tickless guest",
             source=HALT_POLL_COMMIT_2015,
-            published=Published(0.2 / 0.15, "Idle (nohz) vCPU %c0: no-poll 0.15 %, dynamic-poll 0.2 %", "% C0", 0.15, 0.2),
+            published=Published(
+                0.2 / 0.15, "Idle (nohz) vCPU %c0: no-poll 0.15 %, dynamic-poll 0.2 %", "% C0", 0.15, 0.2
+            ),
             metric="ratio",
             era="2015-4.x",
             build=None,
@@ -850,7 +903,9 @@ def _registry() -> list[Case]:
             name="haltpoll2015_review_always_vs_off_idle",
             title="always polling vs none: idle overhead, overcommitted host, pinned vCPUs (review of v4)",
             source=HALT_POLL_REVIEW_2015,
-            published=Published(1.8 / 0.9, "host CPU in C0: no polling ~0.9 %, always polling ~1.8 %", "% C0", 0.9, 1.8),
+            published=Published(
+                1.8 / 0.9, "host CPU in C0: no polling ~0.9 %, always polling ~1.8 %", "% C0", 0.9, 1.8
+            ),
             metric="ratio",
             era="2015-4.x",
             build=_hp_idle("fixed", 250, vcpus=2),
@@ -879,7 +934,9 @@ def _registry() -> list[Case]:
             name="haltpoll2015_v4_vs_off_250hz_2ms",
             title="v4 dynamic polling vs none: C0 of a 250 Hz guest with a 2 ms maximum",
             source=HALT_POLL_REVIEW_2015,
-            published=Published(15 / 1.27, "250 Hz guest, 2 ms max: v4 15 % C0 vs 1.27 % without polling", "% C0", 1.27, 15),
+            published=Published(
+                15 / 1.27, "250 Hz guest, 2 ms max: v4 15 % C0 vs 1.27 % without polling", "% C0", 1.27, 15
+            ),
             metric="ratio",
             era="2015-4.x",
             build=_hp_idle("dynamic-v4", 250),
@@ -915,7 +972,8 @@ def _registry() -> list[Case]:
                 overrides=_NO_PV_TLB_2019,
                 warmup_ns=_WARMUP_2019_NS,
                 measure_ns=300_000_000,
-                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; " + _UNPINNED,
+                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; "
+                + _UNPINNED,
                 notes="both gates are the built-in upstream policy's candidate_gate option",
                 waits_for="#12, #13",
             )
@@ -957,7 +1015,8 @@ def _registry() -> list[Case]:
                 varies=("pv.kick_yield",),
                 warmup_ns=_WARMUP_2019_NS,
                 measure_ns=300_000_000,
-                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; " + _UNPINNED,
+                setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; "
+                + _UNPINNED,
                 waits_for="#12",
             )
         )
@@ -1044,7 +1103,7 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
                 got.setdefault(f"host.{k}", []).append(getattr(cfg.host, k))
             for vm in cfg.vms:
                 for s in ("ple", "pv", "halt_poll"):
-                    for k, _ in {**era.values(s), **prof.values(s)}.items():
+                    for k in {**era.values(s), **prof.values(s)}:
                         got.setdefault(f"{s}.{k}", []).append(getattr(getattr(vm, s), k))
                 for k in era.values("workload"):
                     got.setdefault(f"workload.{k}", []).append(getattr(vm.workload, k))
@@ -1065,7 +1124,9 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
                 continue
             for v in vals:
                 if v != expect[path]:
-                    out.append(f"{c.name}/{variant}: {path} = {v!r}, era/cost value {expect[path]!r}, no recorded reason")
+                    out.append(
+                        f"{c.name}/{variant}: {path} = {v!r}, era/cost value {expect[path]!r}, no recorded reason"
+                    )
                     break
     return out
 

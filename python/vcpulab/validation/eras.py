@@ -268,13 +268,17 @@ _PLACEMENT = _k("available_idle", "", "kernel/sched/core.c: available_idle_cpu()
 _GUEST_POLL = _k(0, "ns", "cpuidle-haltpoll is not loaded by default: the guest halts at once")
 # the PV switches and the guest kernel's lock rules (issue #13)
 _NO_KICK_YIELD = _k(False, "", "KVM_HC_KICK_CPU only wakes the kicked vCPU before 266e85a5ec91 (2019)")
-_KICK_YIELD = _k(True, "", "kvm_pv_kick_cpu_op + kvm_sched_yield: 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (2019)")
+_KICK_YIELD = _k(
+    True, "", "kvm_pv_kick_cpu_op + kvm_sched_yield: 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (2019)"
+)
 _NO_PV_TLB = _k(False, "", "KVM_FEATURE_PV_TLB_FLUSH arrived in v4.16 (2018)")
 _PV_TLB = _k(True, "", "KVM_FEATURE_PV_TLB_FLUSH (v4.16+): kvm_flush_tlb_multi skips preempted vCPUs")
 _NO_PV_IPI = _k(False, "", "KVM_FEATURE_PV_SEND_IPI arrived in v4.19 (2018)")
 _PV_IPI = _k(True, "", "KVM_FEATURE_PV_SEND_IPI (v4.19+): one hypercall per multicast IPI")
 _LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lock.c rules (sim.Guest.lock_model)")
-_WAIT_EARLY = _k("prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)")
+_WAIT_EARLY = _k(
+    "prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)"
+)
 _NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
 _VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
 _GUEST_LB = _k(
@@ -285,7 +289,9 @@ _GUEST_LB = _k(
 )
 _HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
 _HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
-_HP_GROW_START = _k(10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)")
+_HP_GROW_START = _k(
+    10_000, "ns", "halt_poll_ns_grow_start = 10000 (virt/kvm/kvm_main.c; a fixed 10 us start before 2019)"
+)
 _HP_SHRINK_OLD = _k(0, "", "halt_poll_ns_shrink = 0 (reset to 0) before ~v6.8 (virt/kvm/kvm_main.c)")
 _HP_SHRINK_NEW = _k(2, "", "halt_poll_ns_shrink = 2 since ~v6.8 (virt/kvm/kvm_main.c)")
 _ESRCH = _k(True, "", "kernel/sched/core.c yield_to(): -ESRCH when both run queues hold one task (since 2013)")
@@ -319,41 +325,73 @@ _IDLE_SKX = _h(
 )
 
 
-_WAKE_WIDE = _k(True, "", "kernel/sched/fair.c wake_wide / record_wakee: since v3.10 ('sched: Implement smarter "
-                "wake-affine logic', 62470419e993, 2013); the rule modelled is the v4.3+ form ('sched/fair: Beef up "
-                "wake_wide()', 63b0e9edceec, 2015)")
+_WAKE_WIDE = _k(
+    True,
+    "",
+    "kernel/sched/fair.c wake_wide / record_wakee: since v3.10 ('sched: Implement smarter "
+    "wake-affine logic', 62470419e993, 2013); the rule modelled is the v4.3+ form ('sched/fair: Beef up "
+    "wake_wide()', 63b0e9edceec, 2015)",
+)
 _NO_WAKE_WIDE = _k(False, "", "no wake_wide before v3.10 (2013): every wake-up tried wake_affine")
 
 
 def _host_model(cfs: bool, busy_factor: int, idle: Param, wake_wide: Param = _WAKE_WIDE) -> dict[str, Param]:
     out = {
-        "tick_skew": _k(False, "", "skew_tick=0 by default: every CPU ticks on the jiffy boundary "
-                        "(kernel/time/tick-sched.c tick_setup_sched_timer, 'synchronized mode')"),
-        "seeded_ties": _a(True, "", "real CPUs never see exact ties of scheduling keys; a seeded rank per task "
-                          "stands for the kernel's enqueue order (the task index made every CPU prefer one VM)"),
-        "wakeup_ipi_ns": _a(1_500, "ns", "~1-2 us for a cross-core wake-up IPI and its handler on a Xeon; no figure "
-                            "for the sources' machines"),
+        "tick_skew": _k(
+            False,
+            "",
+            "skew_tick=0 by default: every CPU ticks on the jiffy boundary "
+            "(kernel/time/tick-sched.c tick_setup_sched_timer, 'synchronized mode')",
+        ),
+        "seeded_ties": _a(
+            True,
+            "",
+            "real CPUs never see exact ties of scheduling keys; a seeded rank per task "
+            "stands for the kernel's enqueue order (the task index made every CPU prefer one VM)",
+        ),
+        "wakeup_ipi_ns": _a(
+            1_500,
+            "ns",
+            "~1-2 us for a cross-core wake-up IPI and its handler on a Xeon; no figure for the sources' machines",
+        ),
         "wakeup_jitter": _a(0.5, "", "wake-up latencies vary by interrupt timing and idle-state depth; +-50 % chosen"),
         "idle_states": idle,
-        "noise": _a(HostNoise.typical(), "", "HostNoise.typical(): a trickle of kernel threads (50/s x 10 us per CPU) "
-                    "and VMM I/O (200/s x 20 us per VM); order-of-magnitude choices, see its docstring"),
-        "wake_placement": _k("select_task_rq_fair", "", "kernel/sched/fair.c select_task_rq_fair: wake_affine, "
-                             "select_idle_sibling"),
+        "noise": _a(
+            HostNoise.typical(),
+            "",
+            "HostNoise.typical(): a trickle of kernel threads (50/s x 10 us per CPU) "
+            "and VMM I/O (200/s x 20 us per VM); order-of-magnitude choices, see its docstring",
+        ),
+        "wake_placement": _k(
+            "select_task_rq_fair", "", "kernel/sched/fair.c select_task_rq_fair: wake_affine, select_idle_sibling"
+        ),
         "load_balance": _k(True, "", "kernel/sched/fair.c rebalance_domains / load_balance / newidle_balance"),
         "wake_wide": wake_wide,
         "lb_busy_factor": _k(busy_factor, "", "kernel/sched/topology.c sd_init: busy_factor 32, 16 from v5.10"),
         "migration_cost_ns": _k(500_000, "ns", "sysctl_sched_migration_cost = 500000 (kernel/sched/fair.c)"),
-        "start_placement": _a("shuffled", "", "no kernel rule starts vCPU g on CPU g mod P: the map a run starts from "
-                              "comes from fork placement (kernel/sched/fair.c sched_balance_find_dst_cpu) and the "
-                              "wake-up placements of guest boot, which depend on their timing; a seeded balanced "
-                              "shuffle stands for it (the index map paired VM k with VM k + P/vcpus on the same CPUs)"),
-        "smt_speed_pct": _h(65, "%", "two busy Hyper-Threads give a core 'up to 30 %' more throughput: Marr et al., "
-                            "'Hyper-Threading Technology Architecture and Microarchitecture', Intel Technology "
-                            "Journal 6(1), 2002; one figure for every era (used only with threads_per_core > 1)"),
+        "start_placement": _a(
+            "shuffled",
+            "",
+            "no kernel rule starts vCPU g on CPU g mod P: the map a run starts from "
+            "comes from fork placement (kernel/sched/fair.c sched_balance_find_dst_cpu) and the "
+            "wake-up placements of guest boot, which depend on their timing; a seeded balanced "
+            "shuffle stands for it (the index map paired VM k with VM k + P/vcpus on the same CPUs)",
+        ),
+        "smt_speed_pct": _h(
+            65,
+            "%",
+            "two busy Hyper-Threads give a core 'up to 30 %' more throughput: Marr et al., "
+            "'Hyper-Threading Technology Architecture and Microarchitecture', Intel Technology "
+            "Journal 6(1), 2002; one figure for every era (used only with threads_per_core > 1)",
+        ),
     }
     if cfs:
-        out["scheduler"] = _k("cfs", "", "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
-                              "kernel's sysctl defaults (6 / 0.75 / 1 ms, log scaling)")
+        out["scheduler"] = _k(
+            "cfs",
+            "",
+            "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
+            "kernel's sysctl defaults (6 / 0.75 / 1 ms, log scaling)",
+        )
     return out
 
 
@@ -428,8 +466,16 @@ ERA_2015 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_300_000, "kHz", "2.3 GHz, a Haswell-EP Xeon's nominal clock; the sources give no clock"),
-        **_host_model(True, 32, _a(_IDLE_NHM.value, "ns", "Haswell-EP's own intel_idle table was not checked here; "
-                                  f"the Nehalem/Westmere one stands in ({_IDLE_NHM.source})")),
+        **_host_model(
+            True,
+            32,
+            _a(
+                _IDLE_NHM.value,
+                "ns",
+                "Haswell-EP's own intel_idle table was not checked here; "
+                f"the Nehalem/Westmere one stands in ({_IDLE_NHM.source})",
+            ),
+        ),
     },
     ple=_common_ple(
         _k(2, "", f"KVM_DEFAULT_PLE_WINDOW_GROW = 2 (dynamic PLE window, v3.18; {_SPEC_PLE})"),
@@ -724,8 +770,12 @@ HARDWARE_COSTS = CostProfile(
         "candidate_ns": _a(40, "ns", "one candidate examined in kvm_vcpu_on_spin: a few cache lines (no figure)"),
     },
     pv={
-        "hypercall_ns": _a(1500, "ns", f"a hypercall exit: the 683 ns world switch ({_SPLITX.split(',')[0]}) plus handling"),
-        "halt_exit_ns": _a(1500, "ns", "a HLT exit before blocking: the 683 ns world switch plus kvm_vcpu_halt's entry"),
+        "hypercall_ns": _a(
+            1500, "ns", f"a hypercall exit: the 683 ns world switch ({_SPLITX.split(',')[0]}) plus handling"
+        ),
+        "halt_exit_ns": _a(
+            1500, "ns", "a HLT exit before blocking: the 683 ns world switch plus kvm_vcpu_halt's entry"
+        ),
     },
     halt_poll_model={
         "wake_to_cue_ns": _a(
@@ -763,7 +813,9 @@ def this_host(calibration: Any = None) -> CostProfile:
         how = "vcpulab.calibrate.halt_poll, this run"
         measured = {k for k, v in getattr(calibration, "costs_source", {}).items() if str(v).startswith("measured")}
     model = {
-        k: Param(int(v), "ns", MEASURED, how) if k in measured else Param(int(v), "ns", ASSUMPTION, "model default, not resolved")
+        k: Param(int(v), "ns", MEASURED, how)
+        if k in measured
+        else Param(int(v), "ns", ASSUMPTION, "model default, not resolved")
         for k, v in costs.items()
     }
     not_here = "not measurable on this host (guests are emulated, no PLE): the hardware profile's value"
@@ -804,8 +856,10 @@ def eras_markdown() -> str:
                 fields.append(k)
 
     def show(v: Any) -> str:
-        return v.label if isinstance(v, Policy) and v.kind != "dy_eligible" else (
-            f"dy_eligible(esrch_budget={v.esrch_budget})" if isinstance(v, Policy) else str(v)
+        return (
+            v.label
+            if isinstance(v, Policy) and v.kind != "dy_eligible"
+            else (f"dy_eligible(esrch_budget={v.esrch_budget})" if isinstance(v, Policy) else str(v))
         )
 
     lines = ["| field | " + " | ".join(names) + " |", "|" + " --- |" * (len(names) + 1)]
@@ -827,7 +881,13 @@ def eras_markdown() -> str:
                 continue
             seen.add(key)
             lines.append(f"| `{f}` | {show(p.value)} {p.unit} | {p.kind} | {p.source} |")
-    lines += ["", "Cost profiles:", "", "| profile | field | value | kind | source |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "Cost profiles:",
+        "",
+        "| profile | field | value | kind | source |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for prof in COSTS.values():
         for f, p in prof.params().items():
             lines.append(f"| {prof.name} | `{f}` | {p.value} {p.unit} | {p.kind} | {p.source} |")

@@ -61,7 +61,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         raise ValueError(f"robustness: seeds must be >= 1, got {seeds}")
     if not duration_scale > 0:
         raise ValueError(f"robustness: duration_scale must be > 0, got {duration_scale}")
-    ns = lambda x: max(2_000_000, int(x * duration_scale))  # noqa: E731
+    ns = lambda x: max(2_000_000, int(x * duration_scale))
     rows: list[dict[str, Any]] = []
 
     # lock-step
@@ -69,37 +69,67 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         ctx = _ctx(e, ("host.scheduler",))
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
         cfgs = [
-            Config(host=ctx.host(pcpus=80, affinity="all", **s), vms=(vm,), seed=seed,
-                   duration_ns=ns(100_000_000), warmup_ns=ns(40_000_000))
-            for seed in range(seeds) for s in ({}, {"scheduler": "gang"})
-        ]  # fmt: skip
+            Config(
+                host=ctx.host(pcpus=80, affinity="all", **s),
+                vms=(vm,),
+                seed=seed,
+                duration_ns=ns(100_000_000),
+                warmup_ns=ns(40_000_000),
+            )
+            for seed in range(seeds)
+            for s in ({}, {"scheduler": "gang"})
+        ]
         res = _sweep(cfgs)
         ratios, same = [], True
         for i in range(0, len(res), 2):
             f, g = res[i].summary, res[i + 1].summary
             ratios.append(g["throughput_ops_s"][0] / f["throughput_ops_s"][0])
-            same &= bool(f["throughput_ops_s"][0] == g["throughput_ops_s"][0] and f["ple_exits"][0] == g["ple_exits"][0])
+            same &= bool(
+                f["throughput_ops_s"][0] == g["throughput_ops_s"][0] and f["ple_exits"][0] == g["ple_exits"][0]
+            )
         ratio = sum(ratios) / len(ratios)
-        rows.append(dict(probe="lockstep_unpinned_8x20", era=e, value=ratio, artifact=same or ratio < 1.2,
-                         detail="gang / fair throughput, unpinned vCPU threads (identical runs, or gang within 20 % "
-                                "of fair: lock-step)",
-                         waits_for="#12"))  # fmt: skip
+        rows.append(
+            dict(
+                probe="lockstep_unpinned_8x20",
+                era=e,
+                value=ratio,
+                artifact=same or ratio < 1.2,
+                detail="gang / fair throughput, unpinned vCPU threads (identical runs, or gang within 20 % "
+                "of fair: lock-step)",
+                waits_for="#12",
+            )
+        )
 
     # starvation
     ctx = _ctx("2012-3.x", ("guest.policy",))
     cfgs = []
     for pol in (P.baseline_2011(), P.dy_eligible()):
         vm = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32, policy=pol)
-        cfgs += [Config(host=ctx.host(pcpus=16, affinity="all"), vms=(vm,), seed=s, duration_ns=ns(150_000_000),
-                        warmup_ns=ns(50_000_000)) for s in range(seeds)]  # fmt: skip
+        cfgs += [
+            Config(
+                host=ctx.host(pcpus=16, affinity="all"),
+                vms=(vm,),
+                seed=s,
+                duration_ns=ns(150_000_000),
+                warmup_ns=ns(50_000_000),
+            )
+            for s in range(seeds)
+        ]
     shares, zero = [], False
     for r in _sweep(cfgs):
         ops = r.vms["ops"].to_list()
         zero |= min(ops) == 0
         shares.append(min(ops) / max(1, sum(ops)))
-    rows.append(dict(probe="starvation_2x_ebizzy_16cpus", era="2012-3.x", value=min(shares), artifact=zero,
-                     detail="smallest per-VM share of the operations (0.5 = fair); a VM at 0 over the window",
-                     waits_for="#12"))  # fmt: skip
+    rows.append(
+        dict(
+            probe="starvation_2x_ebizzy_16cpus",
+            era="2012-3.x",
+            value=min(shares),
+            artifact=zero,
+            detail="smallest per-VM share of the operations (0.5 = fair); a VM at 0 over the window",
+            waits_for="#12",
+        )
+    )
 
     # dead paths
     def pair(cfg_a: Config, cfg_b: Config) -> tuple[float, bool]:
@@ -110,20 +140,42 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     for lk in ("ticket", "pv_queued"):
         c = _ctx("6.x", overrides={"guest.lock_kind": lk})
         vm = c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32)
-        cfgs2.append(Config(host=c.host(pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000)))
+        cfgs2.append(
+            Config(host=c.host(pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
+        )
     v, same = pair(*cfgs2)
-    rows.append(dict(probe="dead_path_lock_kinds", era="6.x", value=v, artifact=same,
-                     detail="pv_queued / ticket throughput, 2 x 16-vCPU ebizzy-like VMs on 16 CPUs (identical = dead path)",
-                     waits_for="#13"))  # fmt: skip
+    rows.append(
+        dict(
+            probe="dead_path_lock_kinds",
+            era="6.x",
+            value=v,
+            artifact=same,
+            detail="pv_queued / ticket throughput, 2 x 16-vCPU ebizzy-like VMs on 16 CPUs (identical = dead path)",
+            waits_for="#13",
+        )
+    )
     c = _ctx("6.x")
     cfgs3 = [
-        Config(host=c.host(pcpus=16), vms=(c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=t),), seed=0,
-               duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
+        Config(
+            host=c.host(pcpus=16),
+            vms=(c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=t),),
+            seed=0,
+            duration_ns=ns(60_000_000),
+            warmup_ns=ns(20_000_000),
+        )
         for t in (16, 32)
-    ]  # fmt: skip
+    ]
     v, same = pair(*cfgs3)
-    rows.append(dict(probe="dead_path_threads_per_vcpu", era="6.x", value=v, artifact=same,
-                     detail="2 / 1 ebizzy-like threads per vCPU, throughput (identical = dead path)", waits_for="#13"))
+    rows.append(
+        dict(
+            probe="dead_path_threads_per_vcpu",
+            era="6.x",
+            value=v,
+            artifact=same,
+            detail="2 / 1 ebizzy-like threads per vCPU, throughput (identical = dead path)",
+            waits_for="#13",
+        )
+    )
 
     # knife edges: the 2012 1x comparisons with the PLE window doubled
     from vcpulab.validation._score import validate
@@ -134,7 +186,10 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         wide = dataclasses.replace(
             base,
             name=f"ple2012_{bench}_1x_window_8192",
-            overrides={"ple.window": (8192, "probe: the PLE window doubled"), "ple.max": (8192, "probe: a fixed window")},
+            overrides={
+                "ple.window": (8192, "probe: the PLE window doubled"),
+                "ple.max": (8192, "probe: a fixed window"),
+            },
         )
         pairs += [base, wide]
     means = validate(pairs, seeds=seeds, duration_scale=0.5 * duration_scale)["sim_mean"].to_list()
@@ -142,12 +197,27 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         (("kernbench", "wall-time"), ("sysbench", "throughput")), means[0::2], means[1::2], strict=True
     ):
         edge = (a > 0) != (b > 0) or abs(b - a) > 0.5 * abs(a)
-        rows.append(dict(probe="knife_edge_ple_window" + ("" if bench == "kernbench" else "_sysbench"),
-                         era="2012-3.x", value=b, artifact=bool(edge),
-                         detail=f"{bench}-like 1x dy_eligible vs 2011 {what} change at 8192 cycles ({a:+.1%} at 4096)",
-                         waits_for="#12, #13"))  # fmt: skip
-    return pl.DataFrame(rows, schema={"probe": pl.String, "era": pl.String, "value": pl.Float64, "artifact": pl.Boolean,
-                                      "detail": pl.String, "waits_for": pl.String})  # fmt: skip
+        rows.append(
+            dict(
+                probe="knife_edge_ple_window" + ("" if bench == "kernbench" else "_sysbench"),
+                era="2012-3.x",
+                value=b,
+                artifact=bool(edge),
+                detail=f"{bench}-like 1x dy_eligible vs 2011 {what} change at 8192 cycles ({a:+.1%} at 4096)",
+                waits_for="#12, #13",
+            )
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "probe": pl.String,
+            "era": pl.String,
+            "value": pl.Float64,
+            "artifact": pl.Boolean,
+            "detail": pl.String,
+            "waits_for": pl.String,
+        },
+    )
 
 
 def summary_line(df: pl.DataFrame) -> str:
@@ -160,6 +230,8 @@ def to_markdown(df: pl.DataFrame) -> str:
     """The probes as a Markdown table."""
     lines = ["| probe | era | value | artifact present | what | waits for |", "| --- | --- | --- | --- | --- | --- |"]
     for r in df.iter_rows(named=True):
-        lines.append(f"| {r['probe']} | {r['era']} | {r['value']:.3g} | {'**yes**' if r['artifact'] else 'no'} | "
-                     f"{r['detail']} | {r['waits_for']} |")  # fmt: skip
+        lines.append(
+            f"| {r['probe']} | {r['era']} | {r['value']:.3g} | {'**yes**' if r['artifact'] else 'no'} | "
+            f"{r['detail']} | {r['waits_for']} |"
+        )
     return "\n".join(lines)

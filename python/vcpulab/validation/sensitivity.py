@@ -206,8 +206,14 @@ def sensitivity(
         _sensitivity_rows(rows, sel, params, fs, seeds, duration_scale, executor)
     except KeyboardInterrupt as e:
         rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
-        keep_partial(e, pl.DataFrame(rows, schema=_SCHEMA, orient="row"), call="validation.sensitivity",
-                     done=len(rows), total=len(rows), unit="rows (the scaled runs that had finished)")  # fmt: skip
+        keep_partial(
+            e,
+            pl.DataFrame(rows, schema=_SCHEMA, orient="row"),
+            call="validation.sensitivity",
+            done=len(rows),
+            total=len(rows),
+            unit="rows (the scaled runs that had finished)",
+        )
         raise
     rows.sort(key=lambda r: (r["case"], r["param"], r["factor"]))
     return pl.DataFrame(rows, schema=_SCHEMA, orient="row") if rows else pl.DataFrame(schema=_SCHEMA)
@@ -224,7 +230,9 @@ def _sensitivity_rows(
 ) -> None:
     """The rows of :func:`sensitivity`, appended to ``rows`` as each group of
     scaled runs finishes (so that an interrupt keeps them)."""
-    nominal = {r["case"]: r for r in validate(sel, seeds=seeds, duration_scale=duration_scale, executor=executor).to_dicts()}
+    nominal = {
+        r["case"]: r for r in validate(sel, seeds=seeds, duration_scale=duration_scale, executor=executor).to_dicts()
+    }
 
     era_runs: list[tuple[Case, Case, str, float, Param, Any]] = []  # (case, scaled case, ...)
     cost_runs: dict[tuple[str, str, float], tuple[CostProfile, list[tuple[Case, Param, Any]]]] = {}
@@ -285,7 +293,9 @@ def _sensitivity_rows(
                 rows.append(_row(c, RUN_LENGTH, f, _LENGTH, f, nominal[c.name], r, "ran"))
 
 
-def _row(c: Case, path: str, f: float, p: Param, v: Any, nom: dict[str, Any], got: dict[str, Any] | None, status: str) -> dict[str, Any]:
+def _row(
+    c: Case, path: str, f: float, p: Param, v: Any, nom: dict[str, Any], got: dict[str, Any] | None, status: str
+) -> dict[str, Any]:
     return {
         "case": c.name,
         "era": c.era,
@@ -350,7 +360,8 @@ def per_case(df: pl.DataFrame) -> pl.DataFrame:
         ran = g.filter(pl.col("status") == "ran")
 
         def which(col: str, nominal: bool, now: bool) -> list[str]:
-            sel = ran.filter((pl.col(f"nominal_{col}") == nominal) & (pl.col(col) == now) & pl.col("beyond_seeds"))
+            # called only within this iteration, so `ran` is this case's
+            sel = ran.filter((pl.col(f"nominal_{col}") == nominal) & (pl.col(col) == now) & pl.col("beyond_seeds"))  # noqa: B023
             return [f"{p} x{f:g}" for p, f in zip(sel["param"], sel["factor"])]
 
         flipped = (pl.col("direction_ok").ne_missing(pl.col("nominal_direction_ok"))) | (
