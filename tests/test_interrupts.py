@@ -3,8 +3,8 @@ call raises KeyboardInterrupt within about a second, and the work that had
 finished is on the exception as ``e.partial``, in the call's own shape.
 
 Each test runs the call in a child process and sends SIGINT at a random
-moment after the child says READY (the seed is in the test id, so a failure
-can be replayed). The child stamps CLOCK_MONOTONIC (shared by the processes)
+moment after the child says READY (the seed is in the test id; a failure
+replays with ``VCPULAB_INTERRUPT_SEED=<seed>``). The child stamps CLOCK_MONOTONIC (shared by the processes)
 when the KeyboardInterrupt reaches it, so the latency excludes the child's
 exit. The bound asserted is 1.5 s: the contract is 1 s, and a loaded 2-CPU
 machine may delay the signal's delivery or the child's wake-up; the measured
@@ -14,6 +14,7 @@ latencies are printed (-s) and are typically 0.05-0.3 s here.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
@@ -94,7 +95,9 @@ def _delay(seed: int, lo: float, hi: float) -> float:
     return random.Random(seed).uniform(lo, hi)
 
 
-SEEDS = [1, 2]
+#: one random moment per call and test session (VCPULAB_INTERRUPT_SEED=N replays one): five runs of the suite
+#: try five moments of each call
+SEEDS = [int(os.environ.get("VCPULAB_INTERRUPT_SEED", random.SystemRandom().randrange(1 << 30)))]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
