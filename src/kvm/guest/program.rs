@@ -25,6 +25,15 @@ use crate::kvm::error::{Error, Result};
 
 /// IO port of the ucall protocol.
 pub const UCALL_PORT: u16 = 0xe0;
+/// The pv spin exit of vcpulab's vCPU scheduler (`vcpulab.sched`), the
+/// software analogue of a pause-loop exit: a spin-lock waiter built with
+/// `pv_exits` that failed its record's `spin_window` iterations in a row writes
+/// the lock holder's vCPU id (`u32::MAX`: unknown) to this port.
+pub const PV_SPIN_PORT: u16 = 0xe1;
+/// The pv halt brackets of the same programs: 1 just before a halt, 0 just
+/// after it (the scheduler gives the halted vCPU's CPU away and asks a token
+/// for it again when it wakes).
+pub const PV_HALT_PORT: u16 = 0xe2;
 pub const UCALL_SYNC: u32 = 1;
 pub const UCALL_ASSERT: u32 = 2;
 pub const UCALL_DONE: u32 = 3;
@@ -297,7 +306,17 @@ pub enum Spec {
     /// steal-time slot, [`super::default_steal_gpa`]) is set and, if so, halts
     /// until the unlocker kicks it with an IPI of `kick_vector` (the guest side
     /// of `vcpu_is_preempted`, [S2]); `vcpus` bounds the unlocker's scan.
-    SpinLock { kind: LockKind, hold: u64, think: u64, iterations: u64, check_every: u64, kick_vector: u8, vcpus: u64 },
+    SpinLock {
+        kind: LockKind,
+        hold: u64,
+        think: u64,
+        iterations: u64,
+        check_every: u64,
+        kick_vector: u8,
+        vcpus: u64,
+        /// pv spin exits ([`PV_SPIN_PORT`]) and halt brackets ([`PV_HALT_PORT`]) for vcpulab's scheduler.
+        pv_exits: bool,
+    },
     /// Host → vCPU MSI ping-pong, guest side: halts until `count` interrupts of
     /// `vector` arrived; before each halt increments `halts` (the host's cue),
     /// and records each halt's length in TSC cycles in `halt_cycles[i]`.
@@ -357,6 +376,9 @@ impl SpinLockLayout {
     pub const HALTS: u64 = 32;
     pub const KICKS: u64 = 40;
     pub const WAITING: u64 = 48;
+    /// With `pv_exits`: the failed spin iterations after which a waiter makes
+    /// a pv spin exit (0: never); the host's scheduler writes it (its PLE window).
+    pub const SPIN_WINDOW: u64 = 56;
     /// Most vCPUs a spin-lock program has records for.
     pub const MAX_VCPUS: u64 = 64;
 }
@@ -618,7 +640,7 @@ impl Spec {
                 }
                 m.park()?;
             }
-            Spec::SpinLock { kind, hold, think, iterations, check_every, kick_vector, vcpus } => {
+            Spec::SpinLock { kind, hold, think, iterations, check_every, kick_vector, vcpus, pv_exits } => {
                 if kind == LockKind::Pv {
                     if !env.irqchip {
                         return Err(Error::Unsupported(
@@ -649,7 +671,9 @@ impl Spec {
                 if kind == LockKind::Pv {
                     params.extend([("check_every".into(), check_every), ("kick_vector".into(), kick_vector as u64)]);
                 }
-                spin_lock(&mut m, kind, data, hold, think, iterations, check_every, kick_vector, vcpus, &mut results)?;
+                params.push(("pv_exits".into(), pv_exits as u64));
+                let lock = LockProgram { kind, hold, think, iterations, check_every, kick_vector, vcpus, pv_exits };
+                spin_lock(&mut m, &lock, data, &mut results)?;
             }
             Spec::MsiPong { vector, count } => {
                 if !env.irqchip {
@@ -776,20 +800,50 @@ fn send_ipi(a: &mut CodeAssembler, dest: AsmRegister64, vector: u8) -> Result<()
     a.mov(dword_ptr(rcx), (1u32 << 14) | vector as u32).map_err(asm_err)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn spin_lock(
-    m: &mut Asm,
+/// The parameters of a spin-lock program (see [`Spec::SpinLock`]).
+struct LockProgram {
     kind: LockKind,
-    data: Gpa,
     hold: u64,
     think: u64,
     iterations: u64,
     check_every: u64,
     kick_vector: u8,
     vcpus: u64,
-    results: &mut Vec<ResultField>,
-) -> Result<()> {
+    pv_exits: bool,
+}
+
+/// One failed spin iteration's pv-exit check (with `pv_exits`): `r9` counts
+/// the failed iterations of this wait; once it reaches the record's
+/// `spin_window` (not 0), the holder's id goes out on [`PV_SPIN_PORT`] and the
+/// count restarts. Clobbers rdx, r10, r11; keeps rax.
+fn spin_exit_check(a: &mut CodeAssembler) -> Result<()> {
     type L = SpinLockLayout;
+    let mut cont = a.create_label();
+    a.inc(r9).map_err(asm_err)?;
+    a.mov(r10, qword_ptr(r12 + L::SPIN_WINDOW as i32)).map_err(asm_err)?;
+    a.test(r10, r10).map_err(asm_err)?;
+    a.jz(cont).map_err(asm_err)?;
+    a.cmp(r9, r10).map_err(asm_err)?;
+    a.jb(cont).map_err(asm_err)?;
+    a.mov(r11, rax).map_err(asm_err)?;
+    a.mov(eax, dword_ptr(rbx + SpinLockLayout::HOLDER as i32)).map_err(asm_err)?;
+    a.mov(edx, PV_SPIN_PORT as u32).map_err(asm_err)?;
+    a.out(dx, eax).map_err(asm_err)?;
+    a.mov(rax, r11).map_err(asm_err)?;
+    a.xor(r9d, r9d).map_err(asm_err)?;
+    a.set_label(&mut cont).map_err(asm_err)
+}
+
+/// `out PV_HALT_PORT, value` (a halt bracket). Clobbers rax, rdx.
+fn halt_bracket(a: &mut CodeAssembler, value: u32) -> Result<()> {
+    a.mov(eax, value).map_err(asm_err)?;
+    a.mov(edx, PV_HALT_PORT as u32).map_err(asm_err)?;
+    a.out(dx, eax).map_err(asm_err)
+}
+
+fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultField>) -> Result<()> {
+    type L = SpinLockLayout;
+    let LockProgram { kind, hold, think, iterations, check_every, kick_vector, vcpus, pv_exits } = *p;
     let per = |name, off, doc| ResultField {
         name,
         gpa: data + L::RECORDS + off,
@@ -822,6 +876,7 @@ fn spin_lock(
         ("total_wait_cycles", L::TOTAL_WAIT, "total wait for the lock (TSC cycles)"),
         ("halts", L::HALTS, "halts while the holder was preempted (pv)"),
         ("kicks", L::KICKS, "kick IPIs sent by the unlocker (pv)"),
+        ("spin_window", L::SPIN_WINDOW, "failed spin iterations before a pv spin exit (0: never; pv_exits)"),
     ] {
         results.push(per(name, off, doc));
     }
@@ -853,12 +908,16 @@ fn spin_lock(
         LockKind::Ticket => {
             a.mov(eax, 1u32).map_err(asm_err)?;
             a.lock().xadd(dword_ptr(rbx), eax).map_err(asm_err)?; // eax = my ticket
+            a.xor(r9d, r9d).map_err(asm_err)?;
             let mut wait = a.create_label();
             a.set_label(&mut wait).map_err(asm_err)?;
             a.cmp(dword_ptr(rbx + 4), eax).map_err(asm_err)?;
             a.je(got).map_err(asm_err)?;
             a.pause().map_err(asm_err)?;
             a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            if pv_exits {
+                spin_exit_check(a)?;
+            }
             a.jmp(wait).map_err(asm_err)?;
         }
         LockKind::Tas | LockKind::Pv => {
@@ -868,6 +927,7 @@ fn spin_lock(
             if kind == LockKind::Pv {
                 a.mov(r14, check_every).map_err(asm_err)?;
             }
+            a.xor(r9d, r9d).map_err(asm_err)?;
             a.set_label(&mut attempt).map_err(asm_err)?;
             a.mov(eax, 1u32).map_err(asm_err)?;
             a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?;
@@ -876,6 +936,9 @@ fn spin_lock(
             a.set_label(&mut spin).map_err(asm_err)?;
             a.pause().map_err(asm_err)?;
             a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            if pv_exits {
+                spin_exit_check(a)?;
+            }
             if kind == LockKind::Pv {
                 a.dec(r14).map_err(asm_err)?;
                 a.jnz(check_free).map_err(asm_err)?;
@@ -894,9 +957,15 @@ fn spin_lock(
                 a.cmp(qword_ptr(rbx), 0).map_err(asm_err)?;
                 a.je(unwait).map_err(asm_err)?;
                 a.inc(qword_ptr(r12 + L::HALTS as i32)).map_err(asm_err)?;
+                if pv_exits {
+                    halt_bracket(a, 1)?;
+                }
                 a.sti().map_err(asm_err)?;
                 a.hlt().map_err(asm_err)?;
                 a.cli().map_err(asm_err)?;
+                if pv_exits {
+                    halt_bracket(a, 0)?;
+                }
                 a.set_label(&mut unwait).map_err(asm_err)?;
                 a.mov(qword_ptr(r12 + L::WAITING as i32), 0i32).map_err(asm_err)?;
             }
@@ -1195,6 +1264,7 @@ mod tests {
                 check_every: 1,
                 kick_vector: 0x50,
                 vcpus: 4,
+                pv_exits: false,
             },
             Spec::SpinLock {
                 kind: LockKind::Ticket,
@@ -1204,6 +1274,7 @@ mod tests {
                 check_every: 1,
                 kick_vector: 0x50,
                 vcpus: 4,
+                pv_exits: false,
             },
             Spec::SpinLock {
                 kind: LockKind::Pv,
@@ -1213,6 +1284,7 @@ mod tests {
                 check_every: 64,
                 kick_vector: 0x50,
                 vcpus: 4,
+                pv_exits: false,
             },
             Spec::MsiPong { vector: 0x40, count: 100 },
             Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
