@@ -28,6 +28,8 @@ __all__ = [
     "KvmUnavailableError",
     "MAX_MEMORY_MIB",
     "MAX_PROGRAM_ROUNDS",
+    "PV_HALT_PORT",
+    "PV_SPIN_PORT",
     "MSR_KVM_STEAL_TIME",
     "PV_FEATURE_BITS",
     "SIM_PCPU_TIME_CATEGORIES",
@@ -68,6 +70,8 @@ UCALL_PORT: int
 IRQ_COUNTS_ADDR: int
 MAX_MEMORY_MIB: int
 MAX_PROGRAM_ROUNDS: int
+PV_SPIN_PORT: int
+PV_HALT_PORT: int
 MSR_KVM_STEAL_TIME: int
 
 class VcpulabError(Exception): ...
@@ -195,6 +199,7 @@ def run_experiment(
     duration: float,
     sample_every: float | None = None,
     poll_every: float = 0.05,
+    scheduler: dict[str, Any] | None = None,
 ) -> dict[str, Any]: ...
 def allowed_cpus() -> list[int]: ...
 

@@ -65,6 +65,13 @@ pub enum Error {
     /// tracepoint missing); the message says which and how to fix it.
     #[error("tracing is unavailable: {0}")]
     TraceUnavailable(String),
+
+    /// A scheduling policy of `vcpulab.sched` failed (a directed-yield policy
+    /// raised, returned no candidate, or overran its deadline); the message
+    /// names the policy and the call. Maps to ValueError (a Python policy's own
+    /// exception is raised instead, chained).
+    #[error("{0}")]
+    Policy(String),
 }
 
 impl Error {

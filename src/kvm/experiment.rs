@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::error::{Error, Result};
+use super::exit::{Exit, IoDir};
 use super::kick::RunSlot;
+use super::sched::{self, Scheduler, SpinOutcome, PV_HALT_PORT, PV_SPIN_PORT};
 use super::vcpu::{RunUntil, Ucall, Vcpu, VcpuObserver};
 
 /// One vCPU of an experiment and where its thread may run.
@@ -105,6 +107,8 @@ pub struct Report {
     pub start_mono_ns: u64,
     /// True if `should_stop` ended it early.
     pub stopped: bool,
+    /// What vcpulab's scheduler decided (a run under [`run`]'s `sched`).
+    pub sched_log: Option<sched::Log>,
 }
 
 fn schedstat(tid: i32) -> (u64, u64, u64) {
@@ -122,6 +126,11 @@ fn ctxt_switches(tid: i32) -> (u64, u64) {
 
 /// Pins the calling thread to `cpus`.
 pub fn pin_current_thread(cpus: &[usize]) -> Result<()> {
+    pin_thread(0, cpus)
+}
+
+/// Pins thread `tid` of this process (0: the calling thread) to `cpus`.
+pub fn pin_thread(tid: i32, cpus: &[usize]) -> Result<()> {
     if cpus.is_empty() {
         return Ok(());
     }
@@ -134,8 +143,9 @@ pub fn pin_current_thread(cpus: &[usize]) -> Result<()> {
         // SAFETY: c < CPU_SETSIZE, checked above.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
-    // SAFETY: pid 0 = the calling thread; `set` is a valid cpu_set_t of the size passed.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+    // SAFETY: `tid` is 0 (the calling thread) or a thread id (a wrong one fails with ESRCH);
+    // `set` is a valid cpu_set_t of the size passed.
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
         return Err(Error::last_os("sched_setaffinity"));
     }
     Ok(())
@@ -196,7 +206,17 @@ impl Sampler {
 /// Runs the experiment. `should_stop` is polled every `poll_every` on the
 /// calling thread; when it returns true every vCPU is kicked out of KVM_RUN and
 /// the threads are joined before returning (with `stopped` set).
-pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMut() -> bool) -> Result<Report> {
+///
+/// With `sched`, the vCPU threads run under vcpulab's own scheduler
+/// ([`sched`]): member `i` is the scheduler's vCPU `i`, a thread enters
+/// KVM_RUN only while it holds a host CPU's token, and the calling thread also
+/// runs the scheduler's watchdog at each poll.
+pub fn run(
+    members: &mut [Member<'_>],
+    opts: Options,
+    should_stop: &mut dyn FnMut() -> bool,
+    sched: Option<&Scheduler>,
+) -> Result<Report> {
     if members.is_empty() {
         return Err(Error::InvalidArgument("an experiment needs at least one vCPU".into()));
     }
@@ -217,6 +237,9 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     }
     let mut sampler = Sampler::new(obs);
     let t0 = Instant::now();
+    if let Some(sc) = sched {
+        sc.set_origin(t0);
+    }
     let start_mono_ns = super::trace::monotonic_ns();
     let deadline = t0 + opts.duration;
     sampler.sample(0)?;
@@ -224,17 +247,22 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     let threads: Vec<ThreadReport> = std::thread::scope(|s| -> Result<Vec<ThreadReport>> {
         let handles = members
             .iter_mut()
-            .map(|m| {
+            .enumerate()
+            .map(|(g, m)| {
                 let (vm, cpus) = (m.vm, m.cpus.clone());
                 let vcpu = &mut *m.vcpu;
                 // named like QEMU's vCPU threads, so tools (and vcpulab.kvm.attach) find them
-                std::thread::Builder::new()
-                    .name(format!("CPU {}/KVM", vcpu.id))
-                    .spawn_scoped(s, move || vcpu_thread(vm, vcpu, cpus, t0, deadline))
+                std::thread::Builder::new().name(format!("CPU {}/KVM", vcpu.id)).spawn_scoped(s, move || match sched {
+                    Some(sc) => scheduled_thread(g, vm, vcpu, sc, t0, deadline),
+                    None => vcpu_thread(vm, vcpu, cpus, t0, deadline),
+                })
             })
             .collect::<Vec<_>>();
         if let Some(i) = handles.iter().position(|h| h.is_err()) {
             // stop the threads already started (the scope joins them) and report
+            if let Some(sc) = sched {
+                sc.stop();
+            }
             for slot in &slots {
                 slot.stop();
             }
@@ -266,9 +294,22 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
                 if !stopped && should_stop() {
                     stopped = true;
                 }
+                if let Some(sc) = sched {
+                    // a holder far past its slice's end is kicked out of KVM_RUN
+                    for g in sc.watchdog(now) {
+                        slots[g].kick();
+                    }
+                    if sc.stopped() && !stopped {
+                        // a policy failed: end the run (the error is reported below)
+                        stopped = true;
+                    }
+                }
             }
             if stopped || now >= deadline + Duration::from_millis(200) || sample_err.is_some() {
                 // the threads' own deadline timers normally end them; this is the backstop
+                if let Some(sc) = sched {
+                    sc.stop();
+                }
                 for sl in &slots {
                     sl.kick();
                 }
@@ -295,10 +336,22 @@ pub fn run(members: &mut [Member<'_>], opts: Options, should_stop: &mut dyn FnMu
     })?;
     let wall_ns = t0.elapsed().as_nanos() as u64;
     sampler.sample(wall_ns)?;
-    Ok(Report { threads, samples: sampler.out, wall_ns, start_mono_ns, stopped })
+    if let Some(e) = sched.and_then(|sc| sc.take_error()) {
+        return Err(e);
+    }
+    let sched_log = sched.map(|sc| sc.take_log());
+    Ok(Report { threads, samples: sampler.out, wall_ns, start_mono_ns, stopped, sched_log })
 }
 
-fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadline: Instant) -> ThreadReport {
+/// One vCPU thread's report around `body` (which runs the vCPU): the
+/// thread's schedstat and context switches before and after.
+fn thread_report(
+    vm: usize,
+    vcpu: &mut Vcpu,
+    cpus: Vec<usize>,
+    t0: Instant,
+    body: impl FnOnce(&mut Vcpu, &mut ThreadReport),
+) -> ThreadReport {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let start = Instant::now();
@@ -306,7 +359,7 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadli
         vm,
         vcpu: vcpu.id,
         tid,
-        cpus: cpus.clone(),
+        cpus,
         cpu_ns: 0,
         run_delay_ns: 0,
         timeslices: 0,
@@ -319,43 +372,9 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadli
         outcome: Outcome::Deadline,
         error: None,
     };
-    if let Err(e) = pin_current_thread(&cpus) {
-        report.outcome = Outcome::Error;
-        report.error = Some(e);
-        return report;
-    }
     let (c0, d0, n0) = schedstat(tid);
     let (v0, i0) = ctxt_switches(tid);
-    loop {
-        let want = RunUntil { kinds: vec!["ucall".into()], port: None, count: 1, deadline };
-        match vcpu.run_until_outcome(&want) {
-            Ok(out) if out.timed_out => {
-                report.exits += out.exits;
-                report.outcome = Outcome::Deadline;
-                break;
-            }
-            Ok(out) => {
-                report.exits += out.exits;
-                match out.ucall {
-                    Some(Ucall::Done) => {
-                        report.outcome = Outcome::Done;
-                        break;
-                    }
-                    Some(Ucall::Sync(_)) => report.syncs += 1,
-                    None if out.kicked => {
-                        report.outcome = Outcome::Stopped;
-                        break;
-                    }
-                    None => {} // a foreign signal: the caller's thread handles it; keep running
-                }
-            }
-            Err(e) => {
-                report.outcome = Outcome::Error;
-                report.error = Some(e);
-                break;
-            }
-        }
-    }
+    body(vcpu, &mut report);
     let (c1, d1, n1) = schedstat(tid);
     let (v1, i1) = ctxt_switches(tid);
     report.cpu_ns = c1.saturating_sub(c0);
@@ -365,4 +384,163 @@ fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadli
     report.nonvoluntary_ctxt_switches = i1.saturating_sub(i0);
     report.wall_ns = start.elapsed().as_nanos() as u64;
     report
+}
+
+impl ThreadReport {
+    fn fail(&mut self, e: Error) {
+        self.outcome = Outcome::Error;
+        self.error = Some(e);
+    }
+}
+
+/// A vCPU thread under the host kernel's scheduler: pinned to `cpus`, runs
+/// its program to DONE or the deadline.
+fn vcpu_thread(vm: usize, vcpu: &mut Vcpu, cpus: Vec<usize>, t0: Instant, deadline: Instant) -> ThreadReport {
+    thread_report(vm, vcpu, cpus.clone(), t0, |vcpu, report| {
+        if let Err(e) = pin_current_thread(&cpus) {
+            return report.fail(e);
+        }
+        loop {
+            let want = RunUntil { kinds: vec!["ucall".into()], port: None, count: 1, deadline };
+            match vcpu.run_until_outcome(&want) {
+                Ok(out) if out.timed_out => {
+                    report.exits += out.exits;
+                    report.outcome = Outcome::Deadline;
+                    break;
+                }
+                Ok(out) => {
+                    report.exits += out.exits;
+                    match out.ucall {
+                        Some(Ucall::Done) => {
+                            report.outcome = Outcome::Done;
+                            break;
+                        }
+                        Some(Ucall::Sync(_)) => report.syncs += 1,
+                        None if out.kicked => {
+                            report.outcome = Outcome::Stopped;
+                            break;
+                        }
+                        None => {} // a foreign signal: the caller's thread handles it; keep running
+                    }
+                }
+                Err(e) => return report.fail(e),
+            }
+        }
+    })
+}
+
+/// A vCPU thread under vcpulab's scheduler ([`sched`]): it runs only while it
+/// holds a token, pinned to the token's CPU, and hands the token on at its
+/// slice's end, at a pv spin exit the policy decides to yield, at a halt
+/// bracket, and when its program ends.
+fn scheduled_thread(
+    g: usize,
+    vm: usize,
+    vcpu: &mut Vcpu,
+    sc: &Scheduler,
+    t0: Instant,
+    deadline: Instant,
+) -> ThreadReport {
+    let cpus = sc.cpus().to_vec();
+    thread_report(vm, vcpu, cpus, t0, |vcpu, report| {
+        sc.start(g, report.tid, Instant::now());
+        report.outcome = scheduled_loop(g, vcpu, sc, deadline, report).unwrap_or_else(|e| {
+            report.error = Some(e);
+            Outcome::Error
+        });
+        sc.finish(g, Instant::now());
+    })
+}
+
+fn scheduled_loop(
+    g: usize,
+    vcpu: &mut Vcpu,
+    sc: &Scheduler,
+    deadline: Instant,
+    report: &mut ThreadReport,
+) -> Result<Outcome> {
+    let mut pinned: Option<usize> = None;
+    let io = |want_deadline| RunUntil {
+        kinds: vec!["ucall".into(), "io".into()],
+        port: None,
+        count: 1,
+        deadline: want_deadline,
+    };
+    loop {
+        let Some(grant) = sc.acquire(g, deadline) else {
+            return Ok(if sc.stopped() { Outcome::Stopped } else { Outcome::Deadline });
+        };
+        if grant.pinned {
+            pinned = Some(grant.cpu);
+        } else if pinned != Some(grant.cpu) {
+            pin_current_thread(&[grant.cpu])?;
+            pinned = Some(grant.cpu);
+        }
+        sc.entering(g, Instant::now());
+        // run until the grant ends: each exit either continues the slice or hands the token on
+        let end = grant.slice_end.min(deadline);
+        loop {
+            let out = vcpu.run_until_outcome(&io(end))?;
+            report.exits += out.exits;
+            if out.timed_out {
+                if Instant::now() >= deadline {
+                    return Ok(Outcome::Deadline);
+                }
+                sc.slice_end(g, Instant::now());
+                break;
+            }
+            match out.ucall {
+                Some(Ucall::Done) => return Ok(Outcome::Done),
+                Some(Ucall::Sync(_)) => {
+                    report.syncs += 1;
+                    continue;
+                }
+                None => {}
+            }
+            if out.interrupted {
+                if !out.kicked {
+                    continue; // a foreign signal: the caller's thread handles it
+                }
+                if sc.stopped() {
+                    return Ok(Outcome::Stopped);
+                }
+                // the watchdog: this slice is over
+                sc.slice_end(g, Instant::now());
+                break;
+            }
+            match &out.exit {
+                Exit::Io { port: PV_SPIN_PORT, dir: IoDir::Out, .. } => {
+                    let holder = out.exit.data_value() as u32;
+                    if sc.spin_exit(g, holder, Instant::now())? == SpinOutcome::Yielded {
+                        break;
+                    }
+                }
+                Exit::Io { port: PV_HALT_PORT, dir: IoDir::Out, .. } if out.exit.data_value() == 1 => {
+                    // the token goes; the vCPU halts in KVM_RUN without one until its wake bracket
+                    sc.halt(g, Instant::now());
+                    loop {
+                        let h = vcpu.run_until_outcome(&io(deadline))?;
+                        report.exits += h.exits;
+                        if h.timed_out {
+                            return Ok(Outcome::Deadline);
+                        }
+                        if h.interrupted && h.kicked && sc.stopped() {
+                            return Ok(Outcome::Stopped);
+                        }
+                        if matches!(h.ucall, Some(Ucall::Done)) {
+                            return Ok(Outcome::Done);
+                        }
+                        if matches!(&h.exit, Exit::Io { port: PV_HALT_PORT, dir: IoDir::Out, .. })
+                            && h.exit.data_value() == 0
+                        {
+                            break;
+                        }
+                    }
+                    sc.wake(g, Instant::now());
+                    break;
+                }
+                _ => {} // any other port: nothing to decide
+            }
+        }
+    }
 }

@@ -10,6 +10,8 @@
 //! * [`trace`]: scheduler and KVM tracepoints of a run (perf_event_open, decoded with the format files).
 //! * [`foreign`]: another process (pidfd), its KVM stats fds duplicated once and checked (`attach`).
 //! * [`mounts`]: debugfs / tracefs mounted by mount(2) where missing, and what this process mounted.
+//! * [`sched`]: vcpulab's own vCPU scheduler (run tokens per host CPU; round robin, gang, relaxed
+//!   co-scheduling, balance, directed yield with the simulator's policies) and the pv bytes it publishes.
 //! * [`stats`], [`steal`], [`kick`], [`exit`], [`memory`]: the building blocks.
 
 pub mod error;
@@ -20,6 +22,7 @@ pub mod guest;
 pub mod kick;
 pub mod memory;
 pub mod mounts;
+pub mod sched;
 pub mod stats;
 pub mod steal;
 pub mod system;

@@ -70,6 +70,7 @@ impl From<kvm::Error> for PyErr {
             kvm::Error::UnexpectedExit(_) => UnexpectedExitError::new_err(msg),
             kvm::Error::Unsupported(_) => UnsupportedError::new_err(msg),
             kvm::Error::TraceUnavailable(_) => TraceUnavailableError::new_err(msg),
+            kvm::Error::Policy(_) => PyValueError::new_err(msg),
         }
     }
 }

@@ -118,9 +118,16 @@ struct PySpinner {
 /// `f(spinner, candidates) -> int | None`, called repeatedly within one exit:
 /// each returned index is tried with yield_to, until one succeeds or `f`
 /// returns None. Candidate examination is charged in round-robin order.
-struct PyPolicy {
+pub(crate) struct PyPolicy {
     f: Arc<Py<PyAny>>,
     err: Arc<Mutex<Option<PyErr>>>,
+}
+
+impl PyPolicy {
+    /// A policy calling `f`; its exception, if it raises, is kept in `err`.
+    pub(crate) fn new(f: Py<PyAny>, err: Arc<Mutex<Option<PyErr>>>) -> Self {
+        PyPolicy { f: Arc::new(f), err }
+    }
 }
 
 impl PyPolicy {

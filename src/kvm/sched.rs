@@ -1,0 +1,1300 @@
+//! vcpulab's own vCPU scheduler: an experiment's vCPU threads run on its host
+//! CPUs under a policy, instead of under the host kernel's scheduler.
+//!
+//! One **run token** per host CPU. A vCPU thread enters `KVM_RUN` only while it
+//! holds a token, pinned to that token's CPU; every other vCPU thread sleeps on
+//! its condition variable. Decisions are taken by the threads themselves, under
+//! one lock, at four points:
+//!
+//! * **slice end**: the run's deadline timer (the existing kick, `kick.rs`)
+//!   ends the holder's `KVM_RUN` at its slice's end; it hands its token on as
+//!   the policy says ([`Policy`]);
+//! * **pv spin exit**: a spin-lock waiter built with `pv_exits` writes the lock
+//!   holder's id to [`PV_SPIN_PORT`] after `spin_window` failed iterations: the
+//!   software analogue of a pause-loop exit. Under [`Policy::DirectedYield`] a
+//!   directed-yield policy of `crate::sim::policy` (the same objects the
+//!   simulator runs) picks a candidate through a [`SpinCtx`] over this state,
+//!   and `yield_to` hands the spinner's token to it. The window grows and
+//!   shrinks as `ple_window` does (`__grow_ple_window` on every exit,
+//!   `__shrink_ple_window` when the vCPU gets a token back after losing it);
+//! * **halt / wake-up**: the same programs bracket their `HLT` with
+//!   [`PV_HALT_PORT`] writes: the token goes at the halt, and the woken vCPU
+//!   asks for one again. Simplification: between its wake-up and the bracket's
+//!   exit (two instructions) a woken vCPU runs without a token;
+//! * **the end of a vCPU's program**.
+//!
+//! While a runnable vCPU holds no token its steal-time `preempted` byte is 1
+//! (cleared when it gets one back, before it enters), so `vcpu_is_preempted()`
+//! works for guests under this scheduler even where the kernel never sets the
+//! byte (kvm_pvm). The `is_idle` byte of the `pcpu_is_idle` proposal (the first
+//! pad byte after `preempted`) is 1 while the host CPU the vCPU last ran on
+//! holds no token.
+//!
+//! Every decision is logged ([`Decision`], [`SpinRecord`]). A watchdog, called
+//! by the experiment's sampling loop, kicks a holder that overran its slice by
+//! more than [`Config::watchdog_ns`] and logs it. The log is bounded
+//! ([`Config::max_decisions`]; further rows are counted as dropped).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rand::{Rng, SeedableRng};
+
+use super::error::{Error, Result};
+use super::memory::GuestMemory;
+use crate::sim::ple::{grow_ple_window, shrink_ple_window};
+use crate::sim::policy::{DirectedYieldPolicy, SpinCtx, VcpuView, ESRCH};
+
+pub use super::guest::program::{PV_HALT_PORT, PV_SPIN_PORT};
+
+/// What the scheduler does at each decision point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Fair time slices: one queue of runnable vCPUs of every VM; a slice's end
+    /// hands the token to the queue's head (the holder goes to its tail).
+    RoundRobin,
+    /// Strict co-scheduling: all vCPUs of one VM hold tokens together; VMs take
+    /// turns, a turn ending when every vCPU of the VM has ended its slice.
+    Gang,
+    /// Relaxed co-scheduling (VMware ESX): a vCPU whose run time is more than
+    /// `skew_ns` ahead of its slowest runnable sibling is co-stopped (gets no
+    /// token) until that sibling catches up.
+    RelaxedCo { skew_ns: u64 },
+    /// Balance scheduling (Sukwong and Kim, EuroSys 2011): every vCPU has a
+    /// home CPU, and no two siblings share one; each CPU runs its own queue
+    /// round-robin.
+    Balance,
+    /// Round-robin slices, and on a pv spin exit the VM's directed-yield
+    /// policy chooses a candidate to hand the spinner's token to.
+    DirectedYield,
+}
+
+impl Policy {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Policy::RoundRobin => "round_robin",
+            Policy::Gang => "gang",
+            Policy::RelaxedCo { .. } => "relaxed_co",
+            Policy::Balance => "balance",
+            Policy::DirectedYield => "directed_yield",
+        }
+    }
+}
+
+/// The spin window's dynamics, in failed spin iterations (a PLE window's
+/// parameters: `sim.Ple`'s window, grow, shrink and max).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinWindow {
+    /// Initial window and shrink floor; 0: no pv spin exits.
+    pub window: u64,
+    pub grow: u64,
+    pub shrink: u64,
+    pub max: u64,
+}
+
+/// A scheduler's parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    pub policy: Policy,
+    /// Time slice, ns.
+    pub slice_ns: u64,
+    pub spin: SpinWindow,
+    /// A holder more than this past its slice's end is kicked by the watchdog, ns.
+    pub watchdog_ns: u64,
+    /// Longest a directed-yield policy call may take, ns; longer is an error.
+    pub policy_deadline_ns: u64,
+    /// Most decision and spin rows kept (each).
+    pub max_decisions: usize,
+    /// Seed of `SpinCtx::random_below`.
+    pub seed: u64,
+}
+
+/// Why a token changed hands (the `why` of a [`Decision`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// A vCPU got an idle CPU (at the start, or when one fell idle).
+    Start,
+    /// The holder's slice ended.
+    Slice,
+    /// A directed yield: the spinner's token went to the candidate.
+    Yield,
+    /// Relaxed co-scheduling stopped the holder (too far ahead of a sibling).
+    CoStop,
+    /// The holder halted (pv halt bracket).
+    Halt,
+    /// The holder's program finished or its thread stopped.
+    Done,
+    /// A gang turn passed to the next VM.
+    Gang,
+    /// The watchdog kicked a holder that overran its slice.
+    Watchdog,
+}
+
+impl Why {
+    pub const ALL: [Why; 8] =
+        [Why::Start, Why::Slice, Why::Yield, Why::CoStop, Why::Halt, Why::Done, Why::Gang, Why::Watchdog];
+    pub fn name(self) -> &'static str {
+        match self {
+            Why::Start => "start",
+            Why::Slice => "slice",
+            Why::Yield => "yield",
+            Why::CoStop => "co_stop",
+            Why::Halt => "halt",
+            Why::Done => "done",
+            Why::Gang => "gang",
+            Why::Watchdog => "watchdog",
+        }
+    }
+}
+
+/// One decision: on host CPU `cpu` (index into the scheduler's CPUs), vCPU
+/// `out` (global index; -1: none, the CPU was idle) gave way to `into` (-1:
+/// none, the CPU falls idle), at `t_ns` after the run's start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub t_ns: u64,
+    pub cpu: u32,
+    pub out: i32,
+    pub into: i32,
+    pub why: Why,
+}
+
+/// One pv spin exit: who spun, on which lock holder, what the policy did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpinRecord {
+    pub t_ns: u64,
+    /// Global index of the spinner.
+    pub vcpu: u32,
+    /// Global index of the holder the guest named (-1: unknown).
+    pub holder: i32,
+    /// yield_to calls the policy made in this exit.
+    pub attempts: u32,
+    /// The candidate that got the token (-1: the spinner kept it).
+    pub yielded_to: i32,
+    /// The window after this exit's growth, iterations.
+    pub window: u64,
+    /// From the exit to the candidate's thread entering KVM_RUN, ns (0: no yield).
+    pub latency_ns: u64,
+}
+
+/// A vCPU of the scheduled run.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Index of its VM in the run.
+    pub vm: usize,
+    /// Its index in the VM (the guest's vCPU id).
+    pub idx: usize,
+    /// Guest RAM and the gpa of its steal-time area (`preempted` at +16,
+    /// `is_idle` at +17); None: the pv bytes are not written.
+    pub mem: Arc<GuestMemory>,
+    pub steal_gpa: Option<u64>,
+    /// Where its spin window lives in guest RAM (the spin-lock record's
+    /// `spin_window`); None: the program has no pv spin exits.
+    pub window_gpa: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    /// Waiting for a token (queued).
+    Ready,
+    /// Holding the token of CPU `.0`.
+    Running(usize),
+    /// Halted in the guest (pv halt bracket), holding no token.
+    Halted,
+    /// Program finished or thread stopped.
+    Done,
+}
+
+#[derive(Debug)]
+struct VState {
+    vm: usize,
+    idx: usize,
+    status: Status,
+    /// The CPU it last held (index into `cpus`).
+    last_cpu: Option<usize>,
+    /// Balance: its home CPU.
+    home: usize,
+    granted_at: Instant,
+    run_ns: u64,
+    /// Lost its token while runnable (`vcpu->preempted`).
+    preempted: bool,
+    /// Woken from a halt and not yet running.
+    woken: bool,
+    in_spin_loop: bool,
+    dy_eligible: bool,
+    window: u64,
+    /// A yield gave it a token at this instant; its entry closes the spin row.
+    yield_row: Option<(usize, Instant)>,
+    /// Its thread (0 before [`Scheduler::start`]) and the token CPU it is pinned to.
+    tid: i32,
+    pinned: Option<usize>,
+}
+
+struct State {
+    holder: Vec<Option<usize>>,
+    slice_end: Vec<Instant>,
+    v: Vec<VState>,
+    /// RoundRobin / Gang / RelaxedCo / DirectedYield: one queue; Balance: one per CPU.
+    queues: Vec<VecDeque<usize>>,
+    /// Gang: whose turn it is, and which vCPUs of it have not yet ended their slice.
+    turn: usize,
+    gang_left: usize,
+    last_boosted: Vec<usize>,
+    policies: Vec<Option<Box<dyn DirectedYieldPolicy>>>,
+    decisions: Vec<Decision>,
+    spins: Vec<SpinRecord>,
+    dropped: u64,
+    watchdog_kicks: u64,
+    error: Option<Error>,
+    rng: rand_pcg::Pcg64Mcg,
+    /// What the logs' `t_ns` count from.
+    t0: Instant,
+}
+
+/// A grant: the token of host CPU `cpu` (the host CPU number) until `slice_end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub cpu_index: usize,
+    pub cpu: usize,
+    pub slice_end: Instant,
+    /// The granter already pinned the thread there.
+    pub pinned: bool,
+}
+
+/// What a spin exit decided for the spinner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpinOutcome {
+    /// Keep the token and spin on.
+    Keep,
+    /// The token went to another vCPU: wait for one.
+    Yielded,
+}
+
+/// The scheduler of one experiment.
+pub struct Scheduler {
+    cfg: Config,
+    cpus: Vec<usize>,
+    members: Vec<Member>,
+    vms: usize,
+    vm_members: Vec<Vec<usize>>,
+    state: Mutex<State>,
+    cvs: Vec<Condvar>,
+    stop: AtomicBool,
+}
+
+/// Everything a scheduled run decided.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub decisions: Vec<Decision>,
+    pub spins: Vec<SpinRecord>,
+    pub dropped: u64,
+    pub watchdog_kicks: u64,
+}
+
+impl Scheduler {
+    /// A scheduler of `members` on host CPUs `cpus`; `policies[vm]` is VM
+    /// `vm`'s directed-yield policy (needed only for [`Policy::DirectedYield`]).
+    pub fn new(
+        cfg: Config,
+        cpus: Vec<usize>,
+        members: Vec<Member>,
+        mut policies: Vec<Option<Box<dyn DirectedYieldPolicy>>>,
+    ) -> Result<Scheduler> {
+        if cpus.is_empty() {
+            return Err(Error::InvalidArgument("a scheduler needs at least one host CPU".into()));
+        }
+        if members.is_empty() {
+            return Err(Error::InvalidArgument("a scheduler needs at least one vCPU".into()));
+        }
+        if cfg.slice_ns == 0 {
+            return Err(Error::InvalidArgument("the scheduler's slice must be > 0 ns".into()));
+        }
+        let vms = members.iter().map(|m| m.vm).max().map_or(0, |m| m + 1);
+        let mut vm_members = vec![Vec::new(); vms];
+        for (g, m) in members.iter().enumerate() {
+            vm_members[m.vm].push(g);
+        }
+        let n_cpus = cpus.len();
+        if matches!(cfg.policy, Policy::Gang | Policy::Balance) {
+            if let Some((vm, g)) = vm_members.iter().enumerate().find(|(_, g)| g.len() > n_cpus) {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: VM {vm} has {} vCPUs, more than the {n_cpus} host CPUs ({} needs every VM's vCPUs on \
+                     distinct CPUs)",
+                    cfg.policy.name(),
+                    g.len(),
+                    if cfg.policy == Policy::Gang { "co-scheduling" } else { "balance scheduling" }
+                )));
+            }
+        }
+        if cfg.policy == Policy::DirectedYield {
+            policies.resize_with(vms, || None);
+            if let Some(vm) = policies.iter().position(|p| p.is_none()) {
+                return Err(Error::InvalidArgument(format!("directed_yield: VM {vm} has no directed-yield policy")));
+            }
+        } else {
+            policies = (0..vms).map(|_| None).collect();
+        }
+        let now = Instant::now();
+        // balance: the i-th vCPU of VM v is at home on CPU (i + v) mod n, so siblings never share one
+        let v: Vec<VState> = members
+            .iter()
+            .map(|m| VState {
+                vm: m.vm,
+                idx: m.idx,
+                status: Status::Ready,
+                last_cpu: None,
+                home: (m.idx + m.vm) % n_cpus,
+                granted_at: now,
+                run_ns: 0,
+                preempted: false,
+                woken: false,
+                in_spin_loop: false,
+                dy_eligible: false,
+                window: cfg.spin.window,
+                yield_row: None,
+                tid: 0,
+                pinned: None,
+            })
+            .collect();
+        let queues = if cfg.policy == Policy::Balance { n_cpus } else { 1 };
+        let state = State {
+            holder: vec![None; n_cpus],
+            slice_end: vec![now; n_cpus],
+            v,
+            queues: vec![VecDeque::new(); queues],
+            turn: 0,
+            gang_left: 0,
+            last_boosted: vec![0; vms],
+            policies,
+            decisions: Vec::new(),
+            spins: Vec::new(),
+            dropped: 0,
+            watchdog_kicks: 0,
+            error: None,
+            rng: rand_pcg::Pcg64Mcg::seed_from_u64(cfg.seed),
+            t0: now,
+        };
+        let cvs = (0..members.len()).map(|_| Condvar::new()).collect();
+        let s = Scheduler {
+            cfg,
+            cpus,
+            members,
+            vms,
+            vm_members,
+            state: Mutex::new(state),
+            cvs,
+            stop: AtomicBool::new(false),
+        };
+        for m in 0..s.members.len() {
+            s.write_window(m, cfg.spin.window);
+        }
+        Ok(s)
+    }
+
+    /// Host CPUs of the tokens, in token order.
+    pub fn cpus(&self) -> &[usize] {
+        &self.cpus
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn t_ns(&self, st: &State, at: Instant) -> u64 {
+        at.saturating_duration_since(st.t0).as_nanos() as u64
+    }
+
+    /// The instant the logs' `t_ns` count from (the experiment's start).
+    pub fn set_origin(&self, t0: Instant) {
+        self.lock().t0 = t0;
+    }
+
+    fn slice(&self) -> Duration {
+        Duration::from_nanos(self.cfg.slice_ns)
+    }
+
+    // ---- the pv bytes ----
+
+    fn write_pv(&self, g: usize, offset: u64, value: u8) {
+        let m = &self.members[g];
+        if let Some(gpa) = m.steal_gpa {
+            // a failed write (never: the area was registered inside RAM) only loses a hint
+            let _ = m.mem.write_u8(gpa + offset, value);
+        }
+    }
+
+    fn set_preempted(&self, st: &mut State, g: usize, on: bool) {
+        st.v[g].preempted = on;
+        self.write_pv(g, 16, on as u8);
+    }
+
+    /// `is_idle` of every vCPU whose last CPU is `c`.
+    fn publish_idle(&self, st: &State, c: usize) {
+        let idle = st.holder[c].is_none() as u8;
+        for (g, v) in st.v.iter().enumerate() {
+            if v.last_cpu == Some(c) {
+                self.write_pv(g, 17, idle);
+            }
+        }
+    }
+
+    fn write_window(&self, g: usize, w: u64) {
+        let m = &self.members[g];
+        if let Some(gpa) = m.window_gpa {
+            let _ = m.mem.write_u64(gpa, w);
+        }
+    }
+
+    // ---- the log ----
+
+    fn log(&self, st: &mut State, now: Instant, cpu: usize, out: Option<usize>, into: Option<usize>, why: Why) {
+        if st.decisions.len() >= self.cfg.max_decisions {
+            st.dropped += 1;
+            return;
+        }
+        let t_ns = self.t_ns(st, now);
+        st.decisions.push(Decision {
+            t_ns,
+            cpu: cpu as u32,
+            out: out.map_or(-1, |g| g as i32),
+            into: into.map_or(-1, |g| g as i32),
+            why,
+        });
+    }
+
+    // ---- granting ----
+
+    /// Gives CPU `c`'s token to `g` (dequeued by the caller) and wakes it.
+    #[allow(clippy::too_many_arguments)]
+    fn grant(
+        &self,
+        st: &mut State,
+        now: Instant,
+        c: usize,
+        g: usize,
+        slice_end: Instant,
+        out: Option<usize>,
+        why: Why,
+    ) {
+        let was_preempted = st.v[g].preempted;
+        st.holder[c] = Some(g);
+        st.slice_end[c] = slice_end;
+        let v = &mut st.v[g];
+        v.status = Status::Running(c);
+        v.granted_at = now;
+        v.woken = false;
+        if was_preempted && v.window != self.cfg.spin.window {
+            // sched-in after a switch-out: shrink_ple_window
+            let s = self.cfg.spin;
+            v.window = shrink_ple_window(v.window, s.window, s.shrink, s.window);
+            let w = v.window;
+            self.write_window(g, w);
+        }
+        v.last_cpu = Some(c);
+        if v.pinned != Some(c) && v.tid != 0 {
+            // pinned by the granter, before the wake-up: the kernel then wakes the thread on
+            // its new CPU, instead of where it slept (maybe behind another token's holder)
+            if super::experiment::pin_thread(v.tid, &[self.cpus[c]]).is_ok() {
+                v.pinned = Some(c);
+            }
+        }
+        self.set_preempted(st, g, false);
+        self.log(st, now, c, out, Some(g), why);
+        // its is_idle (now of CPU c, which it holds: 0) and that of the others last on c
+        self.publish_idle(st, c);
+        self.cvs[g].notify_one();
+    }
+
+    /// `g` leaves CPU `c` (the caller sets its new status).
+    fn vacate(&self, st: &mut State, c: usize, g: usize, now: Instant) {
+        st.holder[c] = None;
+        let v = &mut st.v[g];
+        v.run_ns += now.saturating_duration_since(v.granted_at).as_nanos() as u64;
+    }
+
+    fn queue_of(&self, st: &State, g: usize) -> usize {
+        if self.cfg.policy == Policy::Balance {
+            st.v[g].home
+        } else {
+            0
+        }
+    }
+
+    fn enqueue(&self, st: &mut State, g: usize) {
+        st.v[g].status = Status::Ready;
+        let q = self.queue_of(st, g);
+        if !st.queues[q].contains(&g) {
+            st.queues[q].push_back(g);
+        }
+    }
+
+    /// `g`'s run time at `now`, its current stint included.
+    fn run_time(st: &State, g: usize, now: Instant) -> u64 {
+        let v = &st.v[g];
+        match v.status {
+            Status::Running(_) => v.run_ns + now.saturating_duration_since(v.granted_at).as_nanos() as u64,
+            _ => v.run_ns,
+        }
+    }
+
+    /// Relaxed co-scheduling: `g` is more than the skew ahead of its slowest
+    /// runnable sibling (run times at `now`: a running sibling is progressing).
+    fn co_stopped(&self, st: &State, g: usize, now: Instant) -> bool {
+        let Policy::RelaxedCo { skew_ns } = self.cfg.policy else { return false };
+        let me = Self::run_time(st, g, now);
+        let slowest = self.vm_members[st.v[g].vm]
+            .iter()
+            .filter(|&&s| s != g && !matches!(st.v[s].status, Status::Done | Status::Halted))
+            .map(|&s| Self::run_time(st, s, now))
+            .min();
+        slowest.is_some_and(|lo| me > lo.saturating_add(skew_ns))
+    }
+
+    /// The next vCPU for CPU `c` from the queues (removed), if any.
+    fn pick(&self, st: &mut State, c: usize, now: Instant) -> Option<usize> {
+        let q = if self.cfg.policy == Policy::Balance { c } else { 0 };
+        let pos = st.queues[q].iter().position(|&g| !self.co_stopped(st, g, now))?;
+        st.queues[q].remove(pos)
+    }
+
+    /// Fills every idle CPU from the queues (not under gang: turns do that).
+    fn dispatch_idle(&self, st: &mut State, now: Instant, why: Why) {
+        if self.cfg.policy == Policy::Gang {
+            return;
+        }
+        for c in 0..self.cpus.len() {
+            if st.holder[c].is_none() {
+                if let Some(g) = self.pick(st, c, now) {
+                    self.grant(st, now, c, g, now + self.slice(), None, why);
+                }
+            }
+        }
+    }
+
+    /// Gang: when no vCPU of the current VM holds a token any more, the next
+    /// VM with a runnable vCPU gets one token per runnable vCPU, all ending at
+    /// the same instant.
+    fn gang_advance(&self, st: &mut State, now: Instant) {
+        if st.holder.iter().any(|h| h.is_some()) {
+            return;
+        }
+        for step in 1..=self.vms {
+            let vm = (st.turn + step) % self.vms;
+            let ready: Vec<usize> =
+                self.vm_members[vm].iter().copied().filter(|&g| st.v[g].status == Status::Ready).collect();
+            if ready.is_empty() {
+                continue;
+            }
+            st.turn = vm;
+            st.queues[0].retain(|g| !ready.contains(g));
+            let end = now + self.slice();
+            for (c, &g) in ready.iter().enumerate() {
+                self.grant(st, now, c, g, end, None, Why::Gang);
+            }
+            st.gang_left = ready.len();
+            return;
+        }
+    }
+
+    // ---- the threads' calls (each at `now`, the caller's clock: tests pass their own) ----
+
+    /// Called once by each vCPU thread (`tid`: its thread id, 0 in tests)
+    /// before its first token.
+    pub fn start(&self, g: usize, tid: i32, now: Instant) {
+        let mut st = self.lock();
+        st.v[g].tid = tid;
+        self.enqueue(&mut st, g);
+        if self.cfg.policy == Policy::Gang {
+            // the first turn (VM 0) starts once every vCPU has arrived
+            if st.queues[0].len() == st.v.len() {
+                st.turn = self.vms - 1;
+                self.gang_advance(&mut st, now);
+            }
+        } else {
+            self.dispatch_idle(&mut st, now, Why::Start);
+        }
+    }
+
+    /// Waits until `g` holds a token (pinned there by the caller), the run is
+    /// stopped, or `deadline` passes (None in the last two cases).
+    pub fn acquire(&self, g: usize, deadline: Instant) -> Option<Grant> {
+        let mut st = self.lock();
+        loop {
+            if let Status::Running(c) = st.v[g].status {
+                let pinned = st.v[g].pinned == Some(c);
+                return Some(Grant { cpu_index: c, cpu: self.cpus[c], slice_end: st.slice_end[c], pinned });
+            }
+            if self.stop.load(Ordering::SeqCst) || st.error.is_some() {
+                return None;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            // wakes on a grant; the timeout bounds a missed stop
+            let wait = (deadline - now).min(Duration::from_millis(20));
+            st = self.cvs[g].wait_timeout(st, wait).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// `g`'s thread is about to enter KVM_RUN with its token: closes a pending
+    /// yield's latency.
+    pub fn entering(&self, g: usize, now: Instant) {
+        let mut st = self.lock();
+        if let Some((row, at)) = st.v[g].yield_row.take() {
+            let ns = now.saturating_duration_since(at).as_nanos() as u64;
+            if let Some(r) = st.spins.get_mut(row) {
+                r.latency_ns = ns.max(1);
+            }
+        }
+    }
+
+    /// `g` leaves CPU `c` for good or for a while (`status`), and the token
+    /// goes to the next vCPU the policy names (or the CPU falls idle).
+    fn hand_on(&self, st: &mut State, now: Instant, c: usize, g: usize, status: Status, why: Why) {
+        self.vacate(st, c, g, now);
+        match status {
+            Status::Ready => {
+                self.enqueue(st, g);
+                self.set_preempted(st, g, true);
+            }
+            other => st.v[g].status = other,
+        }
+        if self.cfg.policy == Policy::Gang {
+            self.log(st, now, c, Some(g), None, why);
+            self.publish_idle(st, c);
+            st.gang_left = st.gang_left.saturating_sub(1);
+            self.gang_advance(st, now);
+            return;
+        }
+        match self.pick(st, c, now) {
+            Some(n) => self.grant(st, now, c, n, now + self.slice(), Some(g), why),
+            None => {
+                self.log(st, now, c, Some(g), None, why);
+                self.publish_idle(st, c);
+            }
+        }
+        // a co-stop may have ended, or another CPU fell idle before: fill idle CPUs
+        self.dispatch_idle(st, now, Why::Start);
+    }
+
+    /// `g`'s slice ended (its KVM_RUN timed out at the slice's end). Returns
+    /// true if it keeps its token for another slice.
+    pub fn slice_end(&self, g: usize, now: Instant) -> bool {
+        let mut st = self.lock();
+        let Status::Running(c) = st.v[g].status else { return false };
+        if self.cfg.policy != Policy::Gang {
+            let costop = self.co_stopped(&st, g, now);
+            let q = if self.cfg.policy == Policy::Balance { c } else { 0 };
+            let waiting = st.queues[q].iter().any(|&n| !self.co_stopped(&st, n, now));
+            if !costop && !waiting {
+                // nobody may take it: another slice (no decision)
+                st.slice_end[c] = now + self.slice();
+                return true;
+            }
+            self.hand_on(&mut st, now, c, g, Status::Ready, if costop { Why::CoStop } else { Why::Slice });
+        } else {
+            self.hand_on(&mut st, now, c, g, Status::Ready, Why::Slice);
+        }
+        st.v[g].status == Status::Running(c)
+    }
+
+    /// `g` halted (pv halt bracket): its token goes on.
+    pub fn halt(&self, g: usize, now: Instant) {
+        let mut st = self.lock();
+        if let Status::Running(c) = st.v[g].status {
+            self.hand_on(&mut st, now, c, g, Status::Halted, Why::Halt);
+        }
+    }
+
+    /// `g` woke from its halt: it waits for a token.
+    pub fn wake(&self, g: usize, now: Instant) {
+        let mut st = self.lock();
+        if st.v[g].status == Status::Halted {
+            st.v[g].woken = true;
+            self.enqueue(&mut st, g);
+            if self.cfg.policy == Policy::Gang {
+                self.gang_advance(&mut st, now);
+            } else {
+                self.dispatch_idle(&mut st, now, Why::Start);
+            }
+        }
+    }
+
+    /// `g`'s thread ends (program done, deadline, stop or error).
+    pub fn finish(&self, g: usize, now: Instant) {
+        let mut st = self.lock();
+        let q = self.queue_of(&st, g);
+        st.queues[q].retain(|&x| x != g);
+        self.set_preempted(&mut st, g, false);
+        match st.v[g].status {
+            Status::Running(c) => self.hand_on(&mut st, now, c, g, Status::Done, Why::Done),
+            _ => {
+                st.v[g].status = Status::Done;
+                if self.cfg.policy == Policy::Gang {
+                    self.gang_advance(&mut st, now);
+                } else {
+                    self.dispatch_idle(&mut st, now, Why::Start);
+                }
+            }
+        }
+    }
+
+    /// A pv spin exit of `g`, which names `holder` (guest vCPU id, `u32::MAX`:
+    /// unknown), at `at`. Grows its window; under [`Policy::DirectedYield`]
+    /// runs its VM's policy.
+    pub fn spin_exit(&self, g: usize, holder: u32, at: Instant) -> Result<SpinOutcome> {
+        let mut st = self.lock();
+        let Status::Running(c) = st.v[g].status else { return Ok(SpinOutcome::Yielded) };
+        let s = self.cfg.spin;
+        let w = grow_ple_window(st.v[g].window, s.window, s.grow, s.max);
+        st.v[g].window = w;
+        self.write_window(g, w);
+        let vm = st.v[g].vm;
+        let holder_g = self.vm_members[vm].get(holder as usize).copied();
+        let mut rec = SpinRecord {
+            t_ns: self.t_ns(&st, at),
+            vcpu: g as u32,
+            holder: holder_g.map_or(-1, |h| h as i32),
+            attempts: 0,
+            yielded_to: -1,
+            window: w,
+            latency_ns: 0,
+        };
+        if self.cfg.policy != Policy::DirectedYield {
+            self.push_spin(&mut st, rec);
+            return Ok(SpinOutcome::Keep);
+        }
+        let mut policy = st.policies[vm].take().expect("checked in new");
+        st.v[g].in_spin_loop = true;
+        let started = Instant::now();
+        let (res, attempts, yielded) = {
+            let mut ctx = RealSpin {
+                s: self,
+                st: &mut st,
+                now: at,
+                vm,
+                me: g,
+                cpu: c,
+                holder: holder_g,
+                attempts: 0,
+                yielded: None,
+            };
+            let r = policy.on_spin(&mut ctx);
+            (r, ctx.attempts, ctx.yielded)
+        };
+        st.policies[vm] = Some(policy);
+        st.v[g].in_spin_loop = false;
+        st.v[g].dy_eligible = false;
+        let took = started.elapsed();
+        let idx = st.v[g].idx;
+        if let Err(msg) = res {
+            return Err(self.fail(
+                &mut st,
+                Error::Policy(format!(
+                    "the directed-yield policy of VM {vm} failed on the pv spin exit of vCPU {idx}: {msg}"
+                )),
+            ));
+        }
+        if took > Duration::from_nanos(self.cfg.policy_deadline_ns) {
+            return Err(self.fail(
+                &mut st,
+                Error::Timeout(format!(
+                "the directed-yield policy of VM {vm} took {:.1} ms on the pv spin exit of vCPU {idx}, more than its \
+                 deadline of {:.1} ms",
+                took.as_secs_f64() * 1e3,
+                self.cfg.policy_deadline_ns as f64 / 1e6
+            )),
+            ));
+        }
+        rec.attempts = attempts;
+        if let Some(t) = yielded {
+            rec.yielded_to = t as i32;
+            let row = st.spins.len();
+            self.push_spin(&mut st, rec);
+            st.v[t].yield_row = Some((row, at));
+            return Ok(SpinOutcome::Yielded);
+        }
+        self.push_spin(&mut st, rec);
+        Ok(SpinOutcome::Keep)
+    }
+
+    fn push_spin(&self, st: &mut State, r: SpinRecord) {
+        if st.spins.len() >= self.cfg.max_decisions {
+            st.dropped += 1;
+        } else {
+            st.spins.push(r);
+        }
+    }
+
+    /// Records the run's error (the first), stops the run and returns it.
+    fn fail(&self, st: &mut State, e: Error) -> Error {
+        if st.error.is_none() {
+            st.error = Some(match &e {
+                Error::Timeout(m) => Error::Timeout(m.clone()),
+                other => Error::Policy(other.to_string()),
+            });
+        }
+        self.stop.store(true, Ordering::SeqCst);
+        for cv in &self.cvs {
+            cv.notify_all();
+        }
+        e
+    }
+
+    /// Stops the run: every waiting thread returns from [`Scheduler::acquire`].
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _st = self.lock();
+        for cv in &self.cvs {
+            cv.notify_all();
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// The vCPUs (global indices) holding a token more than the watchdog's
+    /// margin past their slice's end; each is logged once per overrun. The
+    /// caller kicks them out of KVM_RUN.
+    pub fn watchdog(&self, now: Instant) -> Vec<usize> {
+        let mut st = self.lock();
+        let margin = Duration::from_nanos(self.cfg.watchdog_ns);
+        let mut out = Vec::new();
+        for c in 0..self.cpus.len() {
+            if let Some(g) = st.holder[c] {
+                if now > st.slice_end[c] + margin {
+                    out.push(g);
+                    // logged once: the next look starts from now
+                    st.slice_end[c] = now;
+                    st.watchdog_kicks += 1;
+                    self.log(&mut st, now, c, Some(g), Some(g), Why::Watchdog);
+                }
+            }
+        }
+        out
+    }
+
+    /// The run's error, if a policy failed.
+    pub fn take_error(&self) -> Option<Error> {
+        self.lock().error.take()
+    }
+
+    /// The log (moved out).
+    pub fn take_log(&self) -> Log {
+        let mut st = self.lock();
+        Log {
+            decisions: std::mem::take(&mut st.decisions),
+            spins: std::mem::take(&mut st.spins),
+            dropped: st.dropped,
+            watchdog_kicks: st.watchdog_kicks,
+        }
+    }
+
+    /// (vm, idx) of each global vCPU index.
+    pub fn member(&self, g: usize) -> (usize, usize) {
+        (self.members[g].vm, self.members[g].idx)
+    }
+}
+
+/// `kvm_vcpu_on_spin`'s view of the scheduler, offered to a directed-yield
+/// policy: the same [`SpinCtx`] the simulator offers, over real vCPUs.
+struct RealSpin<'a> {
+    s: &'a Scheduler,
+    st: &'a mut State,
+    now: Instant,
+    vm: usize,
+    /// The spinner (global index) and its CPU (token index).
+    me: usize,
+    cpu: usize,
+    holder: Option<usize>,
+    attempts: u32,
+    yielded: Option<usize>,
+}
+
+impl RealSpin<'_> {
+    fn global(&self, idx: usize) -> Option<usize> {
+        self.s.vm_members[self.vm].get(idx).copied()
+    }
+}
+
+impl SpinCtx for RealSpin<'_> {
+    fn n(&self) -> usize {
+        self.s.vm_members[self.vm].len()
+    }
+    fn me(&self) -> usize {
+        self.st.v[self.me].idx
+    }
+    fn vm(&self) -> usize {
+        self.vm
+    }
+    fn spinner_in_kernel(&self) -> bool {
+        true // the spin-lock programs run at CPL 0
+    }
+    fn last_boosted(&self) -> usize {
+        self.st.last_boosted[self.vm]
+    }
+    fn set_last_boosted(&mut self, idx: usize) {
+        let n = self.n().max(1);
+        self.st.last_boosted[self.vm] = idx % n;
+    }
+    fn view(&self, idx: usize) -> VcpuView {
+        let Some(g) = self.global(idx) else { return VcpuView::default() };
+        let v = &self.st.v[g];
+        let running = matches!(v.status, Status::Running(_));
+        VcpuView {
+            index: idx as u32,
+            running,
+            in_guest: running,
+            preempted: v.preempted && v.status == Status::Ready,
+            ready: v.status == Status::Ready,
+            blocking: v.status == Status::Halted || (v.woken && v.status == Status::Ready),
+            dy_runnable: v.woken,
+            pending_interrupt: false,
+            in_spin_loop: v.in_spin_loop,
+            dy_eligible: v.dy_eligible,
+            preempted_in_kernel: true,
+            st_preempted: v.preempted,
+            steal_ns: 0,
+            pcpu_is_idle: v.last_cpu.is_some_and(|c| self.st.holder[c].is_none()),
+            ple_window: v.window,
+        }
+    }
+    fn examine(&mut self) {}
+    fn eligible_for_directed_yield(&mut self, idx: usize) -> bool {
+        let Some(g) = self.global(idx) else { return false };
+        let v = &mut self.st.v[g];
+        let eligible = !v.in_spin_loop || v.dy_eligible;
+        if v.in_spin_loop {
+            v.dy_eligible = !v.dy_eligible;
+        }
+        eligible
+    }
+    fn yield_to(&mut self, idx: usize) -> i32 {
+        self.attempts += 1;
+        let Some(t) = self.global(idx) else { return 0 };
+        if self.yielded.is_some() || t == self.me {
+            return 0;
+        }
+        match self.st.v[t].status {
+            Status::Ready => {
+                // the spinner's token goes to the candidate; the spinner waits at the queue's tail
+                let s = self.s;
+                let q = s.queue_of(self.st, t);
+                self.st.queues[q].retain(|&x| x != t);
+                let now = self.now;
+                let c = self.cpu;
+                s.vacate(self.st, c, self.me, now);
+                s.enqueue(self.st, self.me);
+                s.set_preempted(self.st, self.me, true);
+                s.grant(self.st, now, c, t, now + s.slice(), Some(self.me), Why::Yield);
+                self.yielded = Some(t);
+                1
+            }
+            Status::Running(_) => {
+                // yield_to's -ESRCH: both run queues hold one task (nobody waits for a token)
+                if self.st.queues.iter().all(|q| q.is_empty()) {
+                    ESRCH
+                } else {
+                    0
+                }
+            }
+            Status::Halted | Status::Done => 0,
+        }
+    }
+    fn random_below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            self.st.rng.random_range(0..n)
+        }
+    }
+    fn waited_for(&self) -> Option<usize> {
+        let h = self.holder?;
+        (!matches!(self.st.v[h].status, Status::Running(_))).then_some(self.st.v[h].idx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::config::{PolicyConfig, PolicyKind};
+
+    const SLICE: u64 = 4_000_000;
+
+    fn cfg(policy: Policy) -> Config {
+        Config {
+            policy,
+            slice_ns: SLICE,
+            spin: SpinWindow { window: 64, grow: 2, shrink: 0, max: u32::MAX as u64 },
+            watchdog_ns: 20_000_000,
+            policy_deadline_ns: 10_000_000,
+            max_decisions: 100_000,
+            seed: 0,
+        }
+    }
+
+    /// `vms` VMs of `per` vCPUs, each with a steal area and a spin window in its own page.
+    fn members(vms: usize, per: usize) -> (Arc<GuestMemory>, Vec<Member>) {
+        let mem = Arc::new(GuestMemory::new(64 * 4096).unwrap());
+        let mut out = Vec::new();
+        for vm in 0..vms {
+            for idx in 0..per {
+                let g = (vm * per + idx) as u64;
+                out.push(Member {
+                    vm,
+                    idx,
+                    mem: mem.clone(),
+                    steal_gpa: Some(g * 4096),
+                    window_gpa: Some(g * 4096 + 1024),
+                });
+            }
+        }
+        (mem, out)
+    }
+
+    fn sched(policy: Policy, vms: usize, per: usize, cpus: usize) -> (Arc<GuestMemory>, Scheduler) {
+        let (mem, m) = members(vms, per);
+        let pol = if policy == Policy::DirectedYield {
+            (0..vms).map(|_| policy_box(PolicyKind::Oracle)).collect()
+        } else {
+            Vec::new()
+        };
+        (mem, Scheduler::new(cfg(policy), (0..cpus).collect(), m, pol).unwrap())
+    }
+
+    fn policy_box(kind: PolicyKind) -> Option<Box<dyn DirectedYieldPolicy>> {
+        crate::sim::policy::builtin(&PolicyConfig { kind, ..Default::default() })
+    }
+
+    fn running(s: &Scheduler) -> Vec<Option<usize>> {
+        s.lock().holder.clone()
+    }
+
+    /// Ends the earliest slice, `n` times; returns the instant reached.
+    fn drive(s: &Scheduler, t0: Instant, n: usize) -> Instant {
+        let mut now = t0;
+        for _ in 0..n {
+            let (c, g, end) = {
+                let st = s.lock();
+                (0..st.holder.len())
+                    .filter_map(|c| st.holder[c].map(|g| (c, g, st.slice_end[c])))
+                    .min_by_key(|x| x.2)
+                    .expect("someone holds a token")
+            };
+            now = now.max(end);
+            let _ = c;
+            s.slice_end(g, now);
+        }
+        now
+    }
+
+    fn start_all(s: &Scheduler, n: usize, t0: Instant) {
+        s.set_origin(t0);
+        for g in 0..n {
+            s.start(g, 0, t0);
+        }
+    }
+
+    #[test]
+    fn round_robin_shares_the_cpus_fairly_and_marks_the_waiting_preempted() {
+        let (mem, s) = sched(Policy::RoundRobin, 2, 2, 2);
+        let t0 = Instant::now();
+        start_all(&s, 4, t0);
+        assert_eq!(running(&s).iter().filter(|h| h.is_some()).count(), 2);
+        drive(&s, t0, 400);
+        let st = s.lock();
+        let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
+        let (lo, hi) = (runs.iter().min().unwrap(), runs.iter().max().unwrap());
+        assert!(hi - lo <= SLICE, "{runs:?}");
+        // the two waiting vCPUs have their preempted byte set, the holders not
+        for (g, v) in st.v.iter().enumerate() {
+            let byte = mem.read_u8(g as u64 * 4096 + 16).unwrap();
+            assert_eq!(byte == 1, v.status == Status::Ready, "vCPU {g}: {:?}", v.status);
+        }
+        assert!(st.decisions.iter().all(|d| d.why == Why::Slice || d.why == Why::Start));
+    }
+
+    #[test]
+    fn gang_runs_all_or_none_of_a_vm_and_vms_take_turns() {
+        let (_, s) = sched(Policy::Gang, 3, 2, 2);
+        let t0 = Instant::now();
+        start_all(&s, 6, t0);
+        let mut turns = Vec::new();
+        for _ in 0..60 {
+            let h = running(&s);
+            let vms: std::collections::BTreeSet<usize> = h.iter().flatten().map(|&g| g / 2).collect();
+            assert_eq!(vms.len(), 1, "one VM at a time: {h:?}");
+            assert!(h.iter().all(|x| x.is_some()), "the whole VM: {h:?}");
+            turns.push(*vms.iter().next().unwrap());
+            drive(&s, t0, 2);
+        }
+        assert_eq!(&turns[..6], &[0, 1, 2, 0, 1, 2]);
+    }
+
+    #[test]
+    fn gang_refuses_a_vm_wider_than_the_cpus() {
+        let (_, m) = members(1, 3);
+        let e = Scheduler::new(cfg(Policy::Gang), vec![0, 1], m, Vec::new()).err().unwrap();
+        assert!(e.to_string().contains("more than the 2 host CPUs"), "{e}");
+    }
+
+    #[test]
+    fn balance_keeps_every_vcpu_on_its_home_cpu_and_siblings_apart() {
+        let (_, s) = sched(Policy::Balance, 2, 2, 2);
+        let t0 = Instant::now();
+        start_all(&s, 4, t0);
+        drive(&s, t0, 200);
+        let st = s.lock();
+        for d in &st.decisions {
+            if d.into >= 0 {
+                assert_eq!(st.v[d.into as usize].home, d.cpu as usize, "{d:?}");
+            }
+        }
+        assert_ne!(st.v[0].home, st.v[1].home);
+        assert_ne!(st.v[2].home, st.v[3].home);
+        let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
+        assert!(runs.iter().all(|&r| r >= 45 * SLICE), "{runs:?}");
+    }
+
+    #[test]
+    fn relaxed_co_stops_a_vcpu_ahead_of_its_sibling_and_never_stalls() {
+        // 2 VMs x 2 vCPUs on 2 CPUs: whatever the order, every vCPU keeps running
+        // and no sibling gets more than the skew plus a slice ahead
+        let skew = 3_000_000;
+        let (_, s) = sched(Policy::RelaxedCo { skew_ns: skew }, 2, 2, 2);
+        let t0 = Instant::now();
+        start_all(&s, 4, t0);
+        drive(&s, t0, 400);
+        let st = s.lock();
+        let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
+        // 400 slice ends on 2 CPUs: 100 slices each when fair
+        assert!(runs.iter().all(|&r| r >= 90 * SLICE), "every vCPU ran: {runs:?}");
+        for vm in 0..2 {
+            let (a, b) = (runs[2 * vm], runs[2 * vm + 1]);
+            assert!(a.abs_diff(b) <= skew + SLICE, "VM {vm}: {a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn relaxed_co_co_stops_when_a_sibling_lags() {
+        // VM 0 of 2 vCPUs and VM 1 of 1 on 2 CPUs: VM 1's vCPU takes turns with
+        // VM 0's, so one of VM 0's runs ahead of its sibling and is co-stopped
+        let (_, mut m) = members(2, 2);
+        m.truncate(3);
+        let s = Scheduler::new(cfg(Policy::RelaxedCo { skew_ns: 1_000_000 }), vec![0, 1], m, Vec::new()).unwrap();
+        let t0 = Instant::now();
+        start_all(&s, 3, t0);
+        drive(&s, t0, 100);
+        let st = s.lock();
+        let whys: Vec<Why> = st.decisions.iter().map(|d| d.why).take(12).collect();
+        let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
+        assert!(st.decisions.iter().any(|d| d.why == Why::CoStop), "{whys:?} {runs:?}");
+        assert!(st.v[0].run_ns.abs_diff(st.v[1].run_ns) <= 1_000_000 + SLICE, "{runs:?}");
+    }
+
+    #[test]
+    fn a_directed_yield_hands_the_spinners_token_to_the_candidate() {
+        // the oracle yields to the holder the guest named when it is not running
+        let (mem, s) = sched(Policy::DirectedYield, 1, 3, 1);
+        let t0 = Instant::now();
+        start_all(&s, 3, t0);
+        let me = running(&s)[0].unwrap();
+        let holder = (me + 1) % 3;
+        let t1 = t0 + Duration::from_micros(100);
+        assert_eq!(s.spin_exit(me, holder as u32, t1).unwrap(), SpinOutcome::Yielded);
+        assert_eq!(running(&s)[0], Some(holder));
+        let d = *s.lock().decisions.last().unwrap();
+        assert_eq!((d.why, d.out, d.into), (Why::Yield, me as i32, holder as i32));
+        // the spinner waits, preempted; the window grew and is in guest RAM
+        assert_eq!(mem.read_u8(me as u64 * 4096 + 16).unwrap(), 1);
+        assert_eq!(mem.read_u64(me as u64 * 4096 + 1024).unwrap(), 128);
+        s.entering(holder, t1 + Duration::from_micros(30));
+        let spin = s.lock().spins[0];
+        assert_eq!((spin.holder, spin.yielded_to, spin.latency_ns), (holder as i32, holder as i32, 30_000));
+        // a holder that runs: the oracle keeps the spinner spinning
+        assert_eq!(s.spin_exit(holder, holder as u32, t1).unwrap(), SpinOutcome::Keep);
+    }
+
+    #[test]
+    fn yield_to_a_running_vcpu_with_nobody_waiting_is_esrch() {
+        let (_, m) = members(1, 2);
+        let policies = vec![policy_box(PolicyKind::Upstream)];
+        let s = Scheduler::new(cfg(Policy::DirectedYield), vec![0, 1], m, policies).unwrap();
+        let t0 = Instant::now();
+        start_all(&s, 2, t0);
+        assert_eq!(s.spin_exit(0, 1, t0).unwrap(), SpinOutcome::Keep);
+        let spin = s.lock().spins[0];
+        assert_eq!(spin.yielded_to, -1);
+    }
+
+    #[test]
+    fn a_halt_gives_the_cpu_away_and_the_wake_up_asks_for_it_again() {
+        let (mem, s) = sched(Policy::RoundRobin, 1, 2, 1);
+        let t0 = Instant::now();
+        start_all(&s, 2, t0);
+        let a = running(&s)[0].unwrap();
+        let b = 1 - a;
+        s.halt(a, t0);
+        assert_eq!(running(&s)[0], Some(b));
+        // a halted vCPU is not preempted (it does not want to run)
+        assert_eq!(mem.read_u8(a as u64 * 4096 + 16).unwrap(), 0);
+        s.wake(a, t0);
+        assert_eq!(s.lock().v[a].status, Status::Ready);
+        s.slice_end(b, t0 + Duration::from_nanos(SLICE));
+        assert_eq!(running(&s)[0], Some(a));
+    }
+
+    #[test]
+    fn is_idle_follows_the_cpu_a_vcpu_last_ran_on() {
+        let (mem, s) = sched(Policy::RoundRobin, 1, 2, 2);
+        let t0 = Instant::now();
+        start_all(&s, 2, t0);
+        // both run: their CPUs are busy
+        assert_eq!(mem.read_u8(17).unwrap(), 0);
+        s.finish(1, t0);
+        // vCPU 1 left CPU 1 idle; vCPU 0's CPU 0 is busy
+        assert_eq!(mem.read_u8(4096 + 17).unwrap(), 1);
+        assert_eq!(mem.read_u8(17).unwrap(), 0);
+    }
+
+    #[test]
+    fn the_watchdog_names_a_holder_past_its_slice_and_margin_once() {
+        let (_, s) = sched(Policy::RoundRobin, 1, 2, 1);
+        let t0 = Instant::now();
+        start_all(&s, 2, t0);
+        let g = running(&s)[0].unwrap();
+        assert!(s.watchdog(t0 + Duration::from_millis(10)).is_empty());
+        let late = t0 + Duration::from_millis(30);
+        assert_eq!(s.watchdog(late), vec![g]);
+        assert!(s.watchdog(late + Duration::from_millis(1)).is_empty());
+        assert_eq!(s.take_log().watchdog_kicks, 1);
+    }
+
+    #[test]
+    fn a_failing_policy_stops_the_run_with_an_error_naming_the_call() {
+        struct Fails;
+        impl DirectedYieldPolicy for Fails {
+            fn on_spin(&mut self, _ctx: &mut dyn SpinCtx) -> std::result::Result<(), String> {
+                Err("boom".into())
+            }
+        }
+        let (_, m) = members(1, 2);
+        let s = Scheduler::new(cfg(Policy::DirectedYield), vec![0], m, vec![Some(Box::new(Fails))]).unwrap();
+        let t0 = Instant::now();
+        start_all(&s, 2, t0);
+        let me = running(&s)[0].unwrap();
+        let e = s.spin_exit(me, 0, t0).unwrap_err();
+        assert!(e.to_string().contains("VM 0") && e.to_string().contains("boom"), "{e}");
+        assert!(s.stopped());
+        assert!(s.acquire(1 - me, t0 + Duration::from_secs(5)).is_none(), "a waiting thread returns at once");
+        assert!(s.take_error().is_some());
+    }
+}
