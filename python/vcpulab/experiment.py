@@ -35,11 +35,13 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core, tracing
+from vcpulab import sched as _sched
 from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
 from vcpulab._interrupt import keep_partial
 from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
+from vcpulab.sched import Scheduler
 
 __all__ = [
     "IdleTicks",
@@ -420,6 +422,53 @@ def _field(prog: Program, name: str) -> dict[str, Any]:
     return next(r for r in prog.results if r["name"] == name)
 
 
+def _record_gpa(prog: Program, name: str, vcpu: int) -> int:
+    """The guest-physical address of vCPU ``vcpu``'s entry of a per-vCPU result field."""
+    f = _field(prog, name)
+    return int(f["gpa"]) + vcpu * int(f["stride"])
+
+
+def _check_scheduler(
+    scheduler: Any, workload: Workload, vcpus: Any, vms: Any, pcpus: Any, placement: Any
+) -> _sched.Scheduler:
+    """``run``'s scheduler argument, checked against the rest before anything is created."""
+    if scheduler is None:
+        return _sched.host()
+    check_type("scheduler", scheduler, _sched.Scheduler)
+    if scheduler.is_host:
+        return scheduler
+    name = scheduler.name
+    if placement is not None:
+        raise ValueError(f"scheduler={name}: pass pcpus (the CPUs it schedules on), not placement: it places the vCPUs")
+    if not isinstance(workload, (SpinLock, Spin)):
+        raise ValueError(
+            f"scheduler={name}: {type(workload).__name__} halts in the kernel without vcpulab's halt brackets; "
+            "under vcpulab's scheduler SpinLock, PvSpinLock and Spin run (use sched.host() for the others)"
+        )
+    if isinstance(workload, PvSpinLock) and workload.preempted_from_host:
+        raise ValueError(
+            f"scheduler={name}: PvSpinLock.preempted_from_host writes the preempted byte by hand; the scheduler "
+            "sets it while a vCPU holds no token"
+        )
+    if isinstance(scheduler, _sched.DirectedYield) and not isinstance(workload, SpinLock):
+        raise ValueError(
+            f"scheduler={name}: directed yield acts at pv spin exits, which only the spin-lock workloads make"
+        )
+    n_cpus = len(set(pcpus)) if pcpus is not None else len(_core.allowed_cpus())
+    if isinstance(scheduler, (_sched.Gang, _sched.Balance)) and int(vcpus) > n_cpus:
+        raise ValueError(
+            f"scheduler={name}: each VM's {vcpus} vCPUs must fit the {n_cpus} host CPUs (its siblings run on "
+            "distinct CPUs)"
+        )
+    return scheduler
+
+
+def _schedule_frames(d: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    dec = pl.DataFrame({k: (v if isinstance(v, list) else np.asarray(v)) for k, v in d["decisions"].items()})
+    spins = pl.DataFrame({k: np.asarray(v) for k, v in d["spins"].items()})
+    return dec, spins, {"dropped": int(d["dropped"]), "watchdog_kicks": int(d["watchdog_kicks"])}
+
+
 # --------------------------------------------------------------------------- runner
 
 
@@ -456,6 +505,16 @@ class Run:
     halts: pl.DataFrame | None = None
     #: what the trace recorded: events, lost, dropped, truncated, counts per tracepoint
     trace_info: dict[str, Any] | None = None
+    #: under a vcpulab scheduler (``run(scheduler=...)``, :mod:`vcpulab.sched`): one row per
+    #: token hand-off — t_ns (after the run's start), pcpu, out_vm, out_vcpu (-1: the CPU was
+    #: idle), in_vm, in_vcpu (-1: it falls idle), why (:data:`vcpulab.sched.WHY`)
+    schedule: pl.DataFrame | None = None
+    #: one row per pv spin exit — t_ns, vm, vcpu, holder (the vCPU the guest named, -1:
+    #: unknown), attempts (yield_to calls), yielded_to (-1: kept its token), window (the
+    #: spin window after the exit, iterations), latency_ns (exit → the candidate entering KVM_RUN)
+    spins: pl.DataFrame | None = None
+    #: dropped (log rows past max_decisions), watchdog_kicks
+    schedule_info: dict[str, Any] | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -788,6 +847,7 @@ def run(
     repeat: None = ...,
     trace: bool = ...,
     trace_max_events: int = ...,
+    scheduler: Scheduler | None = ...,
 ) -> Run: ...
 
 
@@ -811,6 +871,7 @@ def run(
     repeat: int,
     trace: bool = ...,
     trace_max_events: int = ...,
+    scheduler: Scheduler | None = ...,
 ) -> Trials: ...
 
 
@@ -834,6 +895,7 @@ def run(
     repeat: int | None = None,
     trace: bool = False,
     trace_max_events: int = tracing.DEFAULT_MAX_EVENTS,
+    scheduler: Scheduler | None = None,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
 
@@ -864,6 +926,15 @@ def run(
             ``TraceUnavailableError``).
         trace_max_events: cap on traced events kept; beyond it the trace is
             flagged ``Run.trace_info["truncated"]``.
+        scheduler: who schedules the vCPU threads (:mod:`vcpulab.sched`):
+            ``sched.host()`` (None, the default) leaves them to the kernel;
+            ``sched.round_robin()``, ``gang()``, ``relaxed_co()``,
+            ``balance()`` or ``directed_yield(policy)`` run them under
+            vcpulab's own scheduler on the ``pcpus`` (one run token each), and
+            the Run gains ``schedule`` (every token hand-off), ``spins`` (every
+            pv spin exit) and ``schedule_info``. Spin-lock workloads then make
+            pv spin exits and halt brackets; the kernel-halting workloads
+            (MsiPingPong, IpiPingPong, IdleTicks) are not scheduled yet.
 
     Every argument is checked before anything is created (TypeError /
     ValueError naming it): at most ``MAX_VCPUS`` vCPUs per VM, a duration of
@@ -886,6 +957,7 @@ def run(
         trace,
         trace_max_events,
     )
+    scheduler = _check_scheduler(scheduler, workload, vcpus, vms, pcpus, placement)
     if repeat is not None:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
@@ -905,6 +977,7 @@ def run(
             quality_thresholds=quality_thresholds,
             trace=trace,
             trace_max_events=trace_max_events,
+            scheduler=scheduler,
         )
         done: list[Run] = []
         try:
@@ -922,6 +995,8 @@ def run(
     host = host or Host()
     vm_objs: list[Vm] = []
     tracer: tracing.Trace | None = None
+    scheduled = not scheduler.is_host
+    window_gpas: list[int | None] = []
     try:
         plan = []
         progs: list[Program] = []
@@ -933,6 +1008,8 @@ def run(
                 vm.halt_poll_ns = halt_poll_ns
             vs = [vm.create_vcpu(j) for j in range(vcpus)]
             params = dict(workload.params(vcpus))
+            if scheduled and isinstance(workload, SpinLock):
+                params["pv_exits"] = 1
             if isinstance(workload, IpiPingPong):
                 params["gap_cycles"] = int(workload.gap_us * vs[0].tsc_khz / 1e3)
             prog = vm.load(workload.program, **params)  # type: ignore[arg-type]
@@ -945,6 +1022,10 @@ def run(
                     # the `preempted` byte of its (default) steal-time area
                     vm.write_u8(_core.STEAL_AREA_ADDR + 64 * v.id + 16, 1)
                 plan.append((v._vcpu, i, where[(i, v.id)]))
+                if scheduled:
+                    window_gpas.append(
+                        _record_gpa(prog, "spin_window", v.id) if isinstance(workload, SpinLock) else None
+                    )
             progs.append(prog)
             groups.append(vs)
 
@@ -968,7 +1049,8 @@ def run(
         for d in drivers:
             d.start()
         try:
-            rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s)
+            sched_cfg = _sched.core_config(scheduler, sorted(vcpu_cpus), window_gpas, vms)
+            rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s, scheduler=sched_cfg)
             if tracer is not None:
                 tracer.stop()
         except BaseException:
@@ -1046,11 +1128,14 @@ def run(
             "memory_mib": memory_mib,
             "halt_poll_ns": halt_poll_ns,
             "steal_time": steal_time,
+            "scheduler": scheduler.config(),
             "provenance": provenance(),
         }
         r = Run(
             samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q
         )
+        if "schedule" in rep:
+            r.schedule, r.spins, r.schedule_info = _schedule_frames(rep["schedule"])
         if tf is not None:
             config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
             r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
