@@ -476,7 +476,7 @@ def _schedule_frames(d: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dic
 class Run:
     """What :func:`run` produced; every frame carries ``vm`` and ``vcpu``."""
 
-    #: t_ns, vm, vcpu, steal_ns, preempted, and every scalar vCPU stat
+    #: t_ns, vm, vcpu, steal_ns, preempted, is_idle (the steal area's bytes), and every scalar vCPU stat
     samples: pl.DataFrame
     #: the workload's per-vCPU counters (see the workload class)
     results: pl.DataFrame
@@ -520,7 +520,7 @@ class Run:
         """Per-interval deltas of the cumulative columns (steal_ns and the
         stats), one row per (vm, vcpu, interval), with ``dt_ns``."""
         cum = [
-            c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "blocking", "guest_mode")
+            c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "is_idle", "blocking", "guest_mode")
         ]
         s = self.samples.sort(["vm", "vcpu", "t_ns"])
         d = s.with_columns(

@@ -92,6 +92,8 @@ pub struct Samples {
     pub vcpu: Vec<u32>,
     pub steal_ns: Vec<u64>,
     pub preempted: Vec<u8>,
+    /// The steal area's `is_idle` byte ([S3]; written only by vcpulab's scheduler).
+    pub is_idle: Vec<u8>,
     pub stat_names: Vec<String>,
     pub stats: Vec<Vec<u64>>,
 }
@@ -195,6 +197,7 @@ impl Sampler {
             self.out.vcpu.push(o.id as u32);
             self.out.steal_ns.push(st.map_or(0, |s| s.steal_ns));
             self.out.preempted.push(st.map_or(0, |s| s.preempted));
+            self.out.is_idle.push(st.map_or(0, |s| s.is_idle));
             for (col, &i) in self.out.stats.iter_mut().zip(&self.stat_index) {
                 col.push(o.stats.schema.values(&self.buf, i).next().unwrap_or(0));
             }
@@ -443,12 +446,12 @@ fn scheduled_thread(
 ) -> ThreadReport {
     let cpus = sc.cpus().to_vec();
     thread_report(vm, vcpu, cpus, t0, |vcpu, report| {
-        sc.start(g, report.tid, Instant::now());
+        sc.start(g, report.tid, None);
         report.outcome = scheduled_loop(g, vcpu, sc, deadline, report).unwrap_or_else(|e| {
             report.error = Some(e);
             Outcome::Error
         });
-        sc.finish(g, Instant::now());
+        sc.finish(g, None);
     })
 }
 
@@ -476,7 +479,7 @@ fn scheduled_loop(
             pin_current_thread(&[grant.cpu])?;
             pinned = Some(grant.cpu);
         }
-        sc.entering(g, Instant::now());
+        sc.entering(g, None);
         // run until the grant ends: each exit either continues the slice or hands the token on
         let end = grant.slice_end.min(deadline);
         loop {
@@ -486,7 +489,7 @@ fn scheduled_loop(
                 if Instant::now() >= deadline {
                     return Ok(Outcome::Deadline);
                 }
-                sc.slice_end(g, Instant::now());
+                sc.slice_end(g, None);
                 break;
             }
             match out.ucall {
@@ -505,19 +508,19 @@ fn scheduled_loop(
                     return Ok(Outcome::Stopped);
                 }
                 // the watchdog: this slice is over
-                sc.slice_end(g, Instant::now());
+                sc.slice_end(g, None);
                 break;
             }
             match &out.exit {
                 Exit::Io { port: PV_SPIN_PORT, dir: IoDir::Out, .. } => {
                     let holder = out.exit.data_value() as u32;
-                    if sc.spin_exit(g, holder, Instant::now())? == SpinOutcome::Yielded {
+                    if sc.spin_exit(g, holder, Instant::now(), None)? == SpinOutcome::Yielded {
                         break;
                     }
                 }
                 Exit::Io { port: PV_HALT_PORT, dir: IoDir::Out, .. } if out.exit.data_value() == 1 => {
                     // the token goes; the vCPU halts in KVM_RUN without one until its wake bracket
-                    sc.halt(g, Instant::now());
+                    sc.halt(g, None);
                     loop {
                         let h = vcpu.run_until_outcome(&io(deadline))?;
                         report.exits += h.exits;
@@ -536,7 +539,7 @@ fn scheduled_loop(
                             break;
                         }
                     }
-                    sc.wake(g, Instant::now());
+                    sc.wake(g, None);
                     break;
                 }
                 _ => {} // any other port: nothing to decide

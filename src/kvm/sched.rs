@@ -44,6 +44,7 @@ use rand::{Rng, SeedableRng};
 
 use super::error::{Error, Result};
 use super::memory::GuestMemory;
+use super::steal::{OFF_IS_IDLE, OFF_PREEMPTED};
 use crate::sim::ple::{grow_ple_window, shrink_ple_window};
 use crate::sim::policy::{DirectedYieldPolicy, SpinCtx, VcpuView, ESRCH};
 
@@ -431,7 +432,7 @@ impl Scheduler {
 
     fn set_preempted(&self, st: &mut State, g: usize, on: bool) {
         st.v[g].preempted = on;
-        self.write_pv(g, 16, on as u8);
+        self.write_pv(g, OFF_PREEMPTED, on as u8);
     }
 
     /// `is_idle` of every vCPU whose last CPU is `c`.
@@ -439,7 +440,7 @@ impl Scheduler {
         let idle = st.holder[c].is_none() as u8;
         for (g, v) in st.v.iter().enumerate() {
             if v.last_cpu == Some(c) {
-                self.write_pv(g, 17, idle);
+                self.write_pv(g, OFF_IS_IDLE, idle);
             }
         }
     }
@@ -606,8 +607,9 @@ impl Scheduler {
 
     /// Called once by each vCPU thread (`tid`: its thread id, 0 in tests)
     /// before its first token.
-    pub fn start(&self, g: usize, tid: i32, now: Instant) {
+    pub fn start(&self, g: usize, tid: i32, at: Option<Instant>) {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         st.v[g].tid = tid;
         self.enqueue(&mut st, g);
         if self.cfg.policy == Policy::Gang {
@@ -645,8 +647,9 @@ impl Scheduler {
 
     /// `g`'s thread is about to enter KVM_RUN with its token: closes a pending
     /// yield's latency.
-    pub fn entering(&self, g: usize, now: Instant) {
+    pub fn entering(&self, g: usize, at: Option<Instant>) {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         if let Some((row, at)) = st.v[g].yield_row.take() {
             let ns = now.saturating_duration_since(at).as_nanos() as u64;
             if let Some(r) = st.spins.get_mut(row) {
@@ -686,8 +689,9 @@ impl Scheduler {
 
     /// `g`'s slice ended (its KVM_RUN timed out at the slice's end). Returns
     /// true if it keeps its token for another slice.
-    pub fn slice_end(&self, g: usize, now: Instant) -> bool {
+    pub fn slice_end(&self, g: usize, at: Option<Instant>) -> bool {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         let Status::Running(c) = st.v[g].status else { return false };
         if self.cfg.policy != Policy::Gang {
             let costop = self.co_stopped(&st, g, now);
@@ -706,16 +710,18 @@ impl Scheduler {
     }
 
     /// `g` halted (pv halt bracket): its token goes on.
-    pub fn halt(&self, g: usize, now: Instant) {
+    pub fn halt(&self, g: usize, at: Option<Instant>) {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         if let Status::Running(c) = st.v[g].status {
             self.hand_on(&mut st, now, c, g, Status::Halted, Why::Halt);
         }
     }
 
     /// `g` woke from its halt: it waits for a token.
-    pub fn wake(&self, g: usize, now: Instant) {
+    pub fn wake(&self, g: usize, at: Option<Instant>) {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         if st.v[g].status == Status::Halted {
             st.v[g].woken = true;
             self.enqueue(&mut st, g);
@@ -728,8 +734,9 @@ impl Scheduler {
     }
 
     /// `g`'s thread ends (program done, deadline, stop or error).
-    pub fn finish(&self, g: usize, now: Instant) {
+    pub fn finish(&self, g: usize, at: Option<Instant>) {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         let q = self.queue_of(&st, g);
         st.queues[q].retain(|&x| x != g);
         self.set_preempted(&mut st, g, false);
@@ -747,10 +754,12 @@ impl Scheduler {
     }
 
     /// A pv spin exit of `g`, which names `holder` (guest vCPU id, `u32::MAX`:
-    /// unknown), at `at`. Grows its window; under [`Policy::DirectedYield`]
-    /// runs its VM's policy.
-    pub fn spin_exit(&self, g: usize, holder: u32, at: Instant) -> Result<SpinOutcome> {
+    /// unknown), seen at `exit_at` (the hand-off latency counts from there).
+    /// Grows its window; under [`Policy::DirectedYield`] runs its VM's policy.
+    /// `at`: the decision's instant (None: now, holding the lock; tests pass theirs).
+    pub fn spin_exit(&self, g: usize, holder: u32, exit_at: Instant, at: Option<Instant>) -> Result<SpinOutcome> {
         let mut st = self.lock();
+        let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         let Status::Running(c) = st.v[g].status else { return Ok(SpinOutcome::Yielded) };
         let s = self.cfg.spin;
         let w = grow_ple_window(st.v[g].window, s.window, s.grow, s.max);
@@ -759,7 +768,7 @@ impl Scheduler {
         let vm = st.v[g].vm;
         let holder_g = self.vm_members[vm].get(holder as usize).copied();
         let mut rec = SpinRecord {
-            t_ns: self.t_ns(&st, at),
+            t_ns: self.t_ns(&st, now),
             vcpu: g as u32,
             holder: holder_g.map_or(-1, |h| h as i32),
             attempts: 0,
@@ -775,17 +784,8 @@ impl Scheduler {
         st.v[g].in_spin_loop = true;
         let started = Instant::now();
         let (res, attempts, yielded) = {
-            let mut ctx = RealSpin {
-                s: self,
-                st: &mut st,
-                now: at,
-                vm,
-                me: g,
-                cpu: c,
-                holder: holder_g,
-                attempts: 0,
-                yielded: None,
-            };
+            let mut ctx =
+                RealSpin { s: self, st: &mut st, now, vm, me: g, cpu: c, holder: holder_g, attempts: 0, yielded: None };
             let r = policy.on_spin(&mut ctx);
             (r, ctx.attempts, ctx.yielded)
         };
@@ -818,7 +818,7 @@ impl Scheduler {
             rec.yielded_to = t as i32;
             let row = st.spins.len();
             self.push_spin(&mut st, rec);
-            st.v[t].yield_row = Some((row, at));
+            st.v[t].yield_row = Some((row, exit_at));
             return Ok(SpinOutcome::Yielded);
         }
         self.push_spin(&mut st, rec);
@@ -1091,7 +1091,7 @@ mod tests {
             };
             now = now.max(end);
             let _ = c;
-            s.slice_end(g, now);
+            s.slice_end(g, Some(now));
         }
         now
     }
@@ -1099,7 +1099,7 @@ mod tests {
     fn start_all(s: &Scheduler, n: usize, t0: Instant) {
         s.set_origin(t0);
         for g in 0..n {
-            s.start(g, 0, t0);
+            s.start(g, 0, Some(t0));
         }
     }
 
@@ -1184,6 +1184,23 @@ mod tests {
     }
 
     #[test]
+    fn relaxed_co_keeps_three_siblings_on_two_cpus_within_the_skew_and_a_slice() {
+        let skew = 1_000_000;
+        let (_, s) = sched(Policy::RelaxedCo { skew_ns: skew }, 1, 3, 2);
+        let t0 = Instant::now();
+        start_all(&s, 3, t0);
+        let mut worst = 0;
+        for _ in 0..200 {
+            let now = drive(&s, t0, 1);
+            let st = s.lock();
+            let r: Vec<u64> = (0..3).map(|g| Scheduler::run_time(&st, g, now)).collect();
+            worst = worst.max(r.iter().max().unwrap() - r.iter().min().unwrap());
+        }
+        assert!(worst <= skew + SLICE, "the largest lead was {worst} ns");
+        assert!(s.lock().decisions.iter().any(|d| d.why == Why::CoStop));
+    }
+
+    #[test]
     fn relaxed_co_co_stops_when_a_sibling_lags() {
         // VM 0 of 2 vCPUs and VM 1 of 1 on 2 CPUs: VM 1's vCPU takes turns with
         // VM 0's, so one of VM 0's runs ahead of its sibling and is co-stopped
@@ -1209,18 +1226,18 @@ mod tests {
         let me = running(&s)[0].unwrap();
         let holder = (me + 1) % 3;
         let t1 = t0 + Duration::from_micros(100);
-        assert_eq!(s.spin_exit(me, holder as u32, t1).unwrap(), SpinOutcome::Yielded);
+        assert_eq!(s.spin_exit(me, holder as u32, t1, Some(t1)).unwrap(), SpinOutcome::Yielded);
         assert_eq!(running(&s)[0], Some(holder));
         let d = *s.lock().decisions.last().unwrap();
         assert_eq!((d.why, d.out, d.into), (Why::Yield, me as i32, holder as i32));
         // the spinner waits, preempted; the window grew and is in guest RAM
         assert_eq!(mem.read_u8(me as u64 * 4096 + 16).unwrap(), 1);
         assert_eq!(mem.read_u64(me as u64 * 4096 + 1024).unwrap(), 128);
-        s.entering(holder, t1 + Duration::from_micros(30));
+        s.entering(holder, Some(t1 + Duration::from_micros(30)));
         let spin = s.lock().spins[0];
         assert_eq!((spin.holder, spin.yielded_to, spin.latency_ns), (holder as i32, holder as i32, 30_000));
         // a holder that runs: the oracle keeps the spinner spinning
-        assert_eq!(s.spin_exit(holder, holder as u32, t1).unwrap(), SpinOutcome::Keep);
+        assert_eq!(s.spin_exit(holder, holder as u32, t1, Some(t1)).unwrap(), SpinOutcome::Keep);
     }
 
     #[test]
@@ -1230,7 +1247,7 @@ mod tests {
         let s = Scheduler::new(cfg(Policy::DirectedYield), vec![0, 1], m, policies).unwrap();
         let t0 = Instant::now();
         start_all(&s, 2, t0);
-        assert_eq!(s.spin_exit(0, 1, t0).unwrap(), SpinOutcome::Keep);
+        assert_eq!(s.spin_exit(0, 1, t0, Some(t0)).unwrap(), SpinOutcome::Keep);
         let spin = s.lock().spins[0];
         assert_eq!(spin.yielded_to, -1);
     }
@@ -1242,13 +1259,13 @@ mod tests {
         start_all(&s, 2, t0);
         let a = running(&s)[0].unwrap();
         let b = 1 - a;
-        s.halt(a, t0);
+        s.halt(a, Some(t0));
         assert_eq!(running(&s)[0], Some(b));
         // a halted vCPU is not preempted (it does not want to run)
         assert_eq!(mem.read_u8(a as u64 * 4096 + 16).unwrap(), 0);
-        s.wake(a, t0);
+        s.wake(a, Some(t0));
         assert_eq!(s.lock().v[a].status, Status::Ready);
-        s.slice_end(b, t0 + Duration::from_nanos(SLICE));
+        s.slice_end(b, Some(t0 + Duration::from_nanos(SLICE)));
         assert_eq!(running(&s)[0], Some(a));
     }
 
@@ -1259,7 +1276,7 @@ mod tests {
         start_all(&s, 2, t0);
         // both run: their CPUs are busy
         assert_eq!(mem.read_u8(17).unwrap(), 0);
-        s.finish(1, t0);
+        s.finish(1, Some(t0));
         // vCPU 1 left CPU 1 idle; vCPU 0's CPU 0 is busy
         assert_eq!(mem.read_u8(4096 + 17).unwrap(), 1);
         assert_eq!(mem.read_u8(17).unwrap(), 0);
@@ -1291,7 +1308,7 @@ mod tests {
         let t0 = Instant::now();
         start_all(&s, 2, t0);
         let me = running(&s)[0].unwrap();
-        let e = s.spin_exit(me, 0, t0).unwrap_err();
+        let e = s.spin_exit(me, 0, t0, Some(t0)).unwrap_err();
         assert!(e.to_string().contains("VM 0") && e.to_string().contains("boom"), "{e}");
         assert!(s.stopped());
         assert!(s.acquire(1 - me, t0 + Duration::from_secs(5)).is_none(), "a waiting thread returns at once");

@@ -1242,6 +1242,7 @@ fn run_experiment<'py>(
     samples.set_item("vcpu", PyArray1::from_vec(py, s.vcpu))?;
     samples.set_item("steal_ns", PyArray1::from_vec(py, s.steal_ns))?;
     samples.set_item("preempted", PyArray1::from_vec(py, s.preempted))?;
+    samples.set_item("is_idle", PyArray1::from_vec(py, s.is_idle))?;
     let names = s.stat_names.clone();
     for (name, col) in s.stat_names.into_iter().zip(s.stats) {
         samples.set_item(name, PyArray1::from_vec(py, col))?;

@@ -938,6 +938,9 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
             a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
             if pv_exits {
                 spin_exit_check(a)?;
+                if kind != LockKind::Pv {
+                    a.nop().map_err(asm_err)?; // the check's label and check_free's need an instruction each
+                }
             }
             if kind == LockKind::Pv {
                 a.dec(r14).map_err(asm_err)?;
