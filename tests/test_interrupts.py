@@ -234,3 +234,19 @@ def test_twins_grid(seed: int, kvm_host: Any) -> None:
     print(f"twins.grid: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "Grid" and partial["cells"] >= 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_experiment_run_under_vcpulabs_scheduler(seed: int, kvm_host: Any) -> None:
+    late, partial, _ = interrupt(
+        """
+    from vcpulab import sched
+    from vcpulab.experiment import SpinLock, run
+    from vcpulab.sim import policies as P
+    main(lambda: run(SpinLock(kind="ticket"), vcpus=3, pcpus=[0], duration_s=30,
+                     scheduler=sched.directed_yield(P.dy_eligible())))
+    """,
+        _delay(seed, 0.2, 1.0),
+    )
+    print(f"experiment.run(scheduler=directed_yield): {late:.3f} s, {partial}")
+    assert late < LATE_S and partial["type"] == "None"

@@ -511,7 +511,8 @@ class Run:
     schedule: pl.DataFrame | None = None
     #: one row per pv spin exit — t_ns, vm, vcpu, holder (the vCPU the guest named, -1:
     #: unknown), attempts (yield_to calls), yielded_to (-1: kept its token), window (the
-    #: spin window after the exit, iterations), latency_ns (exit → the candidate entering KVM_RUN)
+    #: spin window after the exit, iterations), latency_ns (exit → the candidate entering KVM_RUN),
+    #: policy_ns (the directed-yield policy's call)
     spins: pl.DataFrame | None = None
     #: dropped (log rows past max_decisions), watchdog_kicks
     schedule_info: dict[str, Any] | None = None

@@ -370,6 +370,8 @@ class ScheduleSummary:
     watchdog_kicks: int
     #: from a pv spin exit to the chosen candidate entering KVM_RUN, µs: quantiles
     yield_latency_us: dict[str, float] = field(default_factory=dict)
+    #: the directed-yield policy's call per spin exit, µs: quantiles
+    policy_us: dict[str, float] = field(default_factory=dict)
 
 
 def summary(run: Any) -> ScheduleSummary:
@@ -379,11 +381,15 @@ def summary(run: Any) -> ScheduleSummary:
     if d is None or s is None:
         raise ValueError("summary needs a Run of experiment.run(..., scheduler=...) with a vcpulab scheduler")
     by_why = {w: int((d["why"] == w).sum()) for w in WHY}
-    lat = s.filter(pl.col("latency_ns") > 0)["latency_ns"].cast(pl.Float64) / 1e3
-    q = {}
-    if lat.len():
-        for name, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)):
-            q[name] = float(lat.quantile(p, "nearest"))  # type: ignore[arg-type]
+
+    def quantiles(col: str) -> dict[str, float]:
+        x = s.filter(pl.col(col) > 0)[col].cast(pl.Float64) / 1e3
+        if not x.len():
+            return {}
+        return {
+            n: float(x.quantile(p, "nearest")) for n, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+        }  # type: ignore[misc]
+
     info = getattr(run, "schedule_info", None) or {}
     return ScheduleSummary(
         decisions=d.height,
@@ -393,5 +399,6 @@ def summary(run: Any) -> ScheduleSummary:
         yields_successful=int((s["yielded_to"] >= 0).sum()) if s.height else 0,
         co_stops=by_why["co_stop"],
         watchdog_kicks=int(info.get("watchdog_kicks", 0)),
-        yield_latency_us=q,
+        yield_latency_us=quantiles("latency_ns"),
+        policy_us=quantiles("policy_ns"),
     )

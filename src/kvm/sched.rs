@@ -178,6 +178,8 @@ pub struct SpinRecord {
     pub window: u64,
     /// From the exit to the candidate's thread entering KVM_RUN, ns (0: no yield).
     pub latency_ns: u64,
+    /// How long the policy call took, ns (0: no policy ran).
+    pub policy_ns: u64,
 }
 
 /// A vCPU of the scheduled run.
@@ -775,6 +777,7 @@ impl Scheduler {
             yielded_to: -1,
             window: w,
             latency_ns: 0,
+            policy_ns: 0,
         };
         if self.cfg.policy != Policy::DirectedYield {
             self.push_spin(&mut st, rec);
@@ -814,6 +817,7 @@ impl Scheduler {
             ));
         }
         rec.attempts = attempts;
+        rec.policy_ns = took.as_nanos() as u64;
         if let Some(t) = yielded {
             rec.yielded_to = t as i32;
             let row = st.spins.len();

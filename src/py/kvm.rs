@@ -1097,6 +1097,7 @@ fn sched_log_dict<'py>(
     sp.set_item("yielded_to", PyArray1::from_vec(py, ss.iter().map(|x| key(x.yielded_to).1).collect()))?;
     sp.set_item("window", PyArray1::from_vec(py, ss.iter().map(|x| x.window as i64).collect()))?;
     sp.set_item("latency_ns", PyArray1::from_vec(py, ss.iter().map(|x| x.latency_ns as i64).collect()))?;
+    sp.set_item("policy_ns", PyArray1::from_vec(py, ss.iter().map(|x| x.policy_ns as i64).collect()))?;
     d.set_item("spins", sp)?;
     d.set_item("dropped", log.dropped)?;
     d.set_item("watchdog_kicks", log.watchdog_kicks)?;
