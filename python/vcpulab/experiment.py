@@ -521,7 +521,9 @@ class Run:
         """Per-interval deltas of the cumulative columns (steal_ns and the
         stats), one row per (vm, vcpu, interval), with ``dt_ns``."""
         cum = [
-            c for c in self.samples.columns if c not in ("t_ns", "vm", "vcpu", "preempted", "is_idle", "blocking", "guest_mode")
+            c
+            for c in self.samples.columns
+            if c not in ("t_ns", "vm", "vcpu", "preempted", "is_idle", "blocking", "guest_mode")
         ]
         s = self.samples.sort(["vm", "vcpu", "t_ns"])
         d = s.with_columns(
