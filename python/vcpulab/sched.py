@@ -271,8 +271,11 @@ class DirectedYield(Scheduler):
 
     def config(self) -> dict[str, Any]:
         from vcpulab.sim import policies as P
+        from vcpulab.sim._config import _to_plain
 
-        return {**super().config(), "policy": P.label(self.policy)}
+        plain = dict(_to_plain(self.policy))
+        plain.pop("fn", None)
+        return {**super().config(), "policy": plain, "policy_label": P.label(self.policy)}
 
 
 def _as_policy(p: Any) -> Any:
@@ -348,6 +351,33 @@ def directed_yield(
         spin_max=spin_max,
         **kw,
     )
+
+
+_BY_NAME: dict[str, type[Scheduler]] = {c.name: c for c in (Host, RoundRobin, Gang, RelaxedCo, Balance, DirectedYield)}
+
+
+def from_config(d: dict[str, Any] | None) -> Scheduler:
+    """The scheduler a Run recorded (``Run.config["scheduler"]``, :meth:`Scheduler.config`);
+    None or a Run from before schedulers: :func:`host`. A Python policy cannot be
+    rebuilt from a record (its code is not in it): ValueError."""
+    if d is None:
+        return host()
+    d = dict(d)
+    cls = _BY_NAME.get(d.pop("scheduler", "host"))
+    if cls is None:
+        raise ValueError(f"unknown scheduler {d!r}; expected one of {sorted(_BY_NAME)}")
+    label = d.pop("policy_label", None)
+    if cls is DirectedYield:
+        from vcpulab.sim._config import Policy
+
+        plain = d.pop("policy")
+        if plain.get("kind") == "python":
+            raise ValueError(
+                f"the Python policy {label!r} of a recorded run cannot be rebuilt (its code is not recorded); "
+                "pass the scheduler yourself"
+            )
+        d["policy"] = Policy(**plain)
+    return cls(**d)
 
 
 def core_config(s: Scheduler, cpus: list[int], window_gpas: list[int | None], vms: int) -> dict[str, Any] | None:

@@ -54,6 +54,7 @@ import os
 import platform
 import re
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -248,7 +249,7 @@ def host_knobs() -> dict[str, Value]:
 # ------------------------------------------------------------- guest programs counted
 
 
-def guest_path(workload: Workload, vcpus: int) -> dict[str, int]:
+def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[str, int]:
     """Emulated guest instructions of one iteration of ``workload``'s program
     (``src/kvm/guest/program.rs``), split as the twin needs them.
 
@@ -270,7 +271,9 @@ def guest_path(workload: Workload, vcpus: int) -> dict[str, int]:
     PvSpinLock adds the ``check_every`` counter set-up (1) to the think path,
     the releasing ``xor; xchg`` (1) to the hold path, and the unlocker's scan
     of every vCPU's waiting flag (1 + 7 per vCPU, after the release) to the
-    think path. MsiPingPong / IdleTicks: the round's instructions are measured
+    think path. ``pv_exits`` (a run under vcpulab's scheduler) adds the reset
+    of the wait's failed-iteration count (1) to the wait path (a failed
+    iteration then costs :data:`PV_SPIN_ITER_INSNS`). MsiPingPong / IdleTicks: the round's instructions are measured
     by the calibration from KVM's ``insn_emulation`` stat (the interrupt stub
     and EOI dominate them), not counted here. Checked against
     ``insn_emulation`` by :func:`calibrate` (``insns_per_acq_measured`` vs
@@ -283,7 +286,7 @@ def guest_path(workload: Workload, vcpus: int) -> dict[str, int]:
             "hold_path": 15 + (1 if pv else 0),
             "think_loop": 2 * workload.think + 1 if workload.think > 0 else 0,
             "think_path": 9 + (3 if workload.iterations > 0 else 0) + ((2 + 7 * vcpus) if pv else 0),
-            "wait_path": 8,
+            "wait_path": 8 + (1 if pv_exits else 0),
         }
     raise ValueError(f"guest_path counts SpinLock / PvSpinLock programs; {type(workload).__name__} is measured instead")
 
@@ -414,6 +417,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 )
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
+            vals.update(_calibrate_sched(cpu, a))
         cal = Calibration(values=vals, cpu=cpu)
         _CACHE[cpu] = cal
         return cal
@@ -422,6 +426,61 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 #: instructions of vCPU 0's IpiPingPong round outside its timed window (``mov [rbx], r12; jmp;
 #: cmp r12; jae; mov r14, [rsi]; rdtsc; shl; or; mov r13, rax``: src/kvm/guest/program.rs, gap 0)
 IPI_OUTSIDE_INSNS = 9
+
+
+def _calibrate_sched(cpu: int, path_insn_ns: float) -> dict[str, Value]:
+    """What a twin of a run under vcpulab's scheduler needs: the cost of an
+    exit to user space (an ``io_loop`` of 2000 port writes: the vCPU thread's
+    CPU time per exit minus its 3 guest instructions), and the token
+    hand-off (spin exit → the candidate entering KVM_RUN) of a directed-yield
+    run of a ticket lock, 3 vCPUs on ``cpu``: the median of ``Run.spins.latency_ns``."""
+    from vcpulab import sched
+    from vcpulab.experiment import run
+    from vcpulab.kvm import Host
+    from vcpulab.sim import policies as P
+
+    n = 2000
+    cpu_ns: list[int] = []
+
+    def exits() -> None:
+        os.sched_setaffinity(0, {cpu})
+        c0 = time.thread_time_ns()
+        v.run_until("ucall", timeout_s=20)
+        cpu_ns.append(time.thread_time_ns() - c0)
+
+    with Host().create_vm(memory_mib=4) as vm:
+        v = vm.create_vcpu(0)
+        v.start(vm.load("io_loop", port=0x80, count=n))
+        t = threading.Thread(target=exits)
+        t.start()
+        t.join(30)
+    if not cpu_ns:
+        raise TimeoutError(f"twins.calibrate: the io_loop of {n} exits on CPU {cpu} did not finish")
+    per_exit = cpu_ns[0] / n - 3 * path_insn_ns
+    r = run(
+        SpinLock(kind="ticket"),
+        vcpus=3,
+        pcpus=[cpu],
+        duration_s=0.3,
+        sample_every_s=None,
+        scheduler=sched.directed_yield(P.dy_eligible()),
+    )
+    assert r.spins is not None
+    lat = r.spins.filter(pl.col("latency_ns") > 0)["latency_ns"]
+    handoff = float(lat.median()) if lat.len() else 10_000.0  # type: ignore[arg-type]
+    return {
+        "uexit_ns": Value(
+            max(per_exit, 0.0),
+            "ns",
+            f"io_loop of {n} port writes on CPU {cpu}: vCPU thread CPU time per exit minus 3 instructions x path_insn_ns",
+        ),
+        "sched_handoff_ns": Value(
+            handoff,
+            "ns",
+            f"directed_yield(dy_eligible) of a ticket SpinLock, 3 vCPUs on CPU {cpu}, 0.3 s: median of "
+            f"{lat.len()} spin exit -> candidate enters KVM_RUN latencies",
+        ),
+    }
 
 
 def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dict[str, Value]:
@@ -497,6 +556,9 @@ class Experiment:
             ``cpus[i % len(cpus)]``: ``run(placement=…)``).
         duration_s: seconds of the real run (and of the simulated one).
         halt_poll_ns: per-VM maximum halt-poll time; None = the module parameter.
+        scheduler: who schedules the vCPU threads (:mod:`vcpulab.sched`; None:
+            the host's kernel). Under vcpulab's scheduler the vCPUs share
+            ``cpus`` (its run tokens), whatever ``pinning`` says.
     """
 
     workload: Workload
@@ -505,6 +567,7 @@ class Experiment:
     pinning: Literal["shared", "one_each"] = "one_each"
     duration_s: float = 0.3
     halt_poll_ns: int | None = None
+    scheduler: Any = None
 
     def __post_init__(self) -> None:
         from vcpulab.experiment import MAX_DURATION_S, MAX_VCPUS
@@ -522,6 +585,12 @@ class Experiment:
         if self.halt_poll_ns is not None:
             check_int("Experiment.halt_poll_ns", self.halt_poll_ns, 0, 2**32 - 1)
         self.workload.check(self.vcpus, True)
+        from vcpulab.experiment import _check_scheduler
+
+        s = _check_scheduler(self.scheduler, self.workload, self.vcpus, 1, list(self.cpus), None)
+        object.__setattr__(self, "scheduler", None if s.is_host else s)
+        if self.scheduler is not None:
+            object.__setattr__(self, "pinning", "shared")
 
     def check_runnable(self) -> None:
         """ValueError naming the CPUs when this process may not run on all of
@@ -538,7 +607,7 @@ class Experiment:
             )
 
     def placement(self) -> list[list[int]]:
-        if self.pinning == "shared":
+        if self.pinning == "shared" or self.scheduler is not None:
             return [list(self.cpus)] * self.vcpus
         return [[self.cpus[i % len(self.cpus)]] for i in range(self.vcpus)]
 
@@ -546,12 +615,17 @@ class Experiment:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
         from vcpulab.experiment import run
 
+        where: dict[str, Any] = (
+            {"pcpus": list(self.cpus), "scheduler": self.scheduler}
+            if self.scheduler is not None
+            else {"placement": self.placement()}
+        )
         return run(
             self.workload,
             vcpus=self.vcpus,
-            placement=self.placement(),
             duration_s=self.duration_s,
             halt_poll_ns=self.halt_poll_ns,
+            **where,
             **kw,
         )
 
@@ -571,6 +645,12 @@ class Experiment:
         kw: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in wd.items() if k in names}
         w: Workload = wcls(**kw)
         n = int(cfg["vcpus"])
+        from vcpulab import sched
+
+        s = sched.from_config(cfg.get("scheduler"))
+        if not s.is_host:
+            cpus_all = sorted({c for cl in r.placement.values() for c in cl})
+            return cls(w, n, tuple(cpus_all), "shared", float(cfg["duration_s"]), cfg.get("halt_poll_ns"), s)
         lists = [list(r.placement[(0, i)]) for i in range(n)]
         cpus = sorted({c for cl in lists for c in cl})
         if all(cl == lists[0] for cl in lists) and (len(lists[0]) > 1 or len(cpus) == 1):
@@ -854,7 +934,7 @@ def twin(
         )
     name = type(w).__name__
     if isinstance(w, SpinLock):
-        p = guest_path(w, exp.vcpus)
+        p = guest_path(w, exp.vcpus, pv_exits=exp.scheduler is not None)
         think_ns = p["think_path"] * a + p["think_loop"] * b
         hold_ns = p["hold_path"] * a + p["hold_loop"] * b
         kind = "tas" if isinstance(w, PvSpinLock) else w.kind
@@ -919,6 +999,9 @@ def twin(
         hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
         hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if isinstance(w, IpiPingPong) else cal["wake_block_ns"])
+    ple, policy = sim.Ple.off(), sim.policies.no_yield()
+    if exp.scheduler is not None:
+        hkw, ple, policy = _scheduled_twin(exp, cal, hkw)
     wkw: dict[str, Any] = dict(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0)))
     if isinstance(w, IpiPingPong):
         # the real run ends after its rounds: so does the twin (each thread one iteration per round)
@@ -926,12 +1009,73 @@ def twin(
     vm = sim.Vm(
         vcpus=exp.vcpus,
         workload=sim.Workload(**wkw),
-        ple=sim.Ple.off(),
-        policy=sim.policies.no_yield(),
+        ple=ple,
+        policy=policy,
         pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
         halt_poll=hp,
     )
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
+
+
+#: guest instructions of one failed spin iteration of the spin-lock programs
+#: with pv_exits (program.rs): the lock test and its branch (2), PAUSE, the
+#: PAUSE count, the window check (inc, mov, test, jz, cmp, jb) and the loop
+#: branch (TAS: a nop and the free test's cmp; ticket: the jmp back)
+PV_SPIN_ITER_INSNS = 11
+
+
+def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """The host, PLE and policy of the twin of a run under vcpulab's scheduler
+    (:mod:`vcpulab.sched`).
+
+    * ``round_robin``: the fair scheduler with base slice = the slice, every
+      vCPU free on the run's CPUs (``affinity="all"``, the scheduler's one
+      queue); ``gang``: the simulator's gang scheduler with the same slice;
+    * ``directed_yield``: the same slices, plus pause-loop exits with the same
+      window dynamics (the window counted in cycles: ``spin_window`` failed
+      iterations x :data:`PV_SPIN_ITER_INSNS` instructions x ``loop_insn_ns``
+      at the vCPU's TSC rate), the exit's cost the calibrated user-space exit
+      (``uexit_ns``), the same policy, and ``yield_to``'s cost the calibrated
+      token hand-off (``sched_handoff_ns``, as ``Host.rq_lock_ns``: the
+      spinner's CPU is busy with it before the candidate runs).
+    * ``relaxed_co`` and ``balance`` have no twin: the simulator has neither
+      mechanism (ValueError).
+
+    Simplification: the pv spin exit is modelled as a VMX pause-loop exit
+    (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
+    exit is taken at once (the real exit waits for the iteration to end)."""
+    from vcpulab import sched
+
+    s = exp.scheduler
+    if isinstance(s, (sched.RelaxedCo, sched.Balance)):
+        raise ValueError(
+            f"no twin for a run under sched.{s.name}: the simulator has no {s.name.replace('_', ' ')} scheduling"
+        )
+    # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
+    n = len(exp.cpus)
+    hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
+    hkw.update(pcpus=n, affinity="pinned" if n == 1 else "all")
+    slice_ns = int(s.slice_us * 1e3)
+    if isinstance(s, sched.Gang):
+        hkw.update(scheduler="gang", gang_slice_ns=slice_ns)
+    else:
+        hkw.update(base_slice_ns=slice_ns)
+    ple, policy = sim.Ple.off(), sim.policies.no_yield()
+    if isinstance(s, sched.DirectedYield):
+        iter_cycles = PV_SPIN_ITER_INSNS * cal["loop_insn_ns"] * cal["tsc_khz"] / 1e6
+        ple = sim.Ple(
+            enabled=True,
+            kind="vmx",
+            window=max(int(round(s.spin_window * iter_cycles)), 1),
+            grow=s.spin_grow,
+            shrink=s.spin_shrink,
+            max=min(int(s.spin_max * iter_cycles), sim.Ple().max),
+            exit_ns=max(int(round(cal["uexit_ns"])), 1),
+        )
+        policy = s.policy
+        if _host_field("rq_lock_ns"):
+            hkw["rq_lock_ns"] = max(int(round(cal["sched_handoff_ns"])), 0)
+    return hkw, ple, policy
 
 
 # ------------------------------------------------------------------------- metrics
@@ -980,6 +1124,30 @@ def _metrics_of(exp: Experiment) -> tuple[str, ...]:
     return _BY_WORKLOAD[type(exp.workload)]
 
 
+def _token_time(r: Run) -> tuple[list[float], list[int]]:
+    """Per vCPU of a scheduled run (vCPU order): ns it held a token, and how
+    many times it got one (from ``Run.schedule``)."""
+    d = r.schedule
+    assert d is not None
+    end = int(r.wall_s * 1e9)
+    n = int(r.config["vcpus"])
+    held, grants = [0.0] * n, [0] * n
+    open_: dict[int, tuple[int, int]] = {}
+    for x in d.sort("t_ns", maintain_order=True).iter_rows(named=True):
+        if x["why"] == "watchdog":
+            continue
+        c = x["pcpu"]
+        if c in open_:
+            v, t = open_.pop(c)
+            held[v] += max(0, min(x["t_ns"], end) - t)
+        if x["in_vcpu"] >= 0:
+            open_[c] = (x["in_vcpu"], x["t_ns"])
+            grants[x["in_vcpu"]] += 1
+    for v, t in open_.values():
+        held[v] += max(0, end - t)
+    return held, grants
+
+
 def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
     """The compared metrics of one real run."""
     res, th = r.results, r.threads
@@ -992,12 +1160,21 @@ def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
         out["acq_per_s"] = float(acq.sum()) / r.wall_s
         w = res["wait_per_acq_us"].fill_nan(0.0)
         out["wait_per_acq_us"] = float((w * acq).sum() / max(float(acq.sum()), 1.0))  # type: ignore[operator]
-    if "steal_fraction" in names:
-        out["steal_fraction"] = float(r.steal_fraction()["steal_fraction"].mean())  # type: ignore[arg-type]
-    if "ctx_switches_per_vcpu_s" in names:
-        sw = th["voluntary_ctxt_switches"] + th["nonvoluntary_ctxt_switches"]
-        secs = th["wall_ns"].cast(pl.Float64) / 1e9
-        out["ctx_switches_per_vcpu_s"] = float((sw / secs).mean())  # type: ignore[arg-type]
+    if r.schedule is not None and ("steal_fraction" in names or "ctx_switches_per_vcpu_s" in names):
+        # under vcpulab's scheduler a waiting vCPU thread sleeps, so the kernel's steal
+        # time and context switches do not see its waits: the decision log does
+        held, grants = _token_time(r)
+        if "steal_fraction" in names:
+            out["steal_fraction"] = float(np.mean([1.0 - h / max(r.wall_s * 1e9, 1.0) for h in held]))
+        if "ctx_switches_per_vcpu_s" in names:
+            out["ctx_switches_per_vcpu_s"] = float(np.mean(grants)) / r.wall_s
+    else:
+        if "steal_fraction" in names:
+            out["steal_fraction"] = float(r.steal_fraction()["steal_fraction"].mean())  # type: ignore[arg-type]
+        if "ctx_switches_per_vcpu_s" in names:
+            sw = th["voluntary_ctxt_switches"] + th["nonvoluntary_ctxt_switches"]
+            secs = th["wall_ns"].cast(pl.Float64) / 1e9
+            out["ctx_switches_per_vcpu_s"] = float((sw / secs).mean())  # type: ignore[arg-type]
     if "halt_exits_per_s" in names:
         out["halt_exits_per_s"] = _stat_delta(r, "halt_exits") / r.wall_s
     if "polled_per_halt" in names:
@@ -1023,7 +1200,10 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             # the real wait is timed around wait_path instructions that the
             # simulated Lock phase does not execute; they run at the vCPU's
             # running share, so on average they last window / (1 - steal)
-            window = guest_path(exp.workload, exp.vcpus)["wait_path"] * cal["path_insn_ns"]
+            window = (
+                guest_path(exp.workload, exp.vcpus, pv_exits=exp.scheduler is not None)["wait_path"]
+                * cal["path_insn_ns"]
+            )
             running = 1.0 - float(vc["wait_ns"].mean()) / (dur * 1e9)  # type: ignore[operator, arg-type]
             # the real guest, told to stop, finishes every wait still open and
             # counts it: the twin's waits open at the end count too (up to the
@@ -1715,7 +1895,7 @@ def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[st
 # ----------------------------------------------------------------------------- grid
 
 #: the factors of a grid cell (columns of :func:`grid`'s frames)
-FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz")
+FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "scheduler")
 
 
 def cell_factors(exp: Experiment) -> dict[str, Any]:
@@ -1734,7 +1914,16 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         "halt_poll_ns": -1 if hp is None else int(hp),
         "gap_us": float(getattr(w, "gap_us", -1.0)),
         "hz": int(getattr(w, "hz", -1)),
+        "scheduler": _scheduler_label(exp.scheduler),
     }
+
+
+def _scheduler_label(s: Any) -> str:
+    """``"host"``, ``"round_robin"``, ``"gang"``, or ``"directed_yield:<policy>"``."""
+    if s is None:
+        return "host"
+    pol = getattr(s, "policy", None)
+    return f"{s.name}:{sim.policies.label(pol)}" if pol is not None else s.name
 
 
 def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
@@ -1916,6 +2105,8 @@ def cell_name(exp: Experiment) -> str:
     f = cell_factors(exp)
     w = f["workload"]
     hp = "" if f["halt_poll_ns"] < 0 else f" poll{f['halt_poll_ns'] // 1000}us"
+    if f["scheduler"] != "host":
+        hp += f" [{f['scheduler']}]"
     if w in ("SpinLock", "PvSpinLock"):
         return f"{f['kind']} {f['hold']}/{f['think']} {f['vcpus']}v/{f['cpus']}c{hp}"
     if w == "MsiPingPong":
@@ -1953,12 +2144,13 @@ def directions(cells: pl.DataFrame) -> pl.DataFrame:
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for r in recs:
         by_metric.setdefault(r["metric"], []).append(r)
-    factors = [f for f in FACTORS if f != "workload"]
+    present = [f for f in FACTORS if f in cells.columns]
+    factors = [f for f in present if f != "workload"]
     for m, rs in by_metric.items():
         for fac in factors:
             groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
             for r in rs:
-                key = tuple(r[f] for f in FACTORS if f != fac)
+                key = tuple(r[f] for f in present if f != fac)
                 groups.setdefault(key, []).append(r)
             for g in groups.values():
                 g = sorted(g, key=lambda r: r[fac])

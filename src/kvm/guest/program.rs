@@ -908,7 +908,9 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
         LockKind::Ticket => {
             a.mov(eax, 1u32).map_err(asm_err)?;
             a.lock().xadd(dword_ptr(rbx), eax).map_err(asm_err)?; // eax = my ticket
-            a.xor(r9d, r9d).map_err(asm_err)?;
+            if pv_exits {
+                a.xor(r9d, r9d).map_err(asm_err)?; // this wait's failed iterations
+            }
             let mut wait = a.create_label();
             a.set_label(&mut wait).map_err(asm_err)?;
             a.cmp(dword_ptr(rbx + 4), eax).map_err(asm_err)?;
@@ -927,7 +929,9 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
             if kind == LockKind::Pv {
                 a.mov(r14, check_every).map_err(asm_err)?;
             }
-            a.xor(r9d, r9d).map_err(asm_err)?;
+            if pv_exits {
+                a.xor(r9d, r9d).map_err(asm_err)?; // this wait's failed iterations
+            }
             a.set_label(&mut attempt).map_err(asm_err)?;
             a.mov(eax, 1u32).map_err(asm_err)?;
             a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?;
