@@ -1089,7 +1089,8 @@ def _run_quality(
 ) -> Quality:
     """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
-    count as the run's own. With a trace, other tasks' time on the run's CPUs
+    count as the run's own; only the vCPU threads compete in the fair share of
+    steal. With a trace, other tasks' time on the run's CPUs
     comes from it (exact) instead of cpuidle."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
@@ -1125,6 +1126,7 @@ def _run_quality(
         steal_fraction=steal,
         traced_other_ns=traced,
         traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
+        vcpu_threads=threads["tid"].to_list(),
         **(thresholds or {}),
     )
     return replace(q, trace_truncated=untrusted) if untrusted is not None else q

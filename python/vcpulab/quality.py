@@ -19,9 +19,13 @@ happened, from sources that need no tracing:
   thread that no other thread of the run shares a CPU with waits on the run
   queue only for other tasks (``/proc/<pid>/task/<tid>/schedstat``, field 2, ns).
 * **steal against the fair share** (``steal_excess``, for runs with steal
-  time): each vCPU's steal fraction minus ``1 − cpus/threads`` of its CPU
-  group, the share it would lose to its own siblings if all were always
-  runnable; positive values mean other tasks took time too.
+  time): each vCPU's steal fraction minus ``1 − cpus/vcpu_threads`` of its
+  CPU group, the share it would lose to the run's own vCPU threads on those
+  CPUs if all were always runnable; positive values mean other tasks took
+  time too. Only vCPU threads count as competitors: vcpulab's own host
+  driver thread (unpinned when the vCPUs use every allowed CPU) mostly sleeps,
+  and counting it made 2 always-runnable vCPUs on one CPU (steal 0.49-0.51)
+  read −17 % against a fair share of 2/3 instead of 1/2.
 * **CPU pressure** (``psi_cpu_some_share``): the machine-wide share of time
   some task waited for a CPU (``/proc/pressure/cpu``, Documentation/accounting/psi.rst);
   recorded, not judged (the run's own overcommit raises it).
@@ -259,6 +263,7 @@ def quality(
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE,
     traced_other_ns: Mapping[int, int] | None = None,
     traced_wall_ns: int | None = None,
+    vcpu_threads: Iterable[int] | None = None,
 ) -> Quality:
     """The :class:`Quality` of the interval between two snapshots.
 
@@ -271,6 +276,10 @@ def quality(
         traced_other_ns: per CPU, ns other tasks ran there, from a scheduler
             trace of the run (exact; ``source`` becomes "trace"), over
             ``traced_wall_ns``; replaces the cpuidle / /proc/stat estimate.
+        vcpu_threads: the thread ids of ``placement`` that are vCPU threads:
+            the fair share of steal counts only these on each vCPU's CPUs
+            (default: every thread of ``placement``). Other threads of the
+            run (a host driver) still count as its own time.
     """
     wall = max(after.t_ns - before.t_ns, 1)
     cpus = sorted(after.counters)
@@ -315,8 +324,9 @@ def quality(
     excess = None
     if steal_fraction:
         vals = []
+        competitors = set(placement) if vcpu_threads is None else set(vcpu_threads)
         for group, frac in steal_fraction:
-            n_threads = sum(1 for cl in placement.values() if set(cl) & set(group))
+            n_threads = sum(1 for t, cl in placement.items() if t in competitors and set(cl) & set(group))
             fair = max(0.0, 1.0 - len(set(group)) / max(n_threads, 1))
             vals.append(frac - fair)
         excess = sum(vals) / len(vals)
