@@ -54,7 +54,7 @@ from typing import Any
 
 import polars as pl
 
-from vcpulab._checks import check_int
+from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
 
 __all__ = ["Attached", "attach"]
 
@@ -249,14 +249,16 @@ class Attached:
             vms = vms.with_columns(pl.col("t_ns") - first)
         return threads, vms
 
-    def trace(self, duration_s: float = 1.0, cpus: list[int] | None = None, max_events: int | None = None) -> Any:
+    @renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", name="trace", cpus="pcpus")
+    def trace(self, duration_s: float = 1.0, pcpus: list[int] | None = None, max_events: int | None = None) -> Any:
         """Traces the process's vCPU threads for ``duration_s`` seconds
         (docs/tracing.md): a :class:`vcpulab.tracing.TraceFrames` whose
         ``trace``, ``wakeups``, ``exits`` and ``halts`` are the frames of a
         traced ``Run`` (``vm`` is the VM's fd in the process, as in
-        :attr:`vcpus`; ns from the start of the window). ``cpus``: the host
+        :attr:`vcpus`; ns from the start of the window). ``pcpus``: the host
         CPUs whose scheduler events are recorded (default: every CPU the vCPU
-        threads may run on). KVM events are kept only for this process.
+        threads may run on; ``cpus=`` before 2026-12-01, still accepted with a
+        DeprecationWarning). KVM events are kept only for this process.
         Ctrl-C stops it (the trace is freed)."""
         from vcpulab import tracing
         from vcpulab._checks import check_float
@@ -265,6 +267,7 @@ class Attached:
         known = [r for r in self.vcpus.iter_rows(named=True) if r["tid"]]
         if not known:
             raise LookupError(f"process {self.pid}: no vCPU thread identified to trace ({'; '.join(self.notes)})")
+        cpus = pcpus
         if cpus is None:
             allowed: set[int] = set()
             for r in known:

@@ -143,21 +143,22 @@ def _steal_table(run) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
+#: the largest host CPU id a CPU list may name (as pcpus= entries in Python)
+MAX_CPU_ID = 2**16 - 1
+
+
 def parse_cpu_list(s: str) -> list[int]:
     """Host CPU ids in the kernel's cpulist syntax (``0``, ``0,2``, ``0-3,6``):
-    what ``--pcpus`` takes, the same list as ``pcpus=`` in Python.
+    what ``--pcpus`` takes, the same list as ``pcpus=`` in Python: ``--pcpus 1``
+    is host CPU 1, as ``pcpus=[1]``.
 
-    A bare number other than 0 is refused: ``--pcpus N`` used to be a count
-    of CPUs, and reading it as CPU ``N`` would silently change old commands.
+    ``--pcpus N`` was once a count of CPUs, and for a while a bare number
+    other than 0 was refused so that old commands could not change meaning
+    silently; since 2026-12-01 it is the one CPU it names. CPU ids above
+    65535 are refused (a range that large is a typo, not a machine).
     """
     cpus: list[int] = []
     text = s.strip()
-    if text.isdigit() and int(text) != 0:
-        n = int(text)
-        raise argparse.ArgumentTypeError(
-            f"--pcpus {text} is ambiguous: --pcpus takes a list of host CPU ids, as pcpus= in Python "
-            f"(it used to be a count); write --pcpus {n}-{n} for host CPU {n} alone, or --pcpus 0-{n - 1} for the first {n}"
-        )
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
@@ -166,6 +167,8 @@ def parse_cpu_list(s: str) -> list[int]:
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
             raise argparse.ArgumentTypeError(f"CPU range {part!r} runs backwards")
+        if b > MAX_CPU_ID:
+            raise argparse.ArgumentTypeError(f"CPU id {b} is out of range (at most {MAX_CPU_ID}), in {s!r}")
         cpus.extend(range(a, b + 1))
     return sorted(set(cpus))
 
@@ -610,7 +613,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts"
             )
             print("    " + _quality_line(pp).replace("\n", "\n    "))
-            if poll and pp.quality is not None and pp.quality.disturbed:
+            if poll and pp.quality.disturbed:
                 print(
                     "    (KVM stops polling while another task is runnable on the vCPU's CPU: "
                     "few successful polls here say more about that load than about halt polling)"
@@ -814,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_cpu_list,
         default=None,
         metavar="CPULIST",
-        help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
+        help="host CPU ids they share, as pcpus= in Python: 1 (CPU 1), 0,2 or 0-3 (default: the first CPU "
         "this process may use)",
     )
     steal.add_argument(

@@ -393,6 +393,10 @@ def _check_run_args(
         check_int("halt_poll_ns", halt_poll_ns, 0, 2**32 - 1)
     check_bool("steal_time", steal_time)
     check_float("poll_every_s", poll_every_s, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
+    if pcpus is not None and (isinstance(pcpus, (str, bytes)) or not hasattr(pcpus, "__iter__")):
+        one = isinstance(pcpus, (int, np.integer)) and not isinstance(pcpus, bool) and pcpus >= 0
+        example = f"pcpus=[{int(pcpus)}] for host CPU {int(pcpus)}" if one else "pcpus=[0, 1]"
+        raise TypeError(f"pcpus must be a list of host CPU ids, e.g. {example}; got {type(pcpus).__name__} {pcpus!r}")
     for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
         if lists is None:
             continue
@@ -441,9 +445,9 @@ class Run:
     placement: dict[tuple[int, int], list[int]]
     #: the full configuration and provenance of this run
     config: dict[str, Any] = field(default_factory=dict)
-    #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
-    #: built by hand)
-    quality: Quality | None = None
+    #: what else ran on the run's CPUs (vcpulab.quality.Quality): always
+    #: measured by run(); a Run built by hand gets Quality.not_measured()
+    quality: Quality = field(default_factory=Quality.not_measured)
     #: with ``trace=True`` (docs/tracing.md): one row per interval a task ran on one of
     #: the run's CPUs — pcpu, start_ns, end_ns, vm, vcpu, tid, comm (vm = vcpu = -1:
     #: not a vCPU thread of this run), the simulator's ``Result.trace`` columns
@@ -697,16 +701,17 @@ class Trials:
         rows = []
         for i, r in enumerate(self.runs):
             q = r.quality
+            m = q.measured
             rows.append(
                 {
                     "trial": i,
                     "wall_s": r.wall_s,
-                    "other_share": q.other_share if q else None,
-                    "alone_delay_share": q.alone_delay_share if q else None,
-                    "steal_excess": q.steal_excess if q else None,
-                    "psi_cpu_some_share": q.psi_cpu_some_share if q else None,
-                    "disturbed": q.disturbed if q else None,
-                    "reasons": "; ".join(q.reasons) if q else "",
+                    "other_share": q.other_share if m else None,
+                    "alone_delay_share": q.alone_delay_share if m else None,
+                    "steal_excess": q.steal_excess if m else None,
+                    "psi_cpu_some_share": q.psi_cpu_some_share if m else None,
+                    "disturbed": q.disturbed if m else None,
+                    "reasons": "; ".join(q.reasons) if m else "",
                 }
             )
         return pl.DataFrame(rows)
@@ -721,7 +726,7 @@ class Trials:
         trials whose quality says other tasks disturbed them."""
         res = self.results
         if not include_disturbed:
-            keep = [i for i, r in enumerate(self.runs) if r.quality is None or not r.quality.disturbed]
+            keep = [i for i, r in enumerate(self.runs) if not r.quality.disturbed]
             res = res.filter(pl.col("trial").is_in(keep))
         num = [c for c, t in res.schema.items() if t.is_numeric() and c not in ("vm", "vcpu", "trial")]
         cols = list(columns) if columns is not None else num
@@ -744,7 +749,7 @@ class Trials:
         ).sort(["vm", "vcpu", "column"])
 
     def __repr__(self) -> str:
-        d = sum(1 for r in self.runs if r.quality is not None and r.quality.disturbed)
+        d = sum(1 for r in self.runs if r.quality.disturbed)
         return f"<Trials n={len(self.runs)} disturbed={d} {self.runs[0]!r}>"
 
 
@@ -1066,7 +1071,7 @@ def run(
         if warn_quality:
             # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
             q.warn(
-                f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
+                f"run({type(workload).__name__}, vcpus={vcpus}, pcpus={sorted(vcpu_cpus)})",
                 stacklevel=frames_in_package() + 2,
             )  # Quality.warn's frame, then run's wrappers, then the caller
         return r

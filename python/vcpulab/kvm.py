@@ -68,6 +68,7 @@ __all__ = [
     "StealTime",
     "Vcpu",
     "Vm",
+    "allowed_cpus",
     "attach",
     "kvm_available",
     "module_params",
@@ -170,6 +171,12 @@ def virtualization(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/module") -
             return f
     vendors = sorted(p.name for p in Path(sysfs).glob("kvm_*") if p.is_dir())
     return vendors[0] if vendors else "unknown"
+
+
+def allowed_cpus() -> list[int]:
+    """The host CPU ids this process may run on (its affinity mask,
+    ``sched_getaffinity``), sorted: the CPUs ``pcpus=`` may name."""
+    return sorted(_core.allowed_cpus())
 
 
 def kvm_available(path: str = "/dev/kvm") -> tuple[bool, str]:

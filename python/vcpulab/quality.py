@@ -53,9 +53,9 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from vcpulab._checks import check_int
+from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
 
 __all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", "quality"]
 
@@ -63,6 +63,9 @@ __all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", 
 #: run delay of threads alone on their CPU as a share of wall time
 MAX_OTHER_SHARE = 0.02
 MAX_ALONE_DELAY_SHARE = 0.02
+
+#: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
+_ONE_NAME = "one name for host CPU lists everywhere"
 
 
 class QualityWarning(UserWarning):
@@ -148,11 +151,12 @@ class Snapshot:
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def snapshot(cpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
+def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     """Reads the counters :func:`quality` compares: idle (or busy) time of
-    each CPU in ``cpus``, machine-wide CPU pressure, and the schedstat of each
+    each CPU in ``pcpus``, machine-wide CPU pressure, and the schedstat of each
     thread of this process in ``tids``."""
-    cpus = sorted({check_int("cpus entry", c, 0, 2**16) for c in cpus})
+    cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in pcpus})
     idle = {c: _idle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
@@ -203,6 +207,32 @@ class Quality:
     #: truncated: :meth:`vcpulab.tracing.TraceFrames.describe_truncation`); None otherwise
     trace_truncated: str | None = None
 
+    #: what [`source`][vcpulab.quality.Quality.source] says for a Quality
+    #: nobody measured ([`not_measured`][vcpulab.quality.Quality.not_measured])
+    NOT_MEASURED: ClassVar[str] = "not measured"
+
+    @classmethod
+    def not_measured(cls) -> Quality:
+        """The quality of a run nobody measured (a ``Run`` built by hand):
+        no CPUs, nothing disturbed, [`measured`][vcpulab.quality.Quality.measured] false."""
+        return cls(
+            wall_ns=0,
+            cpus=(),
+            source=cls.NOT_MEASURED,
+            other_busy_ns={},
+            other_share=0.0,
+            alone_run_delay_ns=0,
+            alone_delay_share=None,
+            steal_excess=None,
+            psi_cpu_some_share=None,
+            freq_min_khz=None,
+        )
+
+    @property
+    def measured(self) -> bool:
+        """False for [`not_measured`][vcpulab.quality.Quality.not_measured]'s placeholder."""
+        return self.source != self.NOT_MEASURED
+
     @property
     def reasons(self) -> tuple[str, ...]:
         """One sentence per threshold crossed, with the measured value."""
@@ -226,6 +256,8 @@ class Quality:
 
     def line(self) -> str:
         """One line for a terminal: the verdict and the measured values."""
+        if not self.measured:
+            return "quality: not measured (a Run built by hand)"
         parts = [f"other tasks {self.other_share:.1%} of CPUs {list(self.cpus)}"]
         if self.alone_delay_share is not None:
             parts.append(f"alone-thread run delay {self.alone_delay_share:.1%}")
@@ -359,18 +391,20 @@ class measure_cpus:
         m.quality.line()
     """
 
-    def __init__(self, cpus: Iterable[int], **thresholds: Any) -> None:
-        self.cpus = sorted(set(cpus))
+    @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="measure_cpus", cpus="pcpus")
+    def __init__(self, pcpus: Iterable[int], **thresholds: Any) -> None:
+        self.cpus = sorted(set(pcpus))
         self.thresholds = thresholds
         self.placement: dict[int, list[int]] = {}
         self._first: dict[int, tuple[int, int]] = {}
         self._last: dict[int, tuple[int, int]] = {}
         self.quality: Quality | None = None
 
-    def add_thread(self, tid: int, cpus: Sequence[int]) -> None:
+    @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="add_thread", cpus="pcpus")
+    def add_thread(self, tid: int, pcpus: Sequence[int]) -> None:
         """Counts thread ``tid`` (of this process) as the run's own, pinned to
-        ``cpus``; its CPU time and run delay count from now."""
-        self.placement[tid] = list(cpus)
+        ``pcpus``; its CPU time and run delay count from now."""
+        self.placement[tid] = list(pcpus)
         try:
             c, d, _ = thread_schedstat(tid)
             self._first[tid] = (c, d)

@@ -68,8 +68,8 @@ def remeasure(
     for i in range(1, tries + 1):
         r = measure()
         q = quality(r)
-        if q is None:
-            raise ValueError("remeasure: quality(result) returned None (a Run built by hand has no quality)")
+        if q is None or not getattr(q, "measured", True):
+            raise ValueError("remeasure: quality(result) was not measured (a Run built by hand has no quality)")
         if not q.disturbed:
             REMEASURES.setdefault(key, []).append(i)
             check(r)

@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core, _mounts
+from vcpulab._checks import PCPUS_RENAMED, renamed_since
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -146,11 +147,12 @@ class TraceTruncatedWarning(UserWarning):
 
 
 class Trace:
-    """Records the tracepoints of ``cpus`` until :meth:`stop` (or :meth:`close`).
+    """Records the tracepoints of ``pcpus`` until :meth:`stop` (or :meth:`close`).
 
     Args:
-        cpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
-            aimed at them are recorded on every CPU).
+        pcpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
+            aimed at them are recorded on every CPU; ``cpus=`` before
+            2026-12-01, still accepted with a DeprecationWarning).
         max_events: cap on events kept (about 40 bytes each); more are counted
             as dropped and the trace is flagged truncated.
         buffer_bytes: kernel ring buffer per CPU.
@@ -162,9 +164,10 @@ class Trace:
     ``vcpulab`` logger says so once: ``vcpulab._mounts``).
     """
 
+    @renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", name="Trace", cpus="pcpus")
     def __init__(
         self,
-        cpus: Iterable[int],
+        pcpus: Iterable[int],
         max_events: int = DEFAULT_MAX_EVENTS,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         kvm_pid: int | None = None,
@@ -173,10 +176,10 @@ class Trace:
 
         from vcpulab._checks import check_int
 
-        cpus = list(cpus)
+        cpus = list(pcpus)
         for c in cpus:
             if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
-                raise ValueError(f"cpus must be host CPU numbers >= 0, got {c!r}")
+                raise ValueError(f"pcpus must be host CPU ids >= 0, got {c!r}")
         check_int("max_events", max_events, 1, 1 << 32)
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:
@@ -228,9 +231,10 @@ class Trace:
         return TraceFrames(trace=trace, wakeups=wakeups, exits=exits, halts=halts, info=info)
 
 
-def other_busy_ns(trace: pl.DataFrame, cpus: Iterable[int], own_tids: Iterable[int]) -> dict[int, int]:
-    """Per CPU of ``cpus``: ns that tasks other than ``own_tids`` ran there, from a trace frame (exact)."""
+@renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", cpus="pcpus")
+def other_busy_ns(trace: pl.DataFrame, pcpus: Iterable[int], own_tids: Iterable[int]) -> dict[int, int]:
+    """Per CPU of ``pcpus``: ns that tasks other than ``own_tids`` ran there, from a trace frame (exact)."""
     own = list(own_tids)
     t = trace.filter(~pl.col("tid").is_in(own)).group_by("pcpu").agg((pl.col("end_ns") - pl.col("start_ns")).sum())
     got = {int(r[0]): int(r[1]) for r in t.iter_rows()}
-    return {int(c): got.get(int(c), 0) for c in cpus}
+    return {int(c): got.get(int(c), 0) for c in pcpus}

@@ -8,7 +8,7 @@ experiment) are run side by side and compared metric by metric::
     from vcpulab.experiment import SpinLock
 
     cal = twins.calibrate()                        # ~1 s of real KVM, cached per process
-    exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, cpus=(0,))
+    exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, pcpus=(0,))
     cfg = twins.twin(exp, cal)                     # the simulated configuration
     cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err
 
@@ -63,9 +63,12 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import check_bool, check_float, check_int, check_type
+from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_type, renamed_since
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
+
+#: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
+_ONE_NAME = "one name for host CPU lists everywhere"
 
 __all__ = [
     "Calibration",
@@ -491,17 +494,18 @@ class Experiment:
     Attributes:
         workload: a :mod:`vcpulab.experiment` workload.
         vcpus: vCPUs of the one VM.
-        cpus: host CPUs used.
-        pinning: ``"shared"`` (every vCPU thread may run on all of ``cpus``:
-            ``run(pcpus=cpus)``) or ``"one_each"`` (vCPU i pinned to
-            ``cpus[i % len(cpus)]``: ``run(placement=…)``).
+        pcpus: host CPUs used (``cpus=`` before 2026-12-01: still accepted,
+            with a DeprecationWarning).
+        pinning: ``"shared"`` (every vCPU thread may run on all of ``pcpus``:
+            ``run(pcpus=pcpus)``) or ``"one_each"`` (vCPU i pinned to
+            ``pcpus[i % len(pcpus)]``: ``run(placement=…)``).
         duration_s: seconds of the real run (and of the simulated one).
         halt_poll_ns: per-VM maximum halt-poll time; None = the module parameter.
     """
 
     workload: Workload
     vcpus: int = 2
-    cpus: tuple[int, ...] = (0,)
+    pcpus: tuple[int, ...] = (0,)
     pinning: Literal["shared", "one_each"] = "one_each"
     duration_s: float = 0.3
     halt_poll_ns: int | None = None
@@ -511,11 +515,11 @@ class Experiment:
 
         check_type("Experiment.workload", self.workload, Workload)
         check_int("Experiment.vcpus", self.vcpus, 1, MAX_VCPUS)
-        if isinstance(self.cpus, (str, bytes)) or not hasattr(self.cpus, "__iter__"):
-            raise TypeError(f"Experiment.cpus must be a sequence of host CPU numbers, got {self.cpus!r}")
-        object.__setattr__(self, "cpus", tuple(check_int("Experiment.cpus entry", c, 0, 2**16) for c in self.cpus))
-        if not self.cpus or len(set(self.cpus)) != len(self.cpus):
-            raise ValueError(f"Experiment.cpus must name distinct host CPUs, got {self.cpus}")
+        if isinstance(self.pcpus, (str, bytes)) or not hasattr(self.pcpus, "__iter__"):
+            raise TypeError(f"Experiment.pcpus must be a sequence of host CPU ids, e.g. (0,), got {self.pcpus!r}")
+        object.__setattr__(self, "pcpus", tuple(check_int("Experiment.pcpus entry", c, 0, 2**16) for c in self.pcpus))
+        if not self.pcpus or len(set(self.pcpus)) != len(self.pcpus):
+            raise ValueError(f"Experiment.pcpus must name distinct host CPUs, got {self.pcpus}")
         if self.pinning not in ("shared", "one_each"):
             raise ValueError(f"Experiment.pinning must be 'shared' or 'one_each', got {self.pinning!r}")
         check_float("Experiment.duration_s", self.duration_s, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
@@ -525,22 +529,32 @@ class Experiment:
 
     def check_runnable(self) -> None:
         """ValueError naming the CPUs when this process may not run on all of
-        ``cpus`` (checked before any real trial, not when the experiment is
+        ``pcpus`` (checked before any real trial, not when the experiment is
         described: a twin needs no such CPU)."""
         from vcpulab import _core
 
         allowed = set(_core.allowed_cpus())
-        missing = sorted(set(self.cpus) - allowed)
+        missing = sorted(set(self.pcpus) - allowed)
         if missing:
             raise ValueError(
-                f"Experiment.cpus {list(self.cpus)}: host CPU(s) {missing} are not usable here; this process may run "
+                f"Experiment.pcpus {list(self.pcpus)}: host CPU(s) {missing} are not usable here; this process may run "
                 f"on {sorted(allowed)}"
             )
 
     def placement(self) -> list[list[int]]:
         if self.pinning == "shared":
-            return [list(self.cpus)] * self.vcpus
-        return [[self.cpus[i % len(self.cpus)]] for i in range(self.vcpus)]
+            return [list(self.pcpus)] * self.vcpus
+        return [[self.pcpus[i % len(self.pcpus)]] for i in range(self.vcpus)]
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        """Deprecated name of [`pcpus`][vcpulab.twins.Experiment.pcpus] (since 2026-12-01)."""
+        warnings.warn(
+            f"Experiment.cpus is deprecated since {PCPUS_RENAMED}; use Experiment.pcpus (one name for host CPU lists)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.pcpus
 
     def run(self, **kw: Any) -> Run:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
@@ -585,6 +599,11 @@ class Experiment:
         )
 
 
+# the field was `cpus` before 2026-12-01: Experiment(cpus=...) still works, with a DeprecationWarning
+Experiment.__init__ = renamed_since(PCPUS_RENAMED, _ONE_NAME, name="Experiment", cpus="pcpus")(  # type: ignore[method-assign]
+    Experiment.__init__
+)
+
 # ----------------------------------------------------------------------------- twin
 
 
@@ -623,7 +642,7 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     burst = int(min(max(burst_ns if burst_ns else 100_000_000, 1000), 10**9))
     if not isinstance(exp.workload, _RUNNABLE):
         return sim.Background(utilization=min(other_share, 0.99), burst_ns=burst, weight=1024)
-    n = exp.vcpus / len(exp.cpus)
+    n = exp.vcpus / len(exp.pcpus)
     k = n * other_share / (1.0 - other_share)
     return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
 
@@ -671,8 +690,8 @@ def host_load_for(
         v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
         v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
         vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
-        if machine_cpus is None or machine_cpus <= len(exp.cpus):
-            s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
+        if machine_cpus is None or machine_cpus <= len(exp.pcpus):
+            s_vmm = v_hz * v_ns / 1e9 / len(exp.pcpus)
     if load.share <= 0.0:
         return sim.Background(), sim.HostNoise(**vmm)
     s_short = load.share * load.short_fraction if load.short_fraction > 0 else 0.0
@@ -691,7 +710,7 @@ def host_load_for(
     burst = load.long_burst_ns if load.long_burst_ns == load.long_burst_ns else None
     if not isinstance(exp.workload, _RUNNABLE):
         return background_for(exp, s_long, burst), noise
-    n = exp.vcpus / len(exp.cpus)
+    n = exp.vcpus / len(exp.pcpus)
     k = n * s_long / (1.0 - load.share)
     return sim.Background(
         utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))
@@ -734,7 +753,7 @@ def twin_machine_cpus(exp: Experiment, cal: Calibration) -> int:
     4 ms ticks (docs/twins.md, section 4); a twin of the run's CPU alone put
     the VMM thread's ~200 wake-ups a second onto the vCPUs' CPU.
     """
-    n = len(exp.cpus)
+    n = len(exp.pcpus)
     if "machine_cpus" not in cal.values or (exp.pinning == "shared" and n > 1):
         return n
     return max(n, min(int(cal["machine_cpus"]), TWIN_MAX_MACHINE_CPUS))
@@ -827,7 +846,7 @@ def twin(
                 f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}"
             )
     if isinstance(exp, Run):
-        if other_share is None and exp.quality is not None:
+        if other_share is None and exp.quality.measured:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
             other_share = min(exp.quality.other_share, 0.99)
         if start_gap_ns is None:
@@ -891,7 +910,7 @@ def twin(
         phases = (sim.Compute(1_000_000, mode="kernel"),)
     else:
         raise ValueError(f"no twin for workload {name}")
-    n_cpus = len(exp.cpus)
+    n_cpus = len(exp.pcpus)
     affinity = "pinned" if n_cpus == 1 else ("round_robin" if exp.pinning == "one_each" else "all")
     machine = twin_machine_cpus(exp, cal)
     hkw: dict[str, Any] = dict(
@@ -1382,7 +1401,7 @@ def run_real(
                     r = exp.run(trace=True) if trace else exp.run()
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
-                share = r.quality.other_share if r.quality is not None else 0.0
+                share = r.quality.other_share
                 r.config["other_load"] = OtherLoad.measure(
                     before, after, own, share, base_slice, probe.result()
                 ).as_dict()
@@ -1599,7 +1618,7 @@ def _compare_rows(
     exp: Experiment, runs: list[Run], failures: list[str], seeds: int, cal: Calibration, load: str, trace: bool
 ) -> pl.DataFrame:
     """:func:`compare`'s frame from its real runs and the twin's seeds."""
-    shares = [r.quality.other_share for r in runs if r.quality is not None]
+    shares = [r.quality.other_share for r in runs if r.quality.measured]
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
@@ -1610,8 +1629,8 @@ def _compare_rows(
         sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
-    dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
-    other = max((r.quality.other_share for r in runs if r.quality is not None), default=float("nan"))
+    dist = sum(1 for r in runs if r.quality.disturbed)
+    other = max((r.quality.other_share for r in runs if r.quality.measured), default=float("nan"))
     rows = []
     for m in _metrics_of(exp):
         rv = [x[m] for x in rm if m in x]
@@ -1728,7 +1747,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock)
         else ("pv" if isinstance(w, PvSpinLock) else ""),
         "vcpus": exp.vcpus,
-        "cpus": len(exp.cpus),
+        "cpus": len(exp.pcpus),
         "hold": getattr(w, "hold", -1),
         "think": getattr(w, "think", -1),
         "halt_poll_ns": -1 if hp is None else int(hp),
@@ -1737,8 +1756,11 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
     }
 
 
-def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
-    """The grid of the benchmark (``small``: the CI's reduced grid).
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
+def default_grid(pcpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
+    """The grid of the benchmark (``small``: the CI's reduced grid) on the
+    host CPUs ``pcpus`` (default: every CPU this process may use; ``cpus=``
+    before 2026-12-01, still accepted with a DeprecationWarning).
 
     SpinLock ticket/TAS × vCPUs 1-8 × 1-2 host CPUs (one CPU each, round
     robin) × hold/think (50/50, 200/20 loop iterations); PvSpinLock 2 and 4
@@ -1755,7 +1777,7 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
     """
     from vcpulab import _core
 
-    allowed = sorted(_core.allowed_cpus()) if cpus is None else list(cpus)
+    allowed = sorted(_core.allowed_cpus()) if pcpus is None else list(pcpus)
     one = (allowed[-1],)
     two = tuple(allowed[:2]) if len(allowed) >= 2 else None
     out: list[Experiment] = []

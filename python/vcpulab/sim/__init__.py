@@ -146,6 +146,21 @@ def sweep(
 ) -> tuple[pl.DataFrame, list[Result]]: ...
 
 
+@overload
+def sweep(
+    points: Points,
+    grid: Mapping[str, Iterable[Any]] | None = ...,
+    *,
+    threads: int | None = ...,
+    progress: bool = ...,
+    results: bool,
+    executor: Any = ...,
+    out: Any = ...,
+    trace_max_rows: int | None = ...,
+    max_points: int | None = ...,
+) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]: ...
+
+
 @guard_panics
 def sweep(
     points: Points,

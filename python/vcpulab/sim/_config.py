@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "IDLE_STATES_SKX",
@@ -1545,9 +1545,13 @@ class Vm(_Base):
             benchmarks of [S1] ran 2 threads per vCPU.
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
-        workload: what the threads run.
+        workload: what the threads run; a preset's name
+            (``vcpulab.sim.presets.NAMES``, e.g. ``"ebizzy_like"``) is that
+            preset with its defaults.
         ple: pause-loop exiting, see :class:`Ple`.
-        policy: the directed-yield policy, see :class:`Policy`.
+        policy: the directed-yield policy, see :class:`Policy`; a name of
+            ``vcpulab.sim.policies.NAMES`` (e.g. ``"dy_eligible"``) is that
+            policy with its defaults (``policies.by_name``).
         pv: paravirtual features and exit costs, see :class:`Pv`.
         halt_poll: host halt polling, see :class:`HaltPoll`.
         guest: the guest kernel's own choices, see :class:`Guest`.
@@ -1564,7 +1568,32 @@ class Vm(_Base):
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
     guest: Guest = field(default_factory=Guest)
 
+    if TYPE_CHECKING:  # a name is accepted where a policy or a workload is (converted in __post_init__)
+
+        def __init__(
+            self,
+            vcpus: int = 4,
+            count: int = 1,
+            threads: int = 0,
+            weight: int = 1024,
+            workload: Workload | str = Workload(),
+            ple: Ple = Ple(),
+            policy: Policy | str = Policy(),
+            pv: Pv = Pv(),
+            halt_poll: HaltPoll = HaltPoll(),
+            guest: Guest = Guest(),
+        ) -> None: ...
+
     def __post_init__(self) -> None:
+        # names, as in TOML specs and sweep grids (policies / presets import this module: imported here)
+        if isinstance(self.policy, str):
+            from vcpulab.sim.policies import by_name as policy_by_name
+
+            object.__setattr__(self, "policy", policy_by_name(self.policy))
+        if isinstance(self.workload, str):
+            from vcpulab.sim.presets import by_name as workload_by_name
+
+            object.__setattr__(self, "workload", workload_by_name(self.workload))
         _int(self, "vcpus")
         _int(self, "count")
         _int(self, "threads", hi=16 * self.vcpus)
