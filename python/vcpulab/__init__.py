@@ -2,9 +2,9 @@
 
 Two halves behind one Python API:
 
-* :mod:`vcpulab.kvm` drives the real ``/dev/kvm`` of this host (VMs, vCPUs,
+* [`vcpulab.kvm`][] drives the real ``/dev/kvm`` of this host (VMs, vCPUs,
   guest RAM as numpy, steal time, binary stats, halt polling);
-* :mod:`vcpulab.sim` simulates the same world at any scale (host scheduler,
+* [`vcpulab.sim`][] simulates the same world at any scale (host scheduler,
   pause-loop exits, directed-yield policies, pv hints, halt polling).
 
 Submodules load on first use: ``import vcpulab`` then ``vcpulab.sim.run(...)``
@@ -18,7 +18,7 @@ on the command line); a policy is labelled with its constructor's name.
 
 Exceptions: every error vcpulab raises on purpose is a built-in
 ``ValueError`` / ``IndexError`` / ``TimeoutError`` for bad arguments, ranges
-and deadlines, or a subclass of :class:`VcpulabError` for the rest.
+and deadlines, or a subclass of [`VcpulabError`][vcpulab.VcpulabError] for the rest.
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ def _renamed(
 
 
 def former_name(fn: str, old: str, new: str, old_value: Any, new_value: Any, new_default: Any) -> Any:
-    """:func:`renamed` for a hot-path method that takes the former name as a
+    """`renamed` for a hot-path method that takes the former name as a
     keyword-only argument instead of being wrapped (a wrapper frame packs a
     tuple and a dict per call): warns at the method's caller and returns the
     value to use; the new name away from its default as well raises TypeError."""
@@ -294,8 +294,8 @@ class ForkSafe:
 
 
 def checks_inline(f: F) -> F:
-    """Mark a hot-path method that does :func:`guard_panics`' and
-    :func:`fork_checked`'s work itself (its Rust side turns a panic into
+    """Mark a hot-path method that does `guard_panics`' and
+    `fork_checked`'s work itself (its Rust side turns a panic into
     ``RuntimeError``; it calls ``_check_process`` inline), so the class
     decorators leave it unwrapped: two Python wrapper frames per call are a
     measurable share of a ~10 µs vCPU exit."""

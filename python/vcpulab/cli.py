@@ -6,6 +6,8 @@
     vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
+    vcpulab watch PID [--interval-s S] [--count N] [--parquet FILE]
+                                         a live per-vCPU table of another process's VMs
     vcpulab trace PID [--duration-s S] [--out DIR]
                                          trace another process's vCPU threads: exits by reason,
                                          halts, wake-up latency; the frames as Parquet
@@ -29,6 +31,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+
+__all__ = [
+    "MAX_CPU_ID",
+    "SPEC_HELP",
+    "SPEC_OUTPUT_KEYS",
+    "build_parser",
+    "load_spec",
+    "main",
+    "parse_cpu_list",
+    "sim_config_schema",
+    "spec_schema",
+]
 
 if TYPE_CHECKING:
     from vcpulab.sim import Config
@@ -219,6 +233,7 @@ def _quality_line(r: object) -> str:
     return q.line() + ("" if not q.disturbed else "\n  " + "\n  ".join(q.reasons))
 
 
+#: the help text of ``vcpulab sim --help``: what a SPEC.toml holds
 SPEC_HELP = """\
 A SPEC.toml describes one simulated run, or a sweep when it has a [grid]:
 
@@ -265,7 +280,7 @@ SPEC_OUTPUT_KEYS = ("sched_map", "us_per_pixel")
 
 def spec_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a SPEC.toml (as TOML parses it):
-    ``[config]`` is the simulator's configuration (:func:`vcpulab.sim.config_schema`,
+    ``[config]`` is the simulator's configuration ([`vcpulab.sim.config_schema`][],
     generated from the Rust structs), where a VM's ``workload`` and ``policy``
     may also name a preset / policy constructor; ``[grid]`` maps dotted config
     paths to non-empty lists; ``[output]`` holds the sched-map options. The
@@ -333,6 +348,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def sim_config_schema() -> dict[str, Any]:
+    """The JSON Schema of the simulator's configuration (``vcpulab schema --config``)."""
     from vcpulab import sim
 
     return sim.config_schema()
@@ -797,6 +813,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``vcpulab`` command's argument parser (every command and flag)."""
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
     p.add_argument(
         "--version",
@@ -900,6 +917,9 @@ def _stdout_closed() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``vcpulab`` command with ``argv`` (default: ``sys.argv[1:]``) and
+    returns its exit status: 0, 1 when the run failed (one line on stderr), 2
+    for bad arguments, 141 when stdout was closed early."""
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.func(args))

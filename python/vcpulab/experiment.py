@@ -42,17 +42,24 @@ from vcpulab.kvm import Host, Program, Vcpu, Vm
 from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 
 __all__ = [
+    "GRACE_S",
     "IdleTicks",
     "IpiPingPong",
+    "MAX_DURATION_S",
+    "MAX_VCPUS",
     "MsiPingPong",
     "PvSpinLock",
+    "QUALITY_THRESHOLDS",
     "QualityWarning",
     "Run",
     "Spin",
     "SpinLock",
     "Trials",
     "Workload",
+    "machine_provenance",
+    "provenance",
     "run",
+    "t_critical",
 ]
 
 #: Extra wall time after ``duration`` for workloads that stop gracefully (s).
@@ -379,7 +386,7 @@ def _check_run_args(
     trace: Any = False,
     trace_max_events: Any = 1,
 ) -> None:
-    """Every argument of :func:`run`, checked before anything is created."""
+    """Every argument of [`run`][vcpulab.experiment.run], checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
 
     check_type("workload", workload, Workload)
@@ -429,7 +436,7 @@ def _field(prog: Program, name: str) -> dict[str, Any]:
 
 @dataclass
 class Run:
-    """What :func:`run` produced; every frame carries ``vm`` and ``vcpu``."""
+    """What [`run`][vcpulab.experiment.run] produced; every frame carries ``vm`` and ``vcpu``."""
 
     #: t_ns, vm, vcpu, steal_ns, preempted, and every scalar vCPU stat
     samples: pl.DataFrame
@@ -632,13 +639,13 @@ def t_critical(confidence: float, df: int) -> float:
 
 @dataclass
 class Trials:
-    """What :func:`run` with ``repeat=N`` produced: N independent runs of the
+    """What [`run`][vcpulab.experiment.run] with ``repeat=N`` produced: N independent runs of the
     same configuration (a fresh VM each), every trial's frames kept.
 
     ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
     ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
     ``trial`` column; ``quality`` has one row per trial;
-    :meth:`summary` gives per-vCPU means with Student-t confidence intervals
+    [`summary`][vcpulab.experiment.Trials.summary] gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
 
@@ -851,16 +858,16 @@ def run(
         sample_every_s: sampling period in seconds (None: first and last sample only).
         halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
         steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
-        warn_quality: issue a :class:`~vcpulab.quality.QualityWarning` when
+        warn_quality: issue a [`QualityWarning`][vcpulab.quality.QualityWarning] when
             other tasks disturbed the run (``Run.quality`` says how; it is
             recorded either way).
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
-            for :func:`vcpulab.quality.quality` (default 0.02 each).
+            for [`vcpulab.quality.quality`][] (default 0.02 each).
         poll_every_s: how often the run checks for Ctrl-C, s (at most 1).
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
-            :class:`Trials` (every trial's frames, means with confidence
-            intervals) instead of one :class:`Run`. Ctrl-C stops within a
-            second; ``KeyboardInterrupt.partial`` is the :class:`Trials` of
+            [`Trials`][vcpulab.experiment.Trials] (every trial's frames, means with confidence
+            intervals) instead of one [`Run`][vcpulab.experiment.Run]. Ctrl-C stops within a
+            second; ``KeyboardInterrupt.partial`` is the [`Trials`][vcpulab.experiment.Trials] of
             the finished trials (None before the first).
         trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
             ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
@@ -1092,7 +1099,7 @@ def _run_quality(
     thresholds: dict[str, float] | None,
     tf: tracing.TraceFrames | None = None,
 ) -> Quality:
-    """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
+    """The run's [`Quality`][vcpulab.quality.Quality]: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
     count as the run's own; only the vCPU threads compete in the fair share of
     steal. With a trace, other tasks' time on the run's CPUs
@@ -1177,7 +1184,7 @@ class _Driver(threading.Thread):
 
 
 def provenance() -> dict[str, Any]:
-    """Where a real run came from (:func:`vcpulab.provenance.provenance`):
+    """Where a real run came from ([`vcpulab.provenance.provenance`][]):
     vcpulab version and build, dependency versions, timestamp, command line,
     host CPU model, kernel, KVM module parameters, virtualization backend."""
     from vcpulab.provenance import provenance as _provenance
@@ -1186,7 +1193,7 @@ def provenance() -> dict[str, Any]:
 
 
 def machine_provenance() -> dict[str, Any]:
-    """The machine part of provenance (:func:`vcpulab.provenance.machine`)."""
+    """The machine part of provenance ([`vcpulab.provenance.machine`][])."""
     from vcpulab.provenance import machine
 
     return machine()

@@ -4,7 +4,7 @@ A real run shares its host CPUs with every other task of the machine. KVM's
 halt polling stops the moment another task is runnable on the vCPU's CPU
 (``single_task_running()`` in ``kvm_vcpu_halt``, virt/kvm/kvm_main.c), steal
 time grows with every other task that takes the CPU, and latencies gain the
-other task's slice. :class:`Quality` records, for one run, how much of that
+other task's slice. [`Quality`][vcpulab.quality.Quality] records, for one run, how much of that
 happened, from sources that need no tracing:
 
 * **other tasks' time on the run's CPUs** (``other_busy_ns``): each CPU's busy
@@ -42,7 +42,7 @@ a Python busy loop pinned to the run's CPU read 89-94 %; the machine's normal
 load then read 30-97 %. The 2 % threshold sits above the quiet readings and is
 far below what changes results: a halt-polling run loses polls as soon as
 another task is runnable at all. ``Quality.reasons`` names each threshold
-crossed with the measured value; :class:`QualityWarning` carries them to the
+crossed with the measured value; [`QualityWarning`][vcpulab.quality.QualityWarning] carries them to the
 user.
 """
 
@@ -57,11 +57,21 @@ from typing import Any, ClassVar
 
 from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
 
-__all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", "quality"]
+__all__ = [
+    "MAX_ALONE_DELAY_SHARE",
+    "MAX_OTHER_SHARE",
+    "Quality",
+    "QualityWarning",
+    "Snapshot",
+    "measure_cpus",
+    "quality",
+    "snapshot",
+    "thread_schedstat",
+]
 
-#: default thresholds (fractions): other tasks' share of the run's CPU time, and
-#: run delay of threads alone on their CPU as a share of wall time
+#: default threshold: other tasks' share of the run's CPU time above which a run is disturbed (a fraction)
 MAX_OTHER_SHARE = 0.02
+#: default threshold: run delay of threads alone on their CPU, as a share of wall time (a fraction)
 MAX_ALONE_DELAY_SHARE = 0.02
 
 #: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
@@ -70,7 +80,7 @@ _ONE_NAME = "one name for host CPU lists everywhere"
 
 class QualityWarning(UserWarning):
     """A real-KVM measurement was disturbed by other work on its CPUs; the
-    message names what was measured (see :class:`Quality`)."""
+    message names what was measured (see [`Quality`][vcpulab.quality.Quality])."""
 
 
 def _idle_us(cpu: int) -> int | None:
@@ -140,7 +150,7 @@ def thread_schedstat(tid: int, pid: int | None = None) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Per-CPU counters at one instant (see :func:`snapshot`)."""
+    """Per-CPU counters at one instant (see [`snapshot`][vcpulab.quality.snapshot])."""
 
     t_ns: int
     source: str
@@ -153,7 +163,7 @@ class Snapshot:
 
 @renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
 def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
-    """Reads the counters :func:`quality` compares: idle (or busy) time of
+    """Reads the counters [`quality`][vcpulab.quality.quality] compares: idle (or busy) time of
     each CPU in ``pcpus``, machine-wide CPU pressure, and the schedstat of each
     thread of this process in ``tids``."""
     cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in pcpus})
@@ -204,7 +214,7 @@ class Quality:
     max_other_share: float = MAX_OTHER_SHARE
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE
     #: why a traced run's trace was not used for ``other_busy_ns`` (it is
-    #: truncated: :meth:`vcpulab.tracing.TraceFrames.describe_truncation`); None otherwise
+    #: truncated: [`vcpulab.tracing.TraceFrames.describe_truncation`][]); None otherwise
     trace_truncated: str | None = None
 
     #: what [`source`][vcpulab.quality.Quality.source] says for a Quality
@@ -279,7 +289,7 @@ class Quality:
         return d
 
     def warn(self, what: str = "real-KVM run", stacklevel: int = 3) -> None:
-        """Issue a :class:`QualityWarning` naming the disturbance, if any."""
+        """Issue a [`QualityWarning`][vcpulab.quality.QualityWarning] naming the disturbance, if any."""
         if self.disturbed:
             warnings.warn(f"{what} was disturbed: " + "; ".join(self.reasons), QualityWarning, stacklevel=stacklevel)
 
@@ -297,13 +307,15 @@ def quality(
     traced_wall_ns: int | None = None,
     vcpu_threads: Iterable[int] | None = None,
 ) -> Quality:
-    """The :class:`Quality` of the interval between two snapshots.
+    """The [`Quality`][vcpulab.quality.Quality] of the interval between two snapshots.
 
     Args:
         placement: thread id → the host CPUs it was pinned to (the run's threads).
-        own_cpu_ns, own_run_delay_ns: thread id → CPU time / run delay over
-            the run, ns, where known better than the snapshots (a thread that
-            ended before ``after`` was read; default: from the snapshots' schedstat).
+        own_cpu_ns: thread id → CPU time over the run, ns, where known
+            better than the snapshots (a thread that ended before ``after``
+            was read; default: from the snapshots' schedstat).
+        own_run_delay_ns: thread id → run delay over the run, ns (as
+            ``own_cpu_ns``).
         steal_fraction: (CPUs of the vCPU's group, measured steal fraction) per vCPU.
         traced_other_ns: per CPU, ns other tasks ran there, from a scheduler
             trace of the run (exact; ``source`` becomes "trace"), over
@@ -383,8 +395,8 @@ def quality(
 
 
 class measure_cpus:
-    """Context manager: the :class:`Quality` of the code inside it, for
-    threads started inside (register them with :meth:`add_thread`)::
+    """Context manager: the [`Quality`][vcpulab.quality.Quality] of the code inside it, for
+    threads started inside (register them with [`add_thread`][vcpulab.quality.measure_cpus.add_thread])::
 
         with measure_cpus([1]) as m:
             t = PinnedThread(...); t.start(); m.add_thread(t.tid, [1]) ...

@@ -2,15 +2,15 @@
 ``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs;
 the tracepoints and perf interface are [K8] of docs/sources.md).
 
-:class:`Trace` records the scheduler and KVM tracepoints of some host CPUs
+[`Trace`][vcpulab.tracing.Trace] records the scheduler and KVM tracepoints of some host CPUs
 (``perf_event_open``, one ring buffer per CPU) and turns them into the frames
-a :class:`~vcpulab.experiment.Run` carries when ``run(..., trace=True)``:
+a [`Run`][vcpulab.experiment.Run] carries when ``run(..., trace=True)``:
 
 * ``trace``: one row per interval a task ran on a traced CPU —
   ``pcpu, start_ns, end_ns, vm, vcpu, tid, comm`` (``vm = vcpu = -1`` for
   tasks that are not the run's vCPU threads; the idle task is no row), the
   columns of the simulator's ``Result.trace`` plus ``tid`` and ``comm``, so
-  :func:`vcpulab.plot.sched_map` draws both;
+  [`vcpulab.plot.sched_map`][] draws both;
 * ``wakeups``: ``vm, vcpu, tid, wake_ns, run_ns, latency_ns`` — from each
   ``sched_wakeup`` of a sleeping vCPU thread to its next ``sched_switch`` in;
 * ``exits``: ``vm, vcpu, reason, exit_ns, entry_ns, handling_ns`` — each
@@ -47,6 +47,7 @@ __all__ = [
     "EVENTS",
     "EXITS_SCHEMA",
     "HALTS_SCHEMA",
+    "PID_MAX",
     "TRACE_SCHEMA",
     "Trace",
     "TraceFrames",
@@ -55,13 +56,16 @@ __all__ = [
     "other_busy_ns",
 ]
 
+#: events a trace keeps unless told (about 40 bytes each); more are counted as dropped
 DEFAULT_MAX_EVENTS: int = _core.TRACE_DEFAULT_MAX_EVENTS
 #: the largest pid Linux hands out (PID_MAX_LIMIT on 64-bit, include/linux/threads.h)
 PID_MAX = 4_194_304
+#: the kernel ring buffer of each traced CPU unless told, bytes
 DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
 #: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
 EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
 
+#: columns of ``Run.trace``: one row per interval a task ran on a traced CPU (vm = vcpu = -1: not a vCPU)
 TRACE_SCHEMA = {
     "pcpu": pl.Int64,
     "start_ns": pl.Int64,
@@ -71,6 +75,7 @@ TRACE_SCHEMA = {
     "tid": pl.Int64,
     "comm": pl.Utf8,
 }
+#: columns of ``Run.wakeups``: one row per wake-up of a vCPU thread and when it then ran
 WAKEUPS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -79,6 +84,7 @@ WAKEUPS_SCHEMA = {
     "run_ns": pl.Int64,
     "latency_ns": pl.Int64,
 }
+#: columns of ``Run.exits``: one row per KVM exit of a vCPU thread, its reason and handling time
 EXITS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -87,6 +93,7 @@ EXITS_SCHEMA = {
     "entry_ns": pl.Int64,
     "handling_ns": pl.Int64,
 }
+#: columns of ``Run.halts``: one row per halt of a vCPU (polled or blocked, and for how long)
 HALTS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -147,7 +154,7 @@ class TraceTruncatedWarning(UserWarning):
 
 
 class Trace:
-    """Records the tracepoints of ``pcpus`` until :meth:`stop` (or :meth:`close`).
+    """Records the tracepoints of ``pcpus`` until [`stop`][vcpulab.tracing.Trace.stop] (or [`close`][vcpulab.tracing.Trace.close]).
 
     Args:
         pcpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
@@ -196,7 +203,7 @@ class Trace:
         self.info: dict[str, Any] | None = None
 
     def stop(self) -> dict[str, Any]:
-        """Stops recording (idempotent); returns :attr:`info`."""
+        """Stops recording (idempotent); returns `info`."""
         self.info = dict(self._t.stop())
         return self.info
 
