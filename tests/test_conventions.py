@@ -1,4 +1,4 @@
-"""The conventions the README states, checked: figures show in notebooks, the
+"""The conventions docs/conventions.md states, checked: figures show in notebooks, the
 package's submodules import without cycles, one dtype per key column, one
 label per policy, one meaning of --pcpus, time categories from the engine,
 provenance that says where a result came from."""

@@ -1,4 +1,4 @@
-"""Every quantity names its unit (README, "Conventions"): the renamed
+"""Every quantity names its unit (docs/conventions.md): the renamed
 arguments take their old names with a DeprecationWarning that points at the
 caller, and refuse old and new together."""
 

@@ -10,7 +10,7 @@ Two halves behind one Python API:
 Submodules load on first use: ``import vcpulab`` then ``vcpulab.sim.run(...)``
 works, and importing vcpulab alone loads neither matplotlib nor the simulator.
 
-Conventions, followed by every module (README "Conventions"): quantities name
+Conventions, followed by every module (docs/conventions.md): quantities name
 their unit (``_s``, ``_us``, ``_ns``) in arguments, columns and CLI flags; key
 columns (``vm``, ``vcpu``, ``pcpu``) are ``Int64`` in every frame; host CPUs
 are given as a list of CPU ids (``pcpus=[0, 1]`` in Python, ``--pcpus 0,1``
