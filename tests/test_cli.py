@@ -84,7 +84,8 @@ def test_kvm_steal_prints_steal_per_vcpu(kvm_host: Host) -> None:
         (["kvm", "steal", "--vcpus", "0"], "positive integer"),
         (["kvm", "steal", "--duration-s", "abc"], "positive number"),
         (["kvm", "steal", "--pcpus", "999-999"], "may use only"),
-        (["kvm", "steal", "--pcpus", "1"], "ambiguous"),
+        (["kvm", "steal", "--pcpus", "999"], "names CPU(s) [999]"),  # one CPU id, as pcpus=[999]
+        (["kvm", "steal", "--pcpus", "0-99999"], "out of range"),
         (["bogus"], "invalid choice"),
         (["sim", "/nonexistent.toml"], "no such file"),
         (["watch", "0"], "positive integer"),

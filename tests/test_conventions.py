@@ -1,4 +1,4 @@
-"""The conventions the README states, checked: figures show in notebooks, the
+"""The conventions docs/conventions.md states, checked: figures show in notebooks, the
 package's submodules import without cycles, one dtype per key column, one
 label per policy, one meaning of --pcpus, time categories from the engine,
 provenance that says where a result came from."""
@@ -157,6 +157,21 @@ def test_a_policy_is_labelled_with_its_constructor_name() -> None:
         P.by_name("nope")
 
 
+def test_a_name_works_wherever_a_policy_or_workload_does() -> None:
+    from vcpulab import sim
+    from vcpulab.sim import policies as P
+    from vcpulab.sim import presets
+
+    assert sim.Vm(policy="dy_eligible") == sim.Vm(policy=P.dy_eligible())
+    assert sim.Vm(workload="ebizzy_like").workload == presets.ebizzy_like()
+    for name in P.NAMES:
+        assert P.label(sim.Vm(policy=name).policy) == name
+    with pytest.raises(ValueError, match="unknown policy 'nope'; choose one of upstream"):
+        sim.Vm(policy="nope")
+    with pytest.raises(ValueError, match="unknown workload 'nope'"):
+        sim.Vm(workload="nope")
+
+
 def test_policy_and_workload_names_work_in_a_python_grid() -> None:
     from vcpulab import sim
     from vcpulab.sim import policies as P
@@ -281,11 +296,12 @@ def test_cpu_lists_mean_the_same_on_the_command_line_as_in_python() -> None:
     for bad in ("a", "1-", "3-1", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_cpu_list(bad)
-    # the old count form is refused, saying what to write instead
-    r = _cli("kvm", "steal", "--pcpus", "2")
-    assert r.returncode == 2
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "--pcpus 2-2" in lines[0] and "--pcpus 0-1" in lines[0], r.stderr
+    # a bare number is the one CPU it names, as pcpus=[N] (it was a count before 2026-12-01)
+    assert parse_cpu_list("1") == [1] and parse_cpu_list(" 7 ") == [7]
+    with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
+        parse_cpu_list("0-4000000000")  # refused before a list of 4e9 ids is built
+    r = _cli("kvm", "steal", "--pcpus", "4000", "--duration-s", "0.1")
+    assert r.returncode == 2 and "names CPU(s) [4000]" in r.stderr, r.stderr
 
 
 def test_kvm_steal_json(kvm_host) -> None:  # type: ignore[no-untyped-def]
@@ -327,6 +343,10 @@ def test_the_common_sweep_call_type_checks(tmp_path: Path) -> None:
         "df.filter(pl.col('seed') == 0)\n"
         "df2, results = sim.sweep(base, {'seed': [0]}, results=True)\n"
         "r: sim.Result = results[0]\n"
+        "n: int = sim.sweep(base, {'vms.0.policy': ['no_yield', 'dy_eligible']}).height\n"
+        "def either(flag: bool) -> None:\n"
+        "    print(sim.sweep(base, {'seed': [0]}, results=flag))\n"
+        "vm = sim.Vm(policy='dy_eligible', workload='ebizzy_like')\n"
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -50,6 +50,43 @@ def test_threads_sharing_a_cpu_are_not_alone_and_thresholds_are_parameters() -> 
     assert strict.disturbed
 
 
+def test_the_fair_share_of_steal_counts_vcpu_threads_only() -> None:
+    # two vCPU threads on CPU 0 and a host driver thread allowed on every CPU
+    # (it sleeps): the fair share is 1 - 1/2, not 1 - 1/3
+    a = _snap(0, {0: 0}, {1: (0, 0), 2: (0, 0), 3: (0, 0)})
+    b = _snap(100_000_000, {0: 0}, {1: (50_000_000, 50_000_000), 2: (49_000_000, 50_000_000), 3: (0, 0)})
+    placement = {1: [0], 2: [0], 3: [0, 1]}
+    steal = [([0], 0.5), ([0], 0.5)]
+    q = vq.quality(a, b, placement, steal_fraction=steal, vcpu_threads=[1, 2])
+    assert q.steal_excess == pytest.approx(0.0)
+    # without vcpu_threads every thread of the placement competes (the old reading)
+    assert vq.quality(a, b, placement, steal_fraction=steal).steal_excess == pytest.approx(0.5 - 2 / 3)
+
+
+@pytest.mark.parametrize("vcpus", [2, 3, 4])
+def test_steal_of_vcpus_sharing_one_cpu_is_their_fair_share(kvm_host: Host, vcpus: int) -> None:
+    # N always-runnable vCPUs on CPU 0: each waits 1 - 1/N of the time for its
+    # siblings. run()'s fair share counts those N threads only, never vcpulab's
+    # own (unpinned, sleeping) driver thread: with it, 2 vCPUs read -17 %
+    # against 2/3 instead of 1/2 (3: -9 %, 4: -6 %). Measured on the project's
+    # 2-CPU host (kvm_pvm, 2026-12-01, 0.5 s runs): -0.6 %, -1.2 %, -1.5 %.
+    # The fair share the quality used is checked exactly on every measurement (whatever else runs:
+    # a wrong fair share fails even on a busy CPU); the bound is loose, as a busy CPU adds steal, and
+    # a run it fails on is measured again when other tasks disturbed it.
+    from vcpulab.experiment import Spin
+
+    def measure():  # type: ignore[no-untyped-def]
+        r = run(Spin(), vcpus=vcpus, pcpus=[0], duration_s=0.4, sample_every_s=0.02, host=kvm_host, warn_quality=False)
+        mean = r.steal_fraction()["steal_fraction"].mean()
+        assert r.quality.steal_excess == pytest.approx(mean - (1 - 1 / vcpus), abs=1e-9), (r.quality.steal_excess, mean)
+        return r
+
+    def check(r):  # type: ignore[no-untyped-def]
+        assert abs(r.quality.steal_excess) < 0.1, r.quality.line()
+
+    remeasure(measure, check, quality=lambda r: r.quality)
+
+
 def test_remeasure_fails_a_clean_run_retries_a_disturbed_one_and_skips_naming_it() -> None:
     clean = vq.quality(_snap(0, {0: 0}), _snap(100, {0: 100}), {})
     dirty = vq.quality(_snap(0, {0: 0}), _snap(100, {0: 0}), {})

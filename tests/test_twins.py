@@ -70,7 +70,7 @@ def test_guest_path_counts_the_spin_lock_loops() -> None:
 )
 def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str, affinity: str) -> None:
     cal = fake_cal()
-    exp = Experiment(SpinLock(kind="ticket", hold=50, think=20), vcpus=5, cpus=cpus, pinning=pinning, duration_s=0.2)  # type: ignore[arg-type]
+    exp = Experiment(SpinLock(kind="ticket", hold=50, think=20), vcpus=5, pcpus=cpus, pinning=pinning, duration_s=0.2)  # type: ignore[arg-type]
     cfg = twins.twin(exp, cal, seed=3)
     assert cfg.host.pcpus == len(cpus) and cfg.host.affinity == affinity
     assert cfg.host.tick_ns == 4_000_000 and cfg.host.base_slice_ns == 1_500_000 and cfg.host.tsc_khz == 2_600_000
@@ -101,7 +101,7 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     the real ones did (``start_gap_ns``)."""
     cal = fake_cal()
     cal.values["machine_cpus"] = Value(2.0, "", "given by the test")
-    one = Experiment(SpinLock(kind="ticket"), vcpus=3, cpus=(1,), duration_s=0.2)
+    one = Experiment(SpinLock(kind="ticket"), vcpus=3, pcpus=(1,), duration_s=0.2)
     cfg = twins.twin(one, cal, start_gap_ns=30_000.4)
     assert cfg.host.pcpus == 2 and cfg.host.vcpu_pcpus == (0,) and cfg.host.affinity == "round_robin"
     assert cfg.host.slice_check_on_wakeup and cfg.host.run_to_parity and cfg.host.start_gap_ns == 30_000
@@ -111,7 +111,7 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     for bad in (-1.0, float("nan"), 2e9, "30"):
         with pytest.raises(ValueError, match="start_gap_ns"):
             twins.twin(one, cal, start_gap_ns=bad)  # type: ignore[arg-type]
-    shared = Experiment(SpinLock(), vcpus=3, cpus=(0, 1), pinning="shared", duration_s=0.2)
+    shared = Experiment(SpinLock(), vcpus=3, pcpus=(0, 1), pinning="shared", duration_s=0.2)
     assert twins.twin(shared, cal).host.pcpus == 2 and twins.twin(shared, cal).host.vcpu_pcpus == ()
     cal.values["machine_cpus"] = Value(64.0, "", "given by the test")
     assert twins.twin_machine_cpus(one, cal) == twins.TWIN_MAX_MACHINE_CPUS
@@ -219,7 +219,7 @@ def test_experiment_rejects_bad_input() -> None:
     with pytest.raises(ValueError, match="vcpus"):
         Experiment(SpinLock(), vcpus=0)
     with pytest.raises(ValueError, match="distinct"):
-        Experiment(SpinLock(), cpus=(0, 0))
+        Experiment(SpinLock(), pcpus=(0, 0))
     with pytest.raises(ValueError, match="pinning"):
         Experiment(SpinLock(), pinning="loose")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="exactly two"):
@@ -231,7 +231,7 @@ def test_experiment_rejects_bad_input() -> None:
 def test_measured_load_becomes_a_background_of_the_right_weight() -> None:
     """3 vCPUs on one CPU that lost 50 % to other tasks: the others weigh as
     much as the 3 vCPU threads; the twin's steal is then 1 − 1/6."""
-    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, cpus=(0,), duration_s=0.3)
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, pcpus=(0,), duration_s=0.3)
     bg = twins.background_for(exp, 0.5)
     assert bg.weight == 3 * 1024 and bg.utilization > 0.99
     r = sim.run(twins.twin(exp, fake_cal(), other_share=0.5))
@@ -271,7 +271,7 @@ def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
     and length, the VMM loop → the VMM thread, the rest → the background task;
     the twin's vCPUs are then switched out more often than with one task
     (each noise wake-up may preempt), at about the same steal."""
-    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, cpus=(0,), duration_s=0.3)
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=3, pcpus=(0,), duration_s=0.3)
     ol = twins.OtherLoad(
         share=0.5,
         short_fraction=0.1,
@@ -460,7 +460,7 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
         warn_quality=False,
     )
     exp = Experiment.from_run(r)
-    assert exp.vcpus == 3 and exp.cpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
+    assert exp.vcpus == 3 and exp.pcpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
     assert cfg.host.pcpus == max(2, min(len(os.sched_getaffinity(0)), twins.TWIN_MAX_MACHINE_CPUS))
     assert cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
@@ -493,7 +493,7 @@ def test_steal_agrees_for_n_vcpus_on_one_cpu(kvm_host: Host, n: int) -> None:
     """N always-runnable vCPUs on one CPU: steal ≈ 1 − 1/N on an idle host,
     more when other tasks take the CPU too; the twin (with the load the run
     measured) must be within 0.10."""
-    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=n, cpus=(1,), duration_s=0.3)
+    exp = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=n, pcpus=(1,), duration_s=0.3)
     cal = twins.calibrate()
 
     def check(r) -> None:  # type: ignore[no-untyped-def]
@@ -512,7 +512,7 @@ def test_directions_agree_on_one_cpu(kvm_host: Host) -> None:
     ticket holds everyone up; measured here 3-10x). Both in real and in the twin."""
     cal = twins.calibrate()
     cells = {
-        (kind, n): Experiment(SpinLock(kind=kind, hold=50, think=50), vcpus=n, cpus=(1,), duration_s=0.3)  # type: ignore[arg-type]
+        (kind, n): Experiment(SpinLock(kind=kind, hold=50, think=50), vcpus=n, pcpus=(1,), duration_s=0.3)  # type: ignore[arg-type]
         for kind, n in (("tas", 1), ("tas", 3), ("ticket", 3))
     }
 
@@ -545,7 +545,7 @@ def test_directions_agree_on_one_cpu(kvm_host: Host) -> None:
 
 def test_compare_frame(kvm_host: Host) -> None:
     cal = twins.calibrate()
-    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, cpus=(1,), duration_s=0.1)
+    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, pcpus=(1,), duration_s=0.1)
     c = twins.compare(exp, trials=2, seeds=2, cal=cal)
     assert c["metric"].to_list() == [
         "acq_per_s",
@@ -634,7 +634,7 @@ def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> Non
     wake-ups (it wakes every 5 ms to check for Ctrl-C, whatever the load:
     a busy CPU delays those wake-ups but does not remove them)."""
     cal = twins.calibrate()
-    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, cpus=(1,), duration_s=0.3)
+    exp = Experiment(SpinLock(kind="tas", hold=20, think=20), vcpus=2, pcpus=(1,), duration_s=0.3)
     (r,) = twins.run_real(exp, trials=1, cal=cal)
     ol = twins.OtherLoad(**r.config["other_load"])
     assert ol.base_slice_ns == cal["base_slice_ns"] and 0.0 <= ol.short_fraction <= 1.0

@@ -2,15 +2,15 @@
 
 Two halves behind one Python API:
 
-* :mod:`vcpulab.kvm` drives the real ``/dev/kvm`` of this host (VMs, vCPUs,
+* [`vcpulab.kvm`][] drives the real ``/dev/kvm`` of this host (VMs, vCPUs,
   guest RAM as numpy, steal time, binary stats, halt polling);
-* :mod:`vcpulab.sim` simulates the same world at any scale (host scheduler,
+* [`vcpulab.sim`][] simulates the same world at any scale (host scheduler,
   pause-loop exits, directed-yield policies, pv hints, halt polling).
 
 Submodules load on first use: ``import vcpulab`` then ``vcpulab.sim.run(...)``
 works, and importing vcpulab alone loads neither matplotlib nor the simulator.
 
-Conventions, followed by every module (README "Conventions"): quantities name
+Conventions, followed by every module (docs/conventions.md): quantities name
 their unit (``_s``, ``_us``, ``_ns``) in arguments, columns and CLI flags; key
 columns (``vm``, ``vcpu``, ``pcpu``) are ``Int64`` in every frame; host CPUs
 are given as a list of CPU ids (``pcpus=[0, 1]`` in Python, ``--pcpus 0,1``
@@ -18,7 +18,7 @@ on the command line); a policy is labelled with its constructor's name.
 
 Exceptions: every error vcpulab raises on purpose is a built-in
 ``ValueError`` / ``IndexError`` / ``TimeoutError`` for bad arguments, ranges
-and deadlines, or a subclass of :class:`VcpulabError` for the rest.
+and deadlines, or a subclass of [`VcpulabError`][vcpulab.VcpulabError] for the rest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watching VMs that vcpulab did not start: :func:`attach` (exported as
+"""Watching VMs that vcpulab did not start: [`attach`][vcpulab.kvm.attach] (exported as
 ``vcpulab.kvm.attach``) and the ``vcpulab watch PID`` command.
 
 A VMM process (QEMU, Firecracker, cloud-hypervisor, another vcpulab) holds its
@@ -12,7 +12,7 @@ VMs and vCPUs as file descriptors (``/proc/<pid>/fd`` → ``anon_inode:kvm-vm``,
 * thread names: QEMU names its vCPU threads ``CPU n/KVM``; vcpulab's
   experiment threads carry the same names.
 
-:meth:`Attached.sample` reads, per vCPU thread, ``/proc/<pid>/task/<tid>/schedstat``
+[`Attached.sample`][vcpulab.kvm.Attached.sample] reads, per vCPU thread, ``/proc/<pid>/task/<tid>/schedstat``
 (CPU time, run delay, timeslices) and ``status`` (context switches), and per VM
 the debugfs statistics (sums over the VM's vCPUs: ``exits``, ``halt_exits``,
 ``halt_successful_poll``, …), into polars frames whose columns are named like
@@ -24,7 +24,7 @@ from another process, so no stats fd can be made for a VMM that holds none;
 debugfs statistics are used where the kernel lets them be read (this host
 answers EPERM).
 
-How the stats fds are held: :func:`attach` opens a pidfd for the process
+How the stats fds are held: [`attach`][vcpulab.kvm.attach] opens a pidfd for the process
 (``pidfd_open(2)``; it names that process even if its pid is reused), duplicates
 each stats fd **once** (``pidfd_getfd(2)``, needs ptrace access, e.g. root) and
 checks that the duplicate is a KVM stats file (an anonymous inode named
@@ -34,10 +34,10 @@ looked up again, so a number it reuses for an ordinary file is never read as
 statistics. A kept fd also keeps the VM's kernel state alive (KVM holds a VM
 reference per stats file), so once the process closes its own stats fd
 (``kcmp(2)`` tells) or exits, the duplicate is closed and that vCPU's KVM
-statistics end (:attr:`Attached.notes` says so). :meth:`Attached.close` (or
+statistics end ([`Attached.notes`][vcpulab.kvm.Attached.notes] says so). [`Attached.close`][vcpulab.kvm.Attached.close] (or
 ``with attach(pid) as a:``) releases everything; garbage collection does too.
 
-:meth:`Attached.trace` records the scheduler and KVM tracepoints on the CPUs
+[`Attached.trace`][vcpulab.kvm.Attached.trace] records the scheduler and KVM tracepoints on the CPUs
 the vCPU threads may run on, KVM events filtered to the process, into the
 frames of a traced ``Run`` (``trace``, ``wakeups``, ``exits``, ``halts``;
 docs/tracing.md).
@@ -54,7 +54,7 @@ from typing import Any
 
 import polars as pl
 
-from vcpulab._checks import check_int
+from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
 
 __all__ = ["Attached", "attach"]
 
@@ -87,7 +87,7 @@ def _read_int(p: Path) -> int | None:
 
 @dataclass
 class Attached:
-    """A VMM process's VMs and vCPU threads (see :func:`attach`)."""
+    """A VMM process's VMs and vCPU threads (see [`attach`][vcpulab.kvm.attach])."""
 
     pid: int
     comm: str
@@ -101,7 +101,7 @@ class Attached:
     #: process held for it at attach time; information only: samples read the
     #: duplicates taken then (module docstring), never these numbers again
     stats_fds: dict[int, int] = field(default_factory=dict)
-    #: the pidfd (``_core.ForeignProcess``); None after :meth:`close`
+    #: the pidfd (``_core.ForeignProcess``); None after [`close`][vcpulab.kvm.Attached.close]
     _process: Any = field(default=None, repr=False, compare=False)
     #: vCPU index → its kept stats fd (``_core.ForeignStats``)
     _kept: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -136,7 +136,7 @@ class Attached:
 
     def exited(self) -> bool:
         """True once the process has exited (by its pidfd: a new process with
-        the same pid does not count). ValueError after :meth:`close`."""
+        the same pid does not count). ValueError after [`close`][vcpulab.kvm.Attached.close]."""
         return bool(self._live().wait_exited(0.0))
 
     def wait_exited(self, timeout_s: float) -> bool:
@@ -183,7 +183,7 @@ class Attached:
     def sample_once(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """One sample now: (per vCPU thread, per VM) frames, each with ``t_ns``
         (CLOCK_MONOTONIC). Once the process has exited both are empty.
-        ValueError after :meth:`close`."""
+        ValueError after [`close`][vcpulab.kvm.Attached.close]."""
         gone = bool(self._live().wait_exited(0.0))  # a zombie too: its /proc entries stay until reaped
         if gone:
             for vcpu in list(self._kept):
@@ -249,14 +249,16 @@ class Attached:
             vms = vms.with_columns(pl.col("t_ns") - first)
         return threads, vms
 
-    def trace(self, duration_s: float = 1.0, cpus: list[int] | None = None, max_events: int | None = None) -> Any:
+    @renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", name="trace", cpus="pcpus")
+    def trace(self, duration_s: float = 1.0, pcpus: list[int] | None = None, max_events: int | None = None) -> Any:
         """Traces the process's vCPU threads for ``duration_s`` seconds
-        (docs/tracing.md): a :class:`vcpulab.tracing.TraceFrames` whose
+        (docs/tracing.md): a [`vcpulab.tracing.TraceFrames`][] whose
         ``trace``, ``wakeups``, ``exits`` and ``halts`` are the frames of a
         traced ``Run`` (``vm`` is the VM's fd in the process, as in
-        :attr:`vcpus`; ns from the start of the window). ``cpus``: the host
+        [`vcpus`][vcpulab.kvm.Attached.vcpus]; ns from the start of the window). ``pcpus``: the host
         CPUs whose scheduler events are recorded (default: every CPU the vCPU
-        threads may run on). KVM events are kept only for this process.
+        threads may run on; ``cpus=`` before 2026-12-01, still accepted with a
+        DeprecationWarning). KVM events are kept only for this process.
         Ctrl-C stops it (the trace is freed)."""
         from vcpulab import tracing
         from vcpulab._checks import check_float
@@ -265,6 +267,7 @@ class Attached:
         known = [r for r in self.vcpus.iter_rows(named=True) if r["tid"]]
         if not known:
             raise LookupError(f"process {self.pid}: no vCPU thread identified to trace ({'; '.join(self.notes)})")
+        cpus = pcpus
         if cpus is None:
             allowed: set[int] = set()
             for r in known:

@@ -141,16 +141,38 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
     added to the names: ``duration`` -> ``duration_s``): an old name works
     with a DeprecationWarning naming the new one; the old and the new name
     together raise TypeError."""
+    return _renamed(old_to_new, why="the unit is in the name")
+
+
+#: the date the renames of one spelling for host CPU lists (``cpus=`` ->
+#: ``pcpus=``) were made; their DeprecationWarnings name it
+PCPUS_RENAMED = "2026-12-01"
+
+
+def renamed_since(since: str, why: str, name: str | None = None, **old_to_new: str) -> Callable[[F], F]:
+    """`renamed` with the date of the rename and its reason in the warning
+    (``"Experiment(cpus=...) is deprecated since 2026-12-01; use pcpus= (...)"``);
+    ``name``: what the warning calls the function (default its ``__name__``,
+    e.g. a class for its ``__init__``)."""
+    return _renamed(old_to_new, why=why, since=since, name=name)
+
+
+def _renamed(
+    old_to_new: dict[str, str], why: str, since: str | None = None, name: str | None = None
+) -> Callable[[F], F]:
+    when = f" since {since}" if since else ""
 
     def deco(fn: F) -> F:
+        called = name or fn.__name__
+
         @functools.wraps(fn)
         def inner(*args: Any, **kwargs: Any) -> Any:
             for old, new in old_to_new.items() if kwargs else ():
                 if old in kwargs:
                     if new in kwargs:
-                        raise TypeError(f"{fn.__name__}() got {old}= and {new}=; {old} is the deprecated name of {new}")
+                        raise TypeError(f"{called}() got {old}= and {new}=; {old} is the deprecated name of {new}")
                     warnings.warn(
-                        f"{fn.__name__}({old}=...) is deprecated; use {new}= (the unit is in the name)",
+                        f"{called}({old}=...) is deprecated{when}; use {new}= ({why})",
                         DeprecationWarning,
                         stacklevel=_outside_stacklevel(),
                     )
@@ -163,7 +185,7 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
 
 
 def former_name(fn: str, old: str, new: str, old_value: Any, new_value: Any, new_default: Any) -> Any:
-    """:func:`renamed` for a hot-path method that takes the former name as a
+    """`renamed` for a hot-path method that takes the former name as a
     keyword-only argument instead of being wrapped (a wrapper frame packs a
     tuple and a dict per call): warns at the method's caller and returns the
     value to use; the new name away from its default as well raises TypeError."""
@@ -272,8 +294,8 @@ class ForkSafe:
 
 
 def checks_inline(f: F) -> F:
-    """Mark a hot-path method that does :func:`guard_panics`' and
-    :func:`fork_checked`'s work itself (its Rust side turns a panic into
+    """Mark a hot-path method that does `guard_panics`' and
+    `fork_checked`'s work itself (its Rust side turns a panic into
     ``RuntimeError``; it calls ``_check_process`` inline), so the class
     decorators leave it unwrapped: two Python wrapper frames per call are a
     measurable share of a ~10 µs vCPU exit."""

@@ -7,6 +7,7 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+"""vcpulab's version (``vcpulab --version`` adds the git build and the dependencies)."""
 __build__: str
 SIM_VCPU_TIME_CATEGORIES: list[str]
 SIM_PCPU_TIME_CATEGORIES: list[str]
@@ -74,13 +75,26 @@ PV_SPIN_PORT: int
 PV_HALT_PORT: int
 MSR_KVM_STEAL_TIME: int
 
-class VcpulabError(Exception): ...
-class KvmUnavailableError(VcpulabError): ...
-class KvmIoctlError(VcpulabError): ...
-class GuestAssertionError(VcpulabError): ...
-class UnexpectedExitError(VcpulabError): ...
-class UnsupportedError(VcpulabError): ...
-class TraceUnavailableError(VcpulabError): ...
+class VcpulabError(Exception):
+    """Base class of vcpulab's own exceptions."""
+
+class KvmUnavailableError(VcpulabError):
+    """/dev/kvm is missing or cannot be opened; the message says why and how to fix it."""
+
+class KvmIoctlError(VcpulabError):
+    """A KVM ioctl failed; the message names the ioctl and the errno."""
+
+class GuestAssertionError(VcpulabError):
+    """A guest program reported a failed assertion through the ucall port; the message names where it was written."""
+
+class UnexpectedExitError(VcpulabError):
+    """The vCPU stopped in a way the caller did not ask for (a triple fault, a guest exception, a finished program…)."""
+
+class UnsupportedError(VcpulabError):
+    """This host (or this VM's configuration) lacks a feature the operation needs."""
+
+class TraceUnavailableError(VcpulabError):
+    """Kernel tracing cannot be used here (tracefs absent and not mountable, or a tracepoint missing)."""
 
 _CpuidRow = tuple[int, int, int, int, int, int, int]
 _SchemaRow = tuple[str, str, str, int, int, int, int]
@@ -257,32 +271,75 @@ def monotonic_ns() -> int: ...
 
 @final
 class VcpuView:
+    """What a Python policy sees of one vCPU ([K1]).
+
+    A directed-yield policy written in Python (`vcpulab.sim.policies.python`)
+    is called as ``f(spinner, candidates)``: ``candidates`` are the other
+    vCPUs of the spinner's VM as these views, in the round-robin order the
+    kernel's ``kvm_vcpu_on_spin()`` scans them. A view is a snapshot, frozen
+    at the moment of the call; the fields are the kernel's flags of
+    ``struct kvm_vcpu`` as the simulator keeps them.
+    """
+
     index: int
+    """Index of the vCPU in its VM."""
     running: bool
+    """On a host CPU (in guest mode or in an exit handler)."""
     in_guest: bool
+    """Running in guest mode (PF_VCPU)."""
     preempted: bool
+    """vcpu->preempted. Set when the host scheduler took the CPU from the vCPU
+    thread while it was runnable (``kvm_sched_out``)."""
     ready: bool
+    """vcpu->ready. Runnable but not running: a yield_to candidate."""
     blocking: bool
+    """kvm_vcpu_is_blocking(). Halted in ``kvm_vcpu_block``."""
     dy_runnable: bool
+    """vcpu_dy_runnable(): kicked (pv_unhalted) or posted interrupt pending."""
     pending_interrupt: bool
+    """kvm_arch_dy_has_pending_interrupt()."""
     in_spin_loop: bool
+    """spin_loop.in_spin_loop. The vCPU is itself in a pause-loop exit."""
     dy_eligible: bool
+    """spin_loop.dy_eligible (as kept by the engine for built-in policies)."""
     preempted_in_kernel: bool
+    """arch.preempted_in_kernel. It was preempted while running guest kernel code."""
     st_preempted: bool
+    """Steal-time preempted byte as the guest sees it."""
     steal_ns: int
+    """Published steal time, ns."""
     pcpu_is_idle: bool
+    """pcpu_is_idle: nothing else on the host CPU it last ran on."""
     ple_window: int
+    """Current PLE window, cycles."""
 
 @final
 class Spinner:
+    """The spinning vCPU, as passed to a Python policy.
+
+    The first argument of ``f(spinner, candidates)``: the vCPU that took a
+    pause-loop exit and looks for a vCPU to yield to. ``f`` returns a
+    candidate's `VcpuView.index` to try ``yield_to`` on it, or None to stop;
+    it is called again within the same exit after a failed try (see
+    ``attempts``).
+    """
+
     index: int
+    """Index of the spinning vCPU."""
     vm: int
+    """Index of its VM in the run (VMs of a `count > 1` entry are distinct)."""
     n_vcpus: int
+    """Number of vCPUs of the VM."""
     last_boosted: int
+    """kvm->last_boosted_vcpu."""
     in_kernel: bool
+    """yield_to_kernel_mode."""
     attempts: list[tuple[int, int]]
+    """(index, result) of each yield_to already tried in this exit."""
     waited_for: int | None
+    """Ground truth (oracle only; no kernel knows it): the vCPU it waits for."""
     state: VcpuView
+    """The spinner's own state."""
 
 def sim_validate(config_json: str) -> str: ...
 def sim_run(

@@ -1,7 +1,7 @@
 """Frame conventions shared by every layer (real KVM, simulator, analysis).
 
 * Key columns have one dtype everywhere: ``vm``, ``vcpu``, ``pcpu`` and
-  ``last_pcpu`` are :data:`KEY_DTYPE` (``Int64``: a simulator trace marks a
+  ``last_pcpu`` are `KEY_DTYPE` (``Int64``: a simulator trace marks a
   non-vCPU task with ``vm = vcpu = -1``), so frames from a real run and a
   simulated one join without casts.
 * Every quantity names its unit in its column name (``_ns``, ``_us``,
@@ -25,7 +25,7 @@ KEY_COLUMNS = ("vm", "vcpu", "pcpu", "last_pcpu")
 
 
 def with_key_dtypes(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with its key columns (those present) cast to :data:`KEY_DTYPE`."""
+    """``df`` with its key columns (those present) cast to `KEY_DTYPE`."""
     casts = [pl.col(c).cast(KEY_DTYPE) for c in KEY_COLUMNS if c in df.columns and df.schema[c] != KEY_DTYPE]
     return df.with_columns(casts) if casts else df
 
@@ -72,7 +72,7 @@ def _column(name: str, v: Any) -> Any:
 def frame(cols: Mapping[str, Any] | None) -> pl.DataFrame | None:
     """A frame from the extension's column dict (numpy arrays, lists, or
     ``(codes, names)`` tuples of a categorical column), key columns as
-    :data:`KEY_DTYPE`."""
+    `KEY_DTYPE`."""
     if cols is None:
         return None
     _reserve(cols)

@@ -3,10 +3,10 @@
 Ctrl-C (SIGINT) during a long call — ``experiment.run`` and its repeats,
 ``twins.compare`` / ``twins.grid``, ``calibrate.halt_poll``,
 ``validation.validate`` / ``sensitivity``, ``sim.sweep`` — raises
-:class:`KeyboardInterrupt` within about a second, after every vCPU thread and
+`KeyboardInterrupt` within about a second, after every vCPU thread and
 worker it started has stopped. The work that had finished is kept on the
 exception as ``e.partial``, in the shape the call returns (a frame of the
-finished rows, a :class:`~vcpulab.experiment.Trials` of the finished trials,
+finished rows, a [`Trials`][vcpulab.experiment.Trials] of the finished trials,
 a grid of the finished cells); ``None`` when nothing had finished. One log
 line (logger ``vcpulab.<call>``) says how much was kept::
 

@@ -4,8 +4,8 @@ vcpulab mounts two kernel pseudo filesystems, only where they are missing and
 only when it runs as root, each at its standard path:
 
 * debugfs at ``/sys/kernel/debug``: KVM's per-VM folders for
-  :func:`vcpulab.kvm.attach` and ``vcpulab watch``, the scheduler's knobs for
-  :func:`vcpulab.twins.host_knobs`;
+  [`vcpulab.kvm.attach`][] and ``vcpulab watch``, the scheduler's knobs for
+  [`vcpulab.twins.host_knobs`][];
 * tracefs at ``/sys/kernel/tracing``: the tracepoint formats of traced runs
   (``run(..., trace=True)``, ``attach(pid).trace``, ``vcpulab trace``).
 

@@ -12,8 +12,8 @@ than the run-to-run noise::
 Runs of two variants with the same seed share their random draws: pair them
 (``pair_by="seed"``, or ``paired=True`` for aligned sequences). With few runs
 the permutation test cannot reach small p-values at all (3 vs 3 unpaired:
-p >= 0.1; 3 pairs: p >= 0.25); :func:`compare` reports that floor
-(``min_p_value``) and warns (:class:`LowPowerWarning`) when it is above
+p >= 0.1; 3 pairs: p >= 0.25); [`compare`][vcpulab.analysis.compare] reports that floor
+(``min_p_value``) and warns ([`LowPowerWarning`][vcpulab.analysis.LowPowerWarning]) when it is above
 ``alpha`` — then only the interval, not the p-value, can speak.
 """
 
@@ -50,7 +50,7 @@ class LowPowerWarning(UserWarning):
 
 @dataclass(frozen=True)
 class Comparison:
-    """Result of :func:`compare` (B relative to A)."""
+    """Result of [`compare`][vcpulab.analysis.compare] (B relative to A)."""
 
     metric: str
     n_a: int
@@ -188,7 +188,7 @@ def compare(
       when there are at most ``n_resamples`` relabellings, Monte Carlo
       otherwise (with the +1 correction). ``min_p_value`` is the smallest
       p-value the design can give; when it is not below ``alpha`` a
-      :class:`LowPowerWarning` says so (add runs, or read the interval).
+      [`LowPowerWarning`][vcpulab.analysis.LowPowerWarning] says so (add runs, or read the interval).
     * Interval of the difference, fit for small n: ``"t"`` (default; Welch's
       t-interval unpaired, the paired t-interval paired, scipy's t
       distribution), ``"bca"`` (bias-corrected accelerated bootstrap, scipy)

@@ -1,6 +1,6 @@
 """Calibrating the simulator against real KVM on this host.
 
-:func:`halt_poll` runs the real MSI ping-pong (``vcpulab.experiment.MsiPingPong``:
+[`halt_poll`][vcpulab.calibrate.halt_poll] runs the real MSI ping-pong (``vcpulab.experiment.MsiPingPong``:
 the guest halts, the host waits ``gap`` after the guest's "about to halt" cue,
 then sends an MSI) across gaps × per-VM maximum poll times, measures the costs
 the model needs from those runs (instead of hard-coding them), runs the same
@@ -31,7 +31,7 @@ What is measured, and how (all medians/means over the real cells):
   window just before it, as the share of the time the vCPU left free, with a
   dead band of two ticks' width at 0 and 1 (``busy_fraction``; the raw share
   is ``busy_fraction_raw``). It becomes
-  the cell's :class:`~vcpulab.sim.halt_poll.Background` (polls stop at once
+  the cell's [`Background`][vcpulab.sim.halt_poll.Background] (polls stop at once
   while another task is runnable).
 
 The other costs keep their defaults: the sender's cue observation and the poll
@@ -60,22 +60,35 @@ from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import HaltPoll
 
-__all__ = ["HaltPollCalibration", "classify", "halt_poll", "real_stats"]
+__all__ = [
+    "BAND_MARGIN",
+    "GAPS_US",
+    "HaltPollCalibration",
+    "LOAD_PRE_S",
+    "MAX_POLL_NS",
+    "ROUND_EXTRA_US",
+    "VECTOR",
+    "classify",
+    "halt_poll",
+    "real_stats",
+]
 
+#: the host → vCPU message gaps of the default grid, µs
 GAPS_US = (20, 50, 100, 300, 1000)
+#: the per-VM maximum poll times of the default grid, ns (0: no polling)
 MAX_POLL_NS = (0, 50_000, 200_000)
 
 
 @dataclass
 class HaltPollCalibration:
-    """What :func:`halt_poll` returns.
+    """What [`halt_poll`][vcpulab.calibrate.halt_poll] returns.
 
     ``frame``: one row per (gap_us, max_poll_ns): ``real_*`` and ``sim_*``
     columns side by side (the kernel stats, ``success_frac`` =
     halt_successful_poll / halt_exits, ``rtt_median_us``), ``diff_pp`` (sim −
     real success fraction, percentage points), ``busy_fraction`` (the other
     load measured on the vCPU's CPU) and ``real_wall_s``.
-    ``costs``: the measured :class:`~vcpulab.sim.halt_poll.Costs`;
+    ``costs``: the measured [`Costs`][vcpulab.sim.halt_poll.Costs];
     ``costs_source``: how each was obtained; ``params``: the host's module
     parameters used by the simulation; ``config``: the arguments.
     """
@@ -88,19 +101,19 @@ class HaltPollCalibration:
 
     def informative(self, include_disturbed: bool = False) -> pl.DataFrame:
         """The cells whose outcome tests the model (``cell_class ==
-        "informative"``; see :func:`classify`), undisturbed ones only unless
+        "informative"``; see [`classify`][vcpulab.calibrate.classify]), undisturbed ones only unless
         ``include_disturbed``."""
         f = self.frame.filter(pl.col("cell_class") == "informative")
         return f if include_disturbed else f.filter(~pl.col("disturbed"))
 
     def agreement(self, pp: float = 15.0, include_disturbed: bool = False) -> float:
-        """Share of the informative cells (:meth:`informative`) whose
+        """Share of the informative cells ([`informative`][vcpulab.calibrate.HaltPollCalibration.informative]) whose
         simulated success fraction is within ``pp`` percentage points of the
         real one; NaN when no cell is informative. Cells that agree by
         construction (max poll 0; a halt longer than the maximum, so nothing
         can be caught on either side) and bistable cells (the outcome is set
-        by history, see :func:`classify`) are left out;
-        :meth:`agreement_line` says how many cells counted."""
+        by history, see [`classify`][vcpulab.calibrate.classify]) are left out;
+        [`agreement_line`][vcpulab.calibrate.HaltPollCalibration.agreement_line] says how many cells counted."""
         f = self.informative(include_disturbed)
         if f.height == 0:
             return math.nan
@@ -168,7 +181,7 @@ class HaltPollCalibration:
 def real_stats(run: Any) -> dict[str, int]:
     """The kernel halt-poll stats of a real ``vcpulab.experiment.run``'s first
     vCPU over the run (last sample − first sample), keyed like
-    :data:`vcpulab.sim.halt_poll.STAT_COLUMNS`."""
+    [`vcpulab.sim.halt_poll.STAT_COLUMNS`][]."""
     s = run.samples.sort("t_ns")
     return {k: int(s[k][-1] - s[k][0]) if k in s.columns else 0 for k in hp.STAT_COLUMNS}
 
@@ -185,6 +198,7 @@ def _cpu_busy_ns(cpu: int) -> int:
     raise ValueError(f"host CPU {cpu} is not in /proc/stat")
 
 
+#: the interrupt vector of the MSIs the host sends in each real cell
 VECTOR = 0x40
 #: the idle window before each cell that the load estimate includes, s
 LOAD_PRE_S = 0.1
@@ -359,12 +373,12 @@ def halt_poll(
         deadline_s: wall-time limit of the whole real part; a cell that would
             start after it raises ``TimeoutError`` (each cell also has its own
             deadline, so nothing hangs).
-        plot: save :meth:`HaltPollCalibration.plot` there.
-        retries: a cell whose :class:`~vcpulab.quality.Quality` says other
+        plot: save [`HaltPollCalibration.plot`][vcpulab.calibrate.HaltPollCalibration.plot] there.
+        retries: a cell whose [`Quality`][vcpulab.quality.Quality] says other
             tasks disturbed it is measured again, at most this many more times
             (default 2); the least disturbed measurement is kept, ``tries``
             counts them and ``disturbed`` flags a cell that stayed disturbed.
-        warn_quality: issue one :class:`~vcpulab.quality.QualityWarning`
+        warn_quality: issue one [`QualityWarning`][vcpulab.quality.QualityWarning]
             naming the cells that stayed disturbed.
 
     Ctrl-C stops the cell's vCPU at once: ``KeyboardInterrupt`` within a
@@ -553,7 +567,7 @@ def halt_poll(
     return cal
 
 
-#: relative margin around the bistable band of :func:`classify`: the fitted
+#: relative margin around the bistable band of [`classify`][vcpulab.calibrate.classify]: the fitted
 #: costs' uncertainty plus per-halt jitter (the halt length of a 20 µs gap
 #: varied by about ±5 µs between runs here)
 BAND_MARGIN = 0.15

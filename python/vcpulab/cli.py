@@ -6,6 +6,8 @@
     vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
+    vcpulab watch PID [--interval-s S] [--count N] [--parquet FILE]
+                                         a live per-vCPU table of another process's VMs
     vcpulab trace PID [--duration-s S] [--out DIR]
                                          trace another process's vCPU threads: exits by reason,
                                          halts, wake-up latency; the frames as Parquet
@@ -29,6 +31,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
+
+__all__ = [
+    "MAX_CPU_ID",
+    "SPEC_HELP",
+    "SPEC_OUTPUT_KEYS",
+    "build_parser",
+    "load_spec",
+    "main",
+    "parse_cpu_list",
+    "sim_config_schema",
+    "spec_schema",
+]
 
 if TYPE_CHECKING:
     from vcpulab.sim import Config
@@ -143,21 +157,22 @@ def _steal_table(run) -> str:  # type: ignore[no-untyped-def]
     return "\n".join(lines)
 
 
+#: the largest host CPU id a CPU list may name (as pcpus= entries in Python)
+MAX_CPU_ID = 2**16 - 1
+
+
 def parse_cpu_list(s: str) -> list[int]:
     """Host CPU ids in the kernel's cpulist syntax (``0``, ``0,2``, ``0-3,6``):
-    what ``--pcpus`` takes, the same list as ``pcpus=`` in Python.
+    what ``--pcpus`` takes, the same list as ``pcpus=`` in Python: ``--pcpus 1``
+    is host CPU 1, as ``pcpus=[1]``.
 
-    A bare number other than 0 is refused: ``--pcpus N`` used to be a count
-    of CPUs, and reading it as CPU ``N`` would silently change old commands.
+    ``--pcpus N`` was once a count of CPUs, and for a while a bare number
+    other than 0 was refused so that old commands could not change meaning
+    silently; since 2026-12-01 it is the one CPU it names. CPU ids above
+    65535 are refused (a range that large is a typo, not a machine).
     """
     cpus: list[int] = []
     text = s.strip()
-    if text.isdigit() and int(text) != 0:
-        n = int(text)
-        raise argparse.ArgumentTypeError(
-            f"--pcpus {text} is ambiguous: --pcpus takes a list of host CPU ids, as pcpus= in Python "
-            f"(it used to be a count); write --pcpus {n}-{n} for host CPU {n} alone, or --pcpus 0-{n - 1} for the first {n}"
-        )
     for part in text.split(","):
         part = part.strip()
         lo, sep, hi = part.partition("-")
@@ -166,6 +181,8 @@ def parse_cpu_list(s: str) -> list[int]:
         a, b = int(lo), int(hi) if sep else int(lo)
         if b < a:
             raise argparse.ArgumentTypeError(f"CPU range {part!r} runs backwards")
+        if b > MAX_CPU_ID:
+            raise argparse.ArgumentTypeError(f"CPU id {b} is out of range (at most {MAX_CPU_ID}), in {s!r}")
         cpus.extend(range(a, b + 1))
     return sorted(set(cpus))
 
@@ -216,6 +233,7 @@ def _quality_line(r: object) -> str:
     return q.line() + ("" if not q.disturbed else "\n  " + "\n  ".join(q.reasons))
 
 
+#: the help text of ``vcpulab sim --help``: what a SPEC.toml holds
 SPEC_HELP = """\
 A SPEC.toml describes one simulated run, or a sweep when it has a [grid]:
 
@@ -262,7 +280,7 @@ SPEC_OUTPUT_KEYS = ("sched_map", "us_per_pixel")
 
 def spec_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a SPEC.toml (as TOML parses it):
-    ``[config]`` is the simulator's configuration (:func:`vcpulab.sim.config_schema`,
+    ``[config]`` is the simulator's configuration ([`vcpulab.sim.config_schema`][],
     generated from the Rust structs), where a VM's ``workload`` and ``policy``
     may also name a preset / policy constructor; ``[grid]`` maps dotted config
     paths to non-empty lists; ``[output]`` holds the sched-map options. The
@@ -330,6 +348,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def sim_config_schema() -> dict[str, Any]:
+    """The JSON Schema of the simulator's configuration (``vcpulab schema --config``)."""
     from vcpulab import sim
 
     return sim.config_schema()
@@ -610,7 +629,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts"
             )
             print("    " + _quality_line(pp).replace("\n", "\n    "))
-            if poll and pp.quality is not None and pp.quality.disturbed:
+            if poll and pp.quality.disturbed:
                 print(
                     "    (KVM stops polling while another task is runnable on the vCPU's CPU: "
                     "few successful polls here say more about that load than about halt polling)"
@@ -794,6 +813,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``vcpulab`` command's argument parser (every command and flag)."""
     p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
     p.add_argument(
         "--version",
@@ -814,7 +834,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_cpu_list,
         default=None,
         metavar="CPULIST",
-        help="host CPU ids they share, as pcpus= in Python: 0, 0,2 or 0-3 (default: the first CPU "
+        help="host CPU ids they share, as pcpus= in Python: 1 (CPU 1), 0,2 or 0-3 (default: the first CPU "
         "this process may use)",
     )
     steal.add_argument(
@@ -897,6 +917,9 @@ def _stdout_closed() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``vcpulab`` command with ``argv`` (default: ``sys.argv[1:]``) and
+    returns its exit status: 0, 1 when the run failed (one line on stderr), 2
+    for bad arguments, 141 when stdout was closed early."""
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.func(args))

@@ -44,17 +44,24 @@ from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 from vcpulab.sched import Scheduler
 
 __all__ = [
+    "GRACE_S",
     "IdleTicks",
     "IpiPingPong",
+    "MAX_DURATION_S",
+    "MAX_VCPUS",
     "MsiPingPong",
     "PvSpinLock",
+    "QUALITY_THRESHOLDS",
     "QualityWarning",
     "Run",
     "Spin",
     "SpinLock",
     "Trials",
     "Workload",
+    "machine_provenance",
+    "provenance",
     "run",
+    "t_critical",
 ]
 
 #: Extra wall time after ``duration`` for workloads that stop gracefully (s).
@@ -381,7 +388,7 @@ def _check_run_args(
     trace: Any = False,
     trace_max_events: Any = 1,
 ) -> None:
-    """Every argument of :func:`run`, checked before anything is created."""
+    """Every argument of [`run`][vcpulab.experiment.run], checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
 
     check_type("workload", workload, Workload)
@@ -395,6 +402,10 @@ def _check_run_args(
         check_int("halt_poll_ns", halt_poll_ns, 0, 2**32 - 1)
     check_bool("steal_time", steal_time)
     check_float("poll_every_s", poll_every_s, 0.0, 1.0, lo_open=True, unit="s (Ctrl-C must stop a run within a second)")
+    if pcpus is not None and (isinstance(pcpus, (str, bytes)) or not hasattr(pcpus, "__iter__")):
+        one = isinstance(pcpus, (int, np.integer)) and not isinstance(pcpus, bool) and pcpus >= 0
+        example = f"pcpus=[{int(pcpus)}] for host CPU {int(pcpus)}" if one else "pcpus=[0, 1]"
+        raise TypeError(f"pcpus must be a list of host CPU ids, e.g. {example}; got {type(pcpus).__name__} {pcpus!r}")
     for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
         if lists is None:
             continue
@@ -474,7 +485,7 @@ def _schedule_frames(d: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dic
 
 @dataclass
 class Run:
-    """What :func:`run` produced; every frame carries ``vm`` and ``vcpu``."""
+    """What [`run`][vcpulab.experiment.run] produced; every frame carries ``vm`` and ``vcpu``."""
 
     #: t_ns, vm, vcpu, steal_ns, preempted, is_idle (the steal area's bytes), and every scalar vCPU stat
     samples: pl.DataFrame
@@ -490,9 +501,9 @@ class Run:
     placement: dict[tuple[int, int], list[int]]
     #: the full configuration and provenance of this run
     config: dict[str, Any] = field(default_factory=dict)
-    #: what else ran on the run's CPUs (vcpulab.quality.Quality; None for runs
-    #: built by hand)
-    quality: Quality | None = None
+    #: what else ran on the run's CPUs (vcpulab.quality.Quality): always
+    #: measured by run(); a Run built by hand gets Quality.not_measured()
+    quality: Quality = field(default_factory=Quality.not_measured)
     #: with ``trace=True`` (docs/tracing.md): one row per interval a task ran on one of
     #: the run's CPUs — pcpu, start_ns, end_ns, vm, vcpu, tid, comm (vm = vcpu = -1:
     #: not a vCPU thread of this run), the simulator's ``Result.trace`` columns
@@ -690,13 +701,13 @@ def t_critical(confidence: float, df: int) -> float:
 
 @dataclass
 class Trials:
-    """What :func:`run` with ``repeat=N`` produced: N independent runs of the
+    """What [`run`][vcpulab.experiment.run] with ``repeat=N`` produced: N independent runs of the
     same configuration (a fresh VM each), every trial's frames kept.
 
     ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
     ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
     ``trial`` column; ``quality`` has one row per trial;
-    :meth:`summary` gives per-vCPU means with Student-t confidence intervals
+    [`summary`][vcpulab.experiment.Trials.summary] gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
 
@@ -759,16 +770,17 @@ class Trials:
         rows = []
         for i, r in enumerate(self.runs):
             q = r.quality
+            m = q.measured
             rows.append(
                 {
                     "trial": i,
                     "wall_s": r.wall_s,
-                    "other_share": q.other_share if q else None,
-                    "alone_delay_share": q.alone_delay_share if q else None,
-                    "steal_excess": q.steal_excess if q else None,
-                    "psi_cpu_some_share": q.psi_cpu_some_share if q else None,
-                    "disturbed": q.disturbed if q else None,
-                    "reasons": "; ".join(q.reasons) if q else "",
+                    "other_share": q.other_share if m else None,
+                    "alone_delay_share": q.alone_delay_share if m else None,
+                    "steal_excess": q.steal_excess if m else None,
+                    "psi_cpu_some_share": q.psi_cpu_some_share if m else None,
+                    "disturbed": q.disturbed if m else None,
+                    "reasons": "; ".join(q.reasons) if m else "",
                 }
             )
         return pl.DataFrame(rows)
@@ -783,7 +795,7 @@ class Trials:
         trials whose quality says other tasks disturbed them."""
         res = self.results
         if not include_disturbed:
-            keep = [i for i, r in enumerate(self.runs) if r.quality is None or not r.quality.disturbed]
+            keep = [i for i, r in enumerate(self.runs) if not r.quality.disturbed]
             res = res.filter(pl.col("trial").is_in(keep))
         num = [c for c, t in res.schema.items() if t.is_numeric() and c not in ("vm", "vcpu", "trial")]
         cols = list(columns) if columns is not None else num
@@ -806,7 +818,7 @@ class Trials:
         ).sort(["vm", "vcpu", "column"])
 
     def __repr__(self) -> str:
-        d = sum(1 for r in self.runs if r.quality is not None and r.quality.disturbed)
+        d = sum(1 for r in self.runs if r.quality.disturbed)
         return f"<Trials n={len(self.runs)} disturbed={d} {self.runs[0]!r}>"
 
 
@@ -911,16 +923,16 @@ def run(
         sample_every_s: sampling period in seconds (None: first and last sample only).
         halt_poll_ns: per-VM maximum halt-poll time (None: the module parameter).
         steal_time: register each vCPU's steal-time area (MSR_KVM_STEAL_TIME).
-        warn_quality: issue a :class:`~vcpulab.quality.QualityWarning` when
+        warn_quality: issue a [`QualityWarning`][vcpulab.quality.QualityWarning] when
             other tasks disturbed the run (``Run.quality`` says how; it is
             recorded either way).
         quality_thresholds: ``max_other_share`` / ``max_alone_delay_share``
-            for :func:`vcpulab.quality.quality` (default 0.02 each).
+            for [`vcpulab.quality.quality`][] (default 0.02 each).
         poll_every_s: how often the run checks for Ctrl-C, s (at most 1).
         repeat: run ``repeat`` independent trials (fresh VMs each) and return
-            :class:`Trials` (every trial's frames, means with confidence
-            intervals) instead of one :class:`Run`. Ctrl-C stops within a
-            second; ``KeyboardInterrupt.partial`` is the :class:`Trials` of
+            [`Trials`][vcpulab.experiment.Trials] (every trial's frames, means with confidence
+            intervals) instead of one [`Run`][vcpulab.experiment.Run]. Ctrl-C stops within a
+            second; ``KeyboardInterrupt.partial`` is the [`Trials`][vcpulab.experiment.Trials] of
             the finished trials (None before the first).
         trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
             ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
@@ -1154,7 +1166,7 @@ def run(
         if warn_quality:
             # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
             q.warn(
-                f"run({type(workload).__name__}, vcpus={vcpus}, cpus={sorted(vcpu_cpus)})",
+                f"run({type(workload).__name__}, vcpus={vcpus}, pcpus={sorted(vcpu_cpus)})",
                 stacklevel=frames_in_package() + 2,
             )  # Quality.warn's frame, then run's wrappers, then the caller
         return r
@@ -1175,9 +1187,10 @@ def _run_quality(
     thresholds: dict[str, float] | None,
     tf: tracing.TraceFrames | None = None,
 ) -> Quality:
-    """The run's :class:`~vcpulab.quality.Quality`: vCPU threads (CPU time and
+    """The run's [`Quality`][vcpulab.quality.Quality]: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
-    count as the run's own. With a trace, other tasks' time on the run's CPUs
+    count as the run's own; only the vCPU threads compete in the fair share of
+    steal. With a trace, other tasks' time on the run's CPUs
     comes from it (exact) instead of cpuidle."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
@@ -1213,6 +1226,7 @@ def _run_quality(
         steal_fraction=steal,
         traced_other_ns=traced,
         traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
+        vcpu_threads=threads["tid"].to_list(),
         **(thresholds or {}),
     )
     return replace(q, trace_truncated=untrusted) if untrusted is not None else q
@@ -1258,7 +1272,7 @@ class _Driver(threading.Thread):
 
 
 def provenance() -> dict[str, Any]:
-    """Where a real run came from (:func:`vcpulab.provenance.provenance`):
+    """Where a real run came from ([`vcpulab.provenance.provenance`][]):
     vcpulab version and build, dependency versions, timestamp, command line,
     host CPU model, kernel, KVM module parameters, virtualization backend."""
     from vcpulab.provenance import provenance as _provenance
@@ -1267,7 +1281,7 @@ def provenance() -> dict[str, Any]:
 
 
 def machine_provenance() -> dict[str, Any]:
-    """The machine part of provenance (:func:`vcpulab.provenance.machine`)."""
+    """The machine part of provenance ([`vcpulab.provenance.machine`][])."""
     from vcpulab.provenance import machine
 
     return machine()

@@ -14,7 +14,7 @@ A first look::
 
 Everything that enters ``KVM_RUN`` has a deadline and releases the GIL; Ctrl-C
 interrupts it promptly. Guest programs are small 64-bit routines assembled in
-Rust with iced-x86 (see :data:`PROGRAMS`). The guest environment (page tables,
+Rust with iced-x86 (see [`PROGRAMS`][vcpulab.kvm.PROGRAMS]). The guest environment (page tables,
 GDT, IDT, stacks, xAPIC mapping) is documented in ``src/kvm/guest/mod.rs``.
 
 What this host's KVM can and cannot do is measured, not assumed: see
@@ -53,10 +53,17 @@ from vcpulab._core import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "EXIT_KINDS",
     "Attached",
+    "CpuidEntry",
+    "EXIT_KINDS",
     "Exit",
     "Host",
+    "IRQ_COUNTS_ADDR",
+    "MAX_MEMORY_MIB",
+    "MAX_TIMEOUT_S",
+    "MSI_PING_MAX_COUNT",
+    "MSR_KVM_STEAL_TIME",
+    "MsiTrain",
     "PROGRAMS",
     "PROGRAM_PARAMS",
     "Program",
@@ -66,8 +73,10 @@ __all__ = [
     "Segment",
     "Sregs",
     "StealTime",
+    "UCALL_PORT",
     "Vcpu",
     "Vm",
+    "allowed_cpus",
     "attach",
     "kvm_available",
     "module_params",
@@ -85,15 +94,15 @@ MSR_KVM_STEAL_TIME: int = _core.MSR_KVM_STEAL_TIME
 MAX_MEMORY_MIB: int = _core.MAX_MEMORY_MIB
 
 #: Built-in guest programs: name → what it does (read from the Rust registry,
-#: ``PROGRAMS`` in ``src/py/kvm.rs``; :data:`PROGRAM_PARAMS` gives each one's
+#: ``PROGRAMS`` in ``src/py/kvm.rs``; [`PROGRAM_PARAMS`][vcpulab.kvm.PROGRAM_PARAMS] gives each one's
 #: keyword parameters).
 PROGRAMS: dict[str, str] = {name: doc for name, _params, doc in _core.GUEST_PROGRAMS}
-#: name → the keyword parameters :meth:`Vm.load` accepts for it.
+#: name → the keyword parameters [`Vm.load`][vcpulab.kvm.Vm.load] accepts for it.
 PROGRAM_PARAMS: dict[str, tuple[str, ...]] = {name: tuple(params) for name, params, _doc in _core.GUEST_PROGRAMS}
-#: Every :attr:`Exit.kind` (from ``src/kvm/exit.rs``); ``run_until`` also takes ``"ucall"``.
+#: Every [`Exit.kind`][vcpulab.kvm.Exit] (from ``src/kvm/exit.rs``); ``run_until`` also takes ``"ucall"``.
 EXIT_KINDS: tuple[str, ...] = tuple(_core.EXIT_KINDS)
 
-#: numpy dtype of one steal-time snapshot (see :meth:`Vm.steal_times`).
+#: numpy dtype of one steal-time snapshot (see [`Vm.steal_times`][vcpulab.kvm.Vm.steal_times]).
 STEAL_DTYPE = np.dtype(
     [
         ("steal_ns", "<u8"),
@@ -109,7 +118,7 @@ STEAL_DTYPE = np.dtype(
 _DISABLE_EXIT_BITS: dict[str, int] = dict(_core.DISABLE_EXITS_BITS)
 _U64 = 2**64 - 1
 _U32 = 2**32 - 1
-#: Most rounds of one :meth:`Vm.msi_ping` (its result array: 8 bytes a round).
+#: Most rounds of one [`Vm.msi_ping`][vcpulab.kvm.Vm.msi_ping] (its result array: 8 bytes a round).
 MSI_PING_MAX_COUNT = 10_000_000
 #: Longest wait of one call, s (timeouts, MSI gaps).
 MAX_TIMEOUT_S = 86_400.0
@@ -172,6 +181,12 @@ def virtualization(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/module") -
     return vendors[0] if vendors else "unknown"
 
 
+def allowed_cpus() -> list[int]:
+    """The host CPU ids this process may run on (its affinity mask,
+    ``sched_getaffinity``), sorted: the CPUs ``pcpus=`` may name."""
+    return sorted(_core.allowed_cpus())
+
+
 def kvm_available(path: str = "/dev/kvm") -> tuple[bool, str]:
     """(True, "") when /dev/kvm can be opened, else (False, the exact reason)."""
     try:
@@ -190,7 +205,7 @@ def _timeout(v: Any, name: str = "timeout_s") -> float:
 class Host(ForkSafe):
     """The host's ``/dev/kvm``.
 
-    Raises :class:`vcpulab.KvmUnavailableError` with the reason and the fix
+    Raises [`vcpulab.KvmUnavailableError`][] with the reason and the fix
     when it is missing or not accessible. Cannot be copied or pickled, nor
     used in a child forked after it was created (``TypeError`` /
     ``RuntimeError``): open a new one there.
@@ -224,7 +239,7 @@ class Host(ForkSafe):
         """``KVM_CHECK_EXTENSION`` of the named capabilities (0 = absent).
 
         ``KVM_CAP_X86_DISABLE_EXITS`` is the mask of exits that may be disabled
-        (see :attr:`disable_exits_allowed`).
+        (see [`disable_exits_allowed`][vcpulab.kvm.Host.disable_exits_allowed]).
         """
         return {name: value for name, _num, value in self._host.capabilities()}
 
@@ -249,12 +264,12 @@ class Host(ForkSafe):
 
     @property
     def module_params(self) -> dict[str, dict[str, Any]]:
-        """See :func:`module_params`."""
+        """See [`module_params`][vcpulab.kvm.Host.module_params]."""
         return module_params()
 
     @property
     def virtualization(self) -> str:
-        """See :func:`virtualization`."""
+        """See [`virtualization`][vcpulab.kvm.Host.virtualization]."""
         return virtualization()
 
     def supported_cpuid(self) -> list[CpuidEntry]:
@@ -305,6 +320,9 @@ class Host(ForkSafe):
 
 @dataclass(frozen=True)
 class CpuidEntry:
+    """One CPUID leaf as KVM reports it (``KVM_GET_SUPPORTED_CPUID``): the
+    function and index it answers, its flags, and the four registers."""
+
     function: int
     index: int
     flags: int
@@ -340,6 +358,8 @@ class Regs:
 
 @dataclass
 class Segment:
+    """A segment register of [`Sregs`][vcpulab.kvm.Sregs] (``struct kvm_segment``)."""
+
     base: int
     limit: int
     selector: int
@@ -383,7 +403,7 @@ class Sregs:
 
 
 #: One decoded vCPU exit (built in Rust, ``src/py/exit.rs``): ``kind`` (one of
-#: :data:`EXIT_KINDS`) and the fields meaningful for it (port, size, count,
+#: [`EXIT_KINDS`][vcpulab.kvm.EXIT_KINDS]) and the fields meaningful for it (port, size, count,
 #: direction, data, data_bytes for IO; address, length, is_write, data,
 #: data_bytes for MMIO; suberror/internal_data, reason/cpu, event_type/event_data,
 #: reason/name for the rarer kinds); the others are ``None``. ``str(exit)``
@@ -393,14 +413,14 @@ Exit = _core.Exit
 
 @dataclass(frozen=True)
 class RunResult:
-    """How :meth:`Vcpu.run_until` ended."""
+    """How [`Vcpu.run_until`][vcpulab.kvm.Vcpu.run_until] ended."""
 
     exit: Exit
     #: ("sync", value) or ("done", 0) when the match was a ucall.
     ucall: tuple[str, int] | None
     matches: int
     exits: int
-    #: True when a :meth:`Vcpu.kick` stopped the run early.
+    #: True when a [`Vcpu.kick`][vcpulab.kvm.Vcpu.kick] stopped the run early.
     interrupted: bool
     wall_s: float
 
@@ -440,7 +460,7 @@ class Program:
 
 @dataclass(frozen=True)
 class MsiTrain:
-    """What :meth:`Vm.msi_train` did."""
+    """What [`Vm.msi_train`][vcpulab.kvm.Vm.msi_train] did."""
 
     sent: int
     elapsed_s: float
@@ -453,11 +473,11 @@ class MsiTrain:
 @guard_panics
 @fork_checked
 class Vm(ForkSafe):
-    """A KVM VM (create with :meth:`Host.create_vm`).
+    """A KVM VM (create with [`Host.create_vm`][vcpulab.kvm.Host.create_vm]).
 
     A context manager: leaving the ``with`` block (exceptions included) kicks
     running vCPUs out of ``KVM_RUN`` and releases every fd and mapping. A
-    closed Vm raises ``ValueError`` on use. A numpy view from :attr:`memory`
+    closed Vm raises ``ValueError`` on use. A numpy view from [`memory`][vcpulab.kvm.Vm.memory]
     keeps guest RAM mapped until the view itself is gone. A Vm cannot be
     copied or pickled (``TypeError``), nor used in a child forked after it was
     created (``RuntimeError``).
@@ -532,7 +552,7 @@ class Vm(ForkSafe):
 
     # programs -----------------------------------------------------------------
     def load(self, program: str, **params: int) -> Program:
-        """Assemble and load a built-in guest program (see :data:`PROGRAMS`)."""
+        """Assemble and load a built-in guest program (see [`PROGRAMS`][vcpulab.kvm.PROGRAMS])."""
         if not isinstance(program, str):
             raise TypeError(f"program must be a str (a name of PROGRAMS), got {type(program).__name__}")
         for k, v in params.items():
@@ -571,7 +591,7 @@ class Vm(ForkSafe):
 
     # vCPUs ----------------------------------------------------------------------
     def create_vcpu(self, id: int) -> Vcpu:
-        """vCPU ``id`` in 64-bit mode, parked in a halt loop until :meth:`Vcpu.start`.
+        """vCPU ``id`` in 64-bit mode, parked in a halt loop until [`Vcpu.start`][vcpulab.kvm.Vcpu.start].
 
         Guest programs that use the xAPIC (interrupts, IPIs, timers) need ids
         below 256: the xAPIC id is 8 bits wide."""
@@ -631,7 +651,7 @@ class Vm(ForkSafe):
     def msi_train(self, dest_apic_id: int, vector: int, count: int, gap_us: float) -> MsiTrain:
         """Send ``count`` MSIs ``gap_us`` apart (timed in Rust, GIL released).
 
-        Ctrl-C (``KeyboardInterrupt``) and :meth:`close` (from another thread)
+        Ctrl-C (``KeyboardInterrupt``) and [`close`][vcpulab.kvm.Vm.close] (from another thread)
         stop it within ~20 ms, also in the middle of a long gap; the MSIs sent
         until then are counted in the result."""
         dest_apic_id = check_int("dest_apic_id", dest_apic_id, 0, _U32)
@@ -664,8 +684,8 @@ class Vm(ForkSafe):
         vCPU started the program (0, the default, for a freshly loaded one), so
         the vCPU thread may start before or after this call.
 
-        ``count`` is at most :data:`MSI_PING_MAX_COUNT`; ``gap_us`` at most the
-        ``timeout_s`` (s). Ctrl-C, :meth:`close` and the timeout end it within ~20 ms,
+        ``count`` is at most [`MSI_PING_MAX_COUNT`][vcpulab.kvm.MSI_PING_MAX_COUNT]; ``gap_us`` at most the
+        ``timeout_s`` (s). Ctrl-C, [`close`][vcpulab.kvm.Vm.close] and the timeout end it within ~20 ms,
         also in the middle of a gap (``KeyboardInterrupt``, ``ValueError``,
         ``TimeoutError``).
         """
@@ -695,7 +715,7 @@ class Vm(ForkSafe):
 
     def steal_times(self, vcpus: Sequence[Vcpu] | None = None) -> np.ndarray:
         """Steal-time snapshots of many vCPUs as a numpy structured array
-        (:data:`STEAL_DTYPE`); memory reads only, no syscalls."""
+        ([`STEAL_DTYPE`][vcpulab.kvm.STEAL_DTYPE]); memory reads only, no syscalls."""
         vcpus = self.vcpus if vcpus is None else vcpus
         if isinstance(vcpus, (str, bytes)) or not hasattr(vcpus, "__iter__"):
             raise TypeError(f"vcpus must be a sequence of Vcpu, got {type(vcpus).__name__}")
@@ -766,7 +786,7 @@ def _schema_row(r: tuple[Any, ...]) -> dict[str, Any]:
 @guard_panics
 @fork_checked
 class Vcpu(ForkSafe):
-    """A vCPU (create with :meth:`Vm.create_vcpu`). Thread-safe; runs release the GIL.
+    """A vCPU (create with [`Vm.create_vcpu`][vcpulab.kvm.Vm.create_vcpu]). Thread-safe; runs release the GIL.
 
     Cannot be copied or pickled (``TypeError``), nor used in a child forked
     after it was created (``RuntimeError``: the parent's thread that may be
@@ -904,10 +924,10 @@ class Vcpu(ForkSafe):
 
         ``kind`` is an exit kind or a list of them, or ``"ucall"`` (a SYNC or
         DONE message from the guest). Other exits are resumed. Raises
-        ``TimeoutError`` at the deadline, :class:`GuestAssertionError` when the
-        guest reports a failed assertion, :class:`UnexpectedExitError` for a
+        ``TimeoutError`` at the deadline, [`GuestAssertionError`][vcpulab.GuestAssertionError] when the
+        guest reports a failed assertion, [`UnexpectedExitError`][vcpulab.UnexpectedExitError] for a
         fatal exit that was not asked for (naming both), ``KeyboardInterrupt``
-        on Ctrl-C. A :meth:`kick` returns early with ``interrupted=True``.
+        on Ctrl-C. A [`kick`][vcpulab.kvm.Vcpu.kick] returns early with ``interrupted=True``.
         """
         kinds = [kind] if isinstance(kind, str) else list(kind)
         if not kinds:

@@ -1,21 +1,21 @@
 """Pictures of runs (matplotlib).
 
-* :func:`sched_map` — the ``perf sched map`` bitmap of [S4]: host CPUs as
+* [`sched_map`][vcpulab.plot.sched_map] — the ``perf sched map`` bitmap of [S4]: host CPUs as
   rows, time as columns, one hue per VM and one brightness per vCPU, black for
-  non-vCPU work, white for no data (idle). :func:`sched_map_image` gives the
+  non-vCPU work, white for no data (idle). [`sched_map_image`][vcpulab.plot.sched_map_image] gives the
   raw pixels.
-* :func:`time_breakdown` — stacked bars of where each vCPU's (or VM's) time went.
-* :func:`policy_comparison` — a metric per policy (or its gain over a baseline
+* [`time_breakdown`][vcpulab.plot.time_breakdown] — stacked bars of where each vCPU's (or VM's) time went.
+* [`policy_comparison`][vcpulab.plot.policy_comparison] — a metric per policy (or its gain over a baseline
   policy) with t / permutation-test intervals over seeds, a second factor as hue.
-* :func:`steal_over_time` (with the fair-share line), :func:`stats_over_time`
+* [`steal_over_time`][vcpulab.plot.steal_over_time] (with the fair-share line), [`stats_over_time`][vcpulab.plot.stats_over_time]
   (one axes per stat) — real-KVM runs over time.
-* :func:`exit_handling`, :func:`halt_poll_window`, :func:`wakeup_latency` —
+* [`exit_handling`][vcpulab.plot.exit_handling], [`halt_poll_window`][vcpulab.plot.halt_poll_window], [`wakeup_latency`][vcpulab.plot.wakeup_latency] —
   a traced real run (``run(..., trace=True)``, docs/tracing.md): exit
   handling-time histograms per reason, the halt-poll window over time,
-  wake-up-to-run latency distributions per vCPU thread. :func:`sched_map`
+  wake-up-to-run latency distributions per vCPU thread. [`sched_map`][vcpulab.plot.sched_map]
   draws a traced real run too (one row per host CPU of the run).
-* :func:`validation` — published vs simulated, case by case, with 95 % CIs
-  (a :func:`vcpulab.validation.validate` frame).
+* [`validation`][vcpulab.plot.validation] — published vs simulated, case by case, with 95 % CIs
+  (a [`vcpulab.validation.validate`][] frame).
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BACKGROUND",
-    "IDLE",
-    "TIME_CATEGORIES",
+    "BLACK",
     "Figure",
+    "IDLE",
+    "MAX_US_PER_PIXEL",
     "SchedMap",
+    "TIME_CATEGORIES",
+    "WHITE",
     "exit_handling",
     "fair_share_steal_fraction",
     "halt_poll_window",
@@ -62,7 +65,9 @@ def _sim_time_categories() -> tuple[str, ...]:
     return TIME_CATEGORIES
 
 
+#: RGB of an idle host CPU in a sched map
 WHITE = (255, 255, 255)
+#: RGB of a non-vCPU task in a sched map
 BLACK = (0, 0, 0)
 
 
@@ -145,8 +150,10 @@ def _trace_of(obj: Any) -> pl.DataFrame:
     return trace
 
 
-#: Codes of :func:`sched_map_codes`: ``vm * 65536 + vcpu`` for a vCPU, and these.
-BACKGROUND, IDLE = -1, -2
+#: Code of [`sched_map_codes`][vcpulab.plot.sched_map_codes] for a non-vCPU task (a vCPU is ``vm * 65536 + vcpu``).
+BACKGROUND = -1
+#: Code of [`sched_map_codes`][vcpulab.plot.sched_map_codes] for an idle host CPU.
+IDLE = -2
 
 
 #: the widest column a sched map takes, µs (1000 s: wider says nothing a
@@ -166,8 +173,8 @@ def sched_map_codes(
 
     Column ``c`` covers ``[start + c*w, start + (c+1)*w)`` with ``w =
     us_per_pixel`` µs and holds what ran on that host CPU at the column's
-    midpoint: ``vm * 65536 + vcpu``, :data:`BACKGROUND` (-1) for a non-vCPU
-    task, :data:`IDLE` (-2) for nothing. ``obj`` is a simulator Result with a
+    midpoint: ``vm * 65536 + vcpu``, [`BACKGROUND`][vcpulab.plot.BACKGROUND] (-1) for a non-vCPU
+    task, [`IDLE`][vcpulab.plot.IDLE] (-2) for nothing. ``obj`` is a simulator Result with a
     trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu).
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
@@ -210,7 +217,7 @@ def sched_map_image(
     pcpus: int | None = None,
 ) -> np.ndarray:
     """The sched-map raster: a (pcpus*row_px, columns, 3) uint8 RGB array of
-    :func:`sched_map_codes` coloured by :func:`vcpu_color` (one hue per VM, one
+    [`sched_map_codes`][vcpulab.plot.sched_map_codes] coloured by [`vcpu_color`][vcpulab.plot.vcpu_color] (one hue per VM, one
     brightness per vCPU), black for a non-vCPU task, white for idle."""
     if row_px < 1:
         raise ValueError(f"row_px must be >= 1, got {row_px}")
@@ -227,7 +234,7 @@ def sched_map_image(
 
 
 class SchedMap(Figure):
-    """A rendered sched map: a :class:`Figure` (it displays as a cell's value in
+    """A rendered sched map: a [`Figure`][vcpulab.plot.Figure] (it displays as a cell's value in
     Jupyter) that also holds the raster.
 
     Attributes:
@@ -296,7 +303,7 @@ def sched_map(
     whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
     overrides the number of rows for a bare trace frame.
 
-    Returns a :class:`SchedMap`, a matplotlib figure: as the last statement
+    Returns a [`SchedMap`][vcpulab.plot.SchedMap], a matplotlib figure: as the last statement
     of a Jupyter cell it displays.
     """
     plt = _plt()
@@ -381,7 +388,7 @@ def sched_map(
 
 
 #: The simulator's per-vCPU time categories (they sum to the run's duration),
-#: from the Rust engine: :data:`vcpulab.sim.TIME_CATEGORIES`.
+#: from the Rust engine: [`vcpulab.sim.TIME_CATEGORIES`][].
 TIME_CATEGORIES = _sim_time_categories()
 _CATEGORY_LABELS = {
     "wait_ns": "runnable, waiting (steal)",
@@ -444,11 +451,11 @@ def policy_comparison(
     the rows (seeds/repetitions) of each group.
 
     * Without ``baseline``: the mean per group with its t-interval
-      (:func:`vcpulab.analysis.mean_interval`, Student's t from scipy; no
+      ([`vcpulab.analysis.mean_interval`][], Student's t from scipy; no
       interval for a single row).
     * With ``baseline`` (a level of ``by``, e.g. ``"no_yield"``): the gain of
       every other level over it, in %, with the interval of
-      :func:`vcpulab.analysis.compare` (``relative_ci``; ``pair_by="seed"``
+      [`vcpulab.analysis.compare`][] (``relative_ci``; ``pair_by="seed"``
       pairs runs with the same seed, the tighter design when seeds share
       their random draws). A line marks 0: bars crossing it are not gains.
     * ``hue``: a second factor (e.g. ``"overcommit"``): one bar per level,
@@ -532,10 +539,10 @@ def fair_share_steal_fraction(placement: Any) -> float:
 
 
 def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -> _MplFigure:
-    """Steal time (ms) of each vCPU of a real-KVM :class:`vcpulab.experiment.Run`
+    """Steal time (ms) of each vCPU of a real-KVM [`vcpulab.experiment.Run`][]
     over time, with the fair-share line (dashed: the steal each vCPU would
     accumulate if the run's host CPUs were shared fairly, see
-    :func:`fair_share_steal_fraction`)."""
+    [`fair_share_steal_fraction`][vcpulab.plot.fair_share_steal_fraction])."""
     s = run.samples
     fig, ax = _figure(ax, figsize=(6, 3))
     multi_vm = s["vm"].n_unique() > 1
@@ -601,7 +608,7 @@ def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
     """Histograms of exit handling time (``kvm_exit`` to the next
     ``kvm_entry``, µs, log scale) of a traced real run, one per exit reason
     (the ``top`` most frequent), counts on the y axis; the legend gives each
-    reason's count and p50 (:func:`vcpulab.analysis.exits_by_reason`)."""
+    reason's count and p50 ([`vcpulab.analysis.exits_by_reason`][])."""
     from vcpulab.analysis import exits_by_reason
 
     e = _frame_of(run, "exits").drop_nulls("handling_ns")
@@ -657,7 +664,7 @@ def halt_poll_window(run: Any, ax: Axes | None = None) -> _MplFigure:
 def wakeup_latency(run: Any, ax: Axes | None = None) -> _MplFigure:
     """Wake-up-to-run latency distributions of a traced real run, one
     empirical CDF per vCPU thread (µs, log scale), coloured as in the sched
-    map (:func:`vcpu_color`)."""
+    map ([`vcpu_color`][vcpulab.plot.vcpu_color])."""
     w = _frame_of(run, "wakeups")
     fig, ax = _figure(ax, figsize=(6, 3))
     n_vms = int(w["vm"].to_numpy().max()) + 1 if w.height else 1
@@ -689,7 +696,7 @@ def _effect(metric: str, v: float | None) -> float:
 
 
 def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
-    """Published vs simulated for a :func:`vcpulab.validation.validate` frame.
+    """Published vs simulated for a [`vcpulab.validation.validate`][] frame.
 
     Left: each simulated comparison with a published magnitude, published
     effect (x) against the simulated mean (y) with its 95 % CI, on symlog

@@ -1,7 +1,7 @@
 """Where a result came from: one place for the provenance vcpulab records.
 
-Every real run (:attr:`vcpulab.experiment.Run.config`), simulated result
-(:attr:`vcpulab.sim.Result.provenance`) and Parquet file the CLI writes
+Every real run ([`vcpulab.experiment.Run.config`][]), simulated result
+([`vcpulab.sim.Result.provenance`][]) and Parquet file the CLI writes
 carries the same record:
 
 * ``vcpulab_version``: the package version plus the build, e.g.
@@ -93,7 +93,7 @@ def machine() -> dict[str, Any]:
 
 def provenance() -> dict[str, Any]:
     """The full record: version with build, dependency versions, UTC
-    timestamp, command line and :func:`machine`."""
+    timestamp, command line and [`machine`][vcpulab.provenance.machine]."""
     return {
         "vcpulab_version": version(),
         "dependencies": dependency_versions(),

@@ -1,14 +1,14 @@
 """vcpulab's pytest plugin (registered through the ``pytest11`` entry point).
 
-* fixture ``kvm_host``: the host's ``/dev/kvm`` as a :class:`vcpulab.kvm.Host`;
+* fixture ``kvm_host``: the host's ``/dev/kvm`` as a [`vcpulab.kvm.Host`][];
   a test using it skips with the exact reason where ``/dev/kvm`` is unusable,
   and is marked ``kvm`` automatically;
 * markers ``kvm`` (runs against real KVM) and ``slow`` (a longer experiment):
   deselect with ``-m "not kvm"`` or ``-m "not slow"``;
 * a closing line counting the real-KVM tests that ran, and how many
-  measurements each :func:`vcpulab.testing.remeasure` call made (appended as
+  measurements each [`vcpulab.testing.remeasure`][] call made (appended as
   JSON to the file ``$VCPULAB_REMEASURE_LOG`` names, when set);
-* assertion helpers for experiment frames live in :mod:`vcpulab.testing`.
+* assertion helpers for experiment frames live in [`vcpulab.testing`][].
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+__all__ = [
+    "kvm_host",
+]
 
 _outcomes: Counter[str] = Counter()
 _state: dict[str, Any] = {}

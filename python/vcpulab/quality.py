@@ -4,7 +4,7 @@ A real run shares its host CPUs with every other task of the machine. KVM's
 halt polling stops the moment another task is runnable on the vCPU's CPU
 (``single_task_running()`` in ``kvm_vcpu_halt``, virt/kvm/kvm_main.c), steal
 time grows with every other task that takes the CPU, and latencies gain the
-other task's slice. :class:`Quality` records, for one run, how much of that
+other task's slice. [`Quality`][vcpulab.quality.Quality] records, for one run, how much of that
 happened, from sources that need no tracing:
 
 * **other tasks' time on the run's CPUs** (``other_busy_ns``): each CPU's busy
@@ -19,9 +19,13 @@ happened, from sources that need no tracing:
   thread that no other thread of the run shares a CPU with waits on the run
   queue only for other tasks (``/proc/<pid>/task/<tid>/schedstat``, field 2, ns).
 * **steal against the fair share** (``steal_excess``, for runs with steal
-  time): each vCPU's steal fraction minus ``1 − cpus/threads`` of its CPU
-  group, the share it would lose to its own siblings if all were always
-  runnable; positive values mean other tasks took time too.
+  time): each vCPU's steal fraction minus ``1 − cpus/vcpu_threads`` of its
+  CPU group, the share it would lose to the run's own vCPU threads on those
+  CPUs if all were always runnable; positive values mean other tasks took
+  time too. Only vCPU threads count as competitors: vcpulab's own host
+  driver thread (unpinned when the vCPUs use every allowed CPU) mostly sleeps,
+  and counting it made 2 always-runnable vCPUs on one CPU (steal 0.49-0.51)
+  read −17 % against a fair share of 2/3 instead of 1/2.
 * **CPU pressure** (``psi_cpu_some_share``): the machine-wide share of time
   some task waited for a CPU (``/proc/pressure/cpu``, Documentation/accounting/psi.rst);
   recorded, not judged (the run's own overcommit raises it).
@@ -38,7 +42,7 @@ a Python busy loop pinned to the run's CPU read 89-94 %; the machine's normal
 load then read 30-97 %. The 2 % threshold sits above the quiet readings and is
 far below what changes results: a halt-polling run loses polls as soon as
 another task is runnable at all. ``Quality.reasons`` names each threshold
-crossed with the measured value; :class:`QualityWarning` carries them to the
+crossed with the measured value; [`QualityWarning`][vcpulab.quality.QualityWarning] carries them to the
 user.
 """
 
@@ -49,21 +53,34 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from vcpulab._checks import check_int
+from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
 
-__all__ = ["Quality", "QualityWarning", "Snapshot", "measure_cpus", "snapshot", "quality"]
+__all__ = [
+    "MAX_ALONE_DELAY_SHARE",
+    "MAX_OTHER_SHARE",
+    "Quality",
+    "QualityWarning",
+    "Snapshot",
+    "measure_cpus",
+    "quality",
+    "snapshot",
+    "thread_schedstat",
+]
 
-#: default thresholds (fractions): other tasks' share of the run's CPU time, and
-#: run delay of threads alone on their CPU as a share of wall time
+#: default threshold: other tasks' share of the run's CPU time above which a run is disturbed (a fraction)
 MAX_OTHER_SHARE = 0.02
+#: default threshold: run delay of threads alone on their CPU, as a share of wall time (a fraction)
 MAX_ALONE_DELAY_SHARE = 0.02
+
+#: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
+_ONE_NAME = "one name for host CPU lists everywhere"
 
 
 class QualityWarning(UserWarning):
     """A real-KVM measurement was disturbed by other work on its CPUs; the
-    message names what was measured (see :class:`Quality`)."""
+    message names what was measured (see [`Quality`][vcpulab.quality.Quality])."""
 
 
 def _idle_us(cpu: int) -> int | None:
@@ -133,7 +150,7 @@ def thread_schedstat(tid: int, pid: int | None = None) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Per-CPU counters at one instant (see :func:`snapshot`)."""
+    """Per-CPU counters at one instant (see [`snapshot`][vcpulab.quality.snapshot])."""
 
     t_ns: int
     source: str
@@ -144,11 +161,12 @@ class Snapshot:
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def snapshot(cpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
-    """Reads the counters :func:`quality` compares: idle (or busy) time of
-    each CPU in ``cpus``, machine-wide CPU pressure, and the schedstat of each
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
+def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
+    """Reads the counters [`quality`][vcpulab.quality.quality] compares: idle (or busy) time of
+    each CPU in ``pcpus``, machine-wide CPU pressure, and the schedstat of each
     thread of this process in ``tids``."""
-    cpus = sorted({check_int("cpus entry", c, 0, 2**16) for c in cpus})
+    cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in pcpus})
     idle = {c: _idle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
@@ -196,8 +214,34 @@ class Quality:
     max_other_share: float = MAX_OTHER_SHARE
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE
     #: why a traced run's trace was not used for ``other_busy_ns`` (it is
-    #: truncated: :meth:`vcpulab.tracing.TraceFrames.describe_truncation`); None otherwise
+    #: truncated: [`vcpulab.tracing.TraceFrames.describe_truncation`][]); None otherwise
     trace_truncated: str | None = None
+
+    #: what [`source`][vcpulab.quality.Quality.source] says for a Quality
+    #: nobody measured ([`not_measured`][vcpulab.quality.Quality.not_measured])
+    NOT_MEASURED: ClassVar[str] = "not measured"
+
+    @classmethod
+    def not_measured(cls) -> Quality:
+        """The quality of a run nobody measured (a ``Run`` built by hand):
+        no CPUs, nothing disturbed, [`measured`][vcpulab.quality.Quality.measured] false."""
+        return cls(
+            wall_ns=0,
+            cpus=(),
+            source=cls.NOT_MEASURED,
+            other_busy_ns={},
+            other_share=0.0,
+            alone_run_delay_ns=0,
+            alone_delay_share=None,
+            steal_excess=None,
+            psi_cpu_some_share=None,
+            freq_min_khz=None,
+        )
+
+    @property
+    def measured(self) -> bool:
+        """False for [`not_measured`][vcpulab.quality.Quality.not_measured]'s placeholder."""
+        return self.source != self.NOT_MEASURED
 
     @property
     def reasons(self) -> tuple[str, ...]:
@@ -222,6 +266,8 @@ class Quality:
 
     def line(self) -> str:
         """One line for a terminal: the verdict and the measured values."""
+        if not self.measured:
+            return "quality: not measured (a Run built by hand)"
         parts = [f"other tasks {self.other_share:.1%} of CPUs {list(self.cpus)}"]
         if self.alone_delay_share is not None:
             parts.append(f"alone-thread run delay {self.alone_delay_share:.1%}")
@@ -243,7 +289,7 @@ class Quality:
         return d
 
     def warn(self, what: str = "real-KVM run", stacklevel: int = 3) -> None:
-        """Issue a :class:`QualityWarning` naming the disturbance, if any."""
+        """Issue a [`QualityWarning`][vcpulab.quality.QualityWarning] naming the disturbance, if any."""
         if self.disturbed:
             warnings.warn(f"{what} was disturbed: " + "; ".join(self.reasons), QualityWarning, stacklevel=stacklevel)
 
@@ -259,18 +305,25 @@ def quality(
     max_alone_delay_share: float = MAX_ALONE_DELAY_SHARE,
     traced_other_ns: Mapping[int, int] | None = None,
     traced_wall_ns: int | None = None,
+    vcpu_threads: Iterable[int] | None = None,
 ) -> Quality:
-    """The :class:`Quality` of the interval between two snapshots.
+    """The [`Quality`][vcpulab.quality.Quality] of the interval between two snapshots.
 
     Args:
         placement: thread id → the host CPUs it was pinned to (the run's threads).
-        own_cpu_ns, own_run_delay_ns: thread id → CPU time / run delay over
-            the run, ns, where known better than the snapshots (a thread that
-            ended before ``after`` was read; default: from the snapshots' schedstat).
+        own_cpu_ns: thread id → CPU time over the run, ns, where known
+            better than the snapshots (a thread that ended before ``after``
+            was read; default: from the snapshots' schedstat).
+        own_run_delay_ns: thread id → run delay over the run, ns (as
+            ``own_cpu_ns``).
         steal_fraction: (CPUs of the vCPU's group, measured steal fraction) per vCPU.
         traced_other_ns: per CPU, ns other tasks ran there, from a scheduler
             trace of the run (exact; ``source`` becomes "trace"), over
             ``traced_wall_ns``; replaces the cpuidle / /proc/stat estimate.
+        vcpu_threads: the thread ids of ``placement`` that are vCPU threads:
+            the fair share of steal counts only these on each vCPU's CPUs
+            (default: every thread of ``placement``). Other threads of the
+            run (a host driver) still count as its own time.
     """
     wall = max(after.t_ns - before.t_ns, 1)
     cpus = sorted(after.counters)
@@ -315,8 +368,9 @@ def quality(
     excess = None
     if steal_fraction:
         vals = []
+        competitors = set(placement) if vcpu_threads is None else set(vcpu_threads)
         for group, frac in steal_fraction:
-            n_threads = sum(1 for cl in placement.values() if set(cl) & set(group))
+            n_threads = sum(1 for t, cl in placement.items() if t in competitors and set(cl) & set(group))
             fair = max(0.0, 1.0 - len(set(group)) / max(n_threads, 1))
             vals.append(frac - fair)
         excess = sum(vals) / len(vals)
@@ -341,26 +395,28 @@ def quality(
 
 
 class measure_cpus:
-    """Context manager: the :class:`Quality` of the code inside it, for
-    threads started inside (register them with :meth:`add_thread`)::
+    """Context manager: the [`Quality`][vcpulab.quality.Quality] of the code inside it, for
+    threads started inside (register them with [`add_thread`][vcpulab.quality.measure_cpus.add_thread])::
 
         with measure_cpus([1]) as m:
             t = PinnedThread(...); t.start(); m.add_thread(t.tid, [1]) ...
         m.quality.line()
     """
 
-    def __init__(self, cpus: Iterable[int], **thresholds: Any) -> None:
-        self.cpus = sorted(set(cpus))
+    @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="measure_cpus", cpus="pcpus")
+    def __init__(self, pcpus: Iterable[int], **thresholds: Any) -> None:
+        self.cpus = sorted(set(pcpus))
         self.thresholds = thresholds
         self.placement: dict[int, list[int]] = {}
         self._first: dict[int, tuple[int, int]] = {}
         self._last: dict[int, tuple[int, int]] = {}
         self.quality: Quality | None = None
 
-    def add_thread(self, tid: int, cpus: Sequence[int]) -> None:
+    @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="add_thread", cpus="pcpus")
+    def add_thread(self, tid: int, pcpus: Sequence[int]) -> None:
         """Counts thread ``tid`` (of this process) as the run's own, pinned to
-        ``cpus``; its CPU time and run delay count from now."""
-        self.placement[tid] = list(cpus)
+        ``pcpus``; its CPU time and run delay count from now."""
+        self.placement[tid] = list(pcpus)
         try:
             c, d, _ = thread_schedstat(tid)
             self._first[tid] = (c, d)

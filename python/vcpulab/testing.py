@@ -5,8 +5,8 @@
 
 Each failure names the column, the bound and the offending rows.
 
-Real-KVM timing results depend on what else the machine runs. :func:`remeasure`
-checks a measurement's :class:`~vcpulab.quality.Quality` before trusting a
+Real-KVM timing results depend on what else the machine runs. [`remeasure`][vcpulab.testing.remeasure]
+checks a measurement's [`Quality`][vcpulab.quality.Quality] before trusting a
 failed check: a failure on a clean run fails the test; a failure on a
 disturbed run is measured again, a bounded number of times, and if every try
 was disturbed the test is skipped with the measured disturbance as the reason::
@@ -33,7 +33,7 @@ __all__ = ["assert_between", "assert_equal_columns", "assert_monotonic", "remeas
 
 T = TypeVar("T")
 
-#: test name → number of measurements each call of :func:`remeasure` made
+#: test name → number of measurements each call of [`remeasure`][vcpulab.testing.remeasure] made
 #: (1 = the first was trusted); the pytest plugin prints them at the end
 REMEASURES: dict[str, list[int]] = {}
 
@@ -50,7 +50,7 @@ def remeasure(
     """Measure, check the quality, assert; re-measure at most ``tries`` times.
 
     Each try calls ``measure()``, then ``quality(result)`` (a
-    :class:`~vcpulab.quality.Quality`). A clean measurement is checked with
+    [`Quality`][vcpulab.quality.Quality]). A clean measurement is checked with
     ``check(result)`` and its verdict is final (an ``AssertionError`` fails
     the test). A disturbed one is checked too: when the check passes and
     ``pass_when_disturbed`` is true (the property is one that other load can
@@ -68,8 +68,8 @@ def remeasure(
     for i in range(1, tries + 1):
         r = measure()
         q = quality(r)
-        if q is None:
-            raise ValueError("remeasure: quality(result) returned None (a Run built by hand has no quality)")
+        if q is None or not getattr(q, "measured", True):
+            raise ValueError("remeasure: quality(result) was not measured (a Run built by hand has no quality)")
         if not q.disturbed:
             REMEASURES.setdefault(key, []).append(i)
             check(r)

@@ -2,15 +2,15 @@
 ``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs;
 the tracepoints and perf interface are [K8] of docs/sources.md).
 
-:class:`Trace` records the scheduler and KVM tracepoints of some host CPUs
+[`Trace`][vcpulab.tracing.Trace] records the scheduler and KVM tracepoints of some host CPUs
 (``perf_event_open``, one ring buffer per CPU) and turns them into the frames
-a :class:`~vcpulab.experiment.Run` carries when ``run(..., trace=True)``:
+a [`Run`][vcpulab.experiment.Run] carries when ``run(..., trace=True)``:
 
 * ``trace``: one row per interval a task ran on a traced CPU —
   ``pcpu, start_ns, end_ns, vm, vcpu, tid, comm`` (``vm = vcpu = -1`` for
   tasks that are not the run's vCPU threads; the idle task is no row), the
   columns of the simulator's ``Result.trace`` plus ``tid`` and ``comm``, so
-  :func:`vcpulab.plot.sched_map` draws both;
+  [`vcpulab.plot.sched_map`][] draws both;
 * ``wakeups``: ``vm, vcpu, tid, wake_ns, run_ns, latency_ns`` — from each
   ``sched_wakeup`` of a sleeping vCPU thread to its next ``sched_switch`` in;
 * ``exits``: ``vm, vcpu, reason, exit_ns, entry_ns, handling_ns`` — each
@@ -39,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core, _mounts
+from vcpulab._checks import PCPUS_RENAMED, renamed_since
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -46,6 +47,7 @@ __all__ = [
     "EVENTS",
     "EXITS_SCHEMA",
     "HALTS_SCHEMA",
+    "PID_MAX",
     "TRACE_SCHEMA",
     "Trace",
     "TraceFrames",
@@ -54,13 +56,16 @@ __all__ = [
     "other_busy_ns",
 ]
 
+#: events a trace keeps unless told (about 40 bytes each); more are counted as dropped
 DEFAULT_MAX_EVENTS: int = _core.TRACE_DEFAULT_MAX_EVENTS
 #: the largest pid Linux hands out (PID_MAX_LIMIT on 64-bit, include/linux/threads.h)
 PID_MAX = 4_194_304
+#: the kernel ring buffer of each traced CPU unless told, bytes
 DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
 #: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
 EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
 
+#: columns of ``Run.trace``: one row per interval a task ran on a traced CPU (vm = vcpu = -1: not a vCPU)
 TRACE_SCHEMA = {
     "pcpu": pl.Int64,
     "start_ns": pl.Int64,
@@ -70,6 +75,7 @@ TRACE_SCHEMA = {
     "tid": pl.Int64,
     "comm": pl.Utf8,
 }
+#: columns of ``Run.wakeups``: one row per wake-up of a vCPU thread and when it then ran
 WAKEUPS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -78,6 +84,7 @@ WAKEUPS_SCHEMA = {
     "run_ns": pl.Int64,
     "latency_ns": pl.Int64,
 }
+#: columns of ``Run.exits``: one row per KVM exit of a vCPU thread, its reason and handling time
 EXITS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -86,6 +93,7 @@ EXITS_SCHEMA = {
     "entry_ns": pl.Int64,
     "handling_ns": pl.Int64,
 }
+#: columns of ``Run.halts``: one row per halt of a vCPU (polled or blocked, and for how long)
 HALTS_SCHEMA = {
     "vm": pl.Int64,
     "vcpu": pl.Int64,
@@ -146,11 +154,12 @@ class TraceTruncatedWarning(UserWarning):
 
 
 class Trace:
-    """Records the tracepoints of ``cpus`` until :meth:`stop` (or :meth:`close`).
+    """Records the tracepoints of ``pcpus`` until [`stop`][vcpulab.tracing.Trace.stop] (or [`close`][vcpulab.tracing.Trace.close]).
 
     Args:
-        cpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
-            aimed at them are recorded on every CPU).
+        pcpus: host CPUs whose scheduler and KVM events are recorded (wake-ups
+            aimed at them are recorded on every CPU; ``cpus=`` before
+            2026-12-01, still accepted with a DeprecationWarning).
         max_events: cap on events kept (about 40 bytes each); more are counted
             as dropped and the trace is flagged truncated.
         buffer_bytes: kernel ring buffer per CPU.
@@ -162,9 +171,10 @@ class Trace:
     ``vcpulab`` logger says so once: ``vcpulab._mounts``).
     """
 
+    @renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", name="Trace", cpus="pcpus")
     def __init__(
         self,
-        cpus: Iterable[int],
+        pcpus: Iterable[int],
         max_events: int = DEFAULT_MAX_EVENTS,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         kvm_pid: int | None = None,
@@ -173,10 +183,10 @@ class Trace:
 
         from vcpulab._checks import check_int
 
-        cpus = list(cpus)
+        cpus = list(pcpus)
         for c in cpus:
             if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
-                raise ValueError(f"cpus must be host CPU numbers >= 0, got {c!r}")
+                raise ValueError(f"pcpus must be host CPU ids >= 0, got {c!r}")
         check_int("max_events", max_events, 1, 1 << 32)
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:
@@ -193,7 +203,7 @@ class Trace:
         self.info: dict[str, Any] | None = None
 
     def stop(self) -> dict[str, Any]:
-        """Stops recording (idempotent); returns :attr:`info`."""
+        """Stops recording (idempotent); returns `info`."""
         self.info = dict(self._t.stop())
         return self.info
 
@@ -228,9 +238,10 @@ class Trace:
         return TraceFrames(trace=trace, wakeups=wakeups, exits=exits, halts=halts, info=info)
 
 
-def other_busy_ns(trace: pl.DataFrame, cpus: Iterable[int], own_tids: Iterable[int]) -> dict[int, int]:
-    """Per CPU of ``cpus``: ns that tasks other than ``own_tids`` ran there, from a trace frame (exact)."""
+@renamed_since(PCPUS_RENAMED, "one name for host CPU lists everywhere", cpus="pcpus")
+def other_busy_ns(trace: pl.DataFrame, pcpus: Iterable[int], own_tids: Iterable[int]) -> dict[int, int]:
+    """Per CPU of ``pcpus``: ns that tasks other than ``own_tids`` ran there, from a trace frame (exact)."""
     own = list(own_tids)
     t = trace.filter(~pl.col("tid").is_in(own)).group_by("pcpu").agg((pl.col("end_ns") - pl.col("start_ns")).sum())
     got = {int(r[0]): int(r[1]) for r in t.iter_rows()}
-    return {int(c): got.get(int(c), 0) for c in cpus}
+    return {int(c): got.get(int(c), 0) for c in pcpus}

@@ -1,14 +1,14 @@
 """Twins: every real-KVM experiment has a simulated twin, calibrated on this host.
 
-A real experiment (:func:`vcpulab.experiment.run`: a guest program on N vCPUs
-pinned to host CPUs) and its *twin* (a :class:`vcpulab.sim.Config` of the same
+A real experiment ([`vcpulab.experiment.run`][]: a guest program on N vCPUs
+pinned to host CPUs) and its *twin* (a [`vcpulab.sim.Config`][] of the same
 experiment) are run side by side and compared metric by metric::
 
     from vcpulab import twins
     from vcpulab.experiment import SpinLock
 
     cal = twins.calibrate()                        # ~1 s of real KVM, cached per process
-    exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, cpus=(0,))
+    exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, pcpus=(0,))
     cfg = twins.twin(exp, cal)                     # the simulated configuration
     cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err
 
@@ -17,32 +17,32 @@ experiment) are run side by side and compared metric by metric::
 * the host: its CPUs (one simulated CPU per distinct host CPU of the
   placement), the pinning (one CPU list shared by every vCPU → unpinned within
   those CPUs; one CPU each → pinned), the running kernel's scheduler knobs
-  (:func:`host_knobs`: EEVDF base slice from debugfs, the tick from CONFIG_HZ),
+  ([`host_knobs`][vcpulab.twins.host_knobs]: EEVDF base slice from debugfs, the tick from CONFIG_HZ),
   the KVM module's halt-poll parameters (or the run's per-VM maximum);
 * the guest program as phases: the loops of ``src/kvm/guest/program.rs``
-  counted in emulated instructions (:func:`guest_path`) and turned into ns
+  counted in emulated instructions ([`guest_path`][vcpulab.twins.guest_path]) and turned into ns
   through the cost per emulated instruction *measured here*
-  (:func:`calibrate`: this host emulates every guest instruction, see
+  ([`calibrate`][vcpulab.twins.calibrate]: this host emulates every guest instruction, see
   ``docs/twins.md``);
-* costs from :func:`calibrate`: instruction costs, the HLT exit, wake-up
+* costs from [`calibrate`][vcpulab.twins.calibrate]: instruction costs, the HLT exit, wake-up
   latency from a blocked halt and from the poll loop (the last two only slot
   into a simulator that models wake-up latency: ``Host.wakeup_ipi_ns`` where
   the host model has it; otherwise the comparison says the mechanism is
   missing);
-* the host load each real run measured (:class:`OtherLoad`): other tasks'
+* the host load each real run measured ([`OtherLoad`][vcpulab.twins.OtherLoad]): other tasks'
   short bursts as host noise, CPU-bound ones as a background task, and the
-  experiment's own VMM loop as the simulated VMM thread (:func:`host_load_for`).
+  experiment's own VMM loop as the simulated VMM thread ([`host_load_for`][vcpulab.twins.host_load_for]).
 
-**What is compared** (:func:`compare`, :data:`METRICS`): lock acquisitions per
+**What is compared** ([`compare`][vcpulab.twins.compare], [`METRICS`][vcpulab.twins.METRICS]): lock acquisitions per
 second, mean wait per acquisition (the real guest times it with RDTSC and
 records mean and max only, so percentiles are simulated-only), steal fraction,
 context switches per vCPU and second, halt exits and successful polls per
 second, MSI round trip, timer ticks per second; the per-10 ms steal
 distribution with a two-sample Kolmogorov-Smirnov distance for workloads whose
 vCPUs are always runnable. Real values carry a 95 % t-interval over trials,
-simulated ones over seeds. :func:`distributions` compares run-slice and
+simulated ones over seeds. [`distributions`][vcpulab.twins.distributions] compares run-slice and
 wake-up-latency distributions (KS statistic and p-value) of a real trace in
-the tracing schema (:data:`TRACE_COLUMNS`, :data:`WAKEUP_COLUMNS`) with twins. ``IpiPingPong``'s twin is an initiator thread beside a
+the tracing schema ([`TRACE_COLUMNS`][vcpulab.twins.TRACE_COLUMNS], [`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]) with twins. ``IpiPingPong``'s twin is an initiator thread beside a
 responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
 """
 
@@ -64,29 +64,54 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import check_bool, check_float, check_int, check_type
+from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_type, renamed_since
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
 
+#: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
+_ONE_NAME = "one name for host CPU lists everywhere"
+
 __all__ = [
+    "COST_REPEATS",
     "Calibration",
+    "DIRECTION_METRICS",
     "Experiment",
+    "FACTORS",
+    "FLOORS",
+    "Grid",
+    "IPI_OUTSIDE_INSNS",
     "METRICS",
+    "MSI_DEADLINE_S",
     "OtherLoad",
+    "SPIN_PHASE_DIST",
     "TRACE_COLUMNS",
+    "TWIN_MAX_MACHINE_CPUS",
     "Value",
     "WAKEUP_COLUMNS",
+    "background_for",
     "calibrate",
+    "cell_factors",
+    "cell_name",
     "compare",
+    "default_grid",
+    "directions",
     "distributions",
+    "grid",
     "guest_path",
     "host_knobs",
     "host_load_for",
+    "ks_distance",
+    "real_metrics",
+    "real_steal_intervals",
     "run_real",
     "run_sim",
+    "sim_metrics",
+    "sim_steal_intervals",
     "sim_trace_frames",
     "sim_wakeups",
+    "start_gap_of",
     "twin",
+    "twin_machine_cpus",
     "vcpu_slices",
 ]
 
@@ -108,16 +133,16 @@ class Value:
 
 @dataclass(frozen=True)
 class Calibration:
-    """What :func:`calibrate` measured on this host (every entry a :class:`Value`).
+    """What [`calibrate`][vcpulab.twins.calibrate] measured on this host (every entry a [`Value`][vcpulab.twins.Value]).
 
     Keys: ``path_insn_ns`` (ns per emulated instruction of the programs' fixed
     paths: loads, stores, RDTSC, XCHG, branches), ``loop_insn_ns`` (ns per
     instruction of a ``dec; jnz`` delay loop), ``insns_per_acq_measured`` /
-    ``insns_per_acq_counted`` (the check of :func:`guest_path`'s count),
+    ``insns_per_acq_counted`` (the check of [`guest_path`][vcpulab.twins.guest_path]'s count),
     ``msi_round_insns`` (emulated instructions per MSI round), ``wake_block_ns``
     (MSI sent → vCPU running again after a blocked halt, minus the guest's
     instructions), ``wake_poll_ns`` (the same when the halt-poll loop caught
-    the wake-up), ``tsc_khz``, and the host knobs of :func:`host_knobs`.
+    the wake-up), ``tsc_khz``, and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
     """
 
     values: dict[str, Value]
@@ -276,7 +301,7 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
     iteration then costs :data:`PV_SPIN_ITER_INSNS`). MsiPingPong / IdleTicks: the round's instructions are measured
     by the calibration from KVM's ``insn_emulation`` stat (the interrupt stub
     and EOI dominate them), not counted here. Checked against
-    ``insn_emulation`` by :func:`calibrate` (``insns_per_acq_measured`` vs
+    ``insn_emulation`` by [`calibrate`][vcpulab.twins.calibrate] (``insns_per_acq_measured`` vs
     ``insns_per_acq_counted``) and by tests/test_twins.py.
     """
     if isinstance(workload, SpinLock):
@@ -317,15 +342,15 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
        = 5) and a long (400) loop, a fixed number of iterations each, five
-       such pairs (:data:`COST_REPEATS`): the median path cost (and that
+       such pairs ([`COST_REPEATS`][vcpulab.twins.COST_REPEATS]): the median path cost (and that
        pair's runs), the median loop cost (the cost of an emulated
        instruction drifts from one second to the next here). Each
        run's vCPU thread CPU time is ``path_insn_ns`` × its fixed-path
        instructions + ``loop_insn_ns`` × its loop instructions (counts from
-       :func:`guest_path`, totals from KVM's ``insn_emulation`` stat); the two
+       [`guest_path`][vcpulab.twins.guest_path], totals from KVM's ``insn_emulation`` stat); the two
        runs give both costs. CPU time, not wall time, so another task on the
        CPU does not inflate it.
-    3. IPI delivery: :func:`_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``).
+    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``).
     2. Wake-up latencies: ``MsiPingPong`` on ``cpu`` (the host driver on the
        other CPU), 300 rounds 200 µs apart with halt polling off (every halt
        blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
@@ -490,7 +515,7 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     / rounds); one with 200 µs gaps (both vCPUs halted long enough to block)
     times the round trip. Each round trip holds two wake-ups of a blocked vCPU
     and the round's instructions inside the timed window (all but
-    :data:`IPI_OUTSIDE_INSNS`), so one wake-up = (median round trip − those
+    [`IPI_OUTSIDE_INSNS`][vcpulab.twins.IPI_OUTSIDE_INSNS]), so one wake-up = (median round trip − those
     instructions × ``path_insn_ns``) / 2."""
     from vcpulab.experiment import run
 
@@ -548,12 +573,13 @@ class Experiment:
     """A real-KVM experiment, described so that it can be run and twinned.
 
     Attributes:
-        workload: a :mod:`vcpulab.experiment` workload.
+        workload: a [`vcpulab.experiment`][] workload.
         vcpus: vCPUs of the one VM.
-        cpus: host CPUs used.
-        pinning: ``"shared"`` (every vCPU thread may run on all of ``cpus``:
-            ``run(pcpus=cpus)``) or ``"one_each"`` (vCPU i pinned to
-            ``cpus[i % len(cpus)]``: ``run(placement=…)``).
+        pcpus: host CPUs used (``cpus=`` before 2026-12-01: still accepted,
+            with a DeprecationWarning).
+        pinning: ``"shared"`` (every vCPU thread may run on all of ``pcpus``:
+            ``run(pcpus=pcpus)``) or ``"one_each"`` (vCPU i pinned to
+            ``pcpus[i % len(pcpus)]``: ``run(placement=…)``).
         duration_s: seconds of the real run (and of the simulated one).
         halt_poll_ns: per-VM maximum halt-poll time; None = the module parameter.
         scheduler: who schedules the vCPU threads (:mod:`vcpulab.sched`; None:
@@ -563,7 +589,7 @@ class Experiment:
 
     workload: Workload
     vcpus: int = 2
-    cpus: tuple[int, ...] = (0,)
+    pcpus: tuple[int, ...] = (0,)
     pinning: Literal["shared", "one_each"] = "one_each"
     duration_s: float = 0.3
     halt_poll_ns: int | None = None
@@ -574,11 +600,11 @@ class Experiment:
 
         check_type("Experiment.workload", self.workload, Workload)
         check_int("Experiment.vcpus", self.vcpus, 1, MAX_VCPUS)
-        if isinstance(self.cpus, (str, bytes)) or not hasattr(self.cpus, "__iter__"):
-            raise TypeError(f"Experiment.cpus must be a sequence of host CPU numbers, got {self.cpus!r}")
-        object.__setattr__(self, "cpus", tuple(check_int("Experiment.cpus entry", c, 0, 2**16) for c in self.cpus))
-        if not self.cpus or len(set(self.cpus)) != len(self.cpus):
-            raise ValueError(f"Experiment.cpus must name distinct host CPUs, got {self.cpus}")
+        if isinstance(self.pcpus, (str, bytes)) or not hasattr(self.pcpus, "__iter__"):
+            raise TypeError(f"Experiment.pcpus must be a sequence of host CPU ids, e.g. (0,), got {self.pcpus!r}")
+        object.__setattr__(self, "pcpus", tuple(check_int("Experiment.pcpus entry", c, 0, 2**16) for c in self.pcpus))
+        if not self.pcpus or len(set(self.pcpus)) != len(self.pcpus):
+            raise ValueError(f"Experiment.pcpus must name distinct host CPUs, got {self.pcpus}")
         if self.pinning not in ("shared", "one_each"):
             raise ValueError(f"Experiment.pinning must be 'shared' or 'one_each', got {self.pinning!r}")
         check_float("Experiment.duration_s", self.duration_s, 0.0, MAX_DURATION_S, lo_open=True, unit="s")
@@ -587,36 +613,46 @@ class Experiment:
         self.workload.check(self.vcpus, True)
         from vcpulab.experiment import _check_scheduler
 
-        s = _check_scheduler(self.scheduler, self.workload, self.vcpus, 1, list(self.cpus), None)
+        s = _check_scheduler(self.scheduler, self.workload, self.vcpus, 1, list(self.pcpus), None)
         object.__setattr__(self, "scheduler", None if s.is_host else s)
         if self.scheduler is not None:
             object.__setattr__(self, "pinning", "shared")
 
     def check_runnable(self) -> None:
         """ValueError naming the CPUs when this process may not run on all of
-        ``cpus`` (checked before any real trial, not when the experiment is
+        ``pcpus`` (checked before any real trial, not when the experiment is
         described: a twin needs no such CPU)."""
         from vcpulab import _core
 
         allowed = set(_core.allowed_cpus())
-        missing = sorted(set(self.cpus) - allowed)
+        missing = sorted(set(self.pcpus) - allowed)
         if missing:
             raise ValueError(
-                f"Experiment.cpus {list(self.cpus)}: host CPU(s) {missing} are not usable here; this process may run "
+                f"Experiment.pcpus {list(self.pcpus)}: host CPU(s) {missing} are not usable here; this process may run "
                 f"on {sorted(allowed)}"
             )
 
     def placement(self) -> list[list[int]]:
         if self.pinning == "shared" or self.scheduler is not None:
-            return [list(self.cpus)] * self.vcpus
-        return [[self.cpus[i % len(self.cpus)]] for i in range(self.vcpus)]
+            return [list(self.pcpus)] * self.vcpus
+        return [[self.pcpus[i % len(self.pcpus)]] for i in range(self.vcpus)]
+
+    @property
+    def cpus(self) -> tuple[int, ...]:
+        """Deprecated name of ``pcpus`` (since 2026-12-01)."""
+        warnings.warn(
+            f"Experiment.cpus is deprecated since {PCPUS_RENAMED}; use Experiment.pcpus (one name for host CPU lists)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.pcpus
 
     def run(self, **kw: Any) -> Run:
         """Run it on real KVM (``vcpulab.experiment.run``)."""
         from vcpulab.experiment import run
 
         where: dict[str, Any] = (
-            {"pcpus": list(self.cpus), "scheduler": self.scheduler}
+            {"pcpus": list(self.pcpus), "scheduler": self.scheduler}
             if self.scheduler is not None
             else {"placement": self.placement()}
         )
@@ -631,7 +667,7 @@ class Experiment:
 
     @classmethod
     def from_run(cls, r: Run) -> Experiment:
-        """The experiment a real :class:`~vcpulab.experiment.Run` ran."""
+        """The experiment a real [`Run`][vcpulab.experiment.Run] ran."""
         cfg = r.config
         if cfg.get("vms", 1) != 1:
             raise ValueError(f"twins describe one-VM runs; this run had {cfg.get('vms')} VMs")
@@ -665,6 +701,11 @@ class Experiment:
         )
 
 
+# the field was `cpus` before 2026-12-01: Experiment(cpus=...) still works, with a DeprecationWarning
+Experiment.__init__ = renamed_since(PCPUS_RENAMED, _ONE_NAME, name="Experiment", cpus="pcpus")(  # type: ignore[method-assign]
+    Experiment.__init__
+)
+
 # ----------------------------------------------------------------------------- twin
 
 
@@ -678,11 +719,11 @@ _RUNNABLE = (SpinLock, Spin)
 
 def background_for(exp: Experiment, other_share: float, burst_ns: float | None = None) -> sim.Background:
     """The simulated host load that took ``other_share`` (a fraction of the run's
-    CPU time, measured by :class:`vcpulab.quality.Quality`) from a real run.
+    CPU time, measured by [`vcpulab.quality.Quality`][]) from a real run.
 
     Other work is modelled as one task per host CPU whose CPU bursts last
     ``burst_ns`` (default 100 ms: CPU-bound compilers and test suites,
-    assumption; :func:`compare` keeps the default and reports the other
+    assumption; [`compare`][vcpulab.twins.compare] keeps the default and reports the other
     tasks' measured mean burst beside it, see its comment):
 
     * always-runnable workloads (SpinLock, Spin): the run's ``n`` vCPU
@@ -690,7 +731,7 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
       are one always-runnable task (utilization 0.999) with the weight of the
       ``k = n · s / (1 − s)`` nice-0 tasks that take the share ``s`` from
       ``n`` nice-0 threads. Caveat: steal then agrees by construction (the
-      others' share plus the siblings'), which :func:`compare` reports.
+      others' share plus the siblings'), which [`compare`][vcpulab.twins.compare] reports.
     * halting workloads (MsiPingPong, IdleTicks, PvSpinLock's halts): the
       vCPU left its CPU idle most of the time and the others filled it, so
       ``s`` says how long they ran, not how many there were: one nice-0 task
@@ -703,7 +744,7 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     burst = int(min(max(burst_ns if burst_ns else 100_000_000, 1000), 10**9))
     if not isinstance(exp.workload, _RUNNABLE):
         return sim.Background(utilization=min(other_share, 0.99), burst_ns=burst, weight=1024)
-    n = exp.vcpus / len(exp.cpus)
+    n = exp.vcpus / len(exp.pcpus)
     k = n * other_share / (1.0 - other_share)
     return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
 
@@ -715,7 +756,7 @@ _NOISE_MAX_NS_PER_S = 0.499e9
 def host_load_for(
     exp: Experiment, load: OtherLoad, machine_cpus: int | None = None
 ) -> tuple[sim.Background, sim.HostNoise]:
-    """The simulated host load of a measured :class:`OtherLoad`: the short
+    """The simulated host load of a measured [`OtherLoad`][vcpulab.twins.OtherLoad]: the short
     tasks as the simulator's host noise, the long ones as its background task.
 
     * short tasks → ``HostNoise`` kernel-thread bursts on every CPU: mean
@@ -723,7 +764,7 @@ def host_load_for(
       bursts per second (Poisson arrivals; each wake-up may preempt a vCPU,
       as each of the real short tasks' wake-ups may). The simulator allows
       at most half a CPU of noise; any excess moves to the background.
-    * long tasks → :func:`background_for` with the rest of the share (its
+    * long tasks → [`background_for`][vcpulab.twins.background_for] with the rest of the share (its
       weight is computed against the CPU time the vCPUs kept, ``1 − share``).
     * the experiment's own VMM thread (measured ``vmm_wakeups_per_s`` and
       ``vmm_burst_ns``) → ``HostNoise.vmm_io_*``: one unpinned thread per VM
@@ -732,7 +773,7 @@ def host_load_for(
       the twin has only the run's CPUs (``machine_cpus`` None or no more
       than the run's) the simulator places the thread there, so all of it
       is taken out of the long tasks' part; when the twin models more of
-      the machine (:func:`twin_machine_cpus`) the thread goes to an idle CPU
+      the machine ([`twin_machine_cpus`][vcpulab.twins.twin_machine_cpus]) the thread goes to an idle CPU
       as the real one does, and nothing is taken out.
 
       The measured number of short tasks, spread evenly over the machine's
@@ -743,7 +784,7 @@ def host_load_for(
 
     Simplifications: the short tasks share the rate equally, each a Poisson
     process (a noise task accumulates work while it runs, as a kworker
-    does), nice 0; the split is machine-wide (see :class:`OtherLoad`).
+    does), nice 0; the split is machine-wide (see [`OtherLoad`][vcpulab.twins.OtherLoad]).
     """
     vmm: dict[str, Any] = {}
     s_vmm = 0.0
@@ -751,8 +792,8 @@ def host_load_for(
         v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
         v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
         vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
-        if machine_cpus is None or machine_cpus <= len(exp.cpus):
-            s_vmm = v_hz * v_ns / 1e9 / len(exp.cpus)
+        if machine_cpus is None or machine_cpus <= len(exp.pcpus):
+            s_vmm = v_hz * v_ns / 1e9 / len(exp.pcpus)
     if load.share <= 0.0:
         return sim.Background(), sim.HostNoise(**vmm)
     s_short = load.share * load.short_fraction if load.short_fraction > 0 else 0.0
@@ -771,7 +812,7 @@ def host_load_for(
     burst = load.long_burst_ns if load.long_burst_ns == load.long_burst_ns else None
     if not isinstance(exp.workload, _RUNNABLE):
         return background_for(exp, s_long, burst), noise
-    n = exp.vcpus / len(exp.cpus)
+    n = exp.vcpus / len(exp.pcpus)
     k = n * s_long / (1.0 - load.share)
     return sim.Background(
         utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))
@@ -790,7 +831,7 @@ def host_load_for(
 #: uniform on [mean/2, 3·mean/2], the mean kept
 SPIN_PHASE_DIST = "uniform"
 
-#: pairs of cost runs :func:`calibrate` takes the median of
+#: pairs of cost runs [`calibrate`][vcpulab.twins.calibrate] takes the median of
 COST_REPEATS = 5
 
 #: the most host CPUs a twin models: the run's, then the machine's others up
@@ -802,7 +843,7 @@ TWIN_MAX_MACHINE_CPUS = 16
 def twin_machine_cpus(exp: Experiment, cal: Calibration) -> int:
     """How many host CPUs the twin of ``exp`` models: the run's CPUs plus the
     machine's others (``cal["machine_cpus"]``, at most
-    :data:`TWIN_MAX_MACHINE_CPUS` in all) for ``one_each`` pinning; the run's
+    [`TWIN_MAX_MACHINE_CPUS`][vcpulab.twins.TWIN_MAX_MACHINE_CPUS] in all) for ``one_each`` pinning; the run's
     CPUs alone for ``shared`` pinning over several CPUs (the simulator's
     unpinned vCPUs would roam the whole machine) or a calibration without
     ``machine_cpus``.
@@ -814,7 +855,7 @@ def twin_machine_cpus(exp: Experiment, cal: Calibration) -> int:
     4 ms ticks (docs/twins.md, section 4); a twin of the run's CPU alone put
     the VMM thread's ~200 wake-ups a second onto the vCPUs' CPU.
     """
-    n = len(exp.cpus)
+    n = len(exp.pcpus)
     if "machine_cpus" not in cal.values or (exp.pinning == "shared" and n > 1):
         return n
     return max(n, min(int(cal["machine_cpus"]), TWIN_MAX_MACHINE_CPUS))
@@ -855,7 +896,7 @@ def twin(
     """The simulated configuration of the real experiment ``exp``.
 
     * Host: the run's CPUs and, for ``one_each`` pinning, the machine's
-      others (:func:`twin_machine_cpus`: vCPU i pinned to the run's CPU
+      others ([`twin_machine_cpus`][vcpulab.twins.twin_machine_cpus]: vCPU i pinned to the run's CPU
       i mod n via ``Host.vcpu_pcpus``, the VMM thread and host noise free
       to use the rest), the fair (EEVDF-like) scheduler with this
       kernel's ``base_slice_ns`` and tick; ``affinity="round_robin"`` for
@@ -871,7 +912,7 @@ def twin(
       grow/shrink parameters and the run's maximum (``off`` when it is 0).
     * Workload: SpinLock → ``Compute(think) + Lock(kind, hold)`` with the
       counted instructions × the measured costs, each drawn around that mean
-      (:data:`SPIN_PHASE_DIST`); PvSpinLock → a ``tas`` lock
+      ([`SPIN_PHASE_DIST`][vcpulab.twins.SPIN_PHASE_DIST]); PvSpinLock → a ``tas`` lock
       (this host never sets the ``preempted`` byte, so the real waiters never
       halt unless ``preempted_from_host`` is used, which has no twin);
       MsiPingPong → ``Sleep(gap) + Compute(round path)``; IdleTicks →
@@ -880,8 +921,8 @@ def twin(
 
     * Host load: none by default (the twin of the experiment on an idle
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
-      brings its own) adds :func:`background_for`'s background task.
-    * Start: ``start_gap_ns`` (:func:`start_gap_of`, measured on the real
+      brings its own) adds [`background_for`][vcpulab.twins.background_for]'s background task.
+    * Start: ``start_gap_ns`` ([`start_gap_of`][vcpulab.twins.start_gap_of], measured on the real
       runs; a Run passed as ``exp`` brings its own) makes the vCPU threads
       arrive one by one as the real ones do (``Host.start_gap_ns``: new
       tasks placed with half a slice to their deadline); None or 0: all at
@@ -907,7 +948,7 @@ def twin(
                 f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}"
             )
     if isinstance(exp, Run):
-        if other_share is None and exp.quality is not None:
+        if other_share is None and exp.quality.measured:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
             other_share = min(exp.quality.other_share, 0.99)
         if start_gap_ns is None:
@@ -971,7 +1012,7 @@ def twin(
         phases = (sim.Compute(1_000_000, mode="kernel"),)
     else:
         raise ValueError(f"no twin for workload {name}")
-    n_cpus = len(exp.cpus)
+    n_cpus = len(exp.pcpus)
     affinity = "pinned" if n_cpus == 1 else ("round_robin" if exp.pinning == "one_each" else "all")
     machine = twin_machine_cpus(exp, cal)
     hkw: dict[str, Any] = dict(
@@ -1052,7 +1093,7 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
             f"no twin for a run under sched.{s.name}: the simulator has no {s.name.replace('_', ' ')} scheduling"
         )
     # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
-    n = len(exp.cpus)
+    n = len(exp.pcpus)
     hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
     hkw.update(pcpus=n, affinity="pinned" if n == 1 else "all")
     slice_ns = int(s.slice_us * 1e3)
@@ -1345,7 +1386,7 @@ class OtherLoad:
 
     Measured from every other task's ``/proc/<pid>/task/<tid>/schedstat``
     (CPU time and timeslices) before and after the run, and the run's
-    :class:`~vcpulab.quality.Quality` (the share of *its* CPUs' time other
+    [`Quality`][vcpulab.quality.Quality] (the share of *its* CPUs' time other
     tasks took). Each other task is classed by its mean burst over the run
     (CPU time / timeslices):
 
@@ -1360,7 +1401,7 @@ class OtherLoad:
     vCPUs (the run loop that samples the stats every 10 ms and checks for
     Ctrl-C every 5 ms, ``src/kvm/experiment.rs``; polars' pool) are the VMM
     thread of the twin (``HostNoise.vmm_io_*``), measured by
-    :class:`_VmmProbe` between 20 % and 80 % of the run, so that the set-up
+    `_VmmProbe` between 20 % and 80 % of the run, so that the set-up
     and teardown of the VM are not counted.
 
     Attributes:
@@ -1408,7 +1449,7 @@ class OtherLoad:
         base_slice_ns: float,
         vmm: tuple[float, float] = (0.0, float("nan")),
     ) -> OtherLoad:
-        """From two :func:`_task_schedstat` snapshots (tasks in ``own`` left
+        """From two `_task_schedstat` snapshots (tasks in ``own`` left
         out; a task born meanwhile counts from 0, one that exited is missed)."""
         sc = ss = lc = ls = 0
         ns_ = nl = 0
@@ -1472,7 +1513,7 @@ class _VmmProbe:
     """Measures the experiment process's own non-vCPU threads (the VMM side)
     while a real run is under way: a helper thread snapshots their schedstat
     at 20 % and 80 % of ``duration_s`` (vCPU threads are recognised by their
-    name, ``CPU n/KVM``). :meth:`result` gives (timeslices per second, CPU
+    name, ``CPU n/KVM``). `result` gives (timeslices per second, CPU
     ns per timeslice) over that window, or (0, NaN) when the window was not
     reached (a run shorter than planned)."""
 
@@ -1538,9 +1579,9 @@ def run_real(
     cal: Calibration | None = None,
     trace: bool = False,
 ) -> list[Run]:
-    """``trials`` real runs of ``exp`` (each records its :class:`~vcpulab.quality.Quality`
-    and, in ``Run.config["other_load"]``, the other tasks' :class:`OtherLoad`
-    as a dict; the short/long boundary is ``cal``'s base slice, else :func:`host_knobs`').
+    """``trials`` real runs of ``exp`` (each records its [`Quality`][vcpulab.quality.Quality]
+    and, in ``Run.config["other_load"]``, the other tasks' [`OtherLoad`][vcpulab.twins.OtherLoad]
+    as a dict; the short/long boundary is ``cal``'s base slice, else [`host_knobs`][vcpulab.twins.host_knobs]').
 
     A trial that misses its deadline (``TimeoutError``: an MSI ping-pong whose
     vCPU other tasks kept off its CPU) is left out and its message appended to
@@ -1562,7 +1603,7 @@ def run_real(
                     r = exp.run(trace=True) if trace else exp.run()
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
-                share = r.quality.other_share if r.quality is not None else 0.0
+                share = r.quality.other_share
                 r.config["other_load"] = OtherLoad.measure(
                     before, after, own, share, base_slice, probe.result()
                 ).as_dict()
@@ -1590,7 +1631,7 @@ def run_sim(
     trace_all: bool = False,
     start_gap_ns: float | None = None,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see :func:`twin`).
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see [`twin`][vcpulab.twins.twin]).
     ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     check_int("seeds", seeds, 1, 1000)
     out = []
@@ -1697,12 +1738,12 @@ def compare(
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
     ``load="measured"`` (default) gives the twin the other load the real
-    trials measured: their :class:`OtherLoad` pooled, short tasks as host
-    noise and long ones as a background task (:func:`host_load_for`);
+    trials measured: their [`OtherLoad`][vcpulab.twins.OtherLoad] pooled, short tasks as host
+    noise and long ones as a background task ([`host_load_for`][vcpulab.twins.host_load_for]);
     ``"one_task"`` the previous model, all of the measured share as one
-    background task per CPU (:func:`background_for`); ``"none"`` simulates
+    background task per CPU ([`background_for`][vcpulab.twins.background_for]); ``"none"`` simulates
     an idle host. The twin's vCPU threads start as the real trials' did
-    (:func:`start_gap_of`).
+    ([`start_gap_of`][vcpulab.twins.start_gap_of]).
 
     Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
     ``real_lo``/``real_hi`` (95 % t-interval; NaN with one trial), ``sim``
@@ -1710,20 +1751,20 @@ def compare(
     |real|, ``informative`` (False when both sides are below the metric's
     floor, e.g. 0 vs 0 halts), ``ks`` (two-sample Kolmogorov-Smirnov
     distance, distributions only), ``disturbed_trials`` (real trials whose
-    :class:`~vcpulab.quality.Quality` crossed a threshold) and
+    [`Quality`][vcpulab.quality.Quality] crossed a threshold) and
     ``other_share_max`` (the largest share of the run's CPU time other tasks
     took), ``other_share_twin`` (the mean share the twin was given),
     ``other_short_fraction`` and ``other_burst_ns`` (the short tasks' part of
     the others' CPU time and their mean burst, ns, pooled over the trials:
-    :class:`OtherLoad`) and ``steal_by_construction``. Pass ``real`` to reuse
+    [`OtherLoad`][vcpulab.twins.OtherLoad]) and ``steal_by_construction``. Pass ``real`` to reuse
     real runs of ``exp``.
 
     ``trace=True``: the real trials are traced (``run(trace=True)``) and two
-    more rows compare distributions (:func:`distributions`, trials and seeds
+    more rows compare distributions ([`distributions`][vcpulab.twins.distributions], trials and seeds
     pooled): ``slice_ns`` (every vCPU run slice) and ``wakeup_latency_ns``
     (guest timer → vCPU running); ``real``/``sim`` are the medians, ``ks``
     the two-sample KS statistic. The twin's wake-ups are derived from its
-    guest's timer (:func:`sim_wakeups`), so workloads woken otherwise (IPI,
+    guest's timer ([`sim_wakeups`][vcpulab.twins.sim_wakeups]), so workloads woken otherwise (IPI,
     spin locks, MSI with polling on) have none: NaN there. ``real`` runs
     passed in are used as they are (traced or not).
 
@@ -1778,8 +1819,8 @@ def compare(
 def _compare_rows(
     exp: Experiment, runs: list[Run], failures: list[str], seeds: int, cal: Calibration, load: str, trace: bool
 ) -> pl.DataFrame:
-    """:func:`compare`'s frame from its real runs and the twin's seeds."""
-    shares = [r.quality.other_share for r in runs if r.quality is not None]
+    """[`compare`][vcpulab.twins.compare]'s frame from its real runs and the twin's seeds."""
+    shares = [r.quality.other_share for r in runs if r.quality.measured]
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
@@ -1790,8 +1831,8 @@ def _compare_rows(
         sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
-    dist = sum(1 for r in runs if r.quality is not None and r.quality.disturbed)
-    other = max((r.quality.other_share for r in runs if r.quality is not None), default=float("nan"))
+    dist = sum(1 for r in runs if r.quality.disturbed)
+    other = max((r.quality.other_share for r in runs if r.quality.measured), default=float("nan"))
     rows = []
     for m in _metrics_of(exp):
         rv = [x[m] for x in rm if m in x]
@@ -1851,7 +1892,7 @@ def _compare_rows(
 
 def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[str, Any]]:
     """compare()'s distribution rows of traced real runs: run slices and
-    wake-up latencies (medians and the KS statistic, :func:`distributions`)."""
+    wake-up latencies (medians and the KS statistic, [`distributions`][vcpulab.twins.distributions])."""
     nan = float("nan")
     real = [r for r in runs if getattr(r, "trace", None) is not None]
     traced = [s for s in sims if s.trace is not None]
@@ -1894,7 +1935,7 @@ def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[st
 
 # ----------------------------------------------------------------------------- grid
 
-#: the factors of a grid cell (columns of :func:`grid`'s frames)
+#: the factors of a grid cell (columns of [`grid`][vcpulab.twins.grid]'s frames)
 FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "scheduler")
 
 
@@ -1908,7 +1949,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock)
         else ("pv" if isinstance(w, PvSpinLock) else ""),
         "vcpus": exp.vcpus,
-        "cpus": len(exp.cpus),
+        "cpus": len(exp.pcpus),
         "hold": getattr(w, "hold", -1),
         "think": getattr(w, "think", -1),
         "halt_poll_ns": -1 if hp is None else int(hp),
@@ -1926,8 +1967,11 @@ def _scheduler_label(s: Any) -> str:
     return f"{s.name}:{sim.policies.label(pol)}" if pol is not None else s.name
 
 
-def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
-    """The grid of the benchmark (``small``: the CI's reduced grid).
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
+def default_grid(pcpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
+    """The grid of the benchmark (``small``: the CI's reduced grid) on the
+    host CPUs ``pcpus`` (default: every CPU this process may use; ``cpus=``
+    before 2026-12-01, still accepted with a DeprecationWarning).
 
     SpinLock ticket/TAS × vCPUs 1-8 × 1-2 host CPUs (one CPU each, round
     robin) × hold/think (50/50, 200/20 loop iterations); PvSpinLock 2 and 4
@@ -1944,7 +1988,7 @@ def default_grid(cpus: Sequence[int] | None = None, small: bool = False, duratio
     """
     from vcpulab import _core
 
-    allowed = sorted(_core.allowed_cpus()) if cpus is None else list(cpus)
+    allowed = sorted(_core.allowed_cpus()) if pcpus is None else list(pcpus)
     one = (allowed[-1],)
     two = tuple(allowed[:2]) if len(allowed) >= 2 else None
     out: list[Experiment] = []
@@ -1995,14 +2039,14 @@ def _msi(gap_us: float) -> MsiPingPong:
 
 @dataclass
 class Grid:
-    """What :func:`grid` returns.
+    """What [`grid`][vcpulab.twins.grid] returns.
 
-    ``cells``: one row per (cell, metric): the factors, then :func:`compare`'s
+    ``cells``: one row per (cell, metric): the factors, then [`compare`][vcpulab.twins.compare]'s
     columns. ``directions``: one row per pair of cells that differ in one
     factor and per direction metric: the real and simulated differences, the
     real difference's significance, and whether the signs agree.
     ``no_twin``: experiments without a twin and why. ``calibration``: the
-    :class:`Calibration` used. ``no_real``: cells whose every real trial
+    [`Calibration`][vcpulab.twins.Calibration] used. ``no_real``: cells whose every real trial
     missed its deadline; ``failed``: cells whose comparison raised
     (``"ValueError: …"``), the other cells kept.
     """
@@ -2018,7 +2062,7 @@ class Grid:
     failed: list[tuple[str, str]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
-        """The agreement numbers (see :meth:`line`)."""
+        """The agreement numbers (see [`line`][vcpulab.twins.Grid.line])."""
         c = self.cells.filter(pl.col("informative"))
         out: dict[str, Any] = {"cells": self.cells["cell"].n_unique()}
         for m in (
@@ -2102,6 +2146,8 @@ class Grid:
 
 
 def cell_name(exp: Experiment) -> str:
+    """A grid cell's short name for tables, from [`cell_factors`][vcpulab.twins.cell_factors]
+    (e.g. ``"tas 50/50 3v/1c"``: 3 vCPUs on 1 host CPU)."""
     f = cell_factors(exp)
     w = f["workload"]
     hp = "" if f["halt_poll_ns"] < 0 else f" poll{f['halt_poll_ns'] // 1000}us"
@@ -2124,7 +2170,7 @@ DIRECTION_METRICS = ("acq_per_vcpu_s", "wait_per_acq_us", "polled_per_halt", "ha
 
 def directions(cells: pl.DataFrame) -> pl.DataFrame:
     """Between-cell comparisons: for each pair of cells that differ in exactly
-    one factor (adjacent levels) and each metric of :data:`DIRECTION_METRICS`,
+    one factor (adjacent levels) and each metric of [`DIRECTION_METRICS`][vcpulab.twins.DIRECTION_METRICS],
     the real and the simulated difference (high level − low level), whether
     the real one is significant (the trials' 95 % intervals do not overlap,
     or, with one trial, it exceeds 10 % of the larger value) and whether the
@@ -2197,16 +2243,16 @@ def grid(
     trace: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
-    (``seeds`` seeds), compare (:func:`compare`) and derive the between-cell
-    directions. ``experiments`` default: :func:`default_grid`. ``trace``: the
+    (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
+    directions. ``experiments`` default: [`default_grid`][vcpulab.twins.default_grid]. ``trace``: the
     real trials are traced and each cell gets its run-slice and wake-up
-    latency KS rows (:func:`compare`).
+    latency KS rows ([`compare`][vcpulab.twins.compare]).
 
     Every argument is checked before the first real trial; a cell on CPUs
-    this process may not use is recorded in :attr:`Grid.no_real`, and one
-    whose comparison fails in :attr:`Grid.failed`; the grid goes on. Ctrl-C raises
+    this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
+    whose comparison fails in [`Grid.failed`][vcpulab.twins.Grid.failed]; the grid goes on. Ctrl-C raises
     ``KeyboardInterrupt`` within about a second; its ``partial`` is the
-    :class:`Grid` of the cells that had finished."""
+    [`Grid`][vcpulab.twins.Grid] of the cells that had finished."""
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
@@ -2275,9 +2321,10 @@ def grid(
 # -------------------------------------------------------------------- distributions
 
 #: columns of a real run's trace (``Run.trace``, the tracing work) and of its
-#: wake-ups (``Run.wakeups``); :func:`sim_trace_frames` gives a simulated run
+#: wake-ups (``Run.wakeups``); [`sim_trace_frames`][vcpulab.twins.sim_trace_frames] gives a simulated run
 #: the same two frames
 TRACE_COLUMNS = ("pcpu", "start_ns", "end_ns", "vm", "vcpu", "tid", "comm")
+#: columns of a run's wake-ups (``Run.wakeups``, and [`sim_wakeups`][vcpulab.twins.sim_wakeups] for a simulated run)
 WAKEUP_COLUMNS = ("vm", "vcpu", "tid", "wake_ns", "run_ns", "latency_ns")
 
 
@@ -2297,7 +2344,7 @@ def _sleep_phase(res: sim.Result) -> tuple[int, bool] | None:
 
 def sim_wakeups(res: sim.Result) -> pl.DataFrame:
     """The wake-ups of a simulated run's vCPUs in the schema of a real run's
-    ``Run.wakeups`` (:data:`WAKEUP_COLUMNS`; ``tid`` is -1), derived from its
+    ``Run.wakeups`` ([`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]; ``tid`` is -1), derived from its
     trace (``trace=True``) and its guest's timer.
 
     The simulator's trace records when each vCPU ran, not when it was woken.
@@ -2361,10 +2408,10 @@ def sim_wakeups(res: sim.Result) -> pl.DataFrame:
 
 def sim_trace_frames(res: sim.Result) -> dict[str, pl.DataFrame]:
     """A simulated run as a real run's trace frames: ``{"trace": …, "wakeups": …}``
-    with :data:`TRACE_COLUMNS` (``tid`` -1, ``comm`` ``"CPU n/KVM"`` for vCPUs
+    with [`TRACE_COLUMNS`][vcpulab.twins.TRACE_COLUMNS] (``tid`` -1, ``comm`` ``"CPU n/KVM"`` for vCPUs
     as vcpulab names its vCPU threads, ``"other"`` for host tasks) and
-    :data:`WAKEUP_COLUMNS`. Tests and notebooks use it to exercise
-    :func:`distributions` without a real trace."""
+    [`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]. Tests and notebooks use it to exercise
+    [`distributions`][vcpulab.twins.distributions] without a real trace."""
     if res.trace is None:
         raise ValueError("sim_trace_frames needs a run with trace=True")
     tr = res.trace.select(
@@ -2399,7 +2446,7 @@ def _check_cols(df: pl.DataFrame, cols: Sequence[str], what: str) -> None:
 
 def vcpu_slices(trace: pl.DataFrame) -> np.ndarray:
     """Run-slice lengths of the vCPU threads, ns: ``end_ns − start_ns`` of every
-    trace row with ``vcpu >= 0`` (a real trace's or :func:`sim_trace_frames`')."""
+    trace row with ``vcpu >= 0`` (a real trace's or [`sim_trace_frames`][vcpulab.twins.sim_trace_frames]')."""
     _check_cols(trace, ("start_ns", "end_ns", "vcpu"), "trace")
     t = trace.filter(pl.col("vcpu") >= 0)
     return (t["end_ns"] - t["start_ns"]).cast(pl.Float64).to_numpy()
@@ -2420,15 +2467,15 @@ def distributions(
 ) -> pl.DataFrame | tuple[pl.DataFrame, Any]:
     """Real vs simulated distributions, two-sample Kolmogorov-Smirnov per quantity.
 
-    ``real_frames``: a real :class:`~vcpulab.experiment.Run` with ``trace``
-    (:data:`TRACE_COLUMNS`) and ``wakeups`` (:data:`WAKEUP_COLUMNS`) frames,
+    ``real_frames``: a real [`Run`][vcpulab.experiment.Run] with ``trace``
+    ([`TRACE_COLUMNS`][vcpulab.twins.TRACE_COLUMNS]) and ``wakeups`` ([`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]) frames,
     a mapping ``{"trace": …, "wakeups": …}``, a (trace, wakeups) pair, or a
     list of these (trials, pooled). ``sim_result``: one or several (seeds,
     pooled) simulated runs with ``trace=True``.
 
-    Quantities: ``slice_ns`` (every vCPU run slice, :func:`vcpu_slices`) and
+    Quantities: ``slice_ns`` (every vCPU run slice, [`vcpu_slices`][vcpulab.twins.vcpu_slices]) and
     ``wakeup_latency_ns`` (real ``latency_ns``; simulated from
-    :func:`sim_wakeups`). One row each: ``quantity``, ``n_real``, ``n_sim``,
+    [`sim_wakeups`][vcpulab.twins.sim_wakeups]). One row each: ``quantity``, ``n_real``, ``n_sim``,
     the medians and 90th percentiles of both sides (ns), ``ks`` (the
     two-sample KS statistic, ``scipy.stats.ks_2samp``) and ``p_value``
     (its exact/asymptotic p-value; NaN with an empty side). A quantity with

@@ -7,17 +7,17 @@ directed-yield policies and pv hints, deterministic and fast::
     >>> r.summary["ops"][0] > 0
     True
 
-* :func:`run` runs one :class:`Config` → :class:`Result` (polars frames);
-* :func:`sweep` runs many in parallel (GIL released) → one DataFrame;
-* :mod:`vcpulab.sim.policies` holds the directed-yield policies, including
-  policies written in Python; :mod:`vcpulab.sim.presets` the workloads;
-  :mod:`vcpulab.sim.scenarios` the published experiments it reproduces
+* [`run`][vcpulab.sim.run] runs one [`Config`][vcpulab.sim.Config] → [`Result`][vcpulab.sim.Result] (polars frames);
+* [`sweep`][vcpulab.sim.sweep] runs many in parallel (GIL released) → one DataFrame;
+* [`vcpulab.sim.policies`][] holds the directed-yield policies, including
+  policies written in Python; [`vcpulab.sim.presets`][] the workloads;
+  [`vcpulab.sim.scenarios`][] the published experiments it reproduces
   (docs/sources.md);
-* :func:`config_schema` is the JSON Schema of a configuration, generated
+* [`config_schema`][vcpulab.sim.config_schema] is the JSON Schema of a configuration, generated
   from the Rust structs that validate it (limits, defaults, descriptions);
-* :mod:`vcpulab.sim.distributed` runs sweeps on a Dask cluster or any
-  executor, checkpointed to Parquet and resumable (:func:`run_sweep`,
-  :func:`read_dataset`, :func:`dask_executor`).
+* [`vcpulab.sim.distributed`][] runs sweeps on a Dask cluster or any
+  executor, checkpointed to Parquet and resumable ([`run_sweep`][vcpulab.sim.run_sweep],
+  [`read_dataset`][vcpulab.sim.read_dataset], [`dask_executor`][vcpulab.sim.dask_executor]).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from vcpulab.sim._config import (
     config_schema,
 )
 from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
-from vcpulab.sim._run import (  # noqa: F401  (MAX_THREADS: documented as vcpulab.sim.MAX_THREADS)
+from vcpulab.sim._run import (
     MAX_THREADS,
     PCPU_TIME_CATEGORIES,
     TIME_CATEGORIES,
@@ -76,6 +76,7 @@ run.__module__ = Result.__module__ = __name__
 
 __all__ = [
     "IDLE_STATES_SKX",
+    "MAX_THREADS",
     "MAX_SWEEP_POINTS",
     "Background",
     "Barrier",
@@ -146,6 +147,21 @@ def sweep(
 ) -> tuple[pl.DataFrame, list[Result]]: ...
 
 
+@overload
+def sweep(
+    points: Points,
+    grid: Mapping[str, Iterable[Any]] | None = ...,
+    *,
+    threads: int | None = ...,
+    progress: bool = ...,
+    results: bool,
+    executor: Any = ...,
+    out: Any = ...,
+    trace_max_rows: int | None = ...,
+    max_points: int | None = ...,
+) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]: ...
+
+
 @guard_panics
 def sweep(
     points: Points,
@@ -163,7 +179,7 @@ def sweep(
 
     * ``sweep(base, {"host.pcpus": [16, 32], "vms.0.policy": [p1, p2]})``:
       the cartesian product of the grid applied to ``base`` (dotted paths,
-      see :meth:`Config.with_path`; a policy or workload may be given by
+      see [`Config.with_path`][vcpulab.sim.Config.with_path]; a policy or workload may be given by
       name, e.g. ``"vms.0.policy": ["baseline_2011", "dy_eligible"]``); the
       parameters become columns (a Policy appears as its label, the name of
       its constructor).
@@ -173,21 +189,21 @@ def sweep(
     Returns one DataFrame with one row per point: the parameters, then the
     summary columns, then ``config_hash``. ``threads``: worker threads (None:
     all cores). Results are identical whatever the number of threads.
-    With ``results=True`` also returns the full :class:`Result` of each point.
+    With ``results=True`` also returns the full [`Result`][vcpulab.sim.Result] of each point.
 
     ``executor`` (any ``concurrent.futures.Executor``, e.g. a Dask
     ``Client.get_executor()``) and/or ``out`` (a folder: one Parquet file per
     finished point, skipped when the sweep is run again) run the sweep
-    through :func:`vcpulab.sim.distributed.run_sweep`; the frame gains the
+    through [`vcpulab.sim.distributed.run_sweep`][]; the frame gains the
     columns ``error``, ``config_json``, ``vcpulab_version``, ``point_hash``.
 
     Ctrl-C stops every running point within ~50 ms and raises
     ``KeyboardInterrupt``; the points that had finished are kept: locally as
     the exception's ``partial`` attribute (this function's return value for
     those points: a DataFrame, or ``(DataFrame, results)``), with ``out=``
-    on disk. ``threads`` is at most :data:`MAX_THREADS`;
-    ``trace_max_rows`` limits each point's trace as in :func:`run`;
-    a sweep of more than ``max_points`` points (:data:`MAX_SWEEP_POINTS`,
+    on disk. ``threads`` is at most [`MAX_THREADS`][vcpulab.sim.MAX_THREADS];
+    ``trace_max_rows`` limits each point's trace as in [`run`][vcpulab.sim.run];
+    a sweep of more than ``max_points`` points ([`MAX_SWEEP_POINTS`][vcpulab.sim.MAX_SWEEP_POINTS],
     100,000; None: no bound) is refused with a ValueError before any point
     is built.
     """

@@ -1,16 +1,16 @@
 """Configuration objects of the simulator.
 
 The one schema is Rust's: the serde structs of src/sim/config.rs, from which
-:func:`config_schema` (a JSON Schema) is generated. These frozen dataclasses
+[`config_schema`][vcpulab.sim.config_schema] (a JSON Schema) is generated. These frozen dataclasses
 are what users write; each validates itself in ``__post_init__`` against the
 limits and names *read from that schema* (a bad value raises
-:class:`ValueError` naming the field, e.g. ``"Host.pcpus must be >= 1, got
+`ValueError` naming the field, e.g. ``"Host.pcpus must be >= 1, got
 0"``), so a limit is stated once, in Rust (``config::limits``). Rules across
 fields (``warmup_ns < duration_ns``, ``pcpus`` a multiple of sockets ×
 threads, …) are checked here too, and again by Rust's validator when the
 config crosses into Rust as JSON. tests/test_config_schema.py fails on any
 difference in fields, defaults, limits or documentation. Configurations are
-hashable, picklable and JSON-round-trippable; :meth:`Config.config_hash`
+hashable, picklable and JSON-round-trippable; [`Config.config_hash`][vcpulab.sim.Config.config_hash]
 names a point stably.
 
 Sources quoted in the docstrings: *kernel* = the upstream default named;
@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
     "IDLE_STATES_SKX",
@@ -280,7 +280,7 @@ class Background(_Base):
 
 @dataclass(frozen=True)
 class HostNoise(_Base):
-    """Host noise: a process of its own, separate from :class:`Background`.
+    """Host noise: a process of its own, separate from [`Background`][vcpulab.sim.Background].
 
     Two kinds of short host work that a real host runs beside the vCPU
     threads (each a host task of weight 1024, nice 0, with Poisson arrivals
@@ -291,7 +291,7 @@ class HostNoise(_Base):
     * one VMM I/O thread per VM (QEMU's main loop or an iothread), not
       pinned: the host places it at wake-up like an unpinned vCPU thread.
 
-    The defaults are off (0 Hz). :meth:`typical` gives the values vcpulab
+    The defaults are off (0 Hz). [`typical`][vcpulab.sim.HostNoise.typical] gives the values vcpulab
     uses for a general-purpose host; they are *chosen*, not measured (see
     its docstring for the reasons), and they are the same for every era:
     no source we know publishes per-era rates for these threads.
@@ -496,8 +496,8 @@ class Host(_Base):
             drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
             Suggested 0.5 (assumption).
         noise: host noise (kernel threads, VMM I/O threads), see
-            :class:`HostNoise`. Default off.
-        cfs: tunables of ``scheduler="cfs"``, see :class:`Cfs`.
+            [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
+        cfs: tunables of ``scheduler="cfs"``, see [`Cfs`][vcpulab.sim.Cfs].
         sockets: sockets, each one LLC (last-level cache) domain. Default 1.
         threads_per_core: SMT threads per core, 1-8. Default 1. ``pcpus``
             must be a multiple of sockets × threads_per_core. Host CPU i is
@@ -574,7 +574,7 @@ class Host(_Base):
             starting there). A run that uses some of the host's CPUs while
             the host's other threads (noise, the VMM threads) may run on the
             rest, as a real experiment pinned to part of the machine
-            (:mod:`vcpulab.twins`). Each entry < ``pcpus``. Default () (the
+            ([`vcpulab.twins`][]). Each entry < ``pcpus``. Default () (the
             affinity's map).
         start_gap_ns: the vCPU threads arrive one by one, ns apart, as a
             VMM creates them in turn: the order in which they first reach
@@ -820,7 +820,7 @@ POLICY_KINDS = ("none", "baseline2011", "dy_eligible", "upstream", "random", "or
 class Policy(_Base):
     """A VM's directed-yield policy (what kvm_vcpu_on_spin does), [K1].
 
-    Use the constructors in :mod:`vcpulab.sim.policies` rather than this class.
+    Use the constructors in [`vcpulab.sim.policies`][] rather than this class.
 
     Attributes:
         kind: ``"upstream"`` (default; [K1]), ``"baseline2011"``,
@@ -882,8 +882,8 @@ class Policy(_Base):
     @property
     def label(self) -> str:
         """A short name for tables: the name of the constructor in
-        :mod:`vcpulab.sim.policies` that builds it (``"baseline_2011"``,
-        ``"no_yield"``), or ``python:<name>`` (:func:`vcpulab.sim.policies.label`)."""
+        [`vcpulab.sim.policies`][] that builds it (``"baseline_2011"``,
+        ``"no_yield"``), or ``python:<name>`` ([`vcpulab.sim.policies.label`][])."""
         from vcpulab.sim.policies import label
 
         return label(self)
@@ -1000,8 +1000,8 @@ class Pv(_Base):
         _int(self, "guest_idle_poll_ns")
 
 
-#: Halt-polling policy names, one vocabulary for the engine (:class:`HaltPoll`)
-#: and the calibration model (:class:`vcpulab.sim.halt_poll.Params`).
+#: Halt-polling policy names, one vocabulary for the engine ([`HaltPoll`][vcpulab.sim.HaltPoll])
+#: and the calibration model ([`vcpulab.sim.halt_poll.Params`][]).
 HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
 #: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
 HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
@@ -1009,7 +1009,7 @@ HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
 
 def halt_poll_policy(owner: str, name: Any) -> str:
     """The canonical halt-polling policy name for ``name``: one of
-    :data:`HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
+    `HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
     ``"dynamic_v4"``) gives its new name with a DeprecationWarning; anything
     else raises ValueError naming ``owner`` and the valid names."""
     if isinstance(name, str) and name in HALT_POLL_OLD_NAMES:
@@ -1028,7 +1028,7 @@ class HaltPoll(_Base):
     polls for a wake-up while no other task wants the host CPU.
 
     The one halt-polling configuration type: the engine's ``Vm.halt_poll``
-    and the calibration model's (:class:`vcpulab.sim.halt_poll.Scenario`),
+    and the calibration model's ([`vcpulab.sim.halt_poll.Scenario`][]),
     as in Rust (``HaltPollConfig``). The former ``halt_poll.Params`` is a
     deprecated alias that builds one of these.
 
@@ -1039,12 +1039,12 @@ class HaltPoll(_Base):
             short and shrinks when it was longer than ``max_ns``, §3.2),
             ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
             proposals, never merged; vcpulab's reconstructions from the
-            review, see :mod:`vcpulab.sim.halt_poll`). The same names as
+            review, see [`vcpulab.sim.halt_poll`][]). The same names as
             ``halt_poll.Params.policy``; the old ``"dynamic"`` and
             ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
             with a DeprecationWarning. The window and the stats come from
             the same per-vCPU state machine (and the same Rust configuration
-            type) as :mod:`vcpulab.sim.halt_poll`.
+            type) as [`vcpulab.sim.halt_poll`][].
         max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
             200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
         grow: halt_poll_ns_grow, multiplier (0: never grow; a kernel uint).
@@ -1340,6 +1340,7 @@ class TaskQueue(_Base):
         _phase_common(self)
 
 
+#: one step of a guest thread's loop: any of the phase classes
 Phase = Compute | Lock | Ipi | Barrier | Sleep | Send | Recv | TaskQueue
 _PHASES: dict[str, Any] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue)}
 
@@ -1545,12 +1546,16 @@ class Vm(_Base):
             benchmarks of [S1] ran 2 threads per vCPU.
         weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
             nice 0, the kernel's default for a vCPU thread). Default 1024.
-        workload: what the threads run.
-        ple: pause-loop exiting, see :class:`Ple`.
-        policy: the directed-yield policy, see :class:`Policy`.
-        pv: paravirtual features and exit costs, see :class:`Pv`.
-        halt_poll: host halt polling, see :class:`HaltPoll`.
-        guest: the guest kernel's own choices, see :class:`Guest`.
+        workload: what the threads run; a preset's name
+            (``vcpulab.sim.presets.NAMES``, e.g. ``"ebizzy_like"``) is that
+            preset with its defaults.
+        ple: pause-loop exiting, see [`Ple`][vcpulab.sim.Ple].
+        policy: the directed-yield policy, see [`Policy`][vcpulab.sim.Policy]; a name of
+            ``vcpulab.sim.policies.NAMES`` (e.g. ``"dy_eligible"``) is that
+            policy with its defaults (``policies.by_name``).
+        pv: paravirtual features and exit costs, see [`Pv`][vcpulab.sim.Pv].
+        halt_poll: host halt polling, see [`HaltPoll`][vcpulab.sim.HaltPoll].
+        guest: the guest kernel's own choices, see [`Guest`][vcpulab.sim.Guest].
     """
 
     vcpus: int = 4
@@ -1564,7 +1569,32 @@ class Vm(_Base):
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
     guest: Guest = field(default_factory=Guest)
 
+    if TYPE_CHECKING:  # a name is accepted where a policy or a workload is (converted in __post_init__)
+
+        def __init__(
+            self,
+            vcpus: int = 4,
+            count: int = 1,
+            threads: int = 0,
+            weight: int = 1024,
+            workload: Workload | str = Workload(),
+            ple: Ple = Ple(),
+            policy: Policy | str = Policy(),
+            pv: Pv = Pv(),
+            halt_poll: HaltPoll = HaltPoll(),
+            guest: Guest = Guest(),
+        ) -> None: ...
+
     def __post_init__(self) -> None:
+        # names, as in TOML specs and sweep grids (policies / presets import this module: imported here)
+        if isinstance(self.policy, str):
+            from vcpulab.sim.policies import by_name as policy_by_name
+
+            object.__setattr__(self, "policy", policy_by_name(self.policy))
+        if isinstance(self.workload, str):
+            from vcpulab.sim.presets import by_name as workload_by_name
+
+            object.__setattr__(self, "workload", workload_by_name(self.workload))
         _int(self, "vcpus")
         _int(self, "count")
         _int(self, "threads", hi=16 * self.vcpus)
@@ -1607,7 +1637,7 @@ class Config(_Base):
 
     Attributes:
         host: the host.
-        vms: a tuple of :class:`Vm` entries.
+        vms: a tuple of [`Vm`][vcpulab.sim.Vm] entries.
         duration_ns: simulated time limit, ns. Default 100000000 (0.1 s).
         seed: seed of the run's RNG (PCG64); same seed and config → identical results.
         trace: record the per-host-CPU trace (``Result.trace``). Default False.

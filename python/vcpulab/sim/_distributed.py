@@ -1,28 +1,28 @@
-"""Sweeps on any :class:`concurrent.futures.Executor` — a Dask cluster's
+"""Sweeps on any `concurrent.futures.Executor` — a Dask cluster's
 included — checkpointed point by point to a Parquet dataset, resumable.
 
-:func:`vcpulab.sim.sweep` delegates here when it is given ``executor=`` or
+[`vcpulab.sim.sweep`][] delegates here when it is given ``executor=`` or
 ``out=``; the CLI (``vcpulab sim SPEC.toml --dask ADDR --out DIR``) calls
-:func:`run_sweep` directly.
+[`run_sweep`][vcpulab.sim.distributed.run_sweep] directly.
 
 How a sweep runs
 ----------------
 * The grid is expanded exactly as the local sweep does it. Each point gets a
-  **point hash**: SHA-256 of its :meth:`Config.config_hash` (itself SHA-256
+  **point hash**: SHA-256 of its [`Config.config_hash`][vcpulab.sim.Config.config_hash] (itself SHA-256
   of the canonical JSON, stable across processes and machines) and its
   parameters (canonical JSON). Two points are the same work iff their point
   hashes are equal.
 * Points are shipped as picklable data — ``(point_hash, config JSON, Python
   policies)`` — in batches (``batch_size`` points per task), keeping
   ``2 × worker threads`` tasks in flight. The task
-  (:func:`_run_batch`) calls the Rust simulator in the worker; each point
+  (`_run_batch`) calls the Rust simulator in the worker; each point
   that raises is returned as an error row, not an exception.
 * Results come back to the **client**, which writes them (workers need no
   shared file system; one writer makes "each point exactly once" a local
   property). A task that dies (``KilledWorker``, ``CancelledError``, a lost
   connection, …) is resubmitted, split into single points, up to
   ``retries`` times; after that its points are recorded as failed.
-  A :class:`concurrent.futures.ProcessPoolExecutor` whose worker dies
+  A `concurrent.futures.ProcessPoolExecutor` whose worker dies
   (killed, out of memory) is *broken*: it runs nothing more
   (``BrokenProcessPool``), so nothing can be resubmitted to it; every point
   not finished by then is recorded as failed with that error, and the sweep
@@ -36,7 +36,7 @@ The dataset (``out=DIR``)
 -------------------------
 One Parquet file per point, ``DIR/<point_hash>.parquet``, one row:
 
-* the parameter columns, the summary columns of :attr:`Result.summary`
+* the parameter columns, the summary columns of [`Result.summary`][vcpulab.sim.Result]
   and ``config_hash`` — the local sweep's row, column for column;
 * ``error`` (String): null for a point that ran; otherwise
   ``"<ExceptionType>: <message>"``, and the summary columns are absent;
@@ -46,22 +46,22 @@ One Parquet file per point, ``DIR/<point_hash>.parquet``, one row:
 * ``point_hash`` (String): the file's name, checked when it is read.
 
 A file is written as ``DIR/.<point_hash>.<pid>.<thread>.tmp``, fsynced, then
-renamed with :func:`os.replace`: a reader sees a whole file or none. (The
+renamed with `os.replace`: a reader sees a whole file or none. (The
 folder is fsynced about once a second and at the end: a rename lost in a
 power cut costs recomputing that point.) On a new run, points whose file holds a result are
 skipped; failed points are **retried**; files that cannot be read, or do not
 hold exactly one row named by their own hash, are moved to
 ``DIR/.quarantine/`` and recomputed; temporary files are ignored (a crash
 may leave them; they can be deleted when no sweep writes to DIR). Read a
-whole dataset with :func:`read_dataset`.
+whole dataset with [`read_dataset`][vcpulab.sim.distributed.read_dataset].
 
 Limits
 ------
-* Python policies (:func:`vcpulab.sim.policies.python`) travel pickled: on
+* Python policies ([`vcpulab.sim.policies.python`][]) travel pickled: on
   Dask (cloudpickle) a callable must be importable on the workers (defined
   in an installed module) or picklable by value; with other process
-  executors it must pickle with :mod:`pickle`. An unpicklable one raises
-  :class:`ValueError` before anything is submitted. The point hash names a
+  executors it must pickle with `pickle`. An unpicklable one raises
+  `ValueError` before anything is submitted. The point hash names a
   Python policy by its ``name`` only: change the name when you change its
   code, or use a fresh ``out``.
 * ``results=True`` (full per-VM/vCPU frames) is local-only: the dataset
@@ -350,11 +350,11 @@ def _check_shippable(points: list[Point], executor: cf.Executor) -> None:
 
 
 def executor_from_address(address: str, **client_kwargs: Any) -> cf.Executor:
-    """Connect a :class:`distributed.Client` to the scheduler at ``address``
+    """Connect a Dask ``distributed.Client`` to the scheduler at ``address``
     (e.g. ``"tcp://10.0.0.5:8786"``) and return ``client.get_executor()``.
 
     The client stays open as long as the executor is used; close it with
-    ``executor._client.close()``, or use :func:`dask_executor`, which does.
+    ``executor._client.close()``, or use [`dask_executor`][vcpulab.sim.distributed.dask_executor], which does.
     Needs the ``dask`` extra: ``pip install 'vcpulab[dask]'``. The workers
     need vcpulab installed (the same version) to run the simulator.
     """
@@ -368,7 +368,7 @@ def executor_from_address(address: str, **client_kwargs: Any) -> cf.Executor:
 @contextlib.contextmanager
 def dask_executor(address: str, **client_kwargs: Any) -> Iterator[cf.Executor]:
     """``with dask_executor("tcp://host:8786") as ex: run_sweep(..., executor=ex)``:
-    :func:`executor_from_address`, closing the client at the end."""
+    [`executor_from_address`][vcpulab.sim.distributed.executor_from_address], closing the client at the end."""
     ex = executor_from_address(address, **client_kwargs)
     try:
         yield ex
@@ -393,11 +393,11 @@ def run_sweep(
 ) -> pl.DataFrame:
     """Run a sweep on ``executor``, checkpointed to the dataset ``out``.
 
-    ``points`` / ``grid``: as :func:`vcpulab.sim.sweep`.
+    ``points`` / ``grid``: as [`vcpulab.sim.sweep`][].
 
     * ``executor=None, out=None``: the local rayon sweep, unchanged.
-    * ``executor``: any :class:`concurrent.futures.Executor`, e.g. a Dask
-      ``Client.get_executor()`` (see :func:`executor_from_address`).
+    * ``executor``: any `concurrent.futures.Executor`, e.g. a Dask
+      ``Client.get_executor()`` (see [`executor_from_address`][vcpulab.sim.distributed.executor_from_address]).
       ``None`` with ``out`` set: a thread pool of ``threads`` threads (None:
       all cores) in this process — the simulator releases the GIL.
     * ``out``: the dataset folder (created if needed). Points already there
@@ -409,7 +409,7 @@ def run_sweep(
       point is recorded as failed.
 
     Returns one row per input point, in input order: the local sweep's
-    columns (equal values for equal seeds) then :data:`EXTRA_COLUMNS`.
+    columns (equal values for equal seeds) then [`EXTRA_COLUMNS`][vcpulab.sim.distributed.EXTRA_COLUMNS].
     Failed points have ``error`` set and null summary columns; nothing is
     raised for them — check ``df["error"].null_count() == df.height``.
     """

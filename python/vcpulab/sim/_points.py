@@ -1,6 +1,6 @@
 """The points of a sweep: one expansion shared by the local sweep
-(:func:`vcpulab.sim.sweep`) and the checkpointed / distributed one
-(:mod:`vcpulab.sim.distributed`)."""
+([`vcpulab.sim.sweep`][]) and the checkpointed / distributed one
+([`vcpulab.sim.distributed`][])."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ MAX_SWEEP_POINTS = 100_000
 
 def param_value(v: Any) -> Any:
     """A grid value as a parameter column: a Policy as its label (its
-    constructor's name, :func:`vcpulab.sim.policies.label`), a named object as
+    constructor's name, [`vcpulab.sim.policies.label`][]), a named object as
     its name, plain values as they are."""
     if isinstance(v, Policy):
         return policies.label(v)
@@ -38,8 +38,8 @@ def param_value(v: Any) -> Any:
 
 def resolve_named(path: str, value: Any) -> Any:
     """A grid value given by name: at a ``…policy`` path a policy name of
-    :data:`vcpulab.sim.policies.NAMES`, at a ``…workload`` path a preset of
-    :data:`vcpulab.sim.presets.NAMES`; anything else unchanged."""
+    [`vcpulab.sim.policies.NAMES`][], at a ``…workload`` path a preset of
+    [`vcpulab.sim.presets.NAMES`][]; anything else unchanged."""
     if not isinstance(value, str):
         return value
     leaf = path.rsplit(".", 1)[-1]
@@ -76,10 +76,10 @@ def expand(
 ) -> list[Point]:
     """The (params, Config) points of a sweep, in order, with their parameter
     columns: a grid's cartesian product over dotted paths (policy and
-    workload names accepted, see :func:`resolve_named`), a list of Configs
+    workload names accepted, see `resolve_named`), a list of Configs
     numbered by ``point``, or your own (params, Config) pairs.
 
-    A sweep of more than ``max_points`` points (:data:`MAX_SWEEP_POINTS`;
+    A sweep of more than ``max_points`` points ([`MAX_SWEEP_POINTS`][vcpulab.sim.MAX_SWEEP_POINTS];
     None: no bound) is refused with a ValueError before any is built."""
     max_points = check_max_points(max_points)
     labelled: list[Point] = []

@@ -1,7 +1,7 @@
-"""Running the simulator on this machine: :func:`run` (one configuration),
-:func:`local_sweep` (many, in parallel) and their :class:`Result`. Re-exported
-by :mod:`vcpulab.sim`, whose :func:`~vcpulab.sim.sweep` adds the distributed
-and checkpointed cases (:mod:`vcpulab.sim.distributed`), which use this
+"""Running the simulator on this machine: [`run`][vcpulab.sim.run] (one configuration),
+`local_sweep` (many, in parallel) and their [`Result`][vcpulab.sim.Result]. Re-exported
+by [`vcpulab.sim`][], whose [`sweep`][vcpulab.sim.sweep] adds the distributed
+and checkpointed cases ([`vcpulab.sim.distributed`][]), which use this
 module in turn: no import cycle."""
 
 from __future__ import annotations
@@ -15,21 +15,20 @@ import polars as pl
 
 from vcpulab import _core
 from vcpulab._checks import guard_panics
+from vcpulab._core import Spinner as Spinner  # re-exported by vcpulab.sim: what a Python policy receives
+from vcpulab._core import VcpuView as VcpuView
 from vcpulab._frames import frame as _frame
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
 from vcpulab.sim._config import Config
 from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
 
-VcpuView = _core.VcpuView
-Spinner = _core.Spinner
-
-#: Where a vCPU's time goes, the columns of :attr:`Result.vcpus` that sum to
+#: Where a vCPU's time goes, the columns of [`Result.vcpus`][vcpulab.sim.Result] that sum to
 #: the run's duration (useful work, lock spinning, PLE exits, other exits,
 #: guest idle polling, host halt polling, runnable-but-waiting, halted).
 #: Read from the Rust engine (``sim::metrics``), so it cannot drift.
 TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_VCPU_TIME_CATEGORIES)
-#: The same for a host CPU (:attr:`Result.pcpus`): running categories, then
+#: The same for a host CPU ([`Result.pcpus`][vcpulab.sim.Result]): running categories, then
 #: background tasks and idle.
 PCPU_TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_PCPU_TIME_CATEGORIES)
 
@@ -69,7 +68,7 @@ class Result:
 
     @property
     def provenance(self) -> dict[str, Any]:
-        """Where this result came from (:mod:`vcpulab.provenance`): vcpulab
+        """Where this result came from ([`vcpulab.provenance`][]): vcpulab
         version and build, dependency versions, timestamp, command line, the
         machine (CPU model, kernel, KVM module parameters), seed and config hash."""
         from vcpulab.provenance import provenance
@@ -114,16 +113,16 @@ class Result:
         """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
         of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
-        idle (see :func:`vcpulab.plot.sched_map_codes`). Needs ``trace=True``."""
+        idle (see [`vcpulab.plot.sched_map_codes`][]). Needs ``trace=True``."""
         from vcpulab.plot import sched_map_codes
 
         return sched_map_codes(self, **self._bins(bin_ns))
 
     def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
-        """:meth:`sched_map` as an RGB image (uint8, shape (pcpus, bins, 3)),
+        """[`sched_map`][vcpulab.sim.Result.sched_map] as an RGB image (uint8, shape (pcpus, bins, 3)),
         coloured as in [S4]: one hue per VM, one brightness per
         vCPU, black for background host tasks, white for idle. For a picture
-        with a legend, saved as PNG, use :func:`vcpulab.plot.sched_map`."""
+        with a legend, saved as PNG, use [`vcpulab.plot.sched_map`][]."""
         from vcpulab.plot import sched_map_image
 
         return sched_map_image(self, **self._bins(bin_ns))
@@ -260,9 +259,9 @@ def local_sweep(
     trace_max_rows: int | None = TRACE_MAX_ROWS,
     max_points: int | None = MAX_SWEEP_POINTS,
 ) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
-    """:func:`vcpulab.sim.sweep` on this machine (rayon threads): its
+    """[`vcpulab.sim.sweep`][] on this machine (rayon threads): its
     arguments, less ``executor`` and ``out`` (those go through
-    :func:`vcpulab.sim.distributed.run_sweep`, which calls this for its
+    [`vcpulab.sim.distributed.run_sweep`][], which calls this for its
     local case)."""
     _check_threads(threads)
     limit = _check_trace_max_rows(trace_max_rows)

@@ -22,7 +22,7 @@ Policies: ``"off"``, ``"fixed"`` (always poll up to the maximum, Feb 2015),
 shrink when idle; never merged, reconstructed here), ``"block-time"``
 (upstream since v4.3: decide from the length of the whole halt).
 
-The configuration is :class:`vcpulab.sim.HaltPoll`, the same type as the
+The configuration is [`vcpulab.sim.HaltPoll`][], the same type as the
 engine's ``Vm.halt_poll`` (one Rust type, ``HaltPollConfig``, behind both).
 ``Params`` (this module's former class) is a deprecated alias.
 
@@ -51,15 +51,19 @@ from vcpulab._checks import guard_panics
 from vcpulab.sim._config import HALT_POLL_POLICIES, HaltPoll
 
 __all__ = [
-    "POLICIES",
-    "STAT_COLUMNS",
     "Background",
     "Costs",
+    "KERNEL_DEFAULTS",
+    "LIMIT_NS",
+    "MEASURED_HERE",
     "Message",
+    "POLICIES",
     "Params",
     "Result",
+    "STAT_COLUMNS",
     "Scenario",
     "Timer",
+    "U32_MAX",
     "host_params",
     "idle_study",
     "run",
@@ -67,7 +71,7 @@ __all__ = [
     "windows",
 ]
 
-#: The policy names (the engine's :class:`vcpulab.sim.HaltPoll` uses the same).
+#: The policy names (the engine's [`vcpulab.sim.HaltPoll`][] uses the same).
 POLICIES = HALT_POLL_POLICIES
 
 #: the kernel's halt-polling vCPU stats ([K3]), same names as real KVM
@@ -89,7 +93,9 @@ KERNEL_DEFAULTS = {
     "halt_poll_ns_grow_start": 10_000,
     "halt_poll_ns_shrink": 2,
 }
+#: the largest value of a u32 module parameter (``halt_poll_ns`` and its grow / shrink factors)
 U32_MAX = 2**32 - 1
+#: the largest time any field of the model takes, ns (10^13 ns: about 2.8 hours)
 LIMIT_NS = 10**13
 
 
@@ -136,12 +142,12 @@ def Params(
     v4_idle_ns: int = 10_000_000,
     v3_start_ns: int = 500_000,
 ) -> HaltPoll:
-    """Deprecated: use :class:`vcpulab.sim.HaltPoll`, the one halt-polling
+    """Deprecated: use [`vcpulab.sim.HaltPoll`][], the one halt-polling
     configuration of the engine and this model.
 
     Builds the equivalent ``HaltPoll`` (``halt_poll_ns`` is ``max_ns``,
     ``grow_start`` is ``grow_start_ns``; module parameters left None are the
-    host's, as :meth:`HaltPoll.from_host` reads them; the default policy is
+    host's, as [`HaltPoll.from_host`][vcpulab.sim.HaltPoll.from_host] reads them; the default policy is
     ``"block-time"``) and warns with a DeprecationWarning."""
     warnings.warn(
         "vcpulab.sim.halt_poll.Params is deprecated; use vcpulab.sim.HaltPoll (halt_poll_ns -> max_ns, "
@@ -217,8 +223,8 @@ MEASURED_HERE: dict[str, int] = {
 
 @dataclass(frozen=True)
 class Costs:
-    """Host and guest costs, ns. Defaults: :data:`MEASURED_HERE`, measured by
-    :func:`vcpulab.calibrate.halt_poll` on the project's machine; pass
+    """Host and guest costs, ns. Defaults: [`MEASURED_HERE`][vcpulab.sim.halt_poll.MEASURED_HERE], measured by
+    [`vcpulab.calibrate.halt_poll`][] on the project's machine; pass
     ``calibrate.halt_poll(...).costs`` to use this host's.
 
     Attributes:
@@ -307,16 +313,16 @@ class Scenario:
     """vCPUs halting on one host CPU.
 
     Attributes:
-        halt_poll: the policy and parameters (:class:`vcpulab.sim.HaltPoll`).
+        halt_poll: the policy and parameters ([`vcpulab.sim.HaltPoll`][]).
             Default ``HaltPoll(policy="block-time")`` (the kernel's defaults;
             ``HaltPoll.from_host(policy="block-time")`` takes this host's).
-        vcpus: one :class:`Message` or :class:`Timer` per vCPU (all on one host CPU).
-        costs: :class:`Costs`.
-        background: other work on the CPU (:class:`Background`), None: none.
+        vcpus: one [`Message`][vcpulab.sim.halt_poll.Message] or [`Timer`][vcpulab.sim.halt_poll.Timer] per vCPU (all on one host CPU).
+        costs: [`Costs`][vcpulab.sim.halt_poll.Costs].
+        background: other work on the CPU ([`Background`][vcpulab.sim.halt_poll.Background]), None: none.
         duration_ns: simulated time limit, ns (0: none; required with timers).
         rounds: round trips per message-driven vCPU (0: until duration_ns).
         seed: RNG seed (exponential gaps, jitter, background); deterministic per seed.
-        trace: keep one row per halt (:attr:`Result.trace`).
+        trace: keep one row per halt ([`Result.trace`][vcpulab.sim.halt_poll.Result]).
     """
 
     halt_poll: HaltPoll = field(default_factory=lambda: HaltPoll(policy="block-time"))
@@ -368,10 +374,10 @@ class Scenario:
 
 @dataclass
 class Result:
-    """What :func:`run` returns.
+    """What [`run`][vcpulab.sim.halt_poll.run] returns.
 
     ``stats``: one row per vCPU with the kernel stat columns
-    (:data:`STAT_COLUMNS`), grows/shrinks, ``poll_cpu_ns`` (host CPU time in
+    ([`STAT_COLUMNS`][vcpulab.sim.halt_poll.STAT_COLUMNS]), grows/shrinks, ``poll_cpu_ns`` (host CPU time in
     the poll loop), ``busy_ns`` (host CPU time of the vCPU thread),
     ``poll_cpu_frac`` / ``busy_frac`` (of the simulated time),
     ``final_halt_poll_ns``, ``mean_window_ns``, ``success_frac``
@@ -425,7 +431,7 @@ def _result(sc: Scenario, d: dict[str, Any]) -> Result:
 
 @guard_panics
 def run(scenario: Scenario) -> Result:
-    """Simulates one :class:`Scenario` (GIL released; deterministic per seed)."""
+    """Simulates one [`Scenario`][vcpulab.sim.halt_poll.Scenario] (GIL released; deterministic per seed)."""
     if not isinstance(scenario, Scenario):
         raise ValueError(f"run needs a Scenario, got {scenario!r}")
     return _result(scenario, _core.halt_poll_simulate(scenario.to_json()))

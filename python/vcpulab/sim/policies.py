@@ -1,13 +1,13 @@
-"""Directed-yield policies for :class:`vcpulab.sim.Vm`.
+"""Directed-yield policies for [`vcpulab.sim.Vm`][].
 
 Built-in policies run in Rust. A **Python policy** is any callable
 ``fn(spinner, candidates) -> int | None``:
 
-* ``spinner`` (:class:`vcpulab._core.Spinner`): ``index``, ``n_vcpus``,
+* ``spinner`` ([`vcpulab.sim.Spinner`][]): ``index``, ``n_vcpus``,
   ``last_boosted``, ``in_kernel``, ``attempts`` (``[(index, result), ...]``
   of the yield_to calls already made in this exit), ``waited_for`` (ground
-  truth no kernel has; for oracles) and ``state`` (its own :class:`VcpuView`);
-* ``candidates``: the other vCPUs' :class:`vcpulab._core.VcpuView` in
+  truth no kernel has; for oracles) and ``state`` (its own [`VcpuView`][vcpulab.sim.VcpuView]);
+* ``candidates``: the other vCPUs' [`vcpulab.sim.VcpuView`][] in
   round-robin order starting after ``last_boosted``.
 
 Return the index of a vCPU to ``yield_to``, or None to stop. After a failed
@@ -25,7 +25,7 @@ A Python policy sees snapshots: it cannot flip the engine's ``dy_eligible``
 flags (the kernel's ``kvm_vcpu_eligible_for_directed_yield`` toggle), so for a
 VM run by a Python policy ``VcpuView.dy_eligible`` stays at its initial value.
 A policy that wants the toggle keeps its own table, as
-:class:`DyEligibleInPython` does (and then reproduces the built-in exactly).
+[`DyEligibleInPython`][vcpulab.sim.policies.DyEligibleInPython] does (and then reproduces the built-in exactly).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ __all__ = [
     "oracle",
     "python",
     "random",
+    "resolve",
     "upstream",
 ]
 
@@ -67,9 +68,9 @@ def upstream(
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
     ``last_boosted_bug=True`` models v6.12-6.18 (offset stored instead of index).
     ``candidate_gate="preempted"`` models kernels before 5.3, whose first test
-    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see :class:`Policy`).
+    was ``vcpu->preempted`` instead of ``vcpu->ready`` (see [`Policy`][vcpulab.sim.Policy]).
     ``ipi_aware=True`` is the 2025 IPI-aware candidate selection RFC (see
-    :class:`Policy`)."""
+    [`Policy`][vcpulab.sim.Policy])."""
     return Policy(
         kind="upstream",
         candidate_gate=candidate_gate,
@@ -167,7 +168,7 @@ _KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
 
 
 def by_name(name: str) -> Policy:
-    """The built-in policy ``name`` with its defaults (one of :data:`NAMES`),
+    """The built-in policy ``name`` with its defaults (one of [`NAMES`][vcpulab.sim.policies.NAMES]),
     e.g. ``by_name("dy_eligible") == dy_eligible()``."""
     if name not in NAMES:
         raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(NAMES)}, or pass a Policy")
@@ -184,7 +185,7 @@ def label(policy: Policy) -> str:
 
 
 def resolve(value: Any) -> Any:
-    """``value`` as a policy: a name of :data:`NAMES` becomes the policy, a
-    :class:`Policy` (or anything else, for the config to judge) is returned
+    """``value`` as a policy: a name of [`NAMES`][vcpulab.sim.policies.NAMES] becomes the policy, a
+    [`Policy`][vcpulab.sim.Policy] (or anything else, for the config to judge) is returned
     unchanged."""
     return by_name(value) if isinstance(value, str) else value

@@ -1,6 +1,6 @@
 """Workloads approximating the benchmarks of the published threads (docs/sources.md).
 
-Each preset is a :class:`~vcpulab.sim.Workload` whose phases stand for what
+Each preset is a [`Workload`][vcpulab.sim.Workload] whose phases stand for what
 the benchmark stresses in a guest kernel under overcommit. They are shaped
 after what the benchmarks do, **not tuned to the published numbers**; compare
 directions and rough magnitudes, not values.
@@ -23,7 +23,7 @@ NAMES = (
     "sysbench_oltp_like",
 )
 
-__all__ = ["NAMES", "by_name", *NAMES]
+__all__ = ["EBIZZY_2019_RECORD_NS", "NAMES", "by_name", *NAMES]
 
 
 def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: bool | str = False) -> Workload:
@@ -62,7 +62,7 @@ def ebizzy_like(*, lock_kind: str = "ticket", iterations: int = 0, mmap_sem: boo
 #: thread running alone on its core: 80 vCPUs × 0.65 (the 2019 era's
 #: ``Host.smt_speed_pct``: both Hyper-Threads of each core were busy) /
 #: 21443 records/s (1 VM of 80 vCPUs on 80 CPUs, not overcommitted, before
-#: d73eb57b80b9; see :func:`ebizzy_no_mmap_like`) = 2 425 034 ns.
+#: d73eb57b80b9; see [`ebizzy_no_mmap_like`][vcpulab.sim.presets.ebizzy_no_mmap_like]) = 2 425 034 ns.
 EBIZZY_2019_RECORD_NS = round(80 * 0.65 / 21443 * 1e9)
 
 
@@ -103,7 +103,7 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
     * ``Lock(0, lock_kind, 2_000)``: one mm spinlock section per record
       (page allocator / LRU locks of the faults and the free), 2 µs held —
       the hold and the count per record are carried over from
-      :func:`ebizzy_like` and are **not derived**. The count could be
+      [`ebizzy_like`][vcpulab.sim.presets.ebizzy_like] and are **not derived**. The count could be
       (128 faulted and 128 freed pages per record against the 2019 kernel's
       15-page pagevecs for the LRU lock and per-cpu page batches for the
       zone lock: of the order of 10-20 acquisitions), but the hold times
@@ -114,7 +114,7 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
       ebizzy's default chunk is ``record_size * 64 * 1024`` = 512 KiB = 128
       pages, above glibc's 128 KiB ``M_TRIM_THRESHOLD`` and above x86's
       ``tlb_single_page_flush_ceiling`` of 33 pages, so one full-flush round),
-      flush handler 1 µs (:func:`ebizzy_like`'s handler; the round's
+      flush handler 1 µs ([`ebizzy_like`][vcpulab.sim.presets.ebizzy_like]'s handler; the round's
       send/deliver/exit costs are the cost profile's). The sources ran the
       boost tests with PV TLB flush off (Wanpeng Li, 2019-07-12, "I disable
       pv tlb shootdown during testing"), which the cases set.
@@ -178,7 +178,7 @@ def sysbench_oltp_like(*, iterations: int = 0) -> Workload:
     with probability 0.2 a 100 µs sleep. The holds are means of exponential
     draws (many row, table and kernel lock sites; fixed holds put waits at
     whole multiples of a hold, a knife edge against the PLE window: see
-    :func:`kernbench_like`).
+    [`kernbench_like`][vcpulab.sim.presets.kernbench_like]).
     """
     return Workload(
         name="sysbench_oltp_like",
@@ -281,7 +281,7 @@ def parsec_lock_heavy_like(*, compute_ns: int = 20_000, hold_ns: int = 2_000, it
 
 
 def by_name(name: str) -> Workload:
-    """The preset ``name`` with its defaults (one of :data:`NAMES`)."""
+    """The preset ``name`` with its defaults (one of [`NAMES`][vcpulab.sim.presets.NAMES])."""
     if name not in NAMES:
         raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(NAMES)}, or pass a Workload")
     return globals()[name]()  # type: ignore[no-any-return]

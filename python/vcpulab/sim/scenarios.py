@@ -1,6 +1,6 @@
 """The published experiments (docs/sources.md) as ready-made configurations.
 
-Each function returns a :class:`~vcpulab.sim.Config`; the tests in
+Each function returns a [`Config`][vcpulab.sim.Config]; the tests in
 ``tests/test_sim_scenarios.py`` run them with short durations and check the
 direction and rough magnitude of the published findings, and
 ``benches/sim_bench.py`` runs them longer.
@@ -50,7 +50,7 @@ def sched_map_2012(
     seed: int = 0,
 ) -> Config:
     """[S4]: 80 host CPUs at 2x overcommit, ``vms`` × ``vcpus`` (16 × 10
-    or 8 × 20) running :func:`~vcpulab.sim.presets.spinlock_microbench`
+    or 8 × 20) running [`spinlock_microbench`][vcpulab.sim.presets.spinlock_microbench]
     (one hot kernel spinlock per VM), PLE with the upstream policy, or gang
     scheduling ([S4] does not name the workload of these runs).
     Throughput is counted after ``warmup_ns``: all vCPUs start in step, and

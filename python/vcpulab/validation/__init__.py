@@ -1,18 +1,18 @@
 """Validation: the published results vcpulab's simulator exists to explore,
 registered, cited and scored in one table.
 
-* :data:`CASES` — the registry: one :class:`Case` per published comparison
+* [`CASES`][vcpulab.validation.CASES] — the registry: one [`Case`][vcpulab.validation.Case] per published comparison
   (source, published numbers with units, metric, era, configuration builder);
-* :data:`ERAS` / :class:`Era` — one parameter set per era of kernel and
-  hardware, every value with its unit and source; :data:`COSTS` — the
+* [`ERAS`][vcpulab.validation.ERAS] / [`Era`][vcpulab.validation.Era] — one parameter set per era of kernel and
+  hardware, every value with its unit and source; [`COSTS`][vcpulab.validation.COSTS] — the
   ``hardware`` and ``this_host`` cost profiles;
-* :func:`validate` — runs the cases as one sweep (rayon locally, or any
+* [`validate`][vcpulab.validation.validate] — runs the cases as one sweep (rayon locally, or any
   executor such as Dask) and returns a polars frame, one row per case;
-  :func:`summary` / :func:`summary_line` — the shares against the targets
+  [`summary`][vcpulab.validation.summary] / [`summary_line`][vcpulab.validation.summary_line] — the shares against the targets
   and the flags (lock-step, starvation, instability, bimodality);
-* :func:`check_case` — finds era values a case changes without a recorded
+* [`check_case`][vcpulab.validation.check_case] — finds era values a case changes without a recorded
   reason (no per-case tuning);
-* :mod:`vcpulab.validation.sensitivity` — every case re-run with each
+* [`vcpulab.validation.sensitivity`][] — every case re-run with each
   unpublished value (an era's or cost profile's *assumption*) halved and
   doubled: which rows hang on which assumption;
 * ``python -m vcpulab.validation [--quick]`` prints the table.

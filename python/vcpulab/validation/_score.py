@@ -1,4 +1,4 @@
-"""Running the registry as one sweep and scoring it (see :func:`validate`)."""
+"""Running the registry as one sweep and scoring it (see [`validate`][vcpulab.validation.validate])."""
 
 from __future__ import annotations
 
@@ -238,7 +238,7 @@ STARVED_MIN_FAIR_OPS = 5
 def _fairness(r: Mapping[str, Any], cfg: Any) -> tuple[float, int]:
     """(min Jain index over the config's groups of identical VMs, VMs with no
     operation in the measured window in a group whose mean is at least
-    :data:`STARVED_MIN_FAIR_OPS`) of one main-engine run."""
+    `STARVED_MIN_FAIR_OPS`) of one main-engine run."""
     if "vms" not in r or not isinstance(cfg, Config):
         return math.nan, 0
     tput = r["vms"]["throughput_ops_s"].to_list()
@@ -277,7 +277,7 @@ def validate(
     one (times ``duration_scale``) and half of it. Identical configurations
     (e.g. the six PARSEC rows) run once. Main-engine points run in parallel
     in this process (rayon, GIL released), or as batches of ``batch_size``
-    points on ``executor`` (any :class:`concurrent.futures.Executor`, e.g. a
+    points on ``executor`` (any `concurrent.futures.Executor`, e.g. a
     Dask ``Client.get_executor()``; the points travel as JSON plus their
     Python policies, which must be importable on the workers); the
     halt-polling model's points run locally (milliseconds each).
@@ -302,7 +302,8 @@ def validate(
     ``source`` and ``url``. See docs/validation.md for the rules.
 
     Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
-    of the cases whose every run had finished (:mod:`vcpulab._interrupt`).
+    of the cases whose every run had finished (the one interruption contract
+    of every long call: ``e.partial`` in the call's own shape).
     """
     if isinstance(seeds, int):
         if seeds < 1:
@@ -531,7 +532,7 @@ def _score(
 
 
 def summary(df: pl.DataFrame) -> dict[str, Any]:
-    """Shares and flags of a :func:`validate` frame.
+    """Shares and flags of a [`validate`][vcpulab.validation.validate] frame.
 
     * ``direction_share``: right in direction / simulated cases with a direction;
     * ``within_2x_share``: within 2x / simulated cases with a published magnitude;

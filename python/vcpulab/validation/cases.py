@@ -1,17 +1,18 @@
-"""The registry: one :class:`Case` per published comparison.
+"""The registry: one [`Case`][vcpulab.validation.Case] per published comparison.
 
 Each case names its public source (title, authors, date, URL), the published
-numbers with their units, the metric, the era (:mod:`.eras`) and a builder
+numbers with their units, the metric, the era ([`eras`][vcpulab.validation.eras]) and a builder
 that turns (context, variant, seed) into a simulator configuration. A builder
-gets a :class:`Ctx` that hands out the era's and the cost profile's values;
+gets a [`Ctx`][vcpulab.validation.Ctx] that hands out the era's and the cost profile's values;
 it may set only the **published set-up** of the experiment (host CPUs, VMs,
 vCPUs, threads, the workload, pinning, host load) and the knob the
 comparison turns (``Case.varies``). Any other difference from the era needs
-an entry in ``Case.overrides`` with its reason; :func:`check_case` finds
+an entry in ``Case.overrides`` with its reason; [`check_case`][vcpulab.validation.check_case] finds
 differences that have none (``tests/test_validation.py`` runs it on every case).
 
 Cases the simulator cannot express yet have no builder and say why
-(``limitation``) and which issue adds what they need (``waits_for``).
+(``limitation``) and which part of the model a closer match needs
+(``waits_for``).
 """
 
 from __future__ import annotations
@@ -42,13 +43,23 @@ from vcpulab.sim._config import (
 from vcpulab.validation.eras import _GUEST_FIELDS, ERAS, CostProfile, Era
 
 __all__ = [
+    "BOOST_QUEUE_HEAD_2019",
+    "BOOST_READY_2019",
     "CASES",
-    "METRICS",
     "Case",
     "Ctx",
+    "HALT_POLL_COMMIT_2015",
+    "HALT_POLL_REVIEW_2015",
+    "IPI_AWARE_2025",
+    "METRICS",
     "OnSpinGate",
+    "PCPU_IDLE_2021",
     "Published",
+    "RAGHU_2012",
     "Source",
+    "THEURER_2012",
+    "VCPU_IS_PREEMPTED_2017",
+    "background",
     "case",
     "check_case",
 ]
@@ -129,12 +140,12 @@ class Case:
     Attributes:
         name: unique id (``snake_case``).
         title: what is compared, in a line.
-        source: :class:`Source`.
-        published: :class:`Published`.
-        metric: a key of :data:`METRICS`.
-        era: a key of :data:`vcpulab.validation.eras.ERAS`.
-        build: ``build(ctx, variant, seed)`` → :class:`vcpulab.sim.Config` or
-            :class:`vcpulab.sim.halt_poll.Scenario`; variants ``"base"`` and
+        source: [`Source`][vcpulab.validation.Source].
+        published: [`Published`][vcpulab.validation.Published].
+        metric: a key of [`METRICS`][vcpulab.validation.METRICS].
+        era: a key of [`vcpulab.validation.eras.ERAS`][vcpulab.validation.ERAS].
+        build: ``build(ctx, variant, seed)`` → [`vcpulab.sim.Config`][] or
+            [`vcpulab.sim.halt_poll.Scenario`][]; variants ``"base"`` and
             ``"new"`` (``"only"`` for a share). None: not expressible.
         measure: name of the measure taken from each run (see ``_MEASURES``).
         varies: ``"section.field"`` paths the comparison turns (the two
@@ -148,7 +159,10 @@ class Case:
         notes: modelling choices of the case (assumptions in the set-up).
         limitation: why the case is not expressible (``build`` None), or what
             today's model lacks for it.
-        waits_for: the issue(s) whose model change it needs (``"#12"``, ``"#13"``).
+        waits_for: the part of the simulator a closer match needs: ``"the host
+            model"`` (the host scheduler: placement, load balancing, cache-cold
+            migrations), ``"the guest model"`` (the guest kernel, its PV paths
+            and the workloads' phases), or ``"the host and guest models"``.
     """
 
     name: str
@@ -322,9 +336,9 @@ class OnSpinGate:
     dy_runnable; a candidate preempted in guest user mode is skipped when the
     spinner is in kernel mode (unless an interrupt is pending for it); the
     dy_eligible toggle (a shadow table, as
-    :class:`vcpulab.sim.policies.DyEligibleInPython`); the -ESRCH budget.
+    [`vcpulab.sim.policies.DyEligibleInPython`][]); the -ESRCH budget.
 
-    Stands in for the built-in gate option issue #13 adds; both variants of
+    Stands in for a built-in gate option of the guest model; both variants of
     a comparison use this class, so neither gains from Python/Rust differences.
     """
 
@@ -417,7 +431,7 @@ _MEASURES: dict[str, Measure] = {
 
 def _ebizzy() -> Workload:
     """ebizzy as the guest runs it: its record allocations map and unmap
-    memory under the mm's ``mmap_sem``, where threads sleep (issue #13;
+    memory under the mm's ``mmap_sem``, where threads sleep (the guest model;
     ``presets.ebizzy_like(mmap_sem=True)``)."""
     return presets.ebizzy_like(mmap_sem=True)
 
@@ -571,18 +585,21 @@ def _hp_tcp_rr(policy_new: str) -> Builder:
 
 # ---- sources
 
+#: source of the 2012 directed-yield PLE handler series ([S1])
 RAGHU_2012 = Source(
     "[PATCH RFC V2 0/2] kvm: Improving directed yield in PLE handler",
     "Raghavendra K T",
     "2012-07-10",
     "https://lkml.org/lkml/2012/7/10/392",
 )
+#: source of the 2012 'perf sched map' bitmaps ([S4])
 THEURER_2012 = Source(
     "Re: [PATCH RFC 1/2] kvm: Handle undercommitted guest case in PLE handler ('perf sched map' bitmaps)",
     "Andrew Theurer",
     "2012-10",
     "https://lkml.iu.edu/hypermail/linux/kernel/1210.1/01600.html",
 )
+#: source of the 2021 pcpu_is_idle() proposal
 PCPU_IDLE_2021 = Source(
     "KVM: x86: pcpu_is_idle() in struct kvm_steal_time (proposal thread, not merged; message URL not confirmed, "
     "lore search)",
@@ -590,36 +607,42 @@ PCPU_IDLE_2021 = Source(
     "2021",
     "https://lore.kernel.org/kvm/?q=pcpu_is_idle",
 )
+#: source of the 2015 dynamic halt-polling commit ([S5])
 HALT_POLL_COMMIT_2015 = Source(
     "KVM: dynamic halt-polling (commit aca6ff29c406, v4.3)",
     "Wanpeng Li; suggested by David Matlack; simplified by Paolo Bonzini",
     "2015-09",
     "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=aca6ff29c4063a8d467cdee241e6b3bf7dc4a171",
 )
+#: source of the 2015 review of dynamic halt-polling v4
 HALT_POLL_REVIEW_2015 = Source(
     "Re: [PATCH v4 0/3] KVM: Dynamic Halt-Polling (review; message URL not confirmed, lore search)",
     "David Matlack (review of Wanpeng Li's series)",
     "2015-08",
     "https://lore.kernel.org/kvm/?q=%22Dynamic+Halt-Polling%22",
 )
+#: source of the 2019 'boost vCPUs that are delivering interrupts' commit
 BOOST_READY_2019 = Source(
     "KVM: Boost vCPUs that are delivering interrupts (commit d73eb57b80b9, v5.3)",
     "Wanpeng Li",
     "2019-07",
     "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=d73eb57b80b98ae147e4e6a7d9877c2ba175f972",
 )
+#: source of the 2019 'boost queue head vCPU' commit
 BOOST_QUEUE_HEAD_2019 = Source(
     "KVM: X86: Boost queue head vCPU to mitigate lock waiter preemption (commit 266e85a5ec91, v5.4)",
     "Wanpeng Li",
     "2019-07",
     "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=266e85a5ec9100dcd9ae03601453bbc96fefee5d",
 )
+#: source of the 2025 IPI-aware directed yield series
 IPI_AWARE_2025 = Source(
     "[PATCH v2 8/9] KVM: Implement IPI-aware directed yield candidate selection (RFC series, not merged)",
     "Wanpeng Li",
     "2025-12-18",
     "https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html",
 )
+#: source of the 2017 optimized vcpu_is_preempted() patch
 VCPU_IS_PREEMPTED_2017 = Source(
     "x86/kvm: Provide optimized version of vcpu_is_preempted() for x86-64 (message URL not confirmed, lore search)",
     "Waiman Long",
@@ -696,7 +719,7 @@ def _ple2012_cases() -> list[Case]:
                 setup=_SETUP_2012,
                 notes=_NOTES_PRESET.format(preset.__name__)
                 + "; the absolute 1x numbers are the V1 results linked from this V2 cover letter",
-                waits_for="#12, #13",
+                waits_for="the host and guest models",
             )
         )
     return out
@@ -743,7 +766,7 @@ def _registry() -> list[Case]:
             varies=("guest.policy",),
             setup=_SETUP_2012,
             notes="observation from the thread's discussion; taken on the ebizzy-like 1x run of the unpatched handler",
-            waits_for="#12",
+            waits_for="the host model",
         )
     )
     cases.append(
@@ -804,7 +827,7 @@ def _registry() -> list[Case]:
                 "available_idle_cpu refuses halted vCPUs, which the RFC's is_idle byte accepts",
                 limitation="the programs' own phase lengths and thread counts beyond 16 are not modelled (the rows "
                 "of one kernel share a value); pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
-                waits_for="#13",
+                waits_for="the guest model",
             )
         )
     # ---- halt polling (the one-CPU model)
@@ -946,7 +969,7 @@ def _registry() -> list[Case]:
             measure_ns=2_000_000_000,
             setup="one idle 250 Hz vCPU on its own host CPU",
             notes="v4 was never merged: vcpulab's reconstruction (docs/halt_polling.md)",
-            waits_for="#13",
+            waits_for="the guest model",
         ),
     ]
     # ---- 2019: the ready gate
@@ -975,7 +998,7 @@ def _registry() -> list[Case]:
                 setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; "
                 + _UNPINNED,
                 notes="both gates are the built-in upstream policy's candidate_gate option",
-                waits_for="#12, #13",
+                waits_for="the host and guest models",
             )
         )
     for sy, b, nw in ((False, 1570, 4000), (True, 1844, 5157)):
@@ -999,7 +1022,7 @@ def _registry() -> list[Case]:
                 setup="Haswell desktop with 8 threads (8 CPUs), two 8-vCPU VMs, one running ebizzy -M, the other "
                 "'stress --cpu 2'; " + _UNPINNED,
                 notes="'stress --cpu 2' = two CPU-bound guest threads; the ebizzy VM's throughput is measured",
-                waits_for="#12, #13",
+                waits_for="the host and guest models",
             )
         )
     for n, b, nw in ((1, 23520, 25040), (2, 8000, 13600), (3, 3100, 5400)):
@@ -1017,7 +1040,7 @@ def _registry() -> list[Case]:
                 measure_ns=300_000_000,
                 setup="80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), VMs of 80 vCPUs; "
                 + _UNPINNED,
-                waits_for="#12",
+                waits_for="the host model",
             )
         )
     for bench, rows in (("dedup", ((2, 47.1), (3, 28.1), (4, 1.7))), ("vips", ((2, 26.2), (3, 12.7), (4, 6.0)))):

@@ -1,29 +1,29 @@
 """Eras of kernel and hardware, and cost profiles, as data.
 
-An :class:`Era` is one parameter set for the kernels and machines a group of
+An [`Era`][vcpulab.validation.Era] is one parameter set for the kernels and machines a group of
 published results was measured on (2012 3.x, 2015 4.x, 2019 5.x, 2021 5.14,
 today's 6.x). It maps onto the simulator's configuration objects
-(:class:`vcpulab.sim.Host`, :class:`~vcpulab.sim.Ple`,
-:class:`~vcpulab.sim.Pv`, :class:`~vcpulab.sim.HaltPoll`, the guest kernel's
-spin lock and :class:`~vcpulab.sim.Workload` constants, the directed-yield
-policy of that kernel) field by field. Every value is a :class:`Param` with
+([`vcpulab.sim.Host`][], [`Ple`][vcpulab.sim.Ple],
+[`Pv`][vcpulab.sim.Pv], [`HaltPoll`][vcpulab.sim.HaltPoll], the guest kernel's
+spin lock and [`Workload`][vcpulab.sim.Workload] constants, the directed-yield
+policy of that kernel) field by field. Every value is a [`Param`][vcpulab.validation.Param] with
 its unit and its source: a kernel default (the file or function named), a
 cited hardware figure (with its reference), a measurement, or an assumption
 (said so, with the reason; where vcpulab found no published figure).
 
-Costs are kept apart, in a :class:`CostProfile`: ``hardware`` (figures for a
+Costs are kept apart, in a [`CostProfile`][vcpulab.validation.CostProfile]: ``hardware`` (figures for a
 hardware-virtualised guest, cited where a figure was found) and
-``this_host`` (measured by :func:`vcpulab.calibrate.halt_poll` on the
+``this_host`` (measured by [`vcpulab.calibrate.halt_poll`][] on the
 project's machine, whose guests run emulated). A validation case picks an era
 and a cost profile; it never sets an era's or a profile's value itself (see
-:mod:`vcpulab.validation.cases`: an override needs a recorded reason).
+[`vcpulab.validation.cases`][]: an override needs a recorded reason).
 
 Adding an option of a new simulator version to an era is adding a
-:class:`Param` to the era's mapping for that class (``host``, ``ple``, ``pv``,
+[`Param`][vcpulab.validation.Param] to the era's mapping for that class (``host``, ``ple``, ``pv``,
 ``halt_poll``, ``workload``): e.g. ``"scheduler": Param("cfs", "", KERNEL,
 "kernel/sched/fair.c before v6.6")`` once ``Host.scheduler`` accepts
-``"cfs"``. :data:`PENDING` lists, per era, what the sources' kernels did that
-today's simulator cannot express yet, and which issue adds it.
+``"cfs"``. [`PENDING`][vcpulab.validation.PENDING] lists, per era, what the sources' kernels did that
+today's simulator cannot express yet, and which part of the model it needs.
 """
 
 from __future__ import annotations
@@ -41,36 +41,49 @@ from vcpulab.sim._config import Guest, HaltPoll, Host, HostNoise, Ple, Policy, P
 __all__ = [
     "ASSUMPTION",
     "COSTS",
+    "CostProfile",
     "ERAS",
+    "ERA_2012",
+    "ERA_2015",
+    "ERA_2019",
+    "ERA_2021",
+    "ERA_6X",
+    "Era",
     "HARDWARE",
+    "HARDWARE_COSTS",
     "KERNEL",
+    "KINDS",
     "MEASURED",
     "PENDING",
-    "SECTIONS",
-    "CostProfile",
-    "Era",
+    "PUBLISHED_SETUP",
     "Param",
+    "SECTIONS",
     "era",
     "eras_markdown",
     "this_host",
 ]
 
-#: the ``guest`` section's fields that are :class:`vcpulab.sim.Guest` fields (the
+#: the ``guest`` section's fields that are [`vcpulab.sim.Guest`][] fields (the
 #: others, ``lock_kind`` and ``policy``, set the workload's locks and the policy)
 _GUEST_FIELDS = tuple(f.name for f in dataclasses.fields(Guest))
 
-#: kinds of source a value can have
+#: a value's kind: the kernel's default of the era
 KERNEL = "kernel default"
+#: a value's kind: a figure a cited hardware source gives
 HARDWARE = "cited hardware figure"
+#: a value's kind: measured (on this host, or by a source)
 MEASURED = "measured"
+#: a value's kind: no source gives it; chosen and documented (validation.sensitivity scales these)
 ASSUMPTION = "assumption"
+#: a value's kind: part of a source's published set-up
 PUBLISHED_SETUP = "published set-up"
+#: every kind of source a value can have
 KINDS = (KERNEL, HARDWARE, MEASURED, ASSUMPTION, PUBLISHED_SETUP)
 
 #: the configuration sections an era or a cost profile maps onto; "guest" holds
 #: the guest kernel's choices (``lock_kind``, ``policy``), "halt_poll_model"
-#: the one-CPU halt-polling model's :class:`vcpulab.sim.HaltPoll` /
-#: :class:`~vcpulab.sim.halt_poll.Costs` fields.
+#: the one-CPU halt-polling model's [`vcpulab.sim.HaltPoll`][] /
+#: [`Costs`][vcpulab.sim.halt_poll.Costs] fields.
 SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model")
 
 
@@ -81,8 +94,8 @@ class Param:
     Attributes:
         value: the value, in the unit of the simulator field it sets.
         unit: ``"ns"``, ``"cycles"``, ``"kHz"``, ``""`` for choices/flags/counts.
-        kind: one of :data:`KERNEL`, :data:`HARDWARE`, :data:`MEASURED`,
-            :data:`ASSUMPTION`, ``"published set-up"``.
+        kind: one of [`KERNEL`][vcpulab.validation.eras.KERNEL], [`HARDWARE`][vcpulab.validation.eras.HARDWARE], [`MEASURED`][vcpulab.validation.eras.MEASURED],
+            [`ASSUMPTION`][vcpulab.validation.eras.ASSUMPTION], ``"published set-up"``.
         source: the kernel file/function and constant, the reference of a
             hardware figure, the measurement, or the reason of an assumption.
     """
@@ -116,14 +129,14 @@ class Era:
         name: ``"2012-3.x"``, ``"2015-4.x"``, ``"2019-5.x"``, ``"2021-5.14"``, ``"6.x"``.
         kernel: the host/guest kernels the era stands for.
         hardware: the machines the era's sources measured on.
-        host, ple, pv, halt_poll, workload: field → :class:`Param` for
-            :class:`vcpulab.sim.Host`, :class:`~vcpulab.sim.Ple`,
-            :class:`~vcpulab.sim.Pv`, :class:`~vcpulab.sim.HaltPoll` and the
-            :class:`~vcpulab.sim.Workload` constants of the guest kernel.
+        host, ple, pv, halt_poll, workload: field → [`Param`][vcpulab.validation.Param] for
+            [`vcpulab.sim.Host`][], [`Ple`][vcpulab.sim.Ple],
+            [`Pv`][vcpulab.sim.Pv], [`HaltPoll`][vcpulab.sim.HaltPoll] and the
+            [`Workload`][vcpulab.sim.Workload] constants of the guest kernel.
         guest: ``lock_kind`` (the guest's kernel spinlock) and ``policy``
-            (the host's ``kvm_vcpu_on_spin``) as :class:`Param`.
+            (the host's ``kvm_vcpu_on_spin``) as [`Param`][vcpulab.validation.Param].
         halt_poll_model: the module parameters of the one-CPU halt-polling
-            model (:class:`vcpulab.sim.HaltPoll` fields).
+            model ([`vcpulab.sim.HaltPoll`][] fields).
     """
 
     name: str
@@ -181,8 +194,8 @@ class CostProfile:
     Attributes:
         name: ``"hardware"`` or ``"this_host"``.
         description: what the profile stands for.
-        host, ple, pv: field → :class:`Param` for the main engine.
-        halt_poll_model: :class:`vcpulab.sim.halt_poll.Costs` fields.
+        host, ple, pv: field → [`Param`][vcpulab.validation.Param] for the main engine.
+        halt_poll_model: [`vcpulab.sim.halt_poll.Costs`][] fields.
     """
 
     name: str
@@ -204,7 +217,7 @@ class CostProfile:
         return {f"{s}.{k}": p for s in ("host", "ple", "pv", "halt_poll_model") for k, p in getattr(self, s).items()}
 
     def costs(self) -> hp.Costs:
-        """The one-CPU halt-polling model's :class:`~vcpulab.sim.halt_poll.Costs`."""
+        """The one-CPU halt-polling model's [`Costs`][vcpulab.sim.halt_poll.Costs]."""
         return hp.Costs(**self.values("halt_poll_model"))
 
 
@@ -266,7 +279,7 @@ _APICV = _h(True, "", "posted interrupts / APICv on Xeons from Ivy Bridge-EP (20
 _NO_APICV = _h(False, "", "no posted interrupts before Ivy Bridge-EP (Intel SDM vol. 3, ch. 29: APIC virtualization)")
 _PLACEMENT = _k("available_idle", "", "kernel/sched/core.c: available_idle_cpu() = idle_cpu && !vcpu_is_preempted")
 _GUEST_POLL = _k(0, "ns", "cpuidle-haltpoll is not loaded by default: the guest halts at once")
-# the PV switches and the guest kernel's lock rules (issue #13)
+# the PV switches and the guest kernel's lock rules (the guest model)
 _NO_KICK_YIELD = _k(False, "", "KVM_HC_KICK_CPU only wakes the kicked vCPU before 266e85a5ec91 (2019)")
 _KICK_YIELD = _k(
     True, "", "kvm_pv_kick_cpu_op + kvm_sched_yield: 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (2019)"
@@ -308,7 +321,7 @@ _CFS_YIELD = _k(
     "CFS before v6.6: yield_task_fair() makes the yielder the skip buddy, which Host.scheduler='cfs' does "
     "(sched.rs yield_to, cfs.rs cfs_pick); this value is read only by the EEVDF scheduler",
 )
-# host model (issue #12): the scheduler class, time out of lock-step, host
+# host model: the scheduler class, time out of lock-step, host
 # noise, wake-up placement and balancing; topology (sockets, SMT) is a
 # published set-up of each case, not an era value
 _INTEL_IDLE = "drivers/idle/intel_idle.c"
@@ -415,6 +428,7 @@ def _workload(spin: Param) -> dict[str, Param]:
     return {"spin_threshold": _SPIN_THRESHOLD, "spin_iter_cycles": spin, "guest_slice_ns": _GUEST_SLICE}
 
 
+#: Linux 3.5-3.6 on Westmere-class Xeons: the 2012 directed-yield threads ([S1], [S4])
 ERA_2012 = Era(
     name="2012-3.x",
     kernel="Linux 3.5-3.6 host and guest (CFS), KVM with the 2011 yield_to directed yield",
@@ -454,6 +468,7 @@ ERA_2012 = Era(
     halt_poll_model=_hp_model(0, 0),
 )
 
+#: Linux 4.2-4.3 on Haswell-EP Xeons: the 2015 dynamic halt-polling work ([S5])
 ERA_2015 = Era(
     name="2015-4.x",
     kernel="Linux 4.2-4.3 (CFS, qspinlock with pv, dynamic PLE window, dynamic halt polling)",
@@ -608,6 +623,7 @@ def _era_5x(
     )
 
 
+#: Linux 5.2-5.3 on Skylake-SP Xeons: the 2019 boost patches
 ERA_2019 = _era_5x(
     "2019-5.x",
     "Linux 5.2-5.3 (CFS, pv sched yield, the ready gate from v5.3)",
@@ -622,6 +638,7 @@ ERA_2019 = _era_5x(
     ),
     _NO_YIELD_BAILOUT,
 )
+#: Linux 5.14 on Cascade Lake-class Xeons: the 2021 pcpu_is_idle proposal
 ERA_2021 = _era_5x(
     "2021-5.14",
     "Linux 5.14 (CFS)",
@@ -631,6 +648,7 @@ ERA_2021 = _era_5x(
     _WAIT_EARLY,
     _YIELD_BAILOUT,
 )
+#: Linux 6.19+ (EEVDF): today's kernels
 ERA_6X = Era(
     name="6.x",
     kernel="Linux 6.19+ (EEVDF: PICK_BUDDY since v6.14, forfeit-on-yield since v6.19 and stable 6.12.63 / 6.18.2; "
@@ -702,15 +720,15 @@ ERAS: Mapping[str, Era] = MappingProxyType({e.name: e for e in (ERA_2012, ERA_20
 
 _MIGRATION = (
     "the cost of a cache-cold migration: Host.migration_cold_core_ns / migration_cold_llc_ns exist and are 0 in "
-    "every era, because the refill time depends on each workload's working set, which no source gives, #12"
+    "every era, because the refill time depends on each workload's working set, which no source gives (the host model)"
 )
 
-#: what each era's kernels did that today's simulator cannot express, and the issue that adds it
+#: what each era's kernels did that today's simulator cannot express, and the part of the model it needs
 PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "2012-3.x": (
             _MIGRATION,
-            "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan, #12",
+            "the 3.x select_idle_sibling (idle sched group of the LLC) is modelled by the v4.9+ idle-core scan (the host model)",
         ),
         "2015-4.x": (
             _MIGRATION,
@@ -719,7 +737,7 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "Ubuntu 16.04's 4.4 kernel defaults to 400000 ns: Launchpad bug #1724614, 'Lower the default for "
             "halt_poll_ns to 200000 ns', 2017, https://bugs.launchpad.net/ubuntu/+source/linux/+bug/1724614); "
             "the v4.3 header (arch/x86/include/asm/kvm_host.h) was not readable here, so the value is not "
-            "changed, #13",
+            "changed (the guest model)",
         ),
         "2019-5.x": (
             _MIGRATION,
@@ -729,12 +747,12 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "smp_call_function_many, and its per-VM baselines are 2-3x the published ones (2800 and 1800 "
             "records/s); the 'ready' gate and the queue-head yield act on vCPUs woken from halts (pv-spinlock "
             "waiters, kicks), which needs ebizzy -M's mm spinlock sections per record (LRU/zone lock batches: "
-            "counts follow from kernel constants, hold times are not published), #13",
+            "counts follow from kernel constants, hold times are not published; the guest model)",
         ),
         "2021-5.14": (
             _MIGRATION,
             "PARSEC-like kernels of three kinds (barrier steps; fine-grained locks; task queues), not each "
-            "program's own phase lengths and thread counts, #13",
+            "program's own phase lengths and thread counts (the guest model)",
         ),
         "6.x": (_MIGRATION,),
     }
@@ -755,6 +773,7 @@ _APIC_TIMER_2016 = (
 )
 _HW_EXIT = _h(683, "ns", f"{_SPLITX}; consistent with 0.71 us per external-interrupt exit on Skylake: {_EXTINT_2019}")
 
+#: the ``hardware`` cost profile: a hardware-virtualised (VMX) guest
 HARDWARE_COSTS = CostProfile(
     name="hardware",
     description=(
@@ -799,9 +818,9 @@ HARDWARE_COSTS = CostProfile(
 
 def this_host(calibration: Any = None) -> CostProfile:
     """The ``this_host`` profile: the halt-polling costs measured by
-    :func:`vcpulab.calibrate.halt_poll` (``calibration``: its result, whose
+    [`vcpulab.calibrate.halt_poll`][] (``calibration``: its result, whose
     ``.costs`` are used; None: the values measured on the project's machine,
-    :data:`vcpulab.sim.halt_poll.MEASURED_HERE`). This host runs guests
+    [`vcpulab.sim.halt_poll.MEASURED_HERE`][]). This host runs guests
     emulated (kvm_pvm, no PLE), so the main engine's exit costs cannot be
     measured here: they are the ``hardware`` values, marked so."""
     if calibration is None:

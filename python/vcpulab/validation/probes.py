@@ -1,7 +1,7 @@
-"""Robustness probes: the model artifacts issue #11 found, measured on
+"""Robustness probes: model artifacts the validation work found, measured on
 today's build (not published comparisons; they run beside the registry).
 
-:func:`robustness` returns one row per probe with ``artifact`` True while
+[`robustness`][vcpulab.validation.probes.robustness] returns one row per probe with ``artifact`` True while
 the artifact is present:
 
 * ``lockstep_unpinned_8x20``: 8 VMs x 20 vCPUs on 80 CPUs with unpinned
@@ -96,7 +96,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
                 artifact=same or ratio < 1.2,
                 detail="gang / fair throughput, unpinned vCPU threads (identical runs, or gang within 20 % "
                 "of fair: lock-step)",
-                waits_for="#12",
+                waits_for="the host model",
             )
         )
 
@@ -127,7 +127,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
             value=min(shares),
             artifact=zero,
             detail="smallest per-VM share of the operations (0.5 = fair); a VM at 0 over the window",
-            waits_for="#12",
+            waits_for="the host model",
         )
     )
 
@@ -151,7 +151,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
             value=v,
             artifact=same,
             detail="pv_queued / ticket throughput, 2 x 16-vCPU ebizzy-like VMs on 16 CPUs (identical = dead path)",
-            waits_for="#13",
+            waits_for="the guest model",
         )
     )
     c = _ctx("6.x")
@@ -173,7 +173,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
             value=v,
             artifact=same,
             detail="2 / 1 ebizzy-like threads per vCPU, throughput (identical = dead path)",
-            waits_for="#13",
+            waits_for="the guest model",
         )
     )
 
@@ -204,7 +204,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
                 value=b,
                 artifact=bool(edge),
                 detail=f"{bench}-like 1x dy_eligible vs 2011 {what} change at 8192 cycles ({a:+.1%} at 4096)",
-                waits_for="#12, #13",
+                waits_for="the host and guest models",
             )
         )
     return pl.DataFrame(

@@ -3,7 +3,7 @@
 Every era and cost profile marks some values as *assumptions*: a value no
 source gives (the run-queue lock's cost in ``yield_to``, the wake-up IPI's
 latency, the host noise, a hypercall's cost…), chosen and documented in
-:mod:`vcpulab.validation.eras`. :func:`sensitivity` re-runs the cases with
+[`vcpulab.validation.eras`][]. [`sensitivity`][vcpulab.validation.sensitivity.sensitivity] re-runs the cases with
 one assumption at a time multiplied by each factor (by default ½ and 2) and
 reports, case by case, what the comparison becomes. It answers two questions
 a reader of the validation table has:
@@ -29,7 +29,7 @@ can afford, and a comparison that moves with the window is still in its
 start-up transient.
 
 Only numbers are scaled. Integers and floats are multiplied (integers
-rounded, at least 1); :class:`~vcpulab.sim.HostNoise` scales its two rates
+rounded, at least 1); [`HostNoise`][vcpulab.sim.HostNoise] scales its two rates
 (the noise level), ``idle_states`` every latency and residency. Booleans and
 names (``seeded_ties``, ``start_placement``, ``yield_scope``) are choices
 between mechanisms, not magnitudes, and are left alone. A value a case
@@ -56,7 +56,18 @@ from vcpulab.validation._score import _fmt, _key, _select, validate
 from vcpulab.validation.cases import Case
 from vcpulab.validation.eras import ASSUMPTION, COSTS, SECTIONS, CostProfile, Param
 
-#: what :func:`sensitivity` multiplies the assumptions by unless told
+__all__ = [
+    "DEFAULT_FACTORS",
+    "MAX_LENGTH_FACTOR",
+    "RUN_LENGTH",
+    "assumptions",
+    "changes",
+    "per_case",
+    "sensitivity",
+    "to_markdown",
+]
+
+#: what [`sensitivity`][vcpulab.validation.sensitivity.sensitivity] multiplies the assumptions by unless told
 DEFAULT_FACTORS: tuple[float, ...] = (0.5, 2.0)
 
 #: the case's simulated window (warm-up and measured time) as one more
@@ -162,15 +173,15 @@ def sensitivity(
 ) -> pl.DataFrame:
     """Re-runs the expressible cases with one assumption at a time scaled.
 
-    ``cases``: names or :class:`Case` objects (default: every expressible
-    case). ``params``: the assumptions to scale, as :func:`assumptions`
+    ``cases``: names or [`Case`][vcpulab.validation.Case] objects (default: every expressible
+    case). ``params``: the assumptions to scale, as [`assumptions`][vcpulab.validation.sensitivity.assumptions]
     names them (``"era.host.wakeup_ipi_ns"``, ``"cost.host.rq_lock_ns"``),
-    or ``"run.length"`` (:data:`RUN_LENGTH`: the case's warm-up and
+    or ``"run.length"`` ([`RUN_LENGTH`][vcpulab.validation.sensitivity.RUN_LENGTH]: the case's warm-up and
     measured time, or its iteration count, times each factor; a comparison
     that moves with it is measured in a start-up transient); default every
     one each case may read, and the run length. ``factors``: the multipliers
     (each > 0 and not 1). ``seeds``, ``duration_scale``, ``executor``: as
-    :func:`~vcpulab.validation.validate`, which runs the nominal table and
+    [`validate`][vcpulab.validation.validate], which runs the nominal table and
     each scaled one.
 
     Returns one row per case, assumption and factor where the scaled value
@@ -183,7 +194,7 @@ def sensitivity(
     undefined, e.g. with one seed); ``status`` "ran" or the simulator's
     refusal of the scaled value (also a factor that makes the value one the
     model cannot take, and a ``run.length`` factor above
-    :data:`MAX_LENGTH_FACTOR`).
+    [`MAX_LENGTH_FACTOR`][vcpulab.validation.sensitivity.MAX_LENGTH_FACTOR]).
 
     Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
     of the scaled runs that had finished.
@@ -228,7 +239,7 @@ def _sensitivity_rows(
     duration_scale: float,
     executor: Any,
 ) -> None:
-    """The rows of :func:`sensitivity`, appended to ``rows`` as each group of
+    """The rows of [`sensitivity`][vcpulab.validation.sensitivity.sensitivity], appended to ``rows`` as each group of
     scaled runs finishes (so that an interrupt keeps them)."""
     nominal = {
         r["case"]: r for r in validate(sel, seeds=seeds, duration_scale=duration_scale, executor=executor).to_dicts()
@@ -331,7 +342,7 @@ def _apart(nom: dict[str, Any], got: dict[str, Any]) -> bool:
 
 
 def changes(df: pl.DataFrame) -> pl.DataFrame:
-    """The rows of a :func:`sensitivity` frame where the scaled assumption
+    """The rows of a [`sensitivity`][vcpulab.validation.sensitivity.sensitivity] frame where the scaled assumption
     changes whether the case is right in direction or within 2x (see
     ``beyond_seeds`` for whether the change exceeds the seeds' spread)."""
     return df.filter(
@@ -344,7 +355,7 @@ def changes(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def per_case(df: pl.DataFrame) -> pl.DataFrame:
-    """One row per case of a :func:`sensitivity` frame: its nominal verdicts,
+    """One row per case of a [`sensitivity`][vcpulab.validation.sensitivity.sensitivity] frame: its nominal verdicts,
     the number of scaled runs (``scaled``), the assumptions that put a wrong
     direction right (``mends_direction``) or a right one wrong
     (``breaks_direction``), the same for within 2x, and the range of
@@ -392,7 +403,7 @@ def per_case(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def to_markdown(df: pl.DataFrame) -> str:
-    """The per-case summary of a :func:`sensitivity` frame as a markdown table."""
+    """The per-case summary of a [`sensitivity`][vcpulab.validation.sensitivity.sensitivity] frame as a markdown table."""
     pc = per_case(df)
 
     def yn(x: Any) -> str:
