@@ -516,9 +516,9 @@ class Run:
     halts: pl.DataFrame | None = None
     #: what the trace recorded: events, lost, dropped, truncated, counts per tracepoint
     trace_info: dict[str, Any] | None = None
-    #: under a vcpulab scheduler (``run(scheduler=...)``, :mod:`vcpulab.sched`): one row per
+    #: under a vcpulab scheduler (``run(scheduler=...)``, [`vcpulab.sched`][vcpulab.sched]): one row per
     #: token hand-off — t_ns (after the run's start), pcpu, out_vm, out_vcpu (-1: the CPU was
-    #: idle), in_vm, in_vcpu (-1: it falls idle), why (:data:`vcpulab.sched.WHY`)
+    #: idle), in_vm, in_vcpu (-1: it falls idle), why ([`vcpulab.sched.WHY`][vcpulab.sched.WHY])
     schedule: pl.DataFrame | None = None
     #: one row per pv spin exit — t_ns, vm, vcpu, holder (the vCPU the guest named, -1:
     #: unknown), attempts (yield_to calls), yielded_to (-1: kept its token), window (the
@@ -941,7 +941,7 @@ def run(
             ``TraceUnavailableError``).
         trace_max_events: cap on traced events kept; beyond it the trace is
             flagged ``Run.trace_info["truncated"]``.
-        scheduler: who schedules the vCPU threads (:mod:`vcpulab.sched`):
+        scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]):
             ``sched.host()`` (None, the default) leaves them to the kernel;
             ``sched.round_robin()``, ``gang()``, ``relaxed_co()``,
             ``balance()`` or ``directed_yield(policy)`` run them under
@@ -1064,7 +1064,7 @@ def run(
         for d in drivers:
             d.start()
         try:
-            sched_cfg = _sched.core_config(scheduler, sorted(vcpu_cpus), window_gpas, vms)
+            sched_cfg = _sched._core_config(scheduler, sorted(vcpu_cpus), window_gpas, vms)
             rep = _core.run_experiment(plan, hard, sample_every_s, poll_every_s, scheduler=sched_cfg)
             if tracer is not None:
                 tracer.stop()

@@ -1,6 +1,6 @@
 """vcpulab's own vCPU scheduler: the policies of the simulator on real vCPUs.
 
-A real :func:`vcpulab.experiment.run` normally leaves its vCPU threads to the
+A real [`vcpulab.experiment.run`][vcpulab.experiment.run] normally leaves its vCPU threads to the
 host kernel (EEVDF here). With ``scheduler=`` it schedules them itself:
 
     from vcpulab import sched
@@ -24,22 +24,22 @@ with the same port), and when a vCPU's program ends.
 
 The policies:
 
-* :func:`host` — the kernel schedules (today's behaviour, the default);
-* :func:`round_robin` — vcpulab's fair time slices, the control;
-* :func:`gang` — strict co-scheduling: all vCPUs of a VM hold tokens together,
+* [`host`][vcpulab.sched.host] — the kernel schedules (today's behaviour, the default);
+* [`round_robin`][vcpulab.sched.round_robin] — vcpulab's fair time slices, the control;
+* [`gang`][vcpulab.sched.gang] — strict co-scheduling: all vCPUs of a VM hold tokens together,
   VMs take turns (Nikunj Dadhania's gang-scheduling patches measured in the
   2012 ``perf sched map`` thread [S4], docs/sources.md);
-* :func:`relaxed_co` — VMware ESX's relaxed co-scheduling: a vCPU more than
+* [`relaxed_co`][vcpulab.sched.relaxed_co] — VMware ESX's relaxed co-scheduling: a vCPU more than
   ``skew_us`` of run time ahead of its slowest runnable sibling is co-stopped
   ("The CPU Scheduler in VMware vSphere 5.1", VMware technical white paper,
   2013, https://www.vmware.com/content/dam/digitalmarketing/vmware/en/pdf/techpaper/vmware-vsphere-cpu-sched-performance-white-paper.pdf);
-* :func:`balance` — balance scheduling: sibling vCPUs never share a host
+* [`balance`][vcpulab.sched.balance] — balance scheduling: sibling vCPUs never share a host
   CPU's queue (O. Sukwong and H. S. Kim, "Is co-scheduling too expensive for
   SMP VMs?", EuroSys 2011, https://doi.org/10.1145/1966445.1966471);
-* :func:`directed_yield` — round-robin slices, and on a pv spin exit any
-  directed-yield policy of :mod:`vcpulab.sim.policies` (the same objects the
+* [`directed_yield`][vcpulab.sched.directed_yield] — round-robin slices, and on a pv spin exit any
+  directed-yield policy of [`vcpulab.sim.policies`][vcpulab.sim.policies] (the same objects the
   simulator runs, a Python function included) picks a candidate with the same
-  candidate view (:class:`vcpulab.sim.VcpuView`) and the same
+  candidate view ([`vcpulab.sim.VcpuView`][vcpulab.sim.VcpuView]) and the same
   ``last_boosted`` round-robin start; ``yield_to`` hands the spinner's token
   to it ([S1], ``kvm_vcpu_on_spin``).
 
@@ -52,12 +52,12 @@ the host CPU the vCPU last ran on holds no token.
 
 Simplifications, stated: a woken vCPU runs the two instructions from its
 ``HLT`` to its wake-up bracket without a token; the watchdog takes back a
-token held past its slice plus :attr:`Scheduler.watchdog_us` by kicking the
+token held past its slice plus ``Scheduler.watchdog_us`` by kicking the
 holder out of ``KVM_RUN`` (it cannot stop a Python policy mid-call: a policy
-that overruns :attr:`Scheduler.policy_deadline_us` fails the run when it
+that overruns ``Scheduler.policy_deadline_us`` fails the run when it
 returns). On VMX/SVM hosts the kernel's own directed yield would mix with
 vcpulab's: disable pause exits (``Vm.disable_exits(pause=True)``) for VMs
-under :func:`directed_yield` there; this host has no PLE.
+under [`directed_yield`][vcpulab.sched.directed_yield] there; this host has no PLE.
 """
 
 from __future__ import annotations
@@ -78,9 +78,12 @@ __all__ = [
     "Host",
     "RelaxedCo",
     "RoundRobin",
+    "ScheduleSummary",
     "Scheduler",
+    "WHY",
     "balance",
     "directed_yield",
+    "from_config",
     "gang",
     "host",
     "relaxed_co",
@@ -128,7 +131,7 @@ class Scheduler:
 
     @property
     def is_host(self) -> bool:
-        """True for :func:`host`: the kernel schedules."""
+        """True for [`host`][vcpulab.sched.host]: the kernel schedules."""
         return self.name == "host"
 
     def _core(self) -> dict[str, Any]:
@@ -157,28 +160,28 @@ class Scheduler:
 
 @dataclass(frozen=True)
 class Host(Scheduler):
-    """The kernel schedules the vCPU threads (:func:`host`)."""
+    """The kernel schedules the vCPU threads ([`host`][vcpulab.sched.host])."""
 
     name: ClassVar[str] = "host"
 
 
 @dataclass(frozen=True)
 class RoundRobin(Scheduler):
-    """vcpulab's fair time slices (:func:`round_robin`)."""
+    """vcpulab's fair time slices ([`round_robin`][vcpulab.sched.round_robin])."""
 
     name: ClassVar[str] = "round_robin"
 
 
 @dataclass(frozen=True)
 class Gang(Scheduler):
-    """Strict co-scheduling (:func:`gang`)."""
+    """Strict co-scheduling ([`gang`][vcpulab.sched.gang])."""
 
     name: ClassVar[str] = "gang"
 
 
 @dataclass(frozen=True)
 class RelaxedCo(Scheduler):
-    """Relaxed co-scheduling (:func:`relaxed_co`).
+    """Relaxed co-scheduling ([`relaxed_co`][vcpulab.sched.relaxed_co]).
 
     Attributes:
         skew_us: the run-time lead over the slowest runnable sibling beyond
@@ -200,7 +203,7 @@ class RelaxedCo(Scheduler):
 
 @dataclass(frozen=True)
 class Balance(Scheduler):
-    """Balance scheduling (:func:`balance`)."""
+    """Balance scheduling ([`balance`][vcpulab.sched.balance])."""
 
     name: ClassVar[str] = "balance"
 
@@ -208,10 +211,10 @@ class Balance(Scheduler):
 @dataclass(frozen=True)
 class DirectedYield(Scheduler):
     """Round-robin slices and a directed-yield policy at pv spin exits
-    (:func:`directed_yield`).
+    ([`directed_yield`][vcpulab.sched.directed_yield]).
 
     Attributes:
-        policy: a :class:`vcpulab.sim.Policy` (e.g. ``policies.dy_eligible()``,
+        policy: a [`vcpulab.sim.Policy`][vcpulab.sim.Policy] (e.g. ``policies.dy_eligible()``,
             or ``policies.python(fn)``); every VM gets it (the VMs of a run
             share one copy of a Python policy, as in the simulator).
         spin_window: failed spin iterations before a pv spin exit (the
@@ -337,10 +340,10 @@ def directed_yield(
     **kw: Any,
 ) -> DirectedYield:
     """Round-robin slices; at a pv spin exit ``policy`` (a
-    :class:`vcpulab.sim.Policy`, a policy name, or a callable
-    ``fn(spinner, candidates)`` as :func:`vcpulab.sim.policies.python` takes)
+    [`vcpulab.sim.Policy`][vcpulab.sim.Policy], a policy name, or a callable
+    ``fn(spinner, candidates)`` as [`vcpulab.sim.policies.python`][vcpulab.sim.policies.python] takes)
     chooses a candidate and the spinner's token goes to it. The spin
-    threshold (:attr:`DirectedYield.spin_window`) grows and shrinks as
+    threshold (``DirectedYield.spin_window``) grows and shrinks as
     ``ple_window`` does."""
     return DirectedYield(
         policy=policy,
@@ -357,8 +360,8 @@ _BY_NAME: dict[str, type[Scheduler]] = {c.name: c for c in (Host, RoundRobin, Ga
 
 
 def from_config(d: dict[str, Any] | None) -> Scheduler:
-    """The scheduler a Run recorded (``Run.config["scheduler"]``, :meth:`Scheduler.config`);
-    None or a Run from before schedulers: :func:`host`. A Python policy cannot be
+    """The scheduler a Run recorded (``Run.config["scheduler"]``, [`config`][vcpulab.sched.Scheduler.config]);
+    None or a Run from before schedulers: [`host`][vcpulab.sched.host]. A Python policy cannot be
     rebuilt from a record (its code is not in it): ValueError."""
     if d is None:
         return host()
@@ -380,7 +383,7 @@ def from_config(d: dict[str, Any] | None) -> Scheduler:
     return cls(**d)
 
 
-def core_config(s: Scheduler, cpus: list[int], window_gpas: list[int | None], vms: int) -> dict[str, Any] | None:
+def _core_config(s: Scheduler, cpus: list[int], window_gpas: list[int | None], vms: int) -> dict[str, Any] | None:
     """The dict ``_core.run_experiment(scheduler=...)`` takes (None: the host schedules)."""
     if s.is_host:
         return None
@@ -389,7 +392,7 @@ def core_config(s: Scheduler, cpus: list[int], window_gpas: list[int | None], vm
 
 @dataclass
 class ScheduleSummary:
-    """What :func:`summary` returns: counts and the hand-off latency distribution."""
+    """What [`summary`][vcpulab.sched.summary] returns: counts and the hand-off latency distribution."""
 
     decisions: int
     by_why: dict[str, int]
@@ -405,7 +408,7 @@ class ScheduleSummary:
 
 
 def summary(run: Any) -> ScheduleSummary:
-    """The decision log of a scheduled :class:`~vcpulab.experiment.Run`, summed up."""
+    """The decision log of a scheduled [`Run`][vcpulab.experiment.Run], summed up."""
     d = getattr(run, "schedule", None)
     s = getattr(run, "spins", None)
     if d is None or s is None:

@@ -83,6 +83,7 @@ __all__ = [
     "METRICS",
     "MSI_DEADLINE_S",
     "OtherLoad",
+    "PV_SPIN_ITER_INSNS",
     "SPIN_PHASE_DIST",
     "TRACE_COLUMNS",
     "TWIN_MAX_MACHINE_CPUS",
@@ -298,7 +299,7 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
     of every vCPU's waiting flag (1 + 7 per vCPU, after the release) to the
     think path. ``pv_exits`` (a run under vcpulab's scheduler) adds the reset
     of the wait's failed-iteration count (1) to the wait path (a failed
-    iteration then costs :data:`PV_SPIN_ITER_INSNS`). MsiPingPong / IdleTicks: the round's instructions are measured
+    iteration then costs [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS]). MsiPingPong / IdleTicks: the round's instructions are measured
     by the calibration from KVM's ``insn_emulation`` stat (the interrupt stub
     and EOI dominate them), not counted here. Checked against
     ``insn_emulation`` by [`calibrate`][vcpulab.twins.calibrate] (``insns_per_acq_measured`` vs
@@ -582,7 +583,7 @@ class Experiment:
             ``pcpus[i % len(pcpus)]``: ``run(placement=…)``).
         duration_s: seconds of the real run (and of the simulated one).
         halt_poll_ns: per-VM maximum halt-poll time; None = the module parameter.
-        scheduler: who schedules the vCPU threads (:mod:`vcpulab.sched`; None:
+        scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]; None:
             the host's kernel). Under vcpulab's scheduler the vCPUs share
             ``cpus`` (its run tokens), whatever ``pinning`` says.
     """
@@ -1067,14 +1068,14 @@ PV_SPIN_ITER_INSNS = 11
 
 def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
     """The host, PLE and policy of the twin of a run under vcpulab's scheduler
-    (:mod:`vcpulab.sched`).
+    ([`vcpulab.sched`][vcpulab.sched]).
 
     * ``round_robin``: the fair scheduler with base slice = the slice, every
       vCPU free on the run's CPUs (``affinity="all"``, the scheduler's one
       queue); ``gang``: the simulator's gang scheduler with the same slice;
     * ``directed_yield``: the same slices, plus pause-loop exits with the same
       window dynamics (the window counted in cycles: ``spin_window`` failed
-      iterations x :data:`PV_SPIN_ITER_INSNS` instructions x ``loop_insn_ns``
+      iterations x [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] instructions x ``loop_insn_ns``
       at the vCPU's TSC rate), the exit's cost the calibrated user-space exit
       (``uexit_ns``), the same policy, and ``yield_to``'s cost the calibrated
       token hand-off (``sched_handoff_ns``, as ``Host.rq_lock_ns``: the
