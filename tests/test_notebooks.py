@@ -35,4 +35,5 @@ def test_the_notebooks_are_there() -> None:
         "05_halt_polling",
         "06_validation",
         "07_twins",
+        "08_real_policies",
     ]
