@@ -381,6 +381,7 @@ _PARAM_VALUES = {
     "actual": 1,
     "expected": 1,
     "kind": "tas",
+    "pv_exits": 1,
     "hold": 1,
     "think": 1,
     "vcpus": 1,
