@@ -95,6 +95,7 @@ __all__ = [
     "cell_name",
     "compare",
     "default_grid",
+    "policy_grid",
     "directions",
     "distributions",
     "grid",
@@ -1966,6 +1967,24 @@ def _scheduler_label(s: Any) -> str:
         return "host"
     pol = getattr(s, "policy", None)
     return f"{s.name}:{sim.policies.label(pol)}" if pol is not None else s.name
+
+
+def policy_grid(pcpu: int | None = None, duration_s: float = 1.0, vcpus: int = 3) -> list[Experiment]:
+    """The policy axis of the twins grid: one ticket ``SpinLock`` VM of
+    ``vcpus`` vCPUs on host CPU ``pcpu`` (default: the last this process may
+    use) under vcpulab's scheduler, ``round_robin`` and ``directed_yield``
+    with each directed-yield policy of the simulator (``no_yield``,
+    ``baseline_2011``, ``dy_eligible``, ``upstream``, ``oracle``): the cells
+    differ in ``scheduler`` alone, so [`directions`][vcpulab.twins.directions]
+    compares every policy with the next (docs/scheduler.md)."""
+    from vcpulab import _core, sched
+
+    cpu = max(_core.allowed_cpus()) if pcpu is None else check_int("pcpu", pcpu, 0, 2**16)
+    P = sim.policies
+    policies = (P.no_yield(), P.baseline_2011(), P.dy_eligible(), P.upstream(), P.oracle())
+    scheds = [sched.round_robin(), *(sched.directed_yield(p) for p in policies)]
+    w = SpinLock(kind="ticket", hold=50, think=50)
+    return [Experiment(w, vcpus, (cpu,), duration_s=duration_s, scheduler=s) for s in scheds]
 
 
 @renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
