@@ -171,12 +171,13 @@ class Trace:
     ) -> None:
         import os
 
-        from vcpulab._checks import check_int
+        from vcpulab._checks import check_int, check_seq
 
-        cpus = list(cpus)
+        cpus = check_seq("cpus", cpus, "host CPU numbers", min_len=1)
         for c in cpus:
             if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
                 raise ValueError(f"cpus must be host CPU numbers >= 0, got {c!r}")
+            check_int("cpus entry", c, 0, 2**32 - 1)  # a u32; the core says which are not online
         check_int("max_events", max_events, 1, 1 << 32)
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:
