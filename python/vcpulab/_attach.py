@@ -54,7 +54,7 @@ from typing import Any
 
 import polars as pl
 
-from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
+from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_seq, renamed_since
 
 __all__ = ["Attached", "attach"]
 
@@ -76,6 +76,19 @@ def _debugfs_kvm() -> Path | None:
     except OSError:
         return None
     return DEBUGFS_KVM if DEBUGFS_KVM.is_dir() else None
+
+
+def _online_cpus() -> set[int]:
+    """The online host CPUs (/sys/devices/system/cpu/online, e.g. "0-3,6"); empty where unreadable."""
+    try:
+        text = Path("/sys/devices/system/cpu/online").read_text().strip()
+        out: set[int] = set()
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        return out
+    except (OSError, ValueError):
+        return set()
 
 
 def _read_int(p: Path) -> int | None:
@@ -142,8 +155,6 @@ class Attached:
     def wait_exited(self, timeout_s: float) -> bool:
         """Waits up to ``timeout_s`` seconds (0 to 86400) for the process to
         exit; True when it has. Ctrl-C raises KeyboardInterrupt within 50 ms."""
-        from vcpulab._checks import check_float
-
         check_float("timeout_s", timeout_s, 0.0, 86_400.0)
         return bool(self._live().wait_exited(float(timeout_s)))
 
@@ -230,8 +241,8 @@ class Attached:
         """Samples every ``every_s`` for ``duration_s`` (both s, > 0): (threads,
         vm_stats) frames with ``t_ns`` relative to the first sample. Threads
         that ended in between are missing from the later samples."""
-        if not duration_s > 0 or not every_s > 0:
-            raise ValueError(f"duration_s and every_s must be positive, got {duration_s}, {every_s}")
+        duration_s = check_float("duration_s", duration_s, 0.0, 86_400.0, lo_open=True, unit="s")
+        every_s = check_float("every_s", every_s, 0.0, 86_400.0, lo_open=True, unit="s")
         t0 = time.monotonic()
         th, vm = [], []
         while True:
@@ -261,9 +272,18 @@ class Attached:
         DeprecationWarning). KVM events are kept only for this process.
         Ctrl-C stops it (the trace is freed)."""
         from vcpulab import tracing
-        from vcpulab._checks import check_float
 
-        check_float("duration_s", duration_s, 1e-3, 3600.0)
+        duration_s = check_float("duration_s", duration_s, 1e-3, 3600.0, unit="s")
+        if pcpus is not None:  # checked here, before the vCPU threads are looked for (Trace checks them again)
+            pcpus = [
+                check_int("pcpus entry", c, 0, 2**16) for c in check_seq("pcpus", pcpus, "host CPU numbers", min_len=1)
+            ]
+            online = _online_cpus()
+            offline = sorted(set(pcpus) - online) if online else []
+            if offline:
+                raise ValueError(f"pcpus: host CPU(s) {offline} are not online (online: {sorted(online)})")
+        if max_events is not None:
+            max_events = check_int("max_events", max_events, 1, 1 << 32)
         known = [r for r in self.vcpus.iter_rows(named=True) if r["tid"]]
         if not known:
             raise LookupError(f"process {self.pid}: no vCPU thread identified to trace ({'; '.join(self.notes)})")

@@ -27,7 +27,7 @@ import numbers
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,6 +106,20 @@ def check_type(name: str, v: Any, cls: type | tuple[type, ...]) -> Any:
         want = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
         raise TypeError(f"{name} must be a {want}, got {type(v).__name__} {v!r}")
     return v
+
+
+def check_seq(name: str, v: Any, what: str = "values", *, min_len: int = 0) -> list[Any]:
+    """``v`` (a list, tuple, array or other iterable) as a list; a str, bytes, a
+    mapping or a non-iterable raises TypeError naming the argument (iterating
+    ``"0,1"`` or ``b"x"`` would give characters or byte values), fewer than
+    ``min_len`` items ValueError. The items are the caller's to check."""
+    if isinstance(v, (str, bytes, bytearray, Mapping)) or not isinstance(v, Iterable):
+        raise TypeError(f"{name} must be a sequence of {what}, got {type(v).__name__} {v!r}")
+    out = list(v)
+    if len(out) < min_len:
+        least = "one item" if min_len == 1 else f"{min_len} items"
+        raise ValueError(f"{name} must hold at least {least} ({what}), got {out!r}")
+    return out
 
 
 # ------------------------------------------------------------------ renamed args

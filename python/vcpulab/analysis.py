@@ -19,6 +19,7 @@ p >= 0.1; 3 pairs: p >= 0.25); [`compare`][vcpulab.analysis.compare] reports tha
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
+
+from vcpulab._checks import check_bool, check_float, check_int, check_seq
 
 __all__ = [
     "Comparison",
@@ -100,7 +103,19 @@ class Comparison:
         )
 
 
-def _values(x: Any, metric: str | None) -> np.ndarray:
+#: most bootstrap / permutation resamples of one comparison
+MAX_RESAMPLES = 10_000_000
+
+
+def _check_fraction(name: str, v: Any) -> float:
+    """A number in the open interval (0, 1) (a confidence, a significance level)."""
+    f = check_float(name, v, 0.0, 1.0, lo_open=True)
+    if f >= 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {f}")
+    return f
+
+
+def _values(x: Any, metric: str | None, side: str = "a") -> np.ndarray:
     if isinstance(x, pl.DataFrame):
         if metric is None:
             raise ValueError("compare: name the metric column when passing DataFrames")
@@ -108,9 +123,12 @@ def _values(x: Any, metric: str | None) -> np.ndarray:
             raise ValueError(f"compare: column {metric!r} not in the frame (columns: {x.columns})")
         v = x[metric].cast(pl.Float64).to_numpy()
     else:
-        v = np.asarray(list(x), dtype=float)
+        items = check_seq(f"compare: {side}", x, "numbers (or a DataFrame)")
+        if any(isinstance(i, (bool, str, bytes)) or not isinstance(i, numbers.Real) for i in items):
+            raise TypeError(f"compare: {side} must hold numbers, got {items!r}")
+        v = np.asarray(items, dtype=float)
     if v.ndim != 1 or len(v) == 0:
-        raise ValueError("compare: each side needs at least one value")
+        raise ValueError(f"compare: {side} needs at least one value (each side does)")
     if not np.all(np.isfinite(v)):
         raise ValueError("compare: values must be finite (drop NaN/inf first)")
     return v
@@ -130,7 +148,7 @@ def _paired_values(a: Any, b: Any, metric: str | None, pair_by: str) -> tuple[np
             f"compare: {pair_by!r} values differ between the sides: only in a {sorted(ka - kb)}, only in b {sorted(kb - ka)}"
         )
     a, b = a.sort(pair_by), b.sort(pair_by)
-    return _values(a, metric), _values(b, metric)
+    return _values(a, metric, "a"), _values(b, metric, "b")
 
 
 def _t_ppf(confidence: float, df: float) -> float:
@@ -143,7 +161,15 @@ def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95
     """The t-interval of the mean of ``values`` (Student's t with n-1 degrees
     of freedom, scipy): valid for small n when the values are roughly
     normal; (nan, nan) with fewer than 2 values."""
+    _check_fraction("confidence", confidence)
+    if not isinstance(values, np.ndarray):
+        items = check_seq("values", values, "numbers")
+        if any(isinstance(i, (bool, str, bytes)) or not isinstance(i, numbers.Real) for i in items):
+            raise TypeError(f"values must hold numbers, got {items!r}")
+        values = items
     v = np.asarray(values, dtype=float)
+    if v.ndim != 1:
+        raise ValueError(f"values must be one-dimensional, got shape {v.shape}")
     if len(v) < 2:
         return (float("nan"), float("nan"))
     half = _t_ppf(confidence, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
@@ -198,12 +224,11 @@ def compare(
 
     Deterministic for a given ``seed``.
     """
-    if n_resamples < 100:
-        raise ValueError(f"n_resamples must be >= 100, got {n_resamples}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    n_resamples = check_int("n_resamples", n_resamples, 100, MAX_RESAMPLES)
+    _check_fraction("confidence", confidence)
+    _check_fraction("alpha", alpha)
+    check_int("seed", seed, 0)
+    check_bool("paired", paired)
     if alternative not in ("two-sided", "greater", "less"):
         raise ValueError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
     if interval not in ("t", "bca", "percentile"):
@@ -212,7 +237,7 @@ def compare(
         va, vb = _paired_values(a, b, metric, pair_by)
         paired = True
     else:
-        va, vb = _values(a, metric), _values(b, metric)
+        va, vb = _values(a, metric, "a"), _values(b, metric, "b")
     if paired and len(va) != len(vb):
         raise ValueError(f"compare: paired runs need as many values on each side, got {len(va)} and {len(vb)}")
     rng = np.random.default_rng(seed)
@@ -375,10 +400,12 @@ def _relative_interval(va: np.ndarray, vb: np.ndarray, paired: bool, confidence:
 def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
     """Tidy per-interval KVM stat deltas of a real-KVM Run: one row per
     (vm, vcpu, interval end, stat) with the delta and the rate per second."""
+    if stats is not None:
+        stats = check_seq("stats", stats, "stat names (None: every one)", min_len=1)
     d = run.deltas()
     keys = ["vm", "vcpu", "t_ns", "dt_ns"]
     cols = list(stats) if stats is not None else [c for c in d.columns if c not in keys]
-    missing = [c for c in cols if c not in d.columns]
+    missing = [c for c in cols if not isinstance(c, str) or c not in d.columns]
     if missing:
         raise ValueError(f"unknown stats {missing}")
     long = d.select(keys + cols).unpivot(index=keys, on=cols, variable_name="stat", value_name="delta")
@@ -392,6 +419,8 @@ def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFr
     the fraction of that vCPU's (or VM's) time, from a simulator Result."""
     from vcpulab.sim import TIME_CATEGORIES
 
+    if by not in ("vcpu", "vm"):
+        raise ValueError(f"by must be 'vcpu' or 'vm', got {by!r}")
     df = getattr(result, "vcpus", result)
     cats = [c for c in TIME_CATEGORIES if c in df.columns]
     keys = ["vm", "vcpu"] if by == "vcpu" else ["vm"]
@@ -417,8 +446,10 @@ def gang_share(result: Any, step_ns: int = 20_000, skip_frac: float = 0.5) -> fl
     vc = getattr(result, "vcpus", None)
     if tr is None or vc is None:
         raise ValueError("gang_share needs a sim.Result run with trace=True")
-    if isinstance(step_ns, bool) or not isinstance(step_ns, int) or step_ns <= 0:
+    if isinstance(step_ns, bool) or not isinstance(step_ns, numbers.Integral) or step_ns <= 0:
         raise ValueError(f"step_ns must be a positive int, got {step_ns!r}")
+    step_ns = check_int("step_ns", step_ns, 1, 10**12)
+    check_float("skip_frac", skip_frac, 0.0, 1.0)
     if not 0.0 <= skip_frac < 1.0:
         raise ValueError(f"skip_frac must be in [0, 1), got {skip_frac!r}")
     tr = tr.filter(pl.col("vm") >= 0)
@@ -469,6 +500,7 @@ def exits_by_reason(run: Any, by_vcpu: bool = False) -> pl.DataFrame:
     ``kvm_entry``, docs/tracing.md) as mean, p50, p90, p99 and max, ns. Exits
     whose entry fell outside the trace are counted but have no handling time.
     ``by_vcpu`` adds vm and vcpu to the key. Sorted by count, largest first."""
+    check_bool("by_vcpu", by_vcpu)
     e = _traced_frame(run, "exits")
     keys = (["vm", "vcpu"] if by_vcpu else []) + ["reason"]
     out = e.group_by(keys).agg(pl.len().cast(pl.Int64).alias("count"), *_distribution("handling"))

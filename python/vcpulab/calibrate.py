@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import os
 import time
 from collections.abc import Sequence
@@ -54,7 +55,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from vcpulab._checks import guard_panics
+from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type, guard_panics
 from vcpulab._interrupt import keep_partial
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
@@ -309,12 +310,13 @@ def _cell_rounds(gap_us: float, rounds: int, min_cell_s: float) -> int:
 
 
 def _check_ints(name: str, xs: Sequence[Any], lo: float, hi: float) -> list[Any]:
-    out = list(xs)
-    if not out:
-        raise ValueError(f"{name} must not be empty")
-    for x in out:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi or not math.isfinite(x):
+    """A non-empty sequence of numbers in [lo, hi] (numpy's too, as plain numbers)."""
+    out = check_seq(name, xs, "numbers", min_len=1)
+    for i, x in enumerate(out):
+        ok = not isinstance(x, bool) and isinstance(x, numbers.Real) and math.isfinite(x) and lo <= float(x) <= hi
+        if not ok:
             raise ValueError(f"{name} must hold numbers in [{lo}, {hi}], got {x!r}")
+        out[i] = int(x) if isinstance(x, numbers.Integral) else float(x)
     return out
 
 
@@ -391,10 +393,10 @@ def halt_poll(
     maxes = _check_ints("max_poll_ns", max_poll_ns, 0, 2**32 - 1)
     if any(not isinstance(m, int) for m in maxes):
         raise ValueError(f"max_poll_ns must hold ints, got {maxes!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 20 <= rounds <= 100_000:
-        raise ValueError(f"rounds must be an int in [20, 100000], got {rounds!r}")
-    if isinstance(sim_replicas, bool) or not isinstance(sim_replicas, int) or not 1 <= sim_replicas <= 1000:
-        raise ValueError(f"sim_replicas must be an int in [1, 1000], got {sim_replicas!r}")
+    rounds = check_int("rounds", rounds, 20, 100_000)
+    sim_replicas = check_int("sim_replicas", sim_replicas, 1, 1000)
+    pcpu = check_int("pcpu", pcpu, 0, 2**16)
+    sender_cpu = check_int("sender_cpu", sender_cpu, 0, 2**16)
     if pcpu == sender_cpu:
         raise ValueError(
             f"pcpu and sender_cpu must differ (a sender spinning on the vCPU's CPU stops every poll), got {pcpu}"
@@ -403,13 +405,8 @@ def halt_poll(
     for name, c in (("pcpu", pcpu), ("sender_cpu", sender_cpu)):
         if c not in allowed:
             raise ValueError(f"{name} {c} is not a usable host CPU; this process may run on {sorted(allowed)}")
-    if isinstance(min_cell_s, bool) or not isinstance(min_cell_s, (int, float)) or not 0 <= min_cell_s <= 10:
-        raise ValueError(f"min_cell_s must be a number in [0, 10], got {min_cell_s!r}")
-    from vcpulab._checks import check_float, check_int, check_type
-
-    check_int("pcpu", pcpu, 0)
-    check_int("sender_cpu", sender_cpu, 0)
-    check_float("deadline_s", deadline_s, 0.0, 86_400.0, lo_open=True, unit="s")
+    min_cell_s = check_float("min_cell_s", min_cell_s, 0.0, 10.0, unit="s")
+    deadline_s = check_float("deadline_s", deadline_s, 0.0, 86_400.0, lo_open=True, unit="s")
     n_sim = len(gaps) * len(maxes) * sim_replicas
     check_int("seed", seed, 0, 2**64 - 1 - n_sim)
     check_int("background_busy_ns", background_busy_ns, 1, 10**13)
@@ -420,8 +417,8 @@ def halt_poll(
         check_type("host", host, Host)
     if plot is not None:
         _check_writable("plot", plot)
-    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 10:
-        raise ValueError(f"retries must be an int in [0, 10], got {retries!r}")
+    retries = check_int("retries", retries, 0, 10)
+    check_bool("warn_quality", warn_quality)
     host = host or Host()
     params = hp.host_params()
     t_end = time.monotonic() + deadline_s

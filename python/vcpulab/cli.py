@@ -74,6 +74,34 @@ def _positive_float(s: str) -> float:
     return v
 
 
+def _at_most(hi: float, what: str) -> Any:
+    """An argparse type: a positive number (int when ``hi`` is an int) of at most ``hi``."""
+
+    def parse(s: str) -> float:
+        v: float = _positive_int(s) if isinstance(hi, int) else _positive_float(s)
+        if v > hi:
+            raise argparse.ArgumentTypeError(f"expected at most {hi:g} {what}, got {s!r}")
+        return v
+
+    return parse
+
+
+def _threads(s: str) -> int:
+    """--threads: a positive int of at most vcpulab.sim.MAX_THREADS (imported only when given)."""
+    from vcpulab.sim import MAX_THREADS
+
+    v = _positive_int(s)
+    if v > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_THREADS} threads (vcpulab.sim.MAX_THREADS), got {s!r}")
+    return v
+
+
+def _nonempty(s: str) -> str:
+    if not s:
+        raise argparse.ArgumentTypeError("expected a path, got ''")
+    return s
+
+
 def _version_line() -> str:
     from vcpulab.provenance import dependency_versions, version
 
@@ -823,7 +851,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     info = sub.add_parser("info", help="KVM capabilities and module parameters of this host")
     info.add_argument("--json", action="store_true", help="machine-readable output")
-    info.add_argument("--device", default="/dev/kvm", help="the KVM device node (default /dev/kvm)")
+    info.add_argument("--device", type=_nonempty, default="/dev/kvm", help="the KVM device node (default /dev/kvm)")
     info.set_defaults(func=cmd_info)
     kvm = sub.add_parser("kvm", help="experiments on the real /dev/kvm")
     ksub = kvm.add_subparsers(dest="kvm_command", required=True, parser_class=_Parser)
@@ -860,7 +888,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="output folder (default ./vcpulab-sim-out); an earlier run's outputs there are removed first; "
         "a sweep checkpoints each point under OUT/points and a rerun computes only the missing ones",
     )
-    simp.add_argument("--threads", type=_positive_int, default=None, help="sweep worker threads (default: all cores)")
+    simp.add_argument(
+        "--threads",
+        type=_threads,
+        default=None,
+        help="sweep worker threads (default: all cores; at most vcpulab.sim.MAX_THREADS)",
+    )
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
     simp.add_argument(
@@ -877,9 +910,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--interval-s",
         "--interval",
         dest="interval_s",
-        type=_positive_float,
+        type=_at_most(86_400.0, "s"),
         default=1.0,
-        help="seconds between rows (default 1; --interval is its former name)",
+        help="seconds between rows (default 1, at most 86400; --interval is its former name)",
     )
     watch.add_argument(
         "--count",

@@ -24,6 +24,7 @@ emulated guest, µs, Hz) and the result columns it returns.
 
 from __future__ import annotations
 
+import numbers
 import threading
 import time
 import warnings
@@ -36,7 +37,16 @@ import polars as pl
 
 from vcpulab import _core, tracing
 from vcpulab import sched as _sched
-from vcpulab._checks import check_bool, check_float, check_int, check_type, frames_in_package, guard_panics, renamed
+from vcpulab._checks import (
+    check_bool,
+    check_float,
+    check_int,
+    check_seq,
+    check_type,
+    frames_in_package,
+    guard_panics,
+    renamed,
+)
 from vcpulab._frames import with_key_dtypes
 from vcpulab._interrupt import keep_partial
 from vcpulab.kvm import Host, Program, Vcpu, Vm
@@ -125,8 +135,7 @@ class SpinLock(Workload):
         if self.kind not in ("tas", "ticket"):
             raise ValueError(f"SpinLock.kind must be 'tas' or 'ticket', got {self.kind!r}")
         for f in ("hold", "think", "iterations"):
-            if getattr(self, f) < 0:
-                raise ValueError(f"SpinLock.{f} must be >= 0, got {getattr(self, f)}")
+            check_int(f"{type(self).__name__}.{f}", getattr(self, f), 0, 2**64 - 1)
         if n_vcpus > 64:
             raise ValueError(f"spin-lock workloads support at most 64 vCPUs per VM, got {n_vcpus}")
 
@@ -189,11 +198,10 @@ class PvSpinLock(SpinLock):
         super().check(n_vcpus, irqchip)
         if not irqchip:
             raise ValueError("PvSpinLock needs irqchip=True (its kick is an IPI)")
-        if self.check_every < 1:
-            raise ValueError(f"PvSpinLock.check_every must be >= 1, got {self.check_every}")
-        if not 32 <= self.kick_vector <= 255:
-            raise ValueError(f"PvSpinLock.kick_vector must be 32..255, got {self.kick_vector}")
-        for v in self.preempted_from_host:
+        check_int("PvSpinLock.check_every", self.check_every, 1, 2**64 - 1)
+        check_int("PvSpinLock.kick_vector", self.kick_vector, 32, 255)
+        for v in check_seq("PvSpinLock.preempted_from_host", self.preempted_from_host, "vCPU ids"):
+            check_int("PvSpinLock.preempted_from_host entry", v, 0)
             if not 0 <= v < n_vcpus:
                 raise ValueError(f"PvSpinLock.preempted_from_host names vCPU {v}, but there are {n_vcpus}")
 
@@ -315,8 +323,8 @@ class IdleTicks(Workload):
     def check(self, n_vcpus: int, irqchip: bool) -> None:
         if not irqchip:
             raise ValueError("IdleTicks needs irqchip=True (the LAPIC timer)")
-        if not 1 <= self.hz <= 100_000:
-            raise ValueError(f"IdleTicks.hz must be 1..100000, got {self.hz}")
+        check_int("IdleTicks.hz", self.hz, 1, 100_000)
+        check_int("IdleTicks.vector", self.vector, 32, 255)
 
     def params(self, n_vcpus: int) -> dict[str, int | str]:
         return {"hz": self.hz, "ticks": 0, "vector": self.vector}
@@ -387,6 +395,7 @@ def _check_run_args(
     quality_thresholds: Any = None,
     trace: Any = False,
     trace_max_events: Any = 1,
+    warn_quality: Any = False,
 ) -> None:
     """Every argument of [`run`][vcpulab.experiment.run], checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -409,8 +418,7 @@ def _check_run_args(
     for name, lists in (("pcpus", None if pcpus is None else [pcpus]), ("placement", placement)):
         if lists is None:
             continue
-        if isinstance(lists, (str, bytes)):
-            raise TypeError(f"{name} must be a sequence of host CPU numbers")
+        lists = check_seq(name, lists, "host CPU numbers" if name == "pcpus" else "lists of host CPU numbers")
         for cl in lists:
             if isinstance(cl, (str, bytes)) or not hasattr(cl, "__iter__"):
                 raise TypeError(f"{name} must hold sequences of host CPU numbers, got {cl!r}")
@@ -421,6 +429,7 @@ def _check_run_args(
     _check_quality_thresholds(quality_thresholds)
     check_bool("trace", trace)
     check_int("trace_max_events", trace_max_events, 1, 1 << 32)
+    check_bool("warn_quality", warn_quality)
     gap = getattr(workload, "gap_us", None)
     if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration_s:
         raise ValueError(
@@ -836,10 +845,13 @@ def _placement(
         if not cpus:
             raise ValueError("pcpus must name at least one host CPU")
         lists = [cpus] * total
+    name = "pcpus" if placement is None else "placement"
     for cl in lists:
         bad = [c for c in cl if c not in allowed]
-        if bad or not cl:
-            raise ValueError(f"host CPUs {bad or cl} are not usable; this process may run on {sorted(allowed)}")
+        if not cl:
+            raise ValueError(f"{name}: a vCPU's list of host CPUs is empty; this process may run on {sorted(allowed)}")
+        if bad:
+            raise ValueError(f"{name}: host CPUs {bad} are not usable; this process may run on {sorted(allowed)}")
     return {(i // n_vcpus, i % n_vcpus): lists[i] for i in range(total)}
 
 
@@ -971,11 +983,13 @@ def run(
         quality_thresholds,
         trace,
         trace_max_events,
+        warn_quality,
     )
     scheduler = _check_scheduler(scheduler, workload, vcpus, vms, pcpus, placement)
     if repeat is not None:
-        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= 1000:
+        if isinstance(repeat, bool) or not isinstance(repeat, numbers.Integral) or not 1 <= repeat <= 1000:
             raise ValueError(f"repeat must be an int in [1, 1000], got {repeat!r}")
+        repeat = int(repeat)
         kw = dict(
             vcpus=vcpus,
             pcpus=pcpus,

@@ -23,6 +23,7 @@ What this host's KVM can and cannot do is measured, not assumed: see
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,8 +36,10 @@ import numpy as np
 from vcpulab import _checks, _core
 from vcpulab._checks import (
     ForkSafe,
+    check_bool,
     check_float,
     check_int,
+    check_seq,
     checks_inline,
     fork_checked,
     guard_panics,
@@ -216,6 +219,8 @@ class Host(ForkSafe):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str, got {type(path).__name__} {path!r}")
         path = os.fspath(path)
+        if not path:
+            raise ValueError("path must name the KVM device (default /dev/kvm), got ''")
         self._host = _core.Host(path)
         self.path = path
 
@@ -286,9 +291,8 @@ class Host(ForkSafe):
         if isinstance(memory_mib, int) and not isinstance(memory_mib, bool) and memory_mib <= 0:
             raise ValueError(f"memory_mib must be positive, got {memory_mib}")
         memory_mib = check_int("memory_mib", memory_mib, 1, MAX_MEMORY_MIB)
-        if not isinstance(irqchip, (bool, int)):
-            raise TypeError(f"irqchip must be a bool, got {type(irqchip).__name__}")
-        return Vm(self._host.create_vm(memory_mib, bool(irqchip)), self, memory_mib)
+        check_bool("irqchip", irqchip)
+        return Vm(self._host.create_vm(memory_mib, irqchip), self, memory_mib)
 
     def __repr__(self) -> str:
         return f"Host({self.path!r}, api_version={self.api_version}, max_vcpus={self.max_vcpus}, virtualization={self.virtualization!r})"
@@ -526,7 +530,7 @@ class Vm(ForkSafe):
 
     def read(self, gpa: int, n: int) -> bytes:
         """``n`` bytes at guest-physical ``gpa`` (IndexError outside RAM)."""
-        return self._vm.read(_gpa(gpa), check_int("n", n, 0, _U64))
+        return self._vm.read(_gpa(gpa), check_int("n", n, 0, self.memory_mib << 20))  # at most all of RAM
 
     def write(self, gpa: int, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` to ``gpa`` (IndexError outside RAM)."""
@@ -616,7 +620,7 @@ class Vm(ForkSafe):
 
     @halt_poll_ns.setter
     def halt_poll_ns(self, ns: int) -> None:
-        if not isinstance(ns, int) or isinstance(ns, bool) or ns < 0:
+        if not isinstance(ns, numbers.Integral) or isinstance(ns, bool) or ns < 0:
             raise ValueError(f"halt_poll_ns must be a non-negative int (ns), got {ns!r}")
         self._vm.set_halt_poll_ns(check_int("halt_poll_ns", ns, 0, _U64))  # the core says why > u32 fails
 
@@ -639,6 +643,8 @@ class Vm(ForkSafe):
         exiting off (an effect only VMX/SVM hosts show); disabling HLT exits
         means no halt polling and a vCPU thread that looks 100 % busy.
         """
+        for name, on in (("pause", pause), ("hlt", hlt), ("mwait", mwait), ("cstate", cstate)):
+            check_bool(name, on)
         bits = (pause and 4) | (hlt and 2) | (mwait and 1) | (cstate and 8)
         if bits == 0:
             raise ValueError("disable_exits: name at least one of pause, hlt, mwait, cstate")
@@ -748,6 +754,10 @@ class Vm(ForkSafe):
         return table("KVM VM", rows)
 
 
+#: the segment registers of :class:`Sregs`
+_SEGMENTS = ("cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt")
+
+
 def _gpa(gpa: int) -> int:
     if isinstance(gpa, int) and not isinstance(gpa, bool) and gpa < 0:
         raise IndexError(f"guest-physical address must be >= 0, got {gpa}")
@@ -808,6 +818,10 @@ class Vcpu(ForkSafe):
 
     @regs.setter
     def regs(self, value: Regs | Mapping[str, int]) -> None:
+        if not isinstance(value, (Regs, Mapping)):
+            raise TypeError(
+                f"regs must be a Regs or a mapping of register names to ints, got {type(value).__name__} {value!r}"
+            )
         items = value.__dict__ if isinstance(value, Regs) else dict(value)
         self._vcpu.set_regs([(k, check_int(k, v, 0, _U64)) for k, v in items.items()])
 
@@ -825,15 +839,27 @@ class Vcpu(ForkSafe):
         """Update the named special registers: ``set_sregs(cr4=..., cs={"dpl": 0})``."""
         conv = {k: (v.__dict__ if isinstance(v, Segment) else v) for k, v in values.items()}
         for k, v in conv.items():
-            items = v.items() if isinstance(v, Mapping) else [(None, v)] if k not in ("gdt", "idt") else enumerate(v)
+            if k in _SEGMENTS:
+                if not isinstance(v, Mapping):
+                    raise TypeError(f"{k} must be a Segment or a mapping of its fields, got {type(v).__name__} {v!r}")
+                items: Iterable[tuple[Any, Any]] = v.items()
+            elif k in ("gdt", "idt"):
+                items = enumerate(check_seq(k, v, "(base, limit)"))
+            else:
+                items = [(None, v)]
             for f, x in items:
-                check_int(k if f is None else f"{k}.{f}", x, 0, _U64)
+                check_int(k if f is None else f"{k}.{f}", x, 0, 15 if k == "cr8" else _U64)
         self._vcpu.set_sregs(conv)
 
     def get_msrs(self, indices: Iterable[int]) -> dict[int, int]:
-        return dict(self._vcpu.get_msrs([check_int("MSR index", i, 0, _U32) for i in indices]))
+        if isinstance(indices, Mapping):
+            indices = list(indices)
+        ids = [check_int("MSR index", i, 0, _U32) for i in check_seq("indices", indices, "MSR indices")]
+        return dict(self._vcpu.get_msrs(ids))
 
     def set_msrs(self, values: Mapping[int, int]) -> None:
+        if not isinstance(values, Mapping):
+            raise TypeError(f"values must map MSR indices to values, got {type(values).__name__} {values!r}")
         self._vcpu.set_msrs(
             [
                 (check_int("MSR index", i, 0, _U32), check_int(f"value of MSR {i:#x}", v, 0, _U64))
@@ -842,10 +868,11 @@ class Vcpu(ForkSafe):
         )
 
     def get_msr(self, index: int) -> int:
+        index = check_int("MSR index", index, 0, _U32)
         return self.get_msrs([index])[index]
 
     def set_msr(self, index: int, value: int) -> None:
-        self.set_msrs({index: value})
+        self.set_msrs({check_int("MSR index", index, 0, _U32): value})
 
     @property
     def cpuid(self) -> list[CpuidEntry]:
@@ -929,7 +956,7 @@ class Vcpu(ForkSafe):
         fatal exit that was not asked for (naming both), ``KeyboardInterrupt``
         on Ctrl-C. A [`kick`][vcpulab.kvm.Vcpu.kick] returns early with ``interrupted=True``.
         """
-        kinds = [kind] if isinstance(kind, str) else list(kind)
+        kinds = [kind] if isinstance(kind, str) else check_seq("kind", kind, "exit kinds")
         if not kinds:
             raise ValueError("kind must name at least one exit kind (or 'ucall'), got an empty list")
         for k in kinds:

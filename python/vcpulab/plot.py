@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import colorsys
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure as _MplFigure
 
-from vcpulab._checks import check_float
+from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -159,6 +160,19 @@ IDLE = -2
 #: the widest column a sched map takes, µs (1000 s: wider says nothing a
 #: single column would not)
 MAX_US_PER_PIXEL = 1e9
+#: most host-CPU rows of a sched map, and most pixels per row
+MAX_MAP_PCPUS = 65536
+MAX_ROW_PX = 1024
+
+
+def _check_window(start_ns: Any, end_ns: Any, pcpus: Any) -> None:
+    """A sched map's window (ns, >= 0) and row count, checked before the trace is read."""
+    if start_ns is not None:
+        check_int("start_ns", start_ns, 0, 2**63 - 1)
+    if end_ns is not None:
+        check_int("end_ns", end_ns, 0, 2**63 - 1)
+    if pcpus is not None:
+        check_int("pcpus", pcpus, 1, MAX_MAP_PCPUS)
 
 
 def sched_map_codes(
@@ -178,7 +192,13 @@ def sched_map_codes(
     trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu).
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
+    _check_window(start_ns, end_ns, pcpus)
     trace = _trace_of(obj)
+    if pcpus is not None and trace.height and _as_int(trace["pcpu"].max()) >= pcpus:
+        raise ValueError(
+            f"pcpus={pcpus} rows cannot hold this trace's host CPUs 0..{_as_int(trace['pcpu'].max())}: "
+            "pass at least that many (or None: from the trace)"
+        )
     n_pcpus = pcpus if pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
     t0 = (_as_int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
     t1 = (_as_int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
@@ -219,8 +239,7 @@ def sched_map_image(
     """The sched-map raster: a (pcpus*row_px, columns, 3) uint8 RGB array of
     [`sched_map_codes`][vcpulab.plot.sched_map_codes] coloured by [`vcpu_color`][vcpulab.plot.vcpu_color] (one hue per VM, one
     brightness per vCPU), black for a non-vCPU task, white for idle."""
-    if row_px < 1:
-        raise ValueError(f"row_px must be >= 1, got {row_px}")
+    check_int("row_px", row_px, 1, MAX_ROW_PX)
     codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
     trace = _trace_of(obj).filter(pl.col("vm") >= 0)
     n_vms = _as_int(trace["vm"].max()) + 1 if trace.height else 1
@@ -306,6 +325,17 @@ def sched_map(
     Returns a [`SchedMap`][vcpulab.plot.SchedMap], a matplotlib figure: as the last statement
     of a Jupyter cell it displays.
     """
+    check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
+    _check_window(start_ns, end_ns, pcpus)
+    if row_px is not None:
+        check_int("row_px", row_px, 1, MAX_ROW_PX)
+    if legend is not None:
+        check_bool("legend", legend)
+    if title is not None:
+        check_type("title", title, str)
+    check_bool("compact", compact)
+    if path is not None:
+        check_type("path", path, (str, os.PathLike))
     plt = _plt()
     from matplotlib.patches import Patch
 
@@ -406,6 +436,13 @@ def time_breakdown(
     df = getattr(obj, "vcpus", obj)
     if not isinstance(df, pl.DataFrame):
         raise ValueError("time_breakdown needs a simulator Result or its vcpus DataFrame")
+    if categories is not None:
+        categories = check_seq("categories", categories, "time-category column names (None: all)", min_len=1)
+        unknown = [c for c in categories if not isinstance(c, str) or c not in df.columns]
+        if unknown:
+            raise ValueError(
+                f"categories: {unknown} are not columns of the frame; time categories are {TIME_CATEGORIES}"
+            )
     cats = [c for c in (categories or TIME_CATEGORIES) if c in df.columns]
     if not cats:
         raise ValueError(f"no time-category columns found; expected some of {TIME_CATEGORIES}")
@@ -467,10 +504,16 @@ def policy_comparison(
 
     from vcpulab.analysis import LowPowerWarning, compare, mean_interval
 
-    need = [metric, by] + ([hue] if hue else []) + ([pair_by] if pair_by else [])
-    for col in need:
-        if col not in df.columns:
-            raise ValueError(f"column {col!r} not in the frame (columns: {df.columns})")
+    check_type("df", df, pl.DataFrame)
+    check_float("confidence", confidence, 0.0, 1.0, lo_open=True)
+    if confidence >= 1.0:
+        raise ValueError(f"confidence must be below 1, got {confidence}")
+    need = (
+        [("metric", metric), ("by", by)] + ([("hue", hue)] if hue else []) + ([("pair_by", pair_by)] if pair_by else [])
+    )
+    for arg, col in need:
+        if not isinstance(col, str) or col not in df.columns:
+            raise ValueError(f"{arg}: column {col!r} not in the frame (columns: {df.columns})")
     levels = list(dict.fromkeys(df[by].to_list()))
     hues = list(dict.fromkeys(df[hue].to_list())) if hue else [None]
     if baseline is not None:
@@ -567,7 +610,9 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
     counts per interval), summed over the vCPUs. Each stat gets its own axes
     (stacked, shared time axis), since stats differ by orders of magnitude;
     with ``ax`` given, all go on it."""
-    missing = [s for s in stats if s not in run.samples.columns]
+    stats = check_seq("stats", stats, "stat names", min_len=1)
+    check_bool("per_second", per_second)
+    missing = [s for s in stats if not isinstance(s, str) or s not in run.samples.columns]
     if missing:
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
     if not stats:
@@ -611,6 +656,7 @@ def exit_handling(run: Any, top: int = 6, ax: Axes | None = None) -> _MplFigure:
     reason's count and p50 ([`vcpulab.analysis.exits_by_reason`][])."""
     from vcpulab.analysis import exits_by_reason
 
+    check_int("top", top, 1, 1000)
     e = _frame_of(run, "exits").drop_nulls("handling_ns")
     fig, ax = _figure(ax, figsize=(6, 3))
     if not e.height:

@@ -48,6 +48,7 @@ user.
 
 from __future__ import annotations
 
+import numbers
 import os
 import time
 import warnings
@@ -55,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from vcpulab._checks import PCPUS_RENAMED, check_int, renamed_since
+from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_seq, check_type, renamed_since
 
 __all__ = [
     "MAX_ALONE_DELAY_SHARE",
@@ -116,7 +117,7 @@ def _proc_stat_busy_ns(cpus: Iterable[int]) -> dict[int, int]:
                 out[want[name]] = int((sum(v[:8]) - idle) * 1e9 / hz)
     missing = sorted(set(want.values()) - set(out))
     if missing:
-        raise ValueError(f"host CPU(s) {missing} are not online (not in /proc/stat)")
+        raise ValueError(f"cpus: host CPU(s) {missing} are not online (not in /proc/stat)")
     return out
 
 
@@ -166,7 +167,8 @@ def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     """Reads the counters [`quality`][vcpulab.quality.quality] compares: idle (or busy) time of
     each CPU in ``pcpus``, machine-wide CPU pressure, and the schedstat of each
     thread of this process in ``tids``."""
-    cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in pcpus})
+    cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in check_seq("pcpus", pcpus, "host CPU numbers")})
+    tids = [check_int("tids entry", t, 1, 2**31 - 1) for t in check_seq("tids", tids, "thread ids")]
     idle = {c: _idle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
@@ -294,6 +296,59 @@ class Quality:
             warnings.warn(f"{what} was disturbed: " + "; ".join(self.reasons), QualityWarning, stacklevel=stacklevel)
 
 
+#: the thresholds quality() takes (fractions), also as measure_cpus(**thresholds)
+_THRESHOLDS = ("max_other_share", "max_alone_delay_share")
+
+
+def _int_map(name: str, m: Any) -> None:
+    """A mapping of ints to ints (thread ids or CPUs → ns)."""
+    check_type(name, m, Mapping)
+    for k, v in m.items():
+        check_int(f"{name} key", k, 0)
+        check_int(f"{name}[{k}]", v)
+
+
+def _check_quality_args(
+    before: Any,
+    after: Any,
+    placement: Any,
+    own_cpu_ns: Any,
+    own_run_delay_ns: Any,
+    steal_fraction: Any,
+    max_other_share: Any,
+    max_alone_delay_share: Any,
+    traced_other_ns: Any,
+    traced_wall_ns: Any,
+) -> None:
+    """Every argument of :func:`quality`, checked before it reads any."""
+    check_type("before", before, Snapshot)
+    check_type("after", after, Snapshot)
+    check_type("placement", placement, Mapping)
+    for tid, cl in placement.items():
+        check_int("placement key (a thread id)", tid, 0)
+        for c in check_seq(f"placement[{tid}]", cl, "host CPU numbers"):
+            check_int(f"placement[{tid}] entry", c, 0, 2**16)
+    for name, m in (
+        ("own_cpu_ns", own_cpu_ns),
+        ("own_run_delay_ns", own_run_delay_ns),
+        ("traced_other_ns", traced_other_ns),
+    ):
+        if m is not None:
+            _int_map(name, m)
+    for i, item in enumerate(check_seq("steal_fraction", steal_fraction, "(CPUs, fraction) pairs")):
+        pair = check_seq(f"steal_fraction[{i}]", item, "(CPUs, fraction)")
+        if len(pair) != 2:
+            raise ValueError(f"steal_fraction[{i}] must be a (CPUs, fraction) pair, got {item!r}")
+        for c in check_seq(f"steal_fraction[{i}] CPUs", pair[0], "host CPU numbers"):
+            check_int(f"steal_fraction[{i}] CPU", c, 0, 2**16)
+        if isinstance(pair[1], bool) or not isinstance(pair[1], numbers.Real):
+            raise TypeError(f"steal_fraction[{i}] fraction must be a number, got {type(pair[1]).__name__} {pair[1]!r}")
+    check_float("max_other_share", max_other_share, 0.0, 1.0, unit="(a fraction)")
+    check_float("max_alone_delay_share", max_alone_delay_share, 0.0, 1.0, unit="(a fraction)")
+    if traced_wall_ns is not None:
+        check_int("traced_wall_ns", traced_wall_ns, 0, 2**63 - 1)
+
+
 def quality(
     before: Snapshot,
     after: Snapshot,
@@ -325,6 +380,18 @@ def quality(
             (default: every thread of ``placement``). Other threads of the
             run (a host driver) still count as its own time.
     """
+    _check_quality_args(
+        before,
+        after,
+        placement,
+        own_cpu_ns,
+        own_run_delay_ns,
+        steal_fraction,
+        max_other_share,
+        max_alone_delay_share,
+        traced_other_ns,
+        traced_wall_ns,
+    )
     wall = max(after.t_ns - before.t_ns, 1)
     cpus = sorted(after.counters)
     if before.source != after.source:
@@ -405,7 +472,13 @@ class measure_cpus:
 
     @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="measure_cpus", cpus="pcpus")
     def __init__(self, pcpus: Iterable[int], **thresholds: Any) -> None:
-        self.cpus = sorted(set(pcpus))
+        self.cpus = sorted(
+            {check_int("pcpus entry", c, 0, 2**16) for c in check_seq("pcpus", pcpus, "host CPU numbers")}
+        )
+        for k, v in thresholds.items():
+            if k not in _THRESHOLDS:
+                raise TypeError(f"measure_cpus: unknown threshold {k!r}; it takes {', '.join(_THRESHOLDS)}")
+            check_float(k, v, 0.0, 1.0, unit="(a fraction)")
         self.thresholds = thresholds
         self.placement: dict[int, list[int]] = {}
         self._first: dict[int, tuple[int, int]] = {}
@@ -435,7 +508,7 @@ class measure_cpus:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        after = snapshot(self.cpus, self.placement)
+        after = snapshot(self.cpus, list(self.placement))
         before = Snapshot(
             self._before.t_ns, self._before.source, self._before.counters, self._before.psi_some_us, dict(self._first)
         )

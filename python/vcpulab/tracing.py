@@ -181,12 +181,13 @@ class Trace:
     ) -> None:
         import os
 
-        from vcpulab._checks import check_int
+        from vcpulab._checks import check_int, check_seq
 
-        cpus = list(pcpus)
+        cpus = check_seq("pcpus", pcpus, "host CPU ids", min_len=1)
         for c in cpus:
             if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 0:
                 raise ValueError(f"pcpus must be host CPU ids >= 0, got {c!r}")
+            check_int("pcpus entry", c, 0, 2**32 - 1)  # a u32; the core says which are not online
         check_int("max_events", max_events, 1, 1 << 32)
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:

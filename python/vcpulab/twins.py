@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import numbers
 import os
 import platform
 import re
@@ -64,7 +65,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_type, renamed_since
+from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
 
@@ -362,6 +363,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     from vcpulab import _core
     from vcpulab.experiment import run
 
+    check_bool("refresh", refresh)
     allowed = sorted(_core.allowed_cpus())
     if cpu is None:
         cpu = allowed[-1]
@@ -884,6 +886,14 @@ def start_gap_of(runs: Sequence[Run]) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
+def _start_gap(v: Any) -> float:
+    """``start_gap_ns`` as a float of ns in [0, 1e9] (numpy's numbers too), else ValueError."""
+    ok = not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and 0 <= float(v) <= 1e9
+    if not ok:
+        raise ValueError(f"start_gap_ns must be a number of ns in [0, 1e9] (or None), got {v!r}")
+    return float(v)
+
+
 def twin(
     exp: Experiment | Run,
     cal: Calibration | None = None,
@@ -949,6 +959,14 @@ def twin(
             raise ValueError(
                 f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}"
             )
+    if other_burst_ns is not None:
+        other_burst_ns = check_float("other_burst_ns", other_burst_ns, 0.0, 1e9, lo_open=True, unit="ns")
+    if other_load is not None:
+        check_type("other_load", other_load, OtherLoad)
+    if start_gap_ns is not None:
+        start_gap_ns = _start_gap(start_gap_ns)
+    check_int("seed", seed, 0, 2**64 - 1)
+    check_bool("trace", trace)
     if isinstance(exp, Run):
         if other_share is None and exp.quality.measured:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
@@ -1028,8 +1046,7 @@ def twin(
         run_to_parity=True,
     )
     if start_gap_ns is not None:
-        if isinstance(start_gap_ns, bool) or not isinstance(start_gap_ns, (int, float)) or not 0 <= start_gap_ns <= 1e9:
-            raise ValueError(f"start_gap_ns must be a number of ns in [0, 1e9] (or None), got {start_gap_ns!r}")
+        start_gap_ns = _start_gap(start_gap_ns)
         if start_gap_ns >= 1:
             hkw["start_gap_ns"] = int(round(start_gap_ns))
     if machine > n_cpus:
@@ -1782,9 +1799,11 @@ def compare(
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     if real is not None:
-        real = list(real)
+        real = check_seq("real", real, "Runs (None: run the real trials)", min_len=1)
         for r in real:
             check_type("real entry", r, Run)
+    if cal is not None:
+        check_type("cal", cal, Calibration)  # before calibrate() would measure for a falsy one
     cal = cal or calibrate()
     twin(exp, cal)  # an experiment without a twin is refused before its real trials run
     failures: list[str] = []
@@ -2279,10 +2298,14 @@ def grid(
     check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
-    cal = cal or calibrate()
-    exps = list(experiments) if experiments is not None else default_grid()
-    for e in exps:
+    if cal is not None:
+        check_type("cal", cal, Calibration)  # before calibrate() would measure for a falsy one
+    exps = check_seq("experiments", experiments, "Experiments") if experiments is not None else None
+    for e in exps or ():
         check_type("experiments entry", e, Experiment)
+    cal = cal or calibrate()
+    if exps is None:
+        exps = default_grid()
     frames: list[pl.DataFrame] = []
     no_twin: list[tuple[str, str]] = []
     no_real: list[tuple[str, str]] = []

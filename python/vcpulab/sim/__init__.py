@@ -27,7 +27,7 @@ from typing import Any, Literal, overload
 
 import polars as pl
 
-from vcpulab._checks import guard_panics
+from vcpulab._checks import check_bool, guard_panics
 from vcpulab.sim import distributed, policies, presets
 from vcpulab.sim._config import (
     IDLE_STATES_SKX,
@@ -207,8 +207,10 @@ def sweep(
     100,000; None: no bound) is refused with a ValueError before any point
     is built.
     """
-    _check_threads(threads)
+    threads = _check_threads(threads)
     _check_trace_max_rows(trace_max_rows)
+    check_bool("progress", progress)
+    check_bool("results", results)
     if executor is not None or out is not None:
         if results:
             raise ValueError(

@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import math
+import numbers
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -144,6 +145,9 @@ def _int(obj: Any, name: str, hi: int | None = None, optional: bool = False) -> 
     cls = type(obj).__name__
     if optional and v is None:
         return
+    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)):
+        v = int(v)  # a numpy integer (a sweep grid's np.arange): a plain int, so JSON and hashes stay the same
+        object.__setattr__(obj, name, v)
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{cls}.{name} must be an int, got {v!r}")
     lo, shi, _ = _limits(cls, name)
@@ -157,6 +161,9 @@ def _int(obj: Any, name: str, hi: int | None = None, optional: bool = False) -> 
 def _float(obj: Any, name: str) -> None:
     v = getattr(obj, name)
     cls = type(obj).__name__
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float)):
+        v = int(v) if isinstance(v, numbers.Integral) else float(v)  # numpy scalars as plain numbers
+        object.__setattr__(obj, name, v)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{cls}.{name} must be a finite number, got {v!r}")
     lo, hi, hi_open = _limits(cls, name)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,6 +32,9 @@ def param_value(v: Any) -> Any:
         return policies.label(v)
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
+    item = getattr(v, "item", None)
+    if isinstance(v, numbers.Number) and callable(item):
+        return item()  # a numpy scalar (np.arange): its number, not its repr
     if hasattr(v, "name") and isinstance(v.name, str):
         return v.name
     return repr(v)
@@ -57,9 +61,9 @@ def check_max_points(max_points: Any) -> int | None:
     """``max_points`` as given (an int >= 1, or None: no bound), else ValueError."""
     if max_points is None:
         return None
-    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+    if isinstance(max_points, bool) or not isinstance(max_points, numbers.Integral) or max_points < 1:
         raise ValueError(f"sweep: max_points must be an int >= 1 or None (no bound), got {max_points!r}")
-    return max_points
+    return int(max_points)
 
 
 def _too_many(n: int | str, max_points: int, what: str) -> ValueError:
@@ -83,6 +87,10 @@ def expand(
     None: no bound) is refused with a ValueError before any is built."""
     max_points = check_max_points(max_points)
     labelled: list[Point] = []
+    if grid is not None and not isinstance(grid, Mapping):
+        raise TypeError(
+            f"sweep: grid must map dotted config paths to lists of values, got {type(grid).__name__} {grid!r}"
+        )
     if isinstance(points, Config):
         base = points
         if grid is None:
@@ -90,11 +98,17 @@ def expand(
         keys = list(grid)
         axes = []
         for k in keys:
+            if not isinstance(k, str):
+                raise TypeError(f"sweep: grid keys must be dotted config paths (str), got {type(k).__name__} {k!r}")
             vs = grid[k]
+            if isinstance(vs, (str, bytes, bytearray, Mapping)) or not isinstance(vs, Iterable):
+                raise TypeError(f"sweep: grid axis {k!r} must be a list of values, got {type(vs).__name__} {vs!r}")
             # an axis is read only as far as the bound (it may be a generator)
             axis = list(vs) if max_points is None else list(itertools.islice(iter(vs), max_points + 1))
             if max_points is not None and len(axis) > max_points:
                 raise _too_many(f"more than {max_points}", max_points, f"the grid's axis {k!r} alone")
+            if not axis:
+                raise ValueError(f"sweep: grid axis {k!r} is empty (a grid with it would have no points)")
             axes.append(axis)
         total = math.prod(len(a) for a in axes)
         if max_points is not None and total > max_points:
@@ -109,6 +123,10 @@ def expand(
         return labelled
     if grid is not None:
         raise ValueError("sweep: a grid needs a single base Config")
+    if isinstance(points, (str, bytes, bytearray, Mapping)) or not isinstance(points, Iterable):
+        raise TypeError(
+            f"sweep: points must be a Config, a list of Configs or of (params, Config), got {type(points).__name__}"
+        )
     if max_points is not None and hasattr(points, "__len__") and len(points) > max_points:
         raise _too_many(len(points), max_points, "the list of points")
     for i, p in enumerate(points):

@@ -6,6 +6,7 @@ module in turn: no import cycle."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab._checks import guard_panics
+from vcpulab._checks import check_bool, guard_panics
 from vcpulab._core import Spinner as Spinner  # re-exported by vcpulab.sim: what a Python policy receives
 from vcpulab._core import VcpuView as VcpuView
 from vcpulab._frames import frame as _frame
@@ -178,11 +179,14 @@ def _check_trace_max_rows(v: Any) -> int | None:
 
 
 def _check_threads(threads: Any) -> int | None:
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+    if threads is None:
+        return None
+    if isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or int(threads) < 1:
         raise ValueError(f"sweep: threads must be an int >= 1 or None, got {threads!r}")
-    if threads is not None and threads > MAX_THREADS:
-        raise ValueError(f"sweep: threads must be at most {MAX_THREADS}, got {threads}")
-    return threads
+    n = int(threads)
+    if n > MAX_THREADS:
+        raise ValueError(f"sweep: threads must be at most {MAX_THREADS}, got {n}")
+    return n
 
 
 def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
@@ -213,7 +217,7 @@ def run(config: Config, *, trace: bool | None = None, trace_max_rows: int | None
         raise ValueError(f"run() needs a vcpulab.sim.Config, got {type(config).__name__}")
     limit = _check_trace_max_rows(trace_max_rows)
     if trace is not None:
-        config = config.replace(trace=bool(trace))
+        config = config.replace(trace=check_bool("trace", trace))
     d = _core.sim_run(config.to_json(), _policies_for(config), None, limit)
     return _result(config, d)
 
@@ -263,8 +267,10 @@ def local_sweep(
     arguments, less ``executor`` and ``out`` (those go through
     [`vcpulab.sim.distributed.run_sweep`][], which calls this for its
     local case)."""
-    _check_threads(threads)
+    threads = _check_threads(threads)
     limit = _check_trace_max_rows(trace_max_rows)
+    check_bool("progress", progress)
+    check_bool("results", results)
     labelled = expand(points, grid, max_points)
     try:
         # thousands of points take a while to serialise: Ctrl-C here keeps the (empty) frame too

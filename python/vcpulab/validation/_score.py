@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab._checks import check_int
+from vcpulab._checks import check_float, check_int, check_seq
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
@@ -305,17 +306,20 @@ def validate(
     of the cases whose every run had finished (the one interruption contract
     of every long call: ``e.partial`` in the call's own shape).
     """
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise ValueError(f"validate: seeds must be >= 1, got {seeds}")
-        seed_list = list(range(seeds))
-    else:
-        seed_list = [int(s) for s in seeds]
-        if not seed_list:
-            raise ValueError("validate: seeds must not be empty")
-    if isinstance(duration_scale, bool) or not isinstance(duration_scale, (int, float)) or not duration_scale > 0:
-        raise ValueError(f"validate: duration_scale must be a number > 0, got {duration_scale!r}")
+    seed_list = _seed_list(seeds)
+    duration_scale = check_float(
+        "validate: duration_scale",
+        duration_scale,
+        0.0,
+        MAX_DURATION_SCALE,
+        lo_open=True,
+        unit="(times the nominal lengths)",
+    )
     check_int("batch_size", batch_size, 1, 1 << 20)
+    if costs is not None and not isinstance(costs, (str, CostProfile)):
+        raise TypeError(
+            f"validate: costs must be one of {list(COSTS)} or a CostProfile, got {type(costs).__name__} {costs!r}"
+        )
     if executor is not None and not isinstance(executor, cf.Executor):
         raise TypeError(
             f"validate: executor must be a concurrent.futures.Executor (or None), got {type(executor).__name__}"
@@ -385,11 +389,34 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
+#: most seeds of one validation (an int n means seeds 0..n-1)
+MAX_SEEDS = 1000
+#: largest duration_scale: a hundred times the nominal lengths (the longest cases simulate seconds)
+MAX_DURATION_SCALE = 100.0
+
+
+def _seed_list(seeds: Any) -> list[int]:
+    """``seeds`` (an int n: 0..n-1, or a sequence of seeds) as a list; TypeError / ValueError naming it."""
+    if isinstance(seeds, numbers.Integral) and not isinstance(seeds, bool):
+        return list(range(check_int("validate: seeds", seeds, 1, MAX_SEEDS)))
+    if isinstance(seeds, bool):
+        raise TypeError(f"validate: seeds must be an int or a sequence of ints, got bool {seeds!r}")
+    out = [
+        check_int("validate: seeds entry", x, 0, 2**64 - 1) for x in check_seq("validate: seeds", seeds, "seeds (ints)")
+    ]
+    if not out:
+        raise ValueError("validate: seeds must not be empty")
+    if len(out) > MAX_SEEDS:
+        raise ValueError(f"validate: seeds must hold at most {MAX_SEEDS} seeds, got {len(out)}")
+    return out
+
+
 def _select(cases: Iterable[Case | str] | None) -> list[Case]:
     if cases is None:
         return list(CASES)
     if isinstance(cases, (str, Case)):
         cases = [cases]
+    cases = check_seq("validate: cases", cases, "case names or Cases (None: every case)", min_len=1)
     by_name = {c.name: c for c in CASES}
     out = []
     for c in cases:

@@ -50,9 +50,10 @@ from typing import Any
 
 import polars as pl
 
+from vcpulab._checks import check_float, check_seq
 from vcpulab._interrupt import keep_partial
 from vcpulab.sim import HostNoise
-from vcpulab.validation._score import _fmt, _key, _select, validate
+from vcpulab.validation._score import MAX_DURATION_SCALE, _fmt, _key, _seed_list, _select, validate
 from vcpulab.validation.cases import Case
 from vcpulab.validation.eras import ASSUMPTION, COSTS, SECTIONS, CostProfile, Param
 
@@ -199,9 +200,14 @@ def sensitivity(
     Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
     of the scaled runs that had finished.
     """
-    fs = [float(f) for f in factors]
-    if not fs or any(isinstance(f, bool) or not math.isfinite(f) or f <= 0 or f == 1.0 for f in fs):
+    fs = [
+        check_float("sensitivity: factors entry", f, 0.0, lo_open=True)
+        for f in check_seq("sensitivity: factors", factors, "multipliers", min_len=1)
+    ]
+    if any(f == 1.0 for f in fs):
         raise ValueError(f"sensitivity: factors must be finite numbers > 0 and != 1, got {list(factors)!r}")
+    _seed_list(seeds)  # seeds and duration_scale checked before any run (validate checks them again)
+    check_float("sensitivity: duration_scale", duration_scale, 0.0, MAX_DURATION_SCALE, lo_open=True)
     sel = [c for c in _select(cases) if c.build is not None]
     if not sel:
         raise ValueError("sensitivity: none of the cases is expressible (no builder to re-run)")
@@ -209,6 +215,10 @@ def sensitivity(
     if params is not None:
         if isinstance(params, str):
             params = [params]
+        params = check_seq("sensitivity: params", params, "assumption names (None: every one)", min_len=1)
+        for p in params:
+            if not isinstance(p, str):
+                raise TypeError(f"sensitivity: params must hold assumption names (str), got {type(p).__name__} {p!r}")
         bad = [p for p in params if p not in known]
         if bad:
             raise ValueError(f"sensitivity: {bad} are not assumptions of these cases; they have {sorted(known)}")
