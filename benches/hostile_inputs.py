@@ -283,8 +283,8 @@ def target(group: str, name: str, params: list[Param], **kw: Any) -> Callable[[C
 _EXP_PARAMS = [
     Param("workload", Never(), names=("workload",)),
     Param("vcpus", Int(1, 256), 1),
-    Param("cpus", Seq(Int(0, 2**16), 1), (CPU_A,)),
-    Param("cpus[0]", Int(0, 2**16), CPU_A, names=("cpus",), extra=tuple(CPU_EXTRA)),
+    Param("pcpus", Seq(Int(0, 2**16), 1), (CPU_A,)),
+    Param("pcpus[0]", Int(0, 2**16), CPU_A, names=("pcpus",), extra=tuple(CPU_EXTRA)),
     Param("pinning", Enum("shared", "one_each"), "one_each"),
     Param("duration_s", Float(0, 86397, lo_open=True), 0.02),
     Param("halt_poll_ns", Opt(Int(0, U32)), None),
@@ -294,7 +294,7 @@ _EXP_PARAMS = [
 def _exp(**kw: Any) -> Any:
     from vcpulab import experiment, twins
 
-    base = dict(workload=experiment.SpinLock(), vcpus=1, cpus=(CPU_A,), duration_s=0.02)
+    base = dict(workload=experiment.SpinLock(), vcpus=1, pcpus=(CPU_A,), duration_s=0.02)
     base.update(kw)
     return twins.Experiment(**base)
 
@@ -311,7 +311,7 @@ def _t_calibrate(ctx: Any, p: str, v: Any) -> None:
 def _t_experiment(ctx: Any, p: str, v: Any) -> None:
     from vcpulab import experiment
 
-    base = dict(workload=experiment.SpinLock(), vcpus=1, cpus=(CPU_A,), duration_s=0.02)
+    base = dict(workload=experiment.SpinLock(), vcpus=1, pcpus=(CPU_A,), duration_s=0.02)
     _exp(**_set_entry(base, p, v))
 
 
@@ -388,8 +388,8 @@ def _t_grid(ctx: Any, p: str, v: Any) -> None:
     "quality",
     "quality.snapshot",
     [
-        Param("cpus", Seq(Cpu()), [CPU_A]),
-        Param("cpus[0]", Cpu(), CPU_A, names=("cpus",)),
+        Param("pcpus", Seq(Cpu()), [CPU_A]),
+        Param("pcpus[0]", Cpu(), CPU_A, names=("pcpus",)),
         Param("tids", Seq(Int(1, 2**22)), []),
         Param("tids[0]", Int(1, 2**22), 1, names=("tids",)),
     ],
@@ -397,7 +397,7 @@ def _t_grid(ctx: Any, p: str, v: Any) -> None:
 def _t_snapshot(ctx: Any, p: str, v: Any) -> None:
     from vcpulab import quality
 
-    quality.snapshot(**_set_entry({"cpus": [CPU_A], "tids": []}, p, v))
+    quality.snapshot(**_set_entry({"pcpus": [CPU_A], "tids": []}, p, v))
 
 
 _MAPPING_INT = Pred(
@@ -432,8 +432,8 @@ def _t_quality(ctx: Any, p: str, v: Any) -> None:
     "quality",
     "quality.measure_cpus",
     [
-        Param("cpus", Seq(Cpu()), [CPU_A]),
-        Param("cpus[0]", Cpu(), CPU_A, names=("cpus",)),
+        Param("pcpus", Seq(Cpu()), [CPU_A]),
+        Param("pcpus[0]", Cpu(), CPU_A, names=("pcpus",)),
         Param("max_other_share", Float(0, 1), 0.02),
         Param("bogus_threshold", Never(), values=("0.5",)),
     ],
@@ -441,7 +441,7 @@ def _t_quality(ctx: Any, p: str, v: Any) -> None:
 def _t_measure_cpus(ctx: Any, p: str, v: Any) -> None:
     from vcpulab import quality
 
-    kw = _set_entry({"cpus": [CPU_A]}, p, v)
+    kw = _set_entry({"pcpus": [CPU_A]}, p, v)
     with quality.measure_cpus(**kw) as m:
         pass
     assert m.quality is not None
@@ -451,8 +451,8 @@ def _t_measure_cpus(ctx: Any, p: str, v: Any) -> None:
     "tracing",
     "tracing.Trace",
     [
-        Param("cpus", Seq(Cpu(), 1), [CPU_A]),
-        Param("cpus[0]", Cpu(), CPU_A, names=("cpus",)),
+        Param("pcpus", Seq(Cpu(), 1), [CPU_A]),
+        Param("pcpus[0]", Cpu(), CPU_A, names=("pcpus",)),
         Param("max_events", Int(1, 2**32), 1000),
         Param("buffer_bytes", Int(4096, 2**30), 65536),
         Param("kvm_pid", Opt(Pred(lambda v: v == os.getpid())), None),
@@ -461,7 +461,7 @@ def _t_measure_cpus(ctx: Any, p: str, v: Any) -> None:
 def _t_trace(ctx: Any, p: str, v: Any) -> None:
     from vcpulab import tracing
 
-    t = tracing.Trace(**_set_entry({"cpus": [CPU_A], "max_events": 1000, "buffer_bytes": 65536}, p, v))
+    t = tracing.Trace(**_set_entry({"pcpus": [CPU_A], "max_events": 1000, "buffer_bytes": 65536}, p, v))
     try:
         t.stop()
     finally:
@@ -519,8 +519,8 @@ def _t_sample(ctx: Any, p: str, v: Any) -> None:
     "Attached.trace",
     [
         Param("duration_s", Float(1e-3, 3600), 0.02, **_DUR),
-        Param("cpus", Opt(Seq(Cpu(), 1)), None),
-        Param("cpus[0]", Cpu(), CPU_A, names=("cpus",)),
+        Param("pcpus", Opt(Seq(Cpu(), 1)), None),
+        Param("pcpus[0]", Cpu(), CPU_A, names=("pcpus",)),
         Param("max_events", Opt(Int(1, 2**32)), 1000),
     ],
 )

@@ -96,7 +96,7 @@ def test_numpy_scalars_are_numbers_in_configs_and_sweeps() -> None:
 def test_numpy_scalars_elsewhere() -> None:
     assert validate([CASE], seeds=np.int64(1), duration_scale=np.float32(0.02)).height == 1
     assert analysis.gang_share(sim.run(tiny().replace(trace=True)), step_ns=np.int64(20_000)) >= 0.0
-    cfg = twins.Experiment(experiment.SpinLock(), vcpus=np.int64(1), cpus=(np.int64(0),), duration_s=np.float32(0.1))
+    cfg = twins.Experiment(experiment.SpinLock(), vcpus=np.int64(1), pcpus=(np.int64(0),), duration_s=np.float32(0.1))
     assert cfg.vcpus == 1
 
 
@@ -204,7 +204,7 @@ def test_compare_and_grid_refuse_before_calibrating(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(twins, "calibrate", no)
     monkeypatch.setattr(experiment, "run", no)
-    exp = twins.Experiment(experiment.SpinLock(), vcpus=1, cpus=(0,), duration_s=0.02)
+    exp = twins.Experiment(experiment.SpinLock(), vcpus=1, pcpus=(0,), duration_s=0.02)
     t0 = time.monotonic()
     for bad in (0, "", [], {}):  # falsy: `cal or calibrate()` measured for these
         with pytest.raises(TypeError, match="cal must be a Calibration"):
@@ -227,7 +227,7 @@ def test_attached_checks_before_looking_for_vcpu_threads(kvm_host: Any) -> None:
         vm.create_vcpu(0)
         with kvm.attach(os.getpid()) as a:
             with pytest.raises(TypeError, match="cpus must be a sequence"):
-                a.trace(cpus="0")
+                a.trace(pcpus="0")
             with pytest.raises(ValueError, match="max_events must be >= 1"):
                 a.trace(max_events=0)
             t0 = time.monotonic()
