@@ -32,6 +32,7 @@ import polars as pl
 from vcpulab._checks import check_bool, check_float, check_int, check_seq
 
 __all__ = [
+    "MAX_RESAMPLES",
     "Comparison",
     "LowPowerWarning",
     "compare",

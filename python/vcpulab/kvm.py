@@ -754,7 +754,7 @@ class Vm(ForkSafe):
         return table("KVM VM", rows)
 
 
-#: the segment registers of :class:`Sregs`
+#: the segment registers of [`Sregs`][vcpulab.kvm.Sregs]
 _SEGMENTS = ("cs", "ds", "es", "fs", "gs", "ss", "tr", "ldt")
 
 

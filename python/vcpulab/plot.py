@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_ROW_PX",
+    "MAX_MAP_PCPUS",
     "BACKGROUND",
     "BLACK",
     "Figure",
@@ -160,8 +162,9 @@ IDLE = -2
 #: the widest column a sched map takes, µs (1000 s: wider says nothing a
 #: single column would not)
 MAX_US_PER_PIXEL = 1e9
-#: most host-CPU rows of a sched map, and most pixels per row
+#: most host-CPU rows of a sched map
 MAX_MAP_PCPUS = 65536
+#: most pixels a sched map's row may be tall
 MAX_ROW_PX = 1024
 
 

@@ -320,7 +320,7 @@ def _check_quality_args(
     traced_other_ns: Any,
     traced_wall_ns: Any,
 ) -> None:
-    """Every argument of :func:`quality`, checked before it reads any."""
+    """Every argument of [`quality`][vcpulab.quality.quality], checked before it reads any."""
     check_type("before", before, Snapshot)
     check_type("after", after, Snapshot)
     check_type("placement", placement, Mapping)
