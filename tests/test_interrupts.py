@@ -250,3 +250,59 @@ def test_experiment_run_under_vcpulabs_scheduler(seed: int, kvm_host: Any) -> No
     )
     print(f"experiment.run(scheduler=directed_yield): {late:.3f} s, {partial}")
     assert late < LATE_S and partial["type"] == "None"
+
+
+# a VMM that ran a vCPU once and then waits (its vCPU thread stays alive for watch to sample)
+_VMM = """
+import time
+from vcpulab.kvm import Host
+vm = Host().create_vm(memory_mib=4); v = vm.create_vcpu(0)
+v.start(vm.load("pause_loop", iterations=10)); v.run_program(timeout_s=30)
+print("ready", flush=True); time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_vcpulab_watch(seed: int, kvm_host: Any, tmp_path: Any) -> None:
+    """`vcpulab watch PID --parquet F`: Ctrl-C ends it (status 0) and F holds
+    every sample it had taken, the ones it printed (and at most one taken but
+    not yet printed). The latency is to the process's exit, parquet written."""
+    import polars as pl
+
+    target = subprocess.Popen([sys.executable, "-c", _VMM], stdout=subprocess.PIPE, text=True, env=ENV)
+    w = None
+    out_file = tmp_path / "watch.parquet"
+    try:
+        assert target.stdout is not None
+        assert target.stdout.readline().strip() == "ready"
+        w = subprocess.Popen(
+            [sys.executable, "-m", "vcpulab.cli", "watch", str(target.pid), "--interval-s", "0.1"]
+            + ["--parquet", str(out_file)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**ENV, "PYTHONUNBUFFERED": "1"},
+        )
+        assert w.stdout is not None
+        assert w.stdout.readline().startswith(f"watching pid {target.pid}")
+        time.sleep(_delay(seed, 0.1, 1.5))
+        sent = time.monotonic()
+        w.send_signal(signal.SIGINT)
+        out, err = w.communicate(timeout=60)
+        late = time.monotonic() - sent
+    finally:
+        for p in (w, target):
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.communicate(timeout=30)
+    tables = sum(1 for line in out.splitlines() if line.startswith("-- ") and "exited" not in line)
+    print(f"vcpulab watch: {late:.3f} s to exit, {tables} tables printed")
+    assert w.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert late < LATE_S + 1.0  # + the parquet write and the interpreter's exit
+    if tables == 0 and not out_file.exists():
+        return  # interrupted before its first sample: nothing to keep, and nothing written
+    assert f"wrote {out_file}" in out, out
+    samples = pl.read_parquet(out_file)["t_ns"].n_unique()
+    assert tables <= samples <= tables + 1, (tables, samples)
