@@ -40,6 +40,8 @@ __all__ = [
     "gang_share",
     "mean_interval",
     "stat_deltas",
+    "t_critical",
+    "t_interval",
     "time_breakdown",
     "wakeup_latency",
 ]
@@ -152,10 +154,32 @@ def _paired_values(a: Any, b: Any, metric: str | None, pair_by: str) -> tuple[np
     return _values(a, metric, "a"), _values(b, metric, "b")
 
 
-def _t_ppf(confidence: float, df: float) -> float:
+def t_critical(confidence: float, df: float) -> float:
+    """The two-sided Student-t critical value t_{1-(1-confidence)/2, df}
+    (scipy.stats.t.ppf). vcpulab's one source of t quantiles: every interval
+    it reports (Trials.summary, twins, validation, compare) is computed from it."""
+    _check_fraction("confidence", confidence)
+    d = check_float("df", df, 0.0, float("inf"), lo_open=True)
     from scipy import stats
 
-    return float(stats.t.ppf(1 - (1 - confidence) / 2, df))
+    return float(stats.t.ppf(1 - (1 - confidence) / 2, d))
+
+
+def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the finite ``values`` and its Student-t
+    interval (n-1 degrees of freedom); NaN bounds with fewer than two finite
+    values, all NaN with none. NaN and infinite values are left out (a seed
+    that measured nothing), unlike [`mean_interval`][vcpulab.analysis.mean_interval],
+    which refuses them."""
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = float(x.mean())
+    if x.size < 2:
+        return m, float("nan"), float("nan")
+    h = t_critical(confidence, x.size - 1) * float(x.std(ddof=1)) / float(np.sqrt(x.size))
+    return m, m - h, m + h
 
 
 def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
@@ -173,7 +197,7 @@ def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95
         raise ValueError(f"values must be one-dimensional, got shape {v.shape}")
     if len(v) < 2:
         return (float("nan"), float("nan"))
-    half = _t_ppf(confidence, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    half = t_critical(confidence, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
     return (float(v.mean() - half), float(v.mean() + half))
 
 
@@ -340,7 +364,7 @@ def _diff_interval(
         if na < 2 or nb < 2:
             return (float("nan"), float("nan"))
         se, dof = _welch(va, vb)
-        half = _t_ppf(confidence, dof) * se
+        half = t_critical(confidence, dof) * se
         return (float(diff - half), float(diff + half))
     if interval == "percentile":
         if paired:
@@ -394,7 +418,7 @@ def _relative_interval(va: np.ndarray, vb: np.ndarray, paired: bool, confidence:
     r = mb / ma
     se = abs(r) * np.sqrt((qb / mb**2 if mb != 0 else 0.0) + qa / ma**2)
     _, dof = _welch(va, vb)
-    half = _t_ppf(confidence, dof) * se
+    half = t_critical(confidence, dof) * se
     return (float(r - 1 - half), float(r - 1 + half))
 
 

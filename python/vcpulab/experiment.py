@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core, tracing
+from vcpulab import analysis as _analysis
 from vcpulab import sched as _sched
 from vcpulab._checks import (
     check_bool,
@@ -54,6 +55,7 @@ from vcpulab.quality import Quality, QualityWarning, quality, snapshot
 from vcpulab.sched import Scheduler
 
 __all__ = [
+    "CONFIDENCE_LEVELS",
     "GRACE_S",
     "IdleTicks",
     "IpiPingPong",
@@ -595,117 +597,19 @@ class Run:
         )
 
 
-#: two-sided Student t critical values t_{1-α/2, df} for df = 1..30 (standard
-#: tables, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, §1.3.6.7.2,
-#: https://www.itl.nist.gov/div898/handbook/eda/section3/eda3672.htm); larger df use the normal value
-_T_TABLE = {
-    0.90: [
-        6.314,
-        2.920,
-        2.353,
-        2.132,
-        2.015,
-        1.943,
-        1.895,
-        1.860,
-        1.833,
-        1.812,
-        1.796,
-        1.782,
-        1.771,
-        1.761,
-        1.753,
-        1.746,
-        1.740,
-        1.734,
-        1.729,
-        1.725,
-        1.721,
-        1.717,
-        1.714,
-        1.711,
-        1.708,
-        1.706,
-        1.703,
-        1.701,
-        1.699,
-        1.697,
-    ],
-    0.95: [
-        12.706,
-        4.303,
-        3.182,
-        2.776,
-        2.571,
-        2.447,
-        2.365,
-        2.306,
-        2.262,
-        2.228,
-        2.201,
-        2.179,
-        2.160,
-        2.145,
-        2.131,
-        2.120,
-        2.110,
-        2.101,
-        2.093,
-        2.086,
-        2.080,
-        2.074,
-        2.069,
-        2.064,
-        2.060,
-        2.056,
-        2.052,
-        2.048,
-        2.045,
-        2.042,
-    ],
-    0.99: [
-        63.657,
-        9.925,
-        5.841,
-        4.604,
-        4.032,
-        3.707,
-        3.499,
-        3.355,
-        3.250,
-        3.169,
-        3.106,
-        3.055,
-        3.012,
-        2.977,
-        2.947,
-        2.921,
-        2.898,
-        2.878,
-        2.861,
-        2.845,
-        2.831,
-        2.819,
-        2.807,
-        2.797,
-        2.787,
-        2.779,
-        2.771,
-        2.763,
-        2.756,
-        2.750,
-    ],
-}
-_Z = {0.90: 1.645, 0.95: 1.960, 0.99: 2.576}
+#: the confidence levels Trials.summary offers
+CONFIDENCE_LEVELS = (0.90, 0.95, 0.99)
 
 
 def t_critical(confidence: float, df: int) -> float:
-    """Two-sided Student t critical value for ``confidence`` (0.90, 0.95 or 0.99)."""
-    if confidence not in _T_TABLE:
-        raise ValueError(f"confidence must be one of {sorted(_T_TABLE)}, got {confidence!r}")
+    """Two-sided Student t critical value for ``confidence`` (0.90, 0.95 or
+    0.99) and ``df`` >= 1 degrees of freedom
+    ([`vcpulab.analysis.t_critical`][], scipy)."""
+    if confidence not in CONFIDENCE_LEVELS:
+        raise ValueError(f"confidence must be one of {list(CONFIDENCE_LEVELS)}, got {confidence!r}")
     if df < 1:
         raise ValueError(f"df must be >= 1, got {df}")
-    return _T_TABLE[confidence][df - 1] if df <= 30 else _Z[confidence]
+    return _analysis.t_critical(confidence, df)
 
 
 @dataclass

@@ -67,6 +67,7 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial, partial_of
+from vcpulab.analysis import t_interval
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
 
 #: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
@@ -1670,56 +1671,6 @@ def run_sim(
     return out
 
 
-#: Student's t 0.975 quantiles for 1..30 degrees of freedom (any statistics
-#: table, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, 1.3.6.7.2);
-#: above 30 the normal 1.96 is used
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
-
-
-def _ci(x: Sequence[float]) -> tuple[float, float, float]:
-    """Mean and 95 % t-interval (NaN bounds with fewer than two values)."""
-    a = np.asarray([v for v in x if v == v], dtype=float)
-    if a.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    m = float(a.mean())
-    if a.size < 2:
-        return m, float("nan"), float("nan")
-    t = _T975[a.size - 2] if a.size - 1 <= len(_T975) else 1.96
-    h = float(t * a.std(ddof=1) / math.sqrt(a.size))
-    return m, m - h, m + h
-
-
 def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
     """Two-sample Kolmogorov-Smirnov distance: the largest difference between
     the two empirical distribution functions (NaN if a sample is empty)."""
@@ -1858,8 +1809,8 @@ def _compare_rows(
     for m in _metrics_of(exp):
         rv = [x[m] for x in rm if m in x]
         sv = [x[m] for x in sm if m in x]
-        r_m, r_lo, r_hi = _ci(rv)
-        s_m, s_lo, s_hi = _ci(sv)
+        r_m, r_lo, r_hi = t_interval(rv)
+        s_m, s_lo, s_hi = t_interval(sv)
         fl = FLOORS.get(m, 0.0)
         informative = bool(r_m == r_m and s_m == s_m and (abs(r_m) > fl or abs(s_m) > fl))
         rel = abs(s_m - r_m) / abs(r_m) if (r_m == r_m and s_m == s_m and r_m != 0) else float("nan")

@@ -16,6 +16,7 @@ import polars as pl
 from vcpulab import _core
 from vcpulab._checks import check_float, check_int, check_seq
 from vcpulab._interrupt import keep_partial, partial_of
+from vcpulab.analysis import t_interval
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
 from vcpulab.validation.cases import _COMPARED, _MEASURES, CASES, Case
@@ -35,52 +36,6 @@ __all__ = [
 #: a change (or log ratio) smaller than this counts as "no effect" (sign 0),
 #: for the published value, the direction test and the stability test
 DEAD_BAND = 0.02
-
-# two-sided 97.5 % quantiles of Student's t by degrees of freedom
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    11: 2.201,
-    12: 2.179,
-    13: 2.160,
-    14: 2.145,
-    15: 2.131,
-    16: 2.120,
-    17: 2.110,
-    18: 2.101,
-    19: 2.093,
-    20: 2.086,
-    25: 2.060,
-    30: 2.042,
-}
-
-
-def _t975(df: int) -> float:
-    if df in _T975:
-        return _T975[df]
-    if df > 30:
-        return 1.96 + 2.4 / df  # within 0.3 % of the t quantile above 30 degrees of freedom
-    return _T975[max(k for k in _T975 if k < df)]
-
-
-def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean and the 95 % t interval of ``values`` (NaN bounds for n < 2)."""
-    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan, math.nan
-    m = float(x.mean())
-    if x.size < 2:
-        return m, math.nan, math.nan
-    h = _t975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return m, m - h, m + h
 
 
 def jain(xs: Sequence[float]) -> float:
