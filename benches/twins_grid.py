@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small] [--trials 3] [--seeds 3] [--load measured|one_task|none]
+    python benches/twins_grid.py [--small | --policies] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -8,7 +8,8 @@ vcpulab.twins.default_grid on real KVM (``--trials`` times, each recording what
 else ran on its CPUs) and its twin (``--seeds`` seeds), and prints every cell,
 the between-cell directions and the agreement line. ``--out`` writes the cells
 and directions as Parquet, ``--markdown`` the tables as Markdown (docs/twins.md
-quotes one). The machine's other load changes real results: every cell reports
+quotes one). ``--policies`` runs vcpulab.twins.policy_grid instead: the same
+lock under vcpulab's own vCPU scheduler, one cell per policy. The machine's other load changes real results: every cell reports
 the largest share of its CPUs' time other tasks took.
 """
 
@@ -28,6 +29,12 @@ from vcpulab import twins
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="the CI's reduced grid")
+    ap.add_argument(
+        "--policies",
+        action="store_true",
+        help="the policy axis instead (twins.policy_grid: one ticket-lock VM under vcpulab's scheduler, "
+        "round_robin and directed_yield with each simulator policy; docs/scheduler.md)",
+    )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument(
@@ -56,7 +63,10 @@ def main() -> int:
     cal = twins.calibrate()
     with pl.Config(tbl_rows=100, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=200, float_precision=3):
         print(cal.frame())
-    exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
+    if a.policies:
+        exps = twins.policy_grid(duration_s=a.duration_s)
+    else:
+        exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True, trace=a.trace)
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
