@@ -502,13 +502,9 @@ class Vm(ForkSafe):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if self._forked():
-            return  # the parent's resources: the child's exit releases its copies of the fds
-        try:
-            self._vm.close()
-        except Exception:
-            pass
+    # No __del__: a Vm left to the garbage collector is closed by its core's
+    # Drop (src/py/kvm.rs), where no Python code runs, so a Ctrl-C cannot land
+    # in a finalizer and be lost; in a forked child it kicks nothing.
 
     def close(self) -> None:
         """Release everything (idempotent)."""

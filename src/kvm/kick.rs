@@ -194,6 +194,14 @@ extern "C" fn after_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
+/// The number of forks between the first call in this process's ancestry
+/// and now: a value taken at creation that differs later means the caller is
+/// a forked child holding its parent's objects (whose threads do not exist here).
+pub fn fork_generation() -> u64 {
+    ensure_atfork();
+    FORK_GENERATION.load(Ordering::SeqCst)
+}
+
 fn ensure_atfork() {
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::kvm::guest::program::{LockKind, Program, Spec};
-use crate::kvm::kick::RunSlot;
+use crate::kvm::kick::{self, RunSlot};
 use crate::kvm::memory::GuestMemory;
 use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
 use crate::kvm::vcpu::{regs_from_array, regs_to_array, VcpuObserver, REG_NAMES};
@@ -139,6 +139,7 @@ impl PyHost {
             fd: Mutex::new(Some(fd)),
             irqchip,
             memory_bytes: memory_mib << 20,
+            fork_generation: kick::fork_generation(),
         })
     }
 }
@@ -178,6 +179,45 @@ pub struct PyVm {
     irqchip: bool,
     #[pyo3(get)]
     memory_bytes: u64,
+    /// `kick::fork_generation()` when created: a forked child must not kick
+    /// the parent's vCPU threads (they do not exist there)
+    fork_generation: u64,
+}
+
+/// A Vm dropped without `close()` (garbage collected) closes as `close()`
+/// does. In Rust, not in a Python `__del__`: a Ctrl-C landing in a Python
+/// finalizer is printed as "Exception ignored" and lost to the code it was
+/// meant to stop; here no Python code runs. In a forked child only the
+/// child's copies of the fds are closed (no kick).
+impl Drop for PyVm {
+    fn drop(&mut self) {
+        if self.fork_generation != kick::fork_generation() {
+            return;
+        }
+        let state = &self.state;
+        let fd = &self.fd;
+        // Dropped by CPython's deallocator, which holds the GIL: release it
+        // while the vCPUs stop, as close() does (a vCPU thread may need it to
+        // leave a Python policy call). At interpreter shutdown no thread runs
+        // Python any more, and attaching would panic: close in place.
+        if Python::try_attach(|py| py.detach(|| close_state(state, fd))).is_none() {
+            close_state(state, fd);
+        }
+    }
+}
+
+fn close_state(state: &Mutex<Option<VmState>>, fd: &Mutex<Option<Arc<kvm::vm::VmHandle>>>) {
+    let st = lock(state).take();
+    lock(fd).take();
+    if let Some(st) = st {
+        for c in &st.vcpus {
+            c.closed.store(true, Ordering::SeqCst);
+            c.slot.stop();
+            lock(&c.core).take();
+            lock(&c.observer).take();
+        }
+        drop(st);
+    }
 }
 
 impl PyVm {
@@ -399,19 +439,7 @@ impl PyVm {
     /// Releases every vCPU, the VM fd and (once no numpy view is left) guest RAM.
     /// Running vCPUs are kicked out of KVM_RUN first. Idempotent.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| {
-            let st = lock(&self.state).take();
-            lock(&self.fd).take();
-            if let Some(st) = st {
-                for c in &st.vcpus {
-                    c.closed.store(true, Ordering::SeqCst);
-                    c.slot.stop();
-                    lock(&c.core).take();
-                    lock(&c.observer).take();
-                }
-                drop(st);
-            }
-        })
+        py.detach(|| close_state(&self.state, &self.fd))
     }
 
     #[getter]
