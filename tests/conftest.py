@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
+from vcpulab._procfs import psi_cpu_some_us, task_schedstat
+
 # The `kvm_host` fixture, the `kvm`/`slow` markers and the closing count of
 # real-KVM tests come from vcpulab's pytest plugin (vcpulab/pytest_plugin.py,
 # registered through the pytest11 entry point).
@@ -20,9 +22,7 @@ import threading
 
 def schedstat(tid: int) -> tuple[int, int, int]:
     """(cpu time ns, run delay ns, timeslices) of a thread of this process."""
-    with open(f"/proc/self/task/{tid}/schedstat") as f:
-        cpu, delay, slices = f.read().split()
-    return int(cpu), int(delay), int(slices)
+    return task_schedstat(tid)
 
 
 class PinnedThread(threading.Thread):
@@ -58,14 +58,6 @@ class PinnedThread(threading.Thread):
         return self.result
 
 
-def _psi_some_us() -> int | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            return int(f.readline().rsplit("total=", 1)[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def interrupt_script(code: str, after_s: float = 0.3, within_s: float = 1.0, tries: int = 3) -> str:
     """Runs ``code`` in a fresh interpreter; once it prints "ready", waits
     ``after_s``, sends SIGINT, and asserts the process finished within
@@ -93,11 +85,11 @@ def interrupt_script(code: str, after_s: float = 0.3, within_s: float = 1.0, tri
             assert p.stdout is not None
             assert p.stdout.readline().strip() == "ready"
             time.sleep(after_s)
-            t0, psi0 = time.monotonic(), _psi_some_us()
+            t0, psi0 = time.monotonic(), psi_cpu_some_us()
             p.send_signal(signal.SIGINT)
             out, _ = p.communicate(timeout=10)
             took = time.monotonic() - t0
-            psi1 = _psi_some_us()
+            psi1 = psi_cpu_some_us()
             assert p.returncode == 0, out
         finally:
             if p.poll() is None:

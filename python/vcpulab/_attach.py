@@ -54,6 +54,7 @@ from typing import Any
 
 import polars as pl
 
+from vcpulab import _procfs
 from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_seq, renamed_since
 
 __all__ = ["Attached", "attach"]
@@ -177,7 +178,7 @@ class Attached:
     def _thread_row(self, tid: int) -> dict[str, int] | None:
         base = Path(f"/proc/{self.pid}/task/{tid}")
         try:
-            cpu, delay, slices = (int(x) for x in (base / "schedstat").read_text().split())
+            cpu, delay, slices = _procfs.task_schedstat(tid, self.pid)
             st = (base / "status").read_text()
         except (OSError, ValueError):
             return None

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from vcpulab import _procfs
 from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type, guard_panics
 from vcpulab._interrupt import keep_partial
 from vcpulab.quality import measure_cpus
@@ -187,29 +188,12 @@ def real_stats(run: Any) -> dict[str, int]:
     return {k: int(s[k][-1] - s[k][0]) if k in s.columns else 0 for k in hp.STAT_COLUMNS}
 
 
-def _cpu_busy_ns(cpu: int) -> int:
-    """Busy time of host CPU ``cpu`` from /proc/stat (USER_HZ ticks → ns)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith(f"cpu{cpu} "):
-                v = [int(x) for x in line.split()[1:]]
-                idle = v[3] + (v[4] if len(v) > 4 else 0)
-                return int((sum(v[:8]) - idle) * 1e9 / hz)
-    raise ValueError(f"host CPU {cpu} is not in /proc/stat")
-
-
 #: the interrupt vector of the MSIs the host sends in each real cell
 VECTOR = 0x40
 #: the idle window before each cell that the load estimate includes, s
 LOAD_PRE_S = 0.1
 #: a round trip besides the gap on this host, µs (to size cells; measured ~45)
 ROUND_EXTRA_US = 45.0
-
-
-def _thread_cpu_ns(tid: int) -> int:
-    with open(f"/proc/self/task/{tid}/schedstat") as f:
-        return int(f.read().split()[0])
 
 
 def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: int, timeout: float) -> dict[str, Any]:
@@ -237,12 +221,12 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
                 vcpu.run_program(timeout_s=timeout)
             except BaseException as e:
                 box["error"] = e
-            box["cpu_ns"] = _thread_cpu_ns(box["tid"])
+            box["cpu_ns"] = _procfs.task_schedstat(box["tid"]).cpu_ns
             meter.end_thread(box["tid"])
 
         # the load estimate covers a window before the cell too: while the vCPU
         # polls, little of the cell's own time is left to see other tasks in
-        b0, w0 = _cpu_busy_ns(pcpu), time.monotonic()
+        b0, w0 = _procfs.proc_stat_busy_ns([pcpu])[pcpu], time.monotonic()
         time.sleep(LOAD_PRE_S)
         t = threading.Thread(target=vcpu_thread, daemon=True)
         meter.__enter__()
@@ -262,7 +246,7 @@ def _real_cell(host: Any, gap_us: float, max_poll_ns: int, rounds: int, pcpu: in
             raise
         t.join(timeout + 5)
         meter.__exit__(None, None, None)
-        b1, w1 = _cpu_busy_ns(pcpu), time.monotonic()
+        b1, w1 = _procfs.proc_stat_busy_ns([pcpu])[pcpu], time.monotonic()
         if t.is_alive():
             raise TimeoutError(
                 f"calibrate.halt_poll: the vCPU thread of cell gap={gap_us} max={max_poll_ns} did not finish"

@@ -49,13 +49,13 @@ user.
 from __future__ import annotations
 
 import numbers
-import os
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from vcpulab import _procfs
 from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_seq, check_type, renamed_since
 
 __all__ = [
@@ -84,69 +84,10 @@ class QualityWarning(UserWarning):
     message names what was measured (see [`Quality`][vcpulab.quality.Quality])."""
 
 
-def _idle_us(cpu: int) -> int | None:
-    base = f"/sys/devices/system/cpu/cpu{cpu}/cpuidle"
-    try:
-        states = [s for s in os.listdir(base) if s.startswith("state")]
-    except OSError:
-        return None
-    if not states:
-        return None
-    total = 0
-    for s in states:
-        try:
-            with open(f"{base}/{s}/time") as f:
-                total += int(f.read())
-        except (OSError, ValueError):
-            return None
-    return total
-
-
-def _proc_stat_busy_ns(cpus: Iterable[int]) -> dict[int, int]:
-    """Busy ns of each CPU in ``cpus`` from /proc/stat; ValueError naming a
-    CPU that /proc/stat does not list (offline or absent)."""
-    want = {f"cpu{c}": c for c in cpus}
-    hz = os.sysconf("SC_CLK_TCK")
-    out: dict[int, int] = {}
-    with open("/proc/stat") as f:
-        for line in f:
-            name = line.split(" ", 1)[0]
-            if name in want:
-                v = [int(x) for x in line.split()[1:]]
-                idle = v[3] + (v[4] if len(v) > 4 else 0)
-                out[want[name]] = int((sum(v[:8]) - idle) * 1e9 / hz)
-    missing = sorted(set(want.values()) - set(out))
-    if missing:
-        raise ValueError(f"cpus: host CPU(s) {missing} are not online (not in /proc/stat)")
-    return out
-
-
-def _psi_some_us() -> int | None:
-    try:
-        with open("/proc/pressure/cpu") as f:
-            for line in f:
-                if line.startswith("some"):
-                    return int(line.rsplit("total=", 1)[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _freq_khz(cpu: int) -> int | None:
-    try:
-        with open(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_cur_freq") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
-
-
 def thread_schedstat(tid: int, pid: int | None = None) -> tuple[int, int, int]:
     """(CPU time ns, run delay ns, timeslices) of thread ``tid`` of process
     ``pid`` (default: this one), from ``/proc/<pid>/task/<tid>/schedstat``."""
-    p = f"/proc/{pid or 'self'}/task/{tid}/schedstat"
-    with open(p) as f:
-        cpu, delay, slices = f.read().split()
-    return int(cpu), int(delay), int(slices)
+    return _procfs.task_schedstat(tid, pid)
 
 
 @dataclass(frozen=True)
@@ -169,12 +110,12 @@ def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     thread of this process in ``tids``."""
     cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in check_seq("pcpus", pcpus, "host CPU numbers")})
     tids = [check_int("tids entry", t, 1, 2**31 - 1) for t in check_seq("tids", tids, "thread ids")]
-    idle = {c: _idle_us(c) for c in cpus}
+    idle = {c: _procfs.cpuidle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
         source, counters = "cpuidle", {c: int(v) * 1000 for c, v in idle.items()}  # type: ignore[arg-type]
     else:
-        source, counters = "/proc/stat", _proc_stat_busy_ns(cpus)
+        source, counters = "/proc/stat", _procfs.proc_stat_busy_ns(cpus)
     threads: dict[int, tuple[int, int]] = {}
     for tid in tids:
         try:
@@ -182,7 +123,7 @@ def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
             threads[tid] = (c, d)
         except OSError:
             pass
-    return Snapshot(t_ns=t, source=source, counters=counters, psi_some_us=_psi_some_us(), threads=threads)
+    return Snapshot(t_ns=t, source=source, counters=counters, psi_some_us=_procfs.psi_cpu_some_us(), threads=threads)
 
 
 @dataclass(frozen=True)
@@ -444,7 +385,7 @@ def quality(
     psi = None
     if before.psi_some_us is not None and after.psi_some_us is not None:
         psi = min((after.psi_some_us - before.psi_some_us) * 1e3 / wall, 1.0)
-    freqs = [f for f in (_freq_khz(c) for c in cpus) if f is not None]
+    freqs = [f for f in (_procfs.cpufreq_khz(c) for c in cpus) if f is not None]
     return Quality(
         wall_ns=wall,
         cpus=tuple(cpus),

@@ -64,11 +64,12 @@ from typing import Any, Literal, overload
 import numpy as np
 import polars as pl
 
-from vcpulab import sim
+from vcpulab import _procfs, sim, tracing
 from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.analysis import t_interval
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
+from vcpulab.sim import halt_poll as _hp
 
 #: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
 _ONE_NAME = "one name for host CPU lists everywhere"
@@ -257,20 +258,9 @@ def host_knobs() -> dict[str, Value]:
     out["preempt"] = Value(
         float("nan"), "", f"preemption model: {model} ({'debugfs sched/preempt' if pre else why + '; kernel config'})"
     )
-    defaults = {
-        "halt_poll_ns": 200_000,
-        "halt_poll_ns_grow": 2,
-        "halt_poll_ns_grow_start": 10_000,
-        "halt_poll_ns_shrink": 2,
-    }
-    for name, dflt in defaults.items():
-        raw = _read(f"/sys/module/kvm/parameters/{name}")
-        if raw is not None and raw.lstrip("-").isdigit():
-            out[name] = Value(
-                int(raw), "ns" if name.endswith(("_ns", "start")) else "", f"read /sys/module/kvm/parameters/{name}"
-            )
-        else:
-            out[name] = Value(dflt, "ns" if name.endswith("ns") else "", "module parameter unreadable; kernel default")
+    for name, v in _hp.host_params().items():  # the host's, or the kernel default where unreadable
+        unit = "ns" if name.endswith(("_ns", "start")) else ""
+        out[name] = Value(v, unit, _hp.host_params.sources[name])  # type: ignore[attr-defined]
     out["machine_cpus"] = Value(len(os.sched_getaffinity(0)), "", "CPUs this process may run on (sched_getaffinity)")
     return out
 
@@ -1382,22 +1372,7 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
 def _task_schedstat() -> dict[int, tuple[int, int]]:
     """tid → (CPU time ns, timeslices) of every task on the machine
     (``/proc/<pid>/task/<tid>/schedstat``, fields 1 and 3)."""
-    out: dict[int, tuple[int, int]] = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    cpu, _, slices = f.read().split()
-                out[int(tid)] = (int(cpu), int(slices))
-            except (OSError, ValueError):
-                continue
-    return out
+    return {t: (s.cpu_ns, s.timeslices) for t, s in _procfs.every_task_schedstat().items()}
 
 
 @dataclass(frozen=True)
@@ -1545,18 +1520,8 @@ class _VmmProbe:
 
     @staticmethod
     def _snap() -> dict[int, tuple[int, int]]:
-        out: dict[int, tuple[int, int]] = {}
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    if f.read().strip().endswith("/KVM"):
-                        continue
-                with open(f"/proc/self/task/{tid}/schedstat") as f:
-                    cpu, _, slices = f.read().split()
-                out[int(tid)] = (int(cpu), int(slices))
-            except (OSError, ValueError):
-                continue
-        return out
+        own = _procfs.every_task_schedstat(os.getpid(), skip_comm_suffix="/KVM")
+        return {t: (s.cpu_ns, s.timeslices) for t, s in own.items()}
 
     def _main(self) -> None:
         import time
@@ -2314,12 +2279,13 @@ def grid(
 
 # -------------------------------------------------------------------- distributions
 
-#: columns of a real run's trace (``Run.trace``, the tracing work) and of its
-#: wake-ups (``Run.wakeups``); [`sim_trace_frames`][vcpulab.twins.sim_trace_frames] gives a simulated run
-#: the same two frames
-TRACE_COLUMNS = ("pcpu", "start_ns", "end_ns", "vm", "vcpu", "tid", "comm")
-#: columns of a run's wake-ups (``Run.wakeups``, and [`sim_wakeups`][vcpulab.twins.sim_wakeups] for a simulated run)
-WAKEUP_COLUMNS = ("vm", "vcpu", "tid", "wake_ns", "run_ns", "latency_ns")
+#: columns of a real run's trace (``Run.trace``; their one home is
+#: ``vcpulab.tracing.TRACE_SCHEMA``); [`sim_trace_frames`][vcpulab.twins.sim_trace_frames] gives a
+#: simulated run the same trace and wake-up frames
+TRACE_COLUMNS = tuple(tracing.TRACE_SCHEMA)
+#: columns of a run's wake-ups (``Run.wakeups``, and [`sim_wakeups`][vcpulab.twins.sim_wakeups] for a simulated run;
+#: ``vcpulab.tracing.WAKEUPS_SCHEMA``)
+WAKEUP_COLUMNS = tuple(tracing.WAKEUPS_SCHEMA)
 
 
 def _sleep_phase(res: sim.Result) -> tuple[int, bool] | None:

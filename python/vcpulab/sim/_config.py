@@ -31,7 +31,6 @@ import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 __all__ = [
@@ -1116,18 +1115,12 @@ class HaltPoll(_Base):
         """A config whose module parameters (``max_ns``, ``grow``,
         ``grow_start_ns``, ``shrink``) not given in ``kw`` are this host's
         (read from ``sysfs``; the kernel default where a file is missing)."""
-        from_sysfs = {
-            "max_ns": "halt_poll_ns",
-            "grow": "halt_poll_ns_grow",
-            "grow_start_ns": "halt_poll_ns_grow_start",
-            "shrink": "halt_poll_ns_shrink",
-        }
-        for name, param in from_sysfs.items():
+        from vcpulab.sim import halt_poll as hp  # (halt_poll imports this module)
+
+        host = hp.host_params(sysfs)
+        for name, param in hp.PARAM_OF_FIELD.items():
             if kw.get(name) is None:
-                try:
-                    kw[name] = int((Path(sysfs) / param).read_text().strip())
-                except (OSError, ValueError):
-                    kw.pop(name, None)  # the dataclass default: the kernel's
+                kw[name] = host[param]  # the host's, or the kernel default where the file is missing
         return cls(**kw)
 
 

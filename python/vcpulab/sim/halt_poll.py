@@ -57,6 +57,7 @@ __all__ = [
     "LIMIT_NS",
     "MEASURED_HERE",
     "Message",
+    "PARAM_OF_FIELD",
     "POLICIES",
     "Params",
     "Result",
@@ -86,13 +87,17 @@ STAT_COLUMNS = (
     "halt_wait_ns",
 )
 
-#: Kernel defaults (x86): KVM_HALT_POLL_NS_DEFAULT and the module parameters
-KERNEL_DEFAULTS = {
-    "halt_poll_ns": 200_000,
-    "halt_poll_ns_grow": 2,
-    "halt_poll_ns_grow_start": 10_000,
-    "halt_poll_ns_shrink": 2,
+#: the kvm module parameter behind each [`HaltPoll`][vcpulab.sim.HaltPoll] field
+PARAM_OF_FIELD = {
+    "max_ns": "halt_poll_ns",
+    "grow": "halt_poll_ns_grow",
+    "grow_start_ns": "halt_poll_ns_grow_start",
+    "shrink": "halt_poll_ns_shrink",
 }
+#: Kernel defaults (x86): KVM_HALT_POLL_NS_DEFAULT and the module parameters'
+#: initial values in virt/kvm/kvm_main.c, by parameter name; the values are
+#: HaltPoll's field defaults, their one home
+KERNEL_DEFAULTS = {param: getattr(HaltPoll(), f) for f, param in PARAM_OF_FIELD.items()}
 #: the largest value of a u32 module parameter (``halt_poll_ns`` and its grow / shrink factors)
 U32_MAX = 2**32 - 1
 #: the largest time any field of the model takes, ns (10^13 ns: about 2.8 hours)
