@@ -142,7 +142,8 @@ def test_slices_lie_in_the_run_and_do_not_overlap(idle_run) -> None:  # type: ig
     # a halt that waited put its thread to sleep: after each, a new slice (inferred or not)
     for v in (0, 1, 2):
         assert vt.filter(pl.col("vcpu") == v).height >= h.filter((pl.col("vcpu") == v) & ~pl.col("polled")).height
-    assert r.trace_info["inferred_switch_ins"] >= 0
+    # each inferred switch-in starts one of the trace's slices
+    assert isinstance(r.trace_info["inferred_switch_ins"], int) and r.trace_info["inferred_switch_ins"] <= t.height
     # wake-ups: each is of a vCPU thread, and it ran at or after it was woken (the kernel
     # may write no record of a wake-up from idle, so not every waited halt has one)
     w = r.wakeups
@@ -281,7 +282,13 @@ def test_views_of_a_traced_run(idle_run) -> None:  # type: ignore[no-untyped-def
         if ns >= 100_000:
             assert (plot.BLACK if vm < 0 else plot.vcpu_color(vm, vcpu, 1, 3)) in colours
     codes = plot.sched_map_codes(r.trace.with_columns(pl.col("pcpu") - min(r.trace_info["cpus"])), 100.0)
-    assert (codes >= 0).any()
+    # the map's vCPU codes are the traced vCPUs', and every vCPU with a slice of a column or more is on it
+    shown = {int(c) for c in set(codes.ravel().tolist()) if c >= 0}
+    traced = {
+        vm * 65536 + vcpu for vm, vcpu in r.trace.filter(pl.col("vm") >= 0).select("vm", "vcpu").unique().iter_rows()
+    }
+    assert shown <= traced
+    assert {vm * 65536 + vcpu for vm, vcpu, ns in longest.iter_rows() if vm >= 0 and ns >= 100_000} <= shown
     for fig in (plot.exit_handling(r), plot.halt_poll_window(r), plot.wakeup_latency(r)):
         assert isinstance(fig, Figure)
     with pytest.raises(ValueError, match="trace=True"):
