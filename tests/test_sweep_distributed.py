@@ -190,7 +190,7 @@ def test_point_hash_is_stable_across_processes_and_includes_params():
     assert h == point_hash({"seed": 1}, sim.Config.from_json(cfg.to_json()))
     assert h != point_hash({"seed": 2}, cfg)
     assert h != point_hash({"seed": 1}, cfg.replace(seed=2))
-    assert len(h) == 64 and set(h) <= set("0123456789abcdef")  # a SHA-256 hex digest
+    assert len(h) == 64 and set(h) <= set("0123456789abcdef")  # SHA-256, in hex
 
 
 # ------------------------------------------------------------------ a dead worker
