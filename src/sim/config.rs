@@ -227,7 +227,9 @@ pub struct HostConfig {
     /// percent of its speed alone (100: no slow-down, off).
     #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
     pub smt_speed_pct: u32,
-    /// Where each unpinned (`affinity = "all"`) vCPU thread starts.
+    /// Where each unpinned (`affinity = "all"`) vCPU thread starts: its
+    /// first enqueue keeps this CPU (fork placement, `wake_up_new_task`),
+    /// it does not go through the wake-up path.
     pub start_placement: StartPlacement,
     /// Cache-refill time a vCPU owes when it runs on another core of the
     /// same LLC than last time (its private L1/L2 are cold), ns; spent at
@@ -252,9 +254,11 @@ pub struct HostConfig {
     /// vCPU threads arrive one by one, ns apart: the VMM creates them in
     /// turn, and the order in which they first reach their CPU's run queue
     /// (fork placement, then the move to their pinned CPU) is a seeded
-    /// random one; the k-th arrives at k × start_gap_ns and is placed and
-    /// may preempt as any waking task. 0 (default): every vCPU is runnable
-    /// at time 0, in index order.
+    /// random one; the k-th arrives at k × start_gap_ns on its start CPU
+    /// (a new task is placed by fork balancing, which the start map stands
+    /// for, not by the wake-up path) and may preempt as any waking task.
+    /// 0 (default): every vCPU is runnable at time 0, in index order, each
+    /// on its start CPU.
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub start_gap_ns: u64,
     /// EEVDF: a wake-up onto a busy CPU notices an expired slice of the

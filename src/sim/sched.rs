@@ -141,10 +141,11 @@ impl Sim {
                 self.tasks[t].cpu = self.gang_cpu[v as usize];
             }
         } else {
-            if self.tasks[t].pinned.is_none() {
+            if self.tasks[t].pinned.is_none() && !self.enqueue_new {
                 self.record_wakee(t);
             }
-            let c = self.select_cpu(t);
+            // a new thread keeps its start CPU (fork placement, see `Sim::enqueue_new`)
+            let c = if self.enqueue_new { self.tasks[t].cpu as usize } else { self.select_cpu(t) };
             let from = self.tasks[t].cpu as usize;
             self.tasks[t].cpu = c as u32;
             if self.is_cfs() {

@@ -548,10 +548,14 @@ class Host(_Base):
             placement (``sched_balance_find_dst_cpu``) and the wake-up
             placements of guest boot and idle, which depend on their timing;
             "shuffled" stands for it (simplified: balanced, one draw per
-            seed). vCPU threads that never sleep keep their start CPU (load
-            balancing finds nothing to move between equally loaded CPUs),
-            so the start map decides which VMs share CPUs. Pinned affinities
-            ignore it.
+            seed). A thread's first enqueue keeps its start CPU
+            (``wake_up_new_task`` places by fork balancing, not by the
+            wake-up path; through the wake-up path in index order, the VMs
+            listed first took CPUs of their own: the 2012 era's 8 x 20 VMs
+            0 and 1 made 1.5-1.7x the mean). vCPU threads that never sleep
+            keep their start CPU (load balancing finds nothing to move
+            between equally loaded CPUs), so the start map decides which
+            VMs share CPUs. Pinned affinities ignore it.
         migration_cold_core_ns: cache-refill time a vCPU owes when it runs
             on another core of the same LLC than last time (its private L1
             and L2 are cold), ns: its next useful work starts with it (the
@@ -586,8 +590,10 @@ class Host(_Base):
             VMM creates them in turn: the order in which they first reach
             their CPU's run queue (fork placement, then the move to their
             pinned CPU) is a seeded random one (a stand-in for that timing),
-            the k-th arrives at k × start_gap_ns and is placed, and may
-            preempt, as any waking task. Their first runs set the order of a
+            the k-th arrives at k × start_gap_ns on its start CPU (a new
+            task is placed by fork balancing, which the start map stands
+            for, not by the wake-up path) and may preempt as any waking
+            task. Their first runs set the order of a
             ticket lock's queue, the host scheduler's order of them is set
             by the arrivals too, and the two need not agree (docs/twins.md).
             Default 0 (every vCPU runnable at time 0, in index order).

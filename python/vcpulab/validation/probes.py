@@ -9,6 +9,13 @@ the artifact is present:
   the gang-scheduled run, exactly
   or within 20 % (value: gang ÷ fair throughput; published 3.88 for the
   pinned set-up, where today's model gives ~3.7 with 6.x defaults);
+* ``index_bias_unpinned_8x20``: 2012 era, 80 CPUs, unpinned, four spin-lock
+  VMs and four ebizzy-like VMs of 20 vCPUs, each group listed first and then
+  second (value: the largest change of a group's mean throughput with the
+  order; artifact above 10 %: the results follow the VM's index);
+* ``share_collapse_unpinned_8x20``: the fair run of the lock-step probe in
+  the 6.x era (value: the smallest VM's operations over the mean VM's, over
+  seeds; artifact below 0.2, the share bound of the tests);
 * ``starvation_2x_ebizzy_16cpus``: two symmetric 16-vCPU ebizzy-like VMs on
   16 CPUs, 2012 era, unpinned: a VM with no operation over 100 ms (value: the
   smallest per-VM share of the throughput, over seeds and policies);
@@ -24,6 +31,7 @@ the artifact is present:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import polars as pl
@@ -99,6 +107,66 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
                 waits_for="the host model",
             )
         )
+
+    # the VMs' order: listing a group first or second must not change its share
+    ctx = _ctx("2012-3.x")
+    spin = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=4)
+    ebizzy = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=20, count=4)
+    orders = ((spin, ebizzy), (ebizzy, spin))
+    cfgs = [
+        Config(
+            host=ctx.host(pcpus=80, affinity="all"),
+            vms=order,
+            seed=seed,
+            duration_ns=ns(100_000_000),
+            warmup_ns=ns(40_000_000),
+        )
+        for seed in range(seeds)
+        for order in orders
+    ]
+    res = _sweep(cfgs)
+    change = 0.0
+    for i in range(0, len(res), 2):
+        groups: dict[str, list[float]] = {}
+        for order, r in zip(orders, res[i : i + 2], strict=True):
+            tp = r.vms["throughput_ops_s"].to_list()
+            for k, vm in enumerate(order):
+                groups.setdefault(vm.workload.name, []).append(sum(tp[4 * k : 4 * k + 4]) / 4)
+        change = max(change, *(abs(a / b - 1) if b > 0 else math.inf for a, b in groups.values()))
+    rows.append(
+        dict(
+            probe="index_bias_unpinned_8x20",
+            era="2012-3.x",
+            value=change,
+            artifact=change > 0.1,
+            detail="largest change of a VM group's mean throughput when the group is listed second instead of first",
+            waits_for="the host model",
+        )
+    )
+    # share collapse: the 6.x fair run of the lock-step probe, by share
+    ctx = _ctx("6.x")
+    vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
+    cfgs = [
+        Config(
+            host=ctx.host(pcpus=80, affinity="all"),
+            vms=(vm,),
+            seed=seed,
+            duration_ns=ns(140_000_000),
+            warmup_ns=ns(40_000_000),
+        )
+        for seed in range(seeds)
+    ]
+    low = min(min(ops) / (sum(ops) / len(ops)) for ops in (r.vms["ops"].to_list() for r in _sweep(cfgs)))
+    rows.append(
+        dict(
+            probe="share_collapse_unpinned_8x20",
+            era="6.x",
+            value=low,
+            artifact=low < 0.2,
+            detail="smallest VM's operations over the mean VM's (8 x 20 unpinned, 80 CPUs, pv spinlocks)",
+            waits_for="the host model",
+        )
+    )
 
     # starvation
     ctx = _ctx("2012-3.x", ("guest.policy",))
