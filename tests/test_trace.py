@@ -9,6 +9,7 @@ flip. Skips only where tracefs cannot be had (not root and not mounted)."""
 from __future__ import annotations
 
 import os
+import time
 import warnings
 
 import polars as pl
@@ -176,6 +177,26 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
     assert after["exits"] - before["exits"] >= io.height
     done = f.exits.drop_nulls("entry_ns")
     assert (done["handling_ns"] > 0).all() and done.height >= 499
+
+
+def test_the_trace_stop_is_outside_the_runs_clock(traceable, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Trace.stop() takes 0.3-0.4 s here (an RCU grace period per perf fd); it
+    # ran inside the timed window, so a traced 1 s run had wall_s 1.41 s and
+    # every rate over wall_s (twins' acquisitions per second) came out low.
+    # A stop made 1 s slower must not show in wall_s.
+    stop = tracing.Trace.stop
+    stopped = []
+
+    def slow_stop(self):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)
+        stopped.append(True)
+        return stop(self)
+
+    monkeypatch.setattr(tracing.Trace, "stop", slow_stop)
+    r = _quiet_run(workload=Spin(), vcpus=1, pcpus=[_cpu()], duration_s=0.2, host=traceable, trace=True)
+    assert stopped and r.trace is not None  # frames() stops too (idempotent)
+    assert r.wall_s < 0.2 + 0.9, r.wall_s
+    assert r.trace_info["window_ns"] <= r.wall_s * 1e9
 
 
 @pytest.mark.parametrize("cap", [5, 300])
