@@ -653,3 +653,18 @@ def test_the_2019_boost_cases_run_ebizzy_minus_m_as_their_sources_did():
     for name in ("ple2012_ebizzy_1x", "ple2012_ebizzy_2x"):
         c = V.case(name)
         assert c.build(c.ctx(V.COSTS["hardware"]), "base", 0).vms[0].workload.name == "ebizzy_like"
+
+
+def test_within_2x_is_the_scorers_rule_for_the_numbers_printed_next_to_a_published_one(quick_table):
+    # the demo and notebook 4 print within_2x next to [S4]'s 3.88x; it must
+    # be the rule validate() scores with, case by case
+    rows = quick_table.filter((pl.col("status") == "simulated") & pl.col("sim_mean").is_not_null())
+    assert rows.height >= 20
+    for r in rows.iter_rows(named=True):
+        assert V.within_2x(r["case"], r["sim_mean"]) == r["within_2x"], r["case"]
+    gang = V.case("schedmap2012_gang_vs_ple_8x20")  # published 3.88x
+    assert V.within_2x(gang, 3.88 / 2) and V.within_2x(gang, 3.88 * 2)
+    assert not V.within_2x(gang, 1.9) and not V.within_2x(gang, 7.8)
+    assert V.within_2x("schedmap2012_16x10_vs_8x20", 1.3) is None  # direction only: no number published
+    with pytest.raises(ValueError, match="unknown case"):
+        V.within_2x("no_such_case", 1.0)

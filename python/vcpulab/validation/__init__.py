@@ -32,6 +32,7 @@ from vcpulab.validation._score import (
     t_interval,
     to_markdown,
     validate,
+    within_2x,
 )
 from vcpulab.validation.cases import CASES, METRICS, Case, Ctx, OnSpinGate, Published, Source, case, check_case
 from vcpulab.validation.eras import COSTS, ERAS, PENDING, CostProfile, Era, Param, era, eras_markdown, this_host
@@ -64,4 +65,5 @@ __all__ = [
     "this_host",
     "to_markdown",
     "validate",
+    "within_2x",
 ]

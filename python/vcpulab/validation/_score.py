@@ -31,6 +31,7 @@ __all__ = [
     "t_interval",
     "to_markdown",
     "validate",
+    "within_2x",
 ]
 
 #: a change (or log ratio) smaller than this counts as "no effect" (sign 0),
@@ -216,6 +217,34 @@ def _compare(metric: str, base: float, new: float) -> float:
     if metric == "ratio":
         return new / base if base > 0 else math.nan
     return new / base - 1 if base > 0 else math.nan
+
+
+def _magnitude(c: Case, value: float) -> tuple[float | None, bool | None]:
+    """(simulated / published, within 2x) of ``value`` for case ``c``; None
+    where the case publishes no number (or ``value`` is not finite)."""
+    pub = c.published
+    pv = pub.value
+    if pv is None or not math.isfinite(value):
+        return None, None
+    if c.metric in _COMPARED and _sign(pv, c.metric) == 0:
+        return None, abs(math.log(value) if c.metric == "ratio" and value > 0 else value) < 2 * DEAD_BAND
+    ratio = value / pv if pv != 0 else None
+    if pub.low is not None and pub.high is not None:
+        return ratio, pub.low / 2 <= value <= pub.high * 2
+    return ratio, None if ratio is None else 0.5 <= ratio <= 2.0
+
+
+def within_2x(case: Case | str, value: float) -> bool | None:
+    """Whether ``value`` (the case's metric: a ratio, a change, a share)
+    is within 2x of the published number of ``case`` (a
+    [`Case`][vcpulab.validation.Case] or its name), by the rule
+    [`validate`][vcpulab.validation.validate] scores with; None where the
+    case publishes no number. What the demo and the notebooks print next to
+    a published number."""
+    from vcpulab.validation.cases import case as _case
+
+    c = _case(case) if isinstance(case, str) else case
+    return _magnitude(c, float(value))[1]
 
 
 def validate(
@@ -459,17 +488,7 @@ def _score(
     else:
         direction_ok = None
     # magnitude
-    ratio: float | None = None
-    within: bool | None = None
-    if pv is not None and math.isfinite(mean):
-        if c.metric in _COMPARED and _sign(pv, c.metric) == 0:
-            within = abs(math.log(mean) if c.metric == "ratio" and mean > 0 else mean) < 2 * DEAD_BAND
-        else:
-            ratio = mean / pv if pv != 0 else None
-            if pub.low is not None and pub.high is not None:
-                within = pub.low / 2 <= mean <= pub.high * 2
-            elif ratio is not None:
-                within = 0.5 <= ratio <= 2.0
+    ratio, within = _magnitude(c, mean)
     stable = _sign(mean, c.metric if c.metric != "share" else "x") == _sign(
         short, c.metric if c.metric != "share" else "x"
     )
