@@ -276,6 +276,21 @@ pub struct HostConfig {
     /// earliest eligible deadline, and a woken task preempts when it is
     /// eligible with an earlier deadline than the running one.
     pub run_to_parity: bool,
+    /// Host CPU time of a switch to a vCPU thread, ns: the host's
+    /// `__schedule()` → `context_switch()` (registers, the address space of
+    /// another VMM process) and KVM's preempt notifier `kvm_sched_in` →
+    /// `kvm_arch_vcpu_load` (on VMX `vmx_vcpu_load`: VMPTRLD of the vCPU's
+    /// VMCS, its host state and the user-return MSRs; kvm_sched_out's
+    /// `vcpu_put` of the one switched out). Charged at each switch-in of a
+    /// vCPU thread (from another task or from idle) on that CPU before the
+    /// vCPU's guest code resumes, as exit time (category `exit_ns`); the
+    /// switch cannot be preempted. Simplified: one figure for a switch
+    /// between vCPUs of one VM and of two, and none for a switch to a
+    /// non-vCPU task; the cache refill after it is
+    /// `migration_cold_*_ns`'s, not this. 0 (default): switches cost
+    /// nothing.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub switch_ns: u64,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -445,6 +460,7 @@ impl Default for HostConfig {
             start_gap_ns: 0,
             slice_check_on_wakeup: false,
             run_to_parity: false,
+            switch_ns: 0,
         }
     }
 }
@@ -1315,7 +1331,9 @@ impl SimConfig {
         ] {
             check(v >= lo, || format!("host.{name} must be >= {lo}, got {v}"))?;
         }
-        for (name, v) in [("rq_lock_ns", h.rq_lock_ns), ("yield_check_ns", h.yield_check_ns)] {
+        for (name, v) in
+            [("rq_lock_ns", h.rq_lock_ns), ("yield_check_ns", h.yield_check_ns), ("switch_ns", h.switch_ns)]
+        {
             check(v <= MAX_COST_NS, || format!("host.{name} must be <= 1e9, got {v}"))?;
         }
         let u = h.background.utilization;

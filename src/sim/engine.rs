@@ -478,6 +478,9 @@ pub enum ExitKind {
         yielded: bool,
         boost: u32,
     },
+    /// The host's switch to this vCPU thread (`Host.switch_ns`): the guest
+    /// resumes when it ends.
+    Switch,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

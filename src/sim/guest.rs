@@ -68,8 +68,23 @@ impl Sim {
             vc.dy_eligible = false;
         }
         debug_assert_eq!(vc.act, Act::Off);
-        if vc.hp.halted() {
-            match vc.poll_resume.take() {
+        let switch = self.cfg.host.switch_ns;
+        if switch > 0 {
+            // context_switch() and kvm_arch_vcpu_load() first (Host.switch_ns)
+            // (the guest's own state, in_kernel included, is left as it was)
+            let end = self.now + switch;
+            self.set_act(v, Act::Exit { end, kind: ExitKind::Switch }, end, C_EXIT);
+            return;
+        }
+        self.vcpu_resume(v, cpu);
+    }
+
+    /// The vCPU's guest resumes after its thread was switched in: back in
+    /// the halt-poll loop or from `kvm_vcpu_block()` if it halted, else the
+    /// next step of its guest code.
+    fn vcpu_resume(&mut self, v: usize, cpu: usize) {
+        if self.vcpus[v].hp.halted() {
+            match self.vcpus[v].poll_resume.take() {
                 // preempted inside the poll loop: it goes on polling
                 Some(stop) => {
                     self.halt_poll_resume(v, cpu, stop);
@@ -459,6 +474,16 @@ impl Sim {
         let cpu = self.vcpus[v].running.expect("exit on a running vCPU") as usize;
         self.rqs[cpu].curr_in_exit = false;
         match kind {
+            ExitKind::Switch => {
+                // the switch was not preemptible: a resched raised meanwhile is acted on now
+                if self.rqs[cpu].need_resched {
+                    self.schedule(cpu, Why::ExitResched);
+                }
+                if self.vcpus[v].running.is_some() {
+                    self.vcpu_resume(v, cpu);
+                }
+                return;
+            }
             ExitKind::Halt => {
                 if !self.has_wake_condition(v) {
                     self.halt_begin(v, cpu);

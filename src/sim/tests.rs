@@ -370,3 +370,27 @@ fn a_trace_limit_stops_the_run_and_changes_nothing_below_it() {
         other => panic!("expected TraceLimit, got {:?}", other.map(|_| ())),
     }
 }
+
+#[test]
+fn every_switch_in_of_a_vcpu_thread_costs_switch_ns_of_exit_time_before_its_guest_resumes() {
+    // two computing vCPUs on one CPU: every slice starts with the switch
+    let mut c = rr(2, 1, 0);
+    c.duration_ns = 200_000_000;
+    let free = run(&c).unwrap();
+    c.host.switch_ns = 50_000;
+    let r = run(&c).unwrap();
+    conservation(&r, c.duration_ns);
+    let (sched_in, exit) = (r.vcpus.u64s("sched_in"), r.vcpus.u64s("exit_ns"));
+    let free_exit = free.vcpus.u64s("exit_ns");
+    for v in 0..2 {
+        // a switch still under way at the end is cut there
+        let owed = sched_in[v] * 50_000;
+        assert!(exit[v] - free_exit[v] <= owed && exit[v] - free_exit[v] + 50_000 >= owed, "vCPU {v}");
+        assert!(sched_in[v] >= 20, "4 ms ticks over 200 ms: {}", sched_in[v]);
+    }
+    // the switches come out of the guest's time, not out of nothing
+    let useful = |r: &SimResult| r.vcpus.u64s("useful_ns").iter().sum::<u64>();
+    let switches: u64 = sched_in.iter().sum();
+    let lost = useful(&free) as i64 - useful(&r) as i64;
+    assert!((lost - (switches * 50_000) as i64).abs() <= 2 * 50_000 + 20_000_000 / 10, "lost {lost}");
+}

@@ -615,6 +615,19 @@ class Host(_Base):
             was picked. Default False (every pick is the earliest eligible
             deadline; a woken task preempts when it is eligible with an
             earlier deadline than the running one).
+        switch_ns: host CPU time of a switch to a vCPU thread, ns: the
+            host's ``__schedule()`` → ``context_switch()`` (registers, the
+            address space of another VMM process) and KVM's preempt notifier
+            ``kvm_sched_in`` → ``kvm_arch_vcpu_load`` (on VMX
+            ``vmx_vcpu_load``: VMPTRLD of the vCPU's VMCS, its host state and
+            the user-return MSRs; ``vcpu_put`` of the one switched out).
+            Charged at each switch-in of a vCPU thread (from another task or
+            from idle) before its guest code resumes, as exit time
+            (``exit_ns``); the switch cannot be preempted. Simplified: one
+            figure for switches within a VM and between VMs, none for a
+            switch to a non-vCPU task; the cache refill after a switch is
+            ``migration_cold_*_ns``'s, not this. Default 0 (switches cost
+            nothing).
     """
 
     pcpus: int = 4
@@ -654,6 +667,7 @@ class Host(_Base):
     start_gap_ns: int = field(default=0, metadata=_NEW)
     slice_check_on_wakeup: bool = field(default=False, metadata=_NEW)
     run_to_parity: bool = field(default=False, metadata=_NEW)
+    switch_ns: int = field(default=0, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus")
@@ -718,6 +732,7 @@ class Host(_Base):
         _int(self, "start_gap_ns")
         _bool(self, "slice_check_on_wakeup")
         _bool(self, "run_to_parity")
+        _int(self, "switch_ns")
         pins = self.vcpu_pcpus
         if isinstance(pins, list):
             pins = tuple(pins)
