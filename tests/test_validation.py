@@ -240,7 +240,6 @@ def test_validate_runs_through_an_executor():
 
 from vcpulab.validation.cases import Ctx  # noqa: E402
 
-W12 = "waits for issue #12 (simulator host model): "
 W13 = "waits for issue #13 (simulator guest and pv model): "
 
 
@@ -260,10 +259,20 @@ def _run(ctx, host, vms, *, seed=0, duration_ns=60_000_000, warmup_ns=20_000_000
 def _gang_over_fair(affinity, seed=0):
     ctx = _era_ctx("6.x")
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    t = {
-        s: _run(ctx, ctx.host(pcpus=80, scheduler=s, affinity=affinity), [vm], seed=seed).summary
+    runs = {
+        s: sim.run(
+            sim.Config(
+                host=ctx.host(pcpus=80, scheduler=s, affinity=affinity),
+                vms=(vm,),
+                duration_ns=60_000_000,
+                warmup_ns=20_000_000,
+                seed=seed,
+                trace=True,
+            )
+        )
         for s in ("fair", "gang")
     }
+    t = {s: r.summary for s, r in runs.items()} | {f"{s}_run": r for s, r in runs.items()}
     return t["gang"]["throughput_ops_s"][0] / t["fair"]["throughput_ops_s"][0], t
 
 
@@ -273,34 +282,31 @@ def test_a_pinned_8x20_under_the_fair_scheduler_is_far_from_gang_scheduling():
     assert t["fair"]["ple_exits"][0] > 10 * t["gang"]["ple_exits"][0]
 
 
-_RR_GANG = pytest.mark.xfail(
-    strict=True,
-    reason=W12 + "6.x, round_robin: VM k and VM k + 4 are pinned to the same 20 CPUs, which alternate between "
-    "the two VMs like a gang (gang/fair, seeds 0-2: 1.35, 1.11, 1.29); unpinned ('all') gives 2.07, 2.28, 1.25",
-)
-
-
-@pytest.mark.parametrize("affinity", ["all", pytest.param("round_robin", marks=_RR_GANG)])
+@pytest.mark.parametrize("affinity", ["all", "round_robin"])
 def test_a_unpinned_8x20_under_the_fair_scheduler_differs_from_gang_scheduling(affinity):
-    """Gang / fair throughput per seed: no seed in lock-step (within 20 %,
-    the validation's probe), and gang well ahead at the median. The seeds
-    differ a lot (unpinned 'all': 2.07, 2.28, 1.25; a run either settles
-    into a storm of sub-slice yields or not), so one seed says little."""
+    """Lock-step is co-running: under the fair class a VM runs all or none
+    of its vCPUs at under half of the instants in every seed (gang: nearly
+    all), its PLE exits differ from gang's, and gang is ahead at the
+    median. The throughput ratio alone no longer tells lock-step apart:
+    with the era's switch cost (Host.switch_ns) the 6.x fair runs switch 3-4x
+    less and come close to gang (gang / fair 1.31, 1.14, 1.45, seeds 0-2;
+    without it 1.22, 1.57, 2.41) while co-running at 0.36 of the instants."""
     ratios = []
     for seed in range(3):
         ratio, t = _gang_over_fair(affinity, seed)
         assert t["fair"]["ple_exits"][0] != t["gang"]["ple_exits"][0]
+        assert analysis.gang_share(t["fair_run"]) < 0.5 < 0.9 < analysis.gang_share(t["gang_run"]), seed
         ratios.append(ratio)
-    assert min(ratios) > 1.2 and sorted(ratios)[1] >= 1.5, ratios
+    assert sorted(ratios)[1] > 1.0, ratios
 
 
 _SHARE_COLLAPSE_6X = pytest.mark.xfail(
-    strict=True,
-    reason="waits for issue #27 (share-based starvation): 6.x, seed 0, three VMs run 1.3 ms slices and "
-    "five collapse to 0.19-0.25 of the mean VM's operations (their waiters halt in pv_wait ~55 % of the run, "
-    "their lock holders get 10-30 us slices); without pv spinlocks the smallest VM is at 0.82-0.96 of the "
-    "mean (seeds 0-7). Masked until the start placement's index bias was fixed (seed 0 then gave 0.84). "
-    "The probe share_collapse_unpinned_8x20 reports it",
+    strict=False,
+    reason="waits for issue #27 (share-based starvation): in 6.x the smallest VM makes 0.18-0.24 of the mean "
+    "VM's operations (seeds 0-7; this test's bound is 0.2, so a seed passes or not by a few percent): some VMs "
+    "run ms slices while the others' pv-spinlock waiters halt ~55 % of the run and their lock holders get "
+    "10-30 us slices; without pv spinlocks the smallest VM is at 0.82-0.96 of the mean. Masked until the start "
+    "placement's index bias was fixed. The probe share_collapse_unpinned_8x20 reports it",
 )
 
 
@@ -328,7 +334,10 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     fair = sim.run(cfg)
     gang = sim.run(cfg.replace(host=ctx.host(pcpus=80, affinity="all", scheduler="gang")))
     assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
-    assert analysis.gang_share(gang) > 0.9
+    # gang: all-or-none at 0.99 of the instants, 0.87 in the 2019 era, whose
+    # pv-spinlock waiters halt and pay the switch back in (Host.switch_ns):
+    # 9,535 halts against 2,382 without the cost
+    assert analysis.gang_share(gang) > 0.8
     assert analysis.gang_share(fair) < 0.5
     ops = fair.vms["ops"].to_list()
     assert min(ops) > 0.2 * sum(ops) / len(ops), ops

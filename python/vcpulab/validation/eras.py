@@ -783,6 +783,15 @@ HARDWARE_COSTS = CostProfile(
     host={
         "rq_lock_ns": _a(300, "ns", "both run-queue locks of yield_to (the simulator default; no published figure)"),
         "yield_check_ns": _a(50, "ns", "yield_to's checks before the locks (the simulator default; no figure)"),
+        "switch_ns": _a(
+            2_000,
+            "ns",
+            "a host switch to a vCPU thread: context_switch() between two processes, measured on the project's "
+            "machine at 1.5-1.9 us (benches/ctx_switch.py, the two-pipe method of C. Li, C. Ding, K. Shen, "
+            "'Quantifying The Cost of Context Switch', ExpCS 2007; that machine is itself a VM), plus KVM's "
+            "vcpu_put / vcpu_load (VMPTRLD, user-return MSRs), for which no published figure was found; one value "
+            "for every era",
+        ),
     },
     ple={
         "exit_ns": _HW_EXIT,
