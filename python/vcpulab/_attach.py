@@ -50,9 +50,10 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # polars is imported where a frame is made: `import vcpulab.kvm` stays light
+    import polars as pl
 
 from vcpulab import _procfs
 from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_seq, renamed_since
@@ -196,6 +197,8 @@ class Attached:
         """One sample now: (per vCPU thread, per VM) frames, each with ``t_ns``
         (CLOCK_MONOTONIC). Once the process has exited both are empty.
         ValueError after [`close`][vcpulab.kvm.Attached.close]."""
+        import polars as pl
+
         gone = bool(self._live().wait_exited(0.0))  # a zombie too: its /proc entries stay until reaped
         if gone:
             for vcpu in list(self._kept):
@@ -242,6 +245,8 @@ class Attached:
         """Samples every ``every_s`` for ``duration_s`` (both s, > 0): (threads,
         vm_stats) frames with ``t_ns`` relative to the first sample. Threads
         that ended in between are missing from the later samples."""
+        import polars as pl
+
         duration_s = check_float("duration_s", duration_s, 0.0, 86_400.0, lo_open=True, unit="s")
         every_s = check_float("every_s", every_s, 0.0, 86_400.0, lo_open=True, unit="s")
         t0 = time.monotonic()
@@ -339,6 +344,8 @@ def attach(pid: int) -> Attached:
 
 
 def _attach(pid: int, proc: Path, process: Any, kept: dict[int, Any]) -> Attached:
+    import polars as pl
+
     try:
         comm = (proc / "comm").read_text().strip()
     except FileNotFoundError:
