@@ -62,6 +62,19 @@ def _sweep(cfgs: list[Config]) -> list[Any]:
     return list(out[1])
 
 
+def _unpinned(
+    ctx: Ctx, vms: tuple[Any, ...], pcpus: int, seed: int, duration_ns: int, warmup_ns: int, **host: Any
+) -> Config:
+    """A run of ``vms`` with unpinned vCPU threads on ``pcpus`` host CPUs of the era of ``ctx``."""
+    return Config(
+        host=ctx.host(pcpus=pcpus, affinity="all", **host),
+        vms=vms,
+        seed=seed,
+        duration_ns=duration_ns,
+        warmup_ns=warmup_ns,
+    )
+
+
 def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     """Runs the probes (see the module docstring); ``duration_scale`` scales
     the simulated times (100 ms windows at 1.0)."""
@@ -77,13 +90,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         ctx = _ctx(e, ("host.scheduler",))
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
         cfgs = [
-            Config(
-                host=ctx.host(pcpus=80, affinity="all", **s),
-                vms=(vm,),
-                seed=seed,
-                duration_ns=ns(100_000_000),
-                warmup_ns=ns(40_000_000),
-            )
+            _unpinned(ctx, (vm,), 80, seed, ns(100_000_000), ns(40_000_000), **s)
             for seed in range(seeds)
             for s in ({}, {"scheduler": "gang"})
         ]
@@ -114,15 +121,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     ebizzy = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=20, count=4)
     orders = ((spin, ebizzy), (ebizzy, spin))
     cfgs = [
-        Config(
-            host=ctx.host(pcpus=80, affinity="all"),
-            vms=order,
-            seed=seed,
-            duration_ns=ns(100_000_000),
-            warmup_ns=ns(40_000_000),
-        )
-        for seed in range(seeds)
-        for order in orders
+        _unpinned(ctx, order, 80, seed, ns(100_000_000), ns(40_000_000)) for seed in range(seeds) for order in orders
     ]
     res = _sweep(cfgs)
     change = 0.0
@@ -146,16 +145,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     # share collapse: the 6.x fair run of the lock-step probe, by share
     ctx = _ctx("6.x")
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    cfgs = [
-        Config(
-            host=ctx.host(pcpus=80, affinity="all"),
-            vms=(vm,),
-            seed=seed,
-            duration_ns=ns(140_000_000),
-            warmup_ns=ns(40_000_000),
-        )
-        for seed in range(seeds)
-    ]
+    cfgs = [_unpinned(ctx, (vm,), 80, seed, ns(140_000_000), ns(40_000_000)) for seed in range(seeds)]
     low = min(min(ops) / (sum(ops) / len(ops)) for ops in (r.vms["ops"].to_list() for r in _sweep(cfgs)))
     rows.append(
         dict(
@@ -173,16 +163,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     cfgs = []
     for pol in (P.baseline_2011(), P.dy_eligible()):
         vm = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32, policy=pol)
-        cfgs += [
-            Config(
-                host=ctx.host(pcpus=16, affinity="all"),
-                vms=(vm,),
-                seed=s,
-                duration_ns=ns(150_000_000),
-                warmup_ns=ns(50_000_000),
-            )
-            for s in range(seeds)
-        ]
+        cfgs += [_unpinned(ctx, (vm,), 16, s, ns(150_000_000), ns(50_000_000)) for s in range(seeds)]
     shares, zero = [], False
     for r in _sweep(cfgs):
         ops = r.vms["ops"].to_list()
