@@ -190,3 +190,22 @@ def test_cost_fit_from_synthetic_cells() -> None:
     assert costs.wake_latency_ns == pytest.approx(truth.wake_latency_ns, abs=300)
     assert costs.cue_to_halt_ns == pytest.approx(truth.cue_to_halt_ns, abs=300)
     assert all(not math.isnan(v) for v in (costs.wake_to_cue_ns, costs.wake_latency_ns))
+
+
+def test_a_cell_whose_load_readings_disagree_is_disturbed_and_measured_again() -> None:
+    """The cell of a failed run: /proc/stat read 16.5 % other load (over the
+    cell and the 100 ms before it), quality 1.1 % (over the cell alone); the
+    simulator, given 16.5 % background, predicted 0.77 success against a real
+    0.99. Such a cell counts as disturbed, and of two measurements the
+    undisturbed one is kept, then the one with less load by either reading."""
+    flake = {"busy_fraction": 0.165, "other_share": 0.011}
+    calibrate._judge(flake, quality_disturbed=False)
+    assert flake["disturbed"] and flake["load_disagreement"] == pytest.approx(0.154)
+    steady = {"busy_fraction": 0.03, "other_share": 0.012}
+    calibrate._judge(steady, quality_disturbed=False)
+    assert not steady["disturbed"]
+    loaded = {"busy_fraction": 0.012, "other_share": 0.03}
+    calibrate._judge(loaded, quality_disturbed=True)
+    assert loaded["disturbed"]
+    assert min([flake, steady], key=calibrate._disturbance_key) is steady
+    assert min([flake, loaded], key=calibrate._disturbance_key) is loaded
