@@ -13,7 +13,8 @@
 //! per balance, at the domain's minimum interval (no doubling on failure);
 //! busy siblings do not slow each other down (no SMT throughput factor).
 
-use super::engine::*;
+use super::engine::Sim;
+use super::state::*;
 
 impl Sim {
     #[inline]

@@ -10,7 +10,9 @@
 //! (v5.13+) applies in every era (it only matters with unequal weights).
 
 use super::config::Scheduler;
-use super::engine::*;
+use super::engine::Sim;
+use super::queue::Ev;
+use super::state::*;
 use rand::Rng;
 
 /// Order of the queued tasks (the rbtree's): (vruntime, tie). The kernel

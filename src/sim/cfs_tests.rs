@@ -1,8 +1,9 @@
 //! The CFS rules, the host noise and the wake-up latencies on hand-built states.
 
 use super::super::config::*;
-use super::super::engine::{Sim, TaskKind, Why, NICE0};
+use super::super::engine::Sim;
 use super::super::run;
+use super::super::state::{TaskKind, Why, NICE0};
 use crate::sim::test_util::{computing_vm, sim_of};
 
 /// 1 VM of `v` vCPUs pinned round-robin on `p` CPUs, each with a thread

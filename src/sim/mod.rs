@@ -15,17 +15,22 @@
 //! validates its input and turns a panic into [`SimError::Bug`].
 
 mod balance;
+mod build;
 mod cfs;
 pub mod config;
 mod engine;
 mod guest;
 pub mod halt_poll;
+mod hist;
 pub mod metrics;
 pub mod ple;
 pub mod policy;
+mod queue;
 mod sched;
+mod state;
 pub mod sweep;
 pub mod trace;
+mod vcpu;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

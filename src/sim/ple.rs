@@ -3,8 +3,9 @@
 //! context offered to the VM's directed-yield policy.
 
 use super::config::PleKind;
-use super::engine::*;
+use super::engine::Sim;
 use super::policy::{SpinCtx, VcpuView};
+use super::state::*;
 
 /// `__grow_ple_window`: a modifier smaller than the base multiplies, a larger one adds; capped.
 pub fn grow_ple_window(val: u64, base: u64, modifier: u64, max: u64) -> u64 {

@@ -13,8 +13,10 @@
 //! synchronous unless `Host.tick_skew`.
 
 use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty, YieldScope};
-use super::engine::*;
+use super::engine::Sim;
 use super::policy::ESRCH;
+use super::queue::Ev;
+use super::state::*;
 use super::trace::TraceRec;
 use super::SimError;
 

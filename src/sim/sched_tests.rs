@@ -1,7 +1,8 @@
 //! The EEVDF yield rules (yield_task_fair's penalty and its scope) on hand-built states.
 
 use super::super::config::*;
-use super::super::engine::{Sim, TaskKind, Why};
+use super::super::engine::Sim;
+use super::super::state::{TaskKind, Why};
 use crate::sim::test_util::{computing_vm, sim_of};
 
 /// `vms` VMs of `v` vCPUs each, pinned round robin (vCPU g over all VMs on

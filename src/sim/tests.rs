@@ -104,7 +104,7 @@ fn an_interrupted_sweep_starts_no_further_point() {
 
 // ---------------------------------------------------------------- kernel rules
 
-use super::engine::Why;
+use super::state::Why;
 use crate::sim::test_util::{computing_vm, sim_of};
 
 /// 1 VM, `v` vCPUs pinned round-robin on `p` CPUs, `threads` threads that
@@ -172,7 +172,7 @@ fn ple_window_doubles_while_spinning_and_resets_on_sched_in() {
     s.schedule(cpu, Why::Tick); // nothing else runnable: no switch, no reset
     assert_eq!(s.vcpus[w].ple_window, 4096u64 << exits);
     s.vcpus[w].scheduled_out = true;
-    s.vcpus[w].act = super::engine::Act::Off;
+    s.vcpus[w].act = super::state::Act::Off;
     s.vcpus[w].running = None;
     s.vcpu_sched_in(w, cpu);
     assert_eq!(s.vcpus[w].ple_window, 4096);
@@ -203,7 +203,7 @@ fn preempted_byte_only_for_involuntary_preemption_at_an_instruction_boundary() {
     assert!(!s.vcpus[on0].preempted && !s.ready[on0] && !s.vcpus[on0].st_preempted);
     // a tick that lands while the vCPU is in the host (here: polling in
     // kvm_vcpu_halt after a HLT exit) is no instruction boundary either
-    s.vcpus[on0].act = super::engine::Act::HaltPoll { start: s.now, end: s.now + 100_000 };
+    s.vcpus[on0].act = super::state::Act::HaltPoll { start: s.now, end: s.now + 100_000 };
     let task = s.vcpus[on0].task as usize;
     s.tasks[task].vruntime += 40_000_000;
     s.tasks[task].deadline = s.tasks[task].vruntime;
@@ -219,7 +219,7 @@ fn halted_vcpus_are_blocking_not_preempted_and_stay_blocking_after_wake() {
     s.step_until(10_000_000).unwrap();
     let h = &s.vcpus[1];
     assert!(h.halted && h.blocking && !h.preempted && !s.ready[1] && !h.st_preempted);
-    s.vcpu_host_wake(1, super::engine::WakeReason::Timer);
+    s.vcpu_host_wake(1, super::state::WakeReason::Timer);
     let h = &s.vcpus[1];
     assert!(s.ready[1] && h.blocking, "blocking stays true until it runs");
     let v = s.view(1);

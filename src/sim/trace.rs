@@ -1,7 +1,7 @@
 //! The optional per-host-CPU trace: one record per interval a task ran on a
 //! host CPU, for sched maps ([S4]).
 
-use super::engine::Why;
+use super::state::Why;
 
 /// One interval: which vCPU (or background task: vm = vcpu = -1) ran on
 /// `pcpu` from `start_ns` to `end_ns`, and why the interval ended.

@@ -3,7 +3,8 @@
 //! the `virt_spin_lock` fallback; the KICK_CPU yield switch).
 
 use super::super::config::*;
-use super::super::engine::{Act, Sim, Step, TState};
+use super::super::engine::Sim;
+use super::super::state::{Act, Step, TState};
 use super::*;
 use crate::sim::test_util::sim_of;
 
@@ -53,7 +54,7 @@ fn a_head_halts_after_spin_threshold_and_the_unlock_kicks_it() {
         assert!(s.vcpus[wv].halted && s.vcpus[wv].running.is_none(), "its vCPU blocks in the host");
         assert!(s.vms[0].locks[0].slow, "_Q_SLOW_VAL");
         assert_eq!((s.vcpus[wv].c.pv_wait_head, s.vcpus[wv].c.pv_wait_node), (1, 0));
-        let spun = s.vcpus[wv].acct.acc[super::super::engine::C_SPIN];
+        let spun = s.vcpus[wv].acct.acc[super::super::state::C_SPIN];
         assert!((19_000..=21_000).contains(&spun), "spun {spun} ns, the threshold is 19.5 µs");
         assert_eq!(s.vcpus[hv].c.kicks, 0);
         // the holder releases at 2 ms: one KICK_CPU, the waiter holds the lock

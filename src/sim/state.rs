@@ -1,0 +1,493 @@
+//! The simulated world's state, as plain data: host tasks and run queues,
+//! vCPUs and their activities, guest threads, locks and VMs, the time
+//! categories they are accounted in, and the reasons recorded in traces.
+//!
+//! Nothing here runs: the event loop (`engine.rs`), the host scheduler
+//! (`sched.rs`, `cfs.rs`, `balance.rs`), KVM's side of a vCPU (`vcpu.rs`) and
+//! the guest kernel (`guest/`) are `impl Sim` blocks that change this state.
+
+use std::collections::VecDeque;
+
+use super::config::{LockKind, VmConfig};
+use super::halt_poll::{HaltPollConfig, HaltPollState};
+use super::policy::{DirectedYieldPolicy, Upstream};
+
+pub type Ns = u64;
+pub const NEVER: Ns = u64::MAX;
+pub const NICE0: u64 = 1024;
+pub const NO_CPU: u32 = u32::MAX;
+
+// Time categories. 0..=4 are "running" categories shared by vCPUs and host CPUs.
+pub const C_USEFUL: usize = 0;
+pub const C_SPIN: usize = 1;
+pub const C_PLE: usize = 2;
+pub const C_EXIT: usize = 3;
+pub const C_IDLEPOLL: usize = 4;
+/// Host halt polling (kvm_vcpu_halt's poll loop).
+pub const C_HALTPOLL: usize = 5;
+/// Number of "running" categories (vCPU thread on a host CPU).
+pub const NRUN: usize = 6;
+/// vCPU: runnable but waiting for a host CPU (steal). Host CPU: background task.
+pub const C_WAIT: usize = 6;
+pub const C_BG: usize = 6;
+/// vCPU: halted (blocked on the host). Host CPU: idle.
+pub const C_HALT: usize = 7;
+pub const C_IDLE: usize = 7;
+pub const NCAT: usize = 8;
+
+/// Time accounting with one open interval. `repr(C, align(64))`: it starts
+/// a cache line, which the open interval and the running categories share.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct Acct {
+    pub since: Ns,
+    pub cat: usize,
+    pub acc: [Ns; NCAT],
+}
+
+impl Acct {
+    pub fn new(cat: usize) -> Acct {
+        Acct { cat, since: 0, acc: [0; NCAT] }
+    }
+    #[inline]
+    pub fn set(&mut self, now: Ns, cat: usize) {
+        self.acc[self.cat] += now - self.since;
+        self.since = now;
+        self.cat = cat;
+    }
+}
+
+/// Why a host CPU reschedules. The first four arrive by an external interrupt
+/// (tick, reschedule IPI), so a vCPU preempted by them is at an instruction boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Why {
+    Tick,
+    Wakeup,
+    Boost,
+    Gang,
+    /// need_resched noticed at the end of an exit handler (not an instruction boundary).
+    ExitResched,
+    Yield,
+    Halt,
+    Sleep,
+    Idle,
+    End,
+}
+
+impl Why {
+    /// Every reason, in the order of their codes (`Why as u8`): the trace's
+    /// `why` column is these names indexed by code.
+    pub const ALL: [Why; 10] = [
+        Why::Tick,
+        Why::Wakeup,
+        Why::Boost,
+        Why::Gang,
+        Why::ExitResched,
+        Why::Yield,
+        Why::Halt,
+        Why::Sleep,
+        Why::Idle,
+        Why::End,
+    ];
+    pub fn at_instruction_boundary(self) -> bool {
+        matches!(self, Why::Tick | Why::Wakeup | Why::Boost | Why::Gang)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Why::Tick => "tick",
+            Why::Wakeup => "wakeup_preempt",
+            Why::Boost => "boost",
+            Why::Gang => "gang",
+            Why::ExitResched => "exit_resched",
+            Why::Yield => "yield",
+            Why::Halt => "halt",
+            Why::Sleep => "sleep",
+            Why::Idle => "idle",
+            Why::End => "end",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    Vcpu(u32),
+    Bg(u32),
+    /// Host noise (`HostNoise`): index into `Sim.noise_src`.
+    Noise(u32),
+}
+
+/// A host thread (vCPU thread or background task) as the fair scheduler sees it.
+///
+/// `repr(C, align(64))`: the scheduler's fields fill the first cache line.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct Task {
+    pub kind: TaskKind,
+    /// The run queue it belongs to (or last ran on).
+    pub cpu: u32,
+    /// Runnable (on its run queue, current, or parked by the gang scheduler).
+    pub runnable: bool,
+    /// Gang mode: runnable but its VM is not in the current round.
+    pub parked: bool,
+    pub weight: u64,
+    pub vruntime: i64,
+    pub deadline: i64,
+    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
+    pub vslice: i64,
+    pub vlag: i64,
+    pub wait_since: Ns,
+    /// Total runnable-but-waiting time (sched_info.run_delay).
+    pub run_delay: Ns,
+    pub pinned: Option<u32>,
+    // background task state
+    pub bg_rem: Ns,
+    pub bg_start: Ns,
+    pub bg_gen: u32,
+    /// Rank among equal scheduling keys: the task index, or a seeded random
+    /// number with `Host.seeded_ties`.
+    pub tie: u32,
+    /// When it last stopped running (`task_hot`'s exec_start).
+    pub last_ran: Ns,
+    /// `record_wakee` state (`Host.wake_wide`): how often this task, as a
+    /// waker, switched wakees (halved every second), and its last wakee.
+    pub wakee_flips: u32,
+    pub last_wakee: u32,
+    pub wakee_flip_decay_ts: Ns,
+}
+
+impl Task {
+    /// A new, not yet runnable task of `weight` on `cpu` (pinned there or not),
+    /// its virtual slice base_slice_ns·1024/weight.
+    pub fn new(kind: TaskKind, weight: u64, base_slice_ns: Ns, cpu: u32, pinned: Option<u32>) -> Task {
+        Task {
+            kind,
+            weight,
+            vslice: (base_slice_ns * NICE0 / weight) as i64,
+            vruntime: 0,
+            deadline: 0,
+            vlag: 0,
+            runnable: false,
+            parked: false,
+            cpu,
+            pinned,
+            wait_since: 0,
+            run_delay: 0,
+            bg_rem: 0,
+            bg_start: 0,
+            bg_gen: 0,
+            tie: 0,
+            last_ran: 0,
+            wakee_flips: 0,
+            last_wakee: u32::MAX,
+            wakee_flip_decay_ts: 0,
+        }
+    }
+}
+
+/// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
+/// the first cache line, the accounting's open interval and running
+/// categories in the second.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct Rq {
+    /// Σ weight·vruntime (modulo 2^64: wrapping arithmetic) and Σ weight
+    /// over `queue` (for `avg_vruntime`).
+    pub queue_wv: i64,
+    /// Runnable tasks other than `curr` (change it only through
+    /// `queue_add`/`queue_remove`, which keep the two sums).
+    pub queue: Vec<u32>,
+    pub queue_w: i64,
+    pub curr: Option<u32>,
+    pub buddy: Option<u32>,
+    /// `curr` is a vCPU in an exit handler (`Act::Exit`): `resched` reads
+    /// this instead of the run queue -> task -> vCPU chain. Kept by
+    /// `set_act`, `pause_act` and `exit_done`, the only ways in and out of
+    /// `Act::Exit`.
+    pub curr_in_exit: bool,
+    pub acct: Acct,
+    pub exec_start: Ns,
+    /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
+    pub lock_busy: Vec<(Ns, Ns)>,
+    pub need_resched: bool,
+    pub tick_armed: bool,
+    pub last_v: i64,
+    pub trace_start: Ns,
+    pub switches: u64,
+    /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
+    pub min_vruntime: i64,
+    pub last: Option<u32>,
+    pub skip: Option<u32>,
+    /// When curr was picked (CFS: prev_sum_exec_runtime of check_preempt_tick).
+    pub slice_start: Ns,
+    /// EEVDF `Host.run_to_parity`: curr's `se->vprot`, its deadline when it
+    /// was picked; curr keeps the CPU while eligible and vruntime < vprot.
+    pub vprot: i64,
+    /// When the CPU last went idle (for the idle state's exit latency).
+    pub idle_since: Ns,
+    /// Phase of this CPU's tick (`Host.tick_skew`), ns.
+    pub tick_off: Ns,
+    /// Next periodic balance of each domain level (core, LLC, machine), ns.
+    pub lb_next: [Ns; 3],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitKind {
+    /// `boost`: the target's host CPU to reschedule when the handler ends
+    /// (NO_CPU: none). A successful yield_to ends the handler, so the boost
+    /// and the yielder's schedule() happen at the same instant.
+    Ple {
+        yielded: bool,
+        boost: u32,
+    },
+    Halt,
+    Hypercall {
+        yielded: bool,
+        boost: u32,
+    },
+    /// The host's switch to this vCPU thread (`Host.switch_ns`): the guest
+    /// resumes when it ends.
+    Switch,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Not running, or between activities.
+    Off,
+    /// Useful work of the current thread or of an IPI handler; `slow`: at
+    /// the SMT speed (`Host.smt_speed_pct`: a sibling was busy when it started).
+    Exec { start: Ns, end: Ns, ipi: bool, slow: bool },
+    /// Spinning in guest kernel mode; `ple_at`/`pv_at` are the PLE-exit and
+    /// SPIN_THRESHOLD instants (NEVER if not applicable).
+    Spin { start: Ns, ple_at: Ns, pv_at: Ns },
+    /// Guest idle polling before HLT.
+    IdlePoll { start: Ns, end: Ns },
+    /// In a host exit handler.
+    Exit { end: Ns, kind: ExitKind },
+    /// Host halt polling before blocking (kvm_vcpu_halt).
+    HaltPoll { start: Ns, end: Ns },
+}
+
+/// Per-vCPU counters. `repr(C, align(64))`: the eight a pause-loop exit and
+/// a context switch update share one cache line.
+#[derive(Clone, Debug, Default)]
+#[repr(C, align(64))]
+pub struct VcpuCounters {
+    pub ple_exits: u64,
+    pub max_ple_window: u64,
+    pub yield_attempts: u64,
+    pub yield_ok: u64,
+    pub yield_esrch: u64,
+    pub yield_zero: u64,
+    pub preemption_other: u64,
+    pub sched_in: u64,
+    pub preemption_reported: u64,
+    pub directed_yield_attempted: u64,
+    pub directed_yield_successful: u64,
+    pub kicks: u64,
+    pub ipis_sent: u64,
+    /// Guest lock events (kernel lock model): halts in `pv_wait_node` /
+    /// `pv_wait_head_or_lock`, of which early (predecessor not running),
+    /// lock steals at slow-path entry, mutex spinners that left the OSQ, and
+    /// TLB-shootdown targets skipped by PV TLB flush.
+    pub pv_wait_node: u64,
+    pub pv_wait_head: u64,
+    pub pv_wait_early: u64,
+    pub lock_steals: u64,
+    pub osq_gave_up: u64,
+    pub tlb_flush_skipped: u64,
+    /// Threads the guest's load balancing pulled onto this vCPU.
+    pub guest_pulls: u64,
+}
+
+/// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
+/// lines: what almost every event reads (activity, generation, where it
+/// runs) in the first, the flags a directed-yield scan reads and the PLE
+/// state in the second, the accounting's open interval and running
+/// categories in the third, then the queues, the halt-polling state and
+/// the counters (hot ones first).
+/// The simulator is bound by memory accesses as much as by instructions.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct Vcpu {
+    pub act: Act,
+    pub running: Option<u32>,
+    pub cur: Option<u32>,
+    pub gen: u32,
+    pub vm: u32,
+    pub idx: u32,
+    pub task: u32,
+    // kvm state ([K1])
+    pub preempted: bool,
+    pub blocking: bool,
+    /// Blocked on the host (not runnable).
+    pub halted: bool,
+    pub in_spin_loop: bool,
+    pub dy_eligible: bool,
+    pub preempted_in_kernel: bool,
+    pub pv_unhalted: bool,
+    pub posted_irq: bool,
+    pub scheduled_out: bool,
+    pub in_kernel: bool,
+    /// The VM has posted interrupts (copied from its PvConfig).
+    pub apicv: bool,
+    // steal time ([K4])
+    pub st_preempted: bool,
+    pub last_cpu: u32,
+    pub ple_window: u64,
+    /// Remaining time of the IPI handler in progress (0: none).
+    pub ipi_rem: Ns,
+    pub steal_ns: Ns,
+    /// Preempted inside the poll loop: the poll deadline it resumes with.
+    pub poll_resume: Option<Ns>,
+    pub acct: Acct,
+    // guest
+    pub runq: VecDeque<u32>,
+    /// Pending IPI handlers: the sending thread of each.
+    pub ipis: VecDeque<u32>,
+    // host halt polling ([K3]): kvm_vcpu_halt's window, halt in progress and stats
+    pub hp: HaltPollState,
+    pub c: VcpuCounters,
+    /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
+    /// written by the host (`Placement::PcpuIsIdleRfc*`).
+    pub st_is_idle: bool,
+    /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
+    /// the next useful work of this vCPU starts with it, ns.
+    pub cold_ns: Ns,
+    /// Guest load balancing: when this vCPU went idle (`rq->idle_stamp`) and
+    /// its average idle period (`rq->avg_idle`).
+    pub idle_stamp: Option<Ns>,
+    pub avg_idle: Ns,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TState {
+    Current,
+    Ready,
+    Blocked,
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// About to start phase `pc`.
+    Begin,
+    /// Executing `rem` ns of work; `hold` = the spinlock/mutex held meanwhile.
+    Work { kernel: bool, hold: Option<u32> },
+    /// Waiting for a lock.
+    AwaitLock { lock: u32 },
+    /// Waiting for IPI acknowledgements.
+    IpiWait,
+    /// Blocked until woken (barrier, sleep timer, message).
+    Waiting,
+}
+
+/// A guest thread. `repr(C, align(64))`: what each step reads in the first
+/// cache line, the per-iteration bookkeeping in the second.
+#[derive(Clone, Debug)]
+#[repr(C, align(64))]
+pub struct Thread {
+    pub vm: u32,
+    pub idx: u32,
+    pub vcpu: u32,
+    pub state: TState,
+    pub pc: usize,
+    pub step: Step,
+    pub rem: Ns,
+    /// Spin time accumulated on the current PV-lock wait (SPIN_THRESHOLD).
+    pub spun: Ns,
+    pub msgs: u32,
+    pub acks: u32,
+    /// PV node state: halted in pv_wait.
+    pub pv_halted: bool,
+    /// Kernel lock model: became the queue head since it last looked (its
+    /// `pv_wait_head_or_lock` loop counts SPIN_THRESHOLD afresh).
+    pub pv_new_head: bool,
+    /// Kernel lock model: this acquisition's queue head has hashed the lock
+    /// (`lp` in `pv_wait_head_or_lock`): it halts at most once per acquisition.
+    pub pv_hashed: bool,
+    pub iter_start: Ns,
+    pub iters: u64,
+    pub wake_gen: u32,
+    /// When the current Lock phase began (its wait for the lock starts here).
+    pub lock_wait_start: Ns,
+    /// When it last stopped running on a vCPU (`se.exec_start` for `task_hot`).
+    pub last_ran: Ns,
+    /// Its Lock phase takes an rwsem for reading; a waiting reader was granted it.
+    pub rw_read: bool,
+    pub rw_granted: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Lock {
+    pub kind: LockKind,
+    pub holder: Option<u32>,
+    pub waiters: VecDeque<u32>,
+    pub acquisitions: u64,
+    /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
+    /// (a halted queue head is hashed; the unlock must kick it).
+    pub slow: bool,
+    /// A reader-writer semaphore's active readers (its writer is `holder`).
+    pub readers: u32,
+}
+
+pub struct Vm {
+    pub cfg: VmConfig,
+    pub group: u32,
+    pub vcpu0: u32,
+    pub nvcpu: u32,
+    pub thread0: u32,
+    pub nthread: u32,
+    pub locks: Vec<Lock>,
+    pub barrier_waiting: Vec<u32>,
+    /// `Phase::TaskQueue`: tasks left in this frame, frames ended, and the
+    /// threads that found the queue empty (waiting for the frame's end).
+    pub tq_left: u32,
+    pub tq_frames: u32,
+    pub tq_waiting: Vec<u32>,
+    pub last_boosted: usize,
+    pub policy: Box<dyn DirectedYieldPolicy>,
+    /// `policy.as_upstream()`, asked once: the built-in upstream policy is
+    /// stateless and runs with static dispatch.
+    pub upstream: Option<Upstream>,
+    pub ops: u64,
+    pub latencies: Vec<Ns>,
+    /// Lock waits (Lock phase start → the thread runs holding the lock), log-linear histogram.
+    pub lock_waits: Vec<Ns>,
+    pub done_threads: u32,
+    pub finished_at: Option<Ns>,
+    /// PLE windows (cycles) already converted to ns: (window, ns) at index
+    /// `window.leading_zeros()` ((0, 0) when empty, which is also right for a
+    /// window of 0). A window grows by doubling from its base, so each size
+    /// has its own entry and a spin start needs no division.
+    pub ple_ns: [(u64, Ns); 64],
+    pub spin_threshold_ns: Ns,
+    /// `cfg.halt_poll` as the shared halt-polling state machine reads it.
+    pub halt_poll: HaltPollConfig,
+    /// Guest load balancing: a `GuestBalance` event is queued; the next
+    /// instant a nohz idle balance may run (`nohz.next_balance`).
+    pub lb_pending: bool,
+    pub nohz_next: Ns,
+}
+
+/// No vCPU (`Sim::pre_run_vcpu`).
+pub const NO_VCPU: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakeReason {
+    Start,
+    /// PV kick (KVM_HC_KICK_CPU): sets pv_unhalted.
+    Kick,
+    /// An IPI (call-function or reschedule): a posted interrupt with APICv.
+    Ipi,
+    /// A timer: not dy_runnable.
+    Timer,
+}
+
+pub fn cycles_to_ns(cycles: u64, tsc_khz: u64) -> Ns {
+    // cycles / (khz * 1e3) s = cycles * 1e6 / khz ns
+    match cycles.checked_mul(1_000_000) {
+        Some(x) => x.div_ceil(tsc_khz),
+        None => ((cycles as u128 * 1_000_000u128).div_ceil(tsc_khz as u128)).min(u64::MAX as u128 / 4) as Ns,
+    }
+}
