@@ -19,12 +19,12 @@ use super::state::*;
 impl Sim {
     #[inline]
     pub(crate) fn core_of(&self, cpu: usize) -> u32 {
-        cpu as u32 % self.ncores
+        cpu as u32 % self.topo.ncores
     }
 
     #[inline]
     pub(crate) fn llc_of(&self, cpu: usize) -> u32 {
-        self.core_of(cpu) / self.cores_per_socket
+        self.core_of(cpu) / self.topo.cores_per_socket
     }
 
     /// `cpus_share_cache`: the same socket (one LLC per socket).
@@ -36,7 +36,7 @@ impl Sim {
     /// The CPUs of `cpu`'s core (its SMT siblings and itself), ascending.
     pub(crate) fn core_cpus(&self, cpu: usize) -> impl Iterator<Item = usize> + '_ {
         let core = self.core_of(cpu);
-        (0..self.cfg.host.threads_per_core).map(move |t| (t * self.ncores + core) as usize)
+        (0..self.cfg.host.threads_per_core).map(move |t| (t * self.topo.ncores + core) as usize)
     }
 
     /// The CPUs of `cpu`'s LLC (socket), ascending.
@@ -48,7 +48,7 @@ impl Sim {
     /// The CPUs of `cpu`'s LLC (socket), ascending, without a copy.
     #[inline]
     fn llc(&self, cpu: usize) -> &[u32] {
-        &self.llc_list[self.llc_of(cpu) as usize]
+        &self.topo.llc_list[self.llc_of(cpu) as usize]
     }
 
     /// The number of CPUs in domain level `lvl` around `cpu`: 0 = SMT core, 1 = LLC, 2 = machine.
@@ -89,7 +89,7 @@ impl Sim {
     /// CPU around that target.
     pub(crate) fn select_task_rq_fair(&self, t: usize) -> usize {
         let prev = self.tasks[t].cpu as usize;
-        let this = if self.waker_cpu == NO_CPU { prev } else { self.waker_cpu as usize };
+        let this = if self.wake.waker_cpu == NO_CPU { prev } else { self.wake.waker_cpu as usize };
         let target = if this != prev && !self.wake_wide(t, this) { self.wake_affine(t, this, prev) } else { prev };
         self.select_idle_sibling(prev, target)
     }
@@ -99,7 +99,7 @@ impl Sim {
     /// the last halving (`wakee_flip_decay_ts + HZ`), and count one more
     /// when its wakee changes.
     pub(crate) fn record_wakee(&mut self, t: usize) {
-        let w = self.waker_task;
+        let w = self.wake.waker_task;
         if !self.cfg.host.wake_wide || w == u32::MAX || w as usize == t {
             return;
         }
@@ -120,7 +120,7 @@ impl Sim {
     /// llc_size times the smaller, and the smaller is at least llc_size
     /// (`sd_llc_size` of the waker's CPU): one waker feeding many wakees.
     pub(crate) fn wake_wide(&self, t: usize, this: usize) -> bool {
-        let w = self.waker_task;
+        let w = self.wake.waker_task;
         if !self.cfg.host.wake_wide || w == u32::MAX {
             return false;
         }
@@ -322,7 +322,7 @@ impl Sim {
     /// Wall time of `dur` ns of useful work starting now on vCPU `v`'s CPU:
     /// stretched by 100 / smt_speed_pct while a sibling is busy.
     pub(crate) fn smt_duration(&self, v: usize, dur: Ns) -> (Ns, bool) {
-        if !self.smt_slow {
+        if !self.topo.smt_slow {
             return (dur, false);
         }
         match self.vcpus[v].running {

@@ -287,7 +287,7 @@ fn record_wakee_counts_changes_of_wakee_and_halves_the_count_every_second() {
     c.host.wake_wide = true;
     let mut s = sim_of(&c);
     let (w, a, b) = (s.vcpus[0].task, s.vcpus[1].task as usize, s.vcpus[2].task as usize);
-    s.waker_task = w;
+    s.wake.waker_task = w;
     s.record_wakee(a);
     s.record_wakee(a);
     assert_eq!(s.tasks[w as usize].wakee_flips, 1, "the same wakee again: no flip");
@@ -300,7 +300,7 @@ fn record_wakee_counts_changes_of_wakee_and_halves_the_count_every_second() {
     assert_eq!(s.tasks[w as usize].wakee_flips, 20, "halved after a second; a is the last wakee already");
     // off: nothing is counted
     let mut s = sim_of(&two_socket_smt(4));
-    s.waker_task = w;
+    s.wake.waker_task = w;
     s.record_wakee(a);
     assert_eq!(s.tasks[w as usize].wakee_flips, 0);
 }
@@ -312,7 +312,7 @@ fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_o
     c.host.wake_wide = true;
     let mut s = sim_of(&c);
     let (w, t) = (s.vcpus[0].task as usize, s.vcpus[1].task as usize);
-    s.waker_task = w as u32;
+    s.wake.waker_task = w as u32;
     let mut flips = |waker: u32, wakee: u32| {
         s.tasks[w].wakee_flips = waker;
         s.tasks[t].wakee_flips = wakee;
@@ -326,7 +326,7 @@ fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_o
     s.tasks[w].wakee_flips = 64;
     s.tasks[t].wakee_flips = 8;
     s.tasks[t].cpu = 5; // socket 1, idle
-    s.waker_cpu = 0;
+    s.wake.waker_cpu = 0;
     busy(&mut s, &[5]);
     s.tasks[0].runnable = true; // CPU 5 carries a load of 1024: wake_affine_weight prefers the idle waker CPU
     let cpu = s.select_task_rq_fair(t);

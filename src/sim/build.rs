@@ -63,42 +63,35 @@ impl Sim {
             trace: Vec::new(),
             trace_max_rows: u64::MAX,
             trace_error: None,
-            gang_rounds: Vec::new(),
-            gang_round: 0,
-            gang_active: Vec::new(),
-            gang_cpu: Vec::new(),
             error: None,
             vms_with_goal: 0,
             vms_done: 0,
             started: false,
             immediate: VecDeque::new(),
-            boost_cpu: NO_CPU,
             stuck: None,
             any_unpinned: false,
             pre_run_vcpu: vec![NO_VCPU; p as usize],
             same_time: 0,
             rng2: Pcg64Mcg::seed_from_u64(cfg.seed ^ 0x9e37_79b9_7f4a_7c15),
             noise_src: Vec::new(),
-            cfs_latency: 0,
-            cfs_min_gran: 0,
-            cfs_wakeup_gran: 0,
             wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
-            enqueue_initial: false,
-            enqueue_new: false,
-            ncores: 1,
-            cores_per_socket: 1,
-            waker_cpu: NO_CPU,
-            waker_task: u32::MAX,
             nohz_next: 0,
-            smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
-            llc_list: Vec::new(),
+            topo: Topology {
+                ncores: 1,
+                cores_per_socket: 1,
+                llc_list: Vec::new(),
+                smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
+            },
+            cfs: CfsTunables::default(),
+            gang: Gang::default(),
+            wake: WakeCtx::default(),
         };
-        sim.ncores = (p / cfg.host.threads_per_core).max(1);
-        sim.cores_per_socket = (sim.ncores / cfg.host.sockets).max(1);
-        sim.llc_list = vec![Vec::new(); cfg.host.sockets as usize];
+        sim.topo.ncores = (p / cfg.host.threads_per_core).max(1);
+        sim.topo.cores_per_socket = (sim.topo.ncores / cfg.host.sockets).max(1);
+        sim.topo.llc_list = vec![Vec::new(); cfg.host.sockets as usize];
         for cpu in 0..p {
-            let s = (cpu % sim.ncores) / sim.cores_per_socket;
-            sim.llc_list[(s as usize).min(cfg.host.sockets as usize - 1)].push(cpu);
+            let s = (cpu % sim.topo.ncores) / sim.topo.cores_per_socket;
+            sim.topo.llc_list[(s as usize).min(cfg.host.sockets as usize - 1)].push(cpu);
         }
         if cfg.host.tick_skew {
             // tick_setup_sched_timer with sched_skew_tick: (TICK_NSEC >> 1) / nr_cpus · cpu
@@ -108,9 +101,9 @@ impl Sim {
             }
         }
         let f = cfg.host.cfs.factor(p);
-        sim.cfs_latency = cfg.host.cfs.latency_ns * f;
-        sim.cfs_min_gran = cfg.host.cfs.min_granularity_ns * f;
-        sim.cfs_wakeup_gran = cfg.host.cfs.wakeup_granularity_ns * f;
+        sim.cfs.latency_ns = cfg.host.cfs.latency_ns * f;
+        sim.cfs.min_granularity_ns = cfg.host.cfs.min_granularity_ns * f;
+        sim.cfs.wakeup_granularity_ns = cfg.host.cfs.wakeup_granularity_ns * f;
         // Placement of vCPU threads.
         let total = cfg.total_vcpus() as usize;
         let shuffled_start = cfg.host.start_placement == StartPlacement::Shuffled;

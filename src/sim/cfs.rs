@@ -31,7 +31,7 @@ impl Sim {
     /// `sched_nr_latency` = DIV_ROUND_UP(sched_latency, min_granularity)
     /// (`sched_proc_update_handler`; 8 with the defaults).
     fn cfs_nr_latency(&self) -> u64 {
-        self.cfs_latency.div_ceil(self.cfs_min_gran)
+        self.cfs.latency_ns.div_ceil(self.cfs.min_granularity_ns)
     }
 
     /// The leftmost queued task (least (vruntime, tie)), curr not included.
@@ -76,7 +76,7 @@ impl Sim {
     /// time (`calc_delta_fair`).
     fn cfs_wakeup_gran(&self, se: usize) -> i64 {
         let w = self.tasks[se].weight;
-        (self.cfs_wakeup_gran * NICE0 / w) as i64
+        (self.cfs.wakeup_granularity_ns * NICE0 / w) as i64
     }
 
     /// `wakeup_preempt_entity(curr, se)`: -1 if se is not left of curr, 1 if
@@ -98,11 +98,11 @@ impl Sim {
     /// the BASE_SLICE floor of min_granularity.
     pub(crate) fn cfs_sched_slice(&self, cpu: usize, se: usize) -> u64 {
         let nr = self.nr_running(cpu) as u64;
-        let period = if nr > self.cfs_nr_latency() { nr * self.cfs_min_gran } else { self.cfs_latency };
+        let period = if nr > self.cfs_nr_latency() { nr * self.cfs.min_granularity_ns } else { self.cfs.latency_ns };
         let curr_w = self.rqs[cpu].curr.map_or(0, |c| self.tasks[c as usize].weight);
         let load = (self.rqs[cpu].queue_w as u64 + curr_w).max(1);
         let slice = (period as u128 * self.tasks[se].weight as u128 / load as u128) as u64;
-        slice.max(self.cfs_min_gran)
+        slice.max(self.cfs.min_granularity_ns)
     }
 
     /// Placement of a task joining `cpu`'s queue (`enqueue_entity`): a task
@@ -117,7 +117,7 @@ impl Sim {
             self.tasks[t].vruntime += d;
         }
         if wakeup {
-            let mut thresh = self.cfs_latency as i64;
+            let mut thresh = self.cfs.latency_ns as i64;
             if self.cfg.host.cfs.gentle_fair_sleepers {
                 thresh >>= 1;
             }
@@ -222,7 +222,7 @@ impl Sim {
             self.resched(cpu, Why::Tick);
             return;
         }
-        if delta_exec < self.cfs_min_gran {
+        if delta_exec < self.cfs.min_granularity_ns {
             return;
         }
         let Some(l) = self.cfs_leftmost(cpu, None) else { return };

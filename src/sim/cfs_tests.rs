@@ -39,7 +39,10 @@ fn tunables_scale_with_ilog2_of_the_cpus_capped_at_8() {
     let lin = CfsConfig { tunable_scaling: TunableScaling::Linear, ..Default::default() };
     assert_eq!(lin.factor(80), 8);
     let s = sim_of(&rr(17, 8, Scheduler::Cfs));
-    assert_eq!((s.cfs_latency, s.cfs_min_gran, s.cfs_wakeup_gran), (24_000_000, 3_000_000, 4_000_000));
+    assert_eq!(
+        (s.cfs.latency_ns, s.cfs.min_granularity_ns, s.cfs.wakeup_granularity_ns),
+        (24_000_000, 3_000_000, 4_000_000)
+    );
 }
 
 #[test]

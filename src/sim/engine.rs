@@ -69,17 +69,19 @@ pub struct Sim {
     pub trace_max_rows: u64,
     /// Set when the trace hit `trace_max_rows` or could not grow; ends the run.
     pub trace_error: Option<SimError>,
-    pub gang_rounds: Vec<Vec<u32>>,
-    pub gang_round: usize,
-    pub gang_active: Vec<bool>,
-    pub gang_cpu: Vec<u32>,
+    /// The host's CPU topology.
+    pub topo: Topology,
+    /// The CFS tunables after scaling.
+    pub cfs: CfsTunables,
+    /// Gang scheduling's rounds and state.
+    pub gang: Gang,
+    /// The wake-up or enqueue in progress.
+    pub wake: WakeCtx,
     pub error: Option<String>,
     pub vms_with_goal: u32,
     pub vms_done: u32,
     pub(crate) started: bool,
     pub(crate) immediate: VecDeque<Ev>,
-    /// Set by a successful yield_to: the target's CPU, if it differs.
-    pub boost_cpu: u32,
     /// Set when the model cannot advance (a zero-time cycle).
     pub stuck: Option<String>,
     /// Some task may run on any CPU (newidle balancing is on).
@@ -94,43 +96,10 @@ pub struct Sim {
     pub rng2: Pcg64Mcg,
     /// Host noise sources: (mean sleep, mean burst) ns of each `TaskKind::Noise`.
     pub noise_src: Vec<(Ns, Ns)>,
-    /// CFS tunables after scaling, ns: sched_latency, min_granularity, wakeup_granularity.
-    pub cfs_latency: u64,
-    pub cfs_min_gran: u64,
-    pub cfs_wakeup_gran: u64,
     /// `Host.wakeup_ipi_ns > 0` or idle states given.
     pub wake_latency: bool,
-    /// The enqueue in progress is a new thread's first (`Host.start_gap_ns`
-    /// arrivals): EEVDF places it with half a slice to its deadline.
-    pub enqueue_initial: bool,
-    /// The enqueue in progress is a vCPU thread's first (`WakeReason::Start`,
-    /// with or without `Host.start_gap_ns`): the kernel places a new task in
-    /// `wake_up_new_task` → `select_task_rq(.., WF_FORK)` → `find_idlest_cpu`
-    /// (kernel/sched/core.c, fair.c), not by the wake-up path's
-    /// `wake_affine` / `select_idle_sibling`. Threads created in turn fill
-    /// the CPUs evenly; the start map (`Host.start_placement`, `Affinity`)
-    /// stands for that result, so the first enqueue keeps the task's start
-    /// CPU. (Placing the start through the wake-up path, in index order,
-    /// gave the first-woken VMs CPUs of their own and stacked the last
-    /// ones: 2012 era, 8 x 20 unpinned, VMs 0 and 1 had 1.5-1.7x the mean
-    /// throughput in every seed.)
-    pub enqueue_new: bool,
-    /// Topology: cores in the machine, cores per socket (LLC).
-    pub ncores: u32,
-    pub cores_per_socket: u32,
-    /// The CPU the event being handled runs on (the waker of a wake-up it
-    /// makes), NO_CPU if none; kept only with `WakePlacement::SelectTaskRqFair`.
-    pub waker_cpu: u32,
-    /// The task that makes the wake-ups of the event being handled
-    /// (`current`: the vCPU thread of a vCPU event, the task running on the
-    /// CPU of a tick or resched), u32::MAX if none; kept only with `Host.wake_wide`.
-    pub waker_task: u32,
     /// Earliest instant of the next nohz idle-balance kick.
     pub nohz_next: Ns,
-    /// Busy SMT siblings slow each other down (threads_per_core > 1 and smt_speed_pct < 100).
-    pub smt_slow: bool,
-    /// The CPUs of each LLC (socket), ascending.
-    pub llc_list: Vec<Vec<u32>>,
 }
 
 impl Sim {
@@ -214,18 +183,18 @@ impl Sim {
         }
         let gap = self.cfg.host.start_gap_ns;
         if gap == 0 {
-            self.enqueue_new = true;
+            self.wake.enqueue_new = true;
             for v in 0..self.vcpus.len() {
                 self.vcpu_host_wake(v, WakeReason::Start);
             }
-            self.enqueue_new = false;
+            self.wake.enqueue_new = false;
         } else {
             // the VMM creates the vCPU threads one after another (index
             // order); each creation and first move to its CPU takes a
             // variable time: exponential gaps of mean `gap` (second RNG stream)
-            self.enqueue_new = true;
+            self.wake.enqueue_new = true;
             self.vcpu_host_wake(0, WakeReason::Start);
-            self.enqueue_new = false;
+            self.wake.enqueue_new = false;
             let mut at: Ns = 0;
             for v in 1..self.vcpus.len() as u32 {
                 at += self.noise_exp(gap);
@@ -246,13 +215,13 @@ impl Sim {
 
     fn dispatch(&mut self, ev: Ev) {
         if self.cfg.host.wake_placement == WakePlacement::SelectTaskRqFair {
-            self.waker_cpu = match ev {
+            self.wake.waker_cpu = match ev {
                 Ev::Tick(c) | Ev::Resched(c, _) => c,
                 Ev::Vcpu(v, _) | Ev::Poke(v) => self.vcpus[v as usize].running.unwrap_or(NO_CPU),
                 _ => NO_CPU,
             };
             if self.cfg.host.wake_wide {
-                self.waker_task = match ev {
+                self.wake.waker_task = match ev {
                     Ev::Tick(c) | Ev::Resched(c, _) => self.rqs[c as usize].curr.unwrap_or(u32::MAX),
                     Ev::Vcpu(v, _) | Ev::Poke(v) if self.vcpus[v as usize].running.is_some() => {
                         self.vcpus[v as usize].task
@@ -300,11 +269,11 @@ impl Sim {
     /// A vCPU thread's first enqueue as a new task (`wake_up_new_task`:
     /// `place_entity` with ENQUEUE_INITIAL, then `wakeup_preempt`).
     fn vcpu_arrive(&mut self, v: usize) {
-        self.enqueue_initial = true;
-        self.enqueue_new = true;
+        self.wake.enqueue_initial = true;
+        self.wake.enqueue_new = true;
         self.vcpu_host_wake(v, WakeReason::Start);
-        self.enqueue_new = false;
-        self.enqueue_initial = false;
+        self.wake.enqueue_new = false;
+        self.wake.enqueue_initial = false;
     }
 
     fn finish(&mut self) {

@@ -143,7 +143,7 @@ impl Sim {
         // kvm_vcpu_on_spin
         let mut t = self.now + exit_ns;
         let mut yielded = false;
-        self.boost_cpu = NO_CPU;
+        self.wake.boost_cpu = NO_CPU;
         if self.vms[vm].nvcpu >= 2 {
             self.vcpus[v].in_spin_loop = true;
             let upstream = self.vms[vm].upstream;
@@ -185,7 +185,7 @@ impl Sim {
                 self.error = Some(e);
             }
         }
-        let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+        let boost = if yielded { std::mem::replace(&mut self.wake.boost_cpu, NO_CPU) } else { NO_CPU };
         self.start_exit(v, t, ExitKind::Ple { yielded, boost }, C_PLE);
     }
 

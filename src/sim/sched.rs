@@ -136,18 +136,18 @@ impl Sim {
         if self.cfg.host.scheduler == Scheduler::Gang {
             if let TaskKind::Vcpu(v) = self.tasks[t].kind {
                 let vm = self.vcpus[v as usize].vm as usize;
-                if !self.gang_active[vm] {
+                if !self.gang.active[vm] {
                     self.tasks[t].parked = true;
                     return;
                 }
-                self.tasks[t].cpu = self.gang_cpu[v as usize];
+                self.tasks[t].cpu = self.gang.cpu[v as usize];
             }
         } else {
-            if self.tasks[t].pinned.is_none() && !self.enqueue_new {
+            if self.tasks[t].pinned.is_none() && !self.wake.enqueue_new {
                 self.record_wakee(t);
             }
             // a new thread keeps its start CPU (fork placement, see `Sim::enqueue_new`)
-            let c = if self.enqueue_new { self.tasks[t].cpu as usize } else { self.select_cpu(t) };
+            let c = if self.wake.enqueue_new { self.tasks[t].cpu as usize } else { self.select_cpu(t) };
             let from = self.tasks[t].cpu as usize;
             self.tasks[t].cpu = c as u32;
             if self.is_cfs() {
@@ -168,7 +168,7 @@ impl Sim {
             let v = self.avg_vruntime(cpu);
             // place_entity: a new task (ENQUEUE_INITIAL, PLACE_DEADLINE_INITIAL)
             // gets half a slice to its deadline, "so that it can get on quickly"
-            let vs = if self.enqueue_initial { self.vslice(t) / 2 } else { self.vslice(t) };
+            let vs = if self.wake.enqueue_initial { self.vslice(t) / 2 } else { self.vslice(t) };
             let tk = &mut self.tasks[t];
             tk.vruntime = v - tk.vlag;
             tk.deadline = tk.vruntime + vs;
@@ -433,7 +433,7 @@ impl Sim {
                 self.task_sched_in(n, cpu);
             }
         }
-        if idle_changed && self.smt_slow {
+        if idle_changed && self.topo.smt_slow {
             self.smt_sibling_changed(cpu);
         }
     }
@@ -557,7 +557,7 @@ impl Sim {
                 self.update_curr(a);
                 self.rqs[a].skip = Some(me_task as u32);
             }
-            self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
+            self.wake.boost_cpu = if a != b { b as u32 } else { NO_CPU };
             self.vcpus[me].c.yield_ok += 1;
             return 1;
         }
@@ -574,7 +574,7 @@ impl Sim {
             self.rqs[a].vprot = i64::MIN;
         }
         // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
-        self.boost_cpu = if a != b { b as u32 } else { NO_CPU };
+        self.wake.boost_cpu = if a != b { b as u32 } else { NO_CPU };
         self.vcpus[me].c.yield_ok += 1;
         1
     }
@@ -644,7 +644,7 @@ impl Sim {
         let p = self.cfg.host.pcpus;
         let mut rounds: Vec<Vec<u32>> = Vec::new();
         let mut used: Vec<u32> = Vec::new();
-        self.gang_cpu = vec![0; self.vcpus.len()];
+        self.gang.cpu = vec![0; self.vcpus.len()];
         for vm in 0..self.vms.len() {
             let n = self.vms[vm].nvcpu.min(p);
             let r = match used.iter().position(|&u| u + n <= p) {
@@ -662,24 +662,24 @@ impl Sim {
             for i in 0..self.vms[vm].nvcpu as usize {
                 // VMs larger than the host wrap (their vCPUs then share CPUs).
                 let cpu = (base + (i as u32 % p)) % p;
-                self.gang_cpu[v0 + i] = cpu;
+                self.gang.cpu[v0 + i] = cpu;
                 self.tasks[self.vcpus[v0 + i].task as usize].cpu = cpu;
             }
         }
-        self.gang_rounds = rounds;
-        self.gang_round = usize::MAX;
-        self.gang_active = vec![false; self.vms.len()];
+        self.gang.rounds = rounds;
+        self.gang.round = usize::MAX;
+        self.gang.active = vec![false; self.vms.len()];
     }
 
     /// Start the next gang round: park the vCPUs of the previous round, bring in the next.
     pub fn gang_switch(&mut self) {
-        let nr = self.gang_rounds.len();
-        let next = if self.gang_round == usize::MAX { 0 } else { (self.gang_round + 1) % nr };
-        if nr > 1 || self.gang_round == usize::MAX {
-            if self.gang_round != usize::MAX {
-                let old = self.gang_rounds[self.gang_round].clone();
+        let nr = self.gang.rounds.len();
+        let next = if self.gang.round == usize::MAX { 0 } else { (self.gang.round + 1) % nr };
+        if nr > 1 || self.gang.round == usize::MAX {
+            if self.gang.round != usize::MAX {
+                let old = self.gang.rounds[self.gang.round].clone();
                 for vm in old {
-                    self.gang_active[vm as usize] = false;
+                    self.gang.active[vm as usize] = false;
                     let (v0, n) = (self.vms[vm as usize].vcpu0 as usize, self.vms[vm as usize].nvcpu as usize);
                     for v in v0..v0 + n {
                         let t = self.vcpus[v].task as usize;
@@ -701,14 +701,14 @@ impl Sim {
                     }
                 }
             }
-            self.gang_round = next;
-            let new = self.gang_rounds[next].clone();
+            self.gang.round = next;
+            let new = self.gang.rounds[next].clone();
             for vm in new {
-                self.gang_active[vm as usize] = true;
+                self.gang.active[vm as usize] = true;
                 let (v0, n) = (self.vms[vm as usize].vcpu0 as usize, self.vms[vm as usize].nvcpu as usize);
                 for v in v0..v0 + n {
                     let t = self.vcpus[v].task as usize;
-                    self.tasks[t].cpu = self.gang_cpu[v];
+                    self.tasks[t].cpu = self.gang.cpu[v];
                     if self.tasks[t].runnable && self.tasks[t].parked {
                         self.tasks[t].parked = false;
                         self.rq_add(t, false);

@@ -51,9 +51,9 @@ impl Sim {
                 // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
                 let cost = pv.hypercall_ns;
                 let mut tt = self.now + send_ns + cost;
-                self.boost_cpu = NO_CPU;
+                self.wake.boost_cpu = NO_CPU;
                 let yielded = self.kvm_sched_yield(v, target, &mut tt);
-                let boost = if yielded { std::mem::replace(&mut self.boost_cpu, NO_CPU) } else { NO_CPU };
+                let boost = if yielded { std::mem::replace(&mut self.wake.boost_cpu, NO_CPU) } else { NO_CPU };
                 self.start_exit(v, tt, ExitKind::Hypercall { yielded, boost }, C_EXIT);
                 return Flow::Started;
             }
