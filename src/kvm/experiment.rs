@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use super::error::{Error, Result};
 use super::exit::{Exit, IoDir};
 use super::kick::RunSlot;
+use super::os::{allowed_cpus, monotonic_ns, pin_current_thread};
 use super::sched::{self, Scheduler, SpinOutcome, PV_HALT_PORT, PV_SPIN_PORT};
 use super::vcpu::{RunUntil, Ucall, Vcpu, VcpuObserver};
 
@@ -105,7 +106,7 @@ pub struct Report {
     pub samples: Samples,
     pub wall_ns: u64,
     /// When the run started (`wall_ns` counts from here), CLOCK_MONOTONIC ns: the
-    /// time base of a trace of the run (`trace::monotonic_ns`).
+    /// time base of a trace of the run (`os::monotonic_ns`).
     pub start_mono_ns: u64,
     /// True if `should_stop` ended it early.
     pub stopped: bool,
@@ -124,45 +125,6 @@ fn ctxt_switches(tid: i32) -> (u64, u64) {
     let get =
         |key: &str| s.lines().find_map(|l| l.strip_prefix(key).map(|r| r.trim().parse().unwrap_or(0))).unwrap_or(0);
     (get("voluntary_ctxt_switches:"), get("nonvoluntary_ctxt_switches:"))
-}
-
-/// Pins the calling thread to `cpus`.
-pub fn pin_current_thread(cpus: &[usize]) -> Result<()> {
-    pin_thread(0, cpus)
-}
-
-/// Pins thread `tid` of this process (0: the calling thread) to `cpus`.
-pub fn pin_thread(tid: i32, cpus: &[usize]) -> Result<()> {
-    if cpus.is_empty() {
-        return Ok(());
-    }
-    // SAFETY: an all-zero cpu_set_t is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus {
-        if c >= libc::CPU_SETSIZE as usize {
-            return Err(Error::InvalidArgument(format!("host CPU {c} is out of range")));
-        }
-        // SAFETY: c < CPU_SETSIZE, checked above.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: `tid` is 0 (the calling thread) or a thread id (a wrong one fails with ESRCH);
-    // `set` is a valid cpu_set_t of the size passed.
-    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        return Err(Error::last_os("sched_setaffinity"));
-    }
-    Ok(())
-}
-
-/// Host CPUs this process may run on.
-pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer and size; pid 0 = this thread.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return Vec::new();
-    }
-    // SAFETY: `set` was filled by the kernel; CPU_ISSET reads a bit below CPU_SETSIZE.
-    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
 }
 
 struct Sampler {
@@ -243,7 +205,7 @@ pub fn run(
     if let Some(sc) = sched {
         sc.set_origin(t0);
     }
-    let start_mono_ns = super::trace::monotonic_ns();
+    let start_mono_ns = monotonic_ns();
     let deadline = t0 + opts.duration;
     sampler.sample(0)?;
     let mut stopped = false;

@@ -22,6 +22,7 @@ pub mod guest;
 pub mod kick;
 pub mod memory;
 pub mod mounts;
+pub mod os;
 pub mod sched;
 pub mod stats;
 pub mod steal;

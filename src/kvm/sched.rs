@@ -503,7 +503,7 @@ impl Scheduler {
         if v.pinned != Some(c) && v.tid != 0 {
             // pinned by the granter, before the wake-up: the kernel then wakes the thread on
             // its new CPU, instead of where it slept (maybe behind another token's holder)
-            if super::experiment::pin_thread(v.tid, &[self.cpus[c]]).is_ok() {
+            if super::os::pin_thread(v.tid, &[self.cpus[c]]).is_ok() {
                 v.pinned = Some(c);
             }
         }

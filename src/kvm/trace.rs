@@ -6,7 +6,7 @@
 //! (`perf_event2::Sampler`), every other tracepoint on that CPU writes into it
 //! (`PERF_EVENT_IOC_SET_OUTPUT`). Each sample carries `PERF_SAMPLE_TID | TIME
 //! | CPU | RAW`; its time is `CLOCK_MONOTONIC` (`attr.clockid`), so it lines up
-//! with [`monotonic_ns`] and the run's start. A reader thread drains the
+//! with [`monotonic_ns`](super::os::monotonic_ns) and the run's start. A reader thread drains the
 //! buffers (woken by `poll` when a buffer is a quarter full, or every 50 ms)
 //! and decodes each raw record with the field offsets, sizes and signedness
 //! of `/sys/kernel/tracing/events/<system>/<event>/format`; the event is
@@ -38,6 +38,7 @@ use perf_event::events::Tracepoint;
 use perf_event::{Builder, Clock, Counter, SampleFlag, Sampler};
 
 use super::error::{Error, Result};
+use super::os::monotonic_ns;
 
 /// The tracepoints recorded, as (system, event, required). A missing optional
 /// event (an older kernel) is skipped; a missing required one is an error.
@@ -58,14 +59,6 @@ pub const EVENTS: &[(&str, &str, bool)] = &[
 pub const DEFAULT_MAX_EVENTS: usize = 2_000_000;
 /// Default kernel ring buffer per traced CPU, bytes (a power of two).
 pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
-
-/// The current `CLOCK_MONOTONIC` time, ns (the clock of every trace sample).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 // ------------------------------------------------------------------ tracefs
 
@@ -763,12 +756,11 @@ impl Tracer {
         };
         let flag = stop.clone();
         // the reader runs on CPUs the trace does not watch, where there are such CPUs
-        let elsewhere: Vec<usize> =
-            super::experiment::allowed_cpus().into_iter().filter(|c| !cpus.contains(c)).collect();
+        let elsewhere: Vec<usize> = super::os::allowed_cpus().into_iter().filter(|c| !cpus.contains(c)).collect();
         let reader = std::thread::Builder::new()
             .name("vcpulab-trace".into())
             .spawn(move || {
-                let _ = super::experiment::pin_current_thread(&elsewhere);
+                let _ = super::os::pin_current_thread(&elsewhere);
                 reader(buffers, dec, flag)
             })
             .map_err(|e| Error::Ioctl { call: "spawn trace reader thread", source: e })?;
@@ -1299,7 +1291,7 @@ mod live_tests {
             t => t.expect("tracer starts"),
         };
         assert!(fds() > before);
-        crate::kvm::experiment::pin_current_thread(&[0]).unwrap();
+        crate::kvm::os::pin_current_thread(&[0]).unwrap();
         for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -1290,7 +1290,7 @@ fn run_experiment<'py>(
 /// Host CPUs this process may run on.
 #[pyfunction]
 fn allowed_cpus() -> Vec<usize> {
-    kvm::experiment::allowed_cpus()
+    kvm::os::allowed_cpus()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

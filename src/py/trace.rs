@@ -136,7 +136,7 @@ impl PyTracer {
 /// CLOCK_MONOTONIC now, ns (the time base of traces).
 #[pyfunction]
 fn monotonic_ns() -> u64 {
-    trace::monotonic_ns()
+    crate::kvm::os::monotonic_ns()
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
