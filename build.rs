@@ -3,6 +3,12 @@
 //! commit the crate is built from (12 hex digits, `.dirty` appended when
 //! tracked files differ from it), else `unknown`. Python reads it as
 //! `vcpulab._core.__build__` (see python/vcpulab/provenance.py).
+//!
+//! Also probes `/dev/kvm` for the Rust tests: where it cannot be opened
+//! read-write, the build sets `cfg(vcpulab_no_kvm)` and the real-KVM unit
+//! tests report themselves ignored, with the reason, instead of passing
+//! without running. (`cargo test` builds and runs on the same machine;
+//! the probe says nothing about where a wheel is later installed.)
 
 use std::process::Command;
 
@@ -43,4 +49,9 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-env-changed=VCPULAB_BUILD_ID");
+    println!("cargo:rustc-check-cfg=cfg(vcpulab_no_kvm)");
+    if std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm").is_err() {
+        println!("cargo:rustc-cfg=vcpulab_no_kvm");
+    }
+    println!("cargo:rerun-if-changed=/dev/kvm");
 }
