@@ -202,7 +202,11 @@ def test_compare_and_grid_refuse_before_calibrating(monkeypatch: pytest.MonkeyPa
     def no(*a: Any, **k: Any) -> Any:
         raise AssertionError("calibrated (or ran a real trial) before refusing an argument")
 
-    monkeypatch.setattr(twins, "calibrate", no)
+    # twin, compare and grid look calibrate up in their own modules of the twins package
+    from vcpulab.twins import _grid, _running, _twin
+
+    for mod in (_twin, _running, _grid):
+        monkeypatch.setattr(mod, "calibrate", no)
     monkeypatch.setattr(experiment, "run", no)
     exp = twins.Experiment(experiment.SpinLock(), vcpus=1, pcpus=(0,), duration_s=0.02)
     t0 = time.monotonic()

@@ -1,0 +1,136 @@
+"""Twins: every real-KVM experiment has a simulated twin, calibrated on this host.
+
+A real experiment ([`vcpulab.experiment.run`][]: a guest program on N vCPUs
+pinned to host CPUs) and its *twin* (a [`vcpulab.sim.Config`][] of the same
+experiment) are run side by side and compared metric by metric::
+
+    from vcpulab import twins
+    from vcpulab.experiment import SpinLock
+
+    cal = twins.calibrate()                        # ~1 s of real KVM, cached per process
+    exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, pcpus=(0,))
+    cfg = twins.twin(exp, cal)                     # the simulated configuration
+    cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err
+
+**What the twin is built from** (no per-cell factor anywhere):
+
+* the host: its CPUs (one simulated CPU per distinct host CPU of the
+  placement), the pinning (one CPU list shared by every vCPU → unpinned within
+  those CPUs; one CPU each → pinned), the running kernel's scheduler knobs
+  ([`host_knobs`][vcpulab.twins.host_knobs]: EEVDF base slice from debugfs, the tick from CONFIG_HZ),
+  the KVM module's halt-poll parameters (or the run's per-VM maximum);
+* the guest program as phases: the loops of ``src/kvm/guest/program.rs``
+  counted in emulated instructions ([`guest_path`][vcpulab.twins.guest_path]) and turned into ns
+  through the cost per emulated instruction *measured here*
+  ([`calibrate`][vcpulab.twins.calibrate]: this host emulates every guest instruction, see
+  ``docs/twins.md``);
+* costs from [`calibrate`][vcpulab.twins.calibrate]: instruction costs, the HLT exit, wake-up
+  latency from a blocked halt and from the poll loop (the last two only slot
+  into a simulator that models wake-up latency: ``Host.wakeup_ipi_ns`` where
+  the host model has it; otherwise the comparison says the mechanism is
+  missing);
+* the host load each real run measured ([`OtherLoad`][vcpulab.twins.OtherLoad]): other tasks'
+  short bursts as host noise, CPU-bound ones as a background task, and the
+  experiment's own VMM loop as the simulated VMM thread ([`host_load_for`][vcpulab.twins.host_load_for]).
+
+**What is compared** ([`compare`][vcpulab.twins.compare], [`METRICS`][vcpulab.twins.METRICS]): lock acquisitions per
+second, mean wait per acquisition (the real guest times it with RDTSC and
+records mean and max only, so percentiles are simulated-only), steal fraction,
+context switches per vCPU and second, halt exits and successful polls per
+second, MSI round trip, timer ticks per second; the per-10 ms steal
+distribution with a two-sample Kolmogorov-Smirnov distance for workloads whose
+vCPUs are always runnable. Real values carry a 95 % t-interval over trials,
+simulated ones over seeds. [`distributions`][vcpulab.twins.distributions] compares run-slice and
+wake-up-latency distributions (KS statistic and p-value) of a real trace in
+the tracing schema ([`TRACE_COLUMNS`][vcpulab.twins.TRACE_COLUMNS], [`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]) with twins. ``IpiPingPong``'s twin is an initiator thread beside a
+responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
+"""
+
+from __future__ import annotations
+
+from vcpulab.twins._calibration import COST_REPEATS, IPI_OUTSIDE_INSNS, calibrate
+from vcpulab.twins._distributions import (
+    TRACE_COLUMNS,
+    WAKEUP_COLUMNS,
+    distributions,
+    sim_trace_frames,
+    sim_wakeups,
+    vcpu_slices,
+)
+from vcpulab.twins._experiment import Experiment
+from vcpulab.twins._grid import (
+    DIRECTION_METRICS,
+    FACTORS,
+    MSI_DEADLINE_S,
+    Grid,
+    cell_factors,
+    cell_name,
+    default_grid,
+    directions,
+    grid,
+    policy_grid,
+)
+from vcpulab.twins._guest import guest_path
+from vcpulab.twins._load import OtherLoad
+from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
+from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
+from vcpulab.twins._twin import (
+    PV_SPIN_ITER_INSNS,
+    SPIN_PHASE_DIST,
+    TWIN_MAX_MACHINE_CPUS,
+    background_for,
+    host_load_for,
+    start_gap_of,
+    twin,
+    twin_machine_cpus,
+)
+from vcpulab.twins._values import Calibration, Value, host_knobs
+
+# private, used by tests/test_attach_reliability.py (debugfs mounted by mount(2), never by a program from PATH)
+from vcpulab.twins._values import _mount_debugfs as _mount_debugfs
+
+__all__ = [
+    "COST_REPEATS",
+    "Calibration",
+    "DIRECTION_METRICS",
+    "Experiment",
+    "FACTORS",
+    "FLOORS",
+    "Grid",
+    "IPI_OUTSIDE_INSNS",
+    "METRICS",
+    "MSI_DEADLINE_S",
+    "OtherLoad",
+    "PV_SPIN_ITER_INSNS",
+    "SPIN_PHASE_DIST",
+    "TRACE_COLUMNS",
+    "TWIN_MAX_MACHINE_CPUS",
+    "Value",
+    "WAKEUP_COLUMNS",
+    "background_for",
+    "calibrate",
+    "cell_factors",
+    "cell_name",
+    "compare",
+    "default_grid",
+    "policy_grid",
+    "directions",
+    "distributions",
+    "grid",
+    "guest_path",
+    "host_knobs",
+    "host_load_for",
+    "ks_distance",
+    "real_metrics",
+    "real_steal_intervals",
+    "run_real",
+    "run_sim",
+    "sim_metrics",
+    "sim_steal_intervals",
+    "sim_trace_frames",
+    "sim_wakeups",
+    "start_gap_of",
+    "twin",
+    "twin_machine_cpus",
+    "vcpu_slices",
+]

@@ -1,0 +1,265 @@
+"""Calibration: this host's costs measured on real KVM ([`calibrate`][vcpulab.twins.calibrate]: the cost
+per emulated instruction, wake-up latencies after a blocked halt and a poll, IPI delivery,
+the exit to user space and the token hand-off of vcpulab's scheduler), cached once per process
+(``_CACHE``, guarded by ``_LOCK``)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from vcpulab._checks import check_bool, check_int
+from vcpulab.experiment import IpiPingPong, MsiPingPong, Run, SpinLock
+from vcpulab.twins._guest import _iteration_insns, guest_path
+from vcpulab.twins._values import Calibration, Value, host_knobs
+
+_CACHE: dict[int, Calibration] = {}
+_LOCK = threading.Lock()
+
+#: pairs of cost runs [`calibrate`][vcpulab.twins.calibrate] takes the median of
+COST_REPEATS = 5
+
+
+def _stat_delta(run: Run, name: str) -> int:
+    s = run.samples
+    if name not in s.columns:
+        return 0
+    g = s.group_by(["vm", "vcpu"]).agg((pl.col(name).max() - pl.col(name).min()).alias("d"))
+    return int(g["d"].sum())
+
+
+def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
+    """Measure this host's costs on host CPU ``cpu`` (default: the last one this
+    process may use), about 2 s of real KVM; cached per process (``refresh``
+    measures again).
+
+    1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
+       = 5) and a long (400) loop, a fixed number of iterations each, five
+       such pairs ([`COST_REPEATS`][vcpulab.twins.COST_REPEATS]): the median path cost (and that
+       pair's runs), the median loop cost (the cost of an emulated
+       instruction drifts from one second to the next here). Each
+       run's vCPU thread CPU time is ``path_insn_ns`` × its fixed-path
+       instructions + ``loop_insn_ns`` × its loop instructions (counts from
+       [`guest_path`][vcpulab.twins.guest_path], totals from KVM's ``insn_emulation`` stat); the two
+       runs give both costs. CPU time, not wall time, so another task on the
+       CPU does not inflate it.
+    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``).
+    2. Wake-up latencies: ``MsiPingPong`` on ``cpu`` (the host driver on the
+       other CPU), 300 rounds 200 µs apart with halt polling off (every halt
+       blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
+       them): median round trip minus the guest's instructions per round
+       (``insn_emulation`` / rounds × ``path_insn_ns``).
+    """
+    from vcpulab import _core
+    from vcpulab.experiment import run
+
+    check_bool("refresh", refresh)
+    allowed = sorted(_core.allowed_cpus())
+    if cpu is None:
+        cpu = allowed[-1]
+    cpu = check_int("cpu", cpu, 0, 2**16)
+    if cpu not in allowed:
+        raise ValueError(f"host CPU {cpu} is not usable; this process may run on {allowed}")
+    with _LOCK:
+        if cpu in _CACHE and not refresh:
+            return _CACHE[cpu]
+        vals: dict[str, Value] = dict(host_knobs())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # the cost per emulated instruction drifts between runs a second
+            # apart (685-948 ns per path instruction in four back-to-back
+            # calibrations here): the median of COST_REPEATS pairs
+            pairs = []
+            for _ in range(COST_REPEATS):
+                rows = []
+                for loop, iters in ((5, 3000), (400, 150)):
+                    w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
+                    r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
+                    acq = int(r.results["acquisitions"].sum())
+                    insns = _stat_delta(r, "insn_emulation")
+                    cpu_ns = int(r.threads["cpu_ns"].sum())
+                    p = guest_path(w, 1)
+                    loop_insns = (p["hold_loop"] + p["think_loop"]) * acq
+                    rows.append((loop, acq, insns, cpu_ns, loop_insns, _iteration_insns(w, 1), r))
+                # cpu = a·(insns − loop) + b·loop for both runs
+                (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
+                m = np.array([[i1 - l1, l1], [i2 - l2, l2]], dtype=float)
+                a, b = np.linalg.solve(m, np.array([c1, c2], dtype=float))
+                if not (a > 0 and b > 0):
+                    # a disturbed or degenerate pair: one cost for every instruction
+                    a = b = (c1 + c2) / max(i1 + i2, 1)
+                pairs.append((float(a), float(b), rows))
+            k = int(np.argsort([x[0] for x in pairs])[len(pairs) // 2])
+            a, b, rows = pairs[k]
+            b = float(np.median([x[1] for x in pairs]))
+            (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
+            how = (
+                f"vCPU thread CPU time of two 1-vCPU TAS SpinLock runs on CPU {cpu} (hold=think=5, {a1} iterations; "
+                f"400, {a2}) = path·a + loop·b, instruction totals from insn_emulation; the median of "
+                f"{COST_REPEATS} such pairs (path: {', '.join(f'{x[0]:.0f}' for x in pairs)} ns)"
+            )
+            vals["path_insn_ns"] = Value(float(a), "ns", how)
+            vals["loop_insn_ns"] = Value(float(b), "ns", how)
+            vals["insns_per_acq_measured"] = Value(
+                i1 / max(a1, 1), "insns", "insn_emulation / acquisitions, short-loop run"
+            )
+            vals["insns_per_acq_counted"] = Value(n1, "insns", "guest_path() count for the short-loop run")
+            short = rows[0][6]  # the median pair's short run
+            vals["uncontended_wait_ns"] = Value(
+                float(short.results["wait_per_acq_us"][0]) * 1e3,
+                "ns",
+                f"RDTSC-timed wait per acquisition of the short-loop 1-vCPU run (counted: {guest_path(SpinLock(), 1)['wait_path']} "
+                f"instructions x path_insn_ns = {guest_path(SpinLock(), 1)['wait_path'] * a:.0f} ns)",
+            )
+            vals["tsc_khz"] = Value(float(_tsc_khz()), "kHz", "KVM_GET_TSC_KHZ of a vCPU")
+
+            rtt: dict[str, float] = {}
+            for key, gap, poll in (("block", 200.0, 0), ("poll", 20.0, 200_000)):
+                r = run(
+                    MsiPingPong(rounds=300, gap_us=gap),
+                    vcpus=1,
+                    pcpus=[cpu],
+                    duration_s=10.0,
+                    halt_poll_ns=poll,
+                    sample_every_s=None,
+                )
+                rounds = max(int(r.results["rounds"][0]), 1)
+                per_round = _stat_delta(r, "insn_emulation") / rounds
+                succ = _stat_delta(r, "halt_successful_poll")
+                halts = max(_stat_delta(r, "halt_exits"), 1)
+                rtt[key] = float(r.results["rtt_median_us"][0]) * 1e3 - per_round * a
+                vals[f"wake_{key}_ns"] = Value(
+                    max(rtt[key], 0.0),
+                    "ns",
+                    f"MsiPingPong on CPU {cpu}, 300 rounds, gap {gap:g} us, max poll {poll} ns: median round trip "
+                    f"minus {per_round:.0f} guest instructions x path_insn_ns; {succ}/{halts} halts polled",
+                )
+                vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
+            vals.update(_calibrate_ipi(allowed, cpu, a))
+            vals.update(_calibrate_sched(cpu, a))
+        cal = Calibration(values=vals, cpu=cpu)
+        _CACHE[cpu] = cal
+        return cal
+
+
+#: instructions of vCPU 0's IpiPingPong round outside its timed window (``mov [rbx], r12; jmp;
+#: cmp r12; jae; mov r14, [rsi]; rdtsc; shl; or; mov r13, rax``: src/kvm/guest/program.rs, gap 0)
+IPI_OUTSIDE_INSNS = 9
+
+
+def _calibrate_sched(cpu: int, path_insn_ns: float) -> dict[str, Value]:
+    """What a twin of a run under vcpulab's scheduler needs: the cost of an
+    exit to user space (an ``io_loop`` of 2000 port writes: the vCPU thread's
+    CPU time per exit minus its 3 guest instructions), and the token
+    hand-off (spin exit → the candidate entering KVM_RUN) of a directed-yield
+    run of a ticket lock, 3 vCPUs on ``cpu``: the median of ``Run.spins.latency_ns``."""
+    from vcpulab import sched
+    from vcpulab.experiment import run
+    from vcpulab.kvm import Host
+    from vcpulab.sim import policies as P
+
+    n = 2000
+    cpu_ns: list[int] = []
+
+    def exits() -> None:
+        os.sched_setaffinity(0, {cpu})
+        c0 = time.thread_time_ns()
+        v.run_until("ucall", timeout_s=20)
+        cpu_ns.append(time.thread_time_ns() - c0)
+
+    with Host().create_vm(memory_mib=4) as vm:
+        v = vm.create_vcpu(0)
+        v.start(vm.load("io_loop", port=0x80, count=n))
+        t = threading.Thread(target=exits)
+        t.start()
+        t.join(30)
+    if not cpu_ns:
+        raise TimeoutError(f"twins.calibrate: the io_loop of {n} exits on CPU {cpu} did not finish")
+    per_exit = cpu_ns[0] / n - 3 * path_insn_ns
+    r = run(
+        SpinLock(kind="ticket"),
+        vcpus=3,
+        pcpus=[cpu],
+        duration_s=0.3,
+        sample_every_s=None,
+        scheduler=sched.directed_yield(P.dy_eligible()),
+    )
+    assert r.spins is not None
+    lat = r.spins.filter(pl.col("latency_ns") > 0)["latency_ns"]
+    handoff = float(lat.median()) if lat.len() else 10_000.0  # type: ignore[arg-type]
+    return {
+        "uexit_ns": Value(
+            max(per_exit, 0.0),
+            "ns",
+            f"io_loop of {n} port writes on CPU {cpu}: vCPU thread CPU time per exit minus 3 instructions x path_insn_ns",
+        ),
+        "sched_handoff_ns": Value(
+            handoff,
+            "ns",
+            f"directed_yield(dy_eligible) of a ticket SpinLock, 3 vCPUs on CPU {cpu}, 0.3 s: median of "
+            f"{lat.len()} spin exit -> candidate enters KVM_RUN latencies",
+        ),
+    }
+
+
+def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dict[str, Value]:
+    """IPI delivery to a halted vCPU: ``IpiPingPong`` on two vCPUs (one CPU
+    each: ``cpu`` and another usable one, else both on ``cpu``), halt polling
+    off. A run with no gap counts the round's instructions (``insn_emulation``
+    / rounds); one with 200 µs gaps (both vCPUs halted long enough to block)
+    times the round trip. Each round trip holds two wake-ups of a blocked vCPU
+    and the round's instructions inside the timed window (all but
+    [`IPI_OUTSIDE_INSNS`][vcpulab.twins.IPI_OUTSIDE_INSNS]), so one wake-up = (median round trip − those
+    instructions × ``path_insn_ns``) / 2."""
+    from vcpulab.experiment import run
+
+    other = [c for c in allowed if c != cpu]
+    placement = [[other[0]], [cpu]] if other else [[cpu], [cpu]]
+    where = f"vCPU 0 on CPU {placement[0][0]}, vCPU 1 on CPU {placement[1][0]}"
+    out: dict[str, Value] = {}
+    r0 = run(
+        IpiPingPong(rounds=300, gap_us=0.0),
+        vcpus=2,
+        placement=placement,
+        duration_s=10.0,
+        halt_poll_ns=0,
+        sample_every_s=None,
+    )
+    per_round = _stat_delta(r0, "insn_emulation") / max(int(r0.results["rounds"][0]), 1)
+    out["ipi_round_insns"] = Value(
+        per_round, "insns", f"insn_emulation / rounds of IpiPingPong, gap 0, 300 rounds, {where}"
+    )
+    r = run(
+        IpiPingPong(rounds=300, gap_us=200.0),
+        vcpus=2,
+        placement=placement,
+        duration_s=10.0,
+        halt_poll_ns=0,
+        sample_every_s=None,
+    )
+    inside = max(per_round - IPI_OUTSIDE_INSNS, 0.0)
+    rtt = float(r.results["rtt_median_us"][0]) * 1e3
+    out["ipi_wake_ns"] = Value(
+        max((rtt - inside * path_insn_ns) / 2, 0.0),
+        "ns",
+        f"IpiPingPong, gap 200 us, max poll 0, 300 rounds, {where}: (median round trip {rtt / 1e3:.1f} us − "
+        f"{inside:.0f} instructions x path_insn_ns) / 2 wake-ups",
+    )
+    return out
+
+
+def _tsc_khz() -> int:
+    from vcpulab.kvm import Host
+
+    h = Host()
+    vm = h.create_vm(memory_mib=4)
+    try:
+        return int(vm.create_vcpu(0).tsc_khz)
+    finally:
+        vm.close()

@@ -1,0 +1,427 @@
+"""The grid: the benchmark's experiments ([`default_grid`][vcpulab.twins.default_grid],
+[`policy_grid`][vcpulab.twins.policy_grid]) run and compared cell by cell
+([`grid`][vcpulab.twins.grid] → [`Grid`][vcpulab.twins.Grid]), the cells' factors and names, and the
+between-cell directions ([`directions`][vcpulab.twins.directions])."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from vcpulab import sim
+from vcpulab._checks import PCPUS_RENAMED, check_bool, check_int, check_seq, check_type, renamed_since
+from vcpulab._interrupt import keep_partial
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock
+from vcpulab.twins._calibration import calibrate
+from vcpulab.twins._experiment import _ONE_NAME, Experiment
+from vcpulab.twins._running import compare
+from vcpulab.twins._twin import twin
+from vcpulab.twins._values import Calibration
+
+#: the factors of a grid cell (columns of [`grid`][vcpulab.twins.grid]'s frames)
+FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "scheduler")
+
+
+def cell_factors(exp: Experiment) -> dict[str, Any]:
+    """The grid factors of ``exp`` (NaN-free: -1 where a factor does not apply)."""
+    w = exp.workload
+    hp = exp.halt_poll_ns
+    return {
+        "workload": type(w).__name__,
+        "kind": getattr(w, "kind", "")
+        if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock)
+        else ("pv" if isinstance(w, PvSpinLock) else ""),
+        "vcpus": exp.vcpus,
+        "cpus": len(exp.pcpus),
+        "hold": getattr(w, "hold", -1),
+        "think": getattr(w, "think", -1),
+        "halt_poll_ns": -1 if hp is None else int(hp),
+        "gap_us": float(getattr(w, "gap_us", -1.0)),
+        "hz": int(getattr(w, "hz", -1)),
+        "scheduler": _scheduler_label(exp.scheduler),
+    }
+
+
+def _scheduler_label(s: Any) -> str:
+    """``"host"``, ``"round_robin"``, ``"gang"``, or ``"directed_yield:<policy>"``."""
+    if s is None:
+        return "host"
+    pol = getattr(s, "policy", None)
+    return f"{s.name}:{sim.policies.label(pol)}" if pol is not None else s.name
+
+
+def policy_grid(pcpu: int | None = None, duration_s: float = 1.0, vcpus: int = 3) -> list[Experiment]:
+    """The policy axis of the twins grid: one ticket ``SpinLock`` VM of
+    ``vcpus`` vCPUs on host CPU ``pcpu`` (default: the last this process may
+    use) under vcpulab's scheduler, ``round_robin`` and ``directed_yield``
+    with each directed-yield policy of the simulator (``no_yield``,
+    ``baseline_2011``, ``dy_eligible``, ``upstream``, ``oracle``): the cells
+    differ in ``scheduler`` alone, so [`directions`][vcpulab.twins.directions]
+    compares every policy with the next (docs/scheduler.md)."""
+    from vcpulab import _core, sched
+
+    cpu = max(_core.allowed_cpus()) if pcpu is None else check_int("pcpu", pcpu, 0, 2**16)
+    P = sim.policies
+    policies = (P.no_yield(), P.baseline_2011(), P.dy_eligible(), P.upstream(), P.oracle())
+    scheds = [sched.round_robin(), *(sched.directed_yield(p) for p in policies)]
+    w = SpinLock(kind="ticket", hold=50, think=50)
+    return [Experiment(w, vcpus, (cpu,), duration_s=duration_s, scheduler=s) for s in scheds]
+
+
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
+def default_grid(pcpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
+    """The grid of the benchmark (``small``: the CI's reduced grid) on the
+    host CPUs ``pcpus`` (default: every CPU this process may use; ``cpus=``
+    before 2026-12-01, still accepted with a DeprecationWarning).
+
+    SpinLock ticket/TAS × vCPUs 1-8 × 1-2 host CPUs (one CPU each, round
+    robin) × hold/think (50/50, 200/20 loop iterations); PvSpinLock 2 and 4
+    vCPUs on one CPU; MsiPingPong gap 50/500 µs × max poll 0/200 µs;
+    IdleTicks 250/1000 Hz × 1/4 vCPUs × max poll 0/200 µs. One-CPU cells use
+    the last usable CPU (MsiPingPong's host driver then runs on the other).
+
+    ``duration_s`` (default 1 s) is each spin-lock and timer run's length. A
+    contended ticket run makes only 50-300 acquisitions a second here, and
+    its first few ms (vCPUs that have not queued yet let the first one take
+    the lock dozens of times) weigh differently in the real start-up and the
+    simulator's (every vCPU queued at t = 0): at 0.3 s that start decides the
+    count; at 1 s it is diluted (docs/twins.md, "Measured here").
+    """
+    from vcpulab import _core
+
+    allowed = sorted(_core.allowed_cpus()) if pcpus is None else list(pcpus)
+    one = (allowed[-1],)
+    two = tuple(allowed[:2]) if len(allowed) >= 2 else None
+    out: list[Experiment] = []
+    if small:
+        for kind in ("tas", "ticket"):
+            for n in (1, 3):
+                out.append(Experiment(SpinLock(kind=kind, hold=50, think=50), n, one, "one_each", duration_s))  # type: ignore[arg-type]
+        out.append(Experiment(_msi(50.0), 1, one, "one_each", MSI_DEADLINE_S, 200_000))
+        return out
+    for kind in ("tas", "ticket"):
+        for hold, think in ((50, 50), (200, 20)):
+            for cp in (one, two):
+                if cp is None:
+                    continue
+                for n in (1, 2, 3, 4, 8):
+                    if n < len(cp):
+                        continue
+                    out.append(Experiment(SpinLock(kind=kind, hold=hold, think=think), n, cp, "one_each", duration_s))  # type: ignore[arg-type]
+    for n in (2, 4):
+        out.append(Experiment(PvSpinLock(hold=50, think=50), n, one, "one_each", duration_s))
+    for gap in (50.0, 500.0):
+        for hp in (0, 200_000):
+            out.append(Experiment(_ipi(gap), 2, two or one, "one_each", MSI_DEADLINE_S, hp))
+    for gap in (50.0, 500.0):
+        for hp in (0, 200_000):
+            out.append(Experiment(_msi(gap), 1, one, "one_each", MSI_DEADLINE_S, hp))
+    for hz in (250, 1000):
+        for n in (1, 4):
+            for hp in (0, 200_000):
+                out.append(Experiment(IdleTicks(hz=hz), n, one, "one_each", duration_s, hp))
+    return out
+
+
+#: deadline of the grid's MSI ping-pong cells, s: 200 rounds take 20-120 ms on an
+#: idle host, but rounds of 1-20 ms were seen while other tasks held the vCPU's CPU
+MSI_DEADLINE_S = 5.0
+
+
+def _ipi(gap_us: float) -> IpiPingPong:
+    """The grid's IPI ping-pong: 200 rounds."""
+    return IpiPingPong(rounds=200, gap_us=gap_us)
+
+
+def _msi(gap_us: float) -> MsiPingPong:
+    """The grid's MSI ping-pong: 200 rounds (its metrics are per round)."""
+    return MsiPingPong(rounds=200, gap_us=gap_us)
+
+
+@dataclass
+class Grid:
+    """What [`grid`][vcpulab.twins.grid] returns.
+
+    ``cells``: one row per (cell, metric): the factors, then [`compare`][vcpulab.twins.compare]'s
+    columns. ``directions``: one row per pair of cells that differ in one
+    factor and per direction metric: the real and simulated differences, the
+    real difference's significance, and whether the signs agree.
+    ``no_twin``: experiments without a twin and why. ``calibration``: the
+    [`Calibration`][vcpulab.twins.Calibration] used. ``no_real``: cells whose every real trial
+    missed its deadline; ``failed``: cells whose comparison raised
+    (``"ValueError: …"``), the other cells kept.
+    """
+
+    cells: pl.DataFrame
+    directions: pl.DataFrame
+    no_twin: list[tuple[str, str]]
+    calibration: Calibration
+    #: cells whose every real trial missed its deadline, with the error
+    no_real: list[tuple[str, str]] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    #: cells whose comparison raised, with the exception's type and message
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The agreement numbers (see [`line`][vcpulab.twins.Grid.line])."""
+        c = self.cells.filter(pl.col("informative"))
+        out: dict[str, Any] = {"cells": self.cells["cell"].n_unique()}
+        for m in (
+            "acq_per_s",
+            "wait_per_acq_us",
+            "rtt_median_us",
+            "halt_exits_per_s",
+            "polled_per_halt",
+            "ticks_per_s",
+            "ctx_switches_per_vcpu_s",
+        ):
+            g = c.filter(pl.col("metric") == m)
+            out[f"{m}_informative"] = g.height
+            out[f"{m}_within_25pct"] = float((g["rel_err"] <= 0.25).mean()) if g.height else float("nan")  # type: ignore[arg-type]
+        st = self.cells.filter(pl.col("metric") == "steal_fraction")
+        out["steal_cells"] = st.height
+        out["steal_within_0.10"] = float(((st["sim"] - st["real"]).abs() <= 0.10).mean()) if st.height else float("nan")  # type: ignore[arg-type]
+        out["steal_by_construction"] = int(st["steal_by_construction"].sum()) if st.height else 0
+        for key, metric in (
+            ("ks_median", "steal_per_10ms"),
+            ("ks_slice_median", "slice_ns"),
+            ("ks_wakeup_median", "wakeup_latency_ns"),
+        ):
+            ks = self.cells.filter((pl.col("metric") == metric) & pl.col("ks").is_not_nan())["ks"]
+            out[key] = float(ks.median()) if ks.len() else float("nan")  # type: ignore[arg-type]
+        d = self.directions.filter(pl.col("significant"))
+        out["directions"] = d.height
+        out["directions_agree"] = int(d["agree"].sum()) if d.height else 0
+        per_cell = self.cells.group_by("cell").agg(
+            pl.col("disturbed_trials").first(), pl.col("trials").first(), pl.col("other_share_max").first()
+        )
+        out["cells_disturbed"] = int((per_cell["disturbed_trials"] > 0).sum())
+        out["other_share_median"] = float(per_cell["other_share_max"].median())  # type: ignore[arg-type]
+        return out
+
+    def line(self) -> str:
+        """One line of agreement numbers (the CI prints it)."""
+        s = self.summary()
+        pct = lambda x: "n/a" if x != x else f"{x:.0%}"
+        return (
+            f"twins: {s['cells']} cells; within 25 %: throughput {pct(s['acq_per_s_within_25pct'])} of "
+            f"{s['acq_per_s_informative']}, wait {pct(s['wait_per_acq_us_within_25pct'])} of {s['wait_per_acq_us_informative']}, "
+            f"MSI/IPI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
+            f"halt exits {pct(s['halt_exits_per_s_within_25pct'])} of {s['halt_exits_per_s_informative']}, "
+            f"polled share {pct(s['polled_per_halt_within_25pct'])} of {s['polled_per_halt_informative']}; "
+            f"steal within 0.10: {pct(s['steal_within_0.10'])} of {s['steal_cells']} "
+            f"({s['steal_by_construction']} by construction); directions agree {s['directions_agree']}/{s['directions']}; "
+            f"KS median {s['ks_median']:.2f}"
+            + (
+                f" (run slices {s['ks_slice_median']:.2f}, wake-ups {s['ks_wakeup_median']:.2f})"
+                if s["ks_slice_median"] == s["ks_slice_median"]
+                else ""
+            )
+            + f"; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
+            f"(other tasks' share median {s['other_share_median']:.0%})"
+        )
+
+    def table(self, metrics: Sequence[str] | None = None) -> str:
+        """Every cell as a Markdown table: factors, real [CI], sim [CI], relative error, KS."""
+        c = self.cells if metrics is None else self.cells.filter(pl.col("metric").is_in(list(metrics)))
+
+        def num(x: float) -> str:
+            if x != x:
+                return "–"
+            return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+        lines = [
+            "| cell | metric | real [95 % CI] | sim [95 % CI] | rel. err | KS | other load |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in c.iter_rows(named=True):
+            ci_r = f" [{num(r['real_lo'])}, {num(r['real_hi'])}]" if r["real_lo"] == r["real_lo"] else ""
+            ci_s = f" [{num(r['sim_lo'])}, {num(r['sim_hi'])}]" if r["sim_lo"] == r["sim_lo"] else ""
+            flag = "" if r["informative"] else " (uninformative)"
+            rel = "–" if r["rel_err"] != r["rel_err"] else f"{r['rel_err']:.0%}"
+            lines.append(
+                f"| {r['cell']} | {r['metric']}{flag} | {num(r['real'])}{ci_r} | {num(r['sim'])}{ci_s} | {rel} | "
+                f"{num(r['ks'])} | {r['other_share_max']:.0%} |"
+            )
+        return "\n".join(lines)
+
+
+def cell_name(exp: Experiment) -> str:
+    """A grid cell's short name for tables, from [`cell_factors`][vcpulab.twins.cell_factors]
+    (e.g. ``"tas 50/50 3v/1c"``: 3 vCPUs on 1 host CPU)."""
+    f = cell_factors(exp)
+    w = f["workload"]
+    hp = "" if f["halt_poll_ns"] < 0 else f" poll{f['halt_poll_ns'] // 1000}us"
+    if f["scheduler"] != "host":
+        hp += f" [{f['scheduler']}]"
+    if w in ("SpinLock", "PvSpinLock"):
+        return f"{f['kind']} {f['hold']}/{f['think']} {f['vcpus']}v/{f['cpus']}c{hp}"
+    if w == "MsiPingPong":
+        return f"msi gap{f['gap_us']:g}us{hp}"
+    if w == "IpiPingPong":
+        return f"ipi gap{f['gap_us']:g}us {f['vcpus']}v/{f['cpus']}c{hp}"
+    if w == "IdleTicks":
+        return f"ticks {f['hz']}Hz {f['vcpus']}v/{f['cpus']}c{hp}"
+    return f"{w} {f['vcpus']}v/{f['cpus']}c{hp}"
+
+
+#: (factor, metric, expected sign of metric(high level) − metric(low level) or 0 if not asserted)
+DIRECTION_METRICS = ("acq_per_vcpu_s", "wait_per_acq_us", "polled_per_halt", "halt_exits_per_s", "rtt_median_us")
+
+
+def directions(cells: pl.DataFrame) -> pl.DataFrame:
+    """Between-cell comparisons: for each pair of cells that differ in exactly
+    one factor (adjacent levels) and each metric of [`DIRECTION_METRICS`][vcpulab.twins.DIRECTION_METRICS],
+    the real and the simulated difference (high level − low level), whether
+    the real one is significant (the trials' 95 % intervals do not overlap,
+    or, with one trial, it exceeds 10 % of the larger value) and whether the
+    signs agree."""
+    c = cells.with_columns(
+        pl.when(pl.col("metric") == "acq_per_s")
+        .then(pl.lit("acq_per_vcpu_s"))
+        .otherwise(pl.col("metric"))
+        .alias("metric"),
+        *[
+            pl.when(pl.col("metric") == "acq_per_s").then(pl.col(x) / pl.col("vcpus")).otherwise(pl.col(x)).alias(x)
+            for x in ("real", "real_lo", "real_hi", "sim", "sim_lo", "sim_hi")
+        ],
+    ).filter(pl.col("metric").is_in(list(DIRECTION_METRICS)))
+    rows = []
+    recs = c.iter_rows(named=True)
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for r in recs:
+        by_metric.setdefault(r["metric"], []).append(r)
+    present = [f for f in FACTORS if f in cells.columns]
+    factors = [f for f in present if f != "workload"]
+    for m, rs in by_metric.items():
+        for fac in factors:
+            groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+            for r in rs:
+                key = tuple(r[f] for f in present if f != fac)
+                groups.setdefault(key, []).append(r)
+            for g in groups.values():
+                g = sorted(g, key=lambda r: r[fac])
+                for lo, hi in zip(g, g[1:]):
+                    dr, ds = hi["real"] - lo["real"], hi["sim"] - lo["sim"]
+                    if dr != dr or ds != ds:
+                        continue
+                    if lo["real_lo"] == lo["real_lo"] and hi["real_lo"] == hi["real_lo"]:
+                        sig = hi["real_lo"] > lo["real_hi"] or lo["real_lo"] > hi["real_hi"]
+                    else:
+                        sig = abs(dr) > 0.10 * max(abs(hi["real"]), abs(lo["real"]), 1e-12)
+                    rows.append(
+                        dict(
+                            metric=m,
+                            factor=fac,
+                            low=lo["cell"],
+                            high=hi["cell"],
+                            real_diff=dr,
+                            sim_diff=ds,
+                            significant=bool(sig),
+                            agree=bool(np.sign(dr) == np.sign(ds)),
+                        )
+                    )
+    schema = {
+        "metric": pl.Utf8,
+        "factor": pl.Utf8,
+        "low": pl.Utf8,
+        "high": pl.Utf8,
+        "real_diff": pl.Float64,
+        "sim_diff": pl.Float64,
+        "significant": pl.Boolean,
+        "agree": pl.Boolean,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def grid(
+    experiments: Sequence[Experiment] | None = None,
+    trials: int = 3,
+    seeds: int = 3,
+    cal: Calibration | None = None,
+    load: Literal["measured", "one_task", "none"] = "measured",
+    progress: bool = False,
+    trace: bool = False,
+) -> Grid:
+    """Run every experiment on real KVM (``trials`` times) and its twin
+    (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
+    directions. ``experiments`` default: [`default_grid`][vcpulab.twins.default_grid]. ``trace``: the
+    real trials are traced and each cell gets its run-slice and wake-up
+    latency KS rows ([`compare`][vcpulab.twins.compare]).
+
+    Every argument is checked before the first real trial; a cell on CPUs
+    this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
+    whose comparison fails in [`Grid.failed`][vcpulab.twins.Grid.failed]; the grid goes on. Ctrl-C raises
+    ``KeyboardInterrupt`` within about a second; its ``partial`` is the
+    [`Grid`][vcpulab.twins.Grid] of the cells that had finished."""
+    check_int("trials", trials, 1, 1000)
+    check_int("seeds", seeds, 1, 1000)
+    check_bool("trace", trace)
+    check_bool("progress", progress)
+    if load not in ("measured", "one_task", "none"):
+        raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
+    if cal is not None:
+        check_type("cal", cal, Calibration)  # before calibrate() would measure for a falsy one
+    exps = check_seq("experiments", experiments, "Experiments") if experiments is not None else None
+    for e in exps or ():
+        check_type("experiments entry", e, Experiment)
+    cal = cal or calibrate()
+    if exps is None:
+        exps = default_grid()
+    frames: list[pl.DataFrame] = []
+    no_twin: list[tuple[str, str]] = []
+    no_real: list[tuple[str, str]] = []
+    failed: list[tuple[str, str]] = []
+    config = {"trials": trials, "seeds": seeds, "load": load, "trace": trace}
+
+    def result() -> Grid:
+        cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        first = ["cell", *FACTORS]
+        cells = cells.select(first + [c for c in cells.columns if c not in first]) if frames else cells
+        return Grid(
+            cells=cells,
+            directions=directions(cells) if frames else pl.DataFrame(),
+            no_twin=no_twin,
+            calibration=cal,
+            no_real=no_real,
+            config=config,
+            failed=failed,
+        )
+
+    try:
+        for i, exp in enumerate(exps):
+            name = cell_name(exp)
+            try:
+                twin(exp, cal)
+            except ValueError as e:
+                no_twin.append((name, str(e)))
+                continue
+            try:
+                exp.check_runnable()
+            except ValueError as e:
+                no_real.append((name, str(e)))
+                continue
+            try:
+                c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
+            except TimeoutError as e:
+                no_real.append((name, str(e)))
+                if progress:
+                    print(f"[{i + 1}/{len(exps)}] {name}: every real trial missed its deadline: {e}", flush=True)
+                continue
+            except (ValueError, RuntimeError, OSError) as e:
+                failed.append((name, f"{type(e).__name__}: {e}"))
+                if progress:
+                    print(f"[{i + 1}/{len(exps)}] {name}: failed: {type(e).__name__}: {e}", flush=True)
+                continue
+            f = cell_factors(exp)
+            frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
+            if progress:
+                print(f"[{i + 1}/{len(exps)}] {name}: other tasks {float(c['other_share_max'][0]):.0%}", flush=True)
+    except KeyboardInterrupt as e:
+        keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(exps), unit="cells")
+        raise
+    return result()

@@ -1,0 +1,347 @@
+"""Running: the real trials of an experiment ([`run_real`][vcpulab.twins.run_real]), its twin's seeds
+([`run_sim`][vcpulab.twins.run_sim]) and the comparison of the two, metric by metric
+([`compare`][vcpulab.twins.compare], [`ks_distance`][vcpulab.twins.ks_distance], [`FLOORS`][vcpulab.twins.FLOORS])."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from vcpulab import sim
+from vcpulab._checks import check_bool, check_int, check_seq, check_type
+from vcpulab._interrupt import keep_partial, partial_of
+from vcpulab.analysis import t_interval
+from vcpulab.experiment import IpiPingPong, Run
+from vcpulab.twins._calibration import calibrate
+from vcpulab.twins._distributions import sim_wakeups, vcpu_slices
+from vcpulab.twins._experiment import Experiment
+from vcpulab.twins._load import OtherLoad, _task_schedstat, _VmmProbe
+from vcpulab.twins._metrics import (
+    _DISTS,
+    METRICS,
+    _metrics_of,
+    real_metrics,
+    real_steal_intervals,
+    sim_metrics,
+    sim_steal_intervals,
+)
+from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin
+from vcpulab.twins._values import Calibration, host_knobs
+
+
+def run_real(
+    exp: Experiment,
+    trials: int = 3,
+    failures: list[str] | None = None,
+    cal: Calibration | None = None,
+    trace: bool = False,
+) -> list[Run]:
+    """``trials`` real runs of ``exp`` (each records its [`Quality`][vcpulab.quality.Quality]
+    and, in ``Run.config["other_load"]``, the other tasks' [`OtherLoad`][vcpulab.twins.OtherLoad]
+    as a dict; the short/long boundary is ``cal``'s base slice, else [`host_knobs`][vcpulab.twins.host_knobs]').
+
+    A trial that misses its deadline (``TimeoutError``: an MSI ping-pong whose
+    vCPU other tasks kept off its CPU) is left out and its message appended to
+    ``failures``; when every trial fails the last error is raised. ``trace``:
+    each trial records the kernel's trace (``run(trace=True)``: ``Run.trace``,
+    ``Run.wakeups``; docs/tracing.md)."""
+    check_int("trials", trials, 1, 1000)
+    exp.check_runnable()
+    out: list[Run] = []
+    last: TimeoutError | None = None
+    base_slice = cal["base_slice_ns"] if cal is not None else float(host_knobs()["base_slice_ns"].value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quality is recorded in each Run and reported per cell
+        for _ in range(trials):
+            try:
+                me = {int(t) for t in os.listdir("/proc/self/task")}
+                before = _task_schedstat()
+                with _VmmProbe(exp.duration_s) as probe:
+                    r = exp.run(trace=True) if trace else exp.run()
+                after = _task_schedstat()
+                own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
+                share = r.quality.other_share
+                r.config["other_load"] = OtherLoad.measure(
+                    before, after, own, share, base_slice, probe.result()
+                ).as_dict()
+                out.append(r)
+            except TimeoutError as e:
+                last = e
+                if failures is not None:
+                    failures.append(str(e))
+            except KeyboardInterrupt as e:
+                keep_partial(e, out, call="twins.run_real", done=len(out), total=trials, unit="real trials")
+                raise
+    if not out and last is not None:
+        raise last
+    return out
+
+
+def run_sim(
+    exp: Experiment,
+    cal: Calibration,
+    seeds: int = 3,
+    trace: bool = True,
+    other_share: float | None = None,
+    other_burst_ns: float | None = None,
+    other_load: OtherLoad | None = None,
+    trace_all: bool = False,
+    start_gap_ns: float | None = None,
+) -> list[tuple[sim.Config, sim.Result]]:
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see [`twin`][vcpulab.twins.twin]).
+    ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
+    check_int("seeds", seeds, 1, 1000)
+    out = []
+    for s in range(seeds):
+        traced = trace_all or type(exp.workload) in _DISTS or isinstance(exp.workload, IpiPingPong)
+        cfg = twin(
+            exp,
+            cal,
+            seed=s,
+            trace=trace and traced,
+            other_share=other_share,
+            other_burst_ns=other_burst_ns,
+            other_load=other_load,
+            start_gap_ns=start_gap_ns,
+        )
+        out.append((cfg, sim.run(cfg)))
+    return out
+
+
+def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov distance: the largest difference between
+    the two empirical distribution functions (NaN if a sample is empty)."""
+    a, b = np.sort(np.asarray(a, dtype=float)), np.sort(np.asarray(b, dtype=float))
+    if a.size == 0 or b.size == 0:
+        return float("nan")
+    x = np.concatenate([a, b])
+    fa = np.searchsorted(a, x, side="right") / a.size
+    fb = np.searchsorted(b, x, side="right") / b.size
+    return float(np.abs(fa - fb).max())
+
+
+#: below these (absolute) values on both sides a metric is "uninformative" (0 vs 0)
+FLOORS: dict[str, float] = {
+    "acq_per_s": 1.0,
+    "wait_per_acq_us": 0.0,
+    "steal_fraction": 0.02,
+    "ctx_switches_per_vcpu_s": 5.0,
+    "halt_exits_per_s": 5.0,
+    "polled_per_halt": 0.05,
+    "rtt_median_us": 0.0,
+    "ticks_per_s": 1.0,
+}
+
+
+def compare(
+    exp: Experiment,
+    trials: int = 3,
+    seeds: int = 3,
+    cal: Calibration | None = None,
+    real: Sequence[Run] | None = None,
+    load: Literal["measured", "one_task", "none"] = "measured",
+    trace: bool = False,
+) -> pl.DataFrame:
+    """Real vs twin, one row per metric (and per KS-compared distribution).
+
+    ``load="measured"`` (default) gives the twin the other load the real
+    trials measured: their [`OtherLoad`][vcpulab.twins.OtherLoad] pooled, short tasks as host
+    noise and long ones as a background task ([`host_load_for`][vcpulab.twins.host_load_for]);
+    ``"one_task"`` the previous model, all of the measured share as one
+    background task per CPU ([`background_for`][vcpulab.twins.background_for]); ``"none"`` simulates
+    an idle host. The twin's vCPU threads start as the real trials' did
+    ([`start_gap_of`][vcpulab.twins.start_gap_of]).
+
+    Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
+    ``real_lo``/``real_hi`` (95 % t-interval; NaN with one trial), ``sim``
+    with ``sim_lo``/``sim_hi`` (over seeds), ``rel_err`` = |sim − real| /
+    |real|, ``informative`` (False when both sides are below the metric's
+    floor, e.g. 0 vs 0 halts), ``ks`` (two-sample Kolmogorov-Smirnov
+    distance, distributions only), ``disturbed_trials`` (real trials whose
+    [`Quality`][vcpulab.quality.Quality] crossed a threshold) and
+    ``other_share_max`` (the largest share of the run's CPU time other tasks
+    took), ``other_share_twin`` (the mean share the twin was given),
+    ``other_short_fraction`` and ``other_burst_ns`` (the short tasks' part of
+    the others' CPU time and their mean burst, ns, pooled over the trials:
+    [`OtherLoad`][vcpulab.twins.OtherLoad]) and ``steal_by_construction``. Pass ``real`` to reuse
+    real runs of ``exp``.
+
+    ``trace=True``: the real trials are traced (``run(trace=True)``) and two
+    more rows compare distributions ([`distributions`][vcpulab.twins.distributions], trials and seeds
+    pooled): ``slice_ns`` (every vCPU run slice) and ``wakeup_latency_ns``
+    (guest timer → vCPU running); ``real``/``sim`` are the medians, ``ks``
+    the two-sample KS statistic. The twin's wake-ups are derived from its
+    guest's timer ([`sim_wakeups`][vcpulab.twins.sim_wakeups]), so workloads woken otherwise (IPI,
+    spin locks, MSI with polling on) have none: NaN there. ``real`` runs
+    passed in are used as they are (traced or not).
+
+    Every argument (and that ``exp`` has a twin) is checked before the real
+    trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
+    is the list of finished real runs; ``compare(exp, real=e.partial)``
+    goes on from them.
+    """
+    check_type("exp", exp, Experiment)
+    check_int("trials", trials, 1, 1000)
+    check_int("seeds", seeds, 1, 1000)
+    check_bool("trace", trace)
+    if load not in ("measured", "one_task", "none"):
+        raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
+    if real is not None:
+        real = check_seq("real", real, "Runs (None: run the real trials)", min_len=1)
+        for r in real:
+            check_type("real entry", r, Run)
+    if cal is not None:
+        check_type("cal", cal, Calibration)  # before calibrate() would measure for a falsy one
+    cal = cal or calibrate()
+    twin(exp, cal)  # an experiment without a twin is refused before its real trials run
+    failures: list[str] = []
+    if real is None:
+        try:
+            runs = run_real(exp, trials, failures, cal, trace=trace)
+        except KeyboardInterrupt as e:
+            # the finished real trials: compare(exp, real=e.partial) resumes from them
+            keep_partial(
+                e,
+                partial_of(e),
+                call="twins.compare",
+                done=len(partial_of(e) or []),
+                total=trials,
+                unit="real trials (pass them back as compare(exp, real=e.partial))",
+            )
+            raise
+    else:
+        runs = real
+    try:
+        return _compare_rows(exp, runs, failures, seeds, cal, load, trace)
+    except KeyboardInterrupt as e:
+        keep_partial(
+            e,
+            runs,
+            call="twins.compare",
+            done=len(runs),
+            total=len(runs),
+            unit="real trials (the twin was interrupted; pass them back as compare(exp, real=e.partial))",
+        )
+        raise
+
+
+def _compare_rows(
+    exp: Experiment, runs: list[Run], failures: list[str], seeds: int, cal: Calibration, load: str, trace: bool
+) -> pl.DataFrame:
+    """[`compare`][vcpulab.twins.compare]'s frame from its real runs and the twin's seeds."""
+    shares = [r.quality.other_share for r in runs if r.quality.measured]
+    share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
+    ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
+    burst = ol.short_burst_ns if ol is not None else None
+    gap = start_gap_of(runs)
+    if load == "measured" and ol is not None:
+        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace, start_gap_ns=gap)
+    else:
+        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap)
+    rm = [real_metrics(exp, r) for r in runs]
+    sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
+    dist = sum(1 for r in runs if r.quality.disturbed)
+    other = max((r.quality.other_share for r in runs if r.quality.measured), default=float("nan"))
+    rows = []
+    for m in _metrics_of(exp):
+        rv = [x[m] for x in rm if m in x]
+        sv = [x[m] for x in sm if m in x]
+        r_m, r_lo, r_hi = t_interval(rv)
+        s_m, s_lo, s_hi = t_interval(sv)
+        fl = FLOORS.get(m, 0.0)
+        informative = bool(r_m == r_m and s_m == s_m and (abs(r_m) > fl or abs(s_m) > fl))
+        rel = abs(s_m - r_m) / abs(r_m) if (r_m == r_m and s_m == s_m and r_m != 0) else float("nan")
+        rows.append(
+            dict(
+                metric=m,
+                unit=METRICS[m][0],
+                real=r_m,
+                real_lo=r_lo,
+                real_hi=r_hi,
+                sim=s_m,
+                sim_lo=s_lo,
+                sim_hi=s_hi,
+                rel_err=rel,
+                informative=informative,
+                ks=float("nan"),
+            )
+        )
+    for d in _DISTS.get(type(exp.workload), ()):
+        rs = np.concatenate([real_steal_intervals(r) for r in runs]) if runs else np.empty(0)
+        ss = np.concatenate([sim_steal_intervals(s) for _, s in sims if s.trace is not None]) if sims else np.empty(0)
+        ks = ks_distance(rs, ss)
+        rows.append(
+            dict(
+                metric=d,
+                unit="",
+                real=float(rs.mean()) if rs.size else float("nan"),
+                real_lo=float("nan"),
+                real_hi=float("nan"),
+                sim=float(ss.mean()) if ss.size else float("nan"),
+                sim_lo=float("nan"),
+                sim_hi=float("nan"),
+                rel_err=float("nan"),
+                informative=bool(rs.size and ss.size),
+                ks=ks,
+            )
+        )
+    if trace:
+        rows += _trace_rows(runs, [s for _, s in sims])
+    return pl.DataFrame(rows).with_columns(
+        pl.lit(dist).alias("disturbed_trials"),
+        pl.lit(len(runs)).alias("trials"),
+        pl.lit(len(failures)).alias("failed_trials"),
+        pl.lit(float(other)).alias("other_share_max"),
+        pl.lit(share).alias("other_share_twin"),
+        pl.lit(burst, dtype=pl.Float64).alias("other_burst_ns"),
+        pl.lit(ol.short_fraction if ol is not None else float("nan"), dtype=pl.Float64).alias("other_short_fraction"),
+        pl.lit(bool(share > 0 and isinstance(exp.workload, _RUNNABLE))).alias("steal_by_construction"),
+    )
+
+
+def _trace_rows(runs: Sequence[Run], sims: Sequence[sim.Result]) -> list[dict[str, Any]]:
+    """compare()'s distribution rows of traced real runs: run slices and
+    wake-up latencies (medians and the KS statistic, [`distributions`][vcpulab.twins.distributions])."""
+    nan = float("nan")
+    real = [r for r in runs if getattr(r, "trace", None) is not None]
+    traced = [s for s in sims if s.trace is not None]
+    r_sl = np.concatenate([vcpu_slices(r.trace) for r in real]) if real else np.empty(0)  # type: ignore[arg-type]
+    r_wk = np.concatenate(
+        [
+            r.wakeups.filter(pl.col("vcpu") >= 0)["latency_ns"].cast(pl.Float64).to_numpy()
+            for r in real
+            if r.wakeups is not None
+        ]
+        or [np.empty(0)]
+    )
+    s_sl = np.concatenate([vcpu_slices(s.trace) for s in traced]) if traced else np.empty(0)  # type: ignore[arg-type]
+    try:
+        s_wk = np.concatenate(
+            [sim_wakeups(s)["latency_ns"].cast(pl.Float64).to_numpy() for s in traced] or [np.empty(0)]
+        )
+    except ValueError:  # a guest woken by something other than its timer: no simulated wake-ups to compare
+        s_wk = np.empty(0)
+    rows = []
+    for q, a, b in (("slice_ns", r_sl, s_sl), ("wakeup_latency_ns", r_wk, s_wk)):
+        ok = bool(a.size and b.size)
+        rows.append(
+            dict(
+                metric=q,
+                unit="ns",
+                real=float(np.median(a)) if a.size else nan,
+                real_lo=nan,
+                real_hi=nan,
+                sim=float(np.median(b)) if b.size else nan,
+                sim_lo=nan,
+                sim_hi=nan,
+                rel_err=nan,
+                informative=ok,
+                ks=ks_distance(a, b) if ok else nan,
+            )
+        )
+    return rows

@@ -1,0 +1,448 @@
+"""The twin: the simulated configuration of a real experiment ([`twin`][vcpulab.twins.twin]), the host
+it models ([`twin_machine_cpus`][vcpulab.twins.twin_machine_cpus]), the measured host load as the
+simulator's noise and background ([`host_load_for`][vcpulab.twins.host_load_for],
+[`background_for`][vcpulab.twins.background_for]), the vCPU threads' start
+([`start_gap_of`][vcpulab.twins.start_gap_of]) and the twin of a run under vcpulab's scheduler."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from vcpulab import sim
+from vcpulab._checks import check_bool, check_float, check_int, check_type
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock
+from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
+from vcpulab.twins._experiment import Experiment
+from vcpulab.twins._guest import guest_path
+from vcpulab.twins._load import OtherLoad
+from vcpulab.twins._values import Calibration
+
+
+def _host_field(name: str) -> bool:
+    return name in {f.name for f in fields(sim.Host)}
+
+
+#: always-runnable workloads (their vCPU threads compete for the CPU all the time)
+_RUNNABLE = (SpinLock, Spin)
+
+
+def background_for(exp: Experiment, other_share: float, burst_ns: float | None = None) -> sim.Background:
+    """The simulated host load that took ``other_share`` (a fraction of the run's
+    CPU time, measured by [`vcpulab.quality.Quality`][]) from a real run.
+
+    Other work is modelled as one task per host CPU whose CPU bursts last
+    ``burst_ns`` (default 100 ms: CPU-bound compilers and test suites,
+    assumption; [`compare`][vcpulab.twins.compare] keeps the default and reports the other
+    tasks' measured mean burst beside it, see its comment):
+
+    * always-runnable workloads (SpinLock, Spin): the run's ``n`` vCPU
+      threads per CPU competed with the others all the time, so the others
+      are one always-runnable task (utilization 0.999) with the weight of the
+      ``k = n · s / (1 − s)`` nice-0 tasks that take the share ``s`` from
+      ``n`` nice-0 threads. Caveat: steal then agrees by construction (the
+      others' share plus the siblings'), which [`compare`][vcpulab.twins.compare] reports.
+    * halting workloads (MsiPingPong, IdleTicks, PvSpinLock's halts): the
+      vCPU left its CPU idle most of the time and the others filled it, so
+      ``s`` says how long they ran, not how many there were: one nice-0 task
+      with utilization ``s``.
+    """
+    if not 0.0 <= other_share < 1.0:
+        raise ValueError(f"other_share must be in [0, 1), got {other_share}")
+    if other_share <= 0.0:
+        return sim.Background()
+    burst = int(min(max(burst_ns if burst_ns else 100_000_000, 1000), 10**9))
+    if not isinstance(exp.workload, _RUNNABLE):
+        return sim.Background(utilization=min(other_share, 0.99), burst_ns=burst, weight=1024)
+    n = exp.vcpus / len(exp.pcpus)
+    k = n * other_share / (1.0 - other_share)
+    return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
+
+
+#: just under the simulator's limit on one noise source (half a CPU, HostNoise)
+_NOISE_MAX_NS_PER_S = 0.499e9
+
+
+def host_load_for(
+    exp: Experiment, load: OtherLoad, machine_cpus: int | None = None
+) -> tuple[sim.Background, sim.HostNoise]:
+    """The simulated host load of a measured [`OtherLoad`][vcpulab.twins.OtherLoad]: the short
+    tasks as the simulator's host noise, the long ones as its background task.
+
+    * short tasks → ``HostNoise`` kernel-thread bursts on every CPU: mean
+      length ``short_burst_ns``, ``share × short_fraction / short_burst_ns``
+      bursts per second (Poisson arrivals; each wake-up may preempt a vCPU,
+      as each of the real short tasks' wake-ups may). The simulator allows
+      at most half a CPU of noise; any excess moves to the background.
+    * long tasks → [`background_for`][vcpulab.twins.background_for] with the rest of the share (its
+      weight is computed against the CPU time the vCPUs kept, ``1 − share``).
+    * the experiment's own VMM thread (measured ``vmm_wakeups_per_s`` and
+      ``vmm_burst_ns``) → ``HostNoise.vmm_io_*``: one unpinned thread per VM
+      that wakes at that rate (Poisson; the real loop wakes every 5-10 ms)
+      for that long. Its time on the run's CPUs is part of ``share``; when
+      the twin has only the run's CPUs (``machine_cpus`` None or no more
+      than the run's) the simulator places the thread there, so all of it
+      is taken out of the long tasks' part; when the twin models more of
+      the machine ([`twin_machine_cpus`][vcpulab.twins.twin_machine_cpus]) the thread goes to an idle CPU
+      as the real one does, and nothing is taken out.
+
+      The measured number of short tasks, spread evenly over the machine's
+      CPUs, is ``HostNoise.kthreads_per_cpu`` (1-64): independent noise
+      tasks, each with its own arrivals and lag, so that each one's wake-up
+      may preempt a vCPU as a real short task's does (one task carrying all
+      of them has used its share and rarely preempts: docs/twins.md, §4).
+
+    Simplifications: the short tasks share the rate equally, each a Poisson
+    process (a noise task accumulates work while it runs, as a kworker
+    does), nice 0; the split is machine-wide (see [`OtherLoad`][vcpulab.twins.OtherLoad]).
+    """
+    vmm: dict[str, Any] = {}
+    s_vmm = 0.0
+    if load.vmm_wakeups_per_s > 0 and load.vmm_burst_ns == load.vmm_burst_ns:
+        v_ns = int(min(max(round(load.vmm_burst_ns), 100), 10**9))
+        v_hz = min(load.vmm_wakeups_per_s, 100_000.0, _NOISE_MAX_NS_PER_S / v_ns)
+        vmm = dict(vmm_io_hz=v_hz, vmm_io_ns=v_ns)
+        if machine_cpus is None or machine_cpus <= len(exp.pcpus):
+            s_vmm = v_hz * v_ns / 1e9 / len(exp.pcpus)
+    if load.share <= 0.0:
+        return sim.Background(), sim.HostNoise(**vmm)
+    s_short = load.share * load.short_fraction if load.short_fraction > 0 else 0.0
+    noise = sim.HostNoise(**vmm)
+    if s_short > 0.0:
+        ns = int(min(max(round(load.short_burst_ns), 100), 10**9))
+        hz = min(s_short * 1e9 / ns, 100_000.0, _NOISE_MAX_NS_PER_S / ns)
+        s_short = hz * ns / 1e9
+        # each measured short task is a task of its own (its own wake-ups and
+        # lag), spread evenly over the machine's CPUs
+        per_cpu = int(min(max(math.ceil(load.short_tasks / max(os.cpu_count() or 1, 1)), 1), 64))
+        noise = sim.HostNoise(kthread_hz=hz, kthread_ns=ns, kthreads_per_cpu=per_cpu, **vmm)
+    s_long = max(load.share - s_short - s_vmm, 0.0)
+    if s_long <= 0.0:
+        return sim.Background(), noise
+    burst = load.long_burst_ns if load.long_burst_ns == load.long_burst_ns else None
+    if not isinstance(exp.workload, _RUNNABLE):
+        return background_for(exp, s_long, burst), noise
+    n = exp.vcpus / len(exp.pcpus)
+    k = n * s_long / (1.0 - load.share)
+    return sim.Background(
+        utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))
+    ), noise
+
+
+#: distribution of a spin-lock twin's think and hold times around their
+#: counted means. The real iteration's length varies (the cost of an emulated
+#: instruction drifts: 685-948 ns per path instruction between runs a second
+#: apart here), so the phase of an iteration at which the 4 ms tick preempts a
+#: vCPU (holding the lock or not) is random. With fixed lengths the twin's
+#: vCPUs lock into one phase and the throughput of contended cells swings with
+#: the exact costs (TAS 50/50 4 vCPUs on one CPU: 2189 fixed vs 3075 uniform
+#: vs 3096 exponential acquisitions/s; real 2844-3104); any random width gives
+#: about the same, so the simulator's narrowest random distribution is used:
+#: uniform on [mean/2, 3·mean/2], the mean kept
+SPIN_PHASE_DIST = "uniform"
+
+#: the most host CPUs a twin models: the run's, then the machine's others up
+#: to this (one idle CPU is all the VMM thread needs; noise on a CPU without
+#: vCPUs touches none)
+TWIN_MAX_MACHINE_CPUS = 16
+
+
+def twin_machine_cpus(exp: Experiment, cal: Calibration) -> int:
+    """How many host CPUs the twin of ``exp`` models: the run's CPUs plus the
+    machine's others (``cal["machine_cpus"]``, at most
+    [`TWIN_MAX_MACHINE_CPUS`][vcpulab.twins.TWIN_MAX_MACHINE_CPUS] in all) for ``one_each`` pinning; the run's
+    CPUs alone for ``shared`` pinning over several CPUs (the simulator's
+    unpinned vCPUs would roam the whole machine) or a calibration without
+    ``machine_cpus``.
+
+    Why: the real run pins only its vCPU threads; its VMM thread (the run
+    loop, which wakes every 5-10 ms) and the host's other tasks are placed
+    by the kernel on any CPU, an idle one first (``select_idle_sibling``).
+    On an idle two-CPU host a 1-CPU run's vCPUs are switched exactly at the
+    4 ms ticks (docs/twins.md, section 4); a twin of the run's CPU alone put
+    the VMM thread's ~200 wake-ups a second onto the vCPUs' CPU.
+    """
+    n = len(exp.pcpus)
+    if "machine_cpus" not in cal.values or (exp.pinning == "shared" and n > 1):
+        return n
+    return max(n, min(int(cal["machine_cpus"]), TWIN_MAX_MACHINE_CPUS))
+
+
+def start_gap_of(runs: Sequence[Run]) -> float | None:
+    """The measured gap between vCPU thread starts, ns: the median, over the
+    runs, of the differences between consecutive ``Run.threads.start_ns``
+    (each thread's start, just before it pins itself to its CPUs, i.e. joins
+    their run queue). The median leaves out the rare starts a thread made
+    only after waiting for a busy CPU (whole 4 ms ticks here), a wait the
+    simulator's scheduler makes itself. None with fewer than two vCPUs or
+    runs without ``start_ns``.
+
+    Measured here (2-CPU host, idle): 5-36 µs for 2-8 vCPUs on one CPU.
+    """
+    gaps: list[float] = []
+    for r in runs:
+        th = r.threads
+        if "start_ns" not in th.columns or th.height < 2:
+            continue
+        st = np.sort(th["start_ns"].cast(pl.Float64).to_numpy())
+        gaps.extend(float(x) for x in np.diff(st))
+    return float(np.median(gaps)) if gaps else None
+
+
+def _start_gap(v: Any) -> float:
+    """``start_gap_ns`` as a float of ns in [0, 1e9] (numpy's numbers too), else ValueError."""
+    ok = not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and 0 <= float(v) <= 1e9
+    if not ok:
+        raise ValueError(f"start_gap_ns must be a number of ns in [0, 1e9] (or None), got {v!r}")
+    return float(v)
+
+
+def twin(
+    exp: Experiment | Run,
+    cal: Calibration | None = None,
+    *,
+    seed: int = 0,
+    trace: bool = False,
+    other_share: float | None = None,
+    other_burst_ns: float | None = None,
+    other_load: OtherLoad | None = None,
+    start_gap_ns: float | None = None,
+) -> sim.Config:
+    """The simulated configuration of the real experiment ``exp``.
+
+    * Host: the run's CPUs and, for ``one_each`` pinning, the machine's
+      others ([`twin_machine_cpus`][vcpulab.twins.twin_machine_cpus]: vCPU i pinned to the run's CPU
+      i mod n via ``Host.vcpu_pcpus``, the VMM thread and host noise free
+      to use the rest), the fair (EEVDF-like) scheduler with this
+      kernel's ``base_slice_ns`` and tick; ``affinity="round_robin"`` for
+      ``one_each`` pinning (vCPU g on CPU g mod P, as the real placement),
+      ``"all"`` for ``shared`` on several CPUs (the simulator then has
+      wake-up placement and newidle pulls but no periodic load balancing),
+      ``"pinned"`` on one CPU. ``tsc_khz`` from the vCPU. ``wakeup_ipi_ns``
+      = the measured blocked-halt wake-up latency where the host model has it.
+    * VM: no PLE (this host has no VMX/SVM, so no pause-loop exits), no
+      directed-yield policy, steal time on, no PV sched-yield, no posted
+      interrupts; ``halt_exit_ns`` = one emulated instruction (the HLT is
+      emulated like every other); halt polling ``block-time`` (upstream) with the module's
+      grow/shrink parameters and the run's maximum (``off`` when it is 0).
+    * Workload: SpinLock → ``Compute(think) + Lock(kind, hold)`` with the
+      counted instructions × the measured costs, each drawn around that mean
+      ([`SPIN_PHASE_DIST`][vcpulab.twins.SPIN_PHASE_DIST]); PvSpinLock → a ``tas`` lock
+      (this host never sets the ``preempted`` byte, so the real waiters never
+      halt unless ``preempted_from_host`` is used, which has no twin);
+      MsiPingPong → ``Sleep(gap) + Compute(round path)``; IdleTicks →
+      ``Sleep(period, periodic=True) + Compute(path)`` per vCPU (the LAPIC
+      timer's fixed grid); Spin → one long ``Compute``.
+
+    * Host load: none by default (the twin of the experiment on an idle
+      host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
+      brings its own) adds [`background_for`][vcpulab.twins.background_for]'s background task.
+    * Start: ``start_gap_ns`` ([`start_gap_of`][vcpulab.twins.start_gap_of], measured on the real
+      runs; a Run passed as ``exp`` brings its own) makes the vCPU threads
+      arrive one by one as the real ones do (``Host.start_gap_ns``: new
+      tasks placed with half a slice to their deadline); None or 0: all at
+      time 0. The host's EEVDF notices an expired slice at every wake-up
+      onto a busy CPU (``Host.slice_check_on_wakeup``, as the kernel's
+      ``update_curr`` does at enqueue) and protects a picked task's slice
+      against wake-ups (``Host.run_to_parity``: this host's 6.18 kernel has
+      RUN_TO_PARITY on, the default).
+
+    IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
+      1 ``Recv, Compute(the round's timed instructions), Send``
+      (``Workload.thread0_phases``), ``rounds`` iterations, ``wakeup_ipi_ns``
+      = the measured IPI wake-up (``ipi_wake_ns``). Simplification: the real
+      gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
+      its gap lengthens the twin's round, not its round trip).
+
+    Raises ``ValueError`` for experiments without a twin.
+    """
+    if other_share is not None:
+        check_float("other_share", other_share, 0.0, 1.0, unit="(a share of the run's CPU time)")
+        if other_share >= 1.0:
+            raise ValueError(
+                f"other_share must be below 1 (other tasks cannot take all of the CPU time), got {other_share}"
+            )
+    if other_burst_ns is not None:
+        other_burst_ns = check_float("other_burst_ns", other_burst_ns, 0.0, 1e9, lo_open=True, unit="ns")
+    if other_load is not None:
+        check_type("other_load", other_load, OtherLoad)
+    if start_gap_ns is not None:
+        start_gap_ns = _start_gap(start_gap_ns)
+    check_int("seed", seed, 0, 2**64 - 1)
+    check_bool("trace", trace)
+    if isinstance(exp, Run):
+        if other_share is None and exp.quality.measured:
+            # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
+            other_share = min(exp.quality.other_share, 0.99)
+        if start_gap_ns is None:
+            start_gap_ns = start_gap_of([exp])
+        exp = Experiment.from_run(exp)
+    check_type("exp", exp, Experiment)
+    if cal is not None:
+        check_type("cal", cal, Calibration)
+    cal = cal or calibrate()
+    w = exp.workload
+    a, b = cal["path_insn_ns"], cal["loop_insn_ns"]
+    knobs = {k: cal[k] for k in ("halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_grow_start", "halt_poll_ns_shrink")}
+    max_poll = int(knobs["halt_poll_ns"] if exp.halt_poll_ns is None else exp.halt_poll_ns)
+    hp = sim.HaltPoll(
+        policy="block-time" if max_poll > 0 else "off",
+        max_ns=max_poll,
+        grow=int(knobs["halt_poll_ns_grow"]),
+        grow_start_ns=int(knobs["halt_poll_ns_grow_start"]),
+        shrink=int(knobs["halt_poll_ns_shrink"]),
+    )
+    if isinstance(w, PvSpinLock) and w.preempted_from_host:
+        raise ValueError(
+            "PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)"
+        )
+    name = type(w).__name__
+    if isinstance(w, SpinLock):
+        p = guest_path(w, exp.vcpus, pv_exits=exp.scheduler is not None)
+        think_ns = p["think_path"] * a + p["think_loop"] * b
+        hold_ns = p["hold_path"] * a + p["hold_loop"] * b
+        kind = "tas" if isinstance(w, PvSpinLock) else w.kind
+        # each iteration's length varies (the cost of an emulated instruction
+        # drifts), so where a vCPU is in its iteration when the tick preempts
+        # it is random; fixed lengths lock that phase (SPIN_PHASE_DIST)
+        phases: tuple[Any, ...] = (
+            sim.Compute(max(int(round(think_ns)), 1), dist=SPIN_PHASE_DIST, mode="kernel"),
+            sim.Lock(0, kind, max(int(round(hold_ns)), 1), dist=SPIN_PHASE_DIST),
+        )
+        name = f"{name}:{kind}"
+    elif isinstance(w, IpiPingPong):
+        # vCPU 0: its RDTSC gap and the instructions outside its timed window,
+        # then the IPI, then halt until the reply; vCPU 1: halt, then every
+        # instruction of the round inside the window (its reply path and both
+        # sides' halt and interrupt paths, on the critical path either way)
+        inside = max(cal["ipi_round_insns"] - IPI_OUTSIDE_INSNS, 1.0)
+        thread0 = (
+            sim.Compute(max(int(round(w.gap_us * 1000 + IPI_OUTSIDE_INSNS * a)), 1), mode="kernel"),
+            sim.Send(1),
+            sim.Recv(),
+        )
+        phases = (sim.Recv(), sim.Compute(max(int(round(inside * a)), 1), mode="kernel"), sim.Send(1))
+    elif isinstance(w, MsiPingPong):
+        path = int(round(cal["msi_round_insns"] * a))
+        phases = (sim.Sleep(int(w.gap_us * 1000)), sim.Compute(max(path, 1), mode="kernel"))
+    elif isinstance(w, IdleTicks):
+        # the LAPIC timer is periodic: wake on a fixed grid, late wake-ups
+        # do not shift the next ones (a relative sleep would drift)
+        period = 1_000_000_000 // w.hz
+        path = int(round(cal["msi_round_insns"] * a))
+        phases = (sim.Sleep(period, periodic=True), sim.Compute(max(min(path, period - 1), 1), mode="kernel"))
+    elif isinstance(w, Spin):
+        phases = (sim.Compute(1_000_000, mode="kernel"),)
+    else:
+        raise ValueError(f"no twin for workload {name}")
+    n_cpus = len(exp.pcpus)
+    affinity = "pinned" if n_cpus == 1 else ("round_robin" if exp.pinning == "one_each" else "all")
+    machine = twin_machine_cpus(exp, cal)
+    hkw: dict[str, Any] = dict(
+        pcpus=machine,
+        scheduler="fair",
+        tick_ns=int(cal["tick_ns"]),
+        base_slice_ns=int(cal["base_slice_ns"]),
+        affinity=affinity,
+        tsc_khz=max(int(cal["tsc_khz"]), 1000),
+        slice_check_on_wakeup=True,
+        run_to_parity=True,
+    )
+    if start_gap_ns is not None:
+        start_gap_ns = _start_gap(start_gap_ns)
+        if start_gap_ns >= 1:
+            hkw["start_gap_ns"] = int(round(start_gap_ns))
+    if machine > n_cpus:
+        # vCPU i on the run's CPU i mod n (the real placement), the rest of
+        # the machine left to the VMM thread and the host's other tasks
+        hkw.update(affinity="round_robin", vcpu_pcpus=tuple(range(n_cpus)))
+    if other_load is not None:
+        hkw["background"], hkw["noise"] = host_load_for(exp, other_load, machine_cpus=machine)
+    elif other_share:
+        hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
+    if _host_field("wakeup_ipi_ns"):
+        hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if isinstance(w, IpiPingPong) else cal["wake_block_ns"])
+    ple, policy = sim.Ple.off(), sim.policies.no_yield()
+    if exp.scheduler is not None:
+        hkw, ple, policy = _scheduled_twin(exp, cal, hkw)
+    wkw: dict[str, Any] = dict(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0)))
+    if isinstance(w, IpiPingPong):
+        # the real run ends after its rounds: so does the twin (each thread one iteration per round)
+        wkw.update(thread0_phases=thread0, iterations=int(w.rounds))
+    vm = sim.Vm(
+        vcpus=exp.vcpus,
+        workload=sim.Workload(**wkw),
+        ple=ple,
+        policy=policy,
+        pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
+        halt_poll=hp,
+    )
+    return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
+
+
+#: guest instructions of one failed spin iteration of the spin-lock programs
+#: with pv_exits (program.rs): the lock test and its branch (2), PAUSE, the
+#: PAUSE count, the window check (inc, mov, test, jz, cmp, jb) and the loop
+#: branch (TAS: a nop and the free test's cmp; ticket: the jmp back)
+PV_SPIN_ITER_INSNS = 11
+
+
+def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """The host, PLE and policy of the twin of a run under vcpulab's scheduler
+    ([`vcpulab.sched`][vcpulab.sched]).
+
+    * ``round_robin``: the fair scheduler with base slice = the slice, every
+      vCPU free on the run's CPUs (``affinity="all"``, the scheduler's one
+      queue); ``gang``: the simulator's gang scheduler with the same slice;
+    * ``directed_yield``: the same slices, plus pause-loop exits with the same
+      window dynamics (the window counted in cycles: ``spin_window`` failed
+      iterations x [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] instructions x ``loop_insn_ns``
+      at the vCPU's TSC rate), the exit's cost the calibrated user-space exit
+      (``uexit_ns``), the same policy, and ``yield_to``'s cost the calibrated
+      token hand-off (``sched_handoff_ns``, as ``Host.rq_lock_ns``: the
+      spinner's CPU is busy with it before the candidate runs).
+    * ``relaxed_co`` and ``balance`` have no twin: the simulator has neither
+      mechanism (ValueError).
+
+    Simplification: the pv spin exit is modelled as a VMX pause-loop exit
+    (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
+    exit is taken at once (the real exit waits for the iteration to end)."""
+    from vcpulab import sched
+
+    s = exp.scheduler
+    if isinstance(s, (sched.RelaxedCo, sched.Balance)):
+        raise ValueError(
+            f"no twin for a run under sched.{s.name}: the simulator has no {s.name.replace('_', ' ')} scheduling"
+        )
+    # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
+    n = len(exp.pcpus)
+    hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
+    hkw.update(pcpus=n, affinity="pinned" if n == 1 else "all")
+    slice_ns = int(s.slice_us * 1e3)
+    if isinstance(s, sched.Gang):
+        hkw.update(scheduler="gang", gang_slice_ns=slice_ns)
+    else:
+        hkw.update(base_slice_ns=slice_ns)
+    ple, policy = sim.Ple.off(), sim.policies.no_yield()
+    if isinstance(s, sched.DirectedYield):
+        iter_cycles = PV_SPIN_ITER_INSNS * cal["loop_insn_ns"] * cal["tsc_khz"] / 1e6
+        ple = sim.Ple(
+            enabled=True,
+            kind="vmx",
+            window=max(int(round(s.spin_window * iter_cycles)), 1),
+            grow=s.spin_grow,
+            shrink=s.spin_shrink,
+            max=min(int(s.spin_max * iter_cycles), sim.Ple().max),
+            exit_ns=max(int(round(cal["uexit_ns"])), 1),
+        )
+        policy = s.policy
+        if _host_field("rq_lock_ns"):
+            hkw["rq_lock_ns"] = max(int(round(cal["sched_handoff_ns"])), 0)
+    return hkw, ple, policy

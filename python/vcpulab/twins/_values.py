@@ -1,0 +1,158 @@
+"""Measured values and host knobs: a [`Value`][vcpulab.twins.Value] (a number, its unit and how it
+was obtained), the [`Calibration`][vcpulab.twins.Calibration] that holds them, and
+[`host_knobs`][vcpulab.twins.host_knobs], the running kernel's scheduler and halt-poll knobs read
+from debugfs, the kernel config and the kvm module's parameters."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import platform
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from vcpulab.sim import halt_poll as _hp
+
+
+@dataclass(frozen=True)
+class Value:
+    """One measured (or read) value: the number, its unit, and how it was obtained."""
+
+    value: float
+    unit: str
+    how: str
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What [`calibrate`][vcpulab.twins.calibrate] measured on this host (every entry a [`Value`][vcpulab.twins.Value]).
+
+    Keys: ``path_insn_ns`` (ns per emulated instruction of the programs' fixed
+    paths: loads, stores, RDTSC, XCHG, branches), ``loop_insn_ns`` (ns per
+    instruction of a ``dec; jnz`` delay loop), ``insns_per_acq_measured`` /
+    ``insns_per_acq_counted`` (the check of [`guest_path`][vcpulab.twins.guest_path]'s count),
+    ``msi_round_insns`` (emulated instructions per MSI round), ``wake_block_ns``
+    (MSI sent → vCPU running again after a blocked halt, minus the guest's
+    instructions), ``wake_poll_ns`` (the same when the halt-poll loop caught
+    the wake-up), ``tsc_khz``, and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
+    """
+
+    values: dict[str, Value]
+    cpu: int
+
+    def __getitem__(self, key: str) -> float:
+        return float(self.values[key].value)
+
+    def frame(self) -> pl.DataFrame:
+        """One row per value: name, value, unit, how."""
+        return pl.DataFrame(
+            {
+                "name": list(self.values),
+                "value": [float(v.value) for v in self.values.values()],
+                "unit": [v.unit for v in self.values.values()],
+                "how": [v.how for v in self.values.values()],
+            }
+        )
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _read_why(path: str) -> tuple[str | None, str]:
+    try:
+        with open(path) as f:
+            return f.read().strip(), ""
+    except OSError as e:
+        return None, f"unreadable ({e.strerror})"
+
+
+def _mount_debugfs() -> bool:
+    """Mount debugfs at /sys/kernel/debug when it is not (root only, by mount(2);
+    it stays mounted and vcpulab says so once: vcpulab._mounts); True if mounted."""
+    from vcpulab._mounts import ensure_mounted
+
+    if os.path.isdir("/sys/kernel/debug/sched"):
+        return True
+    try:
+        ensure_mounted("debugfs")
+    except OSError:
+        return False
+    return os.path.isdir("/sys/kernel/debug/sched")
+
+
+def _kernel_config() -> dict[str, str]:
+    text = None
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            text = f.read()
+    except OSError:
+        text = _read(f"/boot/config-{platform.release()}")
+    out: dict[str, str] = {}
+    for ln in (text or "").splitlines():
+        m = re.match(r"^(CONFIG_[A-Z0-9_]+)=(.*)$", ln)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def host_knobs() -> dict[str, Value]:
+    """The running kernel's scheduler and halt-poll knobs, each with where it was read.
+
+    * ``base_slice_ns``: EEVDF's ``sysctl_sched_base_slice`` from
+      ``/sys/kernel/debug/sched/base_slice_ns`` (debugfs is mounted when it is
+      not and this process is root; it stays mounted, see ``vcpulab._mounts``); where unreadable, the kernel's rule
+      0.75 ms × (1 + ilog2(min(ncpus, 8))) (``update_sysctl``,
+      kernel/sched/fair.c) with ``how`` saying so.
+    * ``tick_ns``: 1e9 / CONFIG_HZ (``/proc/config.gz`` or /boot/config-*).
+    * ``preempt``: the preemption model (debugfs ``sched/preempt``), as text in ``how``.
+    * ``halt_poll_ns``, ``halt_poll_ns_grow``, ``halt_poll_ns_grow_start``,
+      ``halt_poll_ns_shrink``: ``/sys/module/kvm/parameters``.
+    * ``machine_cpus``: the CPUs this process may run on
+      (``sched_getaffinity``): the run's vCPUs use some of them, its VMM
+      thread and the host's other tasks may use them all.
+    """
+    out: dict[str, Value] = {}
+    ncpu = os.cpu_count() or 1
+    mounted = _mount_debugfs()
+    bs, why = _read_why("/sys/kernel/debug/sched/base_slice_ns") if mounted else (None, "debugfs not mounted")
+    if bs is not None and bs.isdigit():
+        out["base_slice_ns"] = Value(int(bs), "ns", "read /sys/kernel/debug/sched/base_slice_ns")
+    else:
+        v = 750_000 * (1 + int(math.log2(min(ncpu, 8))))
+        out["base_slice_ns"] = Value(
+            v,
+            "ns",
+            f"/sys/kernel/debug/sched/base_slice_ns: {why}; kernel rule 0.75 ms x (1 + ilog2(min({ncpu}, 8))) "
+            "(update_sysctl, SCHED_TUNABLESCALING_LOG default)",
+        )
+    cfg = _kernel_config()
+    hz = cfg.get("CONFIG_HZ")
+    if hz and hz.isdigit():
+        out["tick_ns"] = Value(1_000_000_000 // int(hz), "ns", f"1e9 / CONFIG_HZ={hz} from the kernel config")
+    else:
+        out["tick_ns"] = Value(4_000_000, "ns", "kernel config unreadable; Kconfig default HZ=250")
+    pre, why = _read_why("/sys/kernel/debug/sched/preempt") if mounted else (None, "debugfs not mounted")
+    model = pre or "; ".join(
+        f"{k}={cfg[k]}"
+        for k in ("CONFIG_PREEMPT_NONE", "CONFIG_PREEMPT_VOLUNTARY", "CONFIG_PREEMPT", "CONFIG_PREEMPT_DYNAMIC")
+        if k in cfg
+    )
+    out["preempt"] = Value(
+        float("nan"), "", f"preemption model: {model} ({'debugfs sched/preempt' if pre else why + '; kernel config'})"
+    )
+    for name, v in _hp.host_params().items():  # the host's, or the kernel default where unreadable
+        unit = "ns" if name.endswith(("_ns", "start")) else ""
+        out[name] = Value(v, unit, _hp.host_params.sources[name])  # type: ignore[attr-defined]
+    out["machine_cpus"] = Value(len(os.sched_getaffinity(0)), "", "CPUs this process may run on (sched_getaffinity)")
+    return out
