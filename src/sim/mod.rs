@@ -3,9 +3,12 @@
 //!
 //! Layers, bottom up:
 //! * [`config`]: the plain-data configuration (JSON via serde) and its validation;
-//! * `engine`: the event queue in integer ns, host/vCPU/thread state, accounting;
-//! * `sched`: the EEVDF-like host scheduler, `yield_to`, gang scheduling;
-//! * `guest`: vCPU run/halt transitions and the guest kernel (locks, IPIs, barriers…);
+//! * `state`, `queue`, `hist`: the world's plain data, the event queue in
+//!   integer ns, the latency histogram;
+//! * `build`, `engine`: the world built from a config; the event loop and accounting;
+//! * `sched` (with `cfs`, `balance`): the EEVDF-like host scheduler, `yield_to`, gang scheduling;
+//! * `vcpu`: KVM's side of a vCPU (sched in/out, exits, halt and halt polling);
+//! * `guest`: the guest kernel (threads and phases, locks, IPIs, placement, balancing);
 //! * [`ple`]: pause-loop exits and the `kvm_vcpu_on_spin` context;
 //! * [`policy`]: directed-yield policies (built-in, and the trait for external ones);
 //! * [`metrics`], [`trace`]: results as column tables;
