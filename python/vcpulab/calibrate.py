@@ -67,6 +67,7 @@ __all__ = [
     "GAPS_US",
     "HaltPollCalibration",
     "LOAD_PRE_S",
+    "MAX_LOAD_DISAGREEMENT",
     "MAX_POLL_NS",
     "ROUND_EXTRA_US",
     "VECTOR",
