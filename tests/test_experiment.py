@@ -237,3 +237,21 @@ def test_bad_experiment_arguments(kvm_host: Host) -> None:
         run(SpinLock(), vcpus=2, duration_s=0, host=kvm_host)
     with pytest.raises(ValueError, match="test-and-set"):
         run(PvSpinLock(kind="ticket"), vcpus=2, host=kvm_host)  # type: ignore[arg-type]
+
+
+def test_a_vcpu_threads_guest_assertion_reaches_the_caller_as_its_own_exception(kvm_host: Host) -> None:
+    """A vCPU thread's error crosses the FFI as the exception its core error
+    converts to (src/py/errors.rs), with the guest's message, not as a class
+    name looked up by string: the program is told it runs on one vCPU fewer
+    than it does, so the last vCPU's guest code asserts on its id."""
+    import vcpulab
+
+    class TooFewSlots(SpinLock):
+        def params(self, n_vcpus: int) -> dict[str, int | str]:
+            return {**super().params(n_vcpus), "vcpus": n_vcpus - 1}
+
+    t0 = time.monotonic()
+    with pytest.raises(vcpulab.GuestAssertionError, match="vCPU id below the program's vcpus parameter: got 0x1"):
+        run(TooFewSlots(iterations=1), vms=1, vcpus=2, pcpus=[1], duration_s=5.0)
+    # both threads end (one done, one failed) long before the run's deadline
+    assert time.monotonic() - t0 < 5.0

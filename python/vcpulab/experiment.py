@@ -1008,8 +1008,8 @@ def run(
             for d in drivers:
                 d.join(timeout=hard + 5)
         if "error" in rep:
-            kind, msg = rep["error"]
-            raise getattr(_core, kind)(msg)
+            # the first vCPU thread's error, already the exception it converts to
+            raise rep["error"]
         for d in drivers:
             if d.error is not None:
                 raise d.error

@@ -1,10 +1,16 @@
-//! vcpulab's exception hierarchy and the one conversion from core errors.
+//! vcpulab's exception hierarchy and the one conversion from each core error
+//! type (`kvm::Error`, `sim::SimError`) to a Python exception. Every binding
+//! returns its core error through these (`?` or `PyErr::from`); none maps
+//! an error by hand or passes an exception's class name as a string.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyIndexError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{
+    PyIndexError, PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError,
+};
 use pyo3::prelude::*;
 
 use crate::kvm;
+use crate::sim::SimError;
 
 create_exception!(_core, VcpulabError, pyo3::exceptions::PyException, "Base class of vcpulab's own exceptions.");
 create_exception!(
@@ -52,8 +58,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-impl From<kvm::Error> for PyErr {
-    fn from(e: kvm::Error) -> PyErr {
+impl From<&kvm::Error> for PyErr {
+    fn from(e: &kvm::Error) -> PyErr {
         let msg = e.to_string();
         match e {
             kvm::Error::Unavailable { .. } => KvmUnavailableError::new_err(msg),
@@ -75,11 +81,32 @@ impl From<kvm::Error> for PyErr {
     }
 }
 
+impl From<kvm::Error> for PyErr {
+    fn from(e: kvm::Error) -> PyErr {
+        PyErr::from(&e)
+    }
+}
+
+/// The simulators' errors (the main engine's and the halt-polling model's).
+/// A policy's own Python exception, where there is one, is raised instead by
+/// the binding that kept it (`src/py/sim.rs`).
+impl From<SimError> for PyErr {
+    fn from(e: SimError) -> PyErr {
+        match e {
+            SimError::Config(m) | SimError::Policy(m) | SimError::TraceLimit(m) => PyValueError::new_err(m),
+            e @ SimError::NoProgress(_) => PyValueError::new_err(e.to_string()),
+            SimError::Interrupted => PyKeyboardInterrupt::new_err("simulation interrupted"),
+            SimError::OutOfMemory(m) => PyMemoryError::new_err(m),
+            SimError::Bug(m) => PyRuntimeError::new_err(format!("{BUG}: {m}")),
+        }
+    }
+}
+
+/// The wording of every internal error (Python's `vcpulab._checks._BUG`).
+const BUG: &str = "internal error in vcpulab (a bug in vcpulab, not in your input: please report it with this message)";
+
 /// A Rust panic caught at the binding layer, as the RuntimeError Python's
 /// `vcpulab._checks.guard_panics` raises for one (same wording).
 pub fn bug(payload: &(dyn std::any::Any + Send)) -> PyErr {
-    PyRuntimeError::new_err(format!(
-        "internal error in vcpulab (a bug in vcpulab, not in your input: please report it with this message): {}",
-        crate::sim::panic_message(payload)
-    ))
+    PyRuntimeError::new_err(format!("{BUG}: {}", crate::sim::panic_message(payload)))
 }

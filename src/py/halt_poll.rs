@@ -6,39 +6,20 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use numpy::IntoPyArray;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rayon::prelude::*;
 
 use super::sim::{run_polled, Interrupt};
 use crate::sim::halt_poll::{self, HaltPollConfig, HaltPollState, Policy, Scenario, ScenarioResult};
+use crate::sim::SimError;
 
-enum Failure {
-    Invalid(String),
-    Bug(String),
-    Interrupted,
-}
-
-fn run_one(json: &str, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, Failure> {
+fn run_one(json: &str, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, SimError> {
     let sc: Scenario =
-        serde_json::from_str(json).map_err(|e| Failure::Invalid(format!("invalid halt-poll scenario: {e}")))?;
-    match catch_unwind(AssertUnwindSafe(|| halt_poll::simulate_checked(&sc, interrupted))) {
-        Ok(Ok(r)) => Ok(r),
-        Ok(Err(e)) if e == halt_poll::INTERRUPTED => Err(Failure::Interrupted),
-        Ok(Err(e)) => Err(Failure::Invalid(e)),
-        Err(p) => Err(Failure::Bug(crate::sim::panic_message(p.as_ref()))),
-    }
-}
-
-fn to_err(f: Failure) -> PyErr {
-    match f {
-        Failure::Invalid(m) => PyValueError::new_err(m),
-        Failure::Bug(m) => PyRuntimeError::new_err(format!(
-            "internal error in the halt-poll model (a bug in vcpulab, please report it): {m}"
-        )),
-        Failure::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("halt-poll model interrupted"),
-    }
+        serde_json::from_str(json).map_err(|e| SimError::Config(format!("invalid halt-poll scenario: {e}")))?;
+    catch_unwind(AssertUnwindSafe(|| halt_poll::simulate_checked(&sc, interrupted)))
+        .unwrap_or_else(|p| Err(SimError::Bug(crate::sim::panic_message(p.as_ref()))))
 }
 
 fn to_dict<'py>(py: Python<'py>, r: ScenarioResult) -> PyResult<Bound<'py, PyDict>> {
@@ -91,12 +72,11 @@ fn to_dict<'py>(py: Python<'py>, r: ScenarioResult) -> PyResult<Bound<'py, PyDic
 #[pyfunction]
 fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bound<'py, PyDict>> {
     let interrupt = Interrupt::flag_only();
-    let r = run_polled(py, &interrupt, || run_one(scenario_json, &|| interrupt.check()))
-        .map_err(|m| to_err(Failure::Bug(m)))?;
+    let r = run_polled(py, &interrupt, || run_one(scenario_json, &|| interrupt.check())).map_err(SimError::Bug)?;
     if let Some(e) = interrupt.take() {
         return Err(e);
     }
-    to_dict(py, r.map_err(to_err)?)
+    to_dict(py, r?)
 }
 
 /// Runs many scenarios in parallel (rayon, GIL released); results in order.
@@ -104,18 +84,18 @@ fn halt_poll_simulate<'py>(py: Python<'py>, scenario_json: &str) -> PyResult<Bou
 #[pyfunction]
 fn halt_poll_simulate_many<'py>(py: Python<'py>, scenarios_json: Vec<String>) -> PyResult<Vec<Bound<'py, PyDict>>> {
     let interrupt = Interrupt::flag_only();
-    let rs: Vec<Result<ScenarioResult, Failure>> = run_polled(py, &interrupt, || {
+    let rs: Vec<Result<ScenarioResult, SimError>> = run_polled(py, &interrupt, || {
         scenarios_json
             .par_iter()
             // a scenario not started when Ctrl-C came is not started
-            .map(|s| if interrupt.check() { Err(Failure::Interrupted) } else { run_one(s, &|| interrupt.check()) })
+            .map(|s| if interrupt.check() { Err(SimError::Interrupted) } else { run_one(s, &|| interrupt.check()) })
             .collect()
     })
-    .map_err(|m| to_err(Failure::Bug(m)))?;
+    .map_err(SimError::Bug)?;
     if let Some(e) = interrupt.take() {
         return Err(e);
     }
-    rs.into_iter().map(|r| to_dict(py, r.map_err(to_err)?)).collect()
+    rs.into_iter().map(|r| to_dict(py, r?)).collect()
 }
 
 /// The window sequence of one vCPU under `policy` for a list of halts, each
@@ -150,7 +130,7 @@ fn halt_poll_windows(config_json: &str, halts: Vec<(u64, bool)>) -> PyResult<Vec
         }
         out
     }));
-    r.map_err(|_| to_err(Failure::Bug("panic in halt_poll_windows".into())))
+    r.map_err(|p| PyErr::from(SimError::Bug(crate::sim::panic_message(p.as_ref()))))
 }
 
 /// The policy names the model accepts.

@@ -1255,14 +1255,9 @@ fn run_experiment<'py>(
         threads.append(d)?;
     }
     out.set_item("threads", threads)?;
-    // the first guest error, as its proper exception type
+    // the first vCPU thread's error, as the exception it converts to (errors.rs)
     if let Some(e) = report.threads.iter().find_map(|t| t.error.as_ref()) {
-        let kind = match e {
-            Error::GuestAssertion { .. } => "GuestAssertionError",
-            Error::UnexpectedExit(_) => "UnexpectedExitError",
-            _ => "VcpulabError",
-        };
-        out.set_item("error", (kind, e.to_string()))?;
+        out.set_item("error", PyErr::from(e).into_value(py))?;
     }
     let s = report.samples;
     let samples = PyDict::new(py);

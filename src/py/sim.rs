@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use numpy::IntoPyArray;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
@@ -355,21 +355,13 @@ fn maker(
     }
 }
 
+/// The policy's own Python exception where one was kept, else the error's
+/// one conversion (`src/py/errors.rs`).
 fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     if let Some(pe) = stored.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return pe;
     }
-    match e {
-        SimError::Config(m) => PyValueError::new_err(m),
-        SimError::Policy(m) => PyValueError::new_err(m),
-        e @ SimError::NoProgress(_) => PyValueError::new_err(e.to_string()),
-        SimError::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation interrupted"),
-        SimError::TraceLimit(m) => PyValueError::new_err(m),
-        SimError::OutOfMemory(m) => pyo3::exceptions::PyMemoryError::new_err(m),
-        SimError::Bug(m) => PyRuntimeError::new_err(format!(
-            "internal error in the simulator (a bug in vcpulab, please report it): {m}"
-        )),
-    }
+    PyErr::from(e)
 }
 
 /// A table's columns as numpy arrays (moved, not copied: a trace may be most
@@ -506,9 +498,7 @@ fn sim_sweep<'py>(
         };
         sim::sweep::sweep_limited(&cfgs, threads, &make, &prog, &|| interrupt.check(), limit)
     })
-    .map_err(|m| {
-        PyRuntimeError::new_err(format!("internal error in the simulator (a bug in vcpulab, please report it): {m}"))
-    })?;
+    .map_err(SimError::Bug)?;
     if let Some(e) = interrupt.take() {
         let partial = PyList::empty(py);
         for r in results {

@@ -63,6 +63,8 @@ use rand_pcg::Pcg64;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::SimError;
+
 /// `KVM_HALT_POLL_NS_DEFAULT` on x86, ns (kernel default).
 pub const KVM_HALT_POLL_NS_DEFAULT: u64 = 200_000;
 /// `halt_poll_ns_grow` default (kernel).
@@ -837,7 +839,7 @@ impl Sim<'_> {
         }
     }
 
-    fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), String> {
+    fn run(&mut self, interrupted: &dyn Fn() -> bool) -> Result<(), SimError> {
         let sc = self.sc;
         let end = if sc.duration_ns == 0 { u64::MAX } else { sc.duration_ns };
         // a bound on the vCPU events of a run that can only be exceeded by a bug
@@ -852,15 +854,13 @@ impl Sim<'_> {
             }
             events += 1;
             if events & ((1 << 16) - 1) == 0 && interrupted() {
-                return Err(INTERRUPTED.into());
+                return Err(SimError::Interrupted);
             }
             if !matches!(e, Ev::Bg(_)) {
                 budget = budget.saturating_sub(1);
             }
             if budget == 0 {
-                return Err(format!(
-                    "internal error in the halt-poll model (a bug in vcpulab): the run did not finish by t={t} ns"
-                ));
+                return Err(SimError::Bug(format!("the halt-poll model's run did not finish by t={t} ns")));
             }
             self.now = t;
             match e {
@@ -987,17 +987,15 @@ impl Sim<'_> {
 
 /// Runs a scenario. Deterministic for a given `seed`. Never panics on valid
 /// input; callers across an FFI should still wrap it in `catch_unwind`.
-pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, String> {
+pub fn simulate(sc: &Scenario) -> Result<ScenarioResult, SimError> {
     simulate_checked(sc, &|| false)
 }
 
-/// The error message of a run stopped by its `interrupted()` check.
-pub const INTERRUPTED: &str = "interrupted";
-
 /// [`simulate`], polling `interrupted()` every 2^16 events; when it returns
-/// true the run stops with `Err(INTERRUPTED)`.
-pub fn simulate_checked(sc: &Scenario, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, String> {
-    sc.validate()?;
+/// true the run stops with [`SimError::Interrupted`]. An invalid scenario is
+/// [`SimError::Config`] naming the field.
+pub fn simulate_checked(sc: &Scenario, interrupted: &dyn Fn() -> bool) -> Result<ScenarioResult, SimError> {
+    sc.validate().map_err(SimError::Config)?;
     let mut sim = Sim {
         sc,
         now: 0,

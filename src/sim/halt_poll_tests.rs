@@ -314,16 +314,16 @@ fn deterministic_for_a_seed_and_seed_matters_with_randomness() {
 #[test]
 fn validation_names_the_field() {
     let mut sc = msg(Policy::BlockTime, 200_000, 50, 0);
-    assert!(simulate(&sc).unwrap_err().contains("rounds"));
+    assert!(simulate(&sc).unwrap_err().to_string().contains("rounds"));
     sc.rounds = 10;
     sc.halt_poll.vm_max_ns = Some(1 << 40);
-    assert!(simulate(&sc).unwrap_err().contains("vm_max_ns"));
+    assert!(simulate(&sc).unwrap_err().to_string().contains("vm_max_ns"));
     sc.halt_poll.vm_max_ns = None;
     sc.vcpus = vec![Wake::Timer { hz: 0 }];
     sc.duration_ns = 1000;
-    assert!(simulate(&sc).unwrap_err().contains("hz"));
+    assert!(simulate(&sc).unwrap_err().to_string().contains("hz"));
     sc.vcpus = vec![];
-    assert!(simulate(&sc).unwrap_err().contains("vcpus"));
+    assert!(simulate(&sc).unwrap_err().to_string().contains("vcpus"));
     assert!(Policy::parse("nope").unwrap_err().contains("block-time"));
 }
 
@@ -405,6 +405,6 @@ fn an_interrupt_check_stops_a_long_run() {
         calls.set(calls.get() + 1);
         calls.get() >= 3
     });
-    assert_eq!(r.unwrap_err(), INTERRUPTED);
+    assert_eq!(r.unwrap_err(), crate::sim::SimError::Interrupted);
     assert_eq!(calls.get(), 3);
 }
