@@ -459,3 +459,31 @@ def test_every_source_tag_is_listed_in_docs_sources() -> None:
     # every source has a title, a date and a public URL
     for block in re.split(r"\n(?=\*\*\[[SK]\d+\])", sources)[1:]:
         assert "https://" in block, block[:80]
+
+
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.match(r"\d+(\.\d+)*", v).group(0).split("."))  # type: ignore[union-attr]
+
+
+def test_the_version_is_one_number_and_the_changelog_has_it() -> None:
+    """pyproject.toml and Cargo.toml carry the same version, and CHANGELOG.md
+    has a section for it (a release that moves the version says what moved)."""
+    py = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    rs = re.search(r'^version = "([^"]+)"', (ROOT / "Cargo.toml").read_text(), re.M)
+    assert py and rs and py.group(1) == rs.group(1), (py, rs)
+    assert re.search(rf"^## {re.escape(py.group(1))} ", (ROOT / "CHANGELOG.md").read_text(), re.M)
+
+
+def test_no_renamed_name_outlives_its_removal_release() -> None:
+    """Every row of docs/conventions.md's renamed names says the release that
+    removes the old name; a version at or past it must have removed it (and
+    its row)."""
+    current = _version(re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1))  # type: ignore[union-attr]
+    text = (ROOT / "docs" / "conventions.md").read_text()
+    table = text[text.index("| old | new | since | removed in | why |") :].split("\n\n")[0].splitlines()[2:]
+    assert len(table) >= 1
+    for row in table:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        assert len(cells) == 5, row
+        removal = _version(cells[3])
+        assert removal > current, f"{cells[0]} was due for removal in {cells[3]}; this is {current}: remove it"
