@@ -578,7 +578,9 @@ def test_robustness_probes_report_each_artifact():
     assert df["artifact"].null_count() == 0 and df["value"].is_finite().all()
     lock = df.filter(pl.col("probe") == "lockstep_unpinned_8x20")
     for r in lock.iter_rows(named=True):
-        assert r["value"] > 0 and (r["artifact"] == (r["value"] < 1.2) or r["artifact"])
+        # the fair run's gang_share: a share, flagged from LOCKSTEP_SHARE up
+        assert 0.0 <= r["value"] <= 1.0 and (r["artifact"] == (r["value"] >= probes.LOCKSTEP_SHARE) or r["artifact"])
+        assert "gang / fair throughput" in r["detail"]
     assert "robustness probes" in probes.summary_line(df)
     assert probes.to_markdown(df).count("\n") == df.height + 1
     with pytest.raises(ValueError, match="seeds"):

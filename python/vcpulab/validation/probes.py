@@ -5,10 +5,15 @@ today's build (not published comparisons; they run beside the registry).
 the artifact is present:
 
 * ``lockstep_unpinned_8x20``: 8 VMs x 20 vCPUs on 80 CPUs with unpinned
-  vCPU threads under the era's fair class (CFS in 2012, EEVDF in 6.x) give
-  the gang-scheduled run, exactly
-  or within 20 % (value: gang ÷ fair throughput; published 3.88 for the
-  pinned set-up, where today's model gives ~3.7 with 6.x defaults);
+  vCPU threads under the era's fair class (CFS in 2012, EEVDF in 6.x)
+  co-schedule each VM's vCPUs as gang scheduling does (value: the fair
+  run's [`gang_share`][vcpulab.analysis.gang_share], the share of instants
+  at which a VM runs all or none of its vCPUs; artifact at 0.8 or more, or
+  when the fair and the gang run are identical; gang runs read ~0.99). The
+  detail gives gang ÷ fair throughput too. Until 2026-12-02 the probe
+  judged lock-step by that ratio (under 1.2); with switch costs the 6.x
+  ratio fell to 1.19 while its VMs co-ran at only 0.36 of the instants: a
+  throughput ratio near 1 does not say the schedules are alike;
 * ``index_bias_unpinned_8x20``: 2012 era, 80 CPUs, unpinned, four spin-lock
   VMs and four ebizzy-like VMs of 20 vCPUs, each group listed first and then
   second (value: the largest change of a group's mean throughput with the
@@ -45,6 +50,10 @@ from vcpulab.validation.eras import COSTS, era
 __all__ = ["robustness", "summary_line", "to_markdown"]
 
 _REASON = "a robustness probe of the model, not a published set-up"
+#: the fair run's gang_share at which the lock-step probe flags an artifact:
+#: gang runs read ~0.99, the fair runs of 2026-12 0.01-0.36 (an assumption
+#: between the two, well above what independent scheduling gives)
+LOCKSTEP_SHARE = 0.8
 
 
 def _ctx(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
@@ -85,32 +94,36 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     ns = lambda x: max(2_000_000, int(x * duration_scale))
     rows: list[dict[str, Any]] = []
 
-    # lock-step
+    # lock-step: does the fair class co-schedule each VM's vCPUs like gang?
+    from vcpulab.analysis import gang_share
+
     for e in ("2012-3.x", "6.x"):
         ctx = _ctx(e, ("host.scheduler",))
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
         cfgs = [
-            _unpinned(ctx, (vm,), 80, seed, ns(100_000_000), ns(40_000_000), **s)
+            _unpinned(ctx, (vm,), 80, seed, ns(100_000_000), ns(40_000_000), **s).replace(trace=not s)
             for seed in range(seeds)
             for s in ({}, {"scheduler": "gang"})
         ]
         res = _sweep(cfgs)
-        ratios, same = [], True
+        ratios, shares, same = [], [], True
         for i in range(0, len(res), 2):
             f, g = res[i].summary, res[i + 1].summary
             ratios.append(g["throughput_ops_s"][0] / f["throughput_ops_s"][0])
+            shares.append(gang_share(res[i]))
             same &= bool(
                 f["throughput_ops_s"][0] == g["throughput_ops_s"][0] and f["ple_exits"][0] == g["ple_exits"][0]
             )
+        share = sum(shares) / len(shares)
         ratio = sum(ratios) / len(ratios)
         rows.append(
             dict(
                 probe="lockstep_unpinned_8x20",
                 era=e,
-                value=ratio,
-                artifact=same or ratio < 1.2,
-                detail="gang / fair throughput, unpinned vCPU threads (identical runs, or gang within 20 % "
-                "of fair: lock-step)",
+                value=share,
+                artifact=same or share >= LOCKSTEP_SHARE,
+                detail=f"fair run's gang_share (a VM all or none of its vCPUs running; gang ~0.99), "
+                f"artifact at {LOCKSTEP_SHARE} or identical runs; gang / fair throughput {ratio:.2f}",
                 waits_for="the host model",
             )
         )
