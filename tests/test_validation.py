@@ -679,3 +679,74 @@ def test_within_2x_is_the_scorers_rule_for_the_numbers_printed_next_to_a_publish
     assert V.within_2x("schedmap2012_16x10_vs_8x20", 1.3) is None  # direction only: no number published
     with pytest.raises(ValueError, match="unknown case"):
         V.within_2x("no_such_case", 1.0)
+
+
+def test_a_fitted_value_names_its_calibration_set_and_only_a_fitted_one_does():
+    from vcpulab.validation.eras import ASSUMPTION, FITTED, Param
+
+    with pytest.raises(ValueError, match="calibration"):
+        Param(1, "ns", FITTED, "fitted on some cases of a set")
+    with pytest.raises(ValueError, match="calibration"):
+        Param(1, "ns", ASSUMPTION, "an assumption with a reason", calibration="ple2012_1x")
+    assert Param(1, "ns", FITTED, "fitted on some cases of a set", calibration="ple2012_1x").calibration
+
+
+def test_every_fitted_value_comes_from_a_registered_set_and_its_grid():
+    """The declared calibration's bookkeeping: each fitted value of a cost
+    profile or an era names a registered set, which fits that very value,
+    and the value is one of the set's grid; a set's cases are registered and
+    use the profile it fits."""
+    from vcpulab.validation.eras import FITTED, SETS
+
+    names = {c.name: c for c in V.CASES}
+    for cs in SETS.values():
+        for n in cs.cases:
+            assert n in names and names[n].costs == cs.profile, n
+    for prof in V.COSTS.values():
+        for path, p in prof.params().items():
+            if p.kind == FITTED:
+                cs = SETS[p.calibration]
+                assert cs.adopted and path in cs.grid and p.value in cs.grid[path], (path, p)
+    # an adopted set's values are all in its profile as fitted values; a set not adopted has none there
+    for cs in SETS.values():
+        fitted = {k for k, p in V.COSTS[cs.profile].params().items() if p.calibration == cs.name}
+        assert fitted == (set(cs.grid) if cs.adopted else set()), (cs.name, fitted)
+        assert len(cs.outcome) > 40, "a set records what its fit chose and did"
+    for e in V.ERAS.values():
+        for s in ("host", "ple", "pv", "halt_poll", "workload", "guest"):
+            assert all(p.kind != FITTED for p in getattr(e, s).values()), "fitted era values need a set that fits them"
+
+
+def test_the_fit_scores_its_set_only_and_ranks_the_grid():
+    from vcpulab.validation import calibration as C
+
+    grid = {"host.switch_ns": (1_500, 4_000), "host.rq_lock_ns": (300,), "ple.candidate_ns": (40,)}
+    df = C.fit(seeds=1, duration_scale=0.1, grid=grid)
+    assert df.height == 2 and df["rank"].to_list() == [1, 2]
+    assert (df["cases"] == len(C.SETS["ple2012_1x"].cases)).all()
+    # ranked: more right directions first, then more within 2x, then the smaller log error
+    keys = list(zip(-df["direction_right"], -df["within_2x"], df["log_error"]))
+    assert keys == sorted(keys)
+    with pytest.raises(ValueError, match="must be some of"):
+        C.fit(grid={"host.switch_ns": (123,)})
+    with pytest.raises(ValueError, match="not among"):
+        C.fit(grid={"host.tsc_khz": (1,)})
+    with pytest.raises(ValueError, match="calibration set"):
+        C.fit("no_such_set")
+
+
+def test_held_out_cases_are_scored_apart_from_the_calibration_set():
+    from vcpulab.validation import calibration as C
+
+    prof = C.fitted_profile(
+        "ple2012_1x", {"host.switch_ns": 2_000, "host.rq_lock_ns": 300, "ple.candidate_ns": 40}, "a test"
+    )
+    assert all(p.calibration == "ple2012_1x" for p in prof.params().values() if p.kind == "fitted")
+    df = V.validate(["ple2012_ebizzy_1x", "ple2012_ebizzy_2x"], seeds=1, duration_scale=0.1, costs=prof)
+    assert df["calibration"].to_list() == ["ple2012_1x", None]
+    s = V.summary(df)
+    assert s["held_out"]["direction_cases"] == 1 and s["calibration"]["direction_cases"] == 1
+    assert s["calibration_sets"] == ["ple2012_1x"]
+    assert "held out (the headline)" in V.summary_line(df)
+    with pytest.raises(ValueError, match="missing"):
+        C.fitted_profile("ple2012_1x", {"host.switch_ns": 2_000}, "a test")

@@ -15,6 +15,10 @@ registered, cited and scored in one table.
 * [`vcpulab.validation.sensitivity`][] — every case re-run with each
   unpublished value (an era's or cost profile's *assumption*) halved and
   doubled: which rows hang on which assumption;
+* [`vcpulab.validation.calibration`][] — the declared calibration: a few
+  unpublished costs fitted once, jointly, on a named set of cases
+  ([`SETS`][vcpulab.validation.eras.SETS]); the other cases are held out and
+  their score is the headline;
 * ``python -m vcpulab.validation [--quick]`` prints the table.
 
 See docs/validation.md (its table is written by benches/validation_full.py).

@@ -20,7 +20,7 @@ from vcpulab.analysis import t_interval
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
 from vcpulab.validation.cases import _COMPARED, _MEASURES, CASES, Case
-from vcpulab.validation.eras import COSTS, CostProfile
+from vcpulab.validation.eras import COSTS, CostProfile, calibration_of
 
 __all__ = [
     "DEAD_BAND",
@@ -284,7 +284,10 @@ def validate(
     variant's per-seed measure), ``identical`` (both variants gave the same
     measure on every seed: the compared mechanism had no effect),
     ``status`` ("simulated" or "not expressible: …"), ``waits_for``,
-    ``source`` and ``url``. See docs/validation.md for the rules.
+    ``source``, ``url`` and ``calibration`` (the calibration set the case's
+    fitted values were fitted on when the case is in it, null when it is
+    held out: [`vcpulab.validation.calibration`][]). See docs/validation.md
+    for the rules.
 
     Ctrl-C: ``KeyboardInterrupt`` within a second, its ``partial`` the rows
     of the cases whose every run had finished (the one interruption contract
@@ -335,7 +338,7 @@ def validate(
         rows = [_score(c, seed_list, plan, built, done) for c in whole]
         keep_partial(
             e,
-            pl.DataFrame(rows, schema=_SCHEMA, orient="row"),
+            _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for),
             call="validation.validate",
             done=len(whole),
             total=len(sel),
@@ -343,7 +346,14 @@ def validate(
         )
         raise
     rows = [_score(c, seed_list, plan, built, results) for c in sel]
-    return pl.DataFrame(rows, schema=_SCHEMA, orient="row")
+    return _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for)
+
+
+def _with_calibration(df: pl.DataFrame, prof_for: Mapping[str, CostProfile]) -> pl.DataFrame:
+    """The ``calibration`` column: the calibration set a case's fitted
+    values were fitted on when the case is in it (null: held out)."""
+    cal = [calibration_of(n, prof_for[n]) for n in df["case"].to_list()]
+    return df.with_columns(pl.Series("calibration", cal, dtype=pl.String))
 
 
 _SCHEMA: dict[str, Any] = {
@@ -542,8 +552,21 @@ def summary(df: pl.DataFrame) -> dict[str, Any]:
       identical results on every seed; ``identical``: every comparison whose
       two variants did (a mechanism with no effect: a dead path);
     * ``starvation``: cases with a VM at zero operations in a measured window;
-    * ``unstable``, ``bimodal``: case names.
+    * ``unstable``, ``bimodal``: case names;
+    * ``held_out``: the same direction and within-2x counts and shares over
+      the cases no fitted value was fitted on (the headline), and
+      ``calibration``: over the cases of a calibration set
+      ([`vcpulab.validation.calibration`][]).
     """
+    out = _shares(df)
+    cal = df["calibration"] if "calibration" in df.columns else pl.Series([None] * df.height, dtype=pl.String)
+    out["held_out"] = _shares(df.filter(cal.is_null()))
+    out["calibration"] = _shares(df.filter(cal.is_not_null()))
+    out["calibration_sets"] = sorted({c for c in cal.to_list() if c is not None})
+    return out
+
+
+def _shares(df: pl.DataFrame) -> dict[str, Any]:
     sim = df.filter(pl.col("status") == "simulated")
     d = sim.filter(pl.col("direction_ok").is_not_null())
     w = sim.filter(pl.col("within_2x").is_not_null())
@@ -570,8 +593,17 @@ def summary(df: pl.DataFrame) -> dict[str, Any]:
 def summary_line(df: pl.DataFrame) -> str:
     """One line: shares against the targets (>= 80 % direction, >= 60 % within 2x) and the flags."""
     s = summary(df)
+    h, c = s["held_out"], s["calibration"]
+    cal = (
+        f"held out (the headline): direction right {h['direction_right']}/{h['direction_cases']} "
+        f"({h['direction_share']:.0%}), within 2x {h['within_2x']}/{h['within_2x_cases']} "
+        f"({h['within_2x_share']:.0%}); calibration set {', '.join(s['calibration_sets'])}: direction right "
+        f"{c['direction_right']}/{c['direction_cases']}, within 2x {c['within_2x']}/{c['within_2x_cases']}; all: "
+        if s["calibration_sets"]
+        else ""
+    )
     return (
-        f"{s['simulated']} of {s['registered']} registered cases simulated; "
+        f"{s['simulated']} of {s['registered']} registered cases simulated; {cal}"
         f"direction right {s['direction_right']}/{s['direction_cases']} ({s['direction_share']:.0%}, target >= 80 %); "
         f"within 2x {s['within_2x']}/{s['within_2x_cases']} ({s['within_2x_share']:.0%}, target >= 60 %); "
         f"lock-step {len(s['lockstep'])}, starvation {len(s['starvation'])}, unstable {len(s['unstable'])}, "
@@ -608,6 +640,8 @@ def to_markdown(df: pl.DataFrame) -> str:
             if r["published"] is not None
             else ("+ (direction)" if "16x10" in r["case"] else "—")
         )
+        if r.get("calibration"):
+            r = {**r, "case": f"{r['case']} (calibration: {r['calibration']})"}
         if r["status"] == "simulated":
             ci = f"{_fmt(m, r['sim_mean'])} ({_fmt(m, r['ci_low'])} … {_fmt(m, r['ci_high'])})"
             seeds = " ".join(_fmt(m, v) for v in r["per_seed"])

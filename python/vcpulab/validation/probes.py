@@ -47,7 +47,7 @@ from vcpulab.sim._config import Config
 from vcpulab.validation.cases import Ctx, case
 from vcpulab.validation.eras import COSTS, era
 
-__all__ = ["robustness", "summary_line", "to_markdown"]
+__all__ = ["LOCKSTEP_SHARE", "robustness", "summary_line", "to_markdown"]
 
 _REASON = "a robustness probe of the model, not a published set-up"
 #: the fair run's gang_share at which the lock-step probe flags an artifact:

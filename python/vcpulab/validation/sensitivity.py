@@ -55,7 +55,7 @@ from vcpulab._interrupt import keep_partial
 from vcpulab.sim import HostNoise
 from vcpulab.validation._score import MAX_DURATION_SCALE, _fmt, _key, _seed_list, _select, validate
 from vcpulab.validation.cases import Case
-from vcpulab.validation.eras import ASSUMPTION, COSTS, SECTIONS, CostProfile, Param
+from vcpulab.validation.eras import ASSUMPTION, COSTS, FITTED, SECTIONS, CostProfile, Param
 
 __all__ = [
     "DEFAULT_FACTORS",
@@ -111,12 +111,12 @@ def assumptions(case: Case | str) -> dict[str, Param]:
     era = c.era_obj()
     for s in SECTIONS:
         for k, p in getattr(era, s).items():
-            if p.kind == ASSUMPTION and f"{s}.{k}" not in c.overrides and _scale(p.value, 2.0) is not None:
+            if p.kind in (ASSUMPTION, FITTED) and f"{s}.{k}" not in c.overrides and _scale(p.value, 2.0) is not None:
                 out[f"era.{s}.{k}"] = p
     prof = COSTS[c.costs]
     for s in _COST_SECTIONS:
         for k, p in getattr(prof, s).items():
-            if p.kind == ASSUMPTION and _scale(p.value, 2.0) is not None:
+            if p.kind in (ASSUMPTION, FITTED) and _scale(p.value, 2.0) is not None:
                 out[f"cost.{s}.{k}"] = p
     return out
 
@@ -125,7 +125,9 @@ def _scaled_profile(prof: CostProfile, path: str, value: Any, factor: float) -> 
     sec, _, name = path.partition(".")
     d = dict(getattr(prof, sec))
     old = d[name]
-    d[name] = Param(value, old.unit, old.kind, f"{old.source} (x{factor:g} for the sensitivity run)")
+    d[name] = Param(
+        value, old.unit, old.kind, f"{old.source} (x{factor:g} for the sensitivity run)", calibration=old.calibration
+    )
     return dataclasses.replace(prof, **{sec: d})  # type: ignore[arg-type]
 
 

@@ -1,0 +1,159 @@
+"""The declared calibration: a few unpublished values fitted once, jointly,
+on a named subset of the cases, the other cases held out.
+
+Some values the simulator needs have no published figure (the run-queue
+locks of ``yield_to``, a candidate examined by ``kvm_vcpu_on_spin``, the
+switch to a vCPU thread with KVM's ``vcpu_put`` / ``vcpu_load``). They start
+as documented *assumptions*. The fidelity rule allows one thing more: an
+era's or cost profile's few such values may be **fitted once, jointly, on a
+named calibration subset** of the registered cases; every other case is
+held out, and the held-out score is the headline. A fitted value is a
+[`Param`][vcpulab.validation.Param] of kind [`FITTED`][vcpulab.validation.eras.FITTED] whose
+``calibration`` names its set; no value is fitted to one case, and no case
+gets its own value.
+
+* [`SETS`][vcpulab.validation.eras.SETS] (in `eras`, beside the values they fit): the calibration sets, each
+  with its cases, the values it fits, their grids, and the rule that chose
+  the cases (written before any fit was run);
+* [`fit`][vcpulab.validation.calibration.fit]: every combination of the
+  grid scored on the set's cases only, ranked (more right directions, then
+  more within 2x, then the smaller mean |log(sim / published)|);
+* [`fitted_profile`][vcpulab.validation.calibration.fitted_profile]: a cost
+  profile with the chosen values as fitted ``Param`` s naming the set;
+* [`validate`][vcpulab.validation.validate]'s ``calibration`` column names the
+  set a case was fitted on (null: held out), and
+  [`summary`][vcpulab.validation.summary] scores the held-out cases apart.
+
+``benches/calibrate_costs.py`` runs the fit and prints its table; the
+values it chose are the ``hardware`` profile's (``vcpulab.validation.eras``),
+each saying which fit and grid it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from vcpulab._checks import check_float, check_int
+from vcpulab.validation._score import validate
+from vcpulab.validation.eras import COSTS, FITTED, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param
+
+__all__ = ["candidate_profile", "fit", "fitted_profile"]
+
+
+def _set(name: str | CalibrationSet) -> CalibrationSet:
+    if isinstance(name, CalibrationSet):
+        return name
+    if name not in SETS:
+        raise ValueError(f"no calibration set {name!r}; the sets are {list(SETS)}")
+    return SETS[name]
+
+
+def _with_values(prof: CostProfile, values: Mapping[str, Any], make: Any) -> CostProfile:
+    by_sec: dict[str, dict[str, Param]] = {}
+    for path, v in values.items():
+        sec, _, field = path.partition(".")
+        d = by_sec.setdefault(sec, dict(getattr(prof, sec)))
+        if field not in d:
+            raise ValueError(f"the {prof.name!r} profile has no value {path!r}")
+        d[field] = make(path, d[field], v)
+    return dataclasses.replace(prof, **by_sec)  # type: ignore[arg-type]
+
+
+def candidate_profile(cset: str | CalibrationSet, values: Mapping[str, Any]) -> CostProfile:
+    """The set's profile with ``values`` (``"section.field"`` → value) in
+    place of its own, kinds and sources unchanged but for a note (a
+    candidate of the fit, not yet fitted)."""
+    cs = _set(cset)
+    base = COSTS[cs.profile]
+    return _with_values(
+        base,
+        values,
+        lambda path, old, v: Param(
+            v, old.unit, old.kind, f"{old.source} (a candidate of the {cs.name} fit)", calibration=old.calibration
+        ),
+    )
+
+
+def fitted_profile(cset: str | CalibrationSet, values: Mapping[str, Any], fit_note: str) -> CostProfile:
+    """The set's profile with ``values`` as [`FITTED`][vcpulab.validation.eras.FITTED]
+    params naming the set; ``fit_note`` says when and how they were chosen
+    (it becomes part of each source)."""
+    cs = _set(cset)
+    missing = set(cs.grid) - set(values)
+    if missing:
+        raise ValueError(f"fitted_profile: the {cs.name} set fits {sorted(cs.grid)}; missing {sorted(missing)}")
+    base = COSTS[cs.profile]
+    return _with_values(
+        base,
+        values,
+        lambda path, old, v: Param(
+            v,
+            old.unit,
+            FITTED,
+            f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, {fit_note}; "
+            f"replaces the assumption: {old.source}",
+            calibration=cs.name,
+        ),
+    )
+
+
+def _objective(df: pl.DataFrame) -> tuple[int, int, float]:
+    """(directions right, within 2x, mean |log(sim / published)|) of a validate() frame."""
+    sim = df.filter(pl.col("status") == "simulated")
+    right = int(sim["direction_ok"].fill_null(False).sum())
+    w2 = int(sim["within_2x"].fill_null(False).sum())
+    ratios = [r for r in sim["sim_over_pub"].to_list() if r is not None and r > 0 and math.isfinite(r)]
+    err = sum(abs(math.log(r)) for r in ratios) / len(ratios) if ratios else math.nan
+    return right, w2, err
+
+
+def fit(
+    cset: str | CalibrationSet = PLE2012_1X.name,
+    seeds: int | None = None,
+    duration_scale: float | None = None,
+    grid: Mapping[str, Sequence[Any]] | None = None,
+) -> pl.DataFrame:
+    """Scores every combination of the set's grid on the set's cases only.
+
+    Returns one row per combination, best first: a column per fitted value,
+    ``direction_right`` and ``within_2x`` (counts over the set's cases),
+    ``log_error`` (mean |log(sim / published)| over the cases with a
+    published magnitude), ``cases`` and ``rank`` (1 = chosen: more right
+    directions, then more within 2x, then the smaller log error).
+    ``seeds`` / ``duration_scale`` default to the set's ``settings``;
+    ``grid`` (a subset of the set's values per field) is for tests."""
+    cs = _set(cset)
+    seeds = check_int("fit: seeds", cs.settings["seeds"] if seeds is None else seeds, 1, 100)
+    scale = check_float(
+        "fit: duration_scale",
+        cs.settings["duration_scale"] if duration_scale is None else duration_scale,
+        0.0,
+        10.0,
+        lo_open=True,
+    )
+    g = dict(cs.grid)
+    if grid is not None:
+        for path, vals in grid.items():
+            if path not in cs.grid:
+                raise ValueError(f"fit: {path!r} is not among the {cs.name} set's values {sorted(cs.grid)}")
+            if not vals or any(v not in cs.grid[path] for v in vals):
+                raise ValueError(f"fit: {path} values must be some of {list(cs.grid[path])}, got {list(vals)}")
+            g[path] = tuple(vals)
+    paths = sorted(g)
+    rows = []
+    for combo in itertools.product(*(g[p] for p in paths)):
+        values = dict(zip(paths, combo))
+        df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=candidate_profile(cs, values))
+        right, w2, err = _objective(df)
+        rows.append({**values, "direction_right": right, "within_2x": w2, "log_error": err, "cases": df.height})
+    out = pl.DataFrame(rows)
+    out = out.sort(
+        ["direction_right", "within_2x", "log_error"], descending=[True, True, False], nulls_last=True
+    ).with_row_index("rank", offset=1)
+    return out.select([*paths, "direction_right", "within_2x", "log_error", "cases", "rank"])
