@@ -49,6 +49,7 @@ __all__ = [
     "analysis",
     "calibrate",
     "experiment",
+    "export",
     "kvm",
     "plot",
     "provenance",
@@ -59,11 +60,23 @@ __all__ = [
 
 #: Submodules reachable as attributes of the package (imported on first use).
 _SUBMODULES = frozenset(
-    {"analysis", "calibrate", "cli", "experiment", "kvm", "plot", "provenance", "sim", "testing", "tracing"}
+    {"analysis", "calibrate", "cli", "experiment", "export", "kvm", "plot", "provenance", "sim", "testing", "tracing"}
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vcpulab import analysis, calibrate, cli, experiment, kvm, plot, provenance, sim, testing, tracing  # noqa: F401
+    from vcpulab import (  # noqa: F401
+        analysis,
+        calibrate,
+        cli,
+        experiment,
+        export,
+        kvm,
+        plot,
+        provenance,
+        sim,
+        testing,
+        tracing,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -561,7 +561,15 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
             if r.trace is None:
                 raise ValueError("[output] sched_map needs config.trace = true")
             _closed(sched_map(r, staged.path("sched_map.png"), us_per_pixel=upp), staged.path("sched_map.png"))
+        if args.perfetto:
+            if r.trace is None:
+                raise ValueError("--perfetto needs config.trace = true in the SPEC")
+            from vcpulab.export import to_perfetto
+
+            to_perfetto(r, staged.path("trace.perfetto.json"))
     else:
+        if args.perfetto:
+            raise ValueError("--perfetto writes the trace of a single run; this SPEC has a [grid] (a sweep)")
         from vcpulab.sim._points import grid_json
         from vcpulab.sim.distributed import dask_executor, run_sweep
 
@@ -858,6 +866,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
         for name in ("trace", "wakeups", "exits", "halts"):
             getattr(f, name).write_parquet(out / f"{name}.parquet")
         print(f"wrote {out}/{{trace,wakeups,exits,halts}}.parquet")
+    if args.perfetto:
+        from vcpulab.export import to_perfetto
+
+        print(f"wrote {to_perfetto(f, args.perfetto)} (open it in https://ui.perfetto.dev)")
     return 0
 
 
@@ -918,6 +930,12 @@ def build_parser() -> argparse.ArgumentParser:
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
     simp.add_argument(
+        "--perfetto",
+        action="store_true",
+        help="also write the run's trace as OUT/trace.perfetto.json (Chrome trace-event JSON: open it in "
+        "https://ui.perfetto.dev); needs config.trace = true and a single run",
+    )
+    simp.add_argument(
         "--max-points",
         type=_positive_int,
         default=None,
@@ -954,6 +972,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("pid", type=_positive_int, help="the VMM process")
     trace.add_argument("--duration-s", type=_positive_float, default=1.0, help="how long to trace, s (default 1)")
     trace.add_argument("--out", default=None, help="write trace, wakeups, exits, halts as Parquet into this folder")
+    trace.add_argument(
+        "--perfetto",
+        default=None,
+        metavar="FILE",
+        help="write the trace as Chrome trace-event JSON there (vCPUs as threads of their VM, host CPUs as "
+        "tracks; open it in https://ui.perfetto.dev)",
+    )
     trace.set_defaults(func=cmd_trace)
     demo = sub.add_parser("demo", help="a short showcase of real KVM and the simulator")
     demo.add_argument("--out", default="vcpulab-demo", help="output folder (default ./vcpulab-demo)")
