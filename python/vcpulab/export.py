@@ -221,10 +221,13 @@ def to_perfetto(
             ``Attached.trace``, a ``sim.Result`` of a run with
             ``trace=True``, or a trace frame itself.
         path: the output file (``.json``; written whole or not at all).
-        start_ns, end_ns: keep only what overlaps this window of the trace's
-            own clock (the real trace's ``CLOCK_MONOTONIC`` ns, or simulated ns).
-        exits, halts: add a real run's exits and halts on the vCPU threads
-            (ignored where the object has none).
+        start_ns: keep only what ends after this instant of the trace's own
+            clock (the real trace's ``CLOCK_MONOTONIC`` ns, or simulated ns).
+        end_ns: keep only what starts before this instant.
+        exits: add a real run's exits on the vCPU threads (ignored where
+            the object has none).
+        halts: add a real run's halts on the vCPU threads (ignored where
+            the object has none).
 
     Raises ``ValueError`` when ``obj`` has no trace, or the window is empty or
     inverted; ``TypeError`` for an object with no trace frames.
