@@ -643,3 +643,55 @@ def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> Non
     # the twin built from it has the measured VMM thread
     cfg = twins.twin(exp, cal, other_load=ol)
     assert cfg.host.noise.vmm_io_hz == pytest.approx(min(ol.vmm_wakeups_per_s, 0.499e9 / cfg.host.noise.vmm_io_ns))
+
+
+def test_a_calibration_travels_and_a_twin_then_needs_no_kvm(tmp_path: Path, monkeypatch, twin_calibration) -> None:  # type: ignore[no-untyped-def]
+    """A saved calibration loads back value for value, with its provenance;
+    a twin simulated from it (the reference one vcpulab ships, through the
+    plugin's fixture) opens no /dev/kvm and measures nothing."""
+    import vcpulab.kvm
+    from vcpulab.twins import _calibration, _grid, _running, _twin
+
+    ref = twins.reference_calibration()
+    assert ref.provenance is not None and ref.provenance["virtualization"]
+    assert twin_calibration.values.keys() == ref.values.keys()
+    p = ref.save(tmp_path / "cal.json")
+    back = Calibration.load(p)
+    assert back.cpu == ref.cpu and back.provenance == ref.provenance and list(back.values) == list(ref.values)
+    for k, v in ref.values.items():
+        w = back.values[k]
+        assert (w.unit, w.how) == (v.unit, v.how)
+        assert (math.isnan(v.value) and math.isnan(w.value)) or w.value == v.value, k
+
+    def no_kvm(*a: Any, **k: Any) -> Any:
+        raise AssertionError("a twin from a stored calibration touched real KVM")
+
+    for mod in (_calibration, _twin, _running, _grid):
+        monkeypatch.setattr(mod, "calibrate", no_kvm, raising=False)
+    monkeypatch.setattr(vcpulab.kvm, "Host", no_kvm)
+    exp = Experiment(SpinLock(kind="ticket", hold=50, think=20), vcpus=3, pcpus=(1,), duration_s=0.05)
+    runs = twins.run_sim(exp, back, seeds=1)
+    assert len(runs) == 1 and runs[0][1].summary["throughput_ops_s"][0] > 0
+
+
+def test_a_file_that_is_not_a_calibration_is_refused_naming_why(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such file"):
+        Calibration.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a calibration file"):
+        Calibration.load(bad)
+    bad.write_text('{"format": "something else"}')
+    with pytest.raises(ValueError, match=twins.CALIBRATION_FORMAT):
+        Calibration.load(bad)
+    import json
+
+    bad.write_text(
+        json.dumps(
+            {"format": twins.CALIBRATION_FORMAT, "cpu": 1, "values": {"x": {"value": "1", "unit": "", "how": "h"}}}
+        )
+    )
+    with pytest.raises(ValueError, match="'x'"):
+        Calibration.load(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        twins.reference_calibration().save(tmp_path / "no" / "cal.json")

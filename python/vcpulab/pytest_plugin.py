@@ -3,6 +3,10 @@
 * fixture ``kvm_host``: the host's ``/dev/kvm`` as a [`vcpulab.kvm.Host`][];
   a test using it skips with the exact reason where ``/dev/kvm`` is unusable,
   and is marked ``kvm`` automatically;
+* fixture ``twin_calibration``: a [`vcpulab.twins.Calibration`][] for
+  simulating twins without /dev/kvm: the file ``$VCPULAB_CALIBRATION`` names
+  (one [`Calibration.save`][vcpulab.twins.Calibration.save] wrote), else the
+  project machine's ([`vcpulab.twins.reference_calibration`][]);
 * markers ``kvm`` (runs against real KVM) and ``slow`` (a longer experiment):
   deselect with ``-m "not kvm"`` or ``-m "not slow"``;
 * a closing line counting the real-KVM tests that ran, and how many
@@ -21,6 +25,7 @@ import pytest
 
 __all__ = [
     "kvm_host",
+    "twin_calibration",
 ]
 
 _outcomes: Counter[str] = Counter()
@@ -55,6 +60,16 @@ def kvm_host() -> Any:
     from vcpulab.kvm import Host
 
     return Host()
+
+
+@pytest.fixture(scope="session")
+def twin_calibration() -> Any:
+    """A calibration to simulate twins with, no /dev/kvm needed: the file
+    ``$VCPULAB_CALIBRATION`` names, else the reference one vcpulab ships."""
+    from vcpulab import twins
+
+    path = os.environ.get("VCPULAB_CALIBRATION")
+    return twins.Calibration.load(path) if path else twins.reference_calibration()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

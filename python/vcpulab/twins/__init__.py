@@ -84,12 +84,20 @@ from vcpulab.twins._twin import (
     twin,
     twin_machine_cpus,
 )
-from vcpulab.twins._values import Calibration, Value, host_knobs
+from vcpulab.twins._values import (
+    CALIBRATION_FORMAT,
+    REFERENCE_CALIBRATION,
+    Calibration,
+    Value,
+    host_knobs,
+    reference_calibration,
+)
 
 # private, used by tests/test_attach_reliability.py (debugfs mounted by mount(2), never by a program from PATH)
 from vcpulab.twins._values import _mount_debugfs as _mount_debugfs
 
 __all__ = [
+    "CALIBRATION_FORMAT",
     "COST_REPEATS",
     "Calibration",
     "DIRECTION_METRICS",
@@ -102,6 +110,7 @@ __all__ = [
     "MSI_DEADLINE_S",
     "OtherLoad",
     "PV_SPIN_ITER_INSNS",
+    "REFERENCE_CALIBRATION",
     "SPIN_PHASE_DIST",
     "TRACE_COLUMNS",
     "TWIN_MAX_MACHINE_CPUS",
@@ -123,6 +132,7 @@ __all__ = [
     "ks_distance",
     "real_metrics",
     "real_steal_intervals",
+    "reference_calibration",
     "run_real",
     "run_sim",
     "sim_metrics",

@@ -143,7 +143,9 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
             vals.update(_calibrate_sched(cpu, a))
-        cal = Calibration(values=vals, cpu=cpu)
+        from vcpulab.provenance import provenance
+
+        cal = Calibration(values=vals, cpu=cpu, provenance=provenance())
         _CACHE[cpu] = cal
         return cal
 

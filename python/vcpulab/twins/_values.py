@@ -6,11 +6,14 @@ from debugfs, the kernel config and the kvm module's parameters."""
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import os
 import platform
 import re
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -29,6 +32,18 @@ class Value:
         return float(self.value)
 
 
+#: the ``format`` of a saved calibration file
+CALIBRATION_FORMAT = "vcpulab.twins.Calibration/1"
+
+#: a calibration of the project's machine, shipped with the package: a 2-CPU
+#: VM ("Intel(R) Xeon(R) Processor"), Linux 6.18.44, KVM through kvm_pvm
+#: (guest code emulated), measured by ``twins.calibrate()`` on 2026-12-02
+#: (its ``provenance`` says the rest). Its values describe that
+#: host, not yours: use it to simulate twins where /dev/kvm is absent (CI, a
+#: laptop), and calibrate your own host for twins of your runs.
+REFERENCE_CALIBRATION = Path(__file__).with_name("reference_calibration.json")
+
+
 @dataclass(frozen=True)
 class Calibration:
     """What [`calibrate`][vcpulab.twins.calibrate] measured on this host (every entry a [`Value`][vcpulab.twins.Value]).
@@ -41,13 +56,84 @@ class Calibration:
     (MSI sent → vCPU running again after a blocked halt, minus the guest's
     instructions), ``wake_poll_ns`` (the same when the halt-poll loop caught
     the wake-up), ``tsc_khz``, and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
+
+    A calibration travels: [`save`][vcpulab.twins.Calibration.save] writes it
+    as JSON with its provenance, [`load`][vcpulab.twins.Calibration.load]
+    reads it, and [`twin`][vcpulab.twins.twin] / [`run_sim`][vcpulab.twins.run_sim]
+    given one need no /dev/kvm
+    ([`reference_calibration`][vcpulab.twins.reference_calibration]: the
+    project machine's).
     """
 
     values: dict[str, Value]
     cpu: int
+    #: where and when it was measured ([`vcpulab.provenance.provenance`][]:
+    #: version, timestamp, machine, kernel); None for one made by hand
+    provenance: dict[str, Any] | None = None
 
     def __getitem__(self, key: str) -> float:
         return float(self.values[key].value)
+
+    def save(self, path: str | Path) -> Path:
+        """Writes the calibration as JSON (every value with its unit and how
+        it was measured, the CPU, and the provenance), whole or not at all.
+        [`load`][vcpulab.twins.Calibration.load] reads it back: a twin can
+        then be simulated where /dev/kvm is absent (CI, a laptop)."""
+        p = Path(path)
+        if not p.parent.is_dir():
+            raise ValueError(f"Calibration.save: the folder {p.parent} does not exist")
+        doc = {
+            "format": CALIBRATION_FORMAT,
+            "cpu": self.cpu,
+            # a value that is not a number (a knob read as text: see its "how") is null
+            "values": {
+                k: {"value": float(v.value) if math.isfinite(float(v.value)) else None, "unit": v.unit, "how": v.how}
+                for k, v in self.values.items()
+            },
+            "provenance": self.provenance,
+        }
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+            os.replace(tmp, p)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> Calibration:
+        """The calibration [`save`][vcpulab.twins.Calibration.save] wrote to
+        ``path``. ``ValueError`` naming the problem for a file that is not
+        one (another format, a value without a number or unit)."""
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"Calibration.load: no such file {p}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"Calibration.load: {p} is not a calibration file ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != CALIBRATION_FORMAT:
+            raise ValueError(f"Calibration.load: {p} is not a {CALIBRATION_FORMAT} file")
+        cpu, raw = doc.get("cpu"), doc.get("values")
+        if isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0 or not isinstance(raw, dict) or not raw:
+            raise ValueError(f"Calibration.load: {p} needs a CPU id and a non-empty 'values' table")
+        values: dict[str, Value] = {}
+        for k, v in raw.items():
+            x = v.get("value") if isinstance(v, dict) else None
+            ok = (
+                isinstance(v, dict)
+                and (x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)))
+                and isinstance(v.get("unit"), str)
+                and isinstance(v.get("how"), str)
+            )
+            if not ok:
+                raise ValueError(
+                    f"Calibration.load: {p}: value {k!r} needs a finite 'value' (or null), a 'unit' and a 'how'"
+                )
+            values[k] = Value(math.nan if x is None else float(x), v["unit"], v["how"])
+        prov = doc.get("provenance")
+        return cls(values=values, cpu=cpu, provenance=prov if isinstance(prov, dict) else None)
 
     def frame(self) -> pl.DataFrame:
         """One row per value: name, value, unit, how."""
@@ -156,3 +242,10 @@ def host_knobs() -> dict[str, Value]:
         out[name] = Value(v, unit, _hp.host_params.sources[name])  # type: ignore[attr-defined]
     out["machine_cpus"] = Value(len(os.sched_getaffinity(0)), "", "CPUs this process may run on (sched_getaffinity)")
     return out
+
+
+def reference_calibration() -> Calibration:
+    """The calibration of the project's machine shipped with vcpulab
+    ([`REFERENCE_CALIBRATION`][vcpulab.twins.REFERENCE_CALIBRATION]): for
+    simulating twins where /dev/kvm is absent."""
+    return Calibration.load(REFERENCE_CALIBRATION)
