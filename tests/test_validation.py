@@ -750,3 +750,13 @@ def test_held_out_cases_are_scored_apart_from_the_calibration_set():
     assert "held out (the headline)" in V.summary_line(df)
     with pytest.raises(ValueError, match="missing"):
         C.fitted_profile("ple2012_1x", {"host.switch_ns": 2_000}, "a test")
+
+
+def test_a_long_validation_shows_progress_when_asked_and_only_then(capsys):
+    kw = dict(seeds=1, duration_scale=0.05)
+    V.validate(["ple2012_ebizzy_1x"], progress=True, **kw)
+    assert "vcpulab.validation" in capsys.readouterr().err
+    V.validate(["ple2012_ebizzy_1x"], **kw)  # pytest's stderr is not a terminal: no bar
+    assert "vcpulab.validation" not in capsys.readouterr().err
+    with pytest.raises(TypeError, match="progress"):
+        V.validate(["ple2012_ebizzy_1x"], progress="yes", **kw)

@@ -58,6 +58,7 @@ import polars as pl
 from vcpulab import _procfs
 from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type, guard_panics
 from vcpulab._interrupt import keep_partial
+from vcpulab._progress import Bar
 from vcpulab.quality import measure_cpus
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import HaltPoll
@@ -366,6 +367,7 @@ def halt_poll(
     host: Any = None,
     retries: int = 2,
     warn_quality: bool = True,
+    progress: bool | None = None,
 ) -> HaltPollCalibration:
     """Real vs simulated halt polling, cell by cell (see the module docstring).
 
@@ -398,6 +400,8 @@ def halt_poll(
             ``disturbed`` flags a cell that stayed disturbed.
         warn_quality: issue one [`QualityWarning`][vcpulab.quality.QualityWarning]
             naming the cells that stayed disturbed.
+        progress: a progress bar of the real cells (tqdm); default on when
+            stderr is a terminal or in Jupyter.
 
     Ctrl-C stops the cell's vCPU at once: ``KeyboardInterrupt`` within a
     second, its ``partial`` a frame of the real cells that had finished.
@@ -435,6 +439,8 @@ def halt_poll(
         _check_writable("plot", plot)
     retries = check_int("retries", retries, 0, 10)
     check_bool("warn_quality", warn_quality)
+    if progress is not None:
+        check_bool("progress", progress)
     host = host or Host()
     params = hp.host_params()
     t_end = time.monotonic() + deadline_s
@@ -442,6 +448,7 @@ def halt_poll(
     saved = os.sched_getaffinity(0)
     cells: list[dict[str, Any]] = []
     total = len(gaps) * len(maxes)
+    bar = Bar(total, "vcpulab.calibrate.halt_poll", progress)
     try:
         # the MSI sender is this thread: keep it off the vCPU's CPU
         os.sched_setaffinity(0, {sender_cpu})
@@ -478,12 +485,14 @@ def halt_poll(
                         break
                 assert best is not None
                 cells.append({"gap_us": float(gap), "max_poll_ns": int(mx), **best})
+                bar.set(len(cells))
     except KeyboardInterrupt as e:
         keep_partial(
             e, pl.DataFrame(cells), call="calibrate.halt_poll", done=len(cells), total=total, unit="real cells"
         )
         raise
     finally:
+        bar.__exit__(None, None, None)
         os.sched_setaffinity(0, saved)
 
     real = pl.DataFrame(cells).with_columns(

@@ -14,8 +14,9 @@ import numpy as np
 import polars as pl
 
 from vcpulab import _core
-from vcpulab._checks import check_float, check_int, check_seq
+from vcpulab._checks import check_bool, check_float, check_int, check_seq
 from vcpulab._interrupt import keep_partial, partial_of
+from vcpulab._progress import Bar
 from vcpulab.analysis import t_interval
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim._config import Config
@@ -91,14 +92,16 @@ class _Point:
     payload: Any  # Config or Scenario
 
 
-def _run_sim_batch(batch: Sequence[tuple[str, str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def _run_sim_batch(
+    batch: Sequence[tuple[str, str, dict[str, Any]]], on_done: Any = None
+) -> list[tuple[str, dict[str, Any]]]:
     """Runs main-engine points in the calling process (one thread each under
     rayon); returns (key, {"summary": {...}, "vms": {...}}) of plain lists
     (picklable, for executors)."""
     jsons = [j for _, j, _ in batch]
     pols: list[dict[str, Any] | None] = [p for _, _, p in batch]
     try:
-        outs = _core.sim_sweep(jsons, pols, 0, None)
+        outs = _core.sim_sweep(jsons, pols, 0, on_done)
     except KeyboardInterrupt as e:
         # the finished points, in this function's shape
         p = partial_of(e)
@@ -127,12 +130,15 @@ def _run_hp(scs: Sequence[hp.Scenario]) -> list[dict[str, Any]]:
     return res
 
 
-def _execute(points: list[_Point], executor: Any, batch_size: int) -> dict[str, dict[str, Any]]:
+def _execute(
+    points: list[_Point], executor: Any, batch_size: int, progress: bool | None = False
+) -> dict[str, dict[str, Any]]:
     """Every point's result by key. Ctrl-C: KeyboardInterrupt within ~1 s
     whose ``partial`` is this dict of the points that had finished."""
     out: dict[str, dict[str, Any]] = {}
     try:
-        _execute_into(out, points, executor, batch_size)
+        with Bar(sum(p.kind == "sim" for p in points), "vcpulab.validation", progress) as bar:
+            _execute_into(out, points, executor, batch_size, bar)
     except KeyboardInterrupt as e:
         e.partial = _frames_of(out)  # type: ignore[attr-defined]
         raise
@@ -147,12 +153,14 @@ def _frames_of(out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _execute_into(out: dict[str, dict[str, Any]], points: list[_Point], executor: Any, batch_size: int) -> None:
+def _execute_into(
+    out: dict[str, dict[str, Any]], points: list[_Point], executor: Any, batch_size: int, bar: Bar
+) -> None:
     sims = [p for p in points if p.kind == "sim"]
     items = [(p.key, p.payload.to_json(), p.payload.python_policies()) for p in sims]
     if executor is None:
         try:
-            out.update(_run_sim_batch(items))
+            out.update(_run_sim_batch(items, bar.set))
         except KeyboardInterrupt as e:
             out.update(dict(partial_of(e) or []))
             raise
@@ -162,8 +170,9 @@ def _execute_into(out: dict[str, dict[str, Any]], points: list[_Point], executor
         _check_shippable([({}, p.payload) for p in sims], executor)  # Python policies must reach the workers
         futs = [executor.submit(_run_sim_batch, items[i : i + batch_size]) for i in range(0, len(items), batch_size)]
         try:
-            for f in futs:
+            for i, f in enumerate(futs):
                 out.update(f.result())
+                bar.set(min((i + 1) * batch_size, len(items)))
         except KeyboardInterrupt:
             for f in futs:
                 f.cancel()
@@ -254,6 +263,7 @@ def validate(
     duration_scale: float = 1.0,
     costs: str | CostProfile | None = None,
     batch_size: int = 4,
+    progress: bool | None = None,
 ) -> pl.DataFrame:
     """Runs every case (or ``cases``) as one sweep and scores it.
 
@@ -268,7 +278,9 @@ def validate(
     halt-polling model's points run locally (milliseconds each).
 
     ``seeds``: a count (seeds 0..n-1) or the seeds. ``costs``: a cost profile
-    or its name; default each case's own (``"hardware"``).
+    or its name; default each case's own (``"hardware"``). ``progress``: a
+    progress bar of the main-engine points (tqdm); default on when stderr is
+    a terminal or in Jupyter.
 
     Returns one row per case: ``case``, ``era``, ``metric``, ``published``
     (the published value: a change as a fraction, a ratio, or a share),
@@ -303,6 +315,8 @@ def validate(
         unit="(times the nominal lengths)",
     )
     check_int("batch_size", batch_size, 1, 1 << 20)
+    if progress is not None:
+        check_bool("progress", progress)
     if costs is not None and not isinstance(costs, (str, CostProfile)):
         raise TypeError(
             f"validate: costs must be one of {list(COSTS)} or a CostProfile, got {type(costs).__name__} {costs!r}"
@@ -331,7 +345,7 @@ def validate(
                     if k not in points:
                         points[k] = _Point(k, "sim" if isinstance(obj, Config) else "hp", obj)
     try:
-        results = _execute(list(points.values()), executor, batch_size)
+        results = _execute(list(points.values()), executor, batch_size, progress)
     except KeyboardInterrupt as e:
         done = partial_of(e) or {}
         whole = [c for c in sel if c.build is None or all(plan[k] in done for k in plan if k[0] == c.name)]

@@ -39,7 +39,8 @@ from typing import Any
 
 import polars as pl
 
-from vcpulab._checks import check_float, check_int
+from vcpulab._checks import check_bool, check_float, check_int
+from vcpulab._progress import Bar
 from vcpulab.validation._score import validate
 from vcpulab.validation.eras import COSTS, FITTED, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param
 
@@ -118,6 +119,7 @@ def fit(
     seeds: int | None = None,
     duration_scale: float | None = None,
     grid: Mapping[str, Sequence[Any]] | None = None,
+    progress: bool | None = None,
 ) -> pl.DataFrame:
     """Scores every combination of the set's grid on the set's cases only.
 
@@ -127,8 +129,12 @@ def fit(
     published magnitude), ``cases`` and ``rank`` (1 = chosen: more right
     directions, then more within 2x, then the smaller log error).
     ``seeds`` / ``duration_scale`` default to the set's ``settings``;
-    ``grid`` (a subset of the set's values per field) is for tests."""
+    ``grid`` (a subset of the set's values per field) is for tests;
+    ``progress``: a bar over the combinations (default on in a terminal or
+    Jupyter)."""
     cs = _set(cset)
+    if progress is not None:
+        check_bool("progress", progress)
     seeds = check_int("fit: seeds", cs.settings["seeds"] if seeds is None else seeds, 1, 100)
     scale = check_float(
         "fit: duration_scale",
@@ -147,11 +153,15 @@ def fit(
             g[path] = tuple(vals)
     paths = sorted(g)
     rows = []
-    for combo in itertools.product(*(g[p] for p in paths)):
-        values = dict(zip(paths, combo))
-        df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=candidate_profile(cs, values))
-        right, w2, err = _objective(df)
-        rows.append({**values, "direction_right": right, "within_2x": w2, "log_error": err, "cases": df.height})
+    combos = list(itertools.product(*(g[p] for p in paths)))
+    with Bar(len(combos), f"vcpulab.validation.calibration.fit({cs.name})", progress) as bar:
+        for combo in combos:
+            values = dict(zip(paths, combo))
+            prof = candidate_profile(cs, values)
+            df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=prof, progress=False)
+            right, w2, err = _objective(df)
+            rows.append({**values, "direction_right": right, "within_2x": w2, "log_error": err, "cases": df.height})
+            bar.update()
     out = pl.DataFrame(rows)
     out = out.sort(
         ["direction_right", "within_2x", "log_error"], descending=[True, True, False], nulls_last=True
