@@ -247,3 +247,24 @@ def test_gang_share_is_one_under_gang_scheduling_and_low_for_independent_vcpus()
         gang_share(untraced)
     with pytest.raises(ValueError, match="step_ns"):
         gang_share(run(scheduler="gang"), step_ns=0)
+
+
+def test_a_sched_map_of_a_window_of_a_long_run_needs_only_the_windows_rows(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Config.trace_from_ns / trace_until_ns: a 30 ms sched map of a 200 ms
+    run of 8 x 20 vCPUs records the slices that overlap those 30 ms, the
+    same rows as the whole trace has there, and the map draws them."""
+    from vcpulab import sim
+    from vcpulab.sim import scenarios as S
+
+    base = S.sched_map_2012(8, 20, scheduler="fair", duration_ns=60_000_000, warmup_ns=10_000_000, seed=2)
+    full = sim.run(base.replace(trace=True))
+    lo, hi = 30_000_000, 40_000_000
+    win = sim.run(base.replace(trace=True, trace_from_ns=lo, trace_until_ns=hi))
+    assert full.trace is not None and win.trace is not None
+    want = full.trace.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    assert win.trace.equals(want) and 0 < win.trace.height < full.trace.height / 3
+    assert win.summary.equals(full.summary)
+    m = sched_map(win, tmp_path / "w.png", start_ns=lo, end_ns=hi)
+    assert (tmp_path / "w.png").stat().st_size > 0 and m.start_ns == lo
+    # the window's raster is the whole trace's raster of the same window
+    assert np.array_equal(m.image, sched_map(full, start_ns=lo, end_ns=hi).image)

@@ -23,6 +23,13 @@ pub struct SimConfig {
     /// Iterations completing before this instant (ns) are not counted in
     /// ops, throughput and latency (time accounting covers the whole run).
     pub warmup_ns: u64,
+    /// With `trace`: record only the slices that end after this instant, ns
+    /// (whole slices, not clipped). A sched map of a window of a long run
+    /// then needs only that window's rows. Default 0 (from the start).
+    pub trace_from_ns: u64,
+    /// With `trace`: record only the slices that start before this instant,
+    /// ns; 0 = until the run's end. Default 0.
+    pub trace_until_ns: u64,
     /// The host: CPUs and scheduler.
     pub host: HostConfig,
     /// The VMs; each entry stands for `count` identical VMs.
@@ -37,6 +44,8 @@ impl Default for SimConfig {
             duration_ns: 100_000_000,
             trace: false,
             warmup_ns: 0,
+            trace_from_ns: 0,
+            trace_until_ns: 0,
             host: HostConfig::default(),
             vms: vec![VmConfig::default()],
         }
@@ -1230,6 +1239,8 @@ pub fn json_schema() -> serde_json::Value {
 /// probes every boundary).
 pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
     (&["warmup_ns", "duration_ns"], "warmup_ns < duration_ns"),
+    (&["trace_from_ns", "duration_ns"], "trace_from_ns < duration_ns"),
+    (&["trace_until_ns", "trace_from_ns"], "trace_until_ns is 0 (the run's end) or > trace_from_ns"),
     (&["host.idle_states"], "each idle state at least as deep (exit and residency) as the one before"),
     (&["host.noise.kthread_hz", "host.noise.kthread_ns"], "kthread_hz * kthread_ns <= 0.5e9 (half a CPU)"),
     (&["host.noise.vmm_io_hz", "host.noise.vmm_io_ns"], "vmm_io_hz * vmm_io_ns <= 0.5e9 (half a CPU)"),
@@ -1318,6 +1329,15 @@ impl SimConfig {
         })?;
         check(self.warmup_ns < self.duration_ns, || {
             format!("warmup_ns must be < duration_ns ({}), got {}", self.duration_ns, self.warmup_ns)
+        })?;
+        check(self.trace_from_ns < self.duration_ns, || {
+            format!("trace_from_ns must be < duration_ns ({}), got {}", self.duration_ns, self.trace_from_ns)
+        })?;
+        check(self.trace_until_ns == 0 || self.trace_until_ns > self.trace_from_ns, || {
+            format!(
+                "trace_until_ns must be 0 (the run's end) or > trace_from_ns ({}), got {}",
+                self.trace_from_ns, self.trace_until_ns
+            )
         })?;
         let h = &self.host;
         check(h.pcpus >= 1, || format!("host.pcpus must be >= 1, got {}", h.pcpus))?;

@@ -20,6 +20,10 @@ use super::state::*;
 use super::trace::TraceRec;
 use super::SimError;
 
+/// Bytes a trace row takes in `Result.trace` (five 8-byte columns and a
+/// categorical `why` of 4-byte codes), for the trace limit's estimate.
+const FRAME_BYTES_PER_ROW: f64 = 44.0;
+
 impl Sim {
     #[inline]
     fn vslice(&self, t: usize) -> i64 {
@@ -735,6 +739,12 @@ impl Sim {
     }
 
     fn trace_record(&mut self, cpu: usize, t: u32, why: Why) {
+        let start = self.rqs[cpu].trace_start;
+        // `Config.trace_from_ns` / `trace_until_ns`: only the slices that overlap the window
+        let until = self.cfg.trace_until_ns;
+        if self.now <= self.cfg.trace_from_ns || (until != 0 && start >= until) {
+            return;
+        }
         let (vm, vcpu) = match self.tasks[t as usize].kind {
             TaskKind::Vcpu(v) => (self.vcpus[v as usize].vm as i32, self.vcpus[v as usize].idx as i32),
             TaskKind::Bg(_) | TaskKind::Noise(_) => (-1, -1),
@@ -743,10 +753,22 @@ impl Sim {
             return;
         }
         if self.trace.len() as u64 >= self.trace_max_rows {
+            // the rows the asked-for window would need, at the rate so far
+            let from = self.cfg.trace_from_ns;
+            let end = if until == 0 { self.cfg.duration_ns } else { until.min(self.cfg.duration_ns) };
+            let rate = self.trace.len() as f64 / (self.now.saturating_sub(from).max(1)) as f64;
+            let rows = rate * end.saturating_sub(from) as f64;
             self.trace_error = Some(SimError::TraceLimit(format!(
-                "the trace reached trace_max_rows={} rows at t={} ns; raise trace_max_rows, shorten duration_ns \
+                "the trace reached trace_max_rows={} rows at t={} ns; the asked-for trace would need about {:.3e} \
+                 rows ({:.0} MB while the run grows it, {} bytes a row, about {:.0} MB more as a frame); raise \
+                 trace_max_rows, trace a window (Config.trace_from_ns / trace_until_ns), shorten duration_ns \
                  or run without trace",
-                self.trace_max_rows, self.now
+                self.trace_max_rows,
+                self.now,
+                rows,
+                rows * std::mem::size_of::<TraceRec>() as f64 / 1e6,
+                std::mem::size_of::<TraceRec>(),
+                rows * FRAME_BYTES_PER_ROW / 1e6,
             )));
             return;
         }
@@ -759,7 +781,6 @@ impl Sim {
             )));
             return;
         }
-        let start = self.rqs[cpu].trace_start;
         self.trace.push(TraceRec { start_ns: start, end_ns: self.now, pcpu: cpu as u32, vm, vcpu, why });
     }
 }

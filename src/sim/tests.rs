@@ -372,6 +372,34 @@ fn a_trace_limit_stops_the_run_and_changes_nothing_below_it() {
 }
 
 #[test]
+fn a_trace_window_keeps_exactly_the_slices_that_overlap_it_and_changes_nothing_else() {
+    let mut c = small(PolicyKind::DyEligible, 2, 4, 2);
+    c.trace = true;
+    let full = run(&c).unwrap();
+    let t = full.trace.as_ref().unwrap();
+    let (s, e) = (t.u64s("start_ns"), t.u64s("end_ns"));
+    let (from, until) = (c.duration_ns / 3, c.duration_ns / 2);
+    let want: Vec<(u64, u64)> =
+        s.iter().zip(e).filter(|&(&a, &b)| b > from && a < until).map(|(&a, &b)| (a, b)).collect();
+    assert!(!want.is_empty() && want.len() < s.len());
+    c.trace_from_ns = from;
+    c.trace_until_ns = until;
+    let w = run(&c).unwrap();
+    let wt = w.trace.as_ref().unwrap();
+    let got: Vec<(u64, u64)> = wt.u64s("start_ns").iter().zip(wt.u64s("end_ns")).map(|(&a, &b)| (a, b)).collect();
+    assert_eq!(got, want);
+    assert_eq!(w.summary, full.summary, "a window changes only what is recorded");
+    // a limit hit inside a window says what the window would need
+    let cut = run_limited(&c, &|_, vm| Ok(policy::builtin(&vm.policy).unwrap()), &|| false, 2);
+    match cut {
+        Err(SimError::TraceLimit(m)) => assert!(m.contains("would need about") && m.contains("MB"), "{m}"),
+        other => panic!("expected TraceLimit, got {:?}", other.map(|_| ())),
+    }
+    c.trace_until_ns = from;
+    assert!(c.validate().unwrap_err().contains("trace_until_ns"));
+}
+
+#[test]
 fn every_switch_in_of_a_vcpu_thread_costs_switch_ns_of_exit_time_before_its_guest_resumes() {
     // two computing vCPUs on one CPU: every slice starts with the switch
     let mut c = rr(2, 1, 0);

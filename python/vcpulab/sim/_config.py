@@ -1665,6 +1665,12 @@ class Config(_Base):
         warmup_ns: iterations completing before this instant are not counted
             in ops, throughput and latency (time categories cover the whole
             run), ns. Default 0.
+        trace_from_ns: with ``trace``, record only the slices that end after
+            this instant, ns (whole slices, not clipped): a sched map of a
+            window of a long run then needs only that window's rows.
+            Default 0 (from the start).
+        trace_until_ns: with ``trace``, record only the slices that start
+            before this instant, ns; 0 = until the run's end. Default 0.
     """
 
     host: Host = field(default_factory=Host)
@@ -1673,6 +1679,8 @@ class Config(_Base):
     seed: int = 0
     trace: bool = False
     warmup_ns: int = 0
+    trace_from_ns: int = field(default=0, metadata=_NEW)
+    trace_until_ns: int = field(default=0, metadata=_NEW)
 
     def __post_init__(self) -> None:
         if isinstance(self.vms, list):
@@ -1689,6 +1697,13 @@ class Config(_Base):
         _int(self, "seed")
         _bool(self, "trace")
         _int(self, "warmup_ns", hi=self.duration_ns - 1)
+        _int(self, "trace_from_ns", hi=self.duration_ns - 1)
+        _int(self, "trace_until_ns")
+        if self.trace_until_ns and self.trace_until_ns <= self.trace_from_ns:
+            raise ValueError(
+                f"Config.trace_until_ns must be 0 (the run's end) or > trace_from_ns ({self.trace_from_ns}), "
+                f"got {self.trace_until_ns}"
+            )
         names: dict[str, Any] = {}
         for i, v in enumerate(self.vms):
             p = v.policy
