@@ -9,6 +9,7 @@ Every real process is a subprocess with a timeout; bounds on time are generous
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -334,3 +335,51 @@ def test_no_mount_program_is_named_in_the_package() -> None:
     for f in pkg.rglob("*.py"):
         text = f.read_text()
         assert '["mount"' not in text and "'mount'," not in text, f
+
+
+def test_watch_once_as_json_and_a_csv_log(kvm_host: Host, tmp_path: Path) -> None:
+    """`vcpulab watch PID --once --json --log FILE` (kvm_stat's -1, and a
+    log): one JSON object on stdout naming the process and each vCPU thread's
+    rates, the other lines on stderr, the same rows in the CSV, then exit 0;
+    the Parquet carries the provenance."""
+    import csv
+
+    import polars as pl
+
+    target = subprocess.Popen([sys.executable, "-c", VMM], stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert target.stdout is not None
+        assert target.stdout.readline().strip() == "ready"
+        log, pq = tmp_path / "watch.csv", tmp_path / "watch.parquet"
+        args = ["watch", str(target.pid), "--once", "--json", "--interval-s", "0.2"]
+        r = subprocess.run(
+            [sys.executable, "-m", "vcpulab.cli", *args, "--log", str(log), "--parquet", str(pq)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=ENV,
+        )
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert len(lines) == 1, r.stdout
+        doc = json.loads(lines[0])
+        assert doc["pid"] == target.pid and doc["interval_ns"] > 0 and len(doc["vcpus"]) == 1
+        row = doc["vcpus"][0]
+        assert row["vcpu"] == 0 and 0 <= row["cpu_%"] <= 100
+        assert f"watching pid {target.pid}" in r.stderr
+        with open(log) as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 1 and int(rows[0]["tid"]) == row["tid"]
+        meta = pl.read_parquet_metadata(pq)
+        assert "vcpulab.vcpulab_version" in meta and meta["vcpulab.watch_pid"] == str(target.pid)
+        bad = subprocess.run(
+            [sys.executable, "-m", "vcpulab.cli", "watch", str(target.pid), "--once", "--count", "2"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=ENV,
+        )
+        assert bad.returncode == 2 and "not allowed with argument" in bad.stderr
+    finally:
+        target.kill()
+        target.communicate(timeout=30)

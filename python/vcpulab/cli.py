@@ -743,6 +743,8 @@ def _attach(pid: int) -> Any:
 def cmd_watch(args: argparse.Namespace) -> int:
     """A kvm_stat-like live table of another process's vCPU threads, until
     COUNT tables, Ctrl-C, or the process's exit (then one line, status 0)."""
+    if args.log and not Path(args.log).parent.is_dir():
+        raise ValueError(f"--log: the folder {Path(args.log).parent} does not exist")
     a = _attach(args.pid)
     if a is None:
         return 1
@@ -750,45 +752,76 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return _watch(a, args)
 
 
-def _watch(a: Any, args: argparse.Namespace) -> int:
+def _watch_rates(cur_t: Any, prev_t: Any, cur_v: Any, prev_v: Any, dt: int) -> tuple[Any, int, list[dict[str, Any]]]:
+    """One interval's rates: the per-vCPU-thread table (None when no vCPU
+    thread is alive), the interval's ns, and the per-VM stat rates."""
     import polars as pl
 
-    print(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
+    tab = None
+    j = cur_t.join(prev_t, on=["vm", "vcpu", "tid"], suffix="_0")
+    if j.height:
+        dt = int((j["t_ns"] - j["t_ns_0"]).max())  # type: ignore[arg-type]
+        tab = j.select(
+            "vm",
+            "vcpu",
+            "tid",
+            ((pl.col("cpu_ns") - pl.col("cpu_ns_0")) / dt * 100).round(1).alias("cpu_%"),
+            ((pl.col("run_delay_ns") - pl.col("run_delay_ns_0")) / dt * 100).round(1).alias("run_delay_%"),
+            ((pl.col("voluntary_ctxt_switches") - pl.col("voluntary_ctxt_switches_0")) * 1e9 / dt)
+            .round(0)
+            .alias("vol_cs_per_s"),
+            ((pl.col("nonvoluntary_ctxt_switches") - pl.col("nonvoluntary_ctxt_switches_0")) * 1e9 / dt)
+            .round(0)
+            .alias("invol_cs_per_s"),
+            *[
+                ((pl.col(k) - pl.col(k + "_0")) * 1e9 / dt).round(0).alias(f"{k}_per_s")
+                for k in ("exits", "halt_exits", "halt_successful_poll")
+                if k in j.columns
+            ],
+        ).sort(["vm", "vcpu"])
+    vms: list[dict[str, Any]] = []
+    if cur_v.height and prev_v.height:
+        keys = [
+            k for k in ("exits", "halt_exits", "halt_successful_poll", "halt_wakeup", "io_exits") if k in cur_v.columns
+        ]
+        for r in cur_v.join(prev_v, on="vm", suffix="_0").iter_rows(named=True) if keys else ():
+            vms.append({"vm": r["vm"], **{f"{k}_per_s": round((r[k] - r[k + "_0"]) * 1e9 / dt) for k in keys}})
+    return tab, dt, vms
+
+
+def _watch(a: Any, args: argparse.Namespace) -> int:
+    import csv
+
+    import polars as pl
+
+    say = (lambda m: print(m, file=sys.stderr)) if args.json else print
+    say(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
     for n in a.notes:
-        print(f"  note: {n}")
+        say(f"  note: {n}")
+    count = 1 if args.once else args.count
+    log = open(args.log, "w", newline="") if args.log else None
+    writer: Any = None
     frames_t, frames_v = [], []
     prev_t, prev_v = a.sample_once()
     t_first = time.monotonic_ns()
     i = 0
     try:
-        while args.count is None or i < args.count:
+        while count is None or i < count:
             if a.wait_exited(args.interval_s):  # by its pidfd: ends within the interval after the process
-                print(f"-- {time.strftime('%H:%M:%S')}: process {a.pid} ({a.comm}) exited; watch ends")
+                say(f"-- {time.strftime('%H:%M:%S')}: process {a.pid} ({a.comm}) exited; watch ends")
                 break
             cur_t, cur_v = a.sample_once()
             frames_t.append(cur_t)
             frames_v.append(cur_v)
             dt = max((time.monotonic_ns() - t_first) if not i else 1, 1)
-            j = cur_t.join(prev_t, on=["vm", "vcpu", "tid"], suffix="_0")
-            if j.height:
-                dt = int((j["t_ns"] - j["t_ns_0"]).max())  # type: ignore[arg-type]
-                tab = j.select(
-                    "vcpu",
-                    "tid",
-                    ((pl.col("cpu_ns") - pl.col("cpu_ns_0")) / dt * 100).round(1).alias("cpu_%"),
-                    ((pl.col("run_delay_ns") - pl.col("run_delay_ns_0")) / dt * 100).round(1).alias("run_delay_%"),
-                    ((pl.col("voluntary_ctxt_switches") - pl.col("voluntary_ctxt_switches_0")) * 1e9 / dt)
-                    .round(0)
-                    .alias("vol_cs_per_s"),
-                    ((pl.col("nonvoluntary_ctxt_switches") - pl.col("nonvoluntary_ctxt_switches_0")) * 1e9 / dt)
-                    .round(0)
-                    .alias("invol_cs_per_s"),
-                    *[
-                        ((pl.col(k) - pl.col(k + "_0")) * 1e9 / dt).round(0).alias(f"{k}_per_s")
-                        for k in ("exits", "halt_exits", "halt_successful_poll")
-                        if k in j.columns
-                    ],
-                ).sort("vcpu")
+            tab, dt, vms = _watch_rates(cur_t, prev_t, cur_v, prev_v, dt)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            if args.json:
+                rows = tab.to_dicts() if tab is not None else []
+                print(
+                    json.dumps({"time": stamp, "pid": a.pid, "interval_ns": dt, "vcpus": rows, "vms": vms}), flush=True
+                )
+            elif tab is not None:
                 with pl.Config(
                     tbl_rows=64,
                     tbl_cols=-1,
@@ -796,31 +829,34 @@ def _watch(a: Any, args: argparse.Namespace) -> int:
                     tbl_hide_dataframe_shape=True,
                     tbl_hide_column_data_types=True,
                 ):
-                    print(f"-- {time.strftime('%H:%M:%S')}\n{tab}")
+                    print(f"-- {time.strftime('%H:%M:%S')}\n{tab.drop('vm') if a.vms.height <= 1 else tab}")
+                for v in vms:
+                    print(f"   VM fd {v['vm']}: " + ", ".join(f"{k} {x:,}/s" for k, x in v.items() if k != "vm"))
             else:
                 print(f"-- {time.strftime('%H:%M:%S')}: no vCPU thread alive")
-            if cur_v.height and prev_v.height:
-                keys = [
-                    k
-                    for k in ("exits", "halt_exits", "halt_successful_poll", "halt_wakeup", "io_exits")
-                    if k in cur_v.columns
-                ]
-                jv = cur_v.join(prev_v, on="vm", suffix="_0")
-                for r in jv.iter_rows(named=True) if keys else ():
-                    rates = ", ".join(f"{k} {(r[k] - r[k + '_0']) * 1e9 / dt:,.0f}/s" for k in keys)
-                    print(f"   VM fd {r['vm']}: {rates}")
+            if log is not None and tab is not None:
+                if writer is None:
+                    writer = csv.writer(log)
+                    writer.writerow(["time", *tab.columns])
+                for r in tab.iter_rows():
+                    writer.writerow([stamp, *r])
+                log.flush()
             prev_t, prev_v = cur_t, cur_v
             i += 1
     except KeyboardInterrupt:
         pass
+    finally:
+        if log is not None:
+            log.close()
     if args.parquet and frames_t:
         out = Path(args.parquet)
-        pl.concat(frames_t).write_parquet(out)
-        print(f"wrote {out}")
+        meta = _parquet_meta({"vcpulab.watch_pid": str(a.pid), "vcpulab.watch_comm": str(a.comm)})
+        pl.concat(frames_t).write_parquet(out, metadata=meta)
+        say(f"wrote {out}")
         if any(f.height for f in frames_v):
             vm_out = out.with_name(out.stem + "_vm_stats" + out.suffix)
-            pl.concat([f for f in frames_v if f.height], how="diagonal_relaxed").write_parquet(vm_out)
-            print(f"wrote {vm_out}")
+            pl.concat([f for f in frames_v if f.height], how="diagonal_relaxed").write_parquet(vm_out, metadata=meta)
+            say(f"wrote {vm_out}")
     return 0
 
 
@@ -953,13 +989,30 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="seconds between rows (default 1, at most 86400; --interval is its former name)",
     )
-    watch.add_argument(
+    once_or_count = watch.add_mutually_exclusive_group()
+    once_or_count.add_argument(
         "--count",
         type=_positive_int,
         default=None,
         help="stop after COUNT tables (default: until Ctrl-C or the process exits)",
     )
-    watch.add_argument("--parquet", default=None, help="write the per-thread samples there (VM stats beside it)")
+    once_or_count.add_argument(
+        "--once", action="store_true", help="one table after one interval, then exit (kvm_stat -1; --count 1)"
+    )
+    watch.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per interval on stdout (time, pid, interval_ns, per-vCPU rows, per-VM rates); "
+        "the other lines go to stderr",
+    )
+    watch.add_argument(
+        "--log", default=None, metavar="FILE", help="also write every interval's per-vCPU rows to FILE as CSV"
+    )
+    watch.add_argument(
+        "--parquet",
+        default=None,
+        help="write the per-thread samples there (VM stats beside it), with provenance in the file's metadata",
+    )
     watch.set_defaults(func=cmd_watch)
     schema = sub.add_parser("schema", help="the JSON Schema of a SPEC.toml (docs/spec.schema.json)")
     schema.add_argument(
