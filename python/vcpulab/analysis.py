@@ -157,7 +157,12 @@ def _paired_values(a: Any, b: Any, metric: str | None, pair_by: str) -> tuple[np
 def t_critical(confidence: float, df: float) -> float:
     """The two-sided Student-t critical value t_{1-(1-confidence)/2, df}
     (scipy.stats.t.ppf). vcpulab's one source of t quantiles: every interval
-    it reports (Trials.summary, twins, validation, compare) is computed from it."""
+    it reports (Trials.summary, twins, validation, compare) is computed from it.
+
+        >>> from vcpulab.analysis import t_critical
+        >>> round(t_critical(0.95, 4), 3)
+        2.776
+    """
     _check_fraction("confidence", confidence)
     d = check_float("df", df, 0.0, float("inf"), lo_open=True)
     from scipy import stats

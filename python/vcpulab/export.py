@@ -26,6 +26,15 @@ events a row: 0.8 s, 205 bytes a row). The file is written to a temporary
 name and renamed, so nothing half-written is left behind. A window
 (``start_ns``, ``end_ns``) keeps large traces small: Perfetto's UI holds a
 few million slices comfortably.
+
+    >>> import tempfile, json, pathlib
+    >>> from vcpulab import sim
+    >>> from vcpulab.export import to_perfetto
+    >>> r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=2_000_000, trace=True))
+    >>> out = to_perfetto(r, pathlib.Path(tempfile.mkdtemp()) / "run.json")
+    >>> doc = json.loads(out.read_text())
+    >>> sorted({e["name"] for e in doc["traceEvents"] if e["ph"] == "M"})
+    ['process_name', 'process_sort_index', 'thread_name', 'thread_sort_index']
 """
 
 from __future__ import annotations

@@ -247,5 +247,13 @@ def host_knobs() -> dict[str, Value]:
 def reference_calibration() -> Calibration:
     """The calibration of the project's machine shipped with vcpulab
     ([`REFERENCE_CALIBRATION`][vcpulab.twins.REFERENCE_CALIBRATION]): for
-    simulating twins where /dev/kvm is absent."""
+    simulating twins where /dev/kvm is absent.
+
+        >>> from vcpulab import twins
+        >>> from vcpulab.experiment import SpinLock
+        >>> cal = twins.reference_calibration()
+        >>> exp = twins.Experiment(SpinLock(kind="ticket"), vcpus=3, pcpus=(1,), duration_s=0.05)
+        >>> twins.twin(exp, cal).host.pcpus >= 1
+        True
+    """
     return Calibration.load(REFERENCE_CALIBRATION)

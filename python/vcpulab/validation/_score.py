@@ -249,7 +249,14 @@ def within_2x(case: Case | str, value: float) -> bool | None:
     [`Case`][vcpulab.validation.Case] or its name), by the rule
     [`validate`][vcpulab.validation.validate] scores with; None where the
     case publishes no number. What the demo and the notebooks print next to
-    a published number."""
+    a published number.
+
+        >>> from vcpulab import validation
+        >>> validation.within_2x("schedmap2012_gang_vs_ple_8x20", 2.32)  # published 3.88x
+        True
+        >>> validation.within_2x("schedmap2012_gang_vs_ple_8x20", 1.5)
+        False
+    """
     from vcpulab.validation.cases import case as _case
 
     c = _case(case) if isinstance(case, str) else case
