@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use rayon::prelude::*;
 
-use super::sim::{run_polled, Interrupt};
+use super::interrupt::{run_polled, Interrupt};
 use crate::sim::halt_poll::{self, HaltPollConfig, HaltPollState, Policy, Scenario, ScenarioResult};
 use crate::sim::SimError;
 

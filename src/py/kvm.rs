@@ -23,42 +23,10 @@ use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
 use crate::kvm::vcpu::{regs_from_array, regs_to_array, VcpuObserver, REG_NAMES};
 use crate::kvm::{self, Error, Exit, RunUntil, Ucall};
 use crate::py::exit::PyExit;
+use crate::py::interrupt::Interrupt;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Polls for a pending Ctrl-C from a thread that released the GIL, at most
-/// every 50 ms (taking the GIL briefly); remembers the KeyboardInterrupt.
-struct SignalPoll {
-    next: Instant,
-    error: Option<PyErr>,
-}
-
-impl SignalPoll {
-    fn new() -> Self {
-        Self { next: Instant::now() + Duration::from_millis(50), error: None }
-    }
-
-    /// True when a signal handler raised (the caller should stop).
-    fn interrupted(&mut self) -> bool {
-        if self.error.is_some() {
-            return true;
-        }
-        let now = Instant::now();
-        if now < self.next {
-            return false;
-        }
-        self.next = now + Duration::from_millis(50);
-        match Python::try_attach(|py| py.check_signals()) {
-            Some(Ok(())) => false,
-            Some(Err(e)) => {
-                self.error = Some(e);
-                true
-            }
-            None => true, // the interpreter is shutting down
-        }
-    }
 }
 
 fn timeout_deadline(timeout: f64) -> PyResult<Instant> {
@@ -548,12 +516,11 @@ impl PyVm {
     fn msi_train(&self, py: Python<'_>, dest: u32, vector: u32, count: u64, gap_ns: u64) -> PyResult<(u64, u64, u64)> {
         let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
         let irqchip = self.irqchip;
-        let mut signals = SignalPoll::new();
+        let signals = Interrupt::paced();
         let r = py.detach(|| -> kvm::Result<(u64, u64, u64)> {
             let t0 = Instant::now();
             let mut max_late = 0u64;
-            let signals = std::cell::RefCell::new(&mut signals);
-            let stop = || lock(&self.state).is_none() || signals.borrow_mut().interrupted();
+            let stop = || lock(&self.state).is_none() || signals.check();
             for i in 0..count {
                 let due = t0 + Duration::from_nanos(gap_ns.saturating_mul(i));
                 if !kvm::vm::wait_until_or(due, &stop) {
@@ -567,7 +534,7 @@ impl PyVm {
             }
             Ok((count, t0.elapsed().as_nanos() as u64, max_late))
         });
-        if let Some(e) = signals.error {
+        if let Some(e) = signals.take() {
             return Err(e);
         }
         Ok(r?)
@@ -592,9 +559,9 @@ impl PyVm {
         let fd = lock(&self.fd).clone().ok_or(Error::Closed("Vm"))?;
         let mem = self.mem(py)?;
         let irqchip = self.irqchip;
-        let signals = Mutex::new(SignalPoll::new());
+        let signals = Interrupt::paced();
         let rtt = py.detach(|| {
-            let stop = || lock(&self.state).is_none() || lock(&signals).interrupted();
+            let stop = || lock(&self.state).is_none() || signals.check();
             kvm::vm::msi_ping(
                 &fd,
                 irqchip,
@@ -609,7 +576,7 @@ impl PyVm {
                 &stop,
             )
         });
-        if let Some(e) = signals.into_inner().unwrap_or_else(|e| e.into_inner()).error {
+        if let Some(e) = signals.take() {
             return Err(e);
         }
         Ok(PyArray1::from_vec(py, rtt?))
@@ -1178,7 +1145,7 @@ fn run_experiment<'py>(
         sample_every: sample_every.map(Duration::from_secs_f64),
         poll_every: Duration::from_secs_f64(poll_every),
     };
-    let mut signals = SignalPoll::new();
+    let signals = Interrupt::paced();
     let report = py.detach(|| -> kvm::Result<kvm::experiment::Report> {
         // Lock the vCPUs in one global order (by address), so two experiments
         // sharing vCPUs can never deadlock, then restore the plan's order.
@@ -1210,10 +1177,10 @@ fn run_experiment<'py>(
                 Some(kvm::sched::Scheduler::new(s.cfg, s.cpus, sm, s.policies)?)
             }
         };
-        let mut should_stop = || signals.interrupted();
+        let mut should_stop = || signals.check();
         kvm::experiment::run(&mut members, opts, &mut should_stop, sched.as_ref())
     });
-    if let Some(e) = signals.error {
+    if let Some(e) = signals.take() {
         return Err(e);
     }
     let report = match report {

@@ -9,6 +9,7 @@ mod attach;
 mod errors;
 mod exit;
 mod halt_poll;
+mod interrupt;
 mod kvm;
 mod sim;
 mod trace;

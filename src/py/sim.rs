@@ -5,7 +5,6 @@
 //! takes it only while it is being called.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use numpy::IntoPyArray;
@@ -13,6 +12,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+use super::interrupt::{park_if_finalizing, run_polled, Interrupt};
 use crate::sim::config::{SimConfig, VmConfig};
 use crate::sim::{self, Column, DirectedYieldPolicy, SimError, SimResult, SpinCtx, Table, VcpuView};
 
@@ -201,128 +201,6 @@ impl DirectedYieldPolicy for PyPolicy {
             }
         })
         .unwrap_or_else(|| Err("the Python interpreter is shutting down".into()))
-    }
-}
-
-/// Decides when a running simulation stops early: Ctrl-C seen by the thread
-/// that owns the signal handlers (Python's main thread), a caller's
-/// `should_stop()` callable (a checkpointed sweep cancelling its points), or
-/// `stop` set by another thread (the polling loop of [`sim_sweep`]).
-///
-/// Python only runs signal handlers on its main thread: `check_signals()` from
-/// any other thread (a rayon worker, a thread-pool worker) is a no-op, so a
-/// sweep polls on the calling thread and tells the workers through `stop`.
-/// `Python::try_attach` (not `attach`): a daemon thread still simulating while
-/// the interpreter shuts down stops instead of panicking (an abort).
-#[derive(Default)]
-pub(crate) struct Interrupt {
-    err: Mutex<Option<PyErr>>,
-    stop: AtomicBool,
-    should_stop: Option<Py<PyAny>>,
-    /// Only the flag (a worker of `sim_sweep`: the calling thread polls the signals).
-    flag_only: bool,
-}
-
-/// Called last inside a `py.detach` closure: if the interpreter is shutting
-/// down (a daemon thread still simulating when the main thread ended), never
-/// return. Re-attaching then would make CPython end this thread with
-/// `pthread_exit`, whose forced unwind through pyo3's `catch_unwind` aborts
-/// the process; parked, the thread simply ends with the process.
-pub(crate) fn park_if_finalizing() {
-    if Python::try_attach(|_| ()).is_none() {
-        loop {
-            std::thread::park();
-        }
-    }
-}
-
-/// Runs `work` on a scoped thread while the calling thread (GIL released)
-/// polls Python for Ctrl-C every 50 ms and tells the workers through
-/// `interrupt.stop` (their own checks are flag-only). A panic of `work`
-/// becomes Err(message).
-pub(crate) fn run_polled<R: Send>(
-    py: Python<'_>,
-    interrupt: &Interrupt,
-    work: impl FnOnce() -> R + Send,
-) -> Result<R, String> {
-    let finished = AtomicBool::new(false);
-    py.detach(|| {
-        let r = std::thread::scope(|s| {
-            let worker = s.spawn(|| {
-                let r = work();
-                finished.store(true, Ordering::SeqCst);
-                r
-            });
-            while !finished.load(Ordering::SeqCst) && !worker.is_finished() {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                if !interrupt.stop.load(Ordering::SeqCst) {
-                    interrupt.poll_python();
-                }
-            }
-            worker.join().map_err(|p| sim::panic_message(p.as_ref()))
-        });
-        park_if_finalizing();
-        r
-    })
-}
-
-impl Interrupt {
-    pub(crate) fn flag_only() -> Self {
-        Interrupt { flag_only: true, ..Default::default() }
-    }
-
-    fn with_callable(should_stop: Option<Py<PyAny>>) -> Self {
-        Interrupt { should_stop, ..Default::default() }
-    }
-
-    fn set(&self, e: PyErr) {
-        let mut slot = self.err.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            *slot = Some(e);
-        }
-        self.stop.store(true, Ordering::SeqCst);
-    }
-
-    /// Polls Python (signals, `should_stop`); true when the run must stop.
-    fn poll_python(&self) -> bool {
-        let r = Python::try_attach(|py| -> PyResult<bool> {
-            py.check_signals()?;
-            match &self.should_stop {
-                Some(f) => f.call0(py)?.is_truthy(py),
-                None => Ok(false),
-            }
-        });
-        match r {
-            None => {
-                // the interpreter is finalizing: nobody will read the result
-                self.stop.store(true, Ordering::SeqCst);
-                true
-            }
-            Some(Ok(stop)) => {
-                if stop {
-                    self.set(pyo3::exceptions::PyKeyboardInterrupt::new_err("simulation cancelled"));
-                }
-                stop
-            }
-            Some(Err(e)) => {
-                self.set(e);
-                true
-            }
-        }
-    }
-
-    pub(crate) fn check(&self) -> bool {
-        if self.stop.load(Ordering::SeqCst) {
-            return true;
-        }
-        if self.flag_only {
-            return false;
-        }
-        self.poll_python()
-    }
-
-    pub(crate) fn take(&self) -> Option<PyErr> {
-        self.err.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 
