@@ -808,6 +808,7 @@ _VAL_COMMON = [
         *_VAL_COMMON,
         Param("costs", Opt(Enum("era", "measured", "this_host")), None, names=("costs", "cost")),
         Param("batch_size", Int(1, 2**20), 4),
+        Param("progress", Opt(Pred(lambda v: isinstance(v, bool))), None),
     ],
 )
 def _t_validate(ctx: Any, p: str, v: Any) -> None:
@@ -1378,6 +1379,48 @@ def _t_exits_by_reason(ctx: Any, p: str, v: Any) -> None:
     from vcpulab import analysis
 
     analysis.exits_by_reason(ctx.run, by_vcpu=v)
+
+
+# --- export / traveling calibrations ----------------------------------------------------------
+
+
+@target(
+    "export",
+    "export.to_perfetto",
+    [
+        Param("obj", Never(), names=("trace", "Run", "Result")),
+        Param("path", Pred(lambda v: isinstance(v, str) and bool(v)), "x.json", names=("path", "folder")),
+        Param("start_ns", Opt(Int(0, 2_000_000 - 1)), None),
+        Param("end_ns", Opt(Int(1, 2**63 - 1)), None, names=("end_ns", "window")),
+        Param("exits", Bool(), True),
+        Param("halts", Bool(), True),
+    ],
+)
+def _t_to_perfetto(ctx: Any, p: str, v: Any) -> None:
+    from vcpulab import sim
+    from vcpulab.export import to_perfetto
+
+    base: dict[str, Any] = {"obj": sim.run(_tiny(), trace=True), "path": "x.json"}
+    kw = _kw(base, p, v)
+    if isinstance(kw["path"], str) and kw["path"]:
+        kw["path"] = os.path.join(ctx.tmp, kw["path"])
+    to_perfetto(**kw)
+
+
+@target(
+    "twins",
+    "twins.Calibration.load",
+    [Param("path", Pred(lambda v: v == "good"), "good", names=("calibration", "file", "path"))],
+)
+def _t_calibration_load(ctx: Any, p: str, v: Any) -> None:
+    from vcpulab import twins
+
+    path = twins.REFERENCE_CALIBRATION if v == "good" else v
+    if isinstance(v, str) and v != "good":
+        path = os.path.join(ctx.tmp, "cal.json")
+        with open(path, "w") as f:
+            f.write(v)
+    twins.Calibration.load(path)
 
 
 # --- CLI -----------------------------------------------------------------------------------------

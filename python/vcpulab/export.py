@@ -246,11 +246,13 @@ def to_perfetto(
     if start_ns is not None:
         start_ns = check_int("start_ns", start_ns, 0, 2**63 - 1)
     if end_ns is not None:
-        end_ns = check_int("end_ns", end_ns, 0, 2**63 - 1)
+        end_ns = check_int("end_ns", end_ns, 1, 2**63 - 1)
     if start_ns is not None and end_ns is not None and end_ns <= start_ns:
         raise ValueError(f"to_perfetto: end_ns ({end_ns}) must be after start_ns ({start_ns})")
-    if not isinstance(path, (str, Path)) or not str(path):
-        raise TypeError(f"to_perfetto: path must be a file path, got {path!r}")
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"to_perfetto: path must be a file path (str or Path), got {type(path).__name__} {path!r}")
+    if not str(path) or Path(path).is_dir():
+        raise ValueError(f"to_perfetto: path must name a file, got {str(path)!r} (a folder or empty)")
     if not isinstance(obj, pl.DataFrame) and not hasattr(obj, "trace"):
         raise TypeError(f"to_perfetto needs a Run, a sim.Result or a trace frame, got {type(obj).__name__}")
     trace = _frame(obj, "trace")
@@ -271,7 +273,9 @@ def to_perfetto(
         ha = ha.filter(pl.col("time_ns") < end_ns)
     if trace.height == 0:
         raise ValueError(
-            "to_perfetto: no slice of the trace overlaps the window" if (start_ns or end_ns) else "the trace is empty"
+            f"to_perfetto: no slice of the trace overlaps the window start_ns={start_ns}, end_ns={end_ns}"
+            if start_ns is not None or end_ns is not None
+            else "to_perfetto: the trace is empty"
         )
     p = Path(path)
     if not p.parent.is_dir():

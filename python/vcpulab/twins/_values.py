@@ -79,7 +79,13 @@ class Calibration:
         it was measured, the CPU, and the provenance), whole or not at all.
         [`load`][vcpulab.twins.Calibration.load] reads it back: a twin can
         then be simulated where /dev/kvm is absent (CI, a laptop)."""
+        if not isinstance(path, (str, Path)):
+            raise TypeError(
+                f"Calibration.save: path must be a file path (str or Path), got {type(path).__name__} {path!r}"
+            )
         p = Path(path)
+        if not str(path) or p.is_dir():
+            raise ValueError(f"Calibration.save: path must name a file, got {str(path)!r} (a folder or empty)")
         if not p.parent.is_dir():
             raise ValueError(f"Calibration.save: the folder {p.parent} does not exist")
         doc = {
@@ -106,6 +112,10 @@ class Calibration:
         """The calibration [`save`][vcpulab.twins.Calibration.save] wrote to
         ``path``. ``ValueError`` naming the problem for a file that is not
         one (another format, a value without a number or unit)."""
+        if not isinstance(path, (str, Path)):
+            raise TypeError(
+                f"Calibration.load: path must be a file path (str or Path), got {type(path).__name__} {path!r}"
+            )
         p = Path(path)
         try:
             doc = json.loads(p.read_text())
