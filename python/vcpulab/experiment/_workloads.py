@@ -1,0 +1,310 @@
+"""The workloads of [`vcpulab.experiment`][]: a guest program each (assembled in Rust,
+``src/kvm/guest/program.rs``) plus what the host does around it, and the limits of an
+experiment (``GRACE_S``, ``MAX_VCPUS``, ``MAX_DURATION_S``). Imports nothing else of the package."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from vcpulab import _core
+from vcpulab._checks import check_float, check_int, check_seq
+from vcpulab.kvm import Program, Vcpu, Vm
+
+#: Extra wall time after ``duration`` for workloads that stop gracefully (s).
+GRACE_S = 3.0
+
+
+class Workload:
+    """Base class: a guest program plus what the host does around it."""
+
+    program: ClassVar[str]
+    #: True when the guest finishes by itself after the host sets a stop flag
+    #: (then the run waits up to GRACE_S for it); False when the deadline ends it.
+    graceful: ClassVar[bool] = False
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        raise NotImplementedError
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        """Raise ValueError for a configuration the workload cannot run."""
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        """Ask the guest to finish (graceful workloads)."""
+
+    def host_driver(self, vm: Vm, vcpus: Sequence[Vcpu], prog: Program, duration: float) -> Any:
+        """Work the host does while the vCPUs run (called on its own thread)."""
+        return None
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        raise NotImplementedError
+
+    def config(self) -> dict[str, Any]:
+        return {"workload": self.program, **asdict(self)}  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class SpinLock(Workload):
+    """Lock contention: vCPUs repeatedly acquire one lock, increment a shared
+    counter non-atomically inside a critical section of ``hold`` loop
+    iterations, release, then run ``think`` iterations.
+
+    ``kind``: ``"tas"`` (test-and-test-and-set with PAUSE) or ``"ticket"``
+    (FIFO; exposes lock-waiter preemption). ``iterations``: acquisitions per
+    vCPU, 0 = until the duration ends (the host then sets a stop flag and each
+    vCPU finishes its current iteration).
+
+    Result columns per vCPU: acquisitions, pauses (PAUSEs while waiting),
+    max_wait_us, wait_per_acq_us (TSC-timed in the guest), and the VM's
+    ``counter`` (equal to the VM's summed acquisitions when mutual exclusion holds).
+    """
+
+    kind: Literal["tas", "ticket"] = "tas"
+    #: loop iterations inside the critical section (≈ 2 emulated instructions each)
+    hold: int = 50
+    #: loop iterations between release and the next acquire
+    think: int = 50
+    iterations: int = 0
+    program: ClassVar[str] = "spin_lock"
+    graceful: ClassVar[bool] = True
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if self.kind not in ("tas", "ticket"):
+            raise ValueError(f"SpinLock.kind must be 'tas' or 'ticket', got {self.kind!r}")
+        for f in ("hold", "think", "iterations"):
+            check_int(f"{type(self).__name__}.{f}", getattr(self, f), 0, 2**64 - 1)
+        if n_vcpus > 64:
+            raise ValueError(f"spin-lock workloads support at most 64 vCPUs per VM, got {n_vcpus}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {
+            "kind": self.kind,
+            "hold": self.hold,
+            "think": self.think,
+            "iterations": self.iterations,
+            "vcpus": n_vcpus,
+        }
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        vm.write_u64(_field(prog, "stop")["gpa"], 1)
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        khz = vcpus[0].tsc_khz
+        ids = [v.id for v in vcpus]
+        acq = r["acquisitions"][ids]
+        out: dict[str, list[Any]] = {
+            "acquisitions": acq.tolist(),
+            "pauses": r["pauses"][ids].tolist(),
+            "max_wait_us": (r["max_wait_cycles"][ids] / khz * 1e3).tolist(),
+            "wait_per_acq_us": np.where(
+                acq > 0, r["total_wait_cycles"][ids] / np.maximum(acq, 1) / khz * 1e3, np.nan
+            ).tolist(),
+            "counter": [int(r["counter"][0])] * len(ids),
+        }
+        if self.program == "pv_spin_lock":
+            out["halts"] = r["halts"][ids].tolist()
+            out["kicks"] = r["kicks"][ids].tolist()
+        return out
+
+
+@dataclass(frozen=True)
+class PvSpinLock(SpinLock):
+    """``SpinLock`` whose waiters read the holder's steal-time ``preempted``
+    byte every ``check_every`` PAUSEs and, when it is set, halt until the
+    unlocker kicks them with an IPI (vector ``kick_vector``): the guest side of
+    ``vcpu_is_preempted`` ([S2]). Extra columns: halts, kicks.
+
+    Hosts with VMX/SVM set ``preempted`` themselves; this host never does
+    (measured here: it emulates every guest instruction), so ``preempted_from_host`` writes the byte of the
+    listed vCPUs from the host for the whole run (their steal-time MSR is then
+    left disabled, so KVM does not clear it).
+    """
+
+    #: only "tas": the pv lock is a test-and-set lock (the guest kernel's pv
+    #: qspinlock is not modelled in the real guest; the simulator has it)
+    kind: Literal["tas"] = "tas"  # type: ignore[assignment]
+    check_every: int = 64
+    kick_vector: int = 0xF0
+    preempted_from_host: tuple[int, ...] = ()
+    program: ClassVar[str] = "pv_spin_lock"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if self.kind != "tas":
+            raise ValueError(f"PvSpinLock.kind must be 'tas' (a pv test-and-set lock), got {self.kind!r}")
+        super().check(n_vcpus, irqchip)
+        if not irqchip:
+            raise ValueError("PvSpinLock needs irqchip=True (its kick is an IPI)")
+        check_int("PvSpinLock.check_every", self.check_every, 1, 2**64 - 1)
+        check_int("PvSpinLock.kick_vector", self.kick_vector, 32, 255)
+        for v in check_seq("PvSpinLock.preempted_from_host", self.preempted_from_host, "vCPU ids"):
+            check_int("PvSpinLock.preempted_from_host entry", v, 0)
+            if not 0 <= v < n_vcpus:
+                raise ValueError(f"PvSpinLock.preempted_from_host names vCPU {v}, but there are {n_vcpus}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {
+            "hold": self.hold,
+            "think": self.think,
+            "iterations": self.iterations,
+            "check_every": self.check_every,
+            "kick_vector": self.kick_vector,
+            "vcpus": n_vcpus,
+        }
+
+
+@dataclass(frozen=True)
+class MsiPingPong(Workload):
+    """Host → vCPU messages: the guest halts; ``gap_us`` after it announced
+    its halt the host sends an MSI; ``rounds`` times (2 to 16,384: the guest
+    records every round's halt in its data area). Needs one vCPU per VM.
+
+    Result columns: rounds, rtt_median_us / rtt_p99_us (host-timed, MSI sent →
+    guest about to halt again), halt_median_us (guest-timed with RDTSC and
+    KVM's TSC frequency).
+    """
+
+    rounds: int = 1000
+    gap_us: float = 50.0
+    vector: int = 0x40
+    program: ClassVar[str] = "msi_pong"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if n_vcpus != 1:
+            raise ValueError(f"MsiPingPong runs on exactly one vCPU per VM, got {n_vcpus}")
+        if not irqchip:
+            raise ValueError("MsiPingPong needs irqchip=True")
+        check_int("MsiPingPong.rounds", self.rounds, 2, _core.MAX_PROGRAM_ROUNDS)
+        check_float("MsiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
+        check_int("MsiPingPong.vector", self.vector, 32, 255)
+        if self.rounds < 2 or self.gap_us < 0:
+            raise ValueError(f"MsiPingPong needs rounds >= 2 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"vector": self.vector, "count": self.rounds}
+
+    def host_driver(self, vm: Vm, vcpus: Sequence[Vcpu], prog: Program, duration: float) -> Any:
+        halts = _field(prog, "halts")["gpa"]
+        return vm._vm.msi_ping(vcpus[0].id, self.vector, self.rounds, int(self.gap_us * 1000), halts, duration)
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        khz = vcpus[0].tsc_khz
+        halt = vm.results(prog)["halt_cycles"] / khz * 1e3
+        rtt = np.asarray(driver if driver is not None else [], dtype=float) / 1e3
+        return {
+            "rounds": [int(len(rtt) + 1 if len(rtt) else 0)],
+            "rtt_median_us": [float(np.median(rtt)) if len(rtt) else float("nan")],
+            "rtt_p99_us": [float(np.percentile(rtt, 99)) if len(rtt) else float("nan")],
+            "halt_median_us": [float(np.median(halt[halt > 0])) if (halt > 0).any() else float("nan")],
+        }
+
+
+@dataclass(frozen=True)
+class IpiPingPong(Workload):
+    """vCPU ↔ vCPU messages: vCPU 0 waits ``gap_us`` (spinning on RDTSC), sends
+    an IPI to vCPU 1 and halts until its reply; ``rounds`` times (at most
+    16,384: the guest records every round). Needs two vCPUs.
+
+    Result columns (on vCPU 0's row): rounds, rtt_median_us, rtt_p99_us
+    (guest RDTSC, converted with KVM's TSC frequency); vCPU 1's row has replies.
+    """
+
+    rounds: int = 1000
+    gap_us: float = 50.0
+    vector_base: int = 0x60
+    program: ClassVar[str] = "ipi_ping_pong"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if n_vcpus != 2:
+            raise ValueError(f"IpiPingPong runs on exactly two vCPUs per VM, got {n_vcpus}")
+        if not irqchip:
+            raise ValueError("IpiPingPong needs irqchip=True")
+        check_int("IpiPingPong.rounds", self.rounds, 1, _core.MAX_PROGRAM_ROUNDS)
+        check_float("IpiPingPong.gap_us", self.gap_us, 0.0, unit="µs")
+        check_int("IpiPingPong.vector_base", self.vector_base, 32, 254)
+        if self.rounds < 1 or self.gap_us < 0:
+            raise ValueError(f"IpiPingPong needs rounds >= 1 and gap_us >= 0, got {self.rounds}, {self.gap_us}")
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        # gap in TSC cycles is filled in by run() once the TSC frequency is known
+        return {"rounds": self.rounds, "vector_base": self.vector_base}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        khz = vcpus[0].tsc_khz
+        done = int(r["rounds_done"][0])
+        rtt = r["rtt_cycles"][:done] / khz * 1e3
+        med = float(np.median(rtt)) if done else float("nan")
+        p99 = float(np.percentile(rtt, 99)) if done else float("nan")
+        return {
+            "rounds": [done, 0],
+            "replies": [0, int(r["replies"][0])],
+            "rtt_median_us": [med, float("nan")],
+            "rtt_p99_us": [p99, float("nan")],
+        }
+
+
+@dataclass(frozen=True)
+class IdleTicks(Workload):
+    """The idle guest of [S5]: each vCPU's LAPIC timer fires at ``hz``
+    and the vCPU halts in between (until the duration ends).
+
+    Result columns: ticks (timer interrupts taken, all vCPUs of the VM),
+    halts (per vCPU).
+    """
+
+    hz: int = 250
+    vector: int = 0xEC
+    program: ClassVar[str] = "idle_ticks"
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if not irqchip:
+            raise ValueError("IdleTicks needs irqchip=True (the LAPIC timer)")
+        check_int("IdleTicks.hz", self.hz, 1, 100_000)
+        check_int("IdleTicks.vector", self.vector, 32, 255)
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"hz": self.hz, "ticks": 0, "vector": self.vector}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        halts = vm.results(prog)["halts"]
+        ticks = int(vm.irq_counts()[self.vector])
+        return {"ticks": [ticks] * len(vcpus), "halts": [int(halts[v.id]) for v in vcpus]}
+
+
+@dataclass(frozen=True)
+class Spin(Workload):
+    """A CPU-bound guest: every vCPU executes PAUSE in a loop until the
+    duration ends (a vCPU that always wants its CPU, for steal-time studies).
+
+    Result column: pauses (PAUSEs executed by each vCPU).
+    """
+
+    program: ClassVar[str] = "pause_loop"
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {"iterations": 0}
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        counter = vm.results(prog)["counter"]
+        return {"pauses": [int(counter[v.id]) for v in vcpus]}
+
+
+#: Most vCPUs per VM of an experiment: guest programs address vCPUs by their
+#: 8-bit xAPIC id (and keep one result slot per id below 256).
+MAX_VCPUS = 256
+#: Longest experiment, s (a run's hard deadline must fit in a day).
+MAX_DURATION_S = 86_400.0 - GRACE_S
+
+
+def _field(prog: Program, name: str) -> dict[str, Any]:
+    return next(r for r in prog.results if r["name"] == name)
+
+
+def _record_gpa(prog: Program, name: str, vcpu: int) -> int:
+    """The guest-physical address of vCPU ``vcpu``'s entry of a per-vCPU result field."""
+    f = _field(prog, name)
+    return int(f["gpa"]) + vcpu * int(f["stride"])
