@@ -62,14 +62,7 @@ def sim_wakeups(res: sim.Result) -> pl.DataFrame:
     """
     if res.trace is None:
         raise ValueError("sim_wakeups needs a run with trace=True")
-    schema = {
-        "vm": pl.Int64,
-        "vcpu": pl.Int64,
-        "tid": pl.Int64,
-        "wake_ns": pl.Int64,
-        "run_ns": pl.Int64,
-        "latency_ns": pl.Int64,
-    }
+    schema = dict(tracing.WAKEUPS_SCHEMA)  # the real runs' wake-up columns: one schema for both
     t = res.trace.filter(pl.col("vcpu") >= 0).sort(["vm", "vcpu", "start_ns"])
     if t.filter(pl.col("why") == "halt").height == 0:
         return pl.DataFrame(schema=schema)
