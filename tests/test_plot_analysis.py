@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from vcpulab.analysis import LowPowerWarning, compare, mean_interval, time_breakdown
+from vcpulab.analysis import LowPowerWarning, compare, mean_interval, t_critical, time_breakdown
 from vcpulab.plot import BLACK, WHITE, policy_comparison, sched_map, sched_map_image, vcpu_color
 from vcpulab.testing import assert_between, assert_equal_columns, assert_monotonic
 
@@ -268,3 +268,66 @@ def test_a_sched_map_of_a_window_of_a_long_run_needs_only_the_windows_rows(tmp_p
     assert (tmp_path / "w.png").stat().st_size > 0 and m.start_ns == lo
     # the window's raster is the whole trace's raster of the same window
     assert np.array_equal(m.image, sched_map(full, start_ns=lo, end_ns=hi).image)
+
+
+def test_bounded_interval_stays_in_range_and_is_the_t_interval_far_from_a_bound() -> None:
+    from vcpulab.analysis import bounded_interval, interval_method, t_interval, value_range
+
+    # the issue's case: five trials of a count; the t interval goes below 0, this one cannot
+    counts = [0, 12, 40, 90, 105]
+    assert t_interval(counts)[1] < 0
+    m, lo, hi = bounded_interval(counts, low=0)
+    assert m == pytest.approx(49.4) and 0 < lo < m < hi
+    f = np.exp(t_critical(0.95, 4) * np.std(counts, ddof=1) / np.sqrt(5) / m)
+    assert (lo, hi) == pytest.approx((m / f, m * f))
+    # far from the bound it is the t interval to within a fraction of a percent
+    far = [1000.0, 1010.0, 990.0, 1004.0]
+    assert bounded_interval(far, low=0) == pytest.approx(t_interval(far), rel=1e-3)
+    assert bounded_interval(far) == pytest.approx(t_interval(far))
+    # a share: inside [0, 1] even at 0.97 with few values; an upper bound alone mirrors the lower
+    share = [0.99, 0.93, 1.0, 0.96]
+    assert t_interval(share)[2] > 1
+    _, lo, hi = bounded_interval(share, low=0, high=1)
+    assert 0 < lo < np.mean(share) < hi < 1
+    _, lo1, hi1 = bounded_interval([1 - x for x in share], high=1)
+    _, lo0, hi0 = bounded_interval(share, low=0)
+    assert (1 - hi1, 1 - lo1) == pytest.approx((lo0, hi0)) and 0 < lo0 and hi1 < 1
+    # every value on the bound: the point interval; one value: NaN bounds
+    assert bounded_interval([0, 0, 0], low=0) == (0.0, 0.0, 0.0)
+    assert bounded_interval([1.0, 1.0], low=0, high=1) == (1.0, 1.0, 1.0)
+    assert np.isnan(bounded_interval([3.0], low=0)[1])
+    # a value outside the range, or a range that is empty, is refused by name
+    with pytest.raises(ValueError, match="leave the range"):
+        bounded_interval([-1, 2, 3], low=0)
+    with pytest.raises(ValueError, match="below high"):
+        bounded_interval([0.5, 0.6], low=1, high=1)
+    with pytest.raises(ValueError, match="confidence"):
+        bounded_interval([1, 2], confidence=1.5, low=0)
+    assert [interval_method(), interval_method(0), interval_method(0, 1)] == ["t", "log-t", "logit-t"]
+    # the ranges vcpulab's column names carry
+    assert value_range("steal_fraction") == value_range("polled_per_halt") == (0.0, 1.0)
+    assert value_range("acq_per_s") == value_range("wait_per_acq_us") == value_range("n", pl.Int64) == (0.0, None)
+    assert value_range("effect") == value_range("effect", pl.Float64) == (None, None)
+
+
+def test_bounded_interval_covers_at_its_level_on_small_samples_of_counts_and_shares() -> None:
+    """Coverage of the true mean over 2000 fixed-seed samples (deterministic):
+    at the nominal 95 % where the t interval also is, never out of range where
+    the t interval often is."""
+    from vcpulab.analysis import bounded_interval, t_interval
+
+    rng = np.random.default_rng(1)
+    for draw, truth, lo_b, hi_b in [
+        (lambda: rng.poisson(3.0, 5), 3.0, 0.0, None),
+        (lambda: rng.binomial(200, 0.97, 5) / 200, 0.97, 0.0, 1.0),
+    ]:
+        hit = out = t_out = 0
+        for _ in range(2000):
+            x = draw()
+            _, a, b = bounded_interval(x, 0.95, lo_b, hi_b)
+            _, c, d = t_interval(x)
+            hit += a <= truth <= b
+            out += a < lo_b or (hi_b is not None and b > hi_b)
+            t_out += c < lo_b or (hi_b is not None and d > hi_b)
+        assert 0.93 <= hit / 2000 <= 0.98
+        assert out == 0 and t_out > 0

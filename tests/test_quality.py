@@ -3,6 +3,7 @@ QualityWarning, and the re-measuring helper of vcpulab.testing."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -164,12 +165,18 @@ def test_repeat_runs_trials_and_gives_means_with_confidence_intervals(kvm_host: 
     assert q.height == 3 and set(q.columns) >= {"trial", "other_share", "disturbed", "reasons"}
     s = tr.summary(["pauses"])
     assert s.height == 2 and (s["n"] == 3).all()
-    # the interval is the t interval of the three trials' values
+    # pauses are a count: the interval is the t interval of log(mean), mapped back
+    # (it cannot go below 0, as the symmetric one can on a few trials)
     v = tr.results.filter(pl.col("vcpu") == 0)["pauses"].cast(pl.Float64)
     row = s.filter(pl.col("vcpu") == 0).row(0, named=True)
-    half = t_critical(0.95, 2) * v.std() / 3**0.5
+    assert row["interval"] == "log-t"
     assert row["mean"] == pytest.approx(v.mean())
-    assert row["ci_low"] == pytest.approx(v.mean() - half) and row["ci_high"] == pytest.approx(v.mean() + half)
+    if v.mean() > 0:
+        f = math.exp(t_critical(0.95, 2) * v.std() / 3**0.5 / v.mean())
+        assert row["ci_low"] == pytest.approx(v.mean() / f) and row["ci_high"] == pytest.approx(v.mean() * f)
+    else:  # no pauses in any trial: the point interval at 0
+        assert row["ci_low"] == row["ci_high"] == 0.0
+    assert 0 <= row["ci_low"] <= row["mean"] <= row["ci_high"]
     with pytest.raises(ValueError, match="repeat"):
         run(Spin(), vcpus=1, repeat=0, host=kvm_host)
     with pytest.raises(ValueError, match="confidence"):

@@ -34,15 +34,19 @@ from vcpulab._checks import check_bool, check_float, check_int, check_seq
 __all__ = [
     "MAX_RESAMPLES",
     "Comparison",
+    "IntervalMethod",
     "LowPowerWarning",
+    "bounded_interval",
     "compare",
     "exits_by_reason",
+    "interval_method",
     "gang_share",
     "mean_interval",
     "stat_deltas",
     "t_critical",
     "t_interval",
     "time_breakdown",
+    "value_range",
     "wakeup_latency",
 ]
 
@@ -185,6 +189,130 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -
         return m, float("nan"), float("nan")
     h = t_critical(confidence, x.size - 1) * float(x.std(ddof=1)) / float(np.sqrt(x.size))
     return m, m - h, m + h
+
+
+#: how [`bounded_interval`][vcpulab.analysis.bounded_interval] formed an interval: ``"t"`` (no
+#: bound: the symmetric Student-t interval), ``"log-t"`` (one bound: the t interval of the log of the
+#: distance to the bound), ``"logit-t"`` (both bounds: the t interval of the logit of the position
+#: between them)
+IntervalMethod = Literal["t", "log-t", "logit-t"]
+
+#: result-column name endings that mean a share of something, in [0, 1]
+_SHARE_ENDINGS = ("_share", "_fraction", "_per_halt")
+#: result-column name endings of a duration, a rate or a size: never negative
+_UNIT_ENDINGS = ("_s", "_ms", "_us", "_ns", "_per_s", "_hz", "_bytes", "_mb")
+
+
+def value_range(name: str, dtype: Any = None) -> tuple[float | None, float | None]:
+    """The range a quantity cannot leave, read from its name and type as vcpulab
+    names columns: ``(0, 1)`` for a share (a name ending ``_share``,
+    ``_fraction`` or ``_per_halt``); ``(0, None)`` for a count (an integer
+    ``dtype``) or a duration, rate or size (a name ending in its unit, ``_us``,
+    ``_per_s``, …); ``(None, None)`` otherwise. ``dtype`` is a polars or numpy
+    dtype, or None.
+
+        >>> from vcpulab.analysis import value_range
+        >>> value_range("steal_fraction"), value_range("wait_per_acq_us"), value_range("delta")
+        ((0.0, 1.0), (0.0, None), (None, None))
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"value_range: name must be a str, got {type(name).__name__}")
+    if name.endswith(_SHARE_ENDINGS):
+        return (0.0, 1.0)
+    integer = False
+    if dtype is not None:
+        if isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType)):
+            integer = dtype.is_integer()
+        else:
+            integer = np.issubdtype(np.dtype(dtype), np.integer)
+    if integer or name.endswith(_UNIT_ENDINGS):
+        return (0.0, None)
+    return (None, None)
+
+
+def interval_method(low: float | None = None, high: float | None = None) -> IntervalMethod:
+    """The [`IntervalMethod`][vcpulab.analysis.IntervalMethod]
+    [`bounded_interval`][vcpulab.analysis.bounded_interval] uses for these bounds."""
+    if low is not None and high is not None:
+        return "logit-t"
+    if low is not None or high is not None:
+        return "log-t"
+    return "t"
+
+
+def bounded_interval(
+    values: Sequence[float] | np.ndarray,
+    confidence: float = 0.95,
+    low: float | None = None,
+    high: float | None = None,
+) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the finite ``values`` and an interval for
+    it that cannot leave the range ``[low, high]`` the quantity lives in (a
+    count or a rate cannot go below 0, a share above 1).
+
+    The symmetric t interval of a small sample of counts can: 5 trials of 0,
+    12, 40, 90 and 105 acquisitions give the mean 49.4 with the t interval
+    [-8.4, 107.2]. Here the interval is formed on a scale where the bound is
+    out of reach and mapped back (the delta method: the standard error of the
+    mean divided by the slope of the transform at the mean), so it is
+    asymmetric near a bound and matches the t interval far from it:
+
+    * no bound: the Student-t interval (as [`t_interval`][vcpulab.analysis.t_interval]);
+    * one bound: the t interval of ``log(mean - low)`` (or of ``log(high - mean)``);
+    * both: the t interval of ``logit((mean - low) / (high - low))``.
+
+    A mean on its bound (every value there) gives the point interval
+    ``[mean, mean]``. NaN bounds with fewer than two finite values, all NaN
+    with none; NaN and infinite values are left out, as in ``t_interval``.
+    A value outside ``[low, high]`` raises ValueError: the range is wrong.
+
+        >>> from vcpulab.analysis import bounded_interval
+        >>> m, lo, hi = bounded_interval([0, 12, 40, 90, 105], low=0)
+        >>> round(m, 1), round(lo, 1), round(hi, 1)
+        (49.4, 15.3, 159.2)
+    """
+    _check_fraction("confidence", confidence)
+    lo_b = None if low is None else check_float("low", low, -float("inf"), float("inf"))
+    hi_b = None if high is None else check_float("high", high, -float("inf"), float("inf"))
+    if lo_b is not None and hi_b is not None and not lo_b < hi_b:
+        raise ValueError(f"bounded_interval: low ({lo_b}) must be below high ({hi_b})")
+    x = np.asarray(values, dtype=float).ravel()
+    x = x[np.isfinite(x)]
+    if (lo_b is not None and (x < lo_b).any()) or (hi_b is not None and (x > hi_b).any()):
+        raise ValueError(
+            f"bounded_interval: values {x.min()}..{x.max()} leave the range [{lo_b}, {hi_b}] "
+            "the quantity is said to live in"
+        )
+    if x.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = float(x.mean())
+    if x.size < 2:
+        return m, float("nan"), float("nan")
+    se = float(x.std(ddof=1)) / float(np.sqrt(x.size))
+    t = t_critical(confidence, x.size - 1)
+    if lo_b is None and hi_b is None:
+        return m, m - t * se, m + t * se
+    if lo_b is not None and hi_b is not None:
+        span = hi_b - lo_b
+        p = (m - lo_b) / span
+        if p <= 0.0 or p >= 1.0:
+            return m, m, m
+        z = np.log(p / (1 - p))
+        h = t * (se / span) / (p * (1 - p))
+        a, b = 1 / (1 + np.exp(-(z - h))), 1 / (1 + np.exp(-(z + h)))
+        return m, float(lo_b + span * a), float(lo_b + span * b)
+    if lo_b is not None:
+        d = m - lo_b
+        if d <= 0.0:
+            return m, m, m
+        f = float(np.exp(t * se / d))
+        return m, lo_b + d / f, lo_b + d * f
+    assert hi_b is not None
+    d = hi_b - m
+    if d <= 0.0:
+        return m, m, m
+    f = float(np.exp(t * se / d))
+    return m, hi_b - d * f, hi_b - d / f
 
 
 def mean_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> tuple[float, float]:

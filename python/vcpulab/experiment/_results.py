@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from vcpulab import analysis as _analysis
@@ -224,10 +223,16 @@ class Trials:
         self, columns: Sequence[str] | None = None, confidence: float = 0.95, include_disturbed: bool = True
     ) -> pl.DataFrame:
         """Per (vm, vcpu, column): ``n`` trials, ``mean``, ``std`` (sample),
-        and the ``ci_low``/``ci_high`` of the mean (Student t, ``confidence``
-        0.90/0.95/0.99; NaN with one trial). ``columns``: result columns
-        (default: every numeric one); ``include_disturbed=False`` leaves out
-        trials whose quality says other tasks disturbed them."""
+        and the ``ci_low``/``ci_high`` of the mean (``confidence``
+        0.90/0.95/0.99; NaN with one trial), formed by
+        [`bounded_interval`][vcpulab.analysis.bounded_interval] inside the
+        range the column cannot leave ([`value_range`][vcpulab.analysis.value_range]:
+        a count, a duration or a rate is never negative), so a small sample
+        of counts never gets a negative bound; ``interval`` names the method
+        (``"log-t"`` for those, ``"t"`` for a column with no known range).
+        ``columns``: result columns (default: every numeric one);
+        ``include_disturbed=False`` leaves out trials whose quality says other
+        tasks disturbed them."""
         res = self.results
         if not include_disturbed:
             keep = [i for i, r in enumerate(self.runs) if not r.quality.disturbed]
@@ -243,14 +248,21 @@ class Trials:
             pl.len().alias("n"),
             pl.col("value").cast(pl.Float64).mean().alias("mean"),
             pl.col("value").cast(pl.Float64).std().alias("std"),
+            pl.col("value").cast(pl.Float64).alias("values"),
         )
-        half = [
-            t_critical(confidence, n - 1) * sd / np.sqrt(n) if n > 1 and sd is not None else float("nan")
-            for n, sd in zip(agg["n"], agg["std"])
+        ranges = {c: _analysis.value_range(c, res.schema[c]) for c in cols}
+        bounds = [
+            _analysis.bounded_interval(v, confidence, *ranges[c])[1:] for c, v in zip(agg["column"], agg["values"])
         ]
-        return agg.with_columns(
-            (pl.col("mean") - pl.Series(half)).alias("ci_low"), (pl.col("mean") + pl.Series(half)).alias("ci_high")
-        ).sort(["vm", "vcpu", "column"])
+        return (
+            agg.drop("values")
+            .with_columns(
+                pl.Series("ci_low", [b[0] for b in bounds], dtype=pl.Float64),
+                pl.Series("ci_high", [b[1] for b in bounds], dtype=pl.Float64),
+                pl.Series("interval", [_analysis.interval_method(*ranges[c]) for c in agg["column"]], dtype=pl.String),
+            )
+            .sort(["vm", "vcpu", "column"])
+        )
 
     def __repr__(self) -> str:
         d = sum(1 for r in self.runs if r.quality.disturbed)

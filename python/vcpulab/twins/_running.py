@@ -15,7 +15,7 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import check_bool, check_int, check_seq, check_type
 from vcpulab._interrupt import keep_partial, partial_of
-from vcpulab.analysis import t_interval
+from vcpulab.analysis import bounded_interval, value_range
 from vcpulab.experiment import IpiPingPong, Run
 from vcpulab.twins._calibration import calibrate
 from vcpulab.twins._distributions import sim_wakeups, vcpu_slices
@@ -138,6 +138,20 @@ FLOORS: dict[str, float] = {
 }
 
 
+def _interval(metric: str, values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high) of one metric over trials or seeds, inside the range the
+    metric cannot leave ([`value_range`][vcpulab.analysis.value_range]: rates and
+    times at least 0, shares within [0, 1]). A measured share a hair above 1
+    (steal-time area against wall time, clocks read apart) is measurement noise,
+    not a new range: then the plain t interval."""
+    lo, hi = value_range(metric)
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    if (lo is not None and (x < lo).any()) or (hi is not None and (x > hi).any()):
+        lo = hi = None
+    return bounded_interval(x, 0.95, lo, hi)
+
+
 def compare(
     exp: Experiment,
     trials: int = 3,
@@ -158,7 +172,8 @@ def compare(
     ([`start_gap_of`][vcpulab.twins.start_gap_of]).
 
     Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
-    ``real_lo``/``real_hi`` (95 % t-interval; NaN with one trial), ``sim``
+    ``real_lo``/``real_hi`` (95 % t interval inside the metric's range,
+    [`bounded_interval`][vcpulab.analysis.bounded_interval]; NaN with one trial), ``sim``
     with ``sim_lo``/``sim_hi`` (over seeds), ``rel_err`` = |sim − real| /
     |real|, ``informative`` (False when both sides are below the metric's
     floor, e.g. 0 vs 0 halts), ``ks`` (two-sample Kolmogorov-Smirnov
@@ -251,8 +266,8 @@ def _compare_rows(
     for m in _metrics_of(exp):
         rv = [x[m] for x in rm if m in x]
         sv = [x[m] for x in sm if m in x]
-        r_m, r_lo, r_hi = t_interval(rv)
-        s_m, s_lo, s_hi = t_interval(sv)
+        r_m, r_lo, r_hi = _interval(m, rv)
+        s_m, s_lo, s_hi = _interval(m, sv)
         fl = FLOORS.get(m, 0.0)
         informative = bool(r_m == r_m and s_m == s_m and (abs(r_m) > fl or abs(s_m) > fl))
         rel = abs(s_m - r_m) / abs(r_m) if (r_m == r_m and s_m == s_m and r_m != 0) else float("nan")
