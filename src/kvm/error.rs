@@ -36,6 +36,12 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
 
+    /// iced-x86 could not assemble a guest program (an instruction form or a
+    /// label it cannot encode). `?` converts it where a program is built
+    /// (`guest/program.rs`); maps to ValueError, as an argument out of range does.
+    #[error("assembling guest code failed: {0}")]
+    Assembler(#[from] iced_x86::IcedError),
+
     /// An index or guest-physical range lies outside what exists (maps to IndexError).
     #[error("{0}")]
     OutOfRange(String),

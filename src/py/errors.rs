@@ -69,7 +69,9 @@ impl From<&kvm::Error> for PyErr {
                 Some(errno) => PyOSError::new_err((errno, msg)),
                 None => PyOSError::new_err(msg),
             },
-            kvm::Error::InvalidArgument(_) | kvm::Error::Closed(_) => PyValueError::new_err(msg),
+            kvm::Error::InvalidArgument(_) | kvm::Error::Assembler(_) | kvm::Error::Closed(_) => {
+                PyValueError::new_err(msg)
+            }
             kvm::Error::OutOfRange(_) => PyIndexError::new_err(msg),
             kvm::Error::Timeout(_) => PyTimeoutError::new_err(msg),
             kvm::Error::GuestAssertion { .. } => GuestAssertionError::new_err(msg),

@@ -83,10 +83,6 @@ pub struct Program {
     pub params: Vec<(String, u64)>,
 }
 
-fn asm_err(e: IcedError) -> Error {
-    Error::InvalidArgument(format!("assembling guest code failed: {e}"))
-}
-
 /// A code assembler plus the bookkeeping of assertion sites and results.
 pub struct Asm {
     pub a: CodeAssembler,
@@ -96,19 +92,20 @@ pub struct Asm {
 
 impl Asm {
     pub fn new(program: &'static str) -> Result<Self> {
-        Ok(Self { a: CodeAssembler::new(64).map_err(asm_err)?, asserts: Vec::new(), program })
+        Ok(Self { a: CodeAssembler::new(64)?, asserts: Vec::new(), program })
     }
 
     /// `ucall(cmd)` with the arguments already in rdi/rsi/r8. Clobbers eax, edx.
     pub fn ucall(&mut self, cmd: u32) -> Result<()> {
-        self.a.mov(eax, cmd).map_err(asm_err)?;
-        self.a.mov(edx, UCALL_PORT as u32).map_err(asm_err)?;
-        self.a.out(dx, eax).map_err(asm_err)
+        self.a.mov(eax, cmd)?;
+        self.a.mov(edx, UCALL_PORT as u32)?;
+        self.a.out(dx, eax)?;
+        Ok(())
     }
 
     /// `ucall(SYNC, reg)`.
     pub fn sync(&mut self, reg: AsmRegister64) -> Result<()> {
-        self.a.mov(rdi, reg).map_err(asm_err)?;
+        self.a.mov(rdi, reg)?;
         self.ucall(UCALL_SYNC)
     }
 
@@ -122,10 +119,11 @@ impl Asm {
     /// `cli; hlt; jmp` back: parks the vCPU forever.
     pub fn park(&mut self) -> Result<()> {
         let mut l = self.a.create_label();
-        self.a.set_label(&mut l).map_err(asm_err)?;
-        self.a.cli().map_err(asm_err)?;
-        self.a.hlt().map_err(asm_err)?;
-        self.a.jmp(l).map_err(asm_err)
+        self.a.set_label(&mut l)?;
+        self.a.cli()?;
+        self.a.hlt()?;
+        self.a.jmp(l)?;
+        Ok(())
     }
 
     /// Asserts in the guest that `reg == expected`; on failure the guest sends
@@ -153,8 +151,9 @@ impl Asm {
     ) -> Result<()> {
         results.push(ResultField { name, gpa: data, ty: FieldType::U64, count: MAX_PER_VCPU_RESULTS, stride: 8, doc });
         self.assert_below(rdi, MAX_PER_VCPU_RESULTS, "vCPU id below the per-vCPU result slots")?;
-        self.a.mov(rbx, data).map_err(asm_err)?;
-        self.a.lea(rbx, qword_ptr(rbx + rdi * 8)).map_err(asm_err)
+        self.a.mov(rbx, data)?;
+        self.a.lea(rbx, qword_ptr(rbx + rdi * 8))?;
+        Ok(())
     }
 
     /// `cmp reg, value` then `pass(ok)` jumps over the failure report.
@@ -173,26 +172,27 @@ impl Asm {
             message: format!("{}: {message}", self.program),
         });
         let mut ok = self.a.create_label();
-        self.a.mov(r8, value).map_err(asm_err)?;
-        self.a.cmp(reg, r8).map_err(asm_err)?;
-        pass(&mut self.a, ok).map_err(asm_err)?;
-        self.a.mov(rsi, reg).map_err(asm_err)?;
-        self.a.mov(rdi, id).map_err(asm_err)?;
+        self.a.mov(r8, value)?;
+        self.a.cmp(reg, r8)?;
+        pass(&mut self.a, ok)?;
+        self.a.mov(rsi, reg)?;
+        self.a.mov(rdi, id)?;
         self.ucall(UCALL_ASSERT)?;
         self.park()?;
-        self.a.set_label(&mut ok).map_err(asm_err)?;
+        self.a.set_label(&mut ok)?;
         Ok(())
     }
 
     /// Software-enables the xAPIC: SVR = 0x1ff (enable bit, spurious vector 0xff).
     pub fn enable_lapic(&mut self) -> Result<()> {
-        self.a.mov(rcx, LAPIC_BASE + LAPIC_SVR).map_err(asm_err)?;
-        self.a.mov(dword_ptr(rcx), 0x1ffu32).map_err(asm_err)
+        self.a.mov(rcx, LAPIC_BASE + LAPIC_SVR)?;
+        self.a.mov(dword_ptr(rcx), 0x1ffu32)?;
+        Ok(())
     }
 
     /// Assembles at `entry`.
     pub fn finish(mut self, entry: Gpa) -> Result<(Vec<u8>, Vec<AssertSite>)> {
-        let code = self.a.assemble(entry).map_err(asm_err)?;
+        let code = self.a.assemble(entry)?;
         Ok((code, self.asserts))
     }
 }
@@ -204,47 +204,47 @@ impl Asm {
 /// `ucall(EXCEPTION, vector, frame[0], frame[1])` and park the vCPU.
 /// Returns the code and the address of each vector's stub.
 pub fn idt_stubs() -> Result<(Vec<u8>, Vec<u64>)> {
-    let mut a = CodeAssembler::new(64).map_err(asm_err)?;
+    let mut a = CodeAssembler::new(64)?;
     let mut common = a.create_label();
     let mut labels = Vec::with_capacity(256);
     for v in 0..256i32 {
         let mut l = a.create_label();
-        a.set_label(&mut l).map_err(asm_err)?;
-        a.push(v).map_err(asm_err)?;
-        a.jmp(common).map_err(asm_err)?;
+        a.set_label(&mut l)?;
+        a.push(v)?;
+        a.jmp(common)?;
         labels.push(l);
     }
     let mut exception = a.create_label();
-    a.set_label(&mut common).map_err(asm_err)?;
-    a.push(rax).map_err(asm_err)?;
-    a.push(rcx).map_err(asm_err)?;
-    a.push(rdx).map_err(asm_err)?;
-    a.mov(rax, qword_ptr(rsp + 24)).map_err(asm_err)?; // the vector pushed by the stub
-    a.cmp(rax, 32).map_err(asm_err)?;
-    a.jb(exception).map_err(asm_err)?;
-    a.mov(rcx, IRQ_COUNTS_ADDR).map_err(asm_err)?;
-    a.lock().inc(qword_ptr(rcx + rax * 8)).map_err(asm_err)?;
-    a.mov(rcx, LAPIC_BASE + LAPIC_EOI).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), 0u32).map_err(asm_err)?;
-    a.pop(rdx).map_err(asm_err)?;
-    a.pop(rcx).map_err(asm_err)?;
-    a.pop(rax).map_err(asm_err)?;
-    a.add(rsp, 8).map_err(asm_err)?;
-    a.iretq().map_err(asm_err)?;
-    a.set_label(&mut exception).map_err(asm_err)?;
-    a.mov(rdi, rax).map_err(asm_err)?;
-    a.mov(rsi, qword_ptr(rsp + 32)).map_err(asm_err)?;
-    a.mov(r8, qword_ptr(rsp + 40)).map_err(asm_err)?;
-    a.mov(eax, UCALL_EXCEPTION).map_err(asm_err)?;
-    a.mov(edx, UCALL_PORT as u32).map_err(asm_err)?;
-    a.out(dx, eax).map_err(asm_err)?;
+    a.set_label(&mut common)?;
+    a.push(rax)?;
+    a.push(rcx)?;
+    a.push(rdx)?;
+    a.mov(rax, qword_ptr(rsp + 24))?; // the vector pushed by the stub
+    a.cmp(rax, 32)?;
+    a.jb(exception)?;
+    a.mov(rcx, IRQ_COUNTS_ADDR)?;
+    a.lock().inc(qword_ptr(rcx + rax * 8))?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_EOI)?;
+    a.mov(dword_ptr(rcx), 0u32)?;
+    a.pop(rdx)?;
+    a.pop(rcx)?;
+    a.pop(rax)?;
+    a.add(rsp, 8)?;
+    a.iretq()?;
+    a.set_label(&mut exception)?;
+    a.mov(rdi, rax)?;
+    a.mov(rsi, qword_ptr(rsp + 32))?;
+    a.mov(r8, qword_ptr(rsp + 40))?;
+    a.mov(eax, UCALL_EXCEPTION)?;
+    a.mov(edx, UCALL_PORT as u32)?;
+    a.out(dx, eax)?;
     let mut park = a.create_label();
-    a.set_label(&mut park).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(park).map_err(asm_err)?;
-    let res = a.assemble_options(STUBS_ADDR, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS).map_err(asm_err)?;
-    let addrs = labels.iter().map(|l| res.label_ip(l)).collect::<std::result::Result<Vec<_>, _>>().map_err(asm_err)?;
+    a.set_label(&mut park)?;
+    a.cli()?;
+    a.hlt()?;
+    a.jmp(park)?;
+    let res = a.assemble_options(STUBS_ADDR, BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS)?;
+    let addrs = labels.iter().map(|l| res.label_ip(l)).collect::<std::result::Result<Vec<_>, _>>()?;
     Ok((res.inner.code_buffer, addrs))
 }
 
@@ -452,27 +452,25 @@ impl Spec {
                     ("value".into(), value as u64),
                     ("size".into(), size as u64),
                 ]);
-                a.mov(edx, port as u32).map_err(asm_err)?;
-                a.mov(eax, value).map_err(asm_err)?;
+                a.mov(edx, port as u32)?;
+                a.mov(eax, value)?;
                 match size {
                     1 => a.out(dx, al),
                     2 => a.out(dx, ax),
                     _ => a.out(dx, eax),
-                }
-                .map_err(asm_err)?;
+                }?;
                 m.park()?;
             }
             Spec::IoIn { port, size } => {
                 check_size(size, &[1, 2, 4])?;
                 params.extend([("port".into(), port as u64), ("size".into(), size as u64)]);
-                a.xor(eax, eax).map_err(asm_err)?;
-                a.mov(edx, port as u32).map_err(asm_err)?;
+                a.xor(eax, eax)?;
+                a.mov(edx, port as u32)?;
                 match size {
                     1 => a.in_(al, dx),
                     2 => a.in_(ax, dx),
                     _ => a.in_(eax, dx),
-                }
-                .map_err(asm_err)?;
+                }?;
                 store_value(a, data, &mut results, "the value the IN instruction read")?;
                 m.done()?;
             }
@@ -480,68 +478,66 @@ impl Spec {
                 check_size(size, &[1, 2, 4, 8])?;
                 params.extend([("addr".into(), addr), ("value".into(), value), ("size".into(), size as u64)]);
                 // The address goes in a register: a disp32 operand is sign-extended.
-                a.mov(rcx, addr).map_err(asm_err)?;
-                a.mov(rax, value).map_err(asm_err)?;
+                a.mov(rcx, addr)?;
+                a.mov(rax, value)?;
                 match size {
                     1 => a.mov(byte_ptr(rcx), al),
                     2 => a.mov(word_ptr(rcx), ax),
                     4 => a.mov(dword_ptr(rcx), eax),
                     _ => a.mov(qword_ptr(rcx), rax),
-                }
-                .map_err(asm_err)?;
+                }?;
                 m.park()?;
             }
             Spec::MmioRead { addr, size } => {
                 check_size(size, &[1, 2, 4, 8])?;
                 params.extend([("addr".into(), addr), ("size".into(), size as u64)]);
-                a.xor(eax, eax).map_err(asm_err)?;
-                a.mov(rcx, addr).map_err(asm_err)?;
+                a.xor(eax, eax)?;
+                a.mov(rcx, addr)?;
                 match size {
                     1 => a.mov(al, byte_ptr(rcx)),
                     2 => a.mov(ax, word_ptr(rcx)),
                     4 => a.mov(eax, dword_ptr(rcx)),
                     _ => a.mov(rax, qword_ptr(rcx)),
-                }
-                .map_err(asm_err)?;
+                }?;
                 store_value(a, data, &mut results, "the value the load returned")?;
                 m.done()?;
             }
             Spec::Halt => {
                 let mut l = a.create_label();
-                a.set_label(&mut l).map_err(asm_err)?;
-                a.hlt().map_err(asm_err)?;
-                a.jmp(l).map_err(asm_err)?;
+                a.set_label(&mut l)?;
+                a.hlt()?;
+                a.jmp(l)?;
             }
             Spec::TripleFault => {
                 // An IDT descriptor with limit 0 at `data`; any exception then
                 // escalates to a double and a triple fault.
-                a.mov(rcx, data).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx), 0i32).map_err(asm_err)?;
-                a.mov(qword_ptr(rcx + 8), 0i32).map_err(asm_err)?;
-                a.lidt(ptr(rcx)).map_err(asm_err)?;
-                a.ud2().map_err(asm_err)?;
+                a.mov(rcx, data)?;
+                a.mov(qword_ptr(rcx), 0i32)?;
+                a.mov(qword_ptr(rcx + 8), 0i32)?;
+                a.lidt(ptr(rcx))?;
+                a.ud2()?;
                 m.park()?;
             }
             Spec::EndlessLoop => {
                 let mut l = a.create_label();
-                a.set_label(&mut l).map_err(asm_err)?;
-                a.jmp(l).map_err(asm_err)?;
+                a.set_label(&mut l)?;
+                a.jmp(l)?;
             }
             Spec::PauseLoop { iterations } => {
                 params.push(("iterations".into(), iterations));
                 m.per_vcpu_slot(data, "counter", "PAUSEs executed, per vCPU id", &mut results)?;
                 let a = &mut m.a;
-                a.mov(rcx, iterations).map_err(asm_err)?;
+                a.mov(rcx, iterations)?;
                 let mut top = a.create_label();
-                a.set_label(&mut top).map_err(asm_err)?;
-                a.pause().map_err(asm_err)?;
-                a.inc(qword_ptr(rbx)).map_err(asm_err)?;
+                a.set_label(&mut top)?;
+                a.pause()?;
+                a.inc(qword_ptr(rbx))?;
                 if iterations == 0 {
-                    a.jmp(top).map_err(asm_err)?;
+                    a.jmp(top)?;
                 } else {
-                    a.dec(rcx).map_err(asm_err)?;
-                    a.jnz(top).map_err(asm_err)?;
-                    a.mov(rax, qword_ptr(rbx)).map_err(asm_err)?;
+                    a.dec(rcx)?;
+                    a.jnz(top)?;
+                    a.mov(rax, qword_ptr(rbx))?;
                     m.assert_eq(rax, iterations, "counter equals the iterations run")?;
                 }
                 m.done()?;
@@ -551,14 +547,14 @@ impl Spec {
                     return Err(Error::InvalidArgument("io_loop: count must be >= 1".into()));
                 }
                 params.extend([("port".into(), port as u64), ("count".into(), count)]);
-                a.mov(rcx, count).map_err(asm_err)?;
-                a.mov(edx, port as u32).map_err(asm_err)?;
+                a.mov(rcx, count)?;
+                a.mov(edx, port as u32)?;
                 let mut top = a.create_label();
-                a.set_label(&mut top).map_err(asm_err)?;
-                a.mov(eax, ecx).map_err(asm_err)?;
-                a.out(dx, eax).map_err(asm_err)?;
-                a.dec(rcx).map_err(asm_err)?;
-                a.jnz(top).map_err(asm_err)?;
+                a.set_label(&mut top)?;
+                a.mov(eax, ecx)?;
+                a.out(dx, eax)?;
+                a.dec(rcx)?;
+                a.jnz(top)?;
                 m.done()?;
             }
             Spec::WaitInterrupts { vector, count } => {
@@ -576,13 +572,13 @@ impl Spec {
                 m.per_vcpu_slot(data, "halts", "HLT instructions executed while waiting, per vCPU id", &mut results)?;
                 m.enable_lapic()?;
                 let a = &mut m.a;
-                a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
+                a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8)?;
                 halt_until_count(a, Some(count))?;
                 m.done()?;
             }
             Spec::Assert { actual, expected } => {
                 params.extend([("actual".into(), actual), ("expected".into(), expected)]);
-                a.mov(rax, actual).map_err(asm_err)?;
+                a.mov(rax, actual)?;
                 m.assert_eq(rax, expected, "actual == expected")?;
                 m.done()?;
             }
@@ -599,39 +595,39 @@ impl Spec {
                     stride: 8,
                     doc: "the bytes sent (write them before running)",
                 });
-                a.mov(rsi, data).map_err(asm_err)?;
-                a.mov(rcx, count).map_err(asm_err)?;
-                a.mov(edx, port as u32).map_err(asm_err)?;
-                a.rep().outsb().map_err(asm_err)?;
+                a.mov(rsi, data)?;
+                a.mov(rcx, count)?;
+                a.mov(edx, port as u32)?;
+                a.rep().outsb()?;
                 m.park()?;
             }
             Spec::Sync { count } => {
                 params.push(("count".into(), count));
-                a.xor(ebx, ebx).map_err(asm_err)?;
+                a.xor(ebx, ebx)?;
                 let mut top = a.create_label();
                 let mut out = a.create_label();
-                a.set_label(&mut top).map_err(asm_err)?;
-                a.mov(rax, count).map_err(asm_err)?;
-                a.cmp(rbx, rax).map_err(asm_err)?;
-                a.jae(out).map_err(asm_err)?;
+                a.set_label(&mut top)?;
+                a.mov(rax, count)?;
+                a.cmp(rbx, rax)?;
+                a.jae(out)?;
                 m.sync(rbx)?;
                 let a = &mut m.a;
-                a.inc(rbx).map_err(asm_err)?;
-                a.jmp(top).map_err(asm_err)?;
-                a.set_label(&mut out).map_err(asm_err)?;
+                a.inc(rbx)?;
+                a.jmp(top)?;
+                a.set_label(&mut out)?;
                 m.done()?;
             }
             Spec::Exception { vector } => {
                 params.push(("vector".into(), vector as u64));
                 match vector {
                     0 => {
-                        a.xor(eax, eax).map_err(asm_err)?;
-                        a.xor(edx, edx).map_err(asm_err)?;
-                        a.xor(ecx, ecx).map_err(asm_err)?;
-                        a.div(ecx).map_err(asm_err)?;
+                        a.xor(eax, eax)?;
+                        a.xor(edx, edx)?;
+                        a.xor(ecx, ecx)?;
+                        a.div(ecx)?;
                     }
-                    3 => a.int3().map_err(asm_err)?,
-                    6 => a.ud2().map_err(asm_err)?,
+                    3 => a.int3()?,
+                    6 => a.ud2()?,
                     v => {
                         return Err(Error::InvalidArgument(format!(
                             "exception: vector must be 0 (#DE), 3 (#BP) or 6 (#UD), got {v}"
@@ -723,9 +719,10 @@ impl Spec {
 
 /// `rax = rdtsc` (64-bit). Clobbers rdx.
 fn rdtsc64(a: &mut CodeAssembler) -> Result<()> {
-    a.rdtsc().map_err(asm_err)?;
-    a.shl(rdx, 32).map_err(asm_err)?;
-    a.or(rax, rdx).map_err(asm_err)
+    a.rdtsc()?;
+    a.shl(rdx, 32)?;
+    a.or(rax, rdx)?;
+    Ok(())
 }
 
 /// Halts until the u64 at `[rsi]` (an interrupt counter) reaches `target`
@@ -735,18 +732,19 @@ fn rdtsc64(a: &mut CodeAssembler) -> Result<()> {
 fn halt_until_count(a: &mut CodeAssembler, target: Option<u64>) -> Result<()> {
     let mut top = a.create_label();
     let mut out = a.create_label();
-    a.set_label(&mut top).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
+    a.set_label(&mut top)?;
+    a.cli()?;
     if let Some(t) = target {
-        a.mov(rax, t).map_err(asm_err)?;
-        a.cmp(qword_ptr(rsi), rax).map_err(asm_err)?;
-        a.jae(out).map_err(asm_err)?;
+        a.mov(rax, t)?;
+        a.cmp(qword_ptr(rsi), rax)?;
+        a.jae(out)?;
     }
-    a.inc(qword_ptr(rbx)).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(top).map_err(asm_err)?;
-    a.set_label(&mut out).map_err(asm_err)
+    a.inc(qword_ptr(rbx))?;
+    a.sti()?;
+    a.hlt()?;
+    a.jmp(top)?;
+    a.set_label(&mut out)?;
+    Ok(())
 }
 
 /// Halts until the interrupt counter at `[rsi]` exceeds `seen`, then records
@@ -755,24 +753,25 @@ fn halt_until_count(a: &mut CodeAssembler, target: Option<u64>) -> Result<()> {
 fn halt_until_above_then_record(a: &mut CodeAssembler, seen: AsmRegister64) -> Result<()> {
     let mut wait = a.create_label();
     let mut woke = a.create_label();
-    a.set_label(&mut wait).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.cmp(qword_ptr(rsi), seen).map_err(asm_err)?;
-    a.ja(woke).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(wait).map_err(asm_err)?;
-    a.set_label(&mut woke).map_err(asm_err)?;
+    a.set_label(&mut wait)?;
+    a.cli()?;
+    a.cmp(qword_ptr(rsi), seen)?;
+    a.ja(woke)?;
+    a.sti()?;
+    a.hlt()?;
+    a.jmp(wait)?;
+    a.set_label(&mut woke)?;
     rdtsc64(a)?;
-    a.sub(rax, r13).map_err(asm_err)?;
-    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax).map_err(asm_err)?;
-    a.inc(r12).map_err(asm_err)
+    a.sub(rax, r13)?;
+    a.mov(qword_ptr(rbx + r12 * 8 + 64), rax)?;
+    a.inc(r12)?;
+    Ok(())
 }
 
 /// Stores rax at `data` and declares it as the result field `value`.
 fn store_value(a: &mut CodeAssembler, data: Gpa, results: &mut Vec<ResultField>, doc: &'static str) -> Result<()> {
-    a.mov(rcx, data).map_err(asm_err)?;
-    a.mov(qword_ptr(rcx), rax).map_err(asm_err)?;
+    a.mov(rcx, data)?;
+    a.mov(qword_ptr(rcx), rax)?;
     results.push(ResultField { name: "value", gpa: data, ty: FieldType::U64, count: 1, stride: 8, doc });
     Ok(())
 }
@@ -782,22 +781,24 @@ fn delay(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
-    a.mov(reg, n).map_err(asm_err)?;
+    a.mov(reg, n)?;
     let mut l = a.create_label();
-    a.set_label(&mut l).map_err(asm_err)?;
-    a.dec(reg).map_err(asm_err)?;
-    a.jnz(l).map_err(asm_err)
+    a.set_label(&mut l)?;
+    a.dec(reg)?;
+    a.jnz(l)?;
+    Ok(())
 }
 
 /// Sends a fixed IPI: ICR_HI = dest << 24 (dest in `dest`), ICR_LO = vector.
 /// Clobbers rax, rcx.
 fn send_ipi(a: &mut CodeAssembler, dest: AsmRegister64, vector: u8) -> Result<()> {
-    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_HI).map_err(asm_err)?;
-    a.mov(rax, dest).map_err(asm_err)?;
-    a.shl(eax, 24).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), eax).map_err(asm_err)?;
-    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_LO).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), (1u32 << 14) | vector as u32).map_err(asm_err)
+    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_HI)?;
+    a.mov(rax, dest)?;
+    a.shl(eax, 24)?;
+    a.mov(dword_ptr(rcx), eax)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_ICR_LO)?;
+    a.mov(dword_ptr(rcx), (1u32 << 14) | vector as u32)?;
+    Ok(())
 }
 
 /// The parameters of a spin-lock program (see [`Spec::SpinLock`]).
@@ -819,26 +820,28 @@ struct LockProgram {
 fn spin_exit_check(a: &mut CodeAssembler) -> Result<()> {
     type L = SpinLockLayout;
     let mut cont = a.create_label();
-    a.inc(r9).map_err(asm_err)?;
-    a.mov(r10, qword_ptr(r12 + L::SPIN_WINDOW as i32)).map_err(asm_err)?;
-    a.test(r10, r10).map_err(asm_err)?;
-    a.jz(cont).map_err(asm_err)?;
-    a.cmp(r9, r10).map_err(asm_err)?;
-    a.jb(cont).map_err(asm_err)?;
-    a.mov(r11, rax).map_err(asm_err)?;
-    a.mov(eax, dword_ptr(rbx + SpinLockLayout::HOLDER as i32)).map_err(asm_err)?;
-    a.mov(edx, PV_SPIN_PORT as u32).map_err(asm_err)?;
-    a.out(dx, eax).map_err(asm_err)?;
-    a.mov(rax, r11).map_err(asm_err)?;
-    a.xor(r9d, r9d).map_err(asm_err)?;
-    a.set_label(&mut cont).map_err(asm_err)
+    a.inc(r9)?;
+    a.mov(r10, qword_ptr(r12 + L::SPIN_WINDOW as i32))?;
+    a.test(r10, r10)?;
+    a.jz(cont)?;
+    a.cmp(r9, r10)?;
+    a.jb(cont)?;
+    a.mov(r11, rax)?;
+    a.mov(eax, dword_ptr(rbx + SpinLockLayout::HOLDER as i32))?;
+    a.mov(edx, PV_SPIN_PORT as u32)?;
+    a.out(dx, eax)?;
+    a.mov(rax, r11)?;
+    a.xor(r9d, r9d)?;
+    a.set_label(&mut cont)?;
+    Ok(())
 }
 
 /// `out PV_HALT_PORT, value` (a halt bracket). Clobbers rax, rdx.
 fn halt_bracket(a: &mut CodeAssembler, value: u32) -> Result<()> {
-    a.mov(eax, value).map_err(asm_err)?;
-    a.mov(edx, PV_HALT_PORT as u32).map_err(asm_err)?;
-    a.out(dx, eax).map_err(asm_err)
+    a.mov(eax, value)?;
+    a.mov(edx, PV_HALT_PORT as u32)?;
+    a.out(dx, eax)?;
+    Ok(())
 }
 
 fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultField>) -> Result<()> {
@@ -887,149 +890,149 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
     }
     let a = &mut m.a;
     // rbx = data; r12 = &record[id]; rdi = id (kept)
-    a.mov(rbx, data).map_err(asm_err)?;
-    a.mov(r12, rdi).map_err(asm_err)?;
-    a.shl(r12, 6).map_err(asm_err)?;
-    a.lea(r12, qword_ptr(rbx + r12 + L::RECORDS as i32)).map_err(asm_err)?;
+    a.mov(rbx, data)?;
+    a.mov(r12, rdi)?;
+    a.shl(r12, 6)?;
+    a.lea(r12, qword_ptr(rbx + r12 + L::RECORDS as i32))?;
     let mut top = a.create_label();
     let mut finish = a.create_label();
     let mut got = a.create_label();
-    a.set_label(&mut top).map_err(asm_err)?;
-    a.cmp(qword_ptr(rbx + L::STOP as i32), 0).map_err(asm_err)?;
-    a.jne(finish).map_err(asm_err)?;
+    a.set_label(&mut top)?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+    a.jne(finish)?;
     if iterations > 0 {
-        a.mov(rax, iterations).map_err(asm_err)?;
-        a.cmp(qword_ptr(r12 + L::ACQUISITIONS as i32), rax).map_err(asm_err)?;
-        a.jae(finish).map_err(asm_err)?;
+        a.mov(rax, iterations)?;
+        a.cmp(qword_ptr(r12 + L::ACQUISITIONS as i32), rax)?;
+        a.jae(finish)?;
     }
     rdtsc64(a)?;
-    a.mov(r13, rax).map_err(asm_err)?; // wait start
+    a.mov(r13, rax)?; // wait start
     match kind {
         LockKind::Ticket => {
-            a.mov(eax, 1u32).map_err(asm_err)?;
-            a.lock().xadd(dword_ptr(rbx), eax).map_err(asm_err)?; // eax = my ticket
+            a.mov(eax, 1u32)?;
+            a.lock().xadd(dword_ptr(rbx), eax)?; // eax = my ticket
             if pv_exits {
-                a.xor(r9d, r9d).map_err(asm_err)?; // this wait's failed iterations
+                a.xor(r9d, r9d)?; // this wait's failed iterations
             }
             let mut wait = a.create_label();
-            a.set_label(&mut wait).map_err(asm_err)?;
-            a.cmp(dword_ptr(rbx + 4), eax).map_err(asm_err)?;
-            a.je(got).map_err(asm_err)?;
-            a.pause().map_err(asm_err)?;
-            a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            a.set_label(&mut wait)?;
+            a.cmp(dword_ptr(rbx + 4), eax)?;
+            a.je(got)?;
+            a.pause()?;
+            a.inc(qword_ptr(r12 + L::PAUSES as i32))?;
             if pv_exits {
                 spin_exit_check(a)?;
             }
-            a.jmp(wait).map_err(asm_err)?;
+            a.jmp(wait)?;
         }
         LockKind::Tas | LockKind::Pv => {
             let mut attempt = a.create_label();
             let mut spin = a.create_label();
             let mut check_free = a.create_label();
             if kind == LockKind::Pv {
-                a.mov(r14, check_every).map_err(asm_err)?;
+                a.mov(r14, check_every)?;
             }
             if pv_exits {
-                a.xor(r9d, r9d).map_err(asm_err)?; // this wait's failed iterations
+                a.xor(r9d, r9d)?; // this wait's failed iterations
             }
-            a.set_label(&mut attempt).map_err(asm_err)?;
-            a.mov(eax, 1u32).map_err(asm_err)?;
-            a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?;
-            a.test(rax, rax).map_err(asm_err)?;
-            a.jz(got).map_err(asm_err)?;
-            a.set_label(&mut spin).map_err(asm_err)?;
-            a.pause().map_err(asm_err)?;
-            a.inc(qword_ptr(r12 + L::PAUSES as i32)).map_err(asm_err)?;
+            a.set_label(&mut attempt)?;
+            a.mov(eax, 1u32)?;
+            a.xchg(qword_ptr(rbx), rax)?;
+            a.test(rax, rax)?;
+            a.jz(got)?;
+            a.set_label(&mut spin)?;
+            a.pause()?;
+            a.inc(qword_ptr(r12 + L::PAUSES as i32))?;
             if pv_exits {
                 spin_exit_check(a)?;
                 if kind != LockKind::Pv {
-                    a.nop().map_err(asm_err)?; // the check's label and check_free's need an instruction each
+                    a.nop()?; // the check's label and check_free's need an instruction each
                 }
             }
             if kind == LockKind::Pv {
-                a.dec(r14).map_err(asm_err)?;
-                a.jnz(check_free).map_err(asm_err)?;
-                a.mov(r14, check_every).map_err(asm_err)?;
+                a.dec(r14)?;
+                a.jnz(check_free)?;
+                a.mov(r14, check_every)?;
                 // holder's steal-time preempted byte
-                a.mov(rax, qword_ptr(rbx + L::HOLDER as i32)).map_err(asm_err)?;
-                a.shl(rax, 6).map_err(asm_err)?;
-                a.mov(rcx, STEAL_AREA_ADDR + 16).map_err(asm_err)?;
-                a.test(byte_ptr(rcx + rax), 1).map_err(asm_err)?;
-                a.jz(check_free).map_err(asm_err)?;
+                a.mov(rax, qword_ptr(rbx + L::HOLDER as i32))?;
+                a.shl(rax, 6)?;
+                a.mov(rcx, STEAL_AREA_ADDR + 16)?;
+                a.test(byte_ptr(rcx + rax), 1)?;
+                a.jz(check_free)?;
                 // holder preempted: announce, re-check the lock, halt until kicked
                 let mut unwait = a.create_label();
-                a.cli().map_err(asm_err)?;
-                a.mov(eax, 1u32).map_err(asm_err)?;
-                a.xchg(qword_ptr(r12 + L::WAITING as i32), rax).map_err(asm_err)?; // full barrier
-                a.cmp(qword_ptr(rbx), 0).map_err(asm_err)?;
-                a.je(unwait).map_err(asm_err)?;
-                a.inc(qword_ptr(r12 + L::HALTS as i32)).map_err(asm_err)?;
+                a.cli()?;
+                a.mov(eax, 1u32)?;
+                a.xchg(qword_ptr(r12 + L::WAITING as i32), rax)?; // full barrier
+                a.cmp(qword_ptr(rbx), 0)?;
+                a.je(unwait)?;
+                a.inc(qword_ptr(r12 + L::HALTS as i32))?;
                 if pv_exits {
                     halt_bracket(a, 1)?;
                 }
-                a.sti().map_err(asm_err)?;
-                a.hlt().map_err(asm_err)?;
-                a.cli().map_err(asm_err)?;
+                a.sti()?;
+                a.hlt()?;
+                a.cli()?;
                 if pv_exits {
                     halt_bracket(a, 0)?;
                 }
-                a.set_label(&mut unwait).map_err(asm_err)?;
-                a.mov(qword_ptr(r12 + L::WAITING as i32), 0i32).map_err(asm_err)?;
+                a.set_label(&mut unwait)?;
+                a.mov(qword_ptr(r12 + L::WAITING as i32), 0i32)?;
             }
-            a.set_label(&mut check_free).map_err(asm_err)?;
-            a.cmp(qword_ptr(rbx), 0).map_err(asm_err)?;
-            a.jne(spin).map_err(asm_err)?;
-            a.jmp(attempt).map_err(asm_err)?;
+            a.set_label(&mut check_free)?;
+            a.cmp(qword_ptr(rbx), 0)?;
+            a.jne(spin)?;
+            a.jmp(attempt)?;
         }
     }
-    a.set_label(&mut got).map_err(asm_err)?;
+    a.set_label(&mut got)?;
     // wait accounting
     rdtsc64(a)?;
-    a.sub(rax, r13).map_err(asm_err)?;
-    a.add(qword_ptr(r12 + L::TOTAL_WAIT as i32), rax).map_err(asm_err)?;
+    a.sub(rax, r13)?;
+    a.add(qword_ptr(r12 + L::TOTAL_WAIT as i32), rax)?;
     let mut no_max = a.create_label();
-    a.cmp(rax, qword_ptr(r12 + L::MAX_WAIT as i32)).map_err(asm_err)?;
-    a.jbe(no_max).map_err(asm_err)?;
-    a.mov(qword_ptr(r12 + L::MAX_WAIT as i32), rax).map_err(asm_err)?;
-    a.set_label(&mut no_max).map_err(asm_err)?;
-    a.mov(qword_ptr(rbx + L::HOLDER as i32), rdi).map_err(asm_err)?;
+    a.cmp(rax, qword_ptr(r12 + L::MAX_WAIT as i32))?;
+    a.jbe(no_max)?;
+    a.mov(qword_ptr(r12 + L::MAX_WAIT as i32), rax)?;
+    a.set_label(&mut no_max)?;
+    a.mov(qword_ptr(rbx + L::HOLDER as i32), rdi)?;
     // critical section: non-atomic read-modify-write spanning the hold loop
-    a.mov(rsi, qword_ptr(rbx + L::COUNTER as i32)).map_err(asm_err)?;
+    a.mov(rsi, qword_ptr(rbx + L::COUNTER as i32))?;
     delay(a, rcx, hold)?;
-    a.inc(rsi).map_err(asm_err)?;
-    a.mov(qword_ptr(rbx + L::COUNTER as i32), rsi).map_err(asm_err)?;
-    a.inc(qword_ptr(r12 + L::ACQUISITIONS as i32)).map_err(asm_err)?;
+    a.inc(rsi)?;
+    a.mov(qword_ptr(rbx + L::COUNTER as i32), rsi)?;
+    a.inc(qword_ptr(r12 + L::ACQUISITIONS as i32))?;
     // release
     match kind {
         LockKind::Ticket => {
-            a.lock().inc(dword_ptr(rbx + 4)).map_err(asm_err)?;
+            a.lock().inc(dword_ptr(rbx + 4))?;
         }
         LockKind::Tas => {
-            a.mov(qword_ptr(rbx), 0i32).map_err(asm_err)?;
+            a.mov(qword_ptr(rbx), 0i32)?;
         }
         LockKind::Pv => {
-            a.xor(eax, eax).map_err(asm_err)?;
-            a.xchg(qword_ptr(rbx), rax).map_err(asm_err)?; // release + full barrier
-                                                           // kick every announced waiter
+            a.xor(eax, eax)?;
+            a.xchg(qword_ptr(rbx), rax)?; // release + full barrier
+                                          // kick every announced waiter
             let mut scan = a.create_label();
             let mut next = a.create_label();
-            a.xor(r15d, r15d).map_err(asm_err)?;
-            a.set_label(&mut scan).map_err(asm_err)?;
-            a.mov(rax, r15).map_err(asm_err)?;
-            a.shl(rax, 6).map_err(asm_err)?;
-            a.cmp(qword_ptr(rbx + rax + (L::RECORDS + L::WAITING) as i32), 0).map_err(asm_err)?;
-            a.je(next).map_err(asm_err)?;
+            a.xor(r15d, r15d)?;
+            a.set_label(&mut scan)?;
+            a.mov(rax, r15)?;
+            a.shl(rax, 6)?;
+            a.cmp(qword_ptr(rbx + rax + (L::RECORDS + L::WAITING) as i32), 0)?;
+            a.je(next)?;
             send_ipi(a, r15, kick_vector)?;
-            a.inc(qword_ptr(r12 + L::KICKS as i32)).map_err(asm_err)?;
-            a.set_label(&mut next).map_err(asm_err)?;
-            a.inc(r15).map_err(asm_err)?;
-            a.cmp(r15, vcpus as i32).map_err(asm_err)?;
-            a.jb(scan).map_err(asm_err)?;
+            a.inc(qword_ptr(r12 + L::KICKS as i32))?;
+            a.set_label(&mut next)?;
+            a.inc(r15)?;
+            a.cmp(r15, vcpus as i32)?;
+            a.jb(scan)?;
         }
     }
     delay(a, rcx, think)?;
-    a.jmp(top).map_err(asm_err)?;
-    a.set_label(&mut finish).map_err(asm_err)?;
+    a.jmp(top)?;
+    a.set_label(&mut finish)?;
     m.done()
 }
 
@@ -1052,21 +1055,21 @@ fn msi_pong(m: &mut Asm, data: Gpa, vector: u8, count: u64, results: &mut Vec<Re
     });
     m.enable_lapic()?;
     let a = &mut m.a;
-    a.mov(rbx, data).map_err(asm_err)?;
-    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
-    a.xor(r12d, r12d).map_err(asm_err)?; // round
+    a.mov(rbx, data)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8)?;
+    a.xor(r12d, r12d)?; // round
     let mut top = a.create_label();
     let mut out = a.create_label();
-    a.set_label(&mut top).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.cmp(r12, count as i32).map_err(asm_err)?;
-    a.jae(out).map_err(asm_err)?;
+    a.set_label(&mut top)?;
+    a.cli()?;
+    a.cmp(r12, count as i32)?;
+    a.jae(out)?;
     rdtsc64(a)?;
-    a.mov(r13, rax).map_err(asm_err)?;
-    a.inc(qword_ptr(rbx)).map_err(asm_err)?; // cue: about to halt
+    a.mov(r13, rax)?;
+    a.inc(qword_ptr(rbx))?; // cue: about to halt
     halt_until_above_then_record(a, r12)?;
-    a.jmp(top).map_err(asm_err)?;
-    a.set_label(&mut out).map_err(asm_err)?;
+    a.jmp(top)?;
+    a.set_label(&mut out)?;
     m.done()
 }
 
@@ -1108,78 +1111,78 @@ fn ipi_ping_pong(
     // KVM drops a fixed interrupt sent to a software-disabled local APIC, so
     // the responder says when its LAPIC is on, and the first request waits
     let ready = data + 24;
-    a.mov(rbx, data).map_err(asm_err)?;
+    a.mov(rbx, data)?;
     let mut responder = a.create_label();
     let mut finish = a.create_label();
-    a.test(rdi, rdi).map_err(asm_err)?;
-    a.jnz(responder).map_err(asm_err)?;
+    a.test(rdi, rdi)?;
+    a.jnz(responder)?;
     // ---- vCPU 0: initiator
-    a.mov(rcx, ready).map_err(asm_err)?;
+    a.mov(rcx, ready)?;
     let mut wait_ready = a.create_label();
     let mut is_ready = a.create_label();
-    a.set_label(&mut wait_ready).map_err(asm_err)?;
-    a.cmp(qword_ptr(rcx), 0).map_err(asm_err)?;
-    a.jne(is_ready).map_err(asm_err)?;
-    a.pause().map_err(asm_err)?;
-    a.jmp(wait_ready).map_err(asm_err)?;
-    a.set_label(&mut is_ready).map_err(asm_err)?;
-    a.mov(rsi, IRQ_COUNTS_ADDR + vb as u64 * 8).map_err(asm_err)?;
-    a.xor(r12d, r12d).map_err(asm_err)?;
+    a.set_label(&mut wait_ready)?;
+    a.cmp(qword_ptr(rcx), 0)?;
+    a.jne(is_ready)?;
+    a.pause()?;
+    a.jmp(wait_ready)?;
+    a.set_label(&mut is_ready)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + vb as u64 * 8)?;
+    a.xor(r12d, r12d)?;
     let mut round = a.create_label();
     let mut rounds_done = a.create_label();
-    a.set_label(&mut round).map_err(asm_err)?;
-    a.cmp(r12, rounds as i32).map_err(asm_err)?;
-    a.jae(rounds_done).map_err(asm_err)?;
+    a.set_label(&mut round)?;
+    a.cmp(r12, rounds as i32)?;
+    a.jae(rounds_done)?;
     if gap_cycles > 0 {
         rdtsc64(a)?;
-        a.mov(r13, rax).map_err(asm_err)?;
+        a.mov(r13, rax)?;
         let mut gap = a.create_label();
-        a.set_label(&mut gap).map_err(asm_err)?;
+        a.set_label(&mut gap)?;
         rdtsc64(a)?;
-        a.sub(rax, r13).map_err(asm_err)?;
-        a.mov(rcx, gap_cycles).map_err(asm_err)?;
-        a.cmp(rax, rcx).map_err(asm_err)?;
-        a.jb(gap).map_err(asm_err)?;
+        a.sub(rax, r13)?;
+        a.mov(rcx, gap_cycles)?;
+        a.cmp(rax, rcx)?;
+        a.jb(gap)?;
     }
-    a.mov(r14, qword_ptr(rsi)).map_err(asm_err)?; // replies seen before this round
+    a.mov(r14, qword_ptr(rsi))?; // replies seen before this round
     rdtsc64(a)?;
-    a.mov(r13, rax).map_err(asm_err)?;
-    a.mov(r15d, 1u32).map_err(asm_err)?;
+    a.mov(r13, rax)?;
+    a.mov(r15d, 1u32)?;
     send_ipi(a, r15, vb + 1)?;
     halt_until_above_then_record(a, r14)?;
-    a.mov(qword_ptr(rbx), r12).map_err(asm_err)?;
-    a.jmp(round).map_err(asm_err)?;
-    a.set_label(&mut rounds_done).map_err(asm_err)?;
-    a.mov(rcx, stop).map_err(asm_err)?;
-    a.mov(qword_ptr(rcx), 1i32).map_err(asm_err)?;
-    a.mov(r15d, 1u32).map_err(asm_err)?;
+    a.mov(qword_ptr(rbx), r12)?;
+    a.jmp(round)?;
+    a.set_label(&mut rounds_done)?;
+    a.mov(rcx, stop)?;
+    a.mov(qword_ptr(rcx), 1i32)?;
+    a.mov(r15d, 1u32)?;
     send_ipi(a, r15, vb + 1)?; // wake the responder so it sees the stop flag
-    a.jmp(finish).map_err(asm_err)?;
+    a.jmp(finish)?;
     // ---- vCPU 1: responder
-    a.set_label(&mut responder).map_err(asm_err)?;
-    a.mov(rcx, ready).map_err(asm_err)?;
-    a.mov(qword_ptr(rcx), 1i32).map_err(asm_err)?;
-    a.mov(rsi, IRQ_COUNTS_ADDR + (vb as u64 + 1) * 8).map_err(asm_err)?;
-    a.xor(r14d, r14d).map_err(asm_err)?; // requests answered
+    a.set_label(&mut responder)?;
+    a.mov(rcx, ready)?;
+    a.mov(qword_ptr(rcx), 1i32)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + (vb as u64 + 1) * 8)?;
+    a.xor(r14d, r14d)?; // requests answered
     let mut loop_ = a.create_label();
     let mut reply = a.create_label();
-    a.set_label(&mut loop_).map_err(asm_err)?;
-    a.cli().map_err(asm_err)?;
-    a.mov(rcx, stop).map_err(asm_err)?;
-    a.cmp(qword_ptr(rcx), 0).map_err(asm_err)?;
-    a.jne(finish).map_err(asm_err)?;
-    a.cmp(qword_ptr(rsi), r14).map_err(asm_err)?;
-    a.ja(reply).map_err(asm_err)?;
-    a.sti().map_err(asm_err)?;
-    a.hlt().map_err(asm_err)?;
-    a.jmp(loop_).map_err(asm_err)?;
-    a.set_label(&mut reply).map_err(asm_err)?;
-    a.inc(r14).map_err(asm_err)?;
-    a.xor(r15d, r15d).map_err(asm_err)?;
+    a.set_label(&mut loop_)?;
+    a.cli()?;
+    a.mov(rcx, stop)?;
+    a.cmp(qword_ptr(rcx), 0)?;
+    a.jne(finish)?;
+    a.cmp(qword_ptr(rsi), r14)?;
+    a.ja(reply)?;
+    a.sti()?;
+    a.hlt()?;
+    a.jmp(loop_)?;
+    a.set_label(&mut reply)?;
+    a.inc(r14)?;
+    a.xor(r15d, r15d)?;
     send_ipi(a, r15, vb)?;
-    a.inc(qword_ptr(rbx + 8)).map_err(asm_err)?;
-    a.jmp(loop_).map_err(asm_err)?;
-    a.set_label(&mut finish).map_err(asm_err)?;
+    a.inc(qword_ptr(rbx + 8))?;
+    a.jmp(loop_)?;
+    a.set_label(&mut finish)?;
     m.done()
 }
 
@@ -1188,17 +1191,17 @@ fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: 
     m.enable_lapic()?;
     let a = &mut m.a;
     // LAPIC timer: divide by 1, periodic, initial count = APIC bus (1 GHz in KVM) / hz
-    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_DCR).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), 0b1011u32).map_err(asm_err)?;
-    a.mov(rcx, LAPIC_BASE + LAPIC_LVT_TIMER).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), (1u32 << 17) | vector as u32).map_err(asm_err)?;
-    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), (1_000_000_000 / hz) as u32).map_err(asm_err)?;
-    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_DCR)?;
+    a.mov(dword_ptr(rcx), 0b1011u32)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_LVT_TIMER)?;
+    a.mov(dword_ptr(rcx), (1u32 << 17) | vector as u32)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR)?;
+    a.mov(dword_ptr(rcx), (1_000_000_000 / hz) as u32)?;
+    a.mov(rsi, IRQ_COUNTS_ADDR + vector as u64 * 8)?;
     halt_until_count(a, (ticks > 0).then_some(ticks))?;
     // stop the timer before reporting
-    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR).map_err(asm_err)?;
-    a.mov(dword_ptr(rcx), 0u32).map_err(asm_err)?;
+    a.mov(rcx, LAPIC_BASE + LAPIC_TIMER_ICR)?;
+    a.mov(dword_ptr(rcx), 0u32)?;
     m.done()
 }
 
