@@ -97,7 +97,7 @@ MSR_KVM_STEAL_TIME: int = _core.MSR_KVM_STEAL_TIME
 MAX_MEMORY_MIB: int = _core.MAX_MEMORY_MIB
 
 #: Built-in guest programs: name → what it does (read from the Rust registry,
-#: ``PROGRAMS`` in ``src/py/kvm.rs``; [`PROGRAM_PARAMS`][vcpulab.kvm.PROGRAM_PARAMS] gives each one's
+#: ``PROGRAMS`` in ``src/kvm/guest/spec.rs``; [`PROGRAM_PARAMS`][vcpulab.kvm.PROGRAM_PARAMS] gives each one's
 #: keyword parameters).
 PROGRAMS: dict[str, str] = {name: doc for name, _params, doc in _core.GUEST_PROGRAMS}
 #: name → the keyword parameters [`Vm.load`][vcpulab.kvm.Vm.load] accepts for it.

@@ -16,7 +16,8 @@ use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use crate::kvm::guest::program::{LockKind, Program, Spec};
+use crate::kvm::guest::program::Program;
+use crate::kvm::guest::spec::{Param, Params, Spec, PROGRAMS};
 use crate::kvm::kick::{self, RunSlot};
 use crate::kvm::memory::GuestMemory;
 use crate::kvm::stats::{StatKind, StatsFd, StatsSchema};
@@ -229,164 +230,27 @@ fn program_dict<'py>(py: Python<'py>, p: &Program) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-fn param(params: &Bound<'_, PyDict>, name: &str, prog: &str) -> PyResult<u64> {
-    match params.get_item(name)? {
-        Some(v) => v.extract::<u64>().map_err(|_| {
-            PyValueError::new_err(format!("{prog}: parameter {name} must be a non-negative integer, got {v}"))
-        }),
-        None => Err(PyValueError::new_err(format!("{prog}: missing parameter {name}"))),
+/// A `Vm.load` keyword argument as the program registry reads it
+/// (`kvm::guest::spec::Param`): an integer that fits u64, a string, or else
+/// its repr, which the registry names in its error.
+fn param_of(v: &Bound<'_, PyAny>) -> PyResult<Param> {
+    if let Ok(i) = v.extract::<u64>() {
+        return Ok(Param::Int(i));
     }
+    if let Ok(s) = v.extract::<String>() {
+        return Ok(Param::Str(s));
+    }
+    Ok(Param::Other(v.str()?.to_string()))
 }
 
-fn narrow<T: TryFrom<u64>>(v: u64, name: &str, prog: &str) -> PyResult<T> {
-    T::try_from(v).map_err(|_| PyValueError::new_err(format!("{prog}: parameter {name}={v} is out of range")))
-}
-
-/// The built-in guest programs: name, keyword parameters, what it does. The one
-/// registry: `spec_from` accepts exactly these, and Python's `vcpulab.kvm.PROGRAMS`
-/// is read from it (`GUEST_PROGRAMS`). The result layout of a program is what its
-/// `build` returns (`ResultField`s, `Program.results` in Python).
-const PROGRAMS: &[(&str, &[&str], &str)] = &[
-    ("io_out", &["port", "value", "size"], "out `value` (`size` = 1, 2 or 4 bytes) to `port`, then halt forever"),
-    ("io_in", &["port", "size"], "in `size` bytes from `port`; store it in result `value`; DONE"),
-    (
-        "mmio_write",
-        &["addr", "value", "size"],
-        "store `value` (`size` 1/2/4/8) at guest-physical `addr`; then halt forever",
-    ),
-    ("mmio_read", &["addr", "size"], "load `size` bytes from `addr` into result `value`; DONE"),
-    ("halt", &[], "hlt in a loop"),
-    ("triple_fault", &[], "load an empty IDT and raise #UD: a shutdown exit"),
-    ("endless_loop", &[], "jmp $ forever"),
-    ("pause_loop", &["iterations"], "`iterations` × (pause; counter[vcpu]++), then DONE (0 = forever)"),
-    ("io_loop", &["port", "count"], "`count` × out `port`, then DONE (the IO round-trip benchmark)"),
-    (
-        "wait_interrupts",
-        &["vector", "count"],
-        "sti; hlt until `count` interrupts of `vector` arrived (needs irqchip); DONE",
-    ),
-    ("assert", &["actual", "expected"], "assert `actual` == `expected` in the guest (tests the assertion path); DONE"),
-    (
-        "io_out_string",
-        &["port", "count"],
-        "rep outsb of `count` bytes (result `bytes`, written by the host first) to `port`",
-    ),
-    ("sync", &["count"], "send `count` SYNC messages with values 0, 1, …; DONE"),
-    ("exception", &["vector"], "raise exception `vector` (0 #DE, 3 #BP, 6 #UD); the IDT reports it"),
-    (
-        "spin_lock",
-        &["kind", "hold", "think", "iterations", "vcpus", "pv_exits"],
-        "lock contention (see vcpulab.experiment.SpinLock)",
-    ),
-    (
-        "pv_spin_lock",
-        &["hold", "think", "iterations", "check_every", "kick_vector", "vcpus", "pv_exits"],
-        "lock contention with vcpu_is_preempted (see vcpulab.experiment.PvSpinLock)",
-    ),
-    (
-        "msi_pong",
-        &["vector", "count"],
-        "halt until `count` MSIs of `vector` arrived, timing each halt (see MsiPingPong)",
-    ),
-    ("ipi_ping_pong", &["rounds", "gap_cycles", "vector_base"], "vCPU 0 <-> vCPU 1 IPI round trips (see IpiPingPong)"),
-    (
-        "idle_ticks",
-        &["hz", "ticks", "vector"],
-        "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
-    ),
-];
-
-/// Builds a program spec from its name and keyword parameters.
+/// Builds a program spec from its name and keyword parameters
+/// (`Spec::from_params` does the checking).
 fn spec_from(name: &str, p: &Bound<'_, PyDict>) -> PyResult<Spec> {
-    let Some(&(_, allowed, _)) = PROGRAMS.iter().find(|(n, _, _)| *n == name) else {
-        let names: Vec<&str> = PROGRAMS.iter().map(|(n, _, _)| *n).collect();
-        return Err(PyValueError::new_err(format!(
-            "unknown guest program {name:?}; choose one of {}",
-            names.join(", ")
-        )));
-    };
-    for k in p.keys() {
-        let k: String = k.extract()?;
-        if !allowed.contains(&k.as_str()) {
-            return Err(PyValueError::new_err(format!("{name}: unknown parameter {k:?}; it takes {allowed:?}")));
-        }
+    let mut params = Params::new();
+    for (k, v) in p.iter() {
+        params.insert(k.extract()?, param_of(&v)?);
     }
-    let g = |n: &str| param(p, n, name);
-    Ok(match name {
-        "io_out" => Spec::IoOut {
-            port: narrow(g("port")?, "port", name)?,
-            value: narrow(g("value")?, "value", name)?,
-            size: narrow(g("size")?, "size", name)?,
-        },
-        "io_in" => Spec::IoIn { port: narrow(g("port")?, "port", name)?, size: narrow(g("size")?, "size", name)? },
-        "mmio_write" => {
-            Spec::MmioWrite { addr: g("addr")?, value: g("value")?, size: narrow(g("size")?, "size", name)? }
-        }
-        "mmio_read" => Spec::MmioRead { addr: g("addr")?, size: narrow(g("size")?, "size", name)? },
-        "halt" => Spec::Halt,
-        "triple_fault" => Spec::TripleFault,
-        "endless_loop" => Spec::EndlessLoop,
-        "pause_loop" => Spec::PauseLoop { iterations: g("iterations")? },
-        "io_loop" => Spec::IoLoop { port: narrow(g("port")?, "port", name)?, count: g("count")? },
-        "wait_interrupts" => Spec::WaitInterrupts { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? },
-        "assert" => Spec::Assert { actual: g("actual")?, expected: g("expected")? },
-        "sync" => Spec::Sync { count: g("count")? },
-        "io_out_string" => Spec::IoOutString { port: narrow(g("port")?, "port", name)?, count: g("count")? },
-        "exception" => Spec::Exception { vector: narrow(g("vector")?, "vector", name)? },
-        "spin_lock" | "pv_spin_lock" => {
-            let kind = if name == "pv_spin_lock" {
-                LockKind::Pv
-            } else {
-                match p.get_item("kind")? {
-                    None => LockKind::Tas,
-                    Some(k) => match k.extract::<String>()?.as_str() {
-                        "tas" => LockKind::Tas,
-                        "ticket" => LockKind::Ticket,
-                        other => {
-                            return Err(PyValueError::new_err(format!(
-                                "spin_lock: kind must be 'tas' or 'ticket', got {other:?}"
-                            )))
-                        }
-                    },
-                }
-            };
-            let opt = |n: &str, d: u64| -> PyResult<u64> {
-                if p.contains(n)? {
-                    g(n)
-                } else {
-                    Ok(d)
-                }
-            };
-            Spec::SpinLock {
-                kind,
-                hold: opt("hold", 0)?,
-                think: opt("think", 0)?,
-                iterations: opt("iterations", 0)?,
-                check_every: opt("check_every", 256)?,
-                kick_vector: narrow(opt("kick_vector", 0xf0)?, "kick_vector", name)?,
-                vcpus: g("vcpus")?,
-                pv_exits: match opt("pv_exits", 0)? {
-                    0 => false,
-                    1 => true,
-                    v => return Err(PyValueError::new_err(format!("{name}: pv_exits must be 0 or 1, got {v}"))),
-                },
-            }
-        }
-        "msi_pong" => Spec::MsiPong { vector: narrow(g("vector")?, "vector", name)?, count: g("count")? },
-        "ipi_ping_pong" => Spec::IpiPingPong {
-            rounds: g("rounds")?,
-            gap_cycles: g("gap_cycles")?,
-            vector_base: narrow(g("vector_base")?, "vector_base", name)?,
-        },
-        "idle_ticks" => {
-            Spec::IdleTicks { hz: g("hz")?, ticks: g("ticks")?, vector: narrow(g("vector")?, "vector", name)? }
-        }
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "guest program {name:?} is in PROGRAMS but spec_from does not build it (src/py/kvm.rs)"
-            )))
-        }
-    })
+    Ok(Spec::from_params(name, &params)?)
 }
 
 /// (function, index, flags, eax, ebx, ecx, edx) of one CPUID entry.
@@ -1271,7 +1135,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_PROGRAM_ROUNDS", crate::kvm::guest::program::MAX_ROUNDS)?;
     m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;
     // one source for the tables Python used to keep by hand
-    m.add("GUEST_PROGRAMS", PROGRAMS.iter().map(|&(n, ps, doc)| (n, ps.to_vec(), doc)).collect::<Vec<_>>())?;
+    m.add("GUEST_PROGRAMS", PROGRAMS.iter().map(|i| (i.name, i.params.to_vec(), i.doc)).collect::<Vec<_>>())?;
     m.add("EXIT_KINDS", crate::kvm::exit::EXIT_KINDS.to_vec())?;
     m.add("PV_FEATURE_BITS", crate::kvm::system::PV_FEATURES.to_vec())?;
     m.add("DISABLE_EXITS_BITS", crate::kvm::system::DISABLE_EXITS_BITS.to_vec())?;

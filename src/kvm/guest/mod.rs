@@ -21,6 +21,7 @@
 //! (above 3 GiB) is mapped uncached.
 
 pub mod program;
+pub mod spec;
 
 use kvm_bindings::{kvm_segment, kvm_sregs};
 

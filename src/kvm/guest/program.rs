@@ -23,6 +23,8 @@ use iced_x86::BlockEncoderOptions;
 use super::*;
 use crate::kvm::error::{Error, Result};
 
+pub use super::spec::{LockKind, Spec};
+
 /// IO port of the ucall protocol.
 pub const UCALL_PORT: u16 = 0xe0;
 /// The pv spin exit of vcpulab's vCPU scheduler (`vcpulab.sched`), the
@@ -253,104 +255,6 @@ pub fn idt_stubs() -> Result<(Vec<u8>, Vec<u64>)> {
 pub struct Env {
     /// An in-kernel irqchip exists (xAPIC usable; HLT blocks in the kernel).
     pub irqchip: bool,
-}
-
-/// The built-in guest programs. Each documents its result layout.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Spec {
-    /// `out port, value` with `size` bytes (1, 2 or 4), then halt forever.
-    IoOut { port: u16, value: u32, size: u8 },
-    /// `in size, port`; stores the value read at `data.value`, then ucall DONE.
-    IoIn { port: u16, size: u8 },
-    /// Stores `value` (`size` = 1, 2, 4 or 8 bytes) at guest-physical `addr`
-    /// (outside RAM: an MMIO write exit), then halts forever.
-    MmioWrite { addr: u64, value: u64, size: u8 },
-    /// Loads `size` bytes from `addr` into `data.value`, then ucall DONE.
-    MmioRead { addr: u64, size: u8 },
-    /// `hlt` in a loop (without an irqchip every HLT exits to user space).
-    Halt,
-    /// Loads an empty IDT and raises #UD: a triple fault, i.e. a shutdown exit.
-    TripleFault,
-    /// `jmp $` forever; only a deadline or a kick gets the vCPU out.
-    EndlessLoop,
-    /// `iterations` × (`pause`; `data.counter[vcpu]++`), then ucall DONE.
-    /// `iterations` = 0 loops forever.
-    PauseLoop { iterations: u64 },
-    /// `count` × `out port, eax` (eax = iteration), then ucall DONE: the IO
-    /// round-trip workload of the benchmark.
-    IoLoop { port: u16, count: u64 },
-    /// Enables the xAPIC and interrupts, then halts until `IRQ_COUNTS[vector]`
-    /// reaches `count`; counts its HLTs in `data.halts[vcpu]`; then ucall DONE.
-    /// Needs an irqchip. The vector is counted by the IDT's common handler.
-    WaitInterrupts { vector: u8, count: u64 },
-    /// Asserts that `actual == expected` in the guest (a self-test of the ucall
-    /// assertion path), then ucall DONE.
-    Assert { actual: u64, expected: u64 },
-    /// `rep outsb` of the `count` bytes of `data.bytes` to `port` (string IO),
-    /// then halts forever.
-    IoOutString { port: u16, count: u64 },
-    /// Sends `count` ucall SYNC messages with the values 0, 1, …, then DONE
-    /// (the host sees each value; a test of the message protocol).
-    Sync { count: u64 },
-    /// Raises the exception `vector` (0 = #DE by dividing by zero, 3 = #BP by
-    /// `int3`, 6 = #UD by `ud2`); the IDT reports it through the ucall port.
-    Exception { vector: u8 },
-    /// Lock contention (see [`SpinLockLayout`]): each vCPU repeatedly acquires
-    /// one lock, runs a critical section of `hold` loop iterations that
-    /// increments a shared counter non-atomically (a lost update would show),
-    /// releases, then runs `think` iterations. `iterations` acquisitions per
-    /// vCPU (0: until the host sets the stop flag). Waiters PAUSE.
-    ///
-    /// With `kind` = `Pv`, a waiter checks every `check_every` PAUSEs whether
-    /// the lock holder's steal-time `preempted` byte (in the holder's *default*
-    /// steal-time slot, [`super::default_steal_gpa`]) is set and, if so, halts
-    /// until the unlocker kicks it with an IPI of `kick_vector` (the guest side
-    /// of `vcpu_is_preempted`, [S2]); `vcpus` bounds the unlocker's scan.
-    SpinLock {
-        kind: LockKind,
-        hold: u64,
-        think: u64,
-        iterations: u64,
-        check_every: u64,
-        kick_vector: u8,
-        vcpus: u64,
-        /// pv spin exits ([`PV_SPIN_PORT`]) and halt brackets ([`PV_HALT_PORT`]) for vcpulab's scheduler.
-        pv_exits: bool,
-    },
-    /// Host → vCPU MSI ping-pong, guest side: halts until `count` interrupts of
-    /// `vector` arrived; before each halt increments `halts` (the host's cue),
-    /// and records each halt's length in TSC cycles in `halt_cycles[i]`.
-    MsiPong { vector: u8, count: u64 },
-    /// vCPU ↔ vCPU IPI ping-pong: vCPU 0 spins `gap_cycles` TSC cycles, sends
-    /// an IPI (vector `vector_base`+1) to vCPU 1 and halts until the reply
-    /// (vector `vector_base`); `rounds` times, recording each round trip in TSC
-    /// cycles in `rtt_cycles[i]`. vCPU 1 halts and replies at once.
-    IpiPingPong { rounds: u64, gap_cycles: u64, vector_base: u8 },
-    /// The idle guest of [S5]: the LAPIC timer fires periodically at `hz`
-    /// (vector `vector`) and the vCPU halts between ticks, for `ticks` ticks
-    /// (0: forever). Counts halts in `halts[vcpu]`.
-    IdleTicks { hz: u64, ticks: u64, vector: u8 },
-}
-
-/// Lock kinds of [`Spec::SpinLock`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LockKind {
-    /// test-and-test-and-set with PAUSE (like `virt_spin_lock`).
-    Tas,
-    /// FIFO ticket lock: exposes lock-waiter preemption.
-    Ticket,
-    /// test-and-set that halts while the holder's vCPU is preempted.
-    Pv,
-}
-
-impl LockKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            LockKind::Tas => "tas",
-            LockKind::Ticket => "ticket",
-            LockKind::Pv => "pv",
-        }
-    }
 }
 
 /// Shared-memory layout of [`Spec::SpinLock`] (offsets from the program's data).
