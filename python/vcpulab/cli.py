@@ -3,20 +3,40 @@
     vcpulab info                         what KVM offers on this host (or exactly why it is unusable)
     vcpulab kvm steal --vcpus 4 --pcpus 0 --duration-s 2
                                          a real overcommit run printing steal per vCPU
-    vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
+    vcpulab sim SPEC.toml [--out DIR] [--json]
+                                         a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
-    vcpulab watch PID [--interval-s S] [--count N] [--parquet FILE]
+    vcpulab watch PID | --pid PID | --guest NAME [--interval-s S] [--count N | --once]
+                  [--json] [--refresh | --no-refresh] [--log FILE] [--parquet FILE]
                                          a live per-vCPU table of another process's VMs
-    vcpulab trace PID [--duration-s S] [--out DIR]
+    vcpulab trace PID [--duration-s S] [--out DIR] [--json]
                                          trace another process's vCPU threads: exits by reason,
                                          halts, wake-up latency; the frames as Parquet
 
-Every command takes ``--help``; ``vcpulab --version`` names the build;
-``info`` and ``kvm steal`` print JSON with ``--json``. Bad arguments give one clear line on stderr and
-exit status 2; a failure of the run itself exits with 1 (one line, no
-traceback; ``VCPULAB_TRACEBACK=1`` shows it). Output closed early (``| head``)
-ends the command quietly.
+Every command takes ``--help``; ``vcpulab --version`` names the build.
+``info``, ``kvm steal``, ``sim``, ``trace`` and ``watch`` take ``--json``:
+what the command produced as JSON on stdout (``watch``: one object per
+interval), the lines meant for a person on stderr.
+
+``watch`` chooses its process as ``kvm_stat`` does: by PID (``--pid``, ``-p``
+there) or by ``--guest NAME`` (``-g``), the one process holding a KVM VM whose
+QEMU guest name (``-name guest=NAME,...`` or ``-name NAME``), comm or program
+name is NAME; none or several is an error naming the KVM processes found. On a
+terminal it redraws its table in place (clear screen, home; ``--no-refresh``
+scrolls, ``--refresh`` redraws anyway); elsewhere, and with ``--json``, it
+prints one table after another.
+
+Bad arguments give one clear line on stderr and exit status 2; a failure of
+the run itself exits with 1 (one line, no traceback; ``VCPULAB_TRACEBACK=1``
+shows it). With ``--json``, a failure also prints one object on stdout,
+``{"error": {"type": "<exception class>", "message": "..."}}``, with the
+same exit status and stderr line (``vcpulab watch 999999999 --json``:
+``{"error": {"type": "ProcessLookupError", "message": "no process
+999999999"}}``, status 1). Usage errors that argparse finds (an unknown flag,
+a malformed value, a missing argument) stay plain text on stderr, status 2,
+with or without ``--json``. Output closed early (``| head``) ends the command
+quietly.
 """
 
 from __future__ import annotations
@@ -1082,7 +1102,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``vcpulab`` command's argument parser (every command and flag)."""
-    p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
+    p = _Parser(
+        prog="vcpulab",
+        description="Research workbench for overcommitted virtual CPUs.",
+        epilog='With --json (info, kvm steal, sim, trace, watch) a failure prints {"error": {"type": ..., '
+        '"message": ...}} on stdout with the usual exit status; usage errors (status 2) stay text on stderr.',
+    )
     p.add_argument(
         "--version",
         action=_VersionAction,
