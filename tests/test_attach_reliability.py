@@ -383,3 +383,91 @@ def test_watch_once_as_json_and_a_csv_log(kvm_host: Host, tmp_path: Path) -> Non
     finally:
         target.kill()
         target.communicate(timeout=30)
+
+
+def _watch_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "vcpulab.cli", "watch", *args], capture_output=True, text=True, timeout=60, env=ENV
+    )
+
+
+def _vmm(*argv: str) -> subprocess.Popen[str]:
+    """A VMM-like process (one VM, one vCPU thread) with ``argv`` on its command line, once ready."""
+    p = subprocess.Popen([sys.executable, "-c", VMM, *argv], stdout=subprocess.PIPE, text=True, env=ENV)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_watch_chooses_its_process_by_guest_name_as_kvm_stat_g(kvm_host: Host) -> None:
+    """`vcpulab watch --guest NAME` (kvm_stat -g): the one KVM process whose QEMU
+    -name (``-name guest=NAME,...`` or ``-name NAME``) or comm is NAME; none or
+    several is an error naming the candidates; no PID at all is a usage error
+    that names them too."""
+    tag = f"vcpulab-test-{os.getpid()}-{time.monotonic_ns()}"
+    procs = []
+    try:
+        procs.append(_vmm("-name", f"guest={tag}-a,debug-threads=on"))
+        procs.append(_vmm("-name", f"{tag}-b"))
+        a, b = procs
+        for name, want in ((f"{tag}-a", a.pid), (f"{tag}-b", b.pid)):
+            r = _watch_cli("--guest", name, "--once", "--json", "--interval-s", "0.2")
+            assert r.returncode == 0, r.stderr
+            doc = json.loads(r.stdout)
+            assert doc["pid"] == want and len(doc["vcpus"]) == 1, doc
+            assert f"watching pid {want}" in r.stderr
+        r = _watch_cli("--pid", str(b.pid), "--once", "--json", "--interval-s", "0.2")
+        assert r.returncode == 0 and json.loads(r.stdout)["pid"] == b.pid, r.stderr
+        # both have the same comm: several match
+        comm = Path(f"/proc/{a.pid}/comm").read_text().strip()
+        assert Path(f"/proc/{b.pid}/comm").read_text().strip() == comm
+        r = _watch_cli("--guest", comm, "--once", "--json")
+        assert r.returncode == 1, r
+        err = json.loads(r.stdout)["error"]
+        assert err["type"] == "LookupError" and "choose one with --pid" in err["message"], err
+        assert (
+            f"{a.pid} ({comm}, guest {tag}-a)" in err["message"]
+            and f"{b.pid} ({comm}, guest {tag}-b)" in err["message"]
+        )
+        # none matches: the candidates are named
+        r = _watch_cli("--guest", f"{tag}-c", "--once")
+        assert r.returncode == 1 and r.stdout == "", r
+        assert f"--guest '{tag}-c': no KVM process" in r.stderr and f"{a.pid} ({comm}, guest {tag}-a)" in r.stderr
+        # no process given: a usage error (2) with the candidates
+        r = _watch_cli("--once", "--json")
+        assert r.returncode == 2, r
+        err = json.loads(r.stdout)["error"]
+        assert err["type"] == "ValueError" and "watch needs a process" in err["message"]
+        assert f"{b.pid} ({comm}, guest {tag}-b)" in err["message"], err
+        r = _watch_cli(str(a.pid), "--guest", f"{tag}-a")
+        assert r.returncode == 2 and "not allowed with argument" in r.stderr
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate(timeout=30)
+
+
+def test_watch_redraws_in_place_only_when_asked_or_on_a_terminal(kvm_host: Host) -> None:
+    """--refresh clears the screen and draws the header and the table again each
+    interval (kvm_stat's screen); --no-refresh, and stdout that is not a
+    terminal, print one table after another as before."""
+    from vcpulab.cli import _CLEAR_SCREEN
+
+    target = _vmm()
+    try:
+        r = _watch_cli(str(target.pid), "--count", "2", "--interval-s", "0.2", "--refresh")
+        assert r.returncode == 0, r.stderr
+        frames = r.stdout.split(_CLEAR_SCREEN)
+        assert len(frames) == 3 and frames[0].startswith(f"watching pid {target.pid}"), r.stdout
+        for f in frames[1:]:
+            assert f.startswith(f"watching pid {target.pid}") and "run_delay_%" in f, f
+        for flags in ([], ["--no-refresh"]):  # not a terminal here: scrolling
+            r = _watch_cli(str(target.pid), "--count", "2", "--interval-s", "0.2", *flags)
+            assert r.returncode == 0, r.stderr
+            assert "\x1b[" not in r.stdout and r.stdout.count("run_delay_%") == 2, r.stdout
+            assert r.stdout.count(f"watching pid {target.pid}") == 1
+        r = _watch_cli(str(target.pid), "--once", "--json", "--refresh")
+        assert r.returncode == 2 and json.loads(r.stdout)["error"]["type"] == "ValueError", r
+    finally:
+        target.kill()
+        target.communicate(timeout=30)

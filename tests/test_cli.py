@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -32,8 +33,6 @@ def test_info_reports_capabilities_and_module_params(kvm_host: Host) -> None:
     assert r.returncode == 0, r.stderr
     assert "KVM_CAP_HALT_POLL" in r.stdout and "halt_poll_ns=" in r.stdout
     j = vcpulab("info", "--json")
-    import json
-
     d = json.loads(j.stdout)
     assert d["api_version"] == 12 and "kvm" in d["module_params"]
 
@@ -100,6 +99,40 @@ def test_bad_arguments_give_one_clear_line(args: list[str], message: str) -> Non
 
 
 @pytest.mark.parametrize(
+    "args,error_type,message,code",
+    [
+        (["info", "--device", "/nonexistent/kvm"], "KvmUnavailableError", "/nonexistent/kvm does not exist", 1),
+        (["kvm", "steal", "--pcpus", "999"], "ValueError", "--pcpus names CPU(s) [999]", 2),
+        (["sim", "/nonexistent.toml"], "ValueError", "/nonexistent.toml: no such file", 1),
+        (["watch", "999999999"], "ProcessLookupError", "no process 999999999", 1),
+        (["watch", "--pid", "999999999"], "ProcessLookupError", "no process 999999999", 1),
+        (["watch", "1", "--log", "/nonexistent/dir/w.csv"], "ValueError", "--log: the folder", 1),
+        (["trace", "999999999"], "ProcessLookupError", "no process 999999999", 1),
+    ],
+)
+def test_json_errors_are_one_object_with_the_plain_exit_status(
+    args: list[str], error_type: str, message: str, code: int
+) -> None:
+    """Under --json a failure is {"error": {"type", "message"}} on stdout, with the
+    status and stderr line of the plain command; without --json stdout stays empty."""
+    plain = vcpulab(*args)
+    assert plain.returncode == code and plain.stdout == "", plain
+    assert message in plain.stderr
+    r = vcpulab(*args, "--json")
+    assert r.returncode == code, r
+    doc = json.loads(r.stdout)
+    assert list(doc) == ["error"] and doc["error"]["type"] == error_type, doc
+    assert message in doc["error"]["message"], doc
+    assert r.stderr == plain.stderr  # the human line stays on stderr
+
+
+def test_json_usage_errors_stay_argparse_text() -> None:
+    # documented: a usage error is found before --json is known to be set
+    r = vcpulab("watch", "0", "--json")
+    assert r.returncode == 2 and r.stdout == "" and "positive integer" in r.stderr
+
+
+@pytest.mark.parametrize(
     "toml,message",
     [
         ("[config\nx=1", "invalid TOML"),
@@ -143,6 +176,31 @@ def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) 
         assert key in meta
 
 
+def test_sim_json_names_the_spec_its_summary_and_its_files(tmp_path: Path) -> None:
+    from vcpulab.cli import load_spec
+
+    spec = tmp_path / "run.toml"
+    spec.write_text("[config]\nduration_ns = 2_000_000\nseed = 3\ntrace = true\n")
+    out = tmp_path / "out"
+    r = vcpulab("sim", str(spec), "--out", str(out), "--json", "--perfetto")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # the whole of stdout is the one object
+    assert doc["spec"] == str(spec) and doc["kind"] == "run" and doc["seed"] == 3
+    assert doc["config_hash"] == load_spec(spec)[0].config_hash()
+    summary = pl.read_parquet(out / "summary.parquet").row(0, named=True)
+    assert doc["summary"] == summary and doc["summary"]["throughput_ops_s"] > 0
+    names = {"summary", "vms", "vcpus", "pcpus", "trace"}
+    assert doc["out"] == str(out)
+    assert sorted(doc["files"]) == sorted(
+        [str(out / f"{n}.parquet") for n in names] + [str(out / "sched_map.png"), str(out / "trace.perfetto.json")]
+    )
+    assert all(Path(f).is_file() for f in doc["files"])
+    # the human output moved to stderr, as the plain run prints it on stdout
+    plain = vcpulab("sim", str(spec), "--out", str(tmp_path / "plain"), "--perfetto")
+    assert plain.returncode == 0 and "throughput_ops_s" in plain.stdout and "wrote:" in plain.stdout
+    assert "throughput_ops_s" in r.stderr and "wrote:" in r.stderr and str(out / "summary.parquet") in r.stderr
+
+
 def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> None:
     # outputs are staged and swapped in only on success: a failing rerun (its
     # trace passes trace_max_rows, a SPEC that validates) leaves the earlier
@@ -175,12 +233,19 @@ def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> N
 
 
 def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
-    r = vcpulab("sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet")
+    r = vcpulab("sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet", "--json")
     assert r.returncode == 0, r.stderr
     df = pl.read_parquet(tmp_path / "sweep.parquet")
     assert df["vms.0.policy"].to_list() == ["baseline_2011", "dy_eligible", "upstream", "oracle"]  # constructor names
     assert (df["throughput_ops_s"] > 0).all()
     assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
+    doc = json.loads(r.stdout)
+    assert doc["kind"] == "sweep" and doc["points"] == 4 and doc["failed_points"] == 0
+    assert list(doc["grid"]) == ["vms.0.policy"] and "summary" not in doc
+    assert [row["vms.0.policy"] for row in doc["rows"]] == df["vms.0.policy"].to_list()
+    assert [row["throughput_ops_s"] for row in doc["rows"]] == df["throughput_ops_s"].to_list()
+    assert [row["config_hash"] for row in doc["rows"]] == df["config_hash"].to_list()
+    assert str(tmp_path / "sweep.parquet") in doc["files"] and len(doc["files"]) == 5
     assert "vcpulab.grid" in pl.read_parquet_metadata(tmp_path / "sweep.parquet")
 
 
@@ -204,3 +269,37 @@ def test_sim_called_in_process_leaves_no_figure_open(tmp_path: Path) -> None:
     assert cli.main(["sim", str(ROOT / "examples" / "ple_policies.toml"), "--out", str(tmp_path), "--quiet"]) == 0
     assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
     assert set(plt.get_fignums()) == before
+
+
+@pytest.mark.parametrize(
+    "cmdline,name",
+    [
+        (["qemu-system-x86_64", "-name", "guest=web1,debug-threads=on", "-m", "1G"], "web1"),
+        (["qemu-system-x86_64", "-m", "1G", "-name", "web2"], "web2"),
+        (["qemu-kvm", "-name", "db,process=qemu-db"], "db"),
+        (["qemu-kvm", "-name", "process=x,guest=a,,b"], "a,b"),  # ,, is QEMU's escaped comma
+        (["qemu-kvm", "-name", "process=x"], None),
+        (["qemu-kvm", "-name"], None),
+        (["firecracker", "--api-sock", "/tmp/fc.sock"], None),
+    ],
+)
+def test_the_guest_name_of_a_qemu_command_line(cmdline: list[str], name: str | None) -> None:
+    from vcpulab.cli import _qemu_guest_name
+
+    assert _qemu_guest_name(cmdline) == name
+
+
+def test_watch_redraws_on_a_terminal_unless_json_or_told_not_to() -> None:
+    import argparse
+
+    from vcpulab.cli import _redraws, build_parser
+
+    def ns(*flags: str) -> argparse.Namespace:
+        return build_parser().parse_args(["watch", "1", *flags])
+
+    assert _redraws(ns(), isatty=True) is True
+    assert _redraws(ns(), isatty=False) is False
+    assert _redraws(ns("--json"), isatty=True) is False
+    assert _redraws(ns("--no-refresh"), isatty=True) is False
+    assert _redraws(ns("--refresh"), isatty=False) is True
+    assert _redraws(ns("--log", "x.csv"), isatty=True) is True  # a log is written beside the table

@@ -8,6 +8,7 @@ flip. Skips only where tracefs cannot be had (not root and not mounted)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import warnings
@@ -347,6 +348,35 @@ def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ig
         assert cli.returncode == 0, cli.stderr
         assert "exits by reason" in cli.stdout and "wake-up to run" in cli.stdout, cli.stdout
         assert dict(pl.read_parquet(out / "halts.parquet").schema) == tracing.HALTS_SCHEMA
+        # --json: one object on stdout saying what was traced and written, the tables on stderr
+        jout = tmp_path / "tj"
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "vcpulab.cli",
+                "trace",
+                str(pid),
+                "--duration-s",
+                "0.3",
+                "--out",
+                str(jout),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cli.returncode == 0, cli.stderr
+        doc = json.loads(cli.stdout)
+        assert doc["pid"] == pid and doc["vcpu_threads"] == 2 and doc["cpus"] == [cpu]
+        assert doc["duration_s"] == 0.3 and doc["window_ns"] == 300_000_000
+        assert doc["events"] == sum(doc["counts"].values()) and doc["truncated"] is False
+        names = ("trace", "wakeups", "exits", "halts")
+        assert doc["files"] == [str(jout / f"{n}.parquet") for n in names]
+        assert doc["rows"] == {n: pl.read_parquet(jout / f"{n}.parquet").height for n in names}
+        assert doc["rows"]["halts"] > 0
+        assert "exits by reason" in cli.stderr and "wake-up to run" in cli.stderr
     finally:
         p.kill()
         p.wait()

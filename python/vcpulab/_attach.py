@@ -272,7 +272,8 @@ class Attached:
         (docs/tracing.md): a [`vcpulab.tracing.TraceFrames`][] whose
         ``trace``, ``wakeups``, ``exits`` and ``halts`` are the frames of a
         traced ``Run`` (``vm`` is the VM's fd in the process, as in
-        [`vcpus`][vcpulab.kvm.Attached.vcpus]; ns from the start of the window). ``pcpus``: the host
+        [`vcpus`][vcpulab.kvm.Attached.vcpus]; ns from the start of the window; ``info["window_ns"]``
+        is the window's length). ``pcpus``: the host
         CPUs whose scheduler events are recorded (default: every CPU the vCPU
         threads may run on; ``cpus=`` before 2026-12-01, still accepted with a
         DeprecationWarning). KVM events are kept only for this process.
@@ -308,7 +309,9 @@ class Attached:
             end = t0 + int(duration_s * 1e9)
             while (left := end - time.monotonic_ns()) > 0:
                 time.sleep(min(left / 1e9, 0.05))
-            return tr.frames(t0, end, [(r["tid"], r["vm"], r["vcpu"]) for r in known])
+            tf = tr.frames(t0, end, [(r["tid"], r["vm"], r["vcpu"]) for r in known])
+            tf.info["window_ns"] = end - t0  # as a traced Run's trace_info: the window the frames cover
+            return tf
 
     def __repr__(self) -> str:
         return f"<Attached pid={self.pid} {self.comm!r} vms={self.vms.height} vcpus={self.vcpus.height}>"

@@ -3,20 +3,40 @@
     vcpulab info                         what KVM offers on this host (or exactly why it is unusable)
     vcpulab kvm steal --vcpus 4 --pcpus 0 --duration-s 2
                                          a real overcommit run printing steal per vCPU
-    vcpulab sim SPEC.toml [--out DIR]    a simulated run or sweep described in TOML
+    vcpulab sim SPEC.toml [--out DIR] [--json]
+                                         a simulated run or sweep described in TOML
     vcpulab schema [--config]            the JSON Schema of a SPEC.toml (or of the configuration)
     vcpulab demo [--out DIR]             a short showcase; writes Parquet files and pictures
-    vcpulab watch PID [--interval-s S] [--count N] [--parquet FILE]
+    vcpulab watch PID | --pid PID | --guest NAME [--interval-s S] [--count N | --once]
+                  [--json] [--refresh | --no-refresh] [--log FILE] [--parquet FILE]
                                          a live per-vCPU table of another process's VMs
-    vcpulab trace PID [--duration-s S] [--out DIR]
+    vcpulab trace PID [--duration-s S] [--out DIR] [--json]
                                          trace another process's vCPU threads: exits by reason,
                                          halts, wake-up latency; the frames as Parquet
 
-Every command takes ``--help``; ``vcpulab --version`` names the build;
-``info`` and ``kvm steal`` print JSON with ``--json``. Bad arguments give one clear line on stderr and
-exit status 2; a failure of the run itself exits with 1 (one line, no
-traceback; ``VCPULAB_TRACEBACK=1`` shows it). Output closed early (``| head``)
-ends the command quietly.
+Every command takes ``--help``; ``vcpulab --version`` names the build.
+``info``, ``kvm steal``, ``sim``, ``trace`` and ``watch`` take ``--json``:
+what the command produced as JSON on stdout (``watch``: one object per
+interval), the lines meant for a person on stderr.
+
+``watch`` chooses its process as ``kvm_stat`` does: by PID (``--pid``, ``-p``
+there) or by ``--guest NAME`` (``-g``), the one process holding a KVM VM whose
+QEMU guest name (``-name guest=NAME,...`` or ``-name NAME``), comm or program
+name is NAME; none or several is an error naming the KVM processes found. On a
+terminal it redraws its table in place (clear screen, home; ``--no-refresh``
+scrolls, ``--refresh`` redraws anyway); elsewhere, and with ``--json``, it
+prints one table after another.
+
+Bad arguments give one clear line on stderr and exit status 2; a failure of
+the run itself exits with 1 (one line, no traceback; ``VCPULAB_TRACEBACK=1``
+shows it). With ``--json``, a failure also prints one object on stdout,
+``{"error": {"type": "<exception class>", "message": "..."}}``, with the
+same exit status and stderr line (``vcpulab watch 999999999 --json``:
+``{"error": {"type": "ProcessLookupError", "message": "no process
+999999999"}}``, status 1). Usage errors that argparse finds (an unknown flag,
+a malformed value, a missing argument) stay plain text on stderr, status 2,
+with or without ``--json``. Output closed early (``| head``) ends the command
+quietly.
 """
 
 from __future__ import annotations
@@ -46,6 +66,17 @@ __all__ = [
 
 if TYPE_CHECKING:
     from vcpulab.sim import Config
+
+
+class _Failed(Exception):
+    """A failure a command reports: ``error`` (the exception, whose class and
+    message ``--json`` prints), the exit status and the stderr line. Raised by
+    the commands, reported by `main` (the one place that knows ``--json``)."""
+
+    def __init__(self, error: BaseException, code: int = 1, line: str | None = None) -> None:
+        super().__init__(str(error))
+        self.error, self.code = error, code
+        self.line = line if line is not None else f"vcpulab: error: {error}"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +127,12 @@ def _threads(s: str) -> int:
     return v
 
 
+def _nonempty_name(s: str) -> str:
+    if not s.strip():
+        raise argparse.ArgumentTypeError(f"expected a name, got {s!r}")
+    return s
+
+
 def _nonempty(s: str) -> str:
     if not s:
         raise argparse.ArgumentTypeError("expected a path, got ''")
@@ -132,8 +169,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     try:
         host = Host(args.device)
     except KvmUnavailableError as e:
-        print(f"vcpulab: {e}", file=sys.stderr)
-        return 1
+        raise _Failed(e, line=f"vcpulab: {e}") from e
     if args.json:
         print(
             json.dumps(
@@ -223,10 +259,7 @@ def cmd_kvm_steal(args: argparse.Namespace) -> int:
     pcpus = args.pcpus if args.pcpus is not None else allowed[:1]
     bad = [c for c in pcpus if c not in allowed]
     if bad:
-        print(
-            f"vcpulab: error: --pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}", file=sys.stderr
-        )
-        return 2
+        raise _Failed(ValueError(f"--pcpus names CPU(s) {bad} but this process may use only CPUs {allowed}"), code=2)
     r = run(Spin(), vcpus=args.vcpus, pcpus=pcpus, duration_s=args.duration_s, sample_every_s=0.01, warn_quality=False)
     fair = 1 - min(1, len(pcpus) / args.vcpus)
     if args.json:
@@ -521,19 +554,34 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    say = _say(args)
     staged = _Outputs(out)
     try:
-        _sim_into(staged, base, grid, output, args)
+        doc = _sim_into(staged, base, grid, output, args, say)
     except BaseException:
         staged.abort()
         raise
-    print("wrote:")
-    for p in staged.commit():
-        print(f"  {p}")
+    files = staged.commit()
+    say("wrote:")
+    for p in files:
+        say(f"  {p}")
+    if args.json:
+        doc.update(out=str(out), files=[str(p) for p in files])
+        print(json.dumps(doc, indent=2, default=str))
     return 0
 
 
-def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object], args: argparse.Namespace) -> None:
+def _say(args: argparse.Namespace) -> Any:
+    """``print``, or print to stderr when ``--json`` keeps stdout for the JSON."""
+    if getattr(args, "json", False):
+        return lambda *a: print(*a, file=sys.stderr)
+    return print
+
+
+def _sim_into(
+    staged: _Outputs, base: Any, grid: Any, output: dict[str, object], args: argparse.Namespace, say: Any
+) -> dict[str, Any]:
+    """Runs the SPEC into ``staged``; returns what ``--json`` prints (less the files)."""
     import polars as pl
 
     from vcpulab import sim
@@ -542,6 +590,12 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
     out = staged.out
     want_map = bool(output.get("sched_map", base.trace))
     upp = float(output.get("us_per_pixel", 10))  # type: ignore[arg-type]  # a number (load_spec checks it)
+    doc: dict[str, Any] = {
+        "spec": str(args.spec),
+        "kind": "run" if grid is None else "sweep",
+        "config_hash": base.config_hash(),
+        "seed": base.seed,
+    }
     if grid is None:
         r = sim.run(base)
         meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
@@ -556,7 +610,8 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
             if c in r.summary.columns
         ]
         with pl.Config(tbl_cols=len(show)):
-            print(r.summary.select(show))
+            say(r.summary.select(show))
+        doc["summary"] = r.summary.row(0, named=True)
         if want_map:
             if r.trace is None:
                 raise ValueError("[output] sched_map needs config.trace = true")
@@ -606,7 +661,12 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
             if c in df.columns
         ]
         with pl.Config(tbl_rows=40, tbl_cols=len(show), fmt_str_lengths=40):
-            print(df.select(show))
+            say(df.select(show))
+        doc["grid"] = json.loads(grid_json(grid))
+        doc["points"] = df.height
+        doc["failed_points"] = failed.height
+        keep = [*show, *(c for c in ("error", "config_hash") if c in df.columns and c not in show)]
+        doc["rows"] = df.select(keep).to_dicts()
         if want_map and base.trace:
             for i, (params, cfg) in enumerate(_grid_points(base, grid)):
                 if i >= 8:
@@ -614,6 +674,7 @@ def _sim_into(staged: _Outputs, base: Any, grid: Any, output: dict[str, object],
                 r = sim.run(cfg)
                 m = staged.path(f"sched_map_{i}.png")
                 _closed(sched_map(r, m, us_per_pixel=upp, title=str(params)), m)
+    return doc
 
 
 def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[no-untyped-def]
@@ -730,14 +791,103 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _attach(pid: int) -> Any:
-    """``vcpulab.kvm.attach(pid)``, or None after printing why it failed."""
+    """``vcpulab.kvm.attach(pid)``; why it failed as a `_Failed` (status 1)."""
     from vcpulab.kvm import attach
 
     try:
         return attach(pid)
     except (ProcessLookupError, LookupError, PermissionError) as e:
-        print(f"vcpulab: error: {e}", file=sys.stderr)
-        return None
+        raise _Failed(e) from e
+
+
+def _qemu_guest_name(cmdline: Sequence[str]) -> str | None:
+    """The guest name of a QEMU command line: ``-name NAME`` or ``-name
+    guest=NAME,...`` (also ``--name``; ``,,`` is QEMU's escaped comma); None
+    without one."""
+    for i, arg in enumerate(cmdline[:-1]):
+        if arg in ("-name", "--name"):
+            items = cmdline[i + 1].replace(",,", "\0").split(",")
+            for n, item in enumerate(items):
+                if item.startswith("guest="):
+                    return item[len("guest=") :].replace("\0", ",")
+                if n == 0 and "=" not in item:
+                    return item.replace("\0", ",")
+            return None
+    return None
+
+
+def _kvm_processes() -> list[dict[str, Any]]:
+    """The processes (other than this one) that hold a KVM VM
+    (``anon_inode:kvm-vm`` among their fds), by pid: pid, comm, cmdline (its
+    arguments) and guest (QEMU's ``-name``, or None). Processes whose fds
+    cannot be read are left out."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        d = Path(entry.path)
+        try:
+            fds = os.listdir(d / "fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        holds_vm = False
+        for fd in fds:
+            try:
+                if os.readlink(d / "fd" / fd) == "anon_inode:kvm-vm":
+                    holds_vm = True
+                    break
+            except OSError:
+                continue
+        if not holds_vm:
+            continue
+        try:
+            comm = (d / "comm").read_text().strip()
+            cmdline = [a.decode(errors="replace") for a in (d / "cmdline").read_bytes().split(b"\0")[:-1]]
+        except OSError:
+            continue
+        found.append({"pid": int(entry.name), "comm": comm, "cmdline": cmdline, "guest": _qemu_guest_name(cmdline)})
+    return sorted(found, key=lambda p: p["pid"])
+
+
+def _describe(procs: Sequence[dict[str, Any]]) -> str:
+    if not procs:
+        return "none"
+    return ", ".join(f"{p['pid']} ({p['comm']}" + (f", guest {p['guest']}" if p["guest"] else "") + ")" for p in procs)
+
+
+def _matches_guest(proc: dict[str, Any], name: str) -> bool:
+    """``--guest NAME``: QEMU's guest name, the comm, or the program's file name."""
+    argv0 = os.path.basename(proc["cmdline"][0]) if proc["cmdline"] else ""
+    return name in (proc["guest"], proc["comm"], argv0)
+
+
+def _watched_pid(args: argparse.Namespace) -> int:
+    """The process ``vcpulab watch`` watches: PID, ``--pid PID``, or the one KVM
+    process ``--guest NAME`` matches; else a `_Failed` naming the candidates."""
+    pid = args.pid if args.pid is not None else args.pid_option
+    if pid is not None:
+        return int(pid)
+    procs = _kvm_processes()
+    if args.guest is None:
+        raise _Failed(
+            ValueError(f"watch needs a process: PID, --pid PID or --guest NAME (KVM processes: {_describe(procs)})"),
+            code=2,
+        )
+    hits = [p for p in procs if _matches_guest(p, args.guest)]
+    if not hits:
+        raise _Failed(
+            LookupError(
+                f"--guest {args.guest!r}: no KVM process has that guest name (QEMU's -name), comm or program "
+                f"name (KVM processes: {_describe(procs)})"
+            )
+        )
+    if len(hits) > 1:
+        raise _Failed(
+            LookupError(
+                f"--guest {args.guest!r} matches {len(hits)} KVM processes: {_describe(hits)}; choose one with --pid"
+            )
+        )
+    return int(hits[0]["pid"])
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -745,11 +895,25 @@ def cmd_watch(args: argparse.Namespace) -> int:
     COUNT tables, Ctrl-C, or the process's exit (then one line, status 0)."""
     if args.log and not Path(args.log).parent.is_dir():
         raise ValueError(f"--log: the folder {Path(args.log).parent} does not exist")
-    a = _attach(args.pid)
-    if a is None:
-        return 1
+    if args.json and args.refresh:
+        raise _Failed(ValueError("--refresh redraws a table; --json prints one object per interval"), code=2)
+    a = _attach(_watched_pid(args))
     with a:
         return _watch(a, args)
+
+
+#: what a redraw starts with: cursor home, clear the screen (as kvm_stat's
+#: curses screen does)
+_CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+def _redraws(args: argparse.Namespace, isatty: bool) -> bool:
+    """Whether ``vcpulab watch`` redraws its table in place: ``--refresh`` /
+    ``--no-refresh`` as given; by default when stdout is a terminal and the
+    output is the table (not ``--json``)."""
+    if args.refresh is not None:
+        return bool(args.refresh)
+    return isatty and not args.json
 
 
 def _watch_rates(cur_t: Any, prev_t: Any, cur_v: Any, prev_v: Any, dt: int) -> tuple[Any, int, list[dict[str, Any]]]:
@@ -795,9 +959,12 @@ def _watch(a: Any, args: argparse.Namespace) -> int:
     import polars as pl
 
     say = (lambda m: print(m, file=sys.stderr)) if args.json else print
-    say(f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)")
-    for n in a.notes:
-        say(f"  note: {n}")
+    head = "\n".join(
+        [f"watching pid {a.pid} ({a.comm}): {a.vms.height} VM(s), {a.vcpus.height} vCPU(s)"]
+        + [f"  note: {n}" for n in a.notes]
+    )
+    say(head)
+    redraw = _redraws(args, sys.stdout.isatty())
     count = 1 if args.once else args.count
     log = open(args.log, "w", newline="") if args.log else None
     writer: Any = None
@@ -821,19 +988,26 @@ def _watch(a: Any, args: argparse.Namespace) -> int:
                 print(
                     json.dumps({"time": stamp, "pid": a.pid, "interval_ns": dt, "vcpus": rows, "vms": vms}), flush=True
                 )
-            elif tab is not None:
-                with pl.Config(
-                    tbl_rows=64,
-                    tbl_cols=-1,
-                    tbl_width_chars=250,
-                    tbl_hide_dataframe_shape=True,
-                    tbl_hide_column_data_types=True,
-                ):
-                    print(f"-- {time.strftime('%H:%M:%S')}\n{tab.drop('vm') if a.vms.height <= 1 else tab}")
-                for v in vms:
-                    print(f"   VM fd {v['vm']}: " + ", ".join(f"{k} {x:,}/s" for k, x in v.items() if k != "vm"))
             else:
-                print(f"-- {time.strftime('%H:%M:%S')}: no vCPU thread alive")
+                if tab is not None:
+                    with pl.Config(
+                        tbl_rows=64,
+                        tbl_cols=-1,
+                        tbl_width_chars=250,
+                        tbl_hide_dataframe_shape=True,
+                        tbl_hide_column_data_types=True,
+                    ):
+                        lines = [f"-- {time.strftime('%H:%M:%S')}\n{tab.drop('vm') if a.vms.height <= 1 else tab}"]
+                    for v in vms:
+                        lines.append(
+                            f"   VM fd {v['vm']}: " + ", ".join(f"{k} {x:,}/s" for k, x in v.items() if k != "vm")
+                        )
+                else:
+                    lines = [f"-- {time.strftime('%H:%M:%S')}: no vCPU thread alive"]
+                if redraw:  # the whole screen again: the header, then this interval
+                    print(_CLEAR_SCREEN + head + "\n" + "\n".join(lines), flush=True)
+                else:
+                    print("\n".join(lines), flush=True)
             if log is not None and tab is not None:
                 if writer is None:
                     writer = csv.writer(log)
@@ -867,22 +1041,21 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     from vcpulab.analysis import exits_by_reason, wakeup_latency
 
+    say = _say(args)
     a = _attach(args.pid)
-    if a is None:
-        return 1
-    print(f"tracing pid {a.pid} ({a.comm}) for {args.duration_s:g} s: {a.vcpus.height} vCPU thread(s)")
+    say(f"tracing pid {a.pid} ({a.comm}) for {args.duration_s:g} s: {a.vcpus.height} vCPU thread(s)")
     try:
         f = a.trace(duration_s=args.duration_s)
     finally:
         a.close()
     info = f.info
     counts = ", ".join(f"{k} {v}" for k, v in sorted(info["counts"].items()))
-    print(f"CPUs {info['cpus']}: {info['events']} events ({counts})" + ("; TRUNCATED" if info["truncated"] else ""))
+    say(f"CPUs {info['cpus']}: {info['events']} events ({counts})" + ("; TRUNCATED" if info["truncated"] else ""))
     with pl.Config(
         tbl_rows=32, tbl_cols=-1, tbl_width_chars=200, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True
     ):
-        print(f"exits by reason (from {info['exits_source']}):")
-        print(exits_by_reason(f.exits).select("reason", "count", "handling_p50_ns", "handling_p99_ns"))
+        say(f"exits by reason (from {info['exits_source']}):")
+        say(exits_by_reason(f.exits).select("reason", "count", "handling_p50_ns", "handling_p99_ns"))
         h = (
             f.halts.group_by("vcpu")
             .agg(
@@ -892,26 +1065,49 @@ def cmd_trace(args: argparse.Namespace) -> int:
             )
             .sort("vcpu")
         )
-        print("halts:")
-        print(h)
-        print("wake-up to run:")
-        print(wakeup_latency(f.wakeups).select("vcpu", "tid", "count", "latency_p50_ns", "latency_p99_ns"))
+        say("halts:")
+        say(h)
+        say("wake-up to run:")
+        say(wakeup_latency(f.wakeups).select("vcpu", "tid", "count", "latency_p50_ns", "latency_p99_ns"))
+    files: list[str] = []
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         for name in ("trace", "wakeups", "exits", "halts"):
             getattr(f, name).write_parquet(out / f"{name}.parquet")
-        print(f"wrote {out}/{{trace,wakeups,exits,halts}}.parquet")
+            files.append(str(out / f"{name}.parquet"))
+        say(f"wrote {out}/{{trace,wakeups,exits,halts}}.parquet")
     if args.perfetto:
         from vcpulab.export import to_perfetto
 
-        print(f"wrote {to_perfetto(f, args.perfetto)} (open it in https://ui.perfetto.dev)")
+        pf = to_perfetto(f, args.perfetto)
+        files.append(str(pf))
+        say(f"wrote {pf} (open it in https://ui.perfetto.dev)")
+    if args.json:
+        keys = ("cpus", "events", "lost", "dropped", "malformed", "truncated", "exits_source", "complete_until_ns")
+        doc = {
+            "pid": a.pid,
+            "comm": a.comm,
+            "vcpu_threads": a.vcpus.height,
+            "duration_s": args.duration_s,
+            "window_ns": info.get("window_ns"),
+            **{k: info.get(k) for k in keys},
+            "counts": info["counts"],
+            "rows": {name: getattr(f, name).height for name in ("trace", "wakeups", "exits", "halts")},
+            "files": files,
+        }
+        print(json.dumps(doc, indent=2, default=str))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``vcpulab`` command's argument parser (every command and flag)."""
-    p = _Parser(prog="vcpulab", description="Research workbench for overcommitted virtual CPUs.")
+    p = _Parser(
+        prog="vcpulab",
+        description="Research workbench for overcommitted virtual CPUs.",
+        epilog='With --json (info, kvm steal, sim, trace, watch) a failure prints {"error": {"type": ..., '
+        '"message": ...}} on stdout with the usual exit status; usage errors (status 2) stay text on stderr.',
+    )
     p.add_argument(
         "--version",
         action=_VersionAction,
@@ -966,6 +1162,12 @@ def build_parser() -> argparse.ArgumentParser:
     simp.add_argument("--dask", metavar="SCHEDULER_ADDRESS", default=None, help="run the sweep on a Dask cluster")
     simp.add_argument("--quiet", action="store_true", help="no progress bar")
     simp.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout: spec, kind (run or sweep), config_hash, seed, the run's summary row "
+        "(or the sweep's grid, points, failed_points and rows), out and the files written; the tables go to stderr",
+    )
+    simp.add_argument(
         "--perfetto",
         action="store_true",
         help="also write the run's trace as OUT/trace.perfetto.json (Chrome trace-event JSON: open it in "
@@ -980,7 +1182,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simp.set_defaults(func=cmd_sim)
     watch = sub.add_parser("watch", help="a live per-vCPU table of another process's KVM VMs (QEMU, vcpulab, ...)")
-    watch.add_argument("pid", type=_positive_int, help="the VMM process")
+    which = watch.add_mutually_exclusive_group()
+    which.add_argument(
+        "pid", type=_positive_int, nargs="?", default=None, help="the VMM process (or --pid PID, or --guest NAME)"
+    )
+    which.add_argument(
+        "--pid",
+        dest="pid_option",
+        type=_positive_int,
+        default=None,
+        metavar="PID",
+        help="the VMM process (kvm_stat -p)",
+    )
+    which.add_argument(
+        "--guest",
+        type=_nonempty_name,
+        default=None,
+        metavar="NAME",
+        help="the one KVM process whose guest name (QEMU's -name NAME or -name guest=NAME), comm or program name "
+        "is NAME (kvm_stat -g); none or several is an error naming the candidates",
+    )
     watch.add_argument(
         "--interval-s",
         "--interval",
@@ -1006,6 +1227,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the other lines go to stderr",
     )
     watch.add_argument(
+        "--refresh",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="redraw the table in place (clear the screen, as kvm_stat does) or, --no-refresh, print one table "
+        "after another (default: redraw when stdout is a terminal and --json is not given)",
+    )
+    watch.add_argument(
         "--log", default=None, metavar="FILE", help="also write every interval's per-vCPU rows to FILE as CSV"
     )
     watch.add_argument(
@@ -1025,6 +1253,13 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("pid", type=_positive_int, help="the VMM process")
     trace.add_argument("--duration-s", type=_positive_float, default=1.0, help="how long to trace, s (default 1)")
     trace.add_argument("--out", default=None, help="write trace, wakeups, exits, halts as Parquet into this folder")
+    trace.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout: pid, comm, vcpu_threads, duration_s, window_ns, cpus, events, lost, "
+        "dropped, malformed, truncated, exits_source, complete_until_ns, counts per tracepoint, rows per frame "
+        "and the files written; the tables go to stderr",
+    )
     trace.add_argument(
         "--perfetto",
         default=None,
@@ -1048,33 +1283,44 @@ def _stdout_closed() -> int:
     return 141  # 128 + SIGPIPE, as a shell reports a command killed by it
 
 
+def _report(args: argparse.Namespace, error: BaseException, code: int, line: str) -> int:
+    """A failed command: ``line`` on stderr and, under ``--json``, one object
+    ``{"error": {"type": ..., "message": ...}}`` on stdout; returns ``code``."""
+    if getattr(args, "json", False):
+        with contextlib.suppress(OSError):
+            print(json.dumps({"error": {"type": type(error).__name__, "message": str(error)}}), flush=True)
+    print(line, file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``vcpulab`` command with ``argv`` (default: ``sys.argv[1:]``) and
     returns its exit status: 0, 1 when the run failed (one line on stderr), 2
-    for bad arguments, 141 when stdout was closed early."""
+    for bad arguments, 130 when interrupted, 141 when stdout was closed early.
+    With ``--json``, a failure also prints ``{"error": {"type": <exception
+    class>, "message": <its message>}}`` on stdout (same status); argparse's
+    usage errors (status 2) stay plain text on stderr."""
     args = build_parser().parse_args(argv)
     try:
         rc = int(args.func(args))
         sys.stdout.flush()
         return rc
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        return _report(args, e, 130, "interrupted")
     except BrokenPipeError:
         return _stdout_closed()
+    except _Failed as f:
+        return _report(args, f.error, f.code, f.line)
     except (ValueError, OSError) as e:
-        print(f"vcpulab: error: {e}", file=sys.stderr)
-        return 1
+        return _report(args, e, 1, f"vcpulab: error: {e}")
     except Exception as e:  # one line, not a traceback (VCPULAB_TRACEBACK=1 shows it)
         from vcpulab import VcpulabError
 
         if os.environ.get("VCPULAB_TRACEBACK"):
             raise
         if isinstance(e, VcpulabError):
-            print(f"vcpulab: error: {type(e).__name__}: {e}", file=sys.stderr)
-        else:
-            print(f"vcpulab: error: {type(e).__name__}: {e} (VCPULAB_TRACEBACK=1 shows where)", file=sys.stderr)
-        return 1
+            return _report(args, e, 1, f"vcpulab: error: {type(e).__name__}: {e}")
+        return _report(args, e, 1, f"vcpulab: error: {type(e).__name__}: {e} (VCPULAB_TRACEBACK=1 shows where)")
 
 
 if __name__ == "__main__":
