@@ -163,6 +163,29 @@ def test_directed_yield_hands_the_token_to_the_chosen_candidate(kvm_host: Any) -
     assert (s["window"] >= 64).all()
 
 
+def test_a_ticket_waiter_names_the_vcpu_it_waits_for_and_the_oracle_yields_to_it(kvm_host: Any) -> None:
+    """A ticket lock's spin exit names the owner of the ticket being served
+    (the holder, or the next in line), never the spinner itself, whose own
+    ticket is not being served while it spins. On one CPU only the spinner
+    runs, so the named vCPU is always waiting for a token and the oracle
+    yields to it at every exit (it used to be named by the lock's last
+    holder, often the spinner, and the oracle rarely yielded)."""
+    r = _run(
+        workload=SpinLock(kind="ticket", hold=50, think=50),
+        vcpus=3,
+        vms=1,
+        pcpus=[CPUS[0]],
+        duration_s=0.3,
+        scheduler=sched.directed_yield(P.oracle()),
+    )
+    s = r.spins
+    assert s.height > 0
+    named = s.filter(pl.col("holder") >= 0)
+    assert named.height > 0.9 * s.height, "an owner is unknown only between taking a ticket and storing it"
+    assert (named["holder"] != named["vcpu"]).all()
+    assert (named["yielded_to"] == named["holder"]).all()
+
+
 def test_a_policy_returning_none_keeps_the_spinner(kvm_host: Any) -> None:
     r = _run(
         workload=SpinLock(kind="ticket"),

@@ -17,9 +17,10 @@ How it works (``src/kvm/sched.rs``): each host CPU of ``pcpus`` has one **run
 token**; a vCPU thread enters ``KVM_RUN`` only while it holds one, pinned to
 that token's CPU. Decisions are taken at slice ends (the run's deadline kick),
 at **pv spin exits** (a spin-lock waiter that failed ``spin_window``
-iterations in a row writes the lock holder's id to a vcpulab I/O port: the
-software analogue of a pause-loop exit, which this host's software KVM path
-lacks), at halts and wake-ups (the spin-lock programs bracket their ``HLT``
+iterations in a row writes the id of the vCPU it waits for to a vcpulab I/O
+port — a ticket lock's owner of the ticket being served (the holder, or the
+next in line when the lock is free), a TAS lock's last holder: the software
+analogue of a pause-loop exit, which this host's software KVM path lacks), at halts and wake-ups (the spin-lock programs bracket their ``HLT``
 with the same port), and when a vCPU's program ends.
 
 The policies:

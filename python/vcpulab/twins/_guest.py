@@ -30,7 +30,8 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
     the releasing ``xor; xchg`` (1) to the hold path, and the unlocker's scan
     of every vCPU's waiting flag (1 + 7 per vCPU, after the release) to the
     think path. ``pv_exits`` (a run under vcpulab's scheduler) adds the reset
-    of the wait's failed-iteration count (1) to the wait path (a failed
+    of the wait's failed-iteration count (1) to the wait path, and for a
+    ticket lock the store of the ticket's owner (3: ``mov; and; mov``) (a failed
     iteration then costs [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS]). MsiPingPong / IdleTicks: the round's instructions are measured
     by the calibration from KVM's ``insn_emulation`` stat (the interrupt stub
     and EOI dominate them), not counted here. Checked against
@@ -44,7 +45,7 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
             "hold_path": 15 + (1 if pv else 0),
             "think_loop": 2 * workload.think + 1 if workload.think > 0 else 0,
             "think_path": 9 + (3 if workload.iterations > 0 else 0) + ((2 + 7 * vcpus) if pv else 0),
-            "wait_path": 8 + (1 if pv_exits else 0),
+            "wait_path": 8 + ((1 + (3 if workload.kind == "ticket" else 0)) if pv_exits else 0),
         }
     raise ValueError(f"guest_path counts SpinLock / PvSpinLock programs; {type(workload).__name__} is measured instead")
 

@@ -285,6 +285,16 @@ impl SpinLockLayout {
     pub const SPIN_WINDOW: u64 = 56;
     /// Most vCPUs a spin-lock program has records for.
     pub const MAX_VCPUS: u64 = 64;
+    /// Ticket lock with `pv_exits`: a ring of `MAX_VCPUS` u32, the owner of
+    /// ticket t at `t % MAX_VCPUS`, stored as vCPU id + 1 (0: not yet known)
+    /// right after the ticket is taken. A waiter's pv spin exit names the
+    /// owner of the ticket being served: the holder, or, when the lock is free
+    /// and its next owner has not run since, that next owner; the vCPU the
+    /// waiter waits for either way. (At most `vcpus` tickets are outstanding,
+    /// so a slot is not reused while its ticket waits; an owner preempted
+    /// between taking its ticket and storing its id is named as unknown or,
+    /// after 64 tickets, as a stale id.)
+    pub const TICKET_OWNERS: u64 = Self::RECORDS + Self::MAX_VCPUS * Self::RECORD_SIZE;
 }
 
 /// Most rounds a ping-pong program records.
@@ -325,7 +335,7 @@ impl Spec {
             Spec::IoIn { .. } | Spec::MmioRead { .. } => 8,
             Spec::TripleFault => 16,
             Spec::IoOutString { count, .. } => *count,
-            Spec::SpinLock { .. } => SpinLockLayout::RECORDS + SpinLockLayout::MAX_VCPUS * SpinLockLayout::RECORD_SIZE,
+            Spec::SpinLock { .. } => SpinLockLayout::TICKET_OWNERS + SpinLockLayout::MAX_VCPUS * 4,
             // saturating: a count past MAX_ROUNDS is refused by `build`, never wrapped into a small size
             Spec::MsiPong { count, .. } => count.saturating_mul(8).saturating_add(64),
             Spec::IpiPingPong { rounds, .. } => rounds.saturating_mul(8).saturating_add(64),
@@ -719,9 +729,11 @@ struct LockProgram {
 
 /// One failed spin iteration's pv-exit check (with `pv_exits`): `r9` counts
 /// the failed iterations of this wait; once it reaches the record's
-/// `spin_window` (not 0), the holder's id goes out on [`PV_SPIN_PORT`] and the
-/// count restarts. Clobbers rdx, r10, r11; keeps rax.
-fn spin_exit_check(a: &mut CodeAssembler) -> Result<()> {
+/// `spin_window` (not 0), the id of the vCPU the waiter waits for goes out on
+/// [`PV_SPIN_PORT`] and the count restarts: a ticket lock's the owner of the
+/// ticket being served ([`SpinLockLayout::TICKET_OWNERS`]; `u32::MAX` when not
+/// yet known), a TAS lock's its last holder. Clobbers rdx, r10, r11; keeps rax.
+fn spin_exit_check(a: &mut CodeAssembler, kind: LockKind) -> Result<()> {
     type L = SpinLockLayout;
     let mut cont = a.create_label();
     a.inc(r9)?;
@@ -731,7 +743,14 @@ fn spin_exit_check(a: &mut CodeAssembler) -> Result<()> {
     a.cmp(r9, r10)?;
     a.jb(cont)?;
     a.mov(r11, rax)?;
-    a.mov(eax, dword_ptr(rbx + SpinLockLayout::HOLDER as i32))?;
+    if kind == LockKind::Ticket {
+        a.mov(r10d, dword_ptr(rbx + 4))?; // serving
+        a.and(r10d, (L::MAX_VCPUS - 1) as u32)?;
+        a.mov(eax, dword_ptr(rbx + r10 * 4 + L::TICKET_OWNERS as i32))?;
+        a.dec(eax)?; // id + 1 → id; 0 (unknown) → u32::MAX
+    } else {
+        a.mov(eax, dword_ptr(rbx + SpinLockLayout::HOLDER as i32))?;
+    }
     a.mov(edx, PV_SPIN_PORT as u32)?;
     a.out(dx, eax)?;
     a.mov(rax, r11)?;
@@ -798,6 +817,9 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
     a.mov(r12, rdi)?;
     a.shl(r12, 6)?;
     a.lea(r12, qword_ptr(rbx + r12 + L::RECORDS as i32))?;
+    if kind == LockKind::Ticket && pv_exits {
+        a.lea(r15, qword_ptr(rdi + 1))?; // this vCPU's TICKET_OWNERS entry
+    }
     let mut top = a.create_label();
     let mut finish = a.create_label();
     let mut got = a.create_label();
@@ -817,6 +839,10 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
             a.lock().xadd(dword_ptr(rbx), eax)?; // eax = my ticket
             if pv_exits {
                 a.xor(r9d, r9d)?; // this wait's failed iterations
+                                  // TICKET_OWNERS[ticket % MAX_VCPUS] = id + 1 (r15, set once)
+                a.mov(ecx, eax)?;
+                a.and(ecx, (L::MAX_VCPUS - 1) as u32)?;
+                a.mov(dword_ptr(rbx + rcx * 4 + L::TICKET_OWNERS as i32), r15d)?;
             }
             let mut wait = a.create_label();
             a.set_label(&mut wait)?;
@@ -825,7 +851,7 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
             a.pause()?;
             a.inc(qword_ptr(r12 + L::PAUSES as i32))?;
             if pv_exits {
-                spin_exit_check(a)?;
+                spin_exit_check(a, kind)?;
             }
             a.jmp(wait)?;
         }
@@ -848,7 +874,7 @@ fn spin_lock(m: &mut Asm, p: &LockProgram, data: Gpa, results: &mut Vec<ResultFi
             a.pause()?;
             a.inc(qword_ptr(r12 + L::PAUSES as i32))?;
             if pv_exits {
-                spin_exit_check(a)?;
+                spin_exit_check(a, kind)?;
                 if kind != LockKind::Pv {
                     a.nop()?; // the check's label and check_free's need an instruction each
                 }

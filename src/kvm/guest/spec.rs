@@ -316,9 +316,11 @@ impl Spec {
                 vector_base: r.narrow("vector_base")?,
             },
             "idle_ticks" => Spec::IdleTicks { hz: r.get("hz")?, ticks: r.get("ticks")?, vector: r.narrow("vector")? },
-            _ => return Err(Error::InvalidArgument(format!(
+            _ => {
+                return Err(Error::InvalidArgument(format!(
                 "guest program {name:?} is in PROGRAMS but Spec::from_params does not build it (src/kvm/guest/spec.rs)"
-            ))),
+            )))
+            }
         })
     }
 }
