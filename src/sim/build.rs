@@ -84,6 +84,7 @@ impl Sim {
             },
             cfs: CfsTunables::default(),
             gang: Gang::default(),
+            tokens: Tokens::default(),
             wake: WakeCtx::default(),
         };
         sim.topo.ncores = (p / cfg.host.threads_per_core).max(1);
@@ -272,9 +273,14 @@ impl Sim {
             sim.tasks[t].tie = if cfg.host.seeded_ties { sim.rng2.random::<u32>() } else { t as u32 };
         }
         sim.rng = rng;
-        sim.any_unpinned = cfg.host.scheduler != Scheduler::Gang && sim.tasks.iter().any(|t| t.pinned.is_none());
+        // gang rounds and run tokens place the vCPU threads themselves: no balancing
+        let placed = matches!(cfg.host.scheduler, Scheduler::Gang | Scheduler::RoundRobin);
+        sim.any_unpinned = !placed && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
+        }
+        if cfg.host.scheduler == Scheduler::RoundRobin {
+            sim.setup_tokens();
         }
         Ok(sim)
     }

@@ -64,6 +64,16 @@ pub enum Scheduler {
     /// vruntime and min_vruntime, slices from sched_latency / min_granularity,
     /// check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies.
     Cfs,
+    /// vcpulab's own vCPU scheduler (`vcpulab.sched.round_robin`, and the
+    /// slices of `sched.directed_yield`; src/kvm/sched.rs) over the EEVDF
+    /// host: each host CPU has one run token; a vCPU thread runs only while it
+    /// holds one; tokens go to one FIFO queue of runnable vCPUs, a slice of
+    /// `token_slice_ns` of wall time each; a halt hands the token on at once; a
+    /// woken vCPU waits at the queue's tail; `yield_to` gives the yielder's
+    /// token to a waiting candidate with a fresh slice and puts the yielder at
+    /// the tail. The kernel still shares each CPU between its token holder and
+    /// other tasks (background, noise) by EEVDF.
+    RoundRobin,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +178,11 @@ pub struct HostConfig {
     /// Gang-scheduling slice, ns.
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub gang_slice_ns: u64,
+    /// A run token's slice under `scheduler = "round_robin"` (vcpulab's
+    /// scheduler), wall time, ns; `vcpulab.sched`'s `slice_us` (default 4000).
+    #[serde(skip_serializing_if = "is_default_token_slice_ns")]
+    #[schemars(range(min = limits::MIN_PERIOD_NS), extend("default" = 4_000_000))]
+    pub token_slice_ns: u64,
     /// Host clock converting PLE cycles to ns, kHz.
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
     pub tsc_khz: u64,
@@ -362,6 +377,15 @@ fn is_one_u32(x: &u32) -> bool {
     *x == 1
 }
 
+/// `vcpulab.sched`'s default slice (`slice_us=4000`), ns.
+fn default_token_slice_ns() -> u64 {
+    4_000_000
+}
+
+fn is_default_token_slice_ns(x: &u64) -> bool {
+    *x == default_token_slice_ns()
+}
+
 impl Default for HostNoise {
     fn default() -> Self {
         HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000, kthreads_per_cpu: 1 }
@@ -442,6 +466,7 @@ impl Default for HostConfig {
             yield_scope: YieldScope::RunQueue,
             affinity: Affinity::Pinned,
             gang_slice_ns: 4_000_000,
+            token_slice_ns: default_token_slice_ns(),
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,
@@ -1347,6 +1372,7 @@ impl SimConfig {
             ("tick_ns", h.tick_ns, MIN_PERIOD_NS),
             ("base_slice_ns", h.base_slice_ns, MIN_PERIOD_NS),
             ("gang_slice_ns", h.gang_slice_ns, MIN_PERIOD_NS),
+            ("token_slice_ns", h.token_slice_ns, MIN_PERIOD_NS),
             ("tsc_khz", h.tsc_khz, MIN_TSC_KHZ),
         ] {
             check(v >= lo, || format!("host.{name} must be >= {lo}, got {v}"))?;

@@ -75,6 +75,8 @@ pub struct Sim {
     pub cfs: CfsTunables,
     /// Gang scheduling's rounds and state.
     pub gang: Gang,
+    /// vcpulab's scheduler's run tokens (`Scheduler::RoundRobin`; empty otherwise).
+    pub tokens: Tokens,
     /// The wake-up or enqueue in progress.
     pub wake: WakeCtx,
     pub error: Option<String>,
@@ -263,6 +265,7 @@ impl Sim {
             Ev::Gang => self.gang_switch(),
             Ev::GuestBalance(vm) => self.guest_nohz_balance(vm as usize),
             Ev::Start(v) => self.vcpu_arrive(v as usize),
+            Ev::Token(c, gen) => self.token_slice_end(c as usize, gen),
         }
     }
 

@@ -32,6 +32,7 @@ mod queue;
 mod sched;
 mod state;
 pub mod sweep;
+mod tokens;
 pub mod trace;
 mod vcpu;
 

@@ -20,6 +20,8 @@ pub enum Ev {
     GuestBalance(u32),
     /// A vCPU thread arrives (`Host.start_gap_ns`): its first wake-up.
     Start(u32),
+    /// A run token's slice ends on a CPU (`Scheduler::RoundRobin`; generation-checked).
+    Token(u32, u32),
 }
 /// A queued event. `key` is (time, seq) as one 128-bit number: one integer
 /// comparison orders two entries, and keys are unique (seq is).

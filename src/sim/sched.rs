@@ -147,6 +147,11 @@ impl Sim {
                 self.tasks[t].cpu = self.gang.cpu[v as usize];
             }
         } else {
+            if self.tokens_on() && matches!(self.tasks[t].kind, TaskKind::Vcpu(_)) {
+                // vcpulab's scheduler: it waits for a run token (src/sim/tokens.rs)
+                self.token_wait(t);
+                return;
+            }
             if self.tasks[t].pinned.is_none() && !self.wake.enqueue_new {
                 self.record_wakee(t);
             }
@@ -244,7 +249,7 @@ impl Sim {
         }
     }
 
-    fn save_lag(&mut self, t: usize, v: i64) {
+    pub(crate) fn save_lag(&mut self, t: usize, v: i64) {
         let cpu = self.tasks[t].cpu as usize;
         self.rqs[cpu].last_v = v;
         let limit = (2 * self.vslice(t)).max(self.cfg.host.tick_ns as i64);
@@ -270,6 +275,10 @@ impl Sim {
         self.tasks[t].runnable = false;
         if self.rqs[cpu].buddy == Some(t as u32) {
             self.rqs[cpu].buddy = None;
+        }
+        if self.tokens_on() {
+            // vcpulab's scheduler: a blocking holder's token goes on
+            self.token_release(t);
         }
     }
 
@@ -529,6 +538,9 @@ impl Sim {
     /// the target's CPU is asked to reschedule at `*t`; the caller makes the
     /// yielder call schedule() when its handler ends.
     pub fn yield_to(&mut self, me: usize, target: usize, t: &mut Ns) -> i32 {
+        if self.tokens_on() {
+            return self.token_yield_to(me, target, t);
+        }
         let h = &self.cfg.host;
         let (check, lock) = (h.yield_check_ns, h.rq_lock_ns);
         self.vcpus[me].c.yield_attempts += 1;

@@ -73,12 +73,15 @@ pub enum Why {
     Sleep,
     Idle,
     End,
+    /// A run token's slice ended (`Scheduler::RoundRobin`, vcpulab's scheduler): its
+    /// deadline kick, an external interrupt.
+    Slice,
 }
 
 impl Why {
     /// Every reason, in the order of their codes (`Why as u8`): the trace's
     /// `why` column is these names indexed by code.
-    pub const ALL: [Why; 10] = [
+    pub const ALL: [Why; 11] = [
         Why::Tick,
         Why::Wakeup,
         Why::Boost,
@@ -89,9 +92,10 @@ impl Why {
         Why::Sleep,
         Why::Idle,
         Why::End,
+        Why::Slice,
     ];
     pub fn at_instruction_boundary(self) -> bool {
-        matches!(self, Why::Tick | Why::Wakeup | Why::Boost | Why::Gang)
+        matches!(self, Why::Tick | Why::Wakeup | Why::Boost | Why::Gang | Why::Slice)
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -105,6 +109,7 @@ impl Why {
             Why::Sleep => "sleep",
             Why::Idle => "idle",
             Why::End => "end",
+            Why::Slice => "slice",
         }
     }
 }
@@ -522,6 +527,17 @@ pub struct Gang {
     pub round: usize,
     pub active: Vec<bool>,
     pub cpu: Vec<u32>,
+}
+
+/// The run tokens of `Scheduler::RoundRobin` (vcpulab's scheduler, src/sim/tokens.rs).
+#[derive(Clone, Debug, Default)]
+pub struct Tokens {
+    /// Per host CPU: the vCPU task holding its token (None: the token is free).
+    pub holder: Vec<Option<u32>>,
+    /// Per host CPU: the generation of its slice timer (a stale `Ev::Token` is ignored).
+    pub gen: Vec<u32>,
+    /// Runnable vCPU tasks waiting for a token (parked), oldest first.
+    pub fifo: VecDeque<u32>,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

@@ -1,0 +1,168 @@
+//! vcpulab's own vCPU scheduler (`Scheduler::RoundRobin`), the simulated twin
+//! of `src/kvm/sched.rs` with `sched.round_robin` / `sched.directed_yield`:
+//! each host CPU has one run token; a vCPU thread runs only while it holds
+//! one. A token is held for a slice of `Host.token_slice_ns` of wall time,
+//! then goes to the head of one FIFO queue of runnable vCPUs (the holder to
+//! the tail; with nobody waiting it keeps the token). A halt hands the token
+//! on at once; a woken vCPU waits at the tail; `yield_to` gives the yielder's
+//! token to a waiting candidate with a fresh slice and puts the yielder at the
+//! tail (`Tokens`).
+//!
+//! Two levels, as on the real host: the tokens decide which vCPU thread may
+//! run on a CPU; the kernel's fair scheduler (EEVDF) still shares that CPU
+//! between the token's holder and the other tasks there (background load,
+//! host noise). A vCPU without a token is parked (off every run queue, as a
+//! gang-scheduled vCPU out of its round), so it is runnable-not-running: its
+//! steal time grows and its steal-time `preempted` byte is set.
+//!
+//! Simplifications: a grant costs nothing here (the real hand-off's wake-up of
+//! a sleeping thread, measured by the twins' calibration as
+//! `sched_handoff_ns`, is charged to `yield_to` through `Host.rq_lock_ns`); a
+//! token's CPU is whichever token is free or handed over (the real scheduler
+//! also pins the thread there); a vCPU keeps its token while KVM polls its
+//! halt and gives it up when it blocks (the real programs give it up at the
+//! pv halt bracket, before HLT).
+
+use super::engine::Sim;
+use super::policy::ESRCH;
+use super::queue::Ev;
+use super::state::{Ns, TaskKind, Why};
+
+impl Sim {
+    /// `Host.scheduler == RoundRobin`.
+    #[inline]
+    pub(crate) fn tokens_on(&self) -> bool {
+        !self.tokens.holder.is_empty()
+    }
+
+    /// Sets up one free token per host CPU.
+    pub(crate) fn setup_tokens(&mut self) {
+        let p = self.rqs.len();
+        self.tokens.holder = vec![None; p];
+        self.tokens.gen = vec![0; p];
+        self.tokens.fifo.clear();
+    }
+
+    /// A runnable vCPU task `t` (just woken or arrived) waits for a token.
+    pub(crate) fn token_wait(&mut self, t: usize) {
+        debug_assert!(matches!(self.tasks[t].kind, TaskKind::Vcpu(_)));
+        self.tasks[t].parked = true;
+        self.tokens.fifo.push_back(t as u32);
+        for c in 0..self.tokens.holder.len() {
+            if self.tokens.holder[c].is_none() {
+                self.token_grant_next(c);
+            }
+        }
+    }
+
+    /// CPU `c`'s token goes to the head of the queue, if anyone waits.
+    fn token_grant_next(&mut self, c: usize) {
+        if let Some(n) = self.tokens.fifo.pop_front() {
+            self.token_grant(c, n as usize);
+        }
+    }
+
+    /// CPU `c`'s (free) token goes to the parked task `t` for a fresh slice.
+    fn token_grant(&mut self, c: usize, t: usize) {
+        debug_assert!(self.tokens.holder[c].is_none() && self.tasks[t].parked && self.tasks[t].runnable);
+        self.tokens.holder[c] = Some(t as u32);
+        self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
+        self.push(self.now + self.cfg.host.token_slice_ns, Ev::Token(c as u32, self.tokens.gen[c]));
+        self.tasks[t].cpu = c as u32;
+        self.tasks[t].parked = false;
+        self.rq_add(t, false);
+    }
+
+    /// The CPU whose token `t` holds.
+    fn token_of(&self, t: usize) -> Option<usize> {
+        self.tokens.holder.iter().position(|&h| h == Some(t as u32))
+    }
+
+    /// `t` (curr of its CPU) blocks: its token goes on (`dequeue_sleep`).
+    pub(crate) fn token_release(&mut self, t: usize) {
+        if let Some(c) = self.token_of(t) {
+            self.tokens.holder[c] = None;
+            self.token_grant_next(c);
+        }
+    }
+
+    /// Parks `t`, the holder of CPU `c`'s token, at the tail of the queue and
+    /// frees the token. A current `t` leaves its CPU at the caller's
+    /// reschedule (an exit handler first ends); a queued one leaves its queue now.
+    fn token_park_holder(&mut self, c: usize, t: usize) {
+        self.tasks[t].parked = true;
+        if self.rqs[c].curr == Some(t as u32) {
+            self.update_curr(c);
+            let v = self.avg_vruntime(c);
+            self.save_lag(t, v);
+        } else {
+            self.rq_remove_queued(t);
+            self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);
+        }
+        self.tokens.holder[c] = None;
+        self.tokens.fifo.push_back(t as u32);
+    }
+
+    /// `Ev::Token`: CPU `c`'s slice of generation `gen` ends.
+    pub(crate) fn token_slice_end(&mut self, c: usize, gen: u32) {
+        if gen != self.tokens.gen[c] {
+            return;
+        }
+        let Some(t) = self.tokens.holder[c].map(|t| t as usize) else { return };
+        if self.tokens.fifo.is_empty() {
+            // nobody may take it: another slice (no decision)
+            self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
+            self.push(self.now + self.cfg.host.token_slice_ns, Ev::Token(c as u32, self.tokens.gen[c]));
+            return;
+        }
+        let was_curr = self.rqs[c].curr == Some(t as u32);
+        self.token_park_holder(c, t);
+        self.token_grant_next(c);
+        if was_curr {
+            self.resched(c, Why::Slice);
+        }
+    }
+
+    /// `yield_to` under vcpulab's scheduler (`src/kvm/sched.rs`, `SchedCtx::yield_to`):
+    /// a waiting (parked) `target` gets the yielder's token with a fresh slice
+    /// and the yielder waits at the queue's tail (1); a target holding a token
+    /// gives -ESRCH when nobody waits for one (undercommitted), else 0; a
+    /// halted one 0. Costs `yield_check_ns` + `rq_lock_ns` of handler time
+    /// (the scheduler's one lock; no contention is modelled). The caller makes
+    /// the yielder call schedule() when its handler ends.
+    pub(crate) fn token_yield_to(&mut self, me: usize, target: usize, t: &mut Ns) -> i32 {
+        let h = &self.cfg.host;
+        *t += h.yield_check_ns + h.rq_lock_ns;
+        self.vcpus[me].c.yield_attempts += 1;
+        let (me_task, tg_task) = (self.vcpus[me].task as usize, self.vcpus[target].task as usize);
+        let Some(a) = self.token_of(me_task) else {
+            // (a spinner runs, so it holds a token: not reached by the model)
+            self.vcpus[me].c.yield_zero += 1;
+            return 0;
+        };
+        if !self.tasks[tg_task].runnable {
+            self.vcpus[me].c.yield_zero += 1;
+            return 0;
+        }
+        if !self.tasks[tg_task].parked {
+            // it holds a token
+            if self.cfg.host.yield_to_esrch && self.tokens.fifo.is_empty() {
+                self.vcpus[me].c.yield_esrch += 1;
+                return ESRCH;
+            }
+            self.vcpus[me].c.yield_zero += 1;
+            return 0;
+        }
+        let pos = self.tokens.fifo.iter().position(|&x| x == tg_task as u32).expect("a parked vCPU waits in the queue");
+        self.tokens.fifo.remove(pos);
+        self.token_park_holder(a, me_task);
+        self.token_grant(a, tg_task);
+        self.wake.boost_cpu = super::state::NO_CPU;
+        self.vcpus[me].c.yield_ok += 1;
+        1
+    }
+}
+
+#[cfg(test)]
+#[path = "tokens_tests.rs"]
+mod tests;

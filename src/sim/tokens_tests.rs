@@ -1,0 +1,139 @@
+//! Rule tests of vcpulab's scheduler in the simulator (`Scheduler::RoundRobin`).
+
+use super::super::config::*;
+use super::super::metrics::Column;
+use super::super::policy::ESRCH;
+use super::super::state::Why;
+use super::super::test_util::{computing_vm, sim_of};
+use super::super::{run, SimResult};
+
+/// `v` vCPUs computing forever on `p` CPUs under vcpulab's scheduler.
+fn tokens(v: u32, p: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 100_000_000,
+        host: HostConfig { pcpus: p, scheduler: Scheduler::RoundRobin, ..Default::default() },
+        vms: vec![computing_vm(v)],
+        trace: true,
+        ..Default::default()
+    }
+}
+
+/// One trace row: (pcpu, start, end, vcpu (-1: another task), why).
+type Row = (i64, u64, u64, i64, &'static str);
+
+fn rows(r: &SimResult) -> Vec<Row> {
+    let t = r.trace.as_ref().expect("traced");
+    let i64s = |n: &str| match t.get(n) {
+        Some(Column::I64(v)) => v.clone(),
+        _ => panic!("{n}"),
+    };
+    let (pcpu, vcpu) = (i64s("pcpu"), i64s("vcpu"));
+    let Some(Column::Cat { codes, names }) = t.get("why") else { panic!("why") };
+    let (s, e) = (t.u64s("start_ns"), t.u64s("end_ns"));
+    (0..s.len()).map(|i| (pcpu[i], s[i], e[i], vcpu[i], names[codes[i] as usize])).collect()
+}
+
+/// The vCPU rows of one CPU merged into token periods: (start, end, vcpu) of
+/// each maximal run of one vCPU's rows (other tasks' rows in between do not
+/// end a period).
+fn periods(r: &SimResult, cpu: i64) -> Vec<(u64, u64, i64)> {
+    let mut out: Vec<(u64, u64, i64)> = Vec::new();
+    for (_, s, e, v, _) in rows(r).into_iter().filter(|x| x.0 == cpu && x.3 >= 0) {
+        match out.last_mut() {
+            Some(last) if last.2 == v => last.1 = e,
+            _ => out.push((s, e, v)),
+        }
+    }
+    out
+}
+
+#[test]
+fn tokens_rotate_in_fifo_order_in_slices_of_wall_time_whatever_else_runs() {
+    for bg in [0.0, 0.3] {
+        let mut c = tokens(3, 1);
+        c.host.background.utilization = bg;
+        let r = run(&c).unwrap();
+        let p = periods(&r, 0);
+        // one token period per 4 ms of wall time, in FIFO order 0, 1, 2, 0, ...
+        assert!((24..=26).contains(&p.len()), "bg {bg}: {} periods", p.len());
+        for (i, w) in p.windows(2).enumerate() {
+            assert_eq!((w[0].2 + 1) % 3, w[1].2, "bg {bg}: period {i}: {w:?}");
+        }
+        for &(s, e, v) in &p[..p.len() - 1] {
+            assert!(e - s <= c.host.token_slice_ns, "bg {bg}: vCPU {v} held the CPU {} ns", e - s);
+        }
+        // with background load the holder shares its CPU; the slices stay wall-time slices
+        let all = rows(&r);
+        assert_eq!(all.iter().any(|x| x.3 < 0), bg > 0.0);
+        assert!(all.iter().filter(|x| x.3 >= 0).all(|x| x.4 != "tick"), "no tick ends a holder's slice");
+    }
+}
+
+#[test]
+fn every_cpu_token_is_held_while_vcpus_wait_and_none_is_held_twice() {
+    let c = tokens(5, 2);
+    let mut s = sim_of(&c);
+    for step in 1..=40u64 {
+        s.step_until(step * 1_500_000).unwrap();
+        let held: Vec<u32> = s.tokens.holder.iter().map(|h| h.expect("a token idles while vCPUs wait")).collect();
+        assert_ne!(held[0], held[1]);
+        assert_eq!(s.tokens.fifo.len(), 3);
+        for &t in &s.tokens.fifo {
+            assert!(s.tasks[t as usize].parked && s.tasks[t as usize].runnable);
+            assert!(!held.contains(&t));
+        }
+        for (c, &t) in held.iter().enumerate() {
+            assert_eq!(s.tasks[t as usize].cpu as usize, c);
+        }
+    }
+}
+
+#[test]
+fn yield_to_hands_the_token_to_a_waiting_candidate_and_queues_the_yielder() {
+    let mut s = sim_of(&tokens(3, 1));
+    s.step_until(1_000_000).unwrap();
+    let me = (0..3).find(|&v| s.vcpus[v].running.is_some()).unwrap();
+    let me_task = s.vcpus[me].task;
+    let head = s.tokens.fifo[0];
+    let other = s.tokens.fifo[1];
+    let target = (0..3).find(|&v| s.vcpus[v].task == other).unwrap();
+    let mut t = s.now;
+    assert_eq!(s.yield_to(me, target, &mut t), 1);
+    assert!(t > s.now, "an attempt costs handler time");
+    assert_eq!(s.tokens.holder[0], Some(other), "the candidate holds the token");
+    assert_eq!(s.tokens.fifo.iter().copied().collect::<Vec<_>>(), vec![head, me_task], "the yielder waits at the tail");
+    assert!(s.tasks[me_task as usize].parked);
+    // the new holder runs once the yielder's handler ends
+    s.resched(0, Why::Yield);
+    assert_eq!(s.vcpus[target].running, Some(0));
+    // a target holding a token: 0 while others wait, -ESRCH when nobody does
+    let mut s = sim_of(&tokens(3, 2));
+    s.step_until(1_000_000).unwrap();
+    let holders: Vec<usize> = (0..3).filter(|&v| s.vcpus[v].running.is_some()).collect();
+    assert_eq!(holders.len(), 2);
+    let mut t = s.now;
+    assert_eq!(s.yield_to(holders[0], holders[1], &mut t), 0);
+    let mut s = sim_of(&tokens(2, 2));
+    s.step_until(1_000_000).unwrap();
+    let mut t = s.now;
+    assert_eq!(s.yield_to(0, 1, &mut t), ESRCH);
+}
+
+#[test]
+fn a_halting_holder_hands_its_token_on_and_a_woken_vcpu_waits_at_the_tail() {
+    // one guest thread on three vCPUs: two of them idle and halt
+    let mut c = tokens(3, 1);
+    c.vms[0].threads = 1;
+    let mut s = sim_of(&c);
+    s.step_until(20_000_000).unwrap();
+    // the computing thread's vCPU holds the token; the halted ones wait for nothing
+    let h = s.tokens.holder[0].expect("a holder");
+    assert!(s.tasks[h as usize].runnable);
+    assert!(s.tokens.fifo.is_empty(), "halted vCPUs do not queue");
+    // the token never idles with the computing vCPU waiting: the CPU is busy all the run
+    let r = run(&c).unwrap();
+    let idle = r.pcpus.u64s("idle_ns")[0];
+    assert!(idle < c.duration_ns / 100, "CPU idle {idle} ns of {}", c.duration_ns);
+    let useful: u64 = r.vcpus.u64s("useful_ns").iter().sum();
+    assert!(useful > c.duration_ns * 9 / 10, "useful {useful} ns");
+}
