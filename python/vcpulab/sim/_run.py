@@ -24,15 +24,6 @@ from vcpulab.sim import policies
 from vcpulab.sim._config import Config
 from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
 
-#: Where a vCPU's time goes, the columns of [`Result.vcpus`][vcpulab.sim.Result] that sum to
-#: the run's duration (useful work, lock spinning, PLE exits, other exits,
-#: guest idle polling, host halt polling, runnable-but-waiting, halted).
-#: Read from the Rust engine (``sim::metrics``), so it cannot drift.
-TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_VCPU_TIME_CATEGORIES)
-#: The same for a host CPU ([`Result.pcpus`][vcpulab.sim.Result]): running categories, then
-#: background tasks and idle.
-PCPU_TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_PCPU_TIME_CATEGORIES)
-
 
 @dataclass(frozen=True)
 class Result:
