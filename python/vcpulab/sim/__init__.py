@@ -28,7 +28,6 @@ from typing import Any, Literal, overload
 import polars as pl
 
 from vcpulab._checks import check_bool, guard_panics
-from vcpulab._frames import PCPU_TIME_CATEGORIES, TIME_CATEGORIES
 from vcpulab.sim import distributed, policies, presets
 from vcpulab.sim._config import (
     IDLE_STATES_SKX,
@@ -58,6 +57,8 @@ from vcpulab.sim._config import (
 from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
 from vcpulab.sim._run import (
     MAX_THREADS,
+    PCPU_TIME_CATEGORIES,
+    TIME_CATEGORIES,
     TRACE_MAX_ROWS,
     Points,
     Result,

@@ -18,6 +18,8 @@ from vcpulab import _core
 from vcpulab._checks import check_bool, guard_panics
 from vcpulab._core import Spinner as Spinner  # re-exported by vcpulab.sim: what a Python policy receives
 from vcpulab._core import VcpuView as VcpuView
+from vcpulab._frames import PCPU_TIME_CATEGORIES as PCPU_TIME_CATEGORIES  # re-exported by vcpulab.sim
+from vcpulab._frames import TIME_CATEGORIES as TIME_CATEGORIES
 from vcpulab._frames import frame as _frame
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
