@@ -24,7 +24,7 @@ and deadlines, or a subclass of [`VcpulabError`][vcpulab.VcpulabError] for the r
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vcpulab._core import (
     GuestAssertionError,
@@ -62,21 +62,6 @@ __all__ = [
 _SUBMODULES = frozenset(
     {"analysis", "calibrate", "cli", "experiment", "export", "kvm", "plot", "provenance", "sim", "testing", "tracing"}
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from vcpulab import (  # noqa: F401
-        analysis,
-        calibrate,
-        cli,
-        experiment,
-        export,
-        kvm,
-        plot,
-        provenance,
-        sim,
-        testing,
-        tracing,
-    )
 
 
 def __getattr__(name: str) -> Any:

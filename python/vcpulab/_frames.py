@@ -6,6 +6,10 @@
   simulated one join without casts.
 * Every quantity names its unit in its column name (``_ns``, ``_us``,
   ``_s``, ``_frac``, ``_ops_s``).
+* The simulator's time categories, the columns of a vCPU's (`TIME_CATEGORIES`)
+  and a host CPU's (`PCPU_TIME_CATEGORIES`) frame that sum to the run's
+  duration, read from the Rust engine; [`vcpulab.sim`][] re-exports them, and
+  analysis and plot read them here (below the simulator: no import circle).
 """
 
 from __future__ import annotations
@@ -16,12 +20,23 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-__all__ = ["KEY_COLUMNS", "KEY_DTYPE", "frame", "with_key_dtypes"]
+from vcpulab import _core
+
+__all__ = ["KEY_COLUMNS", "KEY_DTYPE", "PCPU_TIME_CATEGORIES", "TIME_CATEGORIES", "frame", "with_key_dtypes"]
 
 #: The integer type of every key column.
 KEY_DTYPE = pl.Int64
 #: Columns that identify a VM, a vCPU or a host CPU.
 KEY_COLUMNS = ("vm", "vcpu", "pcpu", "last_pcpu")
+
+#: Where a vCPU's time goes, the columns of [`Result.vcpus`][vcpulab.sim.Result] that sum to
+#: the run's duration (useful work, lock spinning, PLE exits, other exits,
+#: guest idle polling, host halt polling, runnable-but-waiting, halted).
+#: Read from the Rust engine (``sim::metrics``), so it cannot drift.
+TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_VCPU_TIME_CATEGORIES)
+#: The same for a host CPU ([`Result.pcpus`][vcpulab.sim.Result]): running categories, then
+#: background tasks and idle.
+PCPU_TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_PCPU_TIME_CATEGORIES)
 
 
 def with_key_dtypes(df: pl.DataFrame) -> pl.DataFrame:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import polars as pl
 
+from vcpulab import _frames
 from vcpulab._checks import check_bool, check_float, check_int, check_seq
 
 __all__ = [
@@ -575,12 +576,10 @@ def stat_deltas(run: Any, stats: Sequence[str] | None = None) -> pl.DataFrame:
 def time_breakdown(result: Any, by: Literal["vcpu", "vm"] = "vcpu") -> pl.DataFrame:
     """Where time went, tidy: one row per (vm[, vcpu], category) with ns and
     the fraction of that vCPU's (or VM's) time, from a simulator Result."""
-    from vcpulab.sim import TIME_CATEGORIES
-
     if by not in ("vcpu", "vm"):
         raise ValueError(f"by must be 'vcpu' or 'vm', got {by!r}")
     df = getattr(result, "vcpus", result)
-    cats = [c for c in TIME_CATEGORIES if c in df.columns]
+    cats = [c for c in _frames.TIME_CATEGORIES if c in df.columns]
     keys = ["vm", "vcpu"] if by == "vcpu" else ["vm"]
     if by == "vm":
         df = df.group_by("vm").agg([pl.col(c).sum() for c in cats])

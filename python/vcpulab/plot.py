@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 from matplotlib.figure import Figure as _MplFigure
 
+from vcpulab import _frames
 from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,12 +61,6 @@ __all__ = [
     "vcpu_color",
     "wakeup_latency",
 ]
-
-
-def _sim_time_categories() -> tuple[str, ...]:
-    from vcpulab.sim import TIME_CATEGORIES
-
-    return TIME_CATEGORIES
 
 
 #: RGB of an idle host CPU in a sched map
@@ -422,7 +417,7 @@ def sched_map(
 
 #: The simulator's per-vCPU time categories (they sum to the run's duration),
 #: from the Rust engine: [`vcpulab.sim.TIME_CATEGORIES`][].
-TIME_CATEGORIES = _sim_time_categories()
+TIME_CATEGORIES = _frames.TIME_CATEGORIES
 _CATEGORY_LABELS = {
     "wait_ns": "runnable, waiting (steal)",
     "idle_poll_ns": "guest idle poll",

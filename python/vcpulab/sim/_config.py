@@ -17,21 +17,57 @@ Sources quoted in the docstrings: *kernel* = the upstream default named;
 *[Sn]*, *[Kn]* = the public sources listed in docs/sources.md;
 *assumption* = a value chosen by vcpulab where no measurement is at hand
 (change it to your hardware's).
+
+Floors, each importing only those below it (no import circle): ``_base``
+(the schema, the field validators, ``_Base``); ``_workload`` (the phase
+classes and ``Workload``), ``_halt_poll_config`` (``HaltPoll`` and the host's
+halt-poll module parameters) and ``_policy`` (``Policy``), on it;
+[`vcpulab.sim.presets`][] on ``_workload``, [`vcpulab.sim.policies`][] (the
+constructors) on ``_policy``; this module (host, PLE, pv, guest, VM, the
+whole config) on them all, and the home of every configuration class's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
-import math
-import numbers
-import re
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar  # noqa: F401 (ClassVar: the phase classes' annotations, below)
+
+from vcpulab.sim._base import (
+    _NEW,
+    U32_MAX,
+    _Base,
+    _bool,
+    _choice,
+    _float,
+    _instance,
+    _int,
+    _plain_seq,
+    _schema,
+    field_schema,
+)
+from vcpulab.sim._base import RUST_DEFS as RUST_DEFS
+from vcpulab.sim._base import U64_MAX as U64_MAX
+from vcpulab.sim._base import _field_default as _field_default
+from vcpulab.sim._base import _limits as _limits
+from vcpulab.sim._base import _to_plain as _to_plain
+from vcpulab.sim._base import choices as choices
+from vcpulab.sim._base import schema_of as schema_of
+from vcpulab.sim._halt_poll_config import HALT_POLL_OLD_NAMES as HALT_POLL_OLD_NAMES
+from vcpulab.sim._halt_poll_config import HALT_POLL_POLICIES as HALT_POLL_POLICIES
+from vcpulab.sim._halt_poll_config import HaltPoll
+from vcpulab.sim._halt_poll_config import halt_poll_policy as halt_poll_policy
+from vcpulab.sim._policy import Policy
+from vcpulab.sim._workload import _PHASES as _PHASES
+from vcpulab.sim._workload import DISTS as DISTS
+from vcpulab.sim._workload import LOCK_KINDS as LOCK_KINDS
+from vcpulab.sim._workload import Barrier, Compute, Ipi, Lock, Phase, Recv, Send, Sleep, TaskQueue, Workload
+from vcpulab.sim._workload import _phase_to_dict as _phase_to_dict
+from vcpulab.sim.policies import by_name as _policy_by_name
+from vcpulab.sim.presets import by_name as _workload_by_name
 
 __all__ = [
     "IDLE_STATES_SKX",
@@ -57,8 +93,13 @@ __all__ = [
     "config_schema",
 ]
 
-U32_MAX = 2**32 - 1
-U64_MAX = 2**64 - 1
+# Defined on the floors below (_workload, _halt_poll_config, _policy), these
+# classes keep this module as their __module__, the one they were defined in
+# before #25: pickles, reprs and typing.get_type_hints name them here (and the
+# names their annotations use are imported here), public as vcpulab.sim.<name>.
+for _cls in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue, Workload, Policy, HaltPoll):
+    _cls.__module__ = __name__
+del _cls
 
 
 # ----------------------------------------------------------------- the schema
@@ -70,191 +111,6 @@ def config_schema() -> dict[str, Any]:
     default, limits and description. The dataclasses of this module take
     their limits and enumerated names from it. A fresh copy on each call."""
     return json.loads(json.dumps(_schema()))
-
-
-@functools.cache
-def _schema() -> dict[str, Any]:
-    from vcpulab import _core
-
-    out: dict[str, Any] = json.loads(_core.sim_config_schema())
-    return out
-
-
-#: Python class -> the schema's definition ("" = the root, SimConfig)
-RUST_DEFS = {
-    "Config": "",
-    "Host": "HostConfig",
-    "Background": "Background",
-    "HostNoise": "HostNoise",
-    "Cfs": "CfsConfig",
-    "Ple": "PleConfig",
-    "Policy": "PolicyConfig",
-    "Pv": "PvConfig",
-    "HaltPoll": "HaltPollConfig",
-    "Workload": "WorkloadConfig",
-    "Guest": "GuestConfig",
-    "Vm": "VmConfig",
-}
-
-
-def schema_of(cls_name: str) -> dict[str, Any]:
-    """The schema object (with ``properties``) of a config class or phase class."""
-    s = _schema()
-    if cls_name in RUST_DEFS:
-        d = RUST_DEFS[cls_name]
-        return s if d == "" else s["$defs"][d]  # type: ignore[no-any-return]
-    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()  # TaskQueue -> task_queue
-    for v in s["$defs"]["Phase"]["oneOf"]:
-        if v["properties"]["kind"].get("const") == kind:
-            return v  # type: ignore[no-any-return]
-    raise KeyError(f"no schema for {cls_name}")
-
-
-def field_schema(cls_name: str, name: str) -> dict[str, Any]:
-    """A field's schema, with a ``$ref`` to an enum resolved (``enum``: its names)."""
-    prop = dict(schema_of(cls_name)["properties"][name])
-    ref = prop.get("$ref")
-    if ref:
-        target = _schema()["$defs"][ref.rsplit("/", 1)[1]]
-        if "enum" in target:
-            prop["enum"], prop["deprecated_names"] = list(target["enum"]), []
-        elif "oneOf" in target and all(v.get("type") == "string" for v in target["oneOf"]):
-            prop["enum"] = [n for v in target["oneOf"] for n in (v.get("enum") or [v["const"]])]
-            prop["deprecated_names"] = [v["const"] for v in target["oneOf"] if v.get("deprecated")]
-    return prop
-
-
-_FORMAT_MAX = {"uint8": 2**8 - 1, "uint16": 2**16 - 1, "uint32": U32_MAX, "uint64": U64_MAX}
-
-
-@functools.cache
-def _limits(cls_name: str, name: str) -> tuple[float, float, bool]:
-    """(minimum, maximum, maximum excluded) of a numeric field, from the schema."""
-    f = field_schema(cls_name, name)
-    lo = f.get("minimum", -math.inf)
-    hi_open = "exclusiveMaximum" in f
-    hi = f["exclusiveMaximum"] if hi_open else f.get("maximum", _FORMAT_MAX.get(f.get("format", ""), math.inf))
-    return lo, hi, hi_open
-
-
-def _int(obj: Any, name: str, hi: int | None = None, optional: bool = False) -> None:
-    """An int field within the schema's limits (``hi``: a tighter upper bound
-    from another field, e.g. ``sockets <= pcpus``)."""
-    v = getattr(obj, name)
-    cls = type(obj).__name__
-    if optional and v is None:
-        return
-    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)):
-        v = int(v)  # a numpy integer (a sweep grid's np.arange): a plain int, so JSON and hashes stay the same
-        object.__setattr__(obj, name, v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"{cls}.{name} must be an int, got {v!r}")
-    lo, shi, _ = _limits(cls, name)
-    top = shi if hi is None else min(hi, shi)
-    if v < lo:
-        raise ValueError(f"{cls}.{name} must be >= {int(lo)}, got {v}")
-    if v > top:
-        raise ValueError(f"{cls}.{name} must be <= {int(top)}, got {v}")
-
-
-def _float(obj: Any, name: str) -> None:
-    v = getattr(obj, name)
-    cls = type(obj).__name__
-    if isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float)):
-        v = int(v) if isinstance(v, numbers.Integral) else float(v)  # numpy scalars as plain numbers
-        object.__setattr__(obj, name, v)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{cls}.{name} must be a finite number, got {v!r}")
-    lo, hi, hi_open = _limits(cls, name)
-    if v < lo or v > hi or (hi_open and v >= hi):
-        bracket = ")" if hi_open else "]"
-        raise ValueError(f"{cls}.{name} must be in [{lo}, {hi}{bracket}, got {v}")
-
-
-@functools.cache
-def choices(cls_name: str, name: str) -> tuple[str, ...]:
-    """The names an enumerated field accepts (the schema's, deprecated aliases left out)."""
-    f = field_schema(cls_name, name)
-    return tuple(n for n in f["enum"] if n not in f["deprecated_names"])
-
-
-def _bool(obj: Any, name: str) -> None:
-    v = getattr(obj, name)
-    if not isinstance(v, bool):
-        raise ValueError(f"{type(obj).__name__}.{name} must be a bool, got {v!r}")
-
-
-def _choice(obj: Any, name: str) -> None:
-    v = getattr(obj, name)
-    valid = choices(type(obj).__name__, name)
-    if v not in valid:
-        raise ValueError(f"{type(obj).__name__}.{name} must be one of {', '.join(map(repr, valid))}, got {v!r}")
-
-
-def _instance(obj: Any, name: str, typ: type) -> None:
-    v = getattr(obj, name)
-    if not isinstance(v, typ):
-        raise ValueError(f"{type(obj).__name__}.{name} must be a {typ.__name__}, got {v!r}")
-
-
-class _Base:
-    """to_dict / from_dict for the config dataclasses."""
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            if not f.metadata.get("serialise", True):
-                continue
-            v = getattr(self, f.name)
-            # fields added after a config format settled are left out at
-            # their defaults, so older configs keep their JSON and hash
-            if f.metadata.get("omit_default") and v == _field_default(f):
-                continue
-            out[f.name] = _to_plain(v)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Any:
-        if not isinstance(d, Mapping):
-            raise ValueError(f"{cls.__name__}.from_dict needs a mapping, got {d!r}")
-        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = set(d) - set(names)
-        if unknown:
-            raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
-        kw = {k: cls._field_from_plain(k, v) for k, v in d.items()}
-        try:
-            return cls(**kw)
-        except TypeError as e:  # a missing required field, named by Python
-            raise ValueError(f"{cls.__name__}: {e}") from None
-
-    @classmethod
-    def _field_from_plain(cls, name: str, v: Any) -> Any:
-        return v
-
-
-def _plain_seq(owner: str, name: str, v: Any) -> list[Any] | tuple[Any, ...]:
-    if not isinstance(v, (list, tuple)):
-        raise ValueError(f"{owner}.{name} must be a list, got {type(v).__name__} {v!r}")
-    return v
-
-
-def _field_default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
-_NEW = {"omit_default": True}
-
-
-def _to_plain(v: Any) -> Any:
-    if isinstance(v, _Base):
-        return v.to_dict()
-    if isinstance(v, (tuple, list)):
-        return [_to_plain(x) for x in v]
-    return v
 
 
 # ------------------------------------------------------------------------ host
@@ -839,81 +695,9 @@ class Ple(_Base):
 
 
 # ---------------------------------------------------------------------- policy
+# (Policy is defined in _policy, below vcpulab.sim.policies and its constructors)
 
 POLICY_KINDS = ("none", "baseline2011", "dy_eligible", "upstream", "random", "oracle", "python")
-
-
-@dataclass(frozen=True)
-class Policy(_Base):
-    """A VM's directed-yield policy (what kvm_vcpu_on_spin does), [K1].
-
-    Use the constructors in [`vcpulab.sim.policies`][] rather than this class.
-
-    Attributes:
-        kind: ``"upstream"`` (default; [K1]), ``"baseline2011"``,
-            ``"dy_eligible"`` ([S1]), ``"random"``, ``"oracle"``,
-            ``"none"`` or ``"python"``.
-        esrch_budget: -ESRCH results tolerated before the scan stops; 0 =
-            unlimited. Default 3 (kernel). ``dy_eligible`` uses 0 (the 2012 patch).
-        last_boosted_bug: upstream: store the loop offset instead of the index
-            (v6.12-6.18 bug). Default False.
-        dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
-        kernel_filter: upstream: skip candidates preempted in guest user mode
-            when the spinner is in kernel mode. Default True (since ~v4.14).
-        candidate_gate: upstream: the first candidate test of
-            ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
-            5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
-            interrupts": preempted, or woken from a halt and not yet running)
-            or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
-            woken vCPU that has not run yet is not a candidate).
-        ipi_aware: upstream: IPI-aware candidate selection, after Wanpeng
-            Li's RFC ("[PATCH v2 8/9] KVM: Implement IPI-aware directed yield
-            candidate selection", 18 Dec 2025, not merged,
-            https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a
-            candidate that has not yet handled an IPI the spinner's thread
-            sent passes the in-kernel filter (``kvm_vcpu_is_ipi_receiver``;
-            "recent" = still pending: the RFC's recency window, patches 1-7,
-            is not modelled), then pending interrupts and the preempted
-            fallback as upstream; a scan that boosts nobody is followed by a
-            relaxed round that asks ``vcpu->preempted`` only. Default False.
-        name: Python policies: the callable's name (the key it travels under).
-        fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
-            serialised, travels beside the JSON.
-    """
-
-    kind: str = "upstream"
-    esrch_budget: int = 3
-    last_boosted_bug: bool = False
-    dy_eligible: bool = True
-    kernel_filter: bool = True
-    name: str = ""
-    fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
-    candidate_gate: str = "ready"
-    ipi_aware: bool = field(default=False, metadata=_NEW)
-
-    def __post_init__(self) -> None:
-        _choice(self, "kind")
-        _choice(self, "candidate_gate")
-        _bool(self, "ipi_aware")
-        _int(self, "esrch_budget")
-        _bool(self, "last_boosted_bug")
-        _bool(self, "dy_eligible")
-        _bool(self, "kernel_filter")
-        _instance(self, "name", str)
-        if self.kind == "python":
-            if self.fn is not None and not callable(self.fn):
-                raise ValueError(f"Policy.fn must be callable, got {self.fn!r}")
-            if not self.name:
-                raise ValueError("Policy.name must name the Python policy")
-
-    @property
-    def label(self) -> str:
-        """A short name for tables: the name of the constructor in
-        [`vcpulab.sim.policies`][] that builds it (``"baseline_2011"``,
-        ``"no_yield"``), or ``python:<name>`` ([`vcpulab.sim.policies.label`][])."""
-        from vcpulab.sim.policies import label
-
-        return label(self)
 
 
 # -------------------------------------------------------------------------- pv
@@ -1025,465 +809,6 @@ class Pv(_Base):
         _int(self, "hypercall_ns")
         _int(self, "halt_exit_ns")
         _int(self, "guest_idle_poll_ns")
-
-
-#: Halt-polling policy names, one vocabulary for the engine ([`HaltPoll`][vcpulab.sim.HaltPoll])
-#: and the calibration model ([`vcpulab.sim.halt_poll.Params`][]).
-HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
-#: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
-HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
-
-
-def halt_poll_policy(owner: str, name: Any) -> str:
-    """The canonical halt-polling policy name for ``name``: one of
-    `HALT_POLL_POLICIES`; an old engine name (``"dynamic"``,
-    ``"dynamic_v4"``) gives its new name with a DeprecationWarning; anything
-    else raises ValueError naming ``owner`` and the valid names."""
-    if isinstance(name, str) and name in HALT_POLL_OLD_NAMES:
-        new = HALT_POLL_OLD_NAMES[name]
-        warnings.warn(f"{owner}.policy {name!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=4)
-        return new
-    if not isinstance(name, str) or name not in HALT_POLL_POLICIES:
-        valid = ", ".join(map(repr, HALT_POLL_POLICIES))
-        raise ValueError(f"{owner}.policy must be one of {valid}, got {name!r}")
-    return name
-
-
-@dataclass(frozen=True)
-class HaltPoll(_Base):
-    """Host halt polling ([K3]): before a halting vCPU blocks, its thread
-    polls for a wake-up while no other task wants the host CPU.
-
-    The one halt-polling configuration type: the engine's ``Vm.halt_poll``
-    and the calibration model's ([`vcpulab.sim.halt_poll.Scenario`][]),
-    as in Rust (``HaltPollConfig``). The former ``halt_poll.Params`` is a
-    deprecated alias that builds one of these.
-
-    Attributes:
-        policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"block-time"``
-            (upstream since 4.3: the per-vCPU window grows when a halt was
-            short and shrinks when it was longer than ``max_ns``, §3.2),
-            ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
-            proposals, never merged; vcpulab's reconstructions from the
-            review, see [`vcpulab.sim.halt_poll`][]). The same names as
-            ``halt_poll.Params.policy``; the old ``"dynamic"`` and
-            ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
-            with a DeprecationWarning. The window and the stats come from
-            the same per-vCPU state machine (and the same Rust configuration
-            type) as [`vcpulab.sim.halt_poll`][].
-        max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
-            200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
-        grow: halt_poll_ns_grow, multiplier (0: never grow; a kernel uint).
-            Default 2 (kernel).
-        grow_start_ns: halt_poll_ns_grow_start, ns: the first non-zero
-            window; a window shrunk below it becomes 0. Default 10000 (kernel).
-        shrink: halt_poll_ns_shrink, divisor; 0 resets to 0 (a kernel uint).
-            Default 2 (kernel ≥ ~6.8; 0 before).
-        poll_allowed: False when the guest turned host polling off by writing
-            0 to ``MSR_KVM_POLL_CONTROL`` (its own cpuidle-haltpoll driver
-            then polls instead, see ``Pv.guest_idle_poll_ns``). Default True.
-        vm_max_ns: per-VM maximum set with ``KVM_CAP_HALT_POLL``
-            (``override_halt_poll_ns``), ns; None (default): not set, ``max_ns``
-            applies (kernel ``kvm_vcpu_max_halt_poll_ns``).
-        v4_start_ns: ``"dynamic-v4"`` only: the initial window, ns; None
-            (default): the maximum. vcpulab reconstruction (v4 was never
-            merged): with 0, v4 never polls, since it grows only when an
-            interrupt arrives while polling.
-        v4_idle_ns: ``"dynamic-v3"`` / ``"dynamic-v4"``: a halt that slept
-            longer than this is "idle" and shrinks the window, ns. Default
-            10000000 (vcpulab reconstruction: one 100 Hz tick; guests ticking
-            at 250 Hz and up are not idle, as in [S5]'s 15 % C0 result).
-        v3_start_ns: ``"dynamic-v3"`` only: the first growth from 0, ns.
-            Default 500000 (the review's "0 → 500 µs").
-
-    Results carry the kernel's stat names per vCPU: ``halt_attempted_poll``,
-    ``halt_successful_poll``, ``halt_poll_invalid``, ``halt_poll_success_ns``,
-    ``halt_poll_fail_ns``, ``halt_wait_ns``, ``halt_wakeup``; the time spent
-    polling is the ``polling_ns`` category.
-    """
-
-    policy: str = "off"
-    max_ns: int = 200_000
-    grow: int = 2
-    grow_start_ns: int = 10_000
-    shrink: int = 2
-    poll_allowed: bool = True
-    vm_max_ns: int | None = field(default=None, metadata=_NEW)
-    v4_start_ns: int | None = field(default=None, metadata=_NEW)
-    v4_idle_ns: int = field(default=10_000_000, metadata=_NEW)
-    v3_start_ns: int = field(default=500_000, metadata=_NEW)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "policy", halt_poll_policy("HaltPoll", self.policy))
-        for name in ("max_ns", "grow", "grow_start_ns", "shrink", "v4_idle_ns", "v3_start_ns"):
-            if not isinstance(getattr(self, name), bool):  # numpy ints from a sweep grid are ints here
-                object.__setattr__(self, name, _as_int(getattr(self, name)))
-            _int(self, name)
-        for name in ("vm_max_ns", "v4_start_ns"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
-                object.__setattr__(self, name, _as_int(getattr(self, name)))
-            _int(self, name, optional=True)
-        _bool(self, "poll_allowed")
-
-    @property
-    def effective_max_ns(self) -> int:
-        """``kvm_vcpu_max_halt_poll_ns``: ``vm_max_ns`` if set, else ``max_ns``."""
-        return self.max_ns if self.vm_max_ns is None else self.vm_max_ns
-
-    @classmethod
-    def from_host(cls, sysfs: str = "/sys/module/kvm/parameters", **kw: Any) -> HaltPoll:
-        """A config whose module parameters (``max_ns``, ``grow``,
-        ``grow_start_ns``, ``shrink``) not given in ``kw`` are this host's
-        (read from ``sysfs``; the kernel default where a file is missing)."""
-        from vcpulab.sim import halt_poll as hp  # (halt_poll imports this module)
-
-        host = hp.host_params(sysfs)
-        for name, param in hp.PARAM_OF_FIELD.items():
-            if kw.get(name) is None:
-                kw[name] = host[param]  # the host's, or the kernel default where the file is missing
-        return cls(**kw)
-
-
-def _as_int(v: Any) -> Any:
-    """An integral numpy scalar as a Python int (anything else unchanged)."""
-    return int(v) if hasattr(v, "__index__") and not isinstance(v, int) else v
-
-
-# ---------------------------------------------------------------------- phases
-
-DISTS = ("fixed", "exp", "uniform")
-LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
-
-
-def _phase_common(obj: Any) -> None:
-    _float(obj, "prob")
-
-
-@dataclass(frozen=True)
-class Compute(_Base):
-    """Useful work.
-
-    Attributes:
-        ns: mean duration, ns (required).
-        dist: ``"fixed"`` (default), ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]).
-        mode: ``"user"`` (default) or ``"kernel"``: the CPL, recorded as
-            preempted_in_kernel if the vCPU is preempted meanwhile.
-        prob: probability that the phase runs in an iteration. Default 1.0.
-    """
-
-    kind: ClassVar[str] = "compute"
-    ns: int
-    dist: str = "fixed"
-    mode: str = "user"
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "ns")
-        _choice(self, "dist")
-        _choice(self, "mode")
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class Lock(_Base):
-    """Acquire guest lock ``lock``, hold it ``hold_ns`` (kernel mode), release.
-
-    ``kind``: ``"tas"`` (virt_spin_lock test-and-set: a running spinner takes
-    it at release), ``"ticket"`` (FIFO; the next ticket must run),
-    ``"queued"`` (native qspinlock, MCS-like FIFO hand-off), ``"pv_queued"``
-    (spin SPIN_THRESHOLD iterations, then halt until kicked; the kick
-    directed-yields to the kicked vCPU, [K5]), ``"mutex"`` (optimistic
-    spinning while the owner is on a CPU and, with steal time, not preempted;
-    otherwise sleep), ``"rwsem_read"`` / ``"rwsem_write"`` (the two sides of
-    one reader-writer semaphore, kernel/locking/rwsem.c, 5.x: readers share
-    it while no writer holds it — a newcomer reader waits if anyone waits —,
-    a writer needs it free; a waiter spins while a writer owns it and runs,
-    else sleeps; the last reader out or the writer wakes a spinning waiter, or
-    the first sleeper — a writer alone, or every waiting reader). Simplified:
-    no lock stealing for queued kinds; the PV predecessor check happens when a
-    waiter (re)starts spinning; nobody spins on a reader-owned semaphore.
-
-    Attributes:
-        lock: lock id within the VM, 0..1023. Default 0.
-        lock_kind: see above. Default ``"ticket"``.
-        hold_ns: mean hold time, ns. Default 1000.
-        dist: distribution of the hold time. Default ``"fixed"``.
-        prob: probability that the phase runs. Default 1.0.
-    """
-
-    kind: ClassVar[str] = "lock"
-    lock: int = 0
-    lock_kind: str = "ticket"
-    hold_ns: int = 1000
-    dist: str = "fixed"
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "lock")
-        _choice(self, "lock_kind")
-        _int(self, "hold_ns")
-        _choice(self, "dist")
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class Ipi(_Base):
-    """Send a call-function IPI (TLB shootdown / smp_call_function) to
-    ``targets`` random other vCPUs (0 = all others) and spin until each has
-    run its ``handler_ns`` handler (ns, default 1000; the VM's first Ipi
-    phase sets the handler length for all). ``targets`` default 0 (all
-    others); ``prob`` default 1.0. ``tlb_flush``: the IPI is a TLB
-    shootdown (``flush_tlb_multi``), which PV TLB flush (``Pv.tlb_flush``)
-    skips for preempted targets; default False."""
-
-    kind: ClassVar[str] = "ipi"
-    targets: int = 0
-    handler_ns: int = 1000
-    prob: float = 1.0
-    tlb_flush: bool = False
-
-    def __post_init__(self) -> None:
-        _bool(self, "tlb_flush")
-        _int(self, "targets")
-        _int(self, "handler_ns")
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class Barrier(_Base):
-    """Block until every (unfinished) thread of the VM arrives (pthread/futex
-    barrier: waiters sleep; the vCPU halts if it has nothing else).
-    ``prob`` must be 1.0 (a skipped barrier deadlocks)."""
-
-    kind: ClassVar[str] = "barrier"
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.prob != 1.0:
-            raise ValueError(f"Barrier.prob must be 1.0 (a skipped barrier deadlocks), got {self.prob}")
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class Sleep(_Base):
-    """Block until a timer (I/O, timed waits): ``ns`` mean, ns (default
-    100000); ``dist`` default ``"fixed"``; ``prob`` default 1.0.
-
-    ``periodic``: if True, wake at the next multiple of ``ns`` since the run's
-    start instead (a periodic timer such as the LAPIC's: a late wake-up does
-    not shift the later ones, and periods that pass while the thread is not
-    waiting are skipped, like coalesced timer interrupts); needs ``ns > 0``
-    and ``dist="fixed"``. Default False (left out of the JSON when False, so
-    existing configurations keep their hash)."""
-
-    kind: ClassVar[str] = "sleep"
-    ns: int = 100_000
-    dist: str = "fixed"
-    prob: float = 1.0
-    periodic: bool = False
-
-    def __post_init__(self) -> None:
-        _int(self, "ns")
-        _choice(self, "dist")
-        _phase_common(self)
-        _bool(self, "periodic")
-        if self.periodic and (self.ns == 0 or self.dist != "fixed"):
-            raise ValueError(f"Sleep.periodic needs ns > 0 and dist 'fixed', got ns={self.ns}, dist={self.dist!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        if not self.periodic:
-            d.pop("periodic")
-        return d
-
-
-@dataclass(frozen=True)
-class Send(_Base):
-    """Post a message to thread (i + ``to``) mod threads (``to`` default 1),
-    waking it if it waits in Recv; ``prob`` default 1.0."""
-
-    kind: ClassVar[str] = "send"
-    to: int = 1
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "to")
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class Recv(_Base):
-    """Block until a message is available (halt until a message); ``prob``
-    default 1.0."""
-
-    kind: ClassVar[str] = "recv"
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _phase_common(self)
-
-
-@dataclass(frozen=True)
-class TaskQueue(_Base):
-    """Take the next task of the VM's task queue; the phases after it are the
-    task (put the queue's lock, a ``Lock``, before it). When the frame's
-    tasks are all taken the thread waits (it sleeps; its vCPU halts if it has
-    nothing else) until every unfinished thread has found the queue empty:
-    the frame's end. Then the queue refills, or, after ``frames`` frames,
-    every thread ends. Threads that finish their tasks early take more: the
-    dynamic load balancing of a task queue, as SPLASH-2's volrend and
-    raytrace have (Woo et al., "The SPLASH-2 Programs: Characterization and
-    Methodological Considerations", ISCA 1995). Simplified: one queue per
-    VM, no per-thread queues to steal from (the stealing's effect, work
-    moving to idle threads, is what one shared queue gives).
-
-    At most one per workload, with no ``Barrier``, no ``thread0_phases`` and
-    ``iterations`` 0 (the frames end the run). Each pass through the phases
-    is one operation (a task).
-
-    Attributes:
-        tasks: tasks per frame, all threads together (1..1e6; required).
-        frames: frames; 0 (default) = until the end of the run.
-        prob: must be 1.0.
-    """
-
-    kind: ClassVar[str] = "task_queue"
-    tasks: int
-    frames: int = 0
-    prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "tasks")
-        _int(self, "frames")
-        if self.prob != 1.0:
-            raise ValueError(f"TaskQueue.prob must be 1.0 (a skipped take loses the frame's end), got {self.prob}")
-        _phase_common(self)
-
-
-#: one step of a guest thread's loop: any of the phase classes
-Phase = Compute | Lock | Ipi | Barrier | Sleep | Send | Recv | TaskQueue
-_PHASES: dict[str, Any] = {c.kind: c for c in (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue)}
-
-
-def _phase_to_dict(p: Any) -> dict[str, Any]:
-    return {"kind": p.kind, **p.to_dict()}
-
-
-def _phase_from_dict(d: Mapping[str, Any]) -> Any:
-    if not isinstance(d, Mapping) or "kind" not in d:
-        raise ValueError(f"a phase must be a mapping with a 'kind', got {d!r}")
-    kind = d["kind"]
-    if kind not in _PHASES:
-        raise ValueError(f"phase kind must be one of {sorted(_PHASES)}, got {kind!r}")
-    return _PHASES[kind].from_dict({k: v for k, v in d.items() if k != "kind"})
-
-
-@dataclass(frozen=True)
-class Workload(_Base):
-    """What each guest thread runs: ``phases`` in order, one iteration at a time.
-
-    Attributes:
-        phases: a tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue).
-        name: a label for tables. Default ``"custom"``.
-        iterations: iterations per thread; 0 loops until the end of the run
-            (throughput), > 0 ends the run when every VM is done (wall time).
-        guest_slice_ns: guest round-robin slice between threads sharing a
-            vCPU, ns. Default 4000000 (assumption: a 4 ms guest CFS slice).
-        spin_iter_cycles: cycles per spin-loop iteration (turns SPIN_THRESHOLD
-            into time). Default 40 (assumption: PAUSE + load on older Xeons).
-        spin_threshold: PV queued-lock SPIN_THRESHOLD, iterations. Default
-            32768 (kernel, [K5]).
-        thread0_phases: what thread 0 of each VM runs instead of ``phases``
-            (an initiator beside responders, e.g. a ping-pong: thread 0
-            ``(Compute, Send(1), Recv())``, the others ``(Recv(), Compute,
-            Send(1))``); only Compute, Sleep, Barrier, Send and Recv phases,
-            and the VM needs >= 2 threads. Default ``()``: every thread runs
-            ``phases``.
-    """
-
-    phases: tuple[Any, ...] = (Compute(20_000, dist="exp"), Lock(0, "ticket", 2_000))
-    name: str = "custom"
-    iterations: int = 0
-    guest_slice_ns: int = 4_000_000
-    spin_iter_cycles: int = 40
-    spin_threshold: int = 32768
-    thread0_phases: tuple[Any, ...] = field(default=(), metadata=_NEW)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.phases, list):
-            object.__setattr__(self, "phases", tuple(self.phases))
-        if isinstance(self.thread0_phases, list):
-            object.__setattr__(self, "thread0_phases", tuple(self.thread0_phases))
-        if not isinstance(self.thread0_phases, tuple):
-            raise ValueError(f"Workload.thread0_phases must be a tuple of phases, got {self.thread0_phases!r}")
-        for i, p in enumerate(self.thread0_phases):
-            if type(p) not in (Compute, Sleep, Barrier, Send, Recv):
-                raise ValueError(
-                    f"Workload.thread0_phases[{i}] must be a Compute, Sleep, Barrier, Send or Recv phase, got {p!r}"
-                )
-        if self.thread0_phases and not any(
-            isinstance(p, (Compute, Sleep)) and p.ns > 0 and p.prob == 1.0 for p in self.thread0_phases
-        ):
-            raise ValueError(
-                "Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0"
-            )
-        if len(self.thread0_phases) > 256:
-            raise ValueError(f"Workload.thread0_phases must hold <= 256 phases, got {len(self.thread0_phases)}")
-        if not isinstance(self.phases, tuple) or not self.phases:
-            raise ValueError(f"Workload.phases must be a non-empty tuple of phases, got {self.phases!r}")
-        for i, p in enumerate(self.phases):
-            if type(p) not in _PHASES.values():
-                raise ValueError(f"Workload.phases[{i}] must be a phase object, got {p!r}")
-        timed = [
-            p
-            for p in self.phases
-            if p.prob == 1.0
-            and ((isinstance(p, (Compute, Sleep)) and p.ns > 0) or (isinstance(p, Lock) and p.hold_ns > 0))
-        ]
-        if not timed:
-            raise ValueError(
-                "Workload.phases must include a compute, lock or sleep phase that takes time (ns/hold_ns > 0) "
-                "with prob 1.0"
-            )
-        if len(self.phases) > 256:
-            raise ValueError(f"Workload.phases must hold <= 256 phases, got {len(self.phases)}")
-        kinds: dict[int, str] = {}
-        for i, p in enumerate(self.phases):
-            if isinstance(p, Lock):
-                first = kinds.setdefault(p.lock, p.lock_kind)
-                if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
-                    raise ValueError(
-                        f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}"
-                    )
-        if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
-            raise ValueError("Workload.phases: a Recv phase needs a Send phase")
-        _instance(self, "name", str)
-        _int(self, "iterations")
-        queues = sum(isinstance(p, TaskQueue) for p in self.phases)
-        if queues and (
-            queues > 1 or any(isinstance(p, Barrier) for p in self.phases) or self.thread0_phases or self.iterations
-        ):
-            raise ValueError(
-                "Workload.phases: a task_queue phase must be the only one, with no barrier phase, no thread0_phases "
-                "and iterations 0 (its frames end the run)"
-            )
-        _int(self, "guest_slice_ns")
-        _int(self, "spin_iter_cycles")
-        _int(self, "spin_threshold")
-
-    def to_dict(self) -> dict[str, Any]:
-        d = super().to_dict()
-        d["phases"] = [_phase_to_dict(p) for p in self.phases]
-        if "thread0_phases" in d:
-            d["thread0_phases"] = [_phase_to_dict(p) for p in self.thread0_phases]
-        return d
-
-    @classmethod
-    def _field_from_plain(cls, name: str, v: Any) -> Any:
-        if name in ("phases", "thread0_phases"):
-            return tuple(_phase_from_dict(p) for p in _plain_seq("Workload", name, v))
-        return v
 
 
 # -------------------------------------------------------------------------- VM
@@ -1607,15 +932,11 @@ class Vm(_Base):
         ) -> None: ...
 
     def __post_init__(self) -> None:
-        # names, as in TOML specs and sweep grids (policies / presets import this module: imported here)
+        # names, as in TOML specs and sweep grids
         if isinstance(self.policy, str):
-            from vcpulab.sim.policies import by_name as policy_by_name
-
-            object.__setattr__(self, "policy", policy_by_name(self.policy))
+            object.__setattr__(self, "policy", _policy_by_name(self.policy))
         if isinstance(self.workload, str):
-            from vcpulab.sim.presets import by_name as workload_by_name
-
-            object.__setattr__(self, "workload", workload_by_name(self.workload))
+            object.__setattr__(self, "workload", _workload_by_name(self.workload))
         _int(self, "vcpus")
         _int(self, "count")
         _int(self, "threads", hi=16 * self.vcpus)

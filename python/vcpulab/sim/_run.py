@@ -18,20 +18,13 @@ from vcpulab import _core
 from vcpulab._checks import check_bool, guard_panics
 from vcpulab._core import Spinner as Spinner  # re-exported by vcpulab.sim: what a Python policy receives
 from vcpulab._core import VcpuView as VcpuView
+from vcpulab._frames import PCPU_TIME_CATEGORIES as PCPU_TIME_CATEGORIES  # re-exported by vcpulab.sim
+from vcpulab._frames import TIME_CATEGORIES as TIME_CATEGORIES
 from vcpulab._frames import frame as _frame
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
 from vcpulab.sim._config import Config
 from vcpulab.sim._points import MAX_SWEEP_POINTS, expand
-
-#: Where a vCPU's time goes, the columns of [`Result.vcpus`][vcpulab.sim.Result] that sum to
-#: the run's duration (useful work, lock spinning, PLE exits, other exits,
-#: guest idle polling, host halt polling, runnable-but-waiting, halted).
-#: Read from the Rust engine (``sim::metrics``), so it cannot drift.
-TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_VCPU_TIME_CATEGORIES)
-#: The same for a host CPU ([`Result.pcpus`][vcpulab.sim.Result]): running categories, then
-#: background tasks and idle.
-PCPU_TIME_CATEGORIES: tuple[str, ...] = tuple(_core.SIM_PCPU_TIME_CATEGORIES)
 
 
 @dataclass(frozen=True)

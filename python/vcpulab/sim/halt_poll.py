@@ -40,7 +40,6 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -48,7 +47,7 @@ import polars as pl
 
 from vcpulab import _core
 from vcpulab._checks import guard_panics
-from vcpulab.sim._config import HALT_POLL_POLICIES, HaltPoll
+from vcpulab.sim._halt_poll_config import HALT_POLL_POLICIES, KERNEL_DEFAULTS, PARAM_OF_FIELD, HaltPoll, host_params
 
 __all__ = [
     "Background",
@@ -72,6 +71,10 @@ __all__ = [
     "windows",
 ]
 
+# host_params is defined beside HaltPoll (HaltPoll.from_host reads it), public here: reprs and the docs say
+# vcpulab.sim.halt_poll.host_params, as before #25
+host_params.__module__ = __name__
+
 #: The policy names (the engine's [`vcpulab.sim.HaltPoll`][] uses the same).
 POLICIES = HALT_POLL_POLICIES
 
@@ -87,38 +90,10 @@ STAT_COLUMNS = (
     "halt_wait_ns",
 )
 
-#: the kvm module parameter behind each [`HaltPoll`][vcpulab.sim.HaltPoll] field
-PARAM_OF_FIELD = {
-    "max_ns": "halt_poll_ns",
-    "grow": "halt_poll_ns_grow",
-    "grow_start_ns": "halt_poll_ns_grow_start",
-    "shrink": "halt_poll_ns_shrink",
-}
-#: Kernel defaults (x86): KVM_HALT_POLL_NS_DEFAULT and the module parameters'
-#: initial values in virt/kvm/kvm_main.c, by parameter name; the values are
-#: HaltPoll's field defaults, their one home
-KERNEL_DEFAULTS = {param: getattr(HaltPoll(), f) for f, param in PARAM_OF_FIELD.items()}
 #: the largest value of a u32 module parameter (``halt_poll_ns`` and its grow / shrink factors)
 U32_MAX = 2**32 - 1
 #: the largest time any field of the model takes, ns (10^13 ns: about 2.8 hours)
 LIMIT_NS = 10**13
-
-
-def host_params(sysfs: str | Path = "/sys/module/kvm/parameters") -> dict[str, int]:
-    """The host's halt-poll module parameters where it has them, else the
-    kernel defaults: {"halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_grow_start",
-    "halt_poll_ns_shrink"} plus "source" per key in ``host_params.sources``."""
-    out: dict[str, int] = {}
-    sources: dict[str, str] = {}
-    for k, d in KERNEL_DEFAULTS.items():
-        try:
-            out[k] = int(Path(sysfs, k).read_text().strip())
-            sources[k] = f"host ({sysfs}/{k})"
-        except (OSError, ValueError):
-            out[k] = d
-            sources[k] = "kernel default"
-    host_params.sources = sources  # type: ignore[attr-defined]
-    return out
 
 
 def _check_int(obj: Any, name: str, lo: int = 0, hi: int = LIMIT_NS, optional: bool = False) -> None:

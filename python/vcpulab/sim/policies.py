@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vcpulab.sim._config import Policy
+from vcpulab.sim._policy import Policy, _label
 
 __all__ = [
     "DyEligibleInPython",
@@ -163,9 +163,6 @@ class DyEligibleInPython:
 #: grids, ``by_name``).
 NAMES = ("upstream", "baseline_2011", "dy_eligible", "random", "oracle", "no_yield")
 
-# Policy.kind (the Rust engine's serde name) -> constructor name, where they differ
-_KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
-
 
 def by_name(name: str) -> Policy:
     """The built-in policy ``name`` with its defaults (one of [`NAMES`][vcpulab.sim.policies.NAMES]),
@@ -179,9 +176,7 @@ def label(policy: Policy) -> str:
     """A policy's label for tables and sweep columns: the name of the
     constructor that builds it (``baseline_2011()`` → ``"baseline_2011"``,
     ``no_yield()`` → ``"no_yield"``), ``python:<name>`` for a Python policy."""
-    if policy.kind == "python":
-        return f"python:{policy.name}"
-    return _KIND_TO_NAME.get(policy.kind, policy.kind)
+    return _label(policy)
 
 
 def resolve(value: Any) -> Any:

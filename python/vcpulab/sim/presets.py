@@ -8,7 +8,7 @@ directions and rough magnitudes, not values.
 
 from __future__ import annotations
 
-from vcpulab.sim._config import Barrier, Compute, Ipi, Lock, Recv, Send, Sleep, TaskQueue, Workload
+from vcpulab.sim._workload import Barrier, Compute, Ipi, Lock, Recv, Send, Sleep, TaskQueue, Workload
 
 #: The preset workloads by name (each its constructor's name).
 NAMES = (

@@ -1,0 +1,215 @@
+"""What the simulator's configuration classes stand on: the JSON Schema
+generated from Rust (``_core.sim_config_schema()``), the field validators
+that take their limits and enumerated names from it (``_int``, ``_float``,
+``_bool``, ``_choice``, ``_instance``) and ``_Base`` (``to_dict`` /
+``from_dict``).
+
+The bottom floor of the configuration modules: ``_workload`` (phases and
+``Workload``), ``_halt_poll_config`` (``HaltPoll``), ``policies`` (``Policy``)
+and ``_config`` (the rest, and the public home of them all) import it; it
+imports none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import numbers
+import re
+from collections.abc import Mapping
+from typing import Any
+
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+
+
+@functools.cache
+def _schema() -> dict[str, Any]:
+    from vcpulab import _core
+
+    out: dict[str, Any] = json.loads(_core.sim_config_schema())
+    return out
+
+
+#: Python class -> the schema's definition ("" = the root, SimConfig)
+RUST_DEFS = {
+    "Config": "",
+    "Host": "HostConfig",
+    "Background": "Background",
+    "HostNoise": "HostNoise",
+    "Cfs": "CfsConfig",
+    "Ple": "PleConfig",
+    "Policy": "PolicyConfig",
+    "Pv": "PvConfig",
+    "HaltPoll": "HaltPollConfig",
+    "Workload": "WorkloadConfig",
+    "Guest": "GuestConfig",
+    "Vm": "VmConfig",
+}
+
+
+def schema_of(cls_name: str) -> dict[str, Any]:
+    """The schema object (with ``properties``) of a config class or phase class."""
+    s = _schema()
+    if cls_name in RUST_DEFS:
+        d = RUST_DEFS[cls_name]
+        return s if d == "" else s["$defs"][d]  # type: ignore[no-any-return]
+    kind = re.sub(r"(?<!^)(?=[A-Z])", "_", cls_name).lower()  # TaskQueue -> task_queue
+    for v in s["$defs"]["Phase"]["oneOf"]:
+        if v["properties"]["kind"].get("const") == kind:
+            return v  # type: ignore[no-any-return]
+    raise KeyError(f"no schema for {cls_name}")
+
+
+def field_schema(cls_name: str, name: str) -> dict[str, Any]:
+    """A field's schema, with a ``$ref`` to an enum resolved (``enum``: its names)."""
+    prop = dict(schema_of(cls_name)["properties"][name])
+    ref = prop.get("$ref")
+    if ref:
+        target = _schema()["$defs"][ref.rsplit("/", 1)[1]]
+        if "enum" in target:
+            prop["enum"], prop["deprecated_names"] = list(target["enum"]), []
+        elif "oneOf" in target and all(v.get("type") == "string" for v in target["oneOf"]):
+            prop["enum"] = [n for v in target["oneOf"] for n in (v.get("enum") or [v["const"]])]
+            prop["deprecated_names"] = [v["const"] for v in target["oneOf"] if v.get("deprecated")]
+    return prop
+
+
+_FORMAT_MAX = {"uint8": 2**8 - 1, "uint16": 2**16 - 1, "uint32": U32_MAX, "uint64": U64_MAX}
+
+
+@functools.cache
+def _limits(cls_name: str, name: str) -> tuple[float, float, bool]:
+    """(minimum, maximum, maximum excluded) of a numeric field, from the schema."""
+    f = field_schema(cls_name, name)
+    lo = f.get("minimum", -math.inf)
+    hi_open = "exclusiveMaximum" in f
+    hi = f["exclusiveMaximum"] if hi_open else f.get("maximum", _FORMAT_MAX.get(f.get("format", ""), math.inf))
+    return lo, hi, hi_open
+
+
+def _int(obj: Any, name: str, hi: int | None = None, optional: bool = False) -> None:
+    """An int field within the schema's limits (``hi``: a tighter upper bound
+    from another field, e.g. ``sockets <= pcpus``)."""
+    v = getattr(obj, name)
+    cls = type(obj).__name__
+    if optional and v is None:
+        return
+    if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)):
+        v = int(v)  # a numpy integer (a sweep grid's np.arange): a plain int, so JSON and hashes stay the same
+        object.__setattr__(obj, name, v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{cls}.{name} must be an int, got {v!r}")
+    lo, shi, _ = _limits(cls, name)
+    top = shi if hi is None else min(hi, shi)
+    if v < lo:
+        raise ValueError(f"{cls}.{name} must be >= {int(lo)}, got {v}")
+    if v > top:
+        raise ValueError(f"{cls}.{name} must be <= {int(top)}, got {v}")
+
+
+def _float(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    cls = type(obj).__name__
+    if isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float)):
+        v = int(v) if isinstance(v, numbers.Integral) else float(v)  # numpy scalars as plain numbers
+        object.__setattr__(obj, name, v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{cls}.{name} must be a finite number, got {v!r}")
+    lo, hi, hi_open = _limits(cls, name)
+    if v < lo or v > hi or (hi_open and v >= hi):
+        bracket = ")" if hi_open else "]"
+        raise ValueError(f"{cls}.{name} must be in [{lo}, {hi}{bracket}, got {v}")
+
+
+@functools.cache
+def choices(cls_name: str, name: str) -> tuple[str, ...]:
+    """The names an enumerated field accepts (the schema's, deprecated aliases left out)."""
+    f = field_schema(cls_name, name)
+    return tuple(n for n in f["enum"] if n not in f["deprecated_names"])
+
+
+def _bool(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    if not isinstance(v, bool):
+        raise ValueError(f"{type(obj).__name__}.{name} must be a bool, got {v!r}")
+
+
+def _choice(obj: Any, name: str) -> None:
+    v = getattr(obj, name)
+    valid = choices(type(obj).__name__, name)
+    if v not in valid:
+        raise ValueError(f"{type(obj).__name__}.{name} must be one of {', '.join(map(repr, valid))}, got {v!r}")
+
+
+def _instance(obj: Any, name: str, typ: type) -> None:
+    v = getattr(obj, name)
+    if not isinstance(v, typ):
+        raise ValueError(f"{type(obj).__name__}.{name} must be a {typ.__name__}, got {v!r}")
+
+
+class _Base:
+    """to_dict / from_dict for the config dataclasses."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if not f.metadata.get("serialise", True):
+                continue
+            v = getattr(self, f.name)
+            # fields added after a config format settled are left out at
+            # their defaults, so older configs keep their JSON and hash
+            if f.metadata.get("omit_default") and v == _field_default(f):
+                continue
+            out[f.name] = _to_plain(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Any:
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{cls.__name__}.from_dict needs a mapping, got {d!r}")
+        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(d) - set(names)
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+        kw = {k: cls._field_from_plain(k, v) for k, v in d.items()}
+        try:
+            return cls(**kw)
+        except TypeError as e:  # a missing required field, named by Python
+            raise ValueError(f"{cls.__name__}: {e}") from None
+
+    @classmethod
+    def _field_from_plain(cls, name: str, v: Any) -> Any:
+        return v
+
+
+def _plain_seq(owner: str, name: str, v: Any) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{owner}.{name} must be a list, got {type(v).__name__} {v!r}")
+    return v
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+_NEW = {"omit_default": True}
+
+
+def _to_plain(v: Any) -> Any:
+    if isinstance(v, _Base):
+        return v.to_dict()
+    if isinstance(v, (tuple, list)):
+        return [_to_plain(x) for x in v]
+    return v
+
+
+def _as_int(v: Any) -> Any:
+    """An integral numpy scalar as a Python int (anything else unchanged)."""
+    return int(v) if hasattr(v, "__index__") and not isinstance(v, int) else v
