@@ -695,3 +695,30 @@ def test_a_file_that_is_not_a_calibration_is_refused_naming_why(tmp_path: Path) 
         Calibration.load(bad)
     with pytest.raises(ValueError, match="does not exist"):
         twins.reference_calibration().save(tmp_path / "no" / "cal.json")
+
+
+def test_the_twin_of_a_scheduled_run_runs_vcpulabs_scheduler(twin_calibration) -> None:  # type: ignore[no-untyped-def]
+    """A run under sched.round_robin is twinned by the simulator's model of
+    vcpulab's scheduler (run tokens, FIFO, wall-time slices), not by the fair
+    scheduler. Its mechanism with a ticket lock of 3 vCPUs on one CPU: a
+    token's holder takes the lock once per slice (it is next in line at its
+    slice's start and behind both others after one acquisition), so about one
+    acquisition per slice (a few more at the start, before every vCPU has
+    queued); other load competes with the holder alone."""
+    from vcpulab import sched
+
+    exp = twins.Experiment(
+        SpinLock(kind="ticket", hold=50, think=50), 3, (0,), scheduler=sched.round_robin(slice_us=4000)
+    )
+    cfg = twins.twin(exp, twin_calibration, seed=0)
+    assert cfg.host.scheduler == "round_robin" and cfg.host.token_slice_ns == 4_000_000
+    slices = cfg.duration_ns / cfg.host.token_slice_ns
+    per_slice = [
+        sim.run(twins.twin(exp, twin_calibration, seed=s)).vms["lock_acquisitions"][0] / slices for s in range(3)
+    ]
+    assert all(0.9 <= x <= 1.5 for x in per_slice), per_slice
+    # other load takes its share from the one holder: weight of k = 1 · s / (1 − s) nice-0 tasks
+    bg = twins.background_for(exp, 0.25)
+    assert bg.weight == round(1024 * 0.25 / 0.75)
+    unscheduled = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), 3, (0,))
+    assert twins.background_for(unscheduled, 0.25).weight == round(1024 * 3 * 0.25 / 0.75)

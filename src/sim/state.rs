@@ -538,6 +538,9 @@ pub struct Tokens {
     pub gen: Vec<u32>,
     /// Runnable vCPU tasks waiting for a token (parked), oldest first.
     pub fifo: VecDeque<u32>,
+    /// Per host CPU: added to its first slice, ns (the phase of the token
+    /// slices against the host's tick grid; then 0).
+    pub phase: Vec<u64>,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

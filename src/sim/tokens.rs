@@ -23,6 +23,8 @@
 //! halt and gives it up when it blocks (the real programs give it up at the
 //! pv halt bracket, before HLT).
 
+use rand::Rng;
+
 use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
@@ -35,12 +37,19 @@ impl Sim {
         !self.tokens.holder.is_empty()
     }
 
-    /// Sets up one free token per host CPU.
+    /// Sets up one free token per host CPU. The real scheduler's slices
+    /// start when its threads do, at no particular point of the host's tick
+    /// period: each CPU's first slice is longer by a phase drawn uniformly in
+    /// [0, tick) from the second RNG stream (the main stream's draws stay
+    /// those of the run without tokens), so that slice ends and ticks do not
+    /// coincide by construction.
     pub(crate) fn setup_tokens(&mut self) {
         let p = self.rqs.len();
         self.tokens.holder = vec![None; p];
         self.tokens.gen = vec![0; p];
         self.tokens.fifo.clear();
+        let tick = self.cfg.host.tick_ns.max(1);
+        self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
     }
 
     /// A runnable vCPU task `t` (just woken or arrived) waits for a token.
@@ -58,19 +67,30 @@ impl Sim {
     /// CPU `c`'s token goes to the head of the queue, if anyone waits.
     fn token_grant_next(&mut self, c: usize) {
         if let Some(n) = self.tokens.fifo.pop_front() {
-            self.token_grant(c, n as usize);
+            self.token_grant(c, n as usize, true);
         }
     }
 
     /// CPU `c`'s (free) token goes to the parked task `t` for a fresh slice.
-    fn token_grant(&mut self, c: usize, t: usize) {
+    /// `wakeup`: its thread, asleep until now, is woken, with the kernel's
+    /// wake-up latency and preemption check (a grant at a slice's end, a halt
+    /// or an arrival); a yield's hand-off is charged to the yielder instead
+    /// (`rq_lock_ns`).
+    fn token_grant(&mut self, c: usize, t: usize, wakeup: bool) {
         debug_assert!(self.tokens.holder[c].is_none() && self.tasks[t].parked && self.tasks[t].runnable);
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
-        self.push(self.now + self.cfg.host.token_slice_ns, Ev::Token(c as u32, self.tokens.gen[c]));
+        let first = std::mem::take(&mut self.tokens.phase[c]);
+        self.push(self.now + self.cfg.host.token_slice_ns + first, Ev::Token(c as u32, self.tokens.gen[c]));
         self.tasks[t].cpu = c as u32;
         self.tasks[t].parked = false;
-        self.rq_add(t, false);
+        // Its thread slept while it waited: under DELAY_DEQUEUE (v6.12+) a
+        // sleeper with negative lag stays queued, ineligible, and leaves at
+        // the 0-lag point ("sched/fair: Implement delayed dequeue",
+        // P. Zijlstra, 2024), so it wakes owing nothing; a positive lag is
+        // kept. Simplified: the wait is taken as long enough to spend it.
+        self.tasks[t].vlag = self.tasks[t].vlag.max(0);
+        self.rq_add(t, wakeup);
     }
 
     /// The CPU whose token `t` holds.
@@ -156,7 +176,7 @@ impl Sim {
         let pos = self.tokens.fifo.iter().position(|&x| x == tg_task as u32).expect("a parked vCPU waits in the queue");
         self.tokens.fifo.remove(pos);
         self.token_park_holder(a, me_task);
-        self.token_grant(a, tg_task);
+        self.token_grant(a, tg_task, false);
         self.wake.boost_cpu = super::state::NO_CPU;
         self.vcpus[me].c.yield_ok += 1;
         1

@@ -59,13 +59,19 @@ fn tokens_rotate_in_fifo_order_in_slices_of_wall_time_whatever_else_runs() {
         for (i, w) in p.windows(2).enumerate() {
             assert_eq!((w[0].2 + 1) % 3, w[1].2, "bg {bg}: period {i}: {w:?}");
         }
-        for &(s, e, v) in &p[..p.len() - 1] {
+        // the first slice is longer by the phase against the tick grid (< one tick)
+        let (s0, e0, _) = p[0];
+        assert!(e0 - s0 < c.host.token_slice_ns + c.host.tick_ns);
+        for &(s, e, v) in &p[1..p.len() - 1] {
             assert!(e - s <= c.host.token_slice_ns, "bg {bg}: vCPU {v} held the CPU {} ns", e - s);
         }
         // with background load the holder shares its CPU; the slices stay wall-time slices
         let all = rows(&r);
         assert_eq!(all.iter().any(|x| x.3 < 0), bg > 0.0);
-        assert!(all.iter().filter(|x| x.3 >= 0).all(|x| x.4 != "tick"), "no tick ends a holder's slice");
+        if bg == 0.0 {
+            // alone on its CPU a holder runs its whole slice: no tick ends it, the token's end does
+            assert!(all.iter().all(|x| x.4 == "slice" || x.4 == "end"), "{:?}", all.iter().find(|x| x.4 != "slice"));
+        }
     }
 }
 

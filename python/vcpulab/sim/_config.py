@@ -283,9 +283,16 @@ class Host(_Base):
             ``"eevdf"`` is the same scheduler), ``"cfs"`` (the fair class
             before v6.6: vruntime / min_vruntime, sched_latency slices,
             check_preempt_tick, wakeup_preempt_entity, next / last / skip
-            buddies, place_entity; tunables in ``cfs``) or ``"gang"`` (all
+            buddies, place_entity; tunables in ``cfs``), ``"gang"`` (all
             vCPUs of a VM run together in slices of ``gang_slice_ns``;
-            [S4]). Default ``"fair"``.
+            [S4]) or ``"round_robin"`` (vcpulab's own vCPU scheduler,
+            [`vcpulab.sched`][]: one run token per CPU, handed round a FIFO
+            queue of runnable vCPUs in wall-time slices of
+            ``token_slice_ns``; a halt hands it on; ``yield_to`` hands the
+            yielder's token to a waiting candidate; the kernel's EEVDF still
+            shares each CPU between the token's holder and other tasks: the
+            twin of a run under ``sched.round_robin`` or
+            ``sched.directed_yield``). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -318,6 +325,9 @@ class Host(_Base):
             idle). No periodic load balancing.
         gang_slice_ns: gang-scheduling slice, ns. Default 4000000 ([S4]:
             "clean 4 ms slices").
+        token_slice_ns: a run token's slice under ``scheduler =
+            "round_robin"``, wall time, ns. Default 4000000 (``vcpulab.sched``'s
+            default ``slice_us=4000``).
         tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
             (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
         rq_lock_ns: time a yield_to attempt holds both run-queue locks, ns
@@ -496,6 +506,7 @@ class Host(_Base):
     yield_scope: str = field(default="run_queue", metadata=_NEW)
     affinity: str = "pinned"
     gang_slice_ns: int = 4_000_000
+    token_slice_ns: int = field(default=4_000_000, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50
@@ -536,6 +547,7 @@ class Host(_Base):
         _choice(self, "yield_scope")
         _choice(self, "affinity")
         _int(self, "gang_slice_ns")
+        _int(self, "token_slice_ns")
         _int(self, "tsc_khz")
         _int(self, "rq_lock_ns")
         _int(self, "yield_check_ns")

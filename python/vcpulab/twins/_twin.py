@@ -34,6 +34,14 @@ def _host_field(name: str) -> bool:
 _RUNNABLE = (SpinLock, Spin)
 
 
+def _competing_vcpus(exp: Experiment) -> float:
+    """The vCPU threads per host CPU that competed with other tasks in the
+    kernel's fair scheduler: all of a run's ``vcpus / len(pcpus)`` under the
+    host's scheduler, one under vcpulab's (only a run token's holder is
+    runnable there; the others sleep until they get one)."""
+    return 1.0 if exp.scheduler is not None else exp.vcpus / len(exp.pcpus)
+
+
 def background_for(exp: Experiment, other_share: float, burst_ns: float | None = None) -> sim.Background:
     """The simulated host load that took ``other_share`` (a fraction of the run's
     CPU time, measured by [`vcpulab.quality.Quality`][]) from a real run.
@@ -44,7 +52,8 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     tasks' measured mean burst beside it, see its comment):
 
     * always-runnable workloads (SpinLock, Spin): the run's ``n`` vCPU
-      threads per CPU competed with the others all the time, so the others
+      threads per CPU (one under vcpulab's scheduler: the run token's
+      holder) competed with the others all the time, so the others
       are one always-runnable task (utilization 0.999) with the weight of the
       ``k = n · s / (1 − s)`` nice-0 tasks that take the share ``s`` from
       ``n`` nice-0 threads. Caveat: steal then agrees by construction (the
@@ -61,7 +70,7 @@ def background_for(exp: Experiment, other_share: float, burst_ns: float | None =
     burst = int(min(max(burst_ns if burst_ns else 100_000_000, 1000), 10**9))
     if not isinstance(exp.workload, _RUNNABLE):
         return sim.Background(utilization=min(other_share, 0.99), burst_ns=burst, weight=1024)
-    n = exp.vcpus / len(exp.pcpus)
+    n = _competing_vcpus(exp)
     k = n * other_share / (1.0 - other_share)
     return sim.Background(utilization=0.999, burst_ns=burst, weight=int(min(max(round(1024 * k), 2), 88761)))
 
@@ -129,7 +138,7 @@ def host_load_for(
     burst = load.long_burst_ns if load.long_burst_ns == load.long_burst_ns else None
     if not isinstance(exp.workload, _RUNNABLE):
         return background_for(exp, s_long, burst), noise
-    n = exp.vcpus / len(exp.pcpus)
+    n = _competing_vcpus(exp)
     k = n * s_long / (1.0 - load.share)
     return sim.Background(
         utilization=0.999, burst_ns=100_000_000, weight=int(min(max(round(1024 * k), 2), 88761))
@@ -398,16 +407,22 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     """The host, PLE and policy of the twin of a run under vcpulab's scheduler
     ([`vcpulab.sched`][vcpulab.sched]).
 
-    * ``round_robin``: the fair scheduler with base slice = the slice, every
-      vCPU free on the run's CPUs (``affinity="all"``, the scheduler's one
-      queue); ``gang``: the simulator's gang scheduler with the same slice;
-    * ``directed_yield``: the same slices, plus pause-loop exits with the same
+    * ``round_robin``: the simulator's model of vcpulab's scheduler
+      (``Host(scheduler="round_robin")``, src/sim/tokens.rs): one run token
+      per CPU of the run, one FIFO queue of runnable vCPUs, wall-time slices
+      of the same length, halts that hand the token on; the kernel's fair
+      scheduler (the calibrated base slice and tick) still shares each CPU
+      between the token's holder and the other load the real trials measured.
+      ``gang``: the simulator's gang scheduler with the same slice;
+    * ``directed_yield``: the same tokens and slices, plus pause-loop exits with the same
       window dynamics (the window counted in cycles: ``spin_window`` failed
       iterations x [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] instructions x ``loop_insn_ns``
       at the vCPU's TSC rate), the exit's cost the calibrated user-space exit
       (``uexit_ns``), the same policy, and ``yield_to``'s cost the calibrated
       token hand-off (``sched_handoff_ns``, as ``Host.rq_lock_ns``: the
-      spinner's CPU is busy with it before the candidate runs).
+      spinner's CPU is busy with it before the candidate runs); ``yield_to``
+      hands the spinner's token to a waiting candidate with a fresh slice
+      and queues the spinner, as the real scheduler does.
     * ``relaxed_co`` and ``balance`` have no twin: the simulator has neither
       mechanism (ValueError).
 
@@ -429,7 +444,7 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     if isinstance(s, sched.Gang):
         hkw.update(scheduler="gang", gang_slice_ns=slice_ns)
     else:
-        hkw.update(base_slice_ns=slice_ns)
+        hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if isinstance(s, sched.DirectedYield):
         iter_cycles = PV_SPIN_ITER_INSNS * cal["loop_insn_ns"] * cal["tsc_khz"] / 1e6
