@@ -42,6 +42,10 @@ pub enum Error {
     #[error("assembling guest code failed: {0}")]
     Assembler(#[from] iced_x86::IcedError),
 
+    /// A caller passed a value of the wrong type (maps to TypeError).
+    #[error("{0}")]
+    WrongType(String),
+
     /// An index or guest-physical range lies outside what exists (maps to IndexError).
     #[error("{0}")]
     OutOfRange(String),

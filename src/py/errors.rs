@@ -5,7 +5,8 @@
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyIndexError, PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyTimeoutError, PyValueError,
+    PyIndexError, PyKeyboardInterrupt, PyMemoryError, PyOSError, PyRuntimeError, PyTimeoutError, PyTypeError,
+    PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -73,6 +74,7 @@ impl From<&kvm::Error> for PyErr {
                 PyValueError::new_err(msg)
             }
             kvm::Error::OutOfRange(_) => PyIndexError::new_err(msg),
+            kvm::Error::WrongType(_) => PyTypeError::new_err(msg),
             kvm::Error::Timeout(_) => PyTimeoutError::new_err(msg),
             kvm::Error::GuestAssertion { .. } => GuestAssertionError::new_err(msg),
             kvm::Error::UnexpectedExit(_) => UnexpectedExitError::new_err(msg),

@@ -486,6 +486,14 @@ impl Sim {
                     self.resched(boost as usize, Why::Boost);
                 }
                 if yielded {
+                    if self.tokens_on() {
+                        // vcpulab's scheduler runs the policy in user space and
+                        // returns before the spinner waits for a token
+                        // (src/kvm/sched.rs spin_exit): it waits out of its spin loop
+                        let vc = &mut self.vcpus[v];
+                        vc.in_spin_loop = false;
+                        vc.dy_eligible = false;
+                    }
                     self.schedule(cpu, Why::Yield);
                 } else if self.rqs[cpu].need_resched {
                     self.schedule(cpu, Why::ExitResched);

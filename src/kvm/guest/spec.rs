@@ -282,9 +282,14 @@ impl Spec {
                         None => LockKind::Tas,
                         Some(Param::Str(k)) if k == "tas" => LockKind::Tas,
                         Some(Param::Str(k)) if k == "ticket" => LockKind::Ticket,
-                        Some(other) => {
+                        Some(Param::Str(k)) => {
                             return Err(Error::InvalidArgument(format!(
-                                "spin_lock: kind must be 'tas' or 'ticket', got {other}"
+                                "spin_lock: kind must be 'tas' or 'ticket', got {k:?}"
+                            )))
+                        }
+                        Some(other) => {
+                            return Err(Error::WrongType(format!(
+                                "spin_lock: kind must be a str ('tas' or 'ticket'), got {other}"
                             )))
                         }
                     }
@@ -356,6 +361,10 @@ mod tests {
         let mut p = ints(&[("vcpus", 2)]);
         p.insert("kind".into(), Param::Str("mcs".into()));
         assert_eq!(msg("spin_lock", p), "spin_lock: kind must be 'tas' or 'ticket', got \"mcs\"");
+        let mut p = ints(&[("vcpus", 2), ("kind", 5)]);
+        p.insert("kind".into(), Param::Int(5));
+        let e = Spec::from_params("spin_lock", &p).unwrap_err();
+        assert!(matches!(e, Error::WrongType(_)), "{e:?}");
         assert_eq!(
             msg("spin_lock", ints(&[("vcpus", 2), ("pv_exits", 2)])),
             "spin_lock: pv_exits must be 0 or 1, got 2"
