@@ -58,6 +58,7 @@ impl Sim {
                 .collect(),
             vcpus: Vec::new(),
             ready: Vec::new(),
+            vgen: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Vec::new(),
@@ -163,7 +164,6 @@ impl Sim {
                         ipis: VecDeque::new(),
                         ipi_rem: 0,
                         act: Act::Off,
-                        gen: 0,
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
@@ -172,6 +172,7 @@ impl Sim {
                         avg_idle: 2 * vmc.guest.migration_cost_ns,
                     });
                     sim.ready.push(false);
+                    sim.vgen.push(0);
                 }
                 for i in 0..nthread {
                     sim.threads.push(Thread {

@@ -62,6 +62,12 @@ pub struct Sim {
     /// yet running), apart from `Vcpu` in a dense array: the directed-yield
     /// scan reads it for every candidate and rejects most of them on it.
     pub ready: Vec<bool>,
+    /// The generation of each vCPU's current activity, apart from `Vcpu` in a
+    /// dense array: every popped `Ev::Vcpu` is checked against it first, and
+    /// in a yield storm many are stale (their vCPU was switched out), so a
+    /// stale one costs no look at the vCPU's large record. Changed only by
+    /// `Sim::bump_gen`.
+    pub vgen: Vec<u32>,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Vec<TraceRec>,
@@ -233,7 +239,7 @@ impl Sim {
         match ev {
             Ev::Tick(cpu) => self.tick(cpu as usize),
             Ev::Vcpu(v, gen) => {
-                if self.vcpus[v as usize].gen == gen {
+                if self.vgen[v as usize] == gen {
                     self.vcpu_event(v as usize);
                 }
             }
@@ -289,6 +295,15 @@ impl Sim {
             let c = self.vcpus[v].acct.cat;
             self.vcpus[v].acct.set(now, c);
         }
+    }
+
+    /// End the validity of vCPU `v`'s pending activity event (its activity
+    /// changed); returns the new generation.
+    #[inline]
+    pub(crate) fn bump_gen(&mut self, v: usize) -> u32 {
+        let g = &mut self.vgen[v];
+        *g = g.wrapping_add(1);
+        *g
     }
 
     // ---- accounting helpers ----

@@ -301,8 +301,8 @@ pub struct VcpuCounters {
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
-/// lines: what almost every event reads (activity, generation, where it
-/// runs) in the first, the flags a directed-yield scan reads and the PLE
+/// lines: what almost every event reads (activity, where it runs) in the
+/// first (the activity's generation is `Sim::vgen`), the flags a directed-yield scan reads and the PLE
 /// state in the second, the accounting's open interval and running
 /// categories in the third, then the queues, the halt-polling state and
 /// the counters (hot ones first).
@@ -313,7 +313,6 @@ pub struct Vcpu {
     pub act: Act,
     pub running: Option<u32>,
     pub cur: Option<u32>,
-    pub gen: u32,
     pub vm: u32,
     pub idx: u32,
     pub task: u32,
