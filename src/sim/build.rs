@@ -41,6 +41,7 @@ impl Sim {
                     exec_start: 0,
                     last_v: 0,
                     lock_busy: Vec::new(),
+                    lock_until: 0,
                     tick_armed: false,
                     need_resched: false,
                     acct: Acct::new(C_IDLE),

@@ -209,6 +209,10 @@ pub struct Rq {
     pub exec_start: Ns,
     /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
     pub lock_busy: Vec<(Ns, Ns)>,
+    /// The latest end of a hold reserved in `lock_busy` (0 if none ever was):
+    /// `double_rq_lock` reads it instead of the list's heap buffer when every
+    /// hold is over, or ends before the instant it tries.
+    pub lock_until: Ns,
     pub need_resched: bool,
     pub tick_armed: bool,
     pub last_v: i64,
