@@ -119,9 +119,10 @@ pub enum TaskKind {
 
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
 ///
-/// `repr(C, align(64))`: what a pick, a switch and `update_curr` read fill
-/// the first cache line (the tie rank and run delay too: on the second line
-/// they were one more cache miss per switch in a yield storm).
+/// `repr(C, align(64))`: what a pick, a yield, a switch and `update_curr`
+/// read fill the first cache line (the tie rank, the virtual slice and the
+/// run delay too: on the second line each was one more cache miss per
+/// switch or yield in a yield storm).
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Task {
@@ -140,13 +141,14 @@ pub struct Task {
     pub weight: u64,
     pub vruntime: i64,
     pub deadline: i64,
+    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
+    pub vslice: i64,
     pub wait_since: Ns,
     /// Total runnable-but-waiting time (sched_info.run_delay).
     pub run_delay: Ns,
-    /// When it last stopped running (`task_hot`'s exec_start).
+    /// When it last stopped running (`task_hot`'s exec_start; written at a
+    /// switch, read only by placement: in the second line).
     pub last_ran: Ns,
-    /// The virtual slice, base_slice_ns·1024/weight (weights never change).
-    pub vslice: i64,
     pub vlag: i64,
     pub pinned: Option<u32>,
     // background task state
@@ -311,8 +313,8 @@ pub struct VcpuCounters {
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
 /// lines: what almost every event reads (activity, where it runs) in the
-/// first (the activity's generation is `Sim::vgen`), the flags a directed-yield scan reads and the PLE
-/// state in the second, the accounting's open interval and running
+/// first (the activity's generation is `Sim::vgen`), the flags (all that a
+/// directed-yield scan reads) and the PLE state in the second, the accounting's open interval and running
 /// categories in the third, then the queues, the halt-polling state and
 /// the counters (hot ones first).
 /// The simulator is bound by memory accesses as much as by instructions.
@@ -325,7 +327,9 @@ pub struct Vcpu {
     pub vm: u32,
     pub idx: u32,
     pub task: u32,
-    // kvm state ([K1])
+    pub last_cpu: u32,
+    // kvm state ([K1]): every flag in the second cache line, so that a
+    // directed-yield candidate's filter reads one line of its record
     pub preempted: bool,
     pub blocking: bool,
     /// Blocked on the host (not runnable).
@@ -341,7 +345,6 @@ pub struct Vcpu {
     pub apicv: bool,
     // steal time ([K4])
     pub st_preempted: bool,
-    pub last_cpu: u32,
     pub ple_window: u64,
     /// Remaining time of the IPI handler in progress (0: none).
     pub ipi_rem: Ns,
