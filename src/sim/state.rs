@@ -192,7 +192,7 @@ impl Task {
 
 /// A host CPU's run queue. `repr(C, align(64))`, in the order a switch
 /// reads it: the queue, its sums and the flags `resched` reads in the first
-/// cache line; what `schedule` and `update_curr` write at a switch and the
+/// cache line; what `schedule` and `update_curr` read at a switch and the
 /// run-queue lock's holds in the second; the accounting's open interval and
 /// running categories start the third (the cold rest after it).
 #[derive(Clone, Debug)]
@@ -221,14 +221,15 @@ pub struct Rq {
     /// was picked; curr keeps the CPU while eligible and vruntime < vprot.
     pub vprot: i64,
     pub switches: u64,
-    pub trace_start: Ns,
     /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
     pub lock_busy: Vec<(Ns, Ns)>,
-    pub acct: Acct,
     /// The latest end of a hold reserved in `lock_busy` (0 if none ever was):
     /// `double_rq_lock` reads it instead of the list's heap buffer when every
     /// hold is over, or ends before the instant it tries.
     pub lock_until: Ns,
+    pub acct: Acct,
+    /// When curr's trace row began (written at each switch, read when it ends).
+    pub trace_start: Ns,
     pub last_v: i64,
     /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
     pub min_vruntime: i64,
