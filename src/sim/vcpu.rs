@@ -260,7 +260,7 @@ impl Sim {
             rq.curr_in_exit = exit;
         }
         if end != NEVER {
-            self.push(end, Ev::Vcpu(v as u32, gen));
+            self.push_inlined(end, Ev::Vcpu(v as u32, gen));
         }
     }
 
