@@ -41,6 +41,7 @@ impl Sim {
                     exec_start: 0,
                     last_v: 0,
                     lock_busy: Vec::new(),
+                    lock_until: 0,
                     tick_armed: false,
                     need_resched: false,
                     acct: Acct::new(C_IDLE),
@@ -58,6 +59,7 @@ impl Sim {
                 .collect(),
             vcpus: Vec::new(),
             ready: Vec::new(),
+            vgen: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Vec::new(),
@@ -164,7 +166,6 @@ impl Sim {
                         ipis: VecDeque::new(),
                         ipi_rem: 0,
                         act: Act::Off,
-                        gen: 0,
                         acct: Acct::new(C_HALT),
                         c: VcpuCounters { max_ple_window: vmc.ple.window, ..Default::default() },
                         st_is_idle: false,
@@ -173,6 +174,7 @@ impl Sim {
                         avg_idle: 2 * vmc.guest.migration_cost_ns,
                     });
                     sim.ready.push(false);
+                    sim.vgen.push(0);
                 }
                 for i in 0..nthread {
                     sim.threads.push(Thread {

@@ -619,18 +619,29 @@ impl Sim {
         let now = self.now;
         for c in [a, b] {
             // Every hold lasts `hold` (rq_lock_ns), so the list, sorted by
-            // start, is sorted by end too: the expired holds are a prefix.
-            let v = &mut self.rqs[c].lock_busy;
+            // start, is sorted by end too: the expired holds are a prefix,
+            // all of it when the latest end is past.
+            let rq = &mut self.rqs[c];
+            let v = &mut rq.lock_busy;
             debug_assert!(v.windows(2).all(|w| w[0].1 <= w[1].1));
-            let k = v.partition_point(|&(_, e)| e <= now);
-            if k > 0 {
-                v.drain(..k);
+            debug_assert!(v.iter().all(|&(bs, be)| be - bs == hold && be <= rq.lock_until));
+            if rq.lock_until <= now {
+                v.clear();
+            } else {
+                let k = v.partition_point(|&(_, e)| e <= now);
+                if k > 0 {
+                    v.drain(..k);
+                }
             }
         }
         let mut s = t;
         loop {
             let mut moved = false;
             for c in [a, b] {
+                // no hold of this list ends after s: none overlaps [s, s + hold)
+                if self.rqs[c].lock_until <= s {
+                    continue;
+                }
                 for &(bs, be) in &self.rqs[c].lock_busy {
                     if bs < s + hold && be > s {
                         s = be;
@@ -643,9 +654,16 @@ impl Sim {
             }
         }
         for c in [a, b] {
-            let v = &mut self.rqs[c].lock_busy;
-            let i = v.partition_point(|&(bs, _)| bs <= s);
-            v.insert(i, (s, s + hold));
+            let rq = &mut self.rqs[c];
+            // the last hold starts at lock_until - hold: at or before s, the
+            // new one goes last (the usual case) without a search
+            if rq.lock_until <= s + hold {
+                rq.lock_busy.push((s, s + hold));
+            } else {
+                let i = rq.lock_busy.partition_point(|&(bs, _)| bs <= s);
+                rq.lock_busy.insert(i, (s, s + hold));
+            }
+            rq.lock_until = rq.lock_until.max(s + hold);
             if a == b {
                 break;
             }

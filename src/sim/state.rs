@@ -124,41 +124,46 @@ pub enum TaskKind {
 
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
 ///
-/// `repr(C, align(64))`: the scheduler's fields fill the first cache line.
+/// `repr(C, align(64))`: what a pick, a yield, a switch and `update_curr`
+/// read fill the first cache line (the tie rank, the virtual slice and the
+/// run delay too: on the second line each was one more cache miss per
+/// switch or yield in a yield storm).
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Task {
     pub kind: TaskKind,
     /// The run queue it belongs to (or last ran on).
     pub cpu: u32,
+    /// Rank among equal scheduling keys: the task index, or a seeded random
+    /// number with `Host.seeded_ties`.
+    pub tie: u32,
     /// Runnable (on its run queue, current, or parked by the gang scheduler).
     pub runnable: bool,
     /// Gang mode: runnable but its VM is not in the current round.
     pub parked: bool,
+    /// A background or noise task's burst generation (here, where it fills a gap).
+    pub bg_gen: u32,
     pub weight: u64,
     pub vruntime: i64,
     pub deadline: i64,
     /// The virtual slice, base_slice_ns·1024/weight (weights never change).
     pub vslice: i64,
-    pub vlag: i64,
     pub wait_since: Ns,
     /// Total runnable-but-waiting time (sched_info.run_delay).
     pub run_delay: Ns,
+    /// When it last stopped running (`task_hot`'s exec_start; written at a
+    /// switch, read only by placement: in the second line).
+    pub last_ran: Ns,
+    pub vlag: i64,
     pub pinned: Option<u32>,
     // background task state
     pub bg_rem: Ns,
     pub bg_start: Ns,
-    pub bg_gen: u32,
-    /// Rank among equal scheduling keys: the task index, or a seeded random
-    /// number with `Host.seeded_ties`.
-    pub tie: u32,
-    /// When it last stopped running (`task_hot`'s exec_start).
-    pub last_ran: Ns,
     /// `record_wakee` state (`Host.wake_wide`): how often this task, as a
     /// waker, switched wakees (halved every second), and its last wakee.
+    pub wakee_flip_decay_ts: Ns,
     pub wakee_flips: u32,
     pub last_wakee: u32,
-    pub wakee_flip_decay_ts: Ns,
 }
 
 impl Task {
@@ -190,9 +195,11 @@ impl Task {
     }
 }
 
-/// A host CPU's run queue. `repr(C, align(64))`: the queue and its sums in
-/// the first cache line, the accounting's open interval and running
-/// categories in the second.
+/// A host CPU's run queue. `repr(C, align(64))`, in the order a switch
+/// reads it: the queue, its sums and the flags `resched` reads in the first
+/// cache line; what `schedule` and `update_curr` read at a switch and the
+/// run-queue lock's holds in the second; the accounting's open interval and
+/// running categories start the third (the cold rest after it).
 #[derive(Clone, Debug)]
 #[repr(C, align(64))]
 pub struct Rq {
@@ -210,24 +217,29 @@ pub struct Rq {
     /// `set_act`, `pause_act` and `exit_done`, the only ways in and out of
     /// `Act::Exit`.
     pub curr_in_exit: bool,
-    pub acct: Acct,
-    pub exec_start: Ns,
-    /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
-    pub lock_busy: Vec<(Ns, Ns)>,
     pub need_resched: bool,
     pub tick_armed: bool,
-    pub last_v: i64,
-    pub trace_start: Ns,
-    pub switches: u64,
-    /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
-    pub min_vruntime: i64,
-    pub last: Option<u32>,
-    pub skip: Option<u32>,
+    pub exec_start: Ns,
     /// When curr was picked (CFS: prev_sum_exec_runtime of check_preempt_tick).
     pub slice_start: Ns,
     /// EEVDF `Host.run_to_parity`: curr's `se->vprot`, its deadline when it
     /// was picked; curr keeps the CPU while eligible and vruntime < vprot.
     pub vprot: i64,
+    pub switches: u64,
+    /// Reserved hold intervals of the run-queue lock (start, end), sorted by start.
+    pub lock_busy: Vec<(Ns, Ns)>,
+    /// The latest end of a hold reserved in `lock_busy` (0 if none ever was):
+    /// `double_rq_lock` reads it instead of the list's heap buffer when every
+    /// hold is over, or ends before the instant it tries.
+    pub lock_until: Ns,
+    pub acct: Acct,
+    /// When curr's trace row began (written at each switch, read when it ends).
+    pub trace_start: Ns,
+    pub last_v: i64,
+    /// CFS: cfs_rq->min_vruntime, and the last and skip buddies (`buddy` is the next buddy).
+    pub min_vruntime: i64,
+    pub last: Option<u32>,
+    pub skip: Option<u32>,
     /// When the CPU last went idle (for the idle state's exit latency).
     pub idle_since: Ns,
     /// Phase of this CPU's tick (`Host.tick_skew`), ns.
@@ -306,9 +318,9 @@ pub struct VcpuCounters {
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache
-/// lines: what almost every event reads (activity, generation, where it
-/// runs) in the first, the flags a directed-yield scan reads and the PLE
-/// state in the second, the accounting's open interval and running
+/// lines: what almost every event reads (activity, where it runs) in the
+/// first (the activity's generation is `Sim::vgen`), the flags (all that a
+/// directed-yield scan reads) and the PLE state in the second, the accounting's open interval and running
 /// categories in the third, then the queues, the halt-polling state and
 /// the counters (hot ones first).
 /// The simulator is bound by memory accesses as much as by instructions.
@@ -318,11 +330,12 @@ pub struct Vcpu {
     pub act: Act,
     pub running: Option<u32>,
     pub cur: Option<u32>,
-    pub gen: u32,
     pub vm: u32,
     pub idx: u32,
     pub task: u32,
-    // kvm state ([K1])
+    pub last_cpu: u32,
+    // kvm state ([K1]): every flag in the second cache line, so that a
+    // directed-yield candidate's filter reads one line of its record
     pub preempted: bool,
     pub blocking: bool,
     /// Blocked on the host (not runnable).
@@ -338,13 +351,16 @@ pub struct Vcpu {
     pub apicv: bool,
     // steal time ([K4])
     pub st_preempted: bool,
-    pub last_cpu: u32,
     pub ple_window: u64,
     /// Remaining time of the IPI handler in progress (0: none).
     pub ipi_rem: Ns,
     pub steal_ns: Ns,
     /// Preempted inside the poll loop: the poll deadline it resumes with.
     pub poll_resume: Option<Ns>,
+    /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
+    /// the next useful work of this vCPU starts with it, ns (read at every
+    /// sched-in and end of work: in the second cache line).
+    pub cold_ns: Ns,
     pub acct: Acct,
     // guest
     pub runq: VecDeque<u32>,
@@ -356,9 +372,6 @@ pub struct Vcpu {
     /// The steal-time `is_idle` byte of the 2021 pcpu_is_idle RFC, as last
     /// written by the host (`Placement::PcpuIsIdleRfc*`).
     pub st_is_idle: bool,
-    /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
-    /// the next useful work of this vCPU starts with it, ns.
-    pub cold_ns: Ns,
     /// Guest load balancing: when this vCPU went idle (`rq->idle_stamp`) and
     /// its average idle period (`rq->avg_idle`).
     pub idle_stamp: Option<Ns>,

@@ -230,9 +230,8 @@ impl Sim {
             }
             Act::IdlePoll { .. } | Act::Off => {}
         }
-        let vc = &mut self.vcpus[v];
-        vc.act = Act::Off;
-        vc.gen = vc.gen.wrapping_add(1);
+        self.vcpus[v].act = Act::Off;
+        self.bump_gen(v);
     }
 
     /// Start an activity ending at `end` (NEVER: no event), in category `cat`
@@ -252,9 +251,8 @@ impl Sim {
     /// The rest of `set_act`, out of line.
     pub(crate) fn act_started(&mut self, v: usize, exit: bool, end: Ns, cat: usize) {
         let now = self.now;
+        let gen = self.bump_gen(v);
         let vc = &mut self.vcpus[v];
-        vc.gen = vc.gen.wrapping_add(1);
-        let gen = vc.gen;
         vc.acct.set(now, cat);
         if let Some(cpu) = vc.running {
             let rq = &mut self.rqs[cpu as usize];
@@ -262,7 +260,7 @@ impl Sim {
             rq.curr_in_exit = exit;
         }
         if end != NEVER {
-            self.push(end, Ev::Vcpu(v as u32, gen));
+            self.push_inlined(end, Ev::Vcpu(v as u32, gen));
         }
     }
 
@@ -291,13 +289,13 @@ impl Sim {
                     // kvm_vcpu_check_block() < 0 while polling: success
                     self.vcpus[v].pv_unhalted = false;
                     self.vcpus[v].act = Act::Off;
-                    self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
+                    self.bump_gen(v);
                     self.halt_end(v, false);
                     self.vcpu_step(v);
                 } else if !self.single_task_running(cpu) {
                     // single_task_running() is false: stop polling and block
                     self.vcpus[v].act = Act::Off;
-                    self.vcpus[v].gen = self.vcpus[v].gen.wrapping_add(1);
+                    self.bump_gen(v);
                     self.halt_block(v);
                 }
             }
