@@ -67,7 +67,7 @@ def main() -> int:
         exps = twins.policy_grid(duration_s=a.duration_s)
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
-    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, progress=True, trace=a.trace)
+    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, trace=a.trace)
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
         print(g.directions.filter(pl.col("significant")))

@@ -722,3 +722,16 @@ def test_the_twin_of_a_scheduled_run_runs_vcpulabs_scheduler(twin_calibration) -
     assert bg.weight == round(1024 * 0.25 / 0.75)
     unscheduled = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), 3, (0,))
     assert twins.background_for(unscheduled, 0.25).weight == round(1024 * 3 * 0.25 / 0.75)
+
+
+def test_a_grid_shows_its_progress_only_when_asked_or_on_a_terminal(twin_calibration, capsys) -> None:  # type: ignore[no-untyped-def]
+    from vcpulab import sched
+
+    exps = [twins.Experiment(SpinLock(kind="ticket"), 2, (0,), scheduler=sched.relaxed_co())]  # no twin: no real run
+    g = twins.grid(exps, cal=twin_calibration, progress=True)
+    err = capsys.readouterr().err
+    assert g.no_twin and "[1/1]" in err and "no twin" in err and "vcpulab.twins.grid" in err
+    twins.grid(exps, cal=twin_calibration)  # pytest's stderr is no terminal: no bar, no lines
+    assert capsys.readouterr().err == ""
+    with pytest.raises(TypeError, match="progress"):
+        twins.grid(exps, cal=twin_calibration, progress="yes")  # type: ignore[arg-type]

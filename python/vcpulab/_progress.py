@@ -45,6 +45,13 @@ class Bar:
         if self._tq is not None:
             self._tq.update(n)
 
+    def write(self, line: str) -> None:
+        """A line above the bar (tqdm.write, on stderr); nothing without a bar."""
+        if self._tq is not None:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line, file=sys.stderr)
+
     def set(self, done: int) -> None:
         """Set the count (a callback from Rust reports the points done so far)."""
         if self._tq is not None:

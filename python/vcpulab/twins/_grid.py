@@ -15,6 +15,7 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import PCPUS_RENAMED, check_bool, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial
+from vcpulab._progress import Bar
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock
 from vcpulab.twins._calibration import calibrate
 from vcpulab.twins._experiment import _ONE_NAME, Experiment
@@ -344,7 +345,7 @@ def grid(
     seeds: int = 3,
     cal: Calibration | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
-    progress: bool = False,
+    progress: bool | None = None,
     trace: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
@@ -357,11 +358,15 @@ def grid(
     this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
     whose comparison fails in [`Grid.failed`][vcpulab.twins.Grid.failed]; the grid goes on. Ctrl-C raises
     ``KeyboardInterrupt`` within about a second; its ``partial`` is the
-    [`Grid`][vcpulab.twins.Grid] of the cells that had finished."""
+    [`Grid`][vcpulab.twins.Grid] of the cells that had finished. ``progress``: a progress
+    bar over the cells (tqdm, on stderr) with a line per cell (its other
+    tasks' share, or why it has no comparison); None (default): on in a
+    terminal or Jupyter, off otherwise."""
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
-    check_bool("progress", progress)
+    if progress is not None:
+        check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     if cal is not None:
@@ -392,36 +397,60 @@ def grid(
             failed=failed,
         )
 
-    try:
-        for i, exp in enumerate(exps):
-            name = cell_name(exp)
-            try:
-                twin(exp, cal)
-            except ValueError as e:
-                no_twin.append((name, str(e)))
-                continue
-            try:
-                exp.check_runnable()
-            except ValueError as e:
-                no_real.append((name, str(e)))
-                continue
-            try:
-                c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
-            except TimeoutError as e:
-                no_real.append((name, str(e)))
-                if progress:
-                    print(f"[{i + 1}/{len(exps)}] {name}: every real trial missed its deadline: {e}", flush=True)
-                continue
-            except (ValueError, RuntimeError, OSError) as e:
-                failed.append((name, f"{type(e).__name__}: {e}"))
-                if progress:
-                    print(f"[{i + 1}/{len(exps)}] {name}: failed: {type(e).__name__}: {e}", flush=True)
-                continue
-            f = cell_factors(exp)
-            frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
-            if progress:
-                print(f"[{i + 1}/{len(exps)}] {name}: other tasks {float(c['other_share_max'][0]):.0%}", flush=True)
-    except KeyboardInterrupt as e:
-        keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(exps), unit="cells")
-        raise
+    with Bar(len(exps), "vcpulab.twins.grid", progress) as bar:
+        try:
+            for i, exp in enumerate(exps):
+                try:
+                    _grid_cell(
+                        i, exp, len(exps), cal, trials, seeds, load, trace, bar, frames, no_twin, no_real, failed
+                    )
+                finally:
+                    bar.update(1)
+        except KeyboardInterrupt as e:
+            keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(exps), unit="cells")
+            raise
     return result()
+
+
+def _grid_cell(
+    i: int,
+    exp: Experiment,
+    n: int,
+    cal: Calibration,
+    trials: int,
+    seeds: int,
+    load: Literal["measured", "one_task", "none"],
+    trace: bool,
+    bar: Bar,
+    frames: list[pl.DataFrame],
+    no_twin: list[tuple[str, str]],
+    no_real: list[tuple[str, str]],
+    failed: list[tuple[str, str]],
+) -> None:
+    """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames``, or
+    why it has none to ``no_twin`` / ``no_real`` / ``failed``; a line above the bar."""
+    name = cell_name(exp)
+    try:
+        twin(exp, cal)
+    except ValueError as e:
+        no_twin.append((name, str(e)))
+        bar.write(f"[{i + 1}/{n}] {name}: no twin: {e}")
+        return
+    try:
+        exp.check_runnable()
+    except ValueError as e:
+        no_real.append((name, str(e)))
+        return
+    try:
+        c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
+    except TimeoutError as e:
+        no_real.append((name, str(e)))
+        bar.write(f"[{i + 1}/{n}] {name}: every real trial missed its deadline: {e}")
+        return
+    except (ValueError, RuntimeError, OSError) as e:
+        failed.append((name, f"{type(e).__name__}: {e}"))
+        bar.write(f"[{i + 1}/{n}] {name}: failed: {type(e).__name__}: {e}")
+        return
+    f = cell_factors(exp)
+    frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
+    bar.write(f"[{i + 1}/{n}] {name}: other tasks {float(c['other_share_max'][0]):.0%}")
