@@ -43,6 +43,20 @@ def test_sched_map_pixels_follow_the_trace() -> None:
     assert sched_map_image(_two_vm_trace(), us_per_pixel=10, row_px=3).shape == (6, 10, 3)
 
 
+def test_a_simulated_sched_map_has_a_row_for_every_host_cpu_of_the_run() -> None:
+    from vcpulab import sim
+    from vcpulab.plot import IDLE, sched_map_codes
+
+    cfg = sim.Config(host=sim.Host(pcpus=80), vms=(sim.Vm(vcpus=6, count=2),), duration_ns=5_000_000, trace=True)
+    r = sim.run(cfg)
+    assert int(r.trace["pcpu"].max()) < 79, "the 12 vCPUs leave most of the 80 CPUs idle"
+    codes = sched_map_codes(r, us_per_pixel=50)
+    assert codes.shape[0] == 80 and (codes[int(r.trace["pcpu"].max()) + 1 :] == IDLE).all()
+    assert sched_map_image(r, us_per_pixel=50).shape[0] == 80 == sched_map(r, us_per_pixel=50, row_px=1).image.shape[0]
+    # a bare trace frame has no run around it: rows up to its highest CPU
+    assert sched_map_codes(r.trace, us_per_pixel=50).shape[0] == int(r.trace["pcpu"].max()) + 1
+
+
 def test_sched_map_png_holds_the_raster_pixel_for_pixel(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import matplotlib.image as mpimg
 

@@ -187,10 +187,15 @@ def sched_map_codes(
     us_per_pixel`` µs and holds what ran on that host CPU at the column's
     midpoint: ``vm * 65536 + vcpu``, [`BACKGROUND`][vcpulab.plot.BACKGROUND] (-1) for a non-vCPU
     task, [`IDLE`][vcpulab.plot.IDLE] (-2) for nothing. ``obj`` is a simulator Result with a
-    trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu).
+    trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu). ``pcpus``
+    rows (default: every host CPU of a simulator Result, idle ones
+    included, as [`sched_map`][vcpulab.plot.sched_map] draws them; for a bare trace, up to
+    its highest CPU).
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
     _check_window(start_ns, end_ns, pcpus)
+    if pcpus is None:
+        pcpus = _run_extent(obj)[0]
     trace = _trace_of(obj)
     if pcpus is not None and trace.height and _as_int(trace["pcpu"].max()) >= pcpus:
         raise ValueError(
