@@ -345,3 +345,41 @@ def test_bounded_interval_covers_at_its_level_on_small_samples_of_counts_and_sha
             t_out += c < lo_b or (hi_b is not None and d > hi_b)
         assert 0.93 <= hit / 2000 <= 0.98
         assert out == 0 and t_out > 0
+
+
+def _label_boxes(fig):  # type: ignore[no-untyped-def]
+    """The window extents (px) of a figure's texts: its title, each axes' labels and tick labels."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = {f"text {i}": t.get_window_extent(r) for i, t in enumerate(fig.texts) if t.get_text()}
+    for k, ax in enumerate(fig.axes):
+        for name, t in (("xlabel", ax.xaxis.label), ("ylabel", ax.yaxis.label), ("title", ax.title)):
+            if t.get_text():
+                boxes[f"axes {k} {name}"] = t.get_window_extent(r)
+        for i, t in enumerate(ax.get_xticklabels() + ax.get_yticklabels()):
+            if t.get_text() and t.get_visible():
+                boxes[f"axes {k} tick {i} {t.get_text()}"] = t.get_window_extent(r)
+    return boxes
+
+
+def _overlapping(boxes):  # type: ignore[no-untyped-def]
+    import itertools
+
+    return [(a, b) for a, b in itertools.combinations(boxes, 2) if boxes[a].overlaps(boxes[b])]
+
+
+@pytest.mark.parametrize("kw", [{}, {"row_px": 1}, {"compact": True}], ids=["default", "row_px=1", "compact"])
+def test_a_one_cpu_sched_map_keeps_its_title_clear_of_the_axis_labels(kw) -> None:  # type: ignore[no-untyped-def]
+    # a traced real run on one host CPU (CPU 3): one row
+    trace = pl.DataFrame(
+        [(3, 0, 30_000, 0, 0), (3, 30_000, 60_000, 0, 1), (3, 60_000, 100_000, -1, -1)],
+        schema=["pcpu", "start_ns", "end_ns", "vm", "vcpu"],
+        orient="row",
+    )
+    real = type("Run", (), {"trace": trace, "trace_info": {"cpus": [3], "window_ns": 100_000}})()
+    fig = sched_map(real, us_per_pixel=1, title="a real run on one host CPU: 2 vCPUs", **kw)
+    boxes = _label_boxes(fig)
+    assert {"text 0", "axes 0 xlabel", "axes 0 ylabel"} <= set(boxes)
+    assert not _overlapping(boxes)
+    # the raster is still drawn pixel for pixel, one row of row_px pixels
+    assert fig.image.shape[0] == (kw.get("row_px") or (1 if kw.get("compact") else 48))

@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "MAX_ROW_PX",
     "MAX_MAP_PCPUS",
+    "MIN_MAP_PX",
     "BACKGROUND",
     "BLACK",
     "Figure",
@@ -161,6 +162,9 @@ MAX_US_PER_PIXEL = 1e9
 MAX_MAP_PCPUS = 65536
 #: most pixels a sched map's row may be tall
 MAX_ROW_PX = 1024
+#: fewest pixels a sched map's raster band is tall (rows of a map of few host CPUs are taller by default,
+#: and a shorter raster gets blank margins), so that its axis labels do not run into the title
+MIN_MAP_PX = 48
 
 
 def _check_window(start_ns: Any, end_ns: Any, pcpus: Any) -> None:
@@ -320,8 +324,11 @@ def sched_map(
     of simulated time); one hue per VM, one brightness per vCPU; black: a
     non-vCPU task; white: idle. The raster is placed pixel for pixel, each
     column is ``us_per_pixel`` µs and each host CPU ``row_px`` pixels tall
-    (default 4; 1 in ``compact`` mode, which also drops the legend and
-    thins the CPU labels: a dense overview of a large host). By default the
+    (default 4, or taller for a map of fewer than 12 host CPUs so the rows
+    fill [`MIN_MAP_PX`][vcpulab.plot.MIN_MAP_PX]; 1 in ``compact`` mode, which also drops the legend and
+    thins the CPU labels: a dense overview of a large host). A raster
+    shorter than ``MIN_MAP_PX`` gets blank margins above and below, so the
+    title and the axis labels never overlap. By default the
     whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
     overrides the number of rows for a bare trace frame.
 
@@ -361,7 +368,8 @@ def sched_map(
         else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
     )
     t1 = end_ns if end_ns is not None else run_end
-    rpx = row_px if row_px is not None else (1 if compact else 4)
+    # a map of few host CPUs (a real run on one CPU) gets taller rows by default, so it is no thin strip
+    rpx = row_px if row_px is not None else (1 if compact else max(4, -(-MIN_MAP_PX // max(n_pcpus, 1))))
     show_legend = (not compact) if legend is None else legend
     img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
     h, w = img.shape[:2]
@@ -371,8 +379,11 @@ def sched_map(
     n_vcpus = _as_int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
     dpi = 100
     left, right = (44, 12)
-    top = 22 if title else 8
-    bottom = 36  # the time axis
+    # the raster is placed unscaled; a short one gets blank margins above and below, so that the band
+    # is at least MIN_MAP_PX tall and the vertical "host CPU" label ends below the title and above the time axis
+    pad = max(0, MIN_MAP_PX - h)
+    top = (22 if title else 8) + pad // 2
+    bottom = 36 + pad - pad // 2  # the time axis
     legend_px = (30 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if show_legend else 0
     fig_w, fig_h = left + max(w, 280) + right, top + h + bottom + legend_px
     fig = plt.figure(FigureClass=SchedMap, figsize=(fig_w / dpi, fig_h / dpi), dpi=dpi)
