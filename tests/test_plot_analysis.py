@@ -231,6 +231,9 @@ def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_h
     # exits and emulated instructions differ by orders of magnitude: one axes each
     fig = stats_over_time(r, ["exits", "insn_emulation"])
     assert len(fig.axes) == 2 and [a.get_ylabel().split()[0] for a in fig.axes] == ["exits", "insn_emulation"]
+    # the four vCPUs share CPU 0 until the end: the last rate is one of the others, not a drop to 0
+    y = fig.axes[1].get_lines()[0].get_ydata()
+    assert y[-1] > 0.3 * np.median(y[:-1]), y
     with pytest.raises(ValueError, match="unknown stats"):
         stats_over_time(r, ["nope"])
 
@@ -383,3 +386,35 @@ def test_a_one_cpu_sched_map_keeps_its_title_clear_of_the_axis_labels(kw) -> Non
     assert not _overlapping(boxes)
     # the raster is still drawn pixel for pixel, one row of row_px pixels
     assert fig.image.shape[0] == (kw.get("row_px") or (1 if kw.get("compact") else 48))
+
+
+def _constant_rate_run(rate_per_s: float = 10_000.0, vcpus: int = 2, period_ns: int = 10_000_000, n: int = 30):  # type: ignore[no-untyped-def]
+    """A real run's frames as run() returns them, each vCPU counting ``rate_per_s`` exits a second
+    while its thread runs (0.1 ms to n periods); the last sample comes 5 ms after the threads end."""
+    from vcpulab.experiment import Run
+
+    start, end = 100_000, n * period_ns
+    ts = [i * period_ns for i in range(n + 1)] + [end + 5_000_000]
+    rows = [
+        {"t_ns": t, "vm": 0, "vcpu": v, "steal_ns": 0, "exits": int(rate_per_s * max(0, min(t, end) - start) / 1e9)}
+        for t in ts
+        for v in range(vcpus)
+    ]
+    threads = pl.DataFrame({"vm": [0] * vcpus, "vcpu": list(range(vcpus)), "start_ns": [start] * vcpus,
+                            "wall_ns": [end - start] * vcpus})  # fmt: skip
+    return Run(samples=pl.DataFrame(rows), results=pl.DataFrame(), threads=threads, wall_s=ts[-1] / 1e9, placement={})
+
+
+def test_stats_over_time_ends_at_the_runs_rate_not_at_0() -> None:
+    from vcpulab.plot import stats_over_time
+
+    run = _constant_rate_run()
+    fig = stats_over_time(run, ["exits"])
+    (line,) = fig.axes[0].get_lines()
+    y = line.get_ydata()
+    # two vCPUs at 10000 exits/s: 20000/s summed, to the last point (the interval after the threads ended was a 0)
+    assert len(y) == 30 and np.allclose(y, 20_000.0, rtol=0.01)
+    assert y[-1] == pytest.approx(20_000.0, rel=0.01)
+    assert "sum of 2 vCPUs" in fig.axes[0].get_ylabel() and "per s" in fig.axes[0].get_ylabel()
+    raw = stats_over_time(run, ["exits"], per_second=False).axes[0].get_lines()[0].get_ydata()
+    assert raw[-1] == pytest.approx(200.0, abs=1)  # counts per interval: no partial interval at the end

@@ -619,11 +619,38 @@ def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -
     return fig
 
 
+def _active_intervals(run: Any, stats: Sequence[str]) -> pl.DataFrame:
+    """One row per sampling interval of a real run: its end ``t_ns``, each
+    stat summed over the vCPUs, and ``active_ns``, the part of the interval
+    in which the vCPU threads ran (``Run.threads``' start_ns + wall_ns).
+
+    The last sample is taken after the threads are joined, so the last
+    interval is mostly (often wholly) after the vCPUs stopped: its delta is
+    about 0 and its rate a drop to 0 that the guest never saw. Intervals
+    less than half inside the threads' span are dropped; the others' rates
+    divide by ``active_ns``."""
+    d = run.deltas()
+    g = d.group_by("t_ns").agg([pl.col(s).sum() for s in stats] + [pl.col("dt_ns").max()]).sort("t_ns")
+    g = g.with_columns(pl.col("dt_ns").cast(pl.Int64).alias("active_ns"))
+    th = getattr(run, "threads", None)
+    if isinstance(th, pl.DataFrame) and th.height and {"start_ns", "wall_ns"} <= set(th.columns):
+        lo = _as_int(th["start_ns"].min())
+        hi = _as_int((th["start_ns"] + th["wall_ns"]).max())
+        end = pl.min_horizontal(pl.col("t_ns").cast(pl.Int64), pl.lit(hi))
+        begin = pl.max_horizontal(pl.col("t_ns").cast(pl.Int64) - pl.col("dt_ns"), pl.lit(lo))
+        g = g.with_columns((end - begin).alias("active_ns")).filter(pl.col("active_ns") * 2 >= pl.col("dt_ns"))
+    return g
+
+
 def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> _MplFigure:
     """KVM vCPU stats of a real run over time, as rates per second (or raw
-    counts per interval), summed over the vCPUs. Each stat gets its own axes
-    (stacked, shared time axis), since stats differ by orders of magnitude;
-    with ``ax`` given, all go on it."""
+    counts per interval), summed over the vCPUs (the y label says so). Each
+    stat gets its own axes (stacked, shared time axis), since stats differ by
+    orders of magnitude; with ``ax`` given, all go on it.
+
+    A rate is the interval's delta over the time the vCPU threads ran in it:
+    the last interval, which ends after the threads were joined, is dropped
+    when less than half of it is inside the run (it drew a drop to 0)."""
     stats = check_seq("stats", stats, "stat names", min_len=1)
     check_bool("per_second", per_second)
     missing = [s for s in stats if not isinstance(s, str) or s not in run.samples.columns]
@@ -631,22 +658,23 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
     if not stats:
         raise ValueError("stats_over_time needs at least one stat name")
-    d = run.deltas()
+    g = _active_intervals(run, stats)
+    n = run.samples.select("vm", "vcpu").unique().height
+    summed = f"sum of {n} vCPUs" if n > 1 else "1 vCPU"
     fig: Any
     if ax is None:
         fig, axs = _subplots(nrows=len(stats), sharex=True, figsize=(6, 1.2 + 1.4 * len(stats)), squeeze=False)
         axes = [row[0] for row in axs]
     else:
         fig, axes = ax.figure, [ax] * len(stats)
-    t0 = int(d["t_ns"].min()) if d.height else 0
+    t0 = int(run.samples["t_ns"].min()) if run.samples.height else 0
     for a, stat in zip(axes, stats):
-        g = d.group_by("t_ns").agg(pl.col(stat).sum(), pl.col("dt_ns").max()).sort("t_ns")
-        y = g[stat].to_numpy() / (g["dt_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
+        y = g[stat].to_numpy() / (g["active_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
         a.plot((g["t_ns"].to_numpy() - t0) / 1e6, y, label=stat)
-        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}", fontsize=8)
+        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}\n({summed})", fontsize=8)
         if ax is not None:
             a.legend(fontsize=7)
-    axes[-1].set_xlabel("time (ms)")
+    axes[-1].set_xlabel("time since the first sample (ms)")
     fig.tight_layout()
     return fig
 
