@@ -388,27 +388,33 @@ def test_a_one_cpu_sched_map_keeps_its_title_clear_of_the_axis_labels(kw) -> Non
     assert fig.image.shape[0] == (kw.get("row_px") or (1 if kw.get("compact") else 48))
 
 
-def _constant_rate_run(rate_per_s: float = 10_000.0, vcpus: int = 2, period_ns: int = 10_000_000, n: int = 30):  # type: ignore[no-untyped-def]
+def _constant_rate_run(tail_ns: int, teardown_ns: int = 0, rate_per_s: float = 10_000.0, vcpus: int = 2):  # type: ignore[no-untyped-def]
     """A real run's frames as run() returns them, each vCPU counting ``rate_per_s`` exits a second
-    while its thread runs (0.1 ms to n periods); the last sample comes 5 ms after the threads end."""
+    from 0.1 ms to its deadline of 300 ms, sampled every 10 ms; the last sample comes ``tail_ns`` after
+    the deadline, the threads end ``teardown_ns`` after it."""
     from vcpulab.experiment import Run
 
+    period_ns, n = 10_000_000, 30
     start, end = 100_000, n * period_ns
-    ts = [i * period_ns for i in range(n + 1)] + [end + 5_000_000]
+    ts = [i * period_ns for i in range(n)] + [end + 10_000, end + tail_ns]
     rows = [
         {"t_ns": t, "vm": 0, "vcpu": v, "steal_ns": 0, "exits": int(rate_per_s * max(0, min(t, end) - start) / 1e9)}
         for t in ts
         for v in range(vcpus)
     ]
     threads = pl.DataFrame({"vm": [0] * vcpus, "vcpu": list(range(vcpus)), "start_ns": [start] * vcpus,
-                            "wall_ns": [end - start] * vcpus})  # fmt: skip
-    return Run(samples=pl.DataFrame(rows), results=pl.DataFrame(), threads=threads, wall_s=ts[-1] / 1e9, placement={})
+                            "wall_ns": [end + teardown_ns - start] * vcpus})  # fmt: skip
+    return Run(samples=pl.DataFrame(rows), results=pl.DataFrame(), threads=threads, wall_s=ts[-1] / 1e9,
+               placement={}, config={"duration_s": end / 1e9})  # fmt: skip
 
 
-def test_stats_over_time_ends_at_the_runs_rate_not_at_0() -> None:
+@pytest.mark.parametrize(
+    ("tail_ns", "teardown_ns"), [(5_000_000, 0), (400_000, 300_000)], ids=["slow join", "thread teardown"]
+)
+def test_stats_over_time_ends_at_the_runs_rate_not_at_0(tail_ns: int, teardown_ns: int) -> None:
     from vcpulab.plot import stats_over_time
 
-    run = _constant_rate_run()
+    run = _constant_rate_run(tail_ns, teardown_ns)
     fig = stats_over_time(run, ["exits"])
     (line,) = fig.axes[0].get_lines()
     y = line.get_ydata()

@@ -622,7 +622,9 @@ def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -
 def _active_intervals(run: Any, stats: Sequence[str]) -> pl.DataFrame:
     """One row per sampling interval of a real run: its end ``t_ns``, each
     stat summed over the vCPUs, and ``active_ns``, the part of the interval
-    in which the vCPU threads ran (``Run.threads``' start_ns + wall_ns).
+    in which the vCPUs ran: from the first thread's start (``Run.threads``'
+    start_ns) to the last thread's end (start_ns + wall_ns) or the run's
+    deadline (``config["duration_s"]``), whichever is first.
 
     The last sample is taken after the threads are joined, so the last
     interval is mostly (often wholly) after the vCPUs stopped: its delta is
@@ -636,6 +638,10 @@ def _active_intervals(run: Any, stats: Sequence[str]) -> pl.DataFrame:
     if isinstance(th, pl.DataFrame) and th.height and {"start_ns", "wall_ns"} <= set(th.columns):
         lo = _as_int(th["start_ns"].min())
         hi = _as_int((th["start_ns"] + th["wall_ns"]).max())
+        # a thread's wall time includes its teardown; its vCPU stopped at the run's deadline
+        duration_s = (getattr(run, "config", None) or {}).get("duration_s")
+        if isinstance(duration_s, (int, float)) and duration_s > 0:
+            hi = min(hi, int(duration_s * 1e9))
         end = pl.min_horizontal(pl.col("t_ns").cast(pl.Int64), pl.lit(hi))
         begin = pl.max_horizontal(pl.col("t_ns").cast(pl.Int64) - pl.col("dt_ns"), pl.lit(lo))
         g = g.with_columns((end - begin).alias("active_ns")).filter(pl.col("active_ns") * 2 >= pl.col("dt_ns"))
