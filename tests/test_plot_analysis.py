@@ -424,3 +424,38 @@ def test_stats_over_time_ends_at_the_runs_rate_not_at_0(tail_ns: int, teardown_n
     assert "sum of 2 vCPUs" in fig.axes[0].get_ylabel() and "per s" in fig.axes[0].get_ylabel()
     raw = stats_over_time(run, ["exits"], per_second=False).axes[0].get_lines()[0].get_ydata()
     assert raw[-1] == pytest.approx(200.0, abs=1)  # counts per interval: no partial interval at the end
+
+
+def test_the_validation_figure_colours_a_case_alike_in_both_panels_and_its_labels_do_not_overlap() -> None:
+    from matplotlib.colors import to_hex
+
+    from vcpulab.plot import validation
+
+    # one case of each verdict: right and within 2x, right direction only (11.8x published, 128x simulated),
+    # wrong direction, a share (no direction) not within 2x, and small effects around 0 (the symlog band)
+    rows = [
+        ("a_within", "ratio", 3.88, 2.34, 2.0, 2.7, True, True, 0.60),
+        ("b_direction_only", "ratio", 11.8, 128.5, 120.0, 137.0, True, False, 10.9),
+        ("c_wrong", "throughput_change", 0.7, 0.003, -0.01, 0.02, False, False, 0.0045),
+        ("d_share", "share", 0.2, 0.05, 0.04, 0.06, None, False, 0.25),
+        ("e_small", "throughput_change", 0.01, 0.012, -0.2, 0.2, True, True, 1.2),
+        ("f_negative", "wall_time_change", -0.84, -0.02, -0.03, -0.01, True, False, 0.024),
+    ]
+    cols = ["case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "sim_over_pub"]
+    df = pl.DataFrame(rows, schema=cols, orient="row").with_columns(pl.lit("simulated").alias("status"))
+    fig = validation(df)
+    ax, bx = fig.axes
+    # an errorbar per comparison (the shares are not comparisons), a bar per case, in the frame's order
+    left = {
+        f"case {r[0]}": to_hex(c.lines[0].get_color())
+        for r, c in zip([r for r in rows if r[1] != "share"], ax.containers)
+    }
+    right = {f"case {r[0]}": to_hex(b.get_facecolor()) for r, b in zip(rows, bx.containers[0])}
+    assert len(ax.containers) == 5 and len(right) == 6
+    assert all(left[k] == right[k] for k in left), (left, right)
+    # three colours, each one verdict: c_wrong red, the direction-only and the share orange
+    assert right["case c_wrong"] != right["case b_direction_only"] == right["case d_share"] != right["case a_within"]
+    assert len(set(right.values())) == 3
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 3 and any("wrong direction" in t for t in legend)
+    assert not _overlapping(_label_boxes(fig))

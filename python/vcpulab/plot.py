@@ -789,16 +789,43 @@ def _effect(metric: str, v: float | None) -> float:
     return float(v) - 1.0 if metric == "ratio" else float(v)
 
 
+#: the colours of [`validation`][vcpulab.plot.validation], one meaning in both panels
+_VERDICT_COLOURS = {
+    "right direction, within 2x": "#2e8b57",
+    "right direction (or a share), not within 2x": "#e69500",
+    "wrong direction": "#c0392b",
+}
+
+
+def _verdict_colour(direction_ok: bool | None, within_2x: bool | None) -> str:
+    """A case's colour in [`validation`][vcpulab.plot.validation]: green, orange or red (a share has no direction)."""
+    green, orange, red = _VERDICT_COLOURS.values()
+    if direction_ok is False:
+        return red
+    return green if within_2x else orange
+
+
+def _symlog_ticks(lim: float, linthresh: float) -> list[float]:
+    """0 and ±10^k outside the linear band of a symlog axis reaching ±lim: the default
+    locator also labels ±10^k inside the band, where the labels run into each other."""
+    k0 = int(np.ceil(np.log10(linthresh)))
+    k1 = int(np.floor(np.log10(max(lim, 10.0**k0))))
+    pos = [10.0**k for k in range(k0, k1 + 1)]
+    return [-x for x in reversed(pos)] + [0.0] + pos
+
+
 def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     """Published vs simulated for a [`vcpulab.validation.validate`][] frame.
 
     Left: each simulated comparison with a published magnitude, published
     effect (x) against the simulated mean (y) with its 95 % CI, on symlog
     axes (effect = the change for change metrics, ratio − 1 for ratios); the
-    diagonal is agreement and the dashed lines bound "within 2x"; green: right
-    direction and within 2x, orange: right direction only, red: wrong
-    direction. Right: simulated ÷ published per case (log scale; the band is
-    within 2x), shares included. Saved as PNG when ``path`` is given."""
+    diagonal is agreement and the dashed lines bound "within 2x". Right:
+    simulated ÷ published per case (log scale; the band is within 2x),
+    shares included. The colours mean the same in both panels (one legend):
+    green: right direction and within 2x, orange: right direction (or a
+    share, which has no direction) but not within 2x, red: wrong direction.
+    Saved as PNG when ``path`` is given."""
     need = {"case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "status"}
     missing = need - set(df.columns)
     if missing:
@@ -816,8 +843,8 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
         x, y = _effect(m, r["published"]), _effect(m, r["sim_mean"])
         lo, hi = _effect(m, r["ci_low"]), _effect(m, r["ci_high"])
         err = [[max(0.0, y - lo) if np.isfinite(lo) else 0.0], [max(0.0, hi - y) if np.isfinite(hi) else 0.0]]
-        c = "#2e8b57" if r["direction_ok"] and r["within_2x"] else ("#e69500" if r["direction_ok"] else "#c0392b")
-        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2)
+        c = _verdict_colour(r["direction_ok"], r["within_2x"])
+        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2, gid=f"case {r['case']}")
         lim = max(lim, abs(x), abs(y))
     t = np.linspace(-lim * 1.2, lim * 1.2, 400)
     ax.plot(t, t, color="0.3", lw=0.8)
@@ -827,25 +854,39 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     ax.axvline(0, color="0.8", lw=0.6)
     ax.set_xscale("symlog", linthresh=0.05)
     ax.set_yscale("symlog", linthresh=0.05)
+    ticks = _symlog_ticks(lim * 1.2, 0.05)
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xlim(-lim * 1.2, lim * 1.2)
+    ax.set_ylim(-lim * 1.2, lim * 1.2)
+    ax.tick_params(labelsize=7)
     ax.set_xlabel("published effect (change, or ratio − 1)")
     ax.set_ylabel("simulated effect (mean, 95 % CI)")
-    ax.set_title(
-        f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
-        fontsize=8,
-    )
+    ax.set_title(f"{comp.height} comparisons: published vs simulated effect", fontsize=8)
     rat = sim.filter(pl.col("sim_over_pub").is_not_null() & (pl.col("sim_over_pub") > 0))
     ys = np.arange(rat.height)
     vals = rat["sim_over_pub"].to_numpy()
-    cols = ["#2e8b57" if w else "#c0392b" for w in rat["within_2x"].to_list()]
-    bx.barh(ys, vals, color=cols, left=0)
+    cols = [_verdict_colour(d, w) for d, w in zip(rat["direction_ok"].to_list(), rat["within_2x"].to_list())]
+    bars = bx.barh(ys, vals, color=cols, left=0)
+    for b, name in zip(bars, rat["case"].to_list()):
+        b.set_gid(f"case {name}")
     bx.set_xscale("log")
     bx.axvspan(0.5, 2.0, color="#2e8b57", alpha=0.12)
     bx.axvline(1.0, color="0.3", lw=0.8)
     bx.set_yticks(ys, rat["case"].to_list(), fontsize=6)
     bx.invert_yaxis()
     bx.set_xlabel("simulated ÷ published (log)")
-    bx.set_title("magnitude per case (band: within 2x); wrong-sign cases are not shown", fontsize=8)
-    fig.tight_layout()
+    bx.set_title("magnitude per case (band: within 2x); opposite-sign cases are not shown", fontsize=8)
+    from matplotlib.patches import Patch
+
+    fig.legend(
+        handles=[Patch(facecolor=c, label=k) for k, c in _VERDICT_COLOURS.items()],
+        loc="lower center",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     if path is not None:
         fig.savefig(str(path), dpi=110)
     return fig
