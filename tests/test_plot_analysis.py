@@ -459,3 +459,26 @@ def test_the_validation_figure_colours_a_case_alike_in_both_panels_and_its_label
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert len(legend) == 3 and any("wrong direction" in t for t in legend)
     assert not _overlapping(_label_boxes(fig))
+
+
+@pytest.mark.parametrize(("vms", "vcpus"), [(16, 10), (8, 20)])
+def test_time_breakdown_tick_labels_do_not_overlap_in_a_row_of_panels(vms: int, vcpus: int) -> None:
+    """As notebook 04 draws them: three panels of 4 in side by side, 16 VMs (or 160 vCPUs) each."""
+    import matplotlib.pyplot as plt
+
+    from vcpulab.plot import time_breakdown as plot_breakdown
+
+    v = pl.DataFrame(
+        {"vm": [m for m in range(vms) for _ in range(vcpus)], "vcpu": [c for _ in range(vms) for c in range(vcpus)]}
+    ).with_columns(useful_ns=pl.lit(300), spin_ns=pl.lit(500), wait_ns=pl.lit(200))
+    for by in ("vm", "vcpu"):
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
+        for ax in axes:
+            plot_breakdown(v, by=by, ax=ax)
+            if ax is not axes[-1]:
+                ax.get_legend().remove()
+        fig.tight_layout()
+        boxes = _label_boxes(fig)
+        assert sum("tick" in k for k in boxes) >= 3 * min(vms, 16) // 2, "labels thinned, not dropped"
+        assert not _overlapping(boxes), by
+        plt.close(fig)

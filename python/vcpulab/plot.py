@@ -462,7 +462,7 @@ def time_breakdown(
         raise ValueError(f"no time-category columns found; expected some of {TIME_CATEGORIES}")
     if by == "vm":
         df = df.group_by("vm", maintain_order=True).agg([pl.col(c).sum() for c in cats]).sort("vm")
-        labels = [f"VM {v}" for v in df["vm"]]
+        labels = [str(v) for v in df["vm"]]  # the axis label says "VM"
     elif by == "vcpu":
         labels = [f"{vm}.{vc}" for vm, vc in zip(df["vm"], df["vcpu"])]
     else:
@@ -477,13 +477,31 @@ def time_breakdown(
             range(len(labels)), frac, bottom=bottom, label=_CATEGORY_LABELS.get(c, c.removesuffix("_ns")), width=0.85
         )
         bottom += frac
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 16 else 0, fontsize=7)
     ax.set_ylabel("fraction of time")
     ax.set_ylim(0, 1)
-    ax.set_xlabel("vCPU (vm.vcpu)" if by == "vcpu" else "")
+    ax.set_xlabel("vCPU (vm.vcpu)" if by == "vcpu" else "VM")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
+    _bar_ticks(ax, labels, fontsize=7)
     return fig
+
+
+def _bar_ticks(ax: Any, labels: Sequence[str], fontsize: float) -> None:
+    """Tick labels for one bar each, sized to the axes' width: level if
+    they fit side by side, upright if not, and only every k-th one if even
+    upright ones would touch. The width is the axes' now; an axes shrunk
+    later (a figure's ``tight_layout`` with more panels) is measured at 80 %
+    of it, which covers a legend or a neighbour taking room."""
+    n = len(labels)
+    width_pt = 0.8 * ax.get_window_extent().width * 72 / ax.figure.dpi
+    per_bar = width_pt / max(n, 1)
+    char_pt = 0.62 * fontsize  # a digit's advance in the default sans-serif font
+    widest = max((len(t) for t in labels), default=0) * char_pt + 0.2 * fontsize
+    line = 1.4 * fontsize
+    rotation = 0 if widest <= per_bar else 90
+    step = 1 if (rotation == 0 or line <= per_bar) else int(np.ceil(line / per_bar))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=rotation, fontsize=fontsize)
 
 
 def policy_comparison(
