@@ -11,6 +11,15 @@ from vcpulab.plot import BLACK, WHITE, policy_comparison, sched_map, sched_map_i
 from vcpulab.testing import assert_between, assert_equal_columns, assert_monotonic
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():  # type: ignore[no-untyped-def]
+    """Every test's figures are closed after it (pyplot keeps them; more than 20 open is a warning)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def _two_vm_trace() -> pl.DataFrame:
     # 2 host CPUs, 100 µs. CPU 0: VM0.vCPU0 0-30 µs, VM1.vCPU1 30-60, idle 60-80, background 80-100.
     # CPU 1: VM1.vCPU0 0-50, VM0.vCPU1 50-100.
@@ -481,4 +490,3 @@ def test_time_breakdown_tick_labels_do_not_overlap_in_a_row_of_panels(vms: int, 
         boxes = _label_boxes(fig)
         assert sum("tick" in k for k in boxes) >= 3 * min(vms, 16) // 2, "labels thinned, not dropped"
         assert not _overlapping(boxes), by
-        plt.close(fig)
