@@ -62,8 +62,10 @@ def test_sched_map_is_a_figure_with_a_time_axis_and_every_host_cpu() -> None:
     ax = sm.axes[0]
     assert "time (ms)" in ax.get_xlabel()
     assert ax.get_xlim() == pytest.approx((0.0, 2.0))
-    assert sm.image.shape == (6 * 4, 200, 3)  # every host CPU, the whole run, 4 px per CPU
-    assert (sm.image[4 * 2 :] == 255).all()  # CPUs 2-5 idle: white
+    # every host CPU, the whole run; 8 px per CPU, since a map of few CPUs fills plot.MIN_MAP_PX (48 px)
+    assert sm.image.shape == (6 * 8, 200, 3) and plot.MIN_MAP_PX == 48
+    assert (sm.image[8 * 2 :] == 255).all()  # CPUs 2-5 idle: white
+    assert plot.sched_map(r, us_per_pixel=10, row_px=4).image.shape == (6 * 4, 200, 3)
     png = sm._repr_png_()
     assert png.startswith(b"\x89PNG")
     compact = plot.sched_map(r, us_per_pixel=10, compact=True)

@@ -11,6 +11,15 @@ from vcpulab.plot import BLACK, WHITE, policy_comparison, sched_map, sched_map_i
 from vcpulab.testing import assert_between, assert_equal_columns, assert_monotonic
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():  # type: ignore[no-untyped-def]
+    """Every test's figures are closed after it (pyplot keeps them; more than 20 open is a warning)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def _two_vm_trace() -> pl.DataFrame:
     # 2 host CPUs, 100 µs. CPU 0: VM0.vCPU0 0-30 µs, VM1.vCPU1 30-60, idle 60-80, background 80-100.
     # CPU 1: VM1.vCPU0 0-50, VM0.vCPU1 50-100.
@@ -231,6 +240,9 @@ def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_h
     # exits and emulated instructions differ by orders of magnitude: one axes each
     fig = stats_over_time(r, ["exits", "insn_emulation"])
     assert len(fig.axes) == 2 and [a.get_ylabel().split()[0] for a in fig.axes] == ["exits", "insn_emulation"]
+    # the four vCPUs share CPU 0 until the end: the last rate is one of the others, not a drop to 0
+    y = fig.axes[1].get_lines()[0].get_ydata()
+    assert y[-1] > 0.3 * np.median(y[:-1]), y
     with pytest.raises(ValueError, match="unknown stats"):
         stats_over_time(r, ["nope"])
 
@@ -345,3 +357,136 @@ def test_bounded_interval_covers_at_its_level_on_small_samples_of_counts_and_sha
             t_out += c < lo_b or (hi_b is not None and d > hi_b)
         assert 0.93 <= hit / 2000 <= 0.98
         assert out == 0 and t_out > 0
+
+
+def _label_boxes(fig):  # type: ignore[no-untyped-def]
+    """The window extents (px) of a figure's texts: its title, each axes' labels and tick labels."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = {f"text {i}": t.get_window_extent(r) for i, t in enumerate(fig.texts) if t.get_text()}
+    for k, ax in enumerate(fig.axes):
+        for name, t in (("xlabel", ax.xaxis.label), ("ylabel", ax.yaxis.label), ("title", ax.title)):
+            if t.get_text():
+                boxes[f"axes {k} {name}"] = t.get_window_extent(r)
+        for i, t in enumerate(ax.get_xticklabels() + ax.get_yticklabels()):
+            if t.get_text() and t.get_visible():
+                boxes[f"axes {k} tick {i} {t.get_text()}"] = t.get_window_extent(r)
+    return boxes
+
+
+def _overlapping(boxes):  # type: ignore[no-untyped-def]
+    import itertools
+
+    return [(a, b) for a, b in itertools.combinations(boxes, 2) if boxes[a].overlaps(boxes[b])]
+
+
+@pytest.mark.parametrize("kw", [{}, {"row_px": 1}, {"compact": True}], ids=["default", "row_px=1", "compact"])
+def test_a_one_cpu_sched_map_keeps_its_title_clear_of_the_axis_labels(kw) -> None:  # type: ignore[no-untyped-def]
+    # a traced real run on one host CPU (CPU 3): one row
+    trace = pl.DataFrame(
+        [(3, 0, 30_000, 0, 0), (3, 30_000, 60_000, 0, 1), (3, 60_000, 100_000, -1, -1)],
+        schema=["pcpu", "start_ns", "end_ns", "vm", "vcpu"],
+        orient="row",
+    )
+    real = type("Run", (), {"trace": trace, "trace_info": {"cpus": [3], "window_ns": 100_000}})()
+    fig = sched_map(real, us_per_pixel=1, title="a real run on one host CPU: 2 vCPUs", **kw)
+    boxes = _label_boxes(fig)
+    assert {"text 0", "axes 0 xlabel", "axes 0 ylabel"} <= set(boxes)
+    assert not _overlapping(boxes)
+    # the raster is still drawn pixel for pixel, one row of row_px pixels
+    assert fig.image.shape[0] == (kw.get("row_px") or (1 if kw.get("compact") else 48))
+
+
+def _constant_rate_run(tail_ns: int, teardown_ns: int = 0, rate_per_s: float = 10_000.0, vcpus: int = 2):  # type: ignore[no-untyped-def]
+    """A real run's frames as run() returns them, each vCPU counting ``rate_per_s`` exits a second
+    from 0.1 ms to its deadline of 300 ms, sampled every 10 ms; the last sample comes ``tail_ns`` after
+    the deadline, the threads end ``teardown_ns`` after it."""
+    from vcpulab.experiment import Run
+
+    period_ns, n = 10_000_000, 30
+    start, end = 100_000, n * period_ns
+    ts = [i * period_ns for i in range(n)] + [end + 10_000, end + tail_ns]
+    rows = [
+        {"t_ns": t, "vm": 0, "vcpu": v, "steal_ns": 0, "exits": int(rate_per_s * max(0, min(t, end) - start) / 1e9)}
+        for t in ts
+        for v in range(vcpus)
+    ]
+    threads = pl.DataFrame({"vm": [0] * vcpus, "vcpu": list(range(vcpus)), "start_ns": [start] * vcpus,
+                            "wall_ns": [end + teardown_ns - start] * vcpus})  # fmt: skip
+    return Run(samples=pl.DataFrame(rows), results=pl.DataFrame(), threads=threads, wall_s=ts[-1] / 1e9,
+               placement={}, config={"duration_s": end / 1e9})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("tail_ns", "teardown_ns"), [(5_000_000, 0), (400_000, 300_000)], ids=["slow join", "thread teardown"]
+)
+def test_stats_over_time_ends_at_the_runs_rate_not_at_0(tail_ns: int, teardown_ns: int) -> None:
+    from vcpulab.plot import stats_over_time
+
+    run = _constant_rate_run(tail_ns, teardown_ns)
+    fig = stats_over_time(run, ["exits"])
+    (line,) = fig.axes[0].get_lines()
+    y = line.get_ydata()
+    # two vCPUs at 10000 exits/s: 20000/s summed, to the last point (the interval after the threads ended was a 0)
+    assert len(y) == 30 and np.allclose(y, 20_000.0, rtol=0.01)
+    assert y[-1] == pytest.approx(20_000.0, rel=0.01)
+    assert "sum of 2 vCPUs" in fig.axes[0].get_ylabel() and "per s" in fig.axes[0].get_ylabel()
+    raw = stats_over_time(run, ["exits"], per_second=False).axes[0].get_lines()[0].get_ydata()
+    assert raw[-1] == pytest.approx(200.0, abs=1)  # counts per interval: no partial interval at the end
+
+
+def test_the_validation_figure_colours_a_case_alike_in_both_panels_and_its_labels_do_not_overlap() -> None:
+    from matplotlib.colors import to_hex
+
+    from vcpulab.plot import validation
+
+    # one case of each verdict: right and within 2x, right direction only (11.8x published, 128x simulated),
+    # wrong direction, a share (no direction) not within 2x, and small effects around 0 (the symlog band)
+    rows = [
+        ("a_within", "ratio", 3.88, 2.34, 2.0, 2.7, True, True, 0.60),
+        ("b_direction_only", "ratio", 11.8, 128.5, 120.0, 137.0, True, False, 10.9),
+        ("c_wrong", "throughput_change", 0.7, 0.003, -0.01, 0.02, False, False, 0.0045),
+        ("d_share", "share", 0.2, 0.05, 0.04, 0.06, None, False, 0.25),
+        ("e_small", "throughput_change", 0.01, 0.012, -0.2, 0.2, True, True, 1.2),
+        ("f_negative", "wall_time_change", -0.84, -0.02, -0.03, -0.01, True, False, 0.024),
+    ]
+    cols = ["case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "sim_over_pub"]
+    df = pl.DataFrame(rows, schema=cols, orient="row").with_columns(pl.lit("simulated").alias("status"))
+    fig = validation(df)
+    ax, bx = fig.axes
+    # an errorbar per comparison (the shares are not comparisons), a bar per case, in the frame's order
+    left = {
+        f"case {r[0]}": to_hex(c.lines[0].get_color())
+        for r, c in zip([r for r in rows if r[1] != "share"], ax.containers)
+    }
+    right = {f"case {r[0]}": to_hex(b.get_facecolor()) for r, b in zip(rows, bx.containers[0])}
+    assert len(ax.containers) == 5 and len(right) == 6
+    assert all(left[k] == right[k] for k in left), (left, right)
+    # three colours, each one verdict: c_wrong red, the direction-only and the share orange
+    assert right["case c_wrong"] != right["case b_direction_only"] == right["case d_share"] != right["case a_within"]
+    assert len(set(right.values())) == 3
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 3 and any("wrong direction" in t for t in legend)
+    assert not _overlapping(_label_boxes(fig))
+
+
+@pytest.mark.parametrize(("vms", "vcpus"), [(16, 10), (8, 20)])
+def test_time_breakdown_tick_labels_do_not_overlap_in_a_row_of_panels(vms: int, vcpus: int) -> None:
+    """As notebook 04 draws them: three panels of 4 in side by side, 16 VMs (or 160 vCPUs) each."""
+    import matplotlib.pyplot as plt
+
+    from vcpulab.plot import time_breakdown as plot_breakdown
+
+    v = pl.DataFrame(
+        {"vm": [m for m in range(vms) for _ in range(vcpus)], "vcpu": [c for _ in range(vms) for c in range(vcpus)]}
+    ).with_columns(useful_ns=pl.lit(300), spin_ns=pl.lit(500), wait_ns=pl.lit(200))
+    for by in ("vm", "vcpu"):
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
+        for ax in axes:
+            plot_breakdown(v, by=by, ax=ax)
+            if ax is not axes[-1]:
+                ax.get_legend().remove()
+        fig.tight_layout()
+        boxes = _label_boxes(fig)
+        assert sum("tick" in k for k in boxes) >= 3 * min(vms, 16) // 2, "labels thinned, not dropped"
+        assert not _overlapping(boxes), by

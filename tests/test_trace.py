@@ -295,8 +295,10 @@ def test_views_of_a_traced_run(idle_run) -> None:  # type: ignore[no-untyped-def
     assert lat["count"].sum() == r.wakeups.height and lat.height == r.wakeups["tid"].n_unique()
     assert (lat["latency_p50_ns"] <= lat["latency_p99_ns"]).all()
     m = plot.sched_map(r, us_per_pixel=100)
-    # one row (4 px) per host CPU of the run; the vCPUs in the simulator's colours, other tasks black
-    assert m.image.shape[0] == 4 * len(r.trace_info["cpus"])
+    # one row per host CPU of the run (4 px, taller for a map of few CPUs: the band fills plot.MIN_MAP_PX);
+    # the vCPUs in the simulator's colours, other tasks black
+    n = len(r.trace_info["cpus"])
+    assert m.image.shape[0] == n * max(4, -(-plot.MIN_MAP_PX // n))
     colours = {tuple(c) for c in m.image.reshape(-1, 3).tolist()}
     # a slice at least one column (100 µs) long covers a column's midpoint, so its colour shows
     longest = r.trace.group_by(["vm", "vcpu"]).agg((pl.col("end_ns") - pl.col("start_ns")).max().alias("ns"))

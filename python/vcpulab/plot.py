@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "MAX_ROW_PX",
     "MAX_MAP_PCPUS",
+    "MIN_MAP_PX",
     "BACKGROUND",
     "BLACK",
     "Figure",
@@ -161,6 +162,9 @@ MAX_US_PER_PIXEL = 1e9
 MAX_MAP_PCPUS = 65536
 #: most pixels a sched map's row may be tall
 MAX_ROW_PX = 1024
+#: fewest pixels a sched map's raster band is tall (rows of a map of few host CPUs are taller by default,
+#: and a shorter raster gets blank margins), so that its axis labels do not run into the title
+MIN_MAP_PX = 48
 
 
 def _check_window(start_ns: Any, end_ns: Any, pcpus: Any) -> None:
@@ -320,8 +324,11 @@ def sched_map(
     of simulated time); one hue per VM, one brightness per vCPU; black: a
     non-vCPU task; white: idle. The raster is placed pixel for pixel, each
     column is ``us_per_pixel`` µs and each host CPU ``row_px`` pixels tall
-    (default 4; 1 in ``compact`` mode, which also drops the legend and
-    thins the CPU labels: a dense overview of a large host). By default the
+    (default 4, or taller for a map of fewer than 12 host CPUs so the rows
+    fill [`MIN_MAP_PX`][vcpulab.plot.MIN_MAP_PX]; 1 in ``compact`` mode, which also drops the legend and
+    thins the CPU labels: a dense overview of a large host). A raster
+    shorter than ``MIN_MAP_PX`` gets blank margins above and below, so the
+    title and the axis labels never overlap. By default the
     whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
     overrides the number of rows for a bare trace frame.
 
@@ -361,7 +368,8 @@ def sched_map(
         else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
     )
     t1 = end_ns if end_ns is not None else run_end
-    rpx = row_px if row_px is not None else (1 if compact else 4)
+    # a map of few host CPUs (a real run on one CPU) gets taller rows by default, so it is no thin strip
+    rpx = row_px if row_px is not None else (1 if compact else max(4, -(-MIN_MAP_PX // max(n_pcpus, 1))))
     show_legend = (not compact) if legend is None else legend
     img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
     h, w = img.shape[:2]
@@ -371,8 +379,11 @@ def sched_map(
     n_vcpus = _as_int(trace.filter(pl.col("vm") >= 0)["vcpu"].max() or 0) + 1
     dpi = 100
     left, right = (44, 12)
-    top = 22 if title else 8
-    bottom = 36  # the time axis
+    # the raster is placed unscaled; a short one gets blank margins above and below, so that the band
+    # is at least MIN_MAP_PX tall and the vertical "host CPU" label ends below the title and above the time axis
+    pad = max(0, MIN_MAP_PX - h)
+    top = (22 if title else 8) + pad // 2
+    bottom = 36 + pad - pad // 2  # the time axis
     legend_px = (30 + 16 * ((len(vm_ids) + 2 + 3) // 4)) if show_legend else 0
     fig_w, fig_h = left + max(w, 280) + right, top + h + bottom + legend_px
     fig = plt.figure(FigureClass=SchedMap, figsize=(fig_w / dpi, fig_h / dpi), dpi=dpi)
@@ -451,7 +462,7 @@ def time_breakdown(
         raise ValueError(f"no time-category columns found; expected some of {TIME_CATEGORIES}")
     if by == "vm":
         df = df.group_by("vm", maintain_order=True).agg([pl.col(c).sum() for c in cats]).sort("vm")
-        labels = [f"VM {v}" for v in df["vm"]]
+        labels = [str(v) for v in df["vm"]]  # the axis label says "VM"
     elif by == "vcpu":
         labels = [f"{vm}.{vc}" for vm, vc in zip(df["vm"], df["vcpu"])]
     else:
@@ -466,13 +477,31 @@ def time_breakdown(
             range(len(labels)), frac, bottom=bottom, label=_CATEGORY_LABELS.get(c, c.removesuffix("_ns")), width=0.85
         )
         bottom += frac
-    ax.set_xticks(range(len(labels)), labels, rotation=90 if len(labels) > 16 else 0, fontsize=7)
     ax.set_ylabel("fraction of time")
     ax.set_ylim(0, 1)
-    ax.set_xlabel("vCPU (vm.vcpu)" if by == "vcpu" else "")
+    ax.set_xlabel("vCPU (vm.vcpu)" if by == "vcpu" else "VM")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
+    _bar_ticks(ax, labels, fontsize=7)
     return fig
+
+
+def _bar_ticks(ax: Any, labels: Sequence[str], fontsize: float) -> None:
+    """Tick labels for one bar each, sized to the axes' width: level if
+    they fit side by side, upright if not, and only every k-th one if even
+    upright ones would touch. The width is the axes' now; an axes shrunk
+    later (a figure's ``tight_layout`` with more panels) is measured at 80 %
+    of it, which covers a legend or a neighbour taking room."""
+    n = len(labels)
+    width_pt = 0.8 * ax.get_window_extent().width * 72 / ax.figure.dpi
+    per_bar = width_pt / max(n, 1)
+    char_pt = 0.62 * fontsize  # a digit's advance in the default sans-serif font
+    widest = max((len(t) for t in labels), default=0) * char_pt + 0.2 * fontsize
+    line = 1.4 * fontsize
+    rotation = 0 if widest <= per_bar else 90
+    step = 1 if (rotation == 0 or line <= per_bar) else int(np.ceil(line / per_bar))
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [labels[i] for i in ticks], rotation=rotation, fontsize=fontsize)
 
 
 def policy_comparison(
@@ -608,11 +637,44 @@ def steal_over_time(run: Any, ax: Axes | None = None, fair_share: bool = True) -
     return fig
 
 
+def _active_intervals(run: Any, stats: Sequence[str]) -> pl.DataFrame:
+    """One row per sampling interval of a real run: its end ``t_ns``, each
+    stat summed over the vCPUs, and ``active_ns``, the part of the interval
+    in which the vCPUs ran: from the first thread's start (``Run.threads``'
+    start_ns) to the last thread's end (start_ns + wall_ns) or the run's
+    deadline (``config["duration_s"]``), whichever is first.
+
+    The last sample is taken after the threads are joined, so the last
+    interval is mostly (often wholly) after the vCPUs stopped: its delta is
+    about 0 and its rate a drop to 0 that the guest never saw. Intervals
+    less than half inside the threads' span are dropped; the others' rates
+    divide by ``active_ns``."""
+    d = run.deltas()
+    g = d.group_by("t_ns").agg([pl.col(s).sum() for s in stats] + [pl.col("dt_ns").max()]).sort("t_ns")
+    g = g.with_columns(pl.col("dt_ns").cast(pl.Int64).alias("active_ns"))
+    th = getattr(run, "threads", None)
+    if isinstance(th, pl.DataFrame) and th.height and {"start_ns", "wall_ns"} <= set(th.columns):
+        lo = _as_int(th["start_ns"].min())
+        hi = _as_int((th["start_ns"] + th["wall_ns"]).max())
+        # a thread's wall time includes its teardown; its vCPU stopped at the run's deadline
+        duration_s = (getattr(run, "config", None) or {}).get("duration_s")
+        if isinstance(duration_s, (int, float)) and duration_s > 0:
+            hi = min(hi, int(duration_s * 1e9))
+        end = pl.min_horizontal(pl.col("t_ns").cast(pl.Int64), pl.lit(hi))
+        begin = pl.max_horizontal(pl.col("t_ns").cast(pl.Int64) - pl.col("dt_ns"), pl.lit(lo))
+        g = g.with_columns((end - begin).alias("active_ns")).filter(pl.col("active_ns") * 2 >= pl.col("dt_ns"))
+    return g
+
+
 def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_second: bool = True) -> _MplFigure:
     """KVM vCPU stats of a real run over time, as rates per second (or raw
-    counts per interval), summed over the vCPUs. Each stat gets its own axes
-    (stacked, shared time axis), since stats differ by orders of magnitude;
-    with ``ax`` given, all go on it."""
+    counts per interval), summed over the vCPUs (the y label says so). Each
+    stat gets its own axes (stacked, shared time axis), since stats differ by
+    orders of magnitude; with ``ax`` given, all go on it.
+
+    A rate is the interval's delta over the time the vCPU threads ran in it:
+    the last interval, which ends after the threads were joined, is dropped
+    when less than half of it is inside the run (it drew a drop to 0)."""
     stats = check_seq("stats", stats, "stat names", min_len=1)
     check_bool("per_second", per_second)
     missing = [s for s in stats if not isinstance(s, str) or s not in run.samples.columns]
@@ -620,22 +682,23 @@ def stats_over_time(run: Any, stats: Sequence[str], ax: Axes | None = None, per_
         raise ValueError(f"unknown stats {missing}; the samples have {run.samples.columns}")
     if not stats:
         raise ValueError("stats_over_time needs at least one stat name")
-    d = run.deltas()
+    g = _active_intervals(run, stats)
+    n = run.samples.select("vm", "vcpu").unique().height
+    summed = f"sum of {n} vCPUs" if n > 1 else "1 vCPU"
     fig: Any
     if ax is None:
         fig, axs = _subplots(nrows=len(stats), sharex=True, figsize=(6, 1.2 + 1.4 * len(stats)), squeeze=False)
         axes = [row[0] for row in axs]
     else:
         fig, axes = ax.figure, [ax] * len(stats)
-    t0 = int(d["t_ns"].min()) if d.height else 0
+    t0 = int(run.samples["t_ns"].min()) if run.samples.height else 0
     for a, stat in zip(axes, stats):
-        g = d.group_by("t_ns").agg(pl.col(stat).sum(), pl.col("dt_ns").max()).sort("t_ns")
-        y = g[stat].to_numpy() / (g["dt_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
+        y = g[stat].to_numpy() / (g["active_ns"].to_numpy() / 1e9) if per_second else g[stat].to_numpy()
         a.plot((g["t_ns"].to_numpy() - t0) / 1e6, y, label=stat)
-        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}", fontsize=8)
+        a.set_ylabel(f"{stat}\n{'per s' if per_second else 'per interval'}\n({summed})", fontsize=8)
         if ax is not None:
             a.legend(fontsize=7)
-    axes[-1].set_xlabel("time (ms)")
+    axes[-1].set_xlabel("time since the first sample (ms)")
     fig.tight_layout()
     return fig
 
@@ -744,16 +807,43 @@ def _effect(metric: str, v: float | None) -> float:
     return float(v) - 1.0 if metric == "ratio" else float(v)
 
 
+#: the colours of [`validation`][vcpulab.plot.validation], one meaning in both panels
+_VERDICT_COLOURS = {
+    "right direction, within 2x": "#2e8b57",
+    "right direction (or a share), not within 2x": "#e69500",
+    "wrong direction": "#c0392b",
+}
+
+
+def _verdict_colour(direction_ok: bool | None, within_2x: bool | None) -> str:
+    """A case's colour in [`validation`][vcpulab.plot.validation]: green, orange or red (a share has no direction)."""
+    green, orange, red = _VERDICT_COLOURS.values()
+    if direction_ok is False:
+        return red
+    return green if within_2x else orange
+
+
+def _symlog_ticks(lim: float, linthresh: float) -> list[float]:
+    """0 and ±10^k outside the linear band of a symlog axis reaching ±lim: the default
+    locator also labels ±10^k inside the band, where the labels run into each other."""
+    k0 = int(np.ceil(np.log10(linthresh)))
+    k1 = int(np.floor(np.log10(max(lim, 10.0**k0))))
+    pos = [10.0**k for k in range(k0, k1 + 1)]
+    return [-x for x in reversed(pos)] + [0.0] + pos
+
+
 def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     """Published vs simulated for a [`vcpulab.validation.validate`][] frame.
 
     Left: each simulated comparison with a published magnitude, published
     effect (x) against the simulated mean (y) with its 95 % CI, on symlog
     axes (effect = the change for change metrics, ratio − 1 for ratios); the
-    diagonal is agreement and the dashed lines bound "within 2x"; green: right
-    direction and within 2x, orange: right direction only, red: wrong
-    direction. Right: simulated ÷ published per case (log scale; the band is
-    within 2x), shares included. Saved as PNG when ``path`` is given."""
+    diagonal is agreement and the dashed lines bound "within 2x". Right:
+    simulated ÷ published per case (log scale; the band is within 2x),
+    shares included. The colours mean the same in both panels (one legend):
+    green: right direction and within 2x, orange: right direction (or a
+    share, which has no direction) but not within 2x, red: wrong direction.
+    Saved as PNG when ``path`` is given."""
     need = {"case", "metric", "published", "sim_mean", "ci_low", "ci_high", "direction_ok", "within_2x", "status"}
     missing = need - set(df.columns)
     if missing:
@@ -771,8 +861,8 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
         x, y = _effect(m, r["published"]), _effect(m, r["sim_mean"])
         lo, hi = _effect(m, r["ci_low"]), _effect(m, r["ci_high"])
         err = [[max(0.0, y - lo) if np.isfinite(lo) else 0.0], [max(0.0, hi - y) if np.isfinite(hi) else 0.0]]
-        c = "#2e8b57" if r["direction_ok"] and r["within_2x"] else ("#e69500" if r["direction_ok"] else "#c0392b")
-        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2)
+        c = _verdict_colour(r["direction_ok"], r["within_2x"])
+        ax.errorbar([x], [y], yerr=err, fmt="o", color=c, ms=4, capsize=2, gid=f"case {r['case']}")
         lim = max(lim, abs(x), abs(y))
     t = np.linspace(-lim * 1.2, lim * 1.2, 400)
     ax.plot(t, t, color="0.3", lw=0.8)
@@ -782,25 +872,39 @@ def validation(df: pl.DataFrame, path: str | Path | None = None) -> Figure:
     ax.axvline(0, color="0.8", lw=0.6)
     ax.set_xscale("symlog", linthresh=0.05)
     ax.set_yscale("symlog", linthresh=0.05)
+    ticks = _symlog_ticks(lim * 1.2, 0.05)
+    ax.set_xticks(ticks)
+    ax.set_yticks(ticks)
+    ax.set_xlim(-lim * 1.2, lim * 1.2)
+    ax.set_ylim(-lim * 1.2, lim * 1.2)
+    ax.tick_params(labelsize=7)
     ax.set_xlabel("published effect (change, or ratio − 1)")
     ax.set_ylabel("simulated effect (mean, 95 % CI)")
-    ax.set_title(
-        f"{comp.height} comparisons: green = right direction and within 2x, orange = direction only, red = wrong",
-        fontsize=8,
-    )
+    ax.set_title(f"{comp.height} comparisons: published vs simulated effect", fontsize=8)
     rat = sim.filter(pl.col("sim_over_pub").is_not_null() & (pl.col("sim_over_pub") > 0))
     ys = np.arange(rat.height)
     vals = rat["sim_over_pub"].to_numpy()
-    cols = ["#2e8b57" if w else "#c0392b" for w in rat["within_2x"].to_list()]
-    bx.barh(ys, vals, color=cols, left=0)
+    cols = [_verdict_colour(d, w) for d, w in zip(rat["direction_ok"].to_list(), rat["within_2x"].to_list())]
+    bars = bx.barh(ys, vals, color=cols, left=0)
+    for b, name in zip(bars, rat["case"].to_list()):
+        b.set_gid(f"case {name}")
     bx.set_xscale("log")
     bx.axvspan(0.5, 2.0, color="#2e8b57", alpha=0.12)
     bx.axvline(1.0, color="0.3", lw=0.8)
     bx.set_yticks(ys, rat["case"].to_list(), fontsize=6)
     bx.invert_yaxis()
     bx.set_xlabel("simulated ÷ published (log)")
-    bx.set_title("magnitude per case (band: within 2x); wrong-sign cases are not shown", fontsize=8)
-    fig.tight_layout()
+    bx.set_title("magnitude per case (band: within 2x); opposite-sign cases are not shown", fontsize=8)
+    from matplotlib.patches import Patch
+
+    fig.legend(
+        handles=[Patch(facecolor=c, label=k) for k, c in _VERDICT_COLOURS.items()],
+        loc="lower center",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     if path is not None:
         fig.savefig(str(path), dpi=110)
     return fig
