@@ -238,7 +238,8 @@ def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
     df = pl.read_parquet(tmp_path / "sweep.parquet")
     assert df["vms.0.policy"].to_list() == ["baseline_2011", "dy_eligible", "upstream", "oracle"]  # constructor names
     assert (df["throughput_ops_s"] > 0).all()
-    assert len(list(tmp_path.glob("sched_map_*.png"))) == 4
+    maps = sorted(p.name for p in tmp_path.glob("sched_map_*.png"))
+    assert maps == [f"sched_map_{i}_policy-{p}.png" for i, p in enumerate(df["vms.0.policy"])], maps
     doc = json.loads(r.stdout)
     assert doc["kind"] == "sweep" and doc["points"] == 4 and doc["failed_points"] == 0
     assert list(doc["grid"]) == ["vms.0.policy"] and "summary" not in doc
@@ -247,6 +248,17 @@ def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
     assert [row["config_hash"] for row in doc["rows"]] == df["config_hash"].to_list()
     assert str(tmp_path / "sweep.parquet") in doc["files"] and len(doc["files"]) == 5
     assert "vcpulab.grid" in pl.read_parquet_metadata(tmp_path / "sweep.parquet")
+
+
+def test_a_sweep_point_s_map_is_named_and_titled_by_its_grid_values() -> None:
+    from vcpulab.cli import _point_names
+
+    assert _point_names(2, {"vms.0.policy": "oracle", "host.pcpus": 8}) == (
+        "sched_map_2_policy-oracle_pcpus-8.png",
+        "point 2: vms.0.policy = oracle, host.pcpus = 8",
+    )
+    assert _point_names(0, {"vms.0.workload": "a b/c"})[0] == "sched_map_0_workload-a-b-c.png"
+    assert _point_names(3, {})[0] == "sched_map_3.png"
 
 
 def test_demo_finishes_and_names_its_files(tmp_path: Path, kvm_host: Host) -> None:

@@ -672,9 +672,23 @@ def _sim_into(
                 if i >= 8:
                     break
                 r = sim.run(cfg)
-                m = staged.path(f"sched_map_{i}.png")
-                _closed(sched_map(r, m, us_per_pixel=upp, title=str(params)), m)
+                name, title = _point_names(i, params)
+                m = staged.path(name)
+                _closed(sched_map(r, m, us_per_pixel=upp, title=title), m)
     return doc
+
+
+def _point_names(i: int, params: dict[str, object]) -> tuple[str, str]:
+    """The sched map file name and title of sweep point ``i`` with grid values
+    ``params``: ``sched_map_1_policy-dy_eligible.png`` and "vms.0.policy =
+    dy_eligible" (each key's last part in the name, the whole key in the
+    title; the index keeps names unique and in the sweep's order)."""
+    import re
+
+    slug = "_".join(f"{k.rsplit('.', 1)[-1]}-{v}" for k, v in params.items())
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", slug).strip("-")[:80]
+    title = ", ".join(f"{k} = {v}" for k, v in params.items())
+    return f"sched_map_{i}_{slug}.png" if slug else f"sched_map_{i}.png", f"point {i}: {title}"
 
 
 def _grid_points(base: object, grid: dict[str, list[object]]):  # type: ignore[no-untyped-def]
