@@ -13,6 +13,7 @@ import os
 import time
 import warnings
 
+import numpy as np
 import polars as pl
 import pytest
 from _subproc import attach_when_running, interrupt_after_ready
@@ -313,6 +314,9 @@ def test_views_of_a_traced_run(idle_run) -> None:  # type: ignore[no-untyped-def
     }
     assert shown <= traced
     assert {vm * 65536 + vcpu for vm, vcpu, ns in longest.iter_rows() if vm >= 0 and ns >= 100_000} <= shown
+    # the raster of the run itself has the figure's rows: one per traced CPU, in CPU order
+    assert np.array_equal(plot.sched_map_codes(r, 100.0), codes)
+    assert plot.sched_map_image(r, 100.0).shape[0] == n
     for fig in (plot.exit_handling(r), plot.halt_poll_window(r), plot.wakeup_latency(r)):
         assert isinstance(fig, Figure)
     with pytest.raises(ValueError, match="trace=True"):

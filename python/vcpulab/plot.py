@@ -191,16 +191,24 @@ def sched_map_codes(
     us_per_pixel`` µs and holds what ran on that host CPU at the column's
     midpoint: ``vm * 65536 + vcpu``, [`BACKGROUND`][vcpulab.plot.BACKGROUND] (-1) for a non-vCPU
     task, [`IDLE`][vcpulab.plot.IDLE] (-2) for nothing. ``obj`` is a simulator Result with a
-    trace, or a trace frame (pcpu, start_ns, end_ns, vm, vcpu). ``pcpus``
-    rows (default: every host CPU of a simulator Result, idle ones
-    included, as [`sched_map`][vcpulab.plot.sched_map] draws them; for a bare trace, up to
-    its highest CPU).
+    trace, a traced real Run, or a trace frame (pcpu, start_ns, end_ns, vm,
+    vcpu). ``pcpus`` rows (default: as [`sched_map`][vcpulab.plot.sched_map] draws them, one
+    per host CPU of the run: every host CPU of a simulator Result, idle
+    ones included; a real run's traced CPUs in CPU order, row i the i-th of
+    them; for a bare trace, rows up to its highest CPU).
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
     _check_window(start_ns, end_ns, pcpus)
-    if pcpus is None:
-        pcpus = _run_extent(obj)[0]
     trace = _trace_of(obj)
+    cpus = _real_cpus(obj) if pcpus is None else None
+    if cpus is not None:
+        row = {c: i for i, c in enumerate(cpus)}
+        trace = trace.filter(pl.col("pcpu").is_in(cpus)).with_columns(
+            pl.col("pcpu").replace_strict(row, return_dtype=pl.Int64)
+        )
+        pcpus = len(cpus)
+    elif pcpus is None:
+        pcpus = _run_extent(obj)[0]
     if pcpus is not None and trace.height and _as_int(trace["pcpu"].max()) >= pcpus:
         raise ValueError(
             f"pcpus={pcpus} rows cannot hold this trace's host CPUs 0..{_as_int(trace['pcpu'].max())}: "
