@@ -142,7 +142,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 )
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
-            vals.update(_calibrate_sched(cpu, a))
+            vals.update(_calibrate_sched(cpu, a, b))
         from vcpulab.provenance import provenance
 
         cal = Calibration(values=vals, cpu=cpu, provenance=provenance())
@@ -155,12 +155,19 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
 IPI_OUTSIDE_INSNS = 9
 
 
-def _calibrate_sched(cpu: int, path_insn_ns: float) -> dict[str, Value]:
+def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict[str, Value]:
     """What a twin of a run under vcpulab's scheduler needs: the cost of an
     exit to user space (an ``io_loop`` of 2000 port writes: the vCPU thread's
-    CPU time per exit minus its 3 guest instructions), and the token
-    hand-off (spin exit → the candidate entering KVM_RUN) of a directed-yield
-    run of a ticket lock, 3 vCPUs on ``cpu``: the median of ``Run.spins.latency_ns``."""
+    CPU time per exit minus its 3 guest instructions), the token hand-off
+    (spin exit → the candidate entering KVM_RUN) of a directed-yield run of a
+    ticket lock, 3 vCPUs on ``cpu``: the median of ``Run.spins.latency_ns``,
+    and the time of one failed spin iteration of the programs with pv exits
+    (``spin_iter_ns``): a ticket lock of 2 vCPUs on ``cpu`` under
+    ``sched.round_robin`` (its waiters spin whole slices without an exit),
+    the vCPU threads' CPU time less the acquisitions' counted instructions
+    at ``path_insn_ns`` / ``loop_insn_ns``, over the PAUSEs the waiters
+    counted. It is measured because the instruction costs come from runs
+    that never wait: a PAUSE is not among the instructions they time."""
     from vcpulab import sched
     from vcpulab.experiment import run
     from vcpulab.kvm import Host
@@ -195,6 +202,18 @@ def _calibrate_sched(cpu: int, path_insn_ns: float) -> dict[str, Value]:
     assert r.spins is not None
     lat = r.spins.filter(pl.col("latency_ns") > 0)["latency_ns"]
     handoff = float(lat.median()) if lat.len() else 10_000.0  # type: ignore[arg-type]
+    w = SpinLock(kind="ticket", hold=50, think=50)
+    rr = run(w, vcpus=2, pcpus=[cpu], duration_s=0.3, sample_every_s=None, scheduler=sched.round_robin())
+    acq = int(rr.results["acquisitions"].sum())
+    pauses = int(rr.results["pauses"].sum())
+    p = guest_path(w, 2, pv_exits=True)
+    loop = (p["hold_loop"] + p["think_loop"]) * acq
+    path = (p["hold_path"] + p["think_path"] + p["wait_path"]) * acq
+    cpu_total = int(rr.threads["cpu_ns"].sum())
+    spin = (cpu_total - loop * loop_insn_ns - path * path_insn_ns) / pauses if pauses else float("nan")
+    if not spin > 0:
+        # nothing to measure (no waits) or a disturbed run: the counted instructions
+        spin = 11 * loop_insn_ns
     return {
         "uexit_ns": Value(
             max(per_exit, 0.0),
@@ -206,6 +225,13 @@ def _calibrate_sched(cpu: int, path_insn_ns: float) -> dict[str, Value]:
             "ns",
             f"directed_yield(dy_eligible) of a ticket SpinLock, 3 vCPUs on CPU {cpu}, 0.3 s: median of "
             f"{lat.len()} spin exit -> candidate enters KVM_RUN latencies",
+        ),
+        "spin_iter_ns": Value(
+            spin,
+            "ns",
+            f"round_robin ticket SpinLock 50/50, 2 vCPUs on CPU {cpu}, 0.3 s: (vCPU threads' CPU time "
+            f"{cpu_total / 1e6:.1f} ms - {acq} acquisitions' counted instructions) / {pauses} PAUSEs of the waiters "
+            f"(counted at loop_insn_ns: {11 * loop_insn_ns:.0f} ns)",
         ),
     }
 

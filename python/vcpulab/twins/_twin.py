@@ -416,8 +416,9 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       ``gang``: the simulator's gang scheduler with the same slice;
     * ``directed_yield``: the same tokens and slices, plus pause-loop exits with the same
       window dynamics (the window counted in cycles: ``spin_window`` failed
-      iterations x [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] instructions x ``loop_insn_ns``
-      at the vCPU's TSC rate), the exit's cost the calibrated user-space exit
+      iterations x the calibrated ``spin_iter_ns`` at the vCPU's TSC rate;
+      calibrations without it count [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] instructions x
+      ``loop_insn_ns``), the exit's cost the calibrated user-space exit
       (``uexit_ns``), the same policy, and ``yield_to``'s cost the calibrated
       token hand-off (``sched_handoff_ns``, as ``Host.rq_lock_ns``: the
       spinner's CPU is busy with it before the candidate runs); ``yield_to``
@@ -447,7 +448,9 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if isinstance(s, sched.DirectedYield):
-        iter_cycles = PV_SPIN_ITER_INSNS * cal["loop_insn_ns"] * cal["tsc_khz"] / 1e6
+        # one failed spin iteration: measured (spin_iter_ns), else counted (older calibrations)
+        spin_ns = cal["spin_iter_ns"] if "spin_iter_ns" in cal.values else PV_SPIN_ITER_INSNS * cal["loop_insn_ns"]
+        iter_cycles = spin_ns * cal["tsc_khz"] / 1e6
         ple = sim.Ple(
             enabled=True,
             kind="vmx",
