@@ -205,14 +205,22 @@ impl Sim {
             }
             self.wake.enqueue_new = false;
         } else {
-            // the VMM creates the vCPU threads one after another (index
-            // order); each creation and first move to its CPU takes a
-            // variable time: exponential gaps of mean `gap` (second RNG stream)
+            // the VMM creates the vCPU threads one after another; each
+            // creation and first move to its CPU takes a variable time, so
+            // the order in which they arrive is a race (measured here: real
+            // threads' first runs in no index order, `Run.threads.start_ns`):
+            // a seeded random order, exponential gaps of mean `gap` (both
+            // from the second RNG stream)
+            let mut order: Vec<u32> = (0..self.vcpus.len() as u32).collect();
+            for i in (1..order.len()).rev() {
+                let j = self.rng2.random_range(0..=i);
+                order.swap(i, j);
+            }
             self.wake.enqueue_new = true;
-            self.vcpu_host_wake(0, WakeReason::Start);
+            self.vcpu_host_wake(order[0] as usize, WakeReason::Start);
             self.wake.enqueue_new = false;
             let mut at: Ns = 0;
-            for v in 1..self.vcpus.len() as u32 {
+            for &v in &order[1..] {
                 at += self.noise_exp(gap);
                 self.push(at, Ev::Start(v));
             }

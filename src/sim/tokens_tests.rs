@@ -143,3 +143,22 @@ fn a_halting_holder_hands_its_token_on_and_a_woken_vcpu_waits_at_the_tail() {
     let useful: u64 = r.vcpus.u64s("useful_ns").iter().sum();
     assert!(useful > c.duration_ns * 9 / 10, "useful {useful} ns");
 }
+
+#[test]
+fn vcpu_threads_arrive_in_a_seeded_random_order_with_start_gaps() {
+    // the VMM's threads reach the scheduler's queue in a race, not in index
+    // order (Host.start_gap_ns): the first token periods follow the arrivals
+    let mut orders = std::collections::BTreeSet::new();
+    for seed in 0..8 {
+        let mut c = tokens(4, 1);
+        c.host.start_gap_ns = 200_000;
+        c.seed = seed;
+        let first: Vec<i64> = periods(&run(&c).unwrap(), 0).iter().take(4).map(|p| p.2).collect();
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![0, 1, 2, 3], "seed {seed}: each vCPU once in the first round: {first:?}");
+        orders.insert(first);
+    }
+    assert!(orders.len() >= 4, "{orders:?}");
+    assert!(orders.iter().any(|o| o != &vec![0, 1, 2, 3]));
+}
