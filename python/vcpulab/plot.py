@@ -199,13 +199,8 @@ def sched_map_codes(
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
     _check_window(start_ns, end_ns, pcpus)
-    trace = _trace_of(obj)
-    cpus = _real_cpus(obj) if pcpus is None else None
+    trace, cpus = _run_rows(obj, pcpus)
     if cpus is not None:
-        row = {c: i for i, c in enumerate(cpus)}
-        trace = trace.filter(pl.col("pcpu").is_in(cpus)).with_columns(
-            pl.col("pcpu").replace_strict(row, return_dtype=pl.Int64)
-        )
         pcpus = len(cpus)
     elif pcpus is None:
         pcpus = _run_extent(obj)[0]
@@ -297,6 +292,21 @@ def _real_cpus(obj: Any) -> list[int] | None:
     return sorted(int(c) for c in info["cpus"]) if isinstance(info, dict) and info.get("cpus") else None
 
 
+def _run_rows(obj: Any, pcpus: int | None) -> tuple[pl.DataFrame, list[int] | None]:
+    """``obj``'s trace with one row per host CPU of a traced real run (its CPUs
+    in CPU order, ``pcpu`` renumbered to the row) and those CPUs; the trace as
+    it is, and None, for a simulator Result, a bare frame, or an explicit
+    ``pcpus``."""
+    trace = _trace_of(obj)
+    cpus = _real_cpus(obj) if pcpus is None else None
+    if cpus is None:
+        return trace, None
+    row = {c: i for i, c in enumerate(cpus)}
+    return trace.filter(pl.col("pcpu").is_in(cpus)).with_columns(
+        pl.col("pcpu").replace_strict(row, return_dtype=pl.Int64)
+    ), cpus
+
+
 def _run_extent(obj: Any) -> tuple[int | None, int | None, int | None]:
     """(host CPUs, start_ns, end_ns) of a simulator Result or a traced real
     run, or Nones for a bare trace."""
@@ -357,15 +367,10 @@ def sched_map(
     plt = _plt()
     from matplotlib.patches import Patch
 
-    trace = _trace_of(obj)
     run_pcpus, run_start, run_end = _run_extent(obj)
     # a real run: one row per host CPU it used, labelled with the CPU's number
-    cpu_labels = _real_cpus(obj) if pcpus is None else None
+    trace, cpu_labels = _run_rows(obj, pcpus)
     if cpu_labels is not None:
-        row = {c: i for i, c in enumerate(cpu_labels)}
-        trace = trace.filter(pl.col("pcpu").is_in(cpu_labels)).with_columns(
-            pl.col("pcpu").replace_strict(row, return_dtype=pl.Int64)
-        )
         run_pcpus = len(cpu_labels)
     n_pcpus = pcpus if pcpus is not None else run_pcpus
     if n_pcpus is None:
