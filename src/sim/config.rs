@@ -278,7 +278,8 @@ pub struct HostConfig {
     /// vCPU threads arrive one by one, ns apart: the VMM creates them in
     /// turn, and the order in which they first reach their CPU's run queue
     /// (fork placement, then the move to their pinned CPU) is a seeded
-    /// random one; the k-th arrives at k × start_gap_ns on its start CPU
+    /// random one; the gaps between arrivals are exponential with mean
+    /// start_gap_ns (second RNG stream); each arrives on its start CPU
     /// (a new task is placed by fork balancing, which the start map stands
     /// for, not by the wake-up path) and may preempt as any waking task.
     /// 0 (default): every vCPU is runnable at time 0, in index order, each

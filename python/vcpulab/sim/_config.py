@@ -456,7 +456,8 @@ class Host(_Base):
             VMM creates them in turn: the order in which they first reach
             their CPU's run queue (fork placement, then the move to their
             pinned CPU) is a seeded random one (a stand-in for that timing),
-            the k-th arrives at k × start_gap_ns on its start CPU (a new
+            the gaps between arrivals are exponential with mean
+            start_gap_ns (second RNG stream); each arrives on its start CPU (a new
             task is placed by fork balancing, which the start map stands
             for, not by the wake-up path) and may preempt as any waking
             task. Their first runs set the order of a
