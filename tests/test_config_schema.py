@@ -202,7 +202,14 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
 }
 #: upper bounds that are another field's value (rules across fields, in the
 #: validator and the descriptions; tested with their classes): only the minimum here
-CROSS_FIELD_MAX = {("Config", "warmup_ns"), ("Config", "trace_from_ns"), ("Vm", "threads")}
+CROSS_FIELD_MAX = {
+    ("Config", "warmup_ns"),
+    ("Config", "trace_from_ns"),
+    ("Vm", "threads"),
+    # a divisor of Vm.vcpus
+    ("Guest", "llc_vcpus"),
+    ("Guest", "threads_per_core"),
+}
 #: where the config around a phase needs more vCPUs / threads
 VM_CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
     ("Ipi", "targets"): {"vcpus": 65536},

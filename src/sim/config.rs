@@ -378,6 +378,14 @@ fn is_one_u32(x: &u32) -> bool {
     *x == 1
 }
 
+fn is_zero_u32(x: &u32) -> bool {
+    *x == 0
+}
+
+fn is_true(x: &bool) -> bool {
+    *x
+}
+
 /// `vcpulab.sched`'s default slice (`slice_us=4000`), ns.
 fn default_token_slice_ns() -> u64 {
     4_000_000
@@ -1077,6 +1085,87 @@ pub struct GuestConfig {
     /// The guest's scheduler tick (ns): CONFIG_HZ (Kconfig.hz default HZ_250).
     #[schemars(range(min = limits::MIN_GUEST_TICK_NS, max = limits::MAX_COST_NS))]
     pub tick_ns: u64,
+    /// How the guest kernel chooses the vCPU a woken thread runs on.
+    pub wake_placement: GuestWakePlacement,
+    /// vCPUs per last-level cache in the topology the guest sees (its
+    /// `sd_llc`, from CPUID leaves 4 / 0x8000001D), counted from vCPU 0 of
+    /// the VM. 0 (default): one LLC spans the VM, as QEMU's `-smp N` gives
+    /// from QEMU 6.2 on (cores preferred over sockets: one socket, one L3).
+    /// Used by `select_task_rq_fair` placement only.
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    #[schemars(range(max = MAX_VCPUS_TOTAL), extend("default" = 0))]
+    pub llc_vcpus: u32,
+    /// vCPUs per core in the topology the guest sees (SMT siblings, the
+    /// guest's `cpu_smt_mask`). 1 (default): QEMU's default `threads=1`.
+    /// Used by `select_task_rq_fair` placement only (`select_idle_core`).
+    #[serde(skip_serializing_if = "is_one_u32")]
+    #[schemars(range(min = 1, max = limits::MAX_THREADS_PER_CORE), extend("default" = 1))]
+    pub threads_per_core: u32,
+    /// `wake_wide` in the guest (kernel/sched/fair.c, 62470419e993, v3.12): a waker
+    /// that wakes many different threads sends each to its own previous
+    /// vCPU's neighbourhood instead of `wake_affine`'s choice. Used by
+    /// `select_task_rq_fair` placement only. Default true.
+    #[serde(skip_serializing_if = "is_true")]
+    #[schemars(extend("default" = true))]
+    pub wake_wide: bool,
+    /// `p->recent_used_cpu` in `select_idle_sibling` (v4.16 on): the vCPU a
+    /// thread was woken from last time is tried after the target and the
+    /// previous vCPU. Used by `select_task_rq_fair` placement only.
+    /// Default true.
+    #[serde(skip_serializing_if = "is_true")]
+    #[schemars(extend("default" = true))]
+    pub recent_used_cpu: bool,
+    /// How many vCPUs `select_idle_cpu` looks at before it gives up. Used
+    /// by `select_task_rq_fair` placement only. Default `sis_util`.
+    #[serde(skip_serializing_if = "IdleScan::is_sis_util")]
+    #[schemars(extend("default" = "sis_util"))]
+    pub idle_scan: IdleScan,
+}
+
+/// The guest kernel's wake-up placement (`select_task_rq` of the guest's
+/// fair class) of a thread on one of its VM's vCPUs.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestWakePlacement {
+    /// vcpulab's first rule: the first available vCPU in VM order from the
+    /// thread's previous vCPU (wrapping), else the previous vCPU. No
+    /// waker, no LLC, no scan limit.
+    FirstIdle,
+    /// `select_task_rq_fair` over the VM's vCPUs (kernel/sched/fair.c):
+    /// with the waker on another vCPU and not `wake_wide`, `wake_affine`
+    /// (`wake_affine_idle`, then `wake_affine_weight` on runnable thread
+    /// counts) chooses the target between the waker's and the previous
+    /// vCPU; `select_idle_sibling` then takes the target if available, the
+    /// previous vCPU if available and in the target's LLC, the recently
+    /// used vCPU likewise, an idle core of the LLC (`select_idle_core`,
+    /// with SMT), else the first available vCPU of `select_idle_cpu`'s
+    /// scan from target + 1 within its limit (`idle_scan`), else the
+    /// target. "Available" is the `pv.placement` rule. Simplified: loads
+    /// are runnable thread counts, not PELT averages; no sync wake-ups.
+    SelectTaskRqFair,
+}
+
+/// `select_idle_cpu`'s scan limit in the guest.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum IdleScan {
+    /// Every vCPU of the LLC (3.x; and the stand-in for SIS_PROP of
+    /// v4.13-v6.5, whose limit depends on `avg_idle` / `avg_scan_cost`,
+    /// timings the model does not keep).
+    Full,
+    /// SIS_UTIL (70fb5ccf2ebb, v6.0): `nr_idle_scan` = nr_llc × (1024 −
+    /// x² × 117² / (10000 × 1024)) / 1024 with x = the LLC's utilisation
+    /// sum / nr_llc (in 1/1024 of a CPU) and 117 the LLC domain's
+    /// `imbalance_pct`; the scan stops when the LLC is ~85 % busy.
+    /// Simplified: the utilisation is the share of the LLC's vCPUs with a
+    /// thread running or waiting at the wake-up, not PELT's `util_avg`.
+    SisUtil,
+}
+
+impl IdleScan {
+    fn is_sis_util(&self) -> bool {
+        *self == IdleScan::SisUtil
+    }
 }
 
 impl Default for GuestConfig {
@@ -1088,6 +1177,12 @@ impl Default for GuestConfig {
             load_balance: false,
             migration_cost_ns: 500_000,
             tick_ns: 4_000_000,
+            wake_placement: GuestWakePlacement::FirstIdle,
+            llc_vcpus: 0,
+            threads_per_core: 1,
+            wake_wide: true,
+            recent_used_cpu: true,
+            idle_scan: IdleScan::SisUtil,
         }
     }
 }
@@ -1276,6 +1371,11 @@ pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
     (&["vms.count", "vms.vcpus"], "the sum over VMs of count * vcpus <= 65536"),
     (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below pcpus"),
     (&["vms.threads", "vms.vcpus"], "threads <= 16 * vcpus"),
+    (&["vms.guest.threads_per_core", "vms.vcpus"], "vcpus is a multiple of guest.threads_per_core"),
+    (
+        &["vms.guest.llc_vcpus", "vms.guest.threads_per_core", "vms.vcpus"],
+        "guest.llc_vcpus is 0 (the whole VM) or a multiple of guest.threads_per_core that divides vcpus",
+    ),
     (&["vms.ple.max", "vms.ple.window"], "ple.max >= ple.window"),
     (&["vms.workload.phases.ns", "vms.workload.phases.dist"], "a periodic sleep has ns > 0 and a fixed length"),
     (&["vms.workload.phases.kind"], "every phase on one lock uses one kind (rwsem reads and writes mix)"),
@@ -1525,6 +1625,21 @@ impl SimConfig {
                     f("guest.tick_ns"),
                     limits::MIN_GUEST_TICK_NS,
                     vm.guest.tick_ns
+                )
+            })?;
+            let (smt, llc) = (vm.guest.threads_per_core, vm.guest.llc_vcpus);
+            check((1..=MAX_THREADS_PER_CORE).contains(&smt), || {
+                format!("{} must be in [1, {MAX_THREADS_PER_CORE}], got {smt}", f("guest.threads_per_core"))
+            })?;
+            check(vm.vcpus % smt == 0, || {
+                format!("{} must be a multiple of guest.threads_per_core ({smt}), got {}", f("vcpus"), vm.vcpus)
+            })?;
+            check(llc == 0 || (llc % smt == 0 && vm.vcpus % llc == 0), || {
+                format!(
+                    "{} must be 0 (the whole VM) or a multiple of guest.threads_per_core ({smt}) that divides \
+                     vcpus ({}), got {llc}",
+                    f("guest.llc_vcpus"),
+                    vm.vcpus
                 )
             })?;
             // the halt-poll limits live with its type (shared with the calibration model)

@@ -434,6 +434,14 @@ pub struct Thread {
     /// Its Lock phase takes an rwsem for reading; a waiting reader was granted it.
     pub rw_read: bool,
     pub rw_granted: bool,
+    /// `wake_wide`'s record of this thread as a waker (`record_wakee`):
+    /// wakee switches counted since the last halving, when that was, and
+    /// the thread it woke last (u32::MAX: none).
+    pub wakee_flips: u32,
+    pub wakee_flip_decay_ts: Ns,
+    pub last_wakee: u32,
+    /// `p->recent_used_cpu`: the vCPU it was woken from last time.
+    pub recent_used_cpu: u32,
 }
 
 #[derive(Clone, Debug)]

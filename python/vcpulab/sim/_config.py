@@ -876,6 +876,51 @@ class Guest(_Base):
             Default 500000 (kernel/sched/fair.c).
         tick_ns: the guest's scheduler tick, ns (used by ``load_balance``).
             Default 4000000 (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
+        wake_placement: how the guest kernel chooses the vCPU a woken thread
+            runs on. ``"first_idle"`` (default; vcpulab's first rule): the
+            first available vCPU in VM order from the thread's previous vCPU,
+            else the previous vCPU. ``"select_task_rq_fair"``: the guest's
+            kernel/sched/fair.c — with the waker on another vCPU and not
+            ``wake_wide``, ``wake_affine`` (``wake_affine_idle``, then
+            ``wake_affine_weight``) chooses the target between the waker's and
+            the previous vCPU; ``select_idle_sibling`` then takes the target
+            if available, the previous vCPU if available and in the target's
+            LLC, the thread's ``recent_used_cpu`` likewise, with SMT an idle
+            sibling of the previous vCPU (``select_idle_smt``) or a whole idle
+            core (``select_idle_core``), else the first available vCPU of
+            ``select_idle_cpu``'s scan from target + 1 within ``idle_scan``'s
+            limit, else the target. "Available" is ``Pv.placement``'s rule
+            (``available_idle_cpu`` = idle and not preempted upstream; the
+            2021 RFC's ``is_idle`` byte). Simplified: loads are runnable
+            thread counts, not PELT averages; wake-ups are never sync.
+        llc_vcpus: vCPUs per last-level cache in the topology the guest sees
+            (its ``sd_llc``), counted from the VM's vCPU 0; 0 (default): one
+            LLC spans the VM, as QEMU's ``-smp N`` gives from QEMU 6.2 on
+            (cores preferred over sockets). A multiple of
+            ``threads_per_core`` that divides ``Vm.vcpus``. Used by
+            ``"select_task_rq_fair"`` only.
+        threads_per_core: vCPUs per core in the topology the guest sees (SMT
+            siblings). Default 1 (QEMU's ``threads=1``). Divides
+            ``Vm.vcpus``. Used by ``"select_task_rq_fair"`` only.
+        wake_wide: the guest's ``wake_wide`` (v3.12 on): a waker that wakes
+            many different threads (flips at least the LLC size, and at
+            least LLC size times the wakee's) sends each wakee to its
+            previous vCPU's neighbourhood instead of ``wake_affine``'s
+            choice. Default True. Used by ``"select_task_rq_fair"`` only.
+        recent_used_cpu: ``select_idle_sibling`` tries the vCPU the thread
+            was woken from last time after the target and the previous vCPU
+            (32e839dda3ba, v4.16). Default True. Used by
+            ``"select_task_rq_fair"`` only.
+        idle_scan: ``select_idle_cpu``'s limit: ``"sis_util"`` (default;
+            SIS_UTIL, 70fb5ccf2ebb, v6.0: ``nr_idle_scan`` = nr_llc × (1024 −
+            x² × 117² / (10000 × 1024)) / 1024 with x the LLC's utilisation per
+            vCPU in 1/1024 and 117 the LLC domain's ``imbalance_pct``, so the
+            scan stops near 85 % busy; simplified: the utilisation is the
+            share of the LLC's vCPUs with a thread running or waiting at the
+            wake-up, not PELT's ``util_avg``) or ``"full"`` (the whole LLC:
+            3.x, and the stand-in for SIS_PROP of v4.13-v6.5, whose limit
+            depends on ``avg_idle`` and ``avg_scan_cost``, timings the model
+            does not keep). Used by ``"select_task_rq_fair"`` only.
     """
 
     lock_model: str = "simple"
@@ -884,6 +929,12 @@ class Guest(_Base):
     load_balance: bool = field(default=False, metadata=_NEW)
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)
     tick_ns: int = field(default=4_000_000, metadata=_NEW)
+    wake_placement: str = field(default="first_idle", metadata=_NEW)
+    llc_vcpus: int = field(default=0, metadata=_NEW)
+    threads_per_core: int = field(default=1, metadata=_NEW)
+    wake_wide: bool = field(default=True, metadata=_NEW)
+    recent_used_cpu: bool = field(default=True, metadata=_NEW)
+    idle_scan: str = field(default="sis_util", metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "lock_model")
@@ -892,6 +943,12 @@ class Guest(_Base):
         _bool(self, "load_balance")
         _int(self, "migration_cost_ns")
         _int(self, "tick_ns")
+        _choice(self, "wake_placement")
+        _int(self, "llc_vcpus")
+        _int(self, "threads_per_core")
+        _bool(self, "wake_wide")
+        _bool(self, "recent_used_cpu")
+        _choice(self, "idle_scan")
 
 
 @dataclass(frozen=True)
@@ -969,6 +1026,14 @@ class Vm(_Base):
                 raise ValueError(f"Vm.workload.phases[{i}].targets must be < vcpus ({self.vcpus}), got {p.targets}")
             if isinstance(p, Send) and p.to >= max(nthreads, 2):
                 raise ValueError(f"Vm.workload.phases[{i}].to must be < threads ({nthreads}), got {p.to}")
+        smt, llc = self.guest.threads_per_core, self.guest.llc_vcpus
+        if self.vcpus % smt:
+            raise ValueError(f"Vm.vcpus must be a multiple of guest.threads_per_core ({smt}), got {self.vcpus}")
+        if llc and (llc % smt or self.vcpus % llc):
+            raise ValueError(
+                f"Vm.guest.llc_vcpus must be 0 (the whole VM) or a multiple of guest.threads_per_core ({smt}) "
+                f"that divides vcpus ({self.vcpus}), got {llc}"
+            )
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:

@@ -83,6 +83,16 @@ THEURER_2012 = Source(
     "2012-10",
     "https://lkml.iu.edu/hypermail/linux/kernel/1210.1/01600.html",
 )
+#: the 2021 RFC's guest topology, inferred from where its patch acts
+_RFC_ONE_LLC = {
+    "guest.llc_vcpus": (
+        0,
+        "the RFC's guest patch (4/4) replaces available_idle_cpu() only in fair.c's wake-up placement "
+        "(wake_affine_idle, select_idle_sibling, select_idle_cpu/core/smt), which a guest of one-vCPU LLCs (QEMU's "
+        "pre-6.2 / libvirt default) passes through without asking; its measured gains need the VM's vCPUs in one "
+        "LLC (the thread does not give the QEMU command line)",
+    )
+}
 #: source of the 2021 pcpu_is_idle() proposal
 PCPU_IDLE_2021 = Source(
     "KVM: x86: pcpu_is_idle() in struct kvm_steal_time (proposal thread, not merged; message URL not confirmed, "
@@ -311,6 +321,7 @@ def _registry() -> list[Case]:
                 build=_pcpu_is_idle(_PARSEC_SYNC[bench]),
                 measure="wall_ns",
                 varies=("pv.placement",),
+                overrides=_RFC_ONE_LLC,
                 setup="host 2 x 28 cores x 2 threads (112 CPUs: sockets=2, threads_per_core=2), idle; one 16-vCPU VM, 16 threads; "
                 + _UNPINNED,
                 notes={

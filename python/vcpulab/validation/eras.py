@@ -320,6 +320,68 @@ _GUEST_LB = _k(
     "the guest's CFS balances its threads between its vCPUs: idle_balance/newidle_balance with the avg_idle >= "
     "sysctl_sched_migration_cost gate, and nohz idle balancing kicked from a busy CPU's tick (kernel/sched/fair.c)",
 )
+# the guest kernel's wake-up placement (sim.Guest.wake_placement and its knobs)
+_GUEST_WAKE = _k(
+    "select_task_rq_fair",
+    "",
+    "kernel/sched/fair.c select_task_rq_fair: wake_affine (wake_affine_idle, wake_affine_weight), then "
+    "select_idle_sibling over the guest's LLC",
+)
+_GUEST_NO_WAKE_WIDE = _k(
+    False, "", "no wake_wide before 62470419e993 'sched: Implement smarter wake-affine logic' (v3.12)"
+)
+_GUEST_WAKE_WIDE = _k(True, "", "wake_wide (62470419e993, v3.12; 63b0e9edceec 'sched/fair: Beef up wake_wide()', 2015)")
+_GUEST_NO_RECENT = _k(
+    False,
+    "",
+    "no p->recent_used_cpu before 'sched/fair: Use a recently used CPU as an idle candidate and the basis for SIS' "
+    "(Mel Gorman, v4.16)",
+)
+_GUEST_RECENT = _k(True, "", "select_idle_sibling tries p->recent_used_cpu (v4.16 on)")
+_GUEST_SCAN_FULL_3X = _k(
+    "full",
+    "",
+    "3.x/4.x select_idle_sibling scans the LLC's groups for an idle one with no limit (the first limit came with "
+    "10e2f1acd010, v4.9)",
+)
+_GUEST_SCAN_SIS_PROP = _k(
+    "full",
+    "",
+    "SIS_PROP (1ad3aaf3fcd2, v4.13 to 984ffb6a4366, v6.7) limits the scan by avg_idle / avg_scan_cost, timings "
+    "the model does not keep; the whole LLC stands in (an idle vCPU's avg_idle allows a long scan)",
+)
+_GUEST_SCAN_SIS_UTIL = _k(
+    "sis_util", "", "SIS_UTIL (70fb5ccf2ebb, v6.0; on by default): nr_idle_scan from the LLC's utilisation sum"
+)
+_GUEST_LLC_SOCKETS = _a(
+    1,
+    "vCPUs",
+    "the sources do not give the guest's topology; QEMU's -smp N before 6.2 (4a0af2930a4e 'Prefer cores over "
+    "sockets in smp parsing since 6.2') and libvirt without <topology> (-smp N,sockets=N,cores=1,threads=1) "
+    "give N one-core sockets, each vCPU its own L3 (CPUID leaf 4): a one-vCPU LLC, so select_idle_sibling "
+    "returns its target at once",
+)
+_GUEST_LLC_VM = _a(
+    0,
+    "vCPUs",
+    "one L3 spanning the VM: QEMU 6.2+ machine types' -smp N (cores preferred over sockets, 4a0af2930a4e); "
+    "libvirt without <topology> still asks for one-core sockets (a one-vCPU LLC)",
+)
+_GUEST_SMT = _k(1, "", "QEMU's -smp default threads=1 (and libvirt's without <topology>)")
+
+
+def _guest_wake(wake_wide: Param, recent: Param, scan: Param, llc: Param) -> dict[str, Param]:
+    """The guest's wake-up placement of one era."""
+    return {
+        "wake_placement": _GUEST_WAKE,
+        "wake_wide": wake_wide,
+        "recent_used_cpu": recent,
+        "idle_scan": scan,
+        "llc_vcpus": llc,
+        "threads_per_core": _GUEST_SMT,
+    }
+
+
 _HP_MAX = _k(200_000, "ns", "KVM_HALT_POLL_NS_DEFAULT = 200000 on x86 (arch/x86/include/asm/kvm_host.h)")
 _HP_GROW = _k(2, "", "halt_poll_ns_grow = 2 (virt/kvm/kvm_main.c)")
 _HP_GROW_START = _k(
@@ -484,6 +546,7 @@ ERA_2012 = Era(
         "policy": _k(P.dy_eligible(), "", "virt/kvm/kvm_main.c kvm_vcpu_on_spin with dy_eligible (v3.6, 2012)"),
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
         "load_balance": _GUEST_LB,
+        **_guest_wake(_GUEST_NO_WAKE_WIDE, _GUEST_NO_RECENT, _GUEST_SCAN_FULL_3X, _GUEST_LLC_SOCKETS),
     },
     halt_poll_model=_hp_model(0, 0),
 )
@@ -541,6 +604,7 @@ ERA_2015 = Era(
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
         "load_balance": _GUEST_LB,
+        **_guest_wake(_GUEST_WAKE_WIDE, _GUEST_NO_RECENT, _GUEST_SCAN_FULL_3X, _GUEST_LLC_SOCKETS),
     },
     halt_poll_model=_hp_model(0),
 )
@@ -638,6 +702,7 @@ def _era_5x(
             "pv_wait_early": wait_early,
             "vcpu_is_preempted": _VCPU_PREEMPTED,
             "load_balance": _GUEST_LB,
+            **_guest_wake(_GUEST_WAKE_WIDE, _GUEST_RECENT, _GUEST_SCAN_SIS_PROP, _GUEST_LLC_SOCKETS),
         },
         halt_poll_model=_hp_model(0),
     )
@@ -731,6 +796,7 @@ ERA_6X = Era(
         "pv_wait_early": _WAIT_EARLY,
         "vcpu_is_preempted": _VCPU_PREEMPTED,
         "load_balance": _GUEST_LB,
+        **_guest_wake(_GUEST_WAKE_WIDE, _GUEST_RECENT, _GUEST_SCAN_SIS_UTIL, _GUEST_LLC_VM),
     },
     halt_poll_model=_hp_model(2),
 )

@@ -195,7 +195,7 @@ impl Sim {
                         let l = &mut self.vms[vm].locks[lock];
                         l.holder = Some(w as u32);
                         l.acquisitions += 1;
-                        self.wake_thread(w, WakeReason::Ipi);
+                        self.wake_thread(w, WakeReason::Ipi, Some(t));
                     } else {
                         self.grant(vm, lock, w);
                     }
@@ -350,7 +350,7 @@ impl Sim {
             }
             l.acquisitions += 1;
             if self.threads[w].state == TState::Blocked {
-                self.wake_thread(w, WakeReason::Ipi);
+                self.wake_thread(w, WakeReason::Ipi, Some(t));
             } else {
                 let wv = self.threads[w].vcpu as usize;
                 self.poke(wv);

@@ -172,7 +172,7 @@ impl Sim {
         for w in waiting {
             // it runs this phase again when it wakes: it takes a task or waits
             self.threads[w as usize].step = Step::Begin;
-            self.wake_thread(w as usize, WakeReason::Ipi);
+            self.wake_thread(w as usize, WakeReason::Ipi, Some(t));
         }
     }
 
@@ -243,7 +243,7 @@ impl Sim {
                     let waiting = std::mem::take(&mut self.vms[vm].barrier_waiting);
                     for w in waiting {
                         self.advance(w as usize);
-                        self.wake_thread(w as usize, WakeReason::Ipi);
+                        self.wake_thread(w as usize, WakeReason::Ipi, Some(t));
                     }
                     self.advance(t);
                     self.drop_if_done(v, t);
@@ -272,7 +272,7 @@ impl Sim {
                     && matches!(self.vms[vm].cfg.workload.phases_for(dth.idx)[dth.pc], Phase::Recv { .. });
                 if in_recv {
                     self.advance(dst);
-                    self.wake_thread(dst, WakeReason::Ipi);
+                    self.wake_thread(dst, WakeReason::Ipi, Some(t));
                 } else {
                     self.threads[dst].msgs += 1;
                 }
@@ -305,5 +305,7 @@ impl Sim {
     }
 }
 
+#[cfg(test)]
+mod placement_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! the pcpu_is_idle RFC's check) and its load balancing (newidle and nohz
 //! idle balancing of threads between vCPUs).
 
-use super::super::config::Placement;
+use super::super::config::{GuestWakePlacement, IdleScan, Placement};
 use super::super::engine::Sim;
 use super::super::queue::Ev;
 use super::super::state::*;
@@ -12,18 +12,24 @@ impl Sim {
 
     pub fn sleep_timer(&mut self, t: usize) {
         self.advance(t);
-        self.wake_thread(t, WakeReason::Timer);
+        // the hrtimer fires on the vCPU the thread slept on: no waker thread
+        self.wake_thread(t, WakeReason::Timer, None);
     }
 
-    /// try_to_wake_up() in the guest: choose a vCPU (select_idle_sibling-like)
-    /// and queue the thread there; kick the vCPU if it is halted.
-    pub fn wake_thread(&mut self, t: usize, reason: WakeReason) {
+    /// try_to_wake_up() in the guest: `select_task_rq` chooses a vCPU
+    /// (`Guest.wake_placement`) and the thread is queued there; a halted
+    /// vCPU is kicked. `waker`: the thread whose action wakes it (running
+    /// on its vCPU), None for a timer.
+    pub fn wake_thread(&mut self, t: usize, reason: WakeReason, waker: Option<usize>) {
         if self.threads[t].state == TState::Done {
             return;
         }
         let vm = self.threads[t].vm as usize;
         let prev = self.threads[t].vcpu as usize;
-        let target = self.place(vm, prev);
+        let target = match self.vms[vm].cfg.guest.wake_placement {
+            GuestWakePlacement::FirstIdle => self.place(vm, prev),
+            GuestWakePlacement::SelectTaskRqFair => self.guest_select_task_rq_fair(vm, t, prev, waker),
+        };
         let th = &mut self.threads[t];
         th.state = TState::Ready;
         th.vcpu = target as u32;
@@ -54,6 +60,240 @@ impl Sim {
         let mine = self.vcpus[c].task;
         let rq = &self.rqs[cpu];
         rq.queue.iter().chain(rq.curr.iter()).all(|&x| x == mine)
+    }
+
+    // ------------------------------------- select_task_rq_fair in the guest
+
+    /// The first vCPU and the size of the guest LLC holding vCPU `c`
+    /// (`Guest.llc_vcpus`, 0: the whole VM).
+    fn guest_llc(&self, vm: usize, c: usize) -> (usize, usize) {
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let l = match self.vms[vm].cfg.guest.llc_vcpus as usize {
+            0 => n,
+            l => l,
+        };
+        (v0 + (c - v0) / l * l, l)
+    }
+
+    /// The vCPUs of the guest core holding vCPU `c` (`Guest.threads_per_core`).
+    fn guest_core(&self, vm: usize, c: usize) -> std::ops::Range<usize> {
+        let v0 = self.vms[vm].vcpu0 as usize;
+        let smt = self.vms[vm].cfg.guest.threads_per_core as usize;
+        let first = v0 + (c - v0) / smt * smt;
+        first..first + smt
+    }
+
+    fn guest_share_llc(&self, vm: usize, a: usize, b: usize) -> bool {
+        self.guest_llc(vm, a).0 == self.guest_llc(vm, b).0
+    }
+
+    /// The guest's `available_idle_cpu(c)` as `Pv.placement` defines it:
+    /// idle and not preempted (upstream); idle with the `is_idle` byte set
+    /// (the 2021 RFC's `available_idle_cpu_sched`); with `strict_pcpu`
+    /// (vcpulab's first pcpu_is_idle model, its first pass) idle with its
+    /// host CPU idle.
+    fn guest_available(&self, vm: usize, c: usize, strict_pcpu: bool) -> bool {
+        if !self.guest_idle_cpu(c) {
+            return false;
+        }
+        let pv = &self.vms[vm].cfg.pv;
+        if pv.placement.is_rfc() {
+            return pv.steal_time && self.vcpus[c].st_is_idle;
+        }
+        if strict_pcpu {
+            return self.pcpu_is_idle(c);
+        }
+        !self.vcpu_is_preempted(vm, c)
+    }
+
+    /// Runnable threads of vCPU `c` (its current one and those waiting):
+    /// the load `wake_affine_weight` compares (PELT's `cpu_load` in the
+    /// kernel; here a count of nice-0 threads).
+    fn guest_load(&self, c: usize) -> u64 {
+        let vc = &self.vcpus[c];
+        vc.cur.is_some() as u64 + vc.runq.len() as u64
+    }
+
+    /// `select_task_rq_fair` for the wake-up of thread `t` whose previous
+    /// vCPU is `prev`, woken by thread `waker` (None: from a timer on
+    /// `prev`). `record_wakee`, then `wake_affine` unless the waker is on
+    /// `prev` or `wake_wide` says no, then `select_idle_sibling`; the
+    /// thread's `recent_used_cpu` becomes `prev` once the search gets past
+    /// the target and the previous vCPU (as the kernel's does).
+    pub(crate) fn guest_select_task_rq_fair(
+        &mut self,
+        vm: usize,
+        t: usize,
+        prev: usize,
+        waker: Option<usize>,
+    ) -> usize {
+        let this = match waker {
+            Some(w) => {
+                self.guest_record_wakee(vm, w, t);
+                self.threads[w].vcpu as usize
+            }
+            None => prev,
+        };
+        let pcpu_first = self.vms[vm].cfg.pv.placement == Placement::PcpuIsIdle;
+        let recent = self.threads[t].recent_used_cpu as usize;
+        let wide = waker.is_some_and(|w| self.guest_wake_wide(vm, w, t, this));
+        let pick = |strict: bool| {
+            let target = if this != prev && !wide { self.guest_wake_affine(vm, this, prev, strict) } else { prev };
+            self.guest_select_idle_sibling(vm, prev, target, recent, strict)
+        };
+        let (mut cpu, mut past_prev) = pick(pcpu_first);
+        if pcpu_first && !self.guest_available(vm, cpu, true) {
+            // vcpulab's first pcpu_is_idle model: no vCPU idle on an idle
+            // host CPU; then available_idle_cpu
+            (cpu, past_prev) = pick(false);
+        }
+        if past_prev && self.vms[vm].cfg.guest.recent_used_cpu {
+            self.threads[t].recent_used_cpu = prev as u32;
+        }
+        cpu
+    }
+
+    /// `record_wakee(p)` on the waker: its flips halve once a second has
+    /// passed since the last halving, and count one more when its wakee
+    /// changes (`Guest.wake_wide`).
+    fn guest_record_wakee(&mut self, vm: usize, w: usize, t: usize) {
+        if !self.vms[vm].cfg.guest.wake_wide || w == t {
+            return;
+        }
+        let now = self.now;
+        let wk = &mut self.threads[w];
+        if now > wk.wakee_flip_decay_ts + 1_000_000_000 {
+            wk.wakee_flips >>= 1;
+            wk.wakee_flip_decay_ts = now;
+        }
+        if wk.last_wakee != t as u32 {
+            wk.last_wakee = t as u32;
+            wk.wakee_flips += 1;
+        }
+    }
+
+    /// `wake_wide(p)`: true when the larger of the waker's and the wakee's
+    /// flips is at least llc_size times the smaller, and the smaller is at
+    /// least llc_size (`sd_llc_size` of the waker's vCPU).
+    fn guest_wake_wide(&self, vm: usize, w: usize, t: usize, this: usize) -> bool {
+        if !self.vms[vm].cfg.guest.wake_wide {
+            return false;
+        }
+        let (a, b) = (self.threads[w].wakee_flips, self.threads[t].wakee_flips);
+        let (master, slave) = (a.max(b), a.min(b));
+        let factor = self.guest_llc(vm, this).1 as u32;
+        !(slave < factor || master < slave.saturating_mul(factor))
+    }
+
+    /// `wake_affine`: `wake_affine_idle` (the waker's vCPU if available and
+    /// in the previous one's LLC — the previous one if that is available
+    /// too; else the previous vCPU if available), then `wake_affine_weight`
+    /// (the waker's vCPU if its load with the thread, × 100, is below the
+    /// previous vCPU's load × (100 + (imbalance_pct − 100) / 2): 110 for
+    /// SMT siblings, 117 otherwise), else the previous vCPU.
+    fn guest_wake_affine(&self, vm: usize, this: usize, prev: usize, strict: bool) -> usize {
+        if self.guest_available(vm, this, strict) && self.guest_share_llc(vm, this, prev) {
+            return if self.guest_available(vm, prev, strict) { prev } else { this };
+        }
+        if self.guest_available(vm, prev, strict) {
+            return prev;
+        }
+        let imbalance_pct: u64 = if self.guest_core(vm, this).contains(&prev) && this != prev { 110 } else { 117 };
+        let this_eff = (self.guest_load(this) + 1) * 100;
+        let prev_eff = self.guest_load(prev) * (100 + (imbalance_pct - 100) / 2);
+        if this_eff < prev_eff {
+            this
+        } else {
+            prev
+        }
+    }
+
+    /// `select_idle_sibling(p, prev, target)` over the guest's topology:
+    /// the target if available; the previous vCPU if available and in the
+    /// target's LLC; `recent_used_cpu` likewise; with SMT, an idle sibling
+    /// of `prev` when no core is idle (`select_idle_smt`); then
+    /// `select_idle_cpu` from target + 1 over the target's LLC (wrapping):
+    /// with an idle core, the first whole idle core (`select_idle_core`,
+    /// no scan limit) or else the first available vCPU it saw; without,
+    /// the first available vCPU among `nr_idle_scan` (`Guest.idle_scan`);
+    /// else the target. Returns the vCPU and whether the search went past
+    /// the target and `prev` (where the kernel updates `recent_used_cpu`).
+    fn guest_select_idle_sibling(
+        &self,
+        vm: usize,
+        prev: usize,
+        target: usize,
+        recent: usize,
+        strict: bool,
+    ) -> (usize, bool) {
+        let avail = |c: usize| self.guest_available(vm, c, strict);
+        if avail(target) {
+            return (target, false);
+        }
+        if prev != target && self.guest_share_llc(vm, prev, target) && avail(prev) {
+            return (prev, false);
+        }
+        let g = &self.vms[vm].cfg.guest;
+        if g.recent_used_cpu
+            && recent != prev
+            && recent != target
+            && self.guest_share_llc(vm, recent, target)
+            && avail(recent)
+        {
+            return (recent, true);
+        }
+        let (first, l) = self.guest_llc(vm, target);
+        let smt = g.threads_per_core as usize;
+        let core_idle = |c: usize| self.guest_core(vm, c).all(avail);
+        let has_idle_core = smt > 1 && (first..first + l).step_by(smt).any(core_idle);
+        if smt > 1 && !has_idle_core && self.guest_share_llc(vm, prev, target) {
+            if let Some(c) = self.guest_core(vm, prev).find(|&c| c != prev && avail(c)) {
+                return (c, true);
+            }
+        }
+        let order = (1..=l).map(|k| first + (target - first + k) % l);
+        if has_idle_core {
+            let mut idle_cpu = None;
+            let mut seen = Vec::new();
+            for c in order {
+                let core = self.guest_core(vm, c).start;
+                if seen.contains(&core) {
+                    continue;
+                }
+                seen.push(core);
+                if core_idle(c) {
+                    return (core, true);
+                }
+                if idle_cpu.is_none() {
+                    idle_cpu = self.guest_core(vm, c).find(|&s| avail(s));
+                }
+            }
+            return (idle_cpu.unwrap_or(target), true);
+        }
+        let mut nr = match g.idle_scan {
+            IdleScan::Full => l,
+            IdleScan::SisUtil => {
+                // update_idle_cpu_scan: x = sum_util / nr_llc (1/1024 of a CPU),
+                // y = 1024 - min(x^2 pct^2 / (10000 * 1024), 1024) with the LLC
+                // domain's imbalance_pct (117; 110 for an SMT-core LLC),
+                // nr_idle_scan = nr_llc * y / 1024
+                let busy = (first..first + l).filter(|&c| !self.guest_idle_cpu(c)).count() as u64;
+                let x = busy * 1024 / l as u64;
+                let pct: u64 = if l == smt && smt > 1 { 110 } else { 117 };
+                let y = 1024 - (x * x * pct * pct / (10_000 * 1024)).min(1024);
+                (l as u64 * y / 1024) as usize
+            }
+        };
+        for c in order {
+            if nr == 0 {
+                break;
+            }
+            nr -= 1;
+            if avail(c) {
+                return (c, true);
+            }
+        }
+        (target, true)
     }
 
     // ---------------------------------------------------- guest load balancing
