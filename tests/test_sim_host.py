@@ -212,7 +212,7 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     assert ctx.host(pcpus=80).start_placement == "shuffled"
-    earlier = dict(run_to_parity=False, slice_check_on_wakeup=False, switch_ns=0)
+    earlier = dict(run_to_parity=False, slice_check_on_wakeup=False, switch_ns=0, delay_dequeue=False)
 
     def thr(seed, **kw):
         host = dataclasses.replace(ctx.host(pcpus=80, affinity="all"), **kw)

@@ -316,6 +316,21 @@ pub struct HostConfig {
     /// nothing.
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub switch_ns: u64,
+    /// EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29 "sched/fair:
+    /// Implement delayed dequeue", v6.12; both on by default): a task that
+    /// blocks while not eligible (negative lag) stays on its CPU's queue
+    /// and burns its negative lag off as V advances; once eligible it is
+    /// dequeued with its lag clipped to 0; woken before that, it is dequeued
+    /// with what is left and placed as any wakee ("sched: Change
+    /// ttwu_runnable() vs sched_delayed", v6.17; v6.12-v6.16 requeued it in
+    /// place, which is not modelled). Simplified: it counts as dequeued the
+    /// instant V passes its vruntime, and its weight is left out of V
+    /// meanwhile. false (default): a blocked task keeps its lag, negative or
+    /// not, until it next runs (v6.6-v6.11). Used with `scheduler="fair"`
+    /// (EEVDF) only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    pub delay_dequeue: bool,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -504,6 +519,7 @@ impl Default for HostConfig {
             slice_check_on_wakeup: false,
             run_to_parity: false,
             switch_ns: 0,
+            delay_dequeue: false,
         }
     }
 }

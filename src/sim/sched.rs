@@ -152,6 +152,11 @@ impl Sim {
                 self.token_wait(t);
                 return;
             }
+            if self.tasks[t].delayed {
+                // still sched_delayed: ttwu_runnable dequeues it (DEQUEUE_DELAYED)
+                // and it goes down the regular wake-up path
+                self.delayed_wake(t);
+            }
             if self.tasks[t].pinned.is_none() && !self.wake.enqueue_new {
                 self.record_wakee(t);
             }
@@ -249,6 +254,30 @@ impl Sim {
         }
     }
 
+    /// `Host.delay_dequeue` acts: the EEVDF class of the host's own
+    /// scheduler (not CFS, gang or vcpulab's token scheduler).
+    pub(crate) fn delay_dequeue_on(&self) -> bool {
+        self.cfg.host.delay_dequeue && self.cfg.host.scheduler == Scheduler::Fair
+    }
+
+    /// The wake-up of delayed task `t` (DELAY_DEQUEUE, DELAY_ZERO): its lag
+    /// has grown by what its CPU's V advanced since it blocked, up to 0.
+    /// Still negative: the wake-up dequeues it with what is left
+    /// (`update_entity_lag` at DEQUEUE_DELAYED; since "sched: Change
+    /// ttwu_runnable() vs sched_delayed", v6.17, it then takes the regular
+    /// wake-up path with its placement; v6.12-v6.16 requeued it in place).
+    /// Reached 0: it was dequeued at a pick with its lag clipped to 0.
+    /// Simplified: it counts as dequeued the instant V passes its vruntime
+    /// (the kernel: at the next pick that would choose it), and its weight
+    /// is left out of V while delayed.
+    fn delayed_wake(&mut self, t: usize) {
+        let cpu = self.tasks[t].cpu as usize;
+        let v = self.avg_vruntime(cpu);
+        let tk = &mut self.tasks[t];
+        tk.delayed = false;
+        tk.vlag = tk.vlag.saturating_add(v - tk.delayed_v).min(0);
+    }
+
     pub(crate) fn save_lag(&mut self, t: usize, v: i64) {
         let cpu = self.tasks[t].cpu as usize;
         self.rqs[cpu].last_v = v;
@@ -273,6 +302,12 @@ impl Sim {
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.tasks[t].runnable = false;
+        if self.delay_dequeue_on() && self.tasks[t].vlag < 0 {
+            // DELAY_DEQUEUE: not eligible, it stays queued (sched_delayed)
+            // and burns off its negative lag as V advances
+            self.tasks[t].delayed = true;
+            self.tasks[t].delayed_v = v;
+        }
         if self.rqs[cpu].buddy == Some(t as u32) {
             self.rqs[cpu].buddy = None;
         }

@@ -211,3 +211,90 @@ fn an_eligible_next_buddy_goes_before_the_protected_slice() {
         }
     }
 }
+
+// ---- DELAY_DEQUEUE (`Host.delay_dequeue`) on hand-built states ----
+
+/// Three computing vCPUs on two CPUs under EEVDF with unpinned threads
+/// started on CPU g mod 2 (CPU 0: vCPUs 0 and 2, CPU 1: vCPU 1), 10 µs in;
+/// vCPU 1 blocks (CPU 1 goes idle) and queued vCPU 2 is taken off CPU 0's
+/// queue asleep: (sim, the task of vCPU 2).
+fn two_cpus_one_idle(delay_dequeue: bool) -> (Sim, usize) {
+    let c = SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig {
+            pcpus: 2,
+            affinity: Affinity::All,
+            start_placement: StartPlacement::Index,
+            delay_dequeue,
+            ..Default::default()
+        },
+        vms: vec![computing_vm(3)],
+        ..Default::default()
+    };
+    let mut s = sim_of(&c);
+    s.step_until(10_000).unwrap();
+    // the sleeper first, so that CPU 1's newidle pull finds nothing to take
+    let t2 = s.rqs[0].queue[0] as usize;
+    s.rq_remove_queued(t2);
+    s.tasks[t2].runnable = false;
+    let t1 = s.rqs[1].curr.expect("vCPU 1 runs on CPU 1") as usize;
+    s.dequeue_sleep(t1);
+    s.schedule(1, Why::Halt);
+    assert!(s.rqs[1].curr.is_none() && s.rqs[1].queue.is_empty(), "CPU 1 idle");
+    (s, t2)
+}
+
+#[test]
+fn a_task_blocking_with_negative_lag_is_delayed_and_one_with_positive_lag_is_not() {
+    for (delay, ahead_ms, delayed) in [(true, 4, true), (true, -4, false), (false, 4, false)] {
+        // two computing vCPUs on one CPU: curr `ahead_ms` ahead of the queued
+        // one, so V lies halfway and curr's lag is -ahead_ms / 2
+        let c = SimConfig {
+            duration_ns: 1_000_000_000,
+            host: HostConfig { pcpus: 1, delay_dequeue: delay, ..Default::default() },
+            vms: vec![computing_vm(2)],
+            ..Default::default()
+        };
+        let mut s = sim_of(&c);
+        s.step_until(10_000).unwrap();
+        let cur = s.rqs[0].curr.expect("curr") as usize;
+        let q = s.rqs[0].queue[0] as usize;
+        s.rqs[0].exec_start = s.now;
+        s.rq_remove_queued(q);
+        s.tasks[cur].vruntime = s.tasks[q].vruntime + ahead_ms * MS;
+        s.queue_add(0, q);
+        s.dequeue_sleep(cur);
+        assert_eq!(s.tasks[cur].vlag, -ahead_ms * MS / 2);
+        assert_eq!(s.tasks[cur].delayed, delayed, "delay_dequeue {delay}, {ahead_ms} ms ahead");
+    }
+}
+
+#[test]
+fn a_delayed_task_wakes_with_the_lag_it_has_left_and_goes_through_placement() {
+    // woken while V has advanced 1 ms of its 2 ms of negative lag: dequeued
+    // with -1 ms (DEQUEUE_DELAYED) and placed as any wakee: idle CPU 1
+    let (mut s, t) = two_cpus_one_idle(true);
+    let v = s.avg_vruntime(0);
+    s.tasks[t].delayed = true;
+    s.tasks[t].vlag = -2 * MS;
+    s.tasks[t].delayed_v = v - MS;
+    s.enqueue(t);
+    assert_eq!(s.tasks[t].cpu, 1);
+    assert_eq!(s.tasks[t].vlag, -MS);
+    assert!(!s.tasks[t].delayed);
+    // V has gone 3 ms past: it was dequeued at a pick with its lag clipped to
+    // 0 (DELAY_ZERO)
+    let (mut s, t) = two_cpus_one_idle(true);
+    let v = s.avg_vruntime(0);
+    s.tasks[t].delayed = true;
+    s.tasks[t].vlag = -2 * MS;
+    s.tasks[t].delayed_v = v - 3 * MS;
+    s.enqueue(t);
+    assert_eq!(s.tasks[t].vlag, 0);
+    // without the feature a sleeper keeps its whole negative lag
+    let (mut s, t) = two_cpus_one_idle(false);
+    s.tasks[t].vlag = -2 * MS;
+    s.enqueue(t);
+    assert_eq!(s.tasks[t].cpu, 1);
+    assert_eq!(s.tasks[t].vlag, -2 * MS);
+}

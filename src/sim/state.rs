@@ -164,6 +164,10 @@ pub struct Task {
     pub wakee_flip_decay_ts: Ns,
     pub wakee_flips: u32,
     pub last_wakee: u32,
+    /// `Host.delay_dequeue`: it blocked with negative lag and stays on its
+    /// CPU's queue (`se->sched_delayed`) since that CPU's V was `delayed_v`.
+    pub delayed: bool,
+    pub delayed_v: i64,
 }
 
 impl Task {
@@ -191,6 +195,8 @@ impl Task {
             wakee_flips: 0,
             last_wakee: u32::MAX,
             wakee_flip_decay_ts: 0,
+            delayed: false,
+            delayed_v: 0,
         }
     }
 }

@@ -495,6 +495,18 @@ class Host(_Base):
             switch to a non-vCPU task; the cache refill after a switch is
             ``migration_cold_*_ns``'s, not this. Default 0 (switches cost
             nothing).
+        delay_dequeue: EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29
+            "sched/fair: Implement delayed dequeue", v6.12, both on by
+            default): a task that blocks while not eligible (negative lag)
+            stays on its CPU's queue and burns the negative lag off as V
+            advances; once eligible it is dequeued with its lag clipped to 0;
+            woken before that, it is dequeued with what is left and placed as
+            any wakee ("sched: Change ttwu_runnable() vs sched_delayed",
+            v6.17; v6.12-v6.16 requeued it in place, not modelled).
+            Simplified: it counts as dequeued the instant V passes its
+            vruntime, and its weight is left out of V meanwhile. Default
+            False: a blocked task keeps its lag, negative or not, until it
+            next runs (v6.6-v6.11). ``scheduler="fair"`` only.
     """
 
     pcpus: int = 4
@@ -536,6 +548,7 @@ class Host(_Base):
     slice_check_on_wakeup: bool = field(default=False, metadata=_NEW)
     run_to_parity: bool = field(default=False, metadata=_NEW)
     switch_ns: int = field(default=0, metadata=_NEW)
+    delay_dequeue: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _int(self, "pcpus")
@@ -602,6 +615,7 @@ class Host(_Base):
         _bool(self, "slice_check_on_wakeup")
         _bool(self, "run_to_parity")
         _int(self, "switch_ns")
+        _bool(self, "delay_dequeue")
         pins = self.vcpu_pcpus
         if isinstance(pins, list):
             pins = tuple(pins)

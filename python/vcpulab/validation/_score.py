@@ -194,17 +194,24 @@ def _key(obj: Any) -> str:
 # ----------------------------------------------------------------- scoring
 
 
-#: a VM at zero operations counts as starved only where the mean of its group
-#: of identical VMs is at least this many operations (a Poisson count of mean
-#: 5 is 0 with probability 0.7 %): a window too short for a VM to finish an
-#: operation, or a VM with no identical sibling, says nothing about starvation
+#: a VM counts as starved only where the mean of its group of identical VMs
+#: is at least this many operations (a Poisson count of mean 5 is 0 with
+#: probability 0.7 %): a window too short for a VM to finish an operation, or
+#: a VM with no identical sibling, says nothing about starvation
 STARVED_MIN_FAIR_OPS = 5
+#: a VM is starved when it makes less than this share of its fair share (the
+#: mean operations of its group of identical VMs) in the measured window: an
+#: assumption, the bound the symmetric-run tests have used since the host
+#: model (a VM at a fifth of its siblings is not scheduled as they are; a
+#: Poisson count of mean 25 falls below 5 with probability 2e-6)
+STARVED_SHARE = 0.2
 
 
 def _fairness(r: Mapping[str, Any], cfg: Any) -> tuple[float, int]:
-    """(min Jain index over the config's groups of identical VMs, VMs with no
-    operation in the measured window in a group whose mean is at least
-    `STARVED_MIN_FAIR_OPS`) of one main-engine run."""
+    """(min Jain index over the config's groups of identical VMs, VMs below
+    `STARVED_SHARE` of their group's mean operations in the measured window,
+    in groups whose mean is at least `STARVED_MIN_FAIR_OPS`) of one
+    main-engine run."""
     if "vms" not in r or not isinstance(cfg, Config):
         return math.nan, 0
     tput = r["vms"]["throughput_ops_s"].to_list()
@@ -216,8 +223,9 @@ def _fairness(r: Mapping[str, Any], cfg: Any) -> tuple[float, int]:
             jj = jain(tput[i : i + vm.count])
             j = jj if math.isnan(j) else min(j, jj)
             group = ops[i : i + vm.count]
-            if sum(group) >= STARVED_MIN_FAIR_OPS * vm.count:
-                starved += sum(1 for o in group if o == 0)
+            mean = sum(group) / vm.count
+            if mean >= STARVED_MIN_FAIR_OPS:
+                starved += sum(1 for o in group if o < STARVED_SHARE * mean)
         i += vm.count
     return j, starved
 
@@ -296,8 +304,9 @@ def validate(
     ``per_seed`` (list), ``short_mean`` (the half-length run), ``direction_ok``,
     ``sim_over_pub``, ``within_2x``, ``jain_min`` (Jain's index of per-VM
     throughput over each group of identical VMs, worst seed and variant;
-    null for single VMs), ``starved_vms`` (most VMs with no operation in the
-    measured window, any seed and variant, in a group of identical VMs
+    null for single VMs), ``starved_vms`` (most VMs below ``STARVED_SHARE``
+    (0.2) of their fair share — the mean operations of their group of
+    identical VMs — in the measured window, any seed and variant, in groups
     whose mean is at least ``STARVED_MIN_FAIR_OPS`` operations), ``stable`` (same sign, with the
     dead band, at both lengths), ``bimodal`` (per-seed comparison or either
     variant's per-seed measure), ``identical`` (both variants gave the same

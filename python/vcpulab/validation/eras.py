@@ -783,6 +783,14 @@ ERA_6X = Era(
             "'sched/eevdf: Curb wakeup-preemption', v6.6; the vprot form of 'sched/fair: Limit run to parity to "
             "the min slice of enqueued entities', Vincent Guittot, 2025, is the same for equal slices)",
         ),
+        "delay_dequeue": _k(
+            True,
+            "",
+            "kernel/sched/features.h DELAY_DEQUEUE and DELAY_ZERO (default true): a task blocking with negative lag "
+            "stays queued until eligible, then leaves with its lag clipped to 0 (152e11f6df29 'sched/fair: "
+            "Implement delayed dequeue', v6.12); woken while delayed, it is dequeued and takes the regular "
+            "wake-up path ('sched: Change ttwu_runnable() vs sched_delayed', Peter Zijlstra, v6.17)",
+        ),
         **_host_model(False, 16, _IDLE_SKX),
     },
     ple=_ple_dynamic(),

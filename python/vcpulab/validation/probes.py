@@ -13,17 +13,21 @@ the artifact is present:
   detail gives gang ÷ fair throughput too. Until 2026-12-02 the probe
   judged lock-step by that ratio (under 1.2); with switch costs the 6.x
   ratio fell to 1.19 while its VMs co-ran at only 0.36 of the instants: a
-  throughput ratio near 1 does not say the schedules are alike;
+  throughput ratio near 1 does not say the schedules are alike (with the
+  era's delayed dequeue the 6.x fair run co-runs at 0.01 and gang leads it
+  1.6-2.7x);
 * ``index_bias_unpinned_8x20``: 2012 era, 80 CPUs, unpinned, four spin-lock
   VMs and four ebizzy-like VMs of 20 vCPUs, each group listed first and then
   second (value: the largest change of a group's mean throughput with the
   order; artifact above 10 %: the results follow the VM's index);
 * ``share_collapse_unpinned_8x20``: the fair run of the lock-step probe in
   the 6.x era (value: the smallest VM's operations over the mean VM's, over
-  seeds; artifact below 0.2, the share bound of the tests);
+  seeds; artifact below ``STARVED_SHARE``, 0.2, the validation's starvation
+  rule);
 * ``starvation_2x_ebizzy_16cpus``: two symmetric 16-vCPU ebizzy-like VMs on
-  16 CPUs, 2012 era, unpinned: a VM with no operation over 100 ms (value: the
-  smallest per-VM share of the throughput, over seeds and policies);
+  16 CPUs, 2012 era, unpinned: a VM below a fifth of its fair share (the
+  mean VM's operations) over 100 ms (value: the smallest per-VM share of
+  the operations, over seeds and policies; 0.5 is fair);
 * ``dead_path_lock_kinds``: ticket vs pv_queued spinlocks give identical runs;
 * ``dead_path_threads_per_vcpu``: 1 vs 2 ebizzy-like threads per vCPU give
   identical runs;
@@ -44,6 +48,7 @@ import polars as pl
 from vcpulab.sim import policies as P
 from vcpulab.sim import presets
 from vcpulab.sim._config import Config
+from vcpulab.validation._score import STARVED_SHARE
 from vcpulab.validation.cases import Ctx, case
 from vcpulab.validation.eras import COSTS, era
 
@@ -165,7 +170,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
             probe="share_collapse_unpinned_8x20",
             era="6.x",
             value=low,
-            artifact=low < 0.2,
+            artifact=low < STARVED_SHARE,
             detail="smallest VM's operations over the mean VM's (8 x 20 unpinned, 80 CPUs, pv spinlocks)",
             waits_for="the host model",
         )
@@ -177,18 +182,18 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     for pol in (P.baseline_2011(), P.dy_eligible()):
         vm = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32, policy=pol)
         cfgs += [_unpinned(ctx, (vm,), 16, s, ns(150_000_000), ns(50_000_000)) for s in range(seeds)]
-    shares, zero = [], False
+    shares, starved = [], False
     for r in _sweep(cfgs):
         ops = r.vms["ops"].to_list()
-        zero |= min(ops) == 0
+        starved |= min(ops) < STARVED_SHARE * sum(ops) / len(ops)
         shares.append(min(ops) / max(1, sum(ops)))
     rows.append(
         dict(
             probe="starvation_2x_ebizzy_16cpus",
             era="2012-3.x",
             value=min(shares),
-            artifact=zero,
-            detail="smallest per-VM share of the operations (0.5 = fair); a VM at 0 over the window",
+            artifact=starved,
+            detail="smallest per-VM share of the operations (0.5 = fair); a VM under a fifth of the mean VM's",
             waits_for="the host model",
         )
     )
