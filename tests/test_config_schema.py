@@ -1,4 +1,4 @@
-"""One schema: the serde structs of src/sim/config.rs are the source of truth.
+"""One schema: the serde structs of src/sim/config/ are the source of truth.
 Rust generates a JSON Schema from them (``vcpulab.sim.config_schema()``:
 fields, types, defaults, limits, descriptions) and validates every config with
 errors that name the field; Python's frozen dataclasses read their limits and

@@ -1,6 +1,6 @@
 """Configuration objects of the simulator.
 
-The one schema is Rust's: the serde structs of src/sim/config.rs, from which
+The one schema is Rust's: the serde structs of src/sim/config/, from which
 [`config_schema`][vcpulab.sim.config_schema] (a JSON Schema) is generated. These frozen dataclasses
 are what users write; each validates itself in ``__post_init__`` against the
 limits and names *read from that schema* (a bad value raises

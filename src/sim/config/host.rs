@@ -1,0 +1,455 @@
+//! The host: its CPUs and topology, its scheduler (EEVDF, CFS, gang, vcpulab's
+//! token scheduler) and their knobs, background load and noise.
+
+use super::*;
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduler {
+    /// EEVDF-like fair scheduler (v6.6+), one run queue per host CPU; "eevdf" names it too.
+    #[serde(alias = "eevdf")]
+    Fair,
+    /// Gang (co-)scheduling: all vCPUs of a VM run together in slices.
+    Gang,
+    /// The pre-6.6 CFS fair class (kernel/sched/fair.c of v3.x-v6.5):
+    /// vruntime and min_vruntime, slices from sched_latency / min_granularity,
+    /// check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies.
+    Cfs,
+    /// vcpulab's own vCPU scheduler (`vcpulab.sched.round_robin`, and the
+    /// slices of `sched.directed_yield`; src/kvm/sched.rs) over the EEVDF
+    /// host: each host CPU has one run token; a vCPU thread runs only while it
+    /// holds one; tokens go to one FIFO queue of runnable vCPUs, a slice of
+    /// `token_slice_ns` of wall time each; a halt hands the token on at once; a
+    /// woken vCPU waits at the queue's tail; `yield_to` gives the yielder's
+    /// token to a waiting candidate with a fresh slice and puts the yielder at
+    /// the tail. The kernel still shares each CPU between its token holder and
+    /// other tasks (background, noise) by EEVDF.
+    RoundRobin,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum NextBuddy {
+    /// The hint is always honoured (CFS before v6.6).
+    Always,
+    /// Honoured only if the target is EEVDF-eligible (sched_feat(PICK_BUDDY),
+    /// on by default since 2a77e4be12cb, v6.14; kernel/sched/fair.c pick_next_entity).
+    Eligible,
+    /// Never honoured (v6.6-v6.13: ->next is picked only under NEXT_BUDDY, off by default).
+    Never,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum YieldPenalty {
+    /// First EEVDF (147f3efaa241, v6.6, to v6.18): yield_task_fair moves the
+    /// yielder's deadline one slice forward.
+    Deadline,
+    /// Newer EEVDF (79104becf42b "sched/fair: Forfeit vruntime on yield",
+    /// v6.19; stable 6.12.63, 6.18.2): an eligible yielder's vruntime jumps
+    /// to its deadline, then the deadline moves one slice forward.
+    Vruntime,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum YieldScope {
+    /// All threads share the CPU's one fair run queue (no task groups): the
+    /// yield penalty reorders the yielder against every task of its CPU.
+    RunQueue,
+    /// Each VM's threads are in their own task group (libvirt's per-VM
+    /// machine.slice scope; autogroup per session). yield_task_fair acts on
+    /// task_cfs_rq(curr), the VM's own queue, and returns early when the CPU
+    /// runs one task (rq->nr_running == 1), so the penalty reorders the
+    /// yielder only among its own VM's threads; set_next_buddy walks the
+    /// whole hierarchy, so the next buddy still acts where VMs compete.
+    /// Simplified (one flat queue): the penalty applies when every other
+    /// runnable task of the CPU is a vCPU of the yielder's VM (then the flat
+    /// queue is the group's queue), and not at all otherwise.
+    VmGroup,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Affinity {
+    /// Each vCPU thread pinned to one host CPU, balanced, in a seeded random order.
+    Pinned,
+    /// vCPU thread g (over all VMs) pinned to host CPU g mod P.
+    RoundRobin,
+    /// Any host CPU; placed at wake-up on its previous CPU if idle, else on an
+    /// idle CPU (no periodic load balancing).
+    All,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Background {
+    /// Fraction of each host CPU a pinned background host task (kworker-like) wants, in [0, 1).
+    #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1.0))]
+    pub utilization: f64,
+    /// Mean length of one background burst, ns (exponential).
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
+    pub burst_ns: u64,
+    /// Scheduler weight of the background tasks (1024 = nice 0).
+    #[schemars(range(min = limits::MIN_WEIGHT, max = limits::MAX_WEIGHT))]
+    pub weight: u64,
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Background { utilization: 0.0, burst_ns: 200_000, weight: 1024 }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostConfig {
+    /// Host CPUs.
+    #[schemars(range(min = 1, max = MAX_PCPUS))]
+    pub pcpus: u32,
+    /// The host's CPU scheduler.
+    pub scheduler: Scheduler,
+    /// Scheduler tick period, ns (HZ=250: 4 ms). Slice expiry is noticed at ticks.
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
+    pub tick_ns: u64,
+    /// EEVDF base slice, ns (sysctl_sched_base_slice 0.75 ms scaled by 1 + ilog2(min(ncpus, 8))).
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
+    pub base_slice_ns: u64,
+    /// A woken, eligible task with an earlier deadline preempts the running one.
+    pub wakeup_preemption: bool,
+    /// Effect of yield_to's next-buddy hint.
+    pub next_buddy: NextBuddy,
+    /// What a yield costs the yielder (EEVDF).
+    pub yield_penalty: YieldPenalty,
+    /// Which run queue the yield penalty acts on (EEVDF): the CPU's whole
+    /// queue, or only the yielder's VM's task group.
+    pub yield_scope: YieldScope,
+    /// Placement of the vCPU threads on the host CPUs.
+    pub affinity: Affinity,
+    /// Gang-scheduling slice, ns.
+    #[schemars(range(min = limits::MIN_PERIOD_NS))]
+    pub gang_slice_ns: u64,
+    /// A run token's slice under `scheduler = "round_robin"` (vcpulab's
+    /// scheduler), wall time, ns; `vcpulab.sched`'s `slice_us` (default 4000).
+    #[serde(skip_serializing_if = "is_default_token_slice_ns")]
+    #[schemars(range(min = limits::MIN_PERIOD_NS), extend("default" = 4_000_000))]
+    pub token_slice_ns: u64,
+    /// Host clock converting PLE cycles to ns, kHz.
+    #[schemars(range(min = limits::MIN_TSC_KHZ))]
+    pub tsc_khz: u64,
+    /// Time a yield_to attempt holds both run-queue locks, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub rq_lock_ns: u64,
+    /// Cost of yield_to before the run-queue locks (the -ESRCH check), ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub yield_check_ns: u64,
+    /// yield_to returns -ESRCH early when both run queues hold one task
+    /// (kernels since ~3.8); false: the 2011-2012 yield_to, which always takes
+    /// both run-queue locks.
+    pub yield_to_esrch: bool,
+    /// Background host load: one pinned host task per host CPU.
+    pub background: Background,
+    /// Per-CPU tick phase as the `skew_tick=1` boot option sets it
+    /// (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is
+    /// offset by i·(TICK_NSEC/2)/nr_cpus). false: the kernel default,
+    /// every CPU ticks on the same jiffy boundary ("synchronized mode").
+    pub tick_skew: bool,
+    /// Ties between equal scheduling keys are broken by a per-task seeded
+    /// random rank (a separate RNG stream) instead of the task index, so
+    /// that CPUs do not all prefer the same VM.
+    pub seeded_ties: bool,
+    /// Wake-up latency of a task on a remote CPU: the IPI (wake list or
+    /// reschedule IPI) delivery, ns. 0: instantaneous (off).
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub wakeup_ipi_ns: u64,
+    /// Idle states of each host CPU as (exit_latency_ns, target_residency_ns),
+    /// shallowest first; a woken task waits for the exit latency of the
+    /// deepest state whose target residency the CPU has been idle for.
+    /// Empty: no exit latency (off). Times are <= 1e9 ns.
+    #[schemars(schema_with = "idle_states_schema")]
+    pub idle_states: Vec<(u64, u64)>,
+    /// Relative jitter of the wake-up latencies: each is drawn uniformly in
+    /// [1 - j, 1 + j] times its value, in [0, 1].
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub wakeup_jitter: f64,
+    /// Host noise: per-CPU kernel-thread bursts and per-VM VMM I/O threads.
+    pub noise: HostNoise,
+    /// Tunables of `scheduler = "cfs"`.
+    pub cfs: CfsConfig,
+    /// Topology: sockets (each one LLC domain) × cores × SMT threads;
+    /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
+    /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
+    /// servers: siblings are ncores apart). At most `pcpus`.
+    #[schemars(range(min = 1, max = MAX_PCPUS))]
+    pub sockets: u32,
+    /// SMT threads per core.
+    #[schemars(range(min = 1, max = limits::MAX_THREADS_PER_CORE))]
+    pub threads_per_core: u32,
+    /// Wake-up placement of unpinned threads.
+    pub wake_placement: WakePlacement,
+    /// Periodic load balancing per domain (`rebalance_domains` /
+    /// `load_balance`), and newidle balancing domain by domain.
+    pub load_balance: bool,
+    /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
+    /// (kernel sd_init: 32 before v5.10, 16 since).
+    #[schemars(range(min = 1, max = limits::MAX_LB_BUSY_FACTOR))]
+    pub lb_busy_factor: u32,
+    /// sysctl_sched_migration_cost, ns: a task that ran within this time
+    /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cost_ns: u64,
+    /// Speed of a hardware thread while an SMT sibling of its core is busy,
+    /// percent of its speed alone (100: no slow-down, off).
+    #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
+    pub smt_speed_pct: u32,
+    /// Where each unpinned (`affinity = "all"`) vCPU thread starts: its
+    /// first enqueue keeps this CPU (fork placement, `wake_up_new_task`),
+    /// it does not go through the wake-up path.
+    pub start_placement: StartPlacement,
+    /// Cache-refill time a vCPU owes when it runs on another core of the
+    /// same LLC than last time (its private L1/L2 are cold), ns; spent at
+    /// the start of its next useful work. 0: off.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_core_ns: u64,
+    /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub migration_cold_llc_ns: u64,
+    /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
+    /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
+    pub wake_wide: bool,
+    /// Host CPU of each vCPU thread, overriding the map `affinity` draws:
+    /// vCPU thread g (counted over all VMs) on `vcpu_pcpus[g mod len]`,
+    /// pinned there (`affinity = "all"`: starting there). Lets a run use
+    /// some of the host's CPUs while the host's other threads (noise, the
+    /// VMM threads) may run on the rest, as a real experiment pinned to a
+    /// subset of the machine does. Each entry < `pcpus`, at most
+    /// `MAX_VCPUS_TOTAL` entries. Empty (default): the affinity's map.
+    #[schemars(schema_with = "vcpu_pcpus_schema")]
+    pub vcpu_pcpus: Vec<u32>,
+    /// vCPU threads arrive one by one, ns apart: the VMM creates them in
+    /// turn, and the order in which they first reach their CPU's run queue
+    /// (fork placement, then the move to their pinned CPU) is a seeded
+    /// random one; the gaps between arrivals are exponential with mean
+    /// start_gap_ns (second RNG stream); each arrives on its start CPU
+    /// (a new task is placed by fork balancing, which the start map stands
+    /// for, not by the wake-up path) and may preempt as any waking task.
+    /// 0 (default): every vCPU is runnable at time 0, in index order, each
+    /// on its start CPU.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub start_gap_ns: u64,
+    /// EEVDF: a wake-up onto a busy CPU notices an expired slice of the
+    /// running task, as the kernel's `enqueue_entity` → `update_curr` →
+    /// `update_deadline` → `resched_curr` does (kernel/sched/fair.c), and the
+    /// CPU picks again. false (default): slice expiry is noticed at ticks only.
+    pub slice_check_on_wakeup: bool,
+    /// EEVDF: the kernel's `RUN_TO_PARITY` slice protection and wake-up
+    /// rule (kernel/sched/fair.c, v6.6 on; the feature is on by default). A
+    /// task picked to run keeps its CPU while it is eligible and has not
+    /// used its slice (`set_protect_slice` at the pick, `protect_slice` in
+    /// `pick_eevdf`); a woken task preempts only when `pick_eevdf` would
+    /// choose it (`check_preempt_wakeup_fair`), and an eligible next buddy
+    /// still goes first (`PICK_BUDDY`). false (default): every pick is the
+    /// earliest eligible deadline, and a woken task preempts when it is
+    /// eligible with an earlier deadline than the running one.
+    pub run_to_parity: bool,
+    /// Host CPU time of a switch to a vCPU thread, ns: the host's
+    /// `__schedule()` → `context_switch()` (registers, the address space of
+    /// another VMM process) and KVM's preempt notifier `kvm_sched_in` →
+    /// `kvm_arch_vcpu_load` (on VMX `vmx_vcpu_load`: VMPTRLD of the vCPU's
+    /// VMCS, its host state and the user-return MSRs; kvm_sched_out's
+    /// `vcpu_put` of the one switched out). Charged at each switch-in of a
+    /// vCPU thread (from another task or from idle) on that CPU before the
+    /// vCPU's guest code resumes, as exit time (category `exit_ns`); the
+    /// switch cannot be preempted. Simplified: one figure for a switch
+    /// between vCPUs of one VM and of two, and none for a switch to a
+    /// non-vCPU task; the cache refill after it is
+    /// `migration_cold_*_ns`'s, not this. 0 (default): switches cost
+    /// nothing.
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    pub switch_ns: u64,
+    /// EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29 "sched/fair:
+    /// Implement delayed dequeue", v6.12; both on by default): a task that
+    /// blocks while not eligible (negative lag) stays on its CPU's queue
+    /// and burns its negative lag off as V advances; once eligible it is
+    /// dequeued with its lag clipped to 0; woken before that, it is dequeued
+    /// with what is left and placed as any wakee ("sched: Change
+    /// ttwu_runnable() vs sched_delayed", v6.17; v6.12-v6.16 requeued it in
+    /// place, which is not modelled). Simplified: it counts as dequeued the
+    /// instant V passes its vruntime, and its weight is left out of V
+    /// meanwhile. false (default): a blocked task keeps its lag, negative or
+    /// not, until it next runs (v6.6-v6.11). Used with `scheduler="fair"`
+    /// (EEVDF) only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    pub delay_dequeue: bool,
+}
+
+/// The host CPU each unpinned vCPU thread starts on.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StartPlacement {
+    /// vCPU g (counted over all VMs) on CPU g mod P: VM k shares its CPUs
+    /// with the VMs P / vcpus apart.
+    Index,
+    /// Balanced slots g mod P in a seeded random order (the run's RNG, as
+    /// `Affinity::Pinned` draws them): a stand-in for the map that thread
+    /// creation and guest boot leave, which depends on their timing.
+    Shuffled,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WakePlacement {
+    /// The previous CPU if idle, else the first idle CPU after it, else the previous CPU.
+    FirstIdle,
+    /// `select_task_rq_fair`: `wake_affine` between the waker's and the
+    /// previous CPU, then `select_idle_sibling` (the target if idle, the
+    /// previous CPU if idle and in the same LLC, an idle core of the
+    /// target's LLC, an idle CPU of it, else the target).
+    SelectTaskRqFair,
+}
+
+/// Host noise, a process of its own (separate from `Background`): short
+/// bursts of per-CPU kernel threads (kworker, ksoftirqd, rcu, migration …,
+/// each bound to its CPU) and one VMM I/O thread per VM (QEMU's main loop /
+/// iothread, unpinned). Arrivals are Poisson, lengths exponential.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostNoise {
+    /// Bursts per second of each CPU's kernel threads (0: off).
+    #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
+    pub kthread_hz: f64,
+    /// Mean length of one kernel-thread burst, ns.
+    #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
+    pub kthread_ns: u64,
+    /// Bursts per second of each VM's VMM I/O thread (0: off).
+    #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
+    pub vmm_io_hz: f64,
+    /// Mean length of one VMM I/O burst, ns.
+    #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
+    pub vmm_io_ns: u64,
+    /// Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
+    /// `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson
+    /// process and lag). 1 (the default): one task per CPU whose arrivals
+    /// join the work it already has. Many short tasks that each ran little
+    /// keep their lag and preempt at each wake-up; one task carrying all of
+    /// them does not. Source: a measurement here, the number of short tasks
+    /// `/proc/<pid>/task/<tid>/schedstat` counts over a run (docs/twins.md).
+    #[serde(skip_serializing_if = "is_one_u32")]
+    #[schemars(range(min = 1, max = limits::MAX_KTHREADS_PER_CPU), extend("default" = 1))]
+    pub kthreads_per_cpu: u32,
+}
+
+impl Default for HostNoise {
+    fn default() -> Self {
+        HostNoise { kthread_hz: 0.0, kthread_ns: 20_000, vmm_io_hz: 0.0, vmm_io_ns: 20_000, kthreads_per_cpu: 1 }
+    }
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TunableScaling {
+    /// factor 1 (SCHED_TUNABLESCALING_NONE).
+    None,
+    /// factor 1 + ilog2(min(ncpus, 8)) (SCHED_TUNABLESCALING_LOG, the default).
+    Log,
+    /// factor min(ncpus, 8) (SCHED_TUNABLESCALING_LINEAR).
+    Linear,
+}
+
+/// CFS tunables (kernel/sched/fair.c before v6.6). The three times are the
+/// unscaled sysctl values; each is multiplied by the `tunable_scaling`
+/// factor of the host's CPU count (`update_sysctl` / `get_update_sysctl_factor`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CfsConfig {
+    /// sysctl_sched_latency before scaling, ns (kernel: 6 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
+    pub latency_ns: u64,
+    /// sysctl_sched_min_granularity before scaling, ns (kernel: 0.75 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
+    pub min_granularity_ns: u64,
+    /// sysctl_sched_wakeup_granularity before scaling, ns (kernel: 1 ms).
+    #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
+    pub wakeup_granularity_ns: u64,
+    /// How the three times scale with the CPU count.
+    pub tunable_scaling: TunableScaling,
+    /// GENTLE_FAIR_SLEEPERS: the sleeper credit of place_entity is half of
+    /// sched_latency (kernel default true) instead of all of it.
+    pub gentle_fair_sleepers: bool,
+    /// LAST_BUDDY: a task preempted by a wake-up becomes the last buddy when
+    /// nr_running >= sched_nr_latency (kernel default true).
+    pub last_buddy: bool,
+}
+
+impl Default for CfsConfig {
+    fn default() -> Self {
+        CfsConfig {
+            latency_ns: 6_000_000,
+            min_granularity_ns: 750_000,
+            wakeup_granularity_ns: 1_000_000,
+            tunable_scaling: TunableScaling::Log,
+            gentle_fair_sleepers: true,
+            last_buddy: true,
+        }
+    }
+}
+
+impl CfsConfig {
+    /// `get_update_sysctl_factor()` for `ncpus` online CPUs.
+    pub fn factor(&self, ncpus: u32) -> u64 {
+        let cpus = ncpus.clamp(1, 8) as u64;
+        match self.tunable_scaling {
+            TunableScaling::None => 1,
+            TunableScaling::Linear => cpus,
+            TunableScaling::Log => 1 + cpus.ilog2() as u64,
+        }
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            pcpus: 4,
+            scheduler: Scheduler::Fair,
+            tick_ns: 4_000_000,
+            base_slice_ns: 3_000_000,
+            wakeup_preemption: true,
+            next_buddy: NextBuddy::Eligible,
+            yield_penalty: YieldPenalty::Vruntime,
+            yield_scope: YieldScope::RunQueue,
+            affinity: Affinity::Pinned,
+            gang_slice_ns: 4_000_000,
+            token_slice_ns: default_token_slice_ns(),
+            tsc_khz: 2_100_000,
+            rq_lock_ns: 300,
+            yield_check_ns: 50,
+            yield_to_esrch: true,
+            background: Background::default(),
+            tick_skew: false,
+            seeded_ties: false,
+            wakeup_ipi_ns: 0,
+            idle_states: Vec::new(),
+            wakeup_jitter: 0.0,
+            noise: HostNoise::default(),
+            cfs: CfsConfig::default(),
+            sockets: 1,
+            threads_per_core: 1,
+            wake_placement: WakePlacement::FirstIdle,
+            load_balance: false,
+            lb_busy_factor: 16,
+            migration_cost_ns: 500_000,
+            smt_speed_pct: 100,
+            start_placement: StartPlacement::Index,
+            migration_cold_core_ns: 0,
+            migration_cold_llc_ns: 0,
+            wake_wide: false,
+            vcpu_pcpus: Vec::new(),
+            start_gap_ns: 0,
+            slice_check_on_wakeup: false,
+            run_to_parity: false,
+            switch_ns: 0,
+            delay_dequeue: false,
+        }
+    }
+}
