@@ -95,39 +95,24 @@ impl Sim {
     }
 
     /// `record_wakee` (`Host.wake_wide`), before `select_task_rq_fair` places
-    /// wakee `t`: the waker's flips halve once a second has passed since
-    /// the last halving (`wakee_flip_decay_ts + HZ`), and count one more
-    /// when its wakee changes.
+    /// wakee `t`: on the waker task of the event making the wake-up.
     pub(crate) fn record_wakee(&mut self, t: usize) {
         let w = self.wake.waker_task;
         if !self.cfg.host.wake_wide || w == u32::MAX || w as usize == t {
             return;
         }
         let now = self.now;
-        let wk = &mut self.tasks[w as usize];
-        if now > wk.wakee_flip_decay_ts + 1_000_000_000 {
-            wk.wakee_flips >>= 1;
-            wk.wakee_flip_decay_ts = now;
-        }
-        if wk.last_wakee != t as u32 {
-            wk.last_wakee = t as u32;
-            wk.wakee_flips += 1;
-        }
+        self.tasks[w as usize].wakee.record(now, t as u32);
     }
 
-    /// `wake_wide`: the wakee goes to its own previous CPU's neighbourhood,
-    /// not the waker's, when the larger of the two flip counts is at least
-    /// llc_size times the smaller, and the smaller is at least llc_size
-    /// (`sd_llc_size` of the waker's CPU): one waker feeding many wakees.
+    /// `wake_wide` between the waker task and wakee `t`, with the LLC of the
+    /// waker's CPU `this` ([`wake_wide`]).
     pub(crate) fn wake_wide(&self, t: usize, this: usize) -> bool {
         let w = self.wake.waker_task;
         if !self.cfg.host.wake_wide || w == u32::MAX {
             return false;
         }
-        let (a, b) = (self.tasks[w as usize].wakee_flips, self.tasks[t].wakee_flips);
-        let (master, slave) = (a.max(b), a.min(b));
-        let factor = self.llc(this).len() as u32;
-        !(slave < factor || master < slave.saturating_mul(factor))
+        wake_wide(self.tasks[w as usize].wakee.flips, self.tasks[t].wakee.flips, self.llc(this).len() as u32)
     }
 
     /// `wake_affine`: `wake_affine_idle` (the waker's CPU if it is idle and

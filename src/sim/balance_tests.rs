@@ -290,19 +290,19 @@ fn record_wakee_counts_changes_of_wakee_and_halves_the_count_every_second() {
     s.wake.waker_task = w;
     s.record_wakee(a);
     s.record_wakee(a);
-    assert_eq!(s.tasks[w as usize].wakee_flips, 1, "the same wakee again: no flip");
+    assert_eq!(s.tasks[w as usize].wakee.flips, 1, "the same wakee again: no flip");
     s.record_wakee(b);
     s.record_wakee(a);
-    assert_eq!(s.tasks[w as usize].wakee_flips, 3);
-    s.tasks[w as usize].wakee_flips = 40;
+    assert_eq!(s.tasks[w as usize].wakee.flips, 3);
+    s.tasks[w as usize].wakee.flips = 40;
     s.now = 1_000_000_001;
     s.record_wakee(a);
-    assert_eq!(s.tasks[w as usize].wakee_flips, 20, "halved after a second; a is the last wakee already");
+    assert_eq!(s.tasks[w as usize].wakee.flips, 20, "halved after a second; a is the last wakee already");
     // off: nothing is counted
     let mut s = sim_of(&two_socket_smt(4));
     s.wake.waker_task = w;
     s.record_wakee(a);
-    assert_eq!(s.tasks[w as usize].wakee_flips, 0);
+    assert_eq!(s.tasks[w as usize].wakee.flips, 0);
 }
 
 #[test]
@@ -314,8 +314,8 @@ fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_o
     let (w, t) = (s.vcpus[0].task as usize, s.vcpus[1].task as usize);
     s.wake.waker_task = w as u32;
     let mut flips = |waker: u32, wakee: u32| {
-        s.tasks[w].wakee_flips = waker;
-        s.tasks[t].wakee_flips = wakee;
+        s.tasks[w].wakee.flips = waker;
+        s.tasks[t].wakee.flips = wakee;
         s.wake_wide(t, 0)
     };
     assert!(flips(64, 8), "64 >= 8 x 8 and 8 >= 8");
@@ -323,15 +323,15 @@ fn wake_wide_needs_both_flip_counts_at_the_llc_size_and_one_llc_size_times_the_o
     assert!(!flips(63, 8), "63 < 8 x 8");
     assert!(!flips(1000, 7), "the smaller count under the LLC size");
     // wake-wide skips wake_affine: the wakee stays around its previous CPU
-    s.tasks[w].wakee_flips = 64;
-    s.tasks[t].wakee_flips = 8;
+    s.tasks[w].wakee.flips = 64;
+    s.tasks[t].wakee.flips = 8;
     s.tasks[t].cpu = 5; // socket 1, idle
     s.wake.waker_cpu = 0;
     busy(&mut s, &[5]);
     s.tasks[0].runnable = true; // CPU 5 carries a load of 1024: wake_affine_weight prefers the idle waker CPU
     let cpu = s.select_task_rq_fair(t);
     assert!(s.share_llc(cpu, 5), "wide: an idle CPU of the previous CPU's LLC, got {cpu}");
-    s.tasks[w].wakee_flips = 0;
+    s.tasks[w].wakee.flips = 0;
     let cpu = s.select_task_rq_fair(t);
     assert!(s.share_llc(cpu, 0), "affine: the waker's LLC (idle waker CPU), got {cpu}");
 }

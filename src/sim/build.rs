@@ -198,9 +198,7 @@ impl Sim {
                         last_ran: 0,
                         rw_read: false,
                         rw_granted: false,
-                        wakee_flips: 0,
-                        wakee_flip_decay_ts: 0,
-                        last_wakee: u32::MAX,
+                        wakee: WakeeFlips::NEW,
                         recent_used_cpu: vcpu0 + (i % vmc.vcpus),
                     });
                 }

@@ -4,7 +4,7 @@
 
 use super::config::PleKind;
 use super::engine::Sim;
-use super::policy::{SpinCtx, VcpuView};
+use super::policy::{Filter, SpinCtx, VcpuView};
 use super::state::*;
 
 /// `__grow_ple_window`: a modifier smaller than the base multiplies, a larger one adds; capped.
@@ -59,7 +59,7 @@ impl SpinCtx for PleCtx<'_> {
     fn spinner_in_kernel(&self) -> bool {
         self.in_kernel
     }
-    fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
+    fn passes_filter(&self, idx: usize, filter: Filter) -> bool {
         let g = self.vcpu0 + idx;
         if !self.sim.ready[g] {
             return false;
@@ -69,7 +69,8 @@ impl SpinCtx for PleCtx<'_> {
         if v.blocking && !(v.pv_unhalted || pi) {
             return false;
         }
-        !(kernel_filter && v.preempted && self.in_kernel && !pi && !v.preempted_in_kernel)
+        let exempt = filter.irq_exempt && pi;
+        !(filter.kernel && v.preempted && self.in_kernel && !exempt && !v.preempted_in_kernel)
     }
     fn preempted(&self, idx: usize) -> bool {
         self.sim.vcpus[self.vcpu0 + idx].preempted

@@ -78,8 +78,8 @@ pub trait SpinCtx {
     }
     /// The [K1] candidate filter (before the dy_eligible toggle) on vCPU
     /// `idx`; engines may override it with a faster equivalent.
-    fn passes_filter(&self, idx: usize, kernel_filter: bool) -> bool {
-        candidate_passes(&self.view(idx), self.spinner_in_kernel(), kernel_filter)
+    fn passes_filter(&self, idx: usize, filter: Filter) -> bool {
+        candidate_passes(&self.view(idx), self.spinner_in_kernel(), filter)
     }
     /// `vcpu->preempted` of vCPU `idx` (the candidate gate before 5.3);
     /// engines may override it with a faster equivalent.
@@ -117,6 +117,7 @@ pub fn builtin(cfg: &PolicyConfig) -> Option<Box<dyn DirectedYieldPolicy>> {
             last_boosted_bug: cfg.last_boosted_bug,
             dy_eligible: cfg.dy_eligible,
             kernel_filter: cfg.kernel_filter,
+            user_mode_irq_boost: cfg.user_mode_irq_boost,
             gate_preempted: cfg.candidate_gate == super::config::CandidateGate::Preempted,
             ipi_aware: cfg.ipi_aware,
         }),
@@ -228,6 +229,9 @@ pub struct Upstream {
     pub last_boosted_bug: bool,
     pub dy_eligible: bool,
     pub kernel_filter: bool,
+    /// A pending posted interrupt lets a user-mode candidate through the
+    /// kernel-mode filter (`PolicyConfig::user_mode_irq_boost`, v5.13).
+    pub user_mode_irq_boost: bool,
     /// The candidate gate is `vcpu->preempted` (kernels before 5.3) instead
     /// of `vcpu->ready`: a vCPU woken from a halt that has not run yet is
     /// not a candidate.
@@ -274,8 +278,8 @@ impl Upstream {
             }
             // kvm_vcpu_is_good_yield_candidate (IPI-aware RFC): a pending IPI
             // receiver of the spinner is good whatever mode it was preempted in
-            let kernel_filter = self.kernel_filter && !(self.ipi_aware && ctx.ipi_receiver(idx));
-            if !upstream_filter(ctx, idx, kernel_filter) {
+            let kernel = self.kernel_filter && !(self.ipi_aware && ctx.ipi_receiver(idx));
+            if !upstream_filter(ctx, idx, Filter { kernel, irq_exempt: self.user_mode_irq_boost }) {
                 continue;
             }
             if self.dy_eligible && !ctx.eligible_for_directed_yield(idx) {
@@ -309,23 +313,41 @@ impl Upstream {
     }
 }
 
+/// The kernel-mode part of the candidate filter: whether it applies
+/// (`yield_to_kernel_mode`, `PolicyConfig::kernel_filter`) and whether a
+/// pending posted interrupt exempts a user-mode candidate from it
+/// (`PolicyConfig::user_mode_irq_boost`, v5.13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Filter {
+    pub kernel: bool,
+    pub irq_exempt: bool,
+}
+
+impl Filter {
+    /// No kernel-mode filter (the random and Python-facing scans).
+    pub const NONE: Filter = Filter { kernel: false, irq_exempt: true };
+    /// Today's upstream filter.
+    pub const UPSTREAM: Filter = Filter { kernel: true, irq_exempt: true };
+}
+
 /// The candidate filter of [K1], before the dy_eligible toggle:
 /// ready → (blocking ⇒ dy_runnable) → (preempted ∧ spinner in kernel ⇒ target
-/// in kernel or has a pending interrupt).
+/// in kernel, or has a pending interrupt where `filter.irq_exempt`).
 #[inline]
-pub fn upstream_filter<C: SpinCtx + ?Sized>(ctx: &C, idx: usize, kernel_filter: bool) -> bool {
-    ctx.passes_filter(idx, kernel_filter)
+pub fn upstream_filter<C: SpinCtx + ?Sized>(ctx: &C, idx: usize, filter: Filter) -> bool {
+    ctx.passes_filter(idx, filter)
 }
 
 /// The same filter on a plain view (unit-testable on hand-built states).
-pub fn candidate_passes(v: &VcpuView, spinner_in_kernel: bool, kernel_filter: bool) -> bool {
+pub fn candidate_passes(v: &VcpuView, spinner_in_kernel: bool, filter: Filter) -> bool {
     if !v.ready {
         return false;
     }
     if v.blocking && !v.dy_runnable {
         return false;
     }
-    if kernel_filter && v.preempted && spinner_in_kernel && !v.pending_interrupt && !v.preempted_in_kernel {
+    let exempt = filter.irq_exempt && v.pending_interrupt;
+    if filter.kernel && v.preempted && spinner_in_kernel && !exempt && !v.preempted_in_kernel {
         return false;
     }
     true
@@ -341,7 +363,7 @@ impl DirectedYieldPolicy for RandomYield {
         for idx in 0..n {
             if idx != me {
                 ctx.examine();
-                if upstream_filter(ctx, idx, false) {
+                if upstream_filter(ctx, idx, Filter::NONE) {
                     cands.push(idx);
                 }
             }
@@ -383,41 +405,43 @@ mod tests {
     #[test]
     fn filter_running_is_skipped() {
         let running = VcpuView { running: true, in_guest: true, ..v() };
-        assert!(!candidate_passes(&running, true, true));
+        assert!(!candidate_passes(&running, true, Filter::UPSTREAM));
     }
 
     #[test]
     fn filter_preempted_in_kernel_passes() {
         let p = VcpuView { preempted: true, ready: true, preempted_in_kernel: true, ..v() };
-        assert!(candidate_passes(&p, true, true));
+        assert!(candidate_passes(&p, true, Filter::UPSTREAM));
     }
 
     #[test]
     fn filter_preempted_in_user_mode() {
         let p = VcpuView { preempted: true, ready: true, preempted_in_kernel: false, ..v() };
         // skipped when the spinner is in kernel mode (VMX PLE) ...
-        assert!(!candidate_passes(&p, true, true));
+        assert!(!candidate_passes(&p, true, Filter::UPSTREAM));
         // ... but boosted when the spinner is in user mode (SVM) ...
-        assert!(candidate_passes(&p, false, true));
-        // ... or when the target has a posted interrupt pending.
+        assert!(candidate_passes(&p, false, Filter::UPSTREAM));
+        // ... or when the target has a posted interrupt pending (v5.13+) ...
         let pi = VcpuView { pending_interrupt: true, ..p.clone() };
-        assert!(candidate_passes(&pi, true, true));
+        assert!(candidate_passes(&pi, true, Filter::UPSTREAM));
+        // ... but not before 5.13 (52acd22faa1a), whatever it has pending.
+        assert!(!candidate_passes(&pi, true, Filter { kernel: true, irq_exempt: false }));
         // without the filter (pre-4.14 kernels) it passes.
-        assert!(candidate_passes(&p, true, false));
+        assert!(candidate_passes(&p, true, Filter::NONE));
     }
 
     #[test]
     fn filter_halted_not_woken_is_skipped() {
         let h = VcpuView { blocking: true, ..v() };
-        assert!(!candidate_passes(&h, true, true));
+        assert!(!candidate_passes(&h, true, Filter::UPSTREAM));
     }
 
     #[test]
     fn filter_woken_by_timer_only_is_skipped_but_kicked_passes() {
         let timer = VcpuView { blocking: true, ready: true, ..v() };
-        assert!(!candidate_passes(&timer, true, true));
+        assert!(!candidate_passes(&timer, true, Filter::UPSTREAM));
         let kicked = VcpuView { dy_runnable: true, ..timer };
-        assert!(candidate_passes(&kicked, true, true));
+        assert!(candidate_passes(&kicked, true, Filter::UPSTREAM));
     }
 
     /// A hand-built VM for the policy loops.
@@ -489,6 +513,7 @@ mod tests {
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
+            user_mode_irq_boost: true,
             gate_preempted: false,
             ipi_aware: false,
         }

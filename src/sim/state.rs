@@ -122,6 +122,44 @@ pub enum TaskKind {
     Noise(u32),
 }
 
+/// `record_wakee` / `wake_wide` state of a waker, a host task or a guest
+/// thread (`p->wakee_flips`, `wakee_flip_decay_ts`, `last_wakee`): how often
+/// it switched wakees since the last halving, when that was, and the one it
+/// woke last (u32::MAX: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeeFlips {
+    pub flips: u32,
+    pub decay_ts: Ns,
+    pub last: u32,
+}
+
+impl WakeeFlips {
+    pub const NEW: WakeeFlips = WakeeFlips { flips: 0, decay_ts: 0, last: u32::MAX };
+
+    /// `record_wakee(p)` on the waker at `now`: its flips halve once a
+    /// second has passed since the last halving (`wakee_flip_decay_ts + HZ`),
+    /// and count one more when its wakee changes.
+    pub fn record(&mut self, now: Ns, wakee: u32) {
+        if now > self.decay_ts + 1_000_000_000 {
+            self.flips >>= 1;
+            self.decay_ts = now;
+        }
+        if self.last != wakee {
+            self.last = wakee;
+            self.flips += 1;
+        }
+    }
+}
+
+/// `wake_wide(p)`: the wakee goes to its own previous CPU's neighbourhood,
+/// not the waker's, when the larger of the two flip counts is at least
+/// `llc_size` times the smaller, and the smaller is at least `llc_size`
+/// (`sd_llc_size` of the waker's CPU): one waker feeding many wakees.
+pub fn wake_wide(waker_flips: u32, wakee_flips: u32, llc_size: u32) -> bool {
+    let (master, slave) = (waker_flips.max(wakee_flips), waker_flips.min(wakee_flips));
+    !(slave < llc_size || master < slave.saturating_mul(llc_size))
+}
+
 /// A host thread (vCPU thread or background task) as the fair scheduler sees it.
 ///
 /// `repr(C, align(64))`: what a pick, a yield, a switch and `update_curr`
@@ -159,11 +197,8 @@ pub struct Task {
     // background task state
     pub bg_rem: Ns,
     pub bg_start: Ns,
-    /// `record_wakee` state (`Host.wake_wide`): how often this task, as a
-    /// waker, switched wakees (halved every second), and its last wakee.
-    pub wakee_flip_decay_ts: Ns,
-    pub wakee_flips: u32,
-    pub last_wakee: u32,
+    /// `record_wakee` state (`Host.wake_wide`) of this task as a waker.
+    pub wakee: WakeeFlips,
     /// `Host.delay_dequeue`: it blocked with negative lag and stays on its
     /// CPU's queue (`se->sched_delayed`) since that CPU's V was `delayed_v`.
     pub delayed: bool,
@@ -192,9 +227,7 @@ impl Task {
             bg_gen: 0,
             tie: 0,
             last_ran: 0,
-            wakee_flips: 0,
-            last_wakee: u32::MAX,
-            wakee_flip_decay_ts: 0,
+            wakee: WakeeFlips::NEW,
             delayed: false,
             delayed_v: 0,
         }
@@ -440,12 +473,8 @@ pub struct Thread {
     /// Its Lock phase takes an rwsem for reading; a waiting reader was granted it.
     pub rw_read: bool,
     pub rw_granted: bool,
-    /// `wake_wide`'s record of this thread as a waker (`record_wakee`):
-    /// wakee switches counted since the last halving, when that was, and
-    /// the thread it woke last (u32::MAX: none).
-    pub wakee_flips: u32,
-    pub wakee_flip_decay_ts: Ns,
-    pub last_wakee: u32,
+    /// `record_wakee` state (`Guest.wake_wide`) of this thread as a waker.
+    pub wakee: WakeeFlips,
     /// `p->recent_used_cpu`: the vCPU it was woken from last time.
     pub recent_used_cpu: u32,
 }

@@ -224,7 +224,7 @@ fn halted_vcpus_are_blocking_not_preempted_and_stay_blocking_after_wake() {
     assert!(s.ready[1] && h.blocking, "blocking stays true until it runs");
     let v = s.view(1);
     assert!(!v.dy_runnable, "a timer-only wake is not dy_runnable");
-    assert!(!policy::candidate_passes(&v, true, true));
+    assert!(!policy::candidate_passes(&v, true, policy::Filter::UPSTREAM));
 }
 
 #[test]

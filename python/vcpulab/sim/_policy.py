@@ -35,6 +35,12 @@ class Policy(_Base):
         dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
         kernel_filter: upstream: skip candidates preempted in guest user mode
             when the spinner is in kernel mode. Default True (since ~v4.14).
+        user_mode_irq_boost: upstream: a candidate preempted in guest user
+            mode passes the kernel-mode filter when it has a posted interrupt
+            pending (``kvm_arch_dy_has_pending_interrupt``; 52acd22faa1a "KVM:
+            Boost vCPU candidate in user mode which is delivering interrupt",
+            v5.13). False: kernels before 5.13, whose filter skips such a
+            candidate whatever it has pending. Default True.
         candidate_gate: upstream: the first candidate test of
             ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
             5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
@@ -65,6 +71,7 @@ class Policy(_Base):
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
     candidate_gate: str = "ready"
     ipi_aware: bool = field(default=False, metadata=_NEW)
+    user_mode_irq_boost: bool = field(default=True, metadata=_NEW)
 
     def __post_init__(self) -> None:
         _choice(self, "kind")
@@ -74,6 +81,7 @@ class Policy(_Base):
         _bool(self, "last_boosted_bug")
         _bool(self, "dy_eligible")
         _bool(self, "kernel_filter")
+        _bool(self, "user_mode_irq_boost")
         _instance(self, "name", str)
         if self.kind == "python":
             if self.fn is not None and not callable(self.fn):

@@ -63,6 +63,7 @@ def upstream(
     kernel_filter: bool = True,
     candidate_gate: str = "ready",
     ipi_aware: bool = False,
+    user_mode_irq_boost: bool = True,
 ) -> Policy:
     """Upstream today ([K1]): one pass from last_boosted+1; skip not-ready;
     blocking ⇒ dy_runnable; kernel-mode filter; dy_eligible toggle; -ESRCH budget 3.
@@ -70,7 +71,9 @@ def upstream(
     ``candidate_gate="preempted"`` models kernels before 5.3, whose first test
     was ``vcpu->preempted`` instead of ``vcpu->ready`` (see [`Policy`][vcpulab.sim.Policy]).
     ``ipi_aware=True`` is the 2025 IPI-aware candidate selection RFC (see
-    [`Policy`][vcpulab.sim.Policy])."""
+    [`Policy`][vcpulab.sim.Policy]). ``user_mode_irq_boost=False`` models
+    kernels before 5.13, whose kernel-mode filter skipped a candidate
+    preempted in user mode even with a posted interrupt pending."""
     return Policy(
         kind="upstream",
         candidate_gate=candidate_gate,
@@ -79,6 +82,7 @@ def upstream(
         last_boosted_bug=last_boosted_bug,
         dy_eligible=dy_eligible,
         kernel_filter=kernel_filter,
+        user_mode_irq_boost=user_mode_irq_boost,
     )
 
 

@@ -5,6 +5,7 @@ candidate gate [`OnSpinGate`][vcpulab.validation.OnSpinGate] and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -21,18 +22,21 @@ class OnSpinGate:
     ones count) or ``"preempted"`` (2013 to v5.2: only involuntarily
     preempted vCPUs). Then, in order: a blocking candidate must be
     dy_runnable; a candidate preempted in guest user mode is skipped when the
-    spinner is in kernel mode (unless an interrupt is pending for it); the
-    dy_eligible toggle (a shadow table, as
+    spinner is in kernel mode (unless an interrupt is pending for it and
+    ``user_mode_irq_boost``, v5.13 on: 52acd22faa1a); the dy_eligible toggle (a shadow table, as
     [`vcpulab.sim.policies.DyEligibleInPython`][]); the -ESRCH budget.
 
     Stands in for a built-in gate option of the guest model; both variants of
     a comparison use this class, so neither gains from Python/Rust differences.
     """
 
-    def __init__(self, gate: str = "ready", esrch_budget: int = 3) -> None:
+    def __init__(self, gate: str = "ready", esrch_budget: int = 3, user_mode_irq_boost: bool = True) -> None:
         if gate not in ("ready", "preempted"):
             raise ValueError(f"OnSpinGate.gate must be 'ready' or 'preempted', got {gate!r}")
+        if not isinstance(user_mode_irq_boost, bool):
+            raise ValueError(f"OnSpinGate.user_mode_irq_boost must be a bool, got {user_mode_irq_boost!r}")
         self.gate = gate
+        self.user_mode_irq_boost = user_mode_irq_boost
         self.esrch_budget = esrch_budget
         self.dy: dict[int, bool] = {}
         self.__name__ = f"on_spin_gate_{gate}"
@@ -51,7 +55,8 @@ class OnSpinGate:
                 continue
             if c.blocking and not c.dy_runnable:
                 continue
-            if c.preempted and spinner.in_kernel and not c.pending_interrupt and not c.preempted_in_kernel:
+            exempt = self.user_mode_irq_boost and c.pending_interrupt
+            if c.preempted and spinner.in_kernel and not exempt and not c.preempted_in_kernel:
                 continue
             if c.in_spin_loop:
                 eligible = self.dy.get(c.index, False)
@@ -62,9 +67,10 @@ class OnSpinGate:
         return None
 
 
-def _gate(gate: str) -> Policy:
-    """The era's upstream policy with the built-in candidate gate (``Policy.candidate_gate``)."""
-    return P.upstream(candidate_gate=gate)
+def _gate(ctx: Ctx, gate: str) -> Policy:
+    """The era's upstream policy with the built-in candidate gate
+    (``Policy.candidate_gate``); every other choice stays the era's."""
+    return dataclasses.replace(ctx.policy, candidate_gate=gate)
 
 
 # ---- case builders
@@ -160,7 +166,7 @@ def _boost_ready(vms: int) -> Builder:
             vcpus=80,
             count=vms,
             threads=_EBIZZY_THREADS * 80,
-            policy=_gate("preempted" if variant == "base" else "ready"),
+            policy=_gate(ctx, "preempted" if variant == "base" else "ready"),
         )
         return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
@@ -189,7 +195,7 @@ _STRESS = Workload(phases=(Compute(1_000_000),), name="stress_cpu")
 
 
 def _boost_desktop(ctx: Ctx, variant: str, seed: int) -> Config:
-    pol = _gate("preempted" if variant == "base" else "ready")
+    pol = _gate(ctx, "preempted" if variant == "base" else "ready")
     ebizzy = ctx.vm(workload=_ebizzy2019(), vcpus=8, threads=_EBIZZY_THREADS * 8, policy=pol)
     stress = ctx.vm(workload=_STRESS, vcpus=8, threads=2, policy=pol)
     return ctx.config(ctx.host(pcpus=8, affinity="all"), [ebizzy, stress], seed)

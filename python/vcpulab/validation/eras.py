@@ -675,7 +675,14 @@ def _halt_poll_block_time(shrink: Param) -> dict[str, Param]:
 
 
 def _era_5x(
-    name: str, kernel: str, hardware: str, tsc: Param, busy_factor: int, wait_early: Param, bailout: Param
+    name: str,
+    kernel: str,
+    hardware: str,
+    tsc: Param,
+    busy_factor: int,
+    wait_early: Param,
+    bailout: Param,
+    policy: Param,
 ) -> Era:
     return Era(
         name=name,
@@ -697,7 +704,7 @@ def _era_5x(
         workload=_workload(_SPIN_SKL),
         guest={
             "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (arch/x86/kernel/kvm.c)"),
-            "policy": _k(P.upstream(), "", "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on, virt/kvm/kvm_main.c)"),
+            "policy": policy,
             "lock_model": _LOCKS_KERNEL,
             "pv_wait_early": wait_early,
             "vcpu_is_preempted": _VCPU_PREEMPTED,
@@ -722,6 +729,13 @@ ERA_2019 = _era_5x(
         "vcpu_is_preempted(prev); the 2019 guests ran with it until its revert 89340d0935c9 (Oct 2019, 5.4 and stable)",
     ),
     _NO_YIELD_BAILOUT,
+    _k(
+        P.upstream(user_mode_irq_boost=False),
+        "",
+        "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on, virt/kvm/kvm_main.c); its kernel-mode filter skips a "
+        "candidate preempted in guest user mode even with a posted interrupt pending until 52acd22faa1a 'KVM: "
+        "Boost vCPU candidate in user mode which is delivering interrupt' (v5.13)",
+    ),
 )
 #: Linux 5.14 on Cascade Lake-class Xeons: the 2021 pcpu_is_idle proposal
 ERA_2021 = _era_5x(
@@ -732,6 +746,12 @@ ERA_2021 = _era_5x(
     16,
     _WAIT_EARLY,
     _YIELD_BAILOUT,
+    _k(
+        P.upstream(),
+        "",
+        "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on) and the user-mode candidate with a pending posted "
+        "interrupt boosted (52acd22faa1a, v5.13; virt/kvm/kvm_main.c)",
+    ),
 )
 #: Linux 6.19+ (EEVDF): today's kernels
 ERA_6X = Era(

@@ -86,6 +86,15 @@ pub struct PolicyConfig {
     pub dy_eligible: bool,
     /// Upstream: skip candidates preempted in guest user mode when the spinner is in kernel mode.
     pub kernel_filter: bool,
+    /// Upstream: a candidate preempted in guest user mode passes the
+    /// kernel-mode filter when it has a posted interrupt pending
+    /// (`kvm_arch_dy_has_pending_interrupt`; 52acd22faa1a "KVM: Boost vCPU
+    /// candidate in user mode which is delivering interrupt", v5.13).
+    /// false: kernels before 5.13, whose filter skips it whatever it has
+    /// pending. Default true.
+    #[serde(skip_serializing_if = "is_true")]
+    #[schemars(extend("default" = true))]
+    pub user_mode_irq_boost: bool,
     /// Python: a name for the callable (the callable itself is not serialised).
     pub name: String,
     /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
@@ -116,6 +125,7 @@ impl Default for PolicyConfig {
             last_boosted_bug: false,
             dy_eligible: true,
             kernel_filter: true,
+            user_mode_irq_boost: true,
             name: String::new(),
             candidate_gate: CandidateGate::Ready,
             ipi_aware: false,

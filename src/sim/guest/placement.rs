@@ -153,36 +153,22 @@ impl Sim {
         cpu
     }
 
-    /// `record_wakee(p)` on the waker: its flips halve once a second has
-    /// passed since the last halving, and count one more when its wakee
-    /// changes (`Guest.wake_wide`).
+    /// `record_wakee(p)` on waker thread `w` (`Guest.wake_wide`).
     fn guest_record_wakee(&mut self, vm: usize, w: usize, t: usize) {
         if !self.vms[vm].cfg.guest.wake_wide || w == t {
             return;
         }
         let now = self.now;
-        let wk = &mut self.threads[w];
-        if now > wk.wakee_flip_decay_ts + 1_000_000_000 {
-            wk.wakee_flips >>= 1;
-            wk.wakee_flip_decay_ts = now;
-        }
-        if wk.last_wakee != t as u32 {
-            wk.last_wakee = t as u32;
-            wk.wakee_flips += 1;
-        }
+        self.threads[w].wakee.record(now, t as u32);
     }
 
-    /// `wake_wide(p)`: true when the larger of the waker's and the wakee's
-    /// flips is at least llc_size times the smaller, and the smaller is at
-    /// least llc_size (`sd_llc_size` of the waker's vCPU).
+    /// `wake_wide(p)` between waker thread `w` and wakee `t`, with the guest
+    /// LLC of the waker's vCPU `this` ([`wake_wide`]).
     fn guest_wake_wide(&self, vm: usize, w: usize, t: usize, this: usize) -> bool {
         if !self.vms[vm].cfg.guest.wake_wide {
             return false;
         }
-        let (a, b) = (self.threads[w].wakee_flips, self.threads[t].wakee_flips);
-        let (master, slave) = (a.max(b), a.min(b));
-        let factor = self.guest_llc(vm, this).1 as u32;
-        !(slave < factor || master < slave.saturating_mul(factor))
+        wake_wide(self.threads[w].wakee.flips, self.threads[t].wakee.flips, self.guest_llc(vm, this).1 as u32)
     }
 
     /// `wake_affine`: `wake_affine_idle` (the waker's vCPU if available and

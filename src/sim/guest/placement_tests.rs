@@ -175,23 +175,23 @@ fn wake_wide_keeps_the_wakee_near_its_previous_vcpu() {
     assert_eq!(wake(&mut s, 0, 2, 2, Some(5)), 5, "wake_affine_weight: the waker's vCPU");
     let mut s = guest(8, |_| {});
     queue(&mut s, 2, 3);
-    s.threads[5].wakee_flips = 64;
-    s.threads[0].wakee_flips = 8;
-    s.threads[5].wakee_flip_decay_ts = s.now;
+    s.threads[5].wakee.flips = 64;
+    s.threads[0].wakee.flips = 8;
+    s.threads[5].wakee.decay_ts = s.now;
     assert_eq!(wake(&mut s, 0, 2, 2, Some(5)), 2, "wake_wide: prev");
     // with wake_wide off the flips do not matter
     let mut s = guest(8, |g| g.wake_wide = false);
     queue(&mut s, 2, 3);
-    s.threads[5].wakee_flips = 64;
-    s.threads[0].wakee_flips = 8;
+    s.threads[5].wakee.flips = 64;
+    s.threads[0].wakee.flips = 8;
     assert_eq!(wake(&mut s, 0, 2, 2, Some(5)), 5);
     // record_wakee counts a flip per change of wakee
     let mut s = guest(8, |_| {});
-    let f0 = s.threads[5].wakee_flips;
+    let f0 = s.threads[5].wakee.flips;
     for t in [0, 1, 1, 0] {
         wake(&mut s, t, t, t, Some(5));
     }
-    assert_eq!(s.threads[5].wakee_flips, f0 + 3);
+    assert_eq!(s.threads[5].wakee.flips, f0 + 3);
 }
 
 #[test]
