@@ -75,6 +75,13 @@ impl SpinCtx for PleCtx<'_> {
     fn preempted(&self, idx: usize) -> bool {
         self.sim.vcpus[self.vcpu0 + idx].preempted
     }
+    fn halted_not_woken(&self, idx: usize) -> bool {
+        let g = self.vcpu0 + idx;
+        self.sim.vcpus[g].blocking && !self.sim.ready[g]
+    }
+    fn in_guest(&self, idx: usize) -> bool {
+        self.sim.vcpu_in_guest(self.vcpu0 + idx)
+    }
     fn ipi_receiver(&self, idx: usize) -> bool {
         match self.sim.vcpus[self.spinner].cur {
             Some(t) => self.sim.vcpus[self.vcpu0 + idx].ipis.contains(&t),

@@ -86,6 +86,18 @@ pub trait SpinCtx {
     fn preempted(&self, idx: usize) -> bool {
         self.view(idx).preempted
     }
+    /// vCPU `idx` is halted and not woken (the 2011 scan's
+    /// `waitqueue_active` test); engines may override it with a faster
+    /// equivalent.
+    fn halted_not_woken(&self, idx: usize) -> bool {
+        let v = self.view(idx);
+        v.blocking && !v.ready
+    }
+    /// vCPU `idx` runs in guest mode (the 2011 scan's `PF_VCPU` test);
+    /// engines may override it with a faster equivalent.
+    fn in_guest(&self, idx: usize) -> bool {
+        self.view(idx).in_guest
+    }
     /// A uniform draw in `0..n` from the run's seeded RNG.
     fn random_below(&mut self, n: usize) -> usize;
     /// Ground truth: a vCPU, not running, whose progress the spinner waits for
@@ -150,11 +162,10 @@ impl DirectedYieldPolicy for Baseline2011 {
                 continue;
             }
             ctx.examine();
-            let v = ctx.view(idx);
-            if v.blocking && !v.ready {
+            if ctx.halted_not_woken(idx) {
                 continue; // waitqueue_active: halted and not woken
             }
-            if v.in_guest {
+            if ctx.in_guest(idx) {
                 continue; // PF_VCPU
             }
             if ctx.yield_to(idx) > 0 {
@@ -185,14 +196,13 @@ impl DirectedYieldPolicy for DyEligible {
                 continue;
             }
             ctx.examine();
-            let v = ctx.view(idx);
-            if v.blocking && !v.ready {
+            if ctx.halted_not_woken(idx) {
                 continue;
             }
             if !ctx.eligible_for_directed_yield(idx) {
                 continue;
             }
-            if v.in_guest {
+            if ctx.in_guest(idx) {
                 continue;
             }
             if yield_step(ctx, idx, idx, &mut budget) {

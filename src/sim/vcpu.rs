@@ -169,6 +169,15 @@ impl Sim {
         self.enqueue(task);
     }
 
+    /// vCPU `v` runs in guest mode (its thread is on a CPU and the vCPU
+    /// executes, spins or idle-polls: `PF_VCPU`).
+    #[inline]
+    pub(crate) fn vcpu_in_guest(&self, v: usize) -> bool {
+        let vc = &self.vcpus[v];
+        vc.running.is_some() && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. })
+    }
+
+    /// The live view of vCPU `v` a policy reads ([`VcpuView`]).
     pub fn view(&self, v: usize) -> VcpuView {
         let vc = &self.vcpus[v];
         let apicv = self.vms[vc.vm as usize].cfg.pv.apicv;
@@ -176,8 +185,7 @@ impl Sim {
         VcpuView {
             index: vc.idx,
             running: vc.running.is_some(),
-            in_guest: vc.running.is_some()
-                && matches!(vc.act, Act::Exec { .. } | Act::Spin { .. } | Act::IdlePoll { .. }),
+            in_guest: self.vcpu_in_guest(v),
             preempted: vc.preempted,
             ready: self.ready[v],
             blocking: vc.blocking,
