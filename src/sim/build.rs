@@ -278,12 +278,12 @@ impl Sim {
         }
         sim.rng = rng;
         // gang rounds and run tokens place the vCPU threads themselves: no balancing
-        let placed = matches!(cfg.host.scheduler, Scheduler::Gang | Scheduler::RoundRobin);
+        let placed = cfg.host.scheduler == Scheduler::Gang || cfg.host.scheduler.is_tokens();
         sim.any_unpinned = !placed && sim.tasks.iter().any(|t| t.pinned.is_none());
         if cfg.host.scheduler == Scheduler::Gang {
             sim.setup_gang();
         }
-        if cfg.host.scheduler == Scheduler::RoundRobin {
+        if cfg.host.scheduler.is_tokens() {
             sim.setup_tokens();
         }
         Ok(sim)

@@ -592,8 +592,16 @@ pub struct Tokens {
     pub holder: Vec<Option<u32>>,
     /// Per host CPU: the generation of its slice timer (a stale `Ev::Token` is ignored).
     pub gen: Vec<u32>,
-    /// Runnable vCPU tasks waiting for a token (parked), oldest first.
-    pub fifo: VecDeque<u32>,
+    /// Runnable vCPU tasks waiting for a token (parked), oldest first: one
+    /// queue, or one per CPU under `Scheduler::Balance` (a vCPU waits in its
+    /// home CPU's).
+    pub queues: Vec<VecDeque<u32>>,
+    /// Per task: its home CPU (`Scheduler::Balance`; empty otherwise).
+    pub home: Vec<u32>,
+    /// Per task: its token-holding time before the current stint, and when
+    /// that stint began (`Scheduler::RelaxedCo`'s skew is measured in it).
+    pub run_ns: Vec<Ns>,
+    pub granted_at: Vec<Ns>,
     /// Per host CPU: added to its first slice, ns (the phase of the token
     /// slices against the host's tick grid; then 0).
     pub phase: Vec<u64>,

@@ -1,12 +1,21 @@
-//! vcpulab's own vCPU scheduler (`Scheduler::RoundRobin`), the simulated twin
-//! of `src/kvm/sched.rs` with `sched.round_robin` / `sched.directed_yield`:
+//! vcpulab's own vCPU scheduler (`Scheduler::RoundRobin`, `RelaxedCo`,
+//! `Balance`), the simulated twin of `src/kvm/sched.rs` with
+//! `sched.round_robin` / `sched.directed_yield` / `sched.relaxed_co` /
+//! `sched.balance`:
 //! each host CPU has one run token; a vCPU thread runs only while it holds
 //! one. A token is held for a slice of `Host.token_slice_ns` of wall time,
 //! then goes to the head of one FIFO queue of runnable vCPUs (the holder to
 //! the tail; with nobody waiting it keeps the token). A halt hands the token
 //! on at once; a woken vCPU waits at the tail; `yield_to` gives the yielder's
 //! token to a waiting candidate with a fresh slice and puts the yielder at the
-//! tail (`Tokens`).
+//! tail (`Tokens`). Relaxed co-scheduling passes over a vCPU whose
+//! token-holding time leads its slowest runnable sibling by more than
+//! `Host.token_skew_ns` (co-stopped), at every grant, and a slice's end
+//! hands a co-stopped holder's token on even with nobody else waiting;
+//! balance scheduling gives each CPU its own queue, of the vCPUs at home
+//! there ((index in the VM + VM) mod P, as the real one). Every decision
+//! (a slice's end, a halt, a wake-up) then fills every free token, as the
+//! real `dispatch_idle` does.
 //!
 //! Two levels, as on the real host: the tokens decide which vCPU thread may
 //! run on a CPU; the kernel's fair scheduler (EEVDF) still shares that CPU
@@ -25,6 +34,9 @@
 
 use rand::Rng;
 
+use std::collections::VecDeque;
+
+use super::config::Scheduler;
 use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
@@ -47,16 +59,87 @@ impl Sim {
         let p = self.rqs.len();
         self.tokens.holder = vec![None; p];
         self.tokens.gen = vec![0; p];
-        self.tokens.fifo.clear();
+        let sched = self.cfg.host.scheduler;
+        self.tokens.queues = vec![VecDeque::new(); if sched == Scheduler::Balance { p } else { 1 }];
+        if sched == Scheduler::Balance {
+            // the i-th vCPU of VM v is at home on CPU (i + v) mod P: siblings apart
+            self.tokens.home = (0..self.tasks.len())
+                .map(|t| match self.tasks[t].kind {
+                    TaskKind::Vcpu(v) => {
+                        let vc = &self.vcpus[v as usize];
+                        ((vc.idx + vc.vm) as usize % p) as u32
+                    }
+                    _ => 0,
+                })
+                .collect();
+        }
+        self.tokens.run_ns = vec![0; self.tasks.len()];
+        self.tokens.granted_at = vec![0; self.tasks.len()];
         let tick = self.cfg.host.tick_ns.max(1);
         self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
+    }
+
+    /// The queue vCPU task `t` waits in (its home CPU's under balance scheduling).
+    fn token_queue_of(&self, t: usize) -> usize {
+        if self.tokens.home.is_empty() {
+            0
+        } else {
+            self.tokens.home[t] as usize
+        }
+    }
+
+    /// The queue CPU `c`'s token is taken from.
+    fn token_queue_for(&self, c: usize) -> usize {
+        if self.tokens.queues.len() > 1 {
+            c
+        } else {
+            0
+        }
+    }
+
+    /// Task `t`'s token-holding time at now, its current stint included
+    /// (relaxed co-scheduling's measure; kept under every token scheduler).
+    fn token_run_time(&self, t: usize) -> Ns {
+        let held = self.tokens.holder.contains(&Some(t as u32));
+        self.tokens.run_ns[t] + if held { self.now - self.tokens.granted_at[t] } else { 0 }
+    }
+
+    /// Relaxed co-scheduling: vCPU task `t` leads its slowest runnable
+    /// sibling by more than `Host.token_skew_ns` of token-holding time (a
+    /// halted sibling does not count; a holding one is progressing).
+    fn token_co_stopped(&self, t: usize) -> bool {
+        if self.cfg.host.scheduler != Scheduler::RelaxedCo {
+            return false;
+        }
+        let TaskKind::Vcpu(v) = self.tasks[t].kind else { return false };
+        let vm = self.vcpus[v as usize].vm as usize;
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        let me = self.token_run_time(t);
+        let slowest = (v0..v0 + n)
+            .map(|s| self.vcpus[s].task as usize)
+            .filter(|&s| s != t && self.tasks[s].runnable)
+            .map(|s| self.token_run_time(s))
+            .min();
+        slowest.is_some_and(|lo| me > lo.saturating_add(self.cfg.host.token_skew_ns))
+    }
+
+    /// Task `t` gives up its token: its stint's time is added to its run time.
+    fn token_vacate(&mut self, t: usize) {
+        self.tokens.run_ns[t] += self.now - self.tokens.granted_at[t];
     }
 
     /// A runnable vCPU task `t` (just woken or arrived) waits for a token.
     pub(crate) fn token_wait(&mut self, t: usize) {
         debug_assert!(matches!(self.tasks[t].kind, TaskKind::Vcpu(_)));
         self.tasks[t].parked = true;
-        self.tokens.fifo.push_back(t as u32);
+        let q = self.token_queue_of(t);
+        self.tokens.queues[q].push_back(t as u32);
+        self.token_dispatch_idle();
+    }
+
+    /// Every free token goes to the next vCPU its queue may give it to
+    /// (`dispatch_idle`).
+    fn token_dispatch_idle(&mut self) {
         for c in 0..self.tokens.holder.len() {
             if self.tokens.holder[c].is_none() {
                 self.token_grant_next(c);
@@ -64,9 +147,21 @@ impl Sim {
         }
     }
 
-    /// CPU `c`'s token goes to the head of the queue, if anyone waits.
+    /// The position in CPU `c`'s queue of the vCPU its token goes to next:
+    /// the first not co-stopped.
+    fn token_pick(&self, c: usize) -> Option<usize> {
+        let q = &self.tokens.queues[self.token_queue_for(c)];
+        if self.cfg.host.scheduler != Scheduler::RelaxedCo {
+            return if q.is_empty() { None } else { Some(0) };
+        }
+        q.iter().position(|&t| !self.token_co_stopped(t as usize))
+    }
+
+    /// CPU `c`'s token goes to the next in its queue, if anyone may take it.
     fn token_grant_next(&mut self, c: usize) {
-        if let Some(n) = self.tokens.fifo.pop_front() {
+        if let Some(pos) = self.token_pick(c) {
+            let q = self.token_queue_for(c);
+            let n = self.tokens.queues[q].remove(pos).expect("a picked position");
             self.token_grant(c, n as usize, true);
         }
     }
@@ -79,6 +174,7 @@ impl Sim {
     fn token_grant(&mut self, c: usize, t: usize, wakeup: bool) {
         debug_assert!(self.tokens.holder[c].is_none() && self.tasks[t].parked && self.tasks[t].runnable);
         self.tokens.holder[c] = Some(t as u32);
+        self.tokens.granted_at[t] = self.now;
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
         let first = std::mem::take(&mut self.tokens.phase[c]);
         self.push(self.now + self.cfg.host.token_slice_ns + first, Ev::Token(c as u32, self.tokens.gen[c]));
@@ -101,8 +197,11 @@ impl Sim {
     /// `t` (curr of its CPU) blocks: its token goes on (`dequeue_sleep`).
     pub(crate) fn token_release(&mut self, t: usize) {
         if let Some(c) = self.token_of(t) {
+            self.token_vacate(t);
             self.tokens.holder[c] = None;
             self.token_grant_next(c);
+            // a co-stop may have ended: fill the free tokens
+            self.token_dispatch_idle();
         }
     }
 
@@ -119,8 +218,10 @@ impl Sim {
             self.rq_remove_queued(t);
             self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);
         }
+        self.token_vacate(t);
         self.tokens.holder[c] = None;
-        self.tokens.fifo.push_back(t as u32);
+        let q = self.token_queue_of(t);
+        self.tokens.queues[q].push_back(t as u32);
     }
 
     /// `Ev::Token`: CPU `c`'s slice of generation `gen` ends.
@@ -129,7 +230,7 @@ impl Sim {
             return;
         }
         let Some(t) = self.tokens.holder[c].map(|t| t as usize) else { return };
-        if self.tokens.fifo.is_empty() {
+        if !self.token_co_stopped(t) && self.token_pick(c).is_none() {
             // nobody may take it: another slice (no decision)
             self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
             self.push(self.now + self.cfg.host.token_slice_ns, Ev::Token(c as u32, self.tokens.gen[c]));
@@ -138,7 +239,9 @@ impl Sim {
         let was_curr = self.rqs[c].curr == Some(t as u32);
         self.token_park_holder(c, t);
         self.token_grant_next(c);
-        if was_curr {
+        // a co-stop may have ended, or another token fell free before
+        self.token_dispatch_idle();
+        if was_curr && self.tokens.holder[c] != Some(t as u32) {
             self.resched(c, Why::Slice);
         }
     }
@@ -166,15 +269,17 @@ impl Sim {
         }
         if !self.tasks[tg_task].parked {
             // it holds a token
-            if self.cfg.host.yield_to_esrch && self.tokens.fifo.is_empty() {
+            if self.cfg.host.yield_to_esrch && self.tokens.queues.iter().all(|q| q.is_empty()) {
                 self.vcpus[me].c.yield_esrch += 1;
                 return ESRCH;
             }
             self.vcpus[me].c.yield_zero += 1;
             return 0;
         }
-        let pos = self.tokens.fifo.iter().position(|&x| x == tg_task as u32).expect("a parked vCPU waits in the queue");
-        self.tokens.fifo.remove(pos);
+        let q = self.token_queue_of(tg_task);
+        let pos =
+            self.tokens.queues[q].iter().position(|&x| x == tg_task as u32).expect("a parked vCPU waits in its queue");
+        self.tokens.queues[q].remove(pos);
         self.token_park_holder(a, me_task);
         self.token_grant(a, tg_task, false);
         self.wake.boost_cpu = super::state::NO_CPU;

@@ -83,8 +83,8 @@ fn every_cpu_token_is_held_while_vcpus_wait_and_none_is_held_twice() {
         s.step_until(step * 1_500_000).unwrap();
         let held: Vec<u32> = s.tokens.holder.iter().map(|h| h.expect("a token idles while vCPUs wait")).collect();
         assert_ne!(held[0], held[1]);
-        assert_eq!(s.tokens.fifo.len(), 3);
-        for &t in &s.tokens.fifo {
+        assert_eq!(s.tokens.queues[0].len(), 3);
+        for &t in &s.tokens.queues[0] {
             assert!(s.tasks[t as usize].parked && s.tasks[t as usize].runnable);
             assert!(!held.contains(&t));
         }
@@ -100,14 +100,18 @@ fn yield_to_hands_the_token_to_a_waiting_candidate_and_queues_the_yielder() {
     s.step_until(1_000_000).unwrap();
     let me = (0..3).find(|&v| s.vcpus[v].running.is_some()).unwrap();
     let me_task = s.vcpus[me].task;
-    let head = s.tokens.fifo[0];
-    let other = s.tokens.fifo[1];
+    let head = s.tokens.queues[0][0];
+    let other = s.tokens.queues[0][1];
     let target = (0..3).find(|&v| s.vcpus[v].task == other).unwrap();
     let mut t = s.now;
     assert_eq!(s.yield_to(me, target, &mut t), 1);
     assert!(t > s.now, "an attempt costs handler time");
     assert_eq!(s.tokens.holder[0], Some(other), "the candidate holds the token");
-    assert_eq!(s.tokens.fifo.iter().copied().collect::<Vec<_>>(), vec![head, me_task], "the yielder waits at the tail");
+    assert_eq!(
+        s.tokens.queues[0].iter().copied().collect::<Vec<_>>(),
+        vec![head, me_task],
+        "the yielder waits at the tail"
+    );
     assert!(s.tasks[me_task as usize].parked);
     // the new holder runs once the yielder's handler ends
     s.resched(0, Why::Yield);
@@ -135,7 +139,7 @@ fn a_halting_holder_hands_its_token_on_and_a_woken_vcpu_waits_at_the_tail() {
     // the computing thread's vCPU holds the token; the halted ones wait for nothing
     let h = s.tokens.holder[0].expect("a holder");
     assert!(s.tasks[h as usize].runnable);
-    assert!(s.tokens.fifo.is_empty(), "halted vCPUs do not queue");
+    assert!(s.tokens.queues[0].is_empty(), "halted vCPUs do not queue");
     // the token never idles with the computing vCPU waiting: the CPU is busy all the run
     let r = run(&c).unwrap();
     let idle = r.pcpus.u64s("idle_ns")[0];
@@ -161,4 +165,97 @@ fn vcpu_threads_arrive_in_a_seeded_random_order_with_start_gaps() {
     }
     assert!(orders.len() >= 4, "{orders:?}");
     assert!(orders.iter().any(|o| o != &vec![0, 1, 2, 3]));
+}
+
+// ---- relaxed co-scheduling and balance scheduling (the other token policies)
+
+/// `vms` VMs of `v` computing vCPUs each on `p` CPUs under `sched`.
+fn token_sched(sched: Scheduler, vms: Vec<u32>, p: u32) -> SimConfig {
+    SimConfig {
+        duration_ns: 200_000_000,
+        host: HostConfig { pcpus: p, scheduler: sched, token_skew_ns: 1_000_000, ..Default::default() },
+        vms: vms.into_iter().map(computing_vm).collect(),
+        trace: true,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn balance_keeps_every_vcpu_on_its_home_cpu_and_siblings_apart() {
+    // 2 VMs x 2 vCPUs on 2 CPUs: vCPU i of VM k at home on CPU (i + k) mod 2
+    let r = run(&token_sched(Scheduler::Balance, vec![2, 2], 2)).unwrap();
+    let t = r.trace.as_ref().expect("traced");
+    let i64s = |n: &str| match t.get(n) {
+        Some(Column::I64(v)) => v.clone(),
+        _ => panic!("{n}"),
+    };
+    let (pcpu, vm, vcpu) = (i64s("pcpu"), i64s("vm"), i64s("vcpu"));
+    let mut n = 0;
+    for i in (0..pcpu.len()).filter(|&i| vcpu[i] >= 0) {
+        assert_eq!(pcpu[i], (vcpu[i] + vm[i]) % 2, "VM {} vCPU {} ran on CPU {}", vm[i], vcpu[i], pcpu[i]);
+        n += 1;
+    }
+    assert!(n > 40, "{n} rows");
+    // each CPU's two vCPUs take turns: every vCPU gets about half of a CPU
+    let useful = r.vcpus.u64s("useful_ns");
+    assert!(useful.iter().all(|&u| u > 90_000_000), "{useful:?}");
+}
+
+#[test]
+fn relaxed_co_keeps_three_siblings_on_two_cpus_within_the_skew_and_a_slice() {
+    let c = token_sched(Scheduler::RelaxedCo, vec![3], 2);
+    let (skew, slice) = (c.host.token_skew_ns, c.host.token_slice_ns);
+    let mut s = sim_of(&c);
+    let mut worst = 0;
+    // from 10 ms: each CPU's first slice is longer by its phase against the tick
+    for k in 20..400 {
+        s.step_until(k * 500_000).unwrap();
+        let r: Vec<u64> = (0..3).map(|v| s.token_run_time(s.vcpus[v].task as usize)).collect();
+        worst = worst.max(r.iter().max().unwrap() - r.iter().min().unwrap());
+    }
+    assert!(worst <= skew + slice, "the largest lead was {worst} ns");
+    assert!(worst > 0);
+}
+
+#[test]
+fn relaxed_co_passes_over_a_waiter_ahead_of_its_siblings_and_hands_on_a_holder_ahead() {
+    // one VM of 3 computing vCPUs on 2 CPUs, 1 ms skew: two hold tokens, one waits
+    let c = token_sched(Scheduler::RelaxedCo, vec![3], 2);
+    let mut s = sim_of(&c);
+    s.step_until(1_000_000).unwrap();
+    let holder0 = s.tokens.holder[0].expect("CPU 0 held") as usize;
+    let waiter = s.tokens.queues[0][0] as usize;
+    // the waiter is 10 ms ahead of both holders: CPU 0's slice end keeps its
+    // holder (another slice), the waiter stays co-stopped in the queue
+    s.tokens.run_ns[waiter] = s.token_run_time(holder0) + 10_000_000;
+    let gen = s.tokens.gen[0];
+    s.token_slice_end(0, gen);
+    assert_eq!(s.tokens.holder[0], Some(holder0 as u32));
+    assert_eq!(s.tokens.queues[0].front(), Some(&(waiter as u32)));
+    // now the waiter is back at 0 and the holder 20 ms ahead of the other
+    // two: the holder is co-stopped and its token goes to the waiter though
+    // its slice has just begun
+    s.tokens.run_ns[waiter] = 0;
+    s.tokens.run_ns[holder0] = 20_000_000;
+    let gen = s.tokens.gen[0];
+    s.token_slice_end(0, gen);
+    assert_eq!(s.tokens.holder[0], Some(waiter as u32));
+    assert!(s.tokens.queues[0].contains(&(holder0 as u32)));
+    // under round robin the same leads change nothing: the waiter takes the token
+    let c = token_sched(Scheduler::RoundRobin, vec![3], 2);
+    let mut r = sim_of(&c);
+    r.step_until(1_000_000).unwrap();
+    let (h, w) = (r.tokens.holder[0].expect("held") as usize, r.tokens.queues[0][0] as usize);
+    r.tokens.run_ns[w] = r.token_run_time(h) + 10_000_000;
+    let gen = r.tokens.gen[0];
+    r.token_slice_end(0, gen);
+    assert_eq!(r.tokens.holder[0], Some(w as u32));
+}
+
+#[test]
+fn balance_refuses_a_vm_with_more_vcpus_than_cpus() {
+    let c = token_sched(Scheduler::Balance, vec![3], 2);
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("vms[0].vcpus") && e.contains("balance"), "{e}");
+    assert!(token_sched(Scheduler::RelaxedCo, vec![3], 2).validate().is_ok());
 }

@@ -292,7 +292,16 @@ class Host(_Base):
             yielder's token to a waiting candidate; the kernel's EEVDF still
             shares each CPU between the token's holder and other tasks: the
             twin of a run under ``sched.round_robin`` or
-            ``sched.directed_yield``). Default ``"fair"``.
+            ``sched.directed_yield``), ``"relaxed_co"`` (the same tokens, but a
+            vCPU whose token-holding time leads its slowest runnable sibling
+            by more than ``token_skew_ns`` is passed over at every grant and
+            handed on at its slice's end: the twin of ``sched.relaxed_co``,
+            after VMware ESX's relaxed co-scheduling, "The CPU Scheduler in
+            VMware vSphere 5.1", 2013) or ``"balance"`` (one queue per CPU;
+            the i-th vCPU of VM v waits only for CPU (i + v) mod P's token, so
+            siblings never share a CPU: the twin of ``sched.balance``, after
+            Sukwong and Kim, "Is co-scheduling too expensive for SMP VMs?",
+            EuroSys 2011). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -325,9 +334,14 @@ class Host(_Base):
             idle). No periodic load balancing.
         gang_slice_ns: gang-scheduling slice, ns. Default 4000000 ([S4]:
             "clean 4 ms slices").
-        token_slice_ns: a run token's slice under ``scheduler =
-            "round_robin"``, wall time, ns. Default 4000000 (``vcpulab.sched``'s
-            default ``slice_us=4000``).
+        token_slice_ns: a run token's slice under vcpulab's schedulers
+            (``"round_robin"``, ``"relaxed_co"``, ``"balance"``), wall time,
+            ns. Default 4000000 (``vcpulab.sched``'s default
+            ``slice_us=4000``).
+        token_skew_ns: under ``scheduler="relaxed_co"``, the token-holding
+            time by which a vCPU may lead its slowest runnable sibling before
+            it is co-stopped, ns. Default 3000000 (``sched.relaxed_co``'s
+            default ``skew_us=3000``).
         tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
             (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
         rq_lock_ns: time a yield_to attempt holds both run-queue locks, ns
@@ -520,6 +534,7 @@ class Host(_Base):
     affinity: str = "pinned"
     gang_slice_ns: int = 4_000_000
     token_slice_ns: int = field(default=4_000_000, metadata=_NEW)
+    token_skew_ns: int = field(default=3_000_000, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50
@@ -562,6 +577,7 @@ class Host(_Base):
         _choice(self, "affinity")
         _int(self, "gang_slice_ns")
         _int(self, "token_slice_ns")
+        _int(self, "token_skew_ns")
         _int(self, "tsc_khz")
         _int(self, "rq_lock_ns")
         _int(self, "yield_check_ns")

@@ -424,8 +424,10 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       spinner's CPU is busy with it before the candidate runs); ``yield_to``
       hands the spinner's token to a waiting candidate with a fresh slice
       and queues the spinner, as the real scheduler does.
-    * ``relaxed_co`` and ``balance`` have no twin: the simulator has neither
-      mechanism (ValueError).
+    * ``relaxed_co``: the same tokens and slices with the simulator's relaxed
+      co-scheduling (``Host(scheduler="relaxed_co")``, the same skew);
+      ``balance``: with one queue per CPU and the same home CPUs
+      (``Host(scheduler="balance")``).
 
     Simplification: the pv spin exit is modelled as a VMX pause-loop exit
     (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
@@ -433,10 +435,6 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     from vcpulab import sched
 
     s = exp.scheduler
-    if isinstance(s, (sched.RelaxedCo, sched.Balance)):
-        raise ValueError(
-            f"no twin for a run under sched.{s.name}: the simulator has no {s.name.replace('_', ' ')} scheduling"
-        )
     # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
     n = len(exp.pcpus)
     hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
@@ -444,6 +442,10 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     slice_ns = int(s.slice_us * 1e3)
     if isinstance(s, sched.Gang):
         hkw.update(scheduler="gang", gang_slice_ns=slice_ns)
+    elif isinstance(s, sched.RelaxedCo):
+        hkw.update(scheduler="relaxed_co", token_slice_ns=slice_ns, token_skew_ns=int(s.skew_us * 1e3))
+    elif isinstance(s, sched.Balance):
+        hkw.update(scheduler="balance", token_slice_ns=slice_ns)
     else:
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()

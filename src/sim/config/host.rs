@@ -25,6 +25,25 @@ pub enum Scheduler {
     /// the tail. The kernel still shares each CPU between its token holder and
     /// other tasks (background, noise) by EEVDF.
     RoundRobin,
+    /// vcpulab's scheduler with `sched.relaxed_co` (VMware ESX's relaxed
+    /// co-scheduling; "The CPU Scheduler in VMware vSphere 5.1", VMware, 2013):
+    /// the round-robin tokens, but a vCPU whose token-holding time is more
+    /// than `token_skew_ns` ahead of its slowest runnable sibling is
+    /// co-stopped (passed over by every grant) until that sibling catches up.
+    RelaxedCo,
+    /// vcpulab's scheduler with `sched.balance` (balance scheduling, Sukwong
+    /// and Kim, "Is co-scheduling too expensive for SMP VMs?", EuroSys 2011):
+    /// the i-th vCPU of VM v has home CPU (i + v) mod P, so no two siblings
+    /// share one; each CPU's token goes round robin among the vCPUs at home
+    /// there.
+    Balance,
+}
+
+impl Scheduler {
+    /// One of vcpulab's own (token) schedulers.
+    pub fn is_tokens(self) -> bool {
+        matches!(self, Scheduler::RoundRobin | Scheduler::RelaxedCo | Scheduler::Balance)
+    }
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,11 +148,18 @@ pub struct HostConfig {
     /// Gang-scheduling slice, ns.
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub gang_slice_ns: u64,
-    /// A run token's slice under `scheduler = "round_robin"` (vcpulab's
-    /// scheduler), wall time, ns; `vcpulab.sched`'s `slice_us` (default 4000).
+    /// A run token's slice under vcpulab's schedulers (`round_robin`,
+    /// `relaxed_co`, `balance`), wall time, ns; `vcpulab.sched`'s `slice_us`
+    /// (default 4000).
     #[serde(skip_serializing_if = "is_default_token_slice_ns")]
     #[schemars(range(min = limits::MIN_PERIOD_NS), extend("default" = 4_000_000))]
     pub token_slice_ns: u64,
+    /// Under `scheduler = "relaxed_co"`: the token-holding time by which a
+    /// vCPU may lead its slowest runnable sibling before it is co-stopped,
+    /// ns; `sched.relaxed_co`'s `skew_us` (default 3000).
+    #[serde(skip_serializing_if = "is_default_token_skew_ns")]
+    #[schemars(range(max = limits::MAX_TOKEN_SKEW_NS), extend("default" = 3_000_000))]
+    pub token_skew_ns: u64,
     /// Host clock converting PLE cycles to ns, kHz.
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
     pub tsc_khz: u64,
@@ -421,6 +447,7 @@ impl Default for HostConfig {
             affinity: Affinity::Pinned,
             gang_slice_ns: 4_000_000,
             token_slice_ns: default_token_slice_ns(),
+            token_skew_ns: default_token_skew_ns(),
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,

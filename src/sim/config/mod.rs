@@ -84,6 +84,8 @@ pub const MAX_PHASES: usize = 256;
 pub mod limits {
     /// Upper bound of a cost or latency, ns (1 s).
     pub const MAX_COST_NS: u64 = 1_000_000_000;
+    /// Upper bound of `Host.token_skew_ns` (10 s, `sched.relaxed_co`'s largest `skew_us`).
+    pub const MAX_TOKEN_SKEW_NS: u64 = 10_000_000_000;
     /// Upper bound of a phase's compute or sleep time, ns (1000 s).
     pub const MAX_PHASE_NS: u64 = 1_000_000_000_000;
     /// Upper bound of `duration_ns` (2^50 ns, about 13 days).
@@ -139,6 +141,15 @@ fn is_true(x: &bool) -> bool {
 /// `vcpulab.sched`'s default slice (`slice_us=4000`), ns.
 fn default_token_slice_ns() -> u64 {
     4_000_000
+}
+
+/// `vcpulab.sched.relaxed_co`'s default skew (`skew_us=3000`), ns.
+fn default_token_skew_ns() -> u64 {
+    3_000_000
+}
+
+fn is_default_token_skew_ns(x: &u64) -> bool {
+    *x == default_token_skew_ns()
 }
 
 fn is_default_token_slice_ns(x: &u64) -> bool {

@@ -51,6 +51,7 @@ pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
     (&["vms.count", "vms.vcpus"], "the sum over VMs of count * vcpus <= 65536"),
     (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below pcpus"),
     (&["vms.threads", "vms.vcpus"], "threads <= 16 * vcpus"),
+    (&["vms.vcpus", "host.pcpus", "host.scheduler"], "vcpus <= pcpus under scheduler = balance"),
     (&["vms.guest.threads_per_core", "vms.vcpus"], "vcpus is a multiple of guest.threads_per_core"),
     (
         &["vms.guest.llc_vcpus", "vms.guest.threads_per_core", "vms.vcpus"],

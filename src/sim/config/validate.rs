@@ -110,6 +110,9 @@ impl SimConfig {
         {
             check(v <= MAX_COST_NS, || format!("host.{name} must be <= 1e9, got {v}"))?;
         }
+        check(h.token_skew_ns <= MAX_TOKEN_SKEW_NS, || {
+            format!("host.token_skew_ns must be <= 1e10, got {}", h.token_skew_ns)
+        })?;
         let u = h.background.utilization;
         check((0.0..1.0).contains(&u), || format!("host.background.utilization must be in [0, 1), got {u}"))?;
         check((MIN_WEIGHT..=MAX_WEIGHT).contains(&h.background.weight), || {
@@ -219,6 +222,14 @@ impl SimConfig {
             })?;
             check((MIN_WEIGHT..=MAX_WEIGHT).contains(&vm.weight), || {
                 format!("{} must be in [{MIN_WEIGHT}, {MAX_WEIGHT}] (nice 19 .. -20), got {}", f("weight"), vm.weight)
+            })?;
+            check(self.host.scheduler != Scheduler::Balance || vm.vcpus <= self.host.pcpus, || {
+                format!(
+                    "{} must be <= host.pcpus ({}) under scheduler=balance (siblings run on distinct CPUs), got {}",
+                    f("vcpus"),
+                    self.host.pcpus,
+                    vm.vcpus
+                )
             })?;
             total += vm.count as u64 * vm.vcpus as u64;
             check(total <= MAX_VCPUS_TOTAL, || format!("{} : total vCPUs must be <= {MAX_VCPUS_TOTAL}", f("vcpus")))?;
