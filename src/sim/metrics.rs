@@ -111,6 +111,7 @@ pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     counter!("kicks", kicks);
     counter!("ipis_sent", ipis_sent);
     counter!("sched_in", sched_in);
+    counter!("token_grants", token_grants);
     counter!("ple_window_max", max_ple_window);
     halt_stat!("halt_attempted_poll", halt_attempted_poll);
     halt_stat!("halt_successful_poll", halt_successful_poll);

@@ -337,6 +337,10 @@ pub struct VcpuCounters {
     pub yield_zero: u64,
     pub preemption_other: u64,
     pub sched_in: u64,
+    /// Run tokens granted to it (vcpulab's schedulers, src/sim/tokens.rs; a
+    /// slice renewed with nobody waiting is no grant), as the real
+    /// scheduler's decision log counts them.
+    pub token_grants: u64,
     pub preemption_reported: u64,
     pub directed_yield_attempted: u64,
     pub directed_yield_successful: u64,

@@ -175,6 +175,9 @@ impl Sim {
         debug_assert!(self.tokens.holder[c].is_none() && self.tasks[t].parked && self.tasks[t].runnable);
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.granted_at[t] = self.now;
+        if let TaskKind::Vcpu(v) = self.tasks[t].kind {
+            self.vcpus[v as usize].c.token_grants += 1;
+        }
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
         let first = std::mem::take(&mut self.tokens.phase[c]);
         self.push(self.now + self.cfg.host.token_slice_ns + first, Ev::Token(c as u32, self.tokens.gen[c]));
