@@ -89,6 +89,9 @@ pub struct ThreadReport {
 #[derive(Debug, Default)]
 pub struct Samples {
     pub t_ns: Vec<u64>,
+    /// When this row's steal area was read, ns after the run's start (at or
+    /// after `t_ns`).
+    pub read_ns: Vec<u64>,
     pub vm: Vec<u32>,
     pub vcpu: Vec<u32>,
     pub steal_ns: Vec<u64>,
@@ -150,11 +153,16 @@ impl Sampler {
         Self { obs, stat_index, buf: Vec::new(), out }
     }
 
-    fn sample(&mut self, t_ns: u64) -> Result<()> {
+    /// One sample at `t_ns` (ns after the run's start `t0`): each vCPU's
+    /// steal area and stats, with the time of that read (`read_ns`: a
+    /// sampler preempted between two reads reads later than `t_ns`).
+    fn sample(&mut self, t_ns: u64, t0: Instant) -> Result<()> {
         for (vm, o) in &self.obs {
             let st = o.steal_time()?;
+            let read_ns = (t0.elapsed().as_nanos() as u64).max(t_ns);
             o.stats.read_data(&mut self.buf)?;
             self.out.t_ns.push(t_ns);
+            self.out.read_ns.push(read_ns);
             self.out.vm.push(*vm as u32);
             self.out.vcpu.push(o.id as u32);
             self.out.steal_ns.push(st.map_or(0, |s| s.steal_ns));
@@ -207,7 +215,7 @@ pub fn run(
     }
     let start_mono_ns = monotonic_ns();
     let deadline = t0 + opts.duration;
-    sampler.sample(0)?;
+    sampler.sample(0, t0)?;
     let mut stopped = false;
     let threads: Vec<ThreadReport> = std::thread::scope(|s| -> Result<Vec<ThreadReport>> {
         let handles = members
@@ -242,7 +250,7 @@ pub fn run(
             let now = Instant::now();
             if let Some(ns) = next_sample {
                 if now >= ns && sample_err.is_none() {
-                    if let Err(e) = sampler.sample(now.duration_since(t0).as_nanos() as u64) {
+                    if let Err(e) = sampler.sample(now.duration_since(t0).as_nanos() as u64, t0) {
                         sample_err = Some(e);
                     }
                     let p = opts.sample_every.expect("set with next_sample");
@@ -300,7 +308,7 @@ pub fn run(
         Ok(out)
     })?;
     let wall_ns = t0.elapsed().as_nanos() as u64;
-    sampler.sample(wall_ns)?;
+    sampler.sample(wall_ns, t0)?;
     if let Some(e) = sched.and_then(|sc| sc.take_error()) {
         return Err(e);
     }

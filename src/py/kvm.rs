@@ -1093,6 +1093,7 @@ fn run_experiment<'py>(
     let s = report.samples;
     let samples = PyDict::new(py);
     samples.set_item("t_ns", PyArray1::from_vec(py, s.t_ns))?;
+    samples.set_item("read_ns", PyArray1::from_vec(py, s.read_ns))?;
     samples.set_item("vm", PyArray1::from_vec(py, s.vm))?;
     samples.set_item("vcpu", PyArray1::from_vec(py, s.vcpu))?;
     samples.set_item("steal_ns", PyArray1::from_vec(py, s.steal_ns))?;

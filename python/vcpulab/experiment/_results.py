@@ -19,7 +19,9 @@ from vcpulab.quality import Quality
 class Run:
     """What [`run`][vcpulab.experiment.run] produced; every frame carries ``vm`` and ``vcpu``."""
 
-    #: t_ns, vm, vcpu, steal_ns, preempted, is_idle (the steal area's bytes), and every scalar vCPU stat
+    #: t_ns (the sample's time), read_ns (when this row's steal area was read: later than t_ns when
+    #: the sampling thread was preempted between rows), vm, vcpu, steal_ns, preempted, is_idle (the
+    #: steal area's bytes), and every scalar vCPU stat
     samples: pl.DataFrame
     #: the workload's per-vCPU counters (see the workload class)
     results: pl.DataFrame
@@ -66,7 +68,7 @@ class Run:
         cum = [
             c
             for c in self.samples.columns
-            if c not in ("t_ns", "vm", "vcpu", "preempted", "is_idle", "blocking", "guest_mode")
+            if c not in ("t_ns", "read_ns", "vm", "vcpu", "preempted", "is_idle", "blocking", "guest_mode")
         ]
         s = self.samples.sort(["vm", "vcpu", "t_ns"])
         d = s.with_columns(
