@@ -203,8 +203,11 @@ impl Sim {
             self.token_vacate(t);
             self.tokens.holder[c] = None;
             self.token_grant_next(c);
-            // a co-stop may have ended: fill the free tokens
-            self.token_dispatch_idle();
+            if self.cfg.host.scheduler == Scheduler::RelaxedCo {
+                // a co-stop may have ended: fill the free tokens (under the
+                // other token schedulers no free token has a waiter here)
+                self.token_dispatch_idle();
+            }
         }
     }
 
@@ -242,8 +245,10 @@ impl Sim {
         let was_curr = self.rqs[c].curr == Some(t as u32);
         self.token_park_holder(c, t);
         self.token_grant_next(c);
-        // a co-stop may have ended, or another token fell free before
-        self.token_dispatch_idle();
+        if self.cfg.host.scheduler == Scheduler::RelaxedCo {
+            // a co-stop may have ended, or another token fell free before
+            self.token_dispatch_idle();
+        }
         if was_curr && self.tokens.holder[c] != Some(t as u32) {
             self.resched(c, Why::Slice);
         }

@@ -239,14 +239,15 @@ impl Sim {
         }
         let order = (1..=l).map(|k| first + (target - first + k) % l);
         if has_idle_core {
+            // each core once, at its first vCPU in the scan's order (the
+            // kernel drops a visited core's siblings from the mask)
+            let start_core = self.guest_core(vm, first + (target - first + 1) % l).start;
             let mut idle_cpu = None;
-            let mut seen = Vec::new();
-            for c in order {
+            for (k, c) in order.enumerate() {
                 let core = self.guest_core(vm, c).start;
-                if seen.contains(&core) {
+                if k > 0 && (c != core || core == start_core) {
                     continue;
                 }
-                seen.push(core);
                 if core_idle(c) {
                     return (core, true);
                 }
