@@ -401,6 +401,9 @@ _PARAM_VALUES = {
     "vector_base": 0x40,
     "hz": 100,
     "ticks": 1,
+    "rule": "pcpu_is_idle",
+    "work": 1,
+    "poll": 1,
 }
 
 
@@ -412,6 +415,8 @@ def test_every_registered_program_builds(kvm_host) -> None:  # type: ignore[no-u
             kw = {p: _PARAM_VALUES[p] for p in params}
             if name == "exception":
                 kw["vector"] = 3
+            if name == "wake_placement":
+                kw["vcpus"] = 2  # a waker and a worker
             prog = vm.load(name, **kw)
             assert prog is not None, name
         with pytest.raises(ValueError, match='unknown guest program "nope"; choose one of io_out, io_in'):

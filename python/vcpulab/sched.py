@@ -37,6 +37,10 @@ The policies:
 * [`balance`][vcpulab.sched.balance] — balance scheduling: sibling vCPUs never share a host
   CPU's queue (O. Sukwong and H. S. Kim, "Is co-scheduling too expensive for
   SMP VMs?", EuroSys 2011, https://doi.org/10.1145/1966445.1966471);
+* [`pinned`][vcpulab.sched.pinned] — per-CPU queues as the host kernel's with pinned vCPU
+  threads: vCPU thread g (over every VM, in order) at home on CPU g mod n, no
+  load balancing; the vehicle of the ``pcpu_is_idle`` proposal [S3], whose
+  ``is_idle`` byte says whether a vCPU would run at once only where it cannot move;
 * [`directed_yield`][vcpulab.sched.directed_yield] — round-robin slices, and on a pv spin exit any
   directed-yield policy of [`vcpulab.sim.policies`][vcpulab.sim.policies] (the same objects the
   simulator runs, a Python function included) picks a candidate with the same
@@ -77,6 +81,7 @@ __all__ = [
     "DirectedYield",
     "Gang",
     "Host",
+    "Pinned",
     "RelaxedCo",
     "RoundRobin",
     "ScheduleSummary",
@@ -87,6 +92,7 @@ __all__ = [
     "from_config",
     "gang",
     "host",
+    "pinned",
     "relaxed_co",
     "round_robin",
     "summary",
@@ -210,6 +216,13 @@ class Balance(Scheduler):
 
 
 @dataclass(frozen=True)
+class Pinned(Scheduler):
+    """Per-CPU queues of pinned vCPU threads ([`pinned`][vcpulab.sched.pinned])."""
+
+    name: ClassVar[str] = "pinned"
+
+
+@dataclass(frozen=True)
 class DirectedYield(Scheduler):
     """Round-robin slices and a directed-yield policy at pv spin exits
     ([`directed_yield`][vcpulab.sched.directed_yield]).
@@ -330,6 +343,15 @@ def balance(slice_us: float = 4000.0, **kw: Any) -> Balance:
     return Balance(slice_us=slice_us, **kw)
 
 
+def pinned(slice_us: float = 4000.0, **kw: Any) -> Pinned:
+    """Per-CPU queues as the host kernel's with pinned vCPU threads: vCPU
+    thread g (counted over every VM, VM by VM) is at home on CPU g mod n of
+    ``pcpus`` (the simulator's ``Host.affinity="pinned"``); each CPU runs its
+    queue round-robin, and nothing moves a vCPU. Unlike
+    [`balance`][vcpulab.sched.balance], siblings may share a CPU."""
+    return Pinned(slice_us=slice_us, **kw)
+
+
 def directed_yield(
     policy: Any,
     spin_threshold: int = 64,
@@ -357,7 +379,9 @@ def directed_yield(
     )
 
 
-_BY_NAME: dict[str, type[Scheduler]] = {c.name: c for c in (Host, RoundRobin, Gang, RelaxedCo, Balance, DirectedYield)}
+_BY_NAME: dict[str, type[Scheduler]] = {
+    c.name: c for c in (Host, RoundRobin, Gang, RelaxedCo, Balance, Pinned, DirectedYield)
+}
 
 
 def from_config(d: dict[str, Any] | None) -> Scheduler:

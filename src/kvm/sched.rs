@@ -67,6 +67,14 @@ pub enum Policy {
     /// home CPU, and no two siblings share one; each CPU runs its own queue
     /// round-robin.
     Balance,
+    /// Per-CPU queues as the host kernel's with pinned vCPU threads: each
+    /// vCPU is at home on the CPU its [`Member::home`] names (the experiment's
+    /// placement), else vCPU thread g (counted over every VM, in order) on CPU
+    /// g mod n (the simulator's `Host.affinity = "pinned"`); each CPU runs its own
+    /// queue round-robin, with no load balancing. The vehicle of [S3]: where a
+    /// vCPU runs is fixed, so the `is_idle` of its CPU says whether it would
+    /// run at once.
+    Pinned,
     /// Round-robin slices, and on a pv spin exit the VM's directed-yield
     /// policy chooses a candidate to hand the spinner's token to.
     DirectedYield,
@@ -79,8 +87,14 @@ impl Policy {
             Policy::Gang => "gang",
             Policy::RelaxedCo { .. } => "relaxed_co",
             Policy::Balance => "balance",
+            Policy::Pinned => "pinned",
             Policy::DirectedYield => "directed_yield",
         }
+    }
+
+    /// Each CPU takes its tokens' vCPUs from its own queue, of the vCPUs at home there.
+    pub fn per_cpu_queues(&self) -> bool {
+        matches!(self, Policy::Balance | Policy::Pinned)
     }
 }
 
@@ -196,6 +210,9 @@ pub struct Member {
     /// Where its spin window lives in guest RAM (the spin-lock record's
     /// `spin_window`); None: the program has no pv spin exits.
     pub window_gpa: Option<u64>,
+    /// [`Policy::Pinned`]: the index (in the scheduler's CPUs) of the CPU the
+    /// experiment's placement pins it to; None: CPU g mod n.
+    pub home: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +234,7 @@ struct VState {
     status: Status,
     /// The CPU it last held (index into `cpus`).
     last_cpu: Option<usize>,
-    /// Balance: its home CPU.
+    /// Balance / Pinned: its home CPU.
     home: usize,
     granted_at: Instant,
     run_ns: u64,
@@ -239,7 +256,7 @@ struct State {
     holder: Vec<Option<usize>>,
     slice_end: Vec<Instant>,
     v: Vec<VState>,
-    /// RoundRobin / Gang / RelaxedCo / DirectedYield: one queue; Balance: one per CPU.
+    /// RoundRobin / Gang / RelaxedCo / DirectedYield: one queue; Balance / Pinned: one per CPU.
     queues: Vec<VecDeque<usize>>,
     /// Gang: whose turn it is, and which vCPUs of it have not yet ended their slice.
     turn: usize,
@@ -339,16 +356,25 @@ impl Scheduler {
         } else {
             policies = (0..vms).map(|_| None).collect();
         }
+        if let Some((g, h)) =
+            members.iter().enumerate().find_map(|(g, m)| m.home.filter(|&h| h >= n_cpus).map(|h| (g, h)))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "vCPU thread {g}'s home CPU index {h} is not below the scheduler's {n_cpus} CPUs"
+            )));
+        }
         let now = Instant::now();
-        // balance: the i-th vCPU of VM v is at home on CPU (i + v) mod n, so siblings never share one
+        // balance: the i-th vCPU of VM v is at home on CPU (i + v) mod n, so siblings never share one;
+        // pinned: where the placement pins it, else vCPU thread g on CPU g mod n
         let v: Vec<VState> = members
             .iter()
-            .map(|m| VState {
+            .enumerate()
+            .map(|(g, m)| VState {
                 vm: m.vm,
                 idx: m.idx,
                 status: Status::Ready,
                 last_cpu: None,
-                home: (m.idx + m.vm) % n_cpus,
+                home: if cfg.policy == Policy::Pinned { m.home.unwrap_or(g % n_cpus) } else { (m.idx + m.vm) % n_cpus },
                 granted_at: now,
                 run_ns: 0,
                 preempted: false,
@@ -361,7 +387,7 @@ impl Scheduler {
                 pinned: None,
             })
             .collect();
-        let queues = if cfg.policy == Policy::Balance { n_cpus } else { 1 };
+        let queues = if cfg.policy.per_cpu_queues() { n_cpus } else { 1 };
         let state = State {
             holder: vec![None; n_cpus],
             slice_end: vec![now; n_cpus],
@@ -522,7 +548,7 @@ impl Scheduler {
     }
 
     fn queue_of(&self, st: &State, g: usize) -> usize {
-        if self.cfg.policy == Policy::Balance {
+        if self.cfg.policy.per_cpu_queues() {
             st.v[g].home
         } else {
             0
@@ -561,7 +587,7 @@ impl Scheduler {
 
     /// The next vCPU for CPU `c` from the queues (removed), if any.
     fn pick(&self, st: &mut State, c: usize, now: Instant) -> Option<usize> {
-        let q = if self.cfg.policy == Policy::Balance { c } else { 0 };
+        let q = if self.cfg.policy.per_cpu_queues() { c } else { 0 };
         let pos = st.queues[q].iter().position(|&g| !self.co_stopped(st, g, now))?;
         st.queues[q].remove(pos)
     }
@@ -697,7 +723,7 @@ impl Scheduler {
         let Status::Running(c) = st.v[g].status else { return false };
         if self.cfg.policy != Policy::Gang {
             let costop = self.co_stopped(&st, g, now);
-            let q = if self.cfg.policy == Policy::Balance { c } else { 0 };
+            let q = if self.cfg.policy.per_cpu_queues() { c } else { 0 };
             let waiting = st.queues[q].iter().any(|&n| !self.co_stopped(&st, n, now));
             if !costop && !waiting {
                 // nobody may take it: another slice (no decision)
@@ -1058,6 +1084,7 @@ mod tests {
                     mem: mem.clone(),
                     steal_gpa: Some(g * 4096),
                     window_gpa: Some(g * 4096 + 1024),
+                    home: None,
                 });
             }
         }
@@ -1166,6 +1193,26 @@ mod tests {
         assert_ne!(st.v[2].home, st.v[3].home);
         let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
         assert!(runs.iter().all(|&r| r >= 45 * SLICE), "{runs:?}");
+    }
+
+    #[test]
+    fn pinned_keeps_vcpu_thread_g_on_cpu_g_mod_n_and_shares_each_cpu_fairly() {
+        // 1 VM x 3 vCPUs on 2 CPUs: homes 0, 1, 0 (siblings may share a CPU, unlike balance)
+        let (_, s) = sched(Policy::Pinned, 1, 3, 2);
+        let t0 = Instant::now();
+        start_all(&s, 3, t0);
+        drive(&s, t0, 200);
+        let st = s.lock();
+        assert_eq!(st.v.iter().map(|v| v.home).collect::<Vec<_>>(), vec![0, 1, 0]);
+        for d in &st.decisions {
+            if d.into >= 0 {
+                assert_eq!(st.v[d.into as usize].home, d.cpu as usize, "{d:?}");
+            }
+        }
+        // CPU 1 is vCPU 1's alone (its slices renew); CPU 0's two vCPUs take turns (about half the 200 slice ends)
+        assert_eq!(st.holder[1], Some(1));
+        let runs: Vec<u64> = st.v.iter().map(|v| v.run_ns).collect();
+        assert!(runs[0] >= 45 * SLICE && runs[0].abs_diff(runs[2]) <= SLICE, "{runs:?}");
     }
 
     #[test]

@@ -870,10 +870,11 @@ fn sched_spec(d: &Bound<'_, PyDict>, n_plan: usize) -> PyResult<SchedSpec> {
         "gang" => kvm::sched::Policy::Gang,
         "relaxed_co" => kvm::sched::Policy::RelaxedCo { skew_ns: u("skew_ns")? },
         "balance" => kvm::sched::Policy::Balance,
+        "pinned" => kvm::sched::Policy::Pinned,
         "directed_yield" => kvm::sched::Policy::DirectedYield,
         other => {
             return Err(PyValueError::new_err(format!(
-                "scheduler: unknown policy {other:?}; expected round_robin, gang, relaxed_co, balance or directed_yield"
+                "scheduler: unknown policy {other:?}; expected round_robin, gang, relaxed_co, balance, pinned or directed_yield"
             )))
         }
     };
@@ -1030,12 +1031,18 @@ fn run_experiment<'py>(
                 let mut sm = Vec::with_capacity(members.len());
                 for (m, w) in members.iter_mut().zip(&s.window_gpas) {
                     let o = m.vcpu.observer()?;
+                    // a vCPU placed on one CPU is at home there (sched.pinned)
+                    let home = match m.cpus[..] {
+                        [c] => s.cpus.iter().position(|&x| x == c),
+                        _ => None,
+                    };
                     sm.push(kvm::sched::Member {
                         vm: m.vm,
                         idx: m.vcpu.id as usize,
                         mem: o.mem,
                         steal_gpa: o.steal_gpa,
                         window_gpa: *w,
+                        home,
                     });
                 }
                 Some(kvm::sched::Scheduler::new(s.cfg, s.cpus, sm, s.policies)?)

@@ -47,6 +47,7 @@ from vcpulab.experiment._workloads import (
     PvSpinLock,
     Spin,
     SpinLock,
+    WakePlacement,
     Workload,
 )
 from vcpulab.quality import Quality, QualityWarning  # noqa: F401
@@ -66,6 +67,7 @@ __all__ = [
     "Spin",
     "SpinLock",
     "Trials",
+    "WakePlacement",
     "Workload",
     "machine_provenance",
     "provenance",
@@ -82,6 +84,7 @@ for _obj in (
     IpiPingPong,
     IdleTicks,
     Spin,
+    WakePlacement,
     Run,
     Trials,
     t_critical,

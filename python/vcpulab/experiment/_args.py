@@ -16,7 +16,6 @@ from vcpulab.experiment._workloads import (
     MAX_VCPUS,
     IpiPingPong,
     MsiPingPong,
-    PvSpinLock,
     Spin,
     SpinLock,
     Workload,
@@ -112,17 +111,25 @@ def _check_scheduler(
     if scheduler.is_host:
         return scheduler
     name = scheduler.name
-    if placement is not None:
+    if placement is not None and not isinstance(scheduler, _sched.Pinned):
         raise ValueError(f"scheduler={name}: pass pcpus (the CPUs it schedules on), not placement: it places the vCPUs")
-    if not isinstance(workload, (SpinLock, Spin)):
+    if placement is not None:
+        many = [i for i, cl in enumerate(placement) if len(cl) != 1]
+        if many:
+            raise ValueError(
+                f"scheduler=pinned: placement pins each vCPU to one host CPU (its home); vCPU thread {many[0]} has "
+                f"{len(placement[many[0]])}"
+            )
+    if not (workload.pv_exits or isinstance(workload, Spin)):
         raise ValueError(
             f"scheduler={name}: {type(workload).__name__} halts in the kernel without vcpulab's halt brackets; "
-            "under vcpulab's scheduler SpinLock, PvSpinLock and Spin run (use sched.host() for the others)"
+            "under vcpulab's scheduler SpinLock, PvSpinLock, WakePlacement and Spin run (use sched.host() for the "
+            "others)"
         )
-    if isinstance(workload, PvSpinLock) and workload.preempted_from_host:
+    if workload.forced_bytes:
         raise ValueError(
-            f"scheduler={name}: PvSpinLock.preempted_from_host writes the preempted byte by hand; the scheduler "
-            "sets it while a vCPU holds no token"
+            f"scheduler={name}: {type(workload).__name__}'s *_from_host writes steal-time bytes by hand; the "
+            "scheduler sets preempted while a vCPU holds no token and is_idle while its last CPU holds none"
         )
     if isinstance(scheduler, _sched.DirectedYield) and not isinstance(workload, SpinLock):
         raise ValueError(

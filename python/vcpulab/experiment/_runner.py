@@ -159,8 +159,9 @@ def run(
         scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]):
             ``sched.host()`` (None, the default) leaves them to the kernel;
             ``sched.round_robin()``, ``gang()``, ``relaxed_co()``,
-            ``balance()`` or ``directed_yield(policy)`` run them under
-            vcpulab's own scheduler on the ``pcpus`` (one run token each), and
+            ``balance()``, ``pinned()`` or ``directed_yield(policy)`` run them under
+            vcpulab's own scheduler on the ``pcpus`` (one run token each; under
+            ``pinned()``, ``placement`` may pin each vCPU to its home CPU), and
             the Run gains ``schedule`` (every token hand-off), ``spins`` (every
             pv spin exit) and ``schedule_info``. Spin-lock workloads then make
             pv spin exits and halt brackets; the kernel-halting workloads
@@ -240,19 +241,19 @@ def run(
                 vm.halt_poll_ns = halt_poll_ns
             vs = [vm.create_vcpu(j) for j in range(vcpus)]
             params = dict(workload.params(vcpus))
-            if scheduled and isinstance(workload, SpinLock):
+            if scheduled and workload.pv_exits:
                 params["pv_exits"] = 1
             if isinstance(workload, IpiPingPong):
                 params["gap_cycles"] = int(workload.gap_us * vs[0].tsc_khz / 1e3)
             prog = vm.load(workload.program, **params)  # type: ignore[arg-type]
-            pv_forced = getattr(workload, "preempted_from_host", ())
+            forced = workload.forced_bytes
             for v in vs:
                 v.start(prog)
-                if steal_time and v.id not in pv_forced:
+                if steal_time and v.id not in forced:
                     v.enable_steal_time()
-                elif v.id in pv_forced:
-                    # the `preempted` byte of its (default) steal-time area
-                    vm.write_u8(_core.STEAL_AREA_ADDR + 64 * v.id + 16, 1)
+                for off, val in forced.get(v.id, {}).items():
+                    # a byte of its (default) steal-time area, which KVM then never writes
+                    vm.write_u8(_core.STEAL_AREA_ADDR + 64 * v.id + off, val)
                 plan.append((v._vcpu, i, where[(i, v.id)]))
                 if scheduled:
                     window_gpas.append(

@@ -35,6 +35,18 @@ class Workload:
     def stop(self, vm: Vm, prog: Program) -> None:
         """Ask the guest to finish (graceful workloads)."""
 
+    @property
+    def forced_bytes(self) -> dict[int, dict[int, int]]:
+        """Steal-time bytes the host writes for the whole run, {vCPU id: {offset in the
+        vCPU's steal-time area: value}}; those vCPUs' steal-time MSR stays disabled."""
+        return {}
+
+    @property
+    def pv_exits(self) -> bool:
+        """True when the guest program takes ``pv_exits`` (its halt brackets, and spin
+        exits where it spins), which vcpulab's scheduler turns on."""
+        return False
+
     def host_driver(self, vm: Vm, vcpus: Sequence[Vcpu], prog: Program, duration: float) -> Any:
         """Work the host does while the vCPUs run (called on its own thread)."""
         return None
@@ -91,6 +103,10 @@ class SpinLock(Workload):
     def stop(self, vm: Vm, prog: Program) -> None:
         vm.write_u64(_field(prog, "stop")["gpa"], 1)
 
+    @property
+    def pv_exits(self) -> bool:
+        return True
+
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         r = vm.results(prog)
         khz = vcpus[0].tsc_khz
@@ -144,6 +160,10 @@ class PvSpinLock(SpinLock):
             check_int("PvSpinLock.preempted_from_host entry", v, 0)
             if not 0 <= v < n_vcpus:
                 raise ValueError(f"PvSpinLock.preempted_from_host names vCPU {v}, but there are {n_vcpus}")
+
+    @property
+    def forced_bytes(self) -> dict[int, dict[int, int]]:
+        return {v: {16: 1} for v in self.preempted_from_host}
 
     def params(self, n_vcpus: int) -> dict[str, int | str]:
         return {
@@ -291,6 +311,135 @@ class Spin(Workload):
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         counter = vm.results(prog)["counter"]
         return {"pauses": [int(counter[v.id]) for v in vcpus]}
+
+
+@dataclass(frozen=True)
+class WakePlacement(Workload):
+    """The guest's wake-up placement of [S3]: vCPU 0 is a waker that hands one
+    work item at a time to a worker (vCPUs 1, 2, …), chosen as the guest
+    scheduler's ``select_idle_sibling`` would, over the workers in order from
+    the one that ran the previous item (the wakee's ``prev``):
+
+    * ``rule="available_idle"``: the first idle worker whose steal-time
+      ``preempted`` byte is clear (``available_idle_cpu()``, upstream);
+    * ``rule="pcpu_is_idle"``: first an idle worker whose ``is_idle`` byte is
+      set (the host CPU it last ran on is idle: the 2021 ``pcpu_is_idle``
+      proposal), then as ``available_idle`` (the simulator's
+      ``Pv.placement="pcpu_is_idle"``);
+
+    and, when neither finds one, any idle worker. The waker wakes it with an
+    IPI of ``vector`` and halts until the worker's completion IPI. A worker
+    runs ``work`` loop iterations per item, then polls its mailbox ``poll``
+    PAUSEs and halts. Needs at least two vCPUs per VM (at most 64).
+
+    Only vcpulab's scheduler writes ``is_idle`` (``sched.pinned`` and the
+    other token schedulers, while the CPU a vCPU last ran on holds no token);
+    on this host (kvm_pvm) KVM writes neither byte, so under ``sched.host()``
+    both rules choose alike. ``preempted_from_host`` / ``is_idle_from_host``
+    write a byte of the listed workers from the host for the whole run (their
+    steal-time MSR is then left disabled, so KVM does not touch it): a
+    controlled check of the rule.
+
+    Result columns (the waker's row; the workers' rows have ``items``,
+    ``halts`` and ``poll_hits``): rounds (items completed), wake_median_us /
+    wake_p99_us (the waker's wake-up → the worker running the item, guest
+    TSC), round_median_us, chose_is_idle / chose_preempted (shares of items
+    whose chosen worker had that byte set), fallback_share (items no rule
+    placed), per worker: chosen (items given to it).
+    """
+
+    rule: Literal["available_idle", "pcpu_is_idle"] = "available_idle"
+    #: loop iterations a worker runs per item (≈ 2 emulated instructions each)
+    work: int = 200
+    #: PAUSEs a worker polls its mailbox before it halts
+    poll: int = 0
+    #: items per VM, 0 = until the duration ends
+    rounds: int = 0
+    vector: int = 0x70
+    preempted_from_host: tuple[int, ...] = ()
+    is_idle_from_host: tuple[int, ...] = ()
+    program: ClassVar[str] = "wake_placement"
+    graceful: ClassVar[bool] = True
+
+    def check(self, n_vcpus: int, irqchip: bool) -> None:
+        if self.rule not in ("available_idle", "pcpu_is_idle"):
+            raise ValueError(f"WakePlacement.rule must be 'available_idle' or 'pcpu_is_idle', got {self.rule!r}")
+        for f in ("work", "poll", "rounds"):
+            check_int(f"WakePlacement.{f}", getattr(self, f), 0, 2**64 - 1)
+        check_int("WakePlacement.vector", self.vector, 32, 255)
+        if not 2 <= n_vcpus <= 64:
+            raise ValueError(f"WakePlacement needs 2 to 64 vCPUs per VM (a waker and its workers), got {n_vcpus}")
+        if not irqchip:
+            raise ValueError("WakePlacement needs irqchip=True (its wake-ups are IPIs)")
+        for name in ("preempted_from_host", "is_idle_from_host"):
+            for v in check_seq(f"WakePlacement.{name}", getattr(self, name), "vCPU ids"):
+                check_int(f"WakePlacement.{name} entry", v, 0)
+                if not 1 <= v < n_vcpus:
+                    raise ValueError(f"WakePlacement.{name} names vCPU {v}; the workers are 1..{n_vcpus - 1}")
+
+    @property
+    def forced_bytes(self) -> dict[int, dict[int, int]]:
+        """{vCPU id: {steal-area offset: 1}} of the bytes written from the host."""
+        out: dict[int, dict[int, int]] = {}
+        for v in self.preempted_from_host:
+            out.setdefault(v, {})[16] = 1
+        for v in self.is_idle_from_host:
+            out.setdefault(v, {})[17] = 1
+        return out
+
+    def params(self, n_vcpus: int) -> dict[str, int | str]:
+        return {
+            "rule": self.rule,
+            "work": self.work,
+            "poll": self.poll,
+            "rounds": self.rounds,
+            "vector": self.vector,
+            "vcpus": n_vcpus,
+        }
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        vm.write_u64(_field(prog, "stop")["gpa"], 1)
+
+    @property
+    def pv_exits(self) -> bool:
+        return True
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        khz = vcpus[0].tsc_khz
+        ids = [v.id for v in vcpus]
+        done = int(r["rounds_done"][0])
+        n = min(done, len(r["target"]))
+        target = r["target"][:n].astype(np.int64)
+        bytes_ = r["target_bytes"][:n]
+        # a wake-up read across vCPUs whose TSCs disagree would wrap: not a latency
+        wake = r["wake_cycles"][:n].astype(np.float64)
+        wake[r["wake_cycles"][:n] >= 2**63] = np.nan
+        wake_us = wake / khz * 1e3
+        round_us = r["round_cycles"][:n] / khz * 1e3
+
+        def q(x: np.ndarray, p: float) -> float:
+            x = x[np.isfinite(x)]
+            return float(np.percentile(x, p)) if len(x) else float("nan")
+
+        def share(mask: np.ndarray) -> float:
+            return float(mask.mean()) if n else float("nan")
+
+        chosen = np.bincount(target, minlength=max(ids) + 1) if n else np.zeros(max(ids) + 1, dtype=np.int64)
+        nan = float("nan")
+        return {
+            "rounds": [done] + [0] * (len(ids) - 1),
+            "items": [int(r["items"][i]) for i in ids],
+            "halts": [int(r["halts"][i]) for i in ids],
+            "poll_hits": [int(r["poll_hits"][i]) for i in ids],
+            "chosen": [0 if i == 0 else int(chosen[i]) for i in ids],
+            "wake_median_us": [q(wake_us, 50)] + [nan] * (len(ids) - 1),
+            "wake_p99_us": [q(wake_us, 99)] + [nan] * (len(ids) - 1),
+            "round_median_us": [q(round_us, 50)] + [nan] * (len(ids) - 1),
+            "chose_is_idle": [share((bytes_ & 2) != 0)] + [nan] * (len(ids) - 1),
+            "chose_preempted": [share((bytes_ & 1) != 0)] + [nan] * (len(ids) - 1),
+            "fallback_share": [share(r["pass"][:n] == 3)] + [nan] * (len(ids) - 1),
+        }
 
 
 #: Most vCPUs per VM of an experiment: guest programs address vCPUs by their

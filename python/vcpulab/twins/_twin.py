@@ -435,6 +435,11 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     from vcpulab import sched
 
     s = exp.scheduler
+    if isinstance(s, sched.Pinned):
+        raise ValueError(
+            "no twin for sched.pinned: the simulator's token schedulers have no per-CPU queues of pinned vCPU "
+            "threads yet (balance's homes are (i + v) mod P)"
+        )
     # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
     n = len(exp.pcpus)
     hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}

@@ -23,7 +23,7 @@ use iced_x86::BlockEncoderOptions;
 use super::*;
 use crate::kvm::error::{Error, Result};
 
-pub use super::spec::{LockKind, Spec};
+pub use super::spec::{LockKind, Spec, WakeRule};
 
 /// IO port of the ucall protocol.
 pub const UCALL_PORT: u16 = 0xe0;
@@ -297,6 +297,46 @@ impl SpinLockLayout {
     pub const TICKET_OWNERS: u64 = Self::RECORDS + Self::MAX_VCPUS * Self::RECORD_SIZE;
 }
 
+/// Shared-memory layout of [`Spec::WakePlacement`] (offsets from the program's data).
+pub struct WakeLayout;
+
+impl WakeLayout {
+    /// The host writes 1 here to end the run (the waker then stops every worker).
+    pub const STOP: u64 = 0;
+    /// Items completed (written by the waker after each completion).
+    pub const ROUNDS_DONE: u64 = 8;
+    /// The worker that ran the previous item (the waker's scan starts there).
+    pub const PREV: u64 = 16;
+    /// Completions signalled by the workers (locked increment).
+    pub const COMPLETIONS: u64 = 24;
+    /// Per-vCPU records of 64 bytes start here (vCPU 0's is unused).
+    pub const RECORDS: u64 = 64;
+    pub const RECORD_SIZE: u64 = 64;
+    /// Record fields: 1 while the worker is idle with an empty mailbox (the
+    /// guest's `idle_cpu()`); the waker clears it when it chooses the worker.
+    pub const IDLE: u64 = 0;
+    /// 1 while an item waits for the worker.
+    pub const MAILBOX: u64 = 8;
+    /// The waker's TSC when it woke the worker for the current item.
+    pub const WAKE_TSC: u64 = 16;
+    pub const ITEMS: u64 = 24;
+    pub const HALTS: u64 = 32;
+    /// Items found while polling, before a halt.
+    pub const POLL_HITS: u64 = 40;
+    /// Most vCPUs (the waker and its workers).
+    pub const MAX_VCPUS: u64 = 64;
+    /// Items logged one by one (later items are only counted).
+    pub const LOG_ITEMS: u64 = 4096;
+    /// The per-item log: five arrays of `LOG_ITEMS` u64.
+    pub const LOG: u64 = Self::RECORDS + Self::MAX_VCPUS * Self::RECORD_SIZE;
+    pub const LOG_TARGET: u64 = Self::LOG;
+    pub const LOG_PASS: u64 = Self::LOG + 8 * Self::LOG_ITEMS;
+    pub const LOG_BYTES: u64 = Self::LOG + 16 * Self::LOG_ITEMS;
+    pub const LOG_WAKE: u64 = Self::LOG + 24 * Self::LOG_ITEMS;
+    pub const LOG_ROUND: u64 = Self::LOG + 32 * Self::LOG_ITEMS;
+    pub const SIZE: u64 = Self::LOG + 40 * Self::LOG_ITEMS;
+}
+
 /// Most rounds a ping-pong program records.
 pub const MAX_ROUNDS: u64 = 16_384;
 
@@ -325,6 +365,7 @@ impl Spec {
             Spec::MsiPong { .. } => "msi_pong",
             Spec::IpiPingPong { .. } => "ipi_ping_pong",
             Spec::IdleTicks { .. } => "idle_ticks",
+            Spec::WakePlacement { .. } => "wake_placement",
         }
     }
 
@@ -340,6 +381,7 @@ impl Spec {
             Spec::MsiPong { count, .. } => count.saturating_mul(8).saturating_add(64),
             Spec::IpiPingPong { rounds, .. } => rounds.saturating_mul(8).saturating_add(64),
             Spec::IdleTicks { .. } => 8 * MAX_PER_VCPU_RESULTS,
+            Spec::WakePlacement { .. } => WakeLayout::SIZE,
             _ => 0,
         }
     }
@@ -624,6 +666,31 @@ impl Spec {
                 }
                 params.extend([("hz".into(), hz), ("ticks".into(), ticks), ("vector".into(), vector as u64)]);
                 idle_ticks(&mut m, data, hz, ticks, vector, &mut results)?;
+            }
+            Spec::WakePlacement { rule, work, poll, rounds, vector, vcpus, pv_exits } => {
+                if !env.irqchip {
+                    return Err(Error::Unsupported(
+                        "wake_placement needs an in-kernel irqchip (its wake-ups are IPIs)".into(),
+                    ));
+                }
+                if !(32..=255).contains(&vector) || !(2..=WakeLayout::MAX_VCPUS).contains(&vcpus) {
+                    return Err(Error::InvalidArgument(format!(
+                        "wake_placement: vector must be 32..=255 and vcpus 2..={} (a waker and a worker), got {vector}, \
+                         {vcpus}",
+                        WakeLayout::MAX_VCPUS
+                    )));
+                }
+                params.extend([
+                    ("rule".into(), rule as u64),
+                    ("work".into(), work),
+                    ("poll".into(), poll),
+                    ("rounds".into(), rounds),
+                    ("vector".into(), vector as u64),
+                    ("vcpus".into(), vcpus),
+                    ("pv_exits".into(), pv_exits as u64),
+                ]);
+                let w = WakeProgram { rule, work, poll, rounds, vector, vcpus, pv_exits };
+                wake_placement(&mut m, &w, data, &mut results)?;
             }
         }
         let (code, asserts) = m.finish(entry)?;
@@ -1135,6 +1202,288 @@ fn idle_ticks(m: &mut Asm, data: Gpa, hz: u64, ticks: u64, vector: u8, results: 
     m.done()
 }
 
+/// The parameters of [`Spec::WakePlacement`].
+struct WakeProgram {
+    rule: WakeRule,
+    work: u64,
+    poll: u64,
+    rounds: u64,
+    vector: u8,
+    vcpus: u64,
+    pv_exits: bool,
+}
+
+/// One pass of the waker's scan over the workers, from the previous item's
+/// worker (`PREV`) onwards, wrapping from `vcpus - 1` to 1: the first worker
+/// that is idle and passes `test` (`pass` 1: its `is_idle` byte is set; 2: its
+/// `preempted` byte is clear; 3: none) jumps to `found` with the worker in r10
+/// and `pass` in r15. Clobbers rcx, rsi, r10, r11.
+fn wake_scan(a: &mut CodeAssembler, pass: u32, vcpus: u64, found: CodeLabel) -> Result<()> {
+    type L = WakeLayout;
+    let mut top = a.create_label();
+    let mut next = a.create_label();
+    let mut no_wrap = a.create_label();
+    a.mov(r10, qword_ptr(rbx + L::PREV as i32))?;
+    a.mov(r11, vcpus - 1)?;
+    a.set_label(&mut top)?;
+    a.mov(rcx, r10)?;
+    a.shl(rcx, 6)?;
+    a.cmp(qword_ptr(rbx + rcx + (L::RECORDS + L::IDLE) as i32), 0)?;
+    a.je(next)?;
+    a.mov(rsi, STEAL_AREA_ADDR)?;
+    a.add(rsi, rcx)?;
+    match pass {
+        1 => {
+            a.test(byte_ptr(rsi + 17), 1)?; // is_idle
+            a.jz(next)?;
+        }
+        2 => {
+            a.test(byte_ptr(rsi + 16), 1)?; // preempted
+            a.jnz(next)?;
+        }
+        _ => {}
+    }
+    a.mov(r15d, pass)?;
+    a.jmp(found)?;
+    a.set_label(&mut next)?;
+    a.inc(r10)?;
+    a.cmp(r10, vcpus as i32)?;
+    a.jb(no_wrap)?;
+    a.mov(r10d, 1u32)?;
+    a.set_label(&mut no_wrap)?;
+    a.dec(r11)?;
+    a.jnz(top)?;
+    Ok(())
+}
+
+/// `cli; hlt` with the pv halt brackets when `pv_exits`, leaving interrupts
+/// disabled after the halt. Clobbers rax, rdx.
+fn bracketed_halt(a: &mut CodeAssembler, pv_exits: bool) -> Result<()> {
+    if pv_exits {
+        halt_bracket(a, 1)?;
+    }
+    a.sti()?;
+    a.hlt()?;
+    a.cli()?;
+    if pv_exits {
+        halt_bracket(a, 0)?;
+    }
+    Ok(())
+}
+
+fn wake_placement(m: &mut Asm, p: &WakeProgram, data: Gpa, results: &mut Vec<ResultField>) -> Result<()> {
+    type L = WakeLayout;
+    let WakeProgram { rule, work, poll, rounds, vector, vcpus, pv_exits } = *p;
+    let one = |name, off, doc| ResultField { name, gpa: data + off, ty: FieldType::U64, count: 1, stride: 8, doc };
+    let per = |name, off, doc| ResultField {
+        name,
+        gpa: data + L::RECORDS + off,
+        ty: FieldType::U64,
+        count: L::MAX_VCPUS,
+        stride: L::RECORD_SIZE,
+        doc,
+    };
+    let log =
+        |name, off, doc| ResultField { name, gpa: data + off, ty: FieldType::U64, count: L::LOG_ITEMS, stride: 8, doc };
+    results.extend([
+        one("stop", L::STOP, "the host sets 1 to end the run"),
+        one("rounds_done", L::ROUNDS_DONE, "items completed (the waker's count)"),
+        per("items", L::ITEMS, "items a worker ran"),
+        per("halts", L::HALTS, "halts of an idle worker"),
+        per("poll_hits", L::POLL_HITS, "items a worker found while polling, before halting"),
+        log("target", L::LOG_TARGET, "the worker chosen for item i"),
+        log("pass", L::LOG_PASS, "how it was chosen: 1 is_idle set, 2 preempted clear, 3 any idle worker"),
+        log(
+            "target_bytes",
+            L::LOG_BYTES,
+            "the chosen worker's steal-time bytes at the choice: bit 0 preempted, bit 1 is_idle",
+        ),
+        log(
+            "wake_cycles",
+            L::LOG_WAKE,
+            "from the waker's wake-up of the worker to the worker running the item (TSC cycles)",
+        ),
+        log("round_cycles", L::LOG_ROUND, "from the wake-up to the waker seeing the completion (TSC cycles)"),
+    ]);
+    m.assert_below(rdi, vcpus, "vCPU id below the program's vcpus parameter")?;
+    m.enable_lapic()?;
+    let a = &mut m.a;
+    a.mov(rbx, data)?;
+    let mut worker = a.create_label();
+    let mut finish = a.create_label();
+    a.test(rdi, rdi)?;
+    a.jnz(worker)?;
+
+    // ---- vCPU 0: the waker. It starts once every worker is idle (its LAPIC
+    // on: KVM drops a fixed interrupt sent to a software-disabled one), so the
+    // first choice is the rule's, not the start's order
+    a.mov(r14d, 1u32)?;
+    let mut started = a.create_label();
+    let mut wait_start = a.create_label();
+    a.set_label(&mut wait_start)?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+    a.jne(finish)?;
+    a.mov(rcx, r14)?;
+    a.shl(rcx, 6)?;
+    a.cmp(qword_ptr(rbx + rcx + (L::RECORDS + L::IDLE) as i32), 0)?;
+    let mut not_yet = a.create_label();
+    a.je(not_yet)?;
+    a.inc(r14)?;
+    a.cmp(r14, vcpus as i32)?;
+    a.jae(started)?;
+    a.jmp(wait_start)?;
+    a.set_label(&mut not_yet)?;
+    a.pause()?;
+    a.jmp(wait_start)?;
+    a.set_label(&mut started)?;
+    a.mov(qword_ptr(rbx + L::PREV as i32), 1i32)?;
+    a.xor(r12d, r12d)?; // completions seen
+    let mut round = a.create_label();
+    let mut select = a.create_label();
+    let mut found = a.create_label();
+    let mut stop_all = a.create_label();
+    a.set_label(&mut round)?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+    a.jne(stop_all)?;
+    if rounds > 0 {
+        a.mov(rax, rounds)?;
+        a.cmp(qword_ptr(rbx + L::ROUNDS_DONE as i32), rax)?;
+        a.jae(stop_all)?;
+    }
+    a.set_label(&mut select)?;
+    if rule == WakeRule::PcpuIsIdle {
+        wake_scan(a, 1, vcpus, found)?;
+    }
+    wake_scan(a, 2, vcpus, found)?;
+    wake_scan(a, 3, vcpus, found)?;
+    // no worker idle (none can be: one item at a time, and each worker is
+    // idle again before it signals the completion): wait
+    a.pause()?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+    a.jne(stop_all)?;
+    a.jmp(select)?;
+    a.set_label(&mut found)?;
+    a.mov(r14, r10)?; // the worker
+    a.mov(rcx, r14)?;
+    a.shl(rcx, 6)?;
+    a.mov(qword_ptr(rbx + rcx + (L::RECORDS + L::IDLE) as i32), 0i32)?;
+    // its bytes at the choice
+    a.mov(rsi, STEAL_AREA_ADDR)?;
+    a.add(rsi, rcx)?;
+    a.movzx(r9d, byte_ptr(rsi + 16))?;
+    a.and(r9d, 1)?;
+    a.movzx(eax, byte_ptr(rsi + 17))?;
+    a.and(eax, 1)?;
+    a.shl(eax, 1)?;
+    a.or(r9d, eax)?;
+    let mut no_log = a.create_label();
+    a.mov(rax, qword_ptr(rbx + L::ROUNDS_DONE as i32))?;
+    a.cmp(rax, L::LOG_ITEMS as i32)?;
+    a.jae(no_log)?;
+    a.mov(qword_ptr(rbx + rax * 8 + L::LOG_TARGET as i32), r14)?;
+    a.mov(qword_ptr(rbx + rax * 8 + L::LOG_PASS as i32), r15)?;
+    a.mov(qword_ptr(rbx + rax * 8 + L::LOG_BYTES as i32), r9)?;
+    a.set_label(&mut no_log)?;
+    // wake it: the time, the item, then the IPI (stores are ordered on x86)
+    rdtsc64(a)?;
+    a.mov(r13, rax)?;
+    a.mov(qword_ptr(rbx + rcx + (L::RECORDS + L::WAKE_TSC) as i32), r13)?;
+    a.mov(qword_ptr(rbx + rcx + (L::RECORDS + L::MAILBOX) as i32), 1i32)?;
+    send_ipi(a, r14, vector)?;
+    // halt until the completion
+    let mut wait = a.create_label();
+    let mut completed = a.create_label();
+    a.set_label(&mut wait)?;
+    a.cli()?;
+    a.cmp(qword_ptr(rbx + L::COMPLETIONS as i32), r12)?;
+    a.ja(completed)?;
+    bracketed_halt(a, pv_exits)?;
+    a.jmp(wait)?;
+    a.set_label(&mut completed)?;
+    a.sti()?;
+    a.inc(r12)?;
+    rdtsc64(a)?;
+    a.sub(rax, r13)?;
+    let mut no_log2 = a.create_label();
+    a.mov(rcx, qword_ptr(rbx + L::ROUNDS_DONE as i32))?;
+    a.cmp(rcx, L::LOG_ITEMS as i32)?;
+    a.jae(no_log2)?;
+    a.mov(qword_ptr(rbx + rcx * 8 + L::LOG_ROUND as i32), rax)?;
+    a.set_label(&mut no_log2)?;
+    a.mov(qword_ptr(rbx + L::PREV as i32), r14)?;
+    a.inc(qword_ptr(rbx + L::ROUNDS_DONE as i32))?;
+    a.jmp(round)?;
+    // the end: the stop flag, and every worker woken to see it
+    a.set_label(&mut stop_all)?;
+    a.mov(qword_ptr(rbx + L::STOP as i32), 1i32)?;
+    a.mov(r14d, 1u32)?;
+    let mut wake_next = a.create_label();
+    a.set_label(&mut wake_next)?;
+    send_ipi(a, r14, vector)?;
+    a.inc(r14)?;
+    a.cmp(r14, vcpus as i32)?;
+    a.jb(wake_next)?;
+    a.jmp(finish)?;
+
+    // ---- vCPUs 1..: workers
+    a.set_label(&mut worker)?;
+    a.mov(r12, rdi)?;
+    a.shl(r12, 6)?;
+    a.lea(r12, qword_ptr(rbx + r12 + L::RECORDS as i32))?;
+    let mut idle = a.create_label();
+    let mut halt = a.create_label();
+    let mut got = a.create_label();
+    let mut got_polling = a.create_label();
+    a.mov(qword_ptr(r12 + L::IDLE as i32), 1i32)?;
+    a.set_label(&mut idle)?;
+    if poll > 0 {
+        let mut p = a.create_label();
+        a.mov(r9, poll)?;
+        a.set_label(&mut p)?;
+        a.cmp(qword_ptr(r12 + L::MAILBOX as i32), 0)?;
+        a.jne(got_polling)?;
+        a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+        a.jne(finish)?;
+        a.pause()?;
+        a.dec(r9)?;
+        a.jnz(p)?;
+    } else {
+        a.nop()?; // `idle` and `halt` need an instruction each
+    }
+    a.set_label(&mut halt)?;
+    a.cli()?;
+    a.cmp(qword_ptr(r12 + L::MAILBOX as i32), 0)?;
+    a.jne(got)?;
+    a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
+    a.jne(finish)?;
+    a.inc(qword_ptr(r12 + L::HALTS as i32))?;
+    bracketed_halt(a, pv_exits)?;
+    a.jmp(halt)?;
+    a.set_label(&mut got_polling)?;
+    a.inc(qword_ptr(r12 + L::POLL_HITS as i32))?;
+    a.set_label(&mut got)?;
+    a.sti()?;
+    rdtsc64(a)?;
+    a.sub(rax, qword_ptr(r12 + L::WAKE_TSC as i32))?;
+    let mut no_log3 = a.create_label();
+    a.mov(rcx, qword_ptr(rbx + L::ROUNDS_DONE as i32))?;
+    a.cmp(rcx, L::LOG_ITEMS as i32)?;
+    a.jae(no_log3)?;
+    a.mov(qword_ptr(rbx + rcx * 8 + L::LOG_WAKE as i32), rax)?;
+    a.set_label(&mut no_log3)?;
+    a.mov(qword_ptr(r12 + L::MAILBOX as i32), 0i32)?;
+    a.inc(qword_ptr(r12 + L::ITEMS as i32))?;
+    delay(a, rcx, work)?;
+    // idle again before the completion, so the waker's next choice sees it
+    a.mov(qword_ptr(r12 + L::IDLE as i32), 1i32)?;
+    a.lock().inc(qword_ptr(rbx + L::COMPLETIONS as i32))?;
+    a.xor(r15d, r15d)?;
+    send_ipi(a, r15, vector)?;
+    a.jmp(idle)?;
+    a.set_label(&mut finish)?;
+    m.done()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1229,6 +1578,24 @@ mod tests {
             Spec::MsiPong { vector: 0x40, count: 100 },
             Spec::IpiPingPong { rounds: 10, gap_cycles: 1000, vector_base: 0x60 },
             Spec::IdleTicks { hz: 250, ticks: 10, vector: 0xec },
+            Spec::WakePlacement {
+                rule: WakeRule::AvailableIdle,
+                work: 10,
+                poll: 0,
+                rounds: 0,
+                vector: 0x70,
+                vcpus: 3,
+                pv_exits: false,
+            },
+            Spec::WakePlacement {
+                rule: WakeRule::PcpuIsIdle,
+                work: 0,
+                poll: 100,
+                rounds: 5,
+                vector: 0x70,
+                vcpus: 64,
+                pv_exits: true,
+            },
             Spec::Sync { count: 3 },
             Spec::IoOutString { port: 0x80, count: 16 },
             Spec::Exception { vector: 0 },

@@ -85,6 +85,39 @@ pub enum Spec {
     /// (vector `vector`) and the vCPU halts between ticks, for `ticks` ticks
     /// (0: forever). Counts halts in `halts[vcpu]`.
     IdleTicks { hz: u64, ticks: u64, vector: u8 },
+    /// The guest's wake-up placement of [S3] (see
+    /// [`WakeLayout`](super::program::WakeLayout)): vCPU 0 is a waker
+    /// that hands one work item at a time to a worker (vCPUs 1..`vcpus`),
+    /// choosing the worker by `rule` over the workers' idle flags and their
+    /// steal-time bytes, wakes it with an IPI of `vector` and halts until the
+    /// worker's completion IPI. A worker polls its mailbox `poll` PAUSEs, then
+    /// halts; on an item it runs `work` loop iterations. `rounds` items (0:
+    /// until the host sets the stop flag). `pv_exits` brackets every halt for
+    /// vcpulab's scheduler.
+    WakePlacement { rule: WakeRule, work: u64, poll: u64, rounds: u64, vector: u8, vcpus: u64, pv_exits: bool },
+}
+
+/// How [`Spec::WakePlacement`]'s waker chooses the worker to wake: the guest
+/// scheduler's `select_idle_sibling` test, over the workers in order from the
+/// one that ran the previous item (the wakee's `prev`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeRule {
+    /// `available_idle_cpu()`: an idle worker whose steal-time `preempted`
+    /// byte is clear (upstream).
+    AvailableIdle,
+    /// First an idle worker whose `is_idle` byte is set (the host CPU it last
+    /// ran on is idle: `pcpu_is_idle()`, the 2021 proposal), then
+    /// `available_idle_cpu()`: the simulator's `Pv.placement = "pcpu_is_idle"`.
+    PcpuIsIdle,
+}
+
+impl WakeRule {
+    pub fn name(self) -> &'static str {
+        match self {
+            WakeRule::AvailableIdle => "available_idle",
+            WakeRule::PcpuIsIdle => "pcpu_is_idle",
+        }
+    }
 }
 
 /// Lock kinds of [`Spec::SpinLock`].
@@ -182,6 +215,11 @@ pub const PROGRAMS: &[ProgramInfo] = &[
         &["hz", "ticks", "vector"],
         "halt between LAPIC timer ticks at `hz` (see vcpulab.experiment.IdleTicks)",
     ),
+    info(
+        "wake_placement",
+        &["rule", "work", "poll", "rounds", "vector", "vcpus", "pv_exits"],
+        "vCPU 0 wakes a worker chosen by available_idle or pcpu_is_idle (see vcpulab.experiment.WakePlacement)",
+    ),
 ];
 
 /// One keyword parameter of a program, as a caller passed it.
@@ -239,6 +277,15 @@ impl Reader<'_> {
         let v = self.get(name)?;
         T::try_from(v)
             .map_err(|_| Error::InvalidArgument(format!("{}: parameter {name}={v} is out of range", self.prog)))
+    }
+
+    /// [`Reader::narrow`] with a default for a parameter not given.
+    fn narrow_or<T: TryFrom<u64>>(&self, name: &str, default: T) -> Result<T> {
+        if self.p.contains_key(name) {
+            self.narrow(name)
+        } else {
+            Ok(default)
+        }
     }
 }
 
@@ -300,12 +347,7 @@ impl Spec {
                     think: r.or("think", 0)?,
                     iterations: r.or("iterations", 0)?,
                     check_every: r.or("check_every", 256)?,
-                    kick_vector: {
-                        let v = r.or("kick_vector", 0xf0)?;
-                        u8::try_from(v).map_err(|_| {
-                            Error::InvalidArgument(format!("{name}: parameter kick_vector={v} is out of range"))
-                        })?
-                    },
+                    kick_vector: r.narrow_or("kick_vector", 0xf0)?,
                     vcpus: r.get("vcpus")?,
                     pv_exits: match r.or("pv_exits", 0)? {
                         0 => false,
@@ -321,6 +363,35 @@ impl Spec {
                 vector_base: r.narrow("vector_base")?,
             },
             "idle_ticks" => Spec::IdleTicks { hz: r.get("hz")?, ticks: r.get("ticks")?, vector: r.narrow("vector")? },
+            "wake_placement" => Spec::WakePlacement {
+                rule: match params.get("rule") {
+                    None => WakeRule::AvailableIdle,
+                    Some(Param::Str(k)) if k == "available_idle" => WakeRule::AvailableIdle,
+                    Some(Param::Str(k)) if k == "pcpu_is_idle" => WakeRule::PcpuIsIdle,
+                    Some(Param::Str(k)) => {
+                        return Err(Error::InvalidArgument(format!(
+                            "wake_placement: rule must be 'available_idle' or 'pcpu_is_idle', got {k:?}"
+                        )))
+                    }
+                    Some(other) => {
+                        return Err(Error::WrongType(format!(
+                            "wake_placement: rule must be a str ('available_idle' or 'pcpu_is_idle'), got {other}"
+                        )))
+                    }
+                },
+                work: r.or("work", 0)?,
+                poll: r.or("poll", 0)?,
+                rounds: r.or("rounds", 0)?,
+                vector: r.narrow_or("vector", 0x70)?,
+                vcpus: r.get("vcpus")?,
+                pv_exits: match r.or("pv_exits", 0)? {
+                    0 => false,
+                    1 => true,
+                    v => {
+                        return Err(Error::InvalidArgument(format!("wake_placement: pv_exits must be 0 or 1, got {v}")))
+                    }
+                },
+            },
             _ => {
                 return Err(Error::InvalidArgument(format!(
                 "guest program {name:?} is in PROGRAMS but Spec::from_params does not build it (src/kvm/guest/spec.rs)"
@@ -341,8 +412,9 @@ mod tests {
     #[test]
     fn every_registered_program_is_built_from_its_parameters() {
         for i in PROGRAMS {
-            // every parameter at 1 (in range for all of them; kind left to its default)
-            let p = ints(&i.params.iter().filter(|&&n| n != "kind").map(|&n| (n, 1)).collect::<Vec<_>>());
+            // every parameter at 1 (in range for all of them; kind and rule left to their defaults)
+            let p =
+                ints(&i.params.iter().filter(|&&n| n != "kind" && n != "rule").map(|&n| (n, 1)).collect::<Vec<_>>());
             let s = Spec::from_params(i.name, &p);
             assert!(s.is_ok(), "{}: {:?}", i.name, s);
         }
@@ -368,6 +440,29 @@ mod tests {
         assert_eq!(
             msg("spin_lock", ints(&[("vcpus", 2), ("pv_exits", 2)])),
             "spin_lock: pv_exits must be 0 or 1, got 2"
+        );
+        let mut p = ints(&[("vcpus", 3)]);
+        p.insert("rule".into(), Param::Str("nearest".into()));
+        assert_eq!(
+            msg("wake_placement", p),
+            "wake_placement: rule must be 'available_idle' or 'pcpu_is_idle', got \"nearest\""
+        );
+        assert_eq!(
+            msg("wake_placement", ints(&[("vcpus", 3), ("vector", 300)])),
+            "wake_placement: parameter vector=300 is out of range"
+        );
+        let w = Spec::from_params("wake_placement", &ints(&[("vcpus", 3)])).unwrap();
+        assert_eq!(
+            w,
+            Spec::WakePlacement {
+                rule: WakeRule::AvailableIdle,
+                work: 0,
+                poll: 0,
+                rounds: 0,
+                vector: 0x70,
+                vcpus: 3,
+                pv_exits: false
+            }
         );
         let ok = Spec::from_params("pv_spin_lock", &ints(&[("vcpus", 2)])).unwrap();
         assert!(matches!(ok, Spec::SpinLock { kind: LockKind::Pv, check_every: 256, kick_vector: 0xf0, .. }));

@@ -1,0 +1,109 @@
+"""The wake-up placement guest program of [S3] (``WakePlacement``) and the
+per-CPU scheduler it needs to show anything (``sched.pinned``), on real KVM.
+
+The rule's choices are checked where they are exact: with the steal-time bytes
+written from the host (``*_from_host``), and under ``sched.pinned``, where the
+scheduler writes ``is_idle`` at every hand-off and a closed loop of one item
+at a time leaves every worker idle at each choice. Latencies are reported,
+never asserted (a busy CPU moves them); benches/wake_placement.py measures them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vcpulab import _core, sched
+from vcpulab.experiment import SpinLock, WakePlacement, run
+from vcpulab.quality import QualityWarning
+
+ROUNDS = 200
+
+
+def _run(**kw: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QualityWarning)  # the properties hold under any load
+        return run(**kw)
+
+
+def _col(r: Any, name: str) -> list[Any]:
+    return r.results.sort("vcpu")[name].to_list()
+
+
+def test_pcpu_is_idle_prefers_the_worker_whose_is_idle_byte_is_set(kvm_host: Any) -> None:
+    w = WakePlacement(rule="pcpu_is_idle", work=50, rounds=ROUNDS, is_idle_from_host=(2,))
+    r = _run(workload=w, vcpus=3, duration_s=10.0)
+    rounds, chosen, items = _col(r, "rounds")[0], _col(r, "chosen"), _col(r, "items")
+    assert rounds == ROUNDS and sum(items) == ROUNDS and chosen == items
+    # the waker starts once every worker is idle, and each is idle again before
+    # it signals its item's completion: at every choice both are idle
+    assert chosen == [0, 0, ROUNDS]
+    assert _col(r, "chose_is_idle")[0] == 1.0 and _col(r, "fallback_share")[0] == 0.0
+    # the same bytes under upstream's rule: is_idle is not read; prev (worker 1) keeps every item
+    r = _run(workload=WakePlacement(rule="available_idle", work=50, rounds=ROUNDS, is_idle_from_host=(2,)), vcpus=3)
+    assert _col(r, "chosen") == [0, ROUNDS, 0]
+
+
+def test_available_idle_skips_a_worker_whose_preempted_byte_is_set(kvm_host: Any) -> None:
+    w = WakePlacement(rule="available_idle", work=50, rounds=ROUNDS, preempted_from_host=(1,))
+    r = _run(workload=w, vcpus=4, duration_s=10.0)
+    chosen, fallback = _col(r, "chosen"), _col(r, "fallback_share")[0]
+    assert sum(chosen) == ROUNDS
+    # worker 1 (prev) is skipped for the next in order, which then is prev
+    assert chosen == [0, 0, ROUNDS, 0] and fallback == 0.0
+    assert _col(r, "chose_preempted")[0] == 0.0
+    assert all(np.isfinite(_col(r, c)[0]) for c in ("wake_median_us", "wake_p99_us", "round_median_us"))
+
+
+def test_under_pinned_is_idle_moves_wake_ups_to_the_idle_cpu(kvm_host: Any) -> None:
+    # the waker and worker 1 share CPU 0, worker 2 has CPU 1 to itself: while
+    # worker 2 is halted CPU 1 holds no token, and is_idle says so
+    cpus = sorted(_core.allowed_cpus())[:2]
+    if len(cpus) < 2:
+        pytest.skip(f"needs two usable host CPUs, this process has {cpus}")
+    place = [[cpus[0]], [cpus[0]], [cpus[1]]]
+    w = WakePlacement(rule="pcpu_is_idle", work=50, rounds=ROUNDS)
+    r = _run(workload=w, vcpus=3, placement=place, duration_s=10.0, scheduler=sched.pinned())
+    chosen = _col(r, "chosen")
+    assert sum(chosen) == ROUNDS
+    # worker 2 by is_idle, or as prev when the waker looks before worker 2 has
+    # halted; worker 1 only while worker 2 has not yet been chosen that way
+    assert chosen[2] >= 0.9 * ROUNDS, chosen
+    assert _col(r, "chose_is_idle")[0] > 0.0
+    # every grant went to a vCPU at home on that CPU
+    d = r.schedule.filter(r.schedule["in_vcpu"] >= 0)
+    home = {v: c[0] for v, c in enumerate(place)}
+    assert all(home[v] == c for v, c in zip(d["in_vcpu"], d["pcpu"])), d
+
+
+def test_pinned_without_placement_homes_thread_g_on_cpu_g_mod_n(kvm_host: Any) -> None:
+    cpus = sorted(_core.allowed_cpus())[:2]
+    r = _run(workload=SpinLock(), vcpus=3, vms=1, pcpus=cpus, duration_s=0.2, scheduler=sched.pinned())
+    d = r.schedule.filter(r.schedule["in_vcpu"] >= 0)
+    assert len(d) > 0
+    assert all(cpus[v % len(cpus)] == c for v, c in zip(d["in_vcpu"], d["pcpu"])), d
+
+
+def test_bad_input_names_the_problem(kvm_host: Any) -> None:
+    with pytest.raises(ValueError, match="rule must be"):
+        run(WakePlacement(rule="nearest"), vcpus=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="2 to 64 vCPUs"):
+        run(WakePlacement(), vcpus=1)
+    with pytest.raises(ValueError, match="workers are 1..2"):
+        run(WakePlacement(is_idle_from_host=(0,)), vcpus=3)
+    with pytest.raises(ValueError, match="writes steal-time bytes by hand"):
+        run(WakePlacement(preempted_from_host=(1,)), vcpus=3, scheduler=sched.round_robin())
+    with pytest.raises(ValueError, match="one host CPU"):
+        run(WakePlacement(), vcpus=3, placement=[[0], [0, 1], [1]], scheduler=sched.pinned())
+    with pytest.raises(ValueError, match="not placement"):
+        run(WakePlacement(), vcpus=3, placement=[[0], [0], [1]], scheduler=sched.round_robin())
+    with kvm_host.create_vm() as vm:
+        with pytest.raises(ValueError, match="rule must be 'available_idle' or 'pcpu_is_idle', got \"nearest\""):
+            vm.load("wake_placement", rule="nearest", vcpus=3)
+        with pytest.raises(TypeError, match="rule must be a str"):
+            vm.load("wake_placement", rule=1, vcpus=3)
+        with pytest.raises(ValueError, match=r"vcpus 2..=64 \(a waker and a worker\), got 112, 1"):
+            vm.load("wake_placement", vcpus=1)
