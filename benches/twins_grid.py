@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small | --policies] [--trials 3] [--seeds 3] [--load measured|one_task|none]
+    python benches/twins_grid.py [--small | --policies | --coscheduling] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -9,7 +9,9 @@ else ran on its CPUs) and its twin (``--seeds`` seeds), and prints every cell,
 the between-cell directions and the agreement line. ``--out`` writes the cells
 and directions as Parquet, ``--markdown`` the tables as Markdown (docs/twins.md
 quotes one). ``--policies`` runs vcpulab.twins.policy_grid instead: the same
-lock under vcpulab's own vCPU scheduler, one cell per policy. The machine's other load changes real results: every cell reports
+lock under vcpulab's own vCPU scheduler, one cell per policy; ``--coscheduling``
+vcpulab.twins.coscheduling_grid (3 vCPUs on 2 CPUs under round_robin,
+relaxed_co and pinned). The machine's other load changes real results: every cell reports
 the largest share of its CPUs' time other tasks took.
 """
 
@@ -34,6 +36,12 @@ def main() -> int:
         action="store_true",
         help="the policy axis instead (twins.policy_grid: one ticket-lock VM under vcpulab's scheduler, "
         "round_robin and directed_yield with each simulator policy; docs/scheduler.md)",
+    )
+    ap.add_argument(
+        "--coscheduling",
+        action="store_true",
+        help="the co-scheduling axis instead (twins.coscheduling_grid: one ticket-lock VM of 3 vCPUs on 2 CPUs "
+        "under round_robin, relaxed_co and pinned)",
     )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
@@ -65,6 +73,8 @@ def main() -> int:
         print(cal.frame())
     if a.policies:
         exps = twins.policy_grid(duration_s=a.duration_s)
+    elif a.coscheduling:
+        exps = twins.coscheduling_grid(duration_s=a.duration_s)
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, trace=a.trace)

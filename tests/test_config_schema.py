@@ -395,6 +395,7 @@ CROSS_FIELD = [
     (_d(host__pcpus=6, host__threads_per_core=4), "pcpus"),
     (_d(host__idle_states=[[10_000, 20_000], [2_000, 2_000]]), "idle_states"),
     (_d(host__pcpus=2, host__vcpu_pcpus=[0, 2]), "vcpu_pcpus"),
+    (_d(host__scheduler="pinned", host__affinity="all"), "affinity"),
     (_d(host__noise__kthread_hz=100_000.0, host__noise__kthread_ns=10_000), "kthread_hz"),
     (_d(host__cfs__min_granularity_ns=7_000_000), "min_granularity_ns"),
     (_d(vms__0__ple__window=5000, vms__0__ple__max=4096), "max"),

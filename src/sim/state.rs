@@ -597,10 +597,10 @@ pub struct Tokens {
     /// Per host CPU: the generation of its slice timer (a stale `Ev::Token` is ignored).
     pub gen: Vec<u32>,
     /// Runnable vCPU tasks waiting for a token (parked), oldest first: one
-    /// queue, or one per CPU under `Scheduler::Balance` (a vCPU waits in its
-    /// home CPU's).
+    /// queue, or one per CPU under `Scheduler::Balance` and `Scheduler::Pinned`
+    /// (a vCPU waits in its home CPU's).
     pub queues: Vec<VecDeque<u32>>,
-    /// Per task: its home CPU (`Scheduler::Balance`; empty otherwise).
+    /// Per task: its home CPU (`Scheduler::Balance`, `Scheduler::Pinned`; empty otherwise).
     pub home: Vec<u32>,
     /// Per task: its token-holding time before the current stint, and when
     /// that stint began (`Scheduler::RelaxedCo`'s skew is measured in it).

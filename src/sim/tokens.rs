@@ -60,8 +60,17 @@ impl Sim {
         self.tokens.holder = vec![None; p];
         self.tokens.gen = vec![0; p];
         let sched = self.cfg.host.scheduler;
-        self.tokens.queues = vec![VecDeque::new(); if sched == Scheduler::Balance { p } else { 1 }];
-        if sched == Scheduler::Balance {
+        let per_cpu = matches!(sched, Scheduler::Balance | Scheduler::Pinned);
+        self.tokens.queues = vec![VecDeque::new(); if per_cpu { p } else { 1 }];
+        if sched == Scheduler::Pinned {
+            // at home where it is pinned (validate: every vCPU thread is)
+            self.tokens.home = (0..self.tasks.len())
+                .map(|t| match self.tasks[t].kind {
+                    TaskKind::Vcpu(_) => self.tasks[t].pinned.unwrap_or(0),
+                    _ => 0,
+                })
+                .collect();
+        } else if sched == Scheduler::Balance {
             // the i-th vCPU of VM v is at home on CPU (i + v) mod P: siblings apart
             self.tokens.home = (0..self.tasks.len())
                 .map(|t| match self.tasks[t].kind {

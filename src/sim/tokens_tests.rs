@@ -259,3 +259,35 @@ fn balance_refuses_a_vm_with_more_vcpus_than_cpus() {
     assert!(e.contains("vms[0].vcpus") && e.contains("balance"), "{e}");
     assert!(token_sched(Scheduler::RelaxedCo, vec![3], 2).validate().is_ok());
 }
+
+#[test]
+fn pinned_keeps_every_vcpu_thread_on_the_cpu_it_is_pinned_to() {
+    // 1 VM x 3 vCPUs on 2 CPUs pinned 0, 0, 1: CPU 0's two vCPUs take turns,
+    // vCPU 2 has CPU 1 to itself (siblings may share a CPU, unlike balance)
+    let mut c = token_sched(Scheduler::Pinned, vec![3], 2);
+    c.host.affinity = Affinity::Pinned;
+    c.host.vcpu_pcpus = vec![0, 0, 1];
+    let r = run(&c).unwrap();
+    let t = r.trace.as_ref().expect("traced");
+    let i64s = |n: &str| match t.get(n) {
+        Some(Column::I64(v)) => v.clone(),
+        _ => panic!("{n}"),
+    };
+    let (pcpu, vcpu) = (i64s("pcpu"), i64s("vcpu"));
+    let home = [0, 0, 1];
+    let rows: Vec<usize> = (0..pcpu.len()).filter(|&i| vcpu[i] >= 0).collect();
+    assert!(rows.len() > 40, "{} rows", rows.len());
+    for i in rows {
+        assert_eq!(pcpu[i], home[vcpu[i] as usize], "vCPU {} ran on CPU {}", vcpu[i], pcpu[i]);
+    }
+    let useful = r.vcpus.u64s("useful_ns");
+    assert!(useful[0] > 90_000_000 && useful[1] > 90_000_000 && useful[2] > 190_000_000, "{useful:?}");
+}
+
+#[test]
+fn pinned_refuses_unpinned_threads() {
+    let mut c = token_sched(Scheduler::Pinned, vec![2], 2);
+    c.host.affinity = Affinity::All;
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("host.affinity") && e.contains("pinned"), "{e}");
+}

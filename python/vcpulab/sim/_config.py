@@ -301,7 +301,10 @@ class Host(_Base):
             the i-th vCPU of VM v waits only for CPU (i + v) mod P's token, so
             siblings never share a CPU: the twin of ``sched.balance``, after
             Sukwong and Kim, "Is co-scheduling too expensive for SMP VMs?",
-            EuroSys 2011). Default ``"fair"``.
+            EuroSys 2011) or ``"pinned"`` (one queue per CPU of the vCPU
+            threads pinned there, so ``affinity`` must not be ``"all"``; the
+            twin of ``sched.pinned``, the host kernel's per-CPU run queues
+            without load balancing). Default ``"fair"``.
         tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
             kernel's Kconfig default). Slice expiry is noticed at ticks.
         base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
@@ -335,7 +338,7 @@ class Host(_Base):
         gang_slice_ns: gang-scheduling slice, ns. Default 4000000 ([S4]:
             "clean 4 ms slices").
         token_slice_ns: a run token's slice under vcpulab's schedulers
-            (``"round_robin"``, ``"relaxed_co"``, ``"balance"``), wall time,
+            (``"round_robin"``, ``"relaxed_co"``, ``"balance"``, ``"pinned"``), wall time,
             ns. Default 4000000 (``vcpulab.sched``'s default
             ``slice_us=4000``).
         token_skew_ns: under ``scheduler="relaxed_co"``, the token-holding
@@ -575,6 +578,11 @@ class Host(_Base):
         _choice(self, "yield_penalty")
         _choice(self, "yield_scope")
         _choice(self, "affinity")
+        if self.scheduler == "pinned" and self.affinity == "all":
+            raise ValueError(
+                "Host.scheduler = 'pinned' needs pinned vCPU threads: Host.affinity must be 'pinned' or "
+                "'round_robin', got 'all'"
+            )
         _int(self, "gang_slice_ns")
         _int(self, "token_slice_ns")
         _int(self, "token_skew_ns")

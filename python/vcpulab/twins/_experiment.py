@@ -132,6 +132,13 @@ class Experiment:
         s = sched.from_config(cfg.get("scheduler"))
         if not s.is_host:
             cpus_all = sorted({c for cl in r.placement.values() for c in cl})
+            homes = [r.placement[(0, i)] for i in range(n)]
+            if isinstance(s, sched.Pinned) and any(len(h) == 1 for h in homes):
+                if homes != [[cpus_all[i % len(cpus_all)]] for i in range(n)]:
+                    raise ValueError(
+                        f"twins describe sched.pinned runs whose vCPU i is at home on CPU i mod n of pcpus; this run "
+                        f"pinned {homes}"
+                    )
             return cls(w, n, tuple(cpus_all), "shared", float(cfg["duration_s"]), cfg.get("halt_poll_ns"), s)
         lists = [list(r.placement[(0, i)]) for i in range(n)]
         cpus = sorted({c for cl in lists for c in cl})

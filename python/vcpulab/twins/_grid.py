@@ -73,6 +73,26 @@ def policy_grid(pcpu: int | None = None, duration_s: float = 1.0, vcpus: int = 3
     return [Experiment(w, vcpus, (cpu,), duration_s=duration_s, scheduler=s) for s in scheds]
 
 
+def coscheduling_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.0, vcpus: int = 3) -> list[Experiment]:
+    """The co-scheduling axis of the twins grid: one ticket ``SpinLock`` VM of
+    ``vcpus`` vCPUs (default 3) on two host CPUs (default: the first two this
+    process may use) under vcpulab's ``round_robin``, ``relaxed_co`` (1 ms
+    skew) and ``pinned`` (vCPU i on CPU i mod 2). More vCPUs than CPUs, so a
+    policy decides who waits; on one CPU no co-scheduling policy differs from
+    round robin. The cells differ in ``scheduler`` alone, so
+    [`directions`][vcpulab.twins.directions] compares each with the next.
+    Balance and gang scheduling refuse a VM wider than the CPUs."""
+    from vcpulab import _core, sched
+
+    allowed = sorted(_core.allowed_cpus()) if pcpus is None else [check_int("pcpus entry", c, 0, 2**16) for c in pcpus]
+    if len(allowed) < 2:
+        raise ValueError(f"the co-scheduling grid needs two host CPUs, got {allowed}")
+    two = tuple(allowed[:2])
+    w = SpinLock(kind="ticket", hold=50, think=50)
+    scheds = [sched.round_robin(), sched.relaxed_co(skew_us=1000), sched.pinned()]
+    return [Experiment(w, vcpus, two, duration_s=duration_s, scheduler=s) for s in scheds]
+
+
 @renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
 def default_grid(pcpus: Sequence[int] | None = None, small: bool = False, duration_s: float = 1.0) -> list[Experiment]:
     """The grid of the benchmark (``small``: the CI's reduced grid) on the

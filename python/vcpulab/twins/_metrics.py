@@ -16,7 +16,7 @@ from vcpulab.twins._guest import guest_path
 from vcpulab.twins._values import Calibration
 
 #: the simulator's models of vcpulab's own schedulers (``Host.scheduler``)
-TOKEN_SCHEDULERS = ("round_robin", "relaxed_co", "balance")
+TOKEN_SCHEDULERS = ("round_robin", "relaxed_co", "balance", "pinned")
 
 #: metric → (unit, what it is on both sides)
 METRICS: dict[str, tuple[str, str]] = {

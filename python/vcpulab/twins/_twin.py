@@ -427,7 +427,8 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     * ``relaxed_co``: the same tokens and slices with the simulator's relaxed
       co-scheduling (``Host(scheduler="relaxed_co")``, the same skew);
       ``balance``: with one queue per CPU and the same home CPUs
-      (``Host(scheduler="balance")``).
+      (``Host(scheduler="balance")``); ``pinned``: one queue per CPU of the
+      vCPUs pinned there, vCPU i on CPU i mod n (``Host(scheduler="pinned")``).
 
     Simplification: the pv spin exit is modelled as a VMX pause-loop exit
     (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
@@ -435,11 +436,6 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     from vcpulab import sched
 
     s = exp.scheduler
-    if isinstance(s, sched.Pinned):
-        raise ValueError(
-            "no twin for sched.pinned: the simulator's token schedulers have no per-CPU queues of pinned vCPU "
-            "threads yet (balance's homes are (i + v) mod P)"
-        )
     # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
     n = len(exp.pcpus)
     hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
@@ -451,6 +447,11 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
         hkw.update(scheduler="relaxed_co", token_slice_ns=slice_ns, token_skew_ns=int(s.skew_us * 1e3))
     elif isinstance(s, sched.Balance):
         hkw.update(scheduler="balance", token_slice_ns=slice_ns)
+    elif isinstance(s, sched.Pinned):
+        # vCPU i at home on CPU i mod n, as the real run (Experiment.from_run checks the homes)
+        hkw.update(
+            scheduler="pinned", token_slice_ns=slice_ns, affinity="pinned", vcpu_pcpus=[i % n for i in range(exp.vcpus)]
+        )
     else:
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()

@@ -37,12 +37,18 @@ pub enum Scheduler {
     /// share one; each CPU's token goes round robin among the vCPUs at home
     /// there.
     Balance,
+    /// vcpulab's scheduler with `sched.pinned`: one queue per CPU of the vCPU
+    /// threads pinned there (`affinity` other than "all"; `vcpu_pcpus` names
+    /// the CPUs), each CPU's token round robin among them, as the host
+    /// kernel's per-CPU run queues with pinned vCPU threads and no load
+    /// balancing.
+    Pinned,
 }
 
 impl Scheduler {
     /// One of vcpulab's own (token) schedulers.
     pub fn is_tokens(self) -> bool {
-        matches!(self, Scheduler::RoundRobin | Scheduler::RelaxedCo | Scheduler::Balance)
+        matches!(self, Scheduler::RoundRobin | Scheduler::RelaxedCo | Scheduler::Balance | Scheduler::Pinned)
     }
 }
 

@@ -52,6 +52,7 @@ pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
     (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below pcpus"),
     (&["vms.threads", "vms.vcpus"], "threads <= 16 * vcpus"),
     (&["vms.vcpus", "host.pcpus", "host.scheduler"], "vcpus <= pcpus under scheduler = balance"),
+    (&["host.scheduler", "host.affinity"], "affinity is not all under scheduler = pinned"),
     (&["vms.guest.threads_per_core", "vms.vcpus"], "vcpus is a multiple of guest.threads_per_core"),
     (
         &["vms.guest.llc_vcpus", "vms.guest.threads_per_core", "vms.vcpus"],

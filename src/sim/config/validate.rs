@@ -210,6 +210,10 @@ impl SimConfig {
         }
         check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
         let mut total: u64 = 0;
+        check(self.host.scheduler != Scheduler::Pinned || self.host.affinity != Affinity::All, || {
+            "host.scheduler = pinned needs pinned vCPU threads: host.affinity must be pinned or round_robin, got all"
+                .to_string()
+        })?;
         for (i, vm) in self.vms.iter().enumerate() {
             let f = |name: &str| format!("vms[{i}].{name}");
             check(vm.count >= 1, || format!("{} must be >= 1, got {}", f("count"), vm.count))?;
