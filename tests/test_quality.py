@@ -250,3 +250,22 @@ def test_attach_finds_another_process_vcpu_threads_and_stats(kvm_host: Host, tmp
         sleeper.wait()
     with pytest.raises(ValueError, match="pid"):
         attach(0)
+
+
+def test_unpinned_threads_are_subtracted_from_their_cpus_together() -> None:
+    from vcpulab.quality import _other_busy
+
+    # measured on 2026-12-02: an unpinned worker polled CPU 1 all run (981 ms), the
+    # waker ran 247 ms on CPU 0; the CPUs were busy 240 and 1000 ms
+    busy = {0: 240_000_000, 1: 1_000_000_000}
+    own = {10: 247_000_000, 11: 981_000_000, 12: 162_000}
+    free = {t: [0, 1] for t in own}
+    other = _other_busy(busy, own, free)
+    assert abs(sum(other.values()) - 11_838_000) <= 2  # the rounding of the split
+    # split in proportion to busy time
+    assert other[1] > other[0] > 0
+    # pinned threads: each CPU alone, clamped at 0 there
+    pinned = {10: [0], 11: [1], 12: [1]}
+    assert _other_busy(busy, own, pinned) == {0: 0, 1: 1_000_000_000 - 981_162_000}
+    # a thread linking two groups joins them; an idle group splits evenly
+    assert _other_busy({0: 0, 1: 0}, {}, {5: [0, 1]}) == {0: 0, 1: 0}

@@ -290,6 +290,48 @@ def _check_quality_args(
         check_int("traced_wall_ns", traced_wall_ns, 0, 2**63 - 1)
 
 
+def _other_busy(busy: dict[int, int], own: dict[int, int], placement: dict[int, list[int]]) -> dict[int, int]:
+    """Other tasks' busy ns per CPU: each CPU's busy time minus the run's own threads' CPU time.
+
+    A thread pinned to one CPU is subtracted from that CPU. Threads free over
+    several CPUs are subtracted from those CPUs together: where on them each
+    ran is not known. The CPUs a placement links (directly or through
+    another thread's) form one group. Its other time is its busy time minus
+    its threads' time, split over its CPUs in proportion to their busy time.
+    Splitting each thread evenly and clamping each CPU at 0 used to read an
+    unpinned thread busy on one CPU as other tasks' time there. Measured on
+    2026-12-02: a WakePlacement run whose worker polled one CPU all run read
+    19.5 % other time on an idle machine.
+    """
+    parent = {c: c for c in busy}
+
+    def root(c: int) -> int:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    for cl in placement.values():
+        mine = [c for c in cl if c in parent]
+        for c in mine[1:]:
+            parent[root(c)] = root(mine[0])
+    left = {c: 0 for c in busy}  # per group root: busy minus own
+    for c, b in busy.items():
+        left[root(c)] += b
+    for tid, ns in own.items():
+        mine = [c for c in placement.get(tid, []) if c in parent]
+        if mine:
+            left[root(mine[0])] -= ns
+    other: dict[int, int] = {}
+    for c, b in busy.items():
+        r = root(c)
+        group_busy = sum(busy[x] for x in busy if root(x) == r)
+        n = sum(1 for x in busy if root(x) == r)
+        rest = max(left[r], 0)
+        other[c] = rest * b // group_busy if group_busy > 0 else rest // n
+    return other
+
+
 def quality(
     before: Snapshot,
     after: Snapshot,
@@ -352,13 +394,7 @@ def quality(
             delay[tid] = int(own_run_delay_ns[tid])
         elif tid in before.threads and tid in after.threads:
             delay[tid] = after.threads[tid][1] - before.threads[tid][1]
-    # subtract each thread's CPU time from its CPUs (split evenly over a multi-CPU placement)
-    other = dict(busy)
-    for tid, ns in own.items():
-        mine = [c for c in placement[tid] if c in other]
-        for c in mine:
-            other[c] -= ns // len(mine)
-    other = {c: max(v, 0) for c, v in other.items()}
+    other = _other_busy(busy, own, placement)
     share = sum(other.values()) / (wall * max(len(cpus), 1))
     source = after.source
     if traced_other_ns is not None:
