@@ -290,7 +290,7 @@ def _check_quality_args(
         check_int("traced_wall_ns", traced_wall_ns, 0, 2**63 - 1)
 
 
-def _other_busy(busy: dict[int, int], own: dict[int, int], placement: dict[int, list[int]]) -> dict[int, int]:
+def _other_busy(busy: dict[int, int], own: dict[int, int], placement: Mapping[int, Sequence[int]]) -> dict[int, int]:
     """Other tasks' busy ns per CPU: each CPU's busy time minus the run's own threads' CPU time.
 
     A thread pinned to one CPU is subtracted from that CPU. Threads free over
