@@ -1164,6 +1164,20 @@ _workload_target(
     rounds=10,
 )
 _workload_target("IdleTicks", [Param("hz", Int(1, 100_000), 250), Param("vector", Int(32, 255), 0xEC)], 1)
+_WORKER_IDS = Pred(lambda v: isinstance(v, (list, tuple)) and all(type(x) is int and 1 <= x < 3 for x in v))
+_workload_target(
+    "WakePlacement",
+    [
+        Param("rule", Enum("available_idle", "pcpu_is_idle"), "available_idle"),
+        Param("work", _LOOPS, 50),
+        Param("poll", _LOOPS, 0),
+        Param("rounds", _LOOPS, 10),
+        Param("vector", Int(32, 255), 0x70),
+        Param("preempted_from_host", _WORKER_IDS, ()),
+        Param("is_idle_from_host", _WORKER_IDS, ()),
+    ],
+    3,
+)
 
 
 # --- calibrate.halt_poll -----------------------------------------------------------------------
