@@ -52,7 +52,7 @@ def main() -> None:
                     "items_per_s": row["rounds"][0] / r.wall_s,
                     "wake_median_us": row["wake_median_us"][0],
                     "wake_p99_us": row["wake_p99_us"][0],
-                    "to_worker_2": row["chosen"][2] / max(row["rounds"][0], 1),
+                    "to_worker_2": row["items"][2] / max(row["rounds"][0], 1),
                     "chose_is_idle": row["chose_is_idle"][0],
                     "disturbed": float(r.quality.disturbed),
                 }

@@ -1317,12 +1317,13 @@ fn wake_placement(m: &mut Asm, p: &WakeProgram, data: Gpa, results: &mut Vec<Res
     // ---- vCPU 0: the waker. It starts once every worker is idle (its LAPIC
     // on: KVM drops a fixed interrupt sent to a software-disabled one), so the
     // first choice is the rule's, not the start's order
+    let mut stop_all = a.create_label();
     a.mov(r14d, 1u32)?;
     let mut started = a.create_label();
     let mut wait_start = a.create_label();
     a.set_label(&mut wait_start)?;
     a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
-    a.jne(finish)?;
+    a.jne(stop_all)?; // the workers already halted must be woken to see it
     a.mov(rcx, r14)?;
     a.shl(rcx, 6)?;
     a.cmp(qword_ptr(rbx + rcx + (L::RECORDS + L::IDLE) as i32), 0)?;
@@ -1341,7 +1342,6 @@ fn wake_placement(m: &mut Asm, p: &WakeProgram, data: Gpa, results: &mut Vec<Res
     let mut round = a.create_label();
     let mut select = a.create_label();
     let mut found = a.create_label();
-    let mut stop_all = a.create_label();
     a.set_label(&mut round)?;
     a.cmp(qword_ptr(rbx + L::STOP as i32), 0)?;
     a.jne(stop_all)?;
