@@ -267,5 +267,9 @@ def test_unpinned_threads_are_subtracted_from_their_cpus_together() -> None:
     # pinned threads: each CPU alone, clamped at 0 there
     pinned = {10: [0], 11: [1], 12: [1]}
     assert _other_busy(busy, own, pinned) == {0: 0, 1: 1_000_000_000 - 981_162_000}
-    # a thread linking two groups joins them; an idle group splits evenly
-    assert _other_busy({0: 0, 1: 0}, {}, {5: [0, 1]}) == {0: 0, 1: 0}
+    # two threads link three CPUs into one group: its other time (busy 600 - own 300)
+    # is split in proportion to busy time, wherever each thread ran
+    linked = _other_busy({0: 100, 1: 200, 2: 300}, {5: 250, 6: 50}, {5: [0, 1], 6: [1, 2]})
+    assert linked == {0: 50, 1: 100, 2: 150}
+    # an idle group splits its (clamped) rest evenly
+    assert _other_busy({0: 0, 1: 0}, {5: 10}, {5: [0, 1]}) == {0: 0, 1: 0}

@@ -346,7 +346,8 @@ def balance(slice_us: float = 4000.0, **kw: Any) -> Balance:
 def pinned(slice_us: float = 4000.0, **kw: Any) -> Pinned:
     """Per-CPU queues as the host kernel's with pinned vCPU threads: vCPU
     thread g (counted over every VM, VM by VM) is at home on CPU g mod n of
-    ``pcpus`` (the simulator's ``Host.affinity="pinned"``); each CPU runs its
+    ``pcpus`` in ascending order (the simulator's ``Host.affinity="round_robin"``
+    map), unless ``placement=`` pins it to one CPU; each CPU runs its
     queue round-robin, and nothing moves a vCPU. Unlike
     [`balance`][vcpulab.sched.balance], siblings may share a CPU."""
     return Pinned(slice_us=slice_us, **kw)

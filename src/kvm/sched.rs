@@ -69,8 +69,9 @@ pub enum Policy {
     Balance,
     /// Per-CPU queues as the host kernel's with pinned vCPU threads: each
     /// vCPU is at home on the CPU its [`Member::home`] names (the experiment's
-    /// placement), else vCPU thread g (counted over every VM, in order) on CPU
-    /// g mod n (the simulator's `Host.affinity = "pinned"`); each CPU runs its own
+    /// placement), else vCPU thread g (counted over every VM, in order) on the
+    /// scheduler's CPU g mod n (the run's CPUs in ascending order; the
+    /// simulator's `Host.affinity = "round_robin"` map); each CPU runs its own
     /// queue round-robin, with no load balancing. The vehicle of [S3]: where a
     /// vCPU runs is fixed, so the `is_idle` of its CPU says whether it would
     /// run at once.

@@ -189,6 +189,8 @@ def run(
         trace_max_events,
         warn_quality,
     )
+    # the workload's own fields first: the scheduler's checks read them (forced_bytes)
+    workload.check(int(vcpus), True)
     scheduler = _check_scheduler(scheduler, workload, vcpus, vms, pcpus, placement)
     if repeat is not None:
         if isinstance(repeat, bool) or not isinstance(repeat, numbers.Integral) or not 1 <= repeat <= 1000:

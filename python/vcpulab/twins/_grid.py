@@ -85,9 +85,9 @@ def coscheduling_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.
     from vcpulab import _core, sched
 
     allowed = sorted(_core.allowed_cpus()) if pcpus is None else [check_int("pcpus entry", c, 0, 2**16) for c in pcpus]
-    if len(allowed) < 2:
+    if len(set(allowed)) < 2:
         raise ValueError(f"the co-scheduling grid needs two host CPUs, got {allowed}")
-    two = tuple(allowed[:2])
+    two = tuple(sorted(set(allowed))[:2])
     w = SpinLock(kind="ticket", hold=50, think=50)
     scheds = [sched.round_robin(), sched.relaxed_co(skew_us=1000), sched.pinned()]
     return [Experiment(w, vcpus, two, duration_s=duration_s, scheduler=s) for s in scheds]

@@ -680,8 +680,9 @@ impl Spec {
                         WakeLayout::MAX_VCPUS
                     )));
                 }
+                // the rule is a name, not a number: as spin_lock's kind, it is not in the numeric
+                // parameters (a Run records it with the workload's fields)
                 params.extend([
-                    ("rule".into(), rule as u64),
                     ("work".into(), work),
                     ("poll".into(), poll),
                     ("rounds".into(), rounds),
