@@ -36,6 +36,8 @@ __all__ = [
     "SIM_PCPU_TIME_CATEGORIES",
     "SIM_VCPU_TIME_CATEGORIES",
     "STEAL_AREA_ADDR",
+    "STEAL_OFF_IS_IDLE",
+    "STEAL_OFF_PREEMPTED",
     "Spinner",
     "TRACE_DEFAULT_BUFFER_BYTES",
     "TRACE_DEFAULT_MAX_EVENTS",
@@ -246,6 +248,9 @@ def mount_pseudo_fs(kind: str) -> bool: ...
 def mounted_pseudo_fs() -> list[tuple[str, str]]: ...
 
 STEAL_AREA_ADDR: int
+#: offsets in a vCPU's steal-time area of the ``preempted`` byte and the 2021 proposal's ``is_idle``
+STEAL_OFF_PREEMPTED: int
+STEAL_OFF_IS_IDLE: int
 
 # ----------------------------------------------------------------- tracing (src/py/trace.rs)
 

@@ -1139,6 +1139,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PV_HALT_PORT", crate::kvm::guest::program::PV_HALT_PORT)?;
     m.add("IRQ_COUNTS_ADDR", crate::kvm::guest::IRQ_COUNTS_ADDR)?;
     m.add("STEAL_AREA_ADDR", crate::kvm::guest::STEAL_AREA_ADDR)?;
+    m.add("STEAL_OFF_PREEMPTED", crate::kvm::steal::OFF_PREEMPTED)?;
+    m.add("STEAL_OFF_IS_IDLE", crate::kvm::steal::OFF_IS_IDLE)?;
     m.add("MAX_MEMORY_MIB", crate::kvm::vm::MAX_MEMORY_MIB)?;
     m.add("MAX_PROGRAM_ROUNDS", crate::kvm::guest::program::MAX_ROUNDS)?;
     m.add("MSR_KVM_STEAL_TIME", crate::kvm::steal::MSR_KVM_STEAL_TIME)?;

@@ -58,8 +58,22 @@ class Workload:
         return {"workload": self.program, **asdict(self)}  # type: ignore[call-overload]
 
 
+class _StopFlag(Workload):
+    """A program that finishes its iteration when the host sets its ``stop``
+    result field, and brackets its halts (and spin exits) for vcpulab's scheduler."""
+
+    graceful: ClassVar[bool] = True
+
+    def stop(self, vm: Vm, prog: Program) -> None:
+        vm.write_u64(_field(prog, "stop")["gpa"], 1)
+
+    @property
+    def pv_exits(self) -> bool:
+        return True
+
+
 @dataclass(frozen=True)
-class SpinLock(Workload):
+class SpinLock(_StopFlag):
     """Lock contention: vCPUs repeatedly acquire one lock, increment a shared
     counter non-atomically inside a critical section of ``hold`` loop
     iterations, release, then run ``think`` iterations.
@@ -81,7 +95,6 @@ class SpinLock(Workload):
     think: int = 50
     iterations: int = 0
     program: ClassVar[str] = "spin_lock"
-    graceful: ClassVar[bool] = True
 
     def check(self, n_vcpus: int, irqchip: bool) -> None:
         if self.kind not in ("tas", "ticket"):
@@ -99,13 +112,6 @@ class SpinLock(Workload):
             "iterations": self.iterations,
             "vcpus": n_vcpus,
         }
-
-    def stop(self, vm: Vm, prog: Program) -> None:
-        vm.write_u64(_field(prog, "stop")["gpa"], 1)
-
-    @property
-    def pv_exits(self) -> bool:
-        return True
 
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         r = vm.results(prog)
@@ -163,7 +169,7 @@ class PvSpinLock(SpinLock):
 
     @property
     def forced_bytes(self) -> dict[int, dict[int, int]]:
-        return {v: {16: 1} for v in self.preempted_from_host}
+        return {v: {_core.STEAL_OFF_PREEMPTED: 1} for v in self.preempted_from_host}
 
     def params(self, n_vcpus: int) -> dict[str, int | str]:
         return {
@@ -314,7 +320,7 @@ class Spin(Workload):
 
 
 @dataclass(frozen=True)
-class WakePlacement(Workload):
+class WakePlacement(_StopFlag):
     """The guest's wake-up placement of [S3]: vCPU 0 is a waker that hands one
     work item at a time to a worker (vCPUs 1, 2, …), chosen as the guest
     scheduler's ``select_idle_sibling`` would, over the workers in order from
@@ -361,7 +367,6 @@ class WakePlacement(Workload):
     preempted_from_host: tuple[int, ...] = ()
     is_idle_from_host: tuple[int, ...] = ()
     program: ClassVar[str] = "wake_placement"
-    graceful: ClassVar[bool] = True
 
     def check(self, n_vcpus: int, irqchip: bool) -> None:
         if self.rule not in ("available_idle", "pcpu_is_idle"):
@@ -384,9 +389,9 @@ class WakePlacement(Workload):
         """{vCPU id: {steal-area offset: 1}} of the bytes written from the host."""
         out: dict[int, dict[int, int]] = {}
         for v in self.preempted_from_host:
-            out.setdefault(v, {})[16] = 1
+            out.setdefault(v, {})[_core.STEAL_OFF_PREEMPTED] = 1
         for v in self.is_idle_from_host:
-            out.setdefault(v, {})[17] = 1
+            out.setdefault(v, {})[_core.STEAL_OFF_IS_IDLE] = 1
         return out
 
     def params(self, n_vcpus: int) -> dict[str, int | str]:
@@ -398,13 +403,6 @@ class WakePlacement(Workload):
             "vector": self.vector,
             "vcpus": n_vcpus,
         }
-
-    def stop(self, vm: Vm, prog: Program) -> None:
-        vm.write_u64(_field(prog, "stop")["gpa"], 1)
-
-    @property
-    def pv_exits(self) -> bool:
-        return True
 
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         r = vm.results(prog)
