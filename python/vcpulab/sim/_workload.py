@@ -263,6 +263,12 @@ class Workload(_Base):
             Send(1))``); only Compute, Sleep, Barrier, Send and Recv phases,
             and the VM needs >= 2 threads. Default ``()``: every thread runs
             ``phases``.
+        thread0_bound: thread 0 of each VM is bound to the VM's vCPU 0 (the
+            guest's ``kthread_bind`` / ``sched_setaffinity`` to one CPU): its
+            wake-ups skip the guest's placement and load balancing never
+            moves it; other threads are placed as before. Default False. A
+            waker that stays on its vCPU, as the vCPU 0 of
+            [`WakePlacement`][vcpulab.experiment.WakePlacement].
     """
 
     phases: tuple[Any, ...] = (Compute(20_000, dist="exp"), Lock(0, "ticket", 2_000))
@@ -272,6 +278,7 @@ class Workload(_Base):
     spin_iter_cycles: int = 40
     spin_threshold: int = 32768
     thread0_phases: tuple[Any, ...] = field(default=(), metadata=_NEW)
+    thread0_bound: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         if isinstance(self.phases, list):
@@ -334,6 +341,7 @@ class Workload(_Base):
         _int(self, "guest_slice_ns")
         _int(self, "spin_iter_cycles")
         _int(self, "spin_threshold")
+        _bool(self, "thread0_bound")
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()

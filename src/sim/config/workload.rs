@@ -212,6 +212,15 @@ pub struct WorkloadConfig {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PHASES), extend("default" = []))]
     pub thread0_phases: Vec<Phase>,
+    /// Thread 0 of each VM is bound to the VM's vCPU 0 (the guest's
+    /// `kthread_bind` / `sched_setaffinity` to one CPU): its wake-ups skip
+    /// the guest's placement and load balancing never moves it. Other
+    /// threads are placed as before (on vCPU 0 too, where the rule finds
+    /// it available). Default false. A waker that stays on its vCPU, as
+    /// vcpulab's wake-placement guest program's vCPU 0.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    pub thread0_bound: bool,
 }
 
 impl WorkloadConfig {
@@ -239,6 +248,7 @@ impl Default for WorkloadConfig {
             spin_iter_cycles: 40,
             spin_threshold: 32_768,
             thread0_phases: Vec::new(),
+            thread0_bound: false,
         }
     }
 }

@@ -26,7 +26,10 @@ impl Sim {
         }
         let vm = self.threads[t].vm as usize;
         let prev = self.threads[t].vcpu as usize;
+        let bound = self.threads[t].idx == 0 && self.vms[vm].cfg.workload.thread0_bound;
         let target = match self.vms[vm].cfg.guest.wake_placement {
+            // bound to vCPU 0 (where it started and stays): no choice to make
+            _ if bound => prev,
             GuestWakePlacement::FirstIdle => self.place(vm, prev),
             GuestWakePlacement::SelectTaskRqFair => self.guest_select_task_rq_fair(vm, t, prev, waker),
         };
@@ -321,7 +324,11 @@ impl Sim {
         }
         let (src, _) = best?;
         let now = self.now;
-        let i = self.vcpus[src].runq.iter().position(|&t| now - self.threads[t as usize].last_ran >= cost)?;
+        let bound = self.vms[vm].cfg.workload.thread0_bound;
+        let i = self.vcpus[src].runq.iter().position(|&t| {
+            let th = &self.threads[t as usize];
+            now - th.last_ran >= cost && !(bound && th.idx == 0)
+        })?;
         Some((src, i))
     }
 

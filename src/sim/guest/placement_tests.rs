@@ -263,3 +263,38 @@ fn a_run_with_the_kernel_s_placement_differs_from_the_first_rule_and_is_reproduc
     assert!(a.summary.u64s("ops")[0] > 0);
     assert_ne!(a.vcpus, base.vcpus, "the placement rule changes the run");
 }
+
+#[test]
+fn a_bound_thread0_stays_on_vcpu0_at_wake_up_and_in_load_balancing() {
+    // vCPU 0 runs thread 1 and vCPU 1 is idle: the first rule would move a
+    // woken thread 0 to vCPU 1; bound, it queues on vCPU 0
+    let build = |bound: bool| {
+        let mut vm = computing_vm(2);
+        vm.workload.thread0_bound = bound;
+        vm.guest.load_balance = true;
+        vm.guest.migration_cost_ns = 0;
+        let c = SimConfig { host: HostConfig { pcpus: 2, ..Default::default() }, vms: vec![vm], ..Default::default() };
+        let mut s = sim_of(&c);
+        for c in 0..2 {
+            s.vcpus[c].runq.clear();
+            s.vcpus[c].cur = None;
+            s.vcpus[c].st_preempted = false;
+        }
+        s.vcpus[0].cur = Some(1);
+        s.threads[1].vcpu = 0;
+        s.threads[0].vcpu = 0;
+        s
+    };
+    let mut free = build(false);
+    free.wake_thread(0, crate::sim::state::WakeReason::Timer, None);
+    assert_eq!(free.threads[0].vcpu, 1, "unbound: the first idle vCPU from prev");
+    let mut bound = build(true);
+    bound.wake_thread(0, crate::sim::state::WakeReason::Timer, None);
+    assert_eq!(bound.threads[0].vcpu, 0, "bound: stays on vCPU 0");
+    assert_eq!(bound.vcpus[0].runq.iter().copied().collect::<Vec<_>>(), vec![0]);
+    // idle vCPU 1 looks for a waiting thread to pull: only thread 0 waits, and it is bound
+    assert_eq!(bound.guest_busiest_thread(0, 1), None);
+    let mut free2 = build(false);
+    free2.vcpus[0].runq.push_back(0);
+    assert_eq!(free2.guest_busiest_thread(0, 1), Some((0, 0)), "unbound, the waiting thread 0 would be pulled");
+}
