@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small | --policies | --coscheduling] [--trials 3] [--seeds 3] [--load measured|one_task|none]
+    python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -11,7 +11,8 @@ and directions as Parquet, ``--markdown`` the tables as Markdown (docs/twins.md
 quotes one). ``--policies`` runs vcpulab.twins.policy_grid instead: the same
 lock under vcpulab's own vCPU scheduler, one cell per policy; ``--coscheduling``
 vcpulab.twins.coscheduling_grid (3 vCPUs on 2 CPUs under round_robin,
-relaxed_co and pinned). The machine's other load changes real results: every cell reports
+relaxed_co and pinned); ``--wake-placement`` vcpulab.twins.wake_placement_grid
+(WakePlacement's two rules under pinned, round_robin and the host's scheduler). The machine's other load changes real results: every cell reports
 the largest share of its CPUs' time other tasks took.
 """
 
@@ -42,6 +43,12 @@ def main() -> int:
         action="store_true",
         help="the co-scheduling axis instead (twins.coscheduling_grid: one ticket-lock VM of 3 vCPUs on 2 CPUs "
         "under round_robin, relaxed_co and pinned)",
+    )
+    ap.add_argument(
+        "--wake-placement",
+        action="store_true",
+        help="the wake-up placement axis instead (twins.wake_placement_grid: WakePlacement's two rules, 3 vCPUs "
+        "on 2 CPUs, under pinned, round_robin and the host's scheduler)",
     )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
@@ -75,6 +82,8 @@ def main() -> int:
         exps = twins.policy_grid(duration_s=a.duration_s)
     elif a.coscheduling:
         exps = twins.coscheduling_grid(duration_s=a.duration_s)
+    elif a.wake_placement:
+        exps = twins.wake_placement_grid(duration_s=a.duration_s)
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, trace=a.trace)

@@ -791,6 +791,47 @@ def test_pinned_runs_are_twinned_with_one_token_queue_per_cpu(twin_calibration) 
     assert [x.scheduler.name for x in twins.coscheduling_grid((0, 1))] == ["round_robin", "relaxed_co", "pinned"]
 
 
+def test_wake_placement_twins_as_a_bound_waker_beside_one_worker_thread(twin_calibration) -> None:  # type: ignore[no-untyped-def]
+    """WakePlacement's twin: the waker bound to vCPU 0 (``thread0_bound``) and
+    one worker thread the guest's placement moves by the rule. Under
+    sched.pinned with vCPUs 0 and 1 at home on CPU 0 and vCPU 2 on CPU 1,
+    upstream's rule keeps the previous worker (vCPU 1, behind the waker) and
+    pcpu_is_idle sends every item to vCPU 2, whose CPU is idle, as the real
+    scheduler does (tests/test_wake_placement.py checks the real side)."""
+    from vcpulab import sched
+    from vcpulab.experiment import WakePlacement
+
+    share = {}
+    for rule in ("available_idle", "pcpu_is_idle"):
+        e = Experiment(WakePlacement(rule=rule), 3, (0, 1), scheduler=sched.pinned(), homes=(0, 0, 1))  # type: ignore[arg-type]
+        c = twins.twin(e, twin_calibration, seed=0)
+        v, w = c.vms[0], c.vms[0].workload
+        assert (c.host.scheduler, c.host.vcpu_pcpus) == ("pinned", (0, 0, 1))
+        assert (v.threads, v.pv.placement, w.thread0_bound, w.iterations) == (2, rule, True, 0)
+        # each side's instructions after its IPI run beside the other's wake-up
+        assert [type(p).__name__ for p in w.thread0_phases] == ["Compute", "Send", "Compute", "Recv"]
+        assert [type(p).__name__ for p in w.phases] == ["Recv", "Compute", "Send", "Compute"]
+        res = sim.run(c)
+        m = twins.sim_metrics(e, c, res, twin_calibration)
+        share[rule] = m["first_worker_share"]
+        assert 500 < m["items_per_s"] < 5000 and m["round_median_us"] > 0
+        # the waker never left vCPU 0: it halts there once per item
+        halts = res.vcpus.sort("vcpu")["halt_exits"].to_list()
+        assert abs(halts[0] - (halts[1] + halts[2])) <= 2
+    assert share["available_idle"] > 0.95 and share["pcpu_is_idle"] < 0.05, share
+    # under the host's scheduler KVM writes no is_idle byte: both rules choose alike
+    host = Experiment(WakePlacement(rule="pcpu_is_idle"), 3, (0, 1), pinning="shared")
+    assert twins.twin(host, twin_calibration).vms[0].pv.placement == "available_idle"
+    with pytest.raises(ValueError, match="poll > 0"):
+        twins.twin(Experiment(WakePlacement(poll=10), 3, (0, 1)), twin_calibration)
+    with pytest.raises(ValueError, match="homes is for scheduler=sched.pinned"):
+        Experiment(WakePlacement(), 3, (0, 1), homes=(0, 0, 1))
+    with pytest.raises(ValueError, match="one CPU per vCPU"):
+        Experiment(WakePlacement(), 3, (0, 1), scheduler=sched.pinned(), homes=(0, 1))
+    with pytest.raises(ValueError, match=r"CPU\(s\) \[5\]"):
+        Experiment(WakePlacement(), 3, (0, 1), scheduler=sched.pinned(), homes=(0, 5, 1))
+
+
 def test_a_grid_shows_its_progress_only_when_asked_or_on_a_terminal(twin_calibration, capsys) -> None:  # type: ignore[no-untyped-def]
     # no twin (the host-forced preempted byte is not modelled): no real run
     exps = [twins.Experiment(PvSpinLock(preempted_from_host=(1,)), 2, (0,))]

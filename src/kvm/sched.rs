@@ -20,7 +20,8 @@
 //! * **halt / wake-up**: the same programs bracket their `HLT` with
 //!   [`PV_HALT_PORT`] writes: the token goes at the halt, and the woken vCPU
 //!   asks for one again. Simplification: between its wake-up and the bracket's
-//!   exit (two instructions) a woken vCPU runs without a token;
+//!   exit a woken vCPU runs without a token: the interrupt that woke it (the
+//!   guest programs' handler is 16 instructions), `cli` and the bracket's 3;
 //! * **the end of a vCPU's program**.
 //!
 //! While a runnable vCPU holds no token its steal-time `preempted` byte is 1

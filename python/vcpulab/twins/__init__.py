@@ -70,8 +70,9 @@ from vcpulab.twins._grid import (
     directions,
     grid,
     policy_grid,
+    wake_placement_grid,
 )
-from vcpulab.twins._guest import guest_path
+from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, guest_path
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
 from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
@@ -106,7 +107,9 @@ __all__ = [
     "FACTORS",
     "FLOORS",
     "Grid",
+    "HALT_BRACKET_INSNS",
     "IPI_OUTSIDE_INSNS",
+    "IRQ_STUB_INSNS",
     "METRICS",
     "MSI_DEADLINE_S",
     "OtherLoad",
@@ -125,6 +128,7 @@ __all__ = [
     "coscheduling_grid",
     "default_grid",
     "policy_grid",
+    "wake_placement_grid",
     "directions",
     "distributions",
     "grid",

@@ -8,7 +8,17 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from vcpulab._checks import PCPUS_RENAMED, check_float, check_int, check_type, renamed_since
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, Workload
+from vcpulab.experiment import (
+    IdleTicks,
+    IpiPingPong,
+    MsiPingPong,
+    PvSpinLock,
+    Run,
+    Spin,
+    SpinLock,
+    WakePlacement,
+    Workload,
+)
 
 #: why ``cpus=`` became ``pcpus=`` (the DeprecationWarnings say it)
 _ONE_NAME = "one name for host CPU lists everywhere"
@@ -31,6 +41,10 @@ class Experiment:
         scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]; None:
             the host's kernel). Under vcpulab's scheduler the vCPUs share
             ``cpus`` (its run tokens), whatever ``pinning`` says.
+        homes: under [`sched.pinned`][vcpulab.sched.pinned], vCPU i's home
+            CPU, one of ``pcpus`` (``run(placement=[[h] for h in homes])``);
+            None (the default): ``pcpus[i mod n]``, the scheduler's own
+            homes. Only with ``sched.pinned``.
     """
 
     workload: Workload
@@ -40,6 +54,7 @@ class Experiment:
     duration_s: float = 0.3
     halt_poll_ns: int | None = None
     scheduler: Any = None
+    homes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         from vcpulab.experiment import MAX_DURATION_S, MAX_VCPUS
@@ -63,6 +78,24 @@ class Experiment:
         object.__setattr__(self, "scheduler", None if s.is_host else s)
         if self.scheduler is not None:
             object.__setattr__(self, "pinning", "shared")
+        if self.homes is not None:
+            from vcpulab import sched
+
+            if not isinstance(self.scheduler, sched.Pinned):
+                raise ValueError(
+                    "Experiment.homes is for scheduler=sched.pinned() (the other schedulers place the vCPUs)"
+                )
+            if isinstance(self.homes, (str, bytes)) or not hasattr(self.homes, "__iter__"):
+                raise TypeError(
+                    f"Experiment.homes must be a sequence of host CPU ids, one per vCPU, got {self.homes!r}"
+                )
+            homes = tuple(check_int("Experiment.homes entry", c, 0, 2**16) for c in self.homes)
+            if len(homes) != self.vcpus:
+                raise ValueError(f"Experiment.homes needs one CPU per vCPU ({self.vcpus}), got {len(homes)}")
+            stray = sorted(set(homes) - set(self.pcpus))
+            if stray:
+                raise ValueError(f"Experiment.homes names CPU(s) {stray}, not in pcpus {list(self.pcpus)}")
+            object.__setattr__(self, "homes", homes)
 
     def check_runnable(self) -> None:
         """ValueError naming the CPUs when this process may not run on all of
@@ -102,6 +135,8 @@ class Experiment:
             if self.scheduler is not None
             else {"placement": self.placement()}
         )
+        if self.homes is not None:
+            where = {"placement": [[h] for h in self.homes], "scheduler": self.scheduler}
         return run(
             self.workload,
             vcpus=self.vcpus,
@@ -119,7 +154,9 @@ class Experiment:
             raise ValueError(f"twins describe one-VM runs; this run had {cfg.get('vms')} VMs")
         wd = dict(cfg["workload"])
         prog = wd.pop("workload")
-        classes = {c.program: c for c in (SpinLock, PvSpinLock, MsiPingPong, IpiPingPong, IdleTicks, Spin)}
+        classes = {
+            c.program: c for c in (SpinLock, PvSpinLock, MsiPingPong, IpiPingPong, IdleTicks, Spin, WakePlacement)
+        }
         if prog not in classes:
             raise ValueError(f"no twin for workload program {prog!r}")
         wcls = classes[prog]
@@ -133,13 +170,15 @@ class Experiment:
         if not s.is_host:
             cpus_all = sorted({c for cl in r.placement.values() for c in cl})
             homes = [r.placement[(0, i)] for i in range(n)]
+            own: tuple[int, ...] | None = None
             if isinstance(s, sched.Pinned) and any(len(h) == 1 for h in homes):
-                if homes != [[cpus_all[i % len(cpus_all)]] for i in range(n)]:
+                if any(len(h) != 1 for h in homes):
                     raise ValueError(
-                        f"twins describe sched.pinned runs whose vCPU i is at home on CPU i mod n of pcpus; this run "
-                        f"pinned {homes}"
+                        f"twins describe sched.pinned runs with one home CPU per vCPU; this run had {homes}"
                     )
-            return cls(w, n, tuple(cpus_all), "shared", float(cfg["duration_s"]), cfg.get("halt_poll_ns"), s)
+                if homes != [[cpus_all[i % len(cpus_all)]] for i in range(n)]:
+                    own = tuple(h[0] for h in homes)
+            return cls(w, n, tuple(cpus_all), "shared", float(cfg["duration_s"]), cfg.get("halt_poll_ns"), s, own)
         lists = [list(r.placement[(0, i)]) for i in range(n)]
         cpus = sorted({c for cl in lists for c in cl})
         if all(cl == lists[0] for cl in lists) and (len(lists[0]) > 1 or len(cpus) == 1):

@@ -16,7 +16,7 @@ from vcpulab import sim
 from vcpulab._checks import PCPUS_RENAMED, check_bool, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial
 from vcpulab._progress import Bar
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, WakePlacement
 from vcpulab.twins._calibration import calibrate
 from vcpulab.twins._experiment import _ONE_NAME, Experiment
 from vcpulab.twins._running import compare
@@ -31,11 +31,19 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
     """The grid factors of ``exp`` (NaN-free: -1 where a factor does not apply)."""
     w = exp.workload
     hp = exp.halt_poll_ns
+    kind: str
+    if isinstance(w, WakePlacement):
+        kind = w.rule
+    elif isinstance(w, PvSpinLock):
+        kind = "pv"
+    else:
+        kind = getattr(w, "kind", "") if isinstance(w, SpinLock) else ""
+    sched_label = _scheduler_label(exp.scheduler)
+    if exp.homes is not None:
+        sched_label += ":" + ",".join(str(exp.pcpus.index(h)) for h in exp.homes)
     return {
         "workload": type(w).__name__,
-        "kind": getattr(w, "kind", "")
-        if isinstance(w, SpinLock) and not isinstance(w, PvSpinLock)
-        else ("pv" if isinstance(w, PvSpinLock) else ""),
+        "kind": kind,
         "vcpus": exp.vcpus,
         "cpus": len(exp.pcpus),
         "hold": getattr(w, "hold", -1),
@@ -43,12 +51,13 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         "halt_poll_ns": -1 if hp is None else int(hp),
         "gap_us": float(getattr(w, "gap_us", -1.0)),
         "hz": int(getattr(w, "hz", -1)),
-        "scheduler": _scheduler_label(exp.scheduler),
+        "scheduler": sched_label,
     }
 
 
 def _scheduler_label(s: Any) -> str:
-    """``"host"``, ``"round_robin"``, ``"gang"``, or ``"directed_yield:<policy>"``."""
+    """``"host"``, ``"round_robin"``, ``"gang"``, or ``"directed_yield:<policy>"`` (a
+    ``pinned`` cell with its own homes adds them by index in ``pcpus``: ``"pinned:0,0,1"``)."""
     if s is None:
         return "host"
     pol = getattr(s, "policy", None)
@@ -91,6 +100,33 @@ def coscheduling_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.
     w = SpinLock(kind="ticket", hold=50, think=50)
     scheds = [sched.round_robin(), sched.relaxed_co(skew_us=1000), sched.pinned()]
     return [Experiment(w, vcpus, two, duration_s=duration_s, scheduler=s) for s in scheds]
+
+
+def wake_placement_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.0) -> list[Experiment]:
+    """The wake-up placement axis of the twins grid ([S3]): ``WakePlacement``
+    (3 vCPUs: the waker and two workers) on two host CPUs (default: the first
+    two this process may use), each rule (``available_idle``,
+    ``pcpu_is_idle``) under ``sched.pinned`` with the waker and worker 1 at
+    home on the first CPU and worker 2 on the second (the layout where the
+    rules differ), under ``round_robin`` and under the host's scheduler
+    (where this host's KVM writes no ``is_idle``, so the rules choose alike).
+    Cells of one scheduler differ in the rule alone, so
+    [`directions`][vcpulab.twins.directions] compares the rules."""
+    from vcpulab import _core, sched
+
+    allowed = sorted(_core.allowed_cpus()) if pcpus is None else [check_int("pcpus entry", c, 0, 2**16) for c in pcpus]
+    if len(set(allowed)) < 2:
+        raise ValueError(f"the wake-placement grid needs two host CPUs, got {allowed}")
+    a, b = sorted(set(allowed))[:2]
+    out = []
+    for kw in (
+        {"scheduler": sched.pinned(), "homes": (a, a, b)},
+        {"scheduler": sched.round_robin()},
+        {"pinning": "shared"},
+    ):
+        for rule in ("available_idle", "pcpu_is_idle"):
+            out.append(Experiment(WakePlacement(rule=rule), 3, (a, b), duration_s=duration_s, **kw))  # type: ignore[arg-type]
+    return out
 
 
 @renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
@@ -199,6 +235,8 @@ class Grid:
             "polled_per_halt",
             "ticks_per_s",
             "ctx_switches_per_vcpu_s",
+            "items_per_s",
+            "first_worker_share",
         ):
             g = c.filter(pl.col("metric") == m)
             out[f"{m}_informative"] = g.height
@@ -233,7 +271,13 @@ class Grid:
             f"{s['acq_per_s_informative']}, wait {pct(s['wait_per_acq_us_within_25pct'])} of {s['wait_per_acq_us_informative']}, "
             f"MSI/IPI rtt {pct(s['rtt_median_us_within_25pct'])} of {s['rtt_median_us_informative']}, "
             f"halt exits {pct(s['halt_exits_per_s_within_25pct'])} of {s['halt_exits_per_s_informative']}, "
-            f"polled share {pct(s['polled_per_halt_within_25pct'])} of {s['polled_per_halt_informative']}; "
+            f"polled share {pct(s['polled_per_halt_within_25pct'])} of {s['polled_per_halt_informative']}"
+            + (
+                f", wake items {pct(s['items_per_s_within_25pct'])} of {s['items_per_s_informative']}"
+                if s["items_per_s_informative"]
+                else ""
+            )
+            + "; "
             f"steal within 0.10: {pct(s['steal_within_0.10'])} of {s['steal_cells']} "
             f"({s['steal_by_construction']} by construction); directions agree {s['directions_agree']}/{s['directions']}; "
             f"KS median {s['ks_median']:.2f}"
@@ -287,11 +331,21 @@ def cell_name(exp: Experiment) -> str:
         return f"ipi gap{f['gap_us']:g}us {f['vcpus']}v/{f['cpus']}c{hp}"
     if w == "IdleTicks":
         return f"ticks {f['hz']}Hz {f['vcpus']}v/{f['cpus']}c{hp}"
+    if w == "WakePlacement":
+        return f"wake {f['kind']} {f['vcpus']}v/{f['cpus']}c{hp}"
     return f"{w} {f['vcpus']}v/{f['cpus']}c{hp}"
 
 
 #: (factor, metric, expected sign of metric(high level) − metric(low level) or 0 if not asserted)
-DIRECTION_METRICS = ("acq_per_vcpu_s", "wait_per_acq_us", "polled_per_halt", "halt_exits_per_s", "rtt_median_us")
+DIRECTION_METRICS = (
+    "acq_per_vcpu_s",
+    "wait_per_acq_us",
+    "polled_per_halt",
+    "halt_exits_per_s",
+    "rtt_median_us",
+    "items_per_s",
+    "first_worker_share",
+)
 
 
 def directions(cells: pl.DataFrame) -> pl.DataFrame:

@@ -1,10 +1,17 @@
-"""Guest programs counted: the emulated instructions of one iteration of a spin-lock program
-(``src/kvm/guest/program.rs``), split as the twin needs them
-([`guest_path`][vcpulab.twins.guest_path])."""
+"""Guest programs counted: the emulated instructions of one iteration of a spin-lock program, or
+of one item of the wake-placement program (``src/kvm/guest/program.rs``), split as the twin needs
+them ([`guest_path`][vcpulab.twins.guest_path])."""
 
 from __future__ import annotations
 
-from vcpulab.experiment import PvSpinLock, SpinLock, Workload
+from vcpulab.experiment import PvSpinLock, SpinLock, WakePlacement, Workload
+
+#: instructions of one interrupt taken by a guest program: the vector's stub (``push``, ``jmp``),
+#: the common handler (three pushes, the vector's load and check, the counter's ``lock inc``, the
+#: EOI store and its address, three pops, ``add rsp``, ``iretq``): ``idt_stubs`` in program.rs
+IRQ_STUB_INSNS = 16
+#: instructions of one pv halt bracket (``mov eax; mov edx; out``: ``halt_bracket`` in program.rs)
+HALT_BRACKET_INSNS = 3
 
 
 def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[str, int]:
@@ -37,6 +44,32 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
     and EOI dominate them), not counted here. Checked against
     ``insn_emulation`` by [`calibrate`][vcpulab.twins.calibrate] (``insns_per_acq_measured`` vs
     ``insns_per_acq_counted``) and by tests/test_twins.py.
+
+    WakePlacement, one item, ``rounds = 0``, ``poll = 0``, the rule's first
+    pass finding the previous item's worker (a scan that passes over a
+    worker adds 5-6 instructions per worker passed, not counted):
+
+    * ``waker_path`` = 83: the round's stop check (2), one scan pass that
+      finds the first worker it looks at (12), the choice, its bytes and its
+      log (18), RDTSC and the mailbox stores (6), the IPI (6), the halt loop
+      (10) with the completion interrupt ([`IRQ_STUB_INSNS`][vcpulab.twins.IRQ_STUB_INSNS]), the
+      completion's RDTSC and log (10), ``prev`` and the count (3);
+    * ``waker_outside`` = 41: the waker's instructions outside its timed
+      round (after the completion's RDTSC, up to the next wake-up's);
+    * ``worker_path`` = 52: the idle loop and the halt (11) with the item's
+      interrupt (16), the wake-up's RDTSC and log (9), the mailbox and the
+      count (2), the idle flag, the completion's ``lock inc`` and the IPI
+      (9), the loop's jumps and the delay's ``mov`` (5);
+    * ``work_loop`` = 2·work (the delay's ``dec; jnz``);
+    * ``waker_after_ipi`` = 4 and ``worker_after_ipi`` = 9, parts of the two
+      paths: the instructions after a side's IPI up to its ``hlt`` (the
+      waker's wait check and ``sti``; the worker's jump back, its idle loop's
+      checks, the halt count and ``sti``), which run beside the other side's
+      wake-up.
+
+    ``pv_exits`` adds two halt brackets per halt ([`HALT_BRACKET_INSNS`][vcpulab.twins.HALT_BRACKET_INSNS] each) to
+    both paths, one of them after the IPI. Items past the 4,096 logged skip 5 stores (not counted).
+    Checked against ``insn_emulation`` by tests/test_wake_placement.py.
     """
     if isinstance(workload, SpinLock):
         pv = isinstance(workload, PvSpinLock)
@@ -47,7 +80,22 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
             "think_path": 9 + (3 if workload.iterations > 0 else 0) + ((2 + 7 * vcpus) if pv else 0),
             "wait_path": 8 + ((1 + (3 if workload.kind == "ticket" else 0)) if pv_exits else 0),
         }
-    raise ValueError(f"guest_path counts SpinLock / PvSpinLock programs; {type(workload).__name__} is measured instead")
+    if isinstance(workload, WakePlacement):
+        if workload.poll or workload.rounds:
+            raise ValueError("guest_path counts WakePlacement items with poll = 0 and rounds = 0")
+        brackets = 2 * HALT_BRACKET_INSNS if pv_exits else 0
+        return {
+            "waker_path": 67 + IRQ_STUB_INSNS + brackets,
+            "waker_outside": 41,
+            "worker_path": 36 + IRQ_STUB_INSNS + brackets,
+            "work_loop": 2 * workload.work,
+            "waker_after_ipi": 4 + brackets // 2,
+            "worker_after_ipi": 9 + brackets // 2,
+        }
+    raise ValueError(
+        f"guest_path counts SpinLock / PvSpinLock / WakePlacement programs; {type(workload).__name__} is measured "
+        "instead"
+    )
 
 
 def _iteration_insns(workload: SpinLock, vcpus: int) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
 from vcpulab.twins._calibration import _stat_delta
 from vcpulab.twins._experiment import Experiment
 from vcpulab.twins._guest import guest_path
@@ -40,6 +40,17 @@ METRICS: dict[str, tuple[str, str]] = {
         "MSI / IPI round trip, median (real: MSI host-timed sent → next cue, IPI guest RDTSC; sim: iteration latency − the initiator's own time)",
     ),
     "ticks_per_s": ("1/s", "timer interrupts taken per second, all vCPUs"),
+    "items_per_s": ("1/s", "WakePlacement items completed per second (real: the waker's count / wall time)"),
+    "round_median_us": (
+        "us",
+        "WakePlacement round, median: the waker's wake-up of a worker → the completion seen (real: guest RDTSC; sim: "
+        "the iteration latency median − the waker's instructions outside the round)",
+    ),
+    "first_worker_share": (
+        "",
+        "share of WakePlacement items run by vCPU 1, the first worker (real: the workers' item counts; sim: the "
+        "workers' halts, one per item)",
+    ),
 }
 #: metrics per workload class
 _BY_WORKLOAD: dict[type, tuple[str, ...]] = {
@@ -49,6 +60,7 @@ _BY_WORKLOAD: dict[type, tuple[str, ...]] = {
     IpiPingPong: ("rtt_median_us", "polled_per_halt"),
     IdleTicks: ("ticks_per_s", "halt_exits_per_s", "polled_per_halt", "ctx_switches_per_vcpu_s"),
     Spin: ("steal_fraction", "ctx_switches_per_vcpu_s"),
+    WakePlacement: ("items_per_s", "round_median_us", "first_worker_share", "polled_per_halt"),
 }
 #: KS-compared distributions
 _DISTS: dict[type, tuple[str, ...]] = {
@@ -121,6 +133,11 @@ def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
         out["rtt_median_us"] = float(res["rtt_median_us"][0])
     if "ticks_per_s" in names:
         out["ticks_per_s"] = float(res["ticks"][0]) / r.wall_s
+    if "items_per_s" in names:
+        out["items_per_s"] = float(res["rounds"][0]) / r.wall_s
+        out["round_median_us"] = float(res["round_median_us"][0])
+        items = res["items"].cast(pl.Float64).to_numpy()[1:]
+        out["first_worker_share"] = float(items[0] / items.sum()) if items.sum() > 0 else float("nan")
     return out
 
 
@@ -175,6 +192,13 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             out["rtt_median_us"] = (float(vms["lat_p50_ns"][0]) - own) / 1e3
     if "ticks_per_s" in names:
         out["ticks_per_s"] = float(vms["ops"][0]) / dur
+    if "items_per_s" in names:
+        # the waker's and the worker's iterations each span one item
+        out["items_per_s"] = float(vms["ops"][0]) / 2 / dur
+        p = guest_path(exp.workload, exp.vcpus, pv_exits=exp.scheduler is not None)
+        out["round_median_us"] = (float(vms["lat_p50_ns"][0]) - p["waker_outside"] * cal["path_insn_ns"]) / 1e3
+        halts = vc["halt_exits"].cast(pl.Float64).to_numpy()[1:]
+        out["first_worker_share"] = float(halts[0] / halts.sum()) if halts.sum() > 0 else float("nan")
     return out
 
 

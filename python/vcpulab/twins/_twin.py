@@ -18,7 +18,7 @@ import polars as pl
 
 from vcpulab import sim
 from vcpulab._checks import check_bool, check_float, check_int, check_type
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
 from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
 from vcpulab.twins._experiment import Experiment
 from vcpulab.twins._guest import guest_path
@@ -270,6 +270,24 @@ def twin(
       gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
       its gap lengthens the twin's round, not its round trip).
 
+    WakePlacement → thread 0, the waker, bound to vCPU 0
+      (``Workload.thread0_bound``), ``Compute(waker path), Send,
+      Compute(its instructions after the IPI), Recv``; one worker thread
+      ``Recv, Compute(worker path + work loop), Send, Compute(after the
+      IPI)`` (with ``pv_exits`` each halt bracket adds ``uexit_ns``) (one item
+      at a time: one worker is busy at a time, and the guest's placement
+      chooses its vCPU at each wake-up, from the previous one, by
+      ``Pv.placement`` = the rule under vcpulab's schedulers, which write
+      ``is_idle``; ``"available_idle"`` under the host's, whose KVM never
+      writes it); ``wakeup_ipi_ns`` = the measured IPI
+      wake-up. Instructions from [`guest_path`][vcpulab.twins.guest_path].
+      Simplifications: a woken vCPU asks for a token at once (the real
+      one first runs its interrupt handler and its wake bracket without
+      one); ``is_idle``
+      is the host CPU's state at the choice, not the byte the scheduler last
+      wrote; ``poll > 0``, ``rounds > 0`` and the ``*_from_host`` bytes have
+      no twin.
+
     Raises ``ValueError`` for experiments without a twin.
     """
     if other_share is not None:
@@ -312,6 +330,11 @@ def twin(
         raise ValueError(
             "PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)"
         )
+    if isinstance(w, WakePlacement) and (w.forced_bytes or w.poll or w.rounds):
+        raise ValueError(
+            "WakePlacement with poll > 0, rounds > 0 or *_from_host has no twin (the worker's mailbox polling and "
+            "host-forced bytes are not modelled; the twin runs for the duration)"
+        )
     name = type(w).__name__
     if isinstance(w, SpinLock):
         p = guest_path(w, exp.vcpus, pv_exits=exp.scheduler is not None)
@@ -332,12 +355,28 @@ def twin(
         # instruction of the round inside the window (its reply path and both
         # sides' halt and interrupt paths, on the critical path either way)
         inside = max(cal["ipi_round_insns"] - IPI_OUTSIDE_INSNS, 1.0)
-        thread0 = (
+        thread0: tuple[Any, ...] = (
             sim.Compute(max(int(round(w.gap_us * 1000 + IPI_OUTSIDE_INSNS * a)), 1), mode="kernel"),
             sim.Send(1),
             sim.Recv(),
         )
         phases = (sim.Recv(), sim.Compute(max(int(round(inside * a)), 1), mode="kernel"), sim.Send(1))
+    elif isinstance(w, WakePlacement):
+        pv_exits = exp.scheduler is not None
+        p = guest_path(w, exp.vcpus, pv_exits=pv_exits)
+        # each side's instructions after its IPI run beside the other's wake-up, and with
+        # pv_exits each halt's two brackets exit to vcpulab's scheduler (uexit_ns each): the
+        # halt's before the hlt, the wake-up's before the next item's work
+        exit_ns = cal["uexit_ns"] if pv_exits else 0.0
+
+        def k(x: float) -> Any:
+            return sim.Compute(max(int(round(x)), 1), mode="kernel")
+
+        w0, w1 = p["waker_after_ipi"], p["worker_after_ipi"]
+        thread0 = (k((p["waker_path"] - w0) * a + exit_ns), sim.Send(1), k(w0 * a + exit_ns), sim.Recv())
+        main_ns = (p["worker_path"] - w1) * a + p["work_loop"] * b + exit_ns
+        phases = (sim.Recv(), k(main_ns), sim.Send(1), k(w1 * a + exit_ns))
+        name = f"{name}:{w.rule}"
     elif isinstance(w, MsiPingPong):
         path = int(round(cal["msi_round_insns"] * a))
         phases = (sim.Sleep(int(w.gap_us * 1000)), sim.Compute(max(path, 1), mode="kernel"))
@@ -377,7 +416,8 @@ def twin(
     elif other_share:
         hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
     if _host_field("wakeup_ipi_ns"):
-        hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if isinstance(w, IpiPingPong) else cal["wake_block_ns"])
+        ipi = isinstance(w, (IpiPingPong, WakePlacement))
+        hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"])
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if exp.scheduler is not None:
         hkw, ple, policy = _scheduled_twin(exp, cal, hkw)
@@ -385,12 +425,22 @@ def twin(
     if isinstance(w, IpiPingPong):
         # the real run ends after its rounds: so does the twin (each thread one iteration per round)
         wkw.update(thread0_phases=thread0, iterations=int(w.rounds))
+    pv_kw: dict[str, Any] = {}
+    threads = 0
+    if isinstance(w, WakePlacement):
+        # the waker stays on vCPU 0; the one worker thread goes where the rule sends it
+        wkw.update(thread0_phases=thread0, thread0_bound=True, iterations=0)
+        # upstream KVM never writes is_idle (the proposal was not merged): under the host's
+        # scheduler the rule's first pass finds no byte set, and both rules choose alike
+        pv_kw["placement"] = w.rule if exp.scheduler is not None else "available_idle"
+        threads = 2
     vm = sim.Vm(
         vcpus=exp.vcpus,
+        threads=threads,
         workload=sim.Workload(**wkw),
         ple=ple,
         policy=policy,
-        pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0)),
+        pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0), **pv_kw),
         halt_poll=hp,
     )
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
@@ -428,7 +478,8 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       co-scheduling (``Host(scheduler="relaxed_co")``, the same skew);
       ``balance``: with one queue per CPU and the same home CPUs
       (``Host(scheduler="balance")``); ``pinned``: one queue per CPU of the
-      vCPUs pinned there, vCPU i on CPU i mod n (``Host(scheduler="pinned")``).
+      vCPUs pinned there, each vCPU on its home (``Experiment.homes``, by
+      default CPU i mod n; ``Host(scheduler="pinned")``).
 
     Simplification: the pv spin exit is modelled as a VMX pause-loop exit
     (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
@@ -448,10 +499,9 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     elif isinstance(s, sched.Balance):
         hkw.update(scheduler="balance", token_slice_ns=slice_ns)
     elif isinstance(s, sched.Pinned):
-        # vCPU i at home on CPU i mod n, as the real run (Experiment.from_run checks the homes)
-        hkw.update(
-            scheduler="pinned", token_slice_ns=slice_ns, affinity="pinned", vcpu_pcpus=[i % n for i in range(exp.vcpus)]
-        )
+        # vCPU i at home on its CPU (Experiment.homes; by default CPU i mod n, as the real scheduler's)
+        homes = [i % n for i in range(exp.vcpus)] if exp.homes is None else [exp.pcpus.index(h) for h in exp.homes]
+        hkw.update(scheduler="pinned", token_slice_ns=slice_ns, affinity="pinned", vcpu_pcpus=homes)
     else:
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
