@@ -4,7 +4,7 @@
     python benches/sim_golden.py check DIR    # with the build after it
 
 Runs some twenty varied, short configurations (the published scenarios of docs/sources.md under
-fair and gang scheduling, ebizzy under every built-in policy and a Python
+fair, cfs and gang scheduling, ebizzy under every built-in policy and a Python
 one, pcpu_is_idle with both placements, halt polling, background load,
 unpinned threads, other lock kinds, traces) and saves every frame as
 Parquet; ``check`` compares each frame with polars ``equals`` (bit for bit; columns added since
@@ -40,6 +40,11 @@ def configs() -> dict[str, sim.Config]:
     c["map_fair_8x20_bug"] = S.sched_map_2012(
         8, 20, policy=P.upstream(last_boosted_bug=True), duration_ns=20 * MS, warmup_ns=5 * MS, seed=2
     )
+    # the fair class before v6.6 (flat cfs_rq; Cfs.vm_groups off)
+    for vms, vcpus in ((8, 20), (4, 10)):
+        c[f"map_cfs_{vms}x{vcpus}"] = S.sched_map_2012(
+            vms, vcpus, scheduler="cfs", duration_ns=20 * MS, warmup_ns=5 * MS, seed=10
+        ).replace(trace=True)
     policies = {
         "baseline": P.baseline_2011(),
         "dy": P.dy_eligible(),

@@ -255,3 +255,28 @@ def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
     d = cold.summary["duration_ns"][0]
     cols = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
     assert (cold.pcpus.select(pl.sum_horizontal(cols)).to_series() == d).all()
+
+
+def test_cfs_vm_groups_share_a_cpu_between_vms_not_their_threads():
+    """Under flat CFS a CPU is shared by threads, so a 3-vCPU VM beside a
+    1-vCPU VM on one CPU gets three quarters of it; with each VM in its own
+    task group (``Cfs(vm_groups=True)``, libvirt's cgroup per VM) each VM
+    gets half, and its threads share that half."""
+
+    def per_vm(groups: bool) -> list[int]:
+        cfg = sim.Config(
+            host=sim.Host(pcpus=1, scheduler="cfs", cfs=sim.Cfs(vm_groups=groups)),
+            vms=tuple(
+                sim.Vm(vcpus=n, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy="no_yield")
+                for n in (1, 3)
+            ),
+            duration_ns=200_000_000,
+            seed=1,
+        )
+        return sim.run(cfg).vms["useful_ns"].to_list()
+
+    flat, grouped = per_vm(False), per_vm(True)
+    assert flat[0] / sum(flat) == pytest.approx(0.25, abs=0.03), flat
+    assert grouped[0] / sum(grouped) == pytest.approx(0.5, abs=0.03), grouped
+    with pytest.raises(ValueError, match="Cfs.vm_groups must be a bool"):
+        sim.Cfs(vm_groups="yes")  # type: ignore[arg-type]

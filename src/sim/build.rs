@@ -85,6 +85,7 @@ impl Sim {
                 smt_slow: cfg.host.threads_per_core > 1 && cfg.host.smt_speed_pct < 100,
             },
             cfs: CfsTunables::default(),
+            groups: Default::default(),
             gang: Gang::default(),
             tokens: Tokens::default(),
             wake: WakeCtx::default(),
@@ -285,6 +286,9 @@ impl Sim {
         }
         if cfg.host.scheduler.is_tokens() {
             sim.setup_tokens();
+        }
+        if cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups {
+            sim.groups = super::cfs_group::TaskGroups::new(sim.vms.len(), p as usize);
         }
         Ok(sim)
     }

@@ -3,8 +3,12 @@
 //! `Host.idle_states`). Each rule names the kernel function it follows
 //! (kernel/sched/fair.c of v3.x-v6.5; the v5.14 text where they differ).
 //!
-//! Simplifications (docs/simulator.md): one cfs_rq level (no cgroups, so
-//! `h_nr_running == nr_running`); no HRTICK (slices end at ticks, as with the
+//! With `Cfs.vm_groups` each VM's threads are in their own task group and
+//! the rules here hand over to `cfs_group.rs`, which applies them level by
+//! level.
+//!
+//! Simplifications (docs/simulator.md): without `Cfs.vm_groups`, one cfs_rq
+//! level (no cgroups, so `h_nr_running == nr_running`); no HRTICK (slices end at ticks, as with the
 //! kernel's default `HRTICK` off); no PELT load tracking; START_DEBIT is not
 //! applied (every task starts by a wake-up at time 0); the BASE_SLICE floor
 //! (v5.13+) applies in every era (it only matters with unequal weights).
@@ -46,6 +50,11 @@ impl Sim {
 
     /// `update_min_vruntime`: min(curr, leftmost) vruntime, never backwards.
     pub(crate) fn cfs_update_min_vruntime(&mut self, cpu: usize) {
+        if self.groups.on {
+            // both levels of curr's hierarchy (cfs_group.rs)
+            self.cg_update_min_vruntime(cpu);
+            return;
+        }
         let curr = self.cfs_curr_on_rq(cpu).map(|c| self.tasks[c as usize].vruntime);
         let left = self.cfs_leftmost(cpu, None).map(|t| self.tasks[t as usize].vruntime);
         let v = match (curr, left) {
@@ -112,8 +121,10 @@ impl Sim {
     /// `place_entity(initial = 0)`: max(vruntime, min_vruntime − sleeper
     /// credit), the credit being sched_latency (halved with GENTLE_FAIR_SLEEPERS).
     pub(crate) fn cfs_place(&mut self, cpu: usize, t: usize, from: usize, wakeup: bool) {
+        // the cfs_rq the task leaves and joins: its VM's group's with `Cfs.vm_groups`
+        let to_min = self.cg_min_vruntime(t, cpu);
         if from != cpu {
-            let d = self.rqs[cpu].min_vruntime - self.rqs[from].min_vruntime;
+            let d = to_min - self.cg_min_vruntime(t, from);
             self.tasks[t].vruntime += d;
         }
         if wakeup {
@@ -121,7 +132,7 @@ impl Sim {
             if self.cfg.host.cfs.gentle_fair_sleepers {
                 thresh >>= 1;
             }
-            let floor = self.rqs[cpu].min_vruntime - thresh;
+            let floor = to_min - thresh;
             let tk = &mut self.tasks[t];
             tk.vruntime = tk.vruntime.max(floor);
         }
@@ -135,6 +146,9 @@ impl Sim {
         if self.cfs_curr_on_rq(cpu).is_none() {
             // curr is blocking: it leaves the CPU anyway
             return false;
+        }
+        if self.groups.on {
+            return self.cg_check_preempt_wakeup(cpu, t, c);
         }
         let scale = self.nr_running(cpu) as u64 >= self.cfs_nr_latency();
         if self.cfs_wakeup_preempt_entity(c, t) != 1 {
@@ -153,6 +167,9 @@ impl Sim {
     /// picked task's buddy marks are cleared (`clear_buddies` in
     /// `set_next_entity`).
     pub(crate) fn cfs_pick(&mut self, cpu: usize) -> Option<usize> {
+        if self.groups.on {
+            return self.cg_pick(cpu);
+        }
         let curr = self.cfs_curr_on_rq(cpu);
         let first = self.cfs_leftmost(cpu, None);
         // entity_before(curr, x): strictly less vruntime (a queued task wins a tie)
@@ -212,6 +229,10 @@ impl Sim {
     /// (and no buddy favours it); else, after min_granularity, resched if
     /// curr's vruntime is more than a slice right of the leftmost's.
     pub(crate) fn cfs_tick(&mut self, cpu: usize, c: usize) {
+        if self.groups.on {
+            self.cg_tick(cpu, c);
+            return;
+        }
         if self.nr_running(cpu) <= 1 {
             return;
         }

@@ -6,7 +6,7 @@
 //! * `state`, `queue`, `hist`: the world's plain data, the event queue in
 //!   integer ns, the latency histogram;
 //! * `build`, `engine`: the world built from a config; the event loop and accounting;
-//! * `sched` (with `cfs`, `balance`): the EEVDF-like host scheduler, `yield_to`, gang scheduling;
+//! * `sched` (with `cfs`, `cfs_group`, `balance`): the EEVDF-like host scheduler, `yield_to`, gang scheduling;
 //! * `vcpu`: KVM's side of a vCPU (sched in/out, exits, halt and halt polling);
 //! * `guest`: the guest kernel (threads and phases, locks, IPIs, placement, balancing);
 //! * [`ple`]: pause-loop exits and the `kvm_vcpu_on_spin` context;
@@ -20,6 +20,7 @@
 mod balance;
 mod build;
 mod cfs;
+mod cfs_group;
 pub mod config;
 mod engine;
 mod guest;

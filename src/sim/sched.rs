@@ -9,7 +9,8 @@
 //!
 //! Simplifications (documented in docs/simulator.md): by default load
 //! balancing is only wake-up placement and newidle pulls of unpinned tasks;
-//! no cgroup hierarchy; no RUN_TO_PARITY slice protection; ticks are
+//! no cgroup hierarchy under EEVDF (CFS has one, `Cfs.vm_groups`, in
+//! `cfs_group.rs`); no RUN_TO_PARITY slice protection; ticks are
 //! synchronous unless `Host.tick_skew`.
 
 use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty, YieldScope};
@@ -104,6 +105,9 @@ impl Sim {
             self.rqs[cpu].exec_start = now;
             let w = self.tasks[t].weight;
             self.tasks[t].vruntime += if w == NICE0 { delta as i64 } else { (delta * NICE0 / w) as i64 };
+            if self.groups.on {
+                self.cg_charge(t, delta);
+            }
             if self.is_cfs() {
                 self.cfs_update_min_vruntime(cpu);
             }
@@ -186,6 +190,9 @@ impl Sim {
             let tk = &mut self.tasks[t];
             tk.vruntime = v - tk.vlag;
             tk.deadline = tk.vruntime + vs;
+        } else {
+            // enqueue_entity up the hierarchy (`Cfs.vm_groups`; no-op without)
+            self.cg_enqueue(t);
         }
         self.queue_add(cpu, t);
         // a woken vCPU reaches its CPU after the IPI / idle-exit latency
@@ -243,6 +250,7 @@ impl Sim {
             // dequeue_entity: clear_buddies, then update_min_vruntime
             self.queue_remove(cpu, t);
             self.cfs_clear_buddies(cpu, t as u32);
+            self.cg_dequeue(t);
             self.cfs_update_min_vruntime(cpu);
             return;
         }
@@ -296,6 +304,7 @@ impl Sim {
             // dequeue_entity(DEQUEUE_SLEEP): vruntime kept, buddies cleared
             self.tasks[t].runnable = false;
             self.cfs_clear_buddies(cpu, t as u32);
+            self.cg_dequeue(t);
             self.cfs_update_min_vruntime(cpu);
             return;
         }
@@ -469,6 +478,9 @@ impl Sim {
                 self.rqs[cpu].slice_start = now;
                 // set_protect_slice: every task has the base slice, so vprot = deadline
                 self.rqs[cpu].vprot = self.tasks[n].deadline;
+                if self.groups.on {
+                    self.cg_set_next(cpu, prev, n);
+                }
                 let tk = &mut self.tasks[n];
                 tk.run_delay += now - tk.wait_since;
                 if !self.rqs[cpu].tick_armed {
@@ -603,7 +615,14 @@ impl Sim {
         if self.is_cfs() {
             // yield_task_fair (CFS): nothing with one task; else clear the
             // yielder's buddies, update_curr, and make it the skip buddy.
-            if self.nr_running(a) > 1 {
+            if self.groups.on {
+                // set_next_buddy and set_skip_buddy mark every level (cfs_group.rs)
+                self.cg_set_next_buddy(tg_task);
+                if self.nr_running(a) > 1 {
+                    self.update_curr(a);
+                    self.cg_yield_task(me_task);
+                }
+            } else if self.nr_running(a) > 1 {
                 self.cfs_clear_buddies(a, me_task as u32);
                 self.update_curr(a);
                 self.rqs[a].skip = Some(me_task as u32);

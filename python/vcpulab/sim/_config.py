@@ -236,6 +236,15 @@ class Cfs(_Base):
             sched_latency instead of all of it.
         last_buddy: LAST_BUDDY (kernel default True): a task preempted by a
             wake-up becomes the last buddy when nr_running >= sched_nr_latency.
+        vm_groups: each VM's threads in their own task group, one level
+            below the root cfs_rq (CONFIG_FAIR_GROUP_SCHED, as libvirt runs
+            each VM in its own cgroup with the default cpu.shares of 1024,
+            https://libvirt.org/cgroups.html): a VM's group entity gets
+            1024 · (its load on this CPU / its load on all CPUs) of weight
+            (``calc_group_shares``), so VMs, not threads, share a CPU fairly;
+            picks, buddies, yields, ticks and wake-up preemption act level by
+            level. Default False: one flat cfs_rq, as a VMM started outside
+            any cgroup. See docs/simulator.md, "CFS group scheduling".
     """
 
     latency_ns: int = 6_000_000
@@ -244,6 +253,7 @@ class Cfs(_Base):
     tunable_scaling: str = "log"
     gentle_fair_sleepers: bool = True
     last_buddy: bool = True
+    vm_groups: bool = field(default=False, metadata=_NEW)
 
     def __post_init__(self) -> None:
         for name in ("latency_ns", "min_granularity_ns", "wakeup_granularity_ns"):
@@ -255,6 +265,7 @@ class Cfs(_Base):
         _choice(self, "tunable_scaling")
         _bool(self, "gentle_fair_sleepers")
         _bool(self, "last_buddy")
+        _bool(self, "vm_groups")
 
     def factor(self, ncpus: int) -> int:
         """``get_update_sysctl_factor()`` for ``ncpus`` CPUs."""

@@ -412,6 +412,14 @@ pub struct CfsConfig {
     /// LAST_BUDDY: a task preempted by a wake-up becomes the last buddy when
     /// nr_running >= sched_nr_latency (kernel default true).
     pub last_buddy: bool,
+    /// Each VM's threads in their own task group, one level below the root
+    /// cfs_rq (CONFIG_FAIR_GROUP_SCHED, as libvirt runs a VM in its own
+    /// cgroup with the default 1024 cpu.shares): picks, buddies, yields,
+    /// ticks and wake-up preemption act level by level (src/sim/cfs_group.rs).
+    /// Default false: one flat cfs_rq, as a VMM started outside any cgroup.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    pub vm_groups: bool,
 }
 
 impl Default for CfsConfig {
@@ -423,6 +431,7 @@ impl Default for CfsConfig {
             tunable_scaling: TunableScaling::Log,
             gentle_fair_sleepers: true,
             last_buddy: true,
+            vm_groups: false,
         }
     }
 }

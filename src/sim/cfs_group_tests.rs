@@ -1,0 +1,204 @@
+//! CFS task groups (`Cfs.vm_groups`) on hand-built and stepped states.
+
+use super::super::config::*;
+use super::super::engine::Sim;
+use super::super::run;
+use super::super::state::{TaskKind, NICE0};
+use super::{Lvl, GROUP_ENT};
+use crate::sim::test_util::{computing_vm, sim_of};
+
+const MS: u64 = 1_000_000;
+
+/// VMs of the given vCPU counts, each thread computing forever, pinned
+/// round-robin over `p` CPUs (vCPU `g` of the host on CPU `g % p`), CFS.
+fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
+    let mut host =
+        HostConfig { pcpus: p, affinity: Affinity::RoundRobin, scheduler: Scheduler::Cfs, ..Default::default() };
+    host.cfs.vm_groups = groups;
+    SimConfig { duration_ns: 300 * MS, host, vms: v.iter().map(|&n| computing_vm(n)).collect(), ..Default::default() }
+}
+
+/// Per VM: the sum of its vCPUs' useful time.
+fn useful_per_vm(c: &SimConfig) -> Vec<u64> {
+    let r = run(c).unwrap();
+    let (vm, useful) = (r.vcpus.u64s("vm"), r.vcpus.u64s("useful_ns"));
+    let mut out = vec![0; c.vms.len()];
+    for (i, &u) in useful.iter().enumerate() {
+        out[vm[i] as usize] += u;
+    }
+    out
+}
+
+/// The group bookkeeping agrees with the tasks: each group's runnable
+/// count and load are its VM's runnable vCPU threads on that CPU, the
+/// VM's load is their sum, a group entity is on the root exactly while it
+/// has a runnable task, and every mark names an entity of its level.
+fn check_invariants(s: &Sim) {
+    let g = &s.groups;
+    let p = g.pcpus;
+    let mut tg = vec![0u64; s.vms.len()];
+    for (i, gr) in g.g.iter().enumerate() {
+        let (vm, cpu) = (i / p, i % p);
+        let mine: Vec<usize> = (0..s.tasks.len())
+            .filter(|&t| {
+                let tk = &s.tasks[t];
+                tk.runnable
+                    && tk.cpu as usize == cpu
+                    && matches!(tk.kind, TaskKind::Vcpu(v) if s.vcpus[v as usize].vm as usize == vm)
+                    && (s.rqs[cpu].curr == Some(t as u32) || s.rqs[cpu].queue.contains(&(t as u32)))
+            })
+            .collect();
+        assert_eq!(gr.nr_running as usize, mine.len(), "group of VM {vm} on CPU {cpu} at {}", s.now);
+        let load: u64 = mine.iter().map(|&t| s.tasks[t].weight).sum();
+        assert_eq!(gr.load, load, "load of VM {vm} on CPU {cpu}");
+        tg[vm] += load;
+        assert_eq!(g.queued[cpu].contains(&(vm as u32)), gr.nr_running > 0, "VM {vm} on CPU {cpu}'s root");
+        assert!((super::MIN_SHARES..=super::GROUP_SHARES).contains(&gr.weight));
+        for m in [gr.next, gr.last, gr.skip].into_iter().flatten() {
+            assert_eq!(s.cg_of(m as usize), Some(i), "a group's mark names one of its tasks");
+        }
+    }
+    assert_eq!(g.tg_load, tg);
+}
+
+#[test]
+fn vms_not_threads_share_a_cpu_with_vm_groups() {
+    // 1 CPU, a 1-vCPU VM beside a 3-vCPU VM: flat CFS gives each thread a
+    // quarter (1:3 between the VMs); a group per VM gives each VM half
+    let flat = useful_per_vm(&vms(&[1, 3], 1, false));
+    let grouped = useful_per_vm(&vms(&[1, 3], 1, true));
+    let share = |u: &[u64]| u[0] as f64 / (u[0] + u[1]) as f64;
+    assert!((share(&flat) - 0.25).abs() < 0.03, "flat {flat:?}");
+    assert!((share(&grouped) - 0.5).abs() < 0.03, "grouped {grouped:?}");
+    // and each of the 3-vCPU VM's threads gets a third of its VM's half
+    let r = run(&vms(&[1, 3], 1, true)).unwrap();
+    let u = r.vcpus.u64s("useful_ns");
+    for &x in &u[1..] {
+        assert!((x as f64 / u[1..].iter().sum::<u64>() as f64 - 1.0 / 3.0).abs() < 0.05, "{u:?}");
+    }
+}
+
+#[test]
+fn a_group_entity_weighs_its_cpus_share_of_the_groups_load() {
+    // VM 0's vCPUs on CPUs 0 and 1, VM 1's one vCPU on CPU 0
+    let c = vms(&[2, 1], 2, true);
+    let mut s = sim_of(&c);
+    s.step_until(10 * MS).unwrap();
+    let w: Vec<u64> = s.groups.g.iter().map(|g| g.weight).collect();
+    // calc_cfs_shares: 1024 · 1024 / 2048 for each half of VM 0; all of VM 1
+    // on CPU 0; VM 1 has nothing on CPU 1 (its weight is not used there)
+    assert_eq!((w[0], w[1], w[2]), (NICE0 / 2, NICE0 / 2, NICE0));
+    check_invariants(&s);
+    // so on CPU 0 VM 1's vCPU gets 2/3, VM 0's 1/3; VM 0's other has CPU 1
+    let r = run(&c).unwrap();
+    let u = r.vcpus.u64s("useful_ns");
+    let cpu0 = (u[0] + u[2]) as f64;
+    assert!((u[2] as f64 / cpu0 - 2.0 / 3.0).abs() < 0.04, "{u:?}");
+    assert!(u[1] as f64 > 0.97 * c.duration_ns as f64, "{u:?}");
+}
+
+#[test]
+fn yield_to_marks_every_level_and_the_yielders_group_is_skipped_at_the_root() {
+    // 1 CPU: VM 0 (vCPUs 0, 1), VM 1 (vCPU 2), all computing
+    let mut s = sim_of(&vms(&[2, 1], 1, true));
+    s.step_until(MS).unwrap();
+    let curr = s.rqs[0].curr.unwrap() as usize;
+    let TaskKind::Vcpu(me) = s.tasks[curr].kind else { panic!() };
+    let me = me as usize;
+    let vm = s.vcpus[me].vm as usize;
+    // a sibling of the running vCPU, queued on the same CPU
+    let sib = (0..s.vcpus.len()).find(|&v| v != me && s.vcpus[v].vm as usize == vm);
+    let Some(target) = sib else {
+        // VM 1's lone vCPU is running: yield from it to VM 0's vCPU 0 instead
+        let mut t = s.now;
+        assert_eq!(s.yield_to(me, 0, &mut t), 1);
+        let (tg, g0) = (s.vcpus[0].task as usize, 0);
+        assert_eq!(s.groups.g[g0].next, Some(tg as u32));
+        assert_eq!(s.rqs[0].buddy, Some(GROUP_ENT | g0 as u32));
+        assert_eq!(s.rqs[0].skip, Some(GROUP_ENT | 1));
+        assert_eq!(s.cg_pick(0), Some(tg));
+        return;
+    };
+    let tg = s.vcpus[target].task as usize;
+    let g = vm; // group index vm · pcpus + cpu with one CPU
+                // the target right of the yielder, within the wake-up granularity
+                // (1 ms on 1 CPU: factor 1)
+    s.tasks[tg].vruntime = s.tasks[curr].vruntime + (MS / 2) as i64;
+    let mut t = s.now;
+    assert_eq!(s.yield_to(me, target, &mut t), 1);
+    assert_eq!(s.groups.g[g].next, Some(tg as u32), "next buddy in the group");
+    assert_eq!(s.groups.g[g].skip, Some(curr as u32), "skip buddy in the group");
+    assert_eq!(s.rqs[0].buddy, Some(GROUP_ENT | g as u32), "next buddy at the root: the target's group");
+    assert_eq!(s.rqs[0].skip, Some(GROUP_ENT | g as u32), "skip buddy at the root: the yielder's group");
+    // the root's next buddy wins over its skip; in the group the target does
+    assert_eq!(s.cg_pick(0), Some(tg));
+    assert_eq!(s.groups.g[g].next, None, "cleared once picked");
+    check_invariants(&s);
+}
+
+#[test]
+fn a_wakeup_across_groups_compares_the_group_entities() {
+    let mut s = sim_of(&vms(&[1, 1], 1, true));
+    s.step_until(MS).unwrap();
+    let c = s.rqs[0].curr.unwrap() as usize;
+    let other = s.rqs[0].queue[0] as usize;
+    let (gc, go) = (s.cg_of(c).unwrap(), s.cg_of(other).unwrap());
+    assert_ne!(gc, go);
+    // the tasks' own vruntimes say nothing across groups: the entities decide
+    s.tasks[other].vruntime = s.tasks[c].vruntime - 100 * MS as i64;
+    s.groups.g[go].vruntime = s.groups.g[gc].vruntime;
+    assert!(!s.cg_check_preempt_wakeup(0, other, c));
+    s.groups.g[go].vruntime = s.groups.g[gc].vruntime - 5 * MS as i64; // > 1 ms gran (1 CPU: factor 1)
+    assert!(s.cg_check_preempt_wakeup(0, other, c));
+    assert_eq!(s.rqs[0].last, None, "no last buddy across groups");
+    assert_eq!(s.lvl_curr(Lvl::Root(0)), Some(GROUP_ENT | gc as u32));
+}
+
+#[test]
+fn group_bookkeeping_holds_through_yields_migrations_and_noise() {
+    for policy in [PolicyKind::Upstream, PolicyKind::None] {
+        let mut c = super::super::tests::small(policy, 3, 4, 4);
+        c.host.scheduler = Scheduler::Cfs;
+        c.host.cfs.vm_groups = true;
+        c.host.affinity = Affinity::All;
+        c.host.seeded_ties = true;
+        c.host.noise = HostNoise {
+            kthread_hz: 500.0,
+            kthread_ns: 10_000,
+            vmm_io_hz: 500.0,
+            vmm_io_ns: 20_000,
+            ..Default::default()
+        };
+        let mut s = sim_of(&c);
+        let mut at = 0;
+        while at < c.duration_ns {
+            at += 50_000;
+            s.step_until(at).unwrap();
+            check_invariants(&s);
+        }
+        let a = run(&c).unwrap();
+        assert_eq!(a, run(&c).unwrap(), "deterministic");
+        let d = a.summary.u64s("duration_ns")[0];
+        for i in 0..4 {
+            let t: u64 =
+                ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
+                    .iter()
+                    .map(|k| a.pcpus.u64s(k)[i])
+                    .sum();
+            assert_eq!(t, d, "time on CPU {i}");
+        }
+        assert!(a.summary.u64s("ops")[0] > 0);
+        if policy == PolicyKind::Upstream {
+            assert!(a.summary.u64s("yield_ok")[0] > 0, "yields ran");
+        }
+    }
+}
+
+#[test]
+fn without_vm_groups_no_group_state_exists() {
+    let s = sim_of(&vms(&[2, 1], 2, false));
+    assert!(!s.groups.on && s.groups.g.is_empty());
+    let mut e = vms(&[2, 1], 2, true);
+    e.host.scheduler = Scheduler::Fair;
+    assert!(!sim_of(&e).groups.on, "EEVDF has no groups here");
+}
