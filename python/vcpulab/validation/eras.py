@@ -36,7 +36,7 @@ from typing import Any
 
 from vcpulab.sim import halt_poll as hp
 from vcpulab.sim import policies as P
-from vcpulab.sim._config import Guest, HaltPoll, Host, HostNoise, Ple, Policy, Pv
+from vcpulab.sim._config import Cfs, Guest, HaltPoll, Host, HostNoise, Ple, Policy, Pv
 
 __all__ = [
     "ASSUMPTION",
@@ -486,6 +486,15 @@ def _host_model(cfs: bool, busy_factor: int, idle: Param, wake_wide: Param = _WA
             "",
             "the CFS fair class of kernel/sched/fair.c before v6.6; Host.cfs holds the "
             "kernel's sysctl defaults (6 / 0.75 / 1 ms, log scaling)",
+        )
+        out["cfs"] = _a(
+            Cfs(vm_groups=True),
+            "",
+            "each VM's threads in their own task group (CONFIG_FAIR_GROUP_SCHED): libvirt runs a VM in its "
+            "own cgroup with the default cpu.shares of 1024 ('Control Groups Resource Management', libvirt "
+            "project, https://libvirt.org/cgroups.html), the same set-up the 6.x era's yield_scope assumes; "
+            "the sources do not say how their VMs were started. Host.cfs's other fields are the kernel's "
+            "sysctl defaults",
         )
     return out
 
