@@ -161,12 +161,15 @@ impl Sim {
         }
     }
 
-    /// The rbtree's order: (vruntime, tie); a group entity's tie is its VM.
+    /// The rbtree's order: (vruntime, tie). A group entity ranks as its
+    /// VM's first vCPU thread does (seeded with `Host.seeded_ties`), so
+    /// equal group vruntimes favour no VM by its index.
     #[inline]
     fn ent_key(&self, e: u32) -> (i64, u32) {
         if e & GROUP_ENT != 0 {
             let g = (e & !GROUP_ENT) as usize;
-            (self.groups.g[g].vruntime, (g / self.groups.pcpus) as u32)
+            let v0 = self.vms[g / self.groups.pcpus].vcpu0 as usize;
+            (self.groups.g[g].vruntime, self.tasks[self.vcpus[v0].task as usize].tie)
         } else {
             (self.tasks[e as usize].vruntime, self.tasks[e as usize].tie)
         }

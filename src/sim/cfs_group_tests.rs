@@ -202,3 +202,16 @@ fn without_vm_groups_no_group_state_exists() {
     e.host.scheduler = Scheduler::Fair;
     assert!(!sim_of(&e).groups.on, "EEVDF has no groups here");
 }
+
+#[test]
+fn equal_group_vruntimes_rank_by_the_vms_seeded_tie_not_its_index() {
+    let mut c = vms(&[1, 1, 1, 1], 1, true);
+    c.host.seeded_ties = true;
+    let s = sim_of(&c);
+    let ties: Vec<u32> = (0..4).map(|vm| s.ent_key(GROUP_ENT | vm as u32).1).collect();
+    let first: Vec<u32> = (0..4).map(|vm| s.tasks[s.vcpus[s.vms[vm].vcpu0 as usize].task as usize].tie).collect();
+    assert_eq!(ties, first);
+    let mut sorted = ties.clone();
+    sorted.sort();
+    assert_ne!(ties, sorted, "seed 0 ranks the VMs out of index order");
+}
