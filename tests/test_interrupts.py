@@ -85,6 +85,10 @@ def interrupt(code: str, delay_s: float, timeout_s: float = 120) -> tuple[float,
         if p.poll() is None:
             p.kill()
             p.wait()
+        # a failed read leaves the pipes open: close them here, not in a later test's gc
+        for f in (p.stdout, p.stderr):
+            if f is not None:
+                f.close()
     assert p.returncode == 0, err[-3000:]
     report = json.loads(out.strip().splitlines()[-1])
     assert report["caught"] is not None, f"the call finished before the interrupt (raise its length): {err[-500:]}"

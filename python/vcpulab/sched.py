@@ -59,8 +59,8 @@ Simplifications, stated: a woken vCPU runs the two instructions from its
 ``HLT`` to its wake-up bracket without a token; the watchdog takes back a
 token held past its slice plus ``Scheduler.watchdog_us`` by kicking the
 holder out of ``KVM_RUN`` (it cannot stop a Python policy mid-call: a policy
-that overruns ``Scheduler.policy_deadline_us`` fails the run when it
-returns). On VMX/SVM hosts the kernel's own directed yield would mix with
+that overruns ``Scheduler.policy_deadline_us`` of CPU time, or ten times
+it of wall time, fails the run when it returns). On VMX/SVM hosts the kernel's own directed yield would mix with
 vcpulab's: disable pause exits (``Vm.disable_exits(pause=True)``) for VMs
 under [`directed_yield`][vcpulab.sched.directed_yield] there; this host has no PLE.
 """
@@ -115,8 +115,11 @@ class Scheduler:
             sched maps [S4], CFS's ``sched_latency`` split at the time).
         watchdog_us: a holder this long past its slice's end is kicked out of
             ``KVM_RUN`` and the kick is logged (``why = "watchdog"``), µs.
-        policy_deadline_us: the longest a directed-yield policy call may take,
-            µs; a longer call fails the run with a TimeoutError naming it.
+        policy_deadline_us: the most CPU time a directed-yield policy call
+            may take on its thread, µs; a longer call, or one lasting 10 times
+            this in wall time (blocked: a sleep, a lock), fails the run with a
+            TimeoutError naming it. CPU time, because a call's wall time also
+            holds its wait for the GIL and, on an overcommitted host, for a CPU.
         max_decisions: most rows kept in each log (further ones are counted
             in ``Run.schedule_info["dropped"]``).
         seed: seed of the random draws a policy makes (``random``).
