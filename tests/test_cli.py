@@ -202,10 +202,11 @@ def test_sim_json_names_the_spec_its_summary_and_its_files(tmp_path: Path) -> No
 
 
 def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> None:
-    # outputs are staged and swapped in only on success: a failing rerun (its
-    # trace passes trace_max_rows, a SPEC that validates) leaves the earlier
-    # run's files; a later good run without a trace removes the old trace,
-    # and never a file that vcpulab did not write
+    # outputs are staged and swapped in only on success: a failing rerun (a
+    # SPEC that validates, whose sched map of 5 s at 10 us a pixel would be
+    # too wide: refused before the run) leaves the earlier run's files; a
+    # later good run without a trace removes the old trace, and never a file
+    # that vcpulab did not write
     out = tmp_path / "out"
     traced = tmp_path / "traced.toml"
     traced.write_text("[config]\nduration_ns = 2_000_000\ntrace = true\n")
@@ -222,7 +223,7 @@ def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> N
     (out / "notes.txt").write_text("mine")
     (out / "sched_map_0.png").write_text("another tool's file of a name vcpulab uses")
     r = vcpulab("sim", str(bad), "--out", str(out), "--quiet")
-    assert r.returncode != 0 and "trace_max_rows" in r.stderr
+    assert r.returncode != 0 and "500000 columns" in r.stderr and "us_per_pixel >= 25" in r.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name in first} == first
     assert not [p for p in out.iterdir() if p.name.startswith(".vcpulab-staging")]
     assert vcpulab("sim", str(plain), "--out", str(out), "--quiet").returncode == 0

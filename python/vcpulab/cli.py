@@ -578,6 +578,27 @@ def _say(args: argparse.Namespace) -> Any:
     return print
 
 
+#: a sweep draws the sched maps of its first points, at most this many
+_SWEEP_MAPS = 8
+
+
+def _check_map_width(cfg: Any, upp: float, what: str) -> None:
+    """Refuse, before anything runs, a sched map of the whole run wider than
+    `vcpulab.plot.MAX_MAP_COLUMNS` columns (a failure after a long run loses
+    it)."""
+    import math
+
+    from vcpulab.plot import MAX_MAP_COLUMNS
+
+    cols = math.ceil(cfg.duration_ns / (upp * 1000.0))
+    if cols > MAX_MAP_COLUMNS:
+        raise ValueError(
+            f"the sched map of {what} ({cfg.duration_ns / 1e9:g} s at us_per_pixel = {upp:g}) would be {cols} columns, "
+            f"more than {MAX_MAP_COLUMNS}: set [output] us_per_pixel >= {math.ceil(cfg.duration_ns / MAX_MAP_COLUMNS / 1000)}"
+            " or sched_map = false"
+        )
+
+
 def _sim_into(
     staged: _Outputs, base: Any, grid: Any, output: dict[str, object], args: argparse.Namespace, say: Any
 ) -> dict[str, Any]:
@@ -597,6 +618,8 @@ def _sim_into(
         "seed": base.seed,
     }
     if grid is None:
+        if want_map:
+            _check_map_width(base, upp, "the run")
         r = sim.run(base)
         meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
         for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
@@ -633,6 +656,11 @@ def _sim_into(
                 import distributed  # noqa: F401
             except ImportError:
                 raise ValueError("--dask needs dask.distributed: pip install 'vcpulab[dask]'") from None
+        if want_map and base.trace:
+            for i, (_, cfg) in enumerate(_grid_points(base, grid)):
+                if i >= _SWEEP_MAPS:
+                    break
+                _check_map_width(cfg, upp, f"point {i}")
         # every point is checkpointed under OUT/points: a rerun resumes where it stopped
         with dask_executor(args.dask) if args.dask else contextlib.nullcontext() as ex:
             df = run_sweep(
@@ -669,7 +697,7 @@ def _sim_into(
         doc["rows"] = df.select(keep).to_dicts()
         if want_map and base.trace:
             for i, (params, cfg) in enumerate(_grid_points(base, grid)):
-                if i >= 8:
+                if i >= _SWEEP_MAPS:
                     break
                 r = sim.run(cfg)
                 name, title = _point_names(i, params)

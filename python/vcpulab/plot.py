@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
 __all__ = [
+    "MAX_MAP_COLUMNS",
     "MAX_ROW_PX",
     "MAX_MAP_PCPUS",
     "MIN_MAP_PX",
@@ -155,6 +156,8 @@ BACKGROUND = -1
 IDLE = -2
 
 
+#: most columns (time bins) of a sched map
+MAX_MAP_COLUMNS = 200_000
 #: the widest column a sched map takes, µs (1000 s: wider says nothing a
 #: single column would not)
 MAX_US_PER_PIXEL = 1e9
@@ -216,8 +219,10 @@ def sched_map_codes(
         raise ValueError(f"end_ns ({t1}) must be after start_ns ({t0})")
     w = us_per_pixel * 1000.0
     cols = int(np.ceil((t1 - t0) / w))
-    if cols > 200_000:
-        raise ValueError(f"{cols} columns is too wide: raise us_per_pixel or narrow start_ns/end_ns")
+    if cols > MAX_MAP_COLUMNS:
+        raise ValueError(
+            f"{cols} columns is too wide (at most {MAX_MAP_COLUMNS}): raise us_per_pixel or narrow start_ns/end_ns"
+        )
     out = np.full((n_pcpus, cols), IDLE, dtype=np.int64)
     if not trace.height:
         return out
