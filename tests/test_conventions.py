@@ -199,13 +199,18 @@ def test_policy_and_workload_names_work_in_a_python_grid() -> None:
 
 
 def test_key_columns_are_int64_in_every_simulator_frame() -> None:
+    # ... but the trace's, whose rows number in millions: Int32
+    # (vcpulab._frames.TRACE_KEY_DTYPE), which polars joins with Int64 keys
     from vcpulab import sim
+    from vcpulab._frames import TRACE_KEY_DTYPE
 
     r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, trace=True))
     for name in ("vms", "vcpus", "pcpus", "trace"):
         df = getattr(r, name)
+        want = TRACE_KEY_DTYPE if name == "trace" else pl.Int64
         keys = {c: df.schema[c] for c in ("vm", "vcpu", "pcpu", "last_pcpu") if c in df.columns}
-        assert keys and all(t == pl.Int64 for t in keys.values()), (name, keys)
+        assert keys and all(t == want for t in keys.values()), (name, keys)
+    assert r.trace is not None and r.trace.join(r.vcpus, on=["vm", "vcpu"]).height == r.trace["vcpu"].ge(0).sum()
 
 
 def test_key_columns_are_int64_in_every_real_run_frame(kvm_host) -> None:  # type: ignore[no-untyped-def]

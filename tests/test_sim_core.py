@@ -285,6 +285,43 @@ def test_sched_map_from_the_trace():
     assert ((img == 255).all(axis=2) == (m == -2)).all()  # white = idle
 
 
+def test_the_trace_is_compact_ordered_by_end_and_joins_the_int64_frames():
+    # 29 bytes a row (32 with polars' older four-byte enums): Int32 keys, a
+    # one-byte enum why; rows in the order their intervals ended
+    r = sim.run(small(), trace=True)
+    t = r.trace
+    assert t is not None and t.height > 100
+    assert t.schema["pcpu"] == t.schema["vm"] == t.schema["vcpu"] == pl.Int32
+    assert t.schema["start_ns"] == t.schema["end_ns"] == pl.UInt64
+    assert isinstance(t.schema["why"], pl.Enum)
+    assert t.estimated_size() / t.height <= 32
+    assert t["end_ns"].is_sorted() and (t["start_ns"] <= t["end_ns"]).all()
+    assert set(t["why"].cast(pl.String).unique()) <= set(t.schema["why"].categories)  # type: ignore[union-attr]
+    # the Int32 keys join the Int64 keys of the other frames as equal ones
+    # do: each vCPU's traced intervals add up to its time on a CPU
+    traced = (
+        t.filter(pl.col("vcpu") >= 0)
+        .group_by("vm", "vcpu")
+        .agg(on_cpu_ns=(pl.col("end_ns") - pl.col("start_ns")).sum())
+    )
+    joined = traced.join(r.vcpus.select("vm", "vcpu", "running_ns"), on=["vm", "vcpu"])
+    assert joined.height == r.vcpus.height == 8
+    assert (joined["on_cpu_ns"].cast(pl.Int64) == joined["running_ns"].cast(pl.Int64)).all()
+
+
+def test_a_sched_map_of_a_window_is_the_whole_maps_columns_there():
+    r = sim.run(small(), trace=True)
+    whole = r.sched_map(bin_ns=100_000)
+    win = r.sched_map(bin_ns=100_000, start_ns=2_000_000, end_ns=5_000_000)
+    assert win.shape == (4, 30) and np.array_equal(win, whole[:, 20:50])
+    rgb = r.sched_map_rgb(bin_ns=100_000, start_ns=2_000_000, end_ns=5_000_000)
+    assert np.array_equal(rgb, r.sched_map_rgb(bin_ns=100_000)[:, 20:50])
+    with pytest.raises(ValueError, match="end_ns"):
+        r.sched_map(start_ns=2_000_000, end_ns=2_000_000)
+    with pytest.raises(ValueError, match="start_ns"):
+        r.sched_map(start_ns=-1)
+
+
 def test_sweep_with_python_policies_on_two_threads():
     base = small(ple=sim.Ple.fixed(), workload=presets.ebizzy_like()).with_path("host.pcpus", 3)
     grid = {"vms.0.policy": [P.python(P.DyEligibleInPython()), P.dy_eligible()], "seed": [1, 2]}

@@ -224,6 +224,10 @@ def sched_map_codes(
             f"{cols} columns is too wide (at most {MAX_MAP_COLUMNS}): raise us_per_pixel or narrow start_ns/end_ns"
         )
     out = np.full((n_pcpus, cols), IDLE, dtype=np.int64)
+    if start_ns is not None or end_ns is not None:
+        # a window: only its rows reach numpy (a 30 ms map of a one-second
+        # 80-CPU trace is 3 % of its 11 M rows)
+        trace = trace.filter((pl.col("end_ns") > t0) & (pl.col("start_ns") < t1))
     if not trace.height:
         return out
     start = trace["start_ns"].to_numpy().astype(np.float64)
@@ -256,14 +260,22 @@ def sched_map_image(
     brightness per vCPU), black for a non-vCPU task, white for idle."""
     check_int("row_px", row_px, 1, MAX_ROW_PX)
     codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
-    trace = _trace_of(obj).filter(pl.col("vm") >= 0)
-    n_vms = _as_int(trace["vm"].max()) + 1 if trace.height else 1
-    n_vcpus = _as_int(trace["vcpu"].max()) + 1 if trace.height else 1
-    img = np.full(codes.shape + (3,), 255, dtype=np.uint8)
-    for c in np.unique(codes).tolist():
-        if c == IDLE:
-            continue
-        img[codes == c] = BLACK if c == BACKGROUND else vcpu_color(c // 65536, c % 65536, n_vms, n_vcpus)
+    # the trace's largest VM and vCPU numbers set the palette (a non-vCPU
+    # row's -1 never is the largest where a vCPU ran; no row is copied)
+    trace = _trace_of(obj)
+    top_vm, top_vcpu = (trace[c].max() for c in ("vm", "vcpu"))
+    n_vms = max(_as_int(top_vm) + 1, 1) if top_vm is not None else 1
+    n_vcpus = max(_as_int(top_vcpu) + 1, 1) if top_vcpu is not None else 1
+    # one colour per distinct code, then one look-up per pixel
+    uniq, inverse = np.unique(codes, return_inverse=True)
+    palette = np.array(
+        [
+            WHITE if c == IDLE else BLACK if c == BACKGROUND else vcpu_color(c // 65536, c % 65536, n_vms, n_vcpus)
+            for c in uniq.tolist()
+        ],
+        dtype=np.uint8,
+    ).reshape(-1, 3)
+    img = palette[inverse.reshape(codes.shape)]
     return np.repeat(img, row_px, axis=0)
 
 

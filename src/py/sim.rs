@@ -251,6 +251,7 @@ fn table_to_dict<'py>(py: Python<'py>, t: Table) -> PyResult<Bound<'py, PyDict>>
         match col {
             Column::U64(v) => d.set_item(name, v.into_pyarray(py))?,
             Column::I64(v) => d.set_item(name, v.into_pyarray(py))?,
+            Column::I32(v) => d.set_item(name, v.into_pyarray(py))?,
             Column::F64(v) => d.set_item(name, v.into_pyarray(py))?,
             Column::Bool(v) => d.set_item(name, v.into_pyarray(py))?,
             Column::Str(v) => d.set_item(name, PyList::new(py, v)?)?,

@@ -14,6 +14,7 @@ use super::guest::effective_lock_kind;
 use super::halt_poll::HaltPollState;
 use super::queue::EventQueue;
 use super::state::*;
+use super::trace::Trace;
 use super::PolicyMaker;
 
 impl Sim {
@@ -62,7 +63,7 @@ impl Sim {
             vgen: Vec::new(),
             threads: Vec::new(),
             vms: Vec::new(),
-            trace: Vec::new(),
+            trace: Trace::default(),
             trace_max_rows: u64::MAX,
             trace_error: None,
             error: None,

@@ -16,7 +16,7 @@ use rand_pcg::Pcg64Mcg;
 use super::config::{Dist, Scheduler, SimConfig, WakePlacement};
 use super::queue::{Ev, EventQueue};
 use super::state::*;
-use super::trace::TraceRec;
+use super::trace::Trace;
 use super::SimError;
 
 /// How often a run asks its caller whether to stop (Ctrl-C), in wall time:
@@ -70,7 +70,7 @@ pub struct Sim {
     pub vgen: Vec<u32>,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
-    pub trace: Vec<TraceRec>,
+    pub trace: Trace,
     /// Most trace rows a run may keep (the caller's limit; see `SimError::TraceLimit`).
     pub trace_max_rows: u64,
     /// Set when the trace hit `trace_max_rows` or could not grow; ends the run.

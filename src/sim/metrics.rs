@@ -11,6 +11,8 @@ use super::SimError;
 pub enum Column {
     U64(Vec<u64>),
     I64(Vec<i64>),
+    /// The trace's key columns (`pcpu`, `vm`, `vcpu`): 4 bytes a row.
+    I32(Vec<i32>),
     F64(Vec<f64>),
     Str(Vec<String>),
     Bool(Vec<bool>),
@@ -39,6 +41,12 @@ impl Table {
         match self.get(name) {
             Some(Column::U64(v)) => v,
             _ => panic!("no u64 column {name}"),
+        }
+    }
+    pub fn i32s(&self, name: &str) -> &[i32] {
+        match self.get(name) {
+            Some(Column::I32(v)) => v,
+            _ => panic!("no i32 column {name}"),
         }
     }
     pub fn f64s(&self, name: &str) -> &[f64] {
@@ -216,37 +224,9 @@ pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     s.add("preemption_other", Column::U64(vec![all_v(&|v| v.c.preemption_other)]));
 
     // ---- trace
-    let trace = if sim.cfg.trace { Some(trace_table(std::mem::take(&mut sim.trace))?) } else { None };
+    // the trace's columns are moved out, not copied (nothing here can run out of memory)
+    let trace = sim.cfg.trace.then(|| std::mem::take(&mut sim.trace).into_table());
     Ok(SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace })
-}
-
-/// A column of `n` values from `f`, its memory reserved fallibly.
-fn try_column<T>(n: usize, what: &str, f: impl Iterator<Item = T>) -> Result<Vec<T>, SimError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| {
-        SimError::OutOfMemory(format!(
-            "no memory for the trace's {what} column ({n} rows, {} MB); set a smaller trace_max_rows, shorten \
-             duration_ns or run without trace",
-            (n * std::mem::size_of::<T>()) >> 20
-        ))
-    })?;
-    v.extend(f);
-    Ok(v)
-}
-
-/// The trace's columns (41 bytes a row), the records freed once read.
-fn trace_table(tr: Vec<super::trace::TraceRec>) -> Result<Table, SimError> {
-    let n = tr.len();
-    let mut t = Table::default();
-    t.add("pcpu", Column::I64(try_column(n, "pcpu", tr.iter().map(|r| r.pcpu as i64))?));
-    t.add("start_ns", Column::U64(try_column(n, "start_ns", tr.iter().map(|r| r.start_ns))?));
-    t.add("end_ns", Column::U64(try_column(n, "end_ns", tr.iter().map(|r| r.end_ns))?));
-    t.add("vm", Column::I64(try_column(n, "vm", tr.iter().map(|r| r.vm as i64))?));
-    t.add("vcpu", Column::I64(try_column(n, "vcpu", tr.iter().map(|r| r.vcpu as i64))?));
-    let codes = try_column(n, "why", tr.iter().map(|r| r.why as u8))?;
-    drop(tr);
-    t.add("why", Column::Cat { codes, names: Why::ALL.iter().map(|w| w.name()).collect() });
-    Ok(t)
 }
 
 /// The lock waits of VM `m` still open at `end` (threads in a Lock phase

@@ -18,12 +18,7 @@ use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
 use super::state::*;
-use super::trace::TraceRec;
 use super::SimError;
-
-/// Bytes a trace row takes in `Result.trace` (five 8-byte columns and a
-/// categorical `why` of 4-byte codes), for the trace limit's estimate.
-const FRAME_BYTES_PER_ROW: f64 = 44.0;
 
 impl Sim {
     #[inline]
@@ -837,26 +832,17 @@ impl Sim {
             return;
         }
         if self.trace.len() as u64 >= self.trace_max_rows {
-            // the rows the asked-for window would need, at the rate so far
-            let from = self.cfg.trace_from_ns;
             let end = if until == 0 { self.cfg.duration_ns } else { until.min(self.cfg.duration_ns) };
-            let rate = self.trace.len() as f64 / (self.now.saturating_sub(from).max(1)) as f64;
-            let rows = rate * end.saturating_sub(from) as f64;
-            self.trace_error = Some(SimError::TraceLimit(format!(
-                "the trace reached trace_max_rows={} rows at t={} ns; the asked-for trace would need about {:.3e} \
-                 rows ({:.0} MB while the run grows it, {} bytes a row, about {:.0} MB more as a frame); raise \
-                 trace_max_rows, trace a window (Config.trace_from_ns / trace_until_ns), shorten duration_ns \
-                 or run without trace",
+            self.trace_error = Some(super::trace::limit_error(
                 self.trace_max_rows,
+                self.trace.len(),
                 self.now,
-                rows,
-                rows * std::mem::size_of::<TraceRec>() as f64 / 1e6,
-                std::mem::size_of::<TraceRec>(),
-                rows * FRAME_BYTES_PER_ROW / 1e6,
-            )));
+                self.cfg.trace_from_ns,
+                end,
+            ));
             return;
         }
-        if self.trace.len() == self.trace.capacity() && self.trace.try_reserve(self.trace.len().max(1024)).is_err() {
+        if self.trace.is_full() && self.trace.try_reserve(self.trace.len().max(1024)).is_err() {
             self.trace_error = Some(SimError::OutOfMemory(format!(
                 "no memory to grow the trace beyond {} rows (t={} ns); set a smaller trace_max_rows, shorten \
                  duration_ns or run without trace",
@@ -865,7 +851,7 @@ impl Sim {
             )));
             return;
         }
-        self.trace.push(TraceRec { start_ns: start, end_ns: self.now, pcpu: cpu as u32, vm, vcpu, why });
+        self.trace.push(start, self.now, cpu as u32, vm, vcpu, why);
     }
 }
 

@@ -23,10 +23,7 @@ type Row = (i64, u64, u64, i64, &'static str);
 
 fn rows(r: &SimResult) -> Vec<Row> {
     let t = r.trace.as_ref().expect("traced");
-    let i64s = |n: &str| match t.get(n) {
-        Some(Column::I64(v)) => v.clone(),
-        _ => panic!("{n}"),
-    };
+    let i64s = |n: &str| t.i32s(n).iter().map(|&x| x as i64).collect::<Vec<i64>>();
     let (pcpu, vcpu) = (i64s("pcpu"), i64s("vcpu"));
     let Some(Column::Cat { codes, names }) = t.get("why") else { panic!("why") };
     let (s, e) = (t.u64s("start_ns"), t.u64s("end_ns"));
@@ -185,10 +182,7 @@ fn balance_keeps_every_vcpu_on_its_home_cpu_and_siblings_apart() {
     // 2 VMs x 2 vCPUs on 2 CPUs: vCPU i of VM k at home on CPU (i + k) mod 2
     let r = run(&token_sched(Scheduler::Balance, vec![2, 2], 2)).unwrap();
     let t = r.trace.as_ref().expect("traced");
-    let i64s = |n: &str| match t.get(n) {
-        Some(Column::I64(v)) => v.clone(),
-        _ => panic!("{n}"),
-    };
+    let i64s = |n: &str| t.i32s(n).iter().map(|&x| x as i64).collect::<Vec<i64>>();
     let (pcpu, vm, vcpu) = (i64s("pcpu"), i64s("vm"), i64s("vcpu"));
     let mut n = 0;
     for i in (0..pcpu.len()).filter(|&i| vcpu[i] >= 0) {
@@ -269,10 +263,7 @@ fn pinned_keeps_every_vcpu_thread_on_the_cpu_it_is_pinned_to() {
     c.host.vcpu_pcpus = vec![0, 0, 1];
     let r = run(&c).unwrap();
     let t = r.trace.as_ref().expect("traced");
-    let i64s = |n: &str| match t.get(n) {
-        Some(Column::I64(v)) => v.clone(),
-        _ => panic!("{n}"),
-    };
+    let i64s = |n: &str| t.i32s(n).iter().map(|&x| x as i64).collect::<Vec<i64>>();
     let (pcpu, vcpu) = (i64s("pcpu"), i64s("vcpu"));
     let home = [0, 0, 1];
     let rows: Vec<usize> = (0..pcpu.len()).filter(|&i| vcpu[i] >= 0).collect();

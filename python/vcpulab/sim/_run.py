@@ -20,6 +20,7 @@ from vcpulab._core import Spinner as Spinner  # re-exported by vcpulab.sim: what
 from vcpulab._core import VcpuView as VcpuView
 from vcpulab._frames import PCPU_TIME_CATEGORIES as PCPU_TIME_CATEGORIES  # re-exported by vcpulab.sim
 from vcpulab._frames import TIME_CATEGORIES as TIME_CATEGORIES
+from vcpulab._frames import TRACE_KEY_DTYPE
 from vcpulab._frames import frame as _frame
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.sim import policies
@@ -45,7 +46,10 @@ class Result:
             and idle time, context switches.
         trace: with ``Config.trace``: one row per interval a task ran on a
             host CPU (pcpu, start_ns, end_ns, vm, vcpu (-1: background
-            task), why the interval ended). Otherwise None.
+            task), why the interval ended), in the order the intervals
+            ended (``end_ns`` never decreases). Compact: ``pcpu``, ``vm``
+            and ``vcpu`` are ``Int32`` and ``why`` a ``pl.Enum``, 29 bytes
+            a row (32 with polars before its one-byte enums). Otherwise None.
     """
 
     config: Config
@@ -103,41 +107,51 @@ class Result:
             [("summary", self.summary), ("vms", self.vms), ("vcpus", self.vcpus), ("pcpus", self.pcpus)],
         )
 
-    def sched_map(self, bin_ns: int = 10_000) -> np.ndarray:
+    def sched_map(self, bin_ns: int = 10_000, *, start_ns: int = 0, end_ns: int | None = None) -> np.ndarray:
         """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
         of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
-        idle (see [`vcpulab.plot.sched_map_codes`][]). Needs ``trace=True``."""
+        idle (see [`vcpulab.plot.sched_map_codes`][]). Needs ``trace=True``.
+        ``start_ns`` / ``end_ns`` (default: the whole run) choose a window;
+        only the trace's rows that overlap it are read."""
         from vcpulab.plot import sched_map_codes
 
-        return sched_map_codes(self, **self._bins(bin_ns))
+        return sched_map_codes(self, **self._bins(bin_ns, start_ns, end_ns))
 
-    def sched_map_rgb(self, bin_ns: int = 10_000) -> np.ndarray:
+    def sched_map_rgb(self, bin_ns: int = 10_000, *, start_ns: int = 0, end_ns: int | None = None) -> np.ndarray:
         """[`sched_map`][vcpulab.sim.Result.sched_map] as an RGB image (uint8, shape (pcpus, bins, 3)),
         coloured as in [S4]: one hue per VM, one brightness per
         vCPU, black for background host tasks, white for idle. For a picture
         with a legend, saved as PNG, use [`vcpulab.plot.sched_map`][]."""
         from vcpulab.plot import sched_map_image
 
-        return sched_map_image(self, **self._bins(bin_ns))
+        return sched_map_image(self, **self._bins(bin_ns, start_ns, end_ns))
 
-    def _bins(self, bin_ns: int) -> dict[str, Any]:
+    def _bins(self, bin_ns: int, start_ns: int, end_ns: int | None) -> dict[str, Any]:
+        from vcpulab._checks import check_int
+
         if self.trace is None:
             raise ValueError("Result.sched_map needs a run with trace=True")
         if isinstance(bin_ns, bool) or not isinstance(bin_ns, int) or bin_ns < 1:
             raise ValueError(f"sched_map: bin_ns must be an int >= 1, got {bin_ns!r}")
+        duration_ns = int(self.summary["duration_ns"][0])
+        start = check_int("start_ns", start_ns, 0, duration_ns - 1)
+        end = duration_ns if end_ns is None else check_int("end_ns", end_ns, start + 1, duration_ns)
         return {
             "us_per_pixel": bin_ns / 1000,
-            "start_ns": 0,
-            "end_ns": int(self.summary["duration_ns"][0]),
+            "start_ns": start,
+            "end_ns": end,
             "pcpus": int(self.summary["pcpus"][0]),
         }
 
 
-#: Default of ``trace_max_rows``: most trace rows one run keeps (~200 bytes a
-#: row at the peak, measured: sched_map_2012(8, 20) over 100 ms makes 1.24 M
-#: rows and peaks at 313 MB RSS). ``None`` lifts the limit.
-TRACE_MAX_ROWS = 5_000_000
+#: Default of ``trace_max_rows``: most trace rows one run keeps. A row takes
+#: 29 bytes in the run and the same 29 in ``Result.trace``, which takes the
+#: run's columns without copying them, so the default bounds a trace at
+#: about 700 MB; a traced one-second [S4] 8 × 20 yield storm
+#: (``scenarios.sched_map_2012(8, 20)``, 80 host CPUs) keeps about 12 M rows
+#: (``benches/sim_trace_bench.py``). ``None`` lifts the limit.
+TRACE_MAX_ROWS = 24_000_000
 
 #: Most worker threads of a local sweep (more only adds memory and contention).
 MAX_THREADS = 1024
@@ -183,6 +197,10 @@ def _check_threads(threads: Any) -> int | None:
 
 
 def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
+    # the trace first: its memory check (which counts the address space
+    # polars' threads take at polars' first parallel step) must come before
+    # any frame starts them, or a short address space aborts inside polars
+    trace = _frame(d["trace"], key_dtype=TRACE_KEY_DTYPE)
     return Result(
         config=cfg,
         version=_core.__version__,
@@ -190,7 +208,7 @@ def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
         vms=_frame(d["vms"]),  # type: ignore[arg-type]
         vcpus=_frame(d["vcpus"]),  # type: ignore[arg-type]
         pcpus=_frame(d["pcpus"]),  # type: ignore[arg-type]
-        trace=_frame(d["trace"]),
+        trace=trace,
     )
 
 
