@@ -81,7 +81,8 @@ def bench_scale(quick: bool) -> dict:
     second half (the start, where every vCPU begins in step and spins less,
     costs less per vCPU-second than the steady state, and a run of the same
     length is mostly start for few vCPUs and not for many). Each run is the
-    best of two, on this thread's CPU clock."""
+    best of two, on this thread's CPU clock. ``--quick``'s windows (6 ms at
+    1024 vCPUs) are too short for its steady state: use the full run."""
     out: dict = {}
     budget = 6.4 if quick else 25.6  # vCPU-seconds of the window
     for n in (64, 128, 256, 512, 1024):
