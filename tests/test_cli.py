@@ -176,6 +176,41 @@ def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) 
         assert key in meta
 
 
+def test_sim_draws_the_sched_map_of_the_output_window_and_refuses_a_bad_one_before_running(tmp_path: Path) -> None:
+    import matplotlib.image
+
+    from vcpulab import sim
+    from vcpulab.cli import _map_window, load_spec
+
+    run = "[config]\nduration_ns = 2_000_000\nseed = 7\ntrace = true\n[output]\nus_per_pixel = 1\n"
+    whole, window = tmp_path / "whole.toml", tmp_path / "window.toml"
+    whole.write_text(run)
+    window.write_text(run + "start_ns = 1_000_000\nend_ns = 1_500_000\n")
+    widths = []
+    for spec in (whole, window):
+        r = vcpulab("sim", str(spec), "--out", str(tmp_path / spec.stem), "--quiet")
+        assert r.returncode == 0, r.stderr
+        widths.append(matplotlib.image.imread(tmp_path / spec.stem / "sched_map.png").shape[1])
+    # the same figure less the 1,500 columns (1 us each) outside the window
+    assert widths[0] - widths[1] == 1500
+    cfg = sim.Config(duration_ns=2_000_000)
+    assert _map_window(cfg, {}, 10.0, "the run") == (0, 2_000_000)
+    with pytest.raises(ValueError, match="outside the run"):
+        _map_window(cfg, {"end_ns": 3_000_000}, 10.0, "the run")
+    with pytest.raises(ValueError, match=re.escape("us_per_pixel >= 0.01,")):
+        _map_window(cfg, {}, 0.001, "the run")
+    with pytest.raises(ValueError, match=re.escape("us_per_pixel >= 0.00251,")):
+        _map_window(cfg, {"start_ns": 1_499_999}, 0.001, "the run")  # 501 ns: 0.002505 us a pixel
+    for bad, message in (
+        ("start_ns = -1", "start_ns must be an int of ns >= 0"),
+        ("end_ns = 1.5", "end_ns must be an int of ns >= 0"),
+        ("start_ns = 5\nend_ns = 5", "end_ns (5) must be after start_ns (5)"),
+    ):
+        window.write_text(run + bad + "\n")
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_spec(window)
+
+
 def test_sim_json_names_the_spec_its_summary_and_its_files(tmp_path: Path) -> None:
     from vcpulab.cli import load_spec
 

@@ -317,6 +317,8 @@ A SPEC.toml describes one simulated run, or a sweep when it has a [grid]:
   [output]                  # optional
   sched_map = true          # a PNG per run with a trace
   us_per_pixel = 10
+  start_ns = 5_000_000      # optional: the map's window (default: the whole run)
+  end_ns = 8_000_000
 
 Its JSON Schema (for editors and checks): `vcpulab schema`, or
 docs/spec.schema.json.
@@ -336,7 +338,7 @@ def _named(kind: str, value: object, path: str) -> object:
 
 
 #: The [output] keys of a SPEC.toml
-SPEC_OUTPUT_KEYS = ("sched_map", "us_per_pixel")
+SPEC_OUTPUT_KEYS = ("sched_map", "us_per_pixel", "start_ns", "end_ns")
 
 
 def spec_schema() -> dict[str, Any]:
@@ -394,6 +396,16 @@ def spec_schema() -> dict[str, Any]:
                         "type": "number",
                         "exclusiveMinimum": 0,
                         "description": "Sched-map time resolution, us per pixel.",
+                    },
+                    "start_ns": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "description": "Sched-map window start, ns of simulated time (default 0).",
+                    },
+                    "end_ns": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Sched-map window end, ns of simulated time (default: the run's duration_ns).",
                     },
                 },
             },
@@ -472,13 +484,20 @@ def load_spec(path: Path) -> tuple[Config, dict[str, list[object]] | None, dict[
     output = dict(spec.get("output", {}))
     bad = set(output) - set(SPEC_OUTPUT_KEYS)
     if bad:
-        raise ValueError(f"{path}: unknown [output] key(s) {sorted(bad)}; expected sched_map, us_per_pixel")
+        raise ValueError(f"{path}: unknown [output] key(s) {sorted(bad)}; expected {', '.join(SPEC_OUTPUT_KEYS)}")
     if "sched_map" in output and not isinstance(output["sched_map"], bool):
         raise ValueError(f"{path}: [output] sched_map must be true or false, got {output['sched_map']!r}")
     if "us_per_pixel" in output:
         upp = output["us_per_pixel"]
         if isinstance(upp, bool) or not isinstance(upp, (int, float)) or not (0 < upp <= 1e9):
             raise ValueError(f"{path}: [output] us_per_pixel must be a number of µs in (0, 1e9], got {upp!r}")
+    for k in ("start_ns", "end_ns"):
+        if k in output and (isinstance(output[k], bool) or not isinstance(output[k], int) or output[k] < 0):
+            raise ValueError(f"{path}: [output] {k} must be an int of ns >= 0, got {output[k]!r}")
+    if output.get("start_ns", 0) >= output.get("end_ns", 2**63):
+        raise ValueError(
+            f"{path}: [output] end_ns ({output['end_ns']}) must be after start_ns ({output.get('start_ns', 0)})"
+        )
     return base, grid, output
 
 
@@ -582,21 +601,32 @@ def _say(args: argparse.Namespace) -> Any:
 _SWEEP_MAPS = 8
 
 
-def _check_map_width(cfg: Any, upp: float, what: str) -> None:
-    """Refuse, before anything runs, a sched map of the whole run wider than
-    `vcpulab.plot.MAX_MAP_COLUMNS` columns (a failure after a long run loses
-    it)."""
+def _map_window(cfg: Any, output: dict[str, object], upp: float, what: str) -> tuple[int, int]:
+    """The sched map's window of a run (``[output] start_ns`` / ``end_ns``,
+    default the whole run), refused before anything runs where it leaves
+    the run or is wider than `vcpulab.plot.MAX_MAP_COLUMNS` columns (a
+    failure after a long run loses it)."""
     import math
 
     from vcpulab.plot import MAX_MAP_COLUMNS
 
-    cols = math.ceil(cfg.duration_ns / (upp * 1000.0))
-    if cols > MAX_MAP_COLUMNS:
+    start = int(output.get("start_ns", 0))  # type: ignore[call-overload]  # ints (load_spec checks them)
+    end = int(output.get("end_ns", cfg.duration_ns))  # type: ignore[call-overload]
+    if end > cfg.duration_ns or start >= end:
         raise ValueError(
-            f"the sched map of {what} ({cfg.duration_ns / 1e9:g} s at us_per_pixel = {upp:g}) would be {cols} columns, "
-            f"more than {MAX_MAP_COLUMNS}: set [output] us_per_pixel >= {math.ceil(cfg.duration_ns / MAX_MAP_COLUMNS / 1000)}"
-            " or sched_map = false"
+            f"[output] start_ns = {start} / end_ns = {end} lie outside {what}, which simulates 0 to "
+            f"duration_ns = {cfg.duration_ns}"
         )
+    cols = math.ceil((end - start) / (upp * 1000.0))
+    if cols > MAX_MAP_COLUMNS:
+        need = (end - start) / MAX_MAP_COLUMNS / 1000  # µs a pixel, rounded up to 3 digits
+        step = 10 ** (math.floor(math.log10(need)) - 2)
+        raise ValueError(
+            f"the sched map of {what} ({(end - start) / 1e9:g} s at us_per_pixel = {upp:g}) would be {cols} columns, "
+            f"more than {MAX_MAP_COLUMNS}: set [output] us_per_pixel >= {math.ceil(need / step) * step:g}"
+            ", a narrower start_ns / end_ns, or sched_map = false"
+        )
+    return start, end
 
 
 def _sim_into(
@@ -618,8 +648,7 @@ def _sim_into(
         "seed": base.seed,
     }
     if grid is None:
-        if want_map:
-            _check_map_width(base, upp, "the run")
+        start_ns, end_ns = _map_window(base, output, upp, "the run") if want_map else (0, None)
         r = sim.run(base)
         meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
         for name in ("summary", "vms", "vcpus", "pcpus", "trace"):
@@ -638,7 +667,10 @@ def _sim_into(
         if want_map:
             if r.trace is None:
                 raise ValueError("[output] sched_map needs config.trace = true")
-            _closed(sched_map(r, staged.path("sched_map.png"), us_per_pixel=upp), staged.path("sched_map.png"))
+            _closed(
+                sched_map(r, staged.path("sched_map.png"), us_per_pixel=upp, start_ns=start_ns, end_ns=end_ns),
+                staged.path("sched_map.png"),
+            )
         if args.perfetto:
             if r.trace is None:
                 raise ValueError("--perfetto needs config.trace = true in the SPEC")
@@ -660,7 +692,7 @@ def _sim_into(
             for i, (_, cfg) in enumerate(_grid_points(base, grid)):
                 if i >= _SWEEP_MAPS:
                     break
-                _check_map_width(cfg, upp, f"point {i}")
+                _map_window(cfg, output, upp, f"point {i}")
         # every point is checkpointed under OUT/points: a rerun resumes where it stopped
         with dask_executor(args.dask) if args.dask else contextlib.nullcontext() as ex:
             df = run_sweep(
@@ -702,7 +734,8 @@ def _sim_into(
                 r = sim.run(cfg)
                 name, title = _point_names(i, params)
                 m = staged.path(name)
-                _closed(sched_map(r, m, us_per_pixel=upp, title=title), m)
+                start_ns, end_ns = _map_window(cfg, output, upp, f"point {i}")
+                _closed(sched_map(r, m, us_per_pixel=upp, start_ns=start_ns, end_ns=end_ns, title=title), m)
     return doc
 
 
