@@ -193,6 +193,12 @@ def test_sim_draws_the_sched_map_of_the_output_window_and_refuses_a_bad_one_befo
         widths.append(matplotlib.image.imread(tmp_path / spec.stem / "sched_map.png").shape[1])
     # the same figure less the 1,500 columns (1 us each) outside the window
     assert widths[0] - widths[1] == 1500
+    # a map without a trace is refused before the run (nothing printed of it)
+    untraced = tmp_path / "untraced.toml"
+    untraced.write_text("[config]\nduration_ns = 2_000_000\n[output]\nsched_map = true\n")
+    r = vcpulab("sim", str(untraced), "--out", str(tmp_path / "untraced"))
+    assert r.returncode == 1 and "sched_map needs config.trace = true" in r.stderr, r.stderr
+    assert "throughput_ops_s" not in r.stdout
     cfg = sim.Config(duration_ns=2_000_000)
     assert _map_window(cfg, {}, 10.0, "the run") == (0, 2_000_000)
     with pytest.raises(ValueError, match="outside the run"):

@@ -135,20 +135,22 @@ def test_trace_limit_names_the_option() -> None:
         sim.run(cfg, trace_max_rows=0)
 
 
-@pytest.mark.parametrize("limit_mb", [800, 1200])
+@pytest.mark.parametrize("limit_mb", [650, 900])
 def test_trace_under_memory_pressure_never_aborts(limit_mb: int) -> None:
     # an address-space limit stands in for a full machine: a clear error, never
-    # SIGABRT. The run's 11.3 M rows take 29 bytes each: at 800 MB the trace's
-    # own growth fails; at 1200 MB the trace fits and turning it into a frame
-    # must fail cleanly (polars, which aborts when an allocation fails, maps
-    # ~500 MB of address space for its threads at its first parallel step)
+    # SIGABRT. The run's 5.7 M rows take 29 bytes each, the process ~535 MB of
+    # address space before it: at 650 MB the trace's own growth fails (at 4.2 M
+    # rows, 600-700 MB measured); at 900 MB the trace fits and turning it into
+    # a frame must fail cleanly (800-1,600 MB measured: polars, which aborts
+    # when an allocation fails, maps ~500 MB for its threads at its first
+    # parallel step)
     p = run_py(
         f"""
     import resource
     from vcpulab import sim
     from vcpulab.sim import scenarios
     resource.setrlimit(resource.RLIMIT_AS, ({limit_mb} << 20, {limit_mb} << 20))
-    cfg = scenarios.sched_map_2012(8, 20, duration_ns=1_000_000_000, warmup_ns=0).replace(trace=True)
+    cfg = scenarios.sched_map_2012(8, 20, duration_ns=500_000_000, warmup_ns=0).replace(trace=True)
     try:
         print("rows", sim.run(cfg, trace_max_rows=None).trace.height)
     except MemoryError as e:

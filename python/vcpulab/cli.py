@@ -648,6 +648,8 @@ def _sim_into(
         "seed": base.seed,
     }
     if grid is None:
+        if want_map and not base.trace:
+            raise ValueError("[output] sched_map needs config.trace = true")
         start_ns, end_ns = _map_window(base, output, upp, "the run") if want_map else (0, None)
         r = sim.run(base)
         meta = _parquet_meta({"vcpulab.config": base.to_json(), "vcpulab.seed": str(base.seed)})
@@ -665,8 +667,6 @@ def _sim_into(
             say(r.summary.select(show))
         doc["summary"] = r.summary.row(0, named=True)
         if want_map:
-            if r.trace is None:
-                raise ValueError("[output] sched_map needs config.trace = true")
             _closed(
                 sched_map(r, staged.path("sched_map.png"), us_per_pixel=upp, start_ns=start_ns, end_ns=end_ns),
                 staged.path("sched_map.png"),
