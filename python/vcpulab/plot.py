@@ -246,6 +246,17 @@ def sched_map_codes(
     return out
 
 
+def _palette_size(trace: pl.DataFrame) -> tuple[int, int]:
+    """(VMs, vCPUs a VM) the sched-map colours are spread over: the trace's
+    largest VM and vCPU numbers + 1 (a non-vCPU row's -1 is never the
+    largest where a vCPU ran), read from whole columns, not from filtered
+    copies of the trace (a one-second 80-CPU trace is 11 M rows)."""
+    top_vm, top_vcpu = (trace[c].max() for c in ("vm", "vcpu"))
+    n_vms = max(_as_int(top_vm) + 1, 1) if top_vm is not None else 1
+    n_vcpus = max(_as_int(top_vcpu) + 1, 1) if top_vcpu is not None else 1
+    return n_vms, n_vcpus
+
+
 def sched_map_image(
     obj: Any,
     us_per_pixel: float = 10.0,
@@ -260,12 +271,7 @@ def sched_map_image(
     brightness per vCPU), black for a non-vCPU task, white for idle."""
     check_int("row_px", row_px, 1, MAX_ROW_PX)
     codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
-    # the trace's largest VM and vCPU numbers set the palette (a non-vCPU
-    # row's -1 never is the largest where a vCPU ran; no row is copied)
-    trace = _trace_of(obj)
-    top_vm, top_vcpu = (trace[c].max() for c in ("vm", "vcpu"))
-    n_vms = max(_as_int(top_vm) + 1, 1) if top_vm is not None else 1
-    n_vcpus = max(_as_int(top_vcpu) + 1, 1) if top_vcpu is not None else 1
+    n_vms, n_vcpus = _palette_size(_trace_of(obj))
     # one colour per distinct code, then one look-up per pixel
     uniq, inverse = np.unique(codes, return_inverse=True)
     palette = np.array(
@@ -404,12 +410,8 @@ def sched_map(
     img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
     h, w = img.shape[:2]
     t1 = t0 + int(round(w * us_per_pixel * 1000))
-    # from whole columns, not filtered copies of the trace (a one-second
-    # 80-CPU trace is 11 M rows; a filter copied every column of each)
     vm_ids = sorted(int(v) for v in trace["vm"].unique().drop_nulls() if v >= 0)
-    n_vms = (max(vm_ids) + 1) if vm_ids else 1
-    top_vcpu = trace["vcpu"].max()
-    n_vcpus = max(_as_int(top_vcpu), 0) + 1 if top_vcpu is not None else 1
+    n_vms, n_vcpus = _palette_size(trace)
     dpi = 100
     left, right = (44, 12)
     # the raster is placed unscaled; a short one gets blank margins above and below, so that the band
