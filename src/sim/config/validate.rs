@@ -1,7 +1,109 @@
-//! The rules [`SimConfig::validate`] enforces: every field's range (the same
-//! limits the schema states) and the rules across fields.
+//! The rules [`SimConfig::validate`] enforces: every field's range, read
+//! from the JSON Schema its attributes generate (one walk, [`check_ranges`]),
+//! and the rules across fields, written here.
 
 use super::*;
+
+/// The JSON Schema [`json_schema`] generates, built once: the limits every
+/// field's attributes state, read back by [`check_ranges`].
+fn schema() -> &'static serde_json::Value {
+    static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    SCHEMA.get_or_init(json_schema)
+}
+
+/// Every field's own limits, as the schema states them (`minimum`, `maximum`,
+/// `exclusiveMaximum`, `minItems`, `maxItems`): one walk over the config's
+/// JSON and the schema together, so a limit is written once, in the field's
+/// `#[schemars(range(…))]` / `length(…)` attribute or its type. The error
+/// names the field by its path (`host.pcpus must be >= 1, got 0`,
+/// `vms[0].workload.phases[2].ns must be <= 1000000000000, got …`). A number
+/// that is not finite (NaN and ±inf serialise to JSON null) is refused where
+/// the schema wants a number.
+fn check_ranges(root: &serde_json::Value, s: &serde_json::Value, v: &serde_json::Value, path: &str) -> Result<(), String> {
+    use serde_json::Value;
+    let at = |p: &str| if p.is_empty() { "the configuration".to_string() } else { p.to_string() };
+    if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+        let name = r.rsplit('/').next().unwrap_or_default();
+        return check_ranges(root, &root["$defs"][name], v, path);
+    }
+    if let Some(any) = s.get("anyOf").and_then(Value::as_array) {
+        // Option<T>: null, or the one branch that is not null
+        if v.is_null() {
+            return Ok(());
+        }
+        return match any.iter().find(|b| b.get("type").and_then(Value::as_str) != Some("null")) {
+            Some(b) => check_ranges(root, b, v, path),
+            None => Ok(()),
+        };
+    }
+    if let Some(one) = s.get("oneOf").and_then(Value::as_array) {
+        // a tagged enum (Phase): the variant named by the value's `kind`
+        if let Some(kind) = v.get("kind") {
+            if let Some(b) = one.iter().find(|b| b.pointer("/properties/kind/const") == Some(kind)) {
+                return check_ranges(root, b, v, path);
+            }
+        }
+        return Ok(()); // a string enum: serde already refused an unknown name
+    }
+    if let Some(props) = s.get("properties").and_then(Value::as_object) {
+        for (k, sub) in props {
+            if let Some(x) = v.get(k) {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                check_ranges(root, sub, x, &p)?;
+            }
+        }
+        return Ok(());
+    }
+    let types: Vec<&str> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if v.is_null() && types.contains(&"null") {
+        return Ok(()); // Option<T>: not set
+    }
+    if let Some(items) = v.as_array() {
+        let n = items.len() as u64;
+        if let Some(most) = s.get("maxItems").and_then(Value::as_u64).filter(|&m| n > m) {
+            return Err(format!("{} must hold at most {most} items, got {n}", at(path)));
+        }
+        if let Some(least) = s.get("minItems").and_then(Value::as_u64).filter(|&m| n < m) {
+            return Err(format!("{} must hold at least {least} item(s), got {n}", at(path)));
+        }
+        let prefix = s.get("prefixItems").and_then(Value::as_array);
+        for (i, x) in items.iter().enumerate() {
+            let sub = prefix.and_then(|p| p.get(i)).or_else(|| s.get("items").filter(|it| it.is_object()));
+            if let Some(sub) = sub {
+                check_ranges(root, sub, x, &format!("{path}[{i}]"))?;
+            }
+        }
+        return Ok(());
+    }
+    if types.iter().any(|t| *t == "integer" || *t == "number") {
+        let Some(x) = v.as_f64() else {
+            return Err(format!("{} must be a finite number, got {v}", at(path)));
+        };
+        // integers compare exactly (u64 beyond 2^53 would round as f64)
+        let below = |lim: &Value| match (v.as_u64(), lim.as_u64()) {
+            (Some(a), Some(b)) => a < b,
+            _ => v.as_i64().zip(lim.as_i64()).map(|(a, b)| a < b).unwrap_or_else(|| x < lim.as_f64().unwrap_or(f64::NAN)),
+        };
+        let above = |lim: &Value| match (v.as_u64(), lim.as_u64()) {
+            (Some(a), Some(b)) => a > b,
+            _ => v.as_i64().zip(lim.as_i64()).map(|(a, b)| a > b).unwrap_or_else(|| x > lim.as_f64().unwrap_or(f64::NAN)),
+        };
+        if let Some(lo) = s.get("minimum").filter(|lo| below(lo)) {
+            return Err(format!("{} must be >= {lo}, got {v}", at(path)));
+        }
+        if let Some(hi) = s.get("maximum").filter(|hi| above(hi)) {
+            return Err(format!("{} must be <= {hi}, got {v}", at(path)));
+        }
+        if let Some(hi) = s.get("exclusiveMaximum").filter(|hi| !below(hi)) {
+            return Err(format!("{} must be < {hi}, got {v}", at(path)));
+        }
+    }
+    Ok(())
+}
 
 /// `workload.thread0_phases`: what thread 0 may run instead of `phases`.
 fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
@@ -10,16 +112,13 @@ fn check_thread0_phases(i: usize, vm: &VmConfig) -> Result<(), String> {
         return Ok(());
     }
     let threads = if vm.threads == 0 { vm.vcpus } else { vm.threads };
-    check(ph.len() <= MAX_PHASES, || format!("vms[{i}].workload.thread0_phases must hold <= {MAX_PHASES} phases"))?;
     check(threads >= 2, || format!("vms[{i}].workload.thread0_phases needs >= 2 guest threads, got {threads}"))?;
     let mut any_work = false;
     for (j, p) in ph.iter().enumerate() {
         let pf = |name: &str| format!("vms[{i}].workload.thread0_phases[{j}].{name}");
         let pr = p.prob();
-        check((0.0..=1.0).contains(&pr), || format!("{} must be in [0, 1], got {pr}", pf("prob")))?;
         match p {
             Phase::Compute { ns, .. } | Phase::Sleep { ns, .. } => {
-                check(*ns <= 1_000_000_000_000, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
                 if let Phase::Sleep { ns, dist, periodic: true, .. } = p {
                     check(*ns > 0 && *dist == Dist::Fixed, || {
                         format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
@@ -75,11 +174,13 @@ impl SimConfig {
     }
 
     /// Check every field; the error names the field (`host.pcpus must be >= 1, got 0`).
+    ///
+    /// Each field's own limits come from the schema its attributes generate
+    /// ([`check_ranges`]); the rules below are the ones across fields
+    /// ([`CROSS_FIELD_RULES`]) and within a workload's phase list.
     pub fn validate(&self) -> Result<(), String> {
-        check(self.duration_ns >= 1, || format!("duration_ns must be >= 1, got {}", self.duration_ns))?;
-        check(self.duration_ns <= limits::MAX_DURATION_NS, || {
-            format!("duration_ns must be <= 2^50, got {}", self.duration_ns)
-        })?;
+        let v = serde_json::to_value(self).map_err(|e| format!("invalid configuration: {e}"))?;
+        check_ranges(schema(), schema(), &v, "")?;
         check(self.warmup_ns < self.duration_ns, || {
             format!("warmup_ns must be < duration_ns ({}), got {}", self.duration_ns, self.warmup_ns)
         })?;
@@ -93,140 +194,43 @@ impl SimConfig {
             )
         })?;
         let h = &self.host;
-        check(h.pcpus >= 1, || format!("host.pcpus must be >= 1, got {}", h.pcpus))?;
-        check(h.pcpus <= MAX_PCPUS, || format!("host.pcpus must be <= {MAX_PCPUS}, got {}", h.pcpus))?;
         use limits::*;
-        for (name, v, lo) in [
-            ("tick_ns", h.tick_ns, MIN_PERIOD_NS),
-            ("base_slice_ns", h.base_slice_ns, MIN_PERIOD_NS),
-            ("gang_slice_ns", h.gang_slice_ns, MIN_PERIOD_NS),
-            ("token_slice_ns", h.token_slice_ns, MIN_PERIOD_NS),
-            ("tsc_khz", h.tsc_khz, MIN_TSC_KHZ),
-        ] {
-            check(v >= lo, || format!("host.{name} must be >= {lo}, got {v}"))?;
-        }
-        for (name, v) in
-            [("rq_lock_ns", h.rq_lock_ns), ("yield_check_ns", h.yield_check_ns), ("switch_ns", h.switch_ns)]
-        {
-            check(v <= MAX_COST_NS, || format!("host.{name} must be <= 1e9, got {v}"))?;
-        }
-        check(h.token_skew_ns <= MAX_TOKEN_SKEW_NS, || {
-            format!("host.token_skew_ns must be <= 1e10, got {}", h.token_skew_ns)
-        })?;
-        let u = h.background.utilization;
-        check((0.0..1.0).contains(&u), || format!("host.background.utilization must be in [0, 1), got {u}"))?;
-        check((MIN_WEIGHT..=MAX_WEIGHT).contains(&h.background.weight), || {
-            format!("host.background.weight must be in [{MIN_WEIGHT}, {MAX_WEIGHT}], got {}", h.background.weight)
-        })?;
-        check(h.background.burst_ns >= MIN_PERIOD_NS, || {
-            format!("host.background.burst_ns must be >= {MIN_PERIOD_NS}, got {}", h.background.burst_ns)
-        })?;
-        check(h.wakeup_ipi_ns <= MAX_COST_NS, || {
-            format!("host.wakeup_ipi_ns must be <= 1e9, got {}", h.wakeup_ipi_ns)
-        })?;
-        let j = h.wakeup_jitter;
-        check((0.0..=1.0).contains(&j), || format!("host.wakeup_jitter must be in [0, 1], got {j}"))?;
-        for (i, &(exit, res)) in h.idle_states.iter().enumerate() {
-            check(exit <= MAX_COST_NS && res <= MAX_COST_NS, || {
-                format!("host.idle_states[{i}] must hold times <= 1e9 ns, got ({exit}, {res})")
+        for i in 1..h.idle_states.len() {
+            let ((pe, pr), (exit, res)) = (h.idle_states[i - 1], h.idle_states[i]);
+            check(exit >= pe && res >= pr, || {
+                format!("host.idle_states[{i}] must be at least as deep as idle_states[{}]", i - 1)
             })?;
-            if i > 0 {
-                let (pe, pr) = h.idle_states[i - 1];
-                check(exit >= pe && res >= pr, || {
-                    format!("host.idle_states[{i}] must be at least as deep as idle_states[{}]", i - 1)
-                })?;
-            }
         }
         let n = &h.noise;
         for (name, hz, ns) in [("kthread", n.kthread_hz, n.kthread_ns), ("vmm_io", n.vmm_io_hz, n.vmm_io_ns)] {
-            check(hz.is_finite() && (0.0..=MAX_NOISE_HZ).contains(&hz), || {
-                format!("host.noise.{name}_hz must be in [0, {MAX_NOISE_HZ}], got {hz}")
-            })?;
-            check((MIN_NOISE_NS..=MAX_COST_NS).contains(&ns), || {
-                format!("host.noise.{name}_ns must be in [{MIN_NOISE_NS}, 1e9], got {ns}")
-            })?;
             check(hz * ns as f64 <= MAX_NOISE_SHARE_NS_PER_S, || {
                 format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
             })?;
         }
-        check((1..=MAX_KTHREADS_PER_CPU).contains(&n.kthreads_per_cpu), || {
-            format!("host.noise.kthreads_per_cpu must be in [1, {MAX_KTHREADS_PER_CPU}], got {}", n.kthreads_per_cpu)
-        })?;
         let c = &h.cfs;
-        for (name, v) in [
-            ("latency_ns", c.latency_ns),
-            ("min_granularity_ns", c.min_granularity_ns),
-            ("wakeup_granularity_ns", c.wakeup_granularity_ns),
-        ] {
-            check((MIN_PERIOD_NS..=MAX_COST_NS).contains(&v), || {
-                format!("host.cfs.{name} must be in [{MIN_PERIOD_NS}, 1e9], got {v}")
-            })?;
-        }
         check(c.min_granularity_ns <= c.latency_ns, || {
             format!(
                 "host.cfs.min_granularity_ns must be <= latency_ns ({}), got {}",
                 c.latency_ns, c.min_granularity_ns
             )
         })?;
-        check(
-            h.sockets >= 1
-                && h.sockets <= h.pcpus
-                && h.threads_per_core >= 1
-                && h.threads_per_core <= MAX_THREADS_PER_CORE,
-            || {
-                format!(
-                "host.sockets must be in [1, pcpus] and host.threads_per_core in [1, {MAX_THREADS_PER_CORE}], got {} and {}",
-                h.sockets, h.threads_per_core
-            )
-            },
-        )?;
+        check(h.sockets <= h.pcpus, || format!("host.sockets must be <= pcpus ({}), got {}", h.pcpus, h.sockets))?;
         check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
             format!(
                 "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
                 h.pcpus, h.sockets, h.threads_per_core
             )
         })?;
-        check((1..=MAX_LB_BUSY_FACTOR).contains(&h.lb_busy_factor), || {
-            format!("host.lb_busy_factor must be in [1, {MAX_LB_BUSY_FACTOR}], got {}", h.lb_busy_factor)
-        })?;
-        check((MIN_SMT_SPEED_PCT..=100).contains(&h.smt_speed_pct), || {
-            format!("host.smt_speed_pct must be in [{MIN_SMT_SPEED_PCT}, 100], got {}", h.smt_speed_pct)
-        })?;
-        check(h.migration_cost_ns <= MAX_COST_NS, || {
-            format!("host.migration_cost_ns must be <= 1e9, got {}", h.migration_cost_ns)
-        })?;
-        check(h.migration_cold_core_ns <= MAX_COST_NS, || {
-            format!("host.migration_cold_core_ns must be <= 1e9, got {}", h.migration_cold_core_ns)
-        })?;
-        check(h.migration_cold_llc_ns <= MAX_COST_NS, || {
-            format!("host.migration_cold_llc_ns must be <= 1e9, got {}", h.migration_cold_llc_ns)
-        })?;
-        check(h.start_gap_ns <= MAX_COST_NS, || format!("host.start_gap_ns must be <= 1e9, got {}", h.start_gap_ns))?;
-        check(h.vcpu_pcpus.len() as u64 <= MAX_VCPUS_TOTAL, || {
-            format!("host.vcpu_pcpus must hold at most {MAX_VCPUS_TOTAL} CPUs, got {}", h.vcpu_pcpus.len())
-        })?;
         if let Some((i, &c)) = h.vcpu_pcpus.iter().enumerate().find(|&(_, &c)| c >= h.pcpus) {
             return Err(format!("host.vcpu_pcpus[{i}] must be < pcpus ({}), got {c}", h.pcpus));
         }
-        check(!self.vms.is_empty(), || "vms must hold at least one VM".to_string())?;
-        let mut total: u64 = 0;
         check(self.host.scheduler != Scheduler::Pinned || self.host.affinity != Affinity::All, || {
             "host.scheduler = pinned needs pinned vCPU threads: host.affinity must be pinned or round_robin, got all"
                 .to_string()
         })?;
+        let mut total: u64 = 0;
         for (i, vm) in self.vms.iter().enumerate() {
             let f = |name: &str| format!("vms[{i}].{name}");
-            check(vm.count >= 1, || format!("{} must be >= 1, got {}", f("count"), vm.count))?;
-            check(vm.vcpus >= 1, || format!("{} must be >= 1, got {}", f("vcpus"), vm.vcpus))?;
-            check(vm.count as u64 <= MAX_VCPUS_TOTAL, || {
-                format!("{} must be <= {MAX_VCPUS_TOTAL}, got {}", f("count"), vm.count)
-            })?;
-            check(vm.vcpus as u64 <= MAX_VCPUS_TOTAL, || {
-                format!("{} must be <= {MAX_VCPUS_TOTAL}, got {}", f("vcpus"), vm.vcpus)
-            })?;
-            check((MIN_WEIGHT..=MAX_WEIGHT).contains(&vm.weight), || {
-                format!("{} must be in [{MIN_WEIGHT}, {MAX_WEIGHT}] (nice 19 .. -20), got {}", f("weight"), vm.weight)
-            })?;
             check(self.host.scheduler != Scheduler::Balance || vm.vcpus <= self.host.pcpus, || {
                 format!(
                     "{} must be <= host.pcpus ({}) under scheduler=balance (siblings run on distinct CPUs), got {}",
@@ -242,37 +246,8 @@ impl SimConfig {
                 format!("{} must be <= 16 * vcpus, got {}", f("threads"), vm.threads)
             })?;
             let p = &vm.ple;
-            check(p.window >= 1, || format!("{} must be >= 1, got {}", f("ple.window"), p.window))?;
-            check(p.window <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.window"), p.window))?;
             check(p.max >= p.window, || format!("{} must be >= ple.window, got {}", f("ple.max"), p.max))?;
-            check(p.max <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.max"), p.max))?;
-            check(p.grow <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.grow"), p.grow))?;
-            check(p.shrink <= UINT_MAX, || format!("{} must be <= 2^32-1, got {}", f("ple.shrink"), p.shrink))?;
-            check(p.exit_ns <= MAX_COST_NS, || format!("{} must be <= 1e9, got {}", f("ple.exit_ns"), p.exit_ns))?;
-            check(p.candidate_ns <= MAX_CANDIDATE_NS, || {
-                format!("{} must be <= 1e6, got {}", f("ple.candidate_ns"), p.candidate_ns)
-            })?;
-            check(vm.pv.hypercall_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.hypercall_ns")))?;
-            check(vm.pv.halt_exit_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.halt_exit_ns")))?;
-            check(vm.pv.guest_idle_poll_ns <= MAX_COST_NS, || {
-                format!("{} must be <= 1e9", f("pv.guest_idle_poll_ns"))
-            })?;
-            check(vm.pv.icr_write_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", f("pv.icr_write_ns")))?;
-            check(vm.guest.migration_cost_ns <= MAX_COST_NS, || {
-                format!("{} must be <= 1e9, got {}", f("guest.migration_cost_ns"), vm.guest.migration_cost_ns)
-            })?;
-            check((limits::MIN_GUEST_TICK_NS..=MAX_COST_NS).contains(&vm.guest.tick_ns), || {
-                format!(
-                    "{} must be in [{}, 1e9], got {}",
-                    f("guest.tick_ns"),
-                    limits::MIN_GUEST_TICK_NS,
-                    vm.guest.tick_ns
-                )
-            })?;
             let (smt, llc) = (vm.guest.threads_per_core, vm.guest.llc_vcpus);
-            check((1..=MAX_THREADS_PER_CORE).contains(&smt), || {
-                format!("{} must be in [1, {MAX_THREADS_PER_CORE}], got {smt}", f("guest.threads_per_core"))
-            })?;
             check(vm.vcpus % smt == 0, || {
                 format!("{} must be a multiple of guest.threads_per_core ({smt}), got {}", f("vcpus"), vm.vcpus)
             })?;
@@ -290,48 +265,20 @@ impl SimConfig {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }
             let w = &vm.workload;
-            check(!w.phases.is_empty(), || format!("{} must hold at least one phase", f("workload.phases")))?;
-            check(w.phases.len() <= MAX_PHASES, || {
-                format!("{} must hold <= {MAX_PHASES} phases", f("workload.phases"))
-            })?;
-            check(w.guest_slice_ns >= MIN_PERIOD_NS, || {
-                format!("{} must be >= {MIN_PERIOD_NS}, got {}", f("workload.guest_slice_ns"), w.guest_slice_ns)
-            })?;
-            check((1..=MAX_SPIN_ITER_CYCLES).contains(&w.spin_iter_cycles), || {
-                format!(
-                    "{} must be in [1, {MAX_SPIN_ITER_CYCLES}], got {}",
-                    f("workload.spin_iter_cycles"),
-                    w.spin_iter_cycles
-                )
-            })?;
-            check((1..=MAX_SPIN_THRESHOLD).contains(&w.spin_threshold), || {
-                format!(
-                    "{} must be in [1, {MAX_SPIN_THRESHOLD}], got {}",
-                    f("workload.spin_threshold"),
-                    w.spin_threshold
-                )
-            })?;
             let mut lock_kinds: Vec<(u32, LockKind)> = Vec::new();
             let mut any_work = false;
             for (j, ph) in w.phases.iter().enumerate() {
                 let pf = |name: &str| format!("vms[{i}].workload.phases[{j}].{name}");
                 let pr = ph.prob();
-                check((0.0..=1.0).contains(&pr), || format!("{} must be in [0, 1], got {pr}", pf("prob")))?;
                 match ph {
-                    Phase::Compute { ns, .. } => {
-                        check(*ns <= MAX_PHASE_NS, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
-                        any_work |= *ns > 0 && pr >= 1.0;
-                    }
+                    Phase::Compute { ns, .. } => any_work |= *ns > 0 && pr >= 1.0,
                     Phase::Sleep { ns, dist, periodic, .. } => {
-                        check(*ns <= MAX_PHASE_NS, || format!("{} must be <= 1e12, got {ns}", pf("ns")))?;
                         check(!*periodic || (*ns > 0 && *dist == Dist::Fixed), || {
                             format!("{} needs ns > 0 and dist \"fixed\"", pf("periodic"))
                         })?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
                     Phase::Lock { lock, lock_kind, hold_ns, .. } => {
-                        check(*lock <= MAX_LOCK_ID, || format!("{} must be <= {MAX_LOCK_ID}, got {lock}", pf("lock")))?;
-                        check(*hold_ns <= MAX_COST_NS, || format!("{} must be <= 1e9, got {hold_ns}", pf("hold_ns")))?;
                         if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
                             // an rwsem's readers and writers share it
                             check(k == lock_kind || (k.is_rwsem() && lock_kind.is_rwsem()), || {
@@ -342,14 +289,13 @@ impl SimConfig {
                         }
                         any_work |= *hold_ns > 0 && pr >= 1.0;
                     }
-                    Phase::Ipi { targets, handler_ns, .. } => {
-                        check((*targets < vm.vcpus.max(1) || *targets == 0) && *targets <= MAX_IPI_TARGETS, || {
+                    Phase::Ipi { targets, .. } => {
+                        check(*targets < vm.vcpus.max(1) || *targets == 0, || {
                             format!("{} must be < vcpus (0 = all others), got {targets}", pf("targets"))
                         })?;
-                        check(*handler_ns <= MAX_COST_NS, || format!("{} must be <= 1e9", pf("handler_ns")))?;
                     }
                     Phase::Send { to, .. } => {
-                        check(*to >= 1 && *to < threads.max(2) && *to <= MAX_IPI_TARGETS, || {
+                        check(*to >= 1 && *to < threads.max(2), || {
                             format!("{} must be in [1, threads), got {to}", pf("to"))
                         })?;
                     }
@@ -359,10 +305,7 @@ impl SimConfig {
                         })?;
                     }
                     Phase::Recv { .. } => {}
-                    Phase::TaskQueue { tasks, .. } => {
-                        check((1..=limits::MAX_TASKS).contains(tasks), || {
-                            format!("{} must be in [1, {}], got {tasks}", pf("tasks"), limits::MAX_TASKS)
-                        })?;
+                    Phase::TaskQueue { .. } => {
                         check(pr == 1.0, || {
                             format!("{} must be 1 (a skipped take loses the frame's end)", pf("prob"))
                         })?;
