@@ -163,41 +163,71 @@ fn d_true() -> bool {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HaltPollConfig {
-    /// The rule that sets the per-vCPU poll window.
+    /// `"off"` (block at once; default), `"fixed"` (always poll
+    /// up to `max_ns`, the Feb 2015 halt_poll_ns), `"block-time"`
+    /// (upstream since 4.3: the per-vCPU window grows when a halt was
+    /// short and shrinks when it was longer than `max_ns`, §3.2),
+    /// `"dynamic-v3"` or `"dynamic-v4"` (the 2015 v3 and v4
+    /// proposals, never merged; vcpulab's reconstructions from the
+    /// review, see [`vcpulab.sim.halt_poll`][]). The same names as
+    /// `halt_poll.Params.policy`; the old `"dynamic"` and
+    /// `"dynamic_v4"` are read as `"block-time"` and `"dynamic-v4"`
+    /// with a DeprecationWarning. The window and the stats come from
+    /// the same per-vCPU state machine (and the same Rust configuration
+    /// type) as [`vcpulab.sim.halt_poll`][].
     #[serde(default = "d_policy")]
     pub policy: Policy,
-    /// Module parameter `halt_poll_ns`, ns: the maximum window unless the VM overrides it (`vm_max_ns`).
+    /// halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
+    /// 200000 (kernel x86 `KVM_HALT_POLL_NS_DEFAULT`).
     #[serde(default = "d_halt_poll_ns", rename = "max_ns", alias = "halt_poll_ns")]
     #[schemars(range(max = UINT_MAX))]
     pub halt_poll_ns: u64,
-    /// `halt_poll_ns_grow`: multiplier (0 = never grow), a kernel uint.
+    /// halt_poll_ns_grow, multiplier (0: never grow; a kernel uint).
+    /// Default 2 (kernel).
     #[serde(default = "d_grow")]
     pub grow: u32,
-    /// `halt_poll_ns_grow_start`, ns: first non-zero window; smaller windows shrink to 0.
+    /// halt_poll_ns_grow_start, ns: the first non-zero
+    /// window; a window shrunk below it becomes 0. Default 10000 (kernel).
     #[serde(default = "d_grow_start", rename = "grow_start_ns", alias = "grow_start")]
     #[schemars(range(max = UINT_MAX))]
     pub grow_start: u64,
-    /// `halt_poll_ns_shrink`: divisor (0 = reset to 0), a kernel uint.
+    /// halt_poll_ns_shrink, divisor; 0 resets to 0 (a kernel uint).
+    /// Default 2 (kernel ≥ ~6.8; 0 before).
     #[serde(default = "d_shrink")]
     pub shrink: u32,
-    /// Per-VM maximum set with `KVM_CAP_HALT_POLL` (`override_halt_poll_ns`), ns; null: not set.
-    #[serde(default)]
-    #[schemars(range(max = UINT_MAX))]
-    pub vm_max_ns: Option<u64>,
-    /// False when the guest disabled host polling (`MSR_KVM_POLL_CONTROL` bit 0 = 0).
+    /// False when the guest turned host polling off by writing
+    /// 0 to `MSR_KVM_POLL_CONTROL` (its own cpuidle-haltpoll driver
+    /// then polls instead, see `Pv.guest_idle_poll_ns`). Default True.
     #[serde(default = "d_true")]
     pub poll_allowed: bool,
-    /// v4 only: initial window, ns (null: the maximum).
+    /// Per-VM maximum set with `KVM_CAP_HALT_POLL`
+    /// (`override_halt_poll_ns`), ns; None (default): not set, `max_ns`
+    /// applies (kernel `kvm_vcpu_max_halt_poll_ns`).
     #[serde(default)]
     #[schemars(range(max = UINT_MAX))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub vm_max_ns: Option<u64>,
+    /// `"dynamic-v4"` only: the initial window, ns; None
+    /// (default): the maximum. vcpulab reconstruction (v4 was never
+    /// merged): with 0, v4 never polls, since it grows only when an
+    /// interrupt arrives while polling.
+    #[serde(default)]
+    #[schemars(range(max = UINT_MAX))]
+    #[schemars(extend("x-omit-default" = true))]
     pub v4_start_ns: Option<u64>,
-    /// v3 and v4: a halt that slept longer than this is "idle" and shrinks the window, ns.
+    /// `"dynamic-v3"` / `"dynamic-v4"`: a halt that slept
+    /// longer than this is "idle" and shrinks the window, ns. Default
+    /// 10000000 (vcpulab reconstruction: one 100 Hz tick; guests ticking
+    /// at 250 Hz and up are not idle, as in [S5]'s 15 % C0 result).
     #[serde(default = "d_v4_idle")]
     #[schemars(range(min = 1, max = MAX_V4_IDLE_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub v4_idle_ns: u64,
-    /// v3 only: the first growth from 0, ns.
+    /// `"dynamic-v3"` only: the first growth from 0, ns.
+    /// Default 500000 (the review's "0 → 500 µs").
     #[serde(default = "d_v3_start")]
     #[schemars(range(max = UINT_MAX))]
+    #[schemars(extend("x-omit-default" = true))]
     pub v3_start_ns: u64,
 }
 

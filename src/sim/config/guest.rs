@@ -32,63 +32,126 @@ pub enum WaitEarly {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct GuestConfig {
-    /// Which guest lock rules run.
+    /// `"simple"` (default; the simulator's first rules: FIFO
+    /// hand-off for every queued kind, the PV predecessor check only when
+    /// a waiter (re)starts spinning, mutex spinners watch the owner only)
+    /// or `"kernel"`: `pv_queued` is the PV qspinlock of
+    /// kernel/locking/qspinlock_paravirt.h — one steal attempt at
+    /// slow-path entry (`pv_queued_spin_steal_lock`, refused while the
+    /// queue head spins with the pending bit set), queue nodes spin
+    /// SPIN_THRESHOLD iterations or stop early when the previous node is
+    /// not running (`pv_wait_node`, `pv_wait_early`, re-checked when
+    /// that node halts), the head spins SPIN_THRESHOLD iterations afresh
+    /// (`pv_wait_head_or_lock`) then halts, the unlock frees the lock
+    /// and kicks a halted head (`__pv_queued_spin_unlock_slowpath`);
+    /// mutex spinners queue in an OSQ and give up when the spinner before
+    /// them is on a preempted vCPU (`osq_lock`).
     pub lock_model: LockModel,
-    /// Kernel lock model: when a `pv_wait_node` waiter halts early.
+    /// Kernel lock model: `"prev_halted"` (default; the
+    /// rule since 4.x and again since 89340d0935c9, Oct 2019) or
+    /// `"prev_halted_or_preempted"` (75437bb304b2 "locking/pvqspinlock:
+    /// Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
+    /// in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
+    /// node also halts when the previous node's vCPU is preempted).
     pub pv_wait_early: WaitEarly,
-    /// The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
-    /// spinning) and `osq_lock` (4.10+); false: owner->on_cpu only (3.x, 4.x
-    /// before 4.10). Needs `pv.steal_time`.
+    /// The guest asks `vcpu_is_preempted()` in
+    /// `owner_on_cpu` (mutex spinning) and `osq_lock` (4.10+, 2016);
+    /// False: `owner->on_cpu` only (3.x and 4.x before 4.10). Needs
+    /// `Pv.steal_time`. Default True.
     pub vcpu_is_preempted: bool,
-    /// The guest scheduler balances threads between its vCPUs
-    /// (kernel/sched/fair.c): `newidle_balance` when a vCPU runs out of
-    /// threads (skipped while its `avg_idle` < `migration_cost_ns`), and
-    /// the nohz idle balance a vCPU with two or more runnable threads kicks
-    /// from its tick, at most once per balance interval (`sd_weight` ms,
-    /// `sd_init`), pulling one cache-cold waiting thread to each idle vCPU.
-    /// False: threads move only at wake-up.
+    /// The guest scheduler balances its threads between its
+    /// vCPUs (kernel/sched/fair.c, 5.x): `newidle_balance` when a vCPU
+    /// runs out of threads pulls one waiting thread from the vCPU with
+    /// the most waiting threads, unless the vCPU's `avg_idle` (1/8-weight
+    /// average of its idle periods, capped at 2 × `migration_cost_ns`)
+    /// is below `migration_cost_ns`; and a guest tick of a vCPU with two
+    /// or more runnable threads kicks the nohz idle balance, at most once
+    /// per balance interval (`sd_weight` ms for the VM's one domain,
+    /// `sd_init` in kernel/sched/topology.c), which pulls one thread to
+    /// each idle vCPU and wakes it. Threads that stopped running less than
+    /// `migration_cost_ns` ago stay (`task_hot`). Simplifications: one
+    /// domain spanning the VM, queue lengths instead of PELT loads, one
+    /// thread per pull, no balancing between busy vCPUs, the kick's IPI
+    /// and the balancing itself cost nothing. Default False (threads move
+    /// only at wake-up, as before the option).
+    #[schemars(extend("x-omit-default" = true))]
     pub load_balance: bool,
-    /// `sysctl_sched_migration_cost` of the guest (ns): `task_hot` and the
-    /// `avg_idle` gate of `newidle_balance`.
+    /// `sysctl_sched_migration_cost` of the guest, ns.
+    /// Default 500000 (kernel/sched/fair.c).
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub migration_cost_ns: u64,
-    /// The guest's scheduler tick (ns): CONFIG_HZ (Kconfig.hz default HZ_250).
+    /// The guest's scheduler tick, ns (used by `load_balance`).
+    /// Default 4000000 (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
     #[schemars(range(min = limits::MIN_GUEST_TICK_NS, max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub tick_ns: u64,
-    /// How the guest kernel chooses the vCPU a woken thread runs on.
+    /// How the guest kernel chooses the vCPU a woken thread
+    /// runs on. `"first_idle"` (default; vcpulab's first rule): the
+    /// first available vCPU in VM order from the thread's previous vCPU,
+    /// else the previous vCPU. `"select_task_rq_fair"`: the guest's
+    /// kernel/sched/fair.c — with the waker on another vCPU and not
+    /// `wake_wide`, `wake_affine` (`wake_affine_idle`, then
+    /// `wake_affine_weight`) chooses the target between the waker's and
+    /// the previous vCPU; `select_idle_sibling` then takes the target
+    /// if available, the previous vCPU if available and in the target's
+    /// LLC, the thread's `recent_used_cpu` likewise, with SMT an idle
+    /// sibling of the previous vCPU (`select_idle_smt`) or a whole idle
+    /// core (`select_idle_core`), else the first available vCPU of
+    /// `select_idle_cpu`'s scan from target + 1 within `idle_scan`'s
+    /// limit, else the target. "Available" is `Pv.placement`'s rule
+    /// (`available_idle_cpu` = idle and not preempted upstream; the
+    /// 2021 RFC's `is_idle` byte). Simplified: loads are runnable
+    /// thread counts, not PELT averages; wake-ups are never sync.
+    #[schemars(extend("x-omit-default" = true))]
     pub wake_placement: GuestWakePlacement,
-    /// vCPUs per last-level cache in the topology the guest sees (its
-    /// `sd_llc`, from CPUID leaves 4 / 0x8000001D), counted from vCPU 0 of
-    /// the VM. 0 (default): one LLC spans the VM, as QEMU's `-smp N` gives
-    /// from QEMU 6.2 on (cores preferred over sockets: one socket, one L3).
-    /// Used by `select_task_rq_fair` placement only.
+    /// VCPUs per last-level cache in the topology the guest sees
+    /// (its `sd_llc`), counted from the VM's vCPU 0; 0 (default): one
+    /// LLC spans the VM, as QEMU's `-smp N` gives from QEMU 6.2 on
+    /// (cores preferred over sockets). A multiple of
+    /// `threads_per_core` that divides `Vm.vcpus`. Used by
+    /// `"select_task_rq_fair"` only.
     #[serde(skip_serializing_if = "is_zero_u32")]
     #[schemars(range(max = MAX_VCPUS_TOTAL), extend("default" = 0))]
+    #[schemars(extend("x-omit-default" = true))]
     pub llc_vcpus: u32,
     /// vCPUs per core in the topology the guest sees (SMT siblings, the
     /// guest's `cpu_smt_mask`). 1 (default): QEMU's default `threads=1`.
     /// Used by `select_task_rq_fair` placement only (`select_idle_core`).
     #[serde(skip_serializing_if = "is_one_u32")]
     #[schemars(range(min = 1, max = limits::MAX_THREADS_PER_CORE), extend("default" = 1))]
+    #[schemars(extend("x-omit-default" = true))]
     pub threads_per_core: u32,
-    /// `wake_wide` in the guest (kernel/sched/fair.c, 62470419e993, v3.12): a waker
-    /// that wakes many different threads sends each to its own previous
-    /// vCPU's neighbourhood instead of `wake_affine`'s choice. Used by
-    /// `select_task_rq_fair` placement only. Default true.
+    /// The guest's `wake_wide` (v3.12 on): a waker that wakes
+    /// many different threads (flips at least the LLC size, and at
+    /// least LLC size times the wakee's) sends each wakee to its
+    /// previous vCPU's neighbourhood instead of `wake_affine`'s
+    /// choice. Default True. Used by `"select_task_rq_fair"` only.
     #[serde(skip_serializing_if = "is_true")]
     #[schemars(extend("default" = true))]
+    #[schemars(extend("x-omit-default" = true))]
     pub wake_wide: bool,
-    /// `p->recent_used_cpu` in `select_idle_sibling` (v4.16 on): the vCPU a
-    /// thread was woken from last time is tried after the target and the
-    /// previous vCPU. Used by `select_task_rq_fair` placement only.
-    /// Default true.
+    /// `select_idle_sibling` tries the vCPU the thread
+    /// was woken from last time after the target and the previous vCPU
+    /// (32e839dda3ba, v4.16). Default True. Used by
+    /// `"select_task_rq_fair"` only.
     #[serde(skip_serializing_if = "is_true")]
     #[schemars(extend("default" = true))]
+    #[schemars(extend("x-omit-default" = true))]
     pub recent_used_cpu: bool,
-    /// How many vCPUs `select_idle_cpu` looks at before it gives up. Used
-    /// by `select_task_rq_fair` placement only. Default `sis_util`.
+    /// `select_idle_cpu`'s limit: `"sis_util"` (default;
+    /// SIS_UTIL, 70fb5ccf2ebb, v6.0: `nr_idle_scan` = nr_llc × (1024 −
+    /// x² × 117² / (10000 × 1024)) / 1024 with x the LLC's utilisation per
+    /// vCPU in 1/1024 and 117 the LLC domain's `imbalance_pct`, so the
+    /// scan stops near 85 % busy; simplified: the utilisation is the
+    /// share of the LLC's vCPUs with a thread running or waiting at the
+    /// wake-up, not PELT's `util_avg`) or `"full"` (the whole LLC:
+    /// 3.x, and the stand-in for SIS_PROP of v4.13-v6.5, whose limit
+    /// depends on `avg_idle` and `avg_scan_cost`, timings the model
+    /// does not keep). Used by `"select_task_rq_fair"` only.
     #[serde(skip_serializing_if = "IdleScan::is_sis_util")]
     #[schemars(extend("default" = "sis_util"))]
+    #[schemars(extend("x-omit-default" = true))]
     pub idle_scan: IdleScan,
 }
 

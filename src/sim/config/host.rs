@@ -109,13 +109,17 @@ pub enum Affinity {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Background {
-    /// Fraction of each host CPU a pinned background host task (kworker-like) wants, in [0, 1).
+    /// Fraction of its CPU each background task wants, in [0, 1).
+    /// Default 0.0 (idle host). Source: assumption.
     #[schemars(range(min = 0.0), extend("exclusiveMaximum" = 1.0))]
     pub utilization: f64,
-    /// Mean length of one background burst, ns (exponential).
+    /// Mean length of one burst, ns (exponential). Default 200000.
+    /// Source: assumption.
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub burst_ns: u64,
-    /// Scheduler weight of the background tasks (1024 = nice 0).
+    /// Scheduler weight of each background task, in [2, 88761]
+    /// (the kernel's nice-to-weight table: 1024 = nice 0, 88761 = nice
+    /// -20, 15 = nice 19). Default 1024.
     #[schemars(range(min = limits::MIN_WEIGHT, max = limits::MAX_WEIGHT))]
     pub weight: u64,
 }
@@ -129,160 +133,313 @@ impl Default for Background {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostConfig {
-    /// Host CPUs.
+    /// Host CPUs. Default 4.
     #[schemars(range(min = 1, max = MAX_PCPUS))]
     pub pcpus: u32,
-    /// The host's CPU scheduler.
+    /// `"fair"` (EEVDF-like, v6.6+, one run queue per CPU;
+    /// `"eevdf"` is the same scheduler), `"cfs"` (the fair class
+    /// before v6.6: vruntime / min_vruntime, sched_latency slices,
+    /// check_preempt_tick, wakeup_preempt_entity, next / last / skip
+    /// buddies, place_entity; tunables in `cfs`), `"gang"` (all
+    /// vCPUs of a VM run together in slices of `gang_slice_ns`;
+    /// [S4]) or `"round_robin"` (vcpulab's own vCPU scheduler,
+    /// [`vcpulab.sched`][]: one run token per CPU, handed round a FIFO
+    /// queue of runnable vCPUs in wall-time slices of
+    /// `token_slice_ns`; a halt hands it on; `yield_to` hands the
+    /// yielder's token to a waiting candidate; the kernel's EEVDF still
+    /// shares each CPU between the token's holder and other tasks: the
+    /// twin of a run under `sched.round_robin` or
+    /// `sched.directed_yield`), `"relaxed_co"` (the same tokens, but a
+    /// vCPU whose token-holding time leads its slowest runnable sibling
+    /// by more than `token_skew_ns` is passed over at every grant and
+    /// handed on at its slice's end: the twin of `sched.relaxed_co`,
+    /// after VMware ESX's relaxed co-scheduling, "The CPU Scheduler in
+    /// VMware vSphere 5.1", 2013) or `"balance"` (one queue per CPU;
+    /// the i-th vCPU of VM v waits only for CPU (i + v) mod P's token, so
+    /// siblings never share a CPU: the twin of `sched.balance`, after
+    /// Sukwong and Kim, "Is co-scheduling too expensive for SMP VMs?",
+    /// EuroSys 2011) or `"pinned"` (one queue per CPU of the vCPU
+    /// threads pinned there, so `affinity` must not be `"all"`; the
+    /// twin of `sched.pinned`, the host kernel's per-CPU run queues
+    /// without load balancing). Default `"fair"`.
     pub scheduler: Scheduler,
-    /// Scheduler tick period, ns (HZ=250: 4 ms). Slice expiry is noticed at ticks.
+    /// Scheduler tick period, ns. Default 4000000 (HZ=250, the
+    /// kernel's Kconfig default). Slice expiry is noticed at ticks.
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub tick_ns: u64,
-    /// EEVDF base slice, ns (sysctl_sched_base_slice 0.75 ms scaled by 1 + ilog2(min(ncpus, 8))).
+    /// EEVDF base slice, ns. Default 3000000 (kernel:
+    /// sysctl_sched_base_slice 0.75 ms × (1 + ilog2(min(ncpus, 8))) = 3 ms).
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub base_slice_ns: u64,
-    /// A woken, eligible task with an earlier deadline preempts the running one.
+    /// A woken, eligible task with an earlier deadline
+    /// preempts curr. Default True (kernel). Simplified: no RUN_TO_PARITY.
     pub wakeup_preemption: bool,
-    /// Effect of yield_to's next-buddy hint.
+    /// Effect of yield_to's next-buddy hint: `"always"` (CFS
+    /// before v6.6), `"eligible"` (sched_feat(PICK_BUDDY), on since
+    /// 2a77e4be12cb, v6.14; default) or `"never"` (v6.6-v6.13: ->next
+    /// picked only under NEXT_BUDDY, off by default). Spec §1.5.
     pub next_buddy: NextBuddy,
-    /// What a yield costs the yielder (EEVDF).
+    /// `"vruntime"` (79104becf42b "sched/fair: Forfeit
+    /// vruntime on yield", v6.19, stable 6.12.63 / 6.18.2: an eligible
+    /// yielder's vruntime jumps to its deadline, deadline += slice;
+    /// default) or `"deadline"` (147f3efaa241, v6.6-v6.18: deadline +=
+    /// slice). Spec §1.5.
     pub yield_penalty: YieldPenalty,
-    /// Which run queue the yield penalty acts on (EEVDF): the CPU's whole
-    /// queue, or only the yielder's VM's task group.
+    /// Where the EEVDF yield penalty acts. `"run_queue"`
+    /// (default): all threads share the CPU's one fair queue, so the
+    /// penalty reorders the yielder against every task of its CPU.
+    /// `"vm_group"`: each VM's threads are in their own task group
+    /// (libvirt's per-VM machine.slice scope; autogroup per session);
+    /// yield_task_fair acts on task_cfs_rq(curr) and returns when the
+    /// CPU runs one task, while set_next_buddy walks the whole
+    /// hierarchy. Simplified on the flat queue: the penalty applies when
+    /// every other runnable task of the CPU is a vCPU of the yielder's
+    /// VM, and not at all otherwise.
+    #[schemars(extend("x-omit-default" = true))]
     pub yield_scope: YieldScope,
-    /// Placement of the vCPU threads on the host CPUs.
+    /// VCPU threads `"pinned"` one per CPU slot in a seeded,
+    /// balanced random order (default), `"round_robin"` (vCPU g on CPU
+    /// g mod P), or `"all"` (unpinned: placed at wake-up on the previous
+    /// CPU if idle, else the first idle one; pulled by a CPU about to go
+    /// idle). No periodic load balancing.
     pub affinity: Affinity,
-    /// Gang-scheduling slice, ns.
+    /// Gang-scheduling slice, ns. Default 4000000 ([S4]:
+    /// "clean 4 ms slices").
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub gang_slice_ns: u64,
-    /// A run token's slice under vcpulab's schedulers (`round_robin`,
-    /// `relaxed_co`, `balance`), wall time, ns; `vcpulab.sched`'s `slice_us`
-    /// (default 4000).
+    /// A run token's slice under vcpulab's schedulers
+    /// (`"round_robin"`, `"relaxed_co"`, `"balance"`, `"pinned"`), wall time,
+    /// ns. Default 4000000 (`vcpulab.sched`'s default
+    /// `slice_us=4000`).
     #[serde(skip_serializing_if = "is_default_token_slice_ns")]
     #[schemars(range(min = limits::MIN_PERIOD_NS), extend("default" = 4_000_000))]
+    #[schemars(extend("x-omit-default" = true))]
     pub token_slice_ns: u64,
-    /// Under `scheduler = "relaxed_co"`: the token-holding time by which a
-    /// vCPU may lead its slowest runnable sibling before it is co-stopped,
-    /// ns; `sched.relaxed_co`'s `skew_us` (default 3000).
+    /// Under `scheduler="relaxed_co"`, the token-holding
+    /// time by which a vCPU may lead its slowest runnable sibling before
+    /// it is co-stopped, ns. Default 3000000 (`sched.relaxed_co`'s
+    /// default `skew_us=3000`).
     #[serde(skip_serializing_if = "is_default_token_skew_ns")]
     #[schemars(range(max = limits::MAX_TOKEN_SKEW_NS), extend("default" = 3_000_000))]
+    #[schemars(extend("x-omit-default" = true))]
     pub token_skew_ns: u64,
-    /// Host clock converting PLE cycles to ns, kHz.
+    /// Host clock converting PLE cycles to ns, kHz. Default 2100000
+    /// (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
     pub tsc_khz: u64,
-    /// Time a yield_to attempt holds both run-queue locks, ns.
+    /// Time a yield_to attempt holds both run-queue locks, ns
+    /// (contended locks are waited for). Default 300 (assumption; [S1]:
+    /// ~50 % host time in _raw_spin_lock under PLE storms).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub rq_lock_ns: u64,
-    /// Cost of yield_to before the run-queue locks (the -ESRCH check), ns.
+    /// Cost of yield_to before the locks (the -ESRCH check),
+    /// ns. Default 50 (assumption).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub yield_check_ns: u64,
-    /// yield_to returns -ESRCH early when both run queues hold one task
-    /// (kernels since ~3.8); false: the 2011-2012 yield_to, which always takes
-    /// both run-queue locks.
+    /// yield_to returns -ESRCH at once when both run queues
+    /// hold a single task (kernels since ~3.8). False models the 2011-2012
+    /// yield_to, which always took both run-queue locks. Default True.
     pub yield_to_esrch: bool,
-    /// Background host load: one pinned host task per host CPU.
+    /// Optional background host load. Default: none.
     pub background: Background,
-    /// Per-CPU tick phase as the `skew_tick=1` boot option sets it
-    /// (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is
-    /// offset by i·(TICK_NSEC/2)/nr_cpus). false: the kernel default,
-    /// every CPU ticks on the same jiffy boundary ("synchronized mode").
+    /// Per-CPU tick phase as the `skew_tick=1` boot option sets
+    /// it (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's
+    /// tick is offset by i × (TICK_NSEC / 2) / nr_cpus). Default False:
+    /// the kernel's default, every CPU ticks on the same jiffy
+    /// boundary ("Tick operating in synchronized mode").
+    #[schemars(extend("x-omit-default" = true))]
     pub tick_skew: bool,
-    /// Ties between equal scheduling keys are broken by a per-task seeded
-    /// random rank (a separate RNG stream) instead of the task index, so
-    /// that CPUs do not all prefer the same VM.
+    /// Break ties between equal scheduling keys by a per-task
+    /// random rank drawn from the seed (a second RNG stream) instead of
+    /// the task index. The kernel's rbtree keeps equal keys in enqueue
+    /// order, and on real hardware exact ties do not happen: the index
+    /// rule makes every CPU prefer the same VM. Default False.
+    #[schemars(extend("x-omit-default" = true))]
     pub seeded_ties: bool,
-    /// Wake-up latency of a task on a remote CPU: the IPI (wake list or
-    /// reschedule IPI) delivery, ns. 0: instantaneous (off).
+    /// Latency of a vCPU wake-up on its host CPU, ns: the
+    /// wake list / reschedule IPI's delivery (`ttwu_queue_wakelist`,
+    /// `resched_curr`); it delays the woken vCPU's start on an idle
+    /// CPU and its wake-up preemption of a busy one. Default 0 (off).
+    /// Suggested 1000-2000 (assumption: ~1 µs for a cross-core IPI on a
+    /// Xeon, plus the handler's entry).
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub wakeup_ipi_ns: u64,
-    /// Idle states of each host CPU as (exit_latency_ns, target_residency_ns),
-    /// shallowest first; a woken task waits for the exit latency of the
-    /// deepest state whose target residency the CPU has been idle for.
-    /// Empty: no exit latency (off). Times are <= 1e9 ns.
+    /// The host CPUs' idle states as (exit_latency_ns,
+    /// target_residency_ns), shallowest first. A vCPU woken onto an idle
+    /// CPU also waits for the exit latency of the deepest state whose
+    /// target residency the CPU has been idle for (an idle governor that
+    /// predicted right). Default () (off). `sim.IDLE_STATES_SKX` holds
+    /// the intel_idle table of a Skylake-SP server.
     #[schemars(schema_with = "idle_states_schema")]
+    #[schemars(extend("x-omit-default" = true))]
     pub idle_states: Vec<(u64, u64)>,
-    /// Relative jitter of the wake-up latencies: each is drawn uniformly in
-    /// [1 - j, 1 + j] times its value, in [0, 1].
+    /// Relative jitter of both wake-up latencies: each is
+    /// drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
+    /// Suggested 0.5 (assumption).
     #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(extend("x-omit-default" = true))]
     pub wakeup_jitter: f64,
-    /// Host noise: per-CPU kernel-thread bursts and per-VM VMM I/O threads.
+    /// Host noise (kernel threads, VMM I/O threads), see
+    /// [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
+    #[schemars(extend("x-omit-default" = true))]
     pub noise: HostNoise,
-    /// Tunables of `scheduler = "cfs"`.
+    /// Tunables of `scheduler="cfs"`, see [`Cfs`][vcpulab.sim.Cfs].
+    #[schemars(extend("x-omit-default" = true))]
     pub cfs: CfsConfig,
     /// Topology: sockets (each one LLC domain) × cores × SMT threads;
     /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
     /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
     /// servers: siblings are ncores apart). At most `pcpus`.
     #[schemars(range(min = 1, max = MAX_PCPUS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub sockets: u32,
-    /// SMT threads per core.
+    /// SMT threads per core, 1-8. Default 1. `pcpus`
+    /// must be a multiple of sockets × threads_per_core. Host CPU i is
+    /// thread i // ncores of core i % ncores (siblings ncores apart, as
+    /// Linux numbers x86 servers).
     #[schemars(range(min = 1, max = limits::MAX_THREADS_PER_CORE))]
+    #[schemars(extend("x-omit-default" = true))]
     pub threads_per_core: u32,
-    /// Wake-up placement of unpinned threads.
+    /// Where a woken unpinned thread goes: `"first_idle"`
+    /// (default: the previous CPU if idle, else the first idle CPU after
+    /// it, else the previous CPU) or `"select_task_rq_fair"` (the
+    /// kernel's: `wake_affine` between the waker's CPU and the
+    /// previous one, then `select_idle_sibling` — the target if idle,
+    /// the previous CPU if idle in the same LLC, the first fully idle
+    /// core of the target's LLC, its first idle CPU, else the target).
+    #[schemars(extend("x-omit-default" = true))]
     pub wake_placement: WakePlacement,
-    /// Periodic load balancing per domain (`rebalance_domains` /
-    /// `load_balance`), and newidle balancing domain by domain.
+    /// Periodic load balancing per domain (core, LLC,
+    /// machine) from the tick (`rebalance_domains`: every sd_weight ms
+    /// × `lb_busy_factor` on a busy CPU, one cache-cold task from the
+    /// busiest CPU when it runs 2+ more tasks), nohz idle balancing
+    /// kicked by a CPU with 2+ tasks, and newidle balancing domain by
+    /// domain (smallest first). Default False (newidle pulls only, from
+    /// the first CPU after this one that has a waiting task).
+    #[schemars(extend("x-omit-default" = true))]
     pub load_balance: bool,
     /// sd->busy_factor: a busy CPU balances `busy_factor` times less often
     /// (kernel sd_init: 32 before v5.10, 16 since).
     #[schemars(range(min = 1, max = limits::MAX_LB_BUSY_FACTOR))]
+    #[schemars(extend("x-omit-default" = true))]
     pub lb_busy_factor: u32,
-    /// sysctl_sched_migration_cost, ns: a task that ran within this time
-    /// is cache-hot and not moved by periodic balancing (`task_hot`).
+    /// sysctl_sched_migration_cost, ns: a task that ran
+    /// within it is cache-hot and periodic balancing leaves it
+    /// (`task_hot`). Default 500000 (kernel).
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub migration_cost_ns: u64,
-    /// Speed of a hardware thread while an SMT sibling of its core is busy,
-    /// percent of its speed alone (100: no slow-down, off).
+    /// Speed of a hardware thread doing a vCPU's useful work
+    /// while another thread of its core runs something, percent of its
+    /// speed alone (the work in progress is re-planned whenever a
+    /// sibling starts or stops). Default 100 (off). Suggested 65: two
+    /// busy threads give a core 1.3× its one-thread throughput, the
+    /// "up to 30 %" of D. Marr et al., "Hyper-Threading Technology
+    /// Architecture and Microarchitecture", Intel Technology Journal
+    /// 6(1), 2002, https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
+    /// (the same figure for every era: vcpulab has no per-generation
+    /// source). Spinning, exits and polling are not slowed.
     #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
+    #[schemars(extend("x-omit-default" = true))]
     pub smt_speed_pct: u32,
-    /// Where each unpinned (`affinity = "all"`) vCPU thread starts: its
-    /// first enqueue keeps this CPU (fork placement, `wake_up_new_task`),
-    /// it does not go through the wake-up path.
+    /// The host CPU each unpinned (`affinity="all"`)
+    /// vCPU thread starts on: `"index"` (default: vCPU g, counted over
+    /// all VMs, on CPU g mod P, so that VM k shares its CPUs with the
+    /// VMs P / vcpus apart and nothing else) or `"shuffled"` (the
+    /// balanced slots g mod P in a seeded random order, the map that
+    /// `affinity="pinned"` draws). No kernel rule puts vCPU g on CPU g
+    /// mod P: the map a real host starts a run with comes from fork
+    /// placement (`sched_balance_find_dst_cpu`) and the wake-up
+    /// placements of guest boot and idle, which depend on their timing;
+    /// "shuffled" stands for it (simplified: balanced, one draw per
+    /// seed). A thread's first enqueue keeps its start CPU
+    /// (`wake_up_new_task` places by fork balancing, not by the
+    /// wake-up path; through the wake-up path in index order, the VMs
+    /// listed first took CPUs of their own: the 2012 era's 8 x 20 VMs
+    /// 0 and 1 made 1.5-1.7x the mean). vCPU threads that never sleep
+    /// keep their start CPU (load balancing finds nothing to move
+    /// between equally loaded CPUs), so the start map decides which
+    /// VMs share CPUs. Pinned affinities ignore it.
+    #[schemars(extend("x-omit-default" = true))]
     pub start_placement: StartPlacement,
-    /// Cache-refill time a vCPU owes when it runs on another core of the
-    /// same LLC than last time (its private L1/L2 are cold), ns; spent at
-    /// the start of its next useful work. 0: off.
+    /// Cache-refill time a vCPU owes when it runs
+    /// on another core of the same LLC than last time (its private L1
+    /// and L2 are cold), ns: its next useful work starts with it (the
+    /// time counts as useful: the guest runs, slower). Default 0 (off).
+    /// The kernel charges nothing for a migration; the hardware does
+    /// (sysctl_sched_migration_cost only marks tasks cache-hot).
+    /// Simplified: one figure per distance, whatever the working set;
+    /// SMT siblings share L1/L2 and owe nothing.
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub migration_cold_core_ns: u64,
-    /// The same for a CPU in another LLC (socket): L1/L2 and its LLC share, ns.
+    /// The same for a CPU in another LLC (socket),
+    /// ns. Default 0 (off).
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub migration_cold_llc_ns: u64,
-    /// `wake_wide` in `select_task_rq_fair`: a waker and wakee that both
-    /// switch wakees often (`record_wakee` flips) skip `wake_affine`.
+    /// `wake_wide` in `select_task_rq_fair` (kernel/sched/fair.c,
+    /// since v4.6): each waker counts its "wakee flips" (one more when
+    /// it wakes a different task than last time, halved every second:
+    /// `record_wakee`); when the waker's and the wakee's counts are
+    /// both at least the LLC size and one is at least LLC-size times
+    /// the other, the wake-up skips `wake_affine` and looks for an
+    /// idle CPU around the wakee's previous CPU. The waker is the vCPU
+    /// thread of the vCPU event that makes the wake-up (an IPI, a pv
+    /// kick), or the task running on the CPU of a tick or resched;
+    /// wake-ups with no waker task (timers on an idle CPU) count
+    /// nothing. Only with `wake_placement="select_task_rq_fair"`.
+    /// Default False (off).
+    #[schemars(extend("x-omit-default" = true))]
     pub wake_wide: bool,
-    /// Host CPU of each vCPU thread, overriding the map `affinity` draws:
-    /// vCPU thread g (counted over all VMs) on `vcpu_pcpus[g mod len]`,
-    /// pinned there (`affinity = "all"`: starting there). Lets a run use
-    /// some of the host's CPUs while the host's other threads (noise, the
-    /// VMM threads) may run on the rest, as a real experiment pinned to a
-    /// subset of the machine does. Each entry < `pcpus`, at most
-    /// `MAX_VCPUS_TOTAL` entries. Empty (default): the affinity's map.
+    /// The host CPU of each vCPU thread, overriding the map
+    /// `affinity` draws: vCPU thread g (counted over all VMs) on
+    /// `vcpu_pcpus[g % len]`, pinned there (`affinity="all"`:
+    /// starting there). A run that uses some of the host's CPUs while
+    /// the host's other threads (noise, the VMM threads) may run on the
+    /// rest, as a real experiment pinned to part of the machine
+    /// ([`vcpulab.twins`][]). Each entry < `pcpus`. Default () (the
+    /// affinity's map).
     #[schemars(schema_with = "vcpu_pcpus_schema")]
+    #[schemars(extend("x-omit-default" = true))]
     pub vcpu_pcpus: Vec<u32>,
-    /// vCPU threads arrive one by one, ns apart: the VMM creates them in
-    /// turn, and the order in which they first reach their CPU's run queue
-    /// (fork placement, then the move to their pinned CPU) is a seeded
-    /// random one; the gaps between arrivals are exponential with mean
-    /// start_gap_ns (second RNG stream); each arrives on its start CPU
-    /// (a new task is placed by fork balancing, which the start map stands
-    /// for, not by the wake-up path) and may preempt as any waking task.
-    /// 0 (default): every vCPU is runnable at time 0, in index order, each
-    /// on its start CPU.
+    /// The vCPU threads arrive one by one, ns apart, as a
+    /// VMM creates them in turn: the order in which they first reach
+    /// their CPU's run queue (fork placement, then the move to their
+    /// pinned CPU) is a seeded random one (a stand-in for that timing),
+    /// the gaps between arrivals are exponential with mean
+    /// start_gap_ns (second RNG stream); each arrives on its start CPU (a new
+    /// task is placed by fork balancing, which the start map stands
+    /// for, not by the wake-up path) and may preempt as any waking
+    /// task. Their first runs set the order of a
+    /// ticket lock's queue, the host scheduler's order of them is set
+    /// by the arrivals too, and the two need not agree (docs/twins.md).
+    /// Default 0 (every vCPU runnable at time 0, in index order).
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub start_gap_ns: u64,
-    /// EEVDF: a wake-up onto a busy CPU notices an expired slice of the
-    /// running task, as the kernel's `enqueue_entity` → `update_curr` →
-    /// `update_deadline` → `resched_curr` does (kernel/sched/fair.c), and the
-    /// CPU picks again. false (default): slice expiry is noticed at ticks only.
+    /// EEVDF (`scheduler="fair"`): a wake-up onto
+    /// a busy CPU notices an expired slice of the running task, as the
+    /// kernel's `enqueue_entity` → `update_curr` →
+    /// `update_deadline` → `resched_curr` does (kernel/sched/fair.c),
+    /// and the CPU picks again. Default False (slice expiry noticed at
+    /// ticks only).
+    #[schemars(extend("x-omit-default" = true))]
     pub slice_check_on_wakeup: bool,
-    /// EEVDF: the kernel's `RUN_TO_PARITY` slice protection and wake-up
-    /// rule (kernel/sched/fair.c, v6.6 on; the feature is on by default). A
+    /// EEVDF (`scheduler="fair"`): the kernel's
+    /// `RUN_TO_PARITY` slice protection and wake-up rule
+    /// (kernel/sched/fair.c, v6.6 on; the feature is on by default): a
     /// task picked to run keeps its CPU while it is eligible and has not
-    /// used its slice (`set_protect_slice` at the pick, `protect_slice` in
-    /// `pick_eevdf`); a woken task preempts only when `pick_eevdf` would
-    /// choose it (`check_preempt_wakeup_fair`), and an eligible next buddy
-    /// still goes first (`PICK_BUDDY`). false (default): every pick is the
-    /// earliest eligible deadline, and a woken task preempts when it is
-    /// eligible with an earlier deadline than the running one.
+    /// used its slice (`set_protect_slice`, `protect_slice` in
+    /// `pick_eevdf`); a woken task preempts only when `pick_eevdf`
+    /// would choose it (`check_preempt_wakeup_fair`); an eligible next
+    /// buddy still goes first (`PICK_BUDDY`). Every task has the base
+    /// slice here, so the protection lasts to the deadline set when it
+    /// was picked. Default False (every pick is the earliest eligible
+    /// deadline; a woken task preempts when it is eligible with an
+    /// earlier deadline than the running one).
+    #[schemars(extend("x-omit-default" = true))]
     pub run_to_parity: bool,
     /// Host CPU time of a switch to a vCPU thread, ns: the host's
     /// `__schedule()` → `context_switch()` (registers, the address space of
@@ -298,6 +455,7 @@ pub struct HostConfig {
     /// `migration_cold_*_ns`'s, not this. 0 (default): switches cost
     /// nothing.
     #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
     pub switch_ns: u64,
     /// EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29 "sched/fair:
     /// Implement delayed dequeue", v6.12; both on by default): a task that
@@ -313,6 +471,7 @@ pub struct HostConfig {
     /// (EEVDF) only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
+    #[schemars(extend("x-omit-default" = true))]
     pub delay_dequeue: bool,
 }
 
@@ -348,27 +507,29 @@ pub enum WakePlacement {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostNoise {
-    /// Bursts per second of each CPU's kernel threads (0: off).
+    /// Bursts per second of each CPU's kernel threads. Default 0.
     #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
     pub kthread_hz: f64,
-    /// Mean length of one kernel-thread burst, ns.
+    /// Mean length of one kernel-thread burst, ns. Default 20000.
     #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
     pub kthread_ns: u64,
-    /// Bursts per second of each VM's VMM I/O thread (0: off).
+    /// Bursts per second of each VM's VMM I/O thread. Default 0.
     #[schemars(range(min = 0.0, max = limits::MAX_NOISE_HZ))]
     pub vmm_io_hz: f64,
-    /// Mean length of one VMM I/O burst, ns.
+    /// Mean length of one VMM I/O burst, ns. Default 20000.
     #[schemars(range(min = limits::MIN_NOISE_NS, max = limits::MAX_COST_NS))]
     pub vmm_io_ns: u64,
-    /// Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
-    /// `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson
-    /// process and lag). 1 (the default): one task per CPU whose arrivals
-    /// join the work it already has. Many short tasks that each ran little
-    /// keep their lag and preempt at each wake-up; one task carrying all of
-    /// them does not. Source: a measurement here, the number of short tasks
-    /// `/proc/<pid>/task/<tid>/schedstat` counts over a run (docs/twins.md).
+    /// Independent kernel-thread tasks per CPU sharing
+    /// `kthread_hz` (each `kthread_hz / kthreads_per_cpu` arrivals per
+    /// second, its own Poisson process and its own lag), 1-64. Default 1:
+    /// one task per CPU whose arrivals join the work it already has. Many
+    /// short tasks that each ran little keep their lag and preempt a vCPU
+    /// at each wake-up; one task that carries them all has used its share
+    /// and rarely does. Source: measured here (the number of short tasks
+    /// of `vcpulab.twins.OtherLoad`, from `/proc/<pid>/task/*/schedstat`).
     #[serde(skip_serializing_if = "is_one_u32")]
     #[schemars(range(min = 1, max = limits::MAX_KTHREADS_PER_CPU), extend("default" = 1))]
+    #[schemars(extend("x-omit-default" = true))]
     pub kthreads_per_cpu: u32,
 }
 
@@ -395,30 +556,39 @@ pub enum TunableScaling {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct CfsConfig {
-    /// sysctl_sched_latency before scaling, ns (kernel: 6 ms).
+    /// sysctl_sched_latency, ns, unscaled. Default 6000000.
     #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub latency_ns: u64,
-    /// sysctl_sched_min_granularity before scaling, ns (kernel: 0.75 ms).
+    /// sysctl_sched_min_granularity, ns, unscaled.
+    /// Default 750000.
     #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub min_granularity_ns: u64,
-    /// sysctl_sched_wakeup_granularity before scaling, ns (kernel: 1 ms).
+    /// sysctl_sched_wakeup_granularity, ns, unscaled.
+    /// Default 1000000.
     #[schemars(range(min = limits::MIN_PERIOD_NS, max = limits::MAX_COST_NS))]
     pub wakeup_granularity_ns: u64,
-    /// How the three times scale with the CPU count.
+    /// `"log"` (default), `"linear"` (factor
+    /// min(ncpus, 8)) or `"none"` (factor 1).
     pub tunable_scaling: TunableScaling,
-    /// GENTLE_FAIR_SLEEPERS: the sleeper credit of place_entity is half of
-    /// sched_latency (kernel default true) instead of all of it.
+    /// GENTLE_FAIR_SLEEPERS (kernel default True): a
+    /// waking task's sleeper credit in `place_entity` is half of
+    /// sched_latency instead of all of it.
     pub gentle_fair_sleepers: bool,
-    /// LAST_BUDDY: a task preempted by a wake-up becomes the last buddy when
-    /// nr_running >= sched_nr_latency (kernel default true).
+    /// LAST_BUDDY (kernel default True): a task preempted by a
+    /// wake-up becomes the last buddy when nr_running >= sched_nr_latency.
     pub last_buddy: bool,
-    /// Each VM's threads in their own task group, one level below the root
-    /// cfs_rq (CONFIG_FAIR_GROUP_SCHED, as libvirt runs a VM in its own
-    /// cgroup with the default 1024 cpu.shares): picks, buddies, yields,
-    /// ticks and wake-up preemption act level by level (src/sim/cfs_group.rs).
-    /// Default false: one flat cfs_rq, as a VMM started outside any cgroup.
+    /// Each VM's threads in their own task group, one level
+    /// below the root cfs_rq (CONFIG_FAIR_GROUP_SCHED, as libvirt runs
+    /// each VM in its own cgroup with the default cpu.shares of 1024,
+    /// https://libvirt.org/cgroups.html): a VM's group entity gets
+    /// 1024 · (its load on this CPU / its load on all CPUs) of weight
+    /// (`calc_group_shares`), so VMs, not threads, share a CPU fairly;
+    /// picks, buddies, yields, ticks and wake-up preemption act level by
+    /// level. Default False: one flat cfs_rq, as a VMM started outside
+    /// any cgroup. See docs/simulator.md, "CFS group scheduling".
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
+    #[schemars(extend("x-omit-default" = true))]
     pub vm_groups: bool,
 }
 

@@ -32,29 +32,33 @@ pub use workload::*;
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
-    /// Seed of the one RNG of a run (PCG64).
-    pub seed: u64,
+    /// The host.
+    pub host: HostConfig,
+    /// A tuple of [`Vm`][vcpulab.sim.Vm] entries.
+    #[schemars(length(min = 1))]
+    pub vms: Vec<VmConfig>,
     /// Simulated time limit, ns. The run also ends earlier when every VM with
     /// a finite `iterations` has completed them.
     #[schemars(range(min = 1, max = limits::MAX_DURATION_NS))]
     pub duration_ns: u64,
-    /// Record the per-host-CPU trace (sched map).
+    /// Seed of the run's RNG (PCG64); same seed and config → identical results.
+    pub seed: u64,
+    /// Record the per-host-CPU trace (`Result.trace`). Default False.
     pub trace: bool,
-    /// Iterations completing before this instant (ns) are not counted in
-    /// ops, throughput and latency (time accounting covers the whole run).
+    /// Iterations completing before this instant are not counted
+    /// in ops, throughput and latency (time categories cover the whole
+    /// run), ns. Default 0.
     pub warmup_ns: u64,
-    /// With `trace`: record only the slices that end after this instant, ns
-    /// (whole slices, not clipped). A sched map of a window of a long run
-    /// then needs only that window's rows. Default 0 (from the start).
+    /// With `trace`, record only the slices that end after
+    /// this instant, ns (whole slices, not clipped): a sched map of a
+    /// window of a long run then needs only that window's rows.
+    /// Default 0 (from the start).
+    #[schemars(extend("x-omit-default" = true))]
     pub trace_from_ns: u64,
-    /// With `trace`: record only the slices that start before this instant,
-    /// ns; 0 = until the run's end. Default 0.
+    /// With `trace`, record only the slices that start
+    /// before this instant, ns; 0 = until the run's end. Default 0.
+    #[schemars(extend("x-omit-default" = true))]
     pub trace_until_ns: u64,
-    /// The host: CPUs and scheduler.
-    pub host: HostConfig,
-    /// The VMs; each entry stands for `count` identical VMs.
-    #[schemars(length(min = 1))]
-    pub vms: Vec<VmConfig>,
 }
 
 impl Default for SimConfig {

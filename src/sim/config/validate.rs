@@ -19,7 +19,12 @@ fn schema() -> &'static serde_json::Value {
 /// `vms[0].workload.phases[2].ns must be <= 1000000000000, got …`). A number
 /// that is not finite (NaN and ±inf serialise to JSON null) is refused where
 /// the schema wants a number.
-fn check_ranges(root: &serde_json::Value, s: &serde_json::Value, v: &serde_json::Value, path: &str) -> Result<(), String> {
+fn check_ranges(
+    root: &serde_json::Value,
+    s: &serde_json::Value,
+    v: &serde_json::Value,
+    path: &str,
+) -> Result<(), String> {
     use serde_json::Value;
     let at = |p: &str| if p.is_empty() { "the configuration".to_string() } else { p.to_string() };
     if let Some(r) = s.get("$ref").and_then(Value::as_str) {
@@ -86,11 +91,15 @@ fn check_ranges(root: &serde_json::Value, s: &serde_json::Value, v: &serde_json:
         // integers compare exactly (u64 beyond 2^53 would round as f64)
         let below = |lim: &Value| match (v.as_u64(), lim.as_u64()) {
             (Some(a), Some(b)) => a < b,
-            _ => v.as_i64().zip(lim.as_i64()).map(|(a, b)| a < b).unwrap_or_else(|| x < lim.as_f64().unwrap_or(f64::NAN)),
+            _ => {
+                v.as_i64().zip(lim.as_i64()).map(|(a, b)| a < b).unwrap_or_else(|| x < lim.as_f64().unwrap_or(f64::NAN))
+            }
         };
         let above = |lim: &Value| match (v.as_u64(), lim.as_u64()) {
             (Some(a), Some(b)) => a > b,
-            _ => v.as_i64().zip(lim.as_i64()).map(|(a, b)| a > b).unwrap_or_else(|| x > lim.as_f64().unwrap_or(f64::NAN)),
+            _ => {
+                v.as_i64().zip(lim.as_i64()).map(|(a, b)| a > b).unwrap_or_else(|| x > lim.as_f64().unwrap_or(f64::NAN))
+            }
         };
         if let Some(lo) = s.get("minimum").filter(|lo| below(lo)) {
             return Err(format!("{} must be >= {lo}, got {v}", at(path)));
@@ -365,5 +374,40 @@ mod tests {
         assert!(c.validate().unwrap_err().starts_with("vms[0].ple.max"));
         let e = SimConfig::from_json("{\"host\": {\"pcpus\": 2, \"bogus\": 1}}").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn ranges_come_from_the_schema_walk() {
+        // a field deep in a tagged enum inside a list, named by its path
+        let mut c = SimConfig::default();
+        c.vms[0].workload.phases[0] =
+            Phase::Compute { ns: limits::MAX_PHASE_NS + 1, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 };
+        assert_eq!(
+            c.validate().unwrap_err(),
+            format!(
+                "vms[0].workload.phases[0].ns must be <= {}, got {}",
+                limits::MAX_PHASE_NS,
+                limits::MAX_PHASE_NS + 1
+            )
+        );
+        // an exclusive maximum, and a float that JSON cannot carry
+        let mut c = SimConfig::default();
+        c.host.background.utilization = 1.0;
+        assert_eq!(c.validate().unwrap_err(), "host.background.utilization must be < 1.0, got 1.0");
+        c.host.background.utilization = f64::NAN;
+        assert_eq!(c.validate().unwrap_err(), "host.background.utilization must be a finite number, got null");
+        // list lengths, and an Option<u64> that is set
+        let mut c = SimConfig::default();
+        c.vms.clear();
+        assert_eq!(c.validate().unwrap_err(), "vms must hold at least 1 item(s), got 0");
+        let mut c = SimConfig::default();
+        c.vms[0].halt_poll.vm_max_ns = Some(u64::MAX);
+        assert!(c.validate().unwrap_err().starts_with("vms[0].halt_poll.vm_max_ns must be <= 4294967295"));
+        // u64 limits compare exactly, not through f64
+        let mut c = SimConfig::default();
+        c.duration_ns = limits::MAX_DURATION_NS + 1;
+        assert!(c.validate().unwrap_err().starts_with("duration_ns must be <= "));
+        c.duration_ns = limits::MAX_DURATION_NS;
+        c.validate().unwrap();
     }
 }

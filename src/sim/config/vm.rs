@@ -15,26 +15,30 @@ pub enum PleKind {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PleConfig {
-    /// false: the KVM_X86_DISABLE_EXITS_PAUSE case (no exits, window never changes).
+    /// False models KVM_X86_DISABLE_EXITS_PAUSE (no exits). Default True.
     pub enabled: bool,
-    /// Intel PLE or AMD pause filter.
+    /// `"vmx"` (default) or `"svm"`.
     pub kind: PleKind,
-    /// Initial window and shrink floor, cycles (VMX `ple_window` / SVM `pause_filter_count`).
+    /// Initial window and shrink floor, cycles. Default 4096 (kernel
+    /// `KVM_VMX_DEFAULT_PLE_WINDOW`; SVM: 3000).
     #[schemars(range(min = 1, max = limits::UINT_MAX))]
     pub window: u64,
-    /// Grow modifier (`ple_window_grow`, a kernel uint); 0 keeps the window fixed at `window`.
+    /// Grow modifier; < window multiplies, else adds; 0 keeps the window
+    /// fixed (kernels before 2014). Default 2 (kernel).
     #[schemars(range(max = limits::UINT_MAX))]
     pub grow: u64,
     /// Shrink modifier (`ple_window_shrink`, a kernel uint); 0 resets to `window` on sched-in.
     #[schemars(range(max = limits::UINT_MAX))]
     pub shrink: u64,
-    /// Growth cap, cycles (`ple_window_max`); at least `window`.
+    /// Growth cap, cycles. Default 4294967295 (kernel UINT_MAX; SVM 65535).
     #[schemars(range(min = 1, max = limits::UINT_MAX))]
     pub max: u64,
-    /// Cost of one PAUSE exit round trip (exit + entry), ns.
+    /// Cost of one PAUSE exit round trip, ns. Default 1000 (assumption:
+    /// ~1 µs VM exit + entry on recent Xeons).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub exit_ns: u64,
-    /// Cost of examining one candidate in the on_spin loop, ns.
+    /// Cost of examining one candidate in kvm_vcpu_on_spin, ns.
+    /// Default 40 (assumption).
     #[schemars(range(max = limits::MAX_CANDIDATE_NS))]
     pub candidate_ns: u64,
 }
@@ -76,35 +80,52 @@ pub enum PolicyKind {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// The directed-yield policy.
+    /// `"upstream"` (default; [K1]), `"baseline2011"`,
+    /// `"dy_eligible"` ([S1]), `"random"`, `"oracle"`,
+    /// `"none"` or `"python"`.
     pub kind: PolicyKind,
-    /// Number of -ESRCH results tolerated before the scan stops; 0 = unlimited.
+    /// -ESRCH results tolerated before the scan stops; 0 =
+    /// unlimited. Default 3 (kernel). `dy_eligible` uses 0 (the 2012 patch).
     pub esrch_budget: u32,
-    /// Upstream: store the loop offset instead of the index (v6.12-6.18 bug).
+    /// Upstream: store the loop offset instead of the index
+    /// (v6.12-6.18 bug). Default False.
     pub last_boosted_bug: bool,
-    /// Upstream: apply the dy_eligible toggle (CONFIG_HAVE_KVM_CPU_RELAX_INTERCEPT).
+    /// Upstream: apply the dy_eligible toggle. Default True (x86).
     pub dy_eligible: bool,
-    /// Upstream: skip candidates preempted in guest user mode when the spinner is in kernel mode.
+    /// Upstream: skip candidates preempted in guest user mode
+    /// when the spinner is in kernel mode. Default True (since ~v4.14).
     pub kernel_filter: bool,
-    /// Upstream: a candidate preempted in guest user mode passes the
-    /// kernel-mode filter when it has a posted interrupt pending
-    /// (`kvm_arch_dy_has_pending_interrupt`; 52acd22faa1a "KVM: Boost vCPU
-    /// candidate in user mode which is delivering interrupt", v5.13).
-    /// false: kernels before 5.13, whose filter skips it whatever it has
-    /// pending. Default true.
+    /// Python policies: the callable's name (the key it travels under).
+    pub name: String,
+    /// Upstream: the first candidate test of
+    /// `kvm_vcpu_on_spin`: `"ready"` (default; `vcpu->ready`, since
+    /// 5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
+    /// interrupts": preempted, or woken from a halt and not yet running)
+    /// or `"preempted"` (`vcpu->preempted`, kernels before 5.3: a
+    /// woken vCPU that has not run yet is not a candidate).
+    pub candidate_gate: CandidateGate,
+    /// Upstream: IPI-aware candidate selection, after Wanpeng
+    /// Li's RFC ("[PATCH v2 8/9] KVM: Implement IPI-aware directed yield
+    /// candidate selection", 18 Dec 2025, not merged,
+    /// https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a
+    /// candidate that has not yet handled an IPI the spinner's thread
+    /// sent passes the in-kernel filter (`kvm_vcpu_is_ipi_receiver`;
+    /// "recent" = still pending: the RFC's recency window, patches 1-7,
+    /// is not modelled), then pending interrupts and the preempted
+    /// fallback as upstream; a scan that boosts nobody is followed by a
+    /// relaxed round that asks `vcpu->preempted` only. Default False.
+    #[schemars(extend("x-omit-default" = true))]
+    pub ipi_aware: bool,
+    /// Upstream: a candidate preempted in guest user
+    /// mode passes the kernel-mode filter when it has a posted interrupt
+    /// pending (`kvm_arch_dy_has_pending_interrupt`; 52acd22faa1a "KVM:
+    /// Boost vCPU candidate in user mode which is delivering interrupt",
+    /// v5.13). False: kernels before 5.13, whose filter skips such a
+    /// candidate whatever it has pending. Default True.
     #[serde(skip_serializing_if = "is_true")]
     #[schemars(extend("default" = true))]
+    #[schemars(extend("x-omit-default" = true))]
     pub user_mode_irq_boost: bool,
-    /// Python: a name for the callable (the callable itself is not serialised).
-    pub name: String,
-    /// Upstream: the first candidate test of `kvm_vcpu_on_spin`.
-    pub candidate_gate: CandidateGate,
-    /// Upstream: IPI-aware candidate selection (Wanpeng Li's RFC, "[PATCH v2
-    /// 8/9] KVM: Implement IPI-aware directed yield candidate selection", Dec
-    /// 2025, not merged): a candidate that has not yet handled an IPI from
-    /// the spinner passes the in-kernel filter; a scan that boosts nobody is
-    /// followed by a relaxed round that checks `vcpu->preempted` only.
-    pub ipi_aware: bool,
 }
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,49 +187,96 @@ impl Placement {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PvConfig {
-    /// Steal time enabled: the guest sees the `preempted` byte and steal_ns.
+    /// Steal time on: the guest sees the `preempted` byte (mutex
+    /// spinners stop, wake-up placement avoids preempted vCPUs). Default True.
     pub steal_time: bool,
-    /// PV_SCHED_YIELD: a call-function IPI sender directed-yields to the first preempted target.
+    /// PV_SCHED_YIELD: a call-function IPI sender directed-yields
+    /// to the first preempted target. Default True.
     pub sched_yield: bool,
-    /// Posted interrupts (APICv): a pending IPI makes a candidate dy_runnable.
+    /// Posted interrupts: a pending IPI makes a candidate dy_runnable.
+    /// Default True.
     pub apicv: bool,
-    /// Guest wake-up placement rule.
+    /// Guest wake-up placement: `"available_idle"` (upstream
+    /// `available_idle_cpu`: guest-idle and not `vcpu_is_preempted`),
+    /// `"pcpu_is_idle"` (vcpulab's first model of the 2021 proposal:
+    /// first prefer guest-idle vCPUs whose host CPU runs nothing else,
+    /// read live, counting a preempted one as available),
+    /// `"pcpu_is_idle_rfc"` (the RFC as posted, "[PATCH 1-4/4] KVM: x86:
+    /// Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
+    /// Dingji Li, Zeyu Mi, 31 Aug 2021,
+    /// https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/:
+    /// fair.c's `available_idle_cpu` becomes guest-idle && the vCPU's
+    /// steal-time `is_idle` byte, a snapshot the host writes when the
+    /// vCPU is put — 1 if its CPU's nr_running is <= 1 — and when a vCPU
+    /// enters the guest — the previous vCPU on that CPU cleared, or
+    /// itself set again; as posted the clear returns early when the byte
+    /// is set, so a set byte stays set) or `"pcpu_is_idle_rfc_cleared"`
+    /// (the same write points with a clear that clears). Default
+    /// `"available_idle"`.
     pub placement: Placement,
     /// Cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
+    /// Default 1500 (assumption).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub hypercall_ns: u64,
-    /// Cost of a HLT exit before blocking, ns.
+    /// Cost of a HLT exit before blocking, ns. Default 1500
+    /// (assumption).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub halt_exit_ns: u64,
-    /// Guest idle poll before HLT (cpuidle-haltpoll), ns; 0 = HLT at once.
+    /// Guest idle polling before HLT (cpuidle-haltpoll),
+    /// ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
+    /// loads it; its own default is 200000, [K5]).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub guest_idle_poll_ns: u64,
-    /// KVM_FEATURE_PV_UNHALT offered: the guest's `pv_queued` locks use the
-    /// PV slow path; false: `kvm_spinlock_init` returns early and the guest's
-    /// `virt_spin_lock` test-and-set fallback runs instead (lock stealing).
+    /// KVM_FEATURE_PV_UNHALT offered to the guest. False: the
+    /// guest's `kvm_spinlock_init` returns early, so its `pv_queued`
+    /// locks run the `virt_spin_lock` test-and-set fallback (any running
+    /// waiter may take a free lock, newcomers included: lock stealing).
+    /// Default True (KVM since 3.12).
     pub pv_spinlocks: bool,
     /// KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
-    /// (`kvm_pv_kick_cpu_op` + `kvm_sched_yield`, "Boost queue head vCPU",
-    /// 2019); false: the kick only wakes it (hosts before 5.2).
+    /// (`kvm_pv_kick_cpu_op` then `kvm_sched_yield`; commit
+    /// 266e85a5ec9 "KVM: X86: Boost queue head vCPU to mitigate lock
+    /// waiter preemption", Wanpeng Li, 2019). False: the kick only wakes
+    /// (hosts before it). Default True.
     pub kick_yield: bool,
-    /// KVM_FEATURE_PV_TLB_FLUSH (4.16): a TLB-shootdown IPI skips preempted
-    /// targets, which flush at their next sched-in (`kvm_flush_tlb_multi`).
+    /// KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown
+    /// IPI phase (`Ipi(tlb_flush=True)`) skips preempted targets, which
+    /// the host flushes at their next sched-in (`kvm_flush_tlb_multi`).
+    /// Default False (as before the option existed).
     pub tlb_flush: bool,
-    /// KVM_FEATURE_PV_SEND_IPI (4.19): one hypercall sends a multicast IPI;
-    /// false: one ICR-write exit per target (`icr_write_ns` each).
+    /// KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one
+    /// hypercall (`hypercall_ns`) for a multicast IPI instead of one
+    /// ICR-write exit per target (`icr_write_ns` each). Default False.
     pub send_ipi: bool,
-    /// Cost of one ICR-write exit when sending an IPI without PV send-IPI, ns
-    /// (0: sending is free, as before this field existed).
+    /// Cost of one ICR-write exit per IPI target when
+    /// `send_ipi` is off, ns. Default 0 (sending is free, as before the
+    /// option existed; an era preset sets the hardware figure).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub icr_write_ns: u64,
-    /// When the host writes the steal-time `preempted` byte (what the
-    /// guest's `vcpu_is_preempted` reads).
+    /// When the host sets the steal-time `preempted` byte
+    /// that the guest's `vcpu_is_preempted` reads ([K4]):
+    /// `"instruction_boundary"` (5.19 on, and the stable kernels from
+    /// 5.4 that took the fixes: only a vCPU preempted while runnable by
+    /// the interrupt that took it out of guest mode; commits
+    /// 54aa83c90198 "KVM: x86: do not set st->preempted when going back
+    /// to user space" and 6cd88243c7e0 "KVM: x86: do not report a vCPU
+    /// as preempted outside instruction boundaries", Paolo Bonzini,
+    /// June 2022) or `"every_put"` (4.10 to 5.18: `kvm_arch_vcpu_put`
+    /// calls `kvm_steal_time_set_preempted` at every put, so a vCPU
+    /// blocked after HLT, or switched out after a pause-loop exit, reads
+    /// as preempted until it enters the guest again, and
+    /// `available_idle_cpu` refuses every halted vCPU). Default
+    /// `"instruction_boundary"`.
+    #[schemars(extend("x-omit-default" = true))]
     pub preempted_byte: PreemptedByte,
-    /// `kvm_sched_yield` (PV kick yield, PV sched yield) gives up at once
-    /// while the yielder is alone on its CPU (`single_task_running()`; "KVM:
-    /// X86: Bail out of direct yield in case of under-committed scenarios",
-    /// Wanpeng Li, 2021, v5.13); false: hosts before it, which always call
-    /// `kvm_vcpu_yield_to`.
+    /// `kvm_sched_yield` (the KICK_CPU yield
+    /// and PV sched yield) gives up at once while the yielder is alone
+    /// on its host CPU (`single_task_running()`; "KVM: X86: Bail out of
+    /// direct yield in case of under-committed scenarios", Wanpeng Li,
+    /// 2021, v5.13). False: hosts before it, which always try
+    /// `kvm_vcpu_yield_to` (it can still boost a target waiting on
+    /// another CPU's queue). Default True.
+    #[schemars(extend("x-omit-default" = true))]
     pub yield_single_task_bailout: bool,
 }
 
@@ -260,28 +328,34 @@ pub use crate::sim::halt_poll::{HaltPollConfig, Policy as HaltPollPolicy};
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct VmConfig {
-    /// Number of identical VMs this entry stands for.
-    #[schemars(range(min = 1, max = MAX_VCPUS_TOTAL))]
-    pub count: u32,
-    /// vCPUs per VM.
+    /// VCPUs per VM. Default 4.
     #[schemars(range(min = 1, max = MAX_VCPUS_TOTAL))]
     pub vcpus: u32,
-    /// Guest threads; 0 = one per vCPU; at most 16 per vCPU.
+    /// Number of identical VMs. Default 1.
+    #[schemars(range(min = 1, max = MAX_VCPUS_TOTAL))]
+    pub count: u32,
+    /// Guest threads; 0 = one per vCPU (default). The 2012
+    /// benchmarks of [S1] ran 2 threads per vCPU.
     pub threads: u32,
-    /// Scheduler weight of each vCPU thread (1024 = nice 0).
+    /// Scheduler weight of each vCPU thread, in [2, 88761] (1024 =
+    /// nice 0, the kernel's default for a vCPU thread). Default 1024.
     #[schemars(range(min = limits::MIN_WEIGHT, max = limits::MAX_WEIGHT))]
     pub weight: u64,
-    /// Pause-loop exiting.
-    pub ple: PleConfig,
-    /// The directed-yield policy (what kvm_vcpu_on_spin does).
-    pub policy: PolicyConfig,
-    /// Paravirtual features and exit costs.
-    pub pv: PvConfig,
-    /// Host halt polling.
-    pub halt_poll: HaltPollConfig,
-    /// What each guest thread runs.
+    /// What the threads run; a preset's name
+    /// (`vcpulab.sim.presets.NAMES`, e.g. `"ebizzy_like"`) is that
+    /// preset with its defaults.
     pub workload: WorkloadConfig,
-    /// The guest kernel's own choices.
+    /// Pause-loop exiting, see [`Ple`][vcpulab.sim.Ple].
+    pub ple: PleConfig,
+    /// The directed-yield policy, see [`Policy`][vcpulab.sim.Policy]; a name of
+    /// `vcpulab.sim.policies.NAMES` (e.g. `"dy_eligible"`) is that
+    /// policy with its defaults (`policies.by_name`).
+    pub policy: PolicyConfig,
+    /// Paravirtual features and exit costs, see [`Pv`][vcpulab.sim.Pv].
+    pub pv: PvConfig,
+    /// Host halt polling, see [`HaltPoll`][vcpulab.sim.HaltPoll].
+    pub halt_poll: HaltPollConfig,
+    /// The guest kernel's own choices, see [`Guest`][vcpulab.sim.Guest].
     pub guest: GuestConfig,
 }
 

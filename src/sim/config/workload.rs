@@ -188,20 +188,24 @@ impl Phase {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct WorkloadConfig {
-    /// A label for tables.
-    pub name: String,
-    /// One iteration of each guest thread, executed in order.
+    /// A tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue).
     #[schemars(length(min = 1, max = MAX_PHASES))]
     pub phases: Vec<Phase>,
-    /// Iterations per thread; 0 = loop until the end of the run.
+    /// A label for tables. Default `"custom"`.
+    pub name: String,
+    /// Iterations per thread; 0 loops until the end of the run
+    /// (throughput), > 0 ends the run when every VM is done (wall time).
     pub iterations: u64,
-    /// Guest round-robin slice between threads sharing a vCPU, ns.
+    /// Guest round-robin slice between threads sharing a
+    /// vCPU, ns. Default 4000000 (assumption: a 4 ms guest CFS slice).
     #[schemars(range(min = limits::MIN_PERIOD_NS))]
     pub guest_slice_ns: u64,
-    /// Cycles per iteration of a spin loop (used for SPIN_THRESHOLD).
+    /// Cycles per spin-loop iteration (turns SPIN_THRESHOLD
+    /// into time). Default 40 (assumption: PAUSE + load on older Xeons).
     #[schemars(range(min = 1, max = limits::MAX_SPIN_ITER_CYCLES))]
     pub spin_iter_cycles: u64,
-    /// SPIN_THRESHOLD of the PV queued lock, iterations.
+    /// PV queued-lock SPIN_THRESHOLD, iterations. Default
+    /// 32768 (kernel, [K5]).
     #[schemars(range(min = 1, max = limits::MAX_SPIN_THRESHOLD))]
     pub spin_threshold: u64,
     /// Thread 0 of each VM runs these phases instead of `phases` (empty, the
@@ -211,6 +215,7 @@ pub struct WorkloadConfig {
     /// receive phases (locks and IPIs are set up from `phases`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MAX_PHASES), extend("default" = []))]
+    #[schemars(extend("x-omit-default" = true))]
     pub thread0_phases: Vec<Phase>,
     /// Thread 0 of each VM is bound to the VM's vCPU 0 (the guest's
     /// `kthread_bind` / `sched_setaffinity` to one CPU): its wake-ups skip
@@ -220,6 +225,7 @@ pub struct WorkloadConfig {
     /// vcpulab's wake-placement guest program's vCPU 0.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     #[schemars(extend("default" = false))]
+    #[schemars(extend("x-omit-default" = true))]
     pub thread0_bound: bool,
 }
 
