@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import json
 import math
+import re
 from typing import Any
 
 import pytest
@@ -519,3 +520,68 @@ def test_the_json_schema_and_the_validator_agree_on_every_boundary() -> None:
             unexplained.append((".".join(map(str, path)), v, schema_ok, msg[:100]))
     assert checked > 500
     assert not unexplained, unexplained
+
+
+# ------------------------------------------------------- the generated code
+
+
+def test_the_generated_fields_and_docs_are_the_schemas() -> None:
+    """The dataclass fields and ``Attributes:`` sections are written from the
+    Rust schema (``python -m vcpulab._codegen``); a Rust field changed without
+    regenerating fails here, with the diff."""
+    from vcpulab import _codegen
+
+    diffs = _codegen.stale()
+    assert not diffs, "run python -m vcpulab._codegen:\n" + "".join(diffs)[:4000]
+
+
+def _stated_default(token: str, default: Any) -> bool | None:
+    """Whether a default stated in prose (``Default 4000000``) is the schema's;
+    None where the token is not a value (``Default: the previous CPU``)."""
+    if isinstance(default, bool):
+        return token.lower() == str(default).lower() if token.lower() in ("true", "false") else None
+    if isinstance(default, (int, float)):
+        try:
+            return float(token.replace("_", "")) == float(default)
+        except ValueError:
+            return None
+    if isinstance(default, str):
+        return token == default
+    return None
+
+
+def test_a_default_stated_in_a_fields_doc_is_its_default() -> None:
+    """The prose is the documentation users read; where it states the
+    default ("Default 4000000 (HZ=250, …)"), it must be the value the
+    field has."""
+    from vcpulab import _codegen
+
+    checked, wrong = 0, []
+    for cls, sch in _codegen._class_schemas().items():
+        for name, prop in sch["properties"].items():
+            if "default" not in prop:
+                continue
+            for m in re.finditer(r"\bDefault:? \(?`*\"?([\w.+\-]+)\"?`*", prop.get("description", "")):
+                ok = _stated_default(m.group(1).rstrip("."), prop["default"])
+                checked += ok is not None
+                if ok is False:
+                    wrong.append(f"{cls}.{name}: the doc says {m.group(0)!r}, the default is {prop['default']!r}")
+    assert checked >= 80, checked  # most fields state theirs
+    assert not wrong, "\n".join(wrong)
+
+
+def test_each_fields_own_check_comes_from_the_schema() -> None:
+    """A class without rules across fields has no __post_init__ of its own:
+    its fields are checked from the schema alone, with the same messages."""
+    for cls in (sim.Background, sim.Pv, sim.Guest, sim.Compute, sim.Lock):
+        assert "__post_init__" not in vars(cls), cls
+    with pytest.raises(ValueError, match=r"^Background.utilization must be in \[0.0, 1.0\), got 1.0$"):
+        sim.Background(utilization=1.0)
+    with pytest.raises(ValueError, match=r"^Pv.placement must be one of"):
+        sim.Pv(placement="nowhere")
+    with pytest.raises(ValueError, match=r"^Guest.tick_ns must be >= 100000, got 5$"):
+        sim.Guest(tick_ns=5)
+    with pytest.raises(ValueError, match=r"^Compute.ns must be an int, got 1.5$"):
+        sim.Compute(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^Vm.ple must be a Ple, got 3$"):
+        sim.Vm(ple=3)  # type: ignore[arg-type]

@@ -14,40 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import numbers
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from vcpulab._codegen import RUST_DEFS as RUST_DEFS
+from vcpulab._codegen import _schema as _schema
+
 U32_MAX = 2**32 - 1
 U64_MAX = 2**64 - 1
-
-
-@functools.cache
-def _schema() -> dict[str, Any]:
-    from vcpulab import _core
-
-    out: dict[str, Any] = json.loads(_core.sim_config_schema())
-    return out
-
-
-#: Python class -> the schema's definition ("" = the root, SimConfig)
-RUST_DEFS = {
-    "Config": "",
-    "Host": "HostConfig",
-    "Background": "Background",
-    "HostNoise": "HostNoise",
-    "Cfs": "CfsConfig",
-    "Ple": "PleConfig",
-    "Policy": "PolicyConfig",
-    "Pv": "PvConfig",
-    "HaltPoll": "HaltPollConfig",
-    "Workload": "WorkloadConfig",
-    "Guest": "GuestConfig",
-    "Vm": "VmConfig",
-}
 
 
 def schema_of(cls_name: str) -> dict[str, Any]:
@@ -150,8 +127,61 @@ def _instance(obj: Any, name: str, typ: type) -> None:
         raise ValueError(f"{type(obj).__name__}.{name} must be a {typ.__name__}, got {v!r}")
 
 
+def _struct_class(def_name: str) -> type:
+    """The Python class of a schema definition (``HostConfig`` -> ``Host``)."""
+    import sys
+
+    py = next(py for py, d in RUST_DEFS.items() if d == def_name)
+    return getattr(sys.modules["vcpulab.sim._config"], py)  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _field_checks(cls_name: str) -> tuple[tuple[str, Any], ...]:
+    """(field, check) for each field of a class whose own check the schema
+    decides: an int or a number within its limits, a bool, one of an enum's
+    names, an instance of a configuration class. Lists (``vms``,
+    ``phases``, ``idle_states``, ``vcpu_pcpus``) are checked by their
+    class's ``__post_init__``, element by element."""
+    out: list[tuple[str, Any]] = []
+    for name, prop in schema_of(cls_name)["properties"].items():
+        if name == "kind" and "const" in prop:
+            continue  # a phase's serde tag
+        ref, t = prop.get("$ref"), prop.get("type")
+        if ref:
+            target = _schema()["$defs"][ref.rsplit("/", 1)[1]]
+            if "properties" in target:
+                d = ref.rsplit("/", 1)[1]
+                out.append((name, lambda o, n, d=d: _instance(o, n, _struct_class(d))))
+            elif any(v.get("type") == "object" for v in target.get("oneOf", ())):
+                continue  # a phase: Workload checks its phases
+            else:
+                out.append((name, _choice))
+        elif t == "integer":
+            out.append((name, _int))
+        elif isinstance(t, list) and "integer" in t:
+            out.append((name, functools.partial(_int, optional=True)))
+        elif t == "number":
+            out.append((name, _float))
+        elif t == "boolean":
+            out.append((name, _bool))
+        elif t == "string":
+            out.append((name, lambda o, n: _instance(o, n, str)))
+    return tuple(out)
+
+
 class _Base:
-    """to_dict / from_dict for the config dataclasses."""
+    """to_dict / from_dict for the config dataclasses, and each field's own
+    check from the schema (``_check_fields``)."""
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+    def _check_fields(self) -> None:
+        """Check each field against the schema (its type, limits and names),
+        in the schema's order; a class with rules across fields calls this in
+        its ``__post_init__`` before them."""
+        for name, check in _field_checks(type(self).__name__):
+            check(self, name)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -1,17 +1,20 @@
 """Configuration objects of the simulator.
 
 The one schema is Rust's: the serde structs of src/sim/config/, from which
-[`config_schema`][vcpulab.sim.config_schema] (a JSON Schema) is generated. These frozen dataclasses
-are what users write; each validates itself in ``__post_init__`` against the
-limits and names *read from that schema* (a bad value raises
-`ValueError` naming the field, e.g. ``"Host.pcpus must be >= 1, got
-0"``), so a limit is stated once, in Rust (``config::limits``). Rules across
-fields (``warmup_ns < duration_ns``, ``pcpus`` a multiple of sockets ×
-threads, …) are checked here too, and again by Rust's validator when the
-config crosses into Rust as JSON. tests/test_config_schema.py fails on any
-difference in fields, defaults, limits or documentation. Configurations are
-hashable, picklable and JSON-round-trippable; [`Config.config_hash`][vcpulab.sim.Config.config_hash]
-names a point stably.
+[`config_schema`][vcpulab.sim.config_schema] (a JSON Schema) is generated. Each
+class's fields — names, order, types, defaults — and its docstring's
+``Attributes:`` section are *written from that schema* by
+``python -m vcpulab._codegen`` (between the ``BEGIN/END GENERATED FIELDS``
+markers; tests/test_config_schema.py fails when they are stale), so a field,
+its unit, default, source and limits are stated once, in Rust. Each field's
+own check (type, limits, enumerated names) runs from the schema too
+(``_Base._check_fields``: a bad value raises `ValueError` naming the field,
+e.g. ``"Host.pcpus must be >= 1, got 0"``). What is written here: each class's
+summary, its methods, and the rules across fields (``warmup_ns <
+duration_ns``, ``pcpus`` a multiple of sockets × threads, …), which Rust's
+validator checks again when the config crosses into Rust as JSON.
+Configurations are hashable, picklable and JSON-round-trippable;
+[`Config.config_hash`][vcpulab.sim.Config.config_hash] names a point stably.
 
 Sources quoted in the docstrings: *kernel* = the upstream default named;
 *[Sn]*, *[Kn]* = the public sources listed in docs/sources.md;
@@ -38,12 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar  # noqa: F401 (ClassVar: the pha
 
 from vcpulab.sim._base import (
     _NEW,
-    U32_MAX,
     _Base,
-    _bool,
-    _choice,
-    _float,
-    _instance,
     _int,
     _plain_seq,
     _schema,
@@ -121,23 +119,19 @@ class Background(_Base):
     """Background host load: one pinned host task per host CPU (kworker-like).
 
     Attributes:
-        utilization: fraction of its CPU each background task wants, in [0, 1).
-            Default 0.0 (idle host). Source: assumption.
-        burst_ns: mean length of one burst, ns (exponential). Default 200000.
-            Source: assumption.
-        weight: scheduler weight of each background task, in [2, 88761]
-            (the kernel's nice-to-weight table: 1024 = nice 0, 88761 = nice
-            -20, 15 = nice 19). Default 1024.
+        utilization: Fraction of its CPU each background task wants, in [0, 1). Default 0.0
+            (idle host). Source: assumption.
+        burst_ns: Mean length of one burst, ns (exponential). Default 200000. Source:
+            assumption.
+        weight: Scheduler weight of each background task, in [2, 88761] (the kernel's
+            nice-to-weight table: 1024 = nice 0, 88761 = nice -20, 15 = nice 19). Default 1024.
     """
 
+    # BEGIN GENERATED FIELDS (Background): python -m vcpulab._codegen
     utilization: float = 0.0
     burst_ns: int = 200_000
     weight: int = 1024
-
-    def __post_init__(self) -> None:
-        _float(self, "utilization")
-        _int(self, "burst_ns")
-        _int(self, "weight")
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
@@ -159,36 +153,35 @@ class HostNoise(_Base):
     no source we know publishes per-era rates for these threads.
 
     Attributes:
-        kthread_hz: bursts per second of each CPU's kernel threads. Default 0.
-        kthread_ns: mean length of one kernel-thread burst, ns. Default 20000.
-        vmm_io_hz: bursts per second of each VM's VMM I/O thread. Default 0.
-        vmm_io_ns: mean length of one VMM I/O burst, ns. Default 20000.
-        kthreads_per_cpu: independent kernel-thread tasks per CPU sharing
-            ``kthread_hz`` (each ``kthread_hz / kthreads_per_cpu`` arrivals per
-            second, its own Poisson process and its own lag), 1-64. Default 1:
-            one task per CPU whose arrivals join the work it already has. Many
-            short tasks that each ran little keep their lag and preempt a vCPU
-            at each wake-up; one task that carries them all has used its share
-            and rarely does. Source: measured here (the number of short tasks
-            of ``vcpulab.twins.OtherLoad``, from ``/proc/<pid>/task/*/schedstat``).
+        kthread_hz: Bursts per second of each CPU's kernel threads. Default 0.
+        kthread_ns: Mean length of one kernel-thread burst, ns. Default 20000.
+        vmm_io_hz: Bursts per second of each VM's VMM I/O thread. Default 0.
+        vmm_io_ns: Mean length of one VMM I/O burst, ns. Default 20000.
+        kthreads_per_cpu: Independent kernel-thread tasks per CPU sharing `kthread_hz` (each
+            `kthread_hz / kthreads_per_cpu` arrivals per second, its own Poisson process and its own
+            lag), 1-64. Default 1: one task per CPU whose arrivals join the work it already has.
+            Many short tasks that each ran little keep their lag and preempt a vCPU at each wake-up;
+            one task that carries them all has used its share and rarely does. Source: measured here
+            (the number of short tasks of `vcpulab.twins.OtherLoad`, from
+            `/proc/<pid>/task/*/schedstat`).
     """
 
+    # BEGIN GENERATED FIELDS (HostNoise): python -m vcpulab._codegen
     kthread_hz: float = 0.0
     kthread_ns: int = 20_000
     vmm_io_hz: float = 0.0
     vmm_io_ns: int = 20_000
     kthreads_per_cpu: int = field(default=1, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
+        self._check_fields()
         for kind in ("kthread", "vmm_io"):
-            _float(self, f"{kind}_hz")
-            _int(self, f"{kind}_ns")
             hz, ns = getattr(self, f"{kind}_hz"), getattr(self, f"{kind}_ns")
             if hz * ns > 0.5e9:
                 raise ValueError(
                     f"HostNoise.{kind}_hz * {kind}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}"
                 )
-        _int(self, "kthreads_per_cpu")
 
     @classmethod
     def typical(cls) -> HostNoise:
@@ -225,28 +218,24 @@ class Cfs(_Base):
 
     Attributes:
         latency_ns: sysctl_sched_latency, ns, unscaled. Default 6000000.
-        min_granularity_ns: sysctl_sched_min_granularity, ns, unscaled.
-            Default 750000.
-        wakeup_granularity_ns: sysctl_sched_wakeup_granularity, ns, unscaled.
-            Default 1000000.
-        tunable_scaling: ``"log"`` (default), ``"linear"`` (factor
-            min(ncpus, 8)) or ``"none"`` (factor 1).
-        gentle_fair_sleepers: GENTLE_FAIR_SLEEPERS (kernel default True): a
-            waking task's sleeper credit in ``place_entity`` is half of
-            sched_latency instead of all of it.
-        last_buddy: LAST_BUDDY (kernel default True): a task preempted by a
-            wake-up becomes the last buddy when nr_running >= sched_nr_latency.
-        vm_groups: each VM's threads in their own task group, one level
-            below the root cfs_rq (CONFIG_FAIR_GROUP_SCHED, as libvirt runs
-            each VM in its own cgroup with the default cpu.shares of 1024,
-            https://libvirt.org/cgroups.html): a VM's group entity gets
-            1024 · (its load on this CPU / its load on all CPUs) of weight
-            (``calc_group_shares``), so VMs, not threads, share a CPU fairly;
-            picks, buddies, yields, ticks and wake-up preemption act level by
-            level. Default False: one flat cfs_rq, as a VMM started outside
-            any cgroup. See docs/simulator.md, "CFS group scheduling".
+        min_granularity_ns: sysctl_sched_min_granularity, ns, unscaled. Default 750000.
+        wakeup_granularity_ns: sysctl_sched_wakeup_granularity, ns, unscaled. Default 1000000.
+        tunable_scaling: `"log"` (default), `"linear"` (factor min(ncpus, 8)) or `"none"`
+            (factor 1).
+        gentle_fair_sleepers: GENTLE_FAIR_SLEEPERS (kernel default True): a waking task's
+            sleeper credit in `place_entity` is half of sched_latency instead of all of it.
+        last_buddy: LAST_BUDDY (kernel default True): a task preempted by a wake-up becomes the
+            last buddy when nr_running >= sched_nr_latency.
+        vm_groups: Each VM's threads in their own task group, one level below the root cfs_rq
+            (CONFIG_FAIR_GROUP_SCHED, as libvirt runs each VM in its own cgroup with the default
+            cpu.shares of 1024, https://libvirt.org/cgroups.html): a VM's group entity gets 1024 ·
+            (its load on this CPU / its load on all CPUs) of weight (`calc_group_shares`), so VMs,
+            not threads, share a CPU fairly; picks, buddies, yields, ticks and wake-up preemption
+            act level by level. Default False: one flat cfs_rq, as a VMM started outside any cgroup.
+            See docs/simulator.md, "CFS group scheduling".
     """
 
+    # BEGIN GENERATED FIELDS (Cfs): python -m vcpulab._codegen
     latency_ns: int = 6_000_000
     min_granularity_ns: int = 750_000
     wakeup_granularity_ns: int = 1_000_000
@@ -254,18 +243,14 @@ class Cfs(_Base):
     gentle_fair_sleepers: bool = True
     last_buddy: bool = True
     vm_groups: bool = field(default=False, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
-        for name in ("latency_ns", "min_granularity_ns", "wakeup_granularity_ns"):
-            _int(self, name)
+        self._check_fields()
         if self.min_granularity_ns > self.latency_ns:
             raise ValueError(
                 f"Cfs.min_granularity_ns must be <= latency_ns ({self.latency_ns}), got {self.min_granularity_ns}"
             )
-        _choice(self, "tunable_scaling")
-        _bool(self, "gentle_fair_sleepers")
-        _bool(self, "last_buddy")
-        _bool(self, "vm_groups")
 
     def factor(self, ncpus: int) -> int:
         """``get_update_sysctl_factor()`` for ``ncpus`` CPUs."""
@@ -289,254 +274,200 @@ class Host(_Base):
     """The host: CPUs and scheduler.
 
     Attributes:
-        pcpus: host CPUs. Default 4.
-        scheduler: ``"fair"`` (EEVDF-like, v6.6+, one run queue per CPU;
-            ``"eevdf"`` is the same scheduler), ``"cfs"`` (the fair class
-            before v6.6: vruntime / min_vruntime, sched_latency slices,
-            check_preempt_tick, wakeup_preempt_entity, next / last / skip
-            buddies, place_entity; tunables in ``cfs``), ``"gang"`` (all
-            vCPUs of a VM run together in slices of ``gang_slice_ns``;
-            [S4]) or ``"round_robin"`` (vcpulab's own vCPU scheduler,
-            [`vcpulab.sched`][]: one run token per CPU, handed round a FIFO
-            queue of runnable vCPUs in wall-time slices of
-            ``token_slice_ns``; a halt hands it on; ``yield_to`` hands the
-            yielder's token to a waiting candidate; the kernel's EEVDF still
-            shares each CPU between the token's holder and other tasks: the
-            twin of a run under ``sched.round_robin`` or
-            ``sched.directed_yield``), ``"relaxed_co"`` (the same tokens, but a
-            vCPU whose token-holding time leads its slowest runnable sibling
-            by more than ``token_skew_ns`` is passed over at every grant and
-            handed on at its slice's end: the twin of ``sched.relaxed_co``,
-            after VMware ESX's relaxed co-scheduling, "The CPU Scheduler in
-            VMware vSphere 5.1", 2013) or ``"balance"`` (one queue per CPU;
-            the i-th vCPU of VM v waits only for CPU (i + v) mod P's token, so
-            siblings never share a CPU: the twin of ``sched.balance``, after
-            Sukwong and Kim, "Is co-scheduling too expensive for SMP VMs?",
-            EuroSys 2011) or ``"pinned"`` (one queue per CPU of the vCPU
-            threads pinned there, so ``affinity`` must not be ``"all"``; the
-            twin of ``sched.pinned``, the host kernel's per-CPU run queues
-            without load balancing). Default ``"fair"``.
-        tick_ns: scheduler tick period, ns. Default 4000000 (HZ=250, the
-            kernel's Kconfig default). Slice expiry is noticed at ticks.
-        base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel:
-            sysctl_sched_base_slice 0.75 ms × (1 + ilog2(min(ncpus, 8))) = 3 ms).
-        wakeup_preemption: a woken, eligible task with an earlier deadline
-            preempts curr. Default True (kernel). Simplified: no RUN_TO_PARITY.
-        next_buddy: effect of yield_to's next-buddy hint: ``"always"`` (CFS
-            before v6.6), ``"eligible"`` (sched_feat(PICK_BUDDY), on since
-            2a77e4be12cb, v6.14; default) or ``"never"`` (v6.6-v6.13: ->next
-            picked only under NEXT_BUDDY, off by default). Spec §1.5.
-        yield_penalty: ``"vruntime"`` (79104becf42b "sched/fair: Forfeit
-            vruntime on yield", v6.19, stable 6.12.63 / 6.18.2: an eligible
-            yielder's vruntime jumps to its deadline, deadline += slice;
-            default) or ``"deadline"`` (147f3efaa241, v6.6-v6.18: deadline +=
+        pcpus: Host CPUs. Default 4.
+        scheduler: `"fair"` (EEVDF-like, v6.6+, one run queue per CPU; `"eevdf"` is the same
+            scheduler), `"cfs"` (the fair class before v6.6: vruntime / min_vruntime, sched_latency
+            slices, check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies,
+            place_entity; tunables in `cfs`), `"gang"` (all vCPUs of a VM run together in slices of
+            `gang_slice_ns`; [S4]) or `"round_robin"` (vcpulab's own vCPU scheduler,
+            [`vcpulab.sched`][]: one run token per CPU, handed round a FIFO queue of runnable vCPUs
+            in wall-time slices of `token_slice_ns`; a halt hands it on; `yield_to` hands the
+            yielder's token to a waiting candidate; the kernel's EEVDF still shares each CPU between
+            the token's holder and other tasks: the twin of a run under `sched.round_robin` or
+            `sched.directed_yield`), `"relaxed_co"` (the same tokens, but a vCPU whose token-holding
+            time leads its slowest runnable sibling by more than `token_skew_ns` is passed over at
+            every grant and handed on at its slice's end: the twin of `sched.relaxed_co`, after
+            VMware ESX's relaxed co-scheduling, "The CPU Scheduler in VMware vSphere 5.1", 2013) or
+            `"balance"` (one queue per CPU; the i-th vCPU of VM v waits only for CPU (i + v) mod P's
+            token, so siblings never share a CPU: the twin of `sched.balance`, after Sukwong and
+            Kim, "Is co-scheduling too expensive for SMP VMs?", EuroSys 2011) or `"pinned"` (one
+            queue per CPU of the vCPU threads pinned there, so `affinity` must not be `"all"`; the
+            twin of `sched.pinned`, the host kernel's per-CPU run queues without load balancing).
+            Default `"fair"`.
+        tick_ns: Scheduler tick period, ns. Default 4000000 (HZ=250, the kernel's Kconfig
+            default). Slice expiry is noticed at ticks.
+        base_slice_ns: EEVDF base slice, ns. Default 3000000 (kernel: sysctl_sched_base_slice
+            0.75 ms × (1 + ilog2(min(ncpus, 8))) = 3 ms).
+        wakeup_preemption: A woken, eligible task with an earlier deadline preempts curr.
+            Default True (kernel). Simplified: no RUN_TO_PARITY.
+        next_buddy: Effect of yield_to's next-buddy hint: `"always"` (CFS before v6.6),
+            `"eligible"` (sched_feat(PICK_BUDDY), on since 2a77e4be12cb, v6.14; default) or
+            `"never"` (v6.6-v6.13: ->next picked only under NEXT_BUDDY, off by default). Spec §1.5.
+        yield_penalty: `"vruntime"` (79104becf42b "sched/fair: Forfeit vruntime on yield",
+            v6.19, stable 6.12.63 / 6.18.2: an eligible yielder's vruntime jumps to its deadline,
+            deadline += slice; default) or `"deadline"` (147f3efaa241, v6.6-v6.18: deadline +=
             slice). Spec §1.5.
-        yield_scope: where the EEVDF yield penalty acts. ``"run_queue"``
-            (default): all threads share the CPU's one fair queue, so the
-            penalty reorders the yielder against every task of its CPU.
-            ``"vm_group"``: each VM's threads are in their own task group
-            (libvirt's per-VM machine.slice scope; autogroup per session);
-            yield_task_fair acts on task_cfs_rq(curr) and returns when the
-            CPU runs one task, while set_next_buddy walks the whole
-            hierarchy. Simplified on the flat queue: the penalty applies when
-            every other runnable task of the CPU is a vCPU of the yielder's
-            VM, and not at all otherwise.
-        affinity: vCPU threads ``"pinned"`` one per CPU slot in a seeded,
-            balanced random order (default), ``"round_robin"`` (vCPU g on CPU
-            g mod P), or ``"all"`` (unpinned: placed at wake-up on the previous
-            CPU if idle, else the first idle one; pulled by a CPU about to go
-            idle). No periodic load balancing.
-        gang_slice_ns: gang-scheduling slice, ns. Default 4000000 ([S4]:
-            "clean 4 ms slices").
-        token_slice_ns: a run token's slice under vcpulab's schedulers
-            (``"round_robin"``, ``"relaxed_co"``, ``"balance"``, ``"pinned"``), wall time,
-            ns. Default 4000000 (``vcpulab.sched``'s default
-            ``slice_us=4000``).
-        token_skew_ns: under ``scheduler="relaxed_co"``, the token-holding
-            time by which a vCPU may lead its slowest runnable sibling before
-            it is co-stopped, ns. Default 3000000 (``sched.relaxed_co``'s
-            default ``skew_us=3000``).
-        tsc_khz: host clock converting PLE cycles to ns, kHz. Default 2100000
-            (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
-        rq_lock_ns: time a yield_to attempt holds both run-queue locks, ns
-            (contended locks are waited for). Default 300 (assumption; [S1]:
-            ~50 % host time in _raw_spin_lock under PLE storms).
-        yield_check_ns: cost of yield_to before the locks (the -ESRCH check),
-            ns. Default 50 (assumption).
-        yield_to_esrch: yield_to returns -ESRCH at once when both run queues
-            hold a single task (kernels since ~3.8). False models the 2011-2012
-            yield_to, which always took both run-queue locks. Default True.
-        background: optional background host load. Default: none.
-
-    Host-model options (each off by default, so existing results do not move):
-
-        tick_skew: per-CPU tick phase as the ``skew_tick=1`` boot option sets
-            it (kernel/time/tick-sched.c ``tick_setup_sched_timer``: CPU i's
-            tick is offset by i × (TICK_NSEC / 2) / nr_cpus). Default False:
-            the kernel's default, every CPU ticks on the same jiffy
-            boundary ("Tick operating in synchronized mode").
-        seeded_ties: break ties between equal scheduling keys by a per-task
-            random rank drawn from the seed (a second RNG stream) instead of
-            the task index. The kernel's rbtree keeps equal keys in enqueue
-            order, and on real hardware exact ties do not happen: the index
+        yield_scope: Where the EEVDF yield penalty acts. `"run_queue"` (default): all threads
+            share the CPU's one fair queue, so the penalty reorders the yielder against every task
+            of its CPU. `"vm_group"`: each VM's threads are in their own task group (libvirt's
+            per-VM machine.slice scope; autogroup per session); yield_task_fair acts on
+            task_cfs_rq(curr) and returns when the CPU runs one task, while set_next_buddy walks the
+            whole hierarchy. Simplified on the flat queue: the penalty applies when every other
+            runnable task of the CPU is a vCPU of the yielder's VM, and not at all otherwise.
+        affinity: VCPU threads `"pinned"` one per CPU slot in a seeded, balanced random order
+            (default), `"round_robin"` (vCPU g on CPU g mod P), or `"all"` (unpinned: placed at
+            wake-up on the previous CPU if idle, else the first idle one; pulled by a CPU about to
+            go idle). No periodic load balancing.
+        gang_slice_ns: Gang-scheduling slice, ns. Default 4000000 ([S4]: "clean 4 ms slices").
+        token_slice_ns: A run token's slice under vcpulab's schedulers (`"round_robin"`,
+            `"relaxed_co"`, `"balance"`, `"pinned"`), wall time, ns. Default 4000000
+            (`vcpulab.sched`'s default `slice_us=4000`).
+        token_skew_ns: Under `scheduler="relaxed_co"`, the token-holding time by which a vCPU
+            may lead its slowest runnable sibling before it is co-stopped, ns. Default 3000000
+            (`sched.relaxed_co`'s default `skew_us=3000`).
+        tsc_khz: Host clock converting PLE cycles to ns, kHz. Default 2100000 (2.1 GHz, a Xeon
+            of the 2012 sources' era; assumption).
+        rq_lock_ns: Time a yield_to attempt holds both run-queue locks, ns (contended locks are
+            waited for). Default 300 (assumption; [S1]: ~50 % host time in _raw_spin_lock under PLE
+            storms).
+        yield_check_ns: Cost of yield_to before the locks (the -ESRCH check), ns. Default 50
+            (assumption).
+        yield_to_esrch: yield_to returns -ESRCH at once when both run queues hold a single task
+            (kernels since ~3.8). False models the 2011-2012 yield_to, which always took both
+            run-queue locks. Default True.
+        background: Optional background host load. Default: none.
+        tick_skew: Per-CPU tick phase as the `skew_tick=1` boot option sets it
+            (kernel/time/tick-sched.c `tick_setup_sched_timer`: CPU i's tick is offset by i ×
+            (TICK_NSEC / 2) / nr_cpus). Default False: the kernel's default, every CPU ticks on the
+            same jiffy boundary ("Tick operating in synchronized mode").
+        seeded_ties: Break ties between equal scheduling keys by a per-task random rank drawn
+            from the seed (a second RNG stream) instead of the task index. The kernel's rbtree keeps
+            equal keys in enqueue order, and on real hardware exact ties do not happen: the index
             rule makes every CPU prefer the same VM. Default False.
-        wakeup_ipi_ns: latency of a vCPU wake-up on its host CPU, ns: the
-            wake list / reschedule IPI's delivery (``ttwu_queue_wakelist``,
-            ``resched_curr``); it delays the woken vCPU's start on an idle
-            CPU and its wake-up preemption of a busy one. Default 0 (off).
-            Suggested 1000-2000 (assumption: ~1 µs for a cross-core IPI on a
-            Xeon, plus the handler's entry).
-        idle_states: the host CPUs' idle states as (exit_latency_ns,
-            target_residency_ns), shallowest first. A vCPU woken onto an idle
-            CPU also waits for the exit latency of the deepest state whose
-            target residency the CPU has been idle for (an idle governor that
-            predicted right). Default () (off). ``sim.IDLE_STATES_SKX`` holds
-            the intel_idle table of a Skylake-SP server.
-        wakeup_jitter: relative jitter of both wake-up latencies: each is
-            drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
-            Suggested 0.5 (assumption).
-        noise: host noise (kernel threads, VMM I/O threads), see
+        wakeup_ipi_ns: Latency of a vCPU wake-up on its host CPU, ns: the wake list / reschedule
+            IPI's delivery (`ttwu_queue_wakelist`, `resched_curr`); it delays the woken vCPU's start
+            on an idle CPU and its wake-up preemption of a busy one. Default 0 (off). Suggested
+            1000-2000 (assumption: ~1 µs for a cross-core IPI on a Xeon, plus the handler's entry).
+        idle_states: The host CPUs' idle states as (exit_latency_ns, target_residency_ns),
+            shallowest first. A vCPU woken onto an idle CPU also waits for the exit latency of the
+            deepest state whose target residency the CPU has been idle for (an idle governor that
+            predicted right). Default () (off). `sim.IDLE_STATES_SKX` holds the intel_idle table of
+            a Skylake-SP server.
+        wakeup_jitter: Relative jitter of both wake-up latencies: each is drawn uniformly in [1
+            - j, 1 + j] × its value. Default 0.0. Suggested 0.5 (assumption).
+        noise: Host noise (kernel threads, VMM I/O threads), see
             [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
-        cfs: tunables of ``scheduler="cfs"``, see [`Cfs`][vcpulab.sim.Cfs].
-        sockets: sockets, each one LLC (last-level cache) domain. Default 1.
-        threads_per_core: SMT threads per core, 1-8. Default 1. ``pcpus``
-            must be a multiple of sockets × threads_per_core. Host CPU i is
-            thread i // ncores of core i % ncores (siblings ncores apart, as
-            Linux numbers x86 servers).
-        wake_placement: where a woken unpinned thread goes: ``"first_idle"``
-            (default: the previous CPU if idle, else the first idle CPU after
-            it, else the previous CPU) or ``"select_task_rq_fair"`` (the
-            kernel's: ``wake_affine`` between the waker's CPU and the
-            previous one, then ``select_idle_sibling`` — the target if idle,
-            the previous CPU if idle in the same LLC, the first fully idle
-            core of the target's LLC, its first idle CPU, else the target).
-        load_balance: periodic load balancing per domain (core, LLC,
-            machine) from the tick (``rebalance_domains``: every sd_weight ms
-            × ``lb_busy_factor`` on a busy CPU, one cache-cold task from the
-            busiest CPU when it runs 2+ more tasks), nohz idle balancing
-            kicked by a CPU with 2+ tasks, and newidle balancing domain by
-            domain (smallest first). Default False (newidle pulls only, from
-            the first CPU after this one that has a waiting task).
-        lb_busy_factor: sd->busy_factor (kernel/sched/topology.c sd_init):
-            32 before v5.10, 16 since. Default 16.
-        migration_cost_ns: sysctl_sched_migration_cost, ns: a task that ran
-            within it is cache-hot and periodic balancing leaves it
-            (``task_hot``). Default 500000 (kernel).
-        smt_speed_pct: speed of a hardware thread doing a vCPU's useful work
-            while another thread of its core runs something, percent of its
-            speed alone (the work in progress is re-planned whenever a
-            sibling starts or stops). Default 100 (off). Suggested 65: two
-            busy threads give a core 1.3× its one-thread throughput, the
-            "up to 30 %" of D. Marr et al., "Hyper-Threading Technology
-            Architecture and Microarchitecture", Intel Technology Journal
-            6(1), 2002, https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
-            (the same figure for every era: vcpulab has no per-generation
-            source). Spinning, exits and polling are not slowed.
-        start_placement: the host CPU each unpinned (``affinity="all"``)
-            vCPU thread starts on: ``"index"`` (default: vCPU g, counted over
-            all VMs, on CPU g mod P, so that VM k shares its CPUs with the
-            VMs P / vcpus apart and nothing else) or ``"shuffled"`` (the
-            balanced slots g mod P in a seeded random order, the map that
-            ``affinity="pinned"`` draws). No kernel rule puts vCPU g on CPU g
-            mod P: the map a real host starts a run with comes from fork
-            placement (``sched_balance_find_dst_cpu``) and the wake-up
-            placements of guest boot and idle, which depend on their timing;
-            "shuffled" stands for it (simplified: balanced, one draw per
-            seed). A thread's first enqueue keeps its start CPU
-            (``wake_up_new_task`` places by fork balancing, not by the
-            wake-up path; through the wake-up path in index order, the VMs
-            listed first took CPUs of their own: the 2012 era's 8 x 20 VMs
-            0 and 1 made 1.5-1.7x the mean). vCPU threads that never sleep
-            keep their start CPU (load balancing finds nothing to move
-            between equally loaded CPUs), so the start map decides which
-            VMs share CPUs. Pinned affinities ignore it.
-        migration_cold_core_ns: cache-refill time a vCPU owes when it runs
-            on another core of the same LLC than last time (its private L1
-            and L2 are cold), ns: its next useful work starts with it (the
-            time counts as useful: the guest runs, slower). Default 0 (off).
-            The kernel charges nothing for a migration; the hardware does
-            (sysctl_sched_migration_cost only marks tasks cache-hot).
-            Simplified: one figure per distance, whatever the working set;
-            SMT siblings share L1/L2 and owe nothing.
-        migration_cold_llc_ns: the same for a CPU in another LLC (socket),
-            ns. Default 0 (off).
-        wake_wide: ``wake_wide`` in ``select_task_rq_fair`` (kernel/sched/fair.c,
-            since v4.6): each waker counts its "wakee flips" (one more when
-            it wakes a different task than last time, halved every second:
-            ``record_wakee``); when the waker's and the wakee's counts are
-            both at least the LLC size and one is at least LLC-size times
-            the other, the wake-up skips ``wake_affine`` and looks for an
-            idle CPU around the wakee's previous CPU. The waker is the vCPU
-            thread of the vCPU event that makes the wake-up (an IPI, a pv
-            kick), or the task running on the CPU of a tick or resched;
-            wake-ups with no waker task (timers on an idle CPU) count
-            nothing. Only with ``wake_placement="select_task_rq_fair"``.
-            Default False (off).
-        vcpu_pcpus: the host CPU of each vCPU thread, overriding the map
-            ``affinity`` draws: vCPU thread g (counted over all VMs) on
-            ``vcpu_pcpus[g % len]``, pinned there (``affinity="all"``:
-            starting there). A run that uses some of the host's CPUs while
-            the host's other threads (noise, the VMM threads) may run on the
-            rest, as a real experiment pinned to part of the machine
-            ([`vcpulab.twins`][]). Each entry < ``pcpus``. Default () (the
-            affinity's map).
-        start_gap_ns: the vCPU threads arrive one by one, ns apart, as a
-            VMM creates them in turn: the order in which they first reach
-            their CPU's run queue (fork placement, then the move to their
-            pinned CPU) is a seeded random one (a stand-in for that timing),
-            the gaps between arrivals are exponential with mean
-            start_gap_ns (second RNG stream); each arrives on its start CPU (a new
-            task is placed by fork balancing, which the start map stands
-            for, not by the wake-up path) and may preempt as any waking
-            task. Their first runs set the order of a
-            ticket lock's queue, the host scheduler's order of them is set
-            by the arrivals too, and the two need not agree (docs/twins.md).
-            Default 0 (every vCPU runnable at time 0, in index order).
-        slice_check_on_wakeup: EEVDF (``scheduler="fair"``): a wake-up onto
-            a busy CPU notices an expired slice of the running task, as the
-            kernel's ``enqueue_entity`` → ``update_curr`` →
-            ``update_deadline`` → ``resched_curr`` does (kernel/sched/fair.c),
-            and the CPU picks again. Default False (slice expiry noticed at
-            ticks only).
-        run_to_parity: EEVDF (``scheduler="fair"``): the kernel's
-            ``RUN_TO_PARITY`` slice protection and wake-up rule
-            (kernel/sched/fair.c, v6.6 on; the feature is on by default): a
-            task picked to run keeps its CPU while it is eligible and has not
-            used its slice (``set_protect_slice``, ``protect_slice`` in
-            ``pick_eevdf``); a woken task preempts only when ``pick_eevdf``
-            would choose it (``check_preempt_wakeup_fair``); an eligible next
-            buddy still goes first (``PICK_BUDDY``). Every task has the base
-            slice here, so the protection lasts to the deadline set when it
-            was picked. Default False (every pick is the earliest eligible
-            deadline; a woken task preempts when it is eligible with an
-            earlier deadline than the running one).
-        switch_ns: host CPU time of a switch to a vCPU thread, ns: the
-            host's ``__schedule()`` → ``context_switch()`` (registers, the
-            address space of another VMM process) and KVM's preempt notifier
-            ``kvm_sched_in`` → ``kvm_arch_vcpu_load`` (on VMX
-            ``vmx_vcpu_load``: VMPTRLD of the vCPU's VMCS, its host state and
-            the user-return MSRs; ``vcpu_put`` of the one switched out).
-            Charged at each switch-in of a vCPU thread (from another task or
-            from idle) before its guest code resumes, as exit time
-            (``exit_ns``); the switch cannot be preempted. Simplified: one
-            figure for switches within a VM and between VMs, none for a
-            switch to a non-vCPU task; the cache refill after a switch is
-            ``migration_cold_*_ns``'s, not this. Default 0 (switches cost
-            nothing).
-        delay_dequeue: EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29
-            "sched/fair: Implement delayed dequeue", v6.12, both on by
-            default): a task that blocks while not eligible (negative lag)
-            stays on its CPU's queue and burns the negative lag off as V
-            advances; once eligible it is dequeued with its lag clipped to 0;
-            woken before that, it is dequeued with what is left and placed as
-            any wakee ("sched: Change ttwu_runnable() vs sched_delayed",
-            v6.17; v6.12-v6.16 requeued it in place, not modelled).
-            Simplified: it counts as dequeued the instant V passes its
-            vruntime, and its weight is left out of V meanwhile. Default
-            False: a blocked task keeps its lag, negative or not, until it
-            next runs (v6.6-v6.11). ``scheduler="fair"`` only.
+        cfs: Tunables of `scheduler="cfs"`, see [`Cfs`][vcpulab.sim.Cfs]. Default ``Cfs()``.
+        sockets: Topology: sockets (each one LLC domain) × cores × SMT threads; `pcpus` must be
+            a multiple of sockets × threads_per_core. CPU i is thread i / ncores of core i mod
+            ncores (Linux's enumeration on x86 servers: siblings are ncores apart). At most `pcpus`.
+            Default ``1``.
+        threads_per_core: SMT threads per core, 1-8. Default 1. `pcpus` must be a multiple of
+            sockets × threads_per_core. Host CPU i is thread i // ncores of core i % ncores
+            (siblings ncores apart, as Linux numbers x86 servers).
+        wake_placement: Where a woken unpinned thread goes: `"first_idle"` (default: the
+            previous CPU if idle, else the first idle CPU after it, else the previous CPU) or
+            `"select_task_rq_fair"` (the kernel's: `wake_affine` between the waker's CPU and the
+            previous one, then `select_idle_sibling` — the target if idle, the previous CPU if idle
+            in the same LLC, the first fully idle core of the target's LLC, its first idle CPU, else
+            the target).
+        load_balance: Periodic load balancing per domain (core, LLC, machine) from the tick
+            (`rebalance_domains`: every sd_weight ms × `lb_busy_factor` on a busy CPU, one
+            cache-cold task from the busiest CPU when it runs 2+ more tasks), nohz idle balancing
+            kicked by a CPU with 2+ tasks, and newidle balancing domain by domain (smallest first).
+            Default False (newidle pulls only, from the first CPU after this one that has a waiting
+            task).
+        lb_busy_factor: sd->busy_factor: a busy CPU balances `busy_factor` times less often
+            (kernel sd_init: 32 before v5.10, 16 since). Default ``16``.
+        migration_cost_ns: sysctl_sched_migration_cost, ns: a task that ran within it is
+            cache-hot and periodic balancing leaves it (`task_hot`). Default 500000 (kernel).
+        smt_speed_pct: Speed of a hardware thread doing a vCPU's useful work while another
+            thread of its core runs something, percent of its speed alone (the work in progress is
+            re-planned whenever a sibling starts or stops). Default 100 (off). Suggested 65: two
+            busy threads give a core 1.3× its one-thread throughput, the "up to 30 %" of D. Marr et
+            al., "Hyper-Threading Technology Architecture and Microarchitecture", Intel Technology
+            Journal 6(1), 2002,
+            https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
+            (the same figure for every era: vcpulab has no per-generation source). Spinning, exits
+            and polling are not slowed.
+        start_placement: The host CPU each unpinned (`affinity="all"`) vCPU thread starts on:
+            `"index"` (default: vCPU g, counted over all VMs, on CPU g mod P, so that VM k shares
+            its CPUs with the VMs P / vcpus apart and nothing else) or `"shuffled"` (the balanced
+            slots g mod P in a seeded random order, the map that `affinity="pinned"` draws). No
+            kernel rule puts vCPU g on CPU g mod P: the map a real host starts a run with comes from
+            fork placement (`sched_balance_find_dst_cpu`) and the wake-up placements of guest boot
+            and idle, which depend on their timing; "shuffled" stands for it (simplified: balanced,
+            one draw per seed). A thread's first enqueue keeps its start CPU (`wake_up_new_task`
+            places by fork balancing, not by the wake-up path; through the wake-up path in index
+            order, the VMs listed first took CPUs of their own: the 2012 era's 8 x 20 VMs 0 and 1
+            made 1.5-1.7x the mean). vCPU threads that never sleep keep their start CPU (load
+            balancing finds nothing to move between equally loaded CPUs), so the start map decides
+            which VMs share CPUs. Pinned affinities ignore it.
+        migration_cold_core_ns: Cache-refill time a vCPU owes when it runs on another core of
+            the same LLC than last time (its private L1 and L2 are cold), ns: its next useful work
+            starts with it (the time counts as useful: the guest runs, slower). Default 0 (off). The
+            kernel charges nothing for a migration; the hardware does (sysctl_sched_migration_cost
+            only marks tasks cache-hot). Simplified: one figure per distance, whatever the working
+            set; SMT siblings share L1/L2 and owe nothing.
+        migration_cold_llc_ns: The same for a CPU in another LLC (socket), ns. Default 0 (off).
+        wake_wide: `wake_wide` in `select_task_rq_fair` (kernel/sched/fair.c, since v4.6): each
+            waker counts its "wakee flips" (one more when it wakes a different task than last time,
+            halved every second: `record_wakee`); when the waker's and the wakee's counts are both
+            at least the LLC size and one is at least LLC-size times the other, the wake-up skips
+            `wake_affine` and looks for an idle CPU around the wakee's previous CPU. The waker is
+            the vCPU thread of the vCPU event that makes the wake-up (an IPI, a pv kick), or the
+            task running on the CPU of a tick or resched; wake-ups with no waker task (timers on an
+            idle CPU) count nothing. Only with `wake_placement="select_task_rq_fair"`. Default False
+            (off).
+        vcpu_pcpus: The host CPU of each vCPU thread, overriding the map `affinity` draws: vCPU
+            thread g (counted over all VMs) on `vcpu_pcpus[g % len]`, pinned there
+            (`affinity="all"`: starting there). A run that uses some of the host's CPUs while the
+            host's other threads (noise, the VMM threads) may run on the rest, as a real experiment
+            pinned to part of the machine ([`vcpulab.twins`][]). Each entry < `pcpus`. Default ()
+            (the affinity's map).
+        start_gap_ns: The vCPU threads arrive one by one, ns apart, as a VMM creates them in
+            turn: the order in which they first reach their CPU's run queue (fork placement, then
+            the move to their pinned CPU) is a seeded random one (a stand-in for that timing), the
+            gaps between arrivals are exponential with mean start_gap_ns (second RNG stream); each
+            arrives on its start CPU (a new task is placed by fork balancing, which the start map
+            stands for, not by the wake-up path) and may preempt as any waking task. Their first
+            runs set the order of a ticket lock's queue, the host scheduler's order of them is set
+            by the arrivals too, and the two need not agree (docs/twins.md). Default 0 (every vCPU
+            runnable at time 0, in index order).
+        slice_check_on_wakeup: EEVDF (`scheduler="fair"`): a wake-up onto a busy CPU notices an
+            expired slice of the running task, as the kernel's `enqueue_entity` → `update_curr` →
+            `update_deadline` → `resched_curr` does (kernel/sched/fair.c), and the CPU picks again.
+            Default False (slice expiry noticed at ticks only).
+        run_to_parity: EEVDF (`scheduler="fair"`): the kernel's `RUN_TO_PARITY` slice protection
+            and wake-up rule (kernel/sched/fair.c, v6.6 on; the feature is on by default): a task
+            picked to run keeps its CPU while it is eligible and has not used its slice
+            (`set_protect_slice`, `protect_slice` in `pick_eevdf`); a woken task preempts only when
+            `pick_eevdf` would choose it (`check_preempt_wakeup_fair`); an eligible next buddy still
+            goes first (`PICK_BUDDY`). Every task has the base slice here, so the protection lasts
+            to the deadline set when it was picked. Default False (every pick is the earliest
+            eligible deadline; a woken task preempts when it is eligible with an earlier deadline
+            than the running one).
+        switch_ns: Host CPU time of a switch to a vCPU thread, ns: the host's `__schedule()` →
+            `context_switch()` (registers, the address space of another VMM process) and KVM's
+            preempt notifier `kvm_sched_in` → `kvm_arch_vcpu_load` (on VMX `vmx_vcpu_load`: VMPTRLD
+            of the vCPU's VMCS, its host state and the user-return MSRs; kvm_sched_out's `vcpu_put`
+            of the one switched out). Charged at each switch-in of a vCPU thread (from another task
+            or from idle) on that CPU before the vCPU's guest code resumes, as exit time (category
+            `exit_ns`); the switch cannot be preempted. Simplified: one figure for a switch between
+            vCPUs of one VM and of two, and none for a switch to a non-vCPU task; the cache refill
+            after it is `migration_cold_*_ns`'s, not this. 0 (default): switches cost nothing.
+        delay_dequeue: EEVDF's DELAY_DEQUEUE with DELAY_ZERO (152e11f6df29 "sched/fair:
+            Implement delayed dequeue", v6.12; both on by default): a task that blocks while not
+            eligible (negative lag) stays on its CPU's queue and burns its negative lag off as V
+            advances; once eligible it is dequeued with its lag clipped to 0; woken before that, it
+            is dequeued with what is left and placed as any wakee ("sched: Change ttwu_runnable() vs
+            sched_delayed", v6.17; v6.12-v6.16 requeued it in place, which is not modelled).
+            Simplified: it counts as dequeued the instant V passes its vruntime, and its weight is
+            left out of V meanwhile. false (default): a blocked task keeps its lag, negative or not,
+            until it next runs (v6.6-v6.11). Used with `scheduler="fair"` (EEVDF) only.
     """
 
+    # BEGIN GENERATED FIELDS (Host): python -m vcpulab._codegen
     pcpus: int = 4
     scheduler: str = "fair"
     tick_ns: int = 4_000_000
@@ -578,33 +509,15 @@ class Host(_Base):
     run_to_parity: bool = field(default=False, metadata=_NEW)
     switch_ns: int = field(default=0, metadata=_NEW)
     delay_dequeue: bool = field(default=False, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
-        _int(self, "pcpus")
-        _choice(self, "scheduler")
-        _int(self, "tick_ns")
-        _int(self, "base_slice_ns")
-        _bool(self, "wakeup_preemption")
-        _choice(self, "next_buddy")
-        _choice(self, "yield_penalty")
-        _choice(self, "yield_scope")
-        _choice(self, "affinity")
+        self._check_fields()
         if self.scheduler == "pinned" and self.affinity == "all":
             raise ValueError(
                 "Host.scheduler = 'pinned' needs pinned vCPU threads: Host.affinity must be 'pinned' or "
                 "'round_robin', got 'all'"
             )
-        _int(self, "gang_slice_ns")
-        _int(self, "token_slice_ns")
-        _int(self, "token_skew_ns")
-        _int(self, "tsc_khz")
-        _int(self, "rq_lock_ns")
-        _int(self, "yield_check_ns")
-        _bool(self, "yield_to_esrch")
-        _instance(self, "background", Background)
-        _bool(self, "tick_skew")
-        _bool(self, "seeded_ties")
-        _int(self, "wakeup_ipi_ns")
         states = self.idle_states
         if isinstance(states, list):
             states = tuple(tuple(x) if isinstance(x, list) else x for x in states)
@@ -627,30 +540,12 @@ class Host(_Base):
             if st[0] < prev[0] or st[1] < prev[1]:
                 raise ValueError(f"Host.idle_states[{i}] must be at least as deep as idle_states[{i - 1}], got {st!r}")
             prev = st
-        _float(self, "wakeup_jitter")
-        _instance(self, "noise", HostNoise)
-        _instance(self, "cfs", Cfs)
         _int(self, "sockets", hi=self.pcpus)
-        _int(self, "threads_per_core")
         if self.pcpus % (self.sockets * self.threads_per_core):
             raise ValueError(
                 f"Host.pcpus ({self.pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
                 f"({self.sockets} × {self.threads_per_core})"
             )
-        _choice(self, "wake_placement")
-        _choice(self, "start_placement")
-        _int(self, "migration_cold_core_ns")
-        _int(self, "migration_cold_llc_ns")
-        _bool(self, "wake_wide")
-        _bool(self, "load_balance")
-        _int(self, "lb_busy_factor")
-        _int(self, "migration_cost_ns")
-        _int(self, "smt_speed_pct")
-        _int(self, "start_gap_ns")
-        _bool(self, "slice_check_on_wakeup")
-        _bool(self, "run_to_parity")
-        _int(self, "switch_ns")
-        _bool(self, "delay_dequeue")
         pins = self.vcpu_pcpus
         if isinstance(pins, list):
             pins = tuple(pins)
@@ -701,39 +596,35 @@ class Ple(_Base):
 
     Attributes:
         enabled: False models KVM_X86_DISABLE_EXITS_PAUSE (no exits). Default True.
-        kind: ``"vmx"`` (default) or ``"svm"``.
-        window: initial window and shrink floor, cycles. Default 4096 (kernel
-            ``KVM_VMX_DEFAULT_PLE_WINDOW``; SVM: 3000).
-        grow: grow modifier; < window multiplies, else adds; 0 keeps the window
-            fixed (kernels before 2014). Default 2 (kernel).
-        shrink: shrink modifier; 0 resets to ``window``. Default 0 (kernel).
-        max: growth cap, cycles. Default 4294967295 (kernel UINT_MAX; SVM 65535).
-        exit_ns: cost of one PAUSE exit round trip, ns. Default 1000 (assumption:
-            ~1 µs VM exit + entry on recent Xeons).
-        candidate_ns: cost of examining one candidate in kvm_vcpu_on_spin, ns.
-            Default 40 (assumption).
+        kind: `"vmx"` (default) or `"svm"`.
+        window: Initial window and shrink floor, cycles. Default 4096 (kernel
+            `KVM_VMX_DEFAULT_PLE_WINDOW`; SVM: 3000).
+        grow: Grow modifier; < window multiplies, else adds; 0 keeps the window fixed (kernels
+            before 2014). Default 2 (kernel).
+        shrink: Shrink modifier (`ple_window_shrink`, a kernel uint); 0 resets to `window` on
+            sched-in. Default ``0``.
+        max: Growth cap, cycles. Default 4294967295 (kernel UINT_MAX; SVM 65535).
+        exit_ns: Cost of one PAUSE exit round trip, ns. Default 1000 (assumption: ~1 µs VM exit
+            + entry on recent Xeons).
+        candidate_ns: Cost of examining one candidate in kvm_vcpu_on_spin, ns. Default 40
+            (assumption).
     """
 
+    # BEGIN GENERATED FIELDS (Ple): python -m vcpulab._codegen
     enabled: bool = True
     kind: str = "vmx"
     window: int = 4096
     grow: int = 2
     shrink: int = 0
-    max: int = U32_MAX
+    max: int = 4_294_967_295
     exit_ns: int = 1000
     candidate_ns: int = 40
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
-        _bool(self, "enabled")
-        _choice(self, "kind")
-        _int(self, "window")
-        _int(self, "grow")
-        _int(self, "shrink")
-        _int(self, "max")
+        self._check_fields()
         if self.max < self.window:
             raise ValueError(f"Ple.max must be >= Ple.window ({self.window}), got {self.max}")
-        _int(self, "exit_ns")
-        _int(self, "candidate_ns")
 
     @classmethod
     def vmx(cls, **kw: Any) -> Ple:
@@ -770,79 +661,65 @@ class Pv(_Base):
     """Paravirtual features of a VM and exit costs ([S2], [S3], [K4], [K5]).
 
     Attributes:
-        steal_time: steal time on: the guest sees the ``preempted`` byte (mutex
-            spinners stop, wake-up placement avoids preempted vCPUs). Default True.
-        sched_yield: PV_SCHED_YIELD: a call-function IPI sender directed-yields
-            to the first preempted target. Default True.
-        apicv: posted interrupts: a pending IPI makes a candidate dy_runnable.
-            Default True.
-        placement: guest wake-up placement: ``"available_idle"`` (upstream
-            ``available_idle_cpu``: guest-idle and not ``vcpu_is_preempted``),
-            ``"pcpu_is_idle"`` (vcpulab's first model of the 2021 proposal:
-            first prefer guest-idle vCPUs whose host CPU runs nothing else,
-            read live, counting a preempted one as available),
-            ``"pcpu_is_idle_rfc"`` (the RFC as posted, "[PATCH 1-4/4] KVM: x86:
-            Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
+        steal_time: Steal time on: the guest sees the `preempted` byte (mutex spinners stop,
+            wake-up placement avoids preempted vCPUs). Default True.
+        sched_yield: PV_SCHED_YIELD: a call-function IPI sender directed-yields to the first
+            preempted target. Default True.
+        apicv: Posted interrupts: a pending IPI makes a candidate dy_runnable. Default True.
+        placement: Guest wake-up placement: `"available_idle"` (upstream `available_idle_cpu`:
+            guest-idle and not `vcpu_is_preempted`), `"pcpu_is_idle"` (vcpulab's first model of the
+            2021 proposal: first prefer guest-idle vCPUs whose host CPU runs nothing else, read
+            live, counting a preempted one as available), `"pcpu_is_idle_rfc"` (the RFC as posted,
+            "[PATCH 1-4/4] KVM: x86: Introduce .pcpu_is_idle() stub infrastructure", Tianqiang Xu,
             Dingji Li, Zeyu Mi, 31 Aug 2021,
-            https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/:
-            fair.c's ``available_idle_cpu`` becomes guest-idle && the vCPU's
-            steal-time ``is_idle`` byte, a snapshot the host writes when the
-            vCPU is put — 1 if its CPU's nr_running is <= 1 — and when a vCPU
-            enters the guest — the previous vCPU on that CPU cleared, or
-            itself set again; as posted the clear returns early when the byte
-            is set, so a set byte stays set) or ``"pcpu_is_idle_rfc_cleared"``
-            (the same write points with a clear that clears). Default
-            ``"available_idle"``.
-        hypercall_ns: cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns.
-            Default 1500 (assumption).
-        halt_exit_ns: cost of a HLT exit before blocking, ns. Default 1500
+            https://lore.kernel.org/kvm/20210831015919.13006-1-skyele@sjtu.edu.cn/: fair.c's
+            `available_idle_cpu` becomes guest-idle && the vCPU's steal-time `is_idle` byte, a
+            snapshot the host writes when the vCPU is put — 1 if its CPU's nr_running is <= 1 — and
+            when a vCPU enters the guest — the previous vCPU on that CPU cleared, or itself set
+            again; as posted the clear returns early when the byte is set, so a set byte stays set)
+            or `"pcpu_is_idle_rfc_cleared"` (the same write points with a clear that clears).
+            Default `"available_idle"`.
+        hypercall_ns: Cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns. Default 1500
             (assumption).
-        guest_idle_poll_ns: guest idle polling before HLT (cpuidle-haltpoll),
-            ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
-            loads it; its own default is 200000, [K5]).
-        pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the
-            guest's ``kvm_spinlock_init`` returns early, so its ``pv_queued``
-            locks run the ``virt_spin_lock`` test-and-set fallback (any running
-            waiter may take a free lock, newcomers included: lock stealing).
-            Default True (KVM since 3.12).
+        halt_exit_ns: Cost of a HLT exit before blocking, ns. Default 1500 (assumption).
+        guest_idle_poll_ns: Guest idle polling before HLT (cpuidle-haltpoll), ns; 0 halts at
+            once. Default 0 (haltpoll is off unless the guest loads it; its own default is 200000,
+            [K5]).
+        pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the guest's
+            `kvm_spinlock_init` returns early, so its `pv_queued` locks run the `virt_spin_lock`
+            test-and-set fallback (any running waiter may take a free lock, newcomers included: lock
+            stealing). Default True (KVM since 3.12).
         kick_yield: KVM_HC_KICK_CPU also directed-yields to the kicked vCPU
-            (``kvm_pv_kick_cpu_op`` then ``kvm_sched_yield``; commit
-            266e85a5ec9 "KVM: X86: Boost queue head vCPU to mitigate lock
-            waiter preemption", Wanpeng Li, 2019). False: the kick only wakes
-            (hosts before it). Default True.
-        tlb_flush: KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown
-            IPI phase (``Ipi(tlb_flush=True)``) skips preempted targets, which
-            the host flushes at their next sched-in (``kvm_flush_tlb_multi``).
-            Default False (as before the option existed).
-        send_ipi: KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one
-            hypercall (``hypercall_ns``) for a multicast IPI instead of one
-            ICR-write exit per target (``icr_write_ns`` each). Default False.
-        icr_write_ns: cost of one ICR-write exit per IPI target when
-            ``send_ipi`` is off, ns. Default 0 (sending is free, as before the
-            option existed; an era preset sets the hardware figure).
-        preempted_byte: when the host sets the steal-time ``preempted`` byte
-            that the guest's ``vcpu_is_preempted`` reads ([K4]):
-            ``"instruction_boundary"`` (5.19 on, and the stable kernels from
-            5.4 that took the fixes: only a vCPU preempted while runnable by
-            the interrupt that took it out of guest mode; commits
-            54aa83c90198 "KVM: x86: do not set st->preempted when going back
-            to user space" and 6cd88243c7e0 "KVM: x86: do not report a vCPU
-            as preempted outside instruction boundaries", Paolo Bonzini,
-            June 2022) or ``"every_put"`` (4.10 to 5.18: ``kvm_arch_vcpu_put``
-            calls ``kvm_steal_time_set_preempted`` at every put, so a vCPU
-            blocked after HLT, or switched out after a pause-loop exit, reads
-            as preempted until it enters the guest again, and
-            ``available_idle_cpu`` refuses every halted vCPU). Default
-            ``"instruction_boundary"``.
-        yield_single_task_bailout: ``kvm_sched_yield`` (the KICK_CPU yield
-            and PV sched yield) gives up at once while the yielder is alone
-            on its host CPU (``single_task_running()``; "KVM: X86: Bail out of
-            direct yield in case of under-committed scenarios", Wanpeng Li,
-            2021, v5.13). False: hosts before it, which always try
-            ``kvm_vcpu_yield_to`` (it can still boost a target waiting on
-            another CPU's queue). Default True.
+            (`kvm_pv_kick_cpu_op` then `kvm_sched_yield`; commit 266e85a5ec9 "KVM: X86: Boost queue
+            head vCPU to mitigate lock waiter preemption", Wanpeng Li, 2019). False: the kick only
+            wakes (hosts before it). Default True.
+        tlb_flush: KVM_FEATURE_PV_TLB_FLUSH (4.16, 2018): a TLB-shootdown IPI phase
+            (`Ipi(tlb_flush=True)`) skips preempted targets, which the host flushes at their next
+            sched-in (`kvm_flush_tlb_multi`). Default False (as before the option existed).
+        send_ipi: KVM_FEATURE_PV_SEND_IPI (4.19, 2018): the sender makes one hypercall
+            (`hypercall_ns`) for a multicast IPI instead of one ICR-write exit per target
+            (`icr_write_ns` each). Default False.
+        icr_write_ns: Cost of one ICR-write exit per IPI target when `send_ipi` is off, ns.
+            Default 0 (sending is free, as before the option existed; an era preset sets the
+            hardware figure).
+        preempted_byte: When the host sets the steal-time `preempted` byte that the guest's
+            `vcpu_is_preempted` reads ([K4]): `"instruction_boundary"` (5.19 on, and the stable
+            kernels from 5.4 that took the fixes: only a vCPU preempted while runnable by the
+            interrupt that took it out of guest mode; commits 54aa83c90198 "KVM: x86: do not set
+            st->preempted when going back to user space" and 6cd88243c7e0 "KVM: x86: do not report a
+            vCPU as preempted outside instruction boundaries", Paolo Bonzini, June 2022) or
+            `"every_put"` (4.10 to 5.18: `kvm_arch_vcpu_put` calls `kvm_steal_time_set_preempted` at
+            every put, so a vCPU blocked after HLT, or switched out after a pause-loop exit, reads
+            as preempted until it enters the guest again, and `available_idle_cpu` refuses every
+            halted vCPU). Default `"instruction_boundary"`.
+        yield_single_task_bailout: `kvm_sched_yield` (the KICK_CPU yield and PV sched yield)
+            gives up at once while the yielder is alone on its host CPU (`single_task_running()`;
+            "KVM: X86: Bail out of direct yield in case of under-committed scenarios", Wanpeng Li,
+            2021, v5.13). False: hosts before it, which always try `kvm_vcpu_yield_to` (it can still
+            boost a target waiting on another CPU's queue). Default True.
     """
 
+    # BEGIN GENERATED FIELDS (Pv): python -m vcpulab._codegen
     steal_time: bool = True
     sched_yield: bool = True
     apicv: bool = True
@@ -857,20 +734,7 @@ class Pv(_Base):
     icr_write_ns: int = 0
     preempted_byte: str = field(default="instruction_boundary", metadata=_NEW)
     yield_single_task_bailout: bool = field(default=True, metadata=_NEW)
-
-    def __post_init__(self) -> None:
-        _choice(self, "preempted_byte")
-        _bool(self, "yield_single_task_bailout")
-        for name in ("pv_spinlocks", "kick_yield", "tlb_flush", "send_ipi"):
-            _bool(self, name)
-        _int(self, "icr_write_ns")
-        _bool(self, "steal_time")
-        _bool(self, "sched_yield")
-        _bool(self, "apicv")
-        _choice(self, "placement")
-        _int(self, "hypercall_ns")
-        _int(self, "halt_exit_ns")
-        _int(self, "guest_idle_poll_ns")
+    # END GENERATED FIELDS
 
 
 # -------------------------------------------------------------------------- VM
@@ -882,96 +746,79 @@ class Guest(_Base):
     host's (``Pv``, ``HaltPoll``, ``Ple``).
 
     Attributes:
-        lock_model: ``"simple"`` (default; the simulator's first rules: FIFO
-            hand-off for every queued kind, the PV predecessor check only when
-            a waiter (re)starts spinning, mutex spinners watch the owner only)
-            or ``"kernel"``: ``pv_queued`` is the PV qspinlock of
-            kernel/locking/qspinlock_paravirt.h — one steal attempt at
-            slow-path entry (``pv_queued_spin_steal_lock``, refused while the
-            queue head spins with the pending bit set), queue nodes spin
-            SPIN_THRESHOLD iterations or stop early when the previous node is
-            not running (``pv_wait_node``, ``pv_wait_early``, re-checked when
-            that node halts), the head spins SPIN_THRESHOLD iterations afresh
-            (``pv_wait_head_or_lock``) then halts, the unlock frees the lock
-            and kicks a halted head (``__pv_queued_spin_unlock_slowpath``);
-            mutex spinners queue in an OSQ and give up when the spinner before
-            them is on a preempted vCPU (``osq_lock``).
-        pv_wait_early: kernel lock model: ``"prev_halted"`` (default; the
-            rule since 4.x and again since 89340d0935c9, Oct 2019) or
-            ``"prev_halted_or_preempted"`` (75437bb304b2 "locking/pvqspinlock:
-            Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
-            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
-            node also halts when the previous node's vCPU is preempted).
-        vcpu_is_preempted: the guest asks ``vcpu_is_preempted()`` in
-            ``owner_on_cpu`` (mutex spinning) and ``osq_lock`` (4.10+, 2016);
-            False: ``owner->on_cpu`` only (3.x and 4.x before 4.10). Needs
-            ``Pv.steal_time``. Default True.
-        load_balance: the guest scheduler balances its threads between its
-            vCPUs (kernel/sched/fair.c, 5.x): ``newidle_balance`` when a vCPU
-            runs out of threads pulls one waiting thread from the vCPU with
-            the most waiting threads, unless the vCPU's ``avg_idle`` (1/8-weight
-            average of its idle periods, capped at 2 × ``migration_cost_ns``)
-            is below ``migration_cost_ns``; and a guest tick of a vCPU with two
-            or more runnable threads kicks the nohz idle balance, at most once
-            per balance interval (``sd_weight`` ms for the VM's one domain,
-            ``sd_init`` in kernel/sched/topology.c), which pulls one thread to
-            each idle vCPU and wakes it. Threads that stopped running less than
-            ``migration_cost_ns`` ago stay (``task_hot``). Simplifications: one
-            domain spanning the VM, queue lengths instead of PELT loads, one
-            thread per pull, no balancing between busy vCPUs, the kick's IPI
-            and the balancing itself cost nothing. Default False (threads move
-            only at wake-up, as before the option).
-        migration_cost_ns: ``sysctl_sched_migration_cost`` of the guest, ns.
-            Default 500000 (kernel/sched/fair.c).
-        tick_ns: the guest's scheduler tick, ns (used by ``load_balance``).
-            Default 4000000 (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
-        wake_placement: how the guest kernel chooses the vCPU a woken thread
-            runs on. ``"first_idle"`` (default; vcpulab's first rule): the
-            first available vCPU in VM order from the thread's previous vCPU,
-            else the previous vCPU. ``"select_task_rq_fair"``: the guest's
-            kernel/sched/fair.c — with the waker on another vCPU and not
-            ``wake_wide``, ``wake_affine`` (``wake_affine_idle``, then
-            ``wake_affine_weight``) chooses the target between the waker's and
-            the previous vCPU; ``select_idle_sibling`` then takes the target
-            if available, the previous vCPU if available and in the target's
-            LLC, the thread's ``recent_used_cpu`` likewise, with SMT an idle
-            sibling of the previous vCPU (``select_idle_smt``) or a whole idle
-            core (``select_idle_core``), else the first available vCPU of
-            ``select_idle_cpu``'s scan from target + 1 within ``idle_scan``'s
-            limit, else the target. "Available" is ``Pv.placement``'s rule
-            (``available_idle_cpu`` = idle and not preempted upstream; the
-            2021 RFC's ``is_idle`` byte). Simplified: loads are runnable
+        lock_model: `"simple"` (default; the simulator's first rules: FIFO hand-off for every
+            queued kind, the PV predecessor check only when a waiter (re)starts spinning, mutex
+            spinners watch the owner only) or `"kernel"`: `pv_queued` is the PV qspinlock of
+            kernel/locking/qspinlock_paravirt.h — one steal attempt at slow-path entry
+            (`pv_queued_spin_steal_lock`, refused while the queue head spins with the pending bit
+            set), queue nodes spin SPIN_THRESHOLD iterations or stop early when the previous node is
+            not running (`pv_wait_node`, `pv_wait_early`, re-checked when that node halts), the head
+            spins SPIN_THRESHOLD iterations afresh (`pv_wait_head_or_lock`) then halts, the unlock
+            frees the lock and kicks a halted head (`__pv_queued_spin_unlock_slowpath`); mutex
+            spinners queue in an OSQ and give up when the spinner before them is on a preempted vCPU
+            (`osq_lock`).
+        pv_wait_early: Kernel lock model: `"prev_halted"` (default; the rule since 4.x and again
+            since 89340d0935c9, Oct 2019) or `"prev_halted_or_preempted"` (75437bb304b2
+            "locking/pvqspinlock: Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
+            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a node also halts when the
+            previous node's vCPU is preempted).
+        vcpu_is_preempted: The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
+            spinning) and `osq_lock` (4.10+, 2016); False: `owner->on_cpu` only (3.x and 4.x before
+            4.10). Needs `Pv.steal_time`. Default True.
+        load_balance: The guest scheduler balances its threads between its vCPUs
+            (kernel/sched/fair.c, 5.x): `newidle_balance` when a vCPU runs out of threads pulls one
+            waiting thread from the vCPU with the most waiting threads, unless the vCPU's `avg_idle`
+            (1/8-weight average of its idle periods, capped at 2 × `migration_cost_ns`) is below
+            `migration_cost_ns`; and a guest tick of a vCPU with two or more runnable threads kicks
+            the nohz idle balance, at most once per balance interval (`sd_weight` ms for the VM's
+            one domain, `sd_init` in kernel/sched/topology.c), which pulls one thread to each idle
+            vCPU and wakes it. Threads that stopped running less than `migration_cost_ns` ago stay
+            (`task_hot`). Simplifications: one domain spanning the VM, queue lengths instead of PELT
+            loads, one thread per pull, no balancing between busy vCPUs, the kick's IPI and the
+            balancing itself cost nothing. Default False (threads move only at wake-up, as before
+            the option).
+        migration_cost_ns: `sysctl_sched_migration_cost` of the guest, ns. Default 500000
+            (kernel/sched/fair.c).
+        tick_ns: The guest's scheduler tick, ns (used by `load_balance`). Default 4000000
+            (CONFIG_HZ=250, the default of kernel/Kconfig.hz).
+        wake_placement: How the guest kernel chooses the vCPU a woken thread runs on.
+            `"first_idle"` (default; vcpulab's first rule): the first available vCPU in VM order
+            from the thread's previous vCPU, else the previous vCPU. `"select_task_rq_fair"`: the
+            guest's kernel/sched/fair.c — with the waker on another vCPU and not `wake_wide`,
+            `wake_affine` (`wake_affine_idle`, then `wake_affine_weight`) chooses the target between
+            the waker's and the previous vCPU; `select_idle_sibling` then takes the target if
+            available, the previous vCPU if available and in the target's LLC, the thread's
+            `recent_used_cpu` likewise, with SMT an idle sibling of the previous vCPU
+            (`select_idle_smt`) or a whole idle core (`select_idle_core`), else the first available
+            vCPU of `select_idle_cpu`'s scan from target + 1 within `idle_scan`'s limit, else the
+            target. "Available" is `Pv.placement`'s rule (`available_idle_cpu` = idle and not
+            preempted upstream; the 2021 RFC's `is_idle` byte). Simplified: loads are runnable
             thread counts, not PELT averages; wake-ups are never sync.
-        llc_vcpus: vCPUs per last-level cache in the topology the guest sees
-            (its ``sd_llc``), counted from the VM's vCPU 0; 0 (default): one
-            LLC spans the VM, as QEMU's ``-smp N`` gives from QEMU 6.2 on
-            (cores preferred over sockets). A multiple of
-            ``threads_per_core`` that divides ``Vm.vcpus``. Used by
-            ``"select_task_rq_fair"`` only.
-        threads_per_core: vCPUs per core in the topology the guest sees (SMT
-            siblings). Default 1 (QEMU's ``threads=1``). Divides
-            ``Vm.vcpus``. Used by ``"select_task_rq_fair"`` only.
-        wake_wide: the guest's ``wake_wide`` (v3.12 on): a waker that wakes
-            many different threads (flips at least the LLC size, and at
-            least LLC size times the wakee's) sends each wakee to its
-            previous vCPU's neighbourhood instead of ``wake_affine``'s
-            choice. Default True. Used by ``"select_task_rq_fair"`` only.
-        recent_used_cpu: ``select_idle_sibling`` tries the vCPU the thread
-            was woken from last time after the target and the previous vCPU
-            (32e839dda3ba, v4.16). Default True. Used by
-            ``"select_task_rq_fair"`` only.
-        idle_scan: ``select_idle_cpu``'s limit: ``"sis_util"`` (default;
-            SIS_UTIL, 70fb5ccf2ebb, v6.0: ``nr_idle_scan`` = nr_llc × (1024 −
-            x² × 117² / (10000 × 1024)) / 1024 with x the LLC's utilisation per
-            vCPU in 1/1024 and 117 the LLC domain's ``imbalance_pct``, so the
-            scan stops near 85 % busy; simplified: the utilisation is the
-            share of the LLC's vCPUs with a thread running or waiting at the
-            wake-up, not PELT's ``util_avg``) or ``"full"`` (the whole LLC:
-            3.x, and the stand-in for SIS_PROP of v4.13-v6.5, whose limit
-            depends on ``avg_idle`` and ``avg_scan_cost``, timings the model
-            does not keep). Used by ``"select_task_rq_fair"`` only.
+        llc_vcpus: VCPUs per last-level cache in the topology the guest sees (its `sd_llc`),
+            counted from the VM's vCPU 0; 0 (default): one LLC spans the VM, as QEMU's `-smp N`
+            gives from QEMU 6.2 on (cores preferred over sockets). A multiple of `threads_per_core`
+            that divides `Vm.vcpus`. Used by `"select_task_rq_fair"` only.
+        threads_per_core: vCPUs per core in the topology the guest sees (SMT siblings, the
+            guest's `cpu_smt_mask`). 1 (default): QEMU's default `threads=1`. Used by
+            `select_task_rq_fair` placement only (`select_idle_core`).
+        wake_wide: The guest's `wake_wide` (v3.12 on): a waker that wakes many different threads
+            (flips at least the LLC size, and at least LLC size times the wakee's) sends each wakee
+            to its previous vCPU's neighbourhood instead of `wake_affine`'s choice. Default True.
+            Used by `"select_task_rq_fair"` only.
+        recent_used_cpu: `select_idle_sibling` tries the vCPU the thread was woken from last
+            time after the target and the previous vCPU (32e839dda3ba, v4.16). Default True. Used by
+            `"select_task_rq_fair"` only.
+        idle_scan: `select_idle_cpu`'s limit: `"sis_util"` (default; SIS_UTIL, 70fb5ccf2ebb,
+            v6.0: `nr_idle_scan` = nr_llc × (1024 − x² × 117² / (10000 × 1024)) / 1024 with x the
+            LLC's utilisation per vCPU in 1/1024 and 117 the LLC domain's `imbalance_pct`, so the
+            scan stops near 85 % busy; simplified: the utilisation is the share of the LLC's vCPUs
+            with a thread running or waiting at the wake-up, not PELT's `util_avg`) or `"full"` (the
+            whole LLC: 3.x, and the stand-in for SIS_PROP of v4.13-v6.5, whose limit depends on
+            `avg_idle` and `avg_scan_cost`, timings the model does not keep). Used by
+            `"select_task_rq_fair"` only.
     """
 
+    # BEGIN GENERATED FIELDS (Guest): python -m vcpulab._codegen
     lock_model: str = "simple"
     pv_wait_early: str = "prev_halted"
     vcpu_is_preempted: bool = True
@@ -984,20 +831,7 @@ class Guest(_Base):
     wake_wide: bool = field(default=True, metadata=_NEW)
     recent_used_cpu: bool = field(default=True, metadata=_NEW)
     idle_scan: str = field(default="sis_util", metadata=_NEW)
-
-    def __post_init__(self) -> None:
-        _choice(self, "lock_model")
-        _choice(self, "pv_wait_early")
-        _bool(self, "vcpu_is_preempted")
-        _bool(self, "load_balance")
-        _int(self, "migration_cost_ns")
-        _int(self, "tick_ns")
-        _choice(self, "wake_placement")
-        _int(self, "llc_vcpus")
-        _int(self, "threads_per_core")
-        _bool(self, "wake_wide")
-        _bool(self, "recent_used_cpu")
-        _choice(self, "idle_scan")
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
@@ -1005,24 +839,26 @@ class Vm(_Base):
     """A VM (or ``count`` identical VMs).
 
     Attributes:
-        vcpus: vCPUs per VM. Default 4.
-        count: number of identical VMs. Default 1.
-        threads: guest threads; 0 = one per vCPU (default). The 2012
-            benchmarks of [S1] ran 2 threads per vCPU.
-        weight: scheduler weight of each vCPU thread, in [2, 88761] (1024 =
-            nice 0, the kernel's default for a vCPU thread). Default 1024.
-        workload: what the threads run; a preset's name
-            (``vcpulab.sim.presets.NAMES``, e.g. ``"ebizzy_like"``) is that
-            preset with its defaults.
-        ple: pause-loop exiting, see [`Ple`][vcpulab.sim.Ple].
-        policy: the directed-yield policy, see [`Policy`][vcpulab.sim.Policy]; a name of
-            ``vcpulab.sim.policies.NAMES`` (e.g. ``"dy_eligible"``) is that
-            policy with its defaults (``policies.by_name``).
-        pv: paravirtual features and exit costs, see [`Pv`][vcpulab.sim.Pv].
-        halt_poll: host halt polling, see [`HaltPoll`][vcpulab.sim.HaltPoll].
-        guest: the guest kernel's own choices, see [`Guest`][vcpulab.sim.Guest].
+        vcpus: VCPUs per VM. Default 4.
+        count: Number of identical VMs. Default 1.
+        threads: Guest threads; 0 = one per vCPU (default). The 2012 benchmarks of [S1] ran 2
+            threads per vCPU.
+        weight: Scheduler weight of each vCPU thread, in [2, 88761] (1024 = nice 0, the kernel's
+            default for a vCPU thread). Default 1024.
+        workload: What the threads run; a preset's name (`vcpulab.sim.presets.NAMES`, e.g.
+            `"ebizzy_like"`) is that preset with its defaults. Default ``Workload()``.
+        ple: Pause-loop exiting, see [`Ple`][vcpulab.sim.Ple]. Default ``Ple()``.
+        policy: The directed-yield policy, see [`Policy`][vcpulab.sim.Policy]; a name of
+            `vcpulab.sim.policies.NAMES` (e.g. `"dy_eligible"`) is that policy with its defaults
+            (`policies.by_name`). Default ``Policy()``.
+        pv: Paravirtual features and exit costs, see [`Pv`][vcpulab.sim.Pv]. Default ``Pv()``.
+        halt_poll: Host halt polling, see [`HaltPoll`][vcpulab.sim.HaltPoll]. Default
+            ``HaltPoll()``.
+        guest: The guest kernel's own choices, see [`Guest`][vcpulab.sim.Guest]. Default
+            ``Guest()``.
     """
 
+    # BEGIN GENERATED FIELDS (Vm): python -m vcpulab._codegen
     vcpus: int = 4
     count: int = 1
     threads: int = 0
@@ -1033,6 +869,7 @@ class Vm(_Base):
     pv: Pv = field(default_factory=Pv)
     halt_poll: HaltPoll = field(default_factory=HaltPoll)
     guest: Guest = field(default_factory=Guest)
+    # END GENERATED FIELDS
 
     if TYPE_CHECKING:  # a name is accepted where a policy or a workload is (converted in __post_init__)
 
@@ -1056,19 +893,8 @@ class Vm(_Base):
             object.__setattr__(self, "policy", _policy_by_name(self.policy))
         if isinstance(self.workload, str):
             object.__setattr__(self, "workload", _workload_by_name(self.workload))
-        _int(self, "vcpus")
-        _int(self, "count")
+        self._check_fields()
         _int(self, "threads", hi=16 * self.vcpus)
-        _int(self, "weight")
-        for name, typ in (
-            ("workload", Workload),
-            ("ple", Ple),
-            ("policy", Policy),
-            ("pv", Pv),
-            ("halt_poll", HaltPoll),
-            ("guest", Guest),
-        ):
-            _instance(self, name, typ)
         nthreads = self.threads or self.vcpus
         for i, p in enumerate(self.workload.phases):
             if isinstance(p, Ipi) and p.targets >= self.vcpus and p.targets != 0:
@@ -1105,22 +931,23 @@ class Config(_Base):
     """A whole experiment.
 
     Attributes:
-        host: the host.
-        vms: a tuple of [`Vm`][vcpulab.sim.Vm] entries.
-        duration_ns: simulated time limit, ns. Default 100000000 (0.1 s).
-        seed: seed of the run's RNG (PCG64); same seed and config → identical results.
-        trace: record the per-host-CPU trace (``Result.trace``). Default False.
-        warmup_ns: iterations completing before this instant are not counted
-            in ops, throughput and latency (time categories cover the whole
-            run), ns. Default 0.
-        trace_from_ns: with ``trace``, record only the slices that end after
-            this instant, ns (whole slices, not clipped): a sched map of a
-            window of a long run then needs only that window's rows.
-            Default 0 (from the start).
-        trace_until_ns: with ``trace``, record only the slices that start
-            before this instant, ns; 0 = until the run's end. Default 0.
+        host: The host. Default ``Host()``.
+        vms: A tuple of [`Vm`][vcpulab.sim.Vm] entries. Default ``(Vm(),)``.
+        duration_ns: Simulated time limit, ns. The run also ends earlier when every VM with a
+            finite `iterations` has completed them. Default ``100_000_000``.
+        seed: Seed of the run's RNG (PCG64); same seed and config → identical results. Default
+            ``0``.
+        trace: Record the per-host-CPU trace (`Result.trace`). Default False.
+        warmup_ns: Iterations completing before this instant are not counted in ops, throughput
+            and latency (time categories cover the whole run), ns. Default 0.
+        trace_from_ns: With `trace`, record only the slices that end after this instant, ns
+            (whole slices, not clipped): a sched map of a window of a long run then needs only that
+            window's rows. Default 0 (from the start).
+        trace_until_ns: With `trace`, record only the slices that start before this instant, ns;
+            0 = until the run's end. Default 0.
     """
 
+    # BEGIN GENERATED FIELDS (Config): python -m vcpulab._codegen
     host: Host = field(default_factory=Host)
     vms: tuple[Vm, ...] = (Vm(),)
     duration_ns: int = 100_000_000
@@ -1129,24 +956,21 @@ class Config(_Base):
     warmup_ns: int = 0
     trace_from_ns: int = field(default=0, metadata=_NEW)
     trace_until_ns: int = field(default=0, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
         if isinstance(self.vms, list):
             object.__setattr__(self, "vms", tuple(self.vms))
         if isinstance(self.vms, Vm):
             object.__setattr__(self, "vms", (self.vms,))
-        _instance(self, "host", Host)
+        self._check_fields()
         if not isinstance(self.vms, tuple) or not self.vms or not all(isinstance(v, Vm) for v in self.vms):
             raise ValueError(f"Config.vms must be a non-empty tuple of Vm, got {self.vms!r}")
         total = sum(v.vcpus * v.count for v in self.vms)
         if total > 65536:
             raise ValueError(f"Config.vms must hold <= 65536 vCPUs in total, got {total}")
-        _int(self, "duration_ns")
-        _int(self, "seed")
-        _bool(self, "trace")
         _int(self, "warmup_ns", hi=self.duration_ns - 1)
         _int(self, "trace_from_ns", hi=self.duration_ns - 1)
-        _int(self, "trace_until_ns")
         if self.trace_until_ns and self.trace_until_ns <= self.trace_from_ns:
             raise ValueError(
                 f"Config.trace_until_ns must be 0 (the run's end) or > trace_from_ns ({self.trace_from_ns}), "

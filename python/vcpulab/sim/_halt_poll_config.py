@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vcpulab.sim._base import _NEW, _as_int, _Base, _bool, _int
+from vcpulab.sim._base import _NEW, _Base
 
 #: Halt-polling policy names, one vocabulary for the engine ([`HaltPoll`][vcpulab.sim.HaltPoll])
 #: and the calibration model ([`vcpulab.sim.halt_poll.Params`][]).
@@ -47,50 +47,44 @@ class HaltPoll(_Base):
     as in Rust (``HaltPollConfig``). The former ``halt_poll.Params`` is a
     deprecated alias that builds one of these.
 
-    Attributes:
-        policy: ``"off"`` (block at once; default), ``"fixed"`` (always poll
-            up to ``max_ns``, the Feb 2015 halt_poll_ns), ``"block-time"``
-            (upstream since 4.3: the per-vCPU window grows when a halt was
-            short and shrinks when it was longer than ``max_ns``, §3.2),
-            ``"dynamic-v3"`` or ``"dynamic-v4"`` (the 2015 v3 and v4
-            proposals, never merged; vcpulab's reconstructions from the
-            review, see [`vcpulab.sim.halt_poll`][]). The same names as
-            ``halt_poll.Params.policy``; the old ``"dynamic"`` and
-            ``"dynamic_v4"`` are read as ``"block-time"`` and ``"dynamic-v4"``
-            with a DeprecationWarning. The window and the stats come from
-            the same per-vCPU state machine (and the same Rust configuration
-            type) as [`vcpulab.sim.halt_poll`][].
-        max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default
-            200000 (kernel x86 ``KVM_HALT_POLL_NS_DEFAULT``).
-        grow: halt_poll_ns_grow, multiplier (0: never grow; a kernel uint).
-            Default 2 (kernel).
-        grow_start_ns: halt_poll_ns_grow_start, ns: the first non-zero
-            window; a window shrunk below it becomes 0. Default 10000 (kernel).
-        shrink: halt_poll_ns_shrink, divisor; 0 resets to 0 (a kernel uint).
-            Default 2 (kernel ≥ ~6.8; 0 before).
-        poll_allowed: False when the guest turned host polling off by writing
-            0 to ``MSR_KVM_POLL_CONTROL`` (its own cpuidle-haltpoll driver
-            then polls instead, see ``Pv.guest_idle_poll_ns``). Default True.
-        vm_max_ns: per-VM maximum set with ``KVM_CAP_HALT_POLL``
-            (``override_halt_poll_ns``), ns; None (default): not set, ``max_ns``
-            applies (kernel ``kvm_vcpu_max_halt_poll_ns``).
-        v4_start_ns: ``"dynamic-v4"`` only: the initial window, ns; None
-            (default): the maximum. vcpulab reconstruction (v4 was never
-            merged): with 0, v4 never polls, since it grows only when an
-            interrupt arrives while polling.
-        v4_idle_ns: ``"dynamic-v3"`` / ``"dynamic-v4"``: a halt that slept
-            longer than this is "idle" and shrinks the window, ns. Default
-            10000000 (vcpulab reconstruction: one 100 Hz tick; guests ticking
-            at 250 Hz and up are not idle, as in [S5]'s 15 % C0 result).
-        v3_start_ns: ``"dynamic-v3"`` only: the first growth from 0, ns.
-            Default 500000 (the review's "0 → 500 µs").
-
     Results carry the kernel's stat names per vCPU: ``halt_attempted_poll``,
     ``halt_successful_poll``, ``halt_poll_invalid``, ``halt_poll_success_ns``,
     ``halt_poll_fail_ns``, ``halt_wait_ns``, ``halt_wakeup``; the time spent
     polling is the ``polling_ns`` category.
+
+    Attributes:
+        policy: `"off"` (block at once; default), `"fixed"` (always poll up to `max_ns`, the Feb
+            2015 halt_poll_ns), `"block-time"` (upstream since 4.3: the per-vCPU window grows when a
+            halt was short and shrinks when it was longer than `max_ns`, §3.2), `"dynamic-v3"` or
+            `"dynamic-v4"` (the 2015 v3 and v4 proposals, never merged; vcpulab's reconstructions
+            from the review, see [`vcpulab.sim.halt_poll`][]). The same names as
+            `halt_poll.Params.policy`; the old `"dynamic"` and `"dynamic_v4"` are read as
+            `"block-time"` and `"dynamic-v4"` with a DeprecationWarning. The window and the stats
+            come from the same per-vCPU state machine (and the same Rust configuration type) as
+            [`vcpulab.sim.halt_poll`][].
+        max_ns: halt_poll_ns (or the KVM_CAP_HALT_POLL value), ns. Default 200000 (kernel x86
+            `KVM_HALT_POLL_NS_DEFAULT`).
+        grow: halt_poll_ns_grow, multiplier (0: never grow; a kernel uint). Default 2 (kernel).
+        grow_start_ns: halt_poll_ns_grow_start, ns: the first non-zero window; a window shrunk
+            below it becomes 0. Default 10000 (kernel).
+        shrink: halt_poll_ns_shrink, divisor; 0 resets to 0 (a kernel uint). Default 2 (kernel ≥
+            ~6.8; 0 before).
+        poll_allowed: False when the guest turned host polling off by writing 0 to
+            `MSR_KVM_POLL_CONTROL` (its own cpuidle-haltpoll driver then polls instead, see
+            `Pv.guest_idle_poll_ns`). Default True.
+        vm_max_ns: Per-VM maximum set with `KVM_CAP_HALT_POLL` (`override_halt_poll_ns`), ns;
+            None (default): not set, `max_ns` applies (kernel `kvm_vcpu_max_halt_poll_ns`).
+        v4_start_ns: `"dynamic-v4"` only: the initial window, ns; None (default): the maximum.
+            vcpulab reconstruction (v4 was never merged): with 0, v4 never polls, since it grows
+            only when an interrupt arrives while polling.
+        v4_idle_ns: `"dynamic-v3"` / `"dynamic-v4"`: a halt that slept longer than this is
+            "idle" and shrinks the window, ns. Default 10000000 (vcpulab reconstruction: one 100 Hz
+            tick; guests ticking at 250 Hz and up are not idle, as in [S5]'s 15 % C0 result).
+        v3_start_ns: `"dynamic-v3"` only: the first growth from 0, ns. Default 500000 (the
+            review's "0 → 500 µs").
     """
 
+    # BEGIN GENERATED FIELDS (HaltPoll): python -m vcpulab._codegen
     policy: str = "off"
     max_ns: int = 200_000
     grow: int = 2
@@ -101,18 +95,11 @@ class HaltPoll(_Base):
     v4_start_ns: int | None = field(default=None, metadata=_NEW)
     v4_idle_ns: int = field(default=10_000_000, metadata=_NEW)
     v3_start_ns: int = field(default=500_000, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "policy", halt_poll_policy("HaltPoll", self.policy))
-        for name in ("max_ns", "grow", "grow_start_ns", "shrink", "v4_idle_ns", "v3_start_ns"):
-            if not isinstance(getattr(self, name), bool):  # numpy ints from a sweep grid are ints here
-                object.__setattr__(self, name, _as_int(getattr(self, name)))
-            _int(self, name)
-        for name in ("vm_max_ns", "v4_start_ns"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
-                object.__setattr__(self, name, _as_int(getattr(self, name)))
-            _int(self, name, optional=True)
-        _bool(self, "poll_allowed")
+        self._check_fields()
 
     @property
     def effective_max_ns(self) -> int:

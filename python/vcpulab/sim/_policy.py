@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vcpulab.sim._base import _NEW, _Base, _bool, _choice, _instance, _int
+from vcpulab.sim._base import _NEW, _Base
 
 # Policy.kind (the Rust engine's serde name) -> constructor name in vcpulab.sim.policies, where they differ
 _KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
@@ -25,64 +25,51 @@ class Policy(_Base):
     Use the constructors in [`vcpulab.sim.policies`][] rather than this class.
 
     Attributes:
-        kind: ``"upstream"`` (default; [K1]), ``"baseline2011"``,
-            ``"dy_eligible"`` ([S1]), ``"random"``, ``"oracle"``,
-            ``"none"`` or ``"python"``.
-        esrch_budget: -ESRCH results tolerated before the scan stops; 0 =
-            unlimited. Default 3 (kernel). ``dy_eligible`` uses 0 (the 2012 patch).
-        last_boosted_bug: upstream: store the loop offset instead of the index
-            (v6.12-6.18 bug). Default False.
-        dy_eligible: upstream: apply the dy_eligible toggle. Default True (x86).
-        kernel_filter: upstream: skip candidates preempted in guest user mode
-            when the spinner is in kernel mode. Default True (since ~v4.14).
-        user_mode_irq_boost: upstream: a candidate preempted in guest user
-            mode passes the kernel-mode filter when it has a posted interrupt
-            pending (``kvm_arch_dy_has_pending_interrupt``; 52acd22faa1a "KVM:
-            Boost vCPU candidate in user mode which is delivering interrupt",
-            v5.13). False: kernels before 5.13, whose filter skips such a
-            candidate whatever it has pending. Default True.
-        candidate_gate: upstream: the first candidate test of
-            ``kvm_vcpu_on_spin``: ``"ready"`` (default; ``vcpu->ready``, since
-            5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are delivering
-            interrupts": preempted, or woken from a halt and not yet running)
-            or ``"preempted"`` (``vcpu->preempted``, kernels before 5.3: a
-            woken vCPU that has not run yet is not a candidate).
-        ipi_aware: upstream: IPI-aware candidate selection, after Wanpeng
-            Li's RFC ("[PATCH v2 8/9] KVM: Implement IPI-aware directed yield
-            candidate selection", 18 Dec 2025, not merged,
-            https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a
-            candidate that has not yet handled an IPI the spinner's thread
-            sent passes the in-kernel filter (``kvm_vcpu_is_ipi_receiver``;
-            "recent" = still pending: the RFC's recency window, patches 1-7,
-            is not modelled), then pending interrupts and the preempted
-            fallback as upstream; a scan that boosts nobody is followed by a
-            relaxed round that asks ``vcpu->preempted`` only. Default False.
-        name: Python policies: the callable's name (the key it travels under).
-        fn: Python policies: ``fn(spinner, candidates) -> int | None``; not
-            serialised, travels beside the JSON.
+        kind: `"upstream"` (default; [K1]), `"baseline2011"`, `"dy_eligible"` ([S1]),
+            `"random"`, `"oracle"`, `"none"` or `"python"`.
+        esrch_budget: -ESRCH results tolerated before the scan stops; 0 = unlimited. Default 3
+            (kernel). `dy_eligible` uses 0 (the 2012 patch).
+        last_boosted_bug: Upstream: store the loop offset instead of the index (v6.12-6.18 bug).
+            Default False.
+        dy_eligible: Upstream: apply the dy_eligible toggle. Default True (x86).
+        kernel_filter: Upstream: skip candidates preempted in guest user mode when the spinner
+            is in kernel mode. Default True (since ~v4.14).
+        name: Python policies: the callable's name (the key it travels under). Default ``""``.
+        candidate_gate: Upstream: the first candidate test of `kvm_vcpu_on_spin`: `"ready"`
+            (default; `vcpu->ready`, since 5.3, commit d73eb57b80b9 "KVM: Boost vCPUs that are
+            delivering interrupts": preempted, or woken from a halt and not yet running) or
+            `"preempted"` (`vcpu->preempted`, kernels before 5.3: a woken vCPU that has not run yet
+            is not a candidate).
+        ipi_aware: Upstream: IPI-aware candidate selection, after Wanpeng Li's RFC ("[PATCH v2
+            8/9] KVM: Implement IPI-aware directed yield candidate selection", 18 Dec 2025, not
+            merged, https://lkml.iu.edu/hypermail/linux/kernel/2512.2/09450.html): a candidate that
+            has not yet handled an IPI the spinner's thread sent passes the in-kernel filter
+            (`kvm_vcpu_is_ipi_receiver`; "recent" = still pending: the RFC's recency window, patches
+            1-7, is not modelled), then pending interrupts and the preempted fallback as upstream; a
+            scan that boosts nobody is followed by a relaxed round that asks `vcpu->preempted` only.
+            Default False.
+        user_mode_irq_boost: Upstream: a candidate preempted in guest user mode passes the
+            kernel-mode filter when it has a posted interrupt pending
+            (`kvm_arch_dy_has_pending_interrupt`; 52acd22faa1a "KVM: Boost vCPU candidate in user
+            mode which is delivering interrupt", v5.13). False: kernels before 5.13, whose filter
+            skips such a candidate whatever it has pending. Default True.
     """
 
+    # BEGIN GENERATED FIELDS (Policy): python -m vcpulab._codegen
     kind: str = "upstream"
     esrch_budget: int = 3
     last_boosted_bug: bool = False
     dy_eligible: bool = True
     kernel_filter: bool = True
     name: str = ""
-    fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
     candidate_gate: str = "ready"
     ipi_aware: bool = field(default=False, metadata=_NEW)
     user_mode_irq_boost: bool = field(default=True, metadata=_NEW)
+    # END GENERATED FIELDS
+    fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
 
     def __post_init__(self) -> None:
-        _choice(self, "kind")
-        _choice(self, "candidate_gate")
-        _bool(self, "ipi_aware")
-        _int(self, "esrch_budget")
-        _bool(self, "last_boosted_bug")
-        _bool(self, "dy_eligible")
-        _bool(self, "kernel_filter")
-        _bool(self, "user_mode_irq_boost")
-        _instance(self, "name", str)
+        self._check_fields()
         if self.kind == "python":
             if self.fn is not None and not callable(self.fn):
                 raise ValueError(f"Policy.fn must be callable, got {self.fn!r}")

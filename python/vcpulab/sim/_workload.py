@@ -13,14 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from vcpulab.sim._base import _NEW, _Base, _bool, _choice, _float, _instance, _int, _plain_seq
+from vcpulab.sim._base import _NEW, _Base, _plain_seq, field_schema
 
 DISTS = ("fixed", "exp", "uniform")
 LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
-
-
-def _phase_common(obj: Any) -> None:
-    _float(obj, "prob")
 
 
 @dataclass(frozen=True)
@@ -28,24 +24,19 @@ class Compute(_Base):
     """Useful work.
 
     Attributes:
-        ns: mean duration, ns (required).
-        dist: ``"fixed"`` (default), ``"exp"`` or ``"uniform"`` (on [ns/2, 3ns/2]).
-        mode: ``"user"`` (default) or ``"kernel"``: the CPL, recorded as
-            preempted_in_kernel if the vCPU is preempted meanwhile.
-        prob: probability that the phase runs in an iteration. Default 1.0.
+        ns: Mean duration, ns.
+        dist: Distribution of the duration. Default ``"fixed"``.
+        mode: CPL of the work (recorded as preempted in kernel mode). Default ``"user"``.
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
     """
 
     kind: ClassVar[str] = "compute"
+    # BEGIN GENERATED FIELDS (Compute): python -m vcpulab._codegen
     ns: int
     dist: str = "fixed"
     mode: str = "user"
     prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "ns")
-        _choice(self, "dist")
-        _choice(self, "mode")
-        _phase_common(self)
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
@@ -68,26 +59,21 @@ class Lock(_Base):
     waiter (re)starts spinning; nobody spins on a reader-owned semaphore.
 
     Attributes:
-        lock: lock id within the VM, 0..1023. Default 0.
-        lock_kind: see above. Default ``"ticket"``.
-        hold_ns: mean hold time, ns. Default 1000.
-        dist: distribution of the hold time. Default ``"fixed"``.
-        prob: probability that the phase runs. Default 1.0.
+        lock: Lock id within the VM. Default ``0``.
+        lock_kind: The lock's kind (all phases using one lock agree). Default ``"ticket"``.
+        hold_ns: Mean hold time, ns. Default ``1000``.
+        dist: Distribution of the hold time. Default ``"fixed"``.
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
     """
 
     kind: ClassVar[str] = "lock"
+    # BEGIN GENERATED FIELDS (Lock): python -m vcpulab._codegen
     lock: int = 0
     lock_kind: str = "ticket"
     hold_ns: int = 1000
     dist: str = "fixed"
     prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "lock")
-        _choice(self, "lock_kind")
-        _int(self, "hold_ns")
-        _choice(self, "dist")
-        _phase_common(self)
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
@@ -98,34 +84,46 @@ class Ipi(_Base):
     phase sets the handler length for all). ``targets`` default 0 (all
     others); ``prob`` default 1.0. ``tlb_flush``: the IPI is a TLB
     shootdown (``flush_tlb_multi``), which PV TLB flush (``Pv.tlb_flush``)
-    skips for preempted targets; default False."""
+    skips for preempted targets; default False.
+
+    Attributes:
+        targets: Number of other vCPUs targeted; 0 = all others (smp_call_function). Less than
+            `vcpus`. Default ``0``.
+        handler_ns: Length of the IPI handler, ns (the VM's first Ipi phase sets it for all).
+            Default ``1000``.
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
+        tlb_flush: A TLB shootdown (flush_tlb_mm_range → flush_tlb_multi): with PV TLB flush,
+            preempted targets are skipped and flush at sched-in. Default ``False``.
+    """
 
     kind: ClassVar[str] = "ipi"
+    # BEGIN GENERATED FIELDS (Ipi): python -m vcpulab._codegen
     targets: int = 0
     handler_ns: int = 1000
     prob: float = 1.0
     tlb_flush: bool = False
-
-    def __post_init__(self) -> None:
-        _bool(self, "tlb_flush")
-        _int(self, "targets")
-        _int(self, "handler_ns")
-        _phase_common(self)
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
 class Barrier(_Base):
     """Block until every (unfinished) thread of the VM arrives (pthread/futex
     barrier: waiters sleep; the vCPU halts if it has nothing else).
-    ``prob`` must be 1.0 (a skipped barrier deadlocks)."""
+    ``prob`` must be 1.0 (a skipped barrier deadlocks).
+
+    Attributes:
+        prob: Always 1 (a skipped barrier deadlocks). Default ``1.0``.
+    """
 
     kind: ClassVar[str] = "barrier"
+    # BEGIN GENERATED FIELDS (Barrier): python -m vcpulab._codegen
     prob: float = 1.0
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
+        self._check_fields()
         if self.prob != 1.0:
             raise ValueError(f"Barrier.prob must be 1.0 (a skipped barrier deadlocks), got {self.prob}")
-        _phase_common(self)
 
 
 @dataclass(frozen=True)
@@ -138,19 +136,26 @@ class Sleep(_Base):
     not shift the later ones, and periods that pass while the thread is not
     waiting are skipped, like coalesced timer interrupts); needs ``ns > 0``
     and ``dist="fixed"``. Default False (left out of the JSON when False, so
-    existing configurations keep their hash)."""
+    existing configurations keep their hash).
+
+    Attributes:
+        ns: Mean sleep, ns. Default ``100_000``.
+        dist: Distribution of the sleep. Default ``"fixed"``.
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
+        periodic: Wake at the next multiple of `ns` since the run's start (a periodic timer: a
+            late wake-up does not shift the later ones). Default ``False``.
+    """
 
     kind: ClassVar[str] = "sleep"
+    # BEGIN GENERATED FIELDS (Sleep): python -m vcpulab._codegen
     ns: int = 100_000
     dist: str = "fixed"
     prob: float = 1.0
     periodic: bool = False
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
-        _int(self, "ns")
-        _choice(self, "dist")
-        _phase_common(self)
-        _bool(self, "periodic")
+        self._check_fields()
         if self.periodic and (self.ns == 0 or self.dist != "fixed"):
             raise ValueError(f"Sleep.periodic needs ns > 0 and dist 'fixed', got ns={self.ns}, dist={self.dist!r}")
 
@@ -164,27 +169,33 @@ class Sleep(_Base):
 @dataclass(frozen=True)
 class Send(_Base):
     """Post a message to thread (i + ``to``) mod threads (``to`` default 1),
-    waking it if it waits in Recv; ``prob`` default 1.0."""
+    waking it if it waits in Recv; ``prob`` default 1.0.
+
+    Attributes:
+        to: Distance to the receiving thread, in [1, threads). Default ``1``.
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
+    """
 
     kind: ClassVar[str] = "send"
+    # BEGIN GENERATED FIELDS (Send): python -m vcpulab._codegen
     to: int = 1
     prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _int(self, "to")
-        _phase_common(self)
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
 class Recv(_Base):
     """Block until a message is available (halt until a message); ``prob``
-    default 1.0."""
+    default 1.0.
+
+    Attributes:
+        prob: Probability that the phase runs in an iteration. Default ``1.0``.
+    """
 
     kind: ClassVar[str] = "recv"
+    # BEGIN GENERATED FIELDS (Recv): python -m vcpulab._codegen
     prob: float = 1.0
-
-    def __post_init__(self) -> None:
-        _phase_common(self)
+    # END GENERATED FIELDS
 
 
 @dataclass(frozen=True)
@@ -206,22 +217,22 @@ class TaskQueue(_Base):
     is one operation (a task).
 
     Attributes:
-        tasks: tasks per frame, all threads together (1..1e6; required).
-        frames: frames; 0 (default) = until the end of the run.
-        prob: must be 1.0.
+        tasks: Tasks per frame, all threads together.
+        frames: Frames; 0 = until the end of the run. Default ``0``.
+        prob: Always 1 (a skipped take would lose the frame's end). Default ``1.0``.
     """
 
     kind: ClassVar[str] = "task_queue"
+    # BEGIN GENERATED FIELDS (TaskQueue): python -m vcpulab._codegen
     tasks: int
     frames: int = 0
     prob: float = 1.0
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
-        _int(self, "tasks")
-        _int(self, "frames")
+        self._check_fields()
         if self.prob != 1.0:
             raise ValueError(f"TaskQueue.prob must be 1.0 (a skipped take loses the frame's end), got {self.prob}")
-        _phase_common(self)
 
 
 #: one step of a guest thread's loop: any of the phase classes
@@ -247,38 +258,38 @@ class Workload(_Base):
     """What each guest thread runs: ``phases`` in order, one iteration at a time.
 
     Attributes:
-        phases: a tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue).
-        name: a label for tables. Default ``"custom"``.
-        iterations: iterations per thread; 0 loops until the end of the run
-            (throughput), > 0 ends the run when every VM is done (wall time).
-        guest_slice_ns: guest round-robin slice between threads sharing a
-            vCPU, ns. Default 4000000 (assumption: a 4 ms guest CFS slice).
-        spin_iter_cycles: cycles per spin-loop iteration (turns SPIN_THRESHOLD
-            into time). Default 40 (assumption: PAUSE + load on older Xeons).
-        spin_threshold: PV queued-lock SPIN_THRESHOLD, iterations. Default
-            32768 (kernel, [K5]).
-        thread0_phases: what thread 0 of each VM runs instead of ``phases``
-            (an initiator beside responders, e.g. a ping-pong: thread 0
-            ``(Compute, Send(1), Recv())``, the others ``(Recv(), Compute,
-            Send(1))``); only Compute, Sleep, Barrier, Send and Recv phases,
-            and the VM needs >= 2 threads. Default ``()``: every thread runs
-            ``phases``.
-        thread0_bound: thread 0 of each VM is bound to the VM's vCPU 0 (the
-            guest's ``kthread_bind`` / ``sched_setaffinity`` to one CPU): its
-            wake-ups skip the guest's placement and load balancing never
-            moves it; other threads are placed as before. Default False. A
-            waker that stays on its vCPU, as the vCPU 0 of
-            [`WakePlacement`][vcpulab.experiment.WakePlacement].
+        phases: A tuple of phases (Compute, Lock, Ipi, Barrier, Sleep, Send, Recv, TaskQueue).
+            Default ``(Compute(ns=20_000, dist="exp"), Lock(hold_ns=2000))``.
+        name: A label for tables. Default `"custom"`.
+        iterations: Iterations per thread; 0 loops until the end of the run (throughput), > 0
+            ends the run when every VM is done (wall time). Default ``0``.
+        guest_slice_ns: Guest round-robin slice between threads sharing a vCPU, ns. Default
+            4000000 (assumption: a 4 ms guest CFS slice).
+        spin_iter_cycles: Cycles per spin-loop iteration (turns SPIN_THRESHOLD into time).
+            Default 40 (assumption: PAUSE + load on older Xeons).
+        spin_threshold: PV queued-lock SPIN_THRESHOLD, iterations. Default 32768 (kernel, [K5]).
+        thread0_phases: Thread 0 of each VM runs these phases instead of `phases` (empty, the
+            default: every thread runs `phases`). An initiator beside responders, e.g. a ping-pong:
+            thread 0 `[Compute, Send{to: 1}, Recv]`, the others `[Recv, Compute, Send{to: 1}]`. Only
+            compute, sleep, barrier, send and receive phases (locks and IPIs are set up from
+            `phases`).
+        thread0_bound: Thread 0 of each VM is bound to the VM's vCPU 0 (the guest's
+            `kthread_bind` / `sched_setaffinity` to one CPU): its wake-ups skip the guest's
+            placement and load balancing never moves it. Other threads are placed as before (on vCPU
+            0 too, where the rule finds it available). Default false. A waker that stays on its
+            vCPU, as vcpulab's wake-placement guest program's vCPU 0.
     """
 
-    phases: tuple[Any, ...] = (Compute(20_000, dist="exp"), Lock(0, "ticket", 2_000))
+    # BEGIN GENERATED FIELDS (Workload): python -m vcpulab._codegen
+    phases: tuple[Phase, ...] = (Compute(ns=20_000, dist="exp"), Lock(hold_ns=2000))
     name: str = "custom"
     iterations: int = 0
     guest_slice_ns: int = 4_000_000
     spin_iter_cycles: int = 40
-    spin_threshold: int = 32768
-    thread0_phases: tuple[Any, ...] = field(default=(), metadata=_NEW)
+    spin_threshold: int = 32_768
+    thread0_phases: tuple[Phase, ...] = field(default=(), metadata=_NEW)
     thread0_bound: bool = field(default=False, metadata=_NEW)
+    # END GENERATED FIELDS
 
     def __post_init__(self) -> None:
         if isinstance(self.phases, list):
@@ -298,8 +309,9 @@ class Workload(_Base):
             raise ValueError(
                 "Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0"
             )
-        if len(self.thread0_phases) > 256:
-            raise ValueError(f"Workload.thread0_phases must hold <= 256 phases, got {len(self.thread0_phases)}")
+        most = field_schema("Workload", "thread0_phases")["maxItems"]
+        if len(self.thread0_phases) > most:
+            raise ValueError(f"Workload.thread0_phases must hold <= {most} phases, got {len(self.thread0_phases)}")
         if not isinstance(self.phases, tuple) or not self.phases:
             raise ValueError(f"Workload.phases must be a non-empty tuple of phases, got {self.phases!r}")
         for i, p in enumerate(self.phases):
@@ -316,8 +328,9 @@ class Workload(_Base):
                 "Workload.phases must include a compute, lock or sleep phase that takes time (ns/hold_ns > 0) "
                 "with prob 1.0"
             )
-        if len(self.phases) > 256:
-            raise ValueError(f"Workload.phases must hold <= 256 phases, got {len(self.phases)}")
+        most = field_schema("Workload", "phases")["maxItems"]
+        if len(self.phases) > most:
+            raise ValueError(f"Workload.phases must hold <= {most} phases, got {len(self.phases)}")
         kinds: dict[int, str] = {}
         for i, p in enumerate(self.phases):
             if isinstance(p, Lock):
@@ -328,8 +341,7 @@ class Workload(_Base):
                     )
         if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")
-        _instance(self, "name", str)
-        _int(self, "iterations")
+        self._check_fields()
         queues = sum(isinstance(p, TaskQueue) for p in self.phases)
         if queues and (
             queues > 1 or any(isinstance(p, Barrier) for p in self.phases) or self.thread0_phases or self.iterations
@@ -338,10 +350,6 @@ class Workload(_Base):
                 "Workload.phases: a task_queue phase must be the only one, with no barrier phase, no thread0_phases "
                 "and iterations 0 (its frames end the run)"
             )
-        _int(self, "guest_slice_ns")
-        _int(self, "spin_iter_cycles")
-        _int(self, "spin_threshold")
-        _bool(self, "thread0_bound")
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
