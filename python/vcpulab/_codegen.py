@@ -113,7 +113,7 @@ def _annotation(prop: dict[str, Any]) -> str:
             inner = ", ".join(_annotation(x) for x in items["prefixItems"])
             return f"tuple[tuple[{inner}], ...]"
         return f"tuple[{_annotation(items)}, ...]"
-    return {"integer": "int", "number": "float", "boolean": "bool", "string": "str"}[t]
+    return {"integer": "int", "number": "float", "boolean": "bool", "string": "str"}[str(t)]
 
 
 def _literal(v: Any, prop: dict[str, Any]) -> str:

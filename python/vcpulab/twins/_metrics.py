@@ -188,7 +188,12 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             out["rtt_median_us"] = ipi / 1e3
         else:
             # a round = the initiator's own time outside the round trip + the round trip
-            own = cfg.vms[0].workload.thread0_phases[0].ns if isinstance(w, IpiPingPong) else w.gap_us * 1000
+            if isinstance(w, IpiPingPong):
+                first = cfg.vms[0].workload.thread0_phases[0]
+                assert isinstance(first, sim.Compute)  # the initiator's own work, then the round trip
+                own = first.ns
+            else:
+                own = w.gap_us * 1000
             out["rtt_median_us"] = (float(vms["lat_p50_ns"][0]) - own) / 1e3
     if "ticks_per_s" in names:
         out["ticks_per_s"] = float(vms["ops"][0]) / dur
