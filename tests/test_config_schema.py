@@ -585,3 +585,24 @@ def test_each_fields_own_check_comes_from_the_schema() -> None:
         sim.Compute(1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^Vm.ple must be a Ple, got 3$"):
         sim.Vm(ple=3)  # type: ignore[arg-type]
+
+
+def test_policy_kinds_are_their_constructors_names() -> None:
+    """One name per concept: a policy's kind is the name of the constructor
+    that builds it and its label (``no_yield``, ``baseline_2011``); the names
+    before 2026-12-05 are read with a dated DeprecationWarning, by Python and
+    by Rust."""
+    for name in policies.NAMES:
+        p = policies.by_name(name)
+        assert p.kind == name == p.label
+    for old, new in (("none", "no_yield"), ("baseline2011", "baseline_2011")):
+        with pytest.warns(
+            DeprecationWarning, match=rf"kind={old!r}\) is deprecated since 2026-12-05; use kind={new!r}"
+        ):
+            p = sim.Policy(kind=old)
+        assert p.kind == new and p.to_dict()["kind"] == new
+        d = json.loads(sim.Config().to_json())
+        d["vms"][0]["policy"]["kind"] = old  # an old JSON: Rust reads the alias, and the schema says so
+        _core.sim_validate(json.dumps(d))
+        assert old in C.field_schema("Policy", "kind")["deprecated_names"]
+    assert "none" not in C.POLICY_KINDS and C.POLICY_KINDS == C.choices("Policy", "kind")

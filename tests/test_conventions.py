@@ -339,7 +339,7 @@ def test_sweep_parquet_stores_the_grid_as_json(tmp_path: Path) -> None:
     grid = json.loads(meta["vcpulab.grid"])
     assert grid["seed"] == [0]
     assert [p["label"] for p in grid["vms.0.policy"]] == ["baseline_2011", "dy_eligible"]
-    assert grid["vms.0.policy"][0]["kind"] == "baseline2011"
+    assert grid["vms.0.policy"][0]["kind"] == "baseline_2011"
     assert json.loads(meta["vcpulab.dependencies"])["polars"] == pl.__version__
     assert "timestamp_utc" in {k.removeprefix("vcpulab.") for k in meta}
     df = pl.read_parquet(tmp_path / "out" / "sweep.parquet")

@@ -176,7 +176,7 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
                 sim.Vm(
                     vcpus=vcpus,
                     workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)),
-                    policy=sim.Policy(kind="none"),
+                    policy=sim.Policy(kind="no_yield"),
                 ),
             ),
             duration_ns=100_000_000,

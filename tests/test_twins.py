@@ -76,7 +76,7 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     assert cfg.host.tick_ns == 4_000_000 and cfg.host.base_slice_ns == 1_500_000 and cfg.host.tsc_khz == 2_600_000
     assert cfg.duration_ns == 200_000_000 and cfg.seed == 3
     (vm,) = cfg.vms
-    assert vm.vcpus == 5 and vm.count == 1 and not vm.ple.enabled and vm.policy.kind == "none"
+    assert vm.vcpus == 5 and vm.count == 1 and not vm.ple.enabled and vm.policy.kind == "no_yield"
     assert (
         vm.halt_poll.policy == "block-time" and vm.halt_poll.max_ns == 200_000 and vm.halt_poll.grow_start_ns == 10_000
     )

@@ -125,7 +125,7 @@ fn smt_host(v: u32, speed: u32) -> SimConfig {
         },
         vms: vec![VmConfig {
             vcpus: v,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
                 ..Default::default()
@@ -157,7 +157,7 @@ fn a_sibling_going_idle_speeds_the_other_thread_up_at_once() {
     let mut c2 = smt_host(3, 65);
     c2.vms.push(VmConfig {
         vcpus: 1,
-        policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+        policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
         workload: WorkloadConfig {
             phases: vec![
                 Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },

@@ -156,7 +156,7 @@ fn a_wakeup_across_groups_compares_the_group_entities() {
 
 #[test]
 fn group_bookkeeping_holds_through_yields_migrations_and_noise() {
-    for policy in [PolicyKind::Upstream, PolicyKind::None] {
+    for policy in [PolicyKind::Upstream, PolicyKind::NoYield] {
         let mut c = super::super::tests::small(policy, 3, 4, 4);
         c.host.scheduler = Scheduler::Cfs;
         c.host.cfs.vm_groups = true;

@@ -121,7 +121,7 @@ pub trait DirectedYieldPolicy: Send {
 /// Build the policy a VM's config names. `Python` policies come from the caller.
 pub fn builtin(cfg: &PolicyConfig) -> Option<Box<dyn DirectedYieldPolicy>> {
     Some(match cfg.kind {
-        PolicyKind::None => Box::new(NoYield),
+        PolicyKind::NoYield => Box::new(NoYield),
         PolicyKind::Baseline2011 => Box::new(Baseline2011),
         PolicyKind::DyEligible => Box::new(DyEligible { esrch_budget: cfg.esrch_budget }),
         PolicyKind::Upstream => Box::new(Upstream {

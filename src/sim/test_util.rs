@@ -14,7 +14,7 @@ pub fn sim_of(c: &SimConfig) -> Sim {
 pub fn computing_vm(v: u32) -> VmConfig {
     VmConfig {
         vcpus: v,
-        policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+        policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
         workload: WorkloadConfig {
             phases: vec![Phase::Compute { ns: 100_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }],
             ..Default::default()

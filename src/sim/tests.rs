@@ -38,7 +38,7 @@ fn conservation(r: &SimResult, dur: u64) {
 #[test]
 fn smoke_and_conservation() {
     for kind in [
-        PolicyKind::None,
+        PolicyKind::NoYield,
         PolicyKind::Baseline2011,
         PolicyKind::DyEligible,
         PolicyKind::Upstream,
@@ -307,7 +307,7 @@ fn lock_waits_are_recorded_from_phase_start_to_running_with_the_lock() {
         host: HostConfig { pcpus: 1, ..Default::default() },
         vms: vec![VmConfig {
             vcpus,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             ple: PleConfig { enabled: false, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![

@@ -20,7 +20,7 @@ fn ping_pong(gap: u64, reply: u64) -> SimConfig {
         host: HostConfig { pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: 2,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             halt_poll: HaltPollConfig { halt_poll_ns: 0, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![Phase::Recv { prob: 1.0 }, compute(reply), Phase::Send { to: 1, prob: 1.0 }],
@@ -88,7 +88,7 @@ fn tas(v: u32, hold: u64, iterations: u64) -> SimConfig {
         host: HostConfig { pcpus: 1, affinity: Affinity::Pinned, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: v,
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![
                     compute(20 * US),

@@ -650,7 +650,8 @@ class Ple(_Base):
 # ---------------------------------------------------------------------- policy
 # (Policy is defined in _policy, below vcpulab.sim.policies and its constructors)
 
-POLICY_KINDS = ("none", "baseline2011", "dy_eligible", "upstream", "random", "oracle", "python")
+#: the policy kinds, as the schema names them (the constructors' names of vcpulab.sim.policies, and "python")
+POLICY_KINDS = choices("Policy", "kind")
 
 
 # -------------------------------------------------------------------------- pv

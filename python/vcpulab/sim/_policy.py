@@ -8,14 +8,15 @@ stays its ``__module__`` (pickles and reprs).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from vcpulab.sim._base import _NEW, _Base
 
-# Policy.kind (the Rust engine's serde name) -> constructor name in vcpulab.sim.policies, where they differ
-_KIND_TO_NAME = {"baseline2011": "baseline_2011", "none": "no_yield"}
+#: Policy.kind names before 2026-12-05 -> today's (the constructors' names): read with a DeprecationWarning
+POLICY_OLD_KINDS = {"none": "no_yield", "baseline2011": "baseline_2011"}
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,9 @@ class Policy(_Base):
     Use the constructors in [`vcpulab.sim.policies`][] rather than this class.
 
     Attributes:
-        kind: `"upstream"` (default; [K1]), `"baseline2011"`, `"dy_eligible"` ([S1]),
-            `"random"`, `"oracle"`, `"none"` or `"python"`.
+        kind: `"upstream"` (default; [K1]), `"baseline_2011"`, `"dy_eligible"` ([S1]),
+            `"random"`, `"oracle"`, `"no_yield"` or `"python"`: the names of the constructors in
+            [`vcpulab.sim.policies`][] that build them.
         esrch_budget: -ESRCH results tolerated before the scan stops; 0 = unlimited. Default 3
             (kernel). `dy_eligible` uses 0 (the 2012 patch).
         last_boosted_bug: Upstream: store the loop offset instead of the index (v6.12-6.18 bug).
@@ -69,6 +71,15 @@ class Policy(_Base):
     fn: Callable[..., Any] | None = field(default=None, compare=False, hash=False, metadata={"serialise": False})
 
     def __post_init__(self) -> None:
+        if isinstance(self.kind, str) and self.kind in POLICY_OLD_KINDS:
+            new = POLICY_OLD_KINDS[self.kind]
+            warnings.warn(
+                f"Policy(kind={self.kind!r}) is deprecated since 2026-12-05; use kind={new!r} (a policy's kind "
+                "is now its constructor's name, as its label)",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            object.__setattr__(self, "kind", new)
         self._check_fields()
         if self.kind == "python":
             if self.fn is not None and not callable(self.fn):
@@ -89,4 +100,4 @@ def _label(policy: Policy) -> str:
     ``python:<name>`` for a Python policy."""
     if policy.kind == "python":
         return f"python:{policy.name}"
-    return _KIND_TO_NAME.get(policy.kind, policy.kind)
+    return policy.kind

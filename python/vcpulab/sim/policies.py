@@ -89,7 +89,7 @@ def upstream(
 def baseline_2011() -> Policy:
     """2011-2012 baseline: round robin from last_boosted+1 (the two passes),
     skipping running (in guest) and halted vCPUs; stop at the first success."""
-    return Policy(kind="baseline2011", esrch_budget=0)
+    return Policy(kind="baseline_2011", esrch_budget=0)
 
 
 def dy_eligible(*, esrch_budget: int = 0) -> Policy:
@@ -113,7 +113,7 @@ def oracle() -> Policy:
 
 def no_yield() -> Policy:
     """Never yield: PLE exits only cost."""
-    return Policy(kind="none")
+    return Policy(kind="no_yield")
 
 
 def python(fn: Callable[..., Any], name: str | None = None) -> Policy:

@@ -96,6 +96,8 @@ const ENUM_ALIASES: &[(&str, &str, &str, bool)] = &[
     ("HaltPollPolicy", "dynamic", "block-time", true),
     ("HaltPollPolicy", "dynamic_v4", "dynamic-v4", true),
     ("HaltPollPolicy", "v4", "dynamic-v4", true),
+    ("PolicyKind", "none", "no_yield", true),
+    ("PolicyKind", "baseline2011", "baseline_2011", true),
 ];
 
 #[cfg(test)]

@@ -404,8 +404,7 @@ mod tests {
         c.vms[0].halt_poll.vm_max_ns = Some(u64::MAX);
         assert!(c.validate().unwrap_err().starts_with("vms[0].halt_poll.vm_max_ns must be <= 4294967295"));
         // u64 limits compare exactly, not through f64
-        let mut c = SimConfig::default();
-        c.duration_ns = limits::MAX_DURATION_NS + 1;
+        let mut c = SimConfig { duration_ns: limits::MAX_DURATION_NS + 1, ..Default::default() };
         assert!(c.validate().unwrap_err().starts_with("duration_ns must be <= "));
         c.duration_ns = limits::MAX_DURATION_NS;
         c.validate().unwrap();

@@ -61,9 +61,14 @@ impl Default for PleConfig {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
-    /// Never yield (PLE exits only cost).
-    None,
-    /// 2011: one round-robin sweep from last_boosted+1, skip running and halted.
+    /// Never yield (PLE exits only cost). The name was "none" before
+    /// 2026-12-05 (still read, deprecated).
+    #[serde(alias = "none")]
+    NoYield,
+    /// 2011: one round-robin sweep from last_boosted+1, skip running and
+    /// halted. The name was "baseline2011" before 2026-12-05 (still read,
+    /// deprecated).
+    #[serde(rename = "baseline_2011", alias = "baseline2011")]
     Baseline2011,
     /// 2012: baseline plus the in_spin_loop / dy_eligible toggle.
     DyEligible,
@@ -80,9 +85,10 @@ pub enum PolicyKind {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
-    /// `"upstream"` (default; [K1]), `"baseline2011"`,
+    /// `"upstream"` (default; [K1]), `"baseline_2011"`,
     /// `"dy_eligible"` ([S1]), `"random"`, `"oracle"`,
-    /// `"none"` or `"python"`.
+    /// `"no_yield"` or `"python"`: the names of the constructors in
+    /// [`vcpulab.sim.policies`][] that build them.
     pub kind: PolicyKind,
     /// -ESRCH results tolerated before the scan stops; 0 =
     /// unlimited. Default 3 (kernel). `dy_eligible` uses 0 (the 2012 patch).

@@ -19,7 +19,7 @@ fn locks(v: u32, p: u32, kind: LockKind, hold_ns: u64) -> SimConfig {
         vms: vec![VmConfig {
             vcpus: v,
             ple: PleConfig { enabled: false, ..Default::default() },
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             guest: GuestConfig { lock_model: LockModel::Kernel, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Fixed, prob: 1.0 }],
@@ -504,7 +504,7 @@ fn rwsem(read_hold_ns: u64) -> SimConfig {
         vms: vec![VmConfig {
             vcpus: 4,
             ple: PleConfig { enabled: false, ..Default::default() },
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             workload: WorkloadConfig {
                 phases: vec![
                     Phase::Compute { ns: 10_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 },
@@ -634,7 +634,7 @@ fn frames(queue: bool) -> SimConfig {
         vms: vec![VmConfig {
             vcpus: 3,
             ple: PleConfig { enabled: false, ..Default::default() },
-            policy: PolicyConfig { kind: PolicyKind::None, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             workload: WorkloadConfig { phases, iterations, ..Default::default() },
             ..Default::default()
         }],
