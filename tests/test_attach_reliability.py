@@ -451,7 +451,7 @@ def test_watch_redraws_in_place_only_when_asked_or_on_a_terminal(kvm_host: Host)
     """--refresh clears the screen and draws the header and the table again each
     interval (kvm_stat's screen); --no-refresh, and stdout that is not a
     terminal, print one table after another as before."""
-    from vcpulab.cli import _CLEAR_SCREEN
+    from vcpulab.cli._watch import _CLEAR_SCREEN
 
     target = _vmm()
     try:

@@ -180,7 +180,8 @@ def test_sim_draws_the_sched_map_of_the_output_window_and_refuses_a_bad_one_befo
     import matplotlib.image
 
     from vcpulab import sim
-    from vcpulab.cli import _map_window, load_spec
+    from vcpulab.cli import load_spec
+    from vcpulab.cli._sim import _map_window
 
     run = "[config]\nduration_ns = 2_000_000\nseed = 7\ntrace = true\n[output]\nus_per_pixel = 1\n"
     whole, window = tmp_path / "whole.toml", tmp_path / "window.toml"
@@ -293,7 +294,7 @@ def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
 
 
 def test_a_sweep_point_s_map_is_named_and_titled_by_its_grid_values() -> None:
-    from vcpulab.cli import _point_names
+    from vcpulab.cli._sim import _point_names
 
     assert _point_names(2, {"vms.0.policy": "oracle", "host.pcpus": 8}) == (
         "sched_map_2_policy-oracle_pcpus-8.png",
@@ -338,7 +339,7 @@ def test_sim_called_in_process_leaves_no_figure_open(tmp_path: Path) -> None:
     ],
 )
 def test_the_guest_name_of_a_qemu_command_line(cmdline: list[str], name: str | None) -> None:
-    from vcpulab.cli import _qemu_guest_name
+    from vcpulab.cli._watch import _qemu_guest_name
 
     assert _qemu_guest_name(cmdline) == name
 
@@ -346,7 +347,8 @@ def test_the_guest_name_of_a_qemu_command_line(cmdline: list[str], name: str | N
 def test_watch_redraws_on_a_terminal_unless_json_or_told_not_to() -> None:
     import argparse
 
-    from vcpulab.cli import _redraws, build_parser
+    from vcpulab.cli import build_parser
+    from vcpulab.cli._watch import _redraws
 
     def ns(*flags: str) -> argparse.Namespace:
         return build_parser().parse_args(["watch", "1", *flags])
