@@ -191,7 +191,7 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
             if isinstance(w, IpiPingPong):
                 first = cfg.vms[0].workload.thread0_phases[0]
                 assert isinstance(first, sim.Compute)  # the initiator's own work, then the round trip
-                own = first.ns
+                own: float = first.ns
             else:
                 own = w.gap_us * 1000
             out["rtt_median_us"] = (float(vms["lat_p50_ns"][0]) - own) / 1e3
