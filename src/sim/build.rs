@@ -289,7 +289,7 @@ impl Sim {
             sim.setup_tokens();
         }
         if cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups {
-            sim.groups = super::cfs_group::TaskGroups::new(sim.vms.len(), p as usize);
+            sim.groups = TaskGroups::new(sim.vms.len(), p as usize);
         }
         Ok(sim)
     }

@@ -52,64 +52,8 @@ use super::state::*;
 /// A root-level entity id that names the group entity of group `id & !GROUP_ENT`
 /// (task ids are below it).
 pub const GROUP_ENT: u32 = 1 << 31;
-/// `tg->shares` of a VM's group: the cgroup's default cpu.shares, 1024
-/// (`ROOT_TASK_GROUP_LOAD`, kernel/sched/sched.h); libvirt keeps it unless
-/// `<cputune><shares>` is set.
-pub const GROUP_SHARES: u64 = NICE0;
 /// `MIN_SHARES` (kernel/sched/sched.h): the least weight of a group entity.
 pub const MIN_SHARES: u64 = 2;
-
-/// One VM's task group on one host CPU: its group entity on the CPU's root
-/// cfs_rq (`vruntime`, `weight`, `slice_start`) and its own cfs_rq.
-#[derive(Clone, Debug)]
-pub struct CfsGroup {
-    /// The group entity's vruntime, in the root cfs_rq's virtual time.
-    pub vruntime: i64,
-    /// The group entity's weight (`calc_cfs_shares`).
-    pub weight: u64,
-    /// The instant the group entity was last picked after another root
-    /// entity (`prev_sum_exec_runtime`, as a time).
-    pub slice_start: Ns,
-    /// The group cfs_rq's load: the weights of its runnable tasks.
-    pub load: u64,
-    /// The group cfs_rq's runnable tasks (queued and curr).
-    pub nr_running: u32,
-    pub min_vruntime: i64,
-    /// The group cfs_rq's next, last and skip buddies (task ids).
-    pub next: Option<u32>,
-    pub last: Option<u32>,
-    pub skip: Option<u32>,
-}
-
-/// The task groups of a run (empty when `Cfs.vm_groups` is off).
-#[derive(Clone, Debug, Default)]
-pub struct TaskGroups {
-    pub on: bool,
-    /// Host CPUs (group `g` is VM `g / pcpus` on CPU `g % pcpus`).
-    pub pcpus: usize,
-    pub g: Vec<CfsGroup>,
-    /// Per VM: the group's load over every CPU (`tg->load_avg`'s stand-in).
-    pub tg_load: Vec<u64>,
-    /// Per CPU: the VMs whose group entity is on the root cfs_rq.
-    pub queued: Vec<Vec<u32>>,
-}
-
-impl TaskGroups {
-    pub fn new(nvm: usize, pcpus: usize) -> TaskGroups {
-        let g = CfsGroup {
-            vruntime: 0,
-            weight: GROUP_SHARES,
-            slice_start: 0,
-            load: 0,
-            nr_running: 0,
-            min_vruntime: 0,
-            next: None,
-            last: None,
-            skip: None,
-        };
-        TaskGroups { on: true, pcpus, g: vec![g; nvm * pcpus], tg_load: vec![0; nvm], queued: vec![Vec::new(); pcpus] }
-    }
-}
 
 /// A level of the hierarchy: a CPU's root cfs_rq, or a group's cfs_rq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

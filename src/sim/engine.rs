@@ -80,7 +80,7 @@ pub struct Sim {
     /// The CFS tunables after scaling.
     pub cfs: CfsTunables,
     /// CFS task groups, one per VM and CPU (`Cfs.vm_groups`; off otherwise).
-    pub groups: super::cfs_group::TaskGroups,
+    pub groups: TaskGroups,
     /// Gang scheduling's rounds and state.
     pub gang: Gang,
     /// vcpulab's scheduler's run tokens (`Scheduler::RoundRobin`; empty otherwise).

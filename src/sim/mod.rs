@@ -33,6 +33,7 @@ mod queue;
 mod sched;
 mod state;
 pub mod sweep;
+pub mod table;
 mod tokens;
 pub mod trace;
 mod vcpu;
@@ -40,8 +41,9 @@ mod vcpu;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use config::SimConfig;
-pub use metrics::{Column, SimResult, Table};
+pub use metrics::SimResult;
 pub use policy::{DirectedYieldPolicy, SpinCtx, VcpuView, ESRCH};
+pub use table::{Column, Table};
 
 /// Builds the directed-yield policy of VM group `group` (an external one,
 /// such as a Python callable; built-ins never reach it).

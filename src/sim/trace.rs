@@ -12,8 +12,8 @@
 //! start at a binary search on `end_ns` (`vcpulab.plot` renders sched maps
 //! of a window that way).
 
-use super::metrics::{Column, Table};
 use super::state::Why;
+use super::table::{Column, Table};
 use super::SimError;
 
 /// Bytes one trace row takes, in the run and in `Result.trace` (with a
