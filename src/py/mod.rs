@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 mod attach;
 mod errors;
 mod exit;
+mod experiment;
 mod halt_poll;
 mod interrupt;
 mod kvm;
@@ -24,6 +25,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = numpy::PyArray1::<u64>::zeros(m.py(), 0, false);
     errors::register(m)?;
     kvm::register(m)?;
+    experiment::register(m)?;
     sim::register(m)?;
     halt_poll::register(m)?;
     trace::register(m)?;
