@@ -1,5 +1,5 @@
 """Kernel traces of real runs, as polars frames (the Rust side is
-``src/kvm/trace.rs``; docs/tracing.md describes events, frames and costs;
+``src/kvm/trace/``; docs/tracing.md describes events, frames and costs;
 the tracepoints and perf interface are [K8] of docs/sources.md).
 
 [`Trace`][vcpulab.tracing.Trace] records the scheduler and KVM tracepoints of some host CPUs
