@@ -1,4 +1,4 @@
-"""vcpulab's own vCPU scheduler on real KVM (vcpulab.sched, src/kvm/sched.rs).
+"""vcpulab's own vCPU scheduler on real KVM (vcpulab.sched, src/kvm/sched/).
 
 Each policy's defining property is checked exactly on the decision log, and
 on the kernel's own ``sched_switch`` trace of the run within a tolerance for
@@ -6,7 +6,7 @@ the microseconds a thread spends between giving up its token and sleeping
 (the trace sees threads, the log sees tokens). Nothing here asserts on a
 throughput or a latency a busy CPU can move; the pv bytes are checked on
 samples taken at least a millisecond away from any decision about the vCPU.
-The rule tests on synthetic time are in src/kvm/sched.rs.
+The rule tests on synthetic time are in src/kvm/sched/tests.rs.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ host kernel (EEVDF here). With ``scheduler=`` it schedules them itself:
     r.spins             # one row per pv spin exit: the holder named, the policy's yield, its latency
     sched.summary(r)    # yields, spin exits, co-stops, hand-off latency quantiles
 
-How it works (``src/kvm/sched.rs``): each host CPU of ``pcpus`` has one **run
+How it works (``src/kvm/sched/``): each host CPU of ``pcpus`` has one **run
 token**; a vCPU thread enters ``KVM_RUN`` only while it holds one, pinned to
 that token's CPU. Decisions are taken at slice ends (the run's deadline kick),
 at **pv spin exits** (a spin-lock waiter that failed ``spin_window``

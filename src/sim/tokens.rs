@@ -1,5 +1,5 @@
 //! vcpulab's own vCPU scheduler (`Scheduler::RoundRobin`, `RelaxedCo`,
-//! `Balance`), the simulated twin of `src/kvm/sched.rs` with
+//! `Balance`), the simulated twin of `src/kvm/sched/` with
 //! `sched.round_robin` / `sched.directed_yield` / `sched.relaxed_co` /
 //! `sched.balance`:
 //! each host CPU has one run token; a vCPU thread runs only while it holds
@@ -263,7 +263,7 @@ impl Sim {
         }
     }
 
-    /// `yield_to` under vcpulab's scheduler (`src/kvm/sched.rs`, `SchedCtx::yield_to`):
+    /// `yield_to` under vcpulab's scheduler (`src/kvm/sched/`, `SchedCtx::yield_to`):
     /// a waiting (parked) `target` gets the yielder's token with a fresh slice
     /// and the yielder waits at the queue's tail (1); a target holding a token
     /// gives -ESRCH when nobody waits for one (undercommitted), else 0; a

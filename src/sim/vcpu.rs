@@ -495,7 +495,7 @@ impl Sim {
                     if self.tokens_on() {
                         // vcpulab's scheduler runs the policy in user space and
                         // returns before the spinner waits for a token
-                        // (src/kvm/sched.rs spin_exit): it waits out of its spin loop
+                        // (src/kvm/sched/ spin_exit): it waits out of its spin loop
                         let vc = &mut self.vcpus[v];
                         vc.in_spin_loop = false;
                         vc.dy_eligible = false;

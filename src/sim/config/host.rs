@@ -16,7 +16,7 @@ pub enum Scheduler {
     /// check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies.
     Cfs,
     /// vcpulab's own vCPU scheduler (`vcpulab.sched.round_robin`, and the
-    /// slices of `sched.directed_yield`; src/kvm/sched.rs) over the EEVDF
+    /// slices of `sched.directed_yield`; src/kvm/sched/) over the EEVDF
     /// host: each host CPU has one run token; a vCPU thread runs only while it
     /// holds one; tokens go to one FIFO queue of runnable vCPUs, a slice of
     /// `token_slice_ns` of wall time each; a halt hands the token on at once; a
