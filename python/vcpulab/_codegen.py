@@ -81,6 +81,7 @@ def _schema() -> dict[str, Any]:
     return out
 
 
+@functools.cache
 def _class_schemas() -> dict[str, dict[str, Any]]:
     """Python class name -> its schema object (``properties``, ``required``)."""
     s = _schema()

@@ -54,6 +54,21 @@ def field_schema(cls_name: str, name: str) -> dict[str, Any]:
     return prop
 
 
+@functools.cache
+def max_items(cls_name: str, name: str) -> int:
+    """The most entries a list field may hold (the schema's ``maxItems``)."""
+    return int(field_schema(cls_name, name)["maxItems"])
+
+
+@functools.cache
+def renamed_choices(cls_name: str, name: str) -> dict[str, str]:
+    """Old name -> new name of an enumerated field's deprecated aliases, as the
+    schema lists them (``x-alias-of``; Rust reads them as serde aliases)."""
+    ref = schema_of(cls_name)["properties"][name].get("$ref", "")
+    target = _schema()["$defs"].get(ref.rsplit("/", 1)[-1], {})
+    return {v["const"]: v["x-alias-of"] for v in target.get("oneOf", ()) if v.get("deprecated") and "x-alias-of" in v}
+
+
 _FORMAT_MAX = {"uint8": 2**8 - 1, "uint16": 2**16 - 1, "uint32": U32_MAX, "uint64": U64_MAX}
 
 
@@ -238,8 +253,3 @@ def _to_plain(v: Any) -> Any:
     if isinstance(v, (tuple, list)):
         return [_to_plain(x) for x in v]
     return v
-
-
-def _as_int(v: Any) -> Any:
-    """An integral numpy scalar as a Python int (anything else unchanged)."""
-    return int(v) if hasattr(v, "__index__") and not isinstance(v, int) else v

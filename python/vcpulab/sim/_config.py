@@ -45,7 +45,7 @@ from vcpulab.sim._base import (
     _int,
     _plain_seq,
     _schema,
-    field_schema,
+    max_items,
 )
 from vcpulab.sim._base import RUST_DEFS as RUST_DEFS
 from vcpulab.sim._base import U64_MAX as U64_MAX
@@ -53,6 +53,7 @@ from vcpulab.sim._base import _field_default as _field_default
 from vcpulab.sim._base import _limits as _limits
 from vcpulab.sim._base import _to_plain as _to_plain
 from vcpulab.sim._base import choices as choices
+from vcpulab.sim._base import field_schema as field_schema
 from vcpulab.sim._base import schema_of as schema_of
 from vcpulab.sim._halt_poll_config import HALT_POLL_OLD_NAMES as HALT_POLL_OLD_NAMES
 from vcpulab.sim._halt_poll_config import HALT_POLL_POLICIES as HALT_POLL_POLICIES
@@ -552,7 +553,7 @@ class Host(_Base):
             object.__setattr__(self, "vcpu_pcpus", pins)
         if not isinstance(pins, tuple):
             raise ValueError(f"Host.vcpu_pcpus must be a tuple of host CPU indices, got {pins!r}")
-        most = field_schema("Host", "vcpu_pcpus")["maxItems"]
+        most = max_items("Host", "vcpu_pcpus")
         if len(pins) > most:
             raise ValueError(f"Host.vcpu_pcpus must hold at most {int(most)} CPUs, got {len(pins)}")
         for i, c in enumerate(pins):

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vcpulab.sim._base import _NEW, _Base
+from vcpulab.sim._base import _NEW, _Base, renamed_choices
 
-#: Policy.kind names before 2026-12-05 -> today's (the constructors' names): read with a DeprecationWarning
-POLICY_OLD_KINDS = {"none": "no_yield", "baseline2011": "baseline_2011"}
+#: Policy.kind names before 2026-12-05 -> today's (the constructors' names), read with a
+#: DeprecationWarning: the schema's deprecated aliases (Rust's serde aliases)
+POLICY_OLD_KINDS = renamed_choices("Policy", "kind")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from vcpulab.sim._base import _NEW, _Base, _plain_seq, field_schema
+from vcpulab.sim._base import _NEW, _Base, _plain_seq, max_items
 
 DISTS = ("fixed", "exp", "uniform")
 LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
@@ -309,7 +309,7 @@ class Workload(_Base):
             raise ValueError(
                 "Workload.thread0_phases must include a compute or sleep phase that takes time with prob 1.0"
             )
-        most = field_schema("Workload", "thread0_phases")["maxItems"]
+        most = max_items("Workload", "thread0_phases")
         if len(self.thread0_phases) > most:
             raise ValueError(f"Workload.thread0_phases must hold <= {most} phases, got {len(self.thread0_phases)}")
         if not isinstance(self.phases, tuple) or not self.phases:
@@ -328,7 +328,7 @@ class Workload(_Base):
                 "Workload.phases must include a compute, lock or sleep phase that takes time (ns/hold_ns > 0) "
                 "with prob 1.0"
             )
-        most = field_schema("Workload", "phases")["maxItems"]
+        most = max_items("Workload", "phases")
         if len(self.phases) > most:
             raise ValueError(f"Workload.phases must hold <= {most} phases, got {len(self.phases)}")
         kinds: dict[int, str] = {}

@@ -27,6 +27,7 @@ pub fn json_schema() -> serde_json::Value {
                 "const": alias,
                 "description": format!("alias of \"{of}\""),
                 "deprecated": deprecated,
+                "x-alias-of": of,
             }));
         }
     }
