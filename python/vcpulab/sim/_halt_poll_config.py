@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vcpulab.sim._base import _NEW, _Base
+from vcpulab.sim._base import _NEW, _Base, choices, renamed_choices
 
 #: Halt-polling policy names, one vocabulary for the engine ([`HaltPoll`][vcpulab.sim.HaltPoll])
-#: and the calibration model ([`vcpulab.sim.halt_poll.Params`][]).
-HALT_POLL_POLICIES = ("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")
-#: Names used before the vocabulary was unified: accepted with a DeprecationWarning.
-HALT_POLL_OLD_NAMES = {"dynamic": "block-time", "dynamic_v4": "dynamic-v4"}
+#: and the calibration model ([`vcpulab.sim.halt_poll.Params`][]), as the schema lists them
+#: (Rust's ``HaltPollPolicy``): ``("off", "fixed", "dynamic-v3", "dynamic-v4", "block-time")``.
+HALT_POLL_POLICIES = choices("HaltPoll", "policy")
+#: Names used before the vocabulary was unified (``"dynamic"``, ``"dynamic_v4"``, ``"v4"``), each
+#: with its new name, as the schema lists Rust's serde aliases: accepted with a DeprecationWarning.
+HALT_POLL_OLD_NAMES = renamed_choices("HaltPoll", "policy")
 
 
 def halt_poll_policy(owner: str, name: Any) -> str:
