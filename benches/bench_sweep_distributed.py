@@ -27,10 +27,10 @@ def main() -> None:
     ap.add_argument("--duration-ms", type=float, default=200.0, help="simulated time per point (default 200 ms)")
     ap.add_argument("--workers", type=int, default=2, help="Dask workers, 1 thread each (default 2)")
     a = ap.parse_args()
-    base = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=int(a.duration_ms * 1e6))
+    base = sim.Config(host=sim.Host(n_pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=int(a.duration_ms * 1e6))
     grid = {
         "vms.0.policy": [P.upstream(), P.dy_eligible(), P.random(), P.oracle()],
-        "host.pcpus": [2, 4],
+        "host.n_pcpus": [2, 4],
         "seed": list(range(max(1, a.points // 8))),
     }
     n = 8 * len(grid["seed"])

@@ -54,7 +54,7 @@ def main() -> None:
             for seed in range(a.seeds):
                 out = {}
                 for s in ("fair", "gang"):
-                    host = dataclasses.replace(ctx.host(pcpus=80, scheduler=s, affinity=aff), **rules)
+                    host = dataclasses.replace(ctx.host(n_pcpus=80, scheduler=s, affinity=aff), **rules)
                     cfg = sim.Config(
                         host=host,
                         vms=(vm,),

@@ -845,7 +845,7 @@ def _t_sensitivity(ctx: Any, p: str, v: Any) -> None:
 def _tiny() -> Any:
     from vcpulab import sim
 
-    return sim.Config(host=sim.Host(pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000)
+    return sim.Config(host=sim.Host(n_pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000)
 
 
 @target(
@@ -933,7 +933,7 @@ def _t_replace(ctx: Any, p: str, v: Any) -> None:
 
 #: (class, field) -> a spec that the schema alone does not give (rules across fields, tuples)
 _FIELD_OVERRIDES: dict[tuple[str, str], Spec] = {
-    ("Host", "sockets"): Int(1, 4),  # <= pcpus (4) and dividing it
+    ("Host", "sockets"): Int(1, 4),  # <= n_pcpus (4) and dividing it
     ("Host", "threads_per_core"): Pred(
         lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v in (1, 2, 4)
     ),
@@ -1043,7 +1043,7 @@ def _embed(cls_name: str, obj: Any) -> Any:
         return base.replace(host=obj)
     if cls_name in ("Background", "HostNoise", "Cfs"):
         fname = {"Background": "background", "HostNoise": "noise", "Cfs": "cfs"}[cls_name]
-        return base.replace(host=sim.Host(pcpus=1, **{fname: obj}))
+        return base.replace(host=sim.Host(n_pcpus=1, **{fname: obj}))
     if cls_name == "Vm":
         return base.replace(vms=(obj,))
     if cls_name in vm_fields:
@@ -1244,7 +1244,7 @@ def _t_halt_poll(ctx: Any, p: str, v: Any) -> None:
         Param("row_px", Opt(Int(1, 64)), 4),
         Param("start_ns", Opt(Int(0, 999_999)), 0),
         Param("end_ns", Opt(Int(1, 2**40)), None),
-        Param("pcpus", Opt(Int(2, 4096)), None),
+        Param("n_pcpus", Opt(Int(2, 4096)), None),
         Param("legend", Opt(Bool()), None),
         Param("title", Opt(Pred(lambda v: isinstance(v, str))), None),
         Param("compact", Bool(), False),
@@ -1264,7 +1264,7 @@ def _t_sched_map(ctx: Any, p: str, v: Any) -> None:
         Param("us_per_pixel", Float(0, 1e6, lo_open=True), 10.0),
         Param("start_ns", Opt(Int(0, 999_999)), 0),
         Param("end_ns", Opt(Int(1, 2**40)), None),
-        Param("pcpus", Opt(Int(2, 4096)), None),
+        Param("n_pcpus", Opt(Int(2, 4096)), None),
     ],
 )
 def _t_sched_map_codes(ctx: Any, p: str, v: Any) -> None:
@@ -1478,7 +1478,7 @@ _CLI_FLAGS: list[tuple[str, list[str], tuple[str, ...], Callable[[str], bool]]] 
     ("subcommand", [], ("bogus", "--bogus", "sim"), lambda s: False),
 ]
 
-_GOOD_SPEC = "[config]\nduration_ns = 1_000_000\n[config.host]\npcpus = 1\n[[config.vms]]\nvcpus = 1\n"
+_GOOD_SPEC = "[config]\nduration_ns = 1_000_000\n[config.host]\nn_pcpus = 1\n[[config.vms]]\nvcpus = 1\n"
 
 #: a bad SPEC.toml -> what its message must name
 _SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -1495,8 +1495,8 @@ _SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
     "duration_ns huge": ("[config]\nduration_ns = 9223372036854775807\n", ("duration_ns",)),
     "seed negative": ("[config]\nseed = -1\n", ("seed",)),
     "trace int": ("[config]\ntrace = 1\n", ("trace",)),
-    "host.pcpus 0": ("[config.host]\npcpus = 0\n", ("pcpus",)),
-    "host.pcpus huge": ("[config.host]\npcpus = 1_000_000_000\n", ("pcpus",)),
+    "host.n_pcpus 0": ("[config.host]\nn_pcpus = 0\n", ("n_pcpus",)),
+    "host.n_pcpus huge": ("[config.host]\nn_pcpus = 1_000_000_000\n", ("n_pcpus",)),
     "host.scheduler bogus": ('[config.host]\nscheduler = "bogus"\n', ("scheduler",)),
     "host not a table": ("[config]\nhost = 3\n", ("host",)),
     "vms not an array": ("[config]\nvms = 3\n", ("vms",)),
@@ -1510,7 +1510,7 @@ _SPECS: dict[str, tuple[str, tuple[str, ...]]] = {
     "grid axis empty": (_GOOD_SPEC + "[grid]\nseed = []\n", ("seed", "grid")),
     "grid axis scalar": (_GOOD_SPEC + "[grid]\nseed = 3\n", ("seed", "grid")),
     "grid bad path": (_GOOD_SPEC + '[grid]\n"host.bogus" = [1]\n', ("bogus",)),
-    "grid bad value": (_GOOD_SPEC + '[grid]\n"host.pcpus" = [0]\n', ("pcpus",)),
+    "grid bad value": (_GOOD_SPEC + '[grid]\n"host.n_pcpus" = [0]\n', ("n_pcpus",)),
     "grid huge": (_GOOD_SPEC + '[grid]\nseed = [0, 1]\n"host.tick_ns" = [1, 2]\n', ()),
     "output unknown key": (_GOOD_SPEC + "[output]\nbogus = 1\n", ("bogus",)),
     "output us_per_pixel nan": (_GOOD_SPEC + "[output]\nus_per_pixel = nan\n", ("us_per_pixel",)),
@@ -1734,7 +1734,7 @@ class Ctx:
     def simres(self) -> Any:
         from vcpulab import sim
 
-        cfg = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=1_000_000, trace=True)
+        cfg = sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=1_000_000, trace=True)
         return self._lazy("simres", lambda: sim.run(cfg))
 
     @property

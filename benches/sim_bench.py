@@ -61,7 +61,7 @@ def bench_speed(quick: bool) -> dict:
 
 def scale_config(n: int, dur: int) -> sim.Config:
     return sim.Config(
-        host=sim.Host(pcpus=n // 2),
+        host=sim.Host(n_pcpus=n // 2),
         vms=(sim.Vm(vcpus=16, count=n // 16, workload=presets.spinlock_microbench()),),
         duration_ns=dur,
         seed=1,

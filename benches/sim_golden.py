@@ -62,7 +62,7 @@ def configs() -> dict[str, sim.Config]:
         c[f"pcpu_idle_{placement}"] = S.pcpu_is_idle_2021(placement, 0.2, iterations=10, compute_ns=200_000, seed=6)
     for hp in ("fixed", "block-time"):
         c[f"halt_poll_{hp}".replace("block-time", "dynamic")] = sim.Config(
-            host=Host(pcpus=8, background=Background(utilization=0.1)),
+            host=Host(n_pcpus=8, background=Background(utilization=0.1)),
             vms=(
                 Vm(
                     vcpus=8,
@@ -88,7 +88,7 @@ def configs() -> dict[str, sim.Config]:
         ),
     )
     c["mixed_all_affinity"] = sim.Config(
-        host=Host(pcpus=12, affinity="all", next_buddy="never", background=Background(utilization=0.3)),
+        host=Host(n_pcpus=12, affinity="all", next_buddy="never", background=Background(utilization=0.3)),
         vms=(
             Vm(vcpus=8, count=2, workload=mixed, policy=P.upstream()),
             Vm(vcpus=6, workload=presets.kernbench_like(), ple=Ple.svm(), pv=Pv(placement="pcpu_is_idle")),
@@ -98,7 +98,7 @@ def configs() -> dict[str, sim.Config]:
         trace=True,
     )
     c["mixed_round_robin"] = sim.Config(
-        host=Host(pcpus=10, affinity="round_robin", yield_penalty="deadline", next_buddy="always"),
+        host=Host(n_pcpus=10, affinity="round_robin", yield_penalty="deadline", next_buddy="always"),
         vms=(
             Vm(vcpus=10, count=2, workload=mixed, policy=P.dy_eligible(esrch_budget=3), ple=Ple.fixed()),
             Vm(vcpus=4, workload=presets.sysbench_oltp_like(), ple=Ple.off()),

@@ -170,7 +170,7 @@ class Soak:
 
     def act_sweep(self, rng: random.Random) -> None:
         base = sim.Config(
-            host=sim.Host(pcpus=rng.randint(1, 8)),
+            host=sim.Host(n_pcpus=rng.randint(1, 8)),
             vms=(sim.Vm(vcpus=rng.randint(1, 16)),),
             duration_ns=rng.randint(100_000, 5_000_000),
         )

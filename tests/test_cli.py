@@ -137,7 +137,7 @@ def test_json_usage_errors_stay_argparse_text() -> None:
     [
         ("[config\nx=1", "invalid TOML"),
         ("[config]\nduration_ns = 'x'", "duration_ns"),
-        ("[config.host]\npcpus = 0", "pcpus"),
+        ("[config.host]\nn_pcpus = 0", "pcpus"),
         ("[[config.vms]]\npolicy = 'nope'", "unknown policy 'nope'"),
         ("[config]\n[grid]\n'host.nope' = [1]", "no field 'nope'"),
         ("[settings]\na = 1", "unknown section"),
@@ -155,7 +155,7 @@ def test_bad_toml_gives_one_clear_line(tmp_path: Path, toml: str, message: str) 
 def test_sim_run_writes_parquet_with_provenance_and_a_sched_map(tmp_path: Path) -> None:
     spec = tmp_path / "run.toml"
     spec.write_text(
-        "[config]\nduration_ns = 2_000_000\nseed = 7\ntrace = true\n[config.host]\npcpus = 2\n"
+        "[config]\nduration_ns = 2_000_000\nseed = 7\ntrace = true\n[config.host]\nn_pcpus = 2\n"
         "[[config.vms]]\nvcpus = 2\ncount = 2\nworkload = 'ebizzy_like'\npolicy = 'dy_eligible'\n"
     )
     r = vcpulab("sim", str(spec), "--out", str(tmp_path / "out"))
@@ -256,7 +256,7 @@ def test_sim_out_keeps_earlier_outputs_until_a_run_succeeds(tmp_path: Path) -> N
     plain.write_text("[config]\nduration_ns = 2_000_000\n")
     bad = tmp_path / "bad.toml"
     bad.write_text(
-        "[config]\nduration_ns = 5_000_000_000\ntrace = true\n[config.host]\npcpus = 8\n"
+        "[config]\nduration_ns = 5_000_000_000\ntrace = true\n[config.host]\nn_pcpus = 8\n"
         "[[config.vms]]\nvcpus = 20\ncount = 8\nworkload = 'ebizzy_like'\n"
     )
     assert vcpulab("sim", str(traced), "--out", str(out), "--quiet").returncode == 0
@@ -296,9 +296,9 @@ def test_sim_sweep_from_the_example_spec(tmp_path: Path) -> None:
 def test_a_sweep_point_s_map_is_named_and_titled_by_its_grid_values() -> None:
     from vcpulab.cli._sim import _point_names
 
-    assert _point_names(2, {"vms.0.policy": "oracle", "host.pcpus": 8}) == (
-        "sched_map_2_policy-oracle_pcpus-8.png",
-        "point 2: vms.0.policy = oracle, host.pcpus = 8",
+    assert _point_names(2, {"vms.0.policy": "oracle", "host.n_pcpus": 8}) == (
+        "sched_map_2_policy-oracle_n_pcpus-8.png",
+        "point 2: vms.0.policy = oracle, host.n_pcpus = 8",
     )
     assert _point_names(0, {"vms.0.workload": "a b/c"})[0] == "sched_map_0_workload-a-b-c.png"
     assert _point_names(3, {})[0] == "sched_map_3.png"

@@ -136,7 +136,7 @@ def test_configs_round_trip_through_rust_unchanged() -> None:
     cfgs = [
         sim.Config(
             host=sim.Host(
-                pcpus=8,
+                n_pcpus=8,
                 scheduler="cfs",
                 tick_skew=True,
                 seeded_ties=True,
@@ -192,13 +192,13 @@ def test_python_name_tables_are_the_schemas() -> None:
 
 #: edits that make a field's boundary reachable alone (rules across fields)
 CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
-    ("Host", "sockets"): {"pcpus": 4096},
+    ("Host", "sockets"): {"n_pcpus": 4096},
     ("HostNoise", "kthread_hz"): {"kthread_ns": 100},
     ("HostNoise", "vmm_io_hz"): {"vmm_io_ns": 100},
     ("Cfs", "min_granularity_ns"): {"latency_ns": 10**9},
     ("Cfs", "latency_ns"): {"min_granularity_ns": 1000},
     ("Ple", "max"): {"window": 1},
-    ("Host", "threads_per_core"): {"pcpus": 8},
+    ("Host", "threads_per_core"): {"n_pcpus": 8},
     ("Vm", "count"): {"vcpus": 1},
 }
 #: upper bounds that are another field's value (rules across fields, in the
@@ -392,10 +392,10 @@ def _d(**edits: Any) -> dict[str, Any]:
 
 CROSS_FIELD = [
     (_d(warmup_ns=100_000_000), "warmup_ns"),
-    (_d(host__pcpus=4, host__sockets=8), "sockets"),
-    (_d(host__pcpus=6, host__threads_per_core=4), "pcpus"),
+    (_d(host__n_pcpus=4, host__sockets=8), "sockets"),
+    (_d(host__n_pcpus=6, host__threads_per_core=4), "pcpus"),
     (_d(host__idle_states=[[10_000, 20_000], [2_000, 2_000]]), "idle_states"),
-    (_d(host__pcpus=2, host__vcpu_pcpus=[0, 2]), "vcpu_pcpus"),
+    (_d(host__n_pcpus=2, host__vcpu_pcpus=[0, 2]), "vcpu_pcpus"),
     (_d(host__scheduler="pinned", host__affinity="all"), "affinity"),
     (_d(host__noise__kthread_hz=100_000.0, host__noise__kthread_ns=10_000), "kthread_hz"),
     (_d(host__cfs__min_granularity_ns=7_000_000), "min_granularity_ns"),
@@ -606,3 +606,59 @@ def test_policy_kinds_are_their_constructors_names() -> None:
         _core.sim_validate(json.dumps(d))
         assert old in C.field_schema("Policy", "kind")["deprecated_names"]
     assert "none" not in C.POLICY_KINDS and C.POLICY_KINDS == C.choices("Policy", "kind")
+
+
+def test_a_renamed_field_keeps_its_old_name_with_a_dated_warning_in_python_and_rust() -> None:
+    """``Host.pcpus`` (a count) became ``Host.n_pcpus`` on 2026-12-05, so that
+    ``pcpus`` is a list of CPU ids everywhere. Rust reads the old key as a
+    serde alias and lists it in the schema (``x-renamed-fields``); Python
+    reads that list and takes the old name in the constructor, as an
+    attribute, in ``from_dict`` and in a path, each with a DeprecationWarning
+    that names the new name and the date; the old and the new name together
+    are refused. A config built either way has one JSON, under the new name."""
+    renamed = {
+        (cls, old): r["to"]
+        for cls, d in C.RUST_DEFS.items()
+        for old, r in (_core_schema_def(d).get("x-renamed-fields") or {}).items()
+    }
+    assert renamed == {("Host", "pcpus"): "n_pcpus"}
+    new_style = sim.Config(host=sim.Host(n_pcpus=6))
+    warned = r"Host.pcpus=?\S* is deprecated since 2026-12-05; use n_pcpus"
+    with pytest.warns(DeprecationWarning, match=warned):
+        h = sim.Host(pcpus=6)
+    assert h == new_style.host and "pcpus" not in h.to_dict()
+    with pytest.warns(DeprecationWarning, match=warned):
+        assert h.pcpus == 6
+    with pytest.warns(DeprecationWarning, match="Host.from_dict: Host.pcpus is deprecated since 2026-12-05"):
+        assert sim.Config.from_dict({"host": {"pcpus": 6}}) == new_style
+    with pytest.warns(DeprecationWarning, match="path 'host.pcpus': Host.pcpus is deprecated"):
+        assert sim.Config().with_path("host.pcpus", 6) == new_style
+    with pytest.warns(DeprecationWarning, match="Host.pcpus is deprecated"):
+        df = sim.sweep(sim.Config(duration_ns=1_000_000), {"host.pcpus": [6]}, progress=False)
+    assert (
+        df["n_pcpus"].to_list() == [6]
+        and df["config_hash"][0] == new_style.replace(duration_ns=1_000_000).config_hash()
+    )
+    with pytest.raises(TypeError, match="pcpus is the deprecated name of n_pcpus"):
+        sim.Host(pcpus=6, n_pcpus=6)
+    with pytest.raises(ValueError, match="under its old and its new name"):
+        sim.Host.from_dict({"pcpus": 6, "n_pcpus": 6})
+    # Rust: the old key is read, the new one written; both at once are refused
+    d = json.loads(new_style.to_json())
+    d["host"]["pcpus"] = d["host"].pop("n_pcpus")
+    _core.sim_validate(json.dumps(d))
+    d["host"]["n_pcpus"] = 6
+    with pytest.raises(ValueError, match="duplicate field"):
+        _core.sim_validate(json.dumps(d))
+    # the sched map's row count, the same rename
+    from vcpulab import plot
+
+    r = sim.run(sim.Config(host=sim.Host(n_pcpus=2), duration_ns=1_000_000, trace=True))
+    with pytest.warns(DeprecationWarning, match=r"sched_map_codes\(pcpus=...\) is deprecated since 2026-12-05"):
+        assert plot.sched_map_codes(r, pcpus=3).shape[0] == 3
+    assert r.summary["n_pcpus"].to_list() == [2]
+
+
+def _core_schema_def(d: str) -> dict[str, Any]:
+    s = json.loads(_core.sim_config_schema())
+    return s if d == "" else s["$defs"][d]  # type: ignore[no-any-return]

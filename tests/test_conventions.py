@@ -40,7 +40,7 @@ def test_the_library_never_selects_a_matplotlib_backend() -> None:
     # and drawing does not switch it: a later figure still goes to the user's backend
     r = _py(
         "import matplotlib; matplotlib.use('svg'); from vcpulab import sim, plot, calibrate\n"
-        "r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000, trace=True))\n"
+        "r = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000, trace=True))\n"
         "plot.sched_map(r); plot.time_breakdown(r)\n"
         "print(matplotlib.get_backend())"
     )
@@ -54,7 +54,7 @@ def test_sched_map_is_a_figure_with_a_time_axis_and_every_host_cpu() -> None:
     from vcpulab import plot, sim
 
     # 6 host CPUs, one 2-vCPU VM: four CPUs never run a vCPU, and still get a row
-    cfg = sim.Config(host=sim.Host(pcpus=6), vms=(sim.Vm(vcpus=2),), duration_ns=2_000_000, trace=True)
+    cfg = sim.Config(host=sim.Host(n_pcpus=6), vms=(sim.Vm(vcpus=2),), duration_ns=2_000_000, trace=True)
     r = sim.run(cfg)
     assert r.trace is not None and int(r.trace["pcpu"].max()) < 5
     sm = plot.sched_map(r, us_per_pixel=10)
@@ -81,7 +81,7 @@ def test_figures_display_exactly_once_in_jupyter(tmp_path: Path) -> None:
     nb.cells = [
         nbformat.v4.new_code_cell(
             "from vcpulab import sim, plot\n"
-            "r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, trace=True))"
+            "r = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, trace=True))"
         ),
         nbformat.v4.new_code_cell("plot.sched_map(r)"),  # as a statement: shown once, as a picture
         nbformat.v4.new_code_cell("plot.time_breakdown(r)\nx = 1"),  # mid-cell: shown by the backend
@@ -146,7 +146,7 @@ def test_the_checkpointed_sweep_api_is_public(tmp_path: Path) -> None:
     from vcpulab.sim import distributed
 
     assert sim.run_sweep is distributed.run_sweep and sim.read_dataset is distributed.read_dataset
-    base = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000)
+    base = sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000)
     df = distributed.run_sweep(base, {"seed": [0, 1]}, out=tmp_path / "ds", progress=False)
     back = distributed.read_dataset(tmp_path / "ds")
     assert df.height == back.height == 2 and set(distributed.EXTRA_COLUMNS) <= set(back.columns)
@@ -186,7 +186,7 @@ def test_policy_and_workload_names_work_in_a_python_grid() -> None:
     from vcpulab.sim import policies as P
     from vcpulab.sim import presets
 
-    base = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=4),), duration_ns=2_000_000)
+    base = sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=4),), duration_ns=2_000_000)
     grid = {"vms.0.policy": ["baseline_2011", P.no_yield()], "vms.0.workload": ["ebizzy_like"]}
     points = sim.expand(base, grid)
     assert [p["vms.0.policy"] for p, _ in points] == ["baseline_2011", "no_yield"]
@@ -204,7 +204,9 @@ def test_key_columns_are_int64_in_every_simulator_frame() -> None:
     from vcpulab import sim
     from vcpulab._frames import TRACE_KEY_DTYPE
 
-    r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, trace=True))
+    r = sim.run(
+        sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, trace=True)
+    )
     for name in ("vms", "vcpus", "pcpus", "trace"):
         df = getattr(r, name)
         want = TRACE_KEY_DTYPE if name == "trace" else pl.Int64
@@ -239,7 +241,7 @@ def test_time_categories_come_from_the_engine_and_cover_the_run() -> None:
     sleepy = sim.Workload(phases=(sim.Compute(ns=20_000), sim.Sleep(ns=50_000)), name="sleepy")
     hp = sim.HaltPoll(policy="fixed", max_ns=200_000)
     cfg = sim.Config(
-        host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, workload=sleepy, halt_poll=hp),), duration_ns=5_000_000
+        host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, workload=sleepy, halt_poll=hp),), duration_ns=5_000_000
     )
     r = sim.run(cfg)
     total = sum(r.vcpus[c].cast(pl.Int64) for c in sim.TIME_CATEGORIES)
@@ -254,7 +256,7 @@ def test_time_categories_come_from_the_engine_and_cover_the_run() -> None:
 def test_pcpu_time_categories_cover_each_host_cpu() -> None:
     from vcpulab import sim
 
-    r = sim.run(sim.Config(host=sim.Host(pcpus=3), vms=(sim.Vm(vcpus=2),), duration_ns=2_000_000))
+    r = sim.run(sim.Config(host=sim.Host(n_pcpus=3), vms=(sim.Vm(vcpus=2),), duration_ns=2_000_000))
     total = sum(r.pcpus[c].cast(pl.Int64) for c in sim.PCPU_TIME_CATEGORIES)
     assert (total == int(r.summary["duration_ns"][0])).all()
 
@@ -330,7 +332,7 @@ def test_kvm_steal_json(kvm_host) -> None:  # type: ignore[no-untyped-def]
 def test_sweep_parquet_stores_the_grid_as_json(tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(
-        "[config]\nduration_ns = 1_000_000\n[config.host]\npcpus = 2\n[[config.vms]]\nvcpus = 4\n"
+        "[config]\nduration_ns = 1_000_000\n[config.host]\nn_pcpus = 2\n[[config.vms]]\nvcpus = 4\n"
         "[grid]\n'vms.0.policy' = ['baseline_2011', 'dy_eligible']\nseed = [0]\n"
     )
     r = _cli("sim", str(spec), "--out", str(tmp_path / "out"), "--quiet")

@@ -17,7 +17,7 @@ from vcpulab.export import HOST_PID, to_perfetto
 
 def _sim_result() -> sim.Result:
     cfg = sim.Config(
-        host=sim.Host(pcpus=2),
+        host=sim.Host(n_pcpus=2),
         vms=(sim.Vm(vcpus=3, count=2),),
         duration_ns=3_000_000,
         trace=True,
@@ -75,7 +75,7 @@ def test_a_window_keeps_the_slices_that_overlap_it(tmp_path: Path) -> None:
 
 
 def test_bad_input_names_the_problem_and_leaves_no_file(tmp_path: Path) -> None:
-    untraced = sim.run(sim.Config(host=sim.Host(pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000))
+    untraced = sim.run(sim.Config(host=sim.Host(n_pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000))
     with pytest.raises(ValueError, match="no trace"):
         to_perfetto(untraced, tmp_path / "a.json")
     with pytest.raises(TypeError, match="Run, a sim.Result or a trace frame"):

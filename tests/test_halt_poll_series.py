@@ -93,7 +93,7 @@ def test_params_is_a_deprecated_alias_of_the_one_halt_poll_type(tmp_path) -> Non
 def test_engine_runs_v3_with_the_shared_state_machine() -> None:
     wl = sim.Workload(name="ticks", phases=(sim.Compute(100 * US), sim.Sleep(3_900 * US)))
     cfg = sim.Config(
-        host=sim.Host(pcpus=2),
+        host=sim.Host(n_pcpus=2),
         vms=(sim.Vm(vcpus=2, workload=wl, halt_poll=sim.HaltPoll(policy="dynamic-v3", max_ns=8 * MS, shrink=0)),),
         duration_ns=200 * MS,
         seed=1,

@@ -40,7 +40,7 @@ def _harness() -> Any:
 
 
 def tiny() -> sim.Config:
-    return sim.Config(host=sim.Host(pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000)
+    return sim.Config(host=sim.Host(n_pcpus=1), vms=(sim.Vm(vcpus=1),), duration_ns=1_000_000)
 
 
 # --------------------------------------------------------------------------- the harness
@@ -82,15 +82,15 @@ def test_harness_is_reproducible() -> None:
 
 
 def test_numpy_scalars_are_numbers_in_configs_and_sweeps() -> None:
-    a = sim.Host(pcpus=np.int64(4), wakeup_jitter=np.float32(0.5), tick_ns=np.uint32(4_000_000))
-    b = sim.Host(pcpus=4, wakeup_jitter=0.5)
-    assert type(a.pcpus) is int and type(a.wakeup_jitter) is float
+    a = sim.Host(n_pcpus=np.int64(4), wakeup_jitter=np.float32(0.5), tick_ns=np.uint32(4_000_000))
+    b = sim.Host(n_pcpus=4, wakeup_jitter=0.5)
+    assert type(a.n_pcpus) is int and type(a.wakeup_jitter) is float
     assert sim.Config(host=a).config_hash() == sim.Config(host=b).config_hash()
     assert sim.Compute(np.int64(1000), prob=np.float32(1.0)).prob == 1.0
     df = sim.sweep(tiny(), {"seed": np.arange(2)}, threads=np.int64(1), max_points=np.int64(5), progress=False)
     assert df["seed"].to_list() == [0, 1]
-    with pytest.raises(ValueError, match="Host.pcpus must be an int"):
-        sim.Host(pcpus=np.bool_(True))
+    with pytest.raises(ValueError, match="Host.n_pcpus must be an int"):
+        sim.Host(n_pcpus=np.bool_(True))
 
 
 def test_numpy_scalars_elsewhere() -> None:
@@ -160,7 +160,7 @@ def test_sequences_refuse_scalars_strings_and_empties(call: Any, needle: str) ->
         (lambda: analysis.compare([1.0], [2.0], n_resamples=10**30), "n_resamples must be <="),
         (lambda: analysis.mean_interval([1.0, 2.0], confidence=None), "confidence must be a number"),
         (lambda: plot.sched_map_codes(sim.run(tiny().replace(trace=True)), start_ns=0.5), "start_ns must be an int"),
-        (lambda: plot.sched_map_codes(sim.run(tiny().replace(trace=True)), pcpus=0), "pcpus must be >= 1"),
+        (lambda: plot.sched_map_codes(sim.run(tiny().replace(trace=True)), n_pcpus=0), "n_pcpus must be >= 1"),
         (lambda: validate([CASE], seeds=1, duration_scale=1e308), "duration_scale must be <="),
     ],
 )
@@ -169,10 +169,10 @@ def test_numbers_are_checked_before_use(call: Any, needle: str) -> None:
         call()
 
 
-def test_a_sched_map_with_fewer_rows_than_the_trace_names_pcpus() -> None:
-    res = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=1_000_000, trace=True))
-    with pytest.raises(ValueError, match="pcpus=1 rows cannot hold"):
-        plot.sched_map_codes(res, pcpus=1)
+def test_a_sched_map_with_fewer_rows_than_the_trace_names_n_pcpus() -> None:
+    res = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=1_000_000, trace=True))
+    with pytest.raises(ValueError, match="n_pcpus=1 rows cannot hold"):
+        plot.sched_map_codes(res, n_pcpus=1)
 
 
 # --------------------------------------------------------------------------- messages

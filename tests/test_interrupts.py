@@ -109,7 +109,7 @@ def test_sim_sweep(seed: int) -> None:
     late, partial, _ = interrupt(
         """
     from vcpulab import sim
-    base = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=8),), duration_ns=40_000_000)
+    base = sim.Config(host=sim.Host(n_pcpus=4), vms=(sim.Vm(vcpus=8),), duration_ns=40_000_000)
     cfgs = [base.replace(seed=s) for s in range(3000)]
     main(lambda: sim.sweep(cfgs, progress=False))
     """,

@@ -56,7 +56,7 @@ def test_a_simulated_sched_map_has_a_row_for_every_host_cpu_of_the_run() -> None
     from vcpulab import sim
     from vcpulab.plot import IDLE, sched_map_codes
 
-    cfg = sim.Config(host=sim.Host(pcpus=80), vms=(sim.Vm(vcpus=6, count=2),), duration_ns=5_000_000, trace=True)
+    cfg = sim.Config(host=sim.Host(n_pcpus=80), vms=(sim.Vm(vcpus=6, count=2),), duration_ns=5_000_000, trace=True)
     r = sim.run(cfg)
     assert int(r.trace["pcpu"].max()) < 79, "the 12 vCPUs leave most of the 80 CPUs idle"
     codes = sched_map_codes(r, us_per_pixel=50)
@@ -91,7 +91,7 @@ def test_sched_map_rejects_bad_input() -> None:
 def test_sched_map_of_a_simulated_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from vcpulab import sim
 
-    cfg = sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=2_000_000, trace=True)
+    cfg = sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=2_000_000, trace=True)
     r = sim.run(cfg)
     img = sched_map_image(r, us_per_pixel=20)
     assert img.shape == (2, 100, 3)
@@ -212,7 +212,7 @@ def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type:
     from vcpulab import sim
     from vcpulab.experiment import Spin, run
 
-    r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, seed=3))
+    r = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=1_000_000, seed=3))
     html = r._repr_html_()
     assert "simulated run" in html and "seed 3" in html and "kernel" in html
     prov = r.provenance
@@ -261,14 +261,14 @@ def test_gang_share_is_one_under_gang_scheduling_and_low_for_independent_vcpus()
 
     def run(**host):  # type: ignore[no-untyped-def]
         vm = sim.Vm(vcpus=4, count=2, workload=presets.spinlock_microbench())
-        cfg = sim.Config(host=sim.Host(pcpus=4, **host), vms=(vm,), duration_ns=40_000_000, trace=True, seed=1)
+        cfg = sim.Config(host=sim.Host(n_pcpus=4, **host), vms=(vm,), duration_ns=40_000_000, trace=True, seed=1)
         return sim.run(cfg)
 
     assert gang_share(run(scheduler="gang")) > 0.95
     assert gang_share(run(affinity="round_robin")) == 1.0
     jitter = dict(tick_skew=True, seeded_ties=True, wakeup_ipi_ns=1500, wakeup_jitter=0.5)
     assert gang_share(run(affinity="all", **jitter)) < 0.5
-    untraced = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000))
+    untraced = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2),), duration_ns=1_000_000))
     with pytest.raises(ValueError, match="trace=True"):
         gang_share(untraced)
     with pytest.raises(ValueError, match="step_ns"):

@@ -28,7 +28,7 @@ VCPULAB = str(Path(sys.executable).with_name("vcpulab"))
 
 
 def slow_config(duration_ns: int) -> Config:
-    return Config(host=Host(pcpus=16), vms=(Vm(vcpus=32),), duration_ns=duration_ns)
+    return Config(host=Host(n_pcpus=16), vms=(Vm(vcpus=32),), duration_ns=duration_ns)
 
 
 # --------------------------------------------------------------------------- Ctrl-C
@@ -39,7 +39,7 @@ def test_sweep_ctrl_c_is_prompt_and_keeps_finished_points() -> None:
     code = """
     from vcpulab import sim
     from vcpulab.sim import Config, Host, Vm
-    base = Config(host=Host(pcpus=16), vms=(Vm(vcpus=32),))
+    base = Config(host=Host(n_pcpus=16), vms=(Vm(vcpus=32),))
     pts = [({"n": i}, base.replace(duration_ns=d, seed=i)) for i, d in enumerate([1_000_000, 1_000_000, 10**11, 10**11])]
     print("READY", flush=True)
     try:
@@ -61,7 +61,7 @@ def test_checkpointed_sweep_ctrl_c_stops_running_points(tmp_path: Path) -> None:
     code = f"""
     from vcpulab import sim
     from vcpulab.sim import Config, Host, Vm
-    base = Config(host=Host(pcpus=16), vms=(Vm(vcpus=32),))
+    base = Config(host=Host(n_pcpus=16), vms=(Vm(vcpus=32),))
     pts = [({{"n": i}}, base.replace(duration_ns=d, seed=i)) for i, d in enumerate([1_000_000, 10**11, 10**11])]
     print("READY", flush=True)
     try:
@@ -102,7 +102,7 @@ def test_daemon_thread_inside_sim_at_exit_is_clean() -> None:
     p = run_py("""
     import threading, time
     from vcpulab import sim
-    cfg = sim.Config(host=sim.Host(pcpus=16), vms=(sim.Vm(vcpus=32),), duration_ns=2_000_000_000)
+    cfg = sim.Config(host=sim.Host(n_pcpus=16), vms=(sim.Vm(vcpus=32),), duration_ns=2_000_000_000)
     threading.Thread(target=lambda: sim.run(cfg), daemon=True).start()
     threading.Thread(target=lambda: sim.sweep(cfg, {"seed": [0, 1]}, progress=False), daemon=True).start()
     time.sleep(0.3)
@@ -121,7 +121,7 @@ def test_sweep_threads_bounded() -> None:
 
 
 def test_trace_limit_names_the_option() -> None:
-    cfg = Config(host=Host(pcpus=4), vms=(Vm(vcpus=8),), duration_ns=5_000_000, trace=True)
+    cfg = Config(host=Host(n_pcpus=4), vms=(Vm(vcpus=8),), duration_ns=5_000_000, trace=True)
     full = sim.run(cfg)
     assert full.trace is not None and full.trace.height > 100
     # a limit above the trace's size changes nothing
@@ -218,7 +218,7 @@ class _Counting:
 
 def _policy_cfg(fn: object, count: int = 3) -> Config:
     pol = sim.policies.python(fn, name="counting")  # type: ignore[arg-type]
-    return Config(host=Host(pcpus=2), vms=(Vm(vcpus=4, count=count, policy=pol),), duration_ns=20_000_000)
+    return Config(host=Host(n_pcpus=2), vms=(Vm(vcpus=4, count=count, policy=pol),), duration_ns=20_000_000)
 
 
 def test_python_policy_one_copy_per_run_and_deterministic() -> None:
@@ -230,7 +230,7 @@ def test_python_policy_one_copy_per_run_and_deterministic() -> None:
     b = sim.run(cfg).summary
     assert a.equals(b)  # the same seed gives the same result
     assert fn.calls == 0  # the caller's object is never mutated
-    df = sim.sweep(cfg, {"host.pcpus": [2, 2, 2]}, progress=False)
+    df = sim.sweep(cfg, {"host.n_pcpus": [2, 2, 2]}, progress=False)
     assert df["ops"].n_unique() == 1
 
 
@@ -310,7 +310,7 @@ def test_disk_full_gives_oserror_naming_the_file(tmp_path: Path) -> None:
     from vcpulab.sim import Config, Host, Vm
     resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
     try:
-        sim.sweep(Config(host=Host(pcpus=2), vms=(Vm(vcpus=4),), duration_ns=1_000_000), {{"seed": [0, 1]}},
+        sim.sweep(Config(host=Host(n_pcpus=2), vms=(Vm(vcpus=4),), duration_ns=1_000_000), {{"seed": [0, 1]}},
                   out={str(tmp_path)!r}, progress=False, threads=1)
     except OSError as e:
         print("OSError", e.errno, e.filename)
@@ -326,7 +326,7 @@ def test_process_pool_losing_a_worker_records_failed_points(tmp_path: Path) -> N
     import concurrent.futures as cf, os, pathlib, signal, threading, time
     from vcpulab import sim
     from vcpulab.sim import Config, Host, Vm
-    base = Config(host=Host(pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000)
+    base = Config(host=Host(n_pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000)
     ex = cf.ProcessPoolExecutor(max_workers=2)
     list(ex.map(abs, [1, 2]))
     victim = list(ex._processes)[0]
@@ -348,7 +348,7 @@ def test_process_pool_losing_a_worker_records_failed_points(tmp_path: Path) -> N
     assert failed >= 1
     # the rerun with a new executor computes the failed points
     df = sim.sweep(
-        Config(host=Host(pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000),
+        Config(host=Host(n_pcpus=8), vms=(Vm(vcpus=16),), duration_ns=100_000_000),
         {"seed": list(range(12))},
         out=tmp_path,
         progress=False,
@@ -401,8 +401,8 @@ def test_cli_bad_arguments_one_line(tmp_path: Path) -> None:
 
 def test_cli_out_holds_one_run_only(tmp_path: Path) -> None:
     a, b, out = tmp_path / "a.toml", tmp_path / "b.toml", tmp_path / "out"
-    a.write_text("[config]\nduration_ns = 2_000_000\ntrace = true\n[config.host]\npcpus = 2\n")
-    b.write_text("[config]\nduration_ns = 2_000_000\n[config.host]\npcpus = 8\n")
+    a.write_text("[config]\nduration_ns = 2_000_000\ntrace = true\n[config.host]\nn_pcpus = 2\n")
+    b.write_text("[config]\nduration_ns = 2_000_000\n[config.host]\nn_pcpus = 8\n")
     assert cli("sim", str(a), "--out", str(out)).returncode == 0
     assert (out / "trace.parquet").exists() and (out / "sched_map.png").exists()
     assert cli("sim", str(b), "--out", str(out)).returncode == 0
@@ -413,7 +413,7 @@ def test_cli_out_holds_one_run_only(tmp_path: Path) -> None:
         "vcpus.parquet",
         "vms.parquet",
     ]
-    assert pl.read_parquet(out / "summary.parquet")["pcpus"][0] == 8
+    assert pl.read_parquet(out / "summary.parquet")["n_pcpus"][0] == 8
 
 
 def test_cli_closed_pipe(tmp_path: Path) -> None:

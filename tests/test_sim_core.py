@@ -18,7 +18,7 @@ RUN_COLS_P = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "poll
 
 def small(**kw) -> sim.Config:
     vm = sim.Vm(vcpus=4, count=2, **kw)
-    return sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=10_000_000, seed=3)
+    return sim.Config(host=sim.Host(n_pcpus=4), vms=(vm,), duration_ns=10_000_000, seed=3)
 
 
 def assert_conserved(r: sim.Result) -> None:
@@ -39,7 +39,7 @@ def assert_conserved(r: sim.Result) -> None:
 @pytest.mark.parametrize(
     ("make", "field"),
     [
-        (lambda: sim.Host(pcpus=0), "Host.pcpus must be >= 1, got 0"),
+        (lambda: sim.Host(n_pcpus=0), "Host.n_pcpus must be >= 1, got 0"),
         (lambda: sim.Host(scheduler="bfs"), "Host.scheduler must be one of"),
         (lambda: sim.Host(next_buddy="sometimes"), "Host.next_buddy"),
         (lambda: sim.Background(utilization=1.0), "Background.utilization"),
@@ -60,7 +60,7 @@ def assert_conserved(r: sim.Result) -> None:
         (lambda: sim.Vm(vcpus=2, threads=100), "Vm.threads"),
         (lambda: sim.Config(duration_ns=0), "Config.duration_ns"),
         (lambda: sim.Config(vms=()), "Config.vms"),
-        (lambda: sim.Host(pcpus=True), "Host.pcpus must be an int"),
+        (lambda: sim.Host(n_pcpus=True), "Host.n_pcpus must be an int"),
         (lambda: P.python(42), "Policy.fn must be callable"),
     ],
 )
@@ -71,7 +71,7 @@ def test_bad_values_raise_valueerror_naming_the_field(make, field):
 
 def test_config_round_trips_through_dict_json_and_pickle():
     cfg = sim.Config(
-        host=sim.Host(pcpus=8, background=sim.Background(0.1)),
+        host=sim.Host(n_pcpus=8, background=sim.Background(0.1)),
         vms=(
             sim.Vm(vcpus=4, workload=presets.sysbench_oltp_like(), policy=P.upstream(last_boosted_bug=True)),
             sim.Vm(vcpus=2, count=3, ple=sim.Ple.svm(), workload=presets.parsec_barrier_like()),
@@ -83,22 +83,22 @@ def test_config_round_trips_through_dict_json_and_pickle():
     assert pickle.loads(pickle.dumps(cfg)) == cfg
     assert hash(cfg) == hash(sim.Config.from_json(cfg.to_json()))
     assert cfg.config_hash() == sim.Config.from_json(cfg.to_json()).config_hash()
-    assert cfg.with_path("host.pcpus", 16).host.pcpus == 16
+    assert cfg.with_path("host.n_pcpus", 16).host.n_pcpus == 16
     assert cfg.with_path("vms.1.policy", P.oracle()).vms[1].policy.kind == "oracle"
     with pytest.raises(ValueError, match="no field"):
         cfg.with_path("host.cores", 1)
     with pytest.raises(ValueError, match="has no field"):
-        sim.Host.from_dict({"pcpus": 2, "cores": 1})
+        sim.Host.from_dict({"n_pcpus": 2, "cores": 1})
 
 
 def test_rust_validates_again():
     from vcpulab import _core
 
     d = small().to_dict()
-    d["host"]["pcpus"] = 0
+    d["host"]["n_pcpus"] = 0
     import json
 
-    with pytest.raises(ValueError, match="host.pcpus must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="host.n_pcpus must be >= 1, got 0"):
         _core.sim_run(json.dumps(d))
     with pytest.raises(ValueError, match="invalid configuration JSON"):
         _core.sim_run("{not json")
@@ -151,7 +151,7 @@ def test_conservation_for_every_lock_kind(lock_kind, scheduler):
         )
     )
     cfg = sim.Config(
-        host=sim.Host(pcpus=3, scheduler=scheduler, background=sim.Background(0.2)),
+        host=sim.Host(n_pcpus=3, scheduler=scheduler, background=sim.Background(0.2)),
         vms=(sim.Vm(vcpus=4, count=2, threads=6, workload=wl, pv=sim.Pv(guest_idle_poll_ns=20_000)),),
         duration_ns=5_000_000,
     )
@@ -176,7 +176,7 @@ def test_conservation_for_every_lock_kind(lock_kind, scheduler):
 
 def test_fixed_iterations_give_wall_time():
     cfg = sim.Config(
-        host=sim.Host(pcpus=8),
+        host=sim.Host(n_pcpus=8),
         vms=(sim.Vm(vcpus=4, workload=presets.parsec_barrier_like(compute_ns=50_000, iterations=20)),),
         duration_ns=1_000_000_000,
     )
@@ -193,7 +193,7 @@ def test_fixed_iterations_give_wall_time():
 def test_python_dy_eligible_gives_exactly_the_builtin_result():
     # scenario (e) of docs/simulator.md, on an overcommitted host with two VMs of the same entry
     cfg = sim.Config(
-        host=sim.Host(pcpus=6),
+        host=sim.Host(n_pcpus=6),
         vms=(sim.Vm(vcpus=6, count=2, threads=12, workload=presets.ebizzy_like(), ple=sim.Ple.fixed()),),
         duration_ns=20_000_000,
         seed=11,
@@ -218,7 +218,7 @@ def test_python_policy_sees_states_and_may_decline():
         return None
 
     cfg = small(policy=P.python(never), ple=sim.Ple.fixed())  # no IPIs: no PV sched-yield either
-    r = sim.run(cfg.with_path("host.pcpus", 2))
+    r = sim.run(cfg.with_path("host.n_pcpus", 2))
     assert r.summary["yield_attempts"][0] == 0
     # the callable was deep-copied for the run, so `seen` of this function object
     # (functions deep-copy to themselves) is filled
@@ -229,7 +229,7 @@ def test_python_policy_errors_reach_python():
     def boom(spinner, cands):
         raise ZeroDivisionError("policy bug")
 
-    cfg = small(policy=P.python(boom), ple=sim.Ple.fixed()).with_path("host.pcpus", 2)
+    cfg = small(policy=P.python(boom), ple=sim.Ple.fixed()).with_path("host.n_pcpus", 2)
     with pytest.raises(ZeroDivisionError, match="policy bug"):
         sim.run(cfg)
 
@@ -237,10 +237,10 @@ def test_python_policy_errors_reach_python():
         return spinner.index  # not a candidate
 
     with pytest.raises(ValueError, match="not a candidate"):
-        sim.run(small(policy=P.python(bad), ple=sim.Ple.fixed()).with_path("host.pcpus", 2))
+        sim.run(small(policy=P.python(bad), ple=sim.Ple.fixed()).with_path("host.n_pcpus", 2))
 
     with pytest.raises(ValueError, match="must return a vCPU index"):
-        sim.run(small(policy=P.python(lambda s, c: "x", name="strs"), ple=sim.Ple.fixed()).with_path("host.pcpus", 2))
+        sim.run(small(policy=P.python(lambda s, c: "x", name="strs"), ple=sim.Ple.fixed()).with_path("host.n_pcpus", 2))
 
 
 def test_python_policy_without_callable_is_rejected():
@@ -251,7 +251,7 @@ def test_python_policy_without_callable_is_rejected():
 
 def test_kernel_rule_counters_are_consistent():
     cfg = sim.Config(
-        host=sim.Host(pcpus=4),
+        host=sim.Host(n_pcpus=4),
         vms=(sim.Vm(vcpus=4, count=2, threads=8, workload=presets.ebizzy_like()),),
         duration_ns=20_000_000,
     )
@@ -323,7 +323,7 @@ def test_a_sched_map_of_a_window_is_the_whole_maps_columns_there():
 
 
 def test_sweep_with_python_policies_on_two_threads():
-    base = small(ple=sim.Ple.fixed(), workload=presets.ebizzy_like()).with_path("host.pcpus", 3)
+    base = small(ple=sim.Ple.fixed(), workload=presets.ebizzy_like()).with_path("host.n_pcpus", 3)
     grid = {"vms.0.policy": [P.python(P.DyEligibleInPython()), P.dy_eligible()], "seed": [1, 2]}
     one = sim.sweep(base, grid, threads=1, progress=False)
     two = sim.sweep(base, grid, threads=2, progress=False)
@@ -341,7 +341,7 @@ def test_ctrl_c_interrupts_a_long_run():
     import threading
 
     cfg = sim.Config(
-        host=sim.Host(pcpus=80),
+        host=sim.Host(n_pcpus=80),
         vms=(sim.Vm(vcpus=20, count=8, workload=presets.spinlock_microbench()),),
         duration_ns=60_000_000_000,  # a minute of wall time if the interrupt were missed
     )
@@ -357,7 +357,7 @@ def test_ctrl_c_interrupts_a_long_run():
 def test_weights_share_the_cpu_in_proportion():
     wl = sim.Workload(phases=(sim.Compute(1_000_000),))
     cfg = sim.Config(
-        host=sim.Host(pcpus=2, affinity="round_robin"),
+        host=sim.Host(n_pcpus=2, affinity="round_robin"),
         vms=(sim.Vm(vcpus=2, weight=2048, workload=wl), sim.Vm(vcpus=2, weight=1024, workload=wl)),
         duration_ns=200_000_000,
     )
@@ -373,7 +373,7 @@ def test_weights_share_the_cpu_in_proportion():
 def pingpong(halt_poll: sim.HaltPoll, pcpus: int = 4, count: int = 1) -> sim.Config:
     wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Send(1), sim.Recv()))
     return sim.Config(
-        host=sim.Host(pcpus=pcpus),
+        host=sim.Host(n_pcpus=pcpus),
         vms=(sim.Vm(vcpus=2, threads=2, count=count, workload=wl, halt_poll=halt_poll),),
         duration_ns=20_000_000,
     )
@@ -419,7 +419,7 @@ def test_a_vcpu_descheduled_while_polling_resumes_its_halt():
     # included; the kernel's poll loop then goes on when the thread runs again.
     wl = sim.Workload(phases=(sim.Compute(20_000, dist="exp"), sim.Send(1), sim.Recv()))
     cfg = sim.Config(
-        host=sim.Host(pcpus=2, scheduler="gang", gang_slice_ns=1_000_000),
+        host=sim.Host(n_pcpus=2, scheduler="gang", gang_slice_ns=1_000_000),
         vms=(sim.Vm(vcpus=2, threads=2, count=2, workload=wl, halt_poll=sim.HaltPoll(policy="fixed", max_ns=400_000)),),
         duration_ns=20_000_000,
     )
@@ -459,7 +459,7 @@ def test_thread0_phases_and_kthreads_per_cpu_round_trip_and_are_omitted_at_their
         thread0_phases=[sim.Compute(50_000), sim.Send(1), sim.Recv()],
     )
     cfg = sim.Config(
-        host=sim.Host(pcpus=2, noise=sim.HostNoise(kthread_hz=1000.0, kthread_ns=20_000, kthreads_per_cpu=4)),
+        host=sim.Host(n_pcpus=2, noise=sim.HostNoise(kthread_hz=1000.0, kthread_ns=20_000, kthreads_per_cpu=4)),
         vms=(sim.Vm(vcpus=2, workload=w),),
         duration_ns=5_000_000,
     )

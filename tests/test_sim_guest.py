@@ -29,7 +29,7 @@ def lock_run(
         guest=guest or sim.Guest(),
         pv=pv or sim.Pv(),
     )
-    host = sim.Host(pcpus=8, background=sim.Background(utilization=0.1))
+    host = sim.Host(n_pcpus=8, background=sim.Background(utilization=0.1))
     return sim.run(sim.Config(host=host, vms=(vm,), duration_ns=20 * MS, seed=seed))
 
 
@@ -116,7 +116,7 @@ def test_pv_tlb_flush_skips_preempted_targets() -> None:
     # otherwise spins until every preempted target runs again
     def run(pv: sim.Pv) -> sim.Result:
         vm = sim.Vm(vcpus=8, count=2, workload=wl, pv=pv, policy=P.no_yield())
-        return sim.run(sim.Config(host=sim.Host(pcpus=8), vms=(vm,), duration_ns=20 * MS, seed=2))
+        return sim.run(sim.Config(host=sim.Host(n_pcpus=8), vms=(vm,), duration_ns=20 * MS, seed=2))
 
     off, on = run(sim.Pv(sched_yield=False)), run(sim.Pv(sched_yield=False, tlb_flush=True))
     assert int(off.vcpus["tlb_flush_skipped"].sum()) == 0
@@ -132,7 +132,7 @@ def test_send_ipi_cost_is_one_hypercall_or_one_exit_per_target() -> None:
 
     def exit_ns(pv: sim.Pv) -> int:
         vm = sim.Vm(vcpus=4, workload=wl, pv=pv)
-        r = sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=10 * MS, seed=3))
+        r = sim.run(sim.Config(host=sim.Host(n_pcpus=4), vms=(vm,), duration_ns=10 * MS, seed=3))
         return int(r.vcpus["exit_ns"].sum()), int(r.vcpus["ipis_sent"].sum())
 
     free, sent = exit_ns(sim.Pv(sched_yield=False))
@@ -161,7 +161,7 @@ def test_candidate_gate_preempted_skips_woken_vcpus() -> None:
     def run(gate: str) -> sim.Result:
         vm = sim.Vm(vcpus=8, count=2, workload=wl, policy=P.upstream(candidate_gate=gate), pv=sim.Pv(sched_yield=False))
         cfg = sim.Config(
-            host=sim.Host(pcpus=6, background=sim.Background(utilization=0.2)), vms=(vm,), duration_ns=20 * MS, seed=4
+            host=sim.Host(n_pcpus=6, background=sim.Background(utilization=0.2)), vms=(vm,), duration_ns=20 * MS, seed=4
         )
         return sim.run(cfg)
 
@@ -181,7 +181,7 @@ def test_parsec_like_kernels_differ_in_synchronisation() -> None:
         ("lock_heavy", presets.parsec_lock_heavy_like(iterations=25)),
     ):
         cfg = sim.Config(
-            host=sim.Host(pcpus=8, background=sim.Background(utilization=0.1)),
+            host=sim.Host(n_pcpus=8, background=sim.Background(utilization=0.1)),
             vms=(sim.Vm(vcpus=8, threads=12, workload=wl),),
             duration_ns=2_000 * MS,
             seed=1,
@@ -198,7 +198,7 @@ def test_ebizzy_threads_per_vcpu_matter_once_threads_block_on_mmap_sem() -> None
     def tput(threads: int, mmap_sem: bool) -> float:
         vm = sim.Vm(vcpus=16, count=2, threads=threads, workload=presets.ebizzy_like(mmap_sem=mmap_sem))
         return float(
-            sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1)).summary[
+            sim.run(sim.Config(host=sim.Host(n_pcpus=16), vms=(vm,), duration_ns=10 * MS, seed=1)).summary[
                 "throughput_ops_s"
             ][0]
         )
@@ -223,7 +223,7 @@ def test_before_5_19_halted_vcpus_read_as_preempted_and_wakeups_stack() -> None:
             pv=sim.Pv(placement=placement, preempted_byte=byte),
             halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000),
         )
-        host = sim.Host(pcpus=32, affinity="all")
+        host = sim.Host(n_pcpus=32, affinity="all")
         r = sim.run(sim.Config(host=host, vms=(vm,), seed=3, duration_ns=2_000_000_000))
         return int(r.vms["wall_ns"][0])
 
@@ -270,7 +270,7 @@ def test_the_rfc_placement_acts_only_where_the_guest_has_an_llc_to_search() -> N
             halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000),
             guest=sim.Guest(wake_placement="select_task_rq_fair", llc_vcpus=llc, load_balance=True),
         )
-        host = sim.Host(pcpus=32, affinity="all")
+        host = sim.Host(n_pcpus=32, affinity="all")
         r = sim.run(sim.Config(host=host, vms=(vm,), seed=seed, duration_ns=2_000_000_000))
         return int(r.vms["wall_ns"][0])
 
@@ -295,7 +295,7 @@ def test_guest_load_balancing_unstacks_threads_and_is_off_by_default() -> None:
             halt_poll=sim.HaltPoll(policy="block-time", max_ns=200_000),
         )
         return sim.run(
-            sim.Config(host=sim.Host(pcpus=32, affinity="all"), vms=(vm,), seed=1, duration_ns=2_000_000_000)
+            sim.Config(host=sim.Host(n_pcpus=32, affinity="all"), vms=(vm,), seed=1, duration_ns=2_000_000_000)
         )
 
     off, on = run(False), run(True)
@@ -324,7 +324,7 @@ def test_rwsem_sides_share_one_lock_and_ebizzy_can_model_mmap_sem_as_one() -> No
             workload=presets.ebizzy_like(lock_kind="pv_queued", mmap_sem=mmap_sem),
             guest=sim.Guest(lock_model="kernel"),
         )
-        return sim.run(sim.Config(host=sim.Host(pcpus=4), vms=(vm,), duration_ns=20 * MS, seed=2))
+        return sim.run(sim.Config(host=sim.Host(n_pcpus=4), vms=(vm,), duration_ns=20 * MS, seed=2))
 
     mutex, rw = run(True), run("rwsem")
     assert rw.summary["throughput_ops_s"][0] > 0
@@ -348,7 +348,7 @@ def test_ipi_aware_candidate_selection_is_an_upstream_option() -> None:
             policy=P.upstream(ipi_aware=aware),
             pv=sim.Pv(apicv=False, sched_yield=False),
         )
-        return sim.run(sim.Config(host=sim.Host(pcpus=16), vms=(vm,), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1))
+        return sim.run(sim.Config(host=sim.Host(n_pcpus=16), vms=(vm,), duration_ns=20 * MS, warmup_ns=5 * MS, seed=1))
 
     off, on = run(False), run(True)
     assert not on.vcpus.equals(off.vcpus)

@@ -45,7 +45,7 @@ def unpinned_8x20(scheduler: str, seed: int = 1, **host) -> sim.Config:
         (dict(idle_states=((10_000, 20_000), (2_000, 2_000))), "Host.idle_states[1] must be at least as deep"),
         (dict(idle_states=((1, 2, 3),)), "Host.idle_states[0] must be (exit_latency_ns"),
         (dict(wakeup_jitter=1.5), "Host.wakeup_jitter must be in"),
-        (dict(pcpus=6, sockets=4), "Host.pcpus (6) must be a multiple"),
+        (dict(n_pcpus=6, sockets=4), "Host.n_pcpus (6) must be a multiple"),
         (dict(threads_per_core=9), "Host.threads_per_core must be <= 8"),
         (dict(wake_placement="anywhere"), "Host.wake_placement must be one of"),
         (dict(start_placement="random"), "Host.start_placement must be one of"),
@@ -78,9 +78,9 @@ def test_cfs_tunables_validate_and_scale_like_the_kernel():
 
 
 def test_new_host_fields_leave_the_json_of_existing_configs_unchanged():
-    h = sim.Host(pcpus=8)
+    h = sim.Host(n_pcpus=8)
     assert set(h.to_dict()) == {
-        "pcpus",
+        "n_pcpus",
         "scheduler",
         "tick_ns",
         "base_slice_ns",
@@ -138,7 +138,7 @@ def test_unpinned_8x20_leaves_lock_step_and_no_vm_starves(scheduler):
 
 def test_host_noise_is_its_own_process_on_every_cpu_and_per_vm():
     base = sim.Config(
-        host=sim.Host(pcpus=4),
+        host=sim.Host(n_pcpus=4),
         vms=(sim.Vm(vcpus=2, count=2),),
         duration_ns=200_000_000,
         seed=2,
@@ -171,7 +171,7 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
 
     def ops(speed: int, vcpus: int) -> list[int]:
         cfg = sim.Config(
-            host=sim.Host(pcpus=4, threads_per_core=2, affinity="round_robin", smt_speed_pct=speed),
+            host=sim.Host(n_pcpus=4, threads_per_core=2, affinity="round_robin", smt_speed_pct=speed),
             vms=(
                 sim.Vm(
                     vcpus=vcpus,
@@ -211,11 +211,11 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
 
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-    assert ctx.host(pcpus=80).start_placement == "shuffled"
+    assert ctx.host(n_pcpus=80).start_placement == "shuffled"
     earlier = dict(run_to_parity=False, slice_check_on_wakeup=False, switch_ns=0, delay_dequeue=False)
 
     def thr(seed, **kw):
-        host = dataclasses.replace(ctx.host(pcpus=80, affinity="all"), **kw)
+        host = dataclasses.replace(ctx.host(n_pcpus=80, affinity="all"), **kw)
         r = sim.run(sim.Config(host=host, vms=(vm,), seed=seed, duration_ns=60_000_000, warmup_ns=20_000_000))
         return r.summary["throughput_ops_s"][0]
 
@@ -226,7 +226,7 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
         # switch cost (2.07x, 2.28x with free switches)
         fair = sim.run(
             sim.Config(
-                host=ctx.host(pcpus=80, affinity="all"),
+                host=ctx.host(n_pcpus=80, affinity="all"),
                 vms=(vm,),
                 seed=seed,
                 duration_ns=60_000_000,
@@ -244,7 +244,7 @@ def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
     same run completes fewer operations, and every host CPU's categories
     still add up to the run's length."""
     host = sim.Host(
-        pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True, **TIME
+        n_pcpus=16, sockets=2, affinity="all", wake_placement="select_task_rq_fair", load_balance=True, **TIME
     )
     vm = sim.Vm(vcpus=12, count=2, threads=24, workload=presets.ebizzy_like(mmap_sem=True))
     cfg = sim.Config(host=host, vms=(vm,), seed=1, duration_ns=60_000_000, warmup_ns=10_000_000)
@@ -265,7 +265,7 @@ def test_cfs_vm_groups_share_a_cpu_between_vms_not_their_threads():
 
     def per_vm(groups: bool) -> list[int]:
         cfg = sim.Config(
-            host=sim.Host(pcpus=1, scheduler="cfs", cfs=sim.Cfs(vm_groups=groups)),
+            host=sim.Host(n_pcpus=1, scheduler="cfs", cfs=sim.Cfs(vm_groups=groups)),
             vms=tuple(
                 sim.Vm(vcpus=n, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy="no_yield")
                 for n in (1, 3)

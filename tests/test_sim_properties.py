@@ -99,7 +99,7 @@ def vms(draw):
 @st.composite
 def configs(draw):
     host = sim.Host(
-        pcpus=draw(st.integers(1, 6)),
+        n_pcpus=draw(st.integers(1, 6)),
         scheduler=draw(st.sampled_from(["fair", "fair", "gang"])),
         affinity=draw(st.sampled_from(["pinned", "round_robin", "all"])),
         next_buddy=draw(st.sampled_from(["always", "eligible", "never"])),

@@ -68,7 +68,7 @@ def _with(**sections: Any) -> dict[str, Any]:
         (_with(extra={}), "extra"),
         (_with(output={"sched_map": True, "pixels": 3}), "pixels"),
         (_with(output={"us_per_pixel": 0}), "us_per_pixel"),
-        (_with(config={"host": {"pcpus": 0}}), "pcpus"),
+        (_with(config={"host": {"n_pcpus": 0}}), "n_pcpus"),
         (_with(config={"host": {"rq_lock_ns": 10**12}}), "rq_lock_ns"),
         (_with(config={"vms": [{"policy": "no_such_policy"}]}), "policy"),
         (_with(config={"vms": [{"halt_poll": {"policy": "sometimes"}}]}), "policy"),
@@ -102,4 +102,4 @@ def test_cli_prints_the_schemas(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["schema"]) == 0
     assert json.loads(capsys.readouterr().out) == cli.spec_schema()
     assert cli.main(["schema", "--config"]) == 0
-    assert json.loads(capsys.readouterr().out)["$defs"]["HostConfig"]["properties"]["pcpus"]["maximum"] == 4096
+    assert json.loads(capsys.readouterr().out)["$defs"]["HostConfig"]["properties"]["n_pcpus"]["maximum"] == 4096

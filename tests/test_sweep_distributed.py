@@ -41,13 +41,13 @@ def same(a: pl.DataFrame, b: pl.DataFrame) -> None:
 
 def base(duration_ns: int = 2_000_000) -> sim.Config:
     """Overcommitted and tiny: 2 VMs × 2 vCPUs on 2 host CPUs."""
-    return sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=duration_ns, seed=1)
+    return sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=duration_ns, seed=1)
 
 
 # 5 policies (one written in Python) × 2 host sizes × 4 seeds = 40 points
 GRID = {
     "vms.0.policy": [P.upstream(), P.dy_eligible(), P.random(), P.oracle(), P.python(P.DyEligibleInPython())],
-    "host.pcpus": [1, 2],
+    "host.n_pcpus": [1, 2],
     "seed": [1, 2, 3, 4],
 }
 N = 40
@@ -479,7 +479,7 @@ def test_cli_sweep_on_a_dask_cluster_resumes_from_its_checkpoints(tmp_path):
 
     spec = tmp_path / "spec.toml"
     spec.write_text(
-        "[config]\nduration_ns = 1_000_000\n[config.host]\npcpus = 2\n[[config.vms]]\nvcpus = 2\ncount = 2\n"
+        "[config]\nduration_ns = 1_000_000\n[config.host]\nn_pcpus = 2\n[[config.vms]]\nvcpus = 2\ncount = 2\n"
         "[grid]\nseed = [0, 1, 2, 3]\n'vms.0.policy' = ['dy_eligible', 'upstream']\n"
     )
     with _cluster() as c:

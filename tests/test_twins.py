@@ -72,7 +72,7 @@ def test_twin_has_the_experiments_structure(cpus: tuple[int, ...], pinning: str,
     cal = fake_cal()
     exp = Experiment(SpinLock(kind="ticket", hold=50, think=20), vcpus=5, pcpus=cpus, pinning=pinning, duration_s=0.2)  # type: ignore[arg-type]
     cfg = twins.twin(exp, cal, seed=3)
-    assert cfg.host.pcpus == len(cpus) and cfg.host.affinity == affinity
+    assert cfg.host.n_pcpus == len(cpus) and cfg.host.affinity == affinity
     assert cfg.host.tick_ns == 4_000_000 and cfg.host.base_slice_ns == 1_500_000 and cfg.host.tsc_khz == 2_600_000
     assert cfg.duration_ns == 200_000_000 and cfg.seed == 3
     (vm,) = cfg.vms
@@ -103,7 +103,7 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     cal.values["machine_cpus"] = Value(2.0, "", "given by the test")
     one = Experiment(SpinLock(kind="ticket"), vcpus=3, pcpus=(1,), duration_s=0.2)
     cfg = twins.twin(one, cal, start_gap_ns=30_000.4)
-    assert cfg.host.pcpus == 2 and cfg.host.vcpu_pcpus == (0,) and cfg.host.affinity == "round_robin"
+    assert cfg.host.n_pcpus == 2 and cfg.host.vcpu_pcpus == (0,) and cfg.host.affinity == "round_robin"
     assert cfg.host.slice_check_on_wakeup and cfg.host.run_to_parity and cfg.host.start_gap_ns == 30_000
     r = sim.run(cfg)
     assert r.vcpus["last_pcpu"].to_list() == [0, 0, 0]
@@ -112,11 +112,11 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
         with pytest.raises(ValueError, match="start_gap_ns"):
             twins.twin(one, cal, start_gap_ns=bad)  # type: ignore[arg-type]
     shared = Experiment(SpinLock(), vcpus=3, pcpus=(0, 1), pinning="shared", duration_s=0.2)
-    assert twins.twin(shared, cal).host.pcpus == 2 and twins.twin(shared, cal).host.vcpu_pcpus == ()
+    assert twins.twin(shared, cal).host.n_pcpus == 2 and twins.twin(shared, cal).host.vcpu_pcpus == ()
     cal.values["machine_cpus"] = Value(64.0, "", "given by the test")
     assert twins.twin_machine_cpus(one, cal) == twins.TWIN_MAX_MACHINE_CPUS
     del cal.values["machine_cpus"]
-    assert twins.twin(one, cal).host.pcpus == 1
+    assert twins.twin(one, cal).host.n_pcpus == 1
     # the VMM thread's time is no longer taken out of the long tasks' part
     # when it has CPUs of its own
     ol = twins.OtherLoad(
@@ -361,7 +361,7 @@ def test_periodic_sleep_keeps_the_timer_grid() -> None:
 
     def starts(sleep: sim.Sleep) -> np.ndarray:
         cfg = sim.Config(
-            host=sim.Host(pcpus=1),
+            host=sim.Host(n_pcpus=1),
             vms=(sim.Vm(vcpus=1, workload=sim.Workload(phases=(sleep, work))),),
             duration_ns=50_000_000,
             seed=1,
@@ -462,7 +462,7 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     exp = Experiment.from_run(r)
     assert exp.vcpus == 3 and exp.pcpus == (0, 1) and exp.pinning == "one_each" and exp.duration_s == 0.1
     cfg = twins.twin(r)
-    assert cfg.host.pcpus == max(2, min(len(os.sched_getaffinity(0)), twins.TWIN_MAX_MACHINE_CPUS))
+    assert cfg.host.n_pcpus == max(2, min(len(os.sched_getaffinity(0)), twins.TWIN_MAX_MACHINE_CPUS))
     assert cfg.host.affinity == "round_robin" and cfg.vms[0].vcpus == 3
     # each thread's start, after the run's and before its end; the twin's gap from them
     st = r.threads["start_ns"]
@@ -479,7 +479,7 @@ def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
     )
     t = twins.twin(ticks)
     assert (
-        t.host.vcpu_pcpus == ((0,) if t.host.pcpus > 1 else ())
+        t.host.vcpu_pcpus == ((0,) if t.host.n_pcpus > 1 else ())
         and t.vms[0].vcpus == 2
         and t.vms[0].halt_poll.policy == "off"
     )

@@ -155,7 +155,7 @@ def test_the_check_finds_an_era_value_changed_without_a_reason():
 
     def via_ctx(ctx, variant, seed):  # through the builder's context it is refused at once
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
-        return ctx.config(ctx.host(pcpus=80, tsc_khz=3_000_000), [vm], seed)
+        return ctx.config(ctx.host(n_pcpus=80, tsc_khz=3_000_000), [vm], seed)
 
     assert "host.tsc_khz" in V.check_case(dataclasses.replace(c, build=via_ctx))[0]
     costs = dataclasses.replace(
@@ -262,7 +262,7 @@ def _gang_over_fair(affinity, seed=0):
     runs = {
         s: sim.run(
             sim.Config(
-                host=ctx.host(pcpus=80, scheduler=s, affinity=affinity),
+                host=ctx.host(n_pcpus=80, scheduler=s, affinity=affinity),
                 vms=(vm,),
                 duration_ns=60_000_000,
                 warmup_ns=20_000_000,
@@ -317,7 +317,7 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     ctx = _era_ctx(era)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     cfg = sim.Config(
-        host=ctx.host(pcpus=80, affinity="all"),
+        host=ctx.host(n_pcpus=80, affinity="all"),
         vms=(vm,),
         seed=0,
         duration_ns=140_000_000,
@@ -325,7 +325,7 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
         trace=True,
     )
     fair = sim.run(cfg)
-    gang = sim.run(cfg.replace(host=ctx.host(pcpus=80, affinity="all", scheduler="gang")))
+    gang = sim.run(cfg.replace(host=ctx.host(n_pcpus=80, affinity="all", scheduler="gang")))
     assert fair.summary["ple_exits"][0] != gang.summary["ple_exits"][0]
     # gang: all-or-none at 0.99 of the instants, 0.87 in the 2019 era, whose
     # pv-spinlock waiters halt and pay the switch back in (Host.switch_ns):
@@ -349,7 +349,7 @@ def test_the_order_of_the_vms_in_the_config_changes_no_vm_s_share():
     ctx = _era_ctx("2012-3.x")
     spin = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=4)
     ebizzy = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=20, count=4)
-    host = ctx.host(pcpus=80, affinity="all")
+    host = ctx.host(n_pcpus=80, affinity="all")
     for seed in range(2):
         groups = {}
         for order in ((spin, ebizzy), (ebizzy, spin)):
@@ -377,7 +377,7 @@ def test_a_forfeit_on_yield_in_one_shared_run_queue_lets_the_spinning_vms_share_
     poorest = []
     for seed in range(3):
         r = _run(
-            ctx, ctx.host(pcpus=80, affinity="all"), [vm], seed=seed, duration_ns=140_000_000, warmup_ns=40_000_000
+            ctx, ctx.host(n_pcpus=80, affinity="all"), [vm], seed=seed, duration_ns=140_000_000, warmup_ns=40_000_000
         )
         ops = r.vms["ops"].to_list()
         poorest.append(min(ops) / (sum(ops) / len(ops)))
@@ -437,7 +437,12 @@ def test_b_two_symmetric_ebizzy_vms_on_16_cpus_both_make_progress_over_100ms():
         vm = ctx.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32, policy=pol)
         for seed in (0, 1, 2):
             r = _run(
-                ctx, ctx.host(pcpus=16, affinity="all"), [vm], seed=seed, duration_ns=150_000_000, warmup_ns=50_000_000
+                ctx,
+                ctx.host(n_pcpus=16, affinity="all"),
+                [vm],
+                seed=seed,
+                duration_ns=150_000_000,
+                warmup_ns=50_000_000,
             )
             zero += [(pol.kind, seed)] if min(r.vms["ops"].to_list()) == 0 else []
     assert zero == []
@@ -466,14 +471,14 @@ def _flip_builder(ctx, variant, seed):
     small = (variant == "new") == (ctx.length == 1.0)
     vms, vcpus = (16, 10) if small else (8, 20)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
-    return ctx.config(ctx.host(pcpus=80), [vm], seed)
+    return ctx.config(ctx.host(n_pcpus=80), [vm], seed)
 
 
 def _bimodal_builder(ctx, variant, seed):
     # per seed, "new" is either the 16x10 or the 8x20 set-up: two modes across seeds
     vms, vcpus = (16, 10) if (variant == "new" and seed % 2) else (8, 20)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
-    return ctx.config(ctx.host(pcpus=80), [vm], seed)
+    return ctx.config(ctx.host(n_pcpus=80), [vm], seed)
 
 
 def test_c_a_comparison_that_changes_sign_with_the_length_is_flagged_unstable():
@@ -522,7 +527,7 @@ def test_lock_kinds_are_not_a_dead_path():
     for lk in ("ticket", "pv_queued"):
         ctx = _era_ctx("6.x", **{"guest.lock_kind": lk})
         vm = ctx.vm(workload=presets.ebizzy_like(), vcpus=16, count=2, threads=32)
-        out[lk] = _run(ctx, ctx.host(pcpus=16), [vm], duration_ns=40_000_000, warmup_ns=10_000_000).summary
+        out[lk] = _run(ctx, ctx.host(n_pcpus=16), [vm], duration_ns=40_000_000, warmup_ns=10_000_000).summary
     assert not out["ticket"].equals(out["pv_queued"])
 
 

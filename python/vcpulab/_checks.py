@@ -162,6 +162,12 @@ def renamed(**old_to_new: str) -> Callable[[F], F]:
 #: ``pcpus=``) were made; their DeprecationWarnings name it
 PCPUS_RENAMED = "2026-12-01"
 
+#: the date a count of host CPUs named ``pcpus`` became ``n_pcpus``
+#: (``sim.Host``, ``plot.sched_map*``), so that ``pcpus`` is always a list of
+#: CPU ids; the simulator's side of it is Rust's (``FIELD_ALIASES`` in
+#: src/sim/config/schema.rs, read through the schema)
+N_PCPUS_RENAMED = "2026-12-05"
+
 
 def renamed_since(since: str, why: str, name: str | None = None, **old_to_new: str) -> Callable[[F], F]:
     """`renamed` with the date of the rename and its reason in the warning

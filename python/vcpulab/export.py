@@ -30,7 +30,7 @@ few million slices comfortably.
     >>> import tempfile, json, pathlib
     >>> from vcpulab import sim
     >>> from vcpulab.export import to_perfetto
-    >>> r = sim.run(sim.Config(host=sim.Host(pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=2_000_000, trace=True))
+    >>> r = sim.run(sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=3),), duration_ns=2_000_000, trace=True))
     >>> out = to_perfetto(r, pathlib.Path(tempfile.mkdtemp()) / "run.json")
     >>> doc = json.loads(out.read_text())
     >>> sorted({e["name"] for e in doc["traceEvents"] if e["ph"] == "M"})

@@ -31,7 +31,7 @@ import polars as pl
 from matplotlib.figure import Figure as _MplFigure
 
 from vcpulab import _frames
-from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type
+from vcpulab._checks import N_PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -170,49 +170,55 @@ MAX_ROW_PX = 1024
 MIN_MAP_PX = 48
 
 
-def _check_window(start_ns: Any, end_ns: Any, pcpus: Any) -> None:
+#: why ``pcpus=`` became ``n_pcpus=`` here (the DeprecationWarnings say it)
+_COUNT_NAME = "a count of host CPUs; pcpus is a list of host CPU ids everywhere else"
+
+
+def _check_window(start_ns: Any, end_ns: Any, n_pcpus: Any) -> None:
     """A sched map's window (ns, >= 0) and row count, checked before the trace is read."""
     if start_ns is not None:
         check_int("start_ns", start_ns, 0, 2**63 - 1)
     if end_ns is not None:
         check_int("end_ns", end_ns, 0, 2**63 - 1)
-    if pcpus is not None:
-        check_int("pcpus", pcpus, 1, MAX_MAP_PCPUS)
+    if n_pcpus is not None:
+        check_int("n_pcpus", n_pcpus, 1, MAX_MAP_PCPUS)
 
 
+@renamed_since(N_PCPUS_RENAMED, _COUNT_NAME, pcpus="n_pcpus")
 def sched_map_codes(
     obj: Any,
     us_per_pixel: float = 10.0,
     *,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    pcpus: int | None = None,
+    n_pcpus: int | None = None,
 ) -> np.ndarray:
-    """What ran where: an int64 array of shape (pcpus, columns).
+    """What ran where: an int64 array of shape (n_pcpus, columns).
 
     Column ``c`` covers ``[start + c*w, start + (c+1)*w)`` with ``w =
     us_per_pixel`` µs and holds what ran on that host CPU at the column's
     midpoint: ``vm * 65536 + vcpu``, [`BACKGROUND`][vcpulab.plot.BACKGROUND] (-1) for a non-vCPU
     task, [`IDLE`][vcpulab.plot.IDLE] (-2) for nothing. ``obj`` is a simulator Result with a
     trace, a traced real Run, or a trace frame (pcpu, start_ns, end_ns, vm,
-    vcpu). ``pcpus`` rows (default: as [`sched_map`][vcpulab.plot.sched_map] draws them, one
+    vcpu). ``n_pcpus`` rows (default: as [`sched_map`][vcpulab.plot.sched_map] draws them, one
     per host CPU of the run: every host CPU of a simulator Result, idle
     ones included; a real run's traced CPUs in CPU order, row i the i-th of
-    them; for a bare trace, rows up to its highest CPU).
+    them; for a bare trace, rows up to its highest CPU; ``pcpus=`` before
+    2026-12-05).
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
-    _check_window(start_ns, end_ns, pcpus)
-    trace, cpus = _run_rows(obj, pcpus)
+    _check_window(start_ns, end_ns, n_pcpus)
+    trace, cpus = _run_rows(obj, n_pcpus)
     if cpus is not None:
-        pcpus = len(cpus)
-    elif pcpus is None:
-        pcpus = _run_extent(obj)[0]
-    if pcpus is not None and trace.height and _as_int(trace["pcpu"].max()) >= pcpus:
+        n_pcpus = len(cpus)
+    elif n_pcpus is None:
+        n_pcpus = _run_extent(obj)[0]
+    if n_pcpus is not None and trace.height and _as_int(trace["pcpu"].max()) >= n_pcpus:
         raise ValueError(
-            f"pcpus={pcpus} rows cannot hold this trace's host CPUs 0..{_as_int(trace['pcpu'].max())}: "
+            f"n_pcpus={n_pcpus} rows cannot hold this trace's host CPUs 0..{_as_int(trace['pcpu'].max())}: "
             "pass at least that many (or None: from the trace)"
         )
-    n_pcpus = pcpus if pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
+    n_rows = n_pcpus if n_pcpus is not None else (_as_int(trace["pcpu"].max()) + 1 if trace.height else 1)
     t0 = (_as_int(trace["start_ns"].min()) if trace.height else 0) if start_ns is None else int(start_ns)
     t1 = (_as_int(trace["end_ns"].max()) if trace.height else t0 + 1) if end_ns is None else int(end_ns)
     if t1 <= t0:
@@ -223,7 +229,7 @@ def sched_map_codes(
         raise ValueError(
             f"{cols} columns is too wide (at most {MAX_MAP_COLUMNS}): raise us_per_pixel or narrow start_ns/end_ns"
         )
-    out = np.full((n_pcpus, cols), IDLE, dtype=np.int64)
+    out = np.full((n_rows, cols), IDLE, dtype=np.int64)
     if start_ns is not None or end_ns is not None:
         # a window: only its rows reach numpy (a 30 ms map of a one-second
         # 80-CPU trace is 3 % of its 11 M rows)
@@ -257,6 +263,7 @@ def _palette_size(trace: pl.DataFrame) -> tuple[int, int]:
     return n_vms, n_vcpus
 
 
+@renamed_since(N_PCPUS_RENAMED, _COUNT_NAME, pcpus="n_pcpus")
 def sched_map_image(
     obj: Any,
     us_per_pixel: float = 10.0,
@@ -264,13 +271,13 @@ def sched_map_image(
     start_ns: int | None = None,
     end_ns: int | None = None,
     row_px: int = 1,
-    pcpus: int | None = None,
+    n_pcpus: int | None = None,
 ) -> np.ndarray:
-    """The sched-map raster: a (pcpus*row_px, columns, 3) uint8 RGB array of
+    """The sched-map raster: a (n_pcpus*row_px, columns, 3) uint8 RGB array of
     [`sched_map_codes`][vcpulab.plot.sched_map_codes] coloured by [`vcpu_color`][vcpulab.plot.vcpu_color] (one hue per VM, one
     brightness per vCPU), black for a non-vCPU task, white for idle."""
     check_int("row_px", row_px, 1, MAX_ROW_PX)
-    codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, pcpus=pcpus)
+    codes = sched_map_codes(obj, us_per_pixel, start_ns=start_ns, end_ns=end_ns, n_pcpus=n_pcpus)
     n_vms, n_vcpus = _palette_size(_trace_of(obj))
     # one colour per distinct code, then one look-up per pixel
     uniq, inverse = np.unique(codes, return_inverse=True)
@@ -315,13 +322,13 @@ def _real_cpus(obj: Any) -> list[int] | None:
     return sorted(int(c) for c in info["cpus"]) if isinstance(info, dict) and info.get("cpus") else None
 
 
-def _run_rows(obj: Any, pcpus: int | None) -> tuple[pl.DataFrame, list[int] | None]:
+def _run_rows(obj: Any, n_pcpus: int | None) -> tuple[pl.DataFrame, list[int] | None]:
     """``obj``'s trace with one row per host CPU of a traced real run (its CPUs
     in CPU order, ``pcpu`` renumbered to the row) and those CPUs; the trace as
     it is, and None, for a simulator Result, a bare frame, or an explicit
-    ``pcpus``."""
+    ``n_pcpus``."""
     trace = _trace_of(obj)
-    cpus = _real_cpus(obj) if pcpus is None else None
+    cpus = _real_cpus(obj) if n_pcpus is None else None
     if cpus is None:
         return trace, None
     row = {c: i for i, c in enumerate(cpus)}
@@ -337,12 +344,13 @@ def _run_extent(obj: Any) -> tuple[int | None, int | None, int | None]:
     if isinstance(info, dict) and "window_ns" in info:
         return None, 0, int(info["window_ns"])
     summary = getattr(obj, "summary", None)
-    if isinstance(summary, pl.DataFrame) and summary.height and "pcpus" in summary.columns:
+    if isinstance(summary, pl.DataFrame) and summary.height and "n_pcpus" in summary.columns:
         end = int(summary["duration_ns"][0]) if "duration_ns" in summary.columns else None
-        return int(summary["pcpus"][0]), 0, end
+        return int(summary["n_pcpus"][0]), 0, end
     return None, None, None
 
 
+@renamed_since(N_PCPUS_RENAMED, _COUNT_NAME, pcpus="n_pcpus")
 def sched_map(
     obj: Any,
     path: str | Path | None = None,
@@ -351,7 +359,7 @@ def sched_map(
     row_px: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    pcpus: int | None = None,
+    n_pcpus: int | None = None,
     legend: bool | None = None,
     title: str | None = None,
     compact: bool = False,
@@ -370,14 +378,15 @@ def sched_map(
     thins the CPU labels: a dense overview of a large host). A raster
     shorter than ``MIN_MAP_PX`` gets blank margins above and below, so the
     title and the axis labels never overlap. By default the
-    whole run is drawn (``start_ns``/``end_ns`` narrow it); ``pcpus``
-    overrides the number of rows for a bare trace frame.
+    whole run is drawn (``start_ns``/``end_ns`` narrow it); ``n_pcpus``
+    (``pcpus=`` before 2026-12-05) overrides the number of rows for a bare
+    trace frame.
 
     Returns a [`SchedMap`][vcpulab.plot.SchedMap], a matplotlib figure: as the last statement
     of a Jupyter cell it displays.
     """
     check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
-    _check_window(start_ns, end_ns, pcpus)
+    _check_window(start_ns, end_ns, n_pcpus)
     if row_px is not None:
         check_int("row_px", row_px, 1, MAX_ROW_PX)
     if legend is not None:
@@ -392,10 +401,11 @@ def sched_map(
 
     run_pcpus, run_start, run_end = _run_extent(obj)
     # a real run: one row per host CPU it used, labelled with the CPU's number
-    trace, cpu_labels = _run_rows(obj, pcpus)
+    trace, cpu_labels = _run_rows(obj, n_pcpus)
     if cpu_labels is not None:
         run_pcpus = len(cpu_labels)
-    n_pcpus = pcpus if pcpus is not None else run_pcpus
+    if n_pcpus is None:
+        n_pcpus = run_pcpus
     if n_pcpus is None:
         n_pcpus = _as_int(trace["pcpu"].max()) + 1 if trace.height else 1
     t0 = (
@@ -407,7 +417,7 @@ def sched_map(
     # a map of few host CPUs (a real run on one CPU) gets taller rows by default, so it is no thin strip
     rpx = row_px if row_px is not None else (1 if compact else max(4, -(-MIN_MAP_PX // max(n_pcpus, 1))))
     show_legend = (not compact) if legend is None else legend
-    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, pcpus=n_pcpus)
+    img = sched_map_image(trace, us_per_pixel, start_ns=t0, end_ns=t1, row_px=rpx, n_pcpus=n_pcpus)
     h, w = img.shape[:2]
     t1 = t0 + int(round(w * us_per_pixel * 1000))
     vm_ids = sorted(int(v) for v in trace["vm"].unique().drop_nulls() if v >= 0)

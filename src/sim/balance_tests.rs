@@ -10,7 +10,7 @@ fn two_socket_smt(v: u32) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig {
-            pcpus: 16,
+            n_pcpus: 16,
             sockets: 2,
             threads_per_core: 2,
             affinity: Affinity::All,
@@ -117,7 +117,7 @@ fn smt_host(v: u32, speed: u32) -> SimConfig {
     SimConfig {
         duration_ns: 100_000_000,
         host: HostConfig {
-            pcpus: 4,
+            n_pcpus: 4,
             threads_per_core: 2,
             affinity: Affinity::RoundRobin,
             smt_speed_pct: speed,

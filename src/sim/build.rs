@@ -20,7 +20,7 @@ use super::PolicyMaker;
 impl Sim {
     pub fn new(cfg: &SimConfig, make_policy: PolicyMaker<'_>) -> Result<Sim, String> {
         cfg.validate()?;
-        let p = cfg.host.pcpus;
+        let p = cfg.host.n_pcpus;
         let mut rng = Pcg64Mcg::seed_from_u64(cfg.seed);
         let mut sim = Sim {
             cfg: cfg.clone(),

@@ -72,7 +72,7 @@ impl Sim {
         match self.tasks[t].kind {
             TaskKind::Vcpu(v) => {
                 let vm = self.vcpus[v as usize].vm as usize;
-                Some(vm * self.groups.pcpus + self.tasks[t].cpu as usize)
+                Some(vm * self.groups.n_pcpus + self.tasks[t].cpu as usize)
             }
             TaskKind::Bg(_) | TaskKind::Noise(_) => None,
         }
@@ -112,7 +112,7 @@ impl Sim {
     fn ent_key(&self, e: u32) -> (i64, u32) {
         if e & GROUP_ENT != 0 {
             let g = (e & !GROUP_ENT) as usize;
-            let v0 = self.vms[g / self.groups.pcpus].vcpu0 as usize;
+            let v0 = self.vms[g / self.groups.n_pcpus].vcpu0 as usize;
             (self.groups.g[g].vruntime, self.tasks[self.vcpus[v0].task as usize].tie)
         } else {
             (self.tasks[e as usize].vruntime, self.tasks[e as usize].tie)
@@ -122,7 +122,7 @@ impl Sim {
     fn lvl_cpu(&self, l: Lvl) -> usize {
         match l {
             Lvl::Root(cpu) => cpu,
-            Lvl::Grp(g) => g % self.groups.pcpus,
+            Lvl::Grp(g) => g % self.groups.n_pcpus,
         }
     }
 
@@ -169,7 +169,7 @@ impl Sim {
                 }
                 let curr_g = rq.curr.and_then(|c| self.cg_of(c as usize));
                 for &vm in &self.groups.queued[cpu] {
-                    let g = vm as usize * self.groups.pcpus + cpu;
+                    let g = vm as usize * self.groups.n_pcpus + cpu;
                     if Some(g) != curr_g {
                         see(self, GROUP_ENT | g as u32);
                     }
@@ -204,7 +204,7 @@ impl Sim {
         }
         if e & GROUP_ENT != 0 {
             let g = (e & !GROUP_ENT) as usize;
-            return l == Lvl::Root(g % self.groups.pcpus) && self.groups.g[g].nr_running > 0;
+            return l == Lvl::Root(g % self.groups.n_pcpus) && self.groups.g[g].nr_running > 0;
         }
         let t = e as usize;
         let cpu = self.lvl_cpu(l);
@@ -234,7 +234,7 @@ impl Sim {
         match l {
             Lvl::Root(cpu) => self.cfs_clear_buddies(cpu, e),
             Lvl::Grp(g) => {
-                let cpu = g % self.groups.pcpus;
+                let cpu = g % self.groups.n_pcpus;
                 let ge = GROUP_ENT | g as u32;
                 let gr = &mut self.groups.g[g];
                 let rq = &mut self.rqs[cpu];
@@ -365,7 +365,7 @@ impl Sim {
     pub(crate) fn cg_min_vruntime(&self, t: usize, cpu: usize) -> i64 {
         match self.tasks[t].kind {
             TaskKind::Vcpu(v) if self.groups.on => {
-                let g = self.vcpus[v as usize].vm as usize * self.groups.pcpus + cpu;
+                let g = self.vcpus[v as usize].vm as usize * self.groups.n_pcpus + cpu;
                 self.groups.g[g].min_vruntime
             }
             _ => self.rqs[cpu].min_vruntime,
@@ -376,7 +376,7 @@ impl Sim {
     /// from this CPU's share of the group's load. The caller has charged
     /// the running time first (`reweight_entity` follows `update_curr`).
     fn cg_reweight(&mut self, g: usize) {
-        let vm = g / self.groups.pcpus;
+        let vm = g / self.groups.n_pcpus;
         let tg = self.groups.tg_load[vm];
         let load = self.groups.g[g].load;
         let shares = (GROUP_SHARES * load).checked_div(tg).unwrap_or(GROUP_SHARES);
@@ -389,7 +389,7 @@ impl Sim {
     /// root if it was not there.
     pub(crate) fn cg_enqueue(&mut self, t: usize) {
         let Some(g) = self.cg_of(t) else { return };
-        let (cpu, vm) = (g % self.groups.pcpus, g / self.groups.pcpus);
+        let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         let w = self.tasks[t].weight;
         self.groups.tg_load[vm] += w;
         let gr = &mut self.groups.g[g];
@@ -416,7 +416,7 @@ impl Sim {
     /// if the group has no runnable task left.
     pub(crate) fn cg_dequeue(&mut self, t: usize) {
         let Some(g) = self.cg_of(t) else { return };
-        let (cpu, vm) = (g % self.groups.pcpus, g / self.groups.pcpus);
+        let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
         let w = self.tasks[t].weight;
         self.groups.tg_load[vm] -= w;
@@ -474,7 +474,7 @@ impl Sim {
         }
         for &vm in &self.groups.queued[cpu] {
             nr += 1;
-            load += self.groups.g[vm as usize * self.groups.pcpus + cpu].weight;
+            load += self.groups.g[vm as usize * self.groups.n_pcpus + cpu].weight;
         }
         (nr, load)
     }

@@ -13,7 +13,7 @@ const MS: u64 = 1_000_000;
 /// round-robin over `p` CPUs (vCPU `g` of the host on CPU `g % p`), CFS.
 fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
     let mut host =
-        HostConfig { pcpus: p, affinity: Affinity::RoundRobin, scheduler: Scheduler::Cfs, ..Default::default() };
+        HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, scheduler: Scheduler::Cfs, ..Default::default() };
     host.cfs.vm_groups = groups;
     SimConfig { duration_ns: 300 * MS, host, vms: v.iter().map(|&n| computing_vm(n)).collect(), ..Default::default() }
 }
@@ -35,7 +35,7 @@ fn useful_per_vm(c: &SimConfig) -> Vec<u64> {
 /// has a runnable task, and every mark names an entity of its level.
 fn check_invariants(s: &Sim) {
     let g = &s.groups;
-    let p = g.pcpus;
+    let p = g.n_pcpus;
     let mut tg = vec![0u64; s.vms.len()];
     for (i, gr) in g.g.iter().enumerate() {
         let (vm, cpu) = (i / p, i % p);
@@ -120,7 +120,7 @@ fn yield_to_marks_every_level_and_the_yielders_group_is_skipped_at_the_root() {
         return;
     };
     let tg = s.vcpus[target].task as usize;
-    let g = vm; // group index vm · pcpus + cpu with one CPU
+    let g = vm; // group index vm · n_pcpus + cpu with one CPU
                 // the target right of the yielder, within the wake-up granularity
                 // (1 ms on 1 CPU: factor 1)
     s.tasks[tg].vruntime = s.tasks[curr].vruntime + (MS / 2) as i64;

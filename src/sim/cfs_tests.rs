@@ -11,7 +11,7 @@ use crate::sim::test_util::{computing_vm, sim_of};
 fn rr(v: u32, p: u32, scheduler: Scheduler) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, scheduler, ..Default::default() },
+        host: HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, scheduler, ..Default::default() },
         vms: vec![computing_vm(v)],
         ..Default::default()
     }

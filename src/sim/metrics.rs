@@ -148,7 +148,7 @@ pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     s.add("duration_ns", Column::U64(vec![dur]));
     s.add("warmup_ns", Column::U64(vec![sim.cfg.warmup_ns.min(dur)]));
     s.add("finished", Column::Bool(vec![sim.vms_with_goal > 0 && sim.vms_done == vms.len() as u32]));
-    s.add("pcpus", Column::U64(vec![sim.rqs.len() as u64]));
+    s.add("n_pcpus", Column::U64(vec![sim.rqs.len() as u64]));
     s.add("vms", Column::U64(vec![vms.len() as u64]));
     s.add("vcpus", Column::U64(vec![sim.vcpus.len() as u64]));
     s.add("events", Column::U64(vec![sim.events]));

@@ -724,7 +724,7 @@ impl Sim {
 
     /// Pack VMs into rounds of at most P vCPUs (first fit, in VM order).
     pub fn setup_gang(&mut self) {
-        let p = self.cfg.host.pcpus;
+        let p = self.cfg.host.n_pcpus;
         let mut rounds: Vec<Vec<u32>> = Vec::new();
         let mut used: Vec<u32> = Vec::new();
         self.gang.cpu = vec![0; self.vcpus.len()];

@@ -11,7 +11,7 @@ fn rr(vms: u32, v: u32, p: u32, scope: YieldScope) -> Sim {
     let vm = computing_vm(v);
     let c = SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, yield_scope: scope, ..Default::default() },
+        host: HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, yield_scope: scope, ..Default::default() },
         vms: vec![vm; vms as usize],
         ..Default::default()
     };
@@ -117,7 +117,7 @@ fn vm_group_scope_returns_early_when_the_yielder_runs_alone() {
 fn one_cpu_with_a_sleeper(run_to_parity: bool) -> (Sim, usize, usize, usize) {
     let c = SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: 1, run_to_parity, ..Default::default() },
+        host: HostConfig { n_pcpus: 1, run_to_parity, ..Default::default() },
         vms: vec![computing_vm(3)],
         ..Default::default()
     };
@@ -222,7 +222,7 @@ fn two_cpus_one_idle(delay_dequeue: bool) -> (Sim, usize) {
     let c = SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig {
-            pcpus: 2,
+            n_pcpus: 2,
             affinity: Affinity::All,
             start_placement: StartPlacement::Index,
             delay_dequeue,
@@ -251,7 +251,7 @@ fn a_task_blocking_with_negative_lag_is_delayed_and_one_with_positive_lag_is_not
         // one, so V lies halfway and curr's lag is -ahead_ms / 2
         let c = SimConfig {
             duration_ns: 1_000_000_000,
-            host: HostConfig { pcpus: 1, delay_dequeue: delay, ..Default::default() },
+            host: HostConfig { n_pcpus: 1, delay_dequeue: delay, ..Default::default() },
             vms: vec![computing_vm(2)],
             ..Default::default()
         };

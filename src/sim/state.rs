@@ -560,7 +560,7 @@ pub fn cycles_to_ns(cycles: u64, tsc_khz: u64) -> Ns {
 /// The host's CPU topology, as the scheduler's placement reads it.
 #[derive(Clone, Debug, Default)]
 pub struct Topology {
-    /// Cores in the machine (`Host.pcpus / threads_per_core`).
+    /// Cores in the machine (`Host.n_pcpus / threads_per_core`).
     pub ncores: u32,
     /// Cores per socket (one LLC per socket).
     pub cores_per_socket: u32,
@@ -685,8 +685,8 @@ pub struct CfsGroup {
 #[derive(Clone, Debug, Default)]
 pub struct TaskGroups {
     pub on: bool,
-    /// Host CPUs (group `g` is VM `g / pcpus` on CPU `g % pcpus`).
-    pub pcpus: usize,
+    /// Host CPUs (group `g` is VM `g / n_pcpus` on CPU `g % n_pcpus`).
+    pub n_pcpus: usize,
     pub g: Vec<CfsGroup>,
     /// Per VM: the group's load over every CPU (`tg->load_avg`'s stand-in).
     pub tg_load: Vec<u64>,
@@ -695,7 +695,7 @@ pub struct TaskGroups {
 }
 
 impl TaskGroups {
-    pub fn new(nvm: usize, pcpus: usize) -> TaskGroups {
+    pub fn new(nvm: usize, n_pcpus: usize) -> TaskGroups {
         let g = CfsGroup {
             vruntime: 0,
             weight: GROUP_SHARES,
@@ -707,6 +707,12 @@ impl TaskGroups {
             last: None,
             skip: None,
         };
-        TaskGroups { on: true, pcpus, g: vec![g; nvm * pcpus], tg_load: vec![0; nvm], queued: vec![Vec::new(); pcpus] }
+        TaskGroups {
+            on: true,
+            n_pcpus,
+            g: vec![g; nvm * n_pcpus],
+            tg_load: vec![0; nvm],
+            queued: vec![Vec::new(); n_pcpus],
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::*;
 pub(crate) fn small(policy: PolicyKind, vms: u32, vcpus: u32, pcpus: u32) -> SimConfig {
     SimConfig {
         duration_ns: 20_000_000,
-        host: HostConfig { pcpus, ..Default::default() },
+        host: HostConfig { n_pcpus: pcpus, ..Default::default() },
         vms: vec![VmConfig {
             count: vms,
             vcpus,
@@ -112,7 +112,7 @@ use crate::sim::test_util::{computing_vm, sim_of};
 fn rr(v: u32, p: u32, threads: u32) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig { threads, ..computing_vm(v) }],
         ..Default::default()
     }
@@ -304,7 +304,7 @@ fn a_workload_that_takes_no_time_is_rejected() {
 fn lock_waits_are_recorded_from_phase_start_to_running_with_the_lock() {
     let lockcfg = |vcpus: u32| SimConfig {
         duration_ns: 100_000_000,
-        host: HostConfig { pcpus: 1, ..Default::default() },
+        host: HostConfig { n_pcpus: 1, ..Default::default() },
         vms: vec![VmConfig {
             vcpus,
             policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },

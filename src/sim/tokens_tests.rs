@@ -11,7 +11,7 @@ use super::super::{run, SimResult};
 fn tokens(v: u32, p: u32) -> SimConfig {
     SimConfig {
         duration_ns: 100_000_000,
-        host: HostConfig { pcpus: p, scheduler: Scheduler::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: p, scheduler: Scheduler::RoundRobin, ..Default::default() },
         vms: vec![computing_vm(v)],
         trace: true,
         ..Default::default()
@@ -170,7 +170,7 @@ fn vcpu_threads_arrive_in_a_seeded_random_order_with_start_gaps() {
 fn token_sched(sched: Scheduler, vms: Vec<u32>, p: u32) -> SimConfig {
     SimConfig {
         duration_ns: 200_000_000,
-        host: HostConfig { pcpus: p, scheduler: sched, token_skew_ns: 1_000_000, ..Default::default() },
+        host: HostConfig { n_pcpus: p, scheduler: sched, token_skew_ns: 1_000_000, ..Default::default() },
         vms: vms.into_iter().map(computing_vm).collect(),
         trace: true,
         ..Default::default()

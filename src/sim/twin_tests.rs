@@ -17,7 +17,7 @@ fn compute(ns: u64) -> Phase {
 fn ping_pong(gap: u64, reply: u64) -> SimConfig {
     SimConfig {
         duration_ns: 100_000_000,
-        host: HostConfig { pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: 2,
             policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
@@ -85,7 +85,7 @@ fn thread0_phases_are_validated_and_omitted_at_their_default() {
 fn tas(v: u32, hold: u64, iterations: u64) -> SimConfig {
     SimConfig {
         duration_ns: 200_000_000,
-        host: HostConfig { pcpus: 1, affinity: Affinity::Pinned, ..Default::default() },
+        host: HostConfig { n_pcpus: 1, affinity: Affinity::Pinned, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: v,
             policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
@@ -155,7 +155,7 @@ fn several_kthreads_per_cpu_share_the_rate_and_preempt_more_often() {
 fn on_cpu1(v: u32) -> SimConfig {
     let mut c = tas(v, 1_000, 0);
     c.duration_ns = 1_000_000_000;
-    c.host.pcpus = 2;
+    c.host.n_pcpus = 2;
     c.host.affinity = Affinity::RoundRobin;
     c.host.vcpu_pcpus = vec![1];
     c.vms[0].workload.phases = vec![compute(100_000_000)];
@@ -176,13 +176,13 @@ fn vcpu_pcpus_pin_the_vcpus_and_leave_the_other_cpus_to_the_vmm_thread() {
     assert!(r.pcpus.u64s("bg_ns")[0] > 0 && r.pcpus.u64s("bg_ns")[1] == 0);
     // the same run on CPU 1 alone: the VMM thread's wake-ups preempt the vCPUs
     let mut alone = on_cpu1(2);
-    alone.host.pcpus = 1;
+    alone.host.n_pcpus = 1;
     alone.host.vcpu_pcpus = vec![];
     let s1: u64 = run(&alone).unwrap().vcpus.u64s("sched_in").iter().sum();
     assert!(s1 > s + 20, "one CPU {s1}, two {s}");
     let mut bad = on_cpu1(2);
     bad.host.vcpu_pcpus = vec![0, 2];
-    assert!(bad.validate().unwrap_err().contains("host.vcpu_pcpus[1] must be < pcpus"));
+    assert!(bad.validate().unwrap_err().contains("host.vcpu_pcpus[1] must be < n_pcpus"));
 }
 
 /// `v` vCPUs taking a ticket lock on one CPU (hold and think 60 µs).

@@ -16,7 +16,7 @@ A SPEC.toml describes one simulated run, or a sweep when it has a [grid]:
   seed = 0
   trace = true              # needed for sched maps
   [config.host]
-  pcpus = 8
+  n_pcpus = 8
   [[config.vms]]
   vcpus = 8
   count = 2

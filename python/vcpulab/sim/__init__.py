@@ -2,7 +2,7 @@
 directed-yield policies and pv hints, deterministic and fast::
 
     >>> from vcpulab import sim
-    >>> cfg = sim.Config(host=sim.Host(pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=10_000_000)
+    >>> cfg = sim.Config(host=sim.Host(n_pcpus=4), vms=(sim.Vm(vcpus=4, count=2),), duration_ns=10_000_000)
     >>> r = sim.run(cfg)
     >>> r.summary["ops"][0] > 0
     True
@@ -177,7 +177,7 @@ def sweep(
 ) -> pl.DataFrame | tuple[pl.DataFrame, list[Result]]:
     """Run many configurations in parallel (rayon, GIL released).
 
-    * ``sweep(base, {"host.pcpus": [16, 32], "vms.0.policy": [p1, p2]})``:
+    * ``sweep(base, {"host.n_pcpus": [16, 32], "vms.0.policy": [p1, p2]})``:
       the cartesian product of the grid applied to ``base`` (dotted paths,
       see [`Config.with_path`][vcpulab.sim.Config.with_path]; a policy or workload may be given by
       name, e.g. ``"vms.0.policy": ["baseline_2011", "dy_eligible"]``); the

@@ -17,9 +17,12 @@ import functools
 import math
 import numbers
 import re
+import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from vcpulab._checks import renamed_since
 from vcpulab._codegen import RUST_DEFS as RUST_DEFS
 from vcpulab._codegen import _schema as _schema
 
@@ -69,6 +72,63 @@ def renamed_choices(cls_name: str, name: str) -> dict[str, str]:
     return {v["const"]: v["x-alias-of"] for v in target.get("oneOf", ()) if v.get("deprecated") and "x-alias-of" in v}
 
 
+@functools.cache
+def renamed_fields(cls_name: str) -> dict[str, tuple[str, str, str]]:
+    """Old name -> (new name, date of the rename, why) of a class's renamed
+    fields, as the schema lists them (``x-renamed-fields``; Rust reads the
+    old key as a serde alias of the new one)."""
+    try:
+        out = schema_of(cls_name).get("x-renamed-fields", {})
+    except KeyError:  # not a configuration class
+        return {}
+    return {old: (r["to"], r["since"], r["why"]) for old, r in out.items()}
+
+
+def new_field_name(cls: type, old: str, where: str) -> str:
+    """The current name of field ``old`` of ``cls`` if it is a renamed one
+    (with a DeprecationWarning naming the new one and the date), else ``old``
+    unchanged; ``where``: how the warning names the place (``"Host.from_dict"``)."""
+    r = renamed_fields(cls.__name__).get(old)
+    if r is None:
+        return old
+    new, since, why = r
+    warnings.warn(
+        f"{where}: {cls.__name__}.{old} is deprecated since {since}; use {new} ({why})",
+        DeprecationWarning,
+        stacklevel=_user_stacklevel(),
+    )
+    return new
+
+
+_PACKAGE = __file__.rsplit("/", 2)[0] + "/"  # .../vcpulab/
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning at the first frame outside
+    vcpulab: the user's line, through ``from_dict``, ``with_path`` or a sweep."""
+    f = sys._getframe(2)  # the caller of the function that warns
+    level = 2
+    while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
+        f = f.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def accept_renamed_fields(cls: type) -> None:
+    """Let a config class take each renamed field's old name, as Rust does:
+    the old keyword in ``cls(...)`` and the old attribute read warn and name
+    the new one; the old and the new keyword together raise TypeError.
+    (``from_dict`` and ``Config.with_path`` map old names by
+    [`new_field_name`][].)"""
+    for old, (new, since, why) in renamed_fields(cls.__name__).items():
+        cls.__init__ = renamed_since(since, why, name=cls.__name__, **{old: new})(cls.__init__)  # type: ignore[misc]
+
+        def read_old(self: Any, old: str = old, new: str = new) -> Any:
+            return getattr(self, new_field_name(type(self), old, f"{type(self).__name__}.{old}"))
+
+        setattr(cls, old, property(read_old, doc=f"Deprecated since {since}: the old name of ``{new}``."))
+
+
 _FORMAT_MAX = {"uint8": 2**8 - 1, "uint16": 2**16 - 1, "uint32": U32_MAX, "uint64": U64_MAX}
 
 
@@ -84,7 +144,7 @@ def _limits(cls_name: str, name: str) -> tuple[float, float, bool]:
 
 def _int(obj: Any, name: str, hi: int | None = None, optional: bool = False) -> None:
     """An int field within the schema's limits (``hi``: a tighter upper bound
-    from another field, e.g. ``sockets <= pcpus``)."""
+    from another field, e.g. ``sockets <= n_pcpus``)."""
     v = getattr(obj, name)
     cls = type(obj).__name__
     if optional and v is None:
@@ -215,6 +275,11 @@ class _Base:
     def from_dict(cls, d: Mapping[str, Any]) -> Any:
         if not isinstance(d, Mapping):
             raise ValueError(f"{cls.__name__}.from_dict needs a mapping, got {d!r}")
+        renamed = renamed_fields(cls.__name__)
+        if any(k in renamed for k in d):
+            if any(k in renamed and renamed[k][0] in d for k in d):
+                raise ValueError(f"{cls.__name__}.from_dict got a field under its old and its new name: {sorted(d)}")
+            d = {new_field_name(cls, k, f"{cls.__name__}.from_dict"): v for k, v in d.items()}
         names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = set(d) - set(names)
         if unknown:

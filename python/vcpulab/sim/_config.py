@@ -9,10 +9,13 @@ markers; tests/test_config_schema.py fails when they are stale), so a field,
 its unit, default, source and limits are stated once, in Rust. Each field's
 own check (type, limits, enumerated names) runs from the schema too
 (``_Base._check_fields``: a bad value raises `ValueError` naming the field,
-e.g. ``"Host.pcpus must be >= 1, got 0"``). What is written here: each class's
+e.g. ``"Host.n_pcpus must be >= 1, got 0"``). What is written here: each class's
 summary, its methods, and the rules across fields (``warmup_ns <
-duration_ns``, ``pcpus`` a multiple of sockets × threads, …), which Rust's
+duration_ns``, ``n_pcpus`` a multiple of sockets × threads, …), which Rust's
 validator checks again when the config crosses into Rust as JSON.
+A field Rust renamed (``Host.pcpus`` → ``Host.n_pcpus``, the schema's
+``x-renamed-fields``) still takes its old name here, with a dated
+DeprecationWarning (``_base.accept_renamed_fields``).
 Configurations are hashable, picklable and JSON-round-trippable;
 [`Config.config_hash`][vcpulab.sim.Config.config_hash] names a point stably.
 
@@ -45,7 +48,9 @@ from vcpulab.sim._base import (
     _int,
     _plain_seq,
     _schema,
+    accept_renamed_fields,
     max_items,
+    new_field_name,
 )
 from vcpulab.sim._base import RUST_DEFS as RUST_DEFS
 from vcpulab.sim._base import U64_MAX as U64_MAX
@@ -275,7 +280,9 @@ class Host(_Base):
     """The host: CPUs and scheduler.
 
     Attributes:
-        pcpus: Host CPUs. Default 4.
+        n_pcpus: The number of simulated host CPUs. Default 4. (Named `pcpus` before 0.3.7,
+            which the real API uses for a list of host CPU ids; the old key is still read, with a
+            deprecation.)
         scheduler: `"fair"` (EEVDF-like, v6.6+, one run queue per CPU; `"eevdf"` is the same
             scheduler), `"cfs"` (the fair class before v6.6: vruntime / min_vruntime, sched_latency
             slices, check_preempt_tick, wakeup_preempt_entity, next / last / skip buddies,
@@ -359,11 +366,11 @@ class Host(_Base):
         noise: Host noise (kernel threads, VMM I/O threads), see
             [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
         cfs: Tunables of `scheduler="cfs"`, see [`Cfs`][vcpulab.sim.Cfs]. Default ``Cfs()``.
-        sockets: Topology: sockets (each one LLC domain) × cores × SMT threads; `pcpus` must be
-            a multiple of sockets × threads_per_core. CPU i is thread i / ncores of core i mod
-            ncores (Linux's enumeration on x86 servers: siblings are ncores apart). At most `pcpus`.
-            Default ``1``.
-        threads_per_core: SMT threads per core, 1-8. Default 1. `pcpus` must be a multiple of
+        sockets: Topology: sockets (each one LLC domain) × cores × SMT threads; `n_pcpus` must
+            be a multiple of sockets × threads_per_core. CPU i is thread i / ncores of core i mod
+            ncores (Linux's enumeration on x86 servers: siblings are ncores apart). At most
+            `n_pcpus`. Default ``1``.
+        threads_per_core: SMT threads per core, 1-8. Default 1. `n_pcpus` must be a multiple of
             sockets × threads_per_core. Host CPU i is thread i // ncores of core i % ncores
             (siblings ncores apart, as Linux numbers x86 servers).
         wake_placement: Where a woken unpinned thread goes: `"first_idle"` (default: the
@@ -424,7 +431,7 @@ class Host(_Base):
             thread g (counted over all VMs) on `vcpu_pcpus[g % len]`, pinned there
             (`affinity="all"`: starting there). A run that uses some of the host's CPUs while the
             host's other threads (noise, the VMM threads) may run on the rest, as a real experiment
-            pinned to part of the machine ([`vcpulab.twins`][]). Each entry < `pcpus`. Default ()
+            pinned to part of the machine ([`vcpulab.twins`][]). Each entry < `n_pcpus`. Default ()
             (the affinity's map).
         start_gap_ns: The vCPU threads arrive one by one, ns apart, as a VMM creates them in
             turn: the order in which they first reach their CPU's run queue (fork placement, then
@@ -469,7 +476,7 @@ class Host(_Base):
     """
 
     # BEGIN GENERATED FIELDS (Host): python -m vcpulab._codegen
-    pcpus: int = 4
+    n_pcpus: int = 4
     scheduler: str = "fair"
     tick_ns: int = 4_000_000
     base_slice_ns: int = 3_000_000
@@ -541,10 +548,10 @@ class Host(_Base):
             if st[0] < prev[0] or st[1] < prev[1]:
                 raise ValueError(f"Host.idle_states[{i}] must be at least as deep as idle_states[{i - 1}], got {st!r}")
             prev = st
-        _int(self, "sockets", hi=self.pcpus)
-        if self.pcpus % (self.sockets * self.threads_per_core):
+        _int(self, "sockets", hi=self.n_pcpus)
+        if self.n_pcpus % (self.sockets * self.threads_per_core):
             raise ValueError(
-                f"Host.pcpus ({self.pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
+                f"Host.n_pcpus ({self.n_pcpus}) must be a multiple of Host.sockets × Host.threads_per_core "
                 f"({self.sockets} × {self.threads_per_core})"
             )
         pins = self.vcpu_pcpus
@@ -557,8 +564,10 @@ class Host(_Base):
         if len(pins) > most:
             raise ValueError(f"Host.vcpu_pcpus must hold at most {int(most)} CPUs, got {len(pins)}")
         for i, c in enumerate(pins):
-            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.pcpus:
-                raise ValueError(f"Host.vcpu_pcpus[{i}] must be an int in [0, pcpus) = [0, {self.pcpus}), got {c!r}")
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.n_pcpus:
+                raise ValueError(
+                    f"Host.vcpu_pcpus[{i}] must be an int in [0, n_pcpus) = [0, {self.n_pcpus}), got {c!r}"
+                )
 
     @classmethod
     def _field_from_plain(cls, name: str, v: Any) -> Any:
@@ -1022,7 +1031,7 @@ class Config(_Base):
         return dataclasses.replace(self, **changes)
 
     def with_path(self, path: str, value: Any) -> Config:
-        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.pcpus"``.
+        """A copy with a nested field replaced, e.g. ``"vms.0.policy"`` or ``"host.n_pcpus"``.
 
         Tuple indices are 0, 1, … (a negative index is refused: ValueError)."""
         if not isinstance(path, str):
@@ -1043,7 +1052,13 @@ def _set_path(obj: Any, parts: list[str], value: Any, full: str) -> Any:
         except (ValueError, IndexError):
             raise ValueError(f"path {full!r}: {head!r} is not an index of a tuple of {len(obj)}") from None
         return obj[:i] + (_set_path(item, rest, value, full),) + obj[i + 1 :]
+    if dataclasses.is_dataclass(obj):
+        head = new_field_name(type(obj), head, f"path {full!r}")
     if not dataclasses.is_dataclass(obj) or head not in {f.name for f in dataclasses.fields(obj)}:
         raise ValueError(f"path {full!r}: {type(obj).__name__} has no field {head!r}")
     inst: Any = obj  # a dataclass instance (is_dataclass above also admits a class)
     return dataclasses.replace(inst, **{head: _set_path(getattr(obj, head), rest, value, full)})
+
+
+for _cls in (*(globals()[n] for n in RUST_DEFS), *_PHASES.values()):
+    accept_renamed_fields(_cls)

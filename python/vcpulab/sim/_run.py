@@ -83,7 +83,7 @@ class Result:
         )
         prov = self.provenance
         rows = [
-            ("host", f"{self.config.host.pcpus} CPUs, scheduler {self.config.host.scheduler}"),
+            ("host", f"{self.config.host.n_pcpus} CPUs, scheduler {self.config.host.scheduler}"),
             ("VMs", vms),
             (
                 "simulated",
@@ -108,7 +108,7 @@ class Result:
         )
 
     def sched_map(self, bin_ns: int = 10_000, *, start_ns: int = 0, end_ns: int | None = None) -> np.ndarray:
-        """The sched map of [S4] (docs/sources.md) as an int array of shape (pcpus, bins):
+        """The sched map of [S4] (docs/sources.md) as an int array of shape (n_pcpus, bins):
         for each host CPU and time bin of ``bin_ns``, what ran at the middle
         of the bin: ``vm * 65536 + vcpu``, -1 for a background task, -2 for
         idle (see [`vcpulab.plot.sched_map_codes`][]). Needs ``trace=True``.
@@ -119,7 +119,7 @@ class Result:
         return sched_map_codes(self, **self._bins(bin_ns, start_ns, end_ns))
 
     def sched_map_rgb(self, bin_ns: int = 10_000, *, start_ns: int = 0, end_ns: int | None = None) -> np.ndarray:
-        """[`sched_map`][vcpulab.sim.Result.sched_map] as an RGB image (uint8, shape (pcpus, bins, 3)),
+        """[`sched_map`][vcpulab.sim.Result.sched_map] as an RGB image (uint8, shape (n_pcpus, bins, 3)),
         coloured as in [S4]: one hue per VM, one brightness per
         vCPU, black for background host tasks, white for idle. For a picture
         with a legend, saved as PNG, use [`vcpulab.plot.sched_map`][]."""
@@ -141,7 +141,7 @@ class Result:
             "us_per_pixel": bin_ns / 1000,
             "start_ns": start,
             "end_ns": end,
-            "pcpus": int(self.summary["pcpus"][0]),
+            "n_pcpus": int(self.summary["n_pcpus"][0]),
         }
 
 

@@ -22,7 +22,7 @@ def ebizzy_2012(overcommit: int, policy: Policy, *, duration_ns: int = 50_000_00
     the next buddy, yield_to without the early -ESRCH, unpinned vCPU
     threads, ticket spinlocks."""
     return Config(
-        host=Host(pcpus=32, next_buddy="always", yield_penalty="deadline", affinity="all", yield_to_esrch=False),
+        host=Host(n_pcpus=32, next_buddy="always", yield_penalty="deadline", affinity="all", yield_to_esrch=False),
         vms=(
             Vm(
                 vcpus=32,
@@ -63,7 +63,7 @@ def sched_map_2012(
     ``validation.case("schedmap2012_gang_vs_ple_8x20")`` (1.39x, scored in
     docs/validation.md), which `vcpulab demo` and notebook 4 run."""
     return Config(
-        host=Host(pcpus=80, scheduler=scheduler),
+        host=Host(n_pcpus=80, scheduler=scheduler),
         vms=(
             Vm(
                 vcpus=vcpus,
@@ -106,7 +106,7 @@ def pcpu_is_idle_2021(
     moves a woken vCPU to an idle CPU, host load costs nothing and there is
     nothing for pcpu_is_idle to fix. See docs/simulator.md for the grid."""
     return Config(
-        host=Host(pcpus=112, affinity=affinity, background=Background(utilization=background, burst_ns=burst_ns)),
+        host=Host(n_pcpus=112, affinity=affinity, background=Background(utilization=background, burst_ns=burst_ns)),
         vms=(
             Vm(
                 vcpus=16,

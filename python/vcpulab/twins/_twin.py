@@ -394,7 +394,7 @@ def twin(
     affinity = "pinned" if n_cpus == 1 else ("round_robin" if exp.pinning == "one_each" else "all")
     machine = twin_machine_cpus(exp, cal)
     hkw: dict[str, Any] = dict(
-        pcpus=machine,
+        n_pcpus=machine,
         scheduler="fair",
         tick_ns=int(cal["tick_ns"]),
         base_slice_ns=int(cal["base_slice_ns"]),
@@ -490,7 +490,7 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
     # the scheduler's CPUs are the whole twin (its tokens), the vCPUs free within them
     n = len(exp.pcpus)
     hkw = {k: v for k, v in hkw.items() if k != "vcpu_pcpus"}
-    hkw.update(pcpus=n, affinity="pinned" if n == 1 else "all")
+    hkw.update(n_pcpus=n, affinity="pinned" if n == 1 else "all")
     slice_ns = int(s.slice_us * 1e3)
     if isinstance(s, sched.Gang):
         hkw.update(scheduler="gang", gang_slice_ns=slice_ns)

@@ -263,7 +263,7 @@ def reference_calibration() -> Calibration:
         >>> from vcpulab.experiment import SpinLock
         >>> cal = twins.reference_calibration()
         >>> exp = twins.Experiment(SpinLock(kind="ticket"), vcpus=3, pcpus=(1,), duration_s=0.05)
-        >>> twins.twin(exp, cal).host.pcpus >= 1
+        >>> twins.twin(exp, cal).host.n_pcpus >= 1
         True
     """
     return Calibration.load(REFERENCE_CALIBRATION)

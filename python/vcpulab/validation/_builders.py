@@ -103,7 +103,7 @@ def _ple2012(preset: Callable[[], Workload], overcommit: int) -> Builder:
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         pol = P.baseline_2011() if variant == "base" else P.dy_eligible()
         vm = ctx.vm(workload=preset(), vcpus=32, count=overcommit, threads=64, policy=pol)
-        return ctx.config(ctx.host(pcpus=32, affinity="all"), [vm], seed)
+        return ctx.config(ctx.host(n_pcpus=32, affinity="all"), [vm], seed)
 
     return build
 
@@ -116,7 +116,7 @@ def _sched_map(vms: int, vcpus: int) -> Builder:
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
         sched = {} if variant == "base" else {"scheduler": "gang"}
-        return ctx.config(ctx.host(pcpus=80, **sched), [vm], seed)
+        return ctx.config(ctx.host(n_pcpus=80, **sched), [vm], seed)
 
     return build
 
@@ -124,12 +124,12 @@ def _sched_map(vms: int, vcpus: int) -> Builder:
 def _sched_map_16x10_vs_8x20(ctx: Ctx, variant: str, seed: int) -> Config:
     vms, vcpus = (8, 20) if variant == "base" else (16, 10)
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=vcpus, count=vms)
-    return ctx.config(ctx.host(pcpus=80), [vm], seed)
+    return ctx.config(ctx.host(n_pcpus=80), [vm], seed)
 
 
 def _yield_share_2012(ctx: Ctx, variant: str, seed: int) -> Config:
     vm = ctx.vm(workload=_ebizzy(), vcpus=32, threads=64, policy=P.baseline_2011())
-    return ctx.config(ctx.host(pcpus=32, affinity="all"), [vm], seed)
+    return ctx.config(ctx.host(n_pcpus=32, affinity="all"), [vm], seed)
 
 
 def _pcpu_is_idle(kernel: str) -> Builder:
@@ -150,7 +150,7 @@ def _pcpu_is_idle(kernel: str) -> Builder:
             wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
         placement = "available_idle" if variant == "base" else "pcpu_is_idle_rfc"
         vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": placement})
-        host = ctx.host(pcpus=112, sockets=2, threads_per_core=2, affinity="all")
+        host = ctx.host(n_pcpus=112, sockets=2, threads_per_core=2, affinity="all")
         return Config(host=host, vms=(vm,), seed=seed, duration_ns=10_000_000_000)
 
     return build
@@ -168,7 +168,7 @@ def _boost_ready(vms: int) -> Builder:
             threads=_EBIZZY_THREADS * 80,
             policy=_gate(ctx, "preempted" if variant == "base" else "ready"),
         )
-        return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+        return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
     return build
 
@@ -186,7 +186,7 @@ def _boost_queue_head(vms: int) -> Builder:
             threads=_EBIZZY_THREADS * 80,
             pv={"kick_yield": variant != "base"},
         )
-        return ctx.config(ctx.host(pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+        return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
     return build
 
@@ -198,7 +198,7 @@ def _boost_desktop(ctx: Ctx, variant: str, seed: int) -> Config:
     pol = _gate(ctx, "preempted" if variant == "base" else "ready")
     ebizzy = ctx.vm(workload=_ebizzy2019(), vcpus=8, threads=_EBIZZY_THREADS * 8, policy=pol)
     stress = ctx.vm(workload=_STRESS, vcpus=8, threads=2, policy=pol)
-    return ctx.config(ctx.host(pcpus=8, affinity="all"), [ebizzy, stress], seed)
+    return ctx.config(ctx.host(n_pcpus=8, affinity="all"), [ebizzy, stress], seed)
 
 
 def _hp_idle(policy_new: str, hz: int, vcpus: int = 1) -> Builder:

@@ -77,11 +77,11 @@ def _sweep(cfgs: list[Config]) -> list[Any]:
 
 
 def _unpinned(
-    ctx: Ctx, vms: tuple[Any, ...], pcpus: int, seed: int, duration_ns: int, warmup_ns: int, **host: Any
+    ctx: Ctx, vms: tuple[Any, ...], n_pcpus: int, seed: int, duration_ns: int, warmup_ns: int, **host: Any
 ) -> Config:
-    """A run of ``vms`` with unpinned vCPU threads on ``pcpus`` host CPUs of the era of ``ctx``."""
+    """A run of ``vms`` with unpinned vCPU threads on ``n_pcpus`` host CPUs of the era of ``ctx``."""
     return Config(
-        host=ctx.host(pcpus=pcpus, affinity="all", **host),
+        host=ctx.host(n_pcpus=n_pcpus, affinity="all", **host),
         vms=vms,
         seed=seed,
         duration_ns=duration_ns,
@@ -208,7 +208,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
         c = _ctx("6.x", overrides={"guest.lock_kind": lk})
         vm = c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32)
         cfgs2.append(
-            Config(host=c.host(pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
+            Config(host=c.host(n_pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
         )
     v, same = pair(*cfgs2)
     rows.append(
@@ -224,7 +224,7 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     c = _ctx("6.x")
     cfgs3 = [
         Config(
-            host=c.host(pcpus=16),
+            host=c.host(n_pcpus=16),
             vms=(c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=t),),
             seed=0,
             duration_ns=ns(60_000_000),

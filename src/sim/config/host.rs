@@ -133,9 +133,12 @@ impl Default for Background {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct HostConfig {
-    /// Host CPUs. Default 4.
+    /// The number of simulated host CPUs. Default 4. (Named `pcpus` before
+    /// 0.3.7, which the real API uses for a list of host CPU ids; the old
+    /// key is still read, with a deprecation.)
     #[schemars(range(min = 1, max = MAX_PCPUS))]
-    pub pcpus: u32,
+    #[serde(alias = "pcpus")]
+    pub n_pcpus: u32,
     /// `"fair"` (EEVDF-like, v6.6+, one run queue per CPU;
     /// `"eevdf"` is the same scheduler), `"cfs"` (the fair class
     /// before v6.6: vruntime / min_vruntime, sched_latency slices,
@@ -288,13 +291,13 @@ pub struct HostConfig {
     #[schemars(extend("x-omit-default" = true))]
     pub cfs: CfsConfig,
     /// Topology: sockets (each one LLC domain) × cores × SMT threads;
-    /// `pcpus` must be a multiple of sockets × threads_per_core. CPU i is
+    /// `n_pcpus` must be a multiple of sockets × threads_per_core. CPU i is
     /// thread i / ncores of core i mod ncores (Linux's enumeration on x86
-    /// servers: siblings are ncores apart). At most `pcpus`.
+    /// servers: siblings are ncores apart). At most `n_pcpus`.
     #[schemars(range(min = 1, max = MAX_PCPUS))]
     #[schemars(extend("x-omit-default" = true))]
     pub sockets: u32,
-    /// SMT threads per core, 1-8. Default 1. `pcpus`
+    /// SMT threads per core, 1-8. Default 1. `n_pcpus`
     /// must be a multiple of sockets × threads_per_core. Host CPU i is
     /// thread i // ncores of core i % ncores (siblings ncores apart, as
     /// Linux numbers x86 servers).
@@ -399,7 +402,7 @@ pub struct HostConfig {
     /// starting there). A run that uses some of the host's CPUs while
     /// the host's other threads (noise, the VMM threads) may run on the
     /// rest, as a real experiment pinned to part of the machine
-    /// ([`vcpulab.twins`][]). Each entry < `pcpus`. Default () (the
+    /// ([`vcpulab.twins`][]). Each entry < `n_pcpus`. Default () (the
     /// affinity's map).
     #[schemars(schema_with = "vcpu_pcpus_schema")]
     #[schemars(extend("x-omit-default" = true))]
@@ -621,7 +624,7 @@ impl CfsConfig {
 impl Default for HostConfig {
     fn default() -> Self {
         HostConfig {
-            pcpus: 4,
+            n_pcpus: 4,
             scheduler: Scheduler::Fair,
             tick_ns: 4_000_000,
             base_slice_ns: 3_000_000,

@@ -5,12 +5,16 @@ use super::*;
 /// The JSON Schema (draft 2020-12) of [`SimConfig`], generated from the serde
 /// structs: field names, types, defaults, limits ([`limits`]) and the doc
 /// comments as descriptions. Rules across fields (`warmup_ns < duration_ns`,
-/// `pcpus` a multiple of sockets × threads, …) are in [`SimConfig::validate`]
+/// `n_pcpus` a multiple of sockets × threads, …) are in [`SimConfig::validate`]
 /// and the descriptions only. Serde aliases of enum values (`"eevdf"`, the
-/// old halt-poll policy names) are added as documented (deprecated) values.
+/// old halt-poll policy names) are added as documented (deprecated) values,
+/// and renamed fields as each definition's `x-renamed-fields`.
 pub fn json_schema() -> serde_json::Value {
     let mut v = serde_json::to_value(schemars::schema_for!(SimConfig)).expect("schema serialises");
     type_ranges(&mut v);
+    for (def, old, new, since, why) in FIELD_ALIASES {
+        v["$defs"][*def]["x-renamed-fields"][*old] = serde_json::json!({"to": new, "since": since, "why": why});
+    }
     v["x-cross-field-rules"] =
         CROSS_FIELD_RULES.iter().map(|(fields, rule)| serde_json::json!({"fields": fields, "rule": rule})).collect();
     // serde aliases are not seen by schemars: list them so that what the parser accepts validates
@@ -47,12 +51,12 @@ pub const CROSS_FIELD_RULES: &[(&[&str], &str)] = &[
     (&["host.noise.kthread_hz", "host.noise.kthread_ns"], "kthread_hz * kthread_ns <= 0.5e9 (half a CPU)"),
     (&["host.noise.vmm_io_hz", "host.noise.vmm_io_ns"], "vmm_io_hz * vmm_io_ns <= 0.5e9 (half a CPU)"),
     (&["host.cfs.min_granularity_ns", "host.cfs.latency_ns"], "min_granularity_ns <= latency_ns"),
-    (&["host.sockets", "host.pcpus"], "sockets <= pcpus"),
-    (&["host.pcpus", "host.sockets", "host.threads_per_core"], "pcpus is a multiple of sockets * threads_per_core"),
+    (&["host.sockets", "host.n_pcpus"], "sockets <= n_pcpus"),
+    (&["host.n_pcpus", "host.sockets", "host.threads_per_core"], "n_pcpus is a multiple of sockets * threads_per_core"),
     (&["vms.count", "vms.vcpus"], "the sum over VMs of count * vcpus <= 65536"),
-    (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below pcpus"),
+    (&["host.vcpu_pcpus"], "at most 65536 entries, each a host CPU below n_pcpus"),
     (&["vms.threads", "vms.vcpus"], "threads <= 16 * vcpus"),
-    (&["vms.vcpus", "host.pcpus", "host.scheduler"], "vcpus <= pcpus under scheduler = balance"),
+    (&["vms.vcpus", "host.n_pcpus", "host.scheduler"], "vcpus <= n_pcpus under scheduler = balance"),
     (&["host.scheduler", "host.affinity"], "affinity is not all under scheduler = pinned"),
     (&["vms.guest.threads_per_core", "vms.vcpus"], "vcpus is a multiple of guest.threads_per_core"),
     (
@@ -91,6 +95,18 @@ fn type_ranges(v: &mut serde_json::Value) {
     }
 }
 
+/// (schema definition, old key, new key, date of the rename, why): the fields read
+/// under an old name too (a `#[serde(alias)]` on the field), listed in the
+/// schema as `x-renamed-fields` so that Python accepts the same old names
+/// with a dated deprecation.
+pub const FIELD_ALIASES: &[(&str, &str, &str, &str, &str)] = &[(
+    "HostConfig",
+    "pcpus",
+    "n_pcpus",
+    "2026-12-05",
+    "a count of simulated CPUs; pcpus is a list of host CPU ids everywhere else",
+)];
+
 /// (schema definition, alias, canonical name, deprecated): the serde aliases of enum values.
 const ENUM_ALIASES: &[(&str, &str, &str, bool)] = &[
     ("Scheduler", "eevdf", "fair", false),
@@ -112,7 +128,7 @@ mod schema_tests {
     #[test]
     fn schema_states_the_validators_limits_and_every_field_has_a_description() {
         let s = json_schema();
-        let pcpus = get(&s, &["$defs", "HostConfig", "properties", "pcpus"]);
+        let pcpus = get(&s, &["$defs", "HostConfig", "properties", "n_pcpus"]);
         assert_eq!(pcpus["minimum"], 1);
         assert_eq!(pcpus["maximum"], MAX_PCPUS);
         assert_eq!(pcpus["default"], 4);

@@ -15,7 +15,7 @@ fn schema() -> &'static serde_json::Value {
 /// `exclusiveMaximum`, `minItems`, `maxItems`): one walk over the config's
 /// JSON and the schema together, so a limit is written once, in the field's
 /// `#[schemars(range(…))]` / `length(…)` attribute or its type. The error
-/// names the field by its path (`host.pcpus must be >= 1, got 0`,
+/// names the field by its path (`host.n_pcpus must be >= 1, got 0`,
 /// `vms[0].workload.phases[2].ns must be <= 1000000000000, got …`). A number
 /// that is not finite (NaN and ±inf serialise to JSON null) is refused where
 /// the schema wants a number.
@@ -182,7 +182,7 @@ impl SimConfig {
         serde_json::to_string(self).expect("config serialises")
     }
 
-    /// Check every field; the error names the field (`host.pcpus must be >= 1, got 0`).
+    /// Check every field; the error names the field (`host.n_pcpus must be >= 1, got 0`).
     ///
     /// Each field's own limits come from the schema its attributes generate
     /// ([`check_ranges`]); the rules below are the ones across fields
@@ -223,15 +223,17 @@ impl SimConfig {
                 c.latency_ns, c.min_granularity_ns
             )
         })?;
-        check(h.sockets <= h.pcpus, || format!("host.sockets must be <= pcpus ({}), got {}", h.pcpus, h.sockets))?;
-        check(h.pcpus % (h.sockets * h.threads_per_core) == 0, || {
+        check(h.sockets <= h.n_pcpus, || {
+            format!("host.sockets must be <= n_pcpus ({}), got {}", h.n_pcpus, h.sockets)
+        })?;
+        check(h.n_pcpus % (h.sockets * h.threads_per_core) == 0, || {
             format!(
-                "host.pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
-                h.pcpus, h.sockets, h.threads_per_core
+                "host.n_pcpus ({}) must be a multiple of host.sockets × host.threads_per_core ({} × {})",
+                h.n_pcpus, h.sockets, h.threads_per_core
             )
         })?;
-        if let Some((i, &c)) = h.vcpu_pcpus.iter().enumerate().find(|&(_, &c)| c >= h.pcpus) {
-            return Err(format!("host.vcpu_pcpus[{i}] must be < pcpus ({}), got {c}", h.pcpus));
+        if let Some((i, &c)) = h.vcpu_pcpus.iter().enumerate().find(|&(_, &c)| c >= h.n_pcpus) {
+            return Err(format!("host.vcpu_pcpus[{i}] must be < n_pcpus ({}), got {c}", h.n_pcpus));
         }
         check(self.host.scheduler != Scheduler::Pinned || self.host.affinity != Affinity::All, || {
             "host.scheduler = pinned needs pinned vCPU threads: host.affinity must be pinned or round_robin, got all"
@@ -240,11 +242,11 @@ impl SimConfig {
         let mut total: u64 = 0;
         for (i, vm) in self.vms.iter().enumerate() {
             let f = |name: &str| format!("vms[{i}].{name}");
-            check(self.host.scheduler != Scheduler::Balance || vm.vcpus <= self.host.pcpus, || {
+            check(self.host.scheduler != Scheduler::Balance || vm.vcpus <= self.host.n_pcpus, || {
                 format!(
-                    "{} must be <= host.pcpus ({}) under scheduler=balance (siblings run on distinct CPUs), got {}",
+                    "{} must be <= host.n_pcpus ({}) under scheduler=balance (siblings run on distinct CPUs), got {}",
                     f("vcpus"),
-                    self.host.pcpus,
+                    self.host.n_pcpus,
                     vm.vcpus
                 )
             })?;
@@ -367,13 +369,22 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let mut c = SimConfig::default();
-        c.host.pcpus = 0;
-        assert_eq!(c.validate().unwrap_err(), "host.pcpus must be >= 1, got 0");
+        c.host.n_pcpus = 0;
+        assert_eq!(c.validate().unwrap_err(), "host.n_pcpus must be >= 1, got 0");
         let mut c = SimConfig::default();
         c.vms[0].ple.max = 10;
         assert!(c.validate().unwrap_err().starts_with("vms[0].ple.max"));
-        let e = SimConfig::from_json("{\"host\": {\"pcpus\": 2, \"bogus\": 1}}").unwrap_err();
+        let e = SimConfig::from_json("{\"host\": {\"n_pcpus\": 2, \"bogus\": 1}}").unwrap_err();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn a_renamed_field_reads_its_old_key_once() {
+        let c = SimConfig::from_json("{\"host\": {\"pcpus\": 6}}").unwrap();
+        assert_eq!(c.host.n_pcpus, 6);
+        assert!(c.to_json().contains("\"n_pcpus\":6") && !c.to_json().contains("\"pcpus\""));
+        let e = SimConfig::from_json("{\"host\": {\"pcpus\": 6, \"n_pcpus\": 6}}").unwrap_err();
+        assert!(e.contains("duplicate field"), "{e}");
     }
 
     #[test]

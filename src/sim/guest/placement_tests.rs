@@ -15,7 +15,7 @@ fn guest(v: u32, edit: impl FnOnce(&mut GuestConfig)) -> Sim {
     let mut vm = computing_vm(v);
     vm.guest.wake_placement = GuestWakePlacement::SelectTaskRqFair;
     edit(&mut vm.guest);
-    let c = SimConfig { host: HostConfig { pcpus: v, ..Default::default() }, vms: vec![vm], ..Default::default() };
+    let c = SimConfig { host: HostConfig { n_pcpus: v, ..Default::default() }, vms: vec![vm], ..Default::default() };
     let mut s = sim_of(&c);
     for c in 0..v as usize {
         let vc = &mut s.vcpus[c];
@@ -106,7 +106,7 @@ fn a_preempted_idle_vcpu_is_not_available_and_the_rfc_reads_the_is_idle_byte() {
     let mut vm = computing_vm(4);
     vm.guest.wake_placement = GuestWakePlacement::SelectTaskRqFair;
     vm.pv.placement = Placement::PcpuIsIdleRfc;
-    let c = SimConfig { host: HostConfig { pcpus: 4, ..Default::default() }, vms: vec![vm], ..Default::default() };
+    let c = SimConfig { host: HostConfig { n_pcpus: 4, ..Default::default() }, vms: vec![vm], ..Default::default() };
     let mut r = sim_of(&c);
     for c in 0..4 {
         r.vcpus[c].runq.clear();
@@ -252,7 +252,7 @@ fn a_run_with_the_kernel_s_placement_differs_from_the_first_rule_and_is_reproduc
     ];
     let mut c = SimConfig {
         duration_ns: 100_000_000,
-        host: HostConfig { pcpus: 4, ..Default::default() },
+        host: HostConfig { n_pcpus: 4, ..Default::default() },
         vms: vec![vm],
         ..Default::default()
     };
@@ -273,7 +273,8 @@ fn a_bound_thread0_stays_on_vcpu0_at_wake_up_and_in_load_balancing() {
         vm.workload.thread0_bound = bound;
         vm.guest.load_balance = true;
         vm.guest.migration_cost_ns = 0;
-        let c = SimConfig { host: HostConfig { pcpus: 2, ..Default::default() }, vms: vec![vm], ..Default::default() };
+        let c =
+            SimConfig { host: HostConfig { n_pcpus: 2, ..Default::default() }, vms: vec![vm], ..Default::default() };
         let mut s = sim_of(&c);
         for c in 0..2 {
             s.vcpus[c].runq.clear();

@@ -15,7 +15,7 @@ use crate::sim::test_util::sim_of;
 fn locks(v: u32, p: u32, kind: LockKind, hold_ns: u64) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: v,
             ple: PleConfig { enabled: false, ..Default::default() },
@@ -269,7 +269,7 @@ fn rfc(placement: Placement, bg: f64) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
         host: HostConfig {
-            pcpus: 2,
+            n_pcpus: 2,
             affinity: Affinity::RoundRobin,
             background: Background { utilization: bg, burst_ns: 200_000, weight: 1024 },
             ..Default::default()
@@ -401,7 +401,7 @@ fn before_5_19_a_halted_vcpu_reads_as_preempted_and_available_idle_cpu_refuses_i
 fn guest_lb(v: u32, t: u32) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: v, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: v, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: v,
             threads: t,
@@ -500,7 +500,7 @@ fn a_tick_of_a_stacked_vcpu_kicks_the_nohz_idle_balance_once_per_interval() {
 fn rwsem(read_hold_ns: u64) -> SimConfig {
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: 4, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: 4, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: 4,
             ple: PleConfig { enabled: false, ..Default::default() },
@@ -630,7 +630,7 @@ fn frames(queue: bool) -> SimConfig {
     };
     SimConfig {
         duration_ns: 1_000_000_000,
-        host: HostConfig { pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
+        host: HostConfig { n_pcpus: 2, affinity: Affinity::RoundRobin, ..Default::default() },
         vms: vec![VmConfig {
             vcpus: 3,
             ple: PleConfig { enabled: false, ..Default::default() },
