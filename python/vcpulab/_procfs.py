@@ -7,10 +7,11 @@ the machine it runs on (not about KVM: that is ``_core`` and ``kvm.py``).
 * ``/sys/devices/system/cpu/cpuN/cpuidle/stateK/time``: idle residency, µs
   (Documentation/admin-guide/pm/cpuidle.rst);
 * ``/proc/pressure/cpu``: CPU pressure stall time, µs (Documentation/accounting/psi.rst);
-* ``/sys/devices/system/cpu/cpuN/cpufreq/scaling_cur_freq``: kHz.
-
-The kvm module parameters are read by [`vcpulab.sim.halt_poll.host_params`][]
-(the halt-poll four) and [`vcpulab.kvm.module_params`][] (all of them).
+* ``/sys/devices/system/cpu/cpuN/cpufreq/scaling_cur_freq``: kHz;
+* ``/sys/module/kvm*/parameters/*``: the kvm modules' parameters, typed
+  (``module_param``, ``module_params``), which
+  [`vcpulab.kvm.module_params`][] (all of them) and
+  [`vcpulab.sim.halt_poll.host_params`][] (the halt-poll four) return.
 
 Readers of optional facts return None where the file is absent or
 unreadable; the schedstat readers raise OSError for a thread that has gone
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple
 
 
 class Schedstat(NamedTuple):
@@ -125,3 +127,34 @@ def cpufreq_khz(cpu: int) -> int | None:
             return int(f.read())
     except (OSError, ValueError):
         return None
+
+
+def module_param(path: str | os.PathLike[str]) -> bool | int | str:
+    """One module parameter file, typed: ``Y``/``N`` a bool, a number an int,
+    anything else the stripped string. Raises OSError where it cannot be read."""
+    raw = Path(path).read_text().strip()
+    if raw in ("Y", "N"):
+        return raw == "Y"
+    try:
+        return int(raw)
+    except ValueError:
+        return raw
+
+
+def module_params(sysfs: str | os.PathLike[str] = "/sys/module", prefix: str = "kvm") -> dict[str, dict[str, Any]]:
+    """Every parameter of the modules ``prefix*`` under ``sysfs``, typed
+    (``module_param``; None for a file that cannot be read), by module and
+    name, in name order."""
+    out: dict[str, dict[str, Any]] = {}
+    for mod in sorted(Path(sysfs).glob(f"{prefix}*")):
+        pdir = mod / "parameters"
+        if not pdir.is_dir():
+            continue
+        params: dict[str, Any] = {}
+        for f in sorted(pdir.iterdir()):
+            try:
+                params[f.name] = module_param(f)
+            except OSError:
+                params[f.name] = None
+        out[mod.name] = params
+    return out

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from vcpulab import _checks, _core
+from vcpulab import _checks, _core, _procfs
 from vcpulab._checks import (
     ForkSafe,
     check_bool,
@@ -130,16 +130,6 @@ MAX_TIMEOUT_S = 86_400.0
 # --------------------------------------------------------------------------- host
 
 
-def _typed(raw: str) -> Any:
-    raw = raw.strip()
-    if raw in ("Y", "N"):
-        return raw == "Y"
-    try:
-        return int(raw)
-    except ValueError:
-        return raw
-
-
 def module_params(sysfs: str | os.PathLike[str] = "/sys/module") -> dict[str, dict[str, Any]]:
     """Typed values of every file under ``/sys/module/kvm*/parameters``.
 
@@ -148,19 +138,7 @@ def module_params(sysfs: str | os.PathLike[str] = "/sys/module") -> dict[str, di
     be read is reported as ``None``. PLE parameters appear only where
     ``kvm_intel``/``kvm_amd`` are loaded.
     """
-    out: dict[str, dict[str, Any]] = {}
-    for mod in sorted(Path(sysfs).glob("kvm*")):
-        pdir = mod / "parameters"
-        if not pdir.is_dir():
-            continue
-        params: dict[str, Any] = {}
-        for f in sorted(pdir.iterdir()):
-            try:
-                params[f.name] = _typed(f.read_text())
-            except OSError:
-                params[f.name] = None
-        out[mod.name] = params
-    return out
+    return _procfs.module_params(sysfs, "kvm")
 
 
 def virtualization(cpuinfo: str = "/proc/cpuinfo", sysfs: str = "/sys/module") -> str:

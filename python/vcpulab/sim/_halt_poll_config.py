@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vcpulab._procfs import module_param
 from vcpulab.sim._base import _NEW, _Base, choices, renamed_choices
 
 #: Halt-polling policy names, one vocabulary for the engine ([`HaltPoll`][vcpulab.sim.HaltPoll])
@@ -141,9 +142,13 @@ def host_params(sysfs: str | Path = "/sys/module/kvm/parameters") -> dict[str, i
     sources: dict[str, str] = {}
     for k, d in KERNEL_DEFAULTS.items():
         try:
-            out[k] = int(Path(sysfs, k).read_text().strip())
+            v = module_param(Path(sysfs, k))
+        except OSError:
+            v = None
+        if type(v) is int:
+            out[k] = v
             sources[k] = f"host ({sysfs}/{k})"
-        except (OSError, ValueError):
+        else:  # absent, unreadable, or not a number
             out[k] = d
             sources[k] = "kernel default"
     host_params.sources = sources  # type: ignore[attr-defined]
