@@ -255,25 +255,19 @@ impl HaltPollConfig {
         self.vm_max_ns.unwrap_or(self.halt_poll_ns)
     }
 
-    /// Check the fields against [`UINT_MAX`] and [`MAX_V4_IDLE_NS`] (the
-    /// limits the JSON Schema states too); the error names the field by its JSON name.
+    /// Check each field against the limits its attributes state
+    /// (`#[schemars(range(…))]`: [`UINT_MAX`], [`MAX_V4_IDLE_NS`]), read
+    /// back from this type's JSON Schema by the walk `SimConfig::validate`
+    /// uses; the error names the field by its JSON name. Used where the
+    /// calibration model runs this configuration alone; inside a
+    /// `SimConfig` the whole config's walk has checked it.
     pub fn validate(&self) -> Result<(), String> {
-        const LIM: u64 = UINT_MAX; // the kernel's parameters and cap are `uint`
-        for (name, v) in [
-            ("max_ns", Some(self.halt_poll_ns)),
-            ("grow_start_ns", Some(self.grow_start)),
-            ("vm_max_ns", self.vm_max_ns),
-            ("v4_start_ns", self.v4_start_ns),
-            ("v3_start_ns", Some(self.v3_start_ns)),
-        ] {
-            if let Some(v) = v.filter(|&v| v > LIM) {
-                return Err(format!("{name} must be <= {LIM} (a kernel uint), got {v}"));
-            }
-        }
-        if !(1..=MAX_V4_IDLE_NS).contains(&self.v4_idle_ns) {
-            return Err(format!("v4_idle_ns must be in [1, {MAX_V4_IDLE_NS}], got {}", self.v4_idle_ns));
-        }
-        Ok(())
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        let s = SCHEMA.get_or_init(|| {
+            serde_json::to_value(schemars::schema_for!(HaltPollConfig)).expect("the schema serialises")
+        });
+        let v = serde_json::to_value(self).map_err(|e| format!("invalid halt-poll configuration: {e}"))?;
+        super::schema_walk::check_ranges(s, s, &v, "")
     }
 }
 

@@ -408,3 +408,19 @@ fn an_interrupt_check_stops_a_long_run() {
     assert_eq!(r.unwrap_err(), crate::sim::SimError::Interrupted);
     assert_eq!(calls.get(), 3);
 }
+
+#[test]
+fn a_config_alone_is_checked_against_its_attributes_limits() {
+    let mut c = cfg(Policy::DynamicV4);
+    c.validate().unwrap();
+    c.halt_poll_ns = UINT_MAX + 1;
+    assert_eq!(c.validate().unwrap_err(), format!("max_ns must be <= {UINT_MAX}, got {}", UINT_MAX + 1));
+    let mut c = cfg(Policy::DynamicV4);
+    c.vm_max_ns = Some(UINT_MAX + 1);
+    assert!(c.validate().unwrap_err().starts_with("vm_max_ns must be <= "));
+    c.vm_max_ns = Some(UINT_MAX);
+    c.v4_idle_ns = 0;
+    assert_eq!(c.validate().unwrap_err(), "v4_idle_ns must be >= 1, got 0");
+    c.v4_idle_ns = MAX_V4_IDLE_NS + 1;
+    assert!(c.validate().unwrap_err().starts_with(&format!("v4_idle_ns must be <= {MAX_V4_IDLE_NS}")));
+}

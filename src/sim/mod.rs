@@ -31,6 +31,7 @@ pub mod ple;
 pub mod policy;
 mod queue;
 mod sched;
+mod schema_walk;
 mod state;
 pub mod sweep;
 pub mod table;
