@@ -59,7 +59,9 @@ def test_one_vocabulary_and_old_names_are_deprecated() -> None:
     assert hp.POLICIES == sim._config.HALT_POLL_POLICIES
     for name in hp.POLICIES:
         assert sim.HaltPoll(policy=name).policy == name
-    for old, new in (("dynamic", "block-time"), ("dynamic_v4", "dynamic-v4")):
+    # the old names are Rust's serde aliases, read from the schema: Python takes what Rust takes
+    assert sim._config.HALT_POLL_OLD_NAMES == {"dynamic": "block-time", "dynamic_v4": "dynamic-v4", "v4": "dynamic-v4"}
+    for old, new in sim._config.HALT_POLL_OLD_NAMES.items():
         with pytest.warns(DeprecationWarning, match=f"use '{new}'"):
             assert sim.HaltPoll(policy=old).policy == new
     with pytest.raises(ValueError, match="HaltPoll.policy must be one of 'off', 'fixed', 'dynamic-v3'"):

@@ -48,7 +48,7 @@ def assert_conserved(r: sim.Result) -> None:
         (lambda: sim.Ple(grow=-1), "Ple.grow"),
         (lambda: sim.Policy(kind="magic"), "Policy.kind"),
         (lambda: sim.Pv(placement="anywhere"), "Pv.placement"),
-        (lambda: sim.HaltPoll(policy="v4"), "HaltPoll.policy"),
+        (lambda: sim.HaltPoll(policy="v5"), "HaltPoll.policy"),
         (lambda: sim.HaltPoll(max_ns=-1), "HaltPoll.max_ns"),
         (lambda: sim.Compute(-1), "Compute.ns must be >= 0"),
         (lambda: sim.Lock(0, "spin", 10), "Lock.lock_kind"),
