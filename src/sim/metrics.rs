@@ -86,6 +86,8 @@ pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     counter!("osq_gave_up", osq_gave_up);
     counter!("tlb_flush_skipped", tlb_flush_skipped);
     counter!("guest_pulls", guest_pulls);
+    counter!("guest_idle_poll_hits", guest_idle_poll_hits);
+    counter!("guest_idle_poll_misses", guest_idle_poll_misses);
 
     // ---- host CPUs
     let mut pc = Table::default();

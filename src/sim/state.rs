@@ -358,6 +358,11 @@ pub struct VcpuCounters {
     pub tlb_flush_skipped: u64,
     /// Threads the guest's load balancing pulled onto this vCPU.
     pub guest_pulls: u64,
+    /// Guest idle polls (`Pv.guest_idle_poll_ns`) that ended because the
+    /// vCPU got work (a thread placed on it, an interrupt), and those that
+    /// ran their window out and halted.
+    pub guest_idle_poll_hits: u64,
+    pub guest_idle_poll_misses: u64,
 }
 
 /// A vCPU. `repr(C, align(64))` keeps the fields in this order, on cache

@@ -422,3 +422,46 @@ fn every_switch_in_of_a_vcpu_thread_costs_switch_ns_of_exit_time_before_its_gues
     let lost = useful(&free) as i64 - useful(&r) as i64;
     assert!((lost - (switches * 50_000) as i64).abs() <= 2 * 50_000 + 20_000_000 / 10, "lost {lost}");
 }
+
+/// `Pv.guest_idle_poll_vcpus`: only the listed vCPUs idle-poll; a poll that
+/// the next message reaches in time is a hit, one that runs out a miss and
+/// halts. A waker bound to vCPU 0 hands one item at a time to a worker
+/// thread (the twin of vcpulab's wake-placement program): with the worker's
+/// vCPU 1 polling 50 µs and the next item 10 µs after each completion, every
+/// poll on vCPU 1 is a hit, vCPU 0 never polls; with every vCPU polling,
+/// vCPU 0 polls too; with a 1 µs window vCPU 1's polls run out.
+#[test]
+fn guest_idle_polling_runs_on_the_listed_vcpus_only_and_counts_hits_and_misses() {
+    let k = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 };
+    let build = |poll_ns: u64, vcpus: Vec<u32>| {
+        let mut vm = computing_vm(2);
+        vm.threads = 2;
+        vm.workload.thread0_bound = true;
+        vm.workload.thread0_phases = vec![k(10_000), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }];
+        vm.workload.phases = vec![Phase::Recv { prob: 1.0 }, k(20_000), Phase::Send { to: 1, prob: 1.0 }];
+        vm.pv.guest_idle_poll_ns = poll_ns;
+        vm.pv.guest_idle_poll_vcpus = vcpus;
+        SimConfig {
+            host: HostConfig { n_pcpus: 2, ..Default::default() },
+            vms: vec![vm],
+            duration_ns: 20_000_000,
+            ..Default::default()
+        }
+    };
+    let col = |r: &SimResult, name: &str| r.vcpus.u64s(name).to_vec();
+    let only1 = run(&build(50_000, vec![1])).unwrap();
+    conservation(&only1, 20_000_000);
+    let (hits, misses) = (col(&only1, "guest_idle_poll_hits"), col(&only1, "guest_idle_poll_misses"));
+    assert_eq!((hits[0], misses[0], col(&only1, "idle_poll_ns")[0]), (0, 0, 0), "vCPU 0 is not listed");
+    assert!(hits[1] > 100 && misses[1] == 0, "vCPU 1 polls and the next item comes in time: {hits:?} {misses:?}");
+    let all = run(&build(50_000, vec![])).unwrap();
+    assert!(col(&all, "guest_idle_poll_hits")[0] > 100, "empty: every vCPU polls");
+    let short = run(&build(1_000, vec![1])).unwrap();
+    let (hits, misses) = (col(&short, "guest_idle_poll_hits"), col(&short, "guest_idle_poll_misses"));
+    assert!(misses[1] > 100 && hits[1] == 0, "a 1 µs window runs out before the next item: {hits:?} {misses:?}");
+    // the list names vCPUs of the VM, ascending
+    for bad in [vec![2], vec![1, 1], vec![1, 0]] {
+        let e = build(50_000, bad.clone()).validate().unwrap_err();
+        assert!(e.contains("vms[0].pv.guest_idle_poll_vcpus"), "{bad:?}: {e}");
+    }
+}

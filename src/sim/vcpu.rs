@@ -282,7 +282,15 @@ impl Sim {
             return;
         }
         match self.vcpus[v].act {
-            Act::Spin { .. } | Act::IdlePoll { .. } => {
+            Act::Spin { .. } => {
+                self.pause_act(v);
+                self.vcpu_step(v);
+            }
+            Act::IdlePoll { .. } => {
+                let vc = &mut self.vcpus[v];
+                if !vc.runq.is_empty() || !vc.ipis.is_empty() {
+                    vc.c.guest_idle_poll_hits += 1;
+                }
                 self.pause_act(v);
                 self.vcpu_step(v);
             }
@@ -353,6 +361,7 @@ impl Sim {
                 }
             }
             Act::IdlePoll { .. } => {
+                self.vcpus[v].c.guest_idle_poll_misses += 1;
                 self.pause_act(v);
                 self.start_halt_exit(v);
             }
@@ -430,8 +439,11 @@ impl Sim {
 
     pub(crate) fn guest_idle(&mut self, v: usize) {
         let vm = self.vm_of(v);
-        let poll = self.vms[vm].cfg.pv.guest_idle_poll_ns;
-        if poll > 0 {
+        let pv = &self.vms[vm].cfg.pv;
+        let poll = pv.guest_idle_poll_ns;
+        let polls_here =
+            pv.guest_idle_poll_vcpus.is_empty() || pv.guest_idle_poll_vcpus.binary_search(&self.vcpus[v].idx).is_ok();
+        if poll > 0 && polls_here {
             let now = self.now;
             self.vcpus[v].in_kernel = true;
             self.set_act(v, Act::IdlePoll { start: now, end: now + poll }, now + poll, C_IDLEPOLL);

@@ -696,6 +696,11 @@ class Pv(_Base):
         guest_idle_poll_ns: Guest idle polling before HLT (cpuidle-haltpoll), ns; 0 halts at
             once. Default 0 (haltpoll is off unless the guest loads it; its own default is 200000,
             [K5]).
+        guest_idle_poll_vcpus: The vCPUs (indices in the VM, ascending, each below `vcpus`) that
+            idle-poll for `guest_idle_poll_ns`; the others halt at once. Empty: every vCPU, as the
+            guest's cpuidle-haltpoll driver polls on every CPU. For guests that poll on some vCPUs
+            only: the workers of vcpulab's wake-placement program poll their mailbox before they
+            halt, and its waker (vCPU 0) halts at once. Default empty.
         pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the guest's
             `kvm_spinlock_init` returns early, so its `pv_queued` locks run the `virt_spin_lock`
             test-and-set fallback (any running waiter may take a free lock, newcomers included: lock
@@ -738,6 +743,7 @@ class Pv(_Base):
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
     guest_idle_poll_ns: int = 0
+    guest_idle_poll_vcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
     pv_spinlocks: bool = True
     kick_yield: bool = True
     tlb_flush: bool = False

@@ -126,6 +126,8 @@ pub mod limits {
     pub const MAX_KTHREADS_PER_CPU: u32 = 64;
     /// `TaskQueue.tasks`, per frame.
     pub const MAX_TASKS: u32 = 1_000_000;
+    /// A list of one VM's vCPUs (`Pv.guest_idle_poll_vcpus`): at most the run's total vCPUs.
+    pub const MAX_VCPU_LIST: usize = super::MAX_VCPUS_TOTAL as usize;
 }
 
 // ---- serde defaults and schema helpers shared by the topic files

@@ -168,6 +168,15 @@ impl SimConfig {
                     vm.vcpus
                 )
             })?;
+            let polling = &vm.pv.guest_idle_poll_vcpus;
+            check(polling.windows(2).all(|w| w[0] < w[1]) && polling.iter().all(|&v| v < vm.vcpus), || {
+                format!(
+                    "{} must list vCPU indices of the VM in ascending order, each below vcpus ({}), got {:?}",
+                    f("pv.guest_idle_poll_vcpus"),
+                    vm.vcpus,
+                    polling
+                )
+            })?;
             if vm.policy.kind == PolicyKind::Python {
                 check(!vm.policy.name.is_empty(), || format!("{} must name the Python policy", f("policy.name")))?;
             }

@@ -233,6 +233,16 @@ pub struct PvConfig {
     /// loads it; its own default is 200000, [K5]).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub guest_idle_poll_ns: u64,
+    /// The vCPUs (indices in the VM, ascending, each below `vcpus`) that
+    /// idle-poll for `guest_idle_poll_ns`; the others halt at once. Empty:
+    /// every vCPU, as the guest's cpuidle-haltpoll driver polls on every
+    /// CPU. For guests that poll on some vCPUs only: the workers of
+    /// vcpulab's wake-placement program poll their mailbox before they
+    /// halt, and its waker (vCPU 0) halts at once. Default empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = limits::MAX_VCPU_LIST), extend("default" = []))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub guest_idle_poll_vcpus: Vec<u32>,
     /// KVM_FEATURE_PV_UNHALT offered to the guest. False: the
     /// guest's `kvm_spinlock_init` returns early, so its `pv_queued`
     /// locks run the `virt_spin_lock` test-and-set fallback (any running
@@ -313,6 +323,7 @@ impl Default for PvConfig {
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
             guest_idle_poll_ns: 0,
+            guest_idle_poll_vcpus: Vec::new(),
             pv_spinlocks: true,
             kick_yield: true,
             tlb_flush: false,
