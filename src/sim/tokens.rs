@@ -185,7 +185,10 @@ impl Sim {
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.granted_at[t] = self.now;
         if let TaskKind::Vcpu(v) = self.tasks[t].kind {
-            self.vcpus[v as usize].c.token_grants += 1;
+            let vc = &mut self.vcpus[v as usize];
+            vc.c.token_grants += 1;
+            // the real scheduler clears the byte as it grants, before the vCPU enters
+            vc.st_preempted = false;
         }
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
         let first = std::mem::take(&mut self.tokens.phase[c]);
@@ -232,6 +235,11 @@ impl Sim {
         } else {
             self.rq_remove_queued(t);
             self.tasks[t].wait_since = self.tasks[t].wait_since.min(self.now);
+            // runnable without a token: the real scheduler sets its byte (a
+            // current holder's is set as it leaves the CPU, `vcpu_sched_out`)
+            if let TaskKind::Vcpu(v) = self.tasks[t].kind {
+                self.set_st_preempted(v as usize);
+            }
         }
         self.token_vacate(t);
         self.tokens.holder[c] = None;

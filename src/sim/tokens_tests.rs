@@ -282,3 +282,47 @@ fn pinned_refuses_unpinned_threads() {
     let e = c.validate().unwrap_err();
     assert!(e.contains("host.affinity") && e.contains("pinned"), "{e}");
 }
+
+/// `Pv.preempted_byte = "never"` (KVM writes no byte, as on the project's
+/// kvm_pvm host): two vCPUs sharing one CPU under the kernel's scheduler
+/// never see it set, while under `"instruction_boundary"` the one the tick
+/// preempted does; under vcpulab's token scheduler it is set while a
+/// runnable vCPU holds no token, whatever KVM does (the real scheduler
+/// writes it), also for a holder that host load had taken off the CPU when
+/// its slice ended; a running vCPU always reads it clear (cleared at entry).
+#[test]
+fn the_token_scheduler_writes_the_preempted_byte_that_kvm_never_writes() {
+    let seen = |sched: Scheduler, byte: PreemptedByte, load: f64| {
+        let mut c = tokens(2, 1);
+        c.host.scheduler = sched;
+        c.host.background.utilization = load;
+        c.vms[0].pv.preempted_byte = byte;
+        let mut s = sim_of(&c);
+        let (mut waiting_set, mut waiting) = (0u32, 0u32);
+        // from 10 ms on: the first slice (4 ms plus its phase) has ended, so
+        // the vCPU that waited for a token since the start has lost one
+        for k in 40..=400u64 {
+            s.step_until(k * 250_000).unwrap();
+            for v in &s.vcpus {
+                let holds = s.tokens.holder.contains(&Some(v.task));
+                if v.running.is_some() {
+                    assert!(!v.st_preempted, "a running vCPU reads its byte clear ({sched:?}, {byte:?})");
+                } else if holds && byte == PreemptedByte::Never {
+                    assert!(!v.st_preempted, "host load took a token holder off its CPU: KVM writes nothing");
+                } else if !holds {
+                    waiting += 1;
+                    waiting_set += v.st_preempted as u32;
+                }
+            }
+        }
+        (waiting_set, waiting)
+    };
+    let (set, waiting) = seen(Scheduler::Fair, PreemptedByte::Never, 0.0);
+    assert!(waiting > 300 && set == 0, "KVM never writes it: {set} of {waiting}");
+    let (set, waiting) = seen(Scheduler::Fair, PreemptedByte::InstructionBoundary, 0.0);
+    assert!(set > waiting / 2, "the tick's preemption sets it: {set} of {waiting}");
+    for load in [0.0, 0.3] {
+        let (set, waiting) = seen(Scheduler::RoundRobin, PreemptedByte::Never, load);
+        assert!(waiting > 300 && set == waiting, "a vCPU without a token has it set: {set} of {waiting} (load {load})");
+    }
+}

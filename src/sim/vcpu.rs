@@ -95,7 +95,12 @@ impl Sim {
         let runnable = self.tasks[task].runnable;
         let vm = self.vm_of(v);
         let steal_time = self.vms[vm].cfg.pv.steal_time;
-        let every_put = self.vms[vm].cfg.pv.preempted_byte == PreemptedByte::EveryPut;
+        let byte = self.vms[vm].cfg.pv.preempted_byte;
+        let every_put = byte == PreemptedByte::EveryPut;
+        // vcpulab's token schedulers write the byte of a runnable vCPU that
+        // loses its token (a parked one), whatever KVM does
+        let kvm_writes = byte != PreemptedByte::Never;
+        let token_park = runnable && self.tasks[task].parked && self.tokens_on();
         let now = self.now;
         if runnable {
             self.ready[v] = true;
@@ -111,18 +116,16 @@ impl Sim {
             vc.preempted = true;
             vc.preempted_in_kernel = vc.in_kernel;
             let mut newly = false;
-            if in_guest && why.at_instruction_boundary() {
+            let kvm_sets = if in_guest && why.at_instruction_boundary() {
                 vc.c.preemption_reported += 1;
-                if steal_time && !vc.st_preempted {
-                    vc.st_preempted = true;
-                    newly = true;
-                }
+                kvm_writes
             } else {
                 vc.c.preemption_other += 1;
-                if every_put && steal_time && !vc.st_preempted {
-                    vc.st_preempted = true;
-                    newly = true;
-                }
+                every_put
+            };
+            if (kvm_sets || token_park) && steal_time && !vc.st_preempted {
+                vc.st_preempted = true;
+                newly = true;
             }
             vc.acct.set(now, C_WAIT);
             if newly {
@@ -138,6 +141,21 @@ impl Sim {
             if every_put && steal_time {
                 vc.st_preempted = true;
             }
+        }
+    }
+
+    /// Sets vCPU `v`'s steal-time `preempted` byte (with steal time on) and,
+    /// if it was clear, tells the guest's waiters that read it: vcpulab's
+    /// token schedulers write it when a runnable vCPU loses its token.
+    pub(crate) fn set_st_preempted(&mut self, v: usize) {
+        let vm = self.vm_of(v);
+        if !self.vms[vm].cfg.pv.steal_time || self.vcpus[v].st_preempted {
+            return;
+        }
+        self.vcpus[v].st_preempted = true;
+        self.notify_mutex_spinners(v);
+        if self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
+            self.notify_preempted_kernel(v);
         }
     }
 

@@ -727,7 +727,10 @@ class Pv(_Base):
             `"every_put"` (4.10 to 5.18: `kvm_arch_vcpu_put` calls `kvm_steal_time_set_preempted` at
             every put, so a vCPU blocked after HLT, or switched out after a pause-loop exit, reads
             as preempted until it enters the guest again, and `available_idle_cpu` refuses every
-            halted vCPU). Default `"instruction_boundary"`.
+            halted vCPU) or `"never"` (KVM writes no byte, as on the project's kvm_pvm host; the
+            twins use it). Under vcpulab's token schedulers the byte is also set while a runnable
+            vCPU holds no token, whatever this says (the real scheduler writes it, src/kvm/sched/).
+            Default `"instruction_boundary"`.
         yield_single_task_bailout: `kvm_sched_yield` (the KICK_CPU yield and PV sched yield)
             gives up at once while the yielder is alone on its host CPU (`single_task_running()`;
             "KVM: X86: Bail out of direct yield in case of under-committed scenarios", Wanpeng Li,

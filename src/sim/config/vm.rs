@@ -281,7 +281,11 @@ pub struct PvConfig {
     /// calls `kvm_steal_time_set_preempted` at every put, so a vCPU
     /// blocked after HLT, or switched out after a pause-loop exit, reads
     /// as preempted until it enters the guest again, and
-    /// `available_idle_cpu` refuses every halted vCPU). Default
+    /// `available_idle_cpu` refuses every halted vCPU) or `"never"` (KVM
+    /// writes no byte, as on the project's kvm_pvm host; the twins use it).
+    /// Under vcpulab's token schedulers the byte is also set while a
+    /// runnable vCPU holds no token, whatever this says (the real
+    /// scheduler writes it, src/kvm/sched/). Default
     /// `"instruction_boundary"`.
     #[schemars(extend("x-omit-default" = true))]
     pub preempted_byte: PreemptedByte,
@@ -311,6 +315,11 @@ pub enum PreemptedByte {
     /// at every put, so a vCPU that blocks after HLT, or yields after a
     /// pause-loop exit, reads as preempted until it next enters the guest.
     EveryPut,
+    /// KVM never sets it: measured on the project's host (KVM through
+    /// `kvm_pvm`, Linux 6.18: a vCPU thread preempted by another task keeps
+    /// the byte clear), the host the twins model. vcpulab's own schedulers
+    /// still set it while a runnable vCPU holds no token (src/kvm/sched/).
+    Never,
 }
 
 impl Default for PvConfig {
