@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement] [--trials 3] [--seeds 3] [--load measured|one_task|none]
+    python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -12,7 +12,8 @@ quotes one). ``--policies`` runs vcpulab.twins.policy_grid instead: the same
 lock under vcpulab's own vCPU scheduler, one cell per policy; ``--coscheduling``
 vcpulab.twins.coscheduling_grid (3 vCPUs on 2 CPUs under round_robin,
 relaxed_co and pinned); ``--wake-placement`` vcpulab.twins.wake_placement_grid
-(WakePlacement's two rules under pinned, round_robin and the host's scheduler). The machine's other load changes real results: every cell reports
+(WakePlacement's two rules under pinned, round_robin and the host's scheduler; ``--poll`` the
+workers' mailbox polls, one set of cells each). The machine's other load changes real results: every cell reports
 the largest share of its CPUs' time other tasks took.
 """
 
@@ -50,6 +51,12 @@ def main() -> int:
         help="the wake-up placement axis instead (twins.wake_placement_grid: WakePlacement's two rules, 3 vCPUs "
         "on 2 CPUs, under pinned, round_robin and the host's scheduler)",
     )
+    ap.add_argument(
+        "--poll",
+        default="0",
+        help="with --wake-placement: the workers' mailbox polls before they halt (WakePlacement.poll), "
+        "comma-separated, one set of cells each (default 0)",
+    )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument(
@@ -83,7 +90,7 @@ def main() -> int:
     elif a.coscheduling:
         exps = twins.coscheduling_grid(duration_s=a.duration_s)
     elif a.wake_placement:
-        exps = twins.wake_placement_grid(duration_s=a.duration_s)
+        exps = twins.wake_placement_grid(duration_s=a.duration_s, poll=[int(x) for x in a.poll.split(",")])
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, trace=a.trace)

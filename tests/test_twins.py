@@ -822,14 +822,71 @@ def test_wake_placement_twins_as_a_bound_waker_beside_one_worker_thread(twin_cal
     # under the host's scheduler KVM writes no is_idle byte: both rules choose alike
     host = Experiment(WakePlacement(rule="pcpu_is_idle"), 3, (0, 1), pinning="shared")
     assert twins.twin(host, twin_calibration).vms[0].pv.placement == "available_idle"
-    with pytest.raises(ValueError, match="poll > 0"):
-        twins.twin(Experiment(WakePlacement(poll=10), 3, (0, 1)), twin_calibration)
+    with pytest.raises(ValueError, match="rounds > 0"):
+        twins.twin(Experiment(WakePlacement(rounds=10), 3, (0, 1)), twin_calibration)
     with pytest.raises(ValueError, match="homes is for scheduler=sched.pinned"):
         Experiment(WakePlacement(), 3, (0, 1), homes=(0, 0, 1))
     with pytest.raises(ValueError, match="one CPU per vCPU"):
         Experiment(WakePlacement(), 3, (0, 1), scheduler=sched.pinned(), homes=(0, 1))
     with pytest.raises(ValueError, match=r"CPU\(s\) \[5\]"):
         Experiment(WakePlacement(), 3, (0, 1), scheduler=sched.pinned(), homes=(0, 5, 1))
+
+
+def test_wake_placement_mailbox_polling_twins_as_the_workers_guest_idle_poll(twin_calibration) -> None:  # type: ignore[no-untyped-def]
+    """``WakePlacement(poll=n)``: the workers poll their mailbox n failed checks
+    before they halt; the twin idle-polls the workers' vCPUs (not the
+    waker's) for n × ``wake_poll_iter_ns``. Under sched.pinned (vCPUs 0 and 1
+    at home on CPU 0, vCPU 2 on CPU 1), pcpu_is_idle sends every item to
+    worker 2, alone on its CPU: with a long poll it is still polling when
+    the next item comes, so nearly every item is a hit and the round loses
+    the worker's wake-up (host halt polling off); a one-check poll catches nothing. Upstream's rule
+    keeps worker 1, which shares CPU 0 with the waker: its poll holds the
+    CPU's token while the waker waits for it, so polling slows the items."""
+    from vcpulab import sched
+    from vcpulab.experiment import WakePlacement
+
+    iter_ns = twins.wake_poll_iter_ns(twin_calibration)
+    vals = dict(twin_calibration.values)
+    b = vals["loop_insn_ns"].value
+    if "wake_poll_iter_ns" in vals:
+        assert iter_ns == vals["wake_poll_iter_ns"].value
+    # without the measurement (older calibrations, or a run that hit: NaN) it is derived
+    for measured in ({}, {"wake_poll_iter_ns": Value(math.nan, "ns", "a run hit")}):
+        base = {k: v for k, v in vals.items() if k not in ("wake_poll_iter_ns", "spin_iter_ns")} | measured
+        # 11-instruction spin iteration less 4 loop instructions; never below 7 of them
+        for spin_ns, want in ((20 * b, 16 * b), (9 * b, 7 * b)):
+            cal = Calibration(values={**base, "spin_iter_ns": Value(spin_ns, "ns", "test")}, cpu=0)
+            assert twins.wake_poll_iter_ns(cal) == pytest.approx(want)
+        assert twins.wake_poll_iter_ns(Calibration(values=base, cpu=0)) == pytest.approx(7 * b)
+    assert twins.guest_path(WakePlacement(poll=50), 3)["poll_iter"] == twins.WAKE_POLL_ITER_INSNS == 7
+    m: dict[tuple[str, int], dict[str, float]] = {}
+    for rule in ("pcpu_is_idle", "available_idle"):
+        for poll in (0, 1, 400):
+            w = WakePlacement(rule=rule, poll=poll)  # type: ignore[arg-type]
+            # host halt polling off: without it a blocked halt pays the whole wake-up
+            e = Experiment(w, 3, (0, 1), scheduler=sched.pinned(), homes=(0, 0, 1), halt_poll_ns=0)
+            c = twins.twin(e, twin_calibration, seed=0)
+            pv = c.vms[0].pv
+            if poll:
+                assert pv.guest_idle_poll_ns == max(round(poll * iter_ns), 1) and pv.guest_idle_poll_vcpus == (1, 2)
+            else:
+                assert pv.guest_idle_poll_ns == 0
+            res = sim.run(c)
+            assert res.vcpus.sort("vcpu")["idle_poll_ns"][0] == 0, "the waker halts at once"
+            m[rule, poll] = twins.sim_metrics(e, c, res, twin_calibration)
+    for poll in (0, 1, 400):
+        assert m["pcpu_is_idle", poll]["first_worker_share"] < 0.05, m
+        assert m["available_idle", poll]["first_worker_share"] > 0.95, m
+    fast, slow = m["pcpu_is_idle", 400], m["pcpu_is_idle", 0]
+    assert slow["poll_hit_share"] == 0.0 and m["pcpu_is_idle", 1]["poll_hit_share"] < 0.05, m
+    assert fast["poll_hit_share"] > 0.95, fast
+    assert fast["items_per_s"] > slow["items_per_s"] and fast["round_median_us"] < slow["round_median_us"], m
+    assert m["available_idle", 400]["items_per_s"] < 0.5 * m["available_idle", 0]["items_per_s"], m
+    assert twins.cell_name(e) == "wake available_idle mailbox400 3v/2c poll0us [pinned:0,0,1]"
+    grid = twins.wake_placement_grid((0, 1), poll=(0, 400))
+    assert len(grid) == 12 and {x.workload.poll for x in grid} == {0, 400}  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="at least one poll count"):
+        twins.wake_placement_grid((0, 1), poll=())
 
 
 def test_a_grid_shows_its_progress_only_when_asked_or_on_a_terminal(twin_calibration, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -48,7 +48,7 @@ responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
 
 from __future__ import annotations
 
-from vcpulab.twins._calibration import COST_REPEATS, IPI_OUTSIDE_INSNS, calibrate
+from vcpulab.twins._calibration import COST_REPEATS, IPI_OUTSIDE_INSNS, WAKE_POLL_CAL_CHECKS, calibrate
 from vcpulab.twins._distributions import (
     TRACE_COLUMNS,
     WAKEUP_COLUMNS,
@@ -72,7 +72,7 @@ from vcpulab.twins._grid import (
     policy_grid,
     wake_placement_grid,
 )
-from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, guest_path
+from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, WAKE_POLL_ITER_INSNS, guest_path
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
 from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
@@ -85,6 +85,7 @@ from vcpulab.twins._twin import (
     start_gap_of,
     twin,
     twin_machine_cpus,
+    wake_poll_iter_ns,
 )
 from vcpulab.twins._values import (
     CALIBRATION_FORMAT,
@@ -101,6 +102,7 @@ from vcpulab.twins._values import _mount_debugfs as _mount_debugfs
 __all__ = [
     "CALIBRATION_FORMAT",
     "COST_REPEATS",
+    "WAKE_POLL_CAL_CHECKS",
     "Calibration",
     "DIRECTION_METRICS",
     "Experiment",
@@ -110,6 +112,8 @@ __all__ = [
     "HALT_BRACKET_INSNS",
     "IPI_OUTSIDE_INSNS",
     "IRQ_STUB_INSNS",
+    "WAKE_POLL_ITER_INSNS",
+    "wake_poll_iter_ns",
     "METRICS",
     "MSI_DEADLINE_S",
     "OtherLoad",

@@ -55,6 +55,9 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
        blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
        them): median round trip minus the guest's instructions per round
        (``insn_emulation`` / rounds × ``path_insn_ns``).
+    4. vcpulab's scheduler: `_calibrate_sched` (``uexit_ns``,
+       ``sched_handoff_ns``, ``spin_iter_ns``) and `_calibrate_wake_poll`
+       (``wake_poll_iter_ns``, a failed mailbox check of ``WakePlacement``).
     """
     from vcpulab import _core
     from vcpulab.experiment import run
@@ -214,6 +217,7 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
     if not spin > 0:
         # nothing to measure (no waits) or a disturbed run: the counted instructions
         spin = 11 * loop_insn_ns
+    poll_iter, poll_how = _calibrate_wake_poll(cpu)
     return {
         "uexit_ns": Value(
             max(per_exit, 0.0),
@@ -233,7 +237,54 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
             f"{cpu_total / 1e6:.1f} ms - {acq} acquisitions' counted instructions) / {pauses} PAUSEs of the waiters "
             f"(counted at loop_insn_ns: {11 * loop_insn_ns:.0f} ns)",
         ),
+        "wake_poll_iter_ns": Value(poll_iter, "ns", poll_how),
     }
+
+
+#: failed mailbox checks per item of the polling run of `_calibrate_wake_poll`
+WAKE_POLL_CAL_CHECKS = 200
+
+
+def _calibrate_wake_poll(cpu: int) -> tuple[float, str]:
+    """One failed mailbox check of a ``WakePlacement`` worker's poll loop
+    (``wake_poll_iter_ns``): the waker and one worker on ``cpu`` under
+    ``sched.pinned``, host halt polling off, twice, with ``poll`` = 0 and
+    [`WAKE_POLL_CAL_CHECKS`][vcpulab.twins.WAKE_POLL_CAL_CHECKS]. On one CPU the worker's poll holds the CPU
+    while the waker waits for it, so every poll runs out (the run checks
+    that none hit): the worker thread's CPU time per item grows by exactly
+    ``poll`` failed checks. Measured, not counted: the checks read memory and
+    PAUSE, which under emulation cost more than the register loop of
+    ``loop_insn_ns`` (in one calibration here: 8.7 µs measured, 7.3 µs derived
+    from its ``spin_iter_ns`` and ``loop_insn_ns``). NaN (then the twin
+    derives it) if a run hit."""
+    from vcpulab import sched
+    from vcpulab.experiment import WakePlacement, run
+
+    per_item: dict[int, float] = {}
+    hits = 0
+    for poll in (0, WAKE_POLL_CAL_CHECKS):
+        r = run(
+            WakePlacement(poll=poll, work=0),
+            vcpus=2,
+            pcpus=[cpu],
+            duration_s=0.3,
+            sample_every_s=None,
+            scheduler=sched.pinned(),
+            halt_poll_ns=0,
+        )
+        res = r.results.sort("vcpu")
+        items = max(int(res["items"][1]), 1)
+        hits += int(res["poll_hits"][1])
+        worker = r.threads.filter(pl.col("vcpu") == 1)
+        per_item[poll] = float(worker["cpu_ns"].sum()) / items
+    diff = (per_item[WAKE_POLL_CAL_CHECKS] - per_item[0]) / WAKE_POLL_CAL_CHECKS
+    value = diff if hits == 0 and diff > 0 else float("nan")
+    return value, (
+        f"WakePlacement(work=0), waker and worker on CPU {cpu} under sched.pinned, halt polling off, 0.3 s with poll "
+        f"= 0 and {WAKE_POLL_CAL_CHECKS} (every poll runs out: {hits} hits): the worker thread's CPU time per item, "
+        f"{per_item[0] / 1e3:.0f} and {per_item[WAKE_POLL_CAL_CHECKS] / 1e3:.0f} us, its difference over "
+        f"{WAKE_POLL_CAL_CHECKS} checks"
+    )
 
 
 def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dict[str, Value]:

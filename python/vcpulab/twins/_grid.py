@@ -24,7 +24,7 @@ from vcpulab.twins._twin import twin
 from vcpulab.twins._values import Calibration
 
 #: the factors of a grid cell (columns of [`grid`][vcpulab.twins.grid]'s frames)
-FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "scheduler")
+FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "poll", "scheduler")
 
 
 def cell_factors(exp: Experiment) -> dict[str, Any]:
@@ -51,6 +51,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         "halt_poll_ns": -1 if hp is None else int(hp),
         "gap_us": float(getattr(w, "gap_us", -1.0)),
         "hz": int(getattr(w, "hz", -1)),
+        "poll": int(getattr(w, "poll", -1)),
         "scheduler": sched_label,
     }
 
@@ -102,7 +103,9 @@ def coscheduling_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.
     return [Experiment(w, vcpus, two, duration_s=duration_s, scheduler=s) for s in scheds]
 
 
-def wake_placement_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.0) -> list[Experiment]:
+def wake_placement_grid(
+    pcpus: Sequence[int] | None = None, duration_s: float = 1.0, poll: Sequence[int] = (0,)
+) -> list[Experiment]:
     """The wake-up placement axis of the twins grid ([S3]): ``WakePlacement``
     (3 vCPUs: the waker and two workers) on two host CPUs (default: the first
     two this process may use), each rule (``available_idle``,
@@ -111,8 +114,14 @@ def wake_placement_grid(pcpus: Sequence[int] | None = None, duration_s: float = 
     rules differ), under ``round_robin`` and under the host's scheduler
     (where this host's KVM writes no ``is_idle``, so the rules choose alike).
     Cells of one scheduler differ in the rule alone, so
-    [`directions`][vcpulab.twins.directions] compares the rules."""
+    [`directions`][vcpulab.twins.directions] compares the rules. ``poll``:
+    the workers' mailbox polls before they halt (``WakePlacement.poll``), one
+    set of cells per value (default: none)."""
     from vcpulab import _core, sched
+
+    polls = [check_int("poll entry", p, 0, 2**32) for p in check_seq("poll", poll, "poll counts")]
+    if not polls:
+        raise ValueError("wake_placement_grid: poll must list at least one poll count, got an empty list")
 
     allowed = sorted(_core.allowed_cpus()) if pcpus is None else [check_int("pcpus entry", c, 0, 2**16) for c in pcpus]
     if len(set(allowed)) < 2:
@@ -124,8 +133,10 @@ def wake_placement_grid(pcpus: Sequence[int] | None = None, duration_s: float = 
         {"scheduler": sched.round_robin()},
         {"pinning": "shared"},
     ):
-        for rule in ("available_idle", "pcpu_is_idle"):
-            out.append(Experiment(WakePlacement(rule=rule), 3, (a, b), duration_s=duration_s, **kw))  # type: ignore[arg-type]
+        for p in polls:
+            for rule in ("available_idle", "pcpu_is_idle"):
+                w = WakePlacement(rule=rule, poll=p)
+                out.append(Experiment(w, 3, (a, b), duration_s=duration_s, **kw))  # type: ignore[arg-type]
     return out
 
 
@@ -237,6 +248,7 @@ class Grid:
             "ctx_switches_per_vcpu_s",
             "items_per_s",
             "first_worker_share",
+            "poll_hit_share",
         ):
             g = c.filter(pl.col("metric") == m)
             out[f"{m}_informative"] = g.height
@@ -332,7 +344,8 @@ def cell_name(exp: Experiment) -> str:
     if w == "IdleTicks":
         return f"ticks {f['hz']}Hz {f['vcpus']}v/{f['cpus']}c{hp}"
     if w == "WakePlacement":
-        return f"wake {f['kind']} {f['vcpus']}v/{f['cpus']}c{hp}"
+        mailbox = f" mailbox{f['poll']}" if f["poll"] > 0 else ""
+        return f"wake {f['kind']}{mailbox} {f['vcpus']}v/{f['cpus']}c{hp}"
     return f"{w} {f['vcpus']}v/{f['cpus']}c{hp}"
 
 
@@ -345,6 +358,7 @@ DIRECTION_METRICS = (
     "rtt_median_us",
     "items_per_s",
     "first_worker_share",
+    "poll_hit_share",
 )
 
 

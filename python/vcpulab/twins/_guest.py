@@ -10,6 +10,9 @@ from vcpulab.experiment import PvSpinLock, SpinLock, WakePlacement, Workload
 #: the common handler (three pushes, the vector's load and check, the counter's ``lock inc``, the
 #: EOI store and its address, three pops, ``add rsp``, ``iretq``): ``idt_stubs`` in program.rs
 IRQ_STUB_INSNS = 16
+#: instructions of one failed mailbox check of a WakePlacement worker's poll loop (``cmp; jne`` the
+#: mailbox, ``cmp; jne`` the stop flag, ``pause``, ``dec; jnz``: ``wake_placement`` in program.rs)
+WAKE_POLL_ITER_INSNS = 7
 #: instructions of one pv halt bracket (``mov eax; mov edx; out``: ``halt_bracket`` in program.rs)
 HALT_BRACKET_INSNS = 3
 
@@ -45,7 +48,7 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
     ``insn_emulation`` by [`calibrate`][vcpulab.twins.calibrate] (``insns_per_acq_measured`` vs
     ``insns_per_acq_counted``) and by tests/test_twins.py.
 
-    WakePlacement, one item, ``rounds = 0``, ``poll = 0``, the rule's first
+    WakePlacement, one item, ``rounds = 0``, the rule's first
     pass finding the previous item's worker (a scan that passes over a
     worker adds 5-6 instructions per worker passed, not counted):
 
@@ -68,7 +71,14 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
       wake-up.
 
     ``pv_exits`` adds two halt brackets per halt ([`HALT_BRACKET_INSNS`][vcpulab.twins.HALT_BRACKET_INSNS] each) to
-    both paths, one of them after the IPI. Items past the 4,096 logged skip 5 stores (not counted).
+    both paths, one of them after the IPI. With ``poll > 0`` the worker's idle
+    loop polls its mailbox first: ``poll_iter`` = 7 instructions per failed
+    check (the mailbox and stop-flag tests with their branches, PAUSE, the
+    count's ``dec; jnz``; [`WAKE_POLL_ITER_INSNS`][vcpulab.twins.WAKE_POLL_ITER_INSNS]), its set-up (``mov``)
+    in place of the ``nop`` of ``poll = 0``, so the counts above are those
+    of an item that ends in a halt; an item found while polling skips the
+    halt (about 10 instructions: the halt loop's checks, ``hlt`` and the
+    jumps back) for the hit's 3 (test, branch, ``poll_hits`` count). Items past the 4,096 logged skip 5 stores (not counted).
     Checked against ``insn_emulation`` by tests/test_wake_placement.py.
     """
     if isinstance(workload, SpinLock):
@@ -81,8 +91,8 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
             "wait_path": 8 + ((1 + (3 if workload.kind == "ticket" else 0)) if pv_exits else 0),
         }
     if isinstance(workload, WakePlacement):
-        if workload.poll or workload.rounds:
-            raise ValueError("guest_path counts WakePlacement items with poll = 0 and rounds = 0")
+        if workload.rounds:
+            raise ValueError("guest_path counts WakePlacement items with rounds = 0")
         brackets = 2 * HALT_BRACKET_INSNS if pv_exits else 0
         return {
             "waker_path": 67 + IRQ_STUB_INSNS + brackets,
@@ -91,6 +101,7 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
             "work_loop": 2 * workload.work,
             "waker_after_ipi": 4 + brackets // 2,
             "worker_after_ipi": 9 + brackets // 2,
+            "poll_iter": WAKE_POLL_ITER_INSNS,
         }
     raise ValueError(
         f"guest_path counts SpinLock / PvSpinLock / WakePlacement programs; {type(workload).__name__} is measured "

@@ -49,7 +49,12 @@ METRICS: dict[str, tuple[str, str]] = {
     "first_worker_share": (
         "",
         "share of WakePlacement items run by vCPU 1, the first worker (real: the workers' item counts; sim: the "
-        "workers' halts, one per item)",
+        "workers' halts and guest idle polls that got the next item: one of the two per item)",
+    ),
+    "poll_hit_share": (
+        "",
+        "share of a WakePlacement worker's items found while it polled its mailbox, before halting (real: the "
+        "workers' poll_hits / items; sim: the workers' guest_idle_poll_hits / (hits + misses)); 0 with poll = 0",
     ),
 }
 #: metrics per workload class
@@ -60,7 +65,7 @@ _BY_WORKLOAD: dict[type, tuple[str, ...]] = {
     IpiPingPong: ("rtt_median_us", "polled_per_halt"),
     IdleTicks: ("ticks_per_s", "halt_exits_per_s", "polled_per_halt", "ctx_switches_per_vcpu_s"),
     Spin: ("steal_fraction", "ctx_switches_per_vcpu_s"),
-    WakePlacement: ("items_per_s", "round_median_us", "first_worker_share", "polled_per_halt"),
+    WakePlacement: ("items_per_s", "round_median_us", "first_worker_share", "polled_per_halt", "poll_hit_share"),
 }
 #: KS-compared distributions
 _DISTS: dict[type, tuple[str, ...]] = {
@@ -138,6 +143,7 @@ def real_metrics(exp: Experiment, r: Run) -> dict[str, float]:
         out["round_median_us"] = float(res["round_median_us"][0])
         items = res["items"].cast(pl.Float64).to_numpy()[1:]
         out["first_worker_share"] = float(items[0] / items.sum()) if items.sum() > 0 else float("nan")
+        out["poll_hit_share"] = float(res["poll_hits"].cast(pl.Float64)[1:].sum()) / max(float(items.sum()), 1.0)
     return out
 
 
@@ -202,8 +208,12 @@ def sim_metrics(exp: Experiment, cfg: sim.Config, res: sim.Result, cal: Calibrat
         out["items_per_s"] = float(vms["ops"][0]) / 2 / dur
         p = guest_path(exp.workload, exp.vcpus, pv_exits=exp.scheduler is not None)
         out["round_median_us"] = (float(vms["lat_p50_ns"][0]) - p["waker_outside"] * cal["path_insn_ns"]) / 1e3
-        halts = vc["halt_exits"].cast(pl.Float64).to_numpy()[1:]
-        out["first_worker_share"] = float(halts[0] / halts.sum()) if halts.sum() > 0 else float("nan")
+        # each item a worker runs ends in its idle poll catching the next item or in a halt
+        hits = vc["guest_idle_poll_hits"].cast(pl.Float64).to_numpy()[1:]
+        items = vc["halt_exits"].cast(pl.Float64).to_numpy()[1:] + hits
+        out["first_worker_share"] = float(items[0] / items.sum()) if items.sum() > 0 else float("nan")
+        polls = hits.sum() + float(vc["guest_idle_poll_misses"].cast(pl.Float64)[1:].sum())
+        out["poll_hit_share"] = float(hits.sum()) / max(polls, 1.0)
     return out
 
 

@@ -133,6 +133,7 @@ FLOORS: dict[str, float] = {
     "ctx_switches_per_vcpu_s": 5.0,
     "halt_exits_per_s": 5.0,
     "polled_per_halt": 0.05,
+    "poll_hit_share": 0.05,
     "rtt_median_us": 0.0,
     "ticks_per_s": 1.0,
 }

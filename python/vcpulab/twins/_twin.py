@@ -21,7 +21,7 @@ from vcpulab._checks import check_bool, check_float, check_int, check_type
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
 from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
 from vcpulab.twins._experiment import Experiment
-from vcpulab.twins._guest import guest_path
+from vcpulab.twins._guest import WAKE_POLL_ITER_INSNS, guest_path
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._values import Calibration
 
@@ -237,7 +237,10 @@ def twin(
       ``"pinned"`` on one CPU. ``tsc_khz`` from the vCPU. ``wakeup_ipi_ns``
       = the measured blocked-halt wake-up latency where the host model has it.
     * VM: no PLE (this host has no VMX/SVM, so no pause-loop exits), no
-      directed-yield policy, steal time on, no PV sched-yield, no posted
+      directed-yield policy, steal time on with a ``preempted`` byte KVM never
+      writes (``Pv.preempted_byte="never"``: this host's kvm_pvm leaves it
+      clear; under vcpulab's schedulers it is set while a runnable vCPU holds
+      no token, as the real scheduler does), no PV sched-yield, no posted
       interrupts; ``halt_exit_ns`` = one emulated instruction (the HLT is
       emulated like every other); halt polling ``block-time`` (upstream) with the module's
       grow/shrink parameters and the run's maximum (``off`` when it is 0).
@@ -285,8 +288,16 @@ def twin(
       one first runs its interrupt handler and its wake bracket without
       one); ``is_idle``
       is the host CPU's state at the choice, not the byte the scheduler last
-      wrote; ``poll > 0``, ``rounds > 0`` and the ``*_from_host`` bytes have
-      no twin.
+      wrote; ``rounds > 0`` and the ``*_from_host`` bytes have no twin. With
+      ``poll > 0`` the workers' vCPUs idle-poll (``Pv.guest_idle_poll_ns`` =
+      ``poll`` × [`wake_poll_iter_ns`][vcpulab.twins.wake_poll_iter_ns], ``Pv.guest_idle_poll_vcpus`` = the
+      workers; the waker halts at once), so an item placed on a polling
+      worker runs without its wake-up; simplifications: the twin's poll starts
+      after the halt path's instructions, which an item found while polling
+      runs too (about 10 instructions more than the real hit), the poll sees
+      the item at once (the real one at its next check, ~half an iteration
+      later), and a worker switched out while polling polls a whole window
+      again when it runs (the real one goes on counting where it stopped).
 
     Raises ``ValueError`` for experiments without a twin.
     """
@@ -330,10 +341,10 @@ def twin(
         raise ValueError(
             "PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)"
         )
-    if isinstance(w, WakePlacement) and (w.forced_bytes or w.poll or w.rounds):
+    if isinstance(w, WakePlacement) and (w.forced_bytes or w.rounds):
         raise ValueError(
-            "WakePlacement with poll > 0, rounds > 0 or *_from_host has no twin (the worker's mailbox polling and "
-            "host-forced bytes are not modelled; the twin runs for the duration)"
+            "WakePlacement with rounds > 0 or *_from_host has no twin (the host-forced bytes are not modelled; "
+            "the twin runs for the duration)"
         )
     name = type(w).__name__
     if isinstance(w, SpinLock):
@@ -433,6 +444,11 @@ def twin(
         # upstream KVM never writes is_idle (the proposal was not merged): under the host's
         # scheduler the rule's first pass finds no byte set, and both rules choose alike
         pv_kw["placement"] = w.rule if exp.scheduler is not None else "available_idle"
+        if w.poll > 0:
+            # the workers poll their mailbox before they halt (the waker does not): a guest
+            # idle poll on the workers' vCPUs, as long as the poll's failed checks
+            pv_kw["guest_idle_poll_ns"] = max(int(round(w.poll * wake_poll_iter_ns(cal))), 1)
+            pv_kw["guest_idle_poll_vcpus"] = tuple(range(1, exp.vcpus))
         threads = 2
     vm = sim.Vm(
         vcpus=exp.vcpus,
@@ -440,10 +456,41 @@ def twin(
         workload=sim.Workload(**wkw),
         ple=ple,
         policy=policy,
-        pv=sim.Pv(steal_time=True, sched_yield=False, apicv=False, halt_exit_ns=max(int(round(a)), 0), **pv_kw),
+        pv=sim.Pv(
+            steal_time=True,
+            # this host's KVM (kvm_pvm) never writes the byte; vcpulab's schedulers do
+            preempted_byte="never",
+            sched_yield=False,
+            apicv=False,
+            halt_exit_ns=max(int(round(a)), 0),
+            **pv_kw,
+        ),
         halt_poll=hp,
     )
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
+
+
+def wake_poll_iter_ns(cal: Calibration) -> float:
+    """The time of one failed mailbox check of a ``WakePlacement`` worker's
+    poll loop ([`WAKE_POLL_ITER_INSNS`][vcpulab.twins.WAKE_POLL_ITER_INSNS] = 7 instructions, one of them a
+    PAUSE): the calibration's measured ``wake_poll_iter_ns``. Calibrations
+    without it (older ones, or a disturbed measurement: NaN) derive it from
+    the measured failed spin iteration (``spin_iter_ns``: 11 instructions
+    with one PAUSE) less the 4 instructions more it has at ``loop_insn_ns``
+    each, never below 7 × ``loop_insn_ns``, or else count 7 × ``loop_insn_ns``.
+    The derivation reads low (7.3 µs against 8.7 µs measured in one
+    calibration here): the checks read memory, which costs more under
+    emulation than the register loop ``loop_insn_ns`` times. The reference
+    calibration vcpulab ships predates the measurement and derives it."""
+    if "wake_poll_iter_ns" in cal.values:
+        measured = cal["wake_poll_iter_ns"]
+        if measured == measured and measured > 0:
+            return float(measured)
+    b = cal["loop_insn_ns"]
+    if "spin_iter_ns" in cal.values:
+        extra = PV_SPIN_ITER_INSNS - WAKE_POLL_ITER_INSNS
+        return float(max(cal["spin_iter_ns"] - extra * b, WAKE_POLL_ITER_INSNS * b))
+    return float(WAKE_POLL_ITER_INSNS * b)
 
 
 #: guest instructions of one failed spin iteration of the spin-lock programs

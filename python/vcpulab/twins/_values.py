@@ -55,7 +55,9 @@ class Calibration:
     ``msi_round_insns`` (emulated instructions per MSI round), ``wake_block_ns``
     (MSI sent → vCPU running again after a blocked halt, minus the guest's
     instructions), ``wake_poll_ns`` (the same when the halt-poll loop caught
-    the wake-up), ``tsc_khz``, and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
+    the wake-up), ``tsc_khz``, ``wake_poll_iter_ns`` (one failed mailbox check
+    of ``WakePlacement``'s poll loop; absent from calibrations before
+    2026-12-05), and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
 
     A calibration travels: [`save`][vcpulab.twins.Calibration.save] writes it
     as JSON with its provenance, [`load`][vcpulab.twins.Calibration.load]
