@@ -950,6 +950,14 @@ _FIELD_OVERRIDES: dict[tuple[str, str], Spec] = {
         )
     ),
     ("Host", "vcpu_pcpus"): Pred(lambda v: isinstance(v, (list, tuple)) and not v),
+    # indices of the embedding VM's vCPUs (it has one), ascending
+    ("Pv", "guest_idle_poll_vcpus"): Pred(
+        lambda v: (
+            isinstance(v, (list, tuple))
+            and all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x == 0 for x in v)
+            and len(v) <= 1
+        )
+    ),
     ("Workload", "phases"): Never(),
     ("Workload", "thread0_phases"): Pred(lambda v: isinstance(v, (list, tuple)) and not v),
     ("Config", "vms"): Never(),
