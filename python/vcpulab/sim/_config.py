@@ -694,8 +694,9 @@ class Pv(_Base):
             (assumption).
         halt_exit_ns: Cost of a HLT exit before blocking, ns. Default 1500 (assumption).
         guest_idle_poll_ns: Guest idle polling before HLT (cpuidle-haltpoll), ns; 0 halts at
-            once. Default 0 (haltpoll is off unless the guest loads it; its own default is 200000,
-            [K5]).
+            once. Default 0 (haltpoll is off unless the guest loads it; its own default,
+            `guest_halt_poll_ns`, is 200000: "Guest halt polling", Linux kernel documentation,
+            https://docs.kernel.org/virt/guest-halt-polling.html).
         guest_idle_poll_vcpus: The vCPUs (indices in the VM, ascending, each below `vcpus`) that
             idle-poll for `guest_idle_poll_ns`; the others halt at once. Empty: every vCPU, as the
             guest's cpuidle-haltpoll driver polls on every CPU. For guests that poll on some vCPUs

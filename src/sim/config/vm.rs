@@ -230,7 +230,9 @@ pub struct PvConfig {
     pub halt_exit_ns: u64,
     /// Guest idle polling before HLT (cpuidle-haltpoll),
     /// ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
-    /// loads it; its own default is 200000, [K5]).
+    /// loads it; its own default, `guest_halt_poll_ns`, is 200000: "Guest
+    /// halt polling", Linux kernel documentation,
+    /// https://docs.kernel.org/virt/guest-halt-polling.html).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub guest_idle_poll_ns: u64,
     /// The vCPUs (indices in the VM, ascending, each below `vcpus`) that
