@@ -163,6 +163,7 @@ impl Sim {
                         ple_window: vmc.ple.window,
                         hp: HaltPollState::new(&halt_poll),
                         poll_resume: None,
+                        idle_poll_end: None,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),

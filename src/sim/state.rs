@@ -358,9 +358,9 @@ pub struct VcpuCounters {
     pub tlb_flush_skipped: u64,
     /// Threads the guest's load balancing pulled onto this vCPU.
     pub guest_pulls: u64,
-    /// Guest idle polls (`Pv.guest_idle_poll_ns`) that ended because the
-    /// vCPU got work (a thread placed on it, an interrupt), and those that
-    /// ran their window out and halted.
+    /// Guest idle polls (`Pv.guest_idle_poll_ns`) that ended because a
+    /// thread was placed on the vCPU, and those that ran their window out
+    /// and halted (an interrupted window goes on to its end: one outcome each).
     pub guest_idle_poll_hits: u64,
     pub guest_idle_poll_misses: u64,
 }
@@ -405,6 +405,11 @@ pub struct Vcpu {
     pub steal_ns: Ns,
     /// Preempted inside the poll loop: the poll deadline it resumes with.
     pub poll_resume: Option<Ns>,
+    /// Interrupted inside the guest's idle poll (switched out, or an
+    /// interrupt handler ran): the instant its window ends, which it goes on
+    /// polling to when the guest is idle again (`poll_idle` times itself with
+    /// the guest's clock, which runs on meanwhile). None once a thread runs.
+    pub idle_poll_end: Option<Ns>,
     /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
     /// the next useful work of this vCPU starts with it, ns (read at every
     /// sched-in and end of work: in the second cache line).

@@ -254,7 +254,11 @@ impl Sim {
                     self.rqs[cpu as usize].curr_in_exit = false;
                 }
             }
-            Act::IdlePoll { .. } | Act::Off => {}
+            Act::IdlePoll { end, .. } => {
+                // the guest's idle loop goes on to the same end if nothing to run comes
+                self.vcpus[v].idle_poll_end = Some(end);
+            }
+            Act::Off => {}
         }
         self.vcpus[v].act = Act::Off;
         self.bump_gen(v);
@@ -305,8 +309,10 @@ impl Sim {
                 self.vcpu_step(v);
             }
             Act::IdlePoll { .. } => {
+                // a thread placed here ends the poll (a hit); an interrupt's
+                // handler runs, and the poll then goes on to its end
                 let vc = &mut self.vcpus[v];
-                if !vc.runq.is_empty() || !vc.ipis.is_empty() {
+                if !vc.runq.is_empty() {
                     vc.c.guest_idle_poll_hits += 1;
                 }
                 self.pause_act(v);
@@ -381,6 +387,8 @@ impl Sim {
             Act::IdlePoll { .. } => {
                 self.vcpus[v].c.guest_idle_poll_misses += 1;
                 self.pause_act(v);
+                // the window ran out: the next idle period polls afresh
+                self.vcpus[v].idle_poll_end = None;
                 self.start_halt_exit(v);
             }
             Act::Exit { kind, .. } => self.exit_done(v, kind),
@@ -461,10 +469,19 @@ impl Sim {
         let poll = pv.guest_idle_poll_ns;
         let polls_here =
             pv.guest_idle_poll_vcpus.is_empty() || pv.guest_idle_poll_vcpus.binary_search(&self.vcpus[v].idx).is_ok();
+        let resumed = self.vcpus[v].idle_poll_end.take();
         if poll > 0 && polls_here {
             let now = self.now;
+            // back in the idle loop after a switch-out or an interrupt: the
+            // window interrupted runs on to its end (poll_idle's time limit)
+            let end = resumed.unwrap_or(now + poll);
+            if end <= now {
+                self.vcpus[v].c.guest_idle_poll_misses += 1;
+                self.start_halt_exit(v);
+                return;
+            }
             self.vcpus[v].in_kernel = true;
-            self.set_act(v, Act::IdlePoll { start: now, end: now + poll }, now + poll, C_IDLEPOLL);
+            self.set_act(v, Act::IdlePoll { start: now, end }, end, C_IDLEPOLL);
         } else {
             self.start_halt_exit(v);
         }

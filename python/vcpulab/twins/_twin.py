@@ -296,8 +296,9 @@ def twin(
       after the halt path's instructions, which an item found while polling
       runs too (about 10 instructions more than the real hit), the poll sees
       the item at once (the real one at its next check, ~half an iteration
-      later), and a worker switched out while polling polls a whole window
-      again when it runs (the real one goes on counting where it stopped).
+      later), and a worker switched out while polling polls on to the
+      window's original end in wall time (the real one counts checks and
+      goes on counting where it stopped).
 
     Raises ``ValueError`` for experiments without a twin.
     """
