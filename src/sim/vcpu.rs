@@ -115,7 +115,6 @@ impl Sim {
             // still runnable inside KVM_RUN: preempted (involuntarily, or by a yield)
             vc.preempted = true;
             vc.preempted_in_kernel = vc.in_kernel;
-            let mut newly = false;
             let kvm_sets = if in_guest && why.at_instruction_boundary() {
                 vc.c.preemption_reported += 1;
                 kvm_writes
@@ -123,16 +122,9 @@ impl Sim {
                 vc.c.preemption_other += 1;
                 every_put
             };
-            if (kvm_sets || token_park) && steal_time && !vc.st_preempted {
-                vc.st_preempted = true;
-                newly = true;
-            }
             vc.acct.set(now, C_WAIT);
-            if newly {
-                self.notify_mutex_spinners(v);
-                if self.vms[vm].cfg.guest.lock_model == LockModel::Kernel {
-                    self.notify_preempted_kernel(v);
-                }
+            if kvm_sets || token_park {
+                self.set_st_preempted(v);
             }
         } else {
             vc.acct.set(now, C_HALT);
