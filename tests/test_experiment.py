@@ -112,29 +112,38 @@ def _halt_exits(r) -> int:  # type: ignore[no-untyped-def]
 
 def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
     w = MsiPingPong(rounds=800, gap_us=50)
+    pairs = 3  # alternated off/on runs: a slow spell of this VM's host falls on one pair, not on one side
 
     def measure():  # type: ignore[no-untyped-def]
-        off = run(w, vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=0, host=kvm_host, warn_quality=False)
-        on = run(w, vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=200_000, host=kvm_host, warn_quality=False)
-        return off, on
+        runs: dict[str, list] = {"off": [], "on": []}
+        for _ in range(pairs):
+            for side, poll_ns in (("off", 0), ("on", 200_000)):
+                runs[side].append(
+                    run(w, vcpus=1, pcpus=[1], duration_s=10, halt_poll_ns=poll_ns, host=kvm_host, warn_quality=False)
+                )
+        return runs
 
-    def check(p) -> None:  # type: ignore[no-untyped-def]
-        off, on = p
-        print(
-            f"rtt median off {off.results['rtt_median_us'][0]:.1f} us, on {on.results['rtt_median_us'][0]:.1f} us; "
-            f"polling run {on.quality.line()}"
-        )
-        for r in (off, on):
-            assert r.results["rounds"][0] == 800
-            assert _halt_exits(r) == 800  # one halt per message
-        s_off = off.samples.filter(off.samples["t_ns"] == off.samples["t_ns"].max())
-        assert s_off["halt_successful_poll"][0] == 0
-        s_on = on.samples.filter(on.samples["t_ns"] == on.samples["t_ns"].max())
-        assert s_on["halt_successful_poll"][0] > 400, f"{s_on['halt_successful_poll'][0]} of 800 halts polled"
-        assert on.results["rtt_median_us"][0] < off.results["rtt_median_us"][0]
+    def worst(runs):  # type: ignore[no-untyped-def]
+        return max((r.quality for r in runs["on"]), key=lambda q: q.other_share)
 
-    # other load on CPU 1 stops polling in the polling run (towards failing)
-    remeasure(measure, check, quality=lambda p: p[1].quality)
+    def check(runs) -> None:  # type: ignore[no-untyped-def]
+        rtt = {side: [r.results["rtt_median_us"][0] for r in rs] for side, rs in runs.items()}
+        print(f"rtt medians off {rtt['off']} us, on {rtt['on']} us; worst polling run {worst(runs).line()}")
+        for side, rs in runs.items():
+            for r in rs:
+                assert r.results["rounds"][0] == 800
+                assert _halt_exits(r) == 800  # one halt per message
+                last = r.samples.filter(r.samples["t_ns"] == r.samples["t_ns"].max())
+                polled = last["halt_successful_poll"][0]
+                if side == "off":
+                    assert polled == 0
+                else:
+                    assert polled > 400, f"{polled} of 800 halts polled"
+        # polling saves the wake-up from sleep (~5 us of ~37 here): lower in most pairs
+        assert sum(on < off for off, on in zip(rtt["off"], rtt["on"])) >= 2, rtt
+
+    # other load on CPU 1 stops polling in the polling runs (towards failing)
+    remeasure(measure, check, quality=worst)
 
 
 def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
