@@ -13,6 +13,7 @@ the save are listed, not compared) and exits non-zero on any difference.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -117,7 +118,13 @@ def frames(r: sim.Result) -> dict[str, pl.DataFrame]:
 
 
 def main() -> None:
-    mode, root = sys.argv[1], Path(sys.argv[2])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("save", "check"), help="save the frames, or check them against a save")
+    ap.add_argument("dir", type=Path, help="the folder of the saved frames")
+    args = ap.parse_args()
+    mode, root = args.mode, args.dir
+    if mode == "check" and not root.is_dir():
+        ap.error(f"{root}: no saved frames (run `save` with the build before the change first)")
     bad = 0
     new_cols: set[str] = set()
     for name, cfg in configs().items():

@@ -163,7 +163,7 @@ impl Sim {
                         ple_window: vmc.ple.window,
                         hp: HaltPollState::new(&halt_poll),
                         poll_resume: None,
-                        idle_poll_end: None,
+                        idle_poll_left: None,
                         cur: None,
                         runq: VecDeque::new(),
                         ipis: VecDeque::new(),

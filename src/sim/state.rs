@@ -406,10 +406,10 @@ pub struct Vcpu {
     /// Preempted inside the poll loop: the poll deadline it resumes with.
     pub poll_resume: Option<Ns>,
     /// Interrupted inside the guest's idle poll (switched out, or an
-    /// interrupt handler ran): the instant its window ends, which it goes on
-    /// polling to when the guest is idle again (`poll_idle` times itself with
-    /// the guest's clock, which runs on meanwhile). None once a thread runs.
-    pub idle_poll_end: Option<Ns>,
+    /// interrupt handler ran): what is left of its window, which it goes on
+    /// polling when the guest is idle again (`Pv.guest_idle_poll_limit`).
+    /// None once a thread runs.
+    pub idle_poll_left: Option<PollLeft>,
     /// Cache-refill time still owed after a migration (`Host.migration_cold_*`):
     /// the next useful work of this vCPU starts with it, ns (read at every
     /// sched-in and end of work: in the second cache line).
@@ -429,6 +429,16 @@ pub struct Vcpu {
     /// its average idle period (`rq->avg_idle`).
     pub idle_stamp: Option<Ns>,
     pub avg_idle: Ns,
+}
+
+/// What is left of an interrupted guest idle poll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollLeft {
+    /// Its window ends at this instant (`IdlePollLimit::Clock`: `poll_idle`
+    /// times itself with the guest's clock, which runs on meanwhile).
+    Until(Ns),
+    /// It polls this long more (`IdlePollLimit::Checks`: the checks left).
+    For(Ns),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -499,3 +499,44 @@ fn an_interrupted_guest_idle_poll_runs_on_to_its_original_end() {
     assert!(v("preemption_reported") > 50, "host load interrupts the vCPU");
     assert!(polled <= (hits + misses) * 200_000, "{polled} ns polled in {} windows of 200 µs", hits + misses);
 }
+
+/// `Pv.guest_idle_poll_limit = "checks"` (vcpulab's mailbox poll counts its
+/// checks down): an interrupted window goes on for the polling time it had
+/// left, so every window that runs out polled its whole length on the vCPU.
+/// Under `"clock"` the time away counts, and interrupted windows poll less.
+/// One vCPU idle-polling 200 µs after each ~1 ms of work (exponential), its
+/// thread then asleep for 1 ms (no poll can catch it: every window runs
+/// out), sharing its CPU with a background task half of the time (CFS: 74
+/// windows, 519-555 preemptions; "clock" polled 11.6 ms, "checks" 14.8 ms).
+#[test]
+fn a_guest_idle_poll_limited_by_checks_polls_its_whole_window_on_the_vcpu() {
+    let polled_and_misses = |limit: IdlePollLimit| {
+        let mut vm = computing_vm(1);
+        vm.workload.phases = vec![
+            Phase::Sleep { ns: 1_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
+            Phase::Compute { ns: 1_000_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+        ];
+        vm.pv.guest_idle_poll_ns = 200_000;
+        vm.pv.guest_idle_poll_limit = limit;
+        let mut c = SimConfig {
+            host: HostConfig { n_pcpus: 1, scheduler: Scheduler::Cfs, ..Default::default() },
+            vms: vec![vm],
+            duration_ns: 200_000_000,
+            ..Default::default()
+        };
+        c.host.background.utilization = 0.5;
+        c.host.background.burst_ns = 100_000;
+        let r = run(&c).unwrap();
+        conservation(&r, c.duration_ns);
+        let v = |n: &str| r.vcpus.u64s(n)[0];
+        assert!(v("preemption_reported") > 50, "host load interrupts the vCPU");
+        assert_eq!(v("guest_idle_poll_hits"), 0, "a 1-ms sleep outlasts every window");
+        (v("idle_poll_ns"), v("guest_idle_poll_misses"))
+    };
+    let (polled, misses) = polled_and_misses(IdlePollLimit::Checks);
+    assert!(misses > 50, "{misses} windows");
+    // the run's end may cut one window short
+    assert!(polled > (misses - 1) * 200_000 && polled <= (misses + 1) * 200_000, "{polled} ns in {misses} windows");
+    let (polled, misses) = polled_and_misses(IdlePollLimit::Clock);
+    assert!(polled < (misses - 1) * 200_000, "the clock's windows lose the time away: {polled} ns in {misses} windows");
+}

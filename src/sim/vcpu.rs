@@ -10,7 +10,7 @@
 //! an IPI, a thread placed on it) sends it a zero-delay `Poke`. What the guest
 //! does on it next is decided by the guest kernel (`guest/`).
 
-use super::config::{LockKind, LockModel, Placement, PreemptedByte};
+use super::config::{IdlePollLimit, LockKind, LockModel, Placement, PreemptedByte};
 use super::engine::Sim;
 use super::policy::VcpuView;
 use super::queue::Ev;
@@ -247,8 +247,13 @@ impl Sim {
                 }
             }
             Act::IdlePoll { end, .. } => {
-                // the guest's idle loop goes on to the same end if nothing to run comes
-                self.vcpus[v].idle_poll_end = Some(end);
+                // the guest's idle loop goes on polling if nothing to run comes:
+                // to the same end, or for the checks it has left
+                let vm = self.vcpus[v].vm as usize;
+                self.vcpus[v].idle_poll_left = Some(match self.vms[vm].cfg.pv.guest_idle_poll_limit {
+                    IdlePollLimit::Clock => PollLeft::Until(end),
+                    IdlePollLimit::Checks => PollLeft::For(end.saturating_sub(now)),
+                });
             }
             Act::Off => {}
         }
@@ -380,7 +385,7 @@ impl Sim {
                 self.vcpus[v].c.guest_idle_poll_misses += 1;
                 self.pause_act(v);
                 // the window ran out: the next idle period polls afresh
-                self.vcpus[v].idle_poll_end = None;
+                self.vcpus[v].idle_poll_left = None;
                 self.start_halt_exit(v);
             }
             Act::Exit { kind, .. } => self.exit_done(v, kind),
@@ -461,12 +466,17 @@ impl Sim {
         let poll = pv.guest_idle_poll_ns;
         let polls_here =
             pv.guest_idle_poll_vcpus.is_empty() || pv.guest_idle_poll_vcpus.binary_search(&self.vcpus[v].idx).is_ok();
-        let resumed = self.vcpus[v].idle_poll_end.take();
+        let resumed = self.vcpus[v].idle_poll_left.take();
         if poll > 0 && polls_here {
             let now = self.now;
             // back in the idle loop after a switch-out or an interrupt: the
-            // window interrupted runs on to its end (poll_idle's time limit)
-            let end = resumed.unwrap_or(now + poll);
+            // window interrupted runs on to its end (poll_idle's time limit),
+            // or for the checks it has left
+            let end = match resumed {
+                None => now + poll,
+                Some(PollLeft::Until(end)) => end,
+                Some(PollLeft::For(left)) => now + left,
+            };
             if end <= now {
                 self.vcpus[v].c.guest_idle_poll_misses += 1;
                 self.start_halt_exit(v);

@@ -702,6 +702,13 @@ class Pv(_Base):
             guest's cpuidle-haltpoll driver polls on every CPU. For guests that poll on some vCPUs
             only: the workers of vcpulab's wake-placement program poll their mailbox before they
             halt, and its waker (vCPU 0) halts at once. Default empty.
+        guest_idle_poll_limit: What ends a guest idle poll that was interrupted (switched out,
+            or an interrupt handler ran): `"clock"`, its window ends at an instant of the guest's
+            clock, which runs on while the vCPU is away (the kernel's `poll_idle`,
+            drivers/cpuidle/poll_state.c, checks `local_clock()`), or `"checks"`, its window is a
+            number of checks, so only the time the vCPU polls counts and an interrupted poll goes on
+            with the checks it has left (vcpulab's mailbox poll, `experiment.WakePlacement(poll=n)`,
+            counts down n checks; the twins use it). Default `"clock"`.
         pv_spinlocks: KVM_FEATURE_PV_UNHALT offered to the guest. False: the guest's
             `kvm_spinlock_init` returns early, so its `pv_queued` locks run the `virt_spin_lock`
             test-and-set fallback (any running waiter may take a free lock, newcomers included: lock
@@ -748,6 +755,7 @@ class Pv(_Base):
     halt_exit_ns: int = 1500
     guest_idle_poll_ns: int = 0
     guest_idle_poll_vcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
+    guest_idle_poll_limit: str = field(default="clock", metadata=_NEW)
     pv_spinlocks: bool = True
     kick_yield: bool = True
     tlb_flush: bool = False

@@ -296,9 +296,9 @@ def twin(
       after the halt path's instructions, which an item found while polling
       runs too (about 10 instructions more than the real hit), the poll sees
       the item at once (the real one at its next check, ~half an iteration
-      later), and a worker switched out while polling polls on to the
-      window's original end in wall time (the real one counts checks and
-      goes on counting where it stopped).
+      later). The poll is a number of checks, as the real one
+      (``Pv.guest_idle_poll_limit = "checks"``): a worker switched out or
+      interrupted while polling goes on with the checks it has left.
 
     Raises ``ValueError`` for experiments without a twin.
     """
@@ -450,6 +450,8 @@ def twin(
             # idle poll on the workers' vCPUs, as long as the poll's failed checks
             pv_kw["guest_idle_poll_ns"] = max(int(round(w.poll * wake_poll_iter_ns(cal))), 1)
             pv_kw["guest_idle_poll_vcpus"] = tuple(range(1, exp.vcpus))
+            # the real poll counts its checks down: time switched out or in a handler is not polled
+            pv_kw["guest_idle_poll_limit"] = "checks"
         threads = 2
     vm = sim.Vm(
         vcpus=exp.vcpus,

@@ -245,6 +245,17 @@ pub struct PvConfig {
     #[schemars(length(max = limits::MAX_VCPU_LIST), extend("default" = []))]
     #[schemars(extend("x-omit-default" = true))]
     pub guest_idle_poll_vcpus: Vec<u32>,
+    /// What ends a guest idle poll that was interrupted (switched out, or an
+    /// interrupt handler ran): `"clock"`, its window ends at an instant of
+    /// the guest's clock, which runs on while the vCPU is away (the
+    /// kernel's `poll_idle`, drivers/cpuidle/poll_state.c, checks
+    /// `local_clock()`), or `"checks"`, its window is a number of checks,
+    /// so only the time the vCPU polls counts and an interrupted poll goes
+    /// on with the checks it has left (vcpulab's mailbox poll,
+    /// `experiment.WakePlacement(poll=n)`, counts down n checks; the twins
+    /// use it). Default `"clock"`.
+    #[schemars(extend("x-omit-default" = true))]
+    pub guest_idle_poll_limit: IdlePollLimit,
     /// KVM_FEATURE_PV_UNHALT offered to the guest. False: the
     /// guest's `kvm_spinlock_init` returns early, so its `pv_queued`
     /// locks run the `virt_spin_lock` test-and-set fallback (any running
@@ -302,6 +313,19 @@ pub struct PvConfig {
     pub yield_single_task_bailout: bool,
 }
 
+/// What ends an interrupted guest idle poll (`PvConfig::guest_idle_poll_limit`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IdlePollLimit {
+    /// The window ends at an instant of the guest's clock: time switched out
+    /// or in an interrupt handler counts as polled (`poll_idle`).
+    #[default]
+    Clock,
+    /// The window is the vCPU's polling time (a number of checks): an
+    /// interrupted poll goes on for the time it had left.
+    Checks,
+}
+
 /// When `kvm_arch_vcpu_put` sets the steal-time `preempted` byte ([K4]).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
@@ -335,6 +359,7 @@ impl Default for PvConfig {
             halt_exit_ns: 1_500,
             guest_idle_poll_ns: 0,
             guest_idle_poll_vcpus: Vec::new(),
+            guest_idle_poll_limit: IdlePollLimit::Clock,
             pv_spinlocks: true,
             kick_yield: true,
             tlb_flush: false,

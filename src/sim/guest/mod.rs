@@ -53,7 +53,7 @@ impl Sim {
                 None => match vc.runq.pop_front() {
                     Some(t) => {
                         // the guest leaves its idle loop: an interrupted idle poll is over
-                        vc.idle_poll_end = None;
+                        vc.idle_poll_left = None;
                         vc.cur = Some(t);
                         let th = &mut self.threads[t as usize];
                         th.state = TState::Current;
