@@ -74,6 +74,19 @@ def _best_of_two(n: int, dur: int) -> tuple[float, int]:
     return min(c for c, _ in runs), int(runs[0][1].summary["events"][0])
 
 
+def cpu_caches() -> dict[str, str]:
+    """This CPU's caches from sysfs (``{"L1d": "48K", "L2": "2048K", ...}``; empty where unreadable):
+    the scaling runs are bound by memory accesses, so their ratios depend on these."""
+    out: dict[str, str] = {}
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((d / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        out[f"L{level}{dict(Data='d', Instruction='i').get(kind, '')}"] = size
+    return out
+
+
 def bench_scale(quick: bool) -> dict:
     """Cost per vCPU per simulated second from 64 to 1024 vCPUs, in the
     steady state: each size simulates the same vCPU-seconds, once over a
@@ -98,11 +111,17 @@ def bench_scale(quick: bool) -> dict:
         }
         base = out[64]["cpu_s_per_vcpu_s"]
         out[n]["over_64"] = round(per_vcpu_s / base, 2)
+        if 256 in out:
+            out[n]["over_256"] = round(per_vcpu_s / out[256]["cpu_s_per_vcpu_s"], 2)
         print(
             f"scale {n:5} vCPUs on {n // 2:4} CPUs: {per_vcpu_s * 1e3:.2f} ms CPU per vCPU-s in the steady state "
-            f"({out[n]['over_64']:.2f}x 64's; {out[n]['events_per_vcpu_s']:,} events per vCPU-s, "
-            f"{out[n]['ns_per_event']:.0f} ns each)"
+            f"({out[n]['over_64']:.2f}x 64's"
+            + (f", {out[n]['over_256']:.2f}x 256's" if "over_256" in out[n] else "")
+            + f"; {out[n]['events_per_vcpu_s']:,} events per vCPU-s, {out[n]['ns_per_event']:.0f} ns each)"
         )
+    # the per-vCPU state (~1.3 KB: vCPU 768 B, its thread and host task 192 B each, half a run
+    # queue 192 B) outgrows the L1 data cache between 64 and 128 vCPUs and fits L2 up to ~1024
+    print(f"caches: {cpu_caches()}")
     return out
 
 
@@ -272,6 +291,7 @@ def main() -> None:
         "python": platform.python_version(),
         "vcpulab": sim.Result.__module__ and __import__("vcpulab").__version__,
         "quick": args.quick,
+        "caches": cpu_caches(),
     }
     for name in args.only.split(","):
         report[name] = globals()[f"bench_{name}"](args.quick)
