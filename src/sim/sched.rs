@@ -147,6 +147,22 @@ impl Sim {
             }
         } else {
             if self.tokens_on() && matches!(self.tasks[t].kind, TaskKind::Vcpu(_)) {
+                if self.token_wakes_unheld(t) {
+                    // vcpulab's scheduler, `Host.token_wake_exit_ns`: it runs its
+                    // wake path without a token on the CPU it last held one on (its
+                    // thread stays pinned there), then asks (`token_ask`)
+                    self.tokens.unheld[t] = true;
+                    if self.tasks[t].delayed {
+                        self.delayed_wake(t);
+                    }
+                    let c = self.tasks[t].cpu as usize;
+                    if self.is_cfs() {
+                        self.update_curr(c);
+                        self.cfs_place(c, t, c, true);
+                    }
+                    self.rq_add(t, true);
+                    return;
+                }
                 // vcpulab's scheduler: it waits for a run token (src/sim/tokens.rs)
                 self.token_wait(t);
                 return;

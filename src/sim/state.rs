@@ -304,6 +304,9 @@ pub enum ExitKind {
     /// The host's switch to this vCPU thread (`Host.switch_ns`): the guest
     /// resumes when it ends.
     Switch,
+    /// The wake bracket's exit of a vCPU running without a token after its
+    /// halt (`Host.token_wake_exit_ns`): it asks for a token when it ends.
+    TokenAsk,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -629,6 +632,10 @@ pub struct Tokens {
     /// Per host CPU: added to its first slice, ns (the phase of the token
     /// slices against the host's tick grid; then 0).
     pub phase: Vec<u64>,
+    /// Per task: a vCPU woken from a halt that runs without a token until
+    /// its wake bracket's exit asks for one (`Host.token_wake_exit_ns`;
+    /// empty when that is 0).
+    pub unheld: Vec<bool>,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

@@ -86,6 +86,52 @@ impl Sim {
         self.tokens.granted_at = vec![0; self.tasks.len()];
         let tick = self.cfg.host.tick_ns.max(1);
         self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
+        if self.cfg.host.token_wake_exit_ns > 0 {
+            self.tokens.unheld = vec![false; self.tasks.len()];
+        }
+    }
+
+    /// Whether vCPU task `t`, being woken, runs without a token until its
+    /// wake bracket's exit (`Host.token_wake_exit_ns`): only a wake-up from
+    /// a halt (an arriving thread asks at once, as the real one does before
+    /// its first entry).
+    pub(crate) fn token_wakes_unheld(&self, t: usize) -> bool {
+        if self.tokens.unheld.is_empty() {
+            return false;
+        }
+        let TaskKind::Vcpu(v) = self.tasks[t].kind else { return false };
+        self.vcpus[v as usize].hp.halted()
+    }
+
+    /// Whether vCPU task `t` runs without a token and has not asked yet.
+    #[inline]
+    pub(crate) fn token_unheld(&self, t: usize) -> bool {
+        !self.tokens.unheld.is_empty() && self.tokens.unheld[t]
+    }
+
+    /// The end of the wake bracket's exit of `t`, current on CPU `c`
+    /// without a token: it asks for one (src/kvm/sched/ `wake`). A free
+    /// token of `c` that it may take (nobody waits for it first) is granted
+    /// in place, and `t` goes on (true); else `t` waits in its queue, parked
+    /// (false): the caller reschedules `c`, then fills the free tokens.
+    pub(crate) fn token_ask(&mut self, c: usize, t: usize) -> bool {
+        self.tokens.unheld[t] = false;
+        let q = self.token_queue_of(t);
+        self.tokens.queues[q].push_back(t as u32);
+        if self.tokens.holder[c].is_none()
+            && self.token_queue_for(c) == q
+            && self.token_pick(c) == Some(self.tokens.queues[q].len() - 1)
+        {
+            self.tokens.queues[q].pop_back();
+            self.token_assign(c, t);
+            return true;
+        }
+        // runnable without a token: parked, its lag kept, as a holder at a slice's end
+        self.tasks[t].parked = true;
+        self.update_curr(c);
+        let v = self.avg_vruntime(c);
+        self.save_lag(t, v);
+        false
     }
 
     /// The queue vCPU task `t` waits in (its home CPU's under balance scheduling).
@@ -148,7 +194,7 @@ impl Sim {
 
     /// Every free token goes to the next vCPU its queue may give it to
     /// (`dispatch_idle`).
-    fn token_dispatch_idle(&mut self) {
+    pub(crate) fn token_dispatch_idle(&mut self) {
         for c in 0..self.tokens.holder.len() {
             if self.tokens.holder[c].is_none() {
                 self.token_grant_next(c);
@@ -182,6 +228,21 @@ impl Sim {
     /// (`rq_lock_ns`).
     fn token_grant(&mut self, c: usize, t: usize, wakeup: bool) {
         debug_assert!(self.tokens.holder[c].is_none() && self.tasks[t].parked && self.tasks[t].runnable);
+        self.token_assign(c, t);
+        self.tasks[t].cpu = c as u32;
+        self.tasks[t].parked = false;
+        // Its thread slept while it waited: under DELAY_DEQUEUE (v6.12+) a
+        // sleeper with negative lag stays queued, ineligible, and leaves at
+        // the 0-lag point ("sched/fair: Implement delayed dequeue",
+        // P. Zijlstra, 2024), so it wakes owing nothing; a positive lag is
+        // kept. Simplified: the wait is taken as long enough to spend it.
+        self.tasks[t].vlag = self.tasks[t].vlag.max(0);
+        self.rq_add(t, wakeup);
+    }
+
+    /// CPU `c`'s free token goes to `t` for a fresh slice (the bookkeeping
+    /// of a grant; `token_grant` also puts a parked `t` on the CPU).
+    fn token_assign(&mut self, c: usize, t: usize) {
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.granted_at[t] = self.now;
         if let TaskKind::Vcpu(v) = self.tasks[t].kind {
@@ -193,15 +254,6 @@ impl Sim {
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
         let first = std::mem::take(&mut self.tokens.phase[c]);
         self.push(self.now + self.cfg.host.token_slice_ns + first, Ev::Token(c as u32, self.tokens.gen[c]));
-        self.tasks[t].cpu = c as u32;
-        self.tasks[t].parked = false;
-        // Its thread slept while it waited: under DELAY_DEQUEUE (v6.12+) a
-        // sleeper with negative lag stays queued, ineligible, and leaves at
-        // the 0-lag point ("sched/fair: Implement delayed dequeue",
-        // P. Zijlstra, 2024), so it wakes owing nothing; a positive lag is
-        // kept. Simplified: the wait is taken as long enough to spend it.
-        self.tasks[t].vlag = self.tasks[t].vlag.max(0);
-        self.rq_add(t, wakeup);
     }
 
     /// The CPU whose token `t` holds.

@@ -326,3 +326,54 @@ fn the_token_scheduler_writes_the_preempted_byte_that_kvm_never_writes() {
         assert!(waiting > 300 && set == waiting, "a vCPU without a token has it set: {set} of {waiting} (load {load})");
     }
 }
+
+/// `Host.token_wake_exit_ns`: a vCPU woken from its halt runs without a
+/// token on the CPU it last held one on (its wake path, then the wake
+/// bracket's exit), sharing it with the token's holder, and then asks for a
+/// token: it is never queued while it runs so, every queued vCPU is parked,
+/// and every running vCPU holds a token or is on its way to ask. Off (0),
+/// no vCPU ever runs without a token.
+#[test]
+fn a_woken_vcpu_runs_its_wake_bracket_without_a_token_then_asks() {
+    let stats = |exit_ns: u64| {
+        let mut c = tokens(3, 2);
+        c.vms[0].workload.phases = vec![
+            Phase::Compute { ns: 200_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+            Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+        ];
+        c.host.token_wake_exit_ns = exit_ns;
+        c.trace = false;
+        let mut s = sim_of(&c);
+        let (mut unheld_running, mut sharing) = (0u32, 0u32);
+        for k in 1..=4000u64 {
+            s.step_until(k * 10_000).unwrap();
+            let held: Vec<u32> = s.tokens.holder.iter().flatten().copied().collect();
+            assert!(held.len() < 2 || held[0] != held[1], "a token held twice");
+            for q in &s.tokens.queues {
+                for &t in q {
+                    let t = t as usize;
+                    assert!(s.tasks[t].parked && s.tasks[t].runnable, "a queued vCPU is parked");
+                    assert!(!s.token_unheld(t), "a vCPU on its way to ask is not queued yet");
+                }
+            }
+            for v in &s.vcpus {
+                let Some(cpu) = v.running else { continue };
+                let t = v.task as usize;
+                if held.contains(&v.task) {
+                    continue;
+                }
+                assert!(s.token_unheld(t), "vCPU {} runs on CPU {cpu} without a token at {} ns", v.idx, s.now);
+                unheld_running += 1;
+                sharing += s.tokens.holder[cpu as usize].is_some() as u32;
+            }
+        }
+        (unheld_running, sharing)
+    };
+    let (unheld, _) = stats(0);
+    assert_eq!(unheld, 0);
+    let (unheld, sharing) = stats(20_000);
+    assert!(
+        unheld > 20 && sharing > 0,
+        "{unheld} instants of a vCPU running without a token, {sharing} beside a holder"
+    );
+}

@@ -525,6 +525,23 @@ impl Sim {
                 }
                 return;
             }
+            ExitKind::TokenAsk => {
+                let t = self.vcpus[v].task as usize;
+                if self.token_ask(cpu, t) {
+                    // a free token here: granted in place, it goes on
+                    if self.rqs[cpu].need_resched {
+                        self.schedule(cpu, Why::ExitResched);
+                    }
+                    if self.vcpus[v].running.is_some() {
+                        self.vcpu_step(v);
+                    }
+                } else {
+                    // it waits for a token off the CPU
+                    self.schedule(cpu, Why::Slice);
+                    self.token_dispatch_idle();
+                }
+                return;
+            }
             ExitKind::Halt => {
                 if !self.has_wake_condition(v) {
                     self.halt_begin(v, cpu);

@@ -333,6 +333,14 @@ class Host(_Base):
         token_skew_ns: Under `scheduler="relaxed_co"`, the token-holding time by which a vCPU
             may lead its slowest runnable sibling before it is co-stopped, ns. Default 3000000
             (`sched.relaxed_co`'s default `skew_us=3000`).
+        token_wake_exit_ns: Under vcpulab's schedulers, a vCPU woken from a halt first runs
+            without a token, on the CPU whose token it last held: its pending interrupt handlers,
+            then an exit of this many ns (the guest programs' wake bracket, a port write to
+            vcpulab's scheduler), at whose end it asks for a token, as src/kvm/sched/'s `wake` is
+            called (the real vCPU runs its interrupt handler and the bracket inside `KVM_RUN` before
+            it exits to ask). Meanwhile it shares that CPU with the token's holder under the
+            kernel's scheduler. 0: it asks at once, as it wakes (and the bracket's instructions run
+            with the token). Default 0.
         tsc_khz: Host clock converting PLE cycles to ns, kHz. Default 2100000 (2.1 GHz, a Xeon
             of the 2012 sources' era; assumption).
         rq_lock_ns: Time a yield_to attempt holds both run-queue locks, ns (contended locks are
@@ -488,6 +496,7 @@ class Host(_Base):
     gang_slice_ns: int = 4_000_000
     token_slice_ns: int = field(default=4_000_000, metadata=_NEW)
     token_skew_ns: int = field(default=3_000_000, metadata=_NEW)
+    token_wake_exit_ns: int = field(default=0, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50

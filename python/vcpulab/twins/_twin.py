@@ -21,7 +21,7 @@ from vcpulab._checks import check_bool, check_float, check_int, check_type
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
 from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
 from vcpulab.twins._experiment import Experiment
-from vcpulab.twins._guest import WAKE_POLL_ITER_INSNS, guest_path
+from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, WAKE_POLL_ITER_INSNS, guest_path
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._values import Calibration
 
@@ -284,9 +284,12 @@ def twin(
       ``is_idle``; ``"available_idle"`` under the host's, whose KVM never
       writes it); ``wakeup_ipi_ns`` = the measured IPI
       wake-up. Instructions from [`guest_path`][vcpulab.twins.guest_path].
-      Simplifications: a woken vCPU asks for a token at once (the real
-      one first runs its interrupt handler and its wake bracket without
-      one); ``is_idle``
+      Under vcpulab's schedulers a side woken from its halt runs its
+      interrupt handler, ``cli`` and its wake bracket without a token, on the
+      CPU whose token it last held, then exits to ask for one
+      (``Host.token_wake_exit_ns`` = those 20 instructions x ``path_insn_ns``
+      + ``uexit_ns``, taken out of the phase after the wake-up), as the real
+      one does. Simplifications: ``is_idle``
       is the host CPU's state at the choice, not the byte the scheduler last
       wrote; ``rounds > 0`` and the ``*_from_host`` bytes have no twin. With
       ``poll > 0`` the workers' vCPUs idle-poll (``Pv.guest_idle_poll_ns`` =
@@ -338,6 +341,7 @@ def twin(
         grow_start_ns=int(knobs["halt_poll_ns_grow_start"]),
         shrink=int(knobs["halt_poll_ns_shrink"]),
     )
+    wake_exit_ns = 0.0  # Host.token_wake_exit_ns of a WakePlacement under vcpulab's scheduler
     if isinstance(w, PvSpinLock) and w.preempted_from_host:
         raise ValueError(
             "PvSpinLock with preempted_from_host has no twin (the host-forced preempted byte is not modelled)"
@@ -380,13 +384,25 @@ def twin(
         # pv_exits each halt's two brackets exit to vcpulab's scheduler (uexit_ns each): the
         # halt's before the hlt, the wake-up's before the next item's work
         exit_ns = cal["uexit_ns"] if pv_exits else 0.0
+        if pv_exits and _host_field("token_wake_exit_ns"):
+            # a side woken from its halt runs its interrupt handler, the cli and the wake
+            # bracket without a token, then exits to ask for one (Host.token_wake_exit_ns):
+            # those instructions and that exit leave the phase after its wake-up
+            wake_exit_ns = (IRQ_STUB_INSNS + 1 + HALT_BRACKET_INSNS) * a + exit_ns
+        else:
+            wake_exit_ns = 0.0
 
         def k(x: float) -> Any:
             return sim.Compute(max(int(round(x)), 1), mode="kernel")
 
         w0, w1 = p["waker_after_ipi"], p["worker_after_ipi"]
-        thread0 = (k((p["waker_path"] - w0) * a + exit_ns), sim.Send(1), k(w0 * a + exit_ns), sim.Recv())
-        main_ns = (p["worker_path"] - w1) * a + p["work_loop"] * b + exit_ns
+        thread0 = (
+            k((p["waker_path"] - w0) * a + exit_ns - wake_exit_ns),
+            sim.Send(1),
+            k(w0 * a + exit_ns),
+            sim.Recv(),
+        )
+        main_ns = (p["worker_path"] - w1) * a + p["work_loop"] * b + exit_ns - wake_exit_ns
         phases = (sim.Recv(), k(main_ns), sim.Send(1), k(w1 * a + exit_ns))
         name = f"{name}:{w.rule}"
     elif isinstance(w, MsiPingPong):
@@ -433,6 +449,8 @@ def twin(
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if exp.scheduler is not None:
         hkw, ple, policy = _scheduled_twin(exp, cal, hkw)
+        if wake_exit_ns > 0:
+            hkw["token_wake_exit_ns"] = max(int(round(wake_exit_ns)), 1)
     wkw: dict[str, Any] = dict(phases=phases, name=name, iterations=int(getattr(w, "iterations", 0)))
     if isinstance(w, IpiPingPong):
         # the real run ends after its rounds: so does the twin (each thread one iteration per round)

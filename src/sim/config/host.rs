@@ -226,6 +226,20 @@ pub struct HostConfig {
     #[schemars(range(max = limits::MAX_TOKEN_SKEW_NS), extend("default" = 3_000_000))]
     #[schemars(extend("x-omit-default" = true))]
     pub token_skew_ns: u64,
+    /// Under vcpulab's schedulers, a vCPU woken from a halt first runs
+    /// without a token, on the CPU whose token it last held: its pending
+    /// interrupt handlers, then an exit of this many ns (the guest
+    /// programs' wake bracket, a port write to vcpulab's scheduler), at
+    /// whose end it asks for a token, as src/kvm/sched/'s `wake` is called
+    /// (the real vCPU runs its interrupt handler and the bracket inside
+    /// `KVM_RUN` before it exits to ask). Meanwhile it shares that CPU with
+    /// the token's holder under the kernel's scheduler. 0: it asks at once,
+    /// as it wakes (and the bracket's instructions run with the token).
+    /// Default 0.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    #[schemars(range(max = limits::MAX_COST_NS), extend("default" = 0))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub token_wake_exit_ns: u64,
     /// Host clock converting PLE cycles to ns, kHz. Default 2100000
     /// (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
@@ -636,6 +650,7 @@ impl Default for HostConfig {
             gang_slice_ns: 4_000_000,
             token_slice_ns: default_token_slice_ns(),
             token_skew_ns: default_token_skew_ns(),
+            token_wake_exit_ns: 0,
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,

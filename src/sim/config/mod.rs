@@ -140,6 +140,10 @@ fn is_zero_u32(x: &u32) -> bool {
     *x == 0
 }
 
+fn is_zero_u64(x: &u64) -> bool {
+    *x == 0
+}
+
 fn is_true(x: &bool) -> bool {
     *x
 }

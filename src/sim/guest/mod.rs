@@ -47,6 +47,12 @@ impl Sim {
                 self.start_exec(v, true);
                 return;
             }
+            if self.token_unheld(self.vcpus[v].task as usize) {
+                // woken without a token: its wake bracket's exit asks for one
+                let end = self.now + self.cfg.host.token_wake_exit_ns;
+                self.start_exit(v, end, ExitKind::TokenAsk, C_EXIT);
+                return;
+            }
             let vc = &mut self.vcpus[v];
             let t = match vc.cur {
                 Some(t) => t as usize,
