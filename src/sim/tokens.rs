@@ -109,29 +109,34 @@ impl Sim {
         !self.tokens.unheld.is_empty() && self.tokens.unheld[t]
     }
 
-    /// The end of the wake bracket's exit of `t`, current on CPU `c`
-    /// without a token: it asks for one (src/kvm/sched/ `wake`). A free
-    /// token of `c` that it may take (nobody waits for it first) is granted
-    /// in place, and `t` goes on (true); else `t` waits in its queue, parked
-    /// (false): the caller reschedules `c`, then fills the free tokens.
-    pub(crate) fn token_ask(&mut self, c: usize, t: usize) -> bool {
+    /// The end of the wake bracket's exit of `t`, current on its CPU
+    /// without a token: it asks for one, as src/kvm/sched/'s `wake` does:
+    /// it joins its queue's tail and every free token goes, in CPU order, to
+    /// the next its queue may give it to (`dispatch_idle`). Returns the CPU
+    /// whose token `t` got (booked for it: the caller moves it there if that
+    /// is not the CPU it runs on), or None: it waits. The other grants are
+    /// made as usual.
+    pub(crate) fn token_ask(&mut self, t: usize) -> Option<usize> {
         self.tokens.unheld[t] = false;
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);
-        if self.tokens.holder[c].is_none()
-            && self.token_queue_for(c) == q
-            && self.token_pick(c) == Some(self.tokens.queues[q].len() - 1)
-        {
-            self.tokens.queues[q].pop_back();
-            self.token_assign(c, t);
-            return true;
+        let mut got = None;
+        for c in 0..self.tokens.holder.len() {
+            if self.tokens.holder[c].is_some() {
+                continue;
+            }
+            if let Some(pos) = self.token_pick(c) {
+                let qc = self.token_queue_for(c);
+                let n = self.tokens.queues[qc].remove(pos).expect("a picked position") as usize;
+                if n == t {
+                    self.token_assign(c, t);
+                    got = Some(c);
+                } else {
+                    self.token_grant(c, n, true);
+                }
+            }
         }
-        // runnable without a token: parked, its lag kept, as a holder at a slice's end
-        self.tasks[t].parked = true;
-        self.update_curr(c);
-        let v = self.avg_vruntime(c);
-        self.save_lag(t, v);
-        false
+        got
     }
 
     /// The queue vCPU task `t` waits in (its home CPU's under balance scheduling).

@@ -331,8 +331,9 @@ fn the_token_scheduler_writes_the_preempted_byte_that_kvm_never_writes() {
 /// token on the CPU it last held one on (its wake path, then the wake
 /// bracket's exit), sharing it with the token's holder, and then asks for a
 /// token: it is never queued while it runs so, every queued vCPU is parked,
-/// and every running vCPU holds a token or is on its way to ask. Off (0),
-/// no vCPU ever runs without a token.
+/// every running vCPU holds a token or is on its way to ask, and a holder's
+/// thread is on its token's CPU (one granted another CPU's token as it
+/// asked has moved there). Off (0), no vCPU ever runs without a token.
 #[test]
 fn a_woken_vcpu_runs_its_wake_bracket_without_a_token_then_asks() {
     let stats = |exit_ns: u64| {
@@ -349,6 +350,12 @@ fn a_woken_vcpu_runs_its_wake_bracket_without_a_token_then_asks() {
             s.step_until(k * 10_000).unwrap();
             let held: Vec<u32> = s.tokens.holder.iter().flatten().copied().collect();
             assert!(held.len() < 2 || held[0] != held[1], "a token held twice");
+            for (c, h) in s.tokens.holder.iter().enumerate() {
+                if let Some(h) = h {
+                    // a vCPU granted another CPU's token as it asked has moved there
+                    assert_eq!(s.tasks[*h as usize].cpu as usize, c, "a holder's thread is on its token's CPU");
+                }
+            }
             for q in &s.tokens.queues {
                 for &t in q {
                     let t = t as usize;

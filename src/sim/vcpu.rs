@@ -527,18 +527,31 @@ impl Sim {
             }
             ExitKind::TokenAsk => {
                 let t = self.vcpus[v].task as usize;
-                if self.token_ask(cpu, t) {
-                    // a free token here: granted in place, it goes on
+                let got = self.token_ask(t);
+                if got == Some(cpu) {
+                    // this CPU's token: it goes on in place
                     if self.rqs[cpu].need_resched {
                         self.schedule(cpu, Why::ExitResched);
                     }
                     if self.vcpus[v].running.is_some() {
                         self.vcpu_step(v);
                     }
-                } else {
-                    // it waits for a token off the CPU
-                    self.schedule(cpu, Why::Slice);
-                    self.token_dispatch_idle();
+                    return;
+                }
+                // it leaves this CPU, parked, its lag kept (as a holder at a slice's end)
+                self.tasks[t].parked = true;
+                self.update_curr(cpu);
+                let vr = self.avg_vruntime(cpu);
+                self.save_lag(t, vr);
+                self.schedule(cpu, Why::Slice);
+                if let Some(c) = got {
+                    // another CPU's token: its thread moves there (the real one
+                    // pins itself to the token's CPU) and runs with it
+                    self.tasks[t].cpu = c as u32;
+                    self.tasks[t].parked = false;
+                    self.tasks[t].vlag = self.tasks[t].vlag.max(0);
+                    self.vcpus[v].st_preempted = false;
+                    self.rq_add(t, true);
                 }
                 return;
             }
