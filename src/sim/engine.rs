@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use rand::Rng;
 use rand_pcg::Pcg64Mcg;
 
-use super::config::{Dist, Scheduler, SimConfig, WakePlacement};
+use super::config::{Dist, Scheduler, SimConfig, StartOrder, WakePlacement};
 use super::queue::{Ev, EventQueue};
 use super::state::*;
 use super::trace::Trace;
@@ -210,21 +210,45 @@ impl Sim {
             // the VMM creates the vCPU threads one after another; each
             // creation and first move to its CPU takes a variable time, so
             // the order in which they arrive is a race (measured here: real
-            // threads' first runs in no index order, `Run.threads.start_ns`):
-            // a seeded random order, exponential gaps of mean `gap` (both
-            // from the second RNG stream)
-            let mut order: Vec<u32> = (0..self.vcpus.len() as u32).collect();
-            for i in (1..order.len()).rev() {
-                let j = self.rng2.random_range(0..=i);
-                order.swap(i, j);
-            }
-            self.wake.enqueue_new = true;
-            self.vcpu_host_wake(order[0] as usize, WakeReason::Start);
-            self.wake.enqueue_new = false;
-            let mut at: Ns = 0;
-            for &v in &order[1..] {
-                at += self.noise_exp(gap);
-                self.push(at, Ev::Start(v));
+            // threads' first runs not always in index order,
+            // `Run.threads.start_ns`): a seeded random order with exponential
+            // gaps of mean `gap`, or (`Host.start_order = "created"`) index
+            // order with exponential gaps, each arrival delayed by its own
+            // exponential delay of the same mean (from the second RNG stream)
+            let n = self.vcpus.len();
+            let mut order: Vec<u32> = (0..n as u32).collect();
+            match self.cfg.host.start_order {
+                StartOrder::Shuffled => {
+                    for i in (1..n).rev() {
+                        let j = self.rng2.random_range(0..=i);
+                        order.swap(i, j);
+                    }
+                    self.wake.enqueue_new = true;
+                    self.vcpu_host_wake(order[0] as usize, WakeReason::Start);
+                    self.wake.enqueue_new = false;
+                    let mut at: Ns = 0;
+                    for &v in &order[1..] {
+                        at += self.noise_exp(gap);
+                        self.push(at, Ev::Start(v));
+                    }
+                }
+                StartOrder::Created => {
+                    // created in index order, each first arriving after its own delay
+                    let mut arrive: Vec<Ns> = vec![0; n];
+                    let mut created: Ns = 0;
+                    for a in arrive.iter_mut() {
+                        created += self.noise_exp(gap);
+                        *a = created + self.noise_exp(gap);
+                    }
+                    order.sort_by_key(|&v| (arrive[v as usize], v));
+                    let first = arrive[order[0] as usize];
+                    self.wake.enqueue_new = true;
+                    self.vcpu_host_wake(order[0] as usize, WakeReason::Start);
+                    self.wake.enqueue_new = false;
+                    for &v in &order[1..] {
+                        self.push(arrive[v as usize] - first, Ev::Start(v));
+                    }
+                }
             }
         }
         let bg: Vec<u32> =

@@ -435,6 +435,9 @@ def twin(
         start_gap_ns = _start_gap(start_gap_ns)
         if start_gap_ns >= 1:
             hkw["start_gap_ns"] = int(round(start_gap_ns))
+            if _host_field("start_order"):
+                # the VMM creates them in index order; their first runs are jittered
+                hkw["start_order"] = "created"
     if machine > n_cpus:
         # vCPU i on the run's CPU i mod n (the real placement), the rest of
         # the machine left to the VMM thread and the host's other tasks
