@@ -68,9 +68,14 @@ def scale_config(n: int, dur: int) -> sim.Config:
     )
 
 
-def _best_of_two(n: int, dur: int) -> tuple[float, int]:
-    """CPU seconds of the faster of two runs of ``n`` vCPUs over ``dur`` ns, and its events."""
-    runs = [timed(scale_config(n, dur)) for _ in range(2)]
+#: runs per point of the scaling benchmark (the fastest counts): with two, the 64-vCPU point
+#: moved by 25 % between two runs of one build on a 2-CPU VM
+SCALE_REPEATS = 4
+
+
+def _best_of(n: int, dur: int) -> tuple[float, int]:
+    """CPU seconds of the fastest of ``SCALE_REPEATS`` runs of ``n`` vCPUs over ``dur`` ns, and its events."""
+    runs = [timed(scale_config(n, dur)) for _ in range(SCALE_REPEATS)]
     return min(c for c, _ in runs), int(runs[0][1].summary["events"][0])
 
 
@@ -94,14 +99,14 @@ def bench_scale(quick: bool) -> dict:
     second half (the start, where every vCPU begins in step and spins less,
     costs less per vCPU-second than the steady state, and a run of the same
     length is mostly start for few vCPUs and not for many). Each run is the
-    best of two, on this thread's CPU clock. ``--quick``'s windows (6 ms at
+    best of ``SCALE_REPEATS``, on this thread's CPU clock. ``--quick``'s windows (6 ms at
     1024 vCPUs) are too short for its steady state: use the full run."""
     out: dict = {}
     budget = 6.4 if quick else 25.6  # vCPU-seconds of the window
     for n in (64, 128, 256, 512, 1024):
         dur = int(budget / n * 1e9)
 
-        (c1, e1), (c2, e2) = _best_of_two(n, dur), _best_of_two(n, 2 * dur)
+        (c1, e1), (c2, e2) = _best_of(n, dur), _best_of(n, 2 * dur)
         per_vcpu_s = (c2 - c1) / budget
         out[n] = {
             "window_ns": dur,
