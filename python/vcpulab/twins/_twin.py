@@ -297,7 +297,10 @@ def twin(
       workers; the waker halts at once), so an item placed on a polling
       worker runs without its wake-up; simplifications: the twin's poll starts
       after the halt path's instructions, which an item found while polling
-      runs too (about 10 instructions more than the real hit), the poll sees
+      runs too (about 10 instructions more than the real hit; under
+      vcpulab's schedulers a hit also skips the 20 wake-path instructions
+      that ``token_wake_exit_ns`` stands for, of which the real hit runs the
+      16 of the interrupt handler: about as many fewer), the poll sees
       the item at once (the real one at its next check, ~half an iteration
       later). The poll is a number of checks, as the real one
       (``Pv.guest_idle_poll_limit = "checks"``): a worker switched out or
