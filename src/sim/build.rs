@@ -289,7 +289,8 @@ impl Sim {
         if cfg.host.scheduler.is_tokens() {
             sim.setup_tokens();
         }
-        if cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups {
+        let eevdf_groups = cfg.host.scheduler == Scheduler::Fair && cfg.host.vm_groups;
+        if (cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups) || eevdf_groups {
             sim.groups = TaskGroups::new(sim.vms.len(), p as usize);
         }
         Ok(sim)

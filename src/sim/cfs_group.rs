@@ -80,7 +80,7 @@ impl Sim {
 
     /// The root-level entity of task `t`: its group's entity, or the task.
     #[inline]
-    fn cg_root_ent(&self, t: usize) -> u32 {
+    pub(crate) fn cg_root_ent(&self, t: usize) -> u32 {
         match self.cg_of(t) {
             Some(g) => GROUP_ENT | g as u32,
             None => t as u32,
@@ -88,7 +88,7 @@ impl Sim {
     }
 
     #[inline]
-    fn ent_vr(&self, e: u32) -> i64 {
+    pub(crate) fn ent_vr(&self, e: u32) -> i64 {
         if e & GROUP_ENT != 0 {
             self.groups.g[(e & !GROUP_ENT) as usize].vruntime
         } else {
@@ -97,7 +97,7 @@ impl Sim {
     }
 
     #[inline]
-    fn ent_w(&self, e: u32) -> u64 {
+    pub(crate) fn ent_w(&self, e: u32) -> u64 {
         if e & GROUP_ENT != 0 {
             self.groups.g[(e & !GROUP_ENT) as usize].weight
         } else {
@@ -109,7 +109,7 @@ impl Sim {
     /// VM's first vCPU thread does (seeded with `Host.seeded_ties`), so
     /// equal group vruntimes favour no VM by its index.
     #[inline]
-    fn ent_key(&self, e: u32) -> (i64, u32) {
+    pub(crate) fn ent_key(&self, e: u32) -> (i64, u32) {
         if e & GROUP_ENT != 0 {
             let g = (e & !GROUP_ENT) as usize;
             let v0 = self.vms[g / self.groups.n_pcpus].vcpu0 as usize;
@@ -119,7 +119,7 @@ impl Sim {
         }
     }
 
-    fn lvl_cpu(&self, l: Lvl) -> usize {
+    pub(crate) fn lvl_cpu(&self, l: Lvl) -> usize {
         match l {
             Lvl::Root(cpu) => cpu,
             Lvl::Grp(g) => g % self.groups.n_pcpus,
@@ -129,7 +129,7 @@ impl Sim {
     /// The level's curr entity if it is on the cfs_rq (`cfs_rq->curr` with
     /// `on_rq`): at the root, the group entity of the running task's group
     /// while the group has runnable tasks.
-    fn lvl_curr(&self, l: Lvl) -> Option<u32> {
+    pub(crate) fn lvl_curr(&self, l: Lvl) -> Option<u32> {
         let cpu = self.lvl_cpu(l);
         let c = self.rqs[cpu].curr? as usize;
         let tk = &self.tasks[c];
@@ -198,7 +198,7 @@ impl Sim {
     }
 
     /// Whether entity `e` is on the level's cfs_rq (curr or queued).
-    fn lvl_on_rq(&self, l: Lvl, e: u32) -> bool {
+    pub(crate) fn lvl_on_rq(&self, l: Lvl, e: u32) -> bool {
         if self.lvl_curr(l) == Some(e) {
             return true;
         }
@@ -376,11 +376,17 @@ impl Sim {
     /// from this CPU's share of the group's load. The caller has charged
     /// the running time first (`reweight_entity` follows `update_curr`).
     fn cg_reweight(&mut self, g: usize) {
+        self.groups.g[g].weight = self.group_shares(g);
+    }
+
+    /// `calc_group_shares` of group `g`: the group's 1024 shares times this
+    /// CPU's share of its load, clamped to [MIN_SHARES, shares].
+    pub(crate) fn group_shares(&self, g: usize) -> u64 {
         let vm = g / self.groups.n_pcpus;
         let tg = self.groups.tg_load[vm];
         let load = self.groups.g[g].load;
         let shares = (GROUP_SHARES * load).checked_div(tg).unwrap_or(GROUP_SHARES);
-        self.groups.g[g].weight = shares.clamp(MIN_SHARES, GROUP_SHARES);
+        shares.clamp(MIN_SHARES, GROUP_SHARES)
     }
 
     /// The task side of `enqueue_entity` for runnable task `t` joining its

@@ -22,6 +22,7 @@ mod build;
 mod cfs;
 mod cfs_group;
 pub mod config;
+mod eevdf_group;
 mod engine;
 mod guest;
 pub mod halt_poll;

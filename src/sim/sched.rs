@@ -193,7 +193,10 @@ impl Sim {
         let cpu = self.tasks[t].cpu as usize;
         self.update_curr(cpu);
         let cfs = self.is_cfs();
-        if !cfs {
+        if !cfs && self.groups.on {
+            // place_entity level by level (`Host.vm_groups`, eevdf_group.rs)
+            self.eg_enqueue(t, self.wake.enqueue_initial);
+        } else if !cfs {
             let v = self.avg_vruntime(cpu);
             // place_entity: a new task (ENQUEUE_INITIAL, PLACE_DEADLINE_INITIAL)
             // gets half a slice to its deadline, "so that it can get on quickly"
@@ -220,7 +223,13 @@ impl Sim {
                         self.push(self.now, Ev::Poke(pv));
                     }
                 }
-                if wakeup && !cfs && self.cfg.host.slice_check_on_wakeup {
+                if wakeup && !cfs && self.cfg.host.slice_check_on_wakeup && self.groups.on {
+                    // update_curr → update_deadline on the levels t joins
+                    if self.eg_deadlines(cpu, c as usize, false, Some(t)) {
+                        self.push(self.now, Ev::Resched(cpu as u32, Why::Tick));
+                        return;
+                    }
+                } else if wakeup && !cfs && self.cfg.host.slice_check_on_wakeup {
                     // update_curr → update_deadline: curr's slice is over
                     let c = c as usize;
                     if self.tasks[c].vruntime >= self.tasks[c].deadline {
@@ -236,6 +245,8 @@ impl Sim {
                     let c = c as usize;
                     let preempt = if cfs {
                         self.cfs_check_preempt_wakeup(cpu, t, c)
+                    } else if self.groups.on {
+                        self.eg_check_preempt_wakeup(cpu, t, c)
                     } else if self.cfg.host.run_to_parity {
                         // check_preempt_wakeup_fair: preempt when the woken
                         // task is what pick_eevdf (with slice protection) takes
@@ -265,6 +276,11 @@ impl Sim {
             self.cfs_update_min_vruntime(cpu);
             return;
         }
+        if self.groups.on {
+            self.eg_dequeue(t, false);
+            self.queue_remove(cpu, t);
+            return;
+        }
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.queue_remove(cpu, t);
@@ -290,6 +306,10 @@ impl Sim {
     /// (the kernel: at the next pick that would choose it), and its weight
     /// is left out of V while delayed.
     fn delayed_wake(&mut self, t: usize) {
+        if self.groups.on {
+            self.eg_delayed_wake(t);
+            return;
+        }
         let cpu = self.tasks[t].cpu as usize;
         let v = self.avg_vruntime(cpu);
         let tk = &mut self.tasks[t];
@@ -319,6 +339,12 @@ impl Sim {
             self.cfs_update_min_vruntime(cpu);
             return;
         }
+        if self.groups.on {
+            // level by level, delays included (`Host.vm_groups`)
+            self.eg_dequeue(t, true);
+            self.tasks[t].runnable = false;
+            return;
+        }
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.tasks[t].runnable = false;
@@ -346,6 +372,9 @@ impl Sim {
     fn pick(&mut self, cpu: usize) -> Option<usize> {
         if self.is_cfs() {
             return self.cfs_pick(cpu);
+        }
+        if self.groups.on {
+            return self.eg_pick(cpu);
         }
         let rq = &self.rqs[cpu];
         let curr_ok = self.curr_runnable(cpu);
@@ -490,6 +519,9 @@ impl Sim {
                 // set_protect_slice: every task has the base slice, so vprot = deadline
                 self.rqs[cpu].vprot = self.tasks[n].deadline;
                 if self.groups.on {
+                    if !self.is_cfs() {
+                        self.eg_set_next(cpu, prev, n);
+                    }
                     self.cg_set_next(cpu, prev, n);
                 }
                 let tk = &mut self.tasks[n];
@@ -580,6 +612,13 @@ impl Sim {
             self.cfs_tick(cpu, c);
             return;
         }
+        if self.groups.on {
+            // entity_tick at each level (`Host.vm_groups`)
+            if self.eg_deadlines(cpu, c, true, None) {
+                self.resched(cpu, Why::Tick);
+            }
+            return;
+        }
         if self.tasks[c].vruntime >= self.tasks[c].deadline {
             let vs = self.vslice(c);
             self.tasks[c].deadline = self.tasks[c].vruntime + vs;
@@ -643,7 +682,14 @@ impl Sim {
             return 1;
         }
         self.update_curr(a);
-        if self.cfg.host.yield_scope == YieldScope::RunQueue || self.yield_stays_in_vm_group(a, me_task) {
+        if self.groups.on {
+            // set_next_buddy at every level; yield_task_fair on the
+            // yielder's own group queue, unless the CPU runs it alone
+            self.cg_set_next_buddy(tg_task);
+            if self.nr_running(a) > 1 {
+                self.eg_yield_task(me_task);
+            }
+        } else if self.cfg.host.yield_scope == YieldScope::RunQueue || self.yield_stays_in_vm_group(a, me_task) {
             let vs = self.vslice(me_task);
             let elig = self.eligible(a, me_task);
             let tk = &mut self.tasks[me_task];

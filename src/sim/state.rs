@@ -687,34 +687,49 @@ impl Default for WakeCtx {
 /// `<cputune><shares>` is set.
 pub const GROUP_SHARES: u64 = NICE0;
 /// One VM's task group on one host CPU: its group entity on the CPU's root
-/// cfs_rq (`vruntime`, `weight`, `slice_start`) and its own cfs_rq.
+/// run queue and its own run queue, under CFS (`Cfs.vm_groups`,
+/// src/sim/cfs_group.rs) or EEVDF (`Host.vm_groups`, src/sim/eevdf_group.rs).
 #[derive(Clone, Debug)]
-pub struct CfsGroup {
-    /// The group entity's vruntime, in the root cfs_rq's virtual time.
+pub struct TaskGroup {
+    /// The group entity's vruntime, in the root run queue's virtual time.
     pub vruntime: i64,
-    /// The group entity's weight (`calc_cfs_shares`).
+    /// The group entity's weight (`calc_group_shares`).
     pub weight: u64,
     /// The instant the group entity was last picked after another root
     /// entity (`prev_sum_exec_runtime`, as a time).
     pub slice_start: Ns,
-    /// The group cfs_rq's load: the weights of its runnable tasks.
+    /// The group run queue's load: the weights of its runnable tasks.
     pub load: u64,
-    /// The group cfs_rq's runnable tasks (queued and curr).
+    /// The group run queue's runnable tasks (queued and curr).
     pub nr_running: u32,
     pub min_vruntime: i64,
-    /// The group cfs_rq's next, last and skip buddies (task ids).
+    /// The group run queue's next, last and skip buddies (task ids).
     pub next: Option<u32>,
     pub last: Option<u32>,
     pub skip: Option<u32>,
+    /// EEVDF: the group entity's virtual deadline and its lag (`vlag`,
+    /// V - vruntime, saved when the group leaves the root run queue).
+    pub deadline: i64,
+    pub vlag: i64,
+    /// EEVDF `Host.run_to_parity`: the `vprot` of the group run queue's
+    /// curr task (the root's is `Rq::vprot`).
+    pub vprot: i64,
+    /// EEVDF: the group run queue's V when it last had entities (its V
+    /// while empty, as `Rq::last_v`).
+    pub last_v: i64,
+    /// EEVDF `Host.delay_dequeue`: the group entity left the root with
+    /// negative lag when the root's V was `delayed_v` (as `Task::delayed`).
+    pub delayed: bool,
+    pub delayed_v: i64,
 }
 
-/// The task groups of a run (empty when `Cfs.vm_groups` is off).
+/// The task groups of a run (empty when `Cfs.vm_groups` and `Host.vm_groups` are off).
 #[derive(Clone, Debug, Default)]
 pub struct TaskGroups {
     pub on: bool,
     /// Host CPUs (group `g` is VM `g / n_pcpus` on CPU `g % n_pcpus`).
     pub n_pcpus: usize,
-    pub g: Vec<CfsGroup>,
+    pub g: Vec<TaskGroup>,
     /// Per VM: the group's load over every CPU (`tg->load_avg`'s stand-in).
     pub tg_load: Vec<u64>,
     /// Per CPU: the VMs whose group entity is on the root cfs_rq.
@@ -723,7 +738,7 @@ pub struct TaskGroups {
 
 impl TaskGroups {
     pub fn new(nvm: usize, n_pcpus: usize) -> TaskGroups {
-        let g = CfsGroup {
+        let g = TaskGroup {
             vruntime: 0,
             weight: GROUP_SHARES,
             slice_start: 0,
@@ -733,6 +748,12 @@ impl TaskGroups {
             next: None,
             last: None,
             skip: None,
+            deadline: 0,
+            vlag: 0,
+            vprot: i64::MIN,
+            last_v: 0,
+            delayed: false,
+            delayed_v: 0,
         };
         TaskGroups {
             on: true,

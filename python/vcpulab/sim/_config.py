@@ -488,6 +488,18 @@ class Host(_Base):
             Simplified: it counts as dequeued the instant V passes its vruntime, and its weight is
             left out of V meanwhile. false (default): a blocked task keeps its lag, negative or not,
             until it next runs (v6.6-v6.11). Used with `scheduler="fair"` (EEVDF) only.
+        vm_groups: EEVDF task groups (`CONFIG_FAIR_GROUP_SCHED`, kernel/sched/fair.c v6.6+):
+            each VM's vCPU threads in their own task group, one level below the CPU's root run
+            queue, as libvirt runs each VM in its own cgroup with the default cpu.shares of 1024
+            ("Control Groups Resource Management", libvirt project,
+            https://libvirt.org/cgroups.html). A VM's group entity on a CPU has its own vruntime,
+            deadline and lag in the root's virtual time and the weight `calc_group_shares` gives it
+            (1024 × its load on this CPU / its load on all CPUs); placement, eligibility,
+            `pick_eevdf`, slice protection, next buddies, deadlines at the tick, wake-up preemption
+            and DELAY_DEQUEUE act level by level, and yield_task_fair's penalty on the yielder's own
+            group queue. Needs `scheduler="fair"` (CFS's groups are `Cfs.vm_groups`) and
+            `yield_scope="vm_group"`, the flat stand-in it replaces. false (default): one run queue
+            per CPU. See docs/simulator.md, "EEVDF group scheduling".
     """
 
     # BEGIN GENERATED FIELDS (Host): python -m vcpulab._codegen
@@ -534,6 +546,7 @@ class Host(_Base):
     run_to_parity: bool = field(default=False, metadata=_NEW)
     switch_ns: int = field(default=0, metadata=_NEW)
     delay_dequeue: bool = field(default=False, metadata=_NEW)
+    vm_groups: bool = field(default=False, metadata=_NEW)
     # END GENERATED FIELDS
 
     def __post_init__(self) -> None:

@@ -512,6 +512,25 @@ pub struct HostConfig {
     #[schemars(extend("default" = false))]
     #[schemars(extend("x-omit-default" = true))]
     pub delay_dequeue: bool,
+    /// EEVDF task groups (`CONFIG_FAIR_GROUP_SCHED`, kernel/sched/fair.c
+    /// v6.6+): each VM's vCPU threads in their own task group, one level
+    /// below the CPU's root run queue, as libvirt runs each VM in its own
+    /// cgroup with the default cpu.shares of 1024 ("Control Groups
+    /// Resource Management", libvirt project,
+    /// https://libvirt.org/cgroups.html). A VM's group entity on a CPU has
+    /// its own vruntime, deadline and lag in the root's virtual time and
+    /// the weight `calc_group_shares` gives it (1024 × its load on this CPU
+    /// / its load on all CPUs); placement, eligibility, `pick_eevdf`, slice
+    /// protection, next buddies, deadlines at the tick, wake-up preemption
+    /// and DELAY_DEQUEUE act level by level, and yield_task_fair's penalty
+    /// on the yielder's own group queue. Needs `scheduler="fair"` (CFS's
+    /// groups are `Cfs.vm_groups`) and `yield_scope="vm_group"`, the flat
+    /// stand-in it replaces. false (default): one run queue per CPU. See
+    /// docs/simulator.md, "EEVDF group scheduling".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub vm_groups: bool,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -703,6 +722,7 @@ impl Default for HostConfig {
             run_to_parity: false,
             switch_ns: 0,
             delay_dequeue: false,
+            vm_groups: false,
         }
     }
 }

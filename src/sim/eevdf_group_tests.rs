@@ -1,0 +1,280 @@
+//! EEVDF task groups (`Host.vm_groups`) on hand-built and stepped states.
+
+use super::super::cfs_group::{Lvl, GROUP_ENT};
+use super::super::config::*;
+use super::super::engine::Sim;
+use super::super::run;
+use super::super::state::{TaskKind, GROUP_SHARES, NICE0};
+use crate::sim::test_util::{computing_vm, sim_of};
+
+const MS: u64 = 1_000_000;
+
+/// The 6.x era's EEVDF rules that matter here, with groups on or off.
+fn eevdf_host(p: u32, groups: bool) -> HostConfig {
+    HostConfig {
+        n_pcpus: p,
+        affinity: Affinity::RoundRobin,
+        scheduler: Scheduler::Fair,
+        yield_scope: YieldScope::VmGroup,
+        run_to_parity: true,
+        slice_check_on_wakeup: true,
+        delay_dequeue: true,
+        vm_groups: groups,
+        ..Default::default()
+    }
+}
+
+/// VMs of the given vCPU counts, each thread computing forever, pinned
+/// round-robin over `p` CPUs (vCPU `g` of the host on CPU `g % p`).
+fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
+    SimConfig {
+        duration_ns: 300 * MS,
+        host: eevdf_host(p, groups),
+        vms: v.iter().map(|&n| computing_vm(n)).collect(),
+        ..Default::default()
+    }
+}
+
+/// Per VM: the sum of its vCPUs' useful time.
+fn useful_per_vm(c: &SimConfig) -> Vec<u64> {
+    let r = run(c).unwrap();
+    let (vm, useful) = (r.vcpus.u64s("vm"), r.vcpus.u64s("useful_ns"));
+    let mut out = vec![0; c.vms.len()];
+    for (i, &u) in useful.iter().enumerate() {
+        out[vm[i] as usize] += u;
+    }
+    out
+}
+
+/// The entities on a level's run queue, by a scan independent of
+/// `eg_each`: the runnable tasks of the level (queued or curr) and, at
+/// the root, the group entities of groups with a runnable task.
+fn level_ents(s: &Sim, l: Lvl) -> Vec<u32> {
+    let p = s.groups.n_pcpus;
+    let (cpu, want) = match l {
+        Lvl::Root(c) => (c, None),
+        Lvl::Grp(g) => (g % p, Some(g)),
+    };
+    let mut out: Vec<u32> = (0..s.tasks.len())
+        .filter(|&t| {
+            let tk = &s.tasks[t];
+            tk.runnable
+                && !tk.parked
+                && tk.cpu as usize == cpu
+                && s.cg_of(t) == want
+                && (s.rqs[cpu].curr == Some(t as u32) || s.rqs[cpu].queue.contains(&(t as u32)))
+        })
+        .map(|t| t as u32)
+        .collect();
+    if want.is_none() {
+        for vm in 0..s.vms.len() {
+            if s.groups.g[vm * p + cpu].nr_running > 0 {
+                out.push(GROUP_ENT | (vm * p + cpu) as u32);
+            }
+        }
+    }
+    out
+}
+
+/// The group bookkeeping agrees with the tasks, and each level's V is the
+/// weighted mean of its entities' vruntimes (within rounding).
+fn check_invariants(s: &Sim) {
+    let g = &s.groups;
+    let p = g.n_pcpus;
+    let mut tg = vec![0u64; s.vms.len()];
+    for (i, gr) in g.g.iter().enumerate() {
+        let (vm, cpu) = (i / p, i % p);
+        let mine = level_ents(s, Lvl::Grp(i));
+        assert_eq!(gr.nr_running as usize, mine.len(), "group of VM {vm} on CPU {cpu} at {}", s.now);
+        let load: u64 = mine.iter().map(|&t| s.tasks[t as usize].weight).sum();
+        assert_eq!(gr.load, load, "load of VM {vm} on CPU {cpu}");
+        tg[vm] += load;
+        assert_eq!(g.queued[cpu].contains(&(vm as u32)), gr.nr_running > 0, "VM {vm} on CPU {cpu}'s root");
+        assert!(gr.weight <= GROUP_SHARES && gr.weight >= 2);
+        if let Some(m) = gr.next {
+            assert_eq!(s.cg_of(m as usize), Some(i), "a group's next buddy is one of its tasks");
+        }
+        if gr.nr_running > 0 {
+            assert!(!gr.delayed, "a group on the root is not delayed");
+        }
+    }
+    assert_eq!(g.tg_load, tg);
+    for cpu in 0..p {
+        let levels = std::iter::once(Lvl::Root(cpu)).chain((0..s.vms.len()).map(|vm| Lvl::Grp(vm * p + cpu)));
+        for l in levels {
+            let ents = level_ents(s, l);
+            if ents.is_empty() {
+                continue;
+            }
+            let sw: i128 = ents.iter().map(|&e| s.ent_w(e) as i128).sum();
+            let swv: i128 = ents.iter().map(|&e| s.ent_w(e) as i128 * s.ent_vr(e) as i128).sum();
+            let mean = swv.div_euclid(sw) as i64;
+            let v = s.eg_avg_vruntime(l);
+            assert!((v - mean).abs() <= 1, "V of {l:?} at {}: {v} vs {mean}", s.now);
+        }
+    }
+}
+
+#[test]
+fn vms_not_threads_share_a_cpu_with_eevdf_vm_groups() {
+    // 1 CPU, a 1-vCPU VM beside a 3-vCPU VM: the flat queue gives each
+    // thread a quarter (1:3 between the VMs); a group per VM gives each VM half
+    let flat = useful_per_vm(&vms(&[1, 3], 1, false));
+    let grouped = useful_per_vm(&vms(&[1, 3], 1, true));
+    let share = |u: &[u64]| u[0] as f64 / (u[0] + u[1]) as f64;
+    assert!((share(&flat) - 0.25).abs() < 0.03, "flat {flat:?}");
+    assert!((share(&grouped) - 0.5).abs() < 0.03, "grouped {grouped:?}");
+    // and each of the 3-vCPU VM's threads gets a third of its VM's half
+    let r = run(&vms(&[1, 3], 1, true)).unwrap();
+    let u = r.vcpus.u64s("useful_ns");
+    for &x in &u[1..] {
+        assert!((x as f64 / u[1..].iter().sum::<u64>() as f64 - 1.0 / 3.0).abs() < 0.05, "{u:?}");
+    }
+}
+
+#[test]
+fn a_group_entity_weighs_its_cpus_share_of_the_vms_load() {
+    // VM 0's vCPUs on CPUs 0 and 1, VM 1's one vCPU on CPU 0
+    let c = vms(&[2, 1], 2, true);
+    let mut s = sim_of(&c);
+    s.step_until(10 * MS).unwrap();
+    let w: Vec<u64> = s.groups.g.iter().map(|g| g.weight).collect();
+    // calc_group_shares: 1024 · 1024 / 2048 for each half of VM 0; all of VM 1 on CPU 0
+    assert_eq!((w[0], w[1], w[2]), (NICE0 / 2, NICE0 / 2, NICE0));
+    check_invariants(&s);
+    // so on CPU 0 VM 1's vCPU gets 2/3, VM 0's 1/3; VM 0's other has CPU 1
+    let r = run(&c).unwrap();
+    let u = r.vcpus.u64s("useful_ns");
+    let cpu0 = (u[0] + u[2]) as f64;
+    assert!((u[2] as f64 / cpu0 - 2.0 / 3.0).abs() < 0.04, "{u:?}");
+    assert!(u[1] as f64 > 0.97 * c.duration_ns as f64, "{u:?}");
+}
+
+#[test]
+fn a_reweight_keeps_the_roots_v_and_the_entitys_lag_in_real_time() {
+    let c = vms(&[2, 1], 2, true);
+    let mut s = sim_of(&c);
+    s.step_until(7 * MS).unwrap();
+    let g = 2; // VM 1 on CPU 0
+    let v0 = s.eg_avg_vruntime(Lvl::Root(0));
+    let (w0, lag0) = (s.groups.g[g].weight, v0 - s.groups.g[g].vruntime);
+    // the VM's load elsewhere doubles its total: this CPU's share halves
+    s.groups.tg_load[1] *= 2;
+    s.eg_reweight(g);
+    let w1 = s.groups.g[g].weight;
+    assert_eq!(w1, w0 / 2);
+    let v1 = s.eg_avg_vruntime(Lvl::Root(0));
+    assert!((v1 - v0).abs() <= 1, "V moved: {v0} -> {v1}");
+    let lag1 = v1 - s.groups.g[g].vruntime;
+    // w·lag, the lag in real time, is kept
+    assert!((lag1 as i128 * w1 as i128 - lag0 as i128 * w0 as i128).abs() <= w1 as i128, "{lag0} -> {lag1}");
+}
+
+#[test]
+fn a_yield_to_another_vm_marks_every_level_and_penalises_only_the_yielders_own_queue() {
+    // 1 CPU: VM 0 (vCPU 0), VM 1 (vCPU 1), both computing
+    let mut s = sim_of(&vms(&[1, 1], 1, true));
+    s.step_until(MS).unwrap();
+    let curr = s.rqs[0].curr.unwrap() as usize;
+    let TaskKind::Vcpu(me) = s.tasks[curr].kind else { panic!() };
+    let me = me as usize;
+    let target = 1 - me;
+    let tg = s.vcpus[target].task as usize;
+    let (gm, gt) = (s.cg_of(curr).unwrap(), s.cg_of(tg).unwrap());
+    // both groups at the root's V: the target's group is eligible
+    let v = s.eg_avg_vruntime(Lvl::Root(0));
+    s.groups.g[gt].vruntime = v;
+    s.groups.g[gm].vruntime = v;
+    let (gv, gd) = (s.groups.g[gm].vruntime, s.groups.g[gm].deadline);
+    let (vr, d, vs) = (s.tasks[curr].vruntime, s.tasks[curr].deadline, s.tasks[curr].vslice);
+    let mut t = s.now;
+    assert_eq!(s.yield_to(me, target, &mut t), 1);
+    assert_eq!(s.groups.g[gt].next, Some(tg as u32), "next buddy in the target's group");
+    assert_eq!(s.rqs[0].buddy, Some(GROUP_ENT | gt as u32), "next buddy at the root: the target's group");
+    // the penalty acts on the yielder's own group queue, where it is alone
+    // and so eligible: it forfeits its vruntime to its deadline (v6.19)
+    assert!(s.tasks[curr].vruntime >= vr);
+    assert_eq!((s.tasks[curr].vruntime, s.tasks[curr].deadline), (s.tasks[curr].vruntime.max(d), d + vs));
+    assert_eq!((s.groups.g[gm].vruntime, s.groups.g[gm].deadline), (gv, gd), "the group entity is untouched");
+    assert_eq!(s.eg_pick(0), Some(tg));
+    assert_eq!((s.groups.g[gt].next, s.rqs[0].buddy), (None, None), "cleared once picked");
+    check_invariants(&s);
+}
+
+#[test]
+fn a_wakeup_across_groups_compares_the_group_entities() {
+    let mut c = vms(&[1, 1], 1, true);
+    c.host.run_to_parity = false;
+    let mut s = sim_of(&c);
+    s.step_until(MS).unwrap();
+    let cur = s.rqs[0].curr.unwrap() as usize;
+    let other = s.rqs[0].queue[0] as usize;
+    let (gc, go) = (s.cg_of(cur).unwrap(), s.cg_of(other).unwrap());
+    assert_ne!(gc, go);
+    // the tasks' own deadlines say nothing across groups: the entities decide
+    s.tasks[other].deadline = s.tasks[cur].deadline - 100 * MS as i64;
+    s.groups.g[go].vruntime = s.groups.g[gc].vruntime + MS as i64;
+    s.groups.g[go].deadline = s.groups.g[gc].deadline - MS as i64;
+    assert!(!s.eg_check_preempt_wakeup(0, other, cur), "not eligible at the root");
+    s.groups.g[go].vruntime = s.groups.g[gc].vruntime - MS as i64;
+    assert!(s.eg_check_preempt_wakeup(0, other, cur), "eligible, earlier deadline");
+    s.groups.g[go].deadline = s.groups.g[gc].deadline + MS as i64;
+    assert!(!s.eg_check_preempt_wakeup(0, other, cur), "eligible, later deadline");
+    assert_eq!(s.lvl_curr(Lvl::Root(0)), Some(GROUP_ENT | gc as u32));
+}
+
+#[test]
+fn group_bookkeeping_holds_through_halts_delays_yields_migrations_and_noise() {
+    for policy in [PolicyKind::Upstream, PolicyKind::NoYield] {
+        let mut c = super::super::tests::small(policy, 3, 4, 4);
+        c.host = HostConfig { affinity: Affinity::All, seeded_ties: true, ..eevdf_host(4, true) };
+        c.host.noise = HostNoise {
+            kthread_hz: 500.0,
+            kthread_ns: 10_000,
+            vmm_io_hz: 500.0,
+            vmm_io_ns: 20_000,
+            ..Default::default()
+        };
+        // sleeps make vCPUs halt, block with negative lag (delayed) and wake
+        c.vms[0].workload.phases.push(Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 0.3, periodic: false });
+        let mut s = sim_of(&c);
+        let mut at = 0;
+        let mut delayed = 0;
+        while at < c.duration_ns {
+            at += 50_000;
+            s.step_until(at).unwrap();
+            check_invariants(&s);
+            delayed += s.tasks.iter().filter(|t| t.delayed).count() + s.groups.g.iter().filter(|g| g.delayed).count();
+        }
+        assert!(delayed > 0, "delayed dequeues happened");
+        let a = run(&c).unwrap();
+        assert_eq!(a, run(&c).unwrap(), "deterministic");
+        let d = a.summary.u64s("duration_ns")[0];
+        for i in 0..4 {
+            let t: u64 =
+                ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
+                    .iter()
+                    .map(|k| a.pcpus.u64s(k)[i])
+                    .sum();
+            assert_eq!(t, d, "time on CPU {i}");
+        }
+        assert!(a.summary.u64s("ops")[0] > 0);
+        if policy == PolicyKind::Upstream {
+            assert!(a.summary.u64s("yield_ok")[0] > 0, "yields ran");
+        }
+    }
+}
+
+#[test]
+fn vm_groups_needs_eevdf_and_the_vm_group_yield_scope() {
+    let mut c = vms(&[1, 1], 1, true);
+    c.host.scheduler = Scheduler::Cfs;
+    let e = run(&c).unwrap_err().to_string();
+    assert!(e.contains("host.vm_groups") && e.contains("host.cfs.vm_groups") && e.contains("cfs"), "{e}");
+    let mut c = vms(&[1, 1], 1, true);
+    c.host.yield_scope = YieldScope::RunQueue;
+    let e = run(&c).unwrap_err().to_string();
+    assert!(e.contains("yield_scope = vm_group") && e.contains("run_queue"), "{e}");
+    let s = sim_of(&vms(&[1, 1], 1, false));
+    assert!(!s.groups.on && s.groups.g.is_empty(), "off: no group state");
+}
