@@ -372,7 +372,7 @@ def test_a_forfeit_on_yield_in_one_shared_run_queue_lets_the_spinning_vms_share_
     0.01 of the mean VM's operations (seeds 0-2). In the era's per-VM task
     groups the penalty stays inside each VM (and with the era's delayed
     dequeue the poorest VM makes 0.43-0.86 of the mean, the test above)."""
-    ctx = _era_ctx("6.x", **{"host.yield_scope": "run_queue"})
+    ctx = _era_ctx("6.x", **{"host.yield_scope": "run_queue", "host.vm_groups": False})
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     poorest = []
     for seed in range(3):

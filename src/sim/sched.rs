@@ -9,9 +9,9 @@
 //!
 //! Simplifications (documented in docs/simulator.md): by default load
 //! balancing is only wake-up placement and newidle pulls of unpinned tasks;
-//! no cgroup hierarchy under EEVDF (CFS has one, `Cfs.vm_groups`, in
-//! `cfs_group.rs`); no RUN_TO_PARITY slice protection; ticks are
-//! synchronous unless `Host.tick_skew`.
+//! the per-VM task groups are overlays on the flat queues, for CFS
+//! (`Cfs.vm_groups`, `cfs_group.rs`) and EEVDF (`Host.vm_groups`,
+//! `eevdf_group.rs`); ticks are synchronous unless `Host.tick_skew`.
 
 use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty, YieldScope};
 use super::engine::Sim;

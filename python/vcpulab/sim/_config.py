@@ -497,7 +497,8 @@ class Host(_Base):
             (1024 × its load on this CPU / its load on all CPUs); placement, eligibility,
             `pick_eevdf`, slice protection, next buddies, deadlines at the tick, wake-up preemption
             and DELAY_DEQUEUE act level by level, and yield_task_fair's penalty on the yielder's own
-            group queue. Needs `scheduler="fair"` (CFS's groups are `Cfs.vm_groups`) and
+            group queue. Acts under `scheduler="fair"` only (CFS's groups are `Cfs.vm_groups`; gang
+            and vcpulab's schedulers place the vCPUs themselves), where it needs
             `yield_scope="vm_group"`, the flat stand-in it replaces. false (default): one run queue
             per CPU. See docs/simulator.md, "EEVDF group scheduling".
     """

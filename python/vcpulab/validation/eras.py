@@ -794,6 +794,15 @@ ERA_6X = Era(
             "Management', libvirt project, https://libvirt.org/cgroups.html), and yield_task_fair() acts on "
             "task_cfs_rq(curr) while set_next_buddy() walks the hierarchy (kernel/sched/fair.c)",
         ),
+        "vm_groups": _a(
+            True,
+            "",
+            "the same task groups built as the kernel schedules them (CONFIG_FAIR_GROUP_SCHED under EEVDF, "
+            "kernel/sched/fair.c v6.6+): a group entity per VM and CPU weighted by calc_group_shares, every EEVDF "
+            "rule level by level; libvirt runs a VM in its own cgroup with the default cpu.shares of 1024 "
+            "('Control Groups Resource Management', libvirt project, https://libvirt.org/cgroups.html); the "
+            "sources do not say how their VMs were started",
+        ),
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
         "slice_check_on_wakeup": _k(

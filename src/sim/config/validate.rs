@@ -133,14 +133,8 @@ impl SimConfig {
         if let Some((i, &c)) = h.vcpu_pcpus.iter().enumerate().find(|&(_, &c)| c >= h.n_pcpus) {
             return Err(format!("host.vcpu_pcpus[{i}] must be < n_pcpus ({}), got {c}", h.n_pcpus));
         }
-        check(!h.vm_groups || h.scheduler == Scheduler::Fair, || {
-            format!(
-                "host.vm_groups builds EEVDF task groups and needs scheduler = fair (CFS's are host.cfs.vm_groups), got {}",
-                serde_json::to_value(h.scheduler).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-            )
-        })?;
-        check(!h.vm_groups || h.yield_scope == YieldScope::VmGroup, || {
-            "host.vm_groups needs yield_scope = vm_group (yield_task_fair acts on the yielder's group queue), got run_queue"
+        check(!h.vm_groups || h.scheduler != Scheduler::Fair || h.yield_scope == YieldScope::VmGroup, || {
+            "host.vm_groups needs yield_scope = vm_group under scheduler = fair (yield_task_fair acts on the yielder's group queue), got run_queue"
                 .to_string()
         })?;
         check(self.host.scheduler != Scheduler::Pinned || self.host.affinity != Affinity::All, || {
