@@ -517,11 +517,13 @@ impl Sim {
                 self.rqs[cpu].exec_start = now;
                 self.rqs[cpu].slice_start = now;
                 // set_protect_slice: every task has the base slice, so vprot = deadline
-                self.rqs[cpu].vprot = self.tasks[n].deadline;
+                // (with EEVDF groups, at each level whose curr changes)
+                if self.groups.on && !self.is_cfs() {
+                    self.eg_set_next(cpu, prev, n);
+                } else {
+                    self.rqs[cpu].vprot = self.tasks[n].deadline;
+                }
                 if self.groups.on {
-                    if !self.is_cfs() {
-                        self.eg_set_next(cpu, prev, n);
-                    }
                     self.cg_set_next(cpu, prev, n);
                 }
                 let tk = &mut self.tasks[n];
