@@ -475,14 +475,14 @@ fn guest_idle_polling_runs_on_the_listed_vcpus_only_and_counts_hits_and_misses()
 /// average, sharing its CPU with a background task half of the time (CFS:
 /// its wake-ups preempt the polling vCPU). Restarting the window instead
 /// polled 82.5 ms in 405 windows here.
-#[test]
-fn an_interrupted_guest_idle_poll_runs_on_to_its_original_end() {
+/// One vCPU running `phases`, idle-polling 200 µs windows bounded by
+/// `limit`, alone on one CFS CPU with a background task half of the time
+/// (100 µs bursts whose wake-ups preempt it), for 200 ms.
+fn idle_poll_beside_load(phases: Vec<Phase>, limit: IdlePollLimit) -> SimConfig {
     let mut vm = computing_vm(1);
-    vm.workload.phases = vec![
-        Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-        Phase::Compute { ns: 10_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
-    ];
+    vm.workload.phases = phases;
     vm.pv.guest_idle_poll_ns = 200_000;
+    vm.pv.guest_idle_poll_limit = limit;
     let mut c = SimConfig {
         host: HostConfig { n_pcpus: 1, scheduler: Scheduler::Cfs, ..Default::default() },
         vms: vec![vm],
@@ -491,6 +491,16 @@ fn an_interrupted_guest_idle_poll_runs_on_to_its_original_end() {
     };
     c.host.background.utilization = 0.5;
     c.host.background.burst_ns = 100_000;
+    c
+}
+
+#[test]
+fn an_interrupted_guest_idle_poll_runs_on_to_its_original_end() {
+    let phases = vec![
+        Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+        Phase::Compute { ns: 10_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
+    ];
+    let c = idle_poll_beside_load(phases, IdlePollLimit::Clock);
     let r = run(&c).unwrap();
     conservation(&r, c.duration_ns);
     let v = |n: &str| r.vcpus.u64s(n)[0];
@@ -511,21 +521,11 @@ fn an_interrupted_guest_idle_poll_runs_on_to_its_original_end() {
 #[test]
 fn a_guest_idle_poll_limited_by_checks_polls_its_whole_window_on_the_vcpu() {
     let polled_and_misses = |limit: IdlePollLimit| {
-        let mut vm = computing_vm(1);
-        vm.workload.phases = vec![
+        let phases = vec![
             Phase::Sleep { ns: 1_000_000, dist: Dist::Fixed, prob: 1.0, periodic: false },
             Phase::Compute { ns: 1_000_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
         ];
-        vm.pv.guest_idle_poll_ns = 200_000;
-        vm.pv.guest_idle_poll_limit = limit;
-        let mut c = SimConfig {
-            host: HostConfig { n_pcpus: 1, scheduler: Scheduler::Cfs, ..Default::default() },
-            vms: vec![vm],
-            duration_ns: 200_000_000,
-            ..Default::default()
-        };
-        c.host.background.utilization = 0.5;
-        c.host.background.burst_ns = 100_000;
+        let c = idle_poll_beside_load(phases, limit);
         let r = run(&c).unwrap();
         conservation(&r, c.duration_ns);
         let v = |n: &str| r.vcpus.u64s(n)[0];
