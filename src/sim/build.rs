@@ -292,6 +292,12 @@ impl Sim {
         let eevdf_groups = cfg.host.scheduler == Scheduler::Fair && cfg.host.vm_groups;
         if (cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups) || eevdf_groups {
             sim.groups = TaskGroups::new(sim.vms.len(), p as usize);
+            sim.groups.half_life_ns = cfg.host.group_load_half_life_ns;
+            let nt = sim.tasks.len();
+            sim.groups.task_avg = vec![0.0; nt];
+            sim.groups.task_avg_at = vec![0; nt];
+            sim.groups.task_avg_runnable = vec![false; nt];
+            sim.groups.task_avg_cpu = vec![u32::MAX; nt];
         }
         Ok(sim)
     }

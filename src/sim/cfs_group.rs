@@ -36,9 +36,9 @@
 //!   `emulator` group under it, each holding one thread, and machine.slice
 //!   above; one-thread groups change no order, only weights, so they are
 //!   left out. The VMM's I/O thread (`Host.noise`) stays at the root;
-//! - the load in `calc_cfs_shares` is the runnable tasks' weight now, on
-//!   every CPU (the kernel averages the other CPUs' contributions with PELT
-//!   and takes its own CPU's current load, as here);
+//! - the load in `calc_cfs_shares` is PELT's average as a continuous
+//!   exponential (`Host.group_load_half_life_ns`, `group_load_update`), or
+//!   with 0 the runnable tasks' weight now on every CPU;
 //! - a group entity's slice restarts when it is picked after a different
 //!   root entity (the v3.15+ `pick_next_task_fair`, 678d5718d8d0, which
 //!   leaves the common part of the hierarchy alone; before it every pick
@@ -380,13 +380,95 @@ impl Sim {
     }
 
     /// `calc_group_shares` of group `g`: the group's 1024 shares times this
-    /// CPU's share of its load, clamped to [MIN_SHARES, shares].
+    /// CPU's share of its load, clamped to [MIN_SHARES, shares]. With
+    /// `Host.group_load_half_life_ns` the kernel's form: this CPU's load is
+    /// max(its runnable weight now, its load average), the VM's is the other
+    /// CPUs' averages as they last updated them plus this CPU's load.
     pub(crate) fn group_shares(&self, g: usize) -> u64 {
         let vm = g / self.groups.n_pcpus;
-        let tg = self.groups.tg_load[vm];
-        let load = self.groups.g[g].load;
-        let shares = (GROUP_SHARES * load).checked_div(tg).unwrap_or(GROUP_SHARES);
+        if self.groups.half_life_ns == 0 {
+            let tg = self.groups.tg_load[vm];
+            let load = self.groups.g[g].load;
+            let shares = (GROUP_SHARES * load).checked_div(tg).unwrap_or(GROUP_SHARES);
+            return shares.clamp(MIN_SHARES, GROUP_SHARES);
+        }
+        let gr = &self.groups.g[g];
+        let load = (gr.load as f64).max(gr.load_avg);
+        let tg = (self.groups.tg_load_avg[vm] - gr.load_avg).max(0.0) + load;
+        let shares = if tg > 0.0 { (GROUP_SHARES as f64 * load / tg) as u64 } else { GROUP_SHARES };
         shares.clamp(MIN_SHARES, GROUP_SHARES)
+    }
+
+    /// A vCPU thread `t` of group `g` becomes runnable there (`runnable`)
+    /// or stops being runnable (with `Host.group_load_half_life_ns`): its
+    /// own load average brought to now; on its first enqueue it starts at
+    /// its full weight (`init_entity_runnable_average`), and when it joins a
+    /// CPU other than the one whose group holds its average, the average
+    /// moves with it (`remove_entity_load_avg` there, `attach_entity_load_avg`
+    /// here), so a migration moves the VM's load at once. Call it before the
+    /// group's load changes.
+    pub(crate) fn group_track(&mut self, t: usize, g: usize, runnable: bool) {
+        let h = self.groups.half_life_ns;
+        if h == 0 {
+            return;
+        }
+        let (n, now) = (self.groups.n_pcpus, self.now);
+        let (cpu, vm) = (g % n, g / n);
+        let w = self.tasks[t].weight as f64;
+        let gs = &mut self.groups;
+        let dt = now.saturating_sub(gs.task_avg_at[t]);
+        if dt > 0 {
+            let keep = (-(dt as f64) / h as f64).exp2();
+            let target = if gs.task_avg_runnable[t] { w } else { 0.0 };
+            gs.task_avg[t] = gs.task_avg[t] * keep + target * (1.0 - keep);
+            gs.task_avg_at[t] = now;
+        }
+        let from = gs.task_avg_cpu[t];
+        if from != cpu as u32 {
+            if from == u32::MAX {
+                gs.task_avg[t] = w;
+                gs.task_avg_at[t] = now;
+            } else {
+                let og = vm * n + from as usize;
+                self.group_load_update(og);
+                let a = self.groups.task_avg[t];
+                let ogr = &mut self.groups.g[og];
+                ogr.load_avg = (ogr.load_avg - a).max(0.0);
+                self.groups.tg_load_avg[vm] -= a;
+            }
+            self.group_load_update(g);
+            let a = self.groups.task_avg[t];
+            self.groups.g[g].load_avg += a;
+            self.groups.tg_load_avg[vm] += a;
+            self.groups.task_avg_cpu[t] = cpu as u32;
+        }
+        self.groups.task_avg_runnable[t] = runnable;
+    }
+
+    /// `update_load_avg` → `update_cfs_rq_load_avg` and
+    /// `update_tg_load_avg` of group `g` (with
+    /// `Host.group_load_half_life_ns`): its load average decays toward the
+    /// runnable weight it had since the last update, by half every
+    /// half-life (PELT's geometric series, y^32 = 1/2 over 1024-µs periods,
+    /// as a continuous exponential), and its VM's sum takes the change. Call
+    /// it before the group's load changes.
+    pub(crate) fn group_load_update(&mut self, g: usize) {
+        let h = self.groups.half_life_ns;
+        if h == 0 {
+            return;
+        }
+        let now = self.now;
+        let vm = g / self.groups.n_pcpus;
+        let gr = &mut self.groups.g[g];
+        let dt = now.saturating_sub(gr.avg_at);
+        if dt == 0 {
+            return;
+        }
+        let keep = (-(dt as f64) / h as f64).exp2();
+        let avg = gr.load_avg * keep + gr.load as f64 * (1.0 - keep);
+        self.groups.tg_load_avg[vm] += avg - gr.load_avg;
+        gr.load_avg = avg;
+        gr.avg_at = now;
     }
 
     /// The task side of `enqueue_entity` for runnable task `t` joining its
@@ -397,6 +479,8 @@ impl Sim {
         let Some(g) = self.cg_of(t) else { return };
         let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         let w = self.tasks[t].weight;
+        self.group_track(t, g, true);
+        self.group_load_update(g);
         self.groups.tg_load[vm] += w;
         let gr = &mut self.groups.g[g];
         gr.load += w;
@@ -425,6 +509,8 @@ impl Sim {
         let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
         let w = self.tasks[t].weight;
+        self.group_track(t, g, false);
+        self.group_load_update(g);
         self.groups.tg_load[vm] -= w;
         let gr = &mut self.groups.g[g];
         gr.load -= w;
@@ -537,6 +623,7 @@ impl Sim {
         let mut resched = false;
         match self.cg_of(c) {
             Some(g) => {
+                self.group_load_update(g);
                 self.cg_reweight(g);
                 if self.groups.g[g].nr_running > 1 && self.lvl_curr(Lvl::Grp(g)) == Some(c as u32) {
                     let d = self.now - self.rqs[cpu].slice_start;

@@ -45,9 +45,11 @@
 //! Simplifications (docs/simulator.md, "EEVDF group scheduling"):
 //! - one level, the VM's group (libvirt's per-vCPU and `emulator` groups
 //!   under it hold one thread each: they change weights, not order);
-//! - the load in `calc_group_shares` is the runnable tasks' weight now (the
-//!   kernel's PELT averages); an empty group keeps its last weight until its
-//!   next task joins (the kernel's PELT load decays meanwhile);
+//! - the group load `calc_group_shares` uses is PELT's average as a
+//!   continuous exponential (`Host.group_load_half_life_ns`,
+//!   `group_track` and `group_load_update` in cfs_group.rs; 0: the runnable
+//!   tasks' weight now); an empty group keeps its last weight until its
+//!   next task joins;
 //! - as in the flat queue, a delayed task's weight is left out of its
 //!   level's V and it counts as dequeued the instant V passes its
 //!   vruntime; when its group empties, its lag is clipped to 0 at once (the
@@ -283,6 +285,8 @@ impl Sim {
         tk.vruntime = v - tk.vlag;
         tk.deadline = tk.vruntime + vs;
         let (w, vm) = (tk.weight, g / self.groups.n_pcpus);
+        self.group_track(t, g, true);
+        self.group_load_update(g);
         self.groups.tg_load[vm] += w;
         let gr = &mut self.groups.g[g];
         gr.load += w;
@@ -334,6 +338,8 @@ impl Sim {
         self.groups.g[g].last_v = v;
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
         let (w, vm) = (self.tasks[t].weight, g / self.groups.n_pcpus);
+        self.group_track(t, g, false);
+        self.group_load_update(g);
         self.groups.tg_load[vm] -= w;
         let gr = &mut self.groups.g[g];
         gr.load -= w;
@@ -405,6 +411,7 @@ impl Sim {
         match self.cg_of(c) {
             Some(g) => {
                 if tick {
+                    self.group_load_update(g);
                     self.eg_reweight(g);
                 }
                 let own = woken.is_none_or(|t| self.cg_of(t) == Some(g));

@@ -99,6 +99,9 @@ fn check_invariants(s: &Sim) {
         }
     }
     assert_eq!(g.tg_load, tg);
+    if g.half_life_ns > 0 {
+        check_load_averages(s);
+    }
     for cpu in 0..p {
         let levels = std::iter::once(Lvl::Root(cpu)).chain((0..s.vms.len()).map(|vm| Lvl::Grp(vm * p + cpu)));
         for l in levels {
@@ -112,6 +115,37 @@ fn check_invariants(s: &Sim) {
             let v = s.eg_avg_vruntime(l);
             assert!((v - mean).abs() <= 1, "V of {l:?} at {}: {v} vs {mean}", s.now);
         }
+    }
+}
+
+/// With `Host.group_load_half_life_ns`: each group's load average, brought
+/// to now, is the sum of its attached tasks' averages brought to now (each
+/// decays toward its runnable weight), and a VM's sum is its groups'.
+fn check_load_averages(s: &Sim) {
+    let g = &s.groups;
+    let h = g.half_life_ns as f64;
+    let keep = |at: u64| (-((s.now - at) as f64) / h).exp2();
+    let mut tg = vec![0.0; s.vms.len()];
+    for (i, gr) in g.g.iter().enumerate() {
+        tg[i / g.n_pcpus] += gr.load_avg;
+        let k = keep(gr.avg_at);
+        let group_now = gr.load_avg * k + gr.load as f64 * (1.0 - k);
+        let tasks_now: f64 = (0..s.tasks.len())
+            .filter(|&t| s.cg_of(t).is_some() && g.task_avg_cpu[t] as usize == i % g.n_pcpus)
+            .filter(|&t| match s.tasks[t].kind {
+                TaskKind::Vcpu(v) => s.vcpus[v as usize].vm as usize == i / g.n_pcpus,
+                _ => false,
+            })
+            .map(|t| {
+                let k = keep(g.task_avg_at[t]);
+                let w = if g.task_avg_runnable[t] { s.tasks[t].weight as f64 } else { 0.0 };
+                g.task_avg[t] * k + w * (1.0 - k)
+            })
+            .sum();
+        assert!((group_now - tasks_now).abs() <= 1e-6 * tasks_now.max(1.0), "group {i}: {group_now} vs {tasks_now}");
+    }
+    for (vm, &x) in tg.iter().enumerate() {
+        assert!((g.tg_load_avg[vm] - x).abs() <= 1e-6 * x.max(1.0), "VM {vm}: {} vs {x}", g.tg_load_avg[vm]);
     }
 }
 
@@ -225,10 +259,17 @@ fn a_wakeup_across_groups_compares_the_group_entities() {
 
 #[test]
 fn group_bookkeeping_holds_through_halts_delays_yields_migrations_and_noise() {
-    for policy in [PolicyKind::Upstream, PolicyKind::NoYield] {
+    for (policy, half_life_ns) in
+        [(PolicyKind::Upstream, 0), (PolicyKind::NoYield, 0), (PolicyKind::Upstream, 32_768_000)]
+    {
         // 12 vCPUs on 2 CPUs: on 4 CPUs a run can go without a single yield
         let mut c = super::super::tests::small(policy, 3, 4, 2);
-        c.host = HostConfig { affinity: Affinity::All, seeded_ties: true, ..eevdf_host(2, true) };
+        c.host = HostConfig {
+            affinity: Affinity::All,
+            seeded_ties: true,
+            group_load_half_life_ns: half_life_ns,
+            ..eevdf_host(2, true)
+        };
         c.host.noise = HostNoise {
             kthread_hz: 500.0,
             kthread_ns: 10_000,
@@ -314,4 +355,40 @@ fn a_switch_inside_a_group_keeps_the_group_entitys_slice_protection_at_the_root(
     assert_eq!(s.rqs[0].vprot, i64::MAX, "the root's protection of VM 0's entity is not restarted");
     assert_eq!(s.groups.g[0].vprot, s.tasks[sib].deadline, "the task's own protection starts");
     check_invariants(&s);
+}
+
+/// `Host.group_load_half_life_ns`: `calc_group_shares` reads load
+/// averages. A new vCPU thread's average starts at its full weight, so a VM
+/// spread over two CPUs weighs half on each from the start; when one of its
+/// vCPUs moves to the other CPU, its average moves with it at once, under
+/// CFS's groups and EEVDF's alike.
+#[test]
+fn group_weights_follow_load_averages_that_move_with_their_tasks() {
+    for cfs in [false, true] {
+        let mut c = vms(&[2, 1], 2, true);
+        c.host.group_load_half_life_ns = 32_768_000;
+        if cfs {
+            c.host.scheduler = Scheduler::Cfs;
+            c.host.cfs.vm_groups = true;
+        }
+        let mut s = sim_of(&c);
+        s.step_until(10 * MS).unwrap();
+        // VM 0 on CPU 0 and CPU 1: 1024 · 1024 / (1024 + 1024)
+        assert_eq!(s.groups.g[0].weight, NICE0 / 2, "cfs {cfs}");
+        check_load_averages(&s);
+        // VM 0's vCPU on CPU 1, running alone there, is taken off CPU 1 and
+        // queued on CPU 0, as a migration moves a task
+        let t = s.vcpus[1].task as usize;
+        assert_eq!(s.tasks[t].cpu, 1);
+        s.rqs[1].curr.take();
+        s.queue_add(1, t);
+        s.rq_remove_queued(t);
+        s.tasks[t].cpu = 0;
+        s.tasks[t].pinned = Some(0);
+        s.rq_add(t, false);
+        check_load_averages(&s);
+        // all of VM 0's load average is now on CPU 0, the moved task's with it
+        let (a0, a1) = (s.groups.g[0].load_avg, s.groups.g[1].load_avg);
+        assert!(a0 > 2000.0 && a1 < 1.0, "cfs {cfs}: {a0} {a1}");
+    }
 }

@@ -721,6 +721,10 @@ pub struct TaskGroup {
     /// negative lag when the root's V was `delayed_v` (as `Task::delayed`).
     pub delayed: bool,
     pub delayed_v: i64,
+    /// `Host.group_load_half_life_ns`: the group run queue's load average
+    /// (PELT's `cfs_rq->avg.load_avg`, in weight units) as of `avg_at`.
+    pub load_avg: f64,
+    pub avg_at: Ns,
 }
 
 /// The task groups of a run (empty when `Cfs.vm_groups` and `Host.vm_groups` are off).
@@ -730,8 +734,22 @@ pub struct TaskGroups {
     /// Host CPUs (group `g` is VM `g / n_pcpus` on CPU `g % n_pcpus`).
     pub n_pcpus: usize,
     pub g: Vec<TaskGroup>,
-    /// Per VM: the group's load over every CPU (`tg->load_avg`'s stand-in).
+    /// Per VM: the group's load over every CPU, now (the instantaneous
+    /// `tg->load_avg` of `Host.group_load_half_life_ns = 0`).
     pub tg_load: Vec<u64>,
+    /// Per VM: the sum of its groups' load averages as each CPU last
+    /// updated it (`tg->load_avg`, each CPU's `tg_load_avg_contrib`).
+    pub tg_load_avg: Vec<f64>,
+    /// `Host.group_load_half_life_ns`, ns (0: the load now).
+    pub half_life_ns: u64,
+    /// With a half-life, per task (vCPU threads only): its own load average
+    /// (`se->avg.load_avg`) as of `task_avg_at`, whether it was runnable
+    /// since then, and the CPU whose group's average holds it (u32::MAX:
+    /// none yet). A group's `load_avg` is the sum of its attached tasks'.
+    pub task_avg: Vec<f64>,
+    pub task_avg_at: Vec<Ns>,
+    pub task_avg_runnable: Vec<bool>,
+    pub task_avg_cpu: Vec<u32>,
     /// Per CPU: the VMs whose group entity is on the root cfs_rq.
     pub queued: Vec<Vec<u32>>,
 }
@@ -754,12 +772,20 @@ impl TaskGroups {
             last_v: 0,
             delayed: false,
             delayed_v: 0,
+            load_avg: 0.0,
+            avg_at: 0,
         };
         TaskGroups {
             on: true,
             n_pcpus,
             g: vec![g; nvm * n_pcpus],
             tg_load: vec![0; nvm],
+            tg_load_avg: vec![0.0; nvm],
+            half_life_ns: 0,
+            task_avg: Vec::new(),
+            task_avg_at: Vec::new(),
+            task_avg_runnable: Vec::new(),
+            task_avg_cpu: Vec::new(),
             queued: vec![Vec::new(); n_pcpus],
         }
     }

@@ -501,6 +501,15 @@ class Host(_Base):
             and vcpulab's schedulers place the vCPUs themselves), where it needs
             `yield_scope="vm_group"`, the flat stand-in it replaces. false (default): one run queue
             per CPU. See docs/simulator.md, "EEVDF group scheduling".
+        group_load_half_life_ns: The half-life of the group load average that
+            `calc_group_shares` weighs each VM's group entity by (`Cfs.vm_groups`, `vm_groups`), ns.
+            The kernel's PELT halves a load's weight every 32 periods of 1024 µs (`LOAD_AVG_PERIOD`,
+            kernel/sched/pelt.c; v3.8+): 32768000 there. With it, a CPU's load is max(its group's
+            runnable weight now, its average), and the VM's load is the other CPUs' averages as they
+            last updated them plus this CPU's (`tg->load_avg`, kernel/sched/fair.c), so the weight
+            follows a vCPU's halts and wake-ups slowly, not at once. 0 (default): the runnable
+            weight now, on every CPU. Simplified: a continuous exponential for PELT's geometric
+            series.
     """
 
     # BEGIN GENERATED FIELDS (Host): python -m vcpulab._codegen
@@ -548,6 +557,7 @@ class Host(_Base):
     switch_ns: int = field(default=0, metadata=_NEW)
     delay_dequeue: bool = field(default=False, metadata=_NEW)
     vm_groups: bool = field(default=False, metadata=_NEW)
+    group_load_half_life_ns: int = field(default=0, metadata=_NEW)
     # END GENERATED FIELDS
 
     def __post_init__(self) -> None:

@@ -430,6 +430,25 @@ _WAKE_WIDE = _k(
 _NO_WAKE_WIDE = _k(False, "", "no wake_wide before v3.10 (2013): every wake-up tried wake_affine")
 
 
+#: the group load calc_group_shares weighs a VM's group entity by: PELT's average (v3.8+)
+_GROUP_LOAD_PELT = _k(
+    32_768_000,
+    "ns",
+    "PELT halves a load's weight every LOAD_AVG_PERIOD = 32 periods of 1024 us (kernel/sched/pelt.c; "
+    "9d85f21c94f7 'sched: Track the runnable average on a per-task entity basis', v3.8), the cfs_rq load_avg "
+    "that calc_group_shares / calc_cfs_shares reads for the VM's load on the other CPUs (kernel/sched/fair.c); "
+    "this CPU's load is max(now, average) as since v4.15, where v3.8-v4.14 took its load now",
+)
+#: before PELT (v3.2-v3.7): a windowed average
+_GROUP_LOAD_WINDOW = _a(
+    10_000_000,
+    "ns",
+    "before PELT, calc_cfs_shares read each CPU's load_contribution, the load averaged over a window that "
+    "halves past 2 x sysctl_sched_shares_window = 20 ms (update_cfs_load, kernel/sched/fair.c v3.2-v3.7): "
+    "an exponential with a 10-ms half-life stands for that 10-20 ms window",
+)
+
+
 def _host_model(cfs: bool, busy_factor: int, idle: Param, wake_wide: Param = _WAKE_WIDE) -> dict[str, Param]:
     out = {
         "tick_skew": _k(
@@ -532,6 +551,7 @@ ERA_2012 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _k(False, "", "yield_to() took both run-queue locks before the 2013 -ESRCH bail-out"),
         "tsc_khz": _a(2_400_000, "kHz", "2.4 GHz, the nominal clock of Westmere-EX Xeons; the sources give no clock"),
+        "group_load_half_life_ns": _GROUP_LOAD_WINDOW,
         **_host_model(True, 32, _IDLE_NHM, _NO_WAKE_WIDE),
     },
     ple=_common_ple(
@@ -573,6 +593,7 @@ ERA_2015 = Era(
         "yield_penalty": _CFS_YIELD,
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_300_000, "kHz", "2.3 GHz, a Haswell-EP Xeon's nominal clock; the sources give no clock"),
+        "group_load_half_life_ns": _GROUP_LOAD_PELT,
         **_host_model(
             True,
             32,
@@ -705,6 +726,7 @@ def _era_5x(
             "yield_penalty": _CFS_YIELD,
             "yield_to_esrch": _ESRCH,
             "tsc_khz": tsc,
+            "group_load_half_life_ns": _GROUP_LOAD_PELT,
             **_host_model(True, busy_factor, _IDLE_SKX),
         },
         ple=_ple_dynamic(),
@@ -805,6 +827,7 @@ ERA_6X = Era(
         ),
         "yield_to_esrch": _ESRCH,
         "tsc_khz": _a(2_100_000, "kHz", "2.1 GHz (the simulator default), a current Xeon's nominal clock"),
+        "group_load_half_life_ns": _GROUP_LOAD_PELT,
         "slice_check_on_wakeup": _k(
             True,
             "",

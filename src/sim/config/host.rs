@@ -533,6 +533,20 @@ pub struct HostConfig {
     #[schemars(extend("default" = false))]
     #[schemars(extend("x-omit-default" = true))]
     pub vm_groups: bool,
+    /// The half-life of the group load average that `calc_group_shares`
+    /// weighs each VM's group entity by (`Cfs.vm_groups`, `vm_groups`), ns.
+    /// The kernel's PELT halves a load's weight every 32 periods of 1024 µs
+    /// (`LOAD_AVG_PERIOD`, kernel/sched/pelt.c; v3.8+): 32768000 there.
+    /// With it, a CPU's load is max(its group's runnable weight now, its
+    /// average), and the VM's load is the other CPUs' averages as they last
+    /// updated them plus this CPU's (`tg->load_avg`, kernel/sched/fair.c),
+    /// so the weight follows a vCPU's halts and wake-ups slowly, not at
+    /// once. 0 (default): the runnable weight now, on every CPU. Simplified:
+    /// a continuous exponential for PELT's geometric series.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[schemars(range(max = limits::MAX_COST_NS), extend("default" = 0))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub group_load_half_life_ns: u64,
 }
 
 /// The host CPU each unpinned vCPU thread starts on.
@@ -725,6 +739,7 @@ impl Default for HostConfig {
             switch_ns: 0,
             delay_dequeue: false,
             vm_groups: false,
+            group_load_half_life_ns: 0,
         }
     }
 }
