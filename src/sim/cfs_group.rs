@@ -501,10 +501,14 @@ impl Sim {
     }
 
     /// The task side of `dequeue_entity` for task `t` leaving its CPU's
-    /// cfs_rq (blocking, or taken off to move): its marks cleared, the
-    /// group's load and shares, and the group entity's dequeue at the root
-    /// if the group has no runnable task left.
-    pub(crate) fn cg_dequeue(&mut self, t: usize) {
+    /// cfs_rq (blocking when `sleep`, or taken off to move): its marks
+    /// cleared, the group's load and shares, and the group entity's dequeue
+    /// at the root if the group has no runnable task left; if it has, a
+    /// sleeping task makes its group the root's next buddy
+    /// (`dequeue_task_fair`: "Bias pick_next to pick a task from this
+    /// cfs_rq, as p is sleeping when it is within its sched_slice",
+    /// 2f36825b176f, v3.2).
+    pub(crate) fn cg_dequeue(&mut self, t: usize, sleep: bool) {
         let Some(g) = self.cg_of(t) else { return };
         let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
@@ -522,6 +526,8 @@ impl Sim {
             // dequeue_entity(root, se, DEQUEUE_SLEEP): vruntime kept
             self.cfs_clear_buddies(cpu, GROUP_ENT | g as u32);
             self.groups.queued[cpu].retain(|&v| v as usize != vm);
+        } else if sleep {
+            self.rqs[cpu].buddy = Some(GROUP_ENT | g as u32);
         }
         self.cg_update_min_vruntime_lvl(Lvl::Root(cpu));
     }

@@ -85,11 +85,12 @@ impl Sim {
         }
     }
 
-    /// The lag limit of `update_entity_lag`: max(2 slices, a tick), in the
-    /// entity's virtual time (as `save_lag`).
+    /// The lag limit of `update_entity_lag`: max(2 slices, a tick) of real
+    /// time in the entity's virtual time (`calc_delta_fair`).
     #[inline]
     fn ent_lag_limit(&self, e: u32) -> i64 {
-        (2 * self.ent_vslice(e)).max(self.cfg.host.tick_ns as i64)
+        let real = (2 * self.cfg.host.base_slice_ns).max(self.cfg.host.tick_ns);
+        (real * NICE0 / self.ent_w(e).max(1)) as i64
     }
 
     /// Each entity on the level's run queue (queued and curr): at the root,
@@ -200,23 +201,43 @@ impl Sim {
                 NextBuddy::Never => false,
             };
             if take {
-                self.cg_clear_buddies(l, b);
+                self.eg_set_next_entity(l, b);
                 return Some(b);
             }
         }
         let e = self.eg_pick_eevdf(l, self.cfg.host.run_to_parity)?;
-        self.cg_clear_buddies(l, e);
+        self.eg_set_next_entity(l, e);
         Some(e)
+    }
+
+    /// `set_next_entity`'s `clear_buddies` for the entity picked at level
+    /// `l`: not for the level's curr picked again (`pick_next_task_fair`
+    /// sets the next entity only below the common ancestor of the tasks
+    /// switched, so a group entity that stays the root's curr keeps the
+    /// root's buddy mark).
+    fn eg_set_next_entity(&mut self, l: Lvl, e: u32) {
+        if self.lvl_curr(l) != Some(e) {
+            self.cg_clear_buddies(l, e);
+        }
     }
 
     /// `pick_next_task_fair` through the hierarchy: the root's pick, then
     /// the picked group's.
     pub(crate) fn eg_pick(&mut self, cpu: usize) -> Option<usize> {
+        // pick_task_fair: update_curr (so update_deadline) on each level's
+        // curr still on its queue, before that level picks
+        if let Some(c) = self.lvl_curr(Lvl::Root(cpu)) {
+            self.eg_update_deadline(Lvl::Root(cpu), c);
+        }
         let e = self.eg_pick_level(Lvl::Root(cpu))?;
         if e & GROUP_ENT == 0 {
             return Some(e as usize);
         }
-        let t = self.eg_pick_level(Lvl::Grp((e & !GROUP_ENT) as usize));
+        let g = Lvl::Grp((e & !GROUP_ENT) as usize);
+        if let Some(c) = self.lvl_curr(g) {
+            self.eg_update_deadline(g, c);
+        }
+        let t = self.eg_pick_level(g);
         debug_assert!(t.is_some(), "a queued group entity has a runnable task");
         t.map(|t| t as usize)
     }
@@ -254,10 +275,18 @@ impl Sim {
         let scale = |x: i64| (x as i128 * w0 as i128 / w1 as i128) as i64;
         if self.groups.queued[cpu].contains(&vm) {
             let v = self.eg_avg_vruntime(Lvl::Root(cpu));
+            let is_curr = self.lvl_curr(Lvl::Root(cpu)) == Some(GROUP_ENT | g as u32);
             let gr = &mut self.groups.g[g];
             let (lag, dist) = (v - gr.vruntime, gr.deadline - gr.vruntime);
+            let v0 = gr.vruntime;
             gr.vruntime = v - scale(lag);
             gr.deadline = gr.vruntime + scale(dist);
+            let vprot = self.rqs[cpu].vprot;
+            if is_curr && vprot != i64::MIN && vprot != i64::MAX {
+                // the protected slice scales too ("sched/eevdf: Update
+                // se->vprot in reweight_entity()", ff38424030f9, v6.19)
+                self.rqs[cpu].vprot = self.groups.g[g].vruntime + scale(vprot - v0);
+            }
         } else {
             let gr = &mut self.groups.g[g];
             gr.vlag = scale(gr.vlag);
@@ -298,7 +327,9 @@ impl Sim {
         // enqueue_entity(root, se): update_cfs_group, then place_entity
         let vr = self.eg_avg_vruntime(Lvl::Root(cpu));
         let gr = &mut self.groups.g[g];
-        if gr.delayed {
+        let requeued = gr.delayed;
+        let dist = gr.deadline - gr.vruntime;
+        if requeued {
             // its negative lag burnt off while V advanced, up to 0 (DELAY_ZERO)
             gr.delayed = false;
             gr.vlag = gr.vlag.saturating_add(vr - gr.delayed_v).min(0);
@@ -307,7 +338,8 @@ impl Sim {
         let gvs = self.ent_vslice(GROUP_ENT | g as u32);
         let gr = &mut self.groups.g[g];
         gr.vruntime = vr - gr.vlag;
-        gr.deadline = gr.vruntime + gvs;
+        // a delayed entity requeued keeps its request (requeue_delayed_entity)
+        gr.deadline = gr.vruntime + if requeued { dist } else { gvs };
         self.groups.queued[cpu].push(vm as u32);
     }
 
@@ -346,6 +378,12 @@ impl Sim {
         gr.nr_running -= 1;
         if gr.nr_running > 0 {
             self.eg_reweight(g);
+            if sleep && !self.tasks[t].delayed {
+                // dequeue_entities: "Bias pick_next to pick a task from this
+                // cfs_rq, as p is sleeping when it is within its sched_slice"
+                // (set_next_buddy on the parent; 2f36825b176f, v3.2)
+                self.rqs[cpu].buddy = Some(GROUP_ENT | g as u32);
+            }
             return;
         }
         // the group empties: its entity leaves the root (dequeue_entity)
@@ -353,9 +391,12 @@ impl Sim {
         let vr = self.eg_avg_vruntime(Lvl::Root(cpu));
         let limit = self.ent_lag_limit(ge);
         self.rqs[cpu].last_v = vr;
+        // the parent's dequeue is a sleep whatever the task's
+        // (dequeue_entities: flags |= DEQUEUE_SLEEP)
+        let delay_group = self.delay_dequeue_on();
         let gr = &mut self.groups.g[g];
         gr.vlag = (vr - gr.vruntime).clamp(-limit, limit);
-        if delay && gr.vlag < 0 {
+        if delay_group && gr.vlag < 0 {
             gr.delayed = true;
             gr.delayed_v = vr;
         }
@@ -398,7 +439,12 @@ impl Sim {
         } else {
             self.tasks[e as usize].deadline = d;
         }
-        self.eg_nr(l) > 1
+        if self.eg_nr(l) < 2 {
+            return false;
+        }
+        // update_curr: resched_curr, and clear_buddies(cfs_rq, curr)
+        self.cg_clear_buddies(l, e);
+        true
     }
 
     /// `update_deadline` at each level of curr `c` on `cpu`: at the tick
@@ -438,6 +484,10 @@ impl Sim {
             (Some(a), Some(b)) if a == b => (Lvl::Grp(a), c as u32, t as u32),
             _ => (Lvl::Root(cpu), self.cg_root_ent(c), self.cg_root_ent(t)),
         };
+        // update_curr(cfs_rq_of(se)): curr's request renewed if used up
+        if self.lvl_curr(l) == Some(se) {
+            self.eg_update_deadline(l, se);
+        }
         if self.cfg.host.run_to_parity {
             return self.eg_pick_eevdf(l, true) == Some(pse);
         }

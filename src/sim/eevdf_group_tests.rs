@@ -392,3 +392,42 @@ fn group_weights_follow_load_averages_that_move_with_their_tasks() {
         assert!(a0 > 2000.0 && a1 < 1.0, "cfs {cfs}: {a0} {a1}");
     }
 }
+
+/// `dequeue_entities`: a vCPU that halts while its group keeps a runnable
+/// sibling on the CPU makes its group the root's next buddy ("Bias
+/// pick_next to pick a task from this cfs_rq"), so, eligible, its VM keeps
+/// the CPU; the buddy mark survives while that group entity stays the
+/// root's curr. Under CFS's groups alike.
+#[test]
+fn a_halting_vcpu_leaves_its_group_as_the_roots_next_buddy() {
+    for cfs in [false, true] {
+        let mut c = vms(&[2, 1], 1, true);
+        c.host.delay_dequeue = false;
+        if cfs {
+            c.host.scheduler = Scheduler::Cfs;
+            c.host.cfs.vm_groups = true;
+        }
+        let mut s = sim_of(&c);
+        let mut at = 0;
+        let curr = loop {
+            at += 100_000;
+            s.step_until(at).unwrap();
+            let c = s.rqs[0].curr.unwrap() as usize;
+            if s.cg_of(c) == Some(0) && s.rqs[0].queue.iter().any(|&t| s.cg_of(t as usize) == Some(0)) {
+                break c;
+            }
+            assert!(at < 100 * MS, "VM 0 runs beside its queued sibling at some instant");
+        };
+        let sib = s.rqs[0].queue.iter().map(|&t| t as usize).find(|&t| s.cg_of(t) == Some(0)).unwrap();
+        // the two VMs' entities level at the root (VM 0's is eligible)
+        s.groups.g[1].vruntime = s.groups.g[0].vruntime;
+        s.dequeue_sleep(curr);
+        assert_eq!(s.rqs[0].buddy, Some(GROUP_ENT), "cfs {cfs}: VM 0's group is the root's next buddy");
+        s.schedule(0, super::super::state::Why::Idle);
+        assert_eq!(s.rqs[0].curr, Some(sib as u32), "cfs {cfs}: VM 0 keeps the CPU");
+        if !cfs {
+            assert_eq!(s.rqs[0].buddy, Some(GROUP_ENT), "kept while VM 0's entity stays the root's curr");
+            check_invariants(&s);
+        }
+    }
+}

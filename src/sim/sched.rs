@@ -272,7 +272,7 @@ impl Sim {
             // dequeue_entity: clear_buddies, then update_min_vruntime
             self.queue_remove(cpu, t);
             self.cfs_clear_buddies(cpu, t as u32);
-            self.cg_dequeue(t);
+            self.cg_dequeue(t, false);
             self.cfs_update_min_vruntime(cpu);
             return;
         }
@@ -335,7 +335,7 @@ impl Sim {
             // dequeue_entity(DEQUEUE_SLEEP): vruntime kept, buddies cleared
             self.tasks[t].runnable = false;
             self.cfs_clear_buddies(cpu, t as u32);
-            self.cg_dequeue(t);
+            self.cg_dequeue(t, true);
             self.cfs_update_min_vruntime(cpu);
             return;
         }
