@@ -476,8 +476,10 @@ impl Sim {
     /// `check_preempt_wakeup_fair` for woken `t` against curr `c` on `cpu`:
     /// at their first common level (`find_matching_se`), preempt when
     /// `pick_eevdf` (with slice protection under `Host.run_to_parity`)
-    /// takes the woken side, else when it is eligible with the earlier
-    /// deadline.
+    /// takes the woken side: a third entity with an earlier eligible
+    /// deadline blocks it, an ineligible curr shields nothing. (The flat
+    /// queue without `run_to_parity` keeps the simulator's older rule,
+    /// eligible with a deadline earlier than curr's.)
     pub(crate) fn eg_check_preempt_wakeup(&mut self, cpu: usize, t: usize, c: usize) -> bool {
         let (gt, gc) = (self.cg_of(t), self.cg_of(c));
         let (l, se, pse) = match (gt, gc) {
@@ -488,10 +490,7 @@ impl Sim {
         if self.lvl_curr(l) == Some(se) {
             self.eg_update_deadline(l, se);
         }
-        if self.cfg.host.run_to_parity {
-            return self.eg_pick_eevdf(l, true) == Some(pse);
-        }
-        self.ent_vr(pse) <= self.eg_avg_vruntime(l) && self.ent_deadline(pse) < self.ent_deadline(se)
+        self.eg_pick_eevdf(l, self.cfg.host.run_to_parity) == Some(pse)
     }
 
     /// `yield_task_fair` for curr `me` (with more than one task on its CPU;

@@ -253,7 +253,9 @@ fn a_wakeup_across_groups_compares_the_group_entities() {
     s.groups.g[go].vruntime = s.groups.g[gc].vruntime - MS as i64;
     assert!(s.eg_check_preempt_wakeup(0, other, cur), "eligible, earlier deadline");
     s.groups.g[go].deadline = s.groups.g[gc].deadline + MS as i64;
-    assert!(!s.eg_check_preempt_wakeup(0, other, cur), "eligible, later deadline");
+    assert!(s.eg_check_preempt_wakeup(0, other, cur), "later deadline, but curr is not eligible: pick_eevdf takes it");
+    s.groups.g[go].vruntime = s.groups.g[gc].vruntime;
+    assert!(!s.eg_check_preempt_wakeup(0, other, cur), "both eligible, later deadline");
     assert_eq!(s.lvl_curr(Lvl::Root(0)), Some(GROUP_ENT | gc as u32));
 }
 
