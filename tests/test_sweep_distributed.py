@@ -199,11 +199,11 @@ def test_point_hash_is_stable_across_processes_and_includes_params():
 @pytest.mark.parametrize(
     "allowed_failures",
     [
-        # Dask's default: the scheduler reruns the lost tasks (its own mechanism: the slow run, as CI does)
-        pytest.param(3, id="dask-reschedules", marks=pytest.mark.slow),
+        pytest.param(3, id="dask-reschedules"),  # Dask's default: the scheduler reruns the lost tasks
         pytest.param(0, id="vcpulab-resubmits"),  # the lost tasks raise KilledWorker; vcpulab resubmits them
     ],
 )
+@pytest.mark.slow  # ~6.5 s each, a worker process killed mid-sweep: the slow run, as CI does
 def test_a_worker_killed_mid_sweep_every_point_exactly_once(allowed_failures, tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="vcpulab.sim.sweep")
     cfg = base(duration_ns=2_000_000_000)  # ~40 ms a point: the worker dies while busy
