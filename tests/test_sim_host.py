@@ -260,6 +260,21 @@ def test_cache_cold_migrations_cost_useful_time_and_conserve_time():
     assert (cold.pcpus.select(pl.sum_horizontal(cols)).to_series() == d).all()
 
 
+def useful_per_vm_1_beside_3(host: sim.Host) -> list[int]:
+    """Per VM, the useful time of a 1-vCPU VM beside a 3-vCPU VM on ``host``,
+    every thread computing, for 200 ms."""
+    cfg = sim.Config(
+        host=host,
+        vms=tuple(
+            sim.Vm(vcpus=n, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy="no_yield")
+            for n in (1, 3)
+        ),
+        duration_ns=200_000_000,
+        seed=1,
+    )
+    return sim.run(cfg).vms["useful_ns"].to_list()
+
+
 def test_cfs_vm_groups_share_a_cpu_between_vms_not_their_threads():
     """Under flat CFS a CPU is shared by threads, so a 3-vCPU VM beside a
     1-vCPU VM on one CPU gets three quarters of it; with each VM in its own
@@ -267,16 +282,7 @@ def test_cfs_vm_groups_share_a_cpu_between_vms_not_their_threads():
     gets half, and its threads share that half."""
 
     def per_vm(groups: bool) -> list[int]:
-        cfg = sim.Config(
-            host=sim.Host(n_pcpus=1, scheduler="cfs", cfs=sim.Cfs(vm_groups=groups)),
-            vms=tuple(
-                sim.Vm(vcpus=n, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy="no_yield")
-                for n in (1, 3)
-            ),
-            duration_ns=200_000_000,
-            seed=1,
-        )
-        return sim.run(cfg).vms["useful_ns"].to_list()
+        return useful_per_vm_1_beside_3(sim.Host(n_pcpus=1, scheduler="cfs", cfs=sim.Cfs(vm_groups=groups)))
 
     flat, grouped = per_vm(False), per_vm(True)
     assert flat[0] / sum(flat) == pytest.approx(0.25, abs=0.03), flat
@@ -292,16 +298,7 @@ def test_eevdf_vm_groups_share_a_cpu_between_vms_not_their_threads():
     it needs the ``vm_group`` yield scope it replaces, and says so."""
 
     def per_vm(groups: bool, **host) -> list[int]:
-        cfg = sim.Config(
-            host=sim.Host(n_pcpus=1, yield_scope="vm_group", vm_groups=groups, **host),
-            vms=tuple(
-                sim.Vm(vcpus=n, workload=sim.Workload(phases=(sim.Compute(ns=1_000_000),)), policy="no_yield")
-                for n in (1, 3)
-            ),
-            duration_ns=200_000_000,
-            seed=1,
-        )
-        return sim.run(cfg).vms["useful_ns"].to_list()
+        return useful_per_vm_1_beside_3(sim.Host(n_pcpus=1, yield_scope="vm_group", vm_groups=groups, **host))
 
     flat, grouped = per_vm(False), per_vm(True)
     assert flat[0] / sum(flat) == pytest.approx(0.25, abs=0.03), flat

@@ -471,6 +471,34 @@ impl Sim {
         gr.avg_at = now;
     }
 
+    /// Task `t` becomes runnable in group `g` (CFS's and EEVDF's groups):
+    /// the load averages brought to now, then the group's and its VM's
+    /// load and runnable count. True if the group was empty (its entity
+    /// joins the root).
+    pub(crate) fn group_add_task(&mut self, t: usize, g: usize) -> bool {
+        let (w, vm) = (self.tasks[t].weight, g / self.groups.n_pcpus);
+        self.group_track(t, g, true);
+        self.group_load_update(g);
+        self.groups.tg_load[vm] += w;
+        let gr = &mut self.groups.g[g];
+        gr.load += w;
+        gr.nr_running += 1;
+        gr.nr_running == 1
+    }
+
+    /// Task `t` stops being runnable in group `g` (blocking or moving): as
+    /// `group_add_task`, the other way. True if the group is now empty.
+    pub(crate) fn group_remove_task(&mut self, t: usize, g: usize) -> bool {
+        let (w, vm) = (self.tasks[t].weight, g / self.groups.n_pcpus);
+        self.group_track(t, g, false);
+        self.group_load_update(g);
+        self.groups.tg_load[vm] -= w;
+        let gr = &mut self.groups.g[g];
+        gr.load -= w;
+        gr.nr_running -= 1;
+        gr.nr_running == 0
+    }
+
     /// The task side of `enqueue_entity` for runnable task `t` joining its
     /// CPU (after `update_curr` and its own placement): the group's load
     /// and shares, and the group entity's `place_entity` and enqueue at the
@@ -478,14 +506,7 @@ impl Sim {
     pub(crate) fn cg_enqueue(&mut self, t: usize) {
         let Some(g) = self.cg_of(t) else { return };
         let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
-        let w = self.tasks[t].weight;
-        self.group_track(t, g, true);
-        self.group_load_update(g);
-        self.groups.tg_load[vm] += w;
-        let gr = &mut self.groups.g[g];
-        gr.load += w;
-        gr.nr_running += 1;
-        let joined = gr.nr_running == 1;
+        let joined = self.group_add_task(t, g);
         self.cg_reweight(g);
         if joined {
             // enqueue_entity(root, se, ENQUEUE_WAKEUP) → place_entity(initial = 0)
@@ -512,14 +533,7 @@ impl Sim {
         let Some(g) = self.cg_of(t) else { return };
         let (cpu, vm) = (g % self.groups.n_pcpus, g / self.groups.n_pcpus);
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
-        let w = self.tasks[t].weight;
-        self.group_track(t, g, false);
-        self.group_load_update(g);
-        self.groups.tg_load[vm] -= w;
-        let gr = &mut self.groups.g[g];
-        gr.load -= w;
-        gr.nr_running -= 1;
-        let left = gr.nr_running == 0;
+        let left = self.group_remove_task(t, g);
         self.cg_update_min_vruntime_lvl(Lvl::Grp(g));
         self.cg_reweight(g);
         if left {

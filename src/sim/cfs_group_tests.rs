@@ -3,9 +3,11 @@
 use super::super::config::*;
 use super::super::engine::Sim;
 use super::super::run;
-use super::super::state::{TaskKind, NICE0};
+use super::super::state::TaskKind;
 use super::{Lvl, GROUP_ENT};
-use crate::sim::test_util::{computing_vm, sim_of};
+use crate::sim::test_util::{
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_vms_not_threads_share_a_cpu, computing_vm, sim_of,
+};
 
 const MS: u64 = 1_000_000;
 
@@ -16,17 +18,6 @@ fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
         HostConfig { n_pcpus: p, affinity: Affinity::RoundRobin, scheduler: Scheduler::Cfs, ..Default::default() };
     host.cfs.vm_groups = groups;
     SimConfig { duration_ns: 300 * MS, host, vms: v.iter().map(|&n| computing_vm(n)).collect(), ..Default::default() }
-}
-
-/// Per VM: the sum of its vCPUs' useful time.
-fn useful_per_vm(c: &SimConfig) -> Vec<u64> {
-    let r = run(c).unwrap();
-    let (vm, useful) = (r.vcpus.u64s("vm"), r.vcpus.u64s("useful_ns"));
-    let mut out = vec![0; c.vms.len()];
-    for (i, &u) in useful.iter().enumerate() {
-        out[vm[i] as usize] += u;
-    }
-    out
 }
 
 /// The group bookkeeping agrees with the tasks: each group's runnable
@@ -63,38 +54,13 @@ fn check_invariants(s: &Sim) {
 
 #[test]
 fn vms_not_threads_share_a_cpu_with_vm_groups() {
-    // 1 CPU, a 1-vCPU VM beside a 3-vCPU VM: flat CFS gives each thread a
-    // quarter (1:3 between the VMs); a group per VM gives each VM half
-    let flat = useful_per_vm(&vms(&[1, 3], 1, false));
-    let grouped = useful_per_vm(&vms(&[1, 3], 1, true));
-    let share = |u: &[u64]| u[0] as f64 / (u[0] + u[1]) as f64;
-    assert!((share(&flat) - 0.25).abs() < 0.03, "flat {flat:?}");
-    assert!((share(&grouped) - 0.5).abs() < 0.03, "grouped {grouped:?}");
-    // and each of the 3-vCPU VM's threads gets a third of its VM's half
-    let r = run(&vms(&[1, 3], 1, true)).unwrap();
-    let u = r.vcpus.u64s("useful_ns");
-    for &x in &u[1..] {
-        assert!((x as f64 / u[1..].iter().sum::<u64>() as f64 - 1.0 / 3.0).abs() < 0.05, "{u:?}");
-    }
+    assert_vms_not_threads_share_a_cpu(vms);
 }
 
 #[test]
 fn a_group_entity_weighs_its_cpus_share_of_the_groups_load() {
-    // VM 0's vCPUs on CPUs 0 and 1, VM 1's one vCPU on CPU 0
-    let c = vms(&[2, 1], 2, true);
-    let mut s = sim_of(&c);
-    s.step_until(10 * MS).unwrap();
-    let w: Vec<u64> = s.groups.g.iter().map(|g| g.weight).collect();
-    // calc_cfs_shares: 1024 · 1024 / 2048 for each half of VM 0; all of VM 1
-    // on CPU 0; VM 1 has nothing on CPU 1 (its weight is not used there)
-    assert_eq!((w[0], w[1], w[2]), (NICE0 / 2, NICE0 / 2, NICE0));
-    check_invariants(&s);
-    // so on CPU 0 VM 1's vCPU gets 2/3, VM 0's 1/3; VM 0's other has CPU 1
-    let r = run(&c).unwrap();
-    let u = r.vcpus.u64s("useful_ns");
-    let cpu0 = (u[0] + u[2]) as f64;
-    assert!((u[2] as f64 / cpu0 - 2.0 / 3.0).abs() < 0.04, "{u:?}");
-    assert!(u[1] as f64 > 0.97 * c.duration_ns as f64, "{u:?}");
+    // VM 1 has nothing on CPU 1: its weight is not used there
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load(&vms(&[2, 1], 2, true), check_invariants);
 }
 
 #[test]

@@ -313,14 +313,8 @@ impl Sim {
         let tk = &mut self.tasks[t];
         tk.vruntime = v - tk.vlag;
         tk.deadline = tk.vruntime + vs;
-        let (w, vm) = (tk.weight, g / self.groups.n_pcpus);
-        self.group_track(t, g, true);
-        self.group_load_update(g);
-        self.groups.tg_load[vm] += w;
-        let gr = &mut self.groups.g[g];
-        gr.load += w;
-        gr.nr_running += 1;
-        if gr.nr_running > 1 {
+        let vm = g / self.groups.n_pcpus;
+        if !self.group_add_task(t, g) {
             self.eg_reweight(g);
             return;
         }
@@ -369,14 +363,8 @@ impl Sim {
         };
         self.groups.g[g].last_v = v;
         self.cg_clear_buddies(Lvl::Grp(g), t as u32);
-        let (w, vm) = (self.tasks[t].weight, g / self.groups.n_pcpus);
-        self.group_track(t, g, false);
-        self.group_load_update(g);
-        self.groups.tg_load[vm] -= w;
-        let gr = &mut self.groups.g[g];
-        gr.load -= w;
-        gr.nr_running -= 1;
-        if gr.nr_running > 0 {
+        let vm = g / self.groups.n_pcpus;
+        if !self.group_remove_task(t, g) {
             self.eg_reweight(g);
             if sleep && !self.tasks[t].delayed {
                 // dequeue_entities: "Bias pick_next to pick a task from this

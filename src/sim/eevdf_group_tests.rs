@@ -5,7 +5,9 @@ use super::super::config::*;
 use super::super::engine::Sim;
 use super::super::run;
 use super::super::state::{TaskKind, GROUP_SHARES, NICE0};
-use crate::sim::test_util::{computing_vm, sim_of};
+use crate::sim::test_util::{
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_vms_not_threads_share_a_cpu, computing_vm, sim_of,
+};
 
 const MS: u64 = 1_000_000;
 
@@ -33,17 +35,6 @@ fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
         vms: v.iter().map(|&n| computing_vm(n)).collect(),
         ..Default::default()
     }
-}
-
-/// Per VM: the sum of its vCPUs' useful time.
-fn useful_per_vm(c: &SimConfig) -> Vec<u64> {
-    let r = run(c).unwrap();
-    let (vm, useful) = (r.vcpus.u64s("vm"), r.vcpus.u64s("useful_ns"));
-    let mut out = vec![0; c.vms.len()];
-    for (i, &u) in useful.iter().enumerate() {
-        out[vm[i] as usize] += u;
-    }
-    out
 }
 
 /// The entities on a level's run queue, by a scan independent of
@@ -151,37 +142,12 @@ fn check_load_averages(s: &Sim) {
 
 #[test]
 fn vms_not_threads_share_a_cpu_with_eevdf_vm_groups() {
-    // 1 CPU, a 1-vCPU VM beside a 3-vCPU VM: the flat queue gives each
-    // thread a quarter (1:3 between the VMs); a group per VM gives each VM half
-    let flat = useful_per_vm(&vms(&[1, 3], 1, false));
-    let grouped = useful_per_vm(&vms(&[1, 3], 1, true));
-    let share = |u: &[u64]| u[0] as f64 / (u[0] + u[1]) as f64;
-    assert!((share(&flat) - 0.25).abs() < 0.03, "flat {flat:?}");
-    assert!((share(&grouped) - 0.5).abs() < 0.03, "grouped {grouped:?}");
-    // and each of the 3-vCPU VM's threads gets a third of its VM's half
-    let r = run(&vms(&[1, 3], 1, true)).unwrap();
-    let u = r.vcpus.u64s("useful_ns");
-    for &x in &u[1..] {
-        assert!((x as f64 / u[1..].iter().sum::<u64>() as f64 - 1.0 / 3.0).abs() < 0.05, "{u:?}");
-    }
+    assert_vms_not_threads_share_a_cpu(vms);
 }
 
 #[test]
 fn a_group_entity_weighs_its_cpus_share_of_the_vms_load() {
-    // VM 0's vCPUs on CPUs 0 and 1, VM 1's one vCPU on CPU 0
-    let c = vms(&[2, 1], 2, true);
-    let mut s = sim_of(&c);
-    s.step_until(10 * MS).unwrap();
-    let w: Vec<u64> = s.groups.g.iter().map(|g| g.weight).collect();
-    // calc_group_shares: 1024 · 1024 / 2048 for each half of VM 0; all of VM 1 on CPU 0
-    assert_eq!((w[0], w[1], w[2]), (NICE0 / 2, NICE0 / 2, NICE0));
-    check_invariants(&s);
-    // so on CPU 0 VM 1's vCPU gets 2/3, VM 0's 1/3; VM 0's other has CPU 1
-    let r = run(&c).unwrap();
-    let u = r.vcpus.u64s("useful_ns");
-    let cpu0 = (u[0] + u[2]) as f64;
-    assert!((u[2] as f64 / cpu0 - 2.0 / 3.0).abs() < 0.04, "{u:?}");
-    assert!(u[1] as f64 > 0.97 * c.duration_ns as f64, "{u:?}");
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load(&vms(&[2, 1], 2, true), check_invariants);
 }
 
 #[test]
@@ -329,21 +295,28 @@ fn vm_groups_acts_under_eevdf_only_and_needs_the_vm_group_yield_scope_there() {
     }
 }
 
+/// Steps `s` (VM 0 with two vCPUs beside VM 1 on CPU 0) in 100-µs steps to
+/// an instant at which a vCPU of VM 0 runs there with its sibling queued:
+/// (the running task, the queued sibling).
+fn vm0_beside_its_sibling(s: &mut Sim) -> (usize, usize) {
+    let mut at = 0;
+    loop {
+        at += 100_000;
+        s.step_until(at).unwrap();
+        let c = s.rqs[0].curr.unwrap() as usize;
+        let sib = s.rqs[0].queue.iter().map(|&t| t as usize).find(|&t| s.cg_of(t) == Some(0));
+        if let (Some(0), Some(sib)) = (s.cg_of(c), sib) {
+            return (c, sib);
+        }
+        assert!(at < 100 * MS, "VM 0 runs beside its queued sibling at some instant");
+    }
+}
+
 #[test]
 fn a_switch_inside_a_group_keeps_the_group_entitys_slice_protection_at_the_root() {
     // 1 CPU: VM 0 (vCPUs 0, 1), VM 1 (vCPU 2), all computing
     let mut s = sim_of(&vms(&[2, 1], 1, true));
-    let mut at = 0;
-    let curr = loop {
-        at += 100_000;
-        s.step_until(at).unwrap();
-        let c = s.rqs[0].curr.unwrap() as usize;
-        if s.cg_of(c) == Some(0) && s.rqs[0].queue.iter().any(|&t| s.cg_of(t as usize) == Some(0)) {
-            break c;
-        }
-        assert!(at < 100 * MS, "VM 0 runs beside its queued sibling at some instant");
-    };
-    let sib = s.rqs[0].queue.iter().map(|&t| t as usize).find(|&t| s.cg_of(t) == Some(0)).unwrap();
+    let (curr, sib) = vm0_beside_its_sibling(&mut s);
     // both group entities at one vruntime (both eligible), VM 0's protected
     // at the root, and the sibling VM 0's next buddy, eligible in the group
     let v = s.groups.g[0].vruntime;
@@ -410,17 +383,7 @@ fn a_halting_vcpu_leaves_its_group_as_the_roots_next_buddy() {
             c.host.cfs.vm_groups = true;
         }
         let mut s = sim_of(&c);
-        let mut at = 0;
-        let curr = loop {
-            at += 100_000;
-            s.step_until(at).unwrap();
-            let c = s.rqs[0].curr.unwrap() as usize;
-            if s.cg_of(c) == Some(0) && s.rqs[0].queue.iter().any(|&t| s.cg_of(t as usize) == Some(0)) {
-                break c;
-            }
-            assert!(at < 100 * MS, "VM 0 runs beside its queued sibling at some instant");
-        };
-        let sib = s.rqs[0].queue.iter().map(|&t| t as usize).find(|&t| s.cg_of(t) == Some(0)).unwrap();
+        let (curr, sib) = vm0_beside_its_sibling(&mut s);
         // the two VMs' entities level at the root (VM 0's is eligible)
         s.groups.g[1].vruntime = s.groups.g[0].vruntime;
         s.dequeue_sleep(curr);
