@@ -573,7 +573,7 @@ def test_a_default_stated_in_a_fields_doc_is_its_default() -> None:
 def test_each_fields_own_check_comes_from_the_schema() -> None:
     """A class without rules across fields has no __post_init__ of its own:
     its fields are checked from the schema alone, with the same messages."""
-    for cls in (sim.Background, sim.Pv, sim.Guest, sim.Compute, sim.Lock):
+    for cls in (sim.Background, sim.Pv, sim.Guest, sim.Compute):
         assert "__post_init__" not in vars(cls), cls
     with pytest.raises(ValueError, match=r"^Background.utilization must be in \[0.0, 1.0\), got 1.0$"):
         sim.Background(utilization=1.0)
@@ -662,3 +662,19 @@ def test_a_renamed_field_keeps_its_old_name_with_a_dated_warning_in_python_and_r
 def _core_schema_def(d: str) -> dict[str, Any]:
     s = json.loads(_core.sim_config_schema())
     return s if d == "" else s["$defs"][d]  # type: ignore[no-any-return]
+
+
+def test_lock_sites_are_checked_against_the_last_lock_id() -> None:
+    """``Lock.sites``: a rule across fields (the last site, ``lock + sites - 1``,
+    is a lock id within the schema's limit), and sites overlapping a later
+    phase's lock must agree on the kind; Rust says the same."""
+    assert sim.Lock(1000, sites=24).sites == 24
+    with pytest.raises(ValueError, match=r"^Lock.sites must be <= 24, got 25$"):
+        sim.Lock(1000, sites=25)
+    with pytest.raises(ValueError, match=r"^Lock.sites must be >= 1, got 0$"):
+        sim.Lock(sites=0)
+    with pytest.raises(ValueError, match=r"phases\[1\].lock_kind differs from an earlier phase using lock 3"):
+        sim.Workload(phases=(sim.Lock(0, "ticket", 100, sites=4), sim.Lock(3, "mutex", 100)))
+    assert "sites" not in sim.Lock().to_dict(), "the default leaves the JSON and config_hash as they were"
+    raw = sim.Config(vms=(sim.Vm(workload=sim.Workload(phases=(sim.Lock(0, sites=8),))),)).to_json()
+    assert '"sites": 8' in raw or '"sites":8' in raw

@@ -209,7 +209,7 @@ impl Sim {
                     .workload
                     .phases
                     .iter()
-                    .filter_map(|ph| if let Phase::Lock { lock, .. } = ph { Some(*lock + 1) } else { None })
+                    .filter_map(|ph| if let Phase::Lock { lock, sites, .. } = ph { Some(*lock + *sites) } else { None })
                     .max()
                     .unwrap_or(0);
                 let mut locks: Vec<Lock> = (0..nlocks)
@@ -223,10 +223,12 @@ impl Sim {
                     })
                     .collect();
                 for ph in &vmc.workload.phases {
-                    if let Phase::Lock { lock, lock_kind, .. } = ph {
+                    if let Phase::Lock { lock, lock_kind, sites, .. } = ph {
                         // an rwsem's lock is the semaphore; each phase says which side it takes
                         let kind = if lock_kind.is_rwsem() { LockKind::RwsemWrite } else { *lock_kind };
-                        locks[*lock as usize].kind = effective_lock_kind(kind, vmc);
+                        for l in &mut locks[*lock as usize..(*lock + *sites) as usize] {
+                            l.kind = effective_lock_kind(kind, vmc);
+                        }
                     }
                 }
                 let policy = make_policy(group, vmc)?;

@@ -158,8 +158,14 @@ fn ple_window_doubles_while_spinning_and_resets_on_sched_in() {
     // Two threads on two vCPUs/CPUs contend for a lock held 2 ms: the waiter
     // pause-loop-exits with windows 4096, 8192, ... and is never scheduled out.
     let mut c = rr(2, 2, 0);
-    c.vms[0].workload.phases =
-        vec![Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 2_000_000, dist: Dist::Fixed, prob: 1.0 }];
+    c.vms[0].workload.phases = vec![Phase::Lock {
+        lock: 0,
+        lock_kind: LockKind::Ticket,
+        hold_ns: 2_000_000,
+        dist: Dist::Fixed,
+        prob: 1.0,
+        sites: 1,
+    }];
     let mut s = sim_of(&c);
     s.step_until(1_500_000).unwrap();
     let w = if s.vcpus[0].c.ple_exits > 0 { 0 } else { 1 };
@@ -255,7 +261,7 @@ fn every_lock_kind_and_phase_runs_and_conserves() {
         c.vms[0].pv.guest_idle_poll_ns = 20_000;
         c.vms[0].workload.phases = vec![
             Phase::Compute { ns: 10_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-            Phase::Lock { lock: 0, lock_kind: kind, hold_ns: 3_000, dist: Dist::Uniform, prob: 1.0 },
+            Phase::Lock { lock: 0, lock_kind: kind, hold_ns: 3_000, dist: Dist::Uniform, prob: 1.0, sites: 1 },
             Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2, tlb_flush: false },
             Phase::Send { to: 1, prob: 1.0 },
             Phase::Recv { prob: 1.0 },
@@ -312,7 +318,14 @@ fn lock_waits_are_recorded_from_phase_start_to_running_with_the_lock() {
             workload: WorkloadConfig {
                 phases: vec![
                     Phase::Compute { ns: 31_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 },
-                    Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 33_000, dist: Dist::Fixed, prob: 1.0 },
+                    Phase::Lock {
+                        lock: 0,
+                        lock_kind: LockKind::Ticket,
+                        hold_ns: 33_000,
+                        dist: Dist::Fixed,
+                        prob: 1.0,
+                        sites: 1,
+                    },
                 ],
                 ..Default::default()
             },

@@ -67,6 +67,7 @@ fn thread0_phases_are_validated_and_omitted_at_their_default() {
         hold_ns: 1_000,
         dist: Dist::Fixed,
         prob: 1.0,
+        sites: 1,
     });
     assert!(c.validate().unwrap_err().contains("thread0_phases[3]"));
     let mut c = ping_pong(50 * US, 5 * US);
@@ -92,7 +93,14 @@ fn tas(v: u32, hold: u64, iterations: u64) -> SimConfig {
             workload: WorkloadConfig {
                 phases: vec![
                     compute(20 * US),
-                    Phase::Lock { lock: 0, lock_kind: LockKind::Tas, hold_ns: hold, dist: Dist::Fixed, prob: 1.0 },
+                    Phase::Lock {
+                        lock: 0,
+                        lock_kind: LockKind::Tas,
+                        hold_ns: hold,
+                        dist: Dist::Fixed,
+                        prob: 1.0,
+                        sites: 1,
+                    },
                 ],
                 iterations,
                 ..Default::default()
@@ -195,7 +203,7 @@ fn ticket(v: u32, gap: u64, seed: u64) -> SimConfig {
     c.host.slice_check_on_wakeup = gap > 0;
     c.vms[0].workload.phases = vec![
         compute(60 * US),
-        Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 60 * US, dist: Dist::Fixed, prob: 1.0 },
+        Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 60 * US, dist: Dist::Fixed, prob: 1.0, sites: 1 },
     ];
     c
 }

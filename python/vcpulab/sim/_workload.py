@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from vcpulab.sim._base import _NEW, _Base, _plain_seq, max_items
+from vcpulab.sim._base import _NEW, _Base, _int, _limits, _plain_seq, max_items
 
 DISTS = ("fixed", "exp", "uniform")
 LOCK_KINDS = ("tas", "ticket", "queued", "pv_queued", "mutex", "rwsem_read", "rwsem_write")
@@ -54,9 +54,12 @@ class Lock(_Base):
     it while no writer holds it — a newcomer reader waits if anyone waits —,
     a writer needs it free; a waiter spins while a writer owns it and runs,
     else sleeps; the last reader out or the writer wakes a spinning waiter, or
-    the first sleeper — a writer alone, or every waiting reader). Simplified:
-    no lock stealing for queued kinds; the PV predecessor check happens when a
-    waiter (re)starts spinning; nobody spins on a reader-owned semaphore.
+    the first sleeper — a writer alone, or every waiting reader). With
+    ``sites`` > 1 each acquisition takes one of the locks ``lock`` …
+    ``lock + sites - 1``, drawn uniformly (one lock class at many instances).
+    Simplified: no lock stealing for queued kinds; the PV predecessor check
+    happens when a waiter (re)starts spinning; nobody spins on a reader-owned
+    semaphore.
 
     Attributes:
         lock: Lock id within the VM. Default ``0``.
@@ -64,6 +67,10 @@ class Lock(_Base):
         hold_ns: Mean hold time, ns. Default ``1000``.
         dist: Distribution of the hold time. Default ``"fixed"``.
         prob: Probability that the phase runs in an iteration. Default ``1.0``.
+        sites: Lock sites: each acquisition takes one of the locks `lock` … `lock + sites − 1`,
+            chosen uniformly at random, all of this kind and hold (a lock class taken at many
+            instances: per-row or per-inode locks, the futex hash's bucket locks). 1 (default): lock
+            `lock` only.
     """
 
     kind: ClassVar[str] = "lock"
@@ -73,7 +80,13 @@ class Lock(_Base):
     hold_ns: int = 1000
     dist: str = "fixed"
     prob: float = 1.0
+    sites: int = field(default=1, metadata=_NEW)
     # END GENERATED FIELDS
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        # the last site, lock + sites - 1, is a lock id too
+        _int(self, "sites", hi=int(_limits("Lock", "lock")[1]) - self.lock + 1)
 
 
 @dataclass(frozen=True)
@@ -334,11 +347,12 @@ class Workload(_Base):
         kinds: dict[int, str] = {}
         for i, p in enumerate(self.phases):
             if isinstance(p, Lock):
-                first = kinds.setdefault(p.lock, p.lock_kind)
-                if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
-                    raise ValueError(
-                        f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {p.lock}"
-                    )
+                for lock in range(p.lock, p.lock + p.sites):
+                    first = kinds.setdefault(lock, p.lock_kind)
+                    if first != p.lock_kind and not (first.startswith("rwsem") and p.lock_kind.startswith("rwsem")):
+                        raise ValueError(
+                            f"Workload.phases[{i}].lock_kind differs from an earlier phase using lock {lock}"
+                        )
         if any(isinstance(p, Recv) for p in self.phases) and not any(isinstance(p, Send) for p in self.phases):
             raise ValueError("Workload.phases: a Recv phase needs a Send phase")
         self._check_fields()

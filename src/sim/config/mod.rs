@@ -116,6 +116,8 @@ pub mod limits {
     pub const MAX_NOISE_SHARE_NS_PER_S: f64 = 0.5e9;
     pub const MAX_CANDIDATE_NS: u64 = 1_000_000;
     pub const MAX_LOCK_ID: u32 = 1023;
+    /// `Lock.sites` (the phase's last lock, `lock + sites - 1`, is at most `MAX_LOCK_ID`).
+    pub const MAX_LOCK_SITES: u32 = MAX_LOCK_ID + 1;
     /// `Ipi.targets` and `Send.to` (also bounded by the VM's vCPUs / threads).
     pub const MAX_IPI_TARGETS: u32 = 65_535;
     /// Guest threads per vCPU.

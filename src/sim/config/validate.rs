@@ -198,14 +198,24 @@ impl SimConfig {
                         })?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
-                    Phase::Lock { lock, lock_kind, hold_ns, .. } => {
-                        if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| l == lock) {
-                            // an rwsem's readers and writers share it
-                            check(k == lock_kind || (k.is_rwsem() && lock_kind.is_rwsem()), || {
-                                format!("{} differs from an earlier phase using lock {lock}", pf("lock_kind"))
-                            })?;
-                        } else {
-                            lock_kinds.push((*lock, *lock_kind));
+                    Phase::Lock { lock, lock_kind, hold_ns, sites, .. } => {
+                        let last = u64::from(*lock) + u64::from(*sites) - 1;
+                        check(last <= u64::from(limits::MAX_LOCK_ID), || {
+                            format!(
+                                "{}: lock + sites - 1 must be <= {}, got {last} (lock {lock}, sites {sites})",
+                                pf("sites"),
+                                limits::MAX_LOCK_ID
+                            )
+                        })?;
+                        for id in *lock..=last as u32 {
+                            if let Some((_, k)) = lock_kinds.iter().find(|(l, _)| *l == id) {
+                                // an rwsem's readers and writers share it
+                                check(k == lock_kind || (k.is_rwsem() && lock_kind.is_rwsem()), || {
+                                    format!("{} differs from an earlier phase using lock {id}", pf("lock_kind"))
+                                })?;
+                            } else {
+                                lock_kinds.push((id, *lock_kind));
+                            }
                         }
                         any_work |= *hold_ns > 0 && pr >= 1.0;
                     }

@@ -64,7 +64,8 @@ pub enum Phase {
         #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
     },
-    /// Acquire guest lock `lock`, hold it `hold_ns` in kernel mode, release it.
+    /// Acquire guest lock `lock` (or one of `sites` locks from it), hold it
+    /// `hold_ns` in kernel mode, release it.
     Lock {
         /// Lock id within the VM.
         #[serde(default)]
@@ -84,6 +85,15 @@ pub enum Phase {
         #[serde(default = "one")]
         #[schemars(range(min = 0.0, max = 1.0))]
         prob: f64,
+        /// Lock sites: each acquisition takes one of the locks `lock` …
+        /// `lock + sites − 1`, chosen uniformly at random, all of this kind
+        /// and hold (a lock class taken at many instances: per-row or
+        /// per-inode locks, the futex hash's bucket locks). 1 (default):
+        /// lock `lock` only.
+        #[serde(default = "one_u32", skip_serializing_if = "is_one_u32")]
+        #[schemars(range(min = 1, max = limits::MAX_LOCK_SITES), extend("default" = 1))]
+        #[schemars(extend("x-omit-default" = true))]
+        sites: u32,
     },
     /// A call-function IPI to other vCPUs; the sender spins until each ran the handler.
     Ipi {
@@ -247,7 +257,14 @@ impl Default for WorkloadConfig {
             name: "custom".into(),
             phases: vec![
                 Phase::Compute { ns: 20_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-                Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 2_000, dist: Dist::Fixed, prob: 1.0 },
+                Phase::Lock {
+                    lock: 0,
+                    lock_kind: LockKind::Ticket,
+                    hold_ns: 2_000,
+                    dist: Dist::Fixed,
+                    prob: 1.0,
+                    sites: 1,
+                },
             ],
             iterations: 0,
             guest_slice_ns: 4_000_000,

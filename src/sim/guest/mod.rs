@@ -22,6 +22,7 @@ use super::config::{LockKind, Phase};
 use super::engine::Sim;
 use super::queue::Ev;
 use super::state::*;
+use rand::Rng;
 
 impl Sim {
     // --------------------------------------------------------------- the guest
@@ -227,7 +228,10 @@ impl Sim {
                 th.rem = d;
                 th.step = Step::Work { kernel: mode == super::config::Mode::Kernel, hold: None };
             }
-            Phase::Lock { lock, lock_kind, hold_ns, dist, .. } => {
+            Phase::Lock { lock, lock_kind, hold_ns, dist, sites, .. } => {
+                // one of the phase's sites, drawn only when there are several (the draws of
+                // one-site phases, and so every earlier result, stay as they were)
+                let lock = if sites > 1 { lock + self.rng.random_range(0..sites) } else { lock };
                 let d = self.sample(hold_ns, dist);
                 self.threads[t].rem = d;
                 self.threads[t].rw_read = lock_kind == LockKind::RwsemRead;

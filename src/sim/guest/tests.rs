@@ -22,7 +22,7 @@ fn locks(v: u32, p: u32, kind: LockKind, hold_ns: u64) -> SimConfig {
             policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             guest: GuestConfig { lock_model: LockModel::Kernel, ..Default::default() },
             workload: WorkloadConfig {
-                phases: vec![Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Fixed, prob: 1.0 }],
+                phases: vec![Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Fixed, prob: 1.0, sites: 1 }],
                 spin_threshold: 1000,
                 ..Default::default()
             },
@@ -514,6 +514,7 @@ fn rwsem(read_hold_ns: u64) -> SimConfig {
                         hold_ns: read_hold_ns,
                         dist: Dist::Fixed,
                         prob: 1.0,
+                        sites: 1,
                     },
                     Phase::Lock {
                         lock: 0,
@@ -521,6 +522,7 @@ fn rwsem(read_hold_ns: u64) -> SimConfig {
                         hold_ns: 5_000,
                         dist: Dist::Fixed,
                         prob: 1.0,
+                        sites: 1,
                     },
                 ],
                 ..Default::default()
@@ -672,4 +674,73 @@ fn a_task_queue_needs_to_be_alone_with_no_barrier_or_iterations() {
     assert!(bad(&|w| w.phases.push(Phase::TaskQueue { tasks: 1, frames: 0, prob: 1.0 })).contains("task_queue"));
     assert!(bad(&|w| w.phases[0] = Phase::TaskQueue { tasks: 0, frames: 0, prob: 1.0 }).contains("tasks"));
     assert!(bad(&|w| w.phases[0] = Phase::TaskQueue { tasks: 3, frames: 0, prob: 0.5 }).contains("prob"));
+}
+
+/// `locks(…)` with each acquisition taking one of `sites` locks.
+fn sited(v: u32, p: u32, kind: LockKind, hold_ns: u64, sites: u32) -> SimConfig {
+    let mut c = locks(v, p, kind, hold_ns);
+    c.vms[0].workload.phases = vec![
+        Phase::Compute { ns: hold_ns, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
+        Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Exp, prob: 1.0, sites },
+    ];
+    c.duration_ns = 50_000_000;
+    c
+}
+
+#[test]
+fn lock_sites_spread_the_acquisitions_evenly_and_a_single_site_serialises() {
+    // 8 vCPUs on 8 CPUs, each thread computing 5 µs and holding 5 µs: one
+    // lock is wanted 8 × 0.5 = 4 times over and serialises the VM (at most
+    // one hold at a time); over 8 sites each is wanted half the time.
+    let one = {
+        let mut s = sim_of(&sited(8, 8, LockKind::Ticket, 5_000, 1));
+        s.step_until(50_000_000).unwrap();
+        s.vms[0].locks.iter().map(|l| l.acquisitions).collect::<Vec<_>>()
+    };
+    assert_eq!(one.len(), 1);
+    // at most one 5 µs hold at a time (exponential holds: a little slack)
+    assert!(one[0] <= 50_000_000 / 5_000 * 11 / 10, "one site: {} acquisitions in 50 ms", one[0]);
+    let mut s = sim_of(&sited(8, 8, LockKind::Ticket, 5_000, 8));
+    s.step_until(50_000_000).unwrap();
+    let acq: Vec<u64> = s.vms[0].locks.iter().map(|l| l.acquisitions).collect();
+    assert_eq!(acq.len(), 8, "locks 0..8 exist");
+    let total: u64 = acq.iter().sum();
+    assert!(total > 2 * one[0], "8 sites: {total} acquisitions against {} on one", one[0]);
+    // uniform choice: each site within 15 % of the mean (n ≈ 5,000 a site, σ ≈ 1.3 %)
+    let mean = total as f64 / 8.0;
+    for (i, &a) in acq.iter().enumerate() {
+        assert!((a as f64 - mean).abs() < 0.15 * mean, "site {i}: {a} of {total}");
+    }
+}
+
+#[test]
+fn lock_sites_are_validated_and_omitted_at_their_default() {
+    let c = sited(2, 2, LockKind::Ticket, 1_000, 1);
+    assert!(!c.to_json().contains("sites"), "sites = 1 leaves the JSON as it was");
+    let c = sited(2, 2, LockKind::Ticket, 1_000, 4);
+    assert!(c.to_json().contains("\"sites\":4"));
+    assert!(c.validate().is_ok());
+    // the last site past the largest lock id
+    let mut c = sited(2, 2, LockKind::Ticket, 1_000, 1000);
+    if let Phase::Lock { lock, .. } = &mut c.vms[0].workload.phases[1] {
+        *lock = 100;
+    }
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("phases[1].sites") && e.contains("1099"), "{e}");
+    // zero sites: the schema's minimum
+    let mut c = sited(2, 2, LockKind::Ticket, 1_000, 0);
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("sites") && e.contains(">= 1"), "{e}");
+    // a later phase's lock inside the sites of an earlier one must agree on the kind
+    c = sited(2, 2, LockKind::Ticket, 1_000, 4);
+    c.vms[0].workload.phases.push(Phase::Lock {
+        lock: 3,
+        lock_kind: LockKind::Mutex,
+        hold_ns: 1_000,
+        dist: Dist::Fixed,
+        prob: 1.0,
+        sites: 1,
+    });
+    let e = c.validate().unwrap_err();
+    assert!(e.contains("phases[2].lock_kind") && e.contains("lock 3"), "{e}");
 }
