@@ -202,7 +202,9 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
     leads 1.69x at seed 0) the pair alternates on
     them as a gang scheduler would (gang/fair within 20 %, the validation's
     lock-step probe; seeds 0-2: 1.10-1.17). The era's kernel rules
-    (RUN_TO_PARITY, slice expiry at wake-ups) loosen that alternation
+    (RUN_TO_PARITY, slice expiry at wake-ups; the earlier rules also place
+    by the saved lag, without place_entity's scaling or PLACE_REL_DEADLINE)
+    loosen that alternation
     (1.22, 1.24, 1.68), and so does a switch that costs time
     (Host.switch_ns), so the lock-step is shown with the earlier rules and
     free switches.
@@ -215,7 +217,15 @@ def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_st
     ctx = Ctx(V.era("6.x"), V.COSTS["hardware"], 1.0, 1.0, frozenset({"host.scheduler"}))
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     assert ctx.host(n_pcpus=80).start_placement == "shuffled"
-    earlier = dict(run_to_parity=False, slice_check_on_wakeup=False, switch_ns=0, delay_dequeue=False, vm_groups=False)
+    earlier = dict(
+        run_to_parity=False,
+        slice_check_on_wakeup=False,
+        switch_ns=0,
+        delay_dequeue=False,
+        vm_groups=False,
+        place_lag="saved",
+        place_rel_deadline=False,
+    )
 
     def thr(seed, **kw):
         host = dataclasses.replace(ctx.host(n_pcpus=80, affinity="all"), **kw)

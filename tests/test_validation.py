@@ -368,20 +368,22 @@ def test_a_forfeit_on_yield_in_one_shared_run_queue_lets_the_spinning_vms_share_
     (yield_scope="run_queue", e.g. VMs started outside libvirt without
     autogroup): each PLE yield forfeits up to a slice of vruntime
     (79104becf42b) against the other VMs' threads, so the VMs that spin lose
-    their CPUs to those that do not: the poorest VM makes 0.22, 0.03 and
-    0.01 of the mean VM's operations (seeds 0-2). In the era's per-VM task
+    their CPUs to those that do not: the poorest VM makes 0.24, 0.97, 0.013,
+    0.006, 0.005, 0.013, 0.007 and 0.063 of the mean VM's operations (seeds
+    0-7; with the placement of before 0.3.11, Host.place_lag="saved" and no
+    place_rel_deadline, 7 of 8 seeds under 0.05). In the era's per-VM task
     groups the penalty stays inside each VM (and with the era's delayed
     dequeue the poorest VM makes 0.43-0.86 of the mean, the test above)."""
     ctx = _era_ctx("6.x", **{"host.yield_scope": "run_queue", "host.vm_groups": False})
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     poorest = []
-    for seed in range(3):
+    for seed in range(5):
         r = _run(
             ctx, ctx.host(n_pcpus=80, affinity="all"), [vm], seed=seed, duration_ns=140_000_000, warmup_ns=40_000_000
         )
         ops = r.vms["ops"].to_list()
         poorest.append(min(ops) / (sum(ops) / len(ops)))
-    assert sorted(poorest)[1] < 0.1, poorest
+    assert sorted(poorest)[2] < 0.1, poorest
 
 
 SYMMETRIC = [

@@ -56,8 +56,10 @@
 //!   kernel keeps the group entity queued until its next pick, where the
 //!   delayed task, alone in its group and so eligible, is dequeued with lag
 //!   0), and the group entity leaves the root;
-//! - placement uses the lag as saved, without `place_entity`'s
-//!   (load + w) / load inflation (as the flat queue).
+//! - placement by lag follows `Host.place_lag` at each level (`"kernel"`:
+//!   `place_entity`'s (load + w) / load scaling, the lag dropped on a level
+//!   with no entity), PLACE_REL_DEADLINE (`Host.place_rel_deadline`) the
+//!   task's own level, as the flat queue.
 
 use super::cfs_group::{Lvl, GROUP_ENT};
 use super::config::{NextBuddy, YieldPenalty};
@@ -119,6 +121,14 @@ impl Sim {
                 f(GROUP_ENT | (vm as usize * self.groups.n_pcpus + cpu) as u32);
             }
         }
+    }
+
+    /// The weight of the level's entities (queued and a competing curr),
+    /// as V counts them: `place_entity`'s load.
+    fn eg_load(&self, l: Lvl) -> i64 {
+        let mut w = 0;
+        self.eg_each(l, |e| w += self.ent_w(e) as i64);
+        w
     }
 
     /// Entities on the level's run queue.
@@ -302,17 +312,15 @@ impl Sim {
     pub(crate) fn eg_enqueue(&mut self, t: usize, initial: bool) {
         let cpu = self.tasks[t].cpu as usize;
         let vs = if initial { self.tasks[t].vslice / 2 } else { self.tasks[t].vslice };
-        let Some(g) = self.cg_of(t) else {
-            let v = self.eg_avg_vruntime(Lvl::Root(cpu));
-            let tk = &mut self.tasks[t];
-            tk.vruntime = v - tk.vlag;
-            tk.deadline = tk.vruntime + vs;
+        let l = self.cg_of(t).map_or(Lvl::Root(cpu), Lvl::Grp);
+        let v = self.eg_avg_vruntime(l);
+        let lag = self.placed_lag(self.tasks[t].vlag, self.eg_load(l), self.tasks[t].weight as i64);
+        let tk = &mut self.tasks[t];
+        tk.vruntime = v - lag;
+        tk.place_deadline(vs);
+        let Lvl::Grp(g) = l else {
             return;
         };
-        let v = self.eg_avg_vruntime(Lvl::Grp(g));
-        let tk = &mut self.tasks[t];
-        tk.vruntime = v - tk.vlag;
-        tk.deadline = tk.vruntime + vs;
         let vm = g / self.groups.n_pcpus;
         if !self.group_add_task(t, g) {
             self.eg_reweight(g);
@@ -330,8 +338,9 @@ impl Sim {
         }
         self.eg_reweight(g);
         let gvs = self.ent_vslice(GROUP_ENT | g as u32);
+        let glag = self.placed_lag(self.groups.g[g].vlag, self.eg_load(Lvl::Root(cpu)), self.groups.g[g].weight as i64);
         let gr = &mut self.groups.g[g];
-        gr.vruntime = vr - gr.vlag;
+        gr.vruntime = vr - glag;
         // a delayed entity requeued keeps its request (requeue_delayed_entity)
         gr.deadline = gr.vruntime + if requeued { dist } else { gvs };
         self.groups.queued[cpu].push(vm as u32);
@@ -350,11 +359,17 @@ impl Sim {
         let v = self.eg_avg_vruntime(l);
         let limit = self.ent_lag_limit(t as u32);
         let delay = sleep && self.delay_dequeue_on();
+        let rel = !sleep && self.rel_deadline_on();
         let tk = &mut self.tasks[t];
         tk.vlag = (v - tk.vruntime).clamp(-limit, limit);
         if delay && tk.vlag < 0 {
             tk.delayed = true;
             tk.delayed_v = v;
+        }
+        if rel {
+            // PLACE_REL_DEADLINE: the task's own level only (its group's
+            // dequeue, if it empties, is a sleep: dequeue_entities)
+            tk.keep_rel_deadline();
         }
         let Some(g) = g else {
             self.rqs[cpu].last_v = v;

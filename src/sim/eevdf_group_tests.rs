@@ -227,15 +227,20 @@ fn a_wakeup_across_groups_compares_the_group_entities() {
 
 #[test]
 fn group_bookkeeping_holds_through_halts_delays_yields_migrations_and_noise() {
-    for (policy, half_life_ns) in
-        [(PolicyKind::Upstream, 0), (PolicyKind::NoYield, 0), (PolicyKind::Upstream, 32_768_000)]
-    {
+    for (policy, half_life_ns, kernel_place) in [
+        (PolicyKind::Upstream, 0, false),
+        (PolicyKind::NoYield, 0, false),
+        (PolicyKind::Upstream, 32_768_000, false),
+        (PolicyKind::Upstream, 32_768_000, true),
+    ] {
         // 12 vCPUs on 2 CPUs: on 4 CPUs a run can go without a single yield
         let mut c = super::super::tests::small(policy, 3, 4, 2);
         c.host = HostConfig {
             affinity: Affinity::All,
             seeded_ties: true,
             group_load_half_life_ns: half_life_ns,
+            place_lag: if kernel_place { PlaceLag::Kernel } else { PlaceLag::Saved },
+            place_rel_deadline: kernel_place,
             ..eevdf_host(2, true)
         };
         c.host.noise = HostNoise {
@@ -283,13 +288,22 @@ fn vm_groups_acts_under_eevdf_only_and_needs_the_vm_group_yield_scope_there() {
     assert!(e.contains("yield_scope = vm_group") && e.contains("run_queue"), "{e}");
     let s = sim_of(&vms(&[1, 1], 1, false));
     assert!(!s.groups.on && s.groups.g.is_empty(), "off: no group state");
-    // an era's EEVDF groups do not reach gang or CFS runs made from it
+    // an era's EEVDF groups and placement rules do not reach gang, CFS or
+    // token runs made from it
     for sched in [Scheduler::Gang, Scheduler::Cfs, Scheduler::RoundRobin] {
         // spin-lock VMs: every run has operations (no NaN latencies to compare)
         let mut c = super::super::tests::small(PolicyKind::NoYield, 2, 2, 2);
-        c.host = HostConfig { scheduler: sched, ..eevdf_host(2, true) };
+        c.host = HostConfig {
+            scheduler: sched,
+            affinity: Affinity::All,
+            place_lag: PlaceLag::Kernel,
+            place_rel_deadline: true,
+            ..eevdf_host(2, true)
+        };
         let mut flat = c.clone();
         flat.host.vm_groups = false;
+        flat.host.place_lag = PlaceLag::Saved;
+        flat.host.place_rel_deadline = false;
         assert!(!sim_of(&c).groups.on, "{sched:?}");
         assert_eq!(run(&c).unwrap(), run(&flat).unwrap(), "{sched:?}");
     }

@@ -13,7 +13,7 @@
 //! (`Cfs.vm_groups`, `cfs_group.rs`) and EEVDF (`Host.vm_groups`,
 //! `eevdf_group.rs`); ticks are synchronous unless `Host.tick_skew`.
 
-use super::config::{NextBuddy, Scheduler, WakePlacement, YieldPenalty, YieldScope};
+use super::config::{NextBuddy, PlaceLag, Scheduler, WakePlacement, YieldPenalty, YieldScope};
 use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
@@ -201,9 +201,12 @@ impl Sim {
             // place_entity: a new task (ENQUEUE_INITIAL, PLACE_DEADLINE_INITIAL)
             // gets half a slice to its deadline, "so that it can get on quickly"
             let vs = if self.wake.enqueue_initial { self.vslice(t) / 2 } else { self.vslice(t) };
+            let rq = &self.rqs[cpu];
+            let load = rq.queue_w + self.curr_runnable(cpu).map_or(0, |c| self.tasks[c as usize].weight as i64);
+            let lag = self.placed_lag(self.tasks[t].vlag, load, self.tasks[t].weight as i64);
             let tk = &mut self.tasks[t];
-            tk.vruntime = v - tk.vlag;
-            tk.deadline = tk.vruntime + vs;
+            tk.vruntime = v - lag;
+            tk.place_deadline(vs);
         } else {
             // enqueue_entity up the hierarchy (`Cfs.vm_groups`; no-op without)
             self.cg_enqueue(t);
@@ -284,8 +287,33 @@ impl Sim {
         let v = self.avg_vruntime(cpu);
         self.save_lag(t, v);
         self.queue_remove(cpu, t);
+        if self.rel_deadline_on() {
+            self.tasks[t].keep_rel_deadline();
+        }
         if self.rqs[cpu].buddy == Some(t as u32) {
             self.rqs[cpu].buddy = None;
+        }
+    }
+
+    /// `Host.place_rel_deadline` acts: the EEVDF class of the host's own
+    /// scheduler.
+    pub(crate) fn rel_deadline_on(&self) -> bool {
+        self.cfg.host.place_rel_deadline && self.cfg.host.scheduler == Scheduler::Fair
+    }
+
+    /// The lag `place_entity` places an entity of weight `w` with, its saved
+    /// lag `vlag`, on a queue whose entities in V weigh `load`
+    /// (`Host.place_lag`): as saved, or scaled by (load + w) / load (rounded
+    /// toward zero, `div_s64`) and 0 on a queue with none. Gang and
+    /// vcpulab's token schedulers keep the saved lag.
+    pub(crate) fn placed_lag(&self, vlag: i64, load: i64, w: i64) -> i64 {
+        if self.cfg.host.scheduler != Scheduler::Fair {
+            return vlag;
+        }
+        match self.cfg.host.place_lag {
+            PlaceLag::Saved => vlag,
+            PlaceLag::Kernel if load <= 0 => 0,
+            PlaceLag::Kernel => (vlag as i128 * (load + w) as i128 / load as i128) as i64,
         }
     }
 

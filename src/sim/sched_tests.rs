@@ -298,3 +298,94 @@ fn a_delayed_task_wakes_with_the_lag_it_has_left_and_goes_through_placement() {
     assert_eq!(s.tasks[t].cpu, 1);
     assert_eq!(s.tasks[t].vlag, -2 * MS);
 }
+
+// ---- place_entity: `Host.place_lag` and `Host.place_rel_deadline` ----
+
+/// Three computing vCPUs on one CPU with `place`: after 10 µs, one of the
+/// queued two taken off (as a sleep or a migration takes it) with its lag
+/// `lag_ns`, and put back; returns (sim, that task, its V-relative
+/// vruntime: V − vruntime once it is back on the queue).
+fn placed_again(place: PlaceLag, lag_ns: i64) -> (Sim, usize, i64) {
+    let c = SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() },
+        vms: vec![computing_vm(3)],
+        ..Default::default()
+    };
+    let mut s = sim_of(&c);
+    s.step_until(10_000).unwrap();
+    let q = s.rqs[0].queue[1] as usize;
+    s.rq_remove_queued(q);
+    s.tasks[q].vlag = lag_ns;
+    s.rq_add(q, false);
+    let kept = s.avg_vruntime(0) - s.tasks[q].vruntime;
+    (s, q, kept)
+}
+
+#[test]
+fn place_lag_kernel_keeps_a_placed_tasks_lag_after_v_moves_for_it() {
+    // two entities of 1024 in V, the task 1024: the kernel places it at
+    // 2 ms × (2048 + 1024) / 2048 = 3 ms, and V, moving by a third of that
+    // as it joins, leaves it 2 ms; the saved rule places it at 2 ms and
+    // leaves it 2 ms × 2048 / 3072
+    for lag in [2 * MS, -2 * MS] {
+        let (_, _, kept) = placed_again(PlaceLag::Kernel, lag);
+        assert!((kept - lag).abs() <= 1, "kernel: lag {lag} kept as {kept}");
+        let (_, _, kept) = placed_again(PlaceLag::Saved, lag);
+        assert!((kept - lag * 2 / 3).abs() <= 1, "saved: lag {lag} kept as {kept}");
+    }
+}
+
+#[test]
+fn place_lag_kernel_drops_the_lag_on_a_queue_with_no_entity() {
+    for (place, expect) in [(PlaceLag::Kernel, 0), (PlaceLag::Saved, 2 * MS)] {
+        let c = SimConfig {
+            duration_ns: 1_000_000_000,
+            host: HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() },
+            vms: vec![computing_vm(1)],
+            ..Default::default()
+        };
+        let mut s = sim_of(&c);
+        s.step_until(10_000).unwrap();
+        let t = s.rqs[0].curr.expect("curr") as usize;
+        s.dequeue_sleep(t);
+        s.schedule(0, Why::Halt);
+        assert!(s.rqs[0].curr.is_none() && s.rqs[0].queue.is_empty(), "the CPU is idle");
+        let v = s.avg_vruntime(0);
+        s.tasks[t].vlag = 2 * MS;
+        s.tasks[t].runnable = true;
+        s.rq_add(t, true);
+        assert_eq!(v - s.tasks[t].vruntime, expect, "{place:?}");
+    }
+}
+
+#[test]
+fn place_rel_deadline_keeps_a_migrated_tasks_request() {
+    // a queued task 1 ms from its deadline (of a 3 ms request) is taken off
+    // its queue without sleeping and placed on another CPU, as
+    // `detach_task` / `attach_task` move it
+    for rel in [true, false] {
+        let c = SimConfig {
+            duration_ns: 1_000_000_000,
+            host: HostConfig { n_pcpus: 2, place_rel_deadline: rel, ..Default::default() },
+            vms: vec![computing_vm(4)],
+            ..Default::default()
+        };
+        let mut s = sim_of(&c);
+        s.step_until(10_000).unwrap();
+        let q = s.rqs[0].queue[0] as usize;
+        s.tasks[q].deadline = s.tasks[q].vruntime + MS;
+        s.rq_remove_queued(q);
+        assert_eq!(s.tasks[q].rel_deadline, rel);
+        s.tasks[q].cpu = 1;
+        s.rq_add(q, false);
+        let tk = &s.tasks[q];
+        assert!(!tk.rel_deadline);
+        let want = if rel { MS } else { tk.vslice };
+        assert_eq!(tk.deadline - tk.vruntime, want, "place_rel_deadline {rel}");
+        // a task that sleeps gets a new request whatever the option
+        let t = s.rqs[1].curr.expect("curr") as usize;
+        s.dequeue_sleep(t);
+        assert!(!s.tasks[t].rel_deadline);
+    }
+}

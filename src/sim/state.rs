@@ -203,9 +203,30 @@ pub struct Task {
     /// CPU's queue (`se->sched_delayed`) since that CPU's V was `delayed_v`.
     pub delayed: bool,
     pub delayed_v: i64,
+    /// `Host.place_rel_deadline`: taken off its queue without sleeping,
+    /// its `deadline` holds the distance from its vruntime until it is
+    /// placed again (`se->rel_deadline`).
+    pub rel_deadline: bool,
 }
 
 impl Task {
+    /// PLACE_REL_DEADLINE at a dequeue without sleep: the deadline becomes
+    /// its distance from the vruntime (`se->deadline -= se->vruntime`).
+    #[inline]
+    pub fn keep_rel_deadline(&mut self) {
+        self.deadline -= self.vruntime;
+        self.rel_deadline = true;
+    }
+
+    /// `place_entity`'s deadline once the vruntime is placed: the kept
+    /// distance after a migration (PLACE_REL_DEADLINE), else a request of
+    /// `vslice`.
+    #[inline]
+    pub fn place_deadline(&mut self, vslice: i64) {
+        self.deadline = self.vruntime + if self.rel_deadline { self.deadline } else { vslice };
+        self.rel_deadline = false;
+    }
+
     /// A new, not yet runnable task of `weight` on `cpu` (pinned there or not),
     /// its virtual slice base_slice_ns·1024/weight.
     pub fn new(kind: TaskKind, weight: u64, base_slice_ns: Ns, cpu: u32, pinned: Option<u32>) -> Task {
@@ -229,6 +250,7 @@ impl Task {
             last_ran: 0,
             wakee: WakeeFlips::NEW,
             delayed: false,
+            rel_deadline: false,
             delayed_v: 0,
         }
     }

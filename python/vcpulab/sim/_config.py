@@ -488,6 +488,18 @@ class Host(_Base):
             Simplified: it counts as dequeued the instant V passes its vruntime, and its weight is
             left out of V meanwhile. false (default): a blocked task keeps its lag, negative or not,
             until it next runs (v6.6-v6.11). Used with `scheduler="fair"` (EEVDF) only.
+        place_lag: EEVDF's `place_entity` lag rule (PLACE_LAG, kernel/sched/fair.c, v6.6 on; on
+            by default). `"kernel"`: a task (or group entity) placed on a queue where other entities
+            count in V gets its saved lag scaled by (W + w) / W, W their weight and w its own, so
+            that V's shift as it joins leaves it the lag it saved; on a queue with no entity it
+            starts at V, its lag dropped. `"saved"` (default): the saved lag as it is, on an empty
+            queue too (the simulator's rule until 0.3.11). Used with `scheduler="fair"` only.
+        place_rel_deadline: EEVDF's PLACE_REL_DEADLINE ("sched/fair: Avoid re-setting virtual
+            deadline on 'migrations'", kernel/sched/fair.c, v6.12; on by default): a runnable task
+            taken off its queue without sleeping (a load-balance or newidle migration) keeps its
+            deadline's distance from its vruntime and is placed with it, instead of a new request of
+            a whole slice. false (default): a new request (before v6.12). Used with
+            `scheduler="fair"` only.
         vm_groups: EEVDF task groups (`CONFIG_FAIR_GROUP_SCHED`, kernel/sched/fair.c v6.6+):
             each VM's vCPU threads in their own task group, one level below the CPU's root run
             queue, as libvirt runs each VM in its own cgroup with the default cpu.shares of 1024
@@ -556,6 +568,8 @@ class Host(_Base):
     run_to_parity: bool = field(default=False, metadata=_NEW)
     switch_ns: int = field(default=0, metadata=_NEW)
     delay_dequeue: bool = field(default=False, metadata=_NEW)
+    place_lag: str = field(default="saved", metadata=_NEW)
+    place_rel_deadline: bool = field(default=False, metadata=_NEW)
     vm_groups: bool = field(default=False, metadata=_NEW)
     group_load_half_life_ns: int = field(default=0, metadata=_NEW)
     # END GENERATED FIELDS

@@ -852,6 +852,20 @@ ERA_6X = Era(
             "Implement delayed dequeue', v6.12); woken while delayed, it is dequeued and takes the regular "
             "wake-up path ('sched: Change ttwu_runnable() vs sched_delayed', Peter Zijlstra, v6.17)",
         ),
+        "place_lag": _k(
+            "kernel",
+            "",
+            "kernel/sched/fair.c place_entity() with PLACE_LAG (kernel/sched/features.h, default true): the saved "
+            "lag scaled by (load + w) / load so that V's shift as the entity joins leaves it that lag, and no lag "
+            "where the queue has no entity (86bfbb7ce4f6 'sched/fair: Add lag based placement', v6.6)",
+        ),
+        "place_rel_deadline": _k(
+            True,
+            "",
+            "kernel/sched/features.h PLACE_REL_DEADLINE (default true): a task dequeued without sleeping (a "
+            "migration) keeps its deadline relative to its vruntime and is placed with it ('sched/fair: Avoid "
+            "re-setting virtual deadline on migrations', Peter Zijlstra, v6.12)",
+        ),
         **_host_model(False, 16, _IDLE_SKX),
     },
     ple=_ple_dynamic(),

@@ -78,6 +78,16 @@ pub enum YieldPenalty {
 
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+pub enum PlaceLag {
+    /// The saved lag as it is, on an empty queue too.
+    Saved,
+    /// `place_entity` (v6.6+): the lag scaled by (W + w) / W where other
+    /// entities count in V, dropped where none does.
+    Kernel,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
 pub enum YieldScope {
     /// All threads share the CPU's one fair run queue (no task groups): the
     /// yield penalty reorders the yielder against every task of its CPU.
@@ -512,6 +522,27 @@ pub struct HostConfig {
     #[schemars(extend("default" = false))]
     #[schemars(extend("x-omit-default" = true))]
     pub delay_dequeue: bool,
+    /// EEVDF's `place_entity` lag rule (PLACE_LAG, kernel/sched/fair.c,
+    /// v6.6 on; on by default). `"kernel"`: a task (or group entity)
+    /// placed on a queue where other entities count in V gets its saved
+    /// lag scaled by (W + w) / W, W their weight and w its own, so that V's
+    /// shift as it joins leaves it the lag it saved; on a queue with no
+    /// entity it starts at V, its lag dropped. `"saved"` (default): the
+    /// saved lag as it is, on an empty queue too (the simulator's rule
+    /// until 0.3.11). Used with `scheduler="fair"` only.
+    #[schemars(extend("x-omit-default" = true))]
+    pub place_lag: PlaceLag,
+    /// EEVDF's PLACE_REL_DEADLINE ("sched/fair: Avoid re-setting virtual
+    /// deadline on 'migrations'", kernel/sched/fair.c, v6.12; on by
+    /// default): a runnable task taken off its queue without sleeping (a
+    /// load-balance or newidle migration) keeps its deadline's distance
+    /// from its vruntime and is placed with it, instead of a new request
+    /// of a whole slice. false (default): a new request (before v6.12).
+    /// Used with `scheduler="fair"` only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schemars(extend("default" = false))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub place_rel_deadline: bool,
     /// EEVDF task groups (`CONFIG_FAIR_GROUP_SCHED`, kernel/sched/fair.c
     /// v6.6+): each VM's vCPU threads in their own task group, one level
     /// below the CPU's root run queue, as libvirt runs each VM in its own
@@ -738,6 +769,8 @@ impl Default for HostConfig {
             run_to_parity: false,
             switch_ns: 0,
             delay_dequeue: false,
+            place_lag: PlaceLag::Saved,
+            place_rel_deadline: false,
             vm_groups: false,
             group_load_half_life_ns: 0,
         }
