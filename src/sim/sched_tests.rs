@@ -301,25 +301,25 @@ fn a_delayed_task_wakes_with_the_lag_it_has_left_and_goes_through_placement() {
 
 // ---- place_entity: `Host.place_lag` and `Host.place_rel_deadline` ----
 
-/// Three computing vCPUs on one CPU with `place`: after 10 µs, one of the
-/// queued two taken off (as a sleep or a migration takes it) with its lag
-/// `lag_ns`, and put back; returns (sim, that task, its V-relative
-/// vruntime: V − vruntime once it is back on the queue).
-fn placed_again(place: PlaceLag, lag_ns: i64) -> (Sim, usize, i64) {
-    let c = SimConfig {
-        duration_ns: 1_000_000_000,
-        host: HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() },
-        vms: vec![computing_vm(3)],
-        ..Default::default()
-    };
+/// One VM of `v` computing vCPUs on `host`, stepped 10 µs.
+fn computing_on(host: HostConfig, v: u32) -> Sim {
+    let c = SimConfig { duration_ns: 1_000_000_000, host, vms: vec![computing_vm(v)], ..Default::default() };
     let mut s = sim_of(&c);
     s.step_until(10_000).unwrap();
+    s
+}
+
+/// Three computing vCPUs on one CPU with `place`: one of the queued two
+/// taken off (as a sleep or a migration takes it) with its lag `lag_ns`,
+/// and put back; returns the lag it keeps once back on the queue
+/// (V − its vruntime).
+fn placed_again(place: PlaceLag, lag_ns: i64) -> i64 {
+    let mut s = computing_on(HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() }, 3);
     let q = s.rqs[0].queue[1] as usize;
     s.rq_remove_queued(q);
     s.tasks[q].vlag = lag_ns;
     s.rq_add(q, false);
-    let kept = s.avg_vruntime(0) - s.tasks[q].vruntime;
-    (s, q, kept)
+    s.avg_vruntime(0) - s.tasks[q].vruntime
 }
 
 #[test]
@@ -329,9 +329,9 @@ fn place_lag_kernel_keeps_a_placed_tasks_lag_after_v_moves_for_it() {
     // as it joins, leaves it 2 ms; the saved rule places it at 2 ms and
     // leaves it 2 ms × 2048 / 3072
     for lag in [2 * MS, -2 * MS] {
-        let (_, _, kept) = placed_again(PlaceLag::Kernel, lag);
+        let kept = placed_again(PlaceLag::Kernel, lag);
         assert!((kept - lag).abs() <= 1, "kernel: lag {lag} kept as {kept}");
-        let (_, _, kept) = placed_again(PlaceLag::Saved, lag);
+        let kept = placed_again(PlaceLag::Saved, lag);
         assert!((kept - lag * 2 / 3).abs() <= 1, "saved: lag {lag} kept as {kept}");
     }
 }
@@ -339,14 +339,7 @@ fn place_lag_kernel_keeps_a_placed_tasks_lag_after_v_moves_for_it() {
 #[test]
 fn place_lag_kernel_drops_the_lag_on_a_queue_with_no_entity() {
     for (place, expect) in [(PlaceLag::Kernel, 0), (PlaceLag::Saved, 2 * MS)] {
-        let c = SimConfig {
-            duration_ns: 1_000_000_000,
-            host: HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() },
-            vms: vec![computing_vm(1)],
-            ..Default::default()
-        };
-        let mut s = sim_of(&c);
-        s.step_until(10_000).unwrap();
+        let mut s = computing_on(HostConfig { n_pcpus: 1, place_lag: place, ..Default::default() }, 1);
         let t = s.rqs[0].curr.expect("curr") as usize;
         s.dequeue_sleep(t);
         s.schedule(0, Why::Halt);
@@ -365,14 +358,7 @@ fn place_rel_deadline_keeps_a_migrated_tasks_request() {
     // its queue without sleeping and placed on another CPU, as
     // `detach_task` / `attach_task` move it
     for rel in [true, false] {
-        let c = SimConfig {
-            duration_ns: 1_000_000_000,
-            host: HostConfig { n_pcpus: 2, place_rel_deadline: rel, ..Default::default() },
-            vms: vec![computing_vm(4)],
-            ..Default::default()
-        };
-        let mut s = sim_of(&c);
-        s.step_until(10_000).unwrap();
+        let mut s = computing_on(HostConfig { n_pcpus: 2, place_rel_deadline: rel, ..Default::default() }, 4);
         let q = s.rqs[0].queue[0] as usize;
         s.tasks[q].deadline = s.tasks[q].vruntime + MS;
         s.rq_remove_queued(q);
