@@ -950,6 +950,8 @@ _FIELD_OVERRIDES: dict[tuple[str, str], Spec] = {
         )
     ),
     ("Host", "vcpu_pcpus"): Pred(lambda v: isinstance(v, (list, tuple)) and not v),
+    # True needs yield_scope="vm_group" under the fair scheduler (the embedding Host has "run_queue")
+    ("Host", "vm_groups"): Pred(lambda v: isinstance(v, (bool, np.bool_)) and not v),
     # indices of the embedding VM's vCPUs (it has one), ascending
     ("Pv", "guest_idle_poll_vcpus"): Pred(
         lambda v: (
