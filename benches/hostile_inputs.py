@@ -367,7 +367,7 @@ def _t_compare(ctx: Any, p: str, v: Any) -> None:
         Param("seeds", Int(1, 1000), 1),
         Param("cal", Opt(Never())),
         Param("load", Enum("measured", "one_task", "none"), "none"),
-        Param("progress", Bool(), False),
+        Param("progress", Opt(Bool()), False),  # None: a bar on a terminal only
         Param("trace", Bool(), False),
     ],
     valid_ok=False,

@@ -678,3 +678,20 @@ def test_lock_sites_are_checked_against_the_last_lock_id() -> None:
     assert "sites" not in sim.Lock().to_dict(), "the default leaves the JSON and config_hash as they were"
     raw = sim.Config(vms=(sim.Vm(workload=sim.Workload(phases=(sim.Lock(0, sites=8),))),)).to_json()
     assert '"sites": 8' in raw or '"sites":8' in raw
+
+
+def test_a_list_of_ints_is_checked_from_the_schema_and_kept_as_a_tuple() -> None:
+    """``Pv.guest_idle_poll_vcpus`` and ``Host.vcpu_pcpus``: bytes and strings
+    (sequences of ints or characters), non-ints and values outside the items'
+    limits are refused naming the field and the entry; numpy integers are
+    kept as ints. bytes used to pass and fail later in JSON with TypeError."""
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"^Pv.guest_idle_poll_vcpus must be a tuple of ints, got bytes b'x'$"):
+        sim.Pv(guest_idle_poll_vcpus=b"x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^Pv.guest_idle_poll_vcpus\[1\] must be an int in \[0, 4294967295\]"):
+        sim.Pv(guest_idle_poll_vcpus=(1, True))
+    with pytest.raises(ValueError, match=r"^Host.vcpu_pcpus must be a tuple of ints, got str"):
+        sim.Host(n_pcpus=4, vcpu_pcpus="01")  # type: ignore[arg-type]
+    pv = sim.Pv(guest_idle_poll_vcpus=[np.int64(1), 2])  # type: ignore[arg-type]
+    assert pv.guest_idle_poll_vcpus == (1, 2) and all(type(x) is int for x in pv.guest_idle_poll_vcpus)

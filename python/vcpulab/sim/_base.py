@@ -241,7 +241,30 @@ def _field_checks(cls_name: str) -> tuple[tuple[str, Any], ...]:
             out.append((name, _bool))
         elif t == "string":
             out.append((name, lambda o, n: _instance(o, n, str)))
+        elif t == "array" and prop.get("items", {}).get("type") == "integer":
+            out.append((name, _int_seq))
     return tuple(out)
+
+
+def _int_seq(obj: Any, name: str) -> None:
+    """A list of ints (``vcpu_pcpus``, ``guest_idle_poll_vcpus``) within the
+    schema's item limits and length; kept as a tuple, numpy integers as ints
+    (bytes and strings, sequences of ints or characters, are refused)."""
+    v = getattr(obj, name)
+    cls = type(obj).__name__
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"{cls}.{name} must be a tuple of ints, got {type(v).__name__} {v!r}")
+    f = field_schema(cls, name)
+    items = f["items"]
+    lo, hi = items.get("minimum", -math.inf), items.get("maximum", _FORMAT_MAX.get(items.get("format", ""), math.inf))
+    if len(v) > f.get("maxItems", math.inf):
+        raise ValueError(f"{cls}.{name} must hold at most {f['maxItems']} entries, got {len(v)}")
+    out = []
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or not lo <= x <= hi:
+            raise ValueError(f"{cls}.{name}[{i}] must be an int in [{int(lo)}, {int(hi)}], got {x!r}")
+        out.append(int(x))
+    object.__setattr__(obj, name, tuple(out))
 
 
 class _Base:
