@@ -2,11 +2,11 @@
 
 use super::super::config::*;
 use super::super::engine::Sim;
-use super::super::run;
-use super::super::state::TaskKind;
 use super::{Lvl, GROUP_ENT};
 use crate::sim::test_util::{
-    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_vms_not_threads_share_a_cpu, computing_vm, sim_of,
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_group_counts, assert_vms_not_threads_share_a_cpu,
+    computing_vm, curr_and_queued_in_two_groups, curr_vcpu, kthread_and_io_noise, run_conserved_and_deterministic,
+    sim_of,
 };
 
 const MS: u64 = 1_000_000;
@@ -25,31 +25,13 @@ fn vms(v: &[u32], p: u32, groups: bool) -> SimConfig {
 /// VM's load is their sum, a group entity is on the root exactly while it
 /// has a runnable task, and every mark names an entity of its level.
 fn check_invariants(s: &Sim) {
-    let g = &s.groups;
-    let p = g.n_pcpus;
-    let mut tg = vec![0u64; s.vms.len()];
-    for (i, gr) in g.g.iter().enumerate() {
-        let (vm, cpu) = (i / p, i % p);
-        let mine: Vec<usize> = (0..s.tasks.len())
-            .filter(|&t| {
-                let tk = &s.tasks[t];
-                tk.runnable
-                    && tk.cpu as usize == cpu
-                    && matches!(tk.kind, TaskKind::Vcpu(v) if s.vcpus[v as usize].vm as usize == vm)
-                    && (s.rqs[cpu].curr == Some(t as u32) || s.rqs[cpu].queue.contains(&(t as u32)))
-            })
-            .collect();
-        assert_eq!(gr.nr_running as usize, mine.len(), "group of VM {vm} on CPU {cpu} at {}", s.now);
-        let load: u64 = mine.iter().map(|&t| s.tasks[t].weight).sum();
-        assert_eq!(gr.load, load, "load of VM {vm} on CPU {cpu}");
-        tg[vm] += load;
-        assert_eq!(g.queued[cpu].contains(&(vm as u32)), gr.nr_running > 0, "VM {vm} on CPU {cpu}'s root");
+    assert_group_counts(s);
+    for (i, gr) in s.groups.g.iter().enumerate() {
         assert!((super::MIN_SHARES..=super::GROUP_SHARES).contains(&gr.weight));
         for m in [gr.next, gr.last, gr.skip].into_iter().flatten() {
             assert_eq!(s.cg_of(m as usize), Some(i), "a group's mark names one of its tasks");
         }
     }
-    assert_eq!(g.tg_load, tg);
 }
 
 #[test]
@@ -68,9 +50,7 @@ fn yield_to_marks_every_level_and_the_yielders_group_is_skipped_at_the_root() {
     // 1 CPU: VM 0 (vCPUs 0, 1), VM 1 (vCPU 2), all computing
     let mut s = sim_of(&vms(&[2, 1], 1, true));
     s.step_until(MS).unwrap();
-    let curr = s.rqs[0].curr.unwrap() as usize;
-    let TaskKind::Vcpu(me) = s.tasks[curr].kind else { panic!() };
-    let me = me as usize;
+    let (curr, me) = curr_vcpu(&s, 0);
     let vm = s.vcpus[me].vm as usize;
     // a sibling of the running vCPU, queued on the same CPU
     let sib = (0..s.vcpus.len()).find(|&v| v != me && s.vcpus[v].vm as usize == vm);
@@ -106,10 +86,7 @@ fn yield_to_marks_every_level_and_the_yielders_group_is_skipped_at_the_root() {
 fn a_wakeup_across_groups_compares_the_group_entities() {
     let mut s = sim_of(&vms(&[1, 1], 1, true));
     s.step_until(MS).unwrap();
-    let c = s.rqs[0].curr.unwrap() as usize;
-    let other = s.rqs[0].queue[0] as usize;
-    let (gc, go) = (s.cg_of(c).unwrap(), s.cg_of(other).unwrap());
-    assert_ne!(gc, go);
+    let (c, other, gc, go) = curr_and_queued_in_two_groups(&s);
     // the tasks' own vruntimes say nothing across groups: the entities decide
     s.tasks[other].vruntime = s.tasks[c].vruntime - 100 * MS as i64;
     s.groups.g[go].vruntime = s.groups.g[gc].vruntime;
@@ -128,13 +105,7 @@ fn group_bookkeeping_holds_through_yields_migrations_and_noise() {
         c.host.cfs.vm_groups = true;
         c.host.affinity = Affinity::All;
         c.host.seeded_ties = true;
-        c.host.noise = HostNoise {
-            kthread_hz: 500.0,
-            kthread_ns: 10_000,
-            vmm_io_hz: 500.0,
-            vmm_io_ns: 20_000,
-            ..Default::default()
-        };
+        c.host.noise = kthread_and_io_noise();
         let mut s = sim_of(&c);
         let mut at = 0;
         while at < c.duration_ns {
@@ -142,21 +113,7 @@ fn group_bookkeeping_holds_through_yields_migrations_and_noise() {
             s.step_until(at).unwrap();
             check_invariants(&s);
         }
-        let a = run(&c).unwrap();
-        assert_eq!(a, run(&c).unwrap(), "deterministic");
-        let d = a.summary.u64s("duration_ns")[0];
-        for i in 0..4 {
-            let t: u64 =
-                ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
-                    .iter()
-                    .map(|k| a.pcpus.u64s(k)[i])
-                    .sum();
-            assert_eq!(t, d, "time on CPU {i}");
-        }
-        assert!(a.summary.u64s("ops")[0] > 0);
-        if policy == PolicyKind::Upstream {
-            assert!(a.summary.u64s("yield_ok")[0] > 0, "yields ran");
-        }
+        run_conserved_and_deterministic(&c, policy);
     }
 }
 

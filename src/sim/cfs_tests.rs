@@ -4,7 +4,7 @@ use super::super::config::*;
 use super::super::engine::Sim;
 use super::super::run;
 use super::super::state::{TaskKind, Why, NICE0};
-use crate::sim::test_util::{computing_vm, sim_of};
+use crate::sim::test_util::{computing_vm, kthread_and_io_noise, pcpu_time, sim_of};
 
 /// 1 VM of `v` vCPUs pinned round-robin on `p` CPUs, each with a thread
 /// that computes forever, under `scheduler`.
@@ -270,24 +270,13 @@ fn every_option_on_keeps_time_conserved_and_runs_deterministic() {
         c.host.wakeup_ipi_ns = 1_500;
         c.host.wakeup_jitter = 0.5;
         c.host.idle_states = vec![(2_000, 2_000), (10_000, 20_000), (133_000, 600_000)];
-        c.host.noise = HostNoise {
-            kthread_hz: 500.0,
-            kthread_ns: 10_000,
-            vmm_io_hz: 500.0,
-            vmm_io_ns: 20_000,
-            ..Default::default()
-        };
+        c.host.noise = kthread_and_io_noise();
         let a = run(&c).unwrap();
         assert_eq!(a, run(&c).unwrap());
         let d = c.duration_ns;
         let p = &a.pcpus;
         for i in 0..4 {
-            let s: u64 =
-                ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
-                    .iter()
-                    .map(|k| p.u64s(k)[i])
-                    .sum();
-            assert_eq!(s, d);
+            assert_eq!(pcpu_time(&a, i), d);
             assert!(p.u64s("bg_ns")[i] > 0, "noise ran on cpu {i}");
         }
         assert!(a.summary.u64s("ops")[0] > 0);

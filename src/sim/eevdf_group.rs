@@ -314,7 +314,7 @@ impl Sim {
         let vs = if initial { self.tasks[t].vslice / 2 } else { self.tasks[t].vslice };
         let l = self.cg_of(t).map_or(Lvl::Root(cpu), Lvl::Grp);
         let v = self.eg_avg_vruntime(l);
-        let lag = self.placed_lag(self.tasks[t].vlag, self.eg_load(l), self.tasks[t].weight as i64);
+        let lag = self.placed_lag(self.tasks[t].vlag, || self.eg_load(l), self.tasks[t].weight as i64);
         let tk = &mut self.tasks[t];
         tk.vruntime = v - lag;
         tk.place_deadline(vs);
@@ -338,7 +338,8 @@ impl Sim {
         }
         self.eg_reweight(g);
         let gvs = self.ent_vslice(GROUP_ENT | g as u32);
-        let glag = self.placed_lag(self.groups.g[g].vlag, self.eg_load(Lvl::Root(cpu)), self.groups.g[g].weight as i64);
+        let glag =
+            self.placed_lag(self.groups.g[g].vlag, || self.eg_load(Lvl::Root(cpu)), self.groups.g[g].weight as i64);
         let gr = &mut self.groups.g[g];
         gr.vruntime = vr - glag;
         // a delayed entity requeued keeps its request (requeue_delayed_entity)

@@ -6,7 +6,9 @@ use super::super::engine::Sim;
 use super::super::run;
 use super::super::state::{TaskKind, GROUP_SHARES, NICE0};
 use crate::sim::test_util::{
-    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_vms_not_threads_share_a_cpu, computing_vm, sim_of,
+    assert_a_group_weighs_its_cpus_share_of_the_vms_load, assert_group_counts, assert_vms_not_threads_share_a_cpu,
+    computing_vm, curr_and_queued_in_two_groups, curr_vcpu, kthread_and_io_noise, run_conserved_and_deterministic,
+    sim_of,
 };
 
 const MS: u64 = 1_000_000;
@@ -70,17 +72,10 @@ fn level_ents(s: &Sim, l: Lvl) -> Vec<u32> {
 /// The group bookkeeping agrees with the tasks, and each level's V is the
 /// weighted mean of its entities' vruntimes (within rounding).
 fn check_invariants(s: &Sim) {
+    assert_group_counts(s);
     let g = &s.groups;
     let p = g.n_pcpus;
-    let mut tg = vec![0u64; s.vms.len()];
     for (i, gr) in g.g.iter().enumerate() {
-        let (vm, cpu) = (i / p, i % p);
-        let mine = level_ents(s, Lvl::Grp(i));
-        assert_eq!(gr.nr_running as usize, mine.len(), "group of VM {vm} on CPU {cpu} at {}", s.now);
-        let load: u64 = mine.iter().map(|&t| s.tasks[t as usize].weight).sum();
-        assert_eq!(gr.load, load, "load of VM {vm} on CPU {cpu}");
-        tg[vm] += load;
-        assert_eq!(g.queued[cpu].contains(&(vm as u32)), gr.nr_running > 0, "VM {vm} on CPU {cpu}'s root");
         assert!(gr.weight <= GROUP_SHARES && gr.weight >= 2);
         if let Some(m) = gr.next {
             assert_eq!(s.cg_of(m as usize), Some(i), "a group's next buddy is one of its tasks");
@@ -89,7 +84,6 @@ fn check_invariants(s: &Sim) {
             assert!(!gr.delayed, "a group on the root is not delayed");
         }
     }
-    assert_eq!(g.tg_load, tg);
     if g.half_life_ns > 0 {
         check_load_averages(s);
     }
@@ -175,9 +169,7 @@ fn a_yield_to_another_vm_marks_every_level_and_penalises_only_the_yielders_own_q
     // 1 CPU: VM 0 (vCPU 0), VM 1 (vCPU 1), both computing
     let mut s = sim_of(&vms(&[1, 1], 1, true));
     s.step_until(MS).unwrap();
-    let curr = s.rqs[0].curr.unwrap() as usize;
-    let TaskKind::Vcpu(me) = s.tasks[curr].kind else { panic!() };
-    let me = me as usize;
+    let (curr, me) = curr_vcpu(&s, 0);
     let target = 1 - me;
     let tg = s.vcpus[target].task as usize;
     let (gm, gt) = (s.cg_of(curr).unwrap(), s.cg_of(tg).unwrap());
@@ -207,10 +199,7 @@ fn a_wakeup_across_groups_compares_the_group_entities() {
     c.host.run_to_parity = false;
     let mut s = sim_of(&c);
     s.step_until(MS).unwrap();
-    let cur = s.rqs[0].curr.unwrap() as usize;
-    let other = s.rqs[0].queue[0] as usize;
-    let (gc, go) = (s.cg_of(cur).unwrap(), s.cg_of(other).unwrap());
-    assert_ne!(gc, go);
+    let (cur, other, gc, go) = curr_and_queued_in_two_groups(&s);
     // the tasks' own deadlines say nothing across groups: the entities decide
     s.tasks[other].deadline = s.tasks[cur].deadline - 100 * MS as i64;
     s.groups.g[go].vruntime = s.groups.g[gc].vruntime + MS as i64;
@@ -243,13 +232,7 @@ fn group_bookkeeping_holds_through_halts_delays_yields_migrations_and_noise() {
             place_rel_deadline: kernel_place,
             ..eevdf_host(2, true)
         };
-        c.host.noise = HostNoise {
-            kthread_hz: 500.0,
-            kthread_ns: 10_000,
-            vmm_io_hz: 500.0,
-            vmm_io_ns: 20_000,
-            ..Default::default()
-        };
+        c.host.noise = kthread_and_io_noise();
         // sleeps make vCPUs halt, block with negative lag (delayed) and wake
         c.vms[0].workload.phases.push(Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 0.3, periodic: false });
         let mut s = sim_of(&c);
@@ -262,21 +245,7 @@ fn group_bookkeeping_holds_through_halts_delays_yields_migrations_and_noise() {
             delayed += s.tasks.iter().filter(|t| t.delayed).count() + s.groups.g.iter().filter(|g| g.delayed).count();
         }
         assert!(delayed > 0, "delayed dequeues happened");
-        let a = run(&c).unwrap();
-        assert_eq!(a, run(&c).unwrap(), "deterministic");
-        let d = a.summary.u64s("duration_ns")[0];
-        for i in 0..2 {
-            let t: u64 =
-                ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
-                    .iter()
-                    .map(|k| a.pcpus.u64s(k)[i])
-                    .sum();
-            assert_eq!(t, d, "time on CPU {i}");
-        }
-        assert!(a.summary.u64s("ops")[0] > 0);
-        if policy == PolicyKind::Upstream {
-            assert!(a.summary.u64s("yield_ok")[0] > 0, "yields ran");
-        }
+        run_conserved_and_deterministic(&c, policy);
     }
 }
 

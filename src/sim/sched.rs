@@ -201,8 +201,8 @@ impl Sim {
             // place_entity: a new task (ENQUEUE_INITIAL, PLACE_DEADLINE_INITIAL)
             // gets half a slice to its deadline, "so that it can get on quickly"
             let vs = if self.wake.enqueue_initial { self.vslice(t) / 2 } else { self.vslice(t) };
-            let rq = &self.rqs[cpu];
-            let load = rq.queue_w + self.curr_runnable(cpu).map_or(0, |c| self.tasks[c as usize].weight as i64);
+            let load =
+                || self.rqs[cpu].queue_w + self.curr_runnable(cpu).map_or(0, |c| self.tasks[c as usize].weight as i64);
             let lag = self.placed_lag(self.tasks[t].vlag, load, self.tasks[t].weight as i64);
             let tk = &mut self.tasks[t];
             tk.vruntime = v - lag;
@@ -306,14 +306,14 @@ impl Sim {
     /// (`Host.place_lag`): as saved, or scaled by (load + w) / load (rounded
     /// toward zero, `div_s64`) and 0 on a queue with none. Gang and
     /// vcpulab's token schedulers keep the saved lag.
-    pub(crate) fn placed_lag(&self, vlag: i64, load: i64, w: i64) -> i64 {
-        if self.cfg.host.scheduler != Scheduler::Fair {
+    /// `load` is asked for only where the kernel's rule applies.
+    pub(crate) fn placed_lag(&self, vlag: i64, load: impl FnOnce() -> i64, w: i64) -> i64 {
+        if self.cfg.host.scheduler != Scheduler::Fair || self.cfg.host.place_lag == PlaceLag::Saved {
             return vlag;
         }
-        match self.cfg.host.place_lag {
-            PlaceLag::Saved => vlag,
-            PlaceLag::Kernel if load <= 0 => 0,
-            PlaceLag::Kernel => (vlag as i128 * (load + w) as i128 / load as i128) as i64,
+        match load() {
+            l if l <= 0 => 0,
+            l => (vlag as i128 * (l + w) as i128 / l as i128) as i64,
         }
     }
 

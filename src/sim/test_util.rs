@@ -2,9 +2,10 @@
 
 use super::config::*;
 use super::engine::Sim;
+use super::metrics::PCPU_CATS;
 use super::policy;
-use super::run;
 use super::state::NICE0;
+use super::{run, SimResult};
 
 /// A simulation of `c` with the built-in policies (panics on a bad config: tests only).
 pub fn sim_of(c: &SimConfig) -> Sim {
@@ -69,4 +70,80 @@ pub fn assert_a_group_weighs_its_cpus_share_of_the_vms_load(c: &SimConfig, check
     let cpu0 = (u[0] + u[2]) as f64;
     assert!((u[2] as f64 / cpu0 - 2.0 / 3.0).abs() < 0.04, "{u:?}");
     assert!(u[1] as f64 > 0.97 * c.duration_ns as f64, "{u:?}");
+}
+
+/// Host noise on every CPU: kernel threads at 500 Hz of 10 µs and the VMM's
+/// I/O thread at 500 Hz of 20 µs (the bookkeeping walks' disturbance).
+pub fn kthread_and_io_noise() -> HostNoise {
+    HostNoise { kthread_hz: 500.0, kthread_ns: 10_000, vmm_io_hz: 500.0, vmm_io_ns: 20_000, ..Default::default() }
+}
+
+/// Host CPU `cpu`'s time over every accounting category (`PCPU_CATS`): the
+/// run's duration when the accounting is conserved.
+pub fn pcpu_time(r: &SimResult, cpu: usize) -> u64 {
+    PCPU_CATS.iter().map(|k| r.pcpus.u64s(k)[cpu]).sum()
+}
+
+/// Runs `c` twice and checks what every run must show: the same result both
+/// times, each host CPU's categories summing to the duration, operations,
+/// and (with `policy` upstream) successful yields. Returns the result.
+pub fn run_conserved_and_deterministic(c: &SimConfig, policy: PolicyKind) -> SimResult {
+    let a = run(c).unwrap();
+    assert_eq!(a, run(c).unwrap(), "deterministic");
+    let d = a.summary.u64s("duration_ns")[0];
+    for i in 0..c.host.n_pcpus as usize {
+        assert_eq!(pcpu_time(&a, i), d, "time on CPU {i}");
+    }
+    assert!(a.summary.u64s("ops")[0] > 0);
+    if policy == PolicyKind::Upstream {
+        assert!(a.summary.u64s("yield_ok")[0] > 0, "yields ran");
+    }
+    a
+}
+
+/// The task running on CPU `cpu` and its vCPU (panics when none or not a vCPU).
+pub fn curr_vcpu(s: &Sim, cpu: usize) -> (usize, usize) {
+    let curr = s.rqs[cpu].curr.expect("a task runs") as usize;
+    let super::state::TaskKind::Vcpu(v) = s.tasks[curr].kind else { panic!("curr is not a vCPU") };
+    (curr, v as usize)
+}
+
+/// On one CPU with two one-vCPU VMs in task groups: (the running task, the
+/// queued one, the running task's group, the queued task's group).
+pub fn curr_and_queued_in_two_groups(s: &Sim) -> (usize, usize, usize, usize) {
+    let cur = s.rqs[0].curr.expect("a task runs") as usize;
+    let other = s.rqs[0].queue[0] as usize;
+    let (gc, go) = (s.cg_of(cur).expect("in a group"), s.cg_of(other).expect("in a group"));
+    assert_ne!(gc, go);
+    (cur, other, gc, go)
+}
+
+/// The group bookkeeping both group models keep (`Cfs.vm_groups`,
+/// `Host.vm_groups`) agrees with the tasks: each group's runnable count and
+/// load are its VM's runnable (not parked) vCPU threads queued or running
+/// on that CPU, the VM's load is their sum, and a group entity is on the
+/// root exactly while it has a runnable task.
+pub fn assert_group_counts(s: &Sim) {
+    let g = &s.groups;
+    let p = g.n_pcpus;
+    let mut tg = vec![0u64; s.vms.len()];
+    for (i, gr) in g.g.iter().enumerate() {
+        let (vm, cpu) = (i / p, i % p);
+        let mine: Vec<usize> = (0..s.tasks.len())
+            .filter(|&t| {
+                let tk = &s.tasks[t];
+                tk.runnable
+                    && !tk.parked
+                    && tk.cpu as usize == cpu
+                    && s.cg_of(t) == Some(i)
+                    && (s.rqs[cpu].curr == Some(t as u32) || s.rqs[cpu].queue.contains(&(t as u32)))
+            })
+            .collect();
+        assert_eq!(gr.nr_running as usize, mine.len(), "group of VM {vm} on CPU {cpu} at {}", s.now);
+        let load: u64 = mine.iter().map(|&t| s.tasks[t].weight).sum();
+        assert_eq!(gr.load, load, "load of VM {vm} on CPU {cpu}");
+        tg[vm] += load;
+        assert_eq!(g.queued[cpu].contains(&(vm as u32)), gr.nr_running > 0, "VM {vm} on CPU {cpu}'s root");
+    }
+    assert_eq!(g.tg_load, tg);
 }

@@ -22,11 +22,7 @@ fn conservation(r: &SimResult, dur: u64) {
     assert_eq!(d, dur.min(d));
     let p = &r.pcpus;
     for i in 0..p.u64s("pcpu").len() {
-        let s: u64 = ["useful_ns", "spin_ns", "ple_ns", "exit_ns", "idle_poll_ns", "polling_ns", "bg_ns", "idle_ns"]
-            .iter()
-            .map(|c| p.u64s(c)[i])
-            .sum();
-        assert_eq!(s, d, "pcpu {i}");
+        assert_eq!(super::test_util::pcpu_time(r, i), d, "pcpu {i}");
     }
     let v = &r.vcpus;
     for i in 0..v.u64s("vcpu").len() {
