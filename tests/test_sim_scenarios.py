@@ -121,6 +121,7 @@ def test_d_oracle_bounds_every_policy_on_ebizzy(overcommit):
         assert best >= 0.99 * ebizzy(overcommit, name), name
 
 
+@pytest.mark.slow  # in CI's slow run: the default run keeps under 5 minutes on a slow hour
 def test_d_oracle_bounds_every_policy_on_the_8x20_sched_map():
     best = sched_map(8, 20, "fair", "oracle")
     for name in ("baseline2011", "dy_eligible", "upstream", "random"):

@@ -336,6 +336,7 @@ def test_a_unpinned_8x20_is_not_lock_step_and_starves_no_vm_in_any_era(era):
     assert min(ops) > 0.2 * sum(ops) / len(ops), ops
 
 
+@pytest.mark.slow  # in CI's slow run: the default run keeps under 5 minutes on a slow hour
 def test_the_order_of_the_vms_in_the_config_changes_no_vm_s_share():
     """The VM-index bias (issue #27, item 4): 2012 era, 80 CPUs, unpinned, four
     spin-lock VMs and four ebizzy-like VMs of 20 vCPUs. Listing one group
@@ -363,6 +364,7 @@ def test_the_order_of_the_vms_in_the_config_changes_no_vm_s_share():
     assert V.jain(tp) > 0.98, tp
 
 
+@pytest.mark.slow  # in CI's slow run: the default run keeps under 5 minutes on a slow hour
 def test_a_forfeit_on_yield_in_one_shared_run_queue_lets_the_spinning_vms_share_collapse():
     """The 6.x rules with every vCPU thread in one task group
     (yield_scope="run_queue", e.g. VMs started outside libvirt without
@@ -589,6 +591,7 @@ def test_robustness_probes_report_each_artifact():
         probes.robustness(seeds=0)
 
 
+@pytest.mark.slow  # in CI's slow run: the default run keeps under 5 minutes on a slow hour
 def test_the_2012_1x_comparisons_are_no_knife_edges_of_the_ple_window():
     """The 2012 kernbench-like 1x comparison keeps its sign and more than
     half its size when the PLE window doubles (seeds 0-2, a fifth of the
