@@ -151,7 +151,7 @@ impl Sim {
         // kvm_vcpu_on_spin
         let mut t = self.now + exit_ns;
         let mut yielded = false;
-        self.wake.boost_cpu = NO_CPU;
+        self.wake.boost_task = NO_TASK;
         if self.vms[vm].nvcpu >= 2 {
             self.vcpus[v].in_spin_loop = true;
             let upstream = self.vms[vm].upstream;
@@ -193,7 +193,7 @@ impl Sim {
                 self.error = Some(e);
             }
         }
-        let boost = if yielded { std::mem::replace(&mut self.wake.boost_cpu, NO_CPU) } else { NO_CPU };
+        let boost = if yielded { std::mem::replace(&mut self.wake.boost_task, NO_TASK) } else { NO_TASK };
         self.start_exit(v, t, ExitKind::Ple { yielded, boost }, C_PLE);
     }
 

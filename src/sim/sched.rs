@@ -707,7 +707,7 @@ impl Sim {
                 self.update_curr(a);
                 self.rqs[a].skip = Some(me_task as u32);
             }
-            self.wake.boost_cpu = if a != b { b as u32 } else { NO_CPU };
+            self.wake.boost_task = if a != b { tg_task as u32 } else { NO_TASK };
             self.vcpus[me].c.yield_ok += 1;
             return 1;
         }
@@ -731,7 +731,7 @@ impl Sim {
             self.rqs[a].vprot = i64::MIN;
         }
         // resched_curr(rq(p)) happens when the handler ends (at *t: the caller stops there)
-        self.wake.boost_cpu = if a != b { b as u32 } else { NO_CPU };
+        self.wake.boost_task = if a != b { tg_task as u32 } else { NO_TASK };
         self.vcpus[me].c.yield_ok += 1;
         1
     }

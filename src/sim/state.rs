@@ -16,6 +16,8 @@ pub type Ns = u64;
 pub const NEVER: Ns = u64::MAX;
 pub const NICE0: u64 = 1024;
 pub const NO_CPU: u32 = u32::MAX;
+/// No task (`ExitKind::Ple::boost`, `WakeCtx::boost_task`).
+pub const NO_TASK: u32 = u32::MAX;
 
 // Time categories. 0..=4 are "running" categories shared by vCPUs and host CPUs.
 pub const C_USEFUL: usize = 0;
@@ -311,9 +313,11 @@ pub struct Rq {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExitKind {
-    /// `boost`: the target's host CPU to reschedule when the handler ends
-    /// (NO_CPU: none). A successful yield_to ends the handler, so the boost
-    /// and the yielder's schedule() happen at the same instant.
+    /// `boost`: the yield target's task, queued on another host CPU, whose
+    /// CPU is rescheduled when the handler ends (NO_TASK: none). A
+    /// successful yield_to ends the handler, so the boost and the yielder's
+    /// schedule() happen at the same instant; a target that another CPU's
+    /// switch has started meanwhile is not boosted again (see `exit_done`).
     Ple {
         yielded: bool,
         boost: u32,
@@ -686,8 +690,9 @@ pub struct WakeCtx {
     /// ones: 2012 era, 8 x 20 unpinned, VMs 0 and 1 had 1.5-1.7x the mean
     /// throughput in every seed.)
     pub enqueue_new: bool,
-    /// Set by a successful yield_to: the target's CPU, if it differs.
-    pub boost_cpu: u32,
+    /// Set by a successful yield_to: the target's task, if it waits on
+    /// another CPU than the yielder's (NO_TASK: none).
+    pub boost_task: u32,
 }
 
 impl Default for WakeCtx {
@@ -697,7 +702,7 @@ impl Default for WakeCtx {
             waker_task: u32::MAX,
             enqueue_initial: false,
             enqueue_new: false,
-            boost_cpu: NO_CPU,
+            boost_task: NO_TASK,
         }
     }
 }

@@ -364,7 +364,7 @@ impl Sim {
         self.tokens.queues[q].remove(pos);
         self.token_park_holder(a, me_task);
         self.token_grant(a, tg_task, false);
-        self.wake.boost_cpu = super::state::NO_CPU;
+        self.wake.boost_task = super::state::NO_TASK;
         self.vcpus[me].c.yield_ok += 1;
         1
     }

@@ -567,8 +567,21 @@ impl Sim {
                 }
             }
             ExitKind::Ple { yielded, boost } | ExitKind::Hypercall { yielded, boost } => {
-                if boost != NO_CPU {
-                    self.resched(boost as usize, Why::Boost);
+                if boost != NO_TASK {
+                    // yield_to's resched_curr(p_rq), as the handler ends: the
+                    // engine took the yield's decision as the exit began, so
+                    // a target that another switch started meanwhile (one
+                    // the kernel's yield_to would now find running) is not
+                    // boosted again. Until 0.3.12 it was, and the resched
+                    // preempted the target it was meant for: two vCPUs
+                    // needed by a VM's spinners, queued on one CPU, then
+                    // took it from each other at every switch and ran no
+                    // guest code (the oracle on ebizzy-like 2 x 32 vCPUs).
+                    let tk = &self.tasks[boost as usize];
+                    let c = tk.cpu as usize;
+                    if c != cpu && tk.runnable && !tk.parked && self.rqs[c].curr != Some(boost) {
+                        self.resched(c, Why::Boost);
+                    }
                 }
                 if yielded {
                     if self.tokens_on() {

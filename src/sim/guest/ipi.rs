@@ -51,16 +51,16 @@ impl Sim {
                 // kvm_smp_send_call_func_ipi: KVM_HC_SCHED_YIELD to the first preempted target
                 let cost = pv.hypercall_ns;
                 let mut tt = self.now + send_ns + cost;
-                self.wake.boost_cpu = NO_CPU;
+                self.wake.boost_task = NO_TASK;
                 let yielded = self.kvm_sched_yield(v, target, &mut tt);
-                let boost = if yielded { std::mem::replace(&mut self.wake.boost_cpu, NO_CPU) } else { NO_CPU };
+                let boost = if yielded { std::mem::replace(&mut self.wake.boost_task, NO_TASK) } else { NO_TASK };
                 self.start_exit(v, tt, ExitKind::Hypercall { yielded, boost }, C_EXIT);
                 return Flow::Started;
             }
         }
         if send_ns > 0 {
             let end = self.now + send_ns;
-            self.start_exit(v, end, ExitKind::Hypercall { yielded: false, boost: NO_CPU }, C_EXIT);
+            self.start_exit(v, end, ExitKind::Hypercall { yielded: false, boost: NO_TASK }, C_EXIT);
             return Flow::Started;
         }
         Flow::Again

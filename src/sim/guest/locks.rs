@@ -366,10 +366,10 @@ impl Sim {
         self.vcpus[v].c.kicks += 1;
         self.vcpu_host_wake(target, WakeReason::Kick);
         let mut t = self.now + cost;
-        self.wake.boost_cpu = NO_CPU;
+        self.wake.boost_task = NO_TASK;
         // kvm_pv_kick_cpu_op, then (266e85a5ec9, 2019) kvm_sched_yield to the kicked vCPU
         let yielded = self.vms[vm].cfg.pv.kick_yield && self.kvm_sched_yield(v, target, &mut t);
-        let boost = if yielded { std::mem::replace(&mut self.wake.boost_cpu, NO_CPU) } else { NO_CPU };
+        let boost = if yielded { std::mem::replace(&mut self.wake.boost_task, NO_TASK) } else { NO_TASK };
         self.start_exit(v, t, ExitKind::Hypercall { yielded, boost }, C_EXIT);
         Flow::Started
     }
