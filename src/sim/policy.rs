@@ -101,8 +101,9 @@ pub trait SpinCtx {
     /// A uniform draw in `0..n` from the run's seeded RNG.
     fn random_below(&mut self, n: usize) -> usize;
     /// Ground truth: a vCPU, not running, whose progress the spinner waits for
-    /// (the lock holder, else the first waiter queued ahead of the spinner; an
-    /// IPI target that has not run its handler), if any.
+    /// (the lock holder, else the first waiter queued ahead of the spinner
+    /// that does not wait on the holder's CPU; an IPI target that has not run
+    /// its handler), if any.
     fn waited_for(&self) -> Option<usize>;
 }
 

@@ -106,8 +106,10 @@ def random() -> Policy:
 def oracle() -> Policy:
     """Yield straight to the vCPU the spinner waits for if it is not running:
     the lock holder (or, when the holder runs, the first waiter queued ahead
-    of the spinner whose vCPU is preempted), or an IPI target that has not
-    run its handler. Knowledge no kernel has: an upper bound for directed yield."""
+    of the spinner whose vCPU is preempted on another CPU than the holder's:
+    a yield to one queued behind the running holder would preempt it), or an
+    IPI target that has not run its handler. Knowledge no kernel has: an
+    upper bound for directed yield."""
     return Policy(kind="oracle")
 
 
