@@ -390,7 +390,8 @@ impl DirectedYieldPolicy for RandomYield {
 }
 
 /// Yields straight to the vCPU the spinner waits for, if it is not running:
-/// knowledge no kernel has, so an upper bound for directed yield.
+/// knowledge no kernel has: a reference for directed yield, not a bound
+/// everywhere (`vcpulab.sim.policies.oracle` says where it is beaten).
 pub struct Oracle;
 impl DirectedYieldPolicy for Oracle {
     fn on_spin(&mut self, ctx: &mut dyn SpinCtx) -> Result<(), String> {
