@@ -1,8 +1,8 @@
-//! The EEVDF yield rules (yield_task_fair's penalty and its scope) on hand-built states.
+//! The yield rules (EEVDF's yield_task_fair penalty and its scope, yield_to's boost) on hand-built states.
 
 use super::super::config::*;
 use super::super::engine::Sim;
-use super::super::state::{TaskKind, Why};
+use super::super::state::{ExitKind, TaskKind, Why, C_PLE, NO_TASK};
 use crate::sim::test_util::{computing_vm, sim_of};
 
 /// `vms` VMs of `v` vCPUs each, pinned round robin (vCPU g over all VMs on
@@ -373,5 +373,53 @@ fn place_rel_deadline_keeps_a_migrated_tasks_request() {
         let t = s.rqs[1].curr.expect("curr") as usize;
         s.dequeue_sleep(t);
         assert!(!s.tasks[t].rel_deadline);
+    }
+}
+
+#[test]
+fn a_yields_boost_does_not_preempt_its_target_once_another_switch_started_it() {
+    // 4 vCPUs round robin on 2 CPUs under CFS: vCPU `a` runs on CPU 0, curr
+    // `c` and the queued target on CPU 1. The engine decides a yield as the
+    // PLE handler begins and reschedules the target's CPU as it ends. If a
+    // switch on CPU 1 starts the target in between (here: a pick that
+    // honours its next buddy), the handler's end must leave it running: the
+    // kernel's yield_to would have found it running. Before 0.3.12 that
+    // late resched ran anyway, and with the buddy mark gone the pick gave
+    // CPU 1 back to `c`, the leftmost.
+    let c = SimConfig {
+        duration_ns: 1_000_000_000,
+        host: HostConfig {
+            n_pcpus: 2,
+            affinity: Affinity::RoundRobin,
+            scheduler: Scheduler::Cfs,
+            ..Default::default()
+        },
+        vms: vec![computing_vm(4)],
+        ..Default::default()
+    };
+    for started_meanwhile in [false, true] {
+        let mut s = sim_of(&c);
+        s.step_until(1_000_000).unwrap();
+        let a = vcpu(&s, s.rqs[0].curr.expect("CPU 0 runs a vCPU") as usize);
+        let ct = s.rqs[1].curr.expect("CPU 1 runs a vCPU") as usize;
+        let tt = s.rqs[1].queue[0] as usize;
+        let t = vcpu(&s, tt);
+        // the target trails `c` by less than the wake-up granularity: a pick
+        // with its next-buddy mark takes it, one without takes `c`
+        s.tasks[tt].vruntime = s.tasks[ct].vruntime + 100_000;
+        // `a`'s PLE exit, as ple_exit builds it: the yield, then the exit
+        s.pause_act(a);
+        let mut end = s.now + 1_000;
+        assert_eq!(s.yield_to(a, t, &mut end), 1);
+        let boost = std::mem::replace(&mut s.wake.boost_task, NO_TASK);
+        assert_eq!(boost, tt as u32, "the target waits on another CPU");
+        s.start_exit(a, end, ExitKind::Ple { yielded: true, boost }, C_PLE);
+        if started_meanwhile {
+            s.schedule(1, Why::Yield);
+            assert_eq!(s.rqs[1].curr, Some(tt as u32), "the switch honoured the buddy");
+        }
+        s.step_until(end + 1).unwrap();
+        assert_eq!(s.rqs[1].curr, Some(tt as u32), "started meanwhile: {started_meanwhile}");
+        assert_ne!(s.rqs[0].curr, Some(s.vcpus[a].task), "the yielder gave CPU 0 up");
     }
 }
