@@ -282,10 +282,23 @@ def test_an_exit_prints_compares_and_converts_like_a_value(kvm_host: Host) -> No
         (-1.0, ValueError),
         (float("nan"), ValueError),
         (10**9, ValueError),
+        (None, TypeError),
+        ([1.0], TypeError),
     ],
 )
 def test_run_names_a_bad_timeout(kvm_host: Host, bad: object, err: type) -> None:
+    """An instance's run is the Rust method that makes the Python method's
+    checks (src/py/kvm.rs run_checked): both refuse a bad timeout, passed by
+    name or by position, with the same error and message."""
+    from vcpulab.kvm import Vcpu
+
     with kvm_host.create_vm(memory_mib=2, irqchip=False) as vm:
         v = vm.create_vcpu(0)
-        with pytest.raises(err, match="timeout"):
+        assert type(v.run).__name__ == "builtin_function_or_method"
+        with pytest.raises(err, match="timeout") as fast:
             v.run(timeout_s=bad)  # type: ignore[arg-type]
+        with pytest.raises(err, match="timeout") as positional:
+            v.run(bad)  # type: ignore[arg-type]
+        with pytest.raises(err, match="timeout") as method:
+            Vcpu.run(v, bad)  # type: ignore[arg-type]
+        assert str(fast.value) == str(positional.value) == str(method.value)

@@ -204,15 +204,18 @@ def _renamed(
     return deco
 
 
-def former_name(fn: str, old: str, new: str, old_value: Any, new_value: Any, new_default: Any) -> Any:
+def former_name(
+    fn: str, old: str, new: str, old_value: Any, new_value: Any, new_default: Any, stacklevel: int = 3
+) -> Any:
     """`renamed` for a hot-path method that takes the former name as a
     keyword-only argument instead of being wrapped (a wrapper frame packs a
     tuple and a dict per call): warns at the method's caller and returns the
-    value to use; the new name away from its default as well raises TypeError."""
+    value to use; the new name away from its default as well raises TypeError.
+    ``stacklevel`` 2 when the method is Rust (no Python frame of its own)."""
     if new_value != new_default:
         raise TypeError(f"{fn}() got {old}= and {new}=; {old} is the deprecated name of {new}")
     warnings.warn(
-        f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning, stacklevel=3
+        f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning, stacklevel=stacklevel
     )
     return old_value
 
