@@ -215,7 +215,9 @@ def former_name(
     if new_value != new_default:
         raise TypeError(f"{fn}() got {old}= and {new}=; {old} is the deprecated name of {new}")
     warnings.warn(
-        f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)", DeprecationWarning, stacklevel=stacklevel
+        f"{fn}({old}=...) is deprecated; use {new}= (the unit is in the name)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
     )
     return old_value
 

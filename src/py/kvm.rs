@@ -829,7 +829,10 @@ impl PyVcpu {
     /// the deprecated `timeout=` through `_checks.former_name`. Measured on
     /// this host's emulated guests (benches/bench_kvm.py, 2026-12-05):
     /// 11-12 us per IO exit against the wrapper's 12.9 us.
-    #[pyo3(signature = (timeout_s = TimeoutArg::Absent, *, timeout = None))]
+    #[pyo3(
+        signature = (timeout_s = TimeoutArg::Absent, *, timeout = None),
+        text_signature = "(self, /, timeout_s=10.0, *, timeout=None)"
+    )]
     fn run_checked(
         &self,
         py: Python<'_>,
