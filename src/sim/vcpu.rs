@@ -573,10 +573,12 @@ impl Sim {
                     // a target that another switch started meanwhile (one
                     // the kernel's yield_to would now find running) is not
                     // boosted again. Until 0.3.12 it was, and the resched
-                    // preempted the target it was meant for: two vCPUs
-                    // needed by a VM's spinners, queued on one CPU, then
-                    // took it from each other at every switch and ran no
-                    // guest code (the oracle on ebizzy-like 2 x 32 vCPUs).
+                    // preempted the target it was meant for: under the
+                    // oracle on ebizzy-like (16 vCPUs on 8 CPUs, 2012 era)
+                    // a lock holder that a spinner on its own CPU yielded to
+                    // was switched out again at the end of its 2-us switch,
+                    // every time, by the late boosts of other CPUs' spinners,
+                    // and ran no guest code.
                     let tk = &self.tasks[boost as usize];
                     let c = tk.cpu as usize;
                     if c != cpu && tk.runnable && !tk.parked && self.rqs[c].curr != Some(boost) {
