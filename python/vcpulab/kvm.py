@@ -783,9 +783,9 @@ class Vcpu(ForkSafe):
         if type(self).run is Vcpu.run:
             # the per-exit path without a Python frame: the Rust method makes
             # run()'s checks and raises its errors (src/py/kvm.rs run_checked);
-            # on this host's emulated guests 11-12 us per IO exit against
-            # 12.9 us through the method below (benches/bench_kvm.py)
-            self.__dict__["run"] = core.run_checked
+            # on this host's emulated guests about 5 % less CPU per IO exit
+            # than through the method below
+            self.__dict__["run"] = core.run
 
     @property
     def id(self) -> int:
@@ -910,11 +910,11 @@ class Vcpu(ForkSafe):
         is forced out and the exit's kind is ``'interrupted'``. ``timeout`` is the
         deprecated name of ``timeout_s`` (a DeprecationWarning).
 
-        The per-exit path: an instance's ``run`` is the Rust method
-        ``run_checked``, which makes these same checks (fork, timeout, the
-        former argument name) and raises the same errors without a Python
-        frame; this method is what a subclass that overrides ``run`` gets, and
-        the reference for both. The Rust side turns a panic into RuntimeError
+        The per-exit path: an instance's ``run`` is the extension's
+        ``Vcpu.run`` (src/py/kvm.rs ``run_checked``), which makes these same
+        checks (fork, timeout, the former argument name) and raises the same
+        errors without a Python frame; this method is what a subclass that
+        overrides ``run`` gets, and the reference for both. The Rust side turns a panic into RuntimeError
         and returns the exit as a Rust object, so a Python loop over ``run()``
         stays close to a Rust loop (benches/bench_kvm.py)."""
         if self._fork_gen != _checks._fork_generation:
@@ -923,7 +923,7 @@ class Vcpu(ForkSafe):
             timeout_s = _checks.former_name("run", "timeout", "timeout_s", timeout, timeout_s, 10.0)
         if type(timeout_s) not in (float, int) or not 0 < timeout_s <= MAX_TIMEOUT_S:
             timeout_s = _timeout(timeout_s)  # the named TypeError/ValueError
-        return self._vcpu.run(timeout_s)
+        return self._vcpu.run_raw(timeout_s)
 
     @renamed(timeout="timeout_s")
     def run_until(
