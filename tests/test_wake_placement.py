@@ -110,11 +110,16 @@ def test_the_twin_chooses_the_worker_the_real_rule_chooses_under_pinned(kvm_host
     """The waker and worker 1 at home on CPU 0, worker 2 on CPU 1: the real
     rule and its twin (the simulator's Pv.placement under its pinned token
     scheduler) send the items to the same worker, vCPU 1 under upstream's
-    rule and vCPU 2 under pcpu_is_idle. The choice is the scheduler's state,
-    not a timing, so no load flips it; the throughputs are reported (measured
-    here 2026-12-03, 3 trials: 1,634 / 1,764 and 1,950 / 2,181 items per s,
-    real / twin), compared in benches/twins_grid.py --wake-placement."""
+    rule and vCPU 2 under pcpu_is_idle. The choice is the scheduler's state;
+    a fresh-clone CI run on a busy hour (2026-12-05) still read a real
+    first-worker share of 0.27 under available_idle (polled_per_halt 0.19,
+    882 items/s), so a real run whose quality record shows other load is
+    measured again (vcpulab.testing.remeasure). The throughputs are reported
+    (measured here 2026-12-03, 3 trials: 1,634 / 1,764 and 1,950 / 2,181
+    items per s, real / twin), compared in benches/twins_grid.py
+    --wake-placement."""
     from vcpulab import twins
+    from vcpulab.testing import remeasure
 
     cpus = sorted(_core.allowed_cpus())[:2]
     if len(cpus) < 2:
@@ -129,16 +134,23 @@ def test_the_twin_chooses_the_worker_the_real_rule_chooses_under_pinned(kvm_host
             scheduler=sched.pinned(),
             homes=(cpus[0], cpus[0], cpus[1]),
         )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", QualityWarning)
-            r = e.run(host=kvm_host)
+
+        def measure(e: Any = e) -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", QualityWarning)
+                return e.run(host=kvm_host)
+
+        def check(r: Any, e: Any = e, first: float = first) -> None:
+            # the real choice is exact after the first item (the start's prev is worker 1)
+            real = twins.real_metrics(e, r)
+            assert abs(real["first_worker_share"] - first) < 0.02, real
+
+        r = remeasure(measure, check, quality=lambda r: r.quality)
         real = twins.real_metrics(e, r)
         assert twins.Experiment.from_run(r).homes == e.homes
         c = twins.twin(r, cal)
         sim_m = twins.sim_metrics(e, c, sim.run(c), cal)
         print(rule, {k: (round(real[k], 3), round(sim_m[k], 3)) for k in real})
-        # the real choice is exact after the first item (the start's prev is worker 1)
-        assert abs(real["first_worker_share"] - first) < 0.02, real
         assert abs(sim_m["first_worker_share"] - first) < 0.02, sim_m
 
 
