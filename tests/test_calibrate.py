@@ -88,6 +88,11 @@ def _disturbance(cals: list[calibrate.HaltPollCalibration]) -> str:
     )
 
 
+# The two tests on real calibrations share a fixture of 15-27 s (two full
+# calibrations, re-measured cell by cell on a busy hour): CI's slow run has
+# them, so the default run keeps under 5 minutes (it read 312 s in a
+# fresh-clone CI on a busy hour, 2026-12-05, the fixture's setup 26.6 s).
+@pytest.mark.slow
 def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(calibrations, tmp_path) -> None:  # type: ignore[no-untyped-def]
     for i, cal in enumerate(calibrations):
         print(f"\ncalibration {i}: {cal.agreement_line(15)}\n" + cal.table())
@@ -129,6 +134,7 @@ def test_sim_matches_real_kvm_in_at_least_80_percent_of_cells(calibrations, tmp_
     assert fig_path.stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_calibration_is_reproducible(calibrations) -> None:  # type: ignore[no-untyped-def]
     pairs = [(calibrations[i], calibrations[i + 1]) for i in range(0, len(calibrations), 2)]
     for n, (a, b) in enumerate(pairs):
