@@ -263,16 +263,22 @@ def _far_from(d: pl.DataFrame, vm: int, vcpu: int, t: np.ndarray, margin_ns: int
     return np.minimum(before, after) > margin_ns
 
 
-def test_preempted_is_set_while_a_runnable_vcpu_waits_and_cleared_when_it_runs(kvm_host: Any) -> None:
-    r = _run(
-        workload=Spin(),
-        vcpus=2,
-        vms=2,
+def _sampled_round_robin(workload: Any, vcpus: int, vms: int) -> Any:
+    """0.6 s on CPUS under round_robin (20 ms slices), each vCPU's steal-time
+    bytes sampled every 0.5 ms: the set-up of the preempted and is_idle tests."""
+    return _run(
+        workload=workload,
+        vcpus=vcpus,
+        vms=vms,
         pcpus=CPUS,
         duration_s=0.6,
         sample_every_s=0.0005,
         scheduler=sched.round_robin(slice_us=20_000),
     )
+
+
+def test_preempted_is_set_while_a_runnable_vcpu_waits_and_cleared_when_it_runs(kvm_host: Any) -> None:
+    r = _sampled_round_robin(Spin(), vcpus=2, vms=2)
     h = holdings(r)
     checked = 0
     for (vm, vcpu), g in r.samples.group_by(["vm", "vcpu"]):
@@ -330,15 +336,7 @@ def test_is_idle_follows_the_cpu_a_vcpu_last_ran_on(kvm_host: Any) -> None:
         assert (r.results["halts"] > 0).any(), "the pv lock's waiters halted under vcpulab's scheduler"
 
     remeasure(
-        lambda: _run(
-            workload=PvSpinLock(hold=200, think=200),
-            vcpus=3,
-            vms=1,
-            pcpus=CPUS,
-            duration_s=0.6,
-            sample_every_s=0.0005,
-            scheduler=sched.round_robin(slice_us=20_000),
-        ),
+        lambda: _sampled_round_robin(PvSpinLock(hold=200, think=200), vcpus=3, vms=1),
         check,
         quality=lambda r: r.quality,
         pass_when_disturbed=True,
