@@ -84,24 +84,40 @@ def test_two_vcpus_on_one_cpu_steal_half_the_wall_time(kvm_host: Host) -> None:
 
 
 def test_pv_spin_lock_halts_instead_of_spinning_when_the_holder_is_preempted(kvm_host: Host) -> None:
+    """A waiter that reads a preempted holder halts: far fewer PAUSEs per acquisition.
+
+    The flagged-to-unflagged ratio of PAUSEs per acquisition swings with how
+    the host's slices line up with the lock's hand-overs (3 vCPUs on 2 CPUs,
+    0.5 s each): measured here 0.17-0.42 over 8 quiet pairs (2026-12-06), and
+    0.52 once in a fresh-clone CI run, so the bound is two thirds, not one
+    half. Re-measured when either run was disturbed."""
     base = PvSpinLock(hold=40, think=40)
     flagged = PvSpinLock(hold=40, think=40, preempted_from_host=(0, 1, 2))
-    r0 = run(base, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host)
-    r1 = run(flagged, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host)
-    for r in (r0, r1):
-        assert r.results["counter"][0] == r.results["acquisitions"].sum()
-    p0 = r0.results["pauses"].sum() / r0.results["acquisitions"].sum()
-    p1 = r1.results["pauses"].sum() / r1.results["acquisitions"].sum()
-    halts = r1.results["halts"].sum()
-    halt_exits = r1.samples.group_by("vcpu").agg(__import__("polars").col("halt_exits").max())["halt_exits"].sum()
-    print(
-        f"PAUSEs per acquisition: {p0:.1f} unflagged vs {p1:.1f} flagged; guest halts {halts}, halt exits {halt_exits}"
-    )
-    assert r0.results["halts"].sum() == 0  # this host never sets `preempted` itself
-    assert halts > 0
-    assert halt_exits >= halts * 0.9
-    assert r1.results["kicks"].sum() >= halts * 0.9
-    assert p1 < p0 / 2
+
+    def measure():  # type: ignore[no-untyped-def]
+        r0 = run(base, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host, warn_quality=False)
+        r1 = run(flagged, vcpus=3, pcpus=[0, 1], duration_s=0.5, host=kvm_host, warn_quality=False)
+        return r0, r1
+
+    def check(p) -> None:  # type: ignore[no-untyped-def]
+        r0, r1 = p
+        for r in (r0, r1):
+            assert r.results["counter"][0] == r.results["acquisitions"].sum()
+        p0 = r0.results["pauses"].sum() / r0.results["acquisitions"].sum()
+        p1 = r1.results["pauses"].sum() / r1.results["acquisitions"].sum()
+        halts = r1.results["halts"].sum()
+        halt_exits = r1.samples.group_by("vcpu").agg(__import__("polars").col("halt_exits").max())["halt_exits"].sum()
+        print(
+            f"PAUSEs per acquisition: {p0:.1f} unflagged vs {p1:.1f} flagged ({p1 / p0:.2f}); "
+            f"guest halts {halts}, halt exits {halt_exits}; {r0.quality.line()}; {r1.quality.line()}"
+        )
+        assert r0.results["halts"].sum() == 0  # this host never sets `preempted` itself
+        assert halts > 0
+        assert halt_exits >= halts * 0.9
+        assert r1.results["kicks"].sum() >= halts * 0.9
+        assert p1 < p0 * 2 / 3, f"PAUSEs per acquisition {p1:.1f} flagged vs {p0:.1f} unflagged"
+
+    remeasure(measure, check, quality=lambda p: p[0].quality if p[0].quality.disturbed else p[1].quality)
 
 
 def _halt_exits(r) -> int:  # type: ignore[no-untyped-def]
