@@ -72,7 +72,13 @@ from vcpulab.twins._grid import (
     policy_grid,
     wake_placement_grid,
 )
-from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, WAKE_POLL_ITER_INSNS, guest_path
+from vcpulab.twins._guest import (
+    HALT_BRACKET_INSNS,
+    IRQ_STUB_INSNS,
+    PV_SPIN_ITER_INSNS_NO_WINDOW,
+    WAKE_POLL_ITER_INSNS,
+    guest_path,
+)
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
 from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
@@ -118,6 +124,7 @@ __all__ = [
     "MSI_DEADLINE_S",
     "OtherLoad",
     "PV_SPIN_ITER_INSNS",
+    "PV_SPIN_ITER_INSNS_NO_WINDOW",
     "REFERENCE_CALIBRATION",
     "SPIN_PHASE_DIST",
     "TRACE_COLUMNS",

@@ -17,7 +17,7 @@ import polars as pl
 
 from vcpulab._checks import check_bool, check_int
 from vcpulab.experiment import IpiPingPong, MsiPingPong, Run, SpinLock
-from vcpulab.twins._guest import _iteration_insns, guest_path
+from vcpulab.twins._guest import PV_SPIN_ITER_INSNS_NO_WINDOW, _iteration_insns, guest_path
 from vcpulab.twins._values import Calibration, Value, host_knobs
 
 _CACHE: dict[int, Calibration] = {}
@@ -222,7 +222,7 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
     spin = (cpu_total - loop * loop_insn_ns - path * path_insn_ns) / pauses if pauses else float("nan")
     if not spin > 0:
         # nothing to measure (no waits) or a disturbed run: the counted instructions
-        spin = 11 * loop_insn_ns
+        spin = PV_SPIN_ITER_INSNS_NO_WINDOW * loop_insn_ns
     poll_iter, poll_how = _calibrate_wake_poll(cpu)
     return {
         "uexit_ns": Value(
@@ -242,7 +242,8 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
             "ns",
             f"round_robin ticket SpinLock 50/50, 2 vCPUs on CPU {cpu}, 0.3 s: (vCPU threads' CPU time "
             f"{cpu_total / 1e6:.1f} ms - {acq} acquisitions' counted instructions) / {pauses} PAUSEs of the waiters "
-            f"(counted at loop_insn_ns: {11 * loop_insn_ns:.0f} ns)",
+            f"(no spin window: {PV_SPIN_ITER_INSNS_NO_WINDOW} instructions each; counted at loop_insn_ns: "
+            f"{PV_SPIN_ITER_INSNS_NO_WINDOW * loop_insn_ns:.0f} ns)",
         ),
         "wake_poll_iter_ns": Value(poll_iter, "ns", poll_how),
     }

@@ -112,3 +112,13 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
 def _iteration_insns(workload: SpinLock, vcpus: int) -> int:
     p = guest_path(workload, vcpus)
     return p["hold_loop"] + p["hold_path"] + p["think_loop"] + p["think_path"]
+
+
+#: guest instructions of one failed spin iteration of the spin-lock programs
+#: with pv_exits and the record's ``spin_window`` 0 (no pv spin exits: ``test,
+#: jz`` skip the window's ``cmp, jb``; with a window it is
+#: [`PV_SPIN_ITER_INSNS`][vcpulab.twins.PV_SPIN_ITER_INSNS] = 11), as the calibration's
+#: ``spin_iter_ns`` measures it under ``sched.round_robin``: 9 instructions
+#: (measured here 8.97 per PAUSE from ``insn_emulation``, against 11.00 in a
+#: directed-yield run of the same program, 2026-12-06)
+PV_SPIN_ITER_INSNS_NO_WINDOW = 9

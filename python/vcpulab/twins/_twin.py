@@ -21,7 +21,13 @@ from vcpulab._checks import check_bool, check_float, check_int, check_type
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
 from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
 from vcpulab.twins._experiment import Experiment
-from vcpulab.twins._guest import HALT_BRACKET_INSNS, IRQ_STUB_INSNS, WAKE_POLL_ITER_INSNS, guest_path
+from vcpulab.twins._guest import (
+    HALT_BRACKET_INSNS,
+    IRQ_STUB_INSNS,
+    PV_SPIN_ITER_INSNS_NO_WINDOW,
+    WAKE_POLL_ITER_INSNS,
+    guest_path,
+)
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._values import Calibration
 
@@ -502,12 +508,12 @@ def wake_poll_iter_ns(cal: Calibration) -> float:
     poll loop ([`WAKE_POLL_ITER_INSNS`][vcpulab.twins.WAKE_POLL_ITER_INSNS] = 7 instructions, one of them a
     PAUSE): the calibration's measured ``wake_poll_iter_ns``. Calibrations
     without it (older ones, or a disturbed measurement: NaN) derive it from
-    the measured failed spin iteration (``spin_iter_ns``: 11 instructions
-    with one PAUSE) less the 4 instructions more it has at ``loop_insn_ns``
+    the measured failed spin iteration (``spin_iter_ns``: measured without a
+    spin window, [`PV_SPIN_ITER_INSNS_NO_WINDOW`][vcpulab.twins.PV_SPIN_ITER_INSNS_NO_WINDOW] = 9 instructions
+    with one PAUSE) less the 2 instructions more it has at ``loop_insn_ns``
     each, never below 7 × ``loop_insn_ns``, or else count 7 × ``loop_insn_ns``.
-    The derivation reads low (7.3 µs against 8.7 µs measured in one
-    calibration here): the checks read memory, which costs more under
-    emulation than the register loop ``loop_insn_ns`` times. The reference
+    Until 0.3.13 it took 4 instructions off, counting the iteration as 11,
+    and read low (7.3 µs against 8.7 µs measured in one calibration here). The reference
     calibration vcpulab ships predates the measurement and derives it."""
     if "wake_poll_iter_ns" in cal.values:
         measured = cal["wake_poll_iter_ns"]
@@ -515,7 +521,7 @@ def wake_poll_iter_ns(cal: Calibration) -> float:
             return float(measured)
     b = cal["loop_insn_ns"]
     if "spin_iter_ns" in cal.values:
-        extra = PV_SPIN_ITER_INSNS - WAKE_POLL_ITER_INSNS
+        extra = PV_SPIN_ITER_INSNS_NO_WINDOW - WAKE_POLL_ITER_INSNS
         return float(max(cal["spin_iter_ns"] - extra * b, WAKE_POLL_ITER_INSNS * b))
     return float(WAKE_POLL_ITER_INSNS * b)
 
@@ -580,8 +586,12 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if isinstance(s, sched.DirectedYield):
-        # one failed spin iteration: measured (spin_iter_ns), else counted (older calibrations)
-        spin_ns = cal["spin_iter_ns"] if "spin_iter_ns" in cal.values else PV_SPIN_ITER_INSNS * cal["loop_insn_ns"]
+        # one failed spin iteration with a window: measured without one (spin_iter_ns, under
+        # round_robin) plus the window's cmp and jb at the register loop's cost, else counted
+        if "spin_iter_ns" in cal.values:
+            spin_ns = cal["spin_iter_ns"] + (PV_SPIN_ITER_INSNS - PV_SPIN_ITER_INSNS_NO_WINDOW) * cal["loop_insn_ns"]
+        else:
+            spin_ns = PV_SPIN_ITER_INSNS * cal["loop_insn_ns"]
         iter_cycles = spin_ns * cal["tsc_khz"] / 1e6
         ple = sim.Ple(
             enabled=True,
