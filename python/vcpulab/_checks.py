@@ -276,6 +276,17 @@ def guard_panics(obj: T) -> T:
 # --------------------------------------------------------------------------- kernel resources
 
 
+def forked_error(kind: str) -> RuntimeError:
+    """The error of a resource-owning object (a ``kind``) used in a child
+    forked after it was created: `ForkSafe` raises it, and so does the
+    extension's ``Vcpu.run`` (src/py/kvm.rs ``run_checked``)."""
+    return RuntimeError(
+        f"this {kind} was created in the parent of a forked process: its KVM file "
+        "descriptors and locks belong to the parent (threads running vCPUs there do not exist here); "
+        "create a new Host/Vm in the child (or use the 'spawn'/'forkserver' start method)"
+    )
+
+
 class ForkSafe:
     """Mixin for objects owning kernel resources: no copy, no pickle, and a
     clear error when used in a child process forked after they were created.
@@ -293,11 +304,7 @@ class ForkSafe:
 
     def _check_process(self) -> None:
         if self._fork_gen != _fork_generation:
-            raise RuntimeError(
-                f"this {type(self).__name__} was created in the parent of a forked process: its KVM file "
-                "descriptors and locks belong to the parent (threads running vCPUs there do not exist here); "
-                "create a new Host/Vm in the child (or use the 'spawn'/'forkserver' start method)"
-            )
+            raise forked_error(type(self).__name__)
 
     def __copy__(self) -> Any:
         raise TypeError(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use numpy::ndarray::ArrayView1;
 use numpy::PyArray1;
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyList};
 
@@ -844,11 +844,9 @@ impl PyVcpu {
         timeout: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyExit> {
         if self.fork_gen != kick::fork_generation() {
-            return Err(PyRuntimeError::new_err(
-                "this Vcpu was created in the parent of a forked process: its KVM file descriptors and locks \
-                 belong to the parent (threads running vCPUs there do not exist here); create a new Host/Vm in \
-                 the child (or use the 'spawn'/'forkserver' start method)",
-            ));
+            // ForkSafe's error, from the one place that words it
+            let e = py.import("vcpulab._checks")?.getattr("forked_error")?.call1(("Vcpu",))?;
+            return Err(PyErr::from_value(e));
         }
         let secs = match (&timeout_s, timeout) {
             (TimeoutArg::Given(v), None)
