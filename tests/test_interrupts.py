@@ -310,3 +310,42 @@ def test_vcpulab_watch(seed: int, kvm_host: Any, tmp_path: Any) -> None:
     assert f"wrote {out_file}" in out, out
     samples = pl.read_parquet(out_file)["t_ns"].n_unique()
     assert tables <= samples <= tables + 1, (tables, samples)
+
+
+_ONE_CTRL_C = """
+import os, signal, threading, time
+import polars as pl
+from vcpulab._interrupt import sigint_to_python
+took = sigint_to_python()
+df = pl.DataFrame({"a": pl.int_range(0, 2_000_000, eager=True).shuffle(seed=1)}).with_row_index("b")
+raised = []
+threading.Timer(0.15, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+t0 = time.monotonic()
+for step in ("queries", "the except clause's aftermath"):
+    try:
+        if step == "queries":  # ~0.3 s each here: SIGINT lands inside one of them
+            for _ in range(10):
+                df.join(df, on="a").sort("b")
+        else:
+            for _ in range(30):
+                time.sleep(0.01)
+    except KeyboardInterrupt:
+        raised.append(step)
+        print("raised in", step, round(time.monotonic() - t0, 3), flush=True)
+print(json.dumps({"took": took, "raised": raised}), flush=True)
+"""
+
+
+def test_one_ctrl_c_inside_a_polars_query_raises_once() -> None:
+    """polars hooks SIGINT and raises KeyboardInterrupt from the query the
+    signal lands in, while Python's handler stays pending and raises again at
+    the next line (pola-rs/polars#23988): `vcpulab watch` exited 130 instead of
+    writing its parquet when Ctrl-C landed in a polars join. After
+    `_interrupt.sigint_to_python()` (what the CLI runs first) one Ctrl-C is one
+    KeyboardInterrupt, raised in the loop it landed in and not again after."""
+    p = subprocess.run(
+        [sys.executable, "-c", "import json\n" + _ONE_CTRL_C], capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = json.loads(p.stdout.strip().splitlines()[-1])
+    assert report == {"took": True, "raised": ["queries"]}, p.stdout

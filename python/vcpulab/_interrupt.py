@@ -14,14 +14,23 @@ line (logger ``vcpulab.<call>``) says how much was kept::
         df = validation.validate()
     except KeyboardInterrupt as e:
         df = e.partial          # the cases whose every run had finished
+
+One Ctrl-C, one `KeyboardInterrupt`: polars (since 1.22) hooks SIGINT itself
+and raises `KeyboardInterrupt` from a query the signal lands in, while
+Python's own handler stays pending and raises a second one at some later
+line (pola-rs/polars#23988, https://github.com/pola-rs/polars/issues/23988).
+The ``vcpulab`` command gives SIGINT back to Python
+(``sigint_to_python`` below) before it runs a command.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from typing import Any
 
-__all__ = ["keep_partial", "partial_of"]
+__all__ = ["keep_partial", "partial_of", "sigint_to_python"]
 
 
 def keep_partial(e: BaseException, partial: Any, *, call: str, done: int, total: int, unit: str) -> None:
@@ -40,3 +49,27 @@ def keep_partial(e: BaseException, partial: Any, *, call: str, done: int, total:
 def partial_of(e: BaseException) -> Any:
     """What an interrupted inner call kept (``e.partial``), or None."""
     return getattr(e, "partial", None)
+
+
+def sigint_to_python() -> bool:
+    """Imports polars and puts CPython's own SIGINT handler back in the kernel,
+    over the one polars registers when it is imported; True when it did (it
+    can only in the main thread, while Python handles SIGINT).
+
+    Without it, a Ctrl-C that lands inside a polars query raises
+    `KeyboardInterrupt` twice: once from polars, and once more from Python's
+    handler, still pending, at whatever line runs next (an ``except`` clause,
+    a ``finally``, the code after a loop that caught the first one;
+    pola-rs/polars#23988). With it, a polars query runs to its end (our frames
+    take milliseconds) and the one `KeyboardInterrupt` comes after it. The
+    Python-level handler (`signal.getsignal`) is unchanged; what the process
+    loses is polars' own cancelling of a long query mid-way."""
+    import polars  # noqa: F401  (its import registers the hook this replaces)
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):  # SIG_IGN / SIG_DFL: Python does not raise KeyboardInterrupt anyway
+        return False
+    signal.signal(signal.SIGINT, handler)  # CPython's C handler, installed again with sigaction
+    return True

@@ -53,6 +53,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from vcpulab._interrupt import sigint_to_python
 from vcpulab.cli._common import MAX_CPU_ID as MAX_CPU_ID
 from vcpulab.cli._common import (
     _at_most,
@@ -314,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     usage errors (status 2) stay plain text on stderr."""
     args = build_parser().parse_args(argv)
     try:
+        sigint_to_python()  # one Ctrl-C, one KeyboardInterrupt, even inside a polars query
         rc = int(args.func(args))
         sys.stdout.flush()
         return rc
