@@ -369,6 +369,7 @@ def _t_compare(ctx: Any, p: str, v: Any) -> None:
         Param("load", Enum("measured", "one_task", "none"), "none"),
         Param("progress", Opt(Bool()), False),  # None: a bar on a terminal only
         Param("trace", Bool(), False),
+        Param("per_cell_calibration", Bool(), False),
     ],
     valid_ok=False,
     before_real=True,

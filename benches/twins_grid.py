@@ -1,7 +1,7 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
     python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
-                                 [--out DIR] [--markdown FILE]
+                                 [--per-cell-calibration] [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
 vcpulab.twins.default_grid on real KVM (``--trials`` times, each recording what
@@ -75,6 +75,12 @@ def main() -> int:
         help="trace the real trials (run(trace=True)) and compare run slices and wake-up latencies (KS); "
         "off by default: tracing slows this host's emulated guests (docs/twins.md, section 4)",
     )
+    ap.add_argument(
+        "--per-cell-calibration",
+        action="store_true",
+        help="calibrate again right before each cell's real trials; that cell's twin uses it "
+        "(twins.grid(per_cell_calibration=True): the host drifts between a grid's first calibration and its last cell)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
@@ -93,7 +99,15 @@ def main() -> int:
         exps = twins.wake_placement_grid(duration_s=a.duration_s, poll=[int(x) for x in a.poll.split(",")])
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
-    g = twins.grid(exps, trials=a.trials, seeds=a.seeds, cal=cal, load=a.load, trace=a.trace)
+    g = twins.grid(
+        exps,
+        trials=a.trials,
+        seeds=a.seeds,
+        cal=cal,
+        load=a.load,
+        trace=a.trace,
+        per_cell_calibration=a.per_cell_calibration,
+    )
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
         print(g.directions.filter(pl.col("significant")))

@@ -899,3 +899,58 @@ def test_a_grid_shows_its_progress_only_when_asked_or_on_a_terminal(twin_calibra
     assert capsys.readouterr().err == ""
     with pytest.raises(TypeError, match="progress"):
         twins.grid(exps, cal=twin_calibration, progress="yes")  # type: ignore[arg-type]
+
+
+def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_before_its_trials(
+    kvm_host: Host, twin_calibration: Calibration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`grid(per_cell_calibration=True)` calibrates on the grid calibration's
+    CPU before each cell and that cell's twin uses it: the cell's ``cal_*``
+    columns and `Grid.cell_calibrations` say which; without it every cell
+    carries the one calibration. (The measurement itself is stubbed here, two
+    known calibrations in turn; `calibrate` has its own real-KVM tests.)"""
+    import dataclasses
+
+    from vcpulab import _core
+    from vcpulab.twins import _grid
+
+    base = dataclasses.replace(twin_calibration, cpu=sorted(_core.allowed_cpus())[-1])
+    made: list[Calibration] = []
+    asked: list[tuple[int, bool]] = []
+
+    def stub(cpu: int, *, refresh: bool = False) -> Calibration:
+        asked.append((cpu, refresh))
+        scale = 1.0 + 0.5 * len(made)  # 1.0, then 1.5 × the base's path cost
+        v = dict(base.values)
+        v["path_insn_ns"] = dataclasses.replace(v["path_insn_ns"], value=base["path_insn_ns"] * scale)
+        made.append(dataclasses.replace(base, values=v))
+        return made[-1]
+
+    monkeypatch.setattr(_grid, "calibrate", stub)
+    exps = [
+        Experiment(SpinLock(kind=kind, hold=50, think=20), vcpus=2, pcpus=(base.cpu,), duration_s=0.1)
+        for kind in ("ticket", "tas")
+    ]
+    names = [twins.cell_name(e) for e in exps]
+    g = twins.grid(exps, trials=1, seeds=1, cal=base, per_cell_calibration=True)
+    assert asked == [(base.cpu, True), (base.cpu, True)]
+    assert [g.cell_calibrations[n] for n in names] == made and g.calibration is base
+    per_cell = g.cells.group_by("cell").agg(pl.col("cal_path_insn_ns").unique())
+    got = {r["cell"]: r["cal_path_insn_ns"] for r in per_cell.iter_rows(named=True)}
+    assert got == {n: [c["path_insn_ns"]] for n, c in zip(names, made)}
+    assert g.summary()["calibration_spread"] == pytest.approx(1.5)
+    assert "calibrated per cell (path_insn_ns spread 1.50x)" in g.line()
+    assert g.config["per_cell_calibration"] is True
+
+    shared = twins.grid(exps[:1], trials=1, seeds=1, cal=base)
+    assert len(asked) == 2, "no calibration without per_cell_calibration"
+    assert shared.cells["cal_path_insn_ns"].unique().to_list() == [base["path_insn_ns"]]
+    assert shared.cell_calibrations == {names[0]: base} and shared.summary()["calibration_spread"] == 1.0
+    assert "calibrated per cell" not in shared.line()
+
+    elsewhere = dataclasses.replace(base, cpu=4095)
+    with pytest.raises(ValueError, match="per_cell_calibration measures on cal's CPU 4095"):
+        twins.grid(exps, cal=elsewhere, per_cell_calibration=True)
+    with pytest.raises(TypeError, match="per_cell_calibration"):
+        twins.grid(exps, cal=base, per_cell_calibration="yes")  # type: ignore[arg-type]
+    assert len(asked) == 2, "refused before any calibration"

@@ -219,7 +219,10 @@ class Grid:
     factor and per direction metric: the real and simulated differences, the
     real difference's significance, and whether the signs agree.
     ``no_twin``: experiments without a twin and why. ``calibration``: the
-    [`Calibration`][vcpulab.twins.Calibration] used. ``no_real``: cells whose every real trial
+    [`Calibration`][vcpulab.twins.Calibration] measured before the first cell
+    (every cell's, unless ``per_cell_calibration``); ``cell_calibrations``:
+    the one each cell's twin used, by cell name (the cells' ``cal_*`` columns
+    carry its main values). ``no_real``: cells whose every real trial
     missed its deadline; ``failed``: cells whose comparison raised
     (``"ValueError: …"``), the other cells kept.
     """
@@ -233,6 +236,8 @@ class Grid:
     config: dict[str, Any] = field(default_factory=dict)
     #: cells whose comparison raised, with the exception's type and message
     failed: list[tuple[str, str]] = field(default_factory=list)
+    #: the calibration each compared cell's twin used, by cell name
+    cell_calibrations: dict[str, Calibration] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """The agreement numbers (see [`line`][vcpulab.twins.Grid.line])."""
@@ -271,6 +276,10 @@ class Grid:
             pl.col("disturbed_trials").first(), pl.col("trials").first(), pl.col("other_share_max").first()
         )
         out["cells_disturbed"] = int((per_cell["disturbed_trials"] > 0).sum())
+        if "cal_path_insn_ns" in self.cells.columns and self.cells.height:
+            # how far the host moved between the cells' calibrations (1.0 with one shared calibration)
+            p = self.cells["cal_path_insn_ns"].cast(pl.Float64)
+            out["calibration_spread"] = float(p.max()) / float(p.min())  # type: ignore[arg-type]
         out["other_share_median"] = float(per_cell["other_share_max"].median())  # type: ignore[arg-type]
         return out
 
@@ -300,6 +309,11 @@ class Grid:
             )
             + f"; real cells disturbed {s['cells_disturbed']}/{s['cells']} "
             f"(other tasks' share median {s['other_share_median']:.0%})"
+            + (
+                f"; calibrated per cell (path_insn_ns spread {s['calibration_spread']:.2f}x)"
+                if self.config.get("per_cell_calibration") and "calibration_spread" in s
+                else ""
+            )
         )
 
     def table(self, metrics: Sequence[str] | None = None) -> str:
@@ -435,12 +449,22 @@ def grid(
     load: Literal["measured", "one_task", "none"] = "measured",
     progress: bool | None = None,
     trace: bool = False,
+    per_cell_calibration: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
     directions. ``experiments`` default: [`default_grid`][vcpulab.twins.default_grid]. ``trace``: the
     real trials are traced and each cell gets its run-slice and wake-up
     latency KS rows ([`compare`][vcpulab.twins.compare]).
+
+    ``per_cell_calibration``: measure the host again
+    ([`calibrate`][vcpulab.twins.calibrate], on ``cal``'s CPU, about 2 s)
+    right before each cell's real trials, and give that cell's twin this
+    calibration. The emulated instruction's cost here drifts by up to ~40 %
+    within minutes, and a twin follows its calibration; measured seconds
+    before the trials it follows the host the trials ran on. The grid's
+    ``summary()`` reports ``calibration_spread`` (the largest over the
+    smallest ``path_insn_ns`` of the cells).
 
     Every argument is checked before the first real trial; a cell on CPUs
     this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
@@ -453,6 +477,7 @@ def grid(
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
+    check_bool("per_cell_calibration", per_cell_calibration)
     if progress is not None:
         check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):
@@ -462,6 +487,14 @@ def grid(
     exps = check_seq("experiments", experiments, "Experiments") if experiments is not None else None
     for e in exps or ():
         check_type("experiments entry", e, Experiment)
+    if per_cell_calibration and cal is not None:
+        from vcpulab import _core
+
+        if cal.cpu not in _core.allowed_cpus():
+            raise ValueError(
+                f"per_cell_calibration measures on cal's CPU {cal.cpu}, which this process may not use "
+                f"(allowed: {sorted(_core.allowed_cpus())})"
+            )
     cal = cal or calibrate()
     if exps is None:
         exps = default_grid()
@@ -469,7 +502,14 @@ def grid(
     no_twin: list[tuple[str, str]] = []
     no_real: list[tuple[str, str]] = []
     failed: list[tuple[str, str]] = []
-    config = {"trials": trials, "seeds": seeds, "load": load, "trace": trace}
+    cell_cals: dict[str, Calibration] = {}
+    config = {
+        "trials": trials,
+        "seeds": seeds,
+        "load": load,
+        "trace": trace,
+        "per_cell_calibration": per_cell_calibration,
+    }
 
     def result() -> Grid:
         cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
@@ -483,6 +523,7 @@ def grid(
             no_real=no_real,
             config=config,
             failed=failed,
+            cell_calibrations=dict(cell_cals),
         )
 
     with Bar(len(exps), "vcpulab.twins.grid", progress) as bar:
@@ -490,7 +531,21 @@ def grid(
             for i, exp in enumerate(exps):
                 try:
                     _grid_cell(
-                        i, exp, len(exps), cal, trials, seeds, load, trace, bar, frames, no_twin, no_real, failed
+                        i,
+                        exp,
+                        len(exps),
+                        cal,
+                        per_cell_calibration,
+                        trials,
+                        seeds,
+                        load,
+                        trace,
+                        bar,
+                        frames,
+                        no_twin,
+                        no_real,
+                        failed,
+                        cell_cals,
                     )
                 finally:
                     bar.update(1)
@@ -500,11 +555,18 @@ def grid(
     return result()
 
 
+#: the calibration values each grid cell carries as ``cal_<key>`` columns
+#: (the emulated instruction costs and vcpulab's scheduler costs, those that
+#: drift with the host; NaN where the calibration lacks one)
+CELL_CALIBRATION_KEYS = ("path_insn_ns", "loop_insn_ns", "uexit_ns", "spin_iter_ns")
+
+
 def _grid_cell(
     i: int,
     exp: Experiment,
     n: int,
     cal: Calibration,
+    recalibrate: bool,
     trials: int,
     seeds: int,
     load: Literal["measured", "one_task", "none"],
@@ -514,9 +576,12 @@ def _grid_cell(
     no_twin: list[tuple[str, str]],
     no_real: list[tuple[str, str]],
     failed: list[tuple[str, str]],
+    cell_cals: dict[str, Calibration],
 ) -> None:
-    """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames``, or
-    why it has none to ``no_twin`` / ``no_real`` / ``failed``; a line above the bar."""
+    """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames`` (with the
+    ``cal_*`` columns of the calibration its twin used, kept in ``cell_cals``), or
+    why it has none to ``no_twin`` / ``no_real`` / ``failed``; a line above the bar.
+    ``recalibrate``: measure the host again on ``cal``'s CPU before the real trials."""
     name = cell_name(exp)
     try:
         twin(exp, cal)
@@ -529,6 +594,8 @@ def _grid_cell(
     except ValueError as e:
         no_real.append((name, str(e)))
         return
+    if recalibrate:
+        cal = calibrate(cal.cpu, refresh=True)
     try:
         c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
     except TimeoutError as e:
@@ -540,5 +607,13 @@ def _grid_cell(
         bar.write(f"[{i + 1}/{n}] {name}: failed: {type(e).__name__}: {e}")
         return
     f = cell_factors(exp)
-    frames.append(c.with_columns(pl.lit(name).alias("cell"), *[pl.lit(v).alias(k) for k, v in f.items()]))
+    cal_cols = {f"cal_{k}": cal[k] if k in cal.values else float("nan") for k in CELL_CALIBRATION_KEYS}
+    frames.append(
+        c.with_columns(
+            pl.lit(name).alias("cell"),
+            *[pl.lit(v).alias(k) for k, v in f.items()],
+            *[pl.lit(v, dtype=pl.Float64).alias(k) for k, v in cal_cols.items()],
+        )
+    )
+    cell_cals[name] = cal
     bar.write(f"[{i + 1}/{n}] {name}: other tasks {float(c['other_share_max'][0]):.0%}")
