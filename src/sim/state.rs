@@ -662,6 +662,10 @@ pub struct Tokens {
     /// its wake bracket's exit asks for one (`Host.token_wake_exit_ns`;
     /// empty when that is 0).
     pub unheld: Vec<bool>,
+    /// Per task: the CPU of the last token it held (`NO_CPU` before its
+    /// first): with one queue, `token_dispatch_idle` gives it that CPU's
+    /// token when it is free, as the real `dispatch_idle` does.
+    pub last_cpu: Vec<u32>,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

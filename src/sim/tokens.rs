@@ -15,7 +15,9 @@
 //! balance scheduling gives each CPU its own queue, of the vCPUs at home
 //! there ((index in the VM + VM) mod P, as the real one). Every decision
 //! (a slice's end, a halt, a wake-up) then fills every free token, as the
-//! real `dispatch_idle` does.
+//! real `dispatch_idle` does: with one queue, a vCPU gets the token of the
+//! CPU it last held one on when that is free (its thread is pinned there),
+//! else the lowest free one.
 //!
 //! Two levels, as on the real host: the tokens decide which vCPU thread may
 //! run on a CPU; the kernel's fair scheduler (EEVDF) still shares that CPU
@@ -40,7 +42,7 @@ use super::config::Scheduler;
 use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
-use super::state::{Ns, TaskKind, Why};
+use super::state::{Ns, TaskKind, Why, NO_CPU};
 
 impl Sim {
     /// `Host.scheduler == RoundRobin`.
@@ -84,6 +86,7 @@ impl Sim {
         }
         self.tokens.run_ns = vec![0; self.tasks.len()];
         self.tokens.granted_at = vec![0; self.tasks.len()];
+        self.tokens.last_cpu = vec![NO_CPU; self.tasks.len()];
         let tick = self.cfg.host.tick_ns.max(1);
         self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
         if self.cfg.host.token_wake_exit_ns > 0 {
@@ -111,8 +114,8 @@ impl Sim {
 
     /// The end of the wake bracket's exit of `t`, current on its CPU
     /// without a token: it asks for one, as src/kvm/sched/'s `wake` does:
-    /// it joins its queue's tail and every free token goes, in CPU order, to
-    /// the next its queue may give it to (`dispatch_idle`). Returns the CPU
+    /// it joins its queue's tail and every free token goes to the next its
+    /// queue may give it to (`dispatch_idle`, [`Sim::token_fill_free`]). Returns the CPU
     /// whose token `t` got (booked for it: the caller moves it there if that
     /// is not the CPU it runs on), or None: it waits. The other grants are
     /// made as usual.
@@ -121,22 +124,43 @@ impl Sim {
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);
         let mut got = None;
-        for c in 0..self.tokens.holder.len() {
-            if self.tokens.holder[c].is_some() {
-                continue;
+        self.token_fill_free(|sim, c, n| {
+            if n == t {
+                sim.token_assign(c, t);
+                got = Some(c);
+            } else {
+                sim.token_grant(c, n, true);
             }
-            if let Some(pos) = self.token_pick(c) {
-                let qc = self.token_queue_for(c);
-                let n = self.tokens.queues[qc].remove(pos).expect("a picked position") as usize;
-                if n == t {
-                    self.token_assign(c, t);
-                    got = Some(c);
-                } else {
-                    self.token_grant(c, n, true);
+        });
+        got
+    }
+
+    /// `dispatch_idle`'s rule: every free token goes to the next vCPU its
+    /// queue may give it to, passed to `give` (CPU, task). With a queue per
+    /// CPU, CPU by CPU; with one queue, each vCPU it takes gets the token of
+    /// the CPU it last held a token on when that one is free (its thread is
+    /// pinned there: the real scheduler avoids moving a running thread),
+    /// else the lowest free one.
+    fn token_fill_free(&mut self, mut give: impl FnMut(&mut Self, usize, usize)) {
+        if self.tokens.queues.len() > 1 {
+            for c in 0..self.tokens.holder.len() {
+                if self.tokens.holder[c].is_some() {
+                    continue;
+                }
+                if let Some(pos) = self.token_pick(c) {
+                    let n = self.tokens.queues[c].remove(pos).expect("a picked position") as usize;
+                    give(self, c, n);
                 }
             }
+            return;
         }
-        got
+        while let Some(first) = self.tokens.holder.iter().position(|h| h.is_none()) {
+            let Some(pos) = self.token_pick(first) else { return };
+            let n = self.tokens.queues[0].remove(pos).expect("a picked position") as usize;
+            let last = self.tokens.last_cpu[n] as usize;
+            let c = if last < self.tokens.holder.len() && self.tokens.holder[last].is_none() { last } else { first };
+            give(self, c, n);
+        }
     }
 
     /// The queue vCPU task `t` waits in (its home CPU's under balance scheduling).
@@ -200,11 +224,7 @@ impl Sim {
     /// Every free token goes to the next vCPU its queue may give it to
     /// (`dispatch_idle`).
     pub(crate) fn token_dispatch_idle(&mut self) {
-        for c in 0..self.tokens.holder.len() {
-            if self.tokens.holder[c].is_none() {
-                self.token_grant_next(c);
-            }
-        }
+        self.token_fill_free(|sim, c, n| sim.token_grant(c, n, true));
     }
 
     /// The position in CPU `c`'s queue of the vCPU its token goes to next:
@@ -250,6 +270,7 @@ impl Sim {
     fn token_assign(&mut self, c: usize, t: usize) {
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.granted_at[t] = self.now;
+        self.tokens.last_cpu[t] = c as u32;
         if let TaskKind::Vcpu(v) = self.tasks[t].kind {
             let vc = &mut self.vcpus[v as usize];
             vc.c.token_grants += 1;

@@ -412,3 +412,28 @@ fn a_woken_vcpu_runs_its_wake_bracket_without_a_token_then_asks() {
         "{unheld} instants of a vCPU running without a token, {sharing} beside a holder"
     );
 }
+
+#[test]
+fn a_vcpu_taking_a_free_token_gets_its_last_cpus_when_free_as_the_real_scheduler_does() {
+    // 2 vCPUs on 2 CPUs, each computing 200 µs and sleeping 300 µs: both CPUs
+    // are often free as one wakes. Taking the lowest free token moved vCPU 1
+    // to CPU 0 whenever CPU 0 was free; its own CPU's token keeps each where
+    // it first ran (the real `dispatch_idle` avoids moving a running thread).
+    for exit_ns in [0, 20_000] {
+        let mut c = tokens(2, 2);
+        c.vms[0].workload.phases = vec![
+            Phase::Compute { ns: 200_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+            Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+        ];
+        c.host.token_wake_exit_ns = exit_ns;
+        c.duration_ns = 50_000_000;
+        let r = run(&c).unwrap();
+        let rows = rows(&r);
+        for v in 0..2 {
+            let cpus: std::collections::BTreeSet<i64> = rows.iter().filter(|x| x.3 == v).map(|x| x.0).collect();
+            let n = rows.iter().filter(|x| x.3 == v).count();
+            assert!(n > 50, "wake bracket {exit_ns} ns: vCPU {v} ran {n} intervals");
+            assert_eq!(cpus.len(), 1, "wake bracket {exit_ns} ns: vCPU {v} ran on CPUs {cpus:?}");
+        }
+    }
+}

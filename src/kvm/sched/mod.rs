@@ -606,16 +606,36 @@ impl Scheduler {
     }
 
     /// Fills every idle CPU from the queues (not under gang: turns do that).
+    /// With one queue, each vCPU it gives a token to gets the CPU of its last
+    /// token (where its thread is pinned) when that CPU is idle, else the
+    /// lowest idle one: a vCPU
+    /// woken in its halt's wake bracket runs there, and a token elsewhere
+    /// makes the kernel move a running thread (`sched_setaffinity` →
+    /// `affine_move_task` → the `migration/N` stopper thread, ~9 µs here),
+    /// as the kernel's own wake-up prefers the task's previous CPU
+    /// (`select_task_rq_fair`). With a queue per CPU the CPU is the queue's.
     fn dispatch_idle(&self, st: &mut State, now: Instant, why: Why) {
         if self.cfg.policy == Policy::Gang {
             return;
         }
-        for c in 0..self.cpus.len() {
-            if st.holder[c].is_none() {
-                if let Some(g) = self.pick(st, c, now) {
-                    self.grant(st, now, c, g, now + self.slice(), None, why);
+        if self.cfg.policy.per_cpu_queues() {
+            for c in 0..self.cpus.len() {
+                if st.holder[c].is_none() {
+                    if let Some(g) = self.pick(st, c, now) {
+                        self.grant(st, now, c, g, now + self.slice(), None, why);
+                    }
                 }
             }
+            return;
+        }
+        while let Some(first) = st.holder.iter().position(|h| h.is_none()) {
+            let Some(g) = self.pick(st, first, now) else { return };
+            // its last token's CPU: the granter pinned it there (or it pinned itself)
+            let c = match st.v[g].last_cpu {
+                Some(p) if st.holder[p].is_none() => p,
+                _ => first,
+            };
+            self.grant(st, now, c, g, now + self.slice(), None, why);
         }
     }
 

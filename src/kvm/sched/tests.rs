@@ -312,3 +312,38 @@ fn a_failing_policy_stops_the_run_with_an_error_naming_the_call() {
     assert!(s.acquire(1 - me, t0 + Duration::from_secs(5)).is_none(), "a waiting thread returns at once");
     assert!(s.take_error().is_some());
 }
+
+#[test]
+fn a_woken_vcpu_takes_the_idle_cpu_its_thread_is_on_not_the_lowest() {
+    // 2 vCPUs on 2 CPUs: vCPU 1 holds CPU 1; both halt, and 1 wakes first
+    let (_, s) = sched(Policy::RoundRobin, 1, 2, 2);
+    let t0 = Instant::now();
+    start_all(&s, 2, t0);
+    let on_1 = running(&s)[1].expect("both run");
+    let other = 1 - on_1;
+    s.halt(on_1, Some(t0));
+    s.halt(other, Some(t0));
+    assert_eq!(running(&s), vec![None, None]);
+    s.wake(on_1, Some(t0));
+    // CPU 0 is idle too, but its thread is pinned to CPU 1: no migration
+    assert_eq!(running(&s), vec![None, Some(on_1)]);
+    s.wake(other, Some(t0));
+    assert_eq!(running(&s), vec![Some(other), Some(on_1)]);
+    // where its own CPU is taken, the lowest idle one
+    s.halt(on_1, Some(t0));
+    s.halt(other, Some(t0));
+    s.wake(other, Some(t0));
+    s.wake(on_1, Some(t0));
+    assert_eq!(running(&s), vec![Some(other), Some(on_1)], "each back on its own CPU");
+    let (_, s) = sched(Policy::RoundRobin, 1, 3, 2);
+    start_all(&s, 3, t0);
+    let st = s.lock();
+    let (a, b) = (st.holder[0].unwrap(), st.holder[1].unwrap());
+    drop(st);
+    let c = 3 - a - b; // queued, never ran: no CPU of its own
+    s.halt(b, Some(t0)); // CPU 1 goes to c
+    assert_eq!(running(&s), vec![Some(a), Some(c)]);
+    s.halt(a, Some(t0)); // CPU 0 idle
+    s.wake(b, Some(t0)); // its CPU 1 is c's: CPU 0
+    assert_eq!(running(&s), vec![Some(b), Some(c)]);
+}
