@@ -20,17 +20,22 @@ and raises `KeyboardInterrupt` from a query the signal lands in, while
 Python's own handler stays pending and raises a second one at some later
 line (pola-rs/polars#23988, https://github.com/pola-rs/polars/issues/23988).
 The ``vcpulab`` command gives SIGINT back to Python
-(``sigint_to_python`` below) before it runs a command.
+(``sigint_to_python`` below) before it runs a command. And polars turns a
+`KeyboardInterrupt` raised while its Rust code calls back into Python into
+a ``TypeError``: ``experiment.run`` builds the frames of a finished run with
+Ctrl-C held (``held`` below), raising it once they are built.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["keep_partial", "partial_of", "sigint_to_python"]
+__all__ = ["held", "keep_partial", "partial_of", "sigint_to_python"]
 
 
 def keep_partial(e: BaseException, partial: Any, *, call: str, done: int, total: int, unit: str) -> None:
@@ -73,3 +78,35 @@ def sigint_to_python() -> bool:
         return False
     signal.signal(signal.SIGINT, handler)  # CPython's C handler, installed again with sigaction
     return True
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Holds Ctrl-C for a short block of frame building: a SIGINT that arrives
+    in it raises `KeyboardInterrupt` as the block ends (at once if the block
+    raised nothing else), not inside it.
+
+    polars turns a `KeyboardInterrupt` raised while its Rust code calls back
+    into Python into a ``TypeError`` ("'<unprintable str object>' is not a
+    Polars data type", after an "Exception ignored" report): measured with
+    ``experiment.run``'s frames of a finished run, which is where a Ctrl-C
+    after the vCPUs stopped lands. So vcpulab builds its frames with Ctrl-C
+    held. Only in the main thread, and only while SIGINT has Python's default
+    handler (a program's own handler is left alone); installing the holding
+    handler also takes SIGINT back from polars for the process, as
+    ``sigint_to_python`` does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield
+        return
+    pending: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt

@@ -19,7 +19,7 @@ from vcpulab import _core, tracing
 from vcpulab import sched as _sched
 from vcpulab._checks import frames_in_package, guard_panics, renamed
 from vcpulab._frames import with_key_dtypes
-from vcpulab._interrupt import keep_partial
+from vcpulab._interrupt import held, keep_partial
 from vcpulab.experiment._args import _check_run_args, _check_scheduler
 from vcpulab.experiment._results import Run, Trials
 from vcpulab.experiment._workloads import GRACE_S, IpiPingPong, SpinLock, Workload, _record_gpa
@@ -316,83 +316,91 @@ def run(
             if d.error is not None:
                 raise d.error
 
-        # key columns (vm, vcpu) are Int64 in every frame (vcpulab._frames)
-        samples = with_key_dtypes(pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()}))
-        threads = pl.DataFrame(
-            {
-                k: [t[k] for t in rep["threads"]]
-                for k in (
-                    "vm",
-                    "vcpu",
-                    "tid",
-                    "cpu_ns",
-                    "run_delay_ns",
-                    "timeslices",
-                    "voluntary_ctxt_switches",
-                    "nonvoluntary_ctxt_switches",
-                    "wall_ns",
-                    "start_ns",
-                    "user_exits",
-                    "outcome",
-                )
+        # Ctrl-C while the frames are built is raised after them (polars would turn it into a TypeError)
+        with held():
+            # key columns (vm, vcpu) are Int64 in every frame (vcpulab._frames)
+            samples = with_key_dtypes(pl.DataFrame({k: np.asarray(v) for k, v in rep["samples"].items()}))
+            threads = pl.DataFrame(
+                {
+                    k: [t[k] for t in rep["threads"]]
+                    for k in (
+                        "vm",
+                        "vcpu",
+                        "tid",
+                        "cpu_ns",
+                        "run_delay_ns",
+                        "timeslices",
+                        "voluntary_ctxt_switches",
+                        "nonvoluntary_ctxt_switches",
+                        "wall_ns",
+                        "start_ns",
+                        "user_exits",
+                        "outcome",
+                    )
+                }
+            ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
+            res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
+            for i, (vm, vs, prog, d) in enumerate(zip(vm_objs, groups, progs, drivers)):
+                cols = workload.results(vm, prog, vs, d.result)
+                res_rows["vm"] += [i] * len(vs)
+                res_rows["vcpu"] += [v.id for v in vs]
+                for k, col in cols.items():
+                    res_rows.setdefault(k, []).extend(col)
+            results = pl.DataFrame(res_rows)
+            tf = None
+            if tracer is not None:
+                try:
+                    start = int(rep["start_mono_ns"])
+                    tf = tracer.frames(
+                        start, start + int(rep["wall_ns"]), [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]]
+                    )
+                    tf.info["window_ns"] = int(rep["wall_ns"])
+                finally:
+                    tracer.close()
+            q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
+            config = {
+                "workload": workload.config(),
+                "vms": vms,
+                "vcpus": vcpus,
+                "placement": {f"{k[0]}.{k[1]}": v for k, v in where.items()},
+                "duration_s": duration_s,
+                "sample_every_s": sample_every_s,
+                "memory_mib": memory_mib,
+                "halt_poll_ns": halt_poll_ns,
+                "steal_time": steal_time,
+                "scheduler": scheduler.config(),
+                "provenance": provenance(),
             }
-        ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
-        res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
-        for i, (vm, vs, prog, d) in enumerate(zip(vm_objs, groups, progs, drivers)):
-            cols = workload.results(vm, prog, vs, d.result)
-            res_rows["vm"] += [i] * len(vs)
-            res_rows["vcpu"] += [v.id for v in vs]
-            for k, col in cols.items():
-                res_rows.setdefault(k, []).extend(col)
-        results = pl.DataFrame(res_rows)
-        tf = None
-        if tracer is not None:
-            try:
-                start = int(rep["start_mono_ns"])
-                tf = tracer.frames(
-                    start, start + int(rep["wall_ns"]), [(t["tid"], t["vm"], t["vcpu"]) for t in rep["threads"]]
-                )
-                tf.info["window_ns"] = int(rep["wall_ns"])
-            finally:
-                tracer.close()
-        q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
-        config = {
-            "workload": workload.config(),
-            "vms": vms,
-            "vcpus": vcpus,
-            "placement": {f"{k[0]}.{k[1]}": v for k, v in where.items()},
-            "duration_s": duration_s,
-            "sample_every_s": sample_every_s,
-            "memory_mib": memory_mib,
-            "halt_poll_ns": halt_poll_ns,
-            "steal_time": steal_time,
-            "scheduler": scheduler.config(),
-            "provenance": provenance(),
-        }
-        r = Run(
-            samples=samples, results=results, threads=threads, wall_s=wall, placement=where, config=config, quality=q
-        )
-        if "schedule" in rep:
-            r.schedule, r.spins, r.schedule_info = _schedule_frames(rep["schedule"])
-        if tf is not None:
-            config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
-            r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
-        if tf is not None and tf.info["truncated"]:
-            warnings.warn(
-                tracing.TraceTruncatedWarning(
-                    f"the trace of run({type(workload).__name__}, vcpus={vcpus}) is incomplete: "
-                    f"{tf.describe_truncation()}; Run.quality was measured from the {q.source} counters instead "
-                    "(raise trace_max_events, or shorten the run)"
-                ),
-                stacklevel=frames_in_package() + 1,
+            r = Run(
+                samples=samples,
+                results=results,
+                threads=threads,
+                wall_s=wall,
+                placement=where,
+                config=config,
+                quality=q,
             )
-        if warn_quality:
-            # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
-            q.warn(
-                f"run({type(workload).__name__}, vcpus={vcpus}, pcpus={sorted(vcpu_cpus)})",
-                stacklevel=frames_in_package() + 2,
-            )  # Quality.warn's frame, then run's wrappers, then the caller
-        return r
+            if "schedule" in rep:
+                r.schedule, r.spins, r.schedule_info = _schedule_frames(rep["schedule"])
+            if tf is not None:
+                config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
+                r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
+            if tf is not None and tf.info["truncated"]:
+                warnings.warn(
+                    tracing.TraceTruncatedWarning(
+                        f"the trace of run({type(workload).__name__}, vcpus={vcpus}) is incomplete: "
+                        f"{tf.describe_truncation()}; Run.quality was measured from the {q.source} counters instead "
+                        "(raise trace_max_events, or shorten the run)"
+                    ),
+                    stacklevel=frames_in_package() + 1,
+                )
+            if warn_quality:
+                # stack: Quality.warn <- run <- its wrappers (guard_panics, renamed) <- the caller, whose line it names
+                q.warn(
+                    f"run({type(workload).__name__}, vcpus={vcpus}, pcpus={sorted(vcpu_cpus)})",
+                    stacklevel=frames_in_package() + 2,
+                )  # Quality.warn's frame, then run's wrappers, then the caller
+            return r
     finally:
         if tracer is not None:
             tracer.close()  # idempotent: stops and frees the trace on every path
