@@ -165,11 +165,16 @@ def test_directed_yield_hands_the_token_to_the_chosen_candidate(kvm_host: Any) -
 
 def test_a_ticket_waiter_names_the_vcpu_it_waits_for_and_the_oracle_yields_to_it(kvm_host: Any) -> None:
     """A ticket lock's spin exit names the owner of the ticket being served
-    (the holder, or the next in line), never the spinner itself, whose own
+    (the holder, or the next in line), not the spinner itself, whose own
     ticket is not being served while it spins. On one CPU only the spinner
-    runs, so the named vCPU is always waiting for a token and the oracle
-    yields to it at every exit (it used to be named by the lock's last
-    holder, often the spinner, and the oracle rarely yielded)."""
+    runs, so the named vCPU is waiting for a token and the oracle yields to
+    it at every such exit (it used to be named by the lock's last holder,
+    often the spinner, and the oracle rarely yielded). The exception, under
+    load: a kicked holder whose thread another task delays runs on for a
+    moment after its token went, and releasing then serves the spinner's
+    ticket between its last check and its exit, which names itself (0-3 of
+    ~430 exits with a busy task on each CPU, 0 on a quiet host); the
+    scheduler keeps it (no yield)."""
     r = _run(
         workload=SpinLock(kind="ticket", hold=50, think=50),
         vcpus=3,
@@ -182,8 +187,11 @@ def test_a_ticket_waiter_names_the_vcpu_it_waits_for_and_the_oracle_yields_to_it
     assert s.height > 0
     named = s.filter(pl.col("holder") >= 0)
     assert named.height > 0.9 * s.height, "an owner is unknown only between taking a ticket and storing it"
-    assert (named["holder"] != named["vcpu"]).all()
-    assert (named["yielded_to"] == named["holder"]).all()
+    itself = named.filter(pl.col("holder") == pl.col("vcpu"))
+    assert itself.height <= 0.02 * named.height, itself
+    assert (itself["yielded_to"] == -1).all(), "a spinner served meanwhile keeps its token"
+    others = named.filter(pl.col("holder") != pl.col("vcpu"))
+    assert (others["yielded_to"] == others["holder"]).all()
 
 
 def test_a_policy_returning_none_keeps_the_spinner(kvm_host: Any) -> None:
