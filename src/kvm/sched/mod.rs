@@ -608,12 +608,12 @@ impl Scheduler {
     /// Fills every idle CPU from the queues (not under gang: turns do that).
     /// With one queue, each vCPU it gives a token to gets the CPU of its last
     /// token (where its thread is pinned) when that CPU is idle, else the
-    /// lowest idle one: a vCPU
-    /// woken in its halt's wake bracket runs there, and a token elsewhere
-    /// makes the kernel move a running thread (`sched_setaffinity` →
-    /// `affine_move_task` → the `migration/N` stopper thread, ~9 µs here),
-    /// as the kernel's own wake-up prefers the task's previous CPU
-    /// (`select_task_rq_fair`). With a queue per CPU the CPU is the queue's.
+    /// lowest idle one: a vCPU woken in its halt's wake bracket runs there,
+    /// and a token elsewhere makes the kernel move a running thread
+    /// (`sched_setaffinity` → `affine_move_task` → the `migration/N` stopper
+    /// thread, ~9 µs here), as the kernel's own wake-up prefers the task's
+    /// previous CPU (`select_task_rq_fair`). With a queue per CPU the CPU is
+    /// the queue's.
     fn dispatch_idle(&self, st: &mut State, now: Instant, why: Why) {
         if self.cfg.policy == Policy::Gang {
             return;
