@@ -570,8 +570,14 @@ def test_compare_frame(kvm_host: Host) -> None:
     } <= set(c.columns)
     row = c.row(by_predicate=pl.col("metric") == "acq_per_s", named=True)
     assert row["real"] > 0 and row["sim"] > 0 and row["real_lo"] <= row["real"] <= row["real_hi"]
-    ks = c.row(by_predicate=pl.col("metric") == "steal_per_10ms", named=True)["ks"]
-    assert 0.0 <= ks <= 1.0
+    # the values behind the means: one per real trial, one per twin seed
+    assert len(row["real_values"]) == 2 and len(row["sim_values"]) == 2
+    assert row["real"] == pytest.approx(np.mean(row["real_values"]))
+    assert row["sim"] == pytest.approx(np.mean(row["sim_values"]))
+    assert row["real_bimodal"] is False and row["sim_bimodal"] is False, "2 values cannot show two modes"
+    ks_row = c.row(by_predicate=pl.col("metric") == "steal_per_10ms", named=True)
+    assert 0.0 <= ks_row["ks"] <= 1.0
+    assert ks_row["real_values"] == [] and ks_row["sim_values"] == [] and c.schema["sim_values"] == pl.List(pl.Float64)
     m = twins.compare(
         Experiment(MsiPingPong(rounds=100, gap_us=100), 1, (1,), duration_s=3.0, halt_poll_ns=0),
         trials=1,

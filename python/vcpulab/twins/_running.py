@@ -32,6 +32,7 @@ from vcpulab.twins._metrics import (
 )
 from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin
 from vcpulab.twins._values import Calibration, host_knobs
+from vcpulab.validation._score import bimodal
 
 
 def run_real(
@@ -178,7 +179,11 @@ def compare(
     with ``sim_lo``/``sim_hi`` (over seeds), ``rel_err`` = |sim − real| /
     |real|, ``informative`` (False when both sides are below the metric's
     floor, e.g. 0 vs 0 halts), ``ks`` (two-sample Kolmogorov-Smirnov
-    distance, distributions only), ``disturbed_trials`` (real trials whose
+    distance, distributions only), ``real_values`` / ``sim_values`` (the
+    metric per real trial and per twin seed, behind the means; empty on the
+    distribution rows) with ``real_bimodal`` / ``sim_bimodal`` (those values
+    split in two groups by a gap, [`bimodal`][vcpulab.validation.bimodal]:
+    False with fewer than 4), ``disturbed_trials`` (real trials whose
     [`Quality`][vcpulab.quality.Quality] crossed a threshold) and
     ``other_share_max`` (the largest share of the run's CPU time other tasks
     took), ``other_share_twin`` (the mean share the twin was given),
@@ -285,6 +290,11 @@ def _compare_rows(
                 rel_err=rel,
                 informative=informative,
                 ks=float("nan"),
+                # the distributions behind the means: per real trial, per twin seed
+                real_values=[float(x) for x in rv],
+                sim_values=[float(x) for x in sv],
+                real_bimodal=bimodal(rv),
+                sim_bimodal=bimodal(sv),
             )
         )
     for d in _DISTS.get(type(exp.workload), ()):
@@ -308,7 +318,12 @@ def _compare_rows(
         )
     if trace:
         rows += _trace_rows(runs, [s for _, s in sims])
-    return pl.DataFrame(rows).with_columns(
+    for row in rows:  # the distribution rows pool every interval: no per-run values
+        for side in ("real", "sim"):
+            row.setdefault(f"{side}_values", [])
+            row.setdefault(f"{side}_bimodal", False)
+    values = pl.List(pl.Float64)
+    return pl.DataFrame(rows, schema_overrides={"real_values": values, "sim_values": values}).with_columns(
         pl.lit(dist).alias("disturbed_trials"),
         pl.lit(len(runs)).alias("trials"),
         pl.lit(len(failures)).alias("failed_trials"),
