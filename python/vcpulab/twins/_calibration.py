@@ -185,7 +185,7 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
         os.sched_setaffinity(0, {cpu})
         # one warm-up loop (its first exits run 20-30 % slower here), then the measured ones
         for i in range(1 + UEXIT_CAL_LOOPS):
-            v.start(vm.load("io_loop", port=0x80, count=n))
+            v.start(prog)  # the same program again, from its entry
             c0 = time.thread_time_ns()
             v.run_until("ucall", timeout_s=20)
             if i:
@@ -193,6 +193,7 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
 
     with Host().create_vm(memory_mib=4) as vm:
         v = vm.create_vcpu(0)
+        prog = vm.load("io_loop", port=0x80, count=n)
         t = threading.Thread(target=exits)
         t.start()
         t.join(30)
