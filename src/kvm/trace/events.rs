@@ -205,17 +205,37 @@ impl Default for TraceOptions {
 }
 
 pub(super) struct Decoding {
-    pub(super) decoders: HashMap<u64, (String, Decoder)>,
+    /// The recorded tracepoints, found by a linear scan of their ids (about
+    /// ten: cheaper than hashing the id of every record).
+    pub(super) tracepoints: Vec<Recorded>,
     pub(super) common_type: Field,
     pub(super) exit_names: ExitNames,
     pub(super) uexit_names: HashMap<i64, String>,
-    pub(super) exit_index: HashMap<String, u32>,
+    /// Exit reasons already interned, by the record's numbers (no name is
+    /// formatted or hashed per record).
+    pub(super) reason_index: HashMap<ReasonKey, u32>,
     pub(super) comm_index: HashMap<Comm, u32>,
     pub(super) traced: Vec<bool>,
     pub(super) opts: TraceOptions,
-    /// Events seen per tracepoint id (names filled in at the end).
-    pub(super) seen: HashMap<u64, u64>,
     pub(super) out: Collected,
+}
+
+/// One recorded tracepoint: its id, `system:event` name, decoder and the
+/// events of it decoded so far (`Collected::counts`).
+pub(super) struct Recorded {
+    pub(super) id: u64,
+    pub(super) name: String,
+    pub(super) decoder: Decoder,
+    pub(super) seen: u64,
+}
+
+/// What names an exit reason: `kvm_exit`'s (reason, isa), or
+/// `kvm_userspace_exit`'s reason with its errno class (0: none, 1: -EINTR,
+/// 2: another error), as the print format names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum ReasonKey {
+    Kvm(u32, Option<i64>),
+    User(i64, u8),
 }
 
 impl Decoding {
@@ -227,14 +247,31 @@ impl Decoding {
         })
     }
 
-    pub(super) fn exit_reason(&mut self, name: String) -> u32 {
-        let n = self.out.exit_reasons.len() as u32;
-        if let Some(&i) = self.exit_index.get(&name) {
+    /// The index of an exit reason in `Collected::exit_reasons`, its name
+    /// made (by `name`) only the first time the key is seen.
+    pub(super) fn exit_reason(&mut self, key: ReasonKey) -> u32 {
+        if let Some(&i) = self.reason_index.get(&key) {
             return i;
         }
-        self.out.exit_reasons.push(name.clone());
-        self.exit_index.insert(name, n);
-        n
+        let name = match key {
+            ReasonKey::Kvm(reason, isa) => self.exit_names.name(reason, isa),
+            // as the event's print format: a negative errno is "restart" (-EINTR) or "error"
+            ReasonKey::User(_, 1) => "restart".to_string(),
+            ReasonKey::User(_, 2) => "error".to_string(),
+            ReasonKey::User(reason, _) => {
+                self.uexit_names.get(&reason).cloned().unwrap_or_else(|| format!("KVM_EXIT {reason}"))
+            }
+        };
+        // two keys may share a name ("error" of any reason): one index per name
+        let i = match self.out.exit_reasons.iter().position(|n| *n == name) {
+            Some(i) => i as u32,
+            None => {
+                self.out.exit_reasons.push(name);
+                self.out.exit_reasons.len() as u32 - 1
+            }
+        };
+        self.reason_index.insert(key, i);
+        i
     }
 
     pub(super) fn sample(&mut self, time_ns: u64, cpu: u32, pid: u32, tid: u32, raw: &[u8]) {
@@ -242,7 +279,8 @@ impl Decoding {
             self.out.malformed += 1;
             return;
         };
-        let Some((_, dec)) = self.decoders.get(&(ty as u64)) else { return };
+        let Some(tp) = self.tracepoints.iter().position(|t| t.id == ty as u64) else { return };
+        let dec = &self.tracepoints[tp].decoder;
         if dec.is_kvm() && self.opts.kvm_pid.is_some_and(|p| p as u32 != pid) {
             return;
         }
@@ -289,7 +327,15 @@ impl Decoding {
                 Decoder::UserspaceExit { reason, errno } => Pre::Uexit(r(reason)?, r(errno)?),
                 Decoder::MsiSetIrq => Pre::Done(Kind::MsiSetIrq),
                 Decoder::ApicIpi => Pre::Done(Kind::ApicIpi),
-                Decoder::Fpu { load } => Pre::Done(Kind::Fpu { load: r(load)? != 0 }),
+                // only a load (the next KVM_RUN's entry) is read (`Frames::build`); the
+                // kernel's filter keeps puts out where it can (`Tracer::start`)
+                Decoder::Fpu { load } => {
+                    if r(load)? != 0 {
+                        Pre::Done(Kind::Fpu { load: true })
+                    } else {
+                        Pre::Skip
+                    }
+                }
             })
         })();
         let Some(pre) = pre else {
@@ -299,7 +345,7 @@ impl Decoding {
         if matches!(pre, Pre::Skip) {
             return;
         }
-        *self.seen.entry(ty as u64).or_insert(0) += 1;
+        self.tracepoints[tp].seen += 1;
         if self.out.events.len() >= self.opts.max_events {
             self.drop_event(time_ns, cpu);
             return;
@@ -310,17 +356,15 @@ impl Decoding {
                 Kind::Switch { prev_pid: pp as i32, prev_comm: pc, next_pid: np as i32, next_comm: nc }
             }
             Pre::Exit(reason, isa, vcpu_id) => {
-                let n = self.exit_names.name(reason, isa);
-                Kind::KvmExit { reason: self.exit_reason(n), vcpu_id }
+                Kind::KvmExit { reason: self.exit_reason(ReasonKey::Kvm(reason, isa)), vcpu_id }
             }
             Pre::Uexit(reason, errno) => {
-                // as the event's print format: a negative errno is "restart" (-EINTR) or "error"
-                let n = match errno {
-                    e if e < 0 && e == -(libc::EINTR as i64) => "restart".to_string(),
-                    e if e < 0 => "error".to_string(),
-                    _ => self.uexit_names.get(&reason).cloned().unwrap_or_else(|| format!("KVM_EXIT {reason}")),
+                let class = match errno {
+                    e if e < 0 && e == -(libc::EINTR as i64) => 1,
+                    e if e < 0 => 2,
+                    _ => 0,
                 };
-                Kind::UserspaceExit { reason: self.exit_reason(n), errno: errno as i32 }
+                Kind::UserspaceExit { reason: self.exit_reason(ReasonKey::User(reason, class)), errno: errno as i32 }
             }
             Pre::Done(k) => k,
             Pre::Skip => unreachable!("returned above"),

@@ -67,6 +67,94 @@ mod unit {
         assert_eq!(f.symbol_tables(), vec![("REC->reason".to_string(), vec![(2, "KVM_EXIT_IO".to_string())])]);
     }
 
+    /// A decoder state of two tracepoints, `kvm_userspace_exit` (id 7) and
+    /// `kvm_fpu` (id 8), from format files of this host's layout.
+    fn uexit_fpu_decoding() -> Decoding {
+        let uexit = EventFormat::parse(
+            "name: kvm_userspace_exit\nID: 7\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:__u32 reason;\toffset:8;\tsize:4;\tsigned:0;\n\
+\tfield:int errno;\toffset:12;\tsize:4;\tsigned:1;\n\
+\nprint fmt: \"reason %s\", __print_symbolic(REC->reason, { 2, \"KVM_EXIT_IO\" }, { 6, \"KVM_EXIT_MMIO\" })\n",
+        )
+        .unwrap();
+        let fpu = EventFormat::parse(
+            "name: kvm_fpu\nID: 8\nformat:\n\
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+\tfield:u32 load;\toffset:8;\tsize:4;\tsigned:0;\n\
+\nprint fmt: \"%s\", REC->load ? \"load\" : \"unload\"\n",
+        )
+        .unwrap();
+        let uexit_names = uexit.symbol_tables().into_iter().next().map(|(_, t)| t.into_iter().collect()).unwrap();
+        Decoding {
+            tracepoints: vec![
+                Recorded {
+                    id: 7,
+                    name: "kvm:kvm_userspace_exit".into(),
+                    decoder: Decoder::new(&uexit).unwrap(),
+                    seen: 0,
+                },
+                Recorded { id: 8, name: "kvm:kvm_fpu".into(), decoder: Decoder::new(&fpu).unwrap(), seen: 0 },
+            ],
+            common_type: uexit.field("common_type").unwrap(),
+            exit_names: ExitNames::default(),
+            uexit_names,
+            reason_index: HashMap::new(),
+            comm_index: HashMap::new(),
+            traced: vec![true],
+            opts: TraceOptions::default(),
+            out: Collected::default(),
+        }
+    }
+
+    fn record(ty: u16, a: u32, b: i32) -> Vec<u8> {
+        let mut raw = vec![0u8; 16];
+        raw[0..2].copy_from_slice(&ty.to_ne_bytes());
+        raw[8..12].copy_from_slice(&a.to_ne_bytes());
+        raw[12..16].copy_from_slice(&b.to_ne_bytes());
+        raw
+    }
+
+    #[test]
+    fn exit_reasons_are_interned_once_per_name_and_fpu_puts_are_not_kept() {
+        let mut d = uexit_fpu_decoding();
+        let eintr = -libc::EINTR;
+        for (i, (ty, a, b)) in [
+            (7, 2, 0),     // KVM_EXIT_IO
+            (8, 1, 0),     // load
+            (8, 0, 0),     // put: skipped, not counted
+            (7, 2, 0),     // KVM_EXIT_IO again: the same index
+            (7, 6, eintr), // restart
+            (7, 2, -5),    // error
+            (7, 6, -22),   // error, another reason: the same name, the same index
+            (7, 99, 0),    // a reason the table lacks
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            d.sample(i as u64, 0, 1, 1, &record(ty, a, b));
+        }
+        let reasons: Vec<_> = d
+            .out
+            .events
+            .iter()
+            .filter_map(|e| match e.kind {
+                Kind::UserspaceExit { reason, .. } => Some(d.out.exit_reasons[reason as usize].as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons, ["KVM_EXIT_IO", "KVM_EXIT_IO", "restart", "error", "error", "KVM_EXIT 99"]);
+        assert_eq!(d.out.exit_reasons, ["KVM_EXIT_IO", "restart", "error", "KVM_EXIT 99"]);
+        let fpu: Vec<_> = d.out.events.iter().filter(|e| matches!(e.kind, Kind::Fpu { .. })).collect();
+        assert_eq!(fpu.len(), 1);
+        assert_eq!(fpu[0].kind, Kind::Fpu { load: true });
+        assert_eq!(d.tracepoints[0].seen, 6);
+        assert_eq!(d.tracepoints[1].seen, 1, "a put is not counted: the kernel's filter keeps it out where it can");
+        // a record of a tracepoint not recorded is ignored
+        d.sample(9, 0, 1, 1, &record(5, 2, 0));
+        assert_eq!(d.out.events.len(), 7);
+    }
+
     #[test]
     fn an_event_takes_40_bytes() {
         // the memory bound in the docs (max_events × 40 bytes) rests on this
