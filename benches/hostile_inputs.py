@@ -457,6 +457,7 @@ def _t_measure_cpus(ctx: Any, p: str, v: Any) -> None:
         Param("max_events", Int(1, 2**32), 1000),
         Param("buffer_bytes", Int(4096, 2**30), 65536),
         Param("kvm_pid", Opt(Pred(lambda v: v == os.getpid())), None),
+        Param("kvm_events", Bool(), True),
     ],
 )
 def _t_trace(ctx: Any, p: str, v: Any) -> None:
@@ -1104,6 +1105,7 @@ _RUN_PARAMS = [
     Param("repeat", Opt(Int(1, 3)), 2),
     Param("trace", Bool(), False),
     Param("trace_max_events", Int(1, 2**32), 1000),
+    Param("trace_kvm_events", Bool(), True),
 ]
 
 

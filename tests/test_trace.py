@@ -179,6 +179,40 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
     assert after["exits"] - before["exits"] >= io.height
     done = f.exits.drop_nulls("entry_ns")
     assert (done["handling_ns"] > 0).all() and done.height >= 499
+    if f.info["exits_source"] == "kvm_userspace_exit":
+        # one guest-FPU load per KVM_RUN (the one that ends an exit's row); its puts are not kept
+        assert 500 <= f.info["counts"]["kvm:kvm_fpu"] <= 502, f.info["counts"]
+
+
+def test_a_trace_without_kvm_events_keeps_the_sched_map_and_no_exits(traceable) -> None:  # type: ignore[no-untyped-def]
+    """``trace_kvm_events=False``: the scheduler's tracepoints only. The
+    vCPU's slices and wake-ups are there (an idle-ticking vCPU halts and wakes
+    1,000 times a second); exits and halts are empty, and nothing of KVM was
+    recorded or counted."""
+    cpu = _cpu()
+    r = _quiet_run(
+        workload=IdleTicks(hz=1000),
+        vcpus=1,
+        pcpus=[cpu],
+        duration_s=0.2,
+        host=traceable,
+        trace=True,
+        trace_kvm_events=False,
+    )
+    assert r.trace_info is not None and not r.trace_info["truncated"]
+    assert r.trace_info["exits_source"] == "none"
+    assert not any(k.startswith("kvm:") for k in r.trace_info["counts"]), r.trace_info["counts"]
+    assert r.trace_info["counts"].get("sched:sched_switch", 0) > 0
+    assert r.exits is not None and r.exits.height == 0
+    assert r.halts is not None and r.halts.height == 0
+    mine = r.trace.filter(pl.col("vcpu") == 0)
+    assert mine.height > 50 and (mine["pcpu"] == cpu).all()
+    assert r.wakeups is not None and r.wakeups.height > 50
+    assert r.config["trace"]["events"] == ["sched:sched_switch", "sched:sched_wakeup"]
+    with pytest.raises((TypeError, ValueError), match="trace_kvm_events"):
+        run(Spin(), vcpus=1, duration_s=0.1, host=traceable, trace=True, trace_kvm_events="no")
+    with pytest.raises((TypeError, ValueError), match="kvm_events"):
+        tracing.Trace([cpu], kvm_events=None)  # type: ignore[arg-type]
 
 
 def test_the_trace_stop_is_outside_the_runs_clock(traceable, monkeypatch) -> None:  # type: ignore[no-untyped-def]

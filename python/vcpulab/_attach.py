@@ -303,8 +303,8 @@ class Attached:
                 except OSError:
                     pass
             cpus = sorted(allowed) or sorted(os.sched_getaffinity(0))
-        kw = {} if max_events is None else {"max_events": max_events}
-        with tracing.Trace(cpus, kvm_pid=self.pid, **kw) as tr:
+        limit = tracing.DEFAULT_MAX_EVENTS if max_events is None else max_events
+        with tracing.Trace(cpus, max_events=limit, kvm_pid=self.pid) as tr:
             t0 = time.monotonic_ns()
             end = t0 + int(duration_s * 1e9)
             while (left := end - time.monotonic_ns()) > 0:

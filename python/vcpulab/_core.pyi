@@ -263,7 +263,12 @@ TRACE_DEFAULT_BUFFER_BYTES: int
 @final
 class Tracer:
     def __new__(
-        cls, cpus: list[int], max_events: int = ..., buffer_bytes: int = ..., kvm_pid: int | None = None
+        cls,
+        cpus: list[int],
+        max_events: int = ...,
+        buffer_bytes: int = ...,
+        kvm_pid: int | None = None,
+        kvm_events: bool = True,
     ) -> Tracer: ...
     @property
     def running(self) -> bool: ...

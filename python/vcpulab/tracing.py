@@ -164,6 +164,12 @@ class Trace:
             as dropped and the trace is flagged truncated.
         buffer_bytes: kernel ring buffer per CPU.
         kvm_pid: keep KVM events only of this process's threads (default: this process).
+        kvm_events: record the KVM tracepoints (exits, halts, halt-poll
+            windows, MSIs, IPIs). False records only ``sched_switch`` and
+            ``sched_wakeup``: the slices and wake-ups a sched map needs, with
+            ``exits`` and ``halts`` empty and ``info["exits_source"] ==
+            "none"``, and none of the two records per exit that the KVM
+            events cost (docs/tracing.md, "Costs and bounds").
 
     Raises ValueError for a CPU that is not online, ``TraceUnavailableError``
     where tracefs cannot be had. As root, tracefs is mounted at
@@ -178,10 +184,11 @@ class Trace:
         max_events: int = DEFAULT_MAX_EVENTS,
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         kvm_pid: int | None = None,
+        kvm_events: bool = True,
     ) -> None:
         import os
 
-        from vcpulab._checks import check_int, check_seq
+        from vcpulab._checks import check_bool, check_int, check_seq
 
         cpus = check_seq("pcpus", pcpus, "host CPU ids", min_len=1)
         for c in cpus:
@@ -192,12 +199,14 @@ class Trace:
         check_int("buffer_bytes", buffer_bytes, 4096, 1 << 30)
         if kvm_pid is not None:
             check_int("kvm_pid", kvm_pid, 1, PID_MAX)
+        check_bool("kvm_events", kvm_events)
         try:
             self._t = _core.Tracer(
                 [int(c) for c in cpus],
                 int(max_events),
                 int(buffer_bytes),
                 os.getpid() if kvm_pid is None else int(kvm_pid),
+                bool(kvm_events),
             )
         finally:
             _mounts.announce()  # a Tracer mounts tracefs where it is missing (root); said once

@@ -24,18 +24,19 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[pymethods]
 impl PyTracer {
     #[new]
-    #[pyo3(signature = (cpus, max_events=trace::DEFAULT_MAX_EVENTS, buffer_bytes=trace::DEFAULT_BUFFER_BYTES, kvm_pid=None))]
+    #[pyo3(signature = (cpus, max_events=trace::DEFAULT_MAX_EVENTS, buffer_bytes=trace::DEFAULT_BUFFER_BYTES, kvm_pid=None, kvm_events=true))]
     fn new(
         py: Python<'_>,
         cpus: Vec<usize>,
         max_events: usize,
         buffer_bytes: usize,
         kvm_pid: Option<i32>,
+        kvm_events: bool,
     ) -> PyResult<Self> {
         if kvm_pid.is_some_and(|p| p <= 0) {
             return Err(PyValueError::new_err(format!("kvm_pid must be > 0, got {kvm_pid:?}")));
         }
-        let opts = TraceOptions { max_events, buffer_bytes, kvm_pid };
+        let opts = TraceOptions { max_events, buffer_bytes, kvm_pid, kvm_events };
         let t = py.detach(|| Tracer::start(&cpus, opts))?;
         Ok(PyTracer { running: Mutex::new(Some(t)), collected: Mutex::new(None) })
     }

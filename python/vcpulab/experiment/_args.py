@@ -59,6 +59,7 @@ def _check_run_args(
     trace: Any = False,
     trace_max_events: Any = 1,
     warn_quality: Any = False,
+    trace_kvm_events: Any = True,
 ) -> None:
     """Every argument of [`run`][vcpulab.experiment.run], checked before anything is created."""
     from vcpulab.kvm import MAX_MEMORY_MIB
@@ -92,6 +93,7 @@ def _check_run_args(
     _check_quality_thresholds(quality_thresholds)
     check_bool("trace", trace)
     check_int("trace_max_events", trace_max_events, 1, 1 << 32)
+    check_bool("trace_kvm_events", trace_kvm_events)
     check_bool("warn_quality", warn_quality)
     gap = getattr(workload, "gap_us", None)
     if isinstance(workload, (MsiPingPong, IpiPingPong)) and isinstance(gap, (int, float)) and gap * 1e-6 >= duration_s:

@@ -77,6 +77,7 @@ def run(
     repeat: None = ...,
     trace: bool = ...,
     trace_max_events: int = ...,
+    trace_kvm_events: bool = ...,
     scheduler: Scheduler | None = ...,
 ) -> Run: ...
 
@@ -101,6 +102,7 @@ def run(
     repeat: int,
     trace: bool = ...,
     trace_max_events: int = ...,
+    trace_kvm_events: bool = ...,
     scheduler: Scheduler | None = ...,
 ) -> Trials: ...
 
@@ -125,6 +127,7 @@ def run(
     repeat: int | None = None,
     trace: bool = False,
     trace_max_events: int = tracing.DEFAULT_MAX_EVENTS,
+    trace_kvm_events: bool = True,
     scheduler: Scheduler | None = None,
 ) -> Run | Trials:
     """Run ``workload`` on ``vms`` VMs of ``vcpus`` vCPUs each.
@@ -156,6 +159,10 @@ def run(
             ``TraceUnavailableError``).
         trace_max_events: cap on traced events kept; beyond it the trace is
             flagged ``Run.trace_info["truncated"]``.
+        trace_kvm_events: with ``trace``, record the KVM tracepoints too
+            (``Run.exits``, ``Run.halts``). False records only the scheduler's
+            (``Run.trace``, ``Run.wakeups``: a sched map) and spares each exit
+            the two records its rows cost (~3 µs here, docs/tracing.md).
         scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]):
             ``sched.host()`` (None, the default) leaves them to the kernel;
             ``sched.round_robin()``, ``gang()``, ``relaxed_co()``,
@@ -188,6 +195,7 @@ def run(
         trace,
         trace_max_events,
         warn_quality,
+        trace_kvm_events,
     )
     # the workload's own fields first: the scheduler's checks read them (forced_bytes)
     workload.check(int(vcpus), True)
@@ -212,6 +220,7 @@ def run(
             quality_thresholds=quality_thresholds,
             trace=trace,
             trace_max_events=trace_max_events,
+            trace_kvm_events=trace_kvm_events,
             scheduler=scheduler,
         )
         done: list[Run] = []
@@ -276,7 +285,11 @@ def run(
         drivers: list[_Driver] = [
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
-        tracer = tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events) if trace else None
+        tracer = (
+            tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events, kvm_events=trace_kvm_events)
+            if trace
+            else None
+        )
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -383,7 +396,10 @@ def run(
             if "schedule" in rep:
                 r.schedule, r.spins, r.schedule_info = _schedule_frames(rep["schedule"])
             if tf is not None:
-                config["trace"] = {"max_events": trace_max_events, "events": list(tracing.EVENTS)}
+                config["trace"] = {
+                    "max_events": trace_max_events,
+                    "events": [e for e in tracing.EVENTS if trace_kvm_events or not e.startswith("kvm:")],
+                }
                 r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
             if tf is not None and tf.info["truncated"]:
                 warnings.warn(

@@ -143,6 +143,8 @@ impl ExitNames {
 #[derive(Debug, Default)]
 pub struct Collected {
     pub events: Vec<Event>,
+    /// The KVM tracepoints were recorded ([`TraceOptions::kvm_events`]).
+    pub kvm_events: bool,
     /// Task names seen (indices of `Kind::Switch`'s comms).
     pub comms: Vec<Comm>,
     /// Exit-reason names (indices of `Kind::KvmExit`'s reason).
@@ -196,11 +198,20 @@ pub struct TraceOptions {
     pub buffer_bytes: usize,
     /// Keep KVM events only of this process's threads (None: every process).
     pub kvm_pid: Option<i32>,
+    /// Record the KVM tracepoints (exits, halts, halt-poll windows, MSIs,
+    /// IPIs); false: only `sched_switch` and `sched_wakeup` (a sched map's
+    /// events, at none of the exits' recording cost).
+    pub kvm_events: bool,
 }
 
 impl Default for TraceOptions {
     fn default() -> Self {
-        TraceOptions { max_events: DEFAULT_MAX_EVENTS, buffer_bytes: DEFAULT_BUFFER_BYTES, kvm_pid: None }
+        TraceOptions {
+            max_events: DEFAULT_MAX_EVENTS,
+            buffer_bytes: DEFAULT_BUFFER_BYTES,
+            kvm_pid: None,
+            kvm_events: true,
+        }
     }
 }
 

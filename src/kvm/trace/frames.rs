@@ -45,7 +45,8 @@ pub struct Frames {
     pub h_valid: Vec<bool>,
     pub h_window_ns: Vec<i64>,
     /// Which events the exits come from: "kvm_exit" (kvm_exit → kvm_entry) or, where
-    /// the kernel emits no kvm_exit, "kvm_userspace_exit" (→ the next KVM_RUN's kvm_fpu load).
+    /// the kernel emits no kvm_exit, "kvm_userspace_exit" (→ the next KVM_RUN's kvm_fpu load);
+    /// "none" where the KVM tracepoints were not recorded ([`TraceOptions::kvm_events`]).
     pub exits_source: &'static str,
     /// Where the frames end, ns from the window's start: the window's end, or
     /// earlier where the trace reached its cap ([`Collected::complete_until_ns`]).
@@ -120,7 +121,13 @@ impl Frames {
         // the exits are those that reached user space, until the next KVM_RUN loads the FPU.
         let from_kvm_exit =
             c.events.iter().any(|e| matches!(e.kind, Kind::KvmExit { .. }) && by_tid.contains_key(&(e.tid as i32)));
-        f.exits_source = if from_kvm_exit { "kvm_exit" } else { "kvm_userspace_exit" };
+        f.exits_source = if !c.kvm_events {
+            "none"
+        } else if from_kvm_exit {
+            "kvm_exit"
+        } else {
+            "kvm_userspace_exit"
+        };
         // a wake-up at `t` of a vCPU thread that ran from `run`, both in the window
         let push_wake = |f: &mut Frames, w: &VcpuThread, t: u64, run: u64| {
             if t >= lo && run >= lo && run < all_cut {

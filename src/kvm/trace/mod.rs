@@ -136,6 +136,9 @@ impl Tracer {
         let mut exit_names = ExitNames::default();
         let mut uexit_names = HashMap::new();
         for &(sys, ev, required) in EVENTS {
+            if sys == "kvm" && !opts.kvm_events {
+                continue;
+            }
             let fmt = match EventFormat::load(&events, sys, ev) {
                 Ok(f) => f,
                 Err(e) if required => return Err(e),
@@ -229,7 +232,7 @@ impl Tracer {
             comm_index: HashMap::new(),
             traced,
             opts,
-            out: Collected { cpus: cpus.to_vec(), start_ns, ..Default::default() },
+            out: Collected { cpus: cpus.to_vec(), start_ns, kvm_events: opts.kvm_events, ..Default::default() },
         };
         let flag = stop.clone();
         // the reader runs on CPUs the trace does not watch, where there are such CPUs
