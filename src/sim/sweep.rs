@@ -3,8 +3,7 @@
 //! on the number of threads or the order of completion.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use rayon::prelude::*;
+use std::sync::Mutex;
 
 use super::config::{SimConfig, VmConfig};
 use super::metrics::SimResult;
@@ -53,23 +52,72 @@ pub fn sweep_limited(
     trace_max_rows: u64,
 ) -> Vec<Result<SimResult, SimError>> {
     let done = AtomicUsize::new(0);
+    let order = largest_first(configs);
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<SimResult, SimError>>>> = configs.iter().map(|_| Mutex::new(None)).collect();
+    // Each worker takes the next point of `order` when it is free (a shared
+    // counter, not rayon's split of the list into contiguous halves, which
+    // left one thread running the last points alone: 8 points of 0.10-0.14 s
+    // on 2 threads took 0.51 s, the greedy order 0.48 s).
+    let worker = || loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        let Some(&i) = order.get(k) else { break };
+        let r = if interrupted() {
+            Err(SimError::Interrupted)
+        } else {
+            let r = super::run_limited(&configs[i], &|g, vm| make(i, g, vm), interrupted, trace_max_rows);
+            let d = done.fetch_add(1, Ordering::SeqCst) + 1;
+            progress(d);
+            r
+        };
+        *slots[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+    };
     let body = || {
-        configs
-            .par_iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if interrupted() {
-                    return Err(SimError::Interrupted);
-                }
-                let r = super::run_limited(c, &|g, vm| make(i, g, vm), interrupted, trace_max_rows);
-                let d = done.fetch_add(1, Ordering::SeqCst) + 1;
-                progress(d);
-                r
-            })
-            .collect::<Vec<_>>()
+        let workers = rayon::current_num_threads().min(configs.len()).max(1);
+        rayon::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|_| worker());
+            }
+        });
     };
     match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
         Ok(pool) => pool.install(body),
         Err(_) => body(),
+    }
+    slots
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or(Err(SimError::Interrupted)))
+        .collect()
+}
+
+/// The points' order of work: the most simulated vCPU-time first (duration ×
+/// vCPUs: a point's cost grows with both), ties in the sweep's order. A grid
+/// whose sizes ascend would otherwise start its largest points last and run
+/// them alone at the end.
+fn largest_first(configs: &[SimConfig]) -> Vec<usize> {
+    let work = |c: &SimConfig| {
+        let vcpus: u64 = c.vms.iter().map(|v| v.vcpus as u64 * v.count as u64).sum();
+        c.duration_ns.saturating_mul(vcpus.max(1))
+    };
+    let mut order: Vec<usize> = (0..configs.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(work(&configs[i])), i));
+    order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_simulated_vcpu_time_goes_first_ties_in_the_sweeps_order() {
+        let cfg = |vcpus: u32, count: u32, ms: u64| SimConfig {
+            duration_ns: ms * 1_000_000,
+            vms: vec![VmConfig { vcpus, count, ..Default::default() }],
+            ..Default::default()
+        };
+        // 2x1 for 10 ms, 4x2 for 10 ms, 8x1 for 10 ms (a tie with the last), 2x1 for 80 ms
+        let cfgs = [cfg(2, 1, 10), cfg(4, 2, 10), cfg(8, 1, 10), cfg(2, 1, 80)];
+        assert_eq!(largest_first(&cfgs), [3, 1, 2, 0]);
+        assert!(largest_first(&[]).is_empty());
     }
 }
