@@ -115,7 +115,7 @@ mod tests {
             vms: vec![VmConfig { vcpus, count, ..Default::default() }],
             ..Default::default()
         };
-        // 2x1 for 10 ms, 4x2 for 10 ms, 8x1 for 10 ms (a tie with the last), 2x1 for 80 ms
+        // 2x1 for 10 ms, 4x2 for 10 ms, 8x1 for 10 ms (a tie with 4x2: the sweep's order), 2x1 for 80 ms
         let cfgs = [cfg(2, 1, 10), cfg(4, 2, 10), cfg(8, 1, 10), cfg(2, 1, 80)];
         assert_eq!(largest_first(&cfgs), [3, 1, 2, 0]);
         assert!(largest_first(&[]).is_empty());
