@@ -26,7 +26,7 @@ impl Sim {
             cfg: cfg.clone(),
             now: 0,
             end: cfg.duration_ns,
-            queue: EventQueue::default(),
+            queue: EventQueue::for_vcpus(cfg.vms.iter().map(|v| u64::from(v.vcpus) * u64::from(v.count)).sum()),
             seq: 0,
             events: 0,
             rng: Pcg64Mcg::seed_from_u64(0),

@@ -54,10 +54,21 @@ impl Ord for Entry {
     }
 }
 
-/// Width of a bucket of the event queue's ring, log2 ns (32 ns).
-const BUCKET_SHIFT: u32 = 5;
-/// Buckets in the ring (a power of two): it spans 4096 × 32 ns ≈ 131 µs.
-const NBUCKETS: usize = 4096;
+/// Width of a bucket of the event queue's ring, log2 ns, for up to
+/// `VCPUS_PER_BASE_RING` vCPUs (32 ns).
+const BASE_SHIFT: u32 = 5;
+/// Buckets in the ring for up to `VCPUS_PER_BASE_RING` vCPUs (a power of
+/// two): it spans 4096 × 32 ns ≈ 131 µs.
+const BASE_BUCKETS: usize = 4096;
+/// vCPUs the base ring is sized for. Events come at a rate proportional to
+/// the vCPUs (~0.23 per vCPU per µs under PLE, 8 × 20 and its scaled
+/// copies): about 1.2 events land in a 32-ns bucket at 160 vCPUs, 6.7 at
+/// 1024. A push walks its bucket's sorted list, so past this many vCPUs
+/// each doubling halves the bucket and doubles the buckets (the span stays
+/// 131 µs, the events per bucket stay about what 256 vCPUs put in one).
+const VCPUS_PER_BASE_RING: u64 = 256;
+/// The finest bucket, log2 ns (2 ns), and so the most buckets (2^16).
+const MIN_SHIFT: u32 = 1;
 const NIL: u32 = u32::MAX;
 
 /// An entry of the ring, linked to the next one of its bucket.
@@ -69,17 +80,19 @@ struct Node {
 }
 
 /// The event queue: a calendar queue. Entries due within the ring's span
-/// (`NBUCKETS` buckets of 2^`BUCKET_SHIFT` ns from bucket `cur`, when they are
-/// pushed) go to the bucket of their time, a list kept sorted by key; later
+/// (`mask + 1` buckets of 2^`shift` ns from bucket `cur`, when they are
+/// pushed; [`EventQueue::for_vcpus`] sizes them) go to the bucket of their time, a list kept sorted by key; later
 /// ones go to a binary heap (`far`). Pushing near events (almost all of
 /// them: exits, spins, hand-offs) and popping cost O(1) instead of a heap's
-/// O(log n) sift; a bitmap finds the first non-empty bucket.
+/// O(log n) sift while the buckets hold an entry or two each, which the
+/// sizing keeps at any number of vCPUs; a bitmap finds the first non-empty
+/// bucket.
 ///
 /// Keys are unique, so it pops exactly the (time, seq) order of any correct
 /// priority queue: the earliest entry is the smaller of the first non-empty
 /// bucket's head and the heap's top. `cur` is the bucket of the last popped
 /// entry; no entry or later push is earlier (times never go backwards), so
-/// every ring entry lies in [cur, cur + NBUCKETS) and the slots, scanned
+/// every ring entry lies in [cur, cur + mask + 1) and the slots, scanned
 /// cyclically from `cur`, come in time order.
 pub(crate) struct EventQueue {
     /// Ring entries; a popped node goes to the free list (`free`, through `next`).
@@ -87,7 +100,10 @@ pub(crate) struct EventQueue {
     free: u32,
     /// First node of each bucket (NIL: empty), and one bit per non-empty bucket.
     head: Vec<u32>,
-    occupied: [u64; NBUCKETS / 64],
+    occupied: Vec<u64>,
+    /// Width of a bucket, log2 ns, and the number of buckets - 1 (a power of two, minus one).
+    shift: u32,
+    mask: usize,
     /// Entries in the ring.
     near: usize,
     cur: u64,
@@ -95,27 +111,39 @@ pub(crate) struct EventQueue {
 }
 impl Default for EventQueue {
     fn default() -> Self {
+        EventQueue::for_vcpus(0)
+    }
+}
+impl EventQueue {
+    /// A queue for a run of `vcpus` vCPUs: the base ring (4096 buckets of
+    /// 32 ns) up to `VCPUS_PER_BASE_RING`, finer and more buckets beyond
+    /// (1024 vCPUs: 16384 of 8 ns). The order it pops is the same whatever
+    /// the sizes: only the cost of a push changes.
+    pub(crate) fn for_vcpus(vcpus: u64) -> Self {
+        let doublings = vcpus.div_ceil(VCPUS_PER_BASE_RING).max(1).next_power_of_two().trailing_zeros();
+        let doublings = doublings.min(BASE_SHIFT - MIN_SHIFT);
+        let buckets = BASE_BUCKETS << doublings;
         EventQueue {
             nodes: Vec::new(),
             free: NIL,
-            head: vec![NIL; NBUCKETS],
-            occupied: [0; NBUCKETS / 64],
+            head: vec![NIL; buckets],
+            occupied: vec![0; buckets / 64],
+            shift: BASE_SHIFT - doublings,
+            mask: buckets - 1,
             near: 0,
             cur: 0,
             far: std::collections::BinaryHeap::new(),
         }
     }
-}
-impl EventQueue {
     // Always inlined: out of line, its prologue and epilogue (saving and
     // restoring registers) were a quarter of its instructions (callgrind);
     // inlined, 8 × 20 under PLE runs ~4 % faster.
     #[inline(always)]
     pub(crate) fn push(&mut self, time: Ns, seq: u64, ev: Ev) {
         let key = ((time as u128) << 64) | seq as u128;
-        let b = time >> BUCKET_SHIFT;
+        let b = time >> self.shift;
         debug_assert!(b >= self.cur, "an event before the last popped one");
-        if b - self.cur >= NBUCKETS as u64 {
+        if b - self.cur > self.mask as u64 {
             self.far.push(Entry { key, ev });
             return;
         }
@@ -129,7 +157,7 @@ impl EventQueue {
             self.nodes.push(node);
             (self.nodes.len() - 1) as u32
         };
-        let slot = b as usize & (NBUCKETS - 1);
+        let slot = b as usize & self.mask;
         // sorted insertion; a new entry usually goes last (seq grows)
         let (mut prev, mut at) = (NIL, self.head[slot]);
         while at != NIL && self.nodes[at as usize].key < key {
@@ -151,18 +179,18 @@ impl EventQueue {
         if self.near == 0 {
             return None;
         }
-        const WORDS: usize = NBUCKETS / 64;
-        let s = self.cur as usize & (NBUCKETS - 1);
+        let words = self.occupied.len();
+        let s = self.cur as usize & self.mask;
         let (w0, bit) = (s / 64, s % 64);
         let m = self.occupied[w0] & (!0u64 << bit);
         if m != 0 {
             return Some(w0 * 64 + m.trailing_zeros() as usize);
         }
-        for i in 1..=WORDS {
-            let w = (w0 + i) % WORDS;
+        for i in 1..=words {
+            let w = (w0 + i) % words;
             let m = self.occupied[w];
             if m != 0 {
-                // at i == WORDS (w == w0) only the bits below `bit` are left
+                // at i == words (w == w0) only the bits below `bit` are left
                 return Some(w * 64 + m.trailing_zeros() as usize);
             }
         }
@@ -200,7 +228,7 @@ impl EventQueue {
             }
             self.far.pop().expect("far")
         };
-        self.cur = e.time() >> BUCKET_SHIFT;
+        self.cur = e.time() >> self.shift;
         Some(e)
     }
 }
@@ -216,11 +244,35 @@ mod tests {
     /// The calendar queue pops exactly the (time, seq) order of a sorted
     /// reference, with near, far (beyond the ring) and same-time events, and
     /// pushes interleaved with pops as the engine makes them (never earlier
-    /// than the last popped time).
+    /// than the last popped time), at every ring size (the base ring, one
+    /// for 1024 vCPUs, and the finest).
     #[test]
     fn event_queue_pops_in_key_order() {
+        for vcpus in [0, 1024, 1 << 20] {
+            pops_in_key_order(EventQueue::for_vcpus(vcpus));
+        }
+    }
+
+    #[test]
+    fn the_ring_grows_finer_with_the_vcpus() {
+        let sizes = |v| {
+            let q = EventQueue::for_vcpus(v);
+            (q.shift, q.mask + 1)
+        };
+        assert_eq!(sizes(0), (5, 4096));
+        assert_eq!(sizes(256), (5, 4096));
+        assert_eq!(sizes(257), (4, 8192));
+        assert_eq!(sizes(1024), (3, 16384));
+        assert_eq!(sizes(1 << 20), (1, 65536));
+        for v in [0, 256, 1024, 1 << 20] {
+            let (shift, n) = sizes(v);
+            // the span stays 131 µs: events as far ahead go to the ring at every size
+            assert_eq!((n as u64) << shift, 131_072, "{v} vCPUs");
+        }
+    }
+
+    fn pops_in_key_order(mut q: EventQueue) {
         let mut rng = Pcg64Mcg::seed_from_u64(7);
-        let mut q = EventQueue::default();
         let mut reference = std::collections::BTreeSet::new();
         let (mut now, mut seq) = (0u64, 0u64);
         for round in 0..200_000u32 {
