@@ -762,12 +762,16 @@ def test_held_out_cases_are_scored_apart_from_the_calibration_set():
     prof = C.fitted_profile(
         "ple2012_1x", {"host.switch_ns": 2_000, "host.rq_lock_ns": 300, "ple.candidate_ns": 40}, "a test"
     )
-    assert all(p.calibration == "ple2012_1x" for p in prof.params().values() if p.kind == "fitted")
-    df = V.validate(["ple2012_ebizzy_1x", "ple2012_ebizzy_2x"], seeds=1, duration_scale=0.1, costs=prof)
-    assert df["calibration"].to_list() == ["ple2012_1x", None]
+    fitted_on = {k: p.calibration for k, p in prof.params().items() if p.kind == "fitted"}
+    assert {k for k, c in fitted_on.items() if c == "ple2012_1x"} == set(C.SETS["ple2012_1x"].grid)
+    # the profile's other fitted values belong to the adopted halt-polling set
+    assert set(fitted_on.values()) == {"ple2012_1x", "haltpoll2015_commit"}
+    cases = ["ple2012_ebizzy_1x", "ple2012_ebizzy_2x", "haltpoll2015_always_vs_off_tcp_rr"]
+    df = V.validate(cases, seeds=1, duration_scale=0.1, costs=prof)
+    assert df["calibration"].to_list() == ["ple2012_1x", None, "haltpoll2015_commit"]
     s = V.summary(df)
-    assert s["held_out"]["direction_cases"] == 1 and s["calibration"]["direction_cases"] == 1
-    assert s["calibration_sets"] == ["ple2012_1x"]
+    assert s["held_out"]["direction_cases"] == 1 and s["calibration"]["direction_cases"] == 2
+    assert s["calibration_sets"] == ["haltpoll2015_commit", "ple2012_1x"]
     assert "held out (the headline)" in V.summary_line(df)
     with pytest.raises(ValueError, match="missing"):
         C.fitted_profile("ple2012_1x", {"host.switch_ns": 2_000}, "a test")

@@ -23,7 +23,11 @@ def test_assumptions_are_the_unpublished_magnitudes_a_case_may_read():
     a = S.assumptions("ple2012_sysbench_1x")
     assert a["cost.host.rq_lock_ns"].value == 300
     assert a["era.host.wakeup_ipi_ns"].unit == "ns"
-    assert all(p.kind == "assumption" for p in a.values())
+    assert all(p.kind in ("assumption", "fitted") for p in a.values())
+    # a fitted value is as unpublished as an assumption: it is scaled too
+    hp_a = S.assumptions("haltpoll2015_always_vs_off_tcp_rr")
+    assert hp_a["cost.halt_poll_model.wake_latency_ns"].kind == "fitted"
+    assert hp_a["cost.halt_poll_model.deliver_ns"].kind == "assumption"
     # choices between mechanisms (booleans, names) are not magnitudes
     assert "era.host.seeded_ties" not in a and "era.host.start_placement" not in a
     # kernel defaults and cited hardware figures are not assumptions

@@ -104,7 +104,8 @@ def _scale(value: Any, factor: float) -> Any:
 def assumptions(case: Case | str) -> dict[str, Param]:
     """The assumptions a case's runs may read, as ``{"era.section.field" or
     "cost.section.field": Param}``: the era's and the case's cost profile's
-    values of kind *assumption* that are magnitudes (see the module
+    values of kind *assumption* or *fitted* (a declared calibration's
+    choice among unpublished values) that are magnitudes (see the module
     docstring), less the ones the case overrides with a recorded reason."""
     (c,) = _select([case])
     out: dict[str, Param] = {}
