@@ -1,5 +1,5 @@
 //! Runs one simulator configuration (JSON, as `Config.to_json()` writes it)
-//! and prints the CPU time taken and a digest of the results: a harness for
+//! and prints the CPU time taken and a fingerprint (hash) of the results: a harness for
 //! profilers (perf, callgrind) and for A/B runs of two builds.
 //!
 //!     cargo run --release --example sim_profile -- config.json
@@ -16,11 +16,11 @@ fn main() {
     let t = Instant::now();
     let r = run(&cfg).expect("run");
     let dt = t.elapsed().as_secs_f64();
-    // a digest of every output table, so two builds' results can be compared
+    // a fingerprint of every output table, so two builds' results can be compared
     // bit for bit (the same toolchain: the hasher is not stable across Rust versions)
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{r:?}").hash(&mut h);
-    eprintln!("result digest {:016x}", h.finish());
+    eprintln!("result fingerprint {:016x}", h.finish());
     println!(
         "{:.3} s wall for {:.3} simulated s ({} summary columns)",
         dt,
