@@ -1073,7 +1073,8 @@ HALTPOLL2015_COMMIT = CalibrationSet(
 
 def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str) -> Param:
     """A value of an adopted set's fit (its rank 1), as ``fitted_profile`` writes it."""
-    assert cs.adopted and value in cs.grid[path], (cs.name, path, value)
+    if not cs.adopted or value not in cs.grid.get(path, ()):
+        raise ValueError(f"{cs.name}: {path} = {value!r} is not an adopted value of the set's grid")
     return Param(
         value,
         unit,
