@@ -81,12 +81,12 @@ struct Node {
 
 /// The event queue: a calendar queue. Entries due within the ring's span
 /// (`mask + 1` buckets of 2^`shift` ns from bucket `cur`, when they are
-/// pushed; [`EventQueue::for_vcpus`] sizes them) go to the bucket of their time, a list kept sorted by key; later
-/// ones go to a binary heap (`far`). Pushing near events (almost all of
-/// them: exits, spins, hand-offs) and popping cost O(1) instead of a heap's
-/// O(log n) sift while the buckets hold an entry or two each, which the
-/// sizing keeps at any number of vCPUs; a bitmap finds the first non-empty
-/// bucket.
+/// pushed; [`EventQueue::for_vcpus`] sizes them) go to the bucket of their
+/// time, a list kept sorted by key; later ones go to a binary heap (`far`).
+/// Pushing near events (almost all of them: exits, spins, hand-offs) and
+/// popping cost O(1) instead of a heap's O(log n) sift while the buckets
+/// hold an entry or two each, which the sizing keeps at any number of
+/// vCPUs; a bitmap finds the first non-empty bucket.
 ///
 /// Keys are unique, so it pops exactly the (time, seq) order of any correct
 /// priority queue: the earliest entry is the smaller of the first non-empty

@@ -1086,8 +1086,6 @@ def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str)
 
 
 #: the calibration sets by name
-SETS: Mapping
-#: the calibration sets by name
 SETS: Mapping[str, CalibrationSet] = MappingProxyType(
     {PLE2012_1X.name: PLE2012_1X, HALTPOLL2015_COMMIT.name: HALTPOLL2015_COMMIT}
 )
