@@ -1,7 +1,8 @@
 """The declared calibration of the hardware cost profile (not a test).
 
-    python benches/calibrate_costs.py                 # the set's own settings (3 seeds, 0.5 x lengths)
+    python benches/calibrate_costs.py                 # ple2012_1x at its own settings (3 seeds, 0.5 x lengths)
     python benches/calibrate_costs.py --set ple2012_1x --seeds 3 --scale 0.5
+    python benches/calibrate_costs.py --set haltpoll2015_commit   # the adopted one (10 s)
 
 Scores every combination of the calibration set's grid on the set's cases
 only (vcpulab.validation.calibration.fit) and prints the ranked table as
