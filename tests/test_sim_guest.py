@@ -382,6 +382,25 @@ def test_ebizzy_no_mmap_reproduces_its_anchor_and_only_overcommit_adds_ipi_waits
         running = sum(vc[k].sum() for k in ("useful_ns", "spin_ns", "ple_ns", "exit_ns"))
         out[n] = (r.summary["throughput_ops_s"][0] / n, (vc["spin_ns"].sum() + vc["ple_ns"].sum()) / running)
     assert out[1][0] == pytest.approx(21443, rel=0.05)
-    assert out[1][1] < 0.01
+    # not overcommitted, a sender waits only for receivers inside the mm lock, which
+    # defers their handler (interrupts off: 0.4 % of the running time with them on,
+    # 1.2 % with them off, on 2026-12-06)
+    assert out[1][1] < 0.02
     assert out[2][0] < 0.7 * out[1][0]
     assert out[2][1] > 0.05
+
+
+def test_a_lock_taken_with_interrupts_off_is_a_spinlock_s_option() -> None:
+    """``Lock(irqs_off=True)`` (``spin_lock_irqsave``): the 2019 ebizzy -M
+    preset's mm lock is one; a sleeping lock cannot be, and the error names
+    the field; the option leaves a default configuration's JSON alone."""
+    lock = next(p for p in presets.ebizzy_no_mmap_like().phases if isinstance(p, sim.Lock))
+    assert lock.irqs_off
+    with pytest.raises(ValueError, match=r"phases\[0\]\.irqs_off: a sleeping lock"):
+        sim.run(
+            sim.Config(
+                vms=(sim.Vm(workload=sim.Workload(phases=(sim.Lock(0, "mutex", 1000, irqs_off=True),))),),
+                duration_ns=1_000_000,
+            )
+        )
+    assert "irqs_off" not in sim.Config().to_json()

@@ -203,6 +203,7 @@ impl Sim {
                         rw_granted: false,
                         wakee: WakeeFlips::NEW,
                         recent_used_cpu: vcpu0 + (i % vmc.vcpus),
+                        irqs_off: false,
                     });
                 }
                 let nlocks = vmc

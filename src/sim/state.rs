@@ -530,6 +530,8 @@ pub struct Thread {
     pub wakee: WakeeFlips,
     /// `p->recent_used_cpu`: the vCPU it was woken from last time.
     pub recent_used_cpu: u32,
+    /// Waiting for or holding a lock taken with interrupts off (`Lock.irqs_off`).
+    pub irqs_off: bool,
 }
 
 #[derive(Clone, Debug)]

@@ -185,6 +185,7 @@ fn ple_window_doubles_while_spinning_and_resets_on_sched_in() {
         dist: Dist::Fixed,
         prob: 1.0,
         sites: 1,
+        irqs_off: false,
     }];
     let mut s = sim_of(&c);
     s.step_until(1_500_000).unwrap();
@@ -281,7 +282,15 @@ fn every_lock_kind_and_phase_runs_and_conserves() {
         c.vms[0].pv.guest_idle_poll_ns = 20_000;
         c.vms[0].workload.phases = vec![
             Phase::Compute { ns: 10_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-            Phase::Lock { lock: 0, lock_kind: kind, hold_ns: 3_000, dist: Dist::Uniform, prob: 1.0, sites: 1 },
+            Phase::Lock {
+                lock: 0,
+                lock_kind: kind,
+                hold_ns: 3_000,
+                dist: Dist::Uniform,
+                prob: 1.0,
+                sites: 1,
+                irqs_off: false,
+            },
             Phase::Ipi { targets: 0, handler_ns: 1_000, prob: 0.2, tlb_flush: false },
             Phase::Send { to: 1, prob: 1.0 },
             Phase::Recv { prob: 1.0 },
@@ -345,6 +354,7 @@ fn lock_waits_are_recorded_from_phase_start_to_running_with_the_lock() {
                         dist: Dist::Fixed,
                         prob: 1.0,
                         sites: 1,
+                        irqs_off: false,
                     },
                 ],
                 ..Default::default()

@@ -68,6 +68,7 @@ fn thread0_phases_are_validated_and_omitted_at_their_default() {
         dist: Dist::Fixed,
         prob: 1.0,
         sites: 1,
+        irqs_off: false,
     });
     assert!(c.validate().unwrap_err().contains("thread0_phases[3]"));
     let mut c = ping_pong(50 * US, 5 * US);
@@ -100,6 +101,7 @@ fn tas(v: u32, hold: u64, iterations: u64) -> SimConfig {
                         dist: Dist::Fixed,
                         prob: 1.0,
                         sites: 1,
+                        irqs_off: false,
                     },
                 ],
                 iterations,
@@ -203,7 +205,15 @@ fn ticket(v: u32, gap: u64, seed: u64) -> SimConfig {
     c.host.slice_check_on_wakeup = gap > 0;
     c.vms[0].workload.phases = vec![
         compute(60 * US),
-        Phase::Lock { lock: 0, lock_kind: LockKind::Ticket, hold_ns: 60 * US, dist: Dist::Fixed, prob: 1.0, sites: 1 },
+        Phase::Lock {
+            lock: 0,
+            lock_kind: LockKind::Ticket,
+            hold_ns: 60 * US,
+            dist: Dist::Fixed,
+            prob: 1.0,
+            sites: 1,
+            irqs_off: false,
+        },
     ];
     c
 }

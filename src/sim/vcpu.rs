@@ -167,6 +167,12 @@ impl Sim {
             }
             return;
         }
+        if reason == WakeReason::Ipi && self.irqs_disabled(v) {
+            // halted with IF=0 (kvm_wait's halt() in an irqs-off lock wait): the
+            // interrupt stays pending and kvm_vcpu_check_block sees no event
+            return;
+        }
+        let vc = &mut self.vcpus[v];
         vc.halted = false;
         self.ready[v] = true;
         let vc = &mut self.vcpus[v];
@@ -315,7 +321,7 @@ impl Sim {
                 self.pause_act(v);
                 self.vcpu_step(v);
             }
-            Act::Exec { ipi: false, .. } if !self.vcpus[v].ipis.is_empty() => {
+            Act::Exec { ipi: false, .. } if !self.vcpus[v].ipis.is_empty() && !self.irqs_disabled(v) => {
                 // an interrupt: the handler runs first, the work resumes after
                 self.pause_act(v);
                 self.vcpu_step(v);
@@ -492,7 +498,8 @@ impl Sim {
     /// Would kvm_vcpu_check_block() see a wake-up condition?
     pub(crate) fn has_wake_condition(&self, v: usize) -> bool {
         let vc = &self.vcpus[v];
-        if !vc.ipis.is_empty() || vc.pv_unhalted {
+        // a pending IPI wakes it only with interrupts on (kvm_arch_interrupt_allowed)
+        if vc.pv_unhalted || (!vc.ipis.is_empty() && !self.irqs_disabled(v)) {
             return true;
         }
         match vc.cur {

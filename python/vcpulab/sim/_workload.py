@@ -71,6 +71,11 @@ class Lock(_Base):
             chosen uniformly at random, all of this kind and hold (a lock class taken at many
             instances: per-row or per-inode locks, the futex hash's bucket locks). 1 (default): lock
             `lock` only.
+        irqs_off: Interrupts off from the acquisition to the release (`spin_lock_irqsave` /
+            `spin_lock_irq`): while its thread waits for or holds the lock, the vCPU runs no
+            interrupt handler (its IPIs wait for the release), and a waiter halted in `pv_wait`
+            (`kvm_wait`'s `halt()` with IF=0) is woken by its kick only, not by an IPI
+            (`kvm_arch_interrupt_allowed` is false). Spinlocks only. Default false.
     """
 
     kind: ClassVar[str] = "lock"
@@ -81,6 +86,7 @@ class Lock(_Base):
     dist: str = "fixed"
     prob: float = 1.0
     sites: int = field(default=1, metadata=_NEW)
+    irqs_off: bool = field(default=False, metadata=_NEW)
     # END GENERATED FIELDS
 
     def __post_init__(self) -> None:

@@ -100,7 +100,7 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
       subtracted. The gains of that or any row are not used. The 8-thread
       Haswell desktop of the same commit gets the same record (no per-CPU
       figure for it; its case compares ratios only).
-    * ``Lock(0, lock_kind, 2_000)``: one mm spinlock section per record
+    * ``Lock(0, lock_kind, 2_000, irqs_off=True)``: one mm spinlock section per record
       (page allocator / LRU locks of the faults and the free), 2 µs held —
       the hold and the count per record are carried over from
       [`ebizzy_like`][vcpulab.sim.presets.ebizzy_like] and are **not derived**. The count could be
@@ -108,7 +108,11 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
       15-page pagevecs for the LRU lock and per-cpu page batches for the
       zone lock: of the order of 10-20 acquisitions), but the hold times
       cannot: the sources do not give them, so no number is put here. With 3.73 ms records this lock is lightly
-      contended (80 × 2 µs / 3.73 ms ≈ 4 % per VM).
+      contended (80 × 2 µs / 3.73 ms ≈ 4 % per VM). Both lock classes are taken with interrupts off
+      (``irqs_off=True``; mm/page_alloc.c: the zone lock under ``local_irq_save`` in the 5.x free and
+      refill paths; mm/swap.c: ``spin_lock_irqsave`` of the LRU lock in ``pagevec_lru_move_fn``): a
+      TLB-shootdown IPI to a vCPU whose thread waits for or holds it waits for the release, and a waiter
+      halted in ``pv_wait`` (``kvm_wait``'s ``halt()`` with IF=0) is woken by its kick only.
     * ``Ipi(targets=0, handler_ns=1_000, prob=1.0, tlb_flush=True)``: one
       TLB shootdown to all other vCPUs per record (the trim of each free:
       ebizzy's default chunk is ``record_size * 64 * 1024`` = 512 KiB = 128
@@ -132,7 +136,7 @@ def ebizzy_no_mmap_like(*, lock_kind: str = "pv_queued", iterations: int = 0) ->
         name="ebizzy_no_mmap_like",
         phases=(
             Compute(EBIZZY_2019_RECORD_NS),
-            Lock(0, lock_kind, 2_000),
+            Lock(0, lock_kind, 2_000, irqs_off=True),
             Ipi(0, 1_000, prob=1.0, tlb_flush=True),
         ),
         iterations=iterations,

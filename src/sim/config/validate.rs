@@ -198,7 +198,14 @@ impl SimConfig {
                         })?;
                         any_work |= *ns > 0 && pr >= 1.0;
                     }
-                    Phase::Lock { lock, lock_kind, hold_ns, sites, .. } => {
+                    Phase::Lock { lock, lock_kind, hold_ns, sites, irqs_off, .. } => {
+                        check(!*irqs_off || !(*lock_kind == LockKind::Mutex || lock_kind.is_rwsem()), || {
+                            let name = serde_json::to_value(lock_kind).map(|v| v.to_string()).unwrap_or_default();
+                            format!(
+                                "{}: a sleeping lock (lock_kind {name}) cannot be taken with interrupts off",
+                                pf("irqs_off")
+                            )
+                        })?;
                         let last = u64::from(*lock) + u64::from(*sites) - 1;
                         check(last <= u64::from(limits::MAX_LOCK_ID), || {
                             format!(

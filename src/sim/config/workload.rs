@@ -94,6 +94,17 @@ pub enum Phase {
         #[schemars(range(min = 1, max = limits::MAX_LOCK_SITES), extend("default" = 1))]
         #[schemars(extend("x-omit-default" = true))]
         sites: u32,
+        /// Interrupts off from the acquisition to the release
+        /// (`spin_lock_irqsave` / `spin_lock_irq`): while its thread waits for
+        /// or holds the lock, the vCPU runs no interrupt handler (its IPIs wait
+        /// for the release), and a waiter halted in `pv_wait` (`kvm_wait`'s
+        /// `halt()` with IF=0) is woken by its kick only, not by an IPI
+        /// (`kvm_arch_interrupt_allowed` is false). Spinlocks only. Default
+        /// false.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[schemars(extend("default" = false))]
+        #[schemars(extend("x-omit-default" = true))]
+        irqs_off: bool,
     },
     /// A call-function IPI to other vCPUs; the sender spins until each ran the handler.
     Ipi {
@@ -264,6 +275,7 @@ impl Default for WorkloadConfig {
                     dist: Dist::Fixed,
                     prob: 1.0,
                     sites: 1,
+                    irqs_off: false,
                 },
             ],
             iterations: 0,

@@ -40,7 +40,8 @@ impl Sim {
                 self.set_act(v, Act::IdlePoll { start: self.now, end }, NEVER, C_IDLEPOLL);
                 return;
             }
-            if self.vcpus[v].ipi_rem > 0 || !self.vcpus[v].ipis.is_empty() {
+            // a handler interrupted by the host goes on; a new one waits while interrupts are off
+            if self.vcpus[v].ipi_rem > 0 || (!self.vcpus[v].ipis.is_empty() && !self.irqs_disabled(v)) {
                 if self.vcpus[v].ipi_rem == 0 {
                     let vm = self.vm_of(v);
                     self.vcpus[v].ipi_rem = self.ipi_handler_ns(vm).max(1);
@@ -109,6 +110,13 @@ impl Sim {
                 return;
             }
         }
+    }
+
+    /// The vCPU's current thread waits for or holds a lock taken with
+    /// interrupts off (`Lock.irqs_off`): no interrupt is delivered to it.
+    #[inline]
+    pub(crate) fn irqs_disabled(&self, v: usize) -> bool {
+        self.vcpus[v].cur.is_some_and(|t| self.threads[t as usize].irqs_off)
     }
 
     pub(crate) fn ipi_handler_ns(&self, vm: usize) -> Ns {
@@ -228,7 +236,7 @@ impl Sim {
                 th.rem = d;
                 th.step = Step::Work { kernel: mode == super::config::Mode::Kernel, hold: None };
             }
-            Phase::Lock { lock, lock_kind, hold_ns, dist, sites, .. } => {
+            Phase::Lock { lock, lock_kind, hold_ns, dist, sites, irqs_off, .. } => {
                 // one of the phase's sites, drawn only when there are several (the draws of
                 // one-site phases, and so every earlier result, stay as they were)
                 let lock = if sites > 1 { lock + self.rng.random_range(0..sites) } else { lock };
@@ -240,6 +248,8 @@ impl Sim {
                 self.threads[t].pv_halted = false;
                 self.threads[t].pv_hashed = false;
                 self.threads[t].lock_wait_start = self.now;
+                // local_irq_save before the acquisition: no handler runs until the release
+                self.threads[t].irqs_off = irqs_off;
                 if self.lock_try(vm, lock as usize, t) || self.pv_steal(v, vm, lock as usize, t) {
                     self.record_lock_wait(vm, t);
                     self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
@@ -311,6 +321,8 @@ impl Sim {
         let mut flow = Flow::Again;
         if let Some(lock) = hold {
             flow = self.lock_release(v, t, lock as usize);
+            // local_irq_restore after the release: pending IPIs run next
+            self.threads[t].irqs_off = false;
         }
         self.drop_if_done(v, t);
         flow

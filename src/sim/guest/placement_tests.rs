@@ -247,7 +247,15 @@ fn a_run_with_the_kernel_s_placement_differs_from_the_first_rule_and_is_reproduc
     vm.threads = 12;
     vm.workload.phases = vec![
         Phase::Compute { ns: 200_000, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-        Phase::Lock { lock: 0, lock_kind: LockKind::Mutex, hold_ns: 20_000, dist: Dist::Fixed, prob: 1.0, sites: 1 },
+        Phase::Lock {
+            lock: 0,
+            lock_kind: LockKind::Mutex,
+            hold_ns: 20_000,
+            dist: Dist::Fixed,
+            prob: 1.0,
+            sites: 1,
+            irqs_off: false,
+        },
         Phase::Barrier { prob: 1.0 },
     ];
     let mut c = SimConfig {

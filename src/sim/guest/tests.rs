@@ -22,7 +22,15 @@ fn locks(v: u32, p: u32, kind: LockKind, hold_ns: u64) -> SimConfig {
             policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
             guest: GuestConfig { lock_model: LockModel::Kernel, ..Default::default() },
             workload: WorkloadConfig {
-                phases: vec![Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Fixed, prob: 1.0, sites: 1 }],
+                phases: vec![Phase::Lock {
+                    lock: 0,
+                    lock_kind: kind,
+                    hold_ns,
+                    dist: Dist::Fixed,
+                    prob: 1.0,
+                    sites: 1,
+                    irqs_off: false,
+                }],
                 spin_threshold: 1000,
                 ..Default::default()
             },
@@ -515,6 +523,7 @@ fn rwsem(read_hold_ns: u64) -> SimConfig {
                         dist: Dist::Fixed,
                         prob: 1.0,
                         sites: 1,
+                        irqs_off: false,
                     },
                     Phase::Lock {
                         lock: 0,
@@ -523,6 +532,7 @@ fn rwsem(read_hold_ns: u64) -> SimConfig {
                         dist: Dist::Fixed,
                         prob: 1.0,
                         sites: 1,
+                        irqs_off: false,
                     },
                 ],
                 ..Default::default()
@@ -681,7 +691,7 @@ fn sited(v: u32, p: u32, kind: LockKind, hold_ns: u64, sites: u32) -> SimConfig 
     let mut c = locks(v, p, kind, hold_ns);
     c.vms[0].workload.phases = vec![
         Phase::Compute { ns: hold_ns, dist: Dist::Exp, mode: Mode::User, prob: 1.0 },
-        Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Exp, prob: 1.0, sites },
+        Phase::Lock { lock: 0, lock_kind: kind, hold_ns, dist: Dist::Exp, prob: 1.0, sites, irqs_off: false },
     ];
     c.duration_ns = 50_000_000;
     c
@@ -740,7 +750,48 @@ fn lock_sites_are_validated_and_omitted_at_their_default() {
         dist: Dist::Fixed,
         prob: 1.0,
         sites: 1,
+        irqs_off: false,
     });
     let e = c.validate().unwrap_err();
     assert!(e.contains("phases[2].lock_kind") && e.contains("lock 3"), "{e}");
+}
+
+/// `Lock.irqs_off` (`spin_lock_irqsave`): with the holder and the halted
+/// head both in the lock with interrupts off, an IPI sent to them waits:
+/// the head, halted in `pv_wait` with IF=0, stays blocked (only its kick
+/// wakes it), and the holder runs no handler before its release; after the
+/// release both run the handler. With interrupts on, the IPI wakes the
+/// halted head at once (a spurious wake-up of `pv_wait`, as `safe_halt`).
+#[test]
+fn an_irqs_off_lock_defers_ipis_and_a_halted_waiter_wakes_on_its_kick_only() {
+    for irqs_off in [true, false] {
+        let mut c = locks(3, 3, LockKind::PvQueued, 2_000_000);
+        if let Phase::Lock { irqs_off: f, .. } = &mut c.vms[0].workload.phases[0] {
+            *f = irqs_off;
+        }
+        let mut s = sim_of(&c);
+        s.step_until(1_000_000).unwrap();
+        let (h, w) = holder_and_head(&s);
+        let (hv, wv) = (s.threads[h].vcpu as usize, s.threads[w].vcpu as usize);
+        assert!(s.vcpus[wv].halted, "the head halted in pv_wait");
+        assert_eq!((s.threads[h].irqs_off, s.threads[w].irqs_off), (irqs_off, irqs_off));
+        // an IPI from outside the lock to both (a thread of the third vCPU as the sender)
+        let sender = (0..3).find(|&t| t != h && t != w).unwrap();
+        for v in [hv, wv] {
+            s.vcpus[v].ipis.push_back(sender as u32);
+            s.vcpu_host_wake(v, WakeReason::Ipi);
+        }
+        s.step_until(1_100_000).unwrap();
+        if irqs_off {
+            assert!(s.vcpus[wv].halted && s.vcpus[wv].ipis.len() == 1, "IF=0: the IPI does not wake it");
+            assert_eq!(s.vcpus[hv].ipis.len(), 1, "the holder runs no handler inside the lock");
+        } else {
+            assert!(s.vcpus[hv].ipis.is_empty(), "interrupts on: the holder ran the handler");
+            assert!(s.vcpus[wv].ipis.is_empty(), "and the IPI woke the head, which ran it");
+        }
+        // the release at 2 ms: the holder's handler runs, the kick wakes the head, which takes
+        // the lock and (interrupts off until its own release) runs its handler after that
+        s.step_until(4_200_000).unwrap();
+        assert!(s.vcpus[hv].ipis.is_empty() && s.vcpus[wv].ipis.is_empty(), "irqs_off {irqs_off}");
+    }
 }
