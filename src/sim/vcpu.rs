@@ -172,8 +172,7 @@ impl Sim {
             // interrupt stays pending and kvm_vcpu_check_block sees no event
             return;
         }
-        let vc = &mut self.vcpus[v];
-        vc.halted = false;
+        self.vcpus[v].halted = false;
         self.ready[v] = true;
         let vc = &mut self.vcpus[v];
         if reason != WakeReason::Start {

@@ -42,7 +42,7 @@ import polars as pl
 from vcpulab._checks import check_bool, check_float, check_int
 from vcpulab._progress import Bar
 from vcpulab.validation._score import validate
-from vcpulab.validation.eras import COSTS, FITTED, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param
+from vcpulab.validation.eras import COSTS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
 
 __all__ = ["candidate_profile", "fit", "fitted_profile"]
 
@@ -93,14 +93,7 @@ def fitted_profile(cset: str | CalibrationSet, values: Mapping[str, Any], fit_no
     return _with_values(
         base,
         values,
-        lambda path, old, v: Param(
-            v,
-            old.unit,
-            FITTED,
-            f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, {fit_note}; "
-            f"replaces the assumption: {old.source}",
-            calibration=cs.name,
-        ),
+        lambda path, old, v: fitted_param(cs, path, v, old.unit, fit_note, f"the assumption: {old.source}"),
     )
 
 

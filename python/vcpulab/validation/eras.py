@@ -55,6 +55,7 @@ __all__ = [
     "SETS",
     "CalibrationSet",
     "calibration_of",
+    "fitted_param",
     "HARDWARE",
     "HARDWARE_COSTS",
     "KERNEL",
@@ -1071,18 +1072,24 @@ HALTPOLL2015_COMMIT = CalibrationSet(
 )
 
 
-def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str) -> Param:
-    """A value of an adopted set's fit (its rank 1), as ``fitted_profile`` writes it."""
-    if not cs.adopted or value not in cs.grid.get(path, ()):
-        raise ValueError(f"{cs.name}: {path} = {value!r} is not an adopted value of the set's grid")
+def fitted_param(cs: CalibrationSet, path: str, value: Any, unit: str, note: str, replaces: str) -> Param:
+    """``value`` of the set's field ``path`` as a [`FITTED`][vcpulab.validation.eras.FITTED]
+    ``Param`` naming the set; its source names the set's cases and grid, ``note``
+    (when and how it was chosen) and what it ``replaces``."""
     return Param(
         value,
         unit,
         FITTED,
-        f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, "
-        f"{cs.outcome.split(':')[0]}; replaces {replaces}",
+        f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, {note}; replaces {replaces}",
         calibration=cs.name,
     )
+
+
+def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str) -> Param:
+    """A value of an adopted set's fit (its rank 1), noted with the fit's record."""
+    if not cs.adopted or value not in cs.grid.get(path, ()):
+        raise ValueError(f"{cs.name}: {path} = {value!r} is not an adopted value of the set's grid")
+    return fitted_param(cs, path, value, unit, cs.outcome.split(":")[0], replaces)
 
 
 #: the calibration sets by name
