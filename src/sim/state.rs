@@ -335,13 +335,24 @@ pub enum ExitKind {
     TokenAsk,
 }
 
+/// Whose guest work an [`Act::Exec`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecWhat {
+    /// The vCPU's current thread's phase.
+    Thread,
+    /// An IPI handler (`Vcpu::ipi_rem`).
+    Ipi,
+    /// The vCPU's start (`Vcpu::start_rem`, `Guest.vcpu_start_ns`).
+    Start,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Act {
     /// Not running, or between activities.
     Off,
     /// Useful work of the current thread or of an IPI handler; `slow`: at
     /// the SMT speed (`Host.smt_speed_pct`: a sibling was busy when it started).
-    Exec { start: Ns, end: Ns, ipi: bool, slow: bool },
+    Exec { start: Ns, end: Ns, what: ExecWhat, slow: bool },
     /// Spinning in guest kernel mode; `ple_at`/`pv_at` are the PLE-exit and
     /// SPIN_THRESHOLD instants (NEVER if not applicable).
     Spin { start: Ns, ple_at: Ns, pv_at: Ns },
@@ -431,6 +442,13 @@ pub struct Vcpu {
     pub ple_window: u64,
     /// Remaining time of the IPI handler in progress (0: none).
     pub ipi_rem: Ns,
+    /// Remaining time of the vCPU's start (`Guest.vcpu_start_ns`).
+    pub start_rem: Ns,
+    /// The vCPU has run its start (set at its first step past it).
+    pub started: bool,
+    /// The VM's first vCPU waits for every other one's start
+    /// (`Guest.vcpu0_waits_for_starts`) and has not seen them all yet.
+    pub start_wait: bool,
     pub steal_ns: Ns,
     /// Preempted inside the poll loop: the poll deadline it resumes with.
     pub poll_resume: Option<Ns>,

@@ -222,17 +222,26 @@ impl Sim {
     pub fn pause_act(&mut self, v: usize) {
         let now = self.now;
         match self.vcpus[v].act {
-            Act::Exec { start, ipi, slow, .. } => {
+            Act::Exec { start, what, slow, .. } => {
                 // the cache refill owed comes first, then the work
                 let cold = self.vcpus[v].cold_ns.min(now - start);
                 self.vcpus[v].cold_ns -= cold;
                 let el = self.smt_progress(now - start - cold, slow);
-                if ipi {
-                    let vc = &mut self.vcpus[v];
-                    vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
-                } else if let Some(t) = self.vcpus[v].cur {
-                    let th = &mut self.threads[t as usize];
-                    th.rem = th.rem.saturating_sub(el);
+                match what {
+                    ExecWhat::Ipi => {
+                        let vc = &mut self.vcpus[v];
+                        vc.ipi_rem = vc.ipi_rem.saturating_sub(el).max(1);
+                    }
+                    ExecWhat::Start => {
+                        let vc = &mut self.vcpus[v];
+                        vc.start_rem = vc.start_rem.saturating_sub(el).max(1);
+                    }
+                    ExecWhat::Thread => {
+                        if let Some(t) = self.vcpus[v].cur {
+                            let th = &mut self.threads[t as usize];
+                            th.rem = th.rem.saturating_sub(el);
+                        }
+                    }
                 }
             }
             Act::Spin { start, .. } => {
@@ -320,7 +329,7 @@ impl Sim {
                 self.pause_act(v);
                 self.vcpu_step(v);
             }
-            Act::Exec { ipi: false, .. } if !self.vcpus[v].ipis.is_empty() && !self.irqs_disabled(v) => {
+            Act::Exec { what: ExecWhat::Thread, .. } if !self.vcpus[v].ipis.is_empty() && !self.irqs_disabled(v) => {
                 // an interrupt: the handler runs first, the work resumes after
                 self.pause_act(v);
                 self.vcpu_step(v);
@@ -349,7 +358,14 @@ impl Sim {
     pub fn vcpu_event(&mut self, v: usize) {
         let now = self.now;
         match self.vcpus[v].act {
-            Act::Exec { ipi: true, .. } => {
+            Act::Exec { what: ExecWhat::Start, .. } => {
+                let vc = &mut self.vcpus[v];
+                vc.start_rem = 0;
+                vc.cold_ns = 0;
+                vc.act = Act::Off;
+                self.vcpu_step(v);
+            }
+            Act::Exec { what: ExecWhat::Ipi, .. } => {
                 let vc = &mut self.vcpus[v];
                 vc.ipi_rem = 0;
                 vc.cold_ns = 0;
@@ -359,7 +375,7 @@ impl Sim {
                 }
                 self.vcpu_step(v);
             }
-            Act::Exec { ipi: false, .. } => {
+            Act::Exec { what: ExecWhat::Thread, .. } => {
                 self.pause_act(v);
                 let vc = &self.vcpus[v];
                 if let Some(t) = vc.cur {
@@ -403,29 +419,25 @@ impl Sim {
         }
     }
 
-    pub(crate) fn start_exec(&mut self, v: usize, ipi: bool) {
+    pub(crate) fn start_exec(&mut self, v: usize, what: ExecWhat) {
         let now = self.now;
-        let dur = if ipi {
-            self.vcpus[v].ipi_rem
-        } else {
-            let t = self.vcpus[v].cur.expect("exec needs a thread") as usize;
-            let th = &self.threads[t];
-            let mut d = th.rem;
-            if !self.vcpus[v].runq.is_empty() && matches!(th.step, Step::Work { hold: None, .. }) {
-                d = d.min(self.vms[th.vm as usize].cfg.workload.guest_slice_ns);
+        let (dur, kernel) = match what {
+            ExecWhat::Ipi => (self.vcpus[v].ipi_rem, true),
+            ExecWhat::Start => (self.vcpus[v].start_rem, true),
+            ExecWhat::Thread => {
+                let t = self.vcpus[v].cur.expect("exec needs a thread") as usize;
+                let th = &self.threads[t];
+                let mut d = th.rem;
+                if !self.vcpus[v].runq.is_empty() && matches!(th.step, Step::Work { hold: None, .. }) {
+                    d = d.min(self.vms[th.vm as usize].cfg.workload.guest_slice_ns);
+                }
+                (d, matches!(th.step, Step::Work { kernel: true, .. }))
             }
-            d
-        };
-        let kernel = if ipi {
-            true
-        } else {
-            let t = self.vcpus[v].cur.unwrap() as usize;
-            matches!(self.threads[t].step, Step::Work { kernel: true, .. })
         };
         self.vcpus[v].in_kernel = kernel;
         let (dur, slow) = self.smt_duration(v, dur);
         let dur = dur + self.vcpus[v].cold_ns;
-        self.set_act(v, Act::Exec { start: now, end: now + dur, ipi, slow }, now + dur, C_USEFUL);
+        self.set_act(v, Act::Exec { start: now, end: now + dur, what, slow }, now + dur, C_USEFUL);
     }
 
     pub(crate) fn start_spin(&mut self, v: usize, pv: bool) {
@@ -467,6 +479,11 @@ impl Sim {
 
     pub(crate) fn guest_idle(&mut self, v: usize) {
         let vm = self.vm_of(v);
+        let v0 = self.vms[vm].vcpu0 as usize;
+        if v0 != v && self.vcpus[v0].start_wait {
+            // vCPU 0 waits for every other one to be idle: it looks again
+            self.poke(v0);
+        }
         let pv = &self.vms[vm].cfg.pv;
         let poll = pv.guest_idle_poll_ns;
         let polls_here =

@@ -900,6 +900,18 @@ class Guest(_Base):
             whole LLC: 3.x, and the stand-in for SIS_PROP of v4.13-v6.5, whose limit depends on
             `avg_idle` and `avg_scan_cost`, timings the model does not keep). Used by
             `"select_task_rq_fair"` only.
+        vcpu_start_ns: Guest kernel work each vCPU runs when it first enters the guest, before
+            its scheduler picks a thread, ns: a program's start (enabling its LAPIC, its first
+            instructions and their first-touch faults). It runs with interrupts off (an IPI waits
+            for its end) and holds the vCPU's CPU as any guest work does; preempted, it goes on
+            where it stopped. Default 0 (every vCPU picks a thread at its first entry). The twins of
+            real runs under vcpulab's scheduler set it to the start measured on the real vCPUs
+            (`vcpulab.twins.vcpu_start_of`).
+        vcpu0_waits_for_starts: The VM's first vCPU, after its start, spins until every other
+            vCPU of the VM has run its start and has nothing to run, and only then picks a thread:
+            the start of vcpulab's guest programs whose vCPU 0 hands out work (`WakePlacement`'s
+            waker waits for every worker's idle flag, so its first choice is the placement rule's,
+            not the start's order). Default False.
     """
 
     # BEGIN GENERATED FIELDS (Guest): python -m vcpulab._codegen
@@ -915,6 +927,8 @@ class Guest(_Base):
     wake_wide: bool = field(default=True, metadata=_NEW)
     recent_used_cpu: bool = field(default=True, metadata=_NEW)
     idle_scan: str = field(default="sis_util", metadata=_NEW)
+    vcpu_start_ns: int = field(default=0, metadata=_NEW)
+    vcpu0_waits_for_starts: bool = field(default=False, metadata=_NEW)
     # END GENERATED FIELDS
 
 

@@ -153,6 +153,25 @@ pub struct GuestConfig {
     #[schemars(extend("default" = "sis_util"))]
     #[schemars(extend("x-omit-default" = true))]
     pub idle_scan: IdleScan,
+    /// Guest kernel work each vCPU runs when it first enters the guest,
+    /// before its scheduler picks a thread, ns: a program's start (enabling
+    /// its LAPIC, its first instructions and their first-touch faults). It
+    /// runs with interrupts off (an IPI waits for its end) and holds the
+    /// vCPU's CPU as any guest work does; preempted, it goes on where it
+    /// stopped. Default 0 (every vCPU picks a thread at its first entry).
+    /// The twins of real runs under vcpulab's scheduler set it to the
+    /// start measured on the real vCPUs (`vcpulab.twins.vcpu_start_of`).
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub vcpu_start_ns: u64,
+    /// The VM's first vCPU, after its start, spins until every other vCPU
+    /// of the VM has run its start and has nothing to run, and only then
+    /// picks a thread: the start of vcpulab's guest programs whose vCPU 0
+    /// hands out work (`WakePlacement`'s waker waits for every worker's
+    /// idle flag, so its first choice is the placement rule's, not the
+    /// start's order). Default False.
+    #[schemars(extend("x-omit-default" = true))]
+    pub vcpu0_waits_for_starts: bool,
 }
 
 /// The guest kernel's wake-up placement (`select_task_rq` of the guest's
@@ -216,6 +235,8 @@ impl Default for GuestConfig {
             wake_wide: true,
             recent_used_cpu: true,
             idle_scan: IdleScan::SisUtil,
+            vcpu_start_ns: 0,
+            vcpu0_waits_for_starts: false,
         }
     }
 }

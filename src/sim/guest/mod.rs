@@ -40,13 +40,21 @@ impl Sim {
                 self.set_act(v, Act::IdlePoll { start: self.now, end }, NEVER, C_IDLEPOLL);
                 return;
             }
+            // the vCPU's start (interrupts off) comes before anything else
+            if !self.vcpus[v].started {
+                if self.vcpus[v].start_rem > 0 {
+                    self.start_exec(v, ExecWhat::Start);
+                    return;
+                }
+                self.vcpus[v].started = true;
+            }
             // a handler interrupted by the host goes on; a new one waits while interrupts are off
             if self.vcpus[v].ipi_rem > 0 || (!self.vcpus[v].ipis.is_empty() && !self.irqs_disabled(v)) {
                 if self.vcpus[v].ipi_rem == 0 {
                     let vm = self.vm_of(v);
                     self.vcpus[v].ipi_rem = self.ipi_handler_ns(vm).max(1);
                 }
-                self.start_exec(v, true);
+                self.start_exec(v, ExecWhat::Ipi);
                 return;
             }
             if self.token_unheld(self.vcpus[v].task as usize) {
@@ -54,6 +62,15 @@ impl Sim {
                 let end = self.now + self.cfg.host.token_wake_exit_ns;
                 self.start_exit(v, end, ExitKind::TokenAsk, C_EXIT);
                 return;
+            }
+            if self.vcpus[v].start_wait {
+                // vCPU 0 waits, spinning, until every other vCPU has started and is idle
+                if self.others_started_and_idle(v) {
+                    self.vcpus[v].start_wait = false;
+                } else {
+                    self.start_spin(v, false);
+                    return;
+                }
             }
             let vc = &mut self.vcpus[v];
             let t = match vc.cur {
@@ -87,7 +104,7 @@ impl Sim {
                 Step::Begin => self.begin_phase(v, t),
                 Step::Work { hold, .. } => {
                     if self.threads[t].rem > 0 {
-                        self.start_exec(v, false);
+                        self.start_exec(v, ExecWhat::Thread);
                         Flow::Started
                     } else {
                         self.finish_work(v, t, hold)
@@ -117,6 +134,14 @@ impl Sim {
     #[inline]
     pub(crate) fn irqs_disabled(&self, v: usize) -> bool {
         self.vcpus[v].cur.is_some_and(|t| self.threads[t as usize].irqs_off)
+    }
+
+    /// Every vCPU of `v`'s VM but `v` has run its start and has nothing to
+    /// run (`Guest.vcpu0_waits_for_starts`).
+    fn others_started_and_idle(&self, v: usize) -> bool {
+        let vm = self.vm_of(v);
+        let (v0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
+        (v0..v0 + n).filter(|&c| c != v).all(|c| self.vcpus[c].started && self.guest_idle_cpu(c))
     }
 
     pub(crate) fn ipi_handler_ns(&self, vm: usize) -> Ns {

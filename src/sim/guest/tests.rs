@@ -4,7 +4,7 @@
 
 use super::super::config::*;
 use super::super::engine::Sim;
-use super::super::state::{Act, Step, TState};
+use super::super::state::{Act, ExecWhat, Step, TState};
 use super::*;
 use crate::sim::test_util::sim_of;
 
@@ -793,5 +793,119 @@ fn an_irqs_off_lock_defers_ipis_and_a_halted_waiter_wakes_on_its_kick_only() {
         // the lock and (interrupts off until its own release) runs its handler after that
         s.step_until(4_200_000).unwrap();
         assert!(s.vcpus[hv].ipis.is_empty() && s.vcpus[wv].ipis.is_empty(), "irqs_off {irqs_off}");
+    }
+}
+
+/// One VM of `v` vCPUs on `v` CPUs, one thread per vCPU computing 100 µs
+/// per operation, each vCPU starting with `start_ns` of guest work.
+fn starting(v: u32, start_ns: u64) -> SimConfig {
+    SimConfig {
+        duration_ns: 2_000_000,
+        host: HostConfig { n_pcpus: v, affinity: Affinity::RoundRobin, ..Default::default() },
+        vms: vec![VmConfig {
+            vcpus: v,
+            ple: PleConfig { enabled: false, ..Default::default() },
+            policy: PolicyConfig { kind: PolicyKind::NoYield, ..Default::default() },
+            guest: GuestConfig { vcpu_start_ns: start_ns, ..Default::default() },
+            workload: WorkloadConfig {
+                phases: vec![Phase::Compute { ns: 100_000, dist: Dist::Fixed, mode: Mode::User, prob: 1.0 }],
+                ..Default::default()
+            },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_vcpu_runs_its_start_before_its_guest_scheduler_picks_a_thread() {
+    let mut s = sim_of(&starting(2, 300_000));
+    s.step_until(299_000).unwrap();
+    for v in 0..2 {
+        assert!(
+            matches!(s.vcpus[v].act, Act::Exec { what: ExecWhat::Start, .. }),
+            "vCPU {v} still starting: {:?}",
+            s.vcpus[v].act
+        );
+        assert_eq!(s.vcpus[v].cur, None, "no thread picked yet");
+    }
+    s.step_until(301_000).unwrap();
+    for v in 0..2 {
+        assert!(matches!(s.vcpus[v].act, Act::Exec { what: ExecWhat::Thread, .. }), "{:?}", s.vcpus[v].act);
+        assert_eq!(s.vcpus[v].start_rem, 0);
+    }
+    // 2 ms of 100-µs operations: a 300-µs start costs each vCPU 3 of them
+    let ops = |c: &SimConfig| crate::sim::run(c).unwrap().summary.u64s("ops")[0];
+    let (plain, started) = (ops(&starting(2, 0)), ops(&starting(2, 300_000)));
+    assert_eq!(plain - started, 6, "{plain} {started}");
+}
+
+#[test]
+fn a_preempted_start_goes_on_where_it_stopped() {
+    // two vCPUs on one CPU, each starting with 10 ms of guest work: the
+    // host's slices interleave the two starts, and each vCPU picks its
+    // thread after 10 ms of its own start, not 10 ms after it first ran
+    let mut c = starting(2, 10_000_000);
+    c.duration_ns = 40_000_000;
+    c.host.n_pcpus = 1;
+    c.host.affinity = Affinity::Pinned;
+    let mut s = sim_of(&c);
+    const DT: u64 = 10_000;
+    let mut starting_ns = [0u64; 2];
+    let mut first_ran: [Option<u64>; 2] = [None; 2];
+    let mut picked: [Option<u64>; 2] = [None; 2];
+    for step in 1..=3_000u64 {
+        s.step_until(step * DT).unwrap();
+        for v in 0..2 {
+            if s.vcpus[v].running.is_some() {
+                first_ran[v].get_or_insert(step * DT);
+                if matches!(s.vcpus[v].act, Act::Exec { what: ExecWhat::Start, .. }) {
+                    starting_ns[v] += DT;
+                }
+            }
+            if picked[v].is_none() && s.vcpus[v].cur.is_some() {
+                picked[v] = Some(step * DT);
+            }
+        }
+    }
+    for v in 0..2 {
+        let (first, pick) = (first_ran[v].unwrap(), picked[v].expect("the thread runs after the start"));
+        assert!(starting_ns[v].abs_diff(10_000_000) <= 2 * DT, "vCPU {v} started {} ns", starting_ns[v]);
+        assert!(pick >= first + 10_000_000, "vCPU {v}: first ran {first}, picked {pick}");
+    }
+    // the host interleaved them: one start was preempted by the other
+    let (a, b) = (picked[0].unwrap(), picked[1].unwrap());
+    assert!(a.max(b) - first_ran[if a > b { 0 } else { 1 }].unwrap() > 10_000_000 + 2 * DT, "{a} {b} {first_ran:?}");
+}
+
+#[test]
+fn vcpu0_waits_for_every_other_vcpus_start_when_told() {
+    // three vCPUs on two CPUs (vCPUs 0 and 2 share CPU 0), one thread (on
+    // vCPU 0), 300-µs starts: with the wait, vCPU 0 spins after its start
+    // until vCPUs 1 and 2 have run theirs and are idle (vCPU 2 only when the
+    // host preempts the spinning vCPU 0), and only then runs its thread
+    for wait in [false, true] {
+        let mut c = starting(3, 300_000);
+        c.duration_ns = 40_000_000;
+        c.host.n_pcpus = 2;
+        c.vms[0].threads = 1;
+        c.vms[0].guest.vcpu0_waits_for_starts = wait;
+        let mut s = sim_of(&c);
+        let (mut picked, mut spun) = (None, false);
+        for step in 1..=20_000u64 {
+            s.step_until(step * 1_000).unwrap();
+            spun |= matches!(s.vcpus[0].act, Act::Spin { .. }) && s.vcpus[0].running.is_some();
+            if picked.is_none() && s.vcpus[0].cur.is_some() {
+                picked = Some((step * 1_000, s.vcpus[1].started && s.vcpus[2].started));
+            }
+        }
+        let (at, others_started) = picked.expect("vCPU 0 runs its thread");
+        if wait {
+            assert!(others_started && spun, "picked at {at} ns before the others started");
+            assert!(at >= 600_000, "{at}");
+        } else {
+            assert!(!spun);
+            assert!(at <= 302_000, "{at}");
+        }
     }
 }
