@@ -115,6 +115,42 @@ def test_under_round_robin_a_woken_vcpu_takes_the_idle_cpu_its_thread_is_on(kvm_
     assert chosen > 50 and kept > 0.5 * chosen, (chosen, kept)
 
 
+def test_the_twin_runs_the_vcpus_measured_start_and_the_wakers_wait(kvm_host: Any) -> None:
+    """Each real vCPU holds its first token for its program's start before it
+    halts: vcpu_start_of reads it from the decision log (the shortest such
+    first hold of the run), and the twin of the run gives every vCPU that
+    start and makes the waker wait for every worker, as the program does.
+    What the two do to the cell's mode is measured in docs/twins.md."""
+    from vcpulab import twins
+
+    cpus = sorted(_core.allowed_cpus())[:2]
+    r = _run(
+        workload=WakePlacement(rule="pcpu_is_idle"), vcpus=3, pcpus=cpus, duration_s=0.1, scheduler=sched.round_robin()
+    )
+    d = r.schedule.sort("t_ns")
+    holds = []
+    for g in range(3):
+        t0 = d.filter(d["in_vcpu"] == g)["t_ns"][0]
+        out = d.filter((d["out_vcpu"] == g) & (d["t_ns"] >= t0)).head(1)
+        if out["why"][0] == "halt":
+            holds.append(int(out["t_ns"][0] - t0))
+    start = twins.vcpu_start_of([r])
+    # (a first hold ends in a halt unless a busy host stretched a start past the slice)
+    assert start == (min(holds) if holds else None), (start, holds)
+    assert start is None or 0 < start < 50e6
+    cfg = twins.twin(r, twins.reference_calibration())
+    assert cfg.vms[0].guest.vcpu_start_ns == (round(start) if start else 0)
+    assert cfg.vms[0].guest.vcpu0_waits_for_starts
+    # under the host's scheduler no start is observed: the twin has none, the waker still waits
+    host = twins.twin(
+        twins.Experiment(WakePlacement(), 3, tuple(cpus), pinning="shared"), twins.reference_calibration()
+    )
+    assert host.vms[0].guest.vcpu_start_ns == 0 and host.vms[0].guest.vcpu0_waits_for_starts
+    assert twins.vcpu_start_of([_run(workload=SpinLock(), vcpus=1, pcpus=cpus[:1], duration_s=0.05)]) is None
+    with pytest.raises(ValueError, match="vcpu_start_ns"):
+        twins.twin(r, twins.reference_calibration(), vcpu_start_ns=-1.0)
+
+
 def test_guest_path_counts_a_wake_placement_item(kvm_host: Any) -> None:
     """Every guest instruction is emulated here, so KVM's insn_emulation counts
     them: the twin's count of one item (waker + worker + the work loop,

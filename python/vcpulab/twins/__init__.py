@@ -91,6 +91,7 @@ from vcpulab.twins._twin import (
     start_gap_of,
     twin,
     twin_machine_cpus,
+    vcpu_start_of,
     wake_poll_iter_ns,
 )
 from vcpulab.twins._values import (
@@ -160,4 +161,5 @@ __all__ = [
     "twin",
     "twin_machine_cpus",
     "vcpu_slices",
+    "vcpu_start_of",
 ]

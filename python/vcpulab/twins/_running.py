@@ -30,7 +30,7 @@ from vcpulab.twins._metrics import (
     sim_metrics,
     sim_steal_intervals,
 )
-from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin
+from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin, vcpu_start_of
 from vcpulab.twins._values import Calibration, host_knobs
 from vcpulab.validation._score import bimodal
 
@@ -93,8 +93,10 @@ def run_sim(
     other_load: OtherLoad | None = None,
     trace_all: bool = False,
     start_gap_ns: float | None = None,
+    vcpu_start_ns: float | None = None,
 ) -> list[tuple[sim.Config, sim.Result]]:
-    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``, ``start_gap_ns``: see [`twin`][vcpulab.twins.twin]).
+    """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``,
+    ``start_gap_ns``, ``vcpu_start_ns``: see [`twin`][vcpulab.twins.twin]).
     ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     check_int("seeds", seeds, 1, 1000)
     out = []
@@ -109,6 +111,7 @@ def run_sim(
             other_burst_ns=other_burst_ns,
             other_load=other_load,
             start_gap_ns=start_gap_ns,
+            vcpu_start_ns=vcpu_start_ns,
         )
         out.append((cfg, sim.run(cfg)))
     return out
@@ -171,7 +174,9 @@ def compare(
     ``"one_task"`` the previous model, all of the measured share as one
     background task per CPU ([`background_for`][vcpulab.twins.background_for]); ``"none"`` simulates
     an idle host. The twin's vCPU threads start as the real trials' did
-    ([`start_gap_of`][vcpulab.twins.start_gap_of]).
+    ([`start_gap_of`][vcpulab.twins.start_gap_of]), and under vcpulab's
+    scheduler each twin vCPU runs the real vCPUs' measured start
+    ([`vcpu_start_of`][vcpulab.twins.vcpu_start_of]).
 
     Columns: ``metric``, ``unit``, ``real`` (mean over trials) with
     ``real_lo``/``real_hi`` (95 % t interval inside the metric's range,
@@ -259,11 +264,11 @@ def _compare_rows(
     share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
-    gap = start_gap_of(runs)
+    gap, vstart = start_gap_of(runs), vcpu_start_of(runs)
     if load == "measured" and ol is not None:
-        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace, start_gap_ns=gap)
+        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace, start_gap_ns=gap, vcpu_start_ns=vstart)
     else:
-        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap)
+        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap, vcpu_start_ns=vstart)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality.disturbed)

@@ -211,6 +211,38 @@ def start_gap_of(runs: Sequence[Run]) -> float | None:
     return float(np.median(gaps)) if gaps else None
 
 
+def vcpu_start_of(runs: Sequence[Run]) -> float | None:
+    """The measured start of a real vCPU under vcpulab's scheduler, ns: its
+    program's start (enabling its LAPIC, its first instructions and their
+    first-touch faults, emulated here) and its few instructions to its first
+    halt. Per run, the shortest first hold of a token among its vCPUs whose
+    first hold ends in a halt (from ``Run.schedule``: the vCPU's first grant
+    to its first release, ``why == "halt"``); the median over the runs. None
+    for runs without a decision log (under the host's scheduler the start
+    is not observed) or with no vCPU that halted first.
+
+    Measured here (2-CPU AMD EPYC, kvm_pvm, 2026-12-06): 127-218 µs per run
+    (``WakePlacement`` under ``round_robin``, 8 runs); a vCPU whose first
+    hold does more (the waker, spinning until every worker is idle) held it
+    up to 3.3 ms. Used as the twin's ``Guest.vcpu_start_ns``."""
+    starts: list[float] = []
+    for r in runs:
+        d = getattr(r, "schedule", None)
+        if d is None or d.height == 0:
+            continue
+        d = d.sort("t_ns", maintain_order=True)
+        best: float | None = None
+        for (vm, vcpu), g in d.filter(pl.col("in_vcpu") >= 0).group_by(["in_vm", "in_vcpu"]):
+            t0 = int(g["t_ns"].min())  # type: ignore[arg-type]
+            out = d.filter((pl.col("out_vm") == vm) & (pl.col("out_vcpu") == vcpu) & (pl.col("t_ns") >= t0)).head(1)
+            if out.height and out["why"][0] == "halt":
+                hold = float(out["t_ns"][0] - t0)
+                best = hold if best is None else min(best, hold)
+        if best is not None:
+            starts.append(best)
+    return float(np.median(starts)) if starts else None
+
+
 def _start_gap(v: Any) -> float:
     """``start_gap_ns`` as a float of ns in [0, 1e9] (numpy's numbers too), else ValueError."""
     ok = not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and 0 <= float(v) <= 1e9
@@ -229,6 +261,7 @@ def twin(
     other_burst_ns: float | None = None,
     other_load: OtherLoad | None = None,
     start_gap_ns: float | None = None,
+    vcpu_start_ns: float | None = None,
 ) -> sim.Config:
     """The simulated configuration of the real experiment ``exp``.
 
@@ -270,7 +303,12 @@ def twin(
       onto a busy CPU (``Host.slice_check_on_wakeup``, as the kernel's
       ``update_curr`` does at enqueue) and protects a picked task's slice
       against wake-ups (``Host.run_to_parity``: this host's 6.18 kernel has
-      RUN_TO_PARITY on, the default).
+      RUN_TO_PARITY on, the default). Under vcpulab's schedulers each vCPU
+      first runs ``vcpu_start_ns`` of guest work holding its token
+      (``Guest.vcpu_start_ns``: the real program's start, measured on the
+      real runs by [`vcpu_start_of`][vcpulab.twins.vcpu_start_of]; a Run
+      passed as ``exp`` brings its own; None or 0: none). Under the host's
+      scheduler the start is not observed and the twin has none.
 
     IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
       1 ``Recv, Compute(the round's timed instructions), Send``
@@ -326,6 +364,8 @@ def twin(
         check_type("other_load", other_load, OtherLoad)
     if start_gap_ns is not None:
         start_gap_ns = _start_gap(start_gap_ns)
+    if vcpu_start_ns is not None:
+        vcpu_start_ns = check_float("vcpu_start_ns", vcpu_start_ns, 0.0, 1e9, unit="ns")
     check_int("seed", seed, 0, 2**64 - 1)
     check_bool("trace", trace)
     if isinstance(exp, Run):
@@ -334,6 +374,8 @@ def twin(
             other_share = min(exp.quality.other_share, 0.99)
         if start_gap_ns is None:
             start_gap_ns = start_gap_of([exp])
+        if vcpu_start_ns is None:
+            vcpu_start_ns = vcpu_start_of([exp])
         exp = Experiment.from_run(exp)
     check_type("exp", exp, Experiment)
     if cal is not None:
@@ -483,9 +525,17 @@ def twin(
             # the real poll counts its checks down: time switched out or in a handler is not polled
             pv_kw["guest_idle_poll_limit"] = "checks"
         threads = 2
+    guest_kw: dict[str, Any] = {}
+    if vcpu_start_ns is not None and vcpu_start_ns >= 1 and exp.scheduler is not None:
+        # every vCPU runs its program's start before its guest scheduler picks a thread
+        guest_kw["vcpu_start_ns"] = int(round(vcpu_start_ns))
+    if isinstance(w, WakePlacement):
+        # the waker hands out its first item once every worker is idle
+        guest_kw["vcpu0_waits_for_starts"] = True
     vm = sim.Vm(
         vcpus=exp.vcpus,
         threads=threads,
+        guest=sim.Guest(**guest_kw),
         workload=sim.Workload(**wkw),
         ple=ple,
         policy=policy,
