@@ -319,7 +319,9 @@ def twin(
 
     WakePlacement → thread 0, the waker, bound to vCPU 0
       (``Workload.thread0_bound``), ``Compute(waker path), Send,
-      Compute(its instructions after the IPI), Recv``; one worker thread
+      Compute(its instructions after the IPI), Recv``, starting once every
+      other vCPU has started and is idle (``Guest.vcpu0_waits_for_starts``:
+      the real waker waits for every worker's idle flag); one worker thread
       ``Recv, Compute(worker path + work loop), Send, Compute(after the
       IPI)`` (with ``pv_exits`` each halt bracket adds ``uexit_ns``) (one item
       at a time: one worker is busy at a time, and the guest's placement
