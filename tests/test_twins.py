@@ -567,7 +567,12 @@ def test_compare_frame(kvm_host: Host) -> None:
         "disturbed_trials",
         "other_share_max",
         "steal_by_construction",
+        "start_gap_ns",
+        "vcpu_start_ns",
     } <= set(c.columns)
+    # two vCPUs: the twin was given the trials' measured start gap; under the host's scheduler no vCPU start
+    assert c["start_gap_ns"].n_unique() == 1 and 0 < c["start_gap_ns"][0] < 1e9
+    assert c["vcpu_start_ns"].is_nan().all()
     row = c.row(by_predicate=pl.col("metric") == "acq_per_s", named=True)
     assert row["real"] > 0 and row["sim"] > 0 and row["real_lo"] <= row["real"] <= row["real_hi"]
     # the values behind the means: one per real trial, one per twin seed

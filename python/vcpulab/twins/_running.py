@@ -194,8 +194,11 @@ def compare(
     took), ``other_share_twin`` (the mean share the twin was given),
     ``other_short_fraction`` and ``other_burst_ns`` (the short tasks' part of
     the others' CPU time and their mean burst, ns, pooled over the trials:
-    [`OtherLoad`][vcpulab.twins.OtherLoad]) and ``steal_by_construction``. Pass ``real`` to reuse
-    real runs of ``exp``.
+    [`OtherLoad`][vcpulab.twins.OtherLoad]), ``steal_by_construction``, and what the twin's start
+    was given, measured on the real trials: ``start_gap_ns``
+    ([`start_gap_of`][vcpulab.twins.start_gap_of]) and ``vcpu_start_ns``
+    ([`vcpu_start_of`][vcpulab.twins.vcpu_start_of], under vcpulab's
+    scheduler; NaN where none). Pass ``real`` to reuse real runs of ``exp``.
 
     ``trace=True``: the real trials are traced (``run(trace=True)``) and two
     more rows compare distributions ([`distributions`][vcpulab.twins.distributions], trials and seeds
@@ -337,6 +340,10 @@ def _compare_rows(
         pl.lit(burst, dtype=pl.Float64).alias("other_burst_ns"),
         pl.lit(ol.short_fraction if ol is not None else float("nan"), dtype=pl.Float64).alias("other_short_fraction"),
         pl.lit(bool(share > 0 and isinstance(exp.workload, _RUNNABLE))).alias("steal_by_construction"),
+        pl.lit(float("nan") if gap is None else gap, dtype=pl.Float64).alias("start_gap_ns"),
+        pl.lit(float("nan") if vstart is None or exp.scheduler is None else vstart, dtype=pl.Float64).alias(
+            "vcpu_start_ns"
+        ),
     )
 
 
