@@ -382,19 +382,29 @@ def test_the_kernel_trace_agrees_gang_vms_do_not_run_together(kvm_host: Any) -> 
     kernel's sched_switch records, which this kernel leaves out on some
     switches (vcpulab.tracing, ``inferred_switch_ins``), so a disturbed run is
     measured again (vcpulab.testing.remeasure) and a failure says where the
-    overlap was. The decision log's own check is exact
-    (test_gang_runs_a_vm_all_or_none)."""
+    overlap was. Only the scheduler's span counts (its first grant to its
+    last decision): before the first grant the four threads create and set
+    up their vCPUs side by side, not yet under the policy (0-0.16 ms of
+    overlap here, more on a slow start). The decision log's own check is
+    exact (test_gang_runs_a_vm_all_or_none)."""
     from vcpulab.testing import remeasure
 
     def check(r: Any) -> None:
-        t = r.trace.filter(pl.col("vm") >= 0)
+        d = r.schedule
+        lo, hi = int(d["t_ns"].min()), int(d["t_ns"].max())
+        every = r.trace.filter(pl.col("vm") >= 0)
+        t = every.with_columns(pl.col("start_ns").clip(lo, hi), pl.col("end_ns").clip(lo, hi)).filter(
+            pl.col("end_ns") > pl.col("start_ns")
+        )
         a, b = t.filter(pl.col("vm") == 0), t.filter(pl.col("vm") == 1)
         both = overlap_ns(a, b)
         total = int((t["end_ns"] - t["start_ns"]).sum())
+        outside = overlap_ns(every.filter(pl.col("vm") == 0), every.filter(pl.col("vm") == 1)) - both
         info = {k: r.trace_info.get(k) for k in ("inferred_switch_ins", "lost", "truncated")}
         assert both < 0.02 * total, (
-            f"VMs ran together {both / 1e6:.1f} ms of {total / 1e6:.1f} ms; longest: {_longest_overlap(a, b)}; "
-            f"trace {info}; {r.quality.line()}"
+            f"VMs ran together {both / 1e6:.1f} ms of {total / 1e6:.1f} ms between the first grant at "
+            f"{lo / 1e6:.2f} ms and the last decision at {hi / 1e6:.2f} ms ({outside / 1e6:.2f} ms outside); "
+            f"longest: {_longest_overlap(a, b)}; trace {info}; {r.quality.line()}"
         )
 
     remeasure(
