@@ -479,10 +479,12 @@ impl Sim {
 
     pub(crate) fn guest_idle(&mut self, v: usize) {
         let vm = self.vm_of(v);
-        let v0 = self.vms[vm].vcpu0 as usize;
-        if v0 != v && self.vcpus[v0].start_wait {
-            // vCPU 0 waits for every other one to be idle: it looks again
-            self.poke(v0);
+        if self.vms[vm].cfg.guest.vcpu0_waits_for_starts {
+            let v0 = self.vms[vm].vcpu0 as usize;
+            if v0 != v && self.vcpus[v0].start_wait {
+                // vCPU 0 waits for every other one to be idle: it looks again
+                self.poke(v0);
+            }
         }
         let pv = &self.vms[vm].cfg.pv;
         let poll = pv.guest_idle_poll_ns;
