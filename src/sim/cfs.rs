@@ -13,7 +13,7 @@
 //! applied (every task starts by a wake-up at time 0); the BASE_SLICE floor
 //! (v5.13+) applies in every era (it only matters with unequal weights).
 
-use super::config::Scheduler;
+use super::config::{Scheduler, WakeupDist};
 use super::engine::Sim;
 use super::queue::Ev;
 use super::state::*;
@@ -258,8 +258,8 @@ impl Sim {
     /// Delay before a vCPU woken onto `cpu` takes effect there: the IPI
     /// (`wakeup_ipi_ns`), plus, if the CPU is idle, the exit latency of the
     /// deepest idle state whose target residency it has been idle for (a
-    /// governor that predicted the idle time right); each jittered by
-    /// `wakeup_jitter`.
+    /// governor that predicted the idle time right); the sum jittered by
+    /// `wakeup_jitter` as `wakeup_dist` says.
     pub(crate) fn wake_delay(&mut self, cpu: usize, idle: bool) -> Ns {
         let h = &self.cfg.host;
         let mut d = h.wakeup_ipi_ns;
@@ -272,7 +272,16 @@ impl Sim {
         let j = h.wakeup_jitter;
         if d > 0 && j > 0.0 {
             let u: f64 = self.rng2.random::<f64>();
-            d = (d as f64 * (1.0 - j + 2.0 * j * u)).round() as Ns;
+            let f = match h.wakeup_dist {
+                WakeupDist::Uniform => 1.0 - j + 2.0 * j * u,
+                WakeupDist::Lognormal => {
+                    // Box-Muller: a standard normal from two uniforms of the second stream
+                    let u2: f64 = self.rng2.random::<f64>();
+                    let z = (-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                    (j * z).exp().min(50.0)
+                }
+            };
+            d = (d as f64 * f).round() as Ns;
         }
         d
     }

@@ -237,6 +237,23 @@ fn a_woken_vcpu_reaches_an_idle_cpu_after_the_ipi_and_idle_exit_latency() {
         let d = s.wake_delay(0, false);
         assert!((750..=2_250).contains(&d), "{d}");
     }
+    // log-normal: the value is the median, the log's standard deviation j, a right tail, a cap
+    s.cfg.host.wakeup_dist = WakeupDist::Lognormal;
+    s.cfg.host.wakeup_jitter = 0.3;
+    let mut d: Vec<f64> = (0..20_000).map(|_| s.wake_delay(0, false) as f64).collect();
+    d.sort_by(|a, b| a.total_cmp(b));
+    let q = |p: f64| d[(p * (d.len() - 1) as f64) as usize];
+    assert!((q(0.5) / 1_500.0 - 1.0).abs() < 0.02, "median {}", q(0.5));
+    // exp(±1.2816 × 0.3): p10 0.681, p90 1.469 of the median
+    assert!(
+        (q(0.1) / 1_500.0 - 0.681).abs() < 0.02 && (q(0.9) / 1_500.0 - 1.469).abs() < 0.03,
+        "{} {}",
+        q(0.1),
+        q(0.9)
+    );
+    assert!(q(0.9) - q(0.5) > q(0.5) - q(0.1), "a right tail");
+    s.cfg.host.wakeup_jitter = 1.0;
+    assert!((0..20_000).all(|_| s.wake_delay(0, false) <= 50 * 1_500), "capped at 50x");
 }
 
 #[test]

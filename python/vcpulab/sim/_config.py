@@ -369,8 +369,12 @@ class Host(_Base):
             deepest state whose target residency the CPU has been idle for (an idle governor that
             predicted right). Default () (off). `sim.IDLE_STATES_SKX` holds the intel_idle table of
             a Skylake-SP server.
-        wakeup_jitter: Relative jitter of both wake-up latencies: each is drawn uniformly in [1
-            - j, 1 + j] × its value. Default 0.0. Suggested 0.5 (assumption).
+        wakeup_jitter: Relative jitter of both wake-up latencies: with `wakeup_dist` `"uniform"`
+            each is drawn uniformly in [1 - j, 1 + j] × its value; with `"lognormal"` j is the
+            standard deviation of its logarithm (the value is the median). Default 0.0. Suggested
+            0.5 (assumption); the twins measure it (`twins.calibrate`'s `ipi_wake_spread`).
+        wakeup_dist: The distribution of a jittered wake-up latency: `"uniform"` (mean kept) or
+            `"lognormal"` (median kept, a right tail). Default `"uniform"`.
         noise: Host noise (kernel threads, VMM I/O threads), see
             [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
         cfs: Tunables of `scheduler="cfs"`, see [`Cfs`][vcpulab.sim.Cfs]. Default ``Cfs()``.
@@ -548,6 +552,7 @@ class Host(_Base):
     wakeup_ipi_ns: int = field(default=0, metadata=_NEW)
     idle_states: tuple[tuple[int, int], ...] = field(default=(), metadata=_NEW)
     wakeup_jitter: float = field(default=0.0, metadata=_NEW)
+    wakeup_dist: str = field(default="uniform", metadata=_NEW)
     noise: HostNoise = field(default_factory=HostNoise, metadata=_NEW)
     cfs: Cfs = field(default_factory=Cfs, metadata=_NEW)
     sockets: int = field(default=1, metadata=_NEW)

@@ -104,6 +104,20 @@ pub enum YieldScope {
     VmGroup,
 }
 
+/// The distribution of a wake-up latency around its value (`HostConfig::wakeup_dist`).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupDist {
+    /// Uniform in [1 - j, 1 + j] x the value (`wakeup_jitter` = j).
+    #[default]
+    Uniform,
+    /// Log-normal with the value as its median and `wakeup_jitter` as the
+    /// standard deviation of its logarithm: a right tail, as measured wake-up
+    /// paths have (a few wake-ups wait for the CPU, an interrupt or a deeper
+    /// idle exit), capped at 50x the value.
+    Lognormal,
+}
+
 /// The order of the vCPU threads' arrivals (`HostConfig::start_order`).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
@@ -312,12 +326,19 @@ pub struct HostConfig {
     #[schemars(schema_with = "idle_states_schema")]
     #[schemars(extend("x-omit-default" = true))]
     pub idle_states: Vec<(u64, u64)>,
-    /// Relative jitter of both wake-up latencies: each is
-    /// drawn uniformly in [1 - j, 1 + j] × its value. Default 0.0.
-    /// Suggested 0.5 (assumption).
+    /// Relative jitter of both wake-up latencies: with `wakeup_dist`
+    /// `"uniform"` each is drawn uniformly in [1 - j, 1 + j] × its value;
+    /// with `"lognormal"` j is the standard deviation of its logarithm (the
+    /// value is the median). Default 0.0. Suggested 0.5 (assumption); the
+    /// twins measure it (`twins.calibrate`'s `ipi_wake_spread`).
     #[schemars(range(min = 0.0, max = 1.0))]
     #[schemars(extend("x-omit-default" = true))]
     pub wakeup_jitter: f64,
+    /// The distribution of a jittered wake-up latency: `"uniform"` (mean
+    /// kept) or `"lognormal"` (median kept, a right tail). Default
+    /// `"uniform"`.
+    #[schemars(extend("x-omit-default" = true))]
+    pub wakeup_dist: WakeupDist,
     /// Host noise (kernel threads, VMM I/O threads), see
     /// [`HostNoise`][vcpulab.sim.HostNoise]. Default off.
     #[schemars(extend("x-omit-default" = true))]
@@ -749,6 +770,7 @@ impl Default for HostConfig {
             wakeup_ipi_ns: 0,
             idle_states: Vec::new(),
             wakeup_jitter: 0.0,
+            wakeup_dist: WakeupDist::Uniform,
             noise: HostNoise::default(),
             cfs: CfsConfig::default(),
             sockets: 1,
