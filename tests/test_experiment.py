@@ -178,6 +178,9 @@ def test_ipi_ping_pong_latency(kvm_host: Host) -> None:
         print(f"IPI rtt median: halt_poll_ns=0 {r_off:.1f} us, 200000 {r_on:.1f} us; polling run {on.quality.line()}")
         assert off.results["rounds"][0] == on.results["rounds"][0] == 400
         assert off.results["replies"][1] == 400
+        # the round trips' spread, in order (the twins' calibration reads p10-p90)
+        q = [off.results[f"rtt_{k}_us"][0] for k in ("p10", "median", "p90", "p99")]
+        assert 0 < q[0] <= q[1] <= q[2] <= q[3], q
         # vCPU 0 halts once per round; vCPU 1 once per request (+ the final wake-up)
         assert _halt_exits(off) >= 800
         assert r_on < r_off, f"IPI rtt median with polling {r_on:.1f} us, without {r_off:.1f} us"

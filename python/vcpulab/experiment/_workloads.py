@@ -234,8 +234,9 @@ class IpiPingPong(Workload):
     an IPI to vCPU 1 and halts until its reply; ``rounds`` times (at most
     16,384: the guest records every round). Needs two vCPUs.
 
-    Result columns (on vCPU 0's row): rounds, rtt_median_us, rtt_p99_us
-    (guest RDTSC, converted with KVM's TSC frequency); vCPU 1's row has replies.
+    Result columns (on vCPU 0's row): rounds, rtt_median_us, rtt_p10_us,
+    rtt_p90_us, rtt_p99_us (guest RDTSC, converted with KVM's TSC frequency);
+    vCPU 1's row has replies.
     """
 
     rounds: int = 1000
@@ -264,11 +265,13 @@ class IpiPingPong(Workload):
         done = int(r["rounds_done"][0])
         rtt = r["rtt_cycles"][:done] / khz * 1e3
         med = float(np.median(rtt)) if done else float("nan")
-        p99 = float(np.percentile(rtt, 99)) if done else float("nan")
+        p10, p90, p99 = (float(np.percentile(rtt, q)) if done else float("nan") for q in (10, 90, 99))
         return {
             "rounds": [done, 0],
             "replies": [0, int(r["replies"][0])],
             "rtt_median_us": [med, float("nan")],
+            "rtt_p10_us": [p10, float("nan")],
+            "rtt_p90_us": [p90, float("nan")],
             "rtt_p99_us": [p99, float("nan")],
         }
 
