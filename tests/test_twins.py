@@ -196,6 +196,41 @@ def test_ipi_ping_pong_twin_is_an_initiator_beside_a_responder() -> None:
     assert m3["polled_per_halt"] > 0.9 and m3["rtt_median_us"] < 0.7 * rtt
 
 
+def test_the_ipi_wake_ups_spread_is_fitted_from_the_round_trips_and_drawn_by_ipi_twins() -> None:
+    """``ipi_wake_spread`` is the log standard deviation of one wake-up whose
+    pair spreads as the measured round trips did; a twin of an IPI workload
+    draws each wake-up from that log-normal, its median set so that two keep
+    the measured median round trip; other twins and calibrations without the
+    value keep the fixed wake-up."""
+    from vcpulab.twins import ipi_pair_median, ipi_wake_spread_of
+
+    assert ipi_pair_median(0.0) == pytest.approx(2.0)
+    assert ipi_wake_spread_of(0.0) == ipi_wake_spread_of(float("nan")) == 0.0 and ipi_wake_spread_of(50.0) == 1.0
+    spreads = [ipi_wake_spread_of(w) for w in (0.2, 0.5, 0.9)]
+    assert spreads == sorted(spreads) and 0 < spreads[0] < spreads[-1] < 1
+    # the fit inverts the width: a pair drawn with the fitted spread spreads as asked
+    rng = np.random.default_rng(1)
+    pair = np.exp(spreads[1] * rng.standard_normal((2, 200_000))).sum(axis=0)
+    q10, q50, q90 = np.percentile(pair, (10, 50, 90))
+    assert (q90 - q10) / q50 == pytest.approx(0.5, abs=0.02)
+    cal = fake_cal()
+    spread = 0.4
+    cal.values["ipi_wake_spread"] = Value(spread, "", "given by the test")
+    exp = Experiment(IpiPingPong(rounds=200, gap_us=50.0), 2, (0, 1), halt_poll_ns=0, duration_s=5.0)
+    h = twins.twin(exp, cal).host
+    assert h.wakeup_dist == "lognormal" and h.wakeup_jitter == spread
+    assert h.wakeup_ipi_ns == round(40_000 * 2 / ipi_pair_median(spread)) < 40_000
+    # the median round trip stays the measured one (two wake-ups and the timed instructions)
+    cfg = twins.twin(exp, cal, trace=True)
+    rtt = twins.sim_metrics(exp, cfg, sim.run(cfg), cal)["rtt_median_us"]
+    assert rtt == pytest.approx((2 * 40_000 + 80 * 400) / 1e3, rel=0.05)
+    # not an IPI workload, or no measured spread: the fixed wake-up
+    msi = twins.twin(Experiment(MsiPingPong(), 1, (0,), duration_s=0.2), cal).host
+    assert msi.wakeup_jitter == 0.0 and msi.wakeup_dist == "uniform" and msi.wakeup_ipi_ns == 40_000
+    plain = twins.twin(exp, fake_cal()).host
+    assert plain.wakeup_jitter == 0.0 and plain.wakeup_ipi_ns == 40_000
+
+
 def test_twin_wait_counts_the_waits_still_open_at_the_end() -> None:
     """TAS with 8 vCPUs on one CPU: most vCPUs wait at the end of the run; the
     real guest finishes and counts those waits, so the twin's mean includes
@@ -446,6 +481,8 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
     assert cal["tick_ns"] in (1_000_000, 2_000_000, 3_333_333, 4_000_000, 10_000_000)
     assert cal.frame().height == len(cal.values) and all(cal.frame()["how"].str.len_chars() > 0)
     assert twins.calibrate() is cal  # cached per process
+    # the IPI wake-ups' spread, from the same run's round trips (a log standard deviation)
+    assert 0.0 <= cal["ipi_wake_spread"] <= 1.0 and "p10-p90" in cal.values["ipi_wake_spread"].how
 
 
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:

@@ -48,7 +48,14 @@ responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
 
 from __future__ import annotations
 
-from vcpulab.twins._calibration import COST_REPEATS, IPI_OUTSIDE_INSNS, WAKE_POLL_CAL_CHECKS, calibrate
+from vcpulab.twins._calibration import (
+    COST_REPEATS,
+    IPI_OUTSIDE_INSNS,
+    WAKE_POLL_CAL_CHECKS,
+    calibrate,
+    ipi_pair_median,
+    ipi_wake_spread_of,
+)
 from vcpulab.twins._distributions import (
     TRACE_COLUMNS,
     WAKEUP_COLUMNS,
@@ -134,6 +141,8 @@ __all__ = [
     "WAKEUP_COLUMNS",
     "background_for",
     "calibrate",
+    "ipi_pair_median",
+    "ipi_wake_spread_of",
     "cell_factors",
     "cell_name",
     "compare",

@@ -50,7 +50,8 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
        [`guest_path`][vcpulab.twins.guest_path], totals from KVM's ``insn_emulation`` stat); the two
        runs give both costs. CPU time, not wall time, so another task on the
        CPU does not inflate it.
-    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``).
+    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``,
+       ``ipi_wake_spread``).
     2. Wake-up latencies: ``MsiPingPong`` on ``cpu`` (the host driver on the
        other CPU), 300 rounds 200 µs apart with halt polling off (every halt
        blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
@@ -337,13 +338,62 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     )
     inside = max(per_round - IPI_OUTSIDE_INSNS, 0.0)
     rtt = float(r.results["rtt_median_us"][0]) * 1e3
+    wakes = max(rtt - inside * path_insn_ns, 0.0)
     out["ipi_wake_ns"] = Value(
-        max((rtt - inside * path_insn_ns) / 2, 0.0),
+        wakes / 2,
         "ns",
         f"IpiPingPong, gap 200 us, max poll 0, 300 rounds, {where}: (median round trip {rtt / 1e3:.1f} us − "
         f"{inside:.0f} instructions x path_insn_ns) / 2 wake-ups",
     )
+    p10, p90 = (float(r.results[f"rtt_{q}_us"][0]) * 1e3 for q in ("p10", "p90"))
+    width = (p90 - p10) / wakes if wakes > 0 else float("nan")
+    out["ipi_wake_spread"] = Value(
+        ipi_wake_spread_of(width),
+        "",
+        f"the same run: its round trips' p10-p90 ({p10 / 1e3:.1f}-{p90 / 1e3:.1f} us) over the two wake-ups' "
+        f"{wakes / 1e3:.1f} us ({width:.2f}) matched by the sum of two log-normal wake-ups (median 1, log "
+        "standard deviation this value, fitted on a fixed sample): the whole spread charged to the wake-ups, "
+        "the instructions' own spread included (an upper bound)",
+    )
     return out
+
+
+#: the fixed sample `ipi_wake_spread_of` and `ipi_pair_median` draw their
+#: log-normal pairs from (seeded: the same spread always gives the same answer)
+_PAIR_Z = np.random.default_rng(20261206).standard_normal((2, 40_000))
+#: the log standard deviations `ipi_wake_spread_of` chooses from
+_SPREADS = np.round(np.arange(0.0, 1.0001, 0.005), 3)
+
+
+def ipi_pair_median(spread: float) -> float:
+    """The median of the sum of two log-normal wake-ups of median 1 and log
+    standard deviation ``spread`` (2.0 at 0; above 2 otherwise: the sum's
+    right tail moves its median). A round trip's median is ``ipi_wake_ns`` x
+    2, so a twin that draws each wake-up from the log-normal takes
+    ``ipi_wake_ns`` x 2 / this as its median wake-up."""
+    return float(np.median(np.exp(spread * _PAIR_Z).sum(axis=0)))
+
+
+def ipi_wake_spread_of(width: float) -> float:
+    """The log standard deviation ``s`` of one wake-up whose pair (two
+    log-normal wake-ups, median 1 each) has a p10-p90 width of ``width`` times
+    its median: the smallest ``s`` of a 0.005 grid on [0, 1] that reaches it
+    (1.0 where none does; 0.0 for NaN or a width <= 0)."""
+    if not width > 0:
+        return 0.0
+
+    def reaches(i: int) -> bool:
+        q10, q50, q90 = np.percentile(np.exp(_SPREADS[i] * _PAIR_Z).sum(axis=0), (10, 50, 90))
+        return bool((q90 - q10) / q50 >= width)
+
+    # the width grows with s: bisect for the first grid point that reaches it
+    lo, hi = 0, len(_SPREADS) - 1
+    if not reaches(hi):
+        return 1.0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if reaches(mid) else (mid + 1, hi)
+    return float(_SPREADS[lo])
 
 
 def _tsc_khz() -> int:

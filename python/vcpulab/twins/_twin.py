@@ -19,7 +19,7 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import check_bool, check_float, check_int, check_type
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, Spin, SpinLock, WakePlacement
-from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate
+from vcpulab.twins._calibration import IPI_OUTSIDE_INSNS, calibrate, ipi_pair_median
 from vcpulab.twins._experiment import Experiment
 from vcpulab.twins._guest import (
     HALT_BRACKET_INSNS,
@@ -313,7 +313,11 @@ def twin(
     IpiPingPong → thread 0 ``Compute(gap + outside path), Send, Recv``, thread
       1 ``Recv, Compute(the round's timed instructions), Send``
       (``Workload.thread0_phases``), ``rounds`` iterations, ``wakeup_ipi_ns``
-      = the measured IPI wake-up (``ipi_wake_ns``). Simplification: the real
+      = the measured IPI wake-up (``ipi_wake_ns``); where the calibration has
+      ``ipi_wake_spread`` each wake-up is drawn log-normal with that log
+      standard deviation (``Host.wakeup_dist="lognormal"``), its median
+      ``ipi_wake_ns`` x 2 / [`ipi_pair_median`][vcpulab.twins.ipi_pair_median]
+      so that two keep the measured median round trip. Simplification: the real
       gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
       its gap lengthens the twin's round, not its round trip).
 
@@ -329,7 +333,7 @@ def twin(
       ``Pv.placement`` = the rule under vcpulab's schedulers, which write
       ``is_idle``; ``"available_idle"`` under the host's, whose KVM never
       writes it); ``wakeup_ipi_ns`` = the measured IPI
-      wake-up. Instructions from [`guest_path`][vcpulab.twins.guest_path].
+      wake-up, drawn as ``IpiPingPong``'s. Instructions from [`guest_path`][vcpulab.twins.guest_path].
       Under vcpulab's schedulers a side woken from its halt runs its
       interrupt handler, ``cli`` and its wake bracket without a token, on the
       CPU whose token it last held, then exits to ask for one
@@ -502,6 +506,15 @@ def twin(
     if _host_field("wakeup_ipi_ns"):
         ipi = isinstance(w, (IpiPingPong, WakePlacement))
         hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"])
+        spread = float(cal["ipi_wake_spread"]) if "ipi_wake_spread" in cal.values else 0.0
+        if ipi and spread > 0 and _host_field("wakeup_dist"):
+            # each IPI wake-up drawn as the calibration's round trips spread (log-normal, a right
+            # tail), its median set so that two of them keep the measured median round trip
+            hkw.update(
+                wakeup_dist="lognormal",
+                wakeup_jitter=min(spread, 1.0),
+                wakeup_ipi_ns=int(round(cal["ipi_wake_ns"] * 2 / ipi_pair_median(spread))),
+            )
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if exp.scheduler is not None:
         hkw, ple, policy = _scheduled_twin(exp, cal, hkw)
