@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 
 from vcpulab import sim, twins
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, WakePlacement
 from vcpulab.kvm import Host
 from vcpulab.testing import remeasure
 from vcpulab.twins import Calibration, Experiment, Value
@@ -62,6 +62,17 @@ def test_guest_path_counts_the_spin_lock_loops() -> None:
     assert pv["think_path"] - twins.guest_path(SpinLock(hold=5, think=5), 4)["think_path"] == 2 + 7 * 4
     with pytest.raises(ValueError, match="MsiPingPong"):
         twins.guest_path(MsiPingPong(), 1)
+    # pcpu_is_idle under the host's scheduler: a first pass over every worker finds no is_idle byte
+    for n, extra in ((3, 29), (5, 55)):
+        pcpu, up = (
+            twins.guest_path(WakePlacement(rule=r), n)["waker_path"] for r in ("pcpu_is_idle", "available_idle")
+        )  # type: ignore[arg-type]
+        assert pcpu - up == extra
+        pv = [
+            twins.guest_path(WakePlacement(rule=r), n, pv_exits=True)["waker_path"]
+            for r in ("pcpu_is_idle", "available_idle")
+        ]  # type: ignore[arg-type]
+        assert pv[0] == pv[1]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import polars as pl
 import pytest
 
 from vcpulab import _core, sched, sim
@@ -157,20 +158,31 @@ def test_guest_path_counts_a_wake_placement_item(kvm_host: Any) -> None:
     twins.guest_path) is within 5 % of insn_emulation / items, under the host's
     scheduler and under sched.pinned (the halt brackets). Measured here
     2026-12-03 (work 200): 528 and 554 per item against 535 and 547 counted;
-    the start barrier's spinning and the logs' end are the rest."""
+    the start barrier's spinning and the logs' end are the rest. The waker's
+    own count is checked apart under the host's scheduler (within 6
+    instructions): there the pcpu_is_idle rule's first pass finds no is_idle
+    byte and scans every worker (measured 2026-12-06: 113-115 per item
+    against 84-86 under available_idle)."""
     from vcpulab.twins import guest_path
     from vcpulab.twins._calibration import _stat_delta
 
     cpus = sorted(_core.allowed_cpus())[:2]
-    for s in (None, sched.pinned()):
-        w = WakePlacement(work=200)
-        r = _run(workload=w, vcpus=3, pcpus=cpus, duration_s=0.3, scheduler=s)
+    for s, rule in ((None, "available_idle"), (sched.pinned(), "available_idle"), (None, "pcpu_is_idle")):
+        w = WakePlacement(work=200, rule=rule)  # type: ignore[arg-type]
+        # 1 s: the waker's start (it spins until every worker is idle) spread over ~1,500 items
+        r = _run(workload=w, vcpus=3, pcpus=cpus, duration_s=1.0, scheduler=s)
         items = int(_col(r, "rounds")[0])
         assert items > 50
         p = guest_path(w, 3, pv_exits=s is not None)
         counted = p["waker_path"] + p["worker_path"] + p["work_loop"]
         measured = _stat_delta(r, "insn_emulation") / items
-        assert abs(measured / counted - 1) < 0.05, (s, measured, counted)
+        assert abs(measured / counted - 1) < 0.05, (s, rule, measured, counted)
+        if s is None:
+            # the waker alone (under sched.pinned it shares its CPU with worker 1 and its start
+            # spins longer: 96 against 89 in 0.3 s here; the sum above holds)
+            waker = r.samples.filter(pl.col("vcpu") == 0)["insn_emulation"]
+            per_item = (int(waker.max()) - int(waker.min())) / items  # type: ignore[arg-type]
+            assert abs(per_item - p["waker_path"]) < 6, (s, rule, per_item, p["waker_path"])
 
 
 def test_the_twin_chooses_the_worker_the_real_rule_chooses_under_pinned(kvm_host: Any) -> None:

@@ -64,6 +64,17 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
       count (2), the idle flag, the completion's ``lock inc`` and the IPI
       (9), the loop's jumps and the delay's ``mov`` (5);
     * ``work_loop`` = 2·work (the delay's ``dec; jnz``);
+    * with ``rule="pcpu_is_idle"`` under the host's scheduler (``pv_exits``
+      False: KVM never writes ``is_idle``, so the rule's first pass finds no
+      byte set and the next pass chooses), the waker's path adds that failed
+      pass over every worker (all idle: one item at a time): its set-up (2),
+      13 per worker (the idle check, the steal area's address, the byte's
+      test, the step to the next) and one wrap (1): 13·(vcpus − 1) + 3,
+      ``wake_scan`` in program.rs (29 for 3 vCPUs; measured here 113-115
+      instructions per item on the waker against 84-86 under
+      ``available_idle``, 2026-12-06). Under vcpulab's schedulers the first
+      worker looked at has its byte set in the grid's layouts (the
+      ``chose_is_idle`` share ~1), and the pass is not counted;
     * ``waker_after_ipi`` = 4 and ``worker_after_ipi`` = 9, parts of the two
       paths: the instructions after a side's IPI up to its ``hlt`` (the
       waker's wait check and ``sti``; the worker's jump back, its idle loop's
@@ -94,8 +105,10 @@ def guest_path(workload: Workload, vcpus: int, pv_exits: bool = False) -> dict[s
         if workload.rounds:
             raise ValueError("guest_path counts WakePlacement items with rounds = 0")
         brackets = 2 * HALT_BRACKET_INSNS if pv_exits else 0
+        # pcpu_is_idle under the host's scheduler: a first pass that finds no is_idle byte
+        failed_pass = 13 * (vcpus - 1) + 3 if workload.rule == "pcpu_is_idle" and not pv_exits else 0
         return {
-            "waker_path": 67 + IRQ_STUB_INSNS + brackets,
+            "waker_path": 67 + IRQ_STUB_INSNS + brackets + failed_pass,
             "waker_outside": 41,
             "worker_path": 36 + IRQ_STUB_INSNS + brackets,
             "work_loop": 2 * workload.work,
