@@ -1004,6 +1004,10 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     shared = twins.grid(exps[:1], trials=1, seeds=1, cal=base)
     assert len(asked) == 2, "no calibration without per_cell_calibration"
     assert shared.cells["cal_path_insn_ns"].unique().to_list() == [base["path_insn_ns"]]
+    # every drifting value has its column; one the calibration lacks reads NaN
+    assert shared.cells["cal_ipi_wake_ns"].unique().to_list() == [base["ipi_wake_ns"]]
+    spread = shared.cells["cal_ipi_wake_spread"].unique().to_list()
+    assert spread == [base["ipi_wake_spread"]] if "ipi_wake_spread" in base.values else math.isnan(spread[0])
     assert shared.cell_calibrations == {names[0]: base} and shared.summary()["calibration_spread"] == 1.0
     assert "calibrated per cell" not in shared.line()
 

@@ -556,9 +556,10 @@ def grid(
 
 
 #: the calibration values each grid cell carries as ``cal_<key>`` columns
-#: (the emulated instruction costs and vcpulab's scheduler costs, those that
-#: drift with the host; NaN where the calibration lacks one)
-CELL_CALIBRATION_KEYS = ("path_insn_ns", "loop_insn_ns", "uexit_ns", "spin_iter_ns")
+#: (the emulated instruction costs, vcpulab's scheduler costs and the IPI
+#: wake-up with its spread, those that drift with the host; NaN where the
+#: calibration lacks one)
+CELL_CALIBRATION_KEYS = ("path_insn_ns", "loop_insn_ns", "uexit_ns", "spin_iter_ns", "ipi_wake_ns", "ipi_wake_spread")
 
 
 def _grid_cell(
