@@ -298,6 +298,37 @@ def test_panic_guard_turns_panics_into_runtime_error() -> None:
         f()
 
 
+def test_a_ctrl_c_that_a_rust_extension_unwrapped_stays_a_ctrl_c() -> None:
+    """A fresh-clone CI run (2026-12-06) sent SIGINT to a twins grid while
+    polars, building a frame's ``pl.Enum`` dtype through Python, unwrapped the
+    ``KeyboardInterrupt``: polars panicked, the guard made the panic a
+    ``RuntimeError``, the grid recorded its cell as failed and ran on, and the
+    Ctrl-C was lost. The guard raises such a panic as ``KeyboardInterrupt``
+    (from the panic); any other panic stays a ``RuntimeError``."""
+    from polars.exceptions import PanicException  # pyo3_runtime.PanicException, as polars raises it
+
+    msg = (
+        "called `Result::unwrap()` on an `Err` value: PyErr { type: <class 'KeyboardInterrupt'>, "
+        'value: KeyboardInterrupt(), traceback: Some("Traceback (most recent call last):") }'
+    )
+
+    @guard_panics
+    def frames() -> None:
+        raise PanicException(msg)
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        frames()
+    assert isinstance(info.value.__cause__, PanicException)
+
+    @guard_panics
+    def other() -> None:
+        # a traceback that merely mentions an interrupt elsewhere is still a bug
+        raise PanicException("index out of bounds; traceback: ... KeyboardInterrupt() ...")
+
+    with pytest.raises(RuntimeError, match="bug"):
+        other()
+
+
 # --------------------------------------------------------------------------- datasets and executors
 
 

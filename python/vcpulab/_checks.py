@@ -9,7 +9,10 @@
   (``pyo3_runtime.PanicException``, a ``BaseException``) into a
   ``RuntimeError`` that says it is a bug in vcpulab. Panics are bugs: the
   boundary checks above are the real defence; this keeps a missed one from
-  escaping ``except Exception`` (and a notebook's error handling).
+  escaping ``except Exception`` (and a notebook's error handling). One panic
+  is not a bug: a Ctrl-C that lands in Python code a Rust extension called
+  back (polars' dtypes) and that the extension unwrapped; it is raised as the
+  ``KeyboardInterrupt`` it was, so no ``except RuntimeError`` swallows it.
 * ``ForkSafe``: a mixin for objects that own kernel resources (a KVM fd, a
   mapping, a vCPU thread's lock). They refuse ``copy``/``deepcopy``/``pickle``
   (``TypeError``: a copy would share — and on garbage collection close — the
@@ -232,6 +235,15 @@ def _is_panic(e: BaseException) -> bool:
     return t.__name__ == "PanicException" and t.__module__ == "pyo3_runtime"
 
 
+def _is_interrupt_panic(e: BaseException) -> bool:
+    """A panic whose cause is a Ctrl-C: Python code that a Rust extension
+    called back (polars builds its ``pl.Enum`` dtypes that way when it hands a
+    frame to Python) raised ``KeyboardInterrupt`` at a pending SIGINT, and the
+    extension unwrapped the error (its message holds the ``PyErr``'s type)."""
+    head = str(e).split("traceback", 1)[0]
+    return "<class 'KeyboardInterrupt'>" in head or "KeyboardInterrupt()" in head
+
+
 def _wrap(f: F) -> F:
     @functools.wraps(f)
     def inner(*args: Any, **kwargs: Any) -> Any:
@@ -239,6 +251,9 @@ def _wrap(f: F) -> F:
             return f(*args, **kwargs)
         except BaseException as e:
             if _is_panic(e):
+                if _is_interrupt_panic(e):
+                    # a Ctrl-C, not a bug: it must stop the caller as Ctrl-C does
+                    raise KeyboardInterrupt from e
                 raise RuntimeError(f"{_BUG}: {e}") from None
             raise
 
