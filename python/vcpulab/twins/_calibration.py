@@ -5,6 +5,7 @@ the exit to user space and the token hand-off of vcpulab's scheduler), cached on
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import threading
@@ -365,6 +366,7 @@ _PAIR_Z = np.random.default_rng(20261206).standard_normal((2, 40_000))
 _SPREADS = np.round(np.arange(0.0, 1.0001, 0.005), 3)
 
 
+@functools.lru_cache(maxsize=64)
 def ipi_pair_median(spread: float) -> float:
     """The median of the sum of two log-normal wake-ups of median 1 and log
     standard deviation ``spread`` (2.0 at 0; above 2 otherwise: the sum's
