@@ -242,6 +242,49 @@ def test_the_ipi_wake_ups_spread_is_fitted_from_the_round_trips_and_drawn_by_ipi
     assert plain.wakeup_jitter == 0.0 and plain.wakeup_ipi_ns == 40_000
 
 
+def test_a_blocked_halts_cpu_is_the_cpu_difference_over_the_blocked_halts_difference() -> None:
+    """``blocked_halt_ns``: two runs of one program, polling off and on: each
+    spends its instructions plus ``switch`` per blocked halt, so the switch
+    comes out whatever the instructions cost; too few halts caught by the
+    polls, or a negative difference, give NaN with the reason."""
+    from vcpulab.twins import blocked_halt_ns
+
+    insns, switch = 45_000.0, 28_000.0
+    got, how = blocked_halt_ns((insns + 1.0 * switch, 1.0), (insns + 0.1 * switch, 0.1))
+    assert got == pytest.approx(switch) and "0.10" in how
+    nan, why = blocked_halt_ns((73_000.0, 1.0), (70_000.0, 0.8))
+    assert math.isnan(nan) and "blocked too" in why
+    neg, why = blocked_halt_ns((50_000.0, 1.0), (60_000.0, 0.0))
+    assert math.isnan(neg) and "not positive" in why
+
+
+def test_a_measured_switch_is_charged_as_cpu_under_the_hosts_scheduler_and_left_out_of_the_wake_up() -> None:
+    """A calibration with ``switch_ns``: a twin under the host's scheduler
+    charges it at every switch-in (``Host.switch_ns``) and takes it out of the
+    wake-up latency that held it (the fixed wake-up: the spread lies in the
+    switch's CPU, which the simulator charges fixed), so an IPI ping-pong keeps
+    its round trip; twins under vcpulab's schedulers, and calibrations without
+    the value or with NaN (not measured), are unchanged."""
+    from vcpulab import sched
+
+    cal = fake_cal()
+    cal.values["switch_ns"] = Value(30_000.0, "ns", "given by the test")
+    cal.values["ipi_wake_spread"] = Value(0.4, "", "given by the test")
+    exp = Experiment(IpiPingPong(rounds=200, gap_us=50.0), 2, (0, 1), halt_poll_ns=0, duration_s=5.0)
+    h = twins.twin(exp, cal).host
+    assert h.switch_ns == 30_000 and h.wakeup_ipi_ns == 10_000 and h.wakeup_dist == "uniform"
+    cfg = twins.twin(exp, cal, trace=True)
+    rtt = twins.sim_metrics(exp, cfg, sim.run(cfg), cal)["rtt_median_us"]
+    assert rtt == pytest.approx((2 * 40_000 + 80 * 400) / 1e3, rel=0.05)
+    msi = twins.twin(Experiment(MsiPingPong(), 1, (0,), duration_s=0.2), cal).host
+    assert msi.switch_ns == 30_000 and msi.wakeup_ipi_ns == 40_000 - 30_000
+    tokens = Experiment(SpinLock(), 2, (0,), duration_s=0.2, scheduler=sched.round_robin())
+    assert twins.twin(tokens, cal).host.switch_ns == 0
+    cal.values["switch_ns"] = Value(float("nan"), "ns", "not measured")
+    assert twins.twin(exp, cal).host.switch_ns == 0
+    assert twins.twin(exp, fake_cal()).host.switch_ns == 0
+
+
 def test_twin_wait_counts_the_waits_still_open_at_the_end() -> None:
     """TAS with 8 vCPUs on one CPU: most vCPUs wait at the end of the run; the
     real guest finishes and counts those waits, so the twin's mean includes
@@ -494,6 +537,10 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
     assert twins.calibrate() is cal  # cached per process
     # the IPI wake-ups' spread, from the same run's round trips (a log standard deviation)
     assert 0.0 <= cal["ipi_wake_spread"] <= 1.0 and "p10-p90" in cal.values["ipi_wake_spread"].how
+    # a blocked halt's CPU beyond a polled one: measured (a few to some tens of µs here), or NaN
+    # with the reason where the polled run's halts blocked as well (a busy host)
+    switch = cal["switch_ns"]
+    assert 0 < switch < 1e6 if math.isfinite(switch) else "not measured" in cal.values["switch_ns"].how
 
 
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
@@ -1008,6 +1055,9 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     assert shared.cells["cal_ipi_wake_ns"].unique().to_list() == [base["ipi_wake_ns"]]
     spread = shared.cells["cal_ipi_wake_spread"].unique().to_list()
     assert spread == [base["ipi_wake_spread"]] if "ipi_wake_spread" in base.values else math.isnan(spread[0])
+    switch = shared.cells["cal_switch_ns"].unique().to_list()
+    want = base["switch_ns"] if "switch_ns" in base.values else float("nan")
+    assert switch == [want] if math.isfinite(want) else math.isnan(switch[0])
     assert shared.cell_calibrations == {names[0]: base} and shared.summary()["calibration_spread"] == 1.0
     assert "calibrated per cell" not in shared.line()
 

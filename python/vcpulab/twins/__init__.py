@@ -51,7 +51,9 @@ from __future__ import annotations
 from vcpulab.twins._calibration import (
     COST_REPEATS,
     IPI_OUTSIDE_INSNS,
+    SWITCH_CAL_POLL_NS,
     WAKE_POLL_CAL_CHECKS,
+    blocked_halt_ns,
     calibrate,
     ipi_pair_median,
     ipi_wake_spread_of,
@@ -142,6 +144,8 @@ __all__ = [
     "background_for",
     "calibrate",
     "ipi_pair_median",
+    "SWITCH_CAL_POLL_NS",
+    "blocked_halt_ns",
     "ipi_wake_spread_of",
     "cell_factors",
     "cell_name",

@@ -310,7 +310,21 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     times the round trip. Each round trip holds two wake-ups of a blocked vCPU
     and the round's instructions inside the timed window (all but
     [`IPI_OUTSIDE_INSNS`][vcpulab.twins.IPI_OUTSIDE_INSNS]), so one wake-up = (median round trip − those
-    instructions × ``path_insn_ns``) / 2."""
+    instructions × ``path_insn_ns``) / 2.
+
+    ``switch_ns``: the host CPU a blocked halt costs beyond a polled one (the
+    vCPU thread's switch to idle and back: ``schedule()``, KVM's preempt
+    notifiers with ``vcpu_put``/``vcpu_load``, here on kvm_pvm). A third run
+    repeats the 200 µs-gap run with a 1 ms polling maximum (its halts mostly
+    polled); vCPU 1 runs the same instructions in both, so the difference of
+    its thread's CPU time per round (the poll's time taken off) over the
+    difference of its blocked halts per round is the cost of one blocked halt,
+    whatever an instruction costs that second. Traced here (2026-12-06), nearly
+    all of it lies between the woken thread's switch-in and its reply (the
+    reply's wake-up comes ~1 µs before the switch out): it is on the wake-up's
+    path, and the scheduler's own wake-up → run latency is 3.7-5.9 µs of the
+    ~34 µs ``ipi_wake_ns``. [`twin`][vcpulab.twins.twin] charges it as
+    ``Host.switch_ns`` under the host's scheduler."""
     from vcpulab.experiment import run
 
     other = [c for c in allowed if c != cpu]
@@ -346,17 +360,77 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
         f"IpiPingPong, gap 200 us, max poll 0, 300 rounds, {where}: (median round trip {rtt / 1e3:.1f} us − "
         f"{inside:.0f} instructions x path_insn_ns) / 2 wake-ups",
     )
+    rp = run(
+        IpiPingPong(rounds=300, gap_us=200.0),
+        vcpus=2,
+        placement=placement,
+        duration_s=10.0,
+        halt_poll_ns=SWITCH_CAL_POLL_NS,
+        sample_every_s=None,
+    )
+    switch, how = blocked_halt_ns(_halt_cpu_per_round(r), _halt_cpu_per_round(rp))
+    out["switch_ns"] = Value(
+        switch,
+        "ns",
+        f"IpiPingPong, gap 200 us, 300 rounds, {where}, run with max poll 0 and again with {SWITCH_CAL_POLL_NS} ns: "
+        f"vCPU 1's {how}",
+    )
     p10, p90 = (float(r.results[f"rtt_{q}_us"][0]) * 1e3 for q in ("p10", "p90"))
     width = (p90 - p10) / wakes if wakes > 0 else float("nan")
     out["ipi_wake_spread"] = Value(
         ipi_wake_spread_of(width),
         "",
-        f"the same run: its round trips' p10-p90 ({p10 / 1e3:.1f}-{p90 / 1e3:.1f} us) over the two wake-ups' "
+        f"the first run: its round trips' p10-p90 ({p10 / 1e3:.1f}-{p90 / 1e3:.1f} us) over the two wake-ups' "
         f"{wakes / 1e3:.1f} us ({width:.2f}) matched by the sum of two log-normal wake-ups (median 1, log "
         "standard deviation this value, fitted on a fixed sample): the whole spread charged to the wake-ups, "
         "the instructions' own spread included (an upper bound)",
     )
     return out
+
+
+#: the polling maximum of `_calibrate_ipi`'s polled run, ns: well above the 200 µs gap plus
+#: the round, so that a halt of either vCPU is caught by the poll once the window has grown
+SWITCH_CAL_POLL_NS = 1_000_000
+
+
+def _vcpu_delta(r: Run, vcpu: int, name: str) -> int:
+    """How much ``vcpu``'s cumulative stat ``name`` grew over the run (0 without it)."""
+    s = r.samples.filter(pl.col("vcpu") == vcpu)
+    if name not in s.columns or s.height == 0:
+        return 0
+    return int(s.select(pl.col(name).max() - pl.col(name).min()).item())
+
+
+def _halt_cpu_per_round(r: Run, vcpu: int = 1) -> tuple[float, float]:
+    """``vcpu``'s thread CPU time per round of an ``IpiPingPong`` run less its
+    halt polling, and its halts per round that blocked (not caught by a poll)."""
+    rounds = max(int(r.results["rounds"][0]), 1)
+    cpu = int(r.threads.filter(pl.col("vcpu") == vcpu)["cpu_ns"][0])
+    poll = _vcpu_delta(r, vcpu, "halt_poll_success_ns") + _vcpu_delta(r, vcpu, "halt_poll_fail_ns")
+    blocks = _vcpu_delta(r, vcpu, "halt_exits") - _vcpu_delta(r, vcpu, "halt_successful_poll")
+    return (cpu - poll) / rounds, blocks / rounds
+
+
+def blocked_halt_ns(blocked: tuple[float, float], polled: tuple[float, float]) -> tuple[float, str]:
+    """The CPU time of one blocked halt beyond a polled one from two runs of
+    one program that differ in the polling maximum alone, each given as (CPU
+    per round less the halt polling, halts per round that blocked): both
+    spend ``insns + k·switch`` per round, so ``switch`` = the difference of
+    the CPU over the difference of ``k``. Returns it in ns with how it was
+    obtained; NaN, with the reason, when the blocked halts per round differ
+    by less than 0.3 (the polls did not catch enough halts) or the result is
+    not positive (a disturbed run)."""
+    (c0, k0), (c1, k1) = blocked, polled
+    how = (
+        f"thread CPU per round less its polling: {c0 / 1e3:.1f} us with {k0:.2f} blocked halts per round, "
+        f"{c1 / 1e3:.1f} us with {k1:.2f}; the difference over the blocked halts' difference"
+    )
+    if not k0 - k1 >= 0.3:
+        return float("nan"), how + " (not measured: the polled run's halts blocked too)"
+    switch = (c0 - c1) / (k0 - k1)
+    if not switch > 0:
+        return float("nan"), how + f" (not measured: {switch:.0f} ns, not positive)"
+    return float(switch), how
 
 
 #: the fixed sample `ipi_wake_spread_of` and `ipi_pair_median` draw their

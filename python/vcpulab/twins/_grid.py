@@ -557,9 +557,17 @@ def grid(
 
 #: the calibration values each grid cell carries as ``cal_<key>`` columns
 #: (the emulated instruction costs, vcpulab's scheduler costs and the IPI
-#: wake-up with its spread, those that drift with the host; NaN where the
-#: calibration lacks one)
-CELL_CALIBRATION_KEYS = ("path_insn_ns", "loop_insn_ns", "uexit_ns", "spin_iter_ns", "ipi_wake_ns", "ipi_wake_spread")
+#: wake-up with its spread, a blocked halt's switch: those that drift with
+#: the host; NaN where the calibration lacks one)
+CELL_CALIBRATION_KEYS = (
+    "path_insn_ns",
+    "loop_insn_ns",
+    "uexit_ns",
+    "spin_iter_ns",
+    "ipi_wake_ns",
+    "ipi_wake_spread",
+    "switch_ns",
+)
 
 
 def _grid_cell(

@@ -243,6 +243,14 @@ def vcpu_start_of(runs: Sequence[Run]) -> float | None:
     return float(np.median(starts)) if starts else None
 
 
+def _switch_ns(cal: Calibration) -> float:
+    """The calibration's ``switch_ns`` (the CPU of a blocked halt beyond a
+    polled one), 0 where it has none (calibrations before 0.3.19, the
+    reference calibration among them) or did not measure it (NaN)."""
+    x = float(cal["switch_ns"]) if "switch_ns" in cal.values else 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
 def _start_gap(v: Any) -> float:
     """``start_gap_ns`` as a float of ns in [0, 1e9] (numpy's numbers too), else ValueError."""
     ok = not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and 0 <= float(v) <= 1e9
@@ -274,7 +282,12 @@ def twin(
       ``"all"`` for ``shared`` on several CPUs (the simulator then has
       wake-up placement and newidle pulls but no periodic load balancing),
       ``"pinned"`` on one CPU. ``tsc_khz`` from the vCPU. ``wakeup_ipi_ns``
-      = the measured blocked-halt wake-up latency where the host model has it.
+      = the measured blocked-halt wake-up latency where the host model has it;
+      with a calibration that measured ``switch_ns`` (the CPU a blocked halt
+      costs beyond a polled one), a twin under the host's scheduler charges
+      it at each switch-in of a vCPU thread (``Host.switch_ns``) and takes it
+      out of that latency (not under vcpulab's schedulers, whose switches are
+      token hand-offs carried by ``uexit_ns`` and the hand-off).
     * VM: no PLE (this host has no VMX/SVM, so no pause-loop exits), no
       directed-yield policy, steal time on with a ``preempted`` byte KVM never
       writes (``Pv.preempted_byte="never"``: this host's kvm_pvm leaves it
@@ -317,7 +330,9 @@ def twin(
       ``ipi_wake_spread`` each wake-up is drawn log-normal with that log
       standard deviation (``Host.wakeup_dist="lognormal"``), its median
       ``ipi_wake_ns`` x 2 / [`ipi_pair_median`][vcpulab.twins.ipi_pair_median]
-      so that two keep the measured median round trip. Simplification: the real
+      so that two keep the measured median round trip (fixed where the twin
+      charges ``switch_ns``: the spread then lies in the switch's CPU time,
+      which the simulator charges fixed). Simplification: the real
       gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
       its gap lengthens the twin's round, not its round trip).
 
@@ -503,17 +518,27 @@ def twin(
         hkw["background"], hkw["noise"] = host_load_for(exp, other_load, machine_cpus=machine)
     elif other_share:
         hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
+    # a blocked halt's switch to idle and back, charged as host CPU at the vCPU's switch-in
+    # (Host.switch_ns) and taken out of the wake-up latency that holds it; only under the
+    # host's scheduler (vcpulab's schedulers' switches are token hand-offs, whose costs
+    # uexit_ns and the hand-off already carry)
+    switch = _switch_ns(cal) if exp.scheduler is None and _host_field("switch_ns") else 0.0
+    if switch > 0:
+        hkw["switch_ns"] = int(round(switch))
     if _host_field("wakeup_ipi_ns"):
         ipi = isinstance(w, (IpiPingPong, WakePlacement))
-        hkw["wakeup_ipi_ns"] = int(cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"])
+        wake = max((cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"]) - switch, 0.0)
+        hkw["wakeup_ipi_ns"] = int(wake)
         spread = float(cal["ipi_wake_spread"]) if "ipi_wake_spread" in cal.values else 0.0
-        if ipi and spread > 0 and _host_field("wakeup_dist"):
+        # with the switch charged as CPU, what is left to draw is the scheduler's few-µs latency; the
+        # round trips' spread lies mostly in the switch's CPU time, which the simulator charges fixed
+        if ipi and spread > 0 and switch == 0 and _host_field("wakeup_dist"):
             # each IPI wake-up drawn as the calibration's round trips spread (log-normal, a right
             # tail), its median set so that two of them keep the measured median round trip
             hkw.update(
                 wakeup_dist="lognormal",
                 wakeup_jitter=min(spread, 1.0),
-                wakeup_ipi_ns=int(round(cal["ipi_wake_ns"] * 2 / ipi_pair_median(spread))),
+                wakeup_ipi_ns=int(round(wake * 2 / ipi_pair_median(spread))),
             )
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if exp.scheduler is not None:

@@ -57,7 +57,12 @@ class Calibration:
     instructions), ``wake_poll_ns`` (the same when the halt-poll loop caught
     the wake-up), ``tsc_khz``, ``wake_poll_iter_ns`` (one failed mailbox check
     of ``WakePlacement``'s poll loop; absent from calibrations before
-    2026-12-05), and the host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
+    2026-12-05), ``ipi_round_insns`` / ``ipi_wake_ns`` / ``ipi_wake_spread``
+    (an IPI to a halted vCPU: the round's instructions, one wake-up, its
+    spread), ``switch_ns`` (the host CPU of a blocked halt beyond a polled
+    one; absent before 0.3.19, NaN where not measured), ``uexit_ns`` /
+    ``sched_handoff_ns`` / ``spin_iter_ns`` (vcpulab's scheduler), and the
+    host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
 
     A calibration travels: [`save`][vcpulab.twins.Calibration.save] writes it
     as JSON with its provenance, [`load`][vcpulab.twins.Calibration.load]
