@@ -258,31 +258,37 @@ def test_a_blocked_halts_cpu_is_the_cpu_difference_over_the_blocked_halts_differ
     assert math.isnan(neg) and "not positive" in why
 
 
-def test_a_measured_switch_is_charged_as_cpu_under_the_hosts_scheduler_and_left_out_of_the_wake_up() -> None:
-    """A calibration with ``switch_ns``: a twin under the host's scheduler
-    charges it at every switch-in (``Host.switch_ns``) and takes it out of the
-    wake-up latency that held it (the fixed wake-up: the spread lies in the
-    switch's CPU, which the simulator charges fixed), so an IPI ping-pong keeps
-    its round trip; twins under vcpulab's schedulers, and calibrations without
-    the value or with NaN (not measured), are unchanged."""
+def test_a_measured_blocked_halt_cost_is_charged_on_the_wake_up_and_left_out_of_its_latency() -> None:
+    """A calibration with ``halt_wake_ns``: every twin (under the host's
+    scheduler and under vcpulab's) charges it when a vCPU is back from a
+    blocked halt (``Pv.halt_wake_ns``) and takes it out of the wake-up
+    latency that held it (drawn fixed: the spread lies in that CPU time,
+    which the simulator charges fixed), so an IPI ping-pong keeps its round
+    trip; calibrations without the value, or with NaN (not measured), are
+    unchanged."""
     from vcpulab import sched
 
     cal = fake_cal()
-    cal.values["switch_ns"] = Value(30_000.0, "ns", "given by the test")
-    cal.values["ipi_wake_spread"] = Value(0.4, "", "given by the test")
+    for k, x in (("halt_wake_ns", 30_000.0), ("ipi_wake_spread", 0.4), ("uexit_ns", 5_000.0)):
+        cal.values[k] = Value(x, "", "given by the test")
     exp = Experiment(IpiPingPong(rounds=200, gap_us=50.0), 2, (0, 1), halt_poll_ns=0, duration_s=5.0)
-    h = twins.twin(exp, cal).host
-    assert h.switch_ns == 30_000 and h.wakeup_ipi_ns == 10_000 and h.wakeup_dist == "uniform"
     cfg = twins.twin(exp, cal, trace=True)
-    rtt = twins.sim_metrics(exp, cfg, sim.run(cfg), cal)["rtt_median_us"]
+    h = cfg.host
+    assert cfg.vms[0].pv.halt_wake_ns == 30_000 and h.switch_ns == 0
+    assert h.wakeup_ipi_ns == 10_000 and h.wakeup_dist == "uniform"
+    res = sim.run(cfg)
+    rtt = twins.sim_metrics(exp, cfg, res, cal)["rtt_median_us"]
     assert rtt == pytest.approx((2 * 40_000 + 80 * 400) / 1e3, rel=0.05)
-    msi = twins.twin(Experiment(MsiPingPong(), 1, (0,), duration_s=0.2), cal).host
-    assert msi.switch_ns == 30_000 and msi.wakeup_ipi_ns == 40_000 - 30_000
-    tokens = Experiment(SpinLock(), 2, (0,), duration_s=0.2, scheduler=sched.round_robin())
-    assert twins.twin(tokens, cal).host.switch_ns == 0
-    cal.values["switch_ns"] = Value(float("nan"), "ns", "not measured")
-    assert twins.twin(exp, cal).host.switch_ns == 0
-    assert twins.twin(exp, fake_cal()).host.switch_ns == 0
+    # the cost is CPU time on the vCPU's host CPU: exit time, one per blocked halt
+    vc = res.vcpus
+    assert int(vc["exit_ns"].sum()) >= 30_000 * int(vc["halt_exits"].sum() - vc["halt_successful_poll"].sum()) - 60_000
+    msi = twins.twin(Experiment(MsiPingPong(), 1, (0,), duration_s=0.2), cal)
+    assert msi.vms[0].pv.halt_wake_ns == 30_000 and msi.host.wakeup_ipi_ns == 40_000 - 30_000
+    wake = Experiment(WakePlacement(), 3, (0, 1), duration_s=0.2, scheduler=sched.round_robin())
+    assert twins.twin(wake, cal).vms[0].pv.halt_wake_ns == 30_000
+    cal.values["halt_wake_ns"] = Value(float("nan"), "ns", "not measured")
+    assert twins.twin(exp, cal).vms[0].pv.halt_wake_ns == 0
+    assert twins.twin(exp, fake_cal()).vms[0].pv.halt_wake_ns == 0
 
 
 def test_twin_wait_counts_the_waits_still_open_at_the_end() -> None:
@@ -539,8 +545,8 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
     assert 0.0 <= cal["ipi_wake_spread"] <= 1.0 and "p10-p90" in cal.values["ipi_wake_spread"].how
     # a blocked halt's CPU beyond a polled one: measured (a few to some tens of µs here), or NaN
     # with the reason where the polled run's halts blocked as well (a busy host)
-    switch = cal["switch_ns"]
-    assert 0 < switch < 1e6 if math.isfinite(switch) else "not measured" in cal.values["switch_ns"].how
+    halt_wake = cal["halt_wake_ns"]
+    assert 0 < halt_wake < 1e6 if math.isfinite(halt_wake) else "not measured" in cal.values["halt_wake_ns"].how
 
 
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:
@@ -1055,9 +1061,9 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     assert shared.cells["cal_ipi_wake_ns"].unique().to_list() == [base["ipi_wake_ns"]]
     spread = shared.cells["cal_ipi_wake_spread"].unique().to_list()
     assert spread == [base["ipi_wake_spread"]] if "ipi_wake_spread" in base.values else math.isnan(spread[0])
-    switch = shared.cells["cal_switch_ns"].unique().to_list()
-    want = base["switch_ns"] if "switch_ns" in base.values else float("nan")
-    assert switch == [want] if math.isfinite(want) else math.isnan(switch[0])
+    halt_wake = shared.cells["cal_halt_wake_ns"].unique().to_list()
+    want = base["halt_wake_ns"] if "halt_wake_ns" in base.values else float("nan")
+    assert halt_wake == [want] if math.isfinite(want) else math.isnan(halt_wake[0])
     assert shared.cell_calibrations == {names[0]: base} and shared.summary()["calibration_spread"] == 1.0
     assert "calibrated per cell" not in shared.line()
 

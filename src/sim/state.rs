@@ -327,8 +327,9 @@ pub enum ExitKind {
         yielded: bool,
         boost: u32,
     },
-    /// The host's switch to this vCPU thread (`Host.switch_ns`): the guest
-    /// resumes when it ends.
+    /// The host's switch to this vCPU thread (`Host.switch_ns`), or the
+    /// return from a blocked halt (`Pv.halt_wake_ns`): the guest resumes
+    /// when it ends.
     Switch,
     /// The wake bracket's exit of a vCPU running without a token after its
     /// halt (`Host.token_wake_exit_ns`): it asks for a token when it ends.

@@ -583,3 +583,62 @@ fn a_guest_idle_poll_limited_by_checks_polls_its_whole_window_on_the_vcpu() {
     let (polled, misses) = polled_and_misses(IdlePollLimit::Clock);
     assert!(polled < (misses - 1) * 200_000, "the clock's windows lose the time away: {polled} ns in {misses} windows");
 }
+
+/// `Pv.halt_wake_ns`: a vCPU back from a halt that blocked spends it as exit
+/// time on its CPU before its guest resumes, so a ping-pong between two
+/// vCPUs on their own CPUs (a waker bound to vCPU 0 handing one item at a
+/// time to a worker on vCPU 1, every halt blocking) pays it twice a round;
+/// a halt that polling caught pays nothing.
+#[test]
+fn a_vcpu_back_from_a_blocked_halt_spends_halt_wake_ns_before_its_guest_resumes() {
+    use crate::sim::halt_poll::{HaltPollConfig, Policy};
+    let k = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 };
+    let build = |wake_ns: u64, poll: bool| {
+        let mut vm = computing_vm(2);
+        vm.threads = 2;
+        vm.workload.thread0_bound = true;
+        vm.workload.thread0_phases = vec![k(10_000), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }];
+        vm.workload.phases = vec![Phase::Recv { prob: 1.0 }, k(20_000), Phase::Send { to: 1, prob: 1.0 }];
+        vm.pv.halt_wake_ns = wake_ns;
+        vm.halt_poll = HaltPollConfig::new(if poll { Policy::Fixed } else { Policy::Off });
+        SimConfig {
+            host: HostConfig { n_pcpus: 2, ..Default::default() },
+            vms: vec![vm],
+            duration_ns: 20_000_000,
+            ..Default::default()
+        }
+    };
+    let col = |r: &SimResult, name: &str| r.vcpus.u64s(name).to_vec();
+    let free = run(&build(0, false)).unwrap();
+    let paid = run(&build(40_000, false)).unwrap();
+    conservation(&paid, 20_000_000);
+    let (halts, polled) = (col(&paid, "halt_exits"), col(&paid, "halt_successful_poll"));
+    let (exit, free_exit, free_halts) = (col(&paid, "exit_ns"), col(&free, "exit_ns"), col(&free, "halt_exits"));
+    for v in 0..2 {
+        assert!(halts[v] > 50 && polled[v] == 0, "vCPU {v}: every halt blocks ({})", halts[v]);
+        // per halt, 40 µs more exit time (one return still under way at the end is cut there)
+        let per = |e: u64, h: u64| e as f64 / h as f64;
+        let extra = per(exit[v], halts[v]) - per(free_exit[v], free_halts[v]);
+        assert!((extra - 40_000.0).abs() <= 40_000.0 / halts[v] as f64 + 1.0, "vCPU {v}: {extra} ns a halt");
+    }
+    // on the wake-up's path: each round has two blocked wake-ups more to wait for
+    // (the waker's and the worker's iterations each count once a round)
+    let rounds = |r: &SimResult| r.vms.u64s("ops")[0] as f64 / 2.0;
+    let (t_free, t_paid) = (20e6 / rounds(&free), 20e6 / rounds(&paid));
+    assert!((t_paid - t_free - 2.0 * 40_000.0).abs() < 0.1 * t_paid, "round {t_free} -> {t_paid} ns");
+    // polling catches every halt (a 200 µs window, the next message within 30 µs): nothing charged
+    let caught = run(&build(40_000, true)).unwrap();
+    let caught_free = run(&build(0, true)).unwrap();
+    let (h, p) = (col(&caught, "halt_exits"), col(&caught, "halt_successful_poll"));
+    let (e, e_free) = (col(&caught, "exit_ns"), col(&caught_free, "exit_ns"));
+    for v in 0..2 {
+        // at most the run's last halt is not caught (the run ends while it polls)
+        assert!(h[v] > 50 && h[v] - p[v] <= 1, "vCPU {v}: {} of {} caught", p[v], h[v]);
+        assert!(
+            e[v].saturating_sub(e_free[v]) <= (h[v] - p[v]) * 40_000,
+            "a polled halt pays nothing: {} vs {}",
+            e[v],
+            e_free[v]
+        );
+    }
+}

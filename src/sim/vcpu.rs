@@ -77,7 +77,17 @@ impl Sim {
                     return;
                 }
                 // back from kvm_vcpu_block(): halt_wait_ns, poll stats, window update
-                None => self.halt_end(v, true),
+                None => {
+                    self.halt_end(v, true);
+                    let cost = self.vms[self.vm_of(v)].cfg.pv.halt_wake_ns;
+                    if cost > 0 {
+                        // the block's return before the guest resumes (Pv.halt_wake_ns);
+                        // exit_done resumes it, no longer halted
+                        let end = self.now + cost;
+                        self.set_act(v, Act::Exit { end, kind: ExitKind::Switch }, end, C_EXIT);
+                        return;
+                    }
+                }
             }
         }
         self.vcpu_step(v);

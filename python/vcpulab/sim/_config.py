@@ -753,6 +753,16 @@ class Pv(_Base):
         hypercall_ns: Cost of a hypercall exit (KICK_CPU, SCHED_YIELD), ns. Default 1500
             (assumption).
         halt_exit_ns: Cost of a HLT exit before blocking, ns. Default 1500 (assumption).
+        halt_wake_ns: Host CPU time of a vCPU's return from a halt that blocked, beyond the
+            switch back in (`Host.switch_ns`), ns: `kvm_vcpu_block()`'s return and everything KVM
+            does before the guest resumes (the preempt notifiers' `vcpu_load`, the pending
+            interrupt's injection). Charged as exit time (category `exit_ns`, not preemptible) when
+            the vCPU is back from the block, before its guest code resumes; a halt that polling
+            caught costs nothing here. Simplified: the block's own side (the switch to idle) is
+            charged here too, so a blocked halt's whole cost beyond a polled one sits on the
+            wake-up's path (where a trace of this host puts nearly all of it: docs/twins.md).
+            Default 0 (off; the eras leave it off: no published figure). The twins measure it on
+            this host (`twins.calibrate`'s `halt_wake_ns`).
         guest_idle_poll_ns: Guest idle polling before HLT (cpuidle-haltpoll), ns; 0 halts at
             once. Default 0 (haltpoll is off unless the guest loads it; its own default,
             `guest_halt_poll_ns`, is 200000: "Guest halt polling", Linux kernel documentation,
@@ -813,6 +823,7 @@ class Pv(_Base):
     placement: str = "available_idle"
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
+    halt_wake_ns: int = field(default=0, metadata=_NEW)
     guest_idle_poll_ns: int = 0
     guest_idle_poll_vcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
     guest_idle_poll_limit: str = field(default="clock", metadata=_NEW)

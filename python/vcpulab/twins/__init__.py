@@ -50,8 +50,8 @@ from __future__ import annotations
 
 from vcpulab.twins._calibration import (
     COST_REPEATS,
+    HALT_WAKE_CAL_POLL_NS,
     IPI_OUTSIDE_INSNS,
-    SWITCH_CAL_POLL_NS,
     WAKE_POLL_CAL_CHECKS,
     blocked_halt_ns,
     calibrate,
@@ -144,7 +144,7 @@ __all__ = [
     "background_for",
     "calibrate",
     "ipi_pair_median",
-    "SWITCH_CAL_POLL_NS",
+    "HALT_WAKE_CAL_POLL_NS",
     "blocked_halt_ns",
     "ipi_wake_spread_of",
     "cell_factors",

@@ -312,9 +312,10 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     [`IPI_OUTSIDE_INSNS`][vcpulab.twins.IPI_OUTSIDE_INSNS]), so one wake-up = (median round trip − those
     instructions × ``path_insn_ns``) / 2.
 
-    ``switch_ns``: the host CPU a blocked halt costs beyond a polled one (the
-    vCPU thread's switch to idle and back: ``schedule()``, KVM's preempt
-    notifiers with ``vcpu_put``/``vcpu_load``, here on kvm_pvm). A third run
+    ``halt_wake_ns``: the host CPU a blocked halt costs beyond a polled one
+    (the vCPU thread's switch to idle and back: ``schedule()``, KVM's preempt
+    notifiers with ``vcpu_put``/``vcpu_load``, the block's return and the
+    interrupt's injection, here on kvm_pvm). A third run
     repeats the 200 µs-gap run with a 1 ms polling maximum (its halts mostly
     polled); vCPU 1 runs the same instructions in both, so the difference of
     its thread's CPU time per round (the poll's time taken off) over the
@@ -324,7 +325,7 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     reply's wake-up comes ~1 µs before the switch out): it is on the wake-up's
     path, and the scheduler's own wake-up → run latency is 3.7-5.9 µs of the
     ~34 µs ``ipi_wake_ns``. [`twin`][vcpulab.twins.twin] charges it as
-    ``Host.switch_ns`` under the host's scheduler."""
+    ``Pv.halt_wake_ns``."""
     from vcpulab.experiment import run
 
     other = [c for c in allowed if c != cpu]
@@ -365,14 +366,14 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
         vcpus=2,
         placement=placement,
         duration_s=10.0,
-        halt_poll_ns=SWITCH_CAL_POLL_NS,
+        halt_poll_ns=HALT_WAKE_CAL_POLL_NS,
         sample_every_s=None,
     )
-    switch, how = blocked_halt_ns(_halt_cpu_per_round(r), _halt_cpu_per_round(rp))
-    out["switch_ns"] = Value(
-        switch,
+    wake_cpu, how = blocked_halt_ns(_halt_cpu_per_round(r), _halt_cpu_per_round(rp))
+    out["halt_wake_ns"] = Value(
+        wake_cpu,
         "ns",
-        f"IpiPingPong, gap 200 us, 300 rounds, {where}, run with max poll 0 and again with {SWITCH_CAL_POLL_NS} ns: "
+        f"IpiPingPong, gap 200 us, 300 rounds, {where}, run with max poll 0 and again with {HALT_WAKE_CAL_POLL_NS} ns: "
         f"vCPU 1's {how}",
     )
     p10, p90 = (float(r.results[f"rtt_{q}_us"][0]) * 1e3 for q in ("p10", "p90"))
@@ -390,7 +391,7 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
 
 #: the polling maximum of `_calibrate_ipi`'s polled run, ns: well above the 200 µs gap plus
 #: the round, so that a halt of either vCPU is caught by the poll once the window has grown
-SWITCH_CAL_POLL_NS = 1_000_000
+HALT_WAKE_CAL_POLL_NS = 1_000_000
 
 
 def _vcpu_delta(r: Run, vcpu: int, name: str) -> int:
@@ -415,7 +416,7 @@ def blocked_halt_ns(blocked: tuple[float, float], polled: tuple[float, float]) -
     """The CPU time of one blocked halt beyond a polled one from two runs of
     one program that differ in the polling maximum alone, each given as (CPU
     per round less the halt polling, halts per round that blocked): both
-    spend ``insns + k·switch`` per round, so ``switch`` = the difference of
+    spend ``insns + k·cost`` per round, so ``cost`` = the difference of
     the CPU over the difference of ``k``. Returns it in ns with how it was
     obtained; NaN, with the reason, when the blocked halts per round differ
     by less than 0.3 (the polls did not catch enough halts) or the result is
@@ -427,10 +428,10 @@ def blocked_halt_ns(blocked: tuple[float, float], polled: tuple[float, float]) -
     )
     if not k0 - k1 >= 0.3:
         return float("nan"), how + " (not measured: the polled run's halts blocked too)"
-    switch = (c0 - c1) / (k0 - k1)
-    if not switch > 0:
-        return float("nan"), how + f" (not measured: {switch:.0f} ns, not positive)"
-    return float(switch), how
+    cost = (c0 - c1) / (k0 - k1)
+    if not cost > 0:
+        return float("nan"), how + f" (not measured: {cost:.0f} ns, not positive)"
+    return float(cost), how
 
 
 #: the fixed sample `ipi_wake_spread_of` and `ipi_pair_median` draw their

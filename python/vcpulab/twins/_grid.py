@@ -557,7 +557,7 @@ def grid(
 
 #: the calibration values each grid cell carries as ``cal_<key>`` columns
 #: (the emulated instruction costs, vcpulab's scheduler costs and the IPI
-#: wake-up with its spread, a blocked halt's switch: those that drift with
+#: wake-up with its spread, a blocked halt's CPU: those that drift with
 #: the host; NaN where the calibration lacks one)
 CELL_CALIBRATION_KEYS = (
     "path_insn_ns",
@@ -566,7 +566,7 @@ CELL_CALIBRATION_KEYS = (
     "spin_iter_ns",
     "ipi_wake_ns",
     "ipi_wake_spread",
-    "switch_ns",
+    "halt_wake_ns",
 )
 
 

@@ -224,9 +224,9 @@ def _sim_ipi_rtt_ns(res: sim.Result) -> float | None:
     * a halt that blocked: from the trace, its interval that ended in the
       blocking halt at ``h`` and its next interval at ``r`` give ``r − h``,
       plus the mean failed poll before blocking (``halt_poll_fail_ns`` over
-      the blocked halts; 0 with polling off) and the switch back in
-      (``Host.switch_ns``: charged at the start of the next interval, before
-      the guest's code resumes);
+      the blocked halts; 0 with polling off) and the switch back in and the
+      block's return (``Host.switch_ns``, ``Pv.halt_wake_ns``: charged at the
+      start of the next interval, before the guest's code resumes);
     * a halt a poll caught (no halt in the trace: the vCPU stays on its CPU):
       the mean successful poll (``halt_poll_success_ns`` /
       ``halt_successful_poll``), once per such halt.
@@ -243,8 +243,8 @@ def _sim_ipi_rtt_ns(res: sim.Result) -> float | None:
     v0 = res.vcpus.row(0, named=True)
     n_succ = int(v0["halt_successful_poll"])
     fail = float(v0["halt_poll_fail_ns"]) / len(blocked) if blocked else 0.0
-    switch = float(res.config.host.switch_ns)
-    rtt = [b + fail + switch for b in blocked]
+    back = float(res.config.host.switch_ns) + float(getattr(res.config.vms[0].pv, "halt_wake_ns", 0))
+    rtt = [b + fail + back for b in blocked]
     if n_succ > 0:
         rtt += [float(v0["halt_poll_success_ns"]) / n_succ] * n_succ
     return float(np.median(rtt)) if rtt else None

@@ -243,11 +243,11 @@ def vcpu_start_of(runs: Sequence[Run]) -> float | None:
     return float(np.median(starts)) if starts else None
 
 
-def _switch_ns(cal: Calibration) -> float:
-    """The calibration's ``switch_ns`` (the CPU of a blocked halt beyond a
+def _halt_wake_ns(cal: Calibration) -> float:
+    """The calibration's ``halt_wake_ns`` (the CPU of a blocked halt beyond a
     polled one), 0 where it has none (calibrations before 0.3.19, the
     reference calibration among them) or did not measure it (NaN)."""
-    x = float(cal["switch_ns"]) if "switch_ns" in cal.values else 0.0
+    x = float(cal["halt_wake_ns"]) if "halt_wake_ns" in cal.values else 0.0
     return x if math.isfinite(x) and x > 0 else 0.0
 
 
@@ -283,11 +283,10 @@ def twin(
       wake-up placement and newidle pulls but no periodic load balancing),
       ``"pinned"`` on one CPU. ``tsc_khz`` from the vCPU. ``wakeup_ipi_ns``
       = the measured blocked-halt wake-up latency where the host model has it;
-      with a calibration that measured ``switch_ns`` (the CPU a blocked halt
-      costs beyond a polled one), a twin under the host's scheduler charges
-      it at each switch-in of a vCPU thread (``Host.switch_ns``) and takes it
-      out of that latency (not under vcpulab's schedulers, whose switches are
-      token hand-offs carried by ``uexit_ns`` and the hand-off).
+      with a calibration that measured ``halt_wake_ns`` (the CPU a blocked
+      halt costs beyond a polled one), the twin charges it when a vCPU is
+      back from a blocked halt (``Pv.halt_wake_ns``) and takes it out of that
+      latency.
     * VM: no PLE (this host has no VMX/SVM, so no pause-loop exits), no
       directed-yield policy, steal time on with a ``preempted`` byte KVM never
       writes (``Pv.preempted_byte="never"``: this host's kvm_pvm leaves it
@@ -331,7 +330,7 @@ def twin(
       standard deviation (``Host.wakeup_dist="lognormal"``), its median
       ``ipi_wake_ns`` x 2 / [`ipi_pair_median`][vcpulab.twins.ipi_pair_median]
       so that two keep the measured median round trip (fixed where the twin
-      charges ``switch_ns``: the spread then lies in the switch's CPU time,
+      charges ``halt_wake_ns``: the spread then lies in that CPU time,
       which the simulator charges fixed). Simplification: the real
       gap is RDTSC (wall) time, the twin's is CPU time (a vCPU preempted in
       its gap lengthens the twin's round, not its round trip).
@@ -518,21 +517,18 @@ def twin(
         hkw["background"], hkw["noise"] = host_load_for(exp, other_load, machine_cpus=machine)
     elif other_share:
         hkw["background"] = background_for(exp, float(other_share), other_burst_ns)
-    # a blocked halt's switch to idle and back, charged as host CPU at the vCPU's switch-in
-    # (Host.switch_ns) and taken out of the wake-up latency that holds it; only under the
-    # host's scheduler (vcpulab's schedulers' switches are token hand-offs, whose costs
-    # uexit_ns and the hand-off already carry)
-    switch = _switch_ns(cal) if exp.scheduler is None and _host_field("switch_ns") else 0.0
-    if switch > 0:
-        hkw["switch_ns"] = int(round(switch))
+    # a blocked halt's CPU beyond a polled one (its switch to idle and back), charged when the
+    # vCPU is back from the block (Pv.halt_wake_ns) and taken out of the wake-up latency that
+    # held it
+    halt_wake = _halt_wake_ns(cal)
     if _host_field("wakeup_ipi_ns"):
         ipi = isinstance(w, (IpiPingPong, WakePlacement))
-        wake = max((cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"]) - switch, 0.0)
+        wake = max((cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"]) - halt_wake, 0.0)
         hkw["wakeup_ipi_ns"] = int(wake)
         spread = float(cal["ipi_wake_spread"]) if "ipi_wake_spread" in cal.values else 0.0
-        # with the switch charged as CPU, what is left to draw is the scheduler's few-µs latency; the
-        # round trips' spread lies mostly in the switch's CPU time, which the simulator charges fixed
-        if ipi and spread > 0 and switch == 0 and _host_field("wakeup_dist"):
+        # with the block's CPU charged, what is left to draw is the scheduler's few-µs latency; the
+        # round trips' spread lies mostly in that CPU time, which the simulator charges fixed
+        if ipi and spread > 0 and halt_wake == 0 and _host_field("wakeup_dist"):
             # each IPI wake-up drawn as the calibration's round trips spread (log-normal, a right
             # tail), its median set so that two of them keep the measured median round trip
             hkw.update(
@@ -586,6 +582,7 @@ def twin(
             sched_yield=False,
             apicv=False,
             halt_exit_ns=max(int(round(a)), 0),
+            halt_wake_ns=int(round(halt_wake)),
             **pv_kw,
         ),
         halt_poll=hp,

@@ -59,7 +59,7 @@ class Calibration:
     of ``WakePlacement``'s poll loop; absent from calibrations before
     2026-12-05), ``ipi_round_insns`` / ``ipi_wake_ns`` / ``ipi_wake_spread``
     (an IPI to a halted vCPU: the round's instructions, one wake-up, its
-    spread), ``switch_ns`` (the host CPU of a blocked halt beyond a polled
+    spread), ``halt_wake_ns`` (the host CPU of a blocked halt beyond a polled
     one; absent before 0.3.19, NaN where not measured), ``uexit_ns`` /
     ``sched_handoff_ns`` / ``spin_iter_ns`` (vcpulab's scheduler), and the
     host knobs of [`host_knobs`][vcpulab.twins.host_knobs].

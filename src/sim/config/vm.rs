@@ -228,6 +228,21 @@ pub struct PvConfig {
     /// (assumption).
     #[schemars(range(max = limits::MAX_COST_NS))]
     pub halt_exit_ns: u64,
+    /// Host CPU time of a vCPU's return from a halt that blocked, beyond
+    /// the switch back in (`Host.switch_ns`), ns: `kvm_vcpu_block()`'s
+    /// return and everything KVM does before the guest resumes (the
+    /// preempt notifiers' `vcpu_load`, the pending interrupt's injection).
+    /// Charged as exit time (category `exit_ns`, not preemptible) when the
+    /// vCPU is back from the block, before its guest code resumes; a halt
+    /// that polling caught costs nothing here. Simplified: the block's own
+    /// side (the switch to idle) is charged here too, so a blocked halt's
+    /// whole cost beyond a polled one sits on the wake-up's path (where a
+    /// trace of this host puts nearly all of it: docs/twins.md). Default 0
+    /// (off; the eras leave it off: no published figure). The twins
+    /// measure it on this host (`twins.calibrate`'s `halt_wake_ns`).
+    #[schemars(range(max = limits::MAX_COST_NS))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub halt_wake_ns: u64,
     /// Guest idle polling before HLT (cpuidle-haltpoll),
     /// ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
     /// loads it; its own default, `guest_halt_poll_ns`, is 200000: "Guest
@@ -357,6 +372,7 @@ impl Default for PvConfig {
             placement: Placement::AvailableIdle,
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
+            halt_wake_ns: 0,
             guest_idle_poll_ns: 0,
             guest_idle_poll_vcpus: Vec::new(),
             guest_idle_poll_limit: IdlePollLimit::Clock,
