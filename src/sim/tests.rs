@@ -466,6 +466,26 @@ fn every_switch_in_of_a_vcpu_thread_costs_switch_ns_of_exit_time_before_its_gues
     assert!((lost - (switches * 50_000) as i64).abs() <= 2 * 50_000 + 20_000_000 / 10, "lost {lost}");
 }
 
+/// A waker thread bound to vCPU 0 handing one item at a time to a worker
+/// thread (10 µs of waker work, 20 µs of worker work: the twin of vcpulab's
+/// wake-placement program), two vCPUs on two CPUs, 20 ms; `tune` adjusts the
+/// VM.
+fn waker_worker(tune: impl FnOnce(&mut VmConfig)) -> SimConfig {
+    let k = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 };
+    let mut vm = computing_vm(2);
+    vm.threads = 2;
+    vm.workload.thread0_bound = true;
+    vm.workload.thread0_phases = vec![k(10_000), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }];
+    vm.workload.phases = vec![Phase::Recv { prob: 1.0 }, k(20_000), Phase::Send { to: 1, prob: 1.0 }];
+    tune(&mut vm);
+    SimConfig {
+        host: HostConfig { n_pcpus: 2, ..Default::default() },
+        vms: vec![vm],
+        duration_ns: 20_000_000,
+        ..Default::default()
+    }
+}
+
 /// `Pv.guest_idle_poll_vcpus`: only the listed vCPUs idle-poll; a poll that
 /// the next message reaches in time is a hit, one that runs out a miss and
 /// halts. A waker bound to vCPU 0 hands one item at a time to a worker
@@ -475,21 +495,11 @@ fn every_switch_in_of_a_vcpu_thread_costs_switch_ns_of_exit_time_before_its_gues
 /// vCPU 0 polls too; with a 1 µs window vCPU 1's polls run out.
 #[test]
 fn guest_idle_polling_runs_on_the_listed_vcpus_only_and_counts_hits_and_misses() {
-    let k = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 };
     let build = |poll_ns: u64, vcpus: Vec<u32>| {
-        let mut vm = computing_vm(2);
-        vm.threads = 2;
-        vm.workload.thread0_bound = true;
-        vm.workload.thread0_phases = vec![k(10_000), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }];
-        vm.workload.phases = vec![Phase::Recv { prob: 1.0 }, k(20_000), Phase::Send { to: 1, prob: 1.0 }];
-        vm.pv.guest_idle_poll_ns = poll_ns;
-        vm.pv.guest_idle_poll_vcpus = vcpus;
-        SimConfig {
-            host: HostConfig { n_pcpus: 2, ..Default::default() },
-            vms: vec![vm],
-            duration_ns: 20_000_000,
-            ..Default::default()
-        }
+        waker_worker(|vm| {
+            vm.pv.guest_idle_poll_ns = poll_ns;
+            vm.pv.guest_idle_poll_vcpus = vcpus;
+        })
     };
     let col = |r: &SimResult, name: &str| r.vcpus.u64s(name).to_vec();
     let only1 = run(&build(50_000, vec![1])).unwrap();
@@ -587,26 +597,16 @@ fn a_guest_idle_poll_limited_by_checks_polls_its_whole_window_on_the_vcpu() {
 /// `Pv.halt_wake_ns`: a vCPU back from a halt that blocked spends it as exit
 /// time on its CPU before its guest resumes, so a ping-pong between two
 /// vCPUs on their own CPUs (a waker bound to vCPU 0 handing one item at a
-/// time to a worker on vCPU 1, every halt blocking) pays it twice a round;
+/// time to a worker on vCPU 1: [`waker_worker`], every halt blocking) pays it twice a round;
 /// a halt that polling caught pays nothing.
 #[test]
 fn a_vcpu_back_from_a_blocked_halt_spends_halt_wake_ns_before_its_guest_resumes() {
     use crate::sim::halt_poll::{HaltPollConfig, Policy};
-    let k = |ns| Phase::Compute { ns, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 };
     let build = |wake_ns: u64, poll: bool| {
-        let mut vm = computing_vm(2);
-        vm.threads = 2;
-        vm.workload.thread0_bound = true;
-        vm.workload.thread0_phases = vec![k(10_000), Phase::Send { to: 1, prob: 1.0 }, Phase::Recv { prob: 1.0 }];
-        vm.workload.phases = vec![Phase::Recv { prob: 1.0 }, k(20_000), Phase::Send { to: 1, prob: 1.0 }];
-        vm.pv.halt_wake_ns = wake_ns;
-        vm.halt_poll = HaltPollConfig::new(if poll { Policy::Fixed } else { Policy::Off });
-        SimConfig {
-            host: HostConfig { n_pcpus: 2, ..Default::default() },
-            vms: vec![vm],
-            duration_ns: 20_000_000,
-            ..Default::default()
-        }
+        waker_worker(|vm| {
+            vm.pv.halt_wake_ns = wake_ns;
+            vm.halt_poll = HaltPollConfig::new(if poll { Policy::Fixed } else { Policy::Off });
+        })
     };
     let col = |r: &SimResult, name: &str| r.vcpus.u64s(name).to_vec();
     let free = run(&build(0, false)).unwrap();
