@@ -286,6 +286,16 @@ def test_a_measured_blocked_halt_cost_is_charged_on_the_wake_up_and_left_out_of_
     assert msi.vms[0].pv.halt_wake_ns == 30_000 and msi.host.wakeup_ipi_ns == 40_000 - 30_000
     wake = Experiment(WakePlacement(), 3, (0, 1), duration_s=0.2, scheduler=sched.round_robin())
     assert twins.twin(wake, cal).vms[0].pv.halt_wake_ns == 30_000
+    # with the measured spread each return is drawn log-normal, its median set so that two keep the
+    # median round trip
+    from vcpulab.twins import ipi_pair_median
+
+    cal.values["halt_wake_spread"] = Value(0.4, "", "given by the test")
+    cfg = twins.twin(exp, cal, trace=True)
+    pv = cfg.vms[0].pv
+    assert pv.halt_wake_jitter == 0.4 and pv.halt_wake_ns == round(30_000 * 2 / ipi_pair_median(0.4)) < 30_000
+    rtt = twins.sim_metrics(exp, cfg, sim.run(cfg), cal)["rtt_median_us"]
+    assert rtt == pytest.approx((2 * 40_000 + 80 * 400) / 1e3, rel=0.08)
     cal.values["halt_wake_ns"] = Value(float("nan"), "ns", "not measured")
     assert twins.twin(exp, cal).vms[0].pv.halt_wake_ns == 0
     assert twins.twin(exp, fake_cal()).vms[0].pv.halt_wake_ns == 0
@@ -547,6 +557,8 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
     # with the reason where the polled run's halts blocked as well (a busy host)
     halt_wake = cal["halt_wake_ns"]
     assert 0 < halt_wake < 1e6 if math.isfinite(halt_wake) else "not measured" in cal.values["halt_wake_ns"].how
+    spread = cal["halt_wake_spread"]
+    assert 0.0 <= spread <= 1.0 if math.isfinite(halt_wake) else math.isnan(spread)
 
 
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:

@@ -271,19 +271,27 @@ impl Sim {
         }
         let j = h.wakeup_jitter;
         if d > 0 && j > 0.0 {
-            let u: f64 = self.rng2.random::<f64>();
             let f = match h.wakeup_dist {
-                WakeupDist::Uniform => 1.0 - j + 2.0 * j * u,
-                WakeupDist::Lognormal => {
-                    // Box-Muller: a standard normal from two uniforms of the second stream
-                    let u2: f64 = self.rng2.random::<f64>();
-                    let z = (-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-                    (j * z).exp().min(50.0)
+                WakeupDist::Uniform => {
+                    let u: f64 = self.rng2.random::<f64>();
+                    1.0 - j + 2.0 * j * u
                 }
+                WakeupDist::Lognormal => self.lognormal_factor(j),
             };
             d = (d as f64 * f).round() as Ns;
         }
         d
+    }
+
+    /// A factor drawn log-normal with median 1 and `j` as the standard
+    /// deviation of its logarithm, capped at 50 (Box-Muller on two uniforms
+    /// of the second RNG stream, so the main stream's draws stay those of a
+    /// run without it).
+    pub(crate) fn lognormal_factor(&mut self, j: f64) -> f64 {
+        let u: f64 = self.rng2.random::<f64>();
+        let u2: f64 = self.rng2.random::<f64>();
+        let z = (-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        (j * z).exp().min(50.0)
     }
 
     // ---- host noise ----

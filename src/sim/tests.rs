@@ -598,7 +598,8 @@ fn a_guest_idle_poll_limited_by_checks_polls_its_whole_window_on_the_vcpu() {
 /// time on its CPU before its guest resumes, so a ping-pong between two
 /// vCPUs on their own CPUs (a waker bound to vCPU 0 handing one item at a
 /// time to a worker on vCPU 1: [`waker_worker`], every halt blocking) pays it twice a round;
-/// a halt that polling caught pays nothing.
+/// with `Pv.halt_wake_jitter` each return is a log-normal draw around it; a
+/// halt that polling caught pays nothing.
 #[test]
 fn a_vcpu_back_from_a_blocked_halt_spends_halt_wake_ns_before_its_guest_resumes() {
     use crate::sim::halt_poll::{HaltPollConfig, Policy};
@@ -626,6 +627,18 @@ fn a_vcpu_back_from_a_blocked_halt_spends_halt_wake_ns_before_its_guest_resumes(
     let rounds = |r: &SimResult| r.vms.u64s("ops")[0] as f64 / 2.0;
     let (t_free, t_paid) = (20e6 / rounds(&free), 20e6 / rounds(&paid));
     assert!((t_paid - t_free - 2.0 * 40_000.0).abs() < 0.1 * t_paid, "round {t_free} -> {t_paid} ns");
+    // Pv.halt_wake_jitter: log-normal around the median, so the mean is exp(j²/2) x it (1.133 at 0.5)
+    let spread = run(&waker_worker(|vm| {
+        vm.pv.halt_wake_ns = 40_000;
+        vm.pv.halt_wake_jitter = 0.5;
+        vm.halt_poll = HaltPollConfig::new(Policy::Off);
+    }))
+    .unwrap();
+    conservation(&spread, 20_000_000);
+    let (sh, se) = (col(&spread, "halt_exits"), col(&spread, "exit_ns"));
+    let per: f64 =
+        (0..2).map(|v| se[v] as f64 / sh[v] as f64 - free_exit[v] as f64 / free_halts[v] as f64).sum::<f64>() / 2.0;
+    assert!((per / 40_000.0 - (0.125f64).exp()).abs() < 0.06, "mean {per} ns a blocked halt");
     // polling catches every halt (a 200 µs window, the next message within 30 µs): nothing charged
     let caught = run(&build(40_000, true)).unwrap();
     let caught_free = run(&build(0, true)).unwrap();

@@ -79,7 +79,12 @@ impl Sim {
                 // back from kvm_vcpu_block(): halt_wait_ns, poll stats, window update
                 None => {
                     self.halt_end(v, true);
-                    let cost = self.vms[self.vm_of(v)].cfg.pv.halt_wake_ns;
+                    let pv = &self.vms[self.vm_of(v)].cfg.pv;
+                    let (mut cost, j) = (pv.halt_wake_ns, pv.halt_wake_jitter);
+                    if cost > 0 && j > 0.0 {
+                        // Pv.halt_wake_jitter: a log-normal draw around the median
+                        cost = (cost as f64 * self.lognormal_factor(j)).round() as Ns;
+                    }
                     if cost > 0 {
                         // the block's return before the guest resumes (Pv.halt_wake_ns);
                         // exit_done resumes it, no longer halted

@@ -763,6 +763,12 @@ class Pv(_Base):
             wake-up's path (where a trace of this host puts nearly all of it: docs/twins.md).
             Default 0 (off; the eras leave it off: no published figure). The twins measure it on
             this host (`twins.calibrate`'s `halt_wake_ns`).
+        halt_wake_jitter: The spread of `halt_wake_ns`: each return from a blocked halt costs a
+            log-normal draw with `halt_wake_ns` as its median and this as the standard deviation of
+            its logarithm (a right tail, capped at 50x: the emulated path around an exit varies from
+            one wake-up to the next). Default 0.0 (every return costs `halt_wake_ns`). The twins
+            measure it from the calibration's IPI round trips (`twins.calibrate`'s
+            `halt_wake_spread`).
         guest_idle_poll_ns: Guest idle polling before HLT (cpuidle-haltpoll), ns; 0 halts at
             once. Default 0 (haltpoll is off unless the guest loads it; its own default,
             `guest_halt_poll_ns`, is 200000: "Guest halt polling", Linux kernel documentation,
@@ -824,6 +830,7 @@ class Pv(_Base):
     hypercall_ns: int = 1500
     halt_exit_ns: int = 1500
     halt_wake_ns: int = field(default=0, metadata=_NEW)
+    halt_wake_jitter: float = field(default=0.0, metadata=_NEW)
     guest_idle_poll_ns: int = 0
     guest_idle_poll_vcpus: tuple[int, ...] = field(default=(), metadata=_NEW)
     guest_idle_poll_limit: str = field(default="clock", metadata=_NEW)

@@ -325,7 +325,9 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
     reply's wake-up comes ~1 µs before the switch out): it is on the wake-up's
     path, and the scheduler's own wake-up → run latency is 3.7-5.9 µs of the
     ~34 µs ``ipi_wake_ns``. [`twin`][vcpulab.twins.twin] charges it as
-    ``Pv.halt_wake_ns``."""
+    ``Pv.halt_wake_ns``. ``halt_wake_spread``: the first run's round trips'
+    p10-p90 charged to it (two blocked halts a round trip), as
+    ``ipi_wake_spread`` charges them to the whole wake-ups."""
     from vcpulab.experiment import run
 
     other = [c for c in allowed if c != cpu]
@@ -377,6 +379,14 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
         f"vCPU 1's {how}",
     )
     p10, p90 = (float(r.results[f"rtt_{q}_us"][0]) * 1e3 for q in ("p10", "p90"))
+    out["halt_wake_spread"] = Value(
+        ipi_wake_spread_of((p90 - p10) / (2 * wake_cpu)) if wake_cpu > 0 else float("nan"),
+        "",
+        f"the first run's round trips' p10-p90 ({p10 / 1e3:.1f}-{p90 / 1e3:.1f} us) over two halt_wake_ns "
+        "(each round trip holds two blocked halts), matched by the sum of two log-normal draws (median 1, log "
+        "standard deviation this value, fitted on a fixed sample): the whole spread charged to the blocked "
+        "halts' CPU, where the trace puts the wake-up's time (an upper bound); NaN without halt_wake_ns",
+    )
     width = (p90 - p10) / wakes if wakes > 0 else float("nan")
     out["ipi_wake_spread"] = Value(
         ipi_wake_spread_of(width),

@@ -567,6 +567,7 @@ CELL_CALIBRATION_KEYS = (
     "ipi_wake_ns",
     "ipi_wake_spread",
     "halt_wake_ns",
+    "halt_wake_spread",
 )
 
 

@@ -226,7 +226,8 @@ def _sim_ipi_rtt_ns(res: sim.Result) -> float | None:
       plus the mean failed poll before blocking (``halt_poll_fail_ns`` over
       the blocked halts; 0 with polling off) and the switch back in and the
       block's return (``Host.switch_ns``, ``Pv.halt_wake_ns``: charged at the
-      start of the next interval, before the guest's code resumes);
+      start of the next interval, before the guest's code resumes; a drawn
+      return, ``Pv.halt_wake_jitter``, counted at its median);
     * a halt a poll caught (no halt in the trace: the vCPU stays on its CPU):
       the mean successful poll (``halt_poll_success_ns`` /
       ``halt_successful_poll``), once per such halt.

@@ -243,6 +243,16 @@ pub struct PvConfig {
     #[schemars(range(max = limits::MAX_COST_NS))]
     #[schemars(extend("x-omit-default" = true))]
     pub halt_wake_ns: u64,
+    /// The spread of `halt_wake_ns`: each return from a blocked halt costs
+    /// a log-normal draw with `halt_wake_ns` as its median and this as the
+    /// standard deviation of its logarithm (a right tail, capped at 50x:
+    /// the emulated path around an exit varies from one wake-up to the
+    /// next). Default 0.0 (every return costs `halt_wake_ns`). The twins
+    /// measure it from the calibration's IPI round trips
+    /// (`twins.calibrate`'s `halt_wake_spread`).
+    #[schemars(range(min = 0.0, max = 1.0))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub halt_wake_jitter: f64,
     /// Guest idle polling before HLT (cpuidle-haltpoll),
     /// ns; 0 halts at once. Default 0 (haltpoll is off unless the guest
     /// loads it; its own default, `guest_halt_poll_ns`, is 200000: "Guest
@@ -373,6 +383,7 @@ impl Default for PvConfig {
             hypercall_ns: 1_500,
             halt_exit_ns: 1_500,
             halt_wake_ns: 0,
+            halt_wake_jitter: 0.0,
             guest_idle_poll_ns: 0,
             guest_idle_poll_vcpus: Vec::new(),
             guest_idle_poll_limit: IdlePollLimit::Clock,
