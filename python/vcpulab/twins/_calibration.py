@@ -28,9 +28,11 @@ _LOCK = threading.Lock()
 COST_REPEATS = 5
 
 
-def _stat_delta(run: Run, name: str) -> int:
-    s = run.samples
-    if name not in s.columns:
+def _stat_delta(run: Run, name: str, vcpu: int | None = None) -> int:
+    """How much the cumulative stat ``name`` grew over the run, summed over
+    the vCPUs (``vcpu``: that one's only); 0 without it."""
+    s = run.samples if vcpu is None else run.samples.filter(pl.col("vcpu") == vcpu)
+    if name not in s.columns or s.height == 0:
         return 0
     g = s.group_by(["vm", "vcpu"]).agg((pl.col(name).max() - pl.col(name).min()).alias("d"))
     return int(g["d"].sum())
@@ -404,21 +406,13 @@ def _calibrate_ipi(allowed: Sequence[int], cpu: int, path_insn_ns: float) -> dic
 HALT_WAKE_CAL_POLL_NS = 1_000_000
 
 
-def _vcpu_delta(r: Run, vcpu: int, name: str) -> int:
-    """How much ``vcpu``'s cumulative stat ``name`` grew over the run (0 without it)."""
-    s = r.samples.filter(pl.col("vcpu") == vcpu)
-    if name not in s.columns or s.height == 0:
-        return 0
-    return int(s.select(pl.col(name).max() - pl.col(name).min()).item())
-
-
 def _halt_cpu_per_round(r: Run, vcpu: int = 1) -> tuple[float, float]:
     """``vcpu``'s thread CPU time per round of an ``IpiPingPong`` run less its
     halt polling, and its halts per round that blocked (not caught by a poll)."""
     rounds = max(int(r.results["rounds"][0]), 1)
     cpu = int(r.threads.filter(pl.col("vcpu") == vcpu)["cpu_ns"][0])
-    poll = _vcpu_delta(r, vcpu, "halt_poll_success_ns") + _vcpu_delta(r, vcpu, "halt_poll_fail_ns")
-    blocks = _vcpu_delta(r, vcpu, "halt_exits") - _vcpu_delta(r, vcpu, "halt_successful_poll")
+    poll = _stat_delta(r, "halt_poll_success_ns", vcpu) + _stat_delta(r, "halt_poll_fail_ns", vcpu)
+    blocks = _stat_delta(r, "halt_exits", vcpu) - _stat_delta(r, "halt_successful_poll", vcpu)
     return (cpu - poll) / rounds, blocks / rounds
 
 

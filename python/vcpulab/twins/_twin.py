@@ -243,11 +243,11 @@ def vcpu_start_of(runs: Sequence[Run]) -> float | None:
     return float(np.median(starts)) if starts else None
 
 
-def _halt_wake_ns(cal: Calibration) -> float:
-    """The calibration's ``halt_wake_ns`` (the CPU of a blocked halt beyond a
-    polled one), 0 where it has none (calibrations before 0.3.19, the
-    reference calibration among them) or did not measure it (NaN)."""
-    x = float(cal["halt_wake_ns"]) if "halt_wake_ns" in cal.values else 0.0
+def _measured(cal: Calibration, key: str) -> float:
+    """The calibration's value ``key``, 0 where it has none (calibrations
+    made before the value existed, the reference calibration among them) or
+    did not measure it (NaN, or not positive)."""
+    x = float(cal[key]) if key in cal.values else 0.0
     return x if math.isfinite(x) and x > 0 else 0.0
 
 
@@ -260,10 +260,9 @@ def _halt_wake_kw(cal: Calibration, halt_wake: float) -> dict[str, Any]:
     spread of 0.5)."""
     if halt_wake <= 0:
         return {"halt_wake_ns": 0}
-    spread = float(cal["halt_wake_spread"]) if "halt_wake_spread" in cal.values else 0.0
-    if not (math.isfinite(spread) and spread > 0):
+    spread = min(_measured(cal, "halt_wake_spread"), 1.0)
+    if spread == 0:
         return {"halt_wake_ns": int(round(halt_wake))}
-    spread = min(spread, 1.0)
     return {"halt_wake_ns": int(round(halt_wake * 2 / ipi_pair_median(spread))), "halt_wake_jitter": spread}
 
 
@@ -536,12 +535,12 @@ def twin(
     # a blocked halt's CPU beyond a polled one (its switch to idle and back), charged when the
     # vCPU is back from the block (Pv.halt_wake_ns) and taken out of the wake-up latency that
     # held it
-    halt_wake = _halt_wake_ns(cal)
+    halt_wake = _measured(cal, "halt_wake_ns")
     if _host_field("wakeup_ipi_ns"):
         ipi = isinstance(w, (IpiPingPong, WakePlacement))
         wake = max((cal["ipi_wake_ns"] if ipi else cal["wake_block_ns"]) - halt_wake, 0.0)
         hkw["wakeup_ipi_ns"] = int(wake)
-        spread = float(cal["ipi_wake_spread"]) if "ipi_wake_spread" in cal.values else 0.0
+        spread = _measured(cal, "ipi_wake_spread")
         # with the block's CPU charged, what is left to draw is the scheduler's few-µs latency; the
         # round trips' spread lies mostly in that CPU time, which the simulator charges fixed
         if ipi and spread > 0 and halt_wake == 0 and _host_field("wakeup_dist"):
