@@ -101,11 +101,15 @@ def test_halts_match_kvm_stats_and_frames_have_their_dtypes(traceable) -> None: 
         grow = int(f.read())
     w = r.halts["window_ns"].drop_nulls()
     assert w.len() > 0 and w.min() >= 0 and w.max() <= 200_000 * max(grow, 1)
-    # every exit that reached user space is one row (the DONE ucall here)
+    # every exit that reached user space is one row (the DONE ucall here); the run's vCPU
+    # threads time their own KVM_RUNs, so the kernel's two records per exit are not recorded
+    assert "kvm:kvm_userspace_exit" not in r.trace_info["counts"] and "kvm:kvm_fpu" not in r.trace_info["counts"]
+    assert not set(tracing.RUN_LOOP_REPLACES) & set(r.config["trace"]["events"])
     if r.trace_info["exits_source"] == "kvm_exit":
         assert r.exits.height == _delta(r, "exits")
     else:
-        assert r.exits.height == int(r.threads["user_exits"].sum())
+        assert r.trace_info["exits_source"] == "run_loop"
+        assert r.exits.height == int(r.threads["user_exits"].sum()) == r.trace_info["counts"]["vcpulab:kvm_run"]
     assert r.quality is not None and r.quality.source == "trace"
 
 
@@ -157,8 +161,11 @@ def test_slices_lie_in_the_run_and_do_not_overlap(idle_run) -> None:  # type: ig
         assert int(waited.filter(pl.col("vcpu") == v)["ns"].sum()) == _halted_ns(r, v)
 
 
-def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untyped-def]
-    """Exits of a vCPU driven by hand: every IO exit is one row, named by the kernel."""
+@pytest.mark.parametrize("timed_by", ["kernel", "run_loop"])
+def test_io_exits_are_each_one_row(traceable, timed_by) -> None:  # type: ignore[no-untyped-def]
+    """Exits of a vCPU driven by hand: every IO exit is one row, named as the
+    kernel names it, whether the kernel's records time them or the vCPU's
+    own run loop (``Trace(vcpus=[v])``, two clock reads per ``KVM_RUN``)."""
     import threading
 
     with traceable.create_vm(memory_mib=2, irqchip=False) as vm:
@@ -166,12 +173,19 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
         v = vm.create_vcpu(0)
         v.start(prog)
         before = v.stats()
-        with tracing.Trace(sorted(os.sched_getaffinity(0))) as tr:
+        own = [v] if timed_by == "run_loop" else None
+        with tracing.Trace(sorted(os.sched_getaffinity(0)), vcpus=own) as tr:
             t0 = _core.monotonic_ns()
             res = v.run_until("io", count=500, port=0x80, timeout_s=60)
             t1 = _core.monotonic_ns()
             after = v.stats()
             f = tr.frames(t0, t1, [(threading.get_native_id(), 0, 0)])
+        if timed_by == "run_loop":
+            # a vCPU whose trace stopped times its exits into the next trace that asks, only
+            with tracing.Trace(sorted(os.sched_getaffinity(0)), vcpus=[v]) as tr2:
+                v.start(prog)
+                assert v.run_until("io", count=10, port=0x80, timeout_s=60).matches == 10
+                assert tr2.stop()["counts"]["vcpulab:kvm_run"] == 10
     assert res.matches == 500 and not f.info["truncated"]
     io = f.exits.filter(pl.col("reason").is_in(["KVM_EXIT_IO", "IO_INSTRUCTION", "io"]))
     assert io.height == 500
@@ -180,8 +194,15 @@ def test_io_exits_are_each_one_row(traceable) -> None:  # type: ignore[no-untype
     done = f.exits.drop_nulls("entry_ns")
     assert (done["handling_ns"] > 0).all() and done.height >= 499
     if f.info["exits_source"] == "kvm_userspace_exit":
+        assert timed_by == "kernel"
         # one guest-FPU load per KVM_RUN (the one that ends an exit's row); its puts are not kept
         assert 500 <= f.info["counts"]["kvm:kvm_fpu"] <= 502, f.info["counts"]
+    if timed_by == "run_loop":
+        assert f.info["exits_source"] in ("run_loop", "kvm_exit")
+        assert not set(tracing.RUN_LOOP_REPLACES) & set(f.info["counts"]), f.info["counts"]
+        # one row per KVM_RUN the run loop issued, each inside the window, on the vCPU's clock
+        assert (done["exit_ns"] >= 0).all() and (done["entry_ns"] <= t1 - t0).all()
+        assert f.info["counts"]["vcpulab:kvm_run"] == 500  # the second trace's 10 went to it only
 
 
 def test_a_trace_without_kvm_events_keeps_the_sched_map_and_no_exits(traceable) -> None:  # type: ignore[no-untyped-def]
@@ -271,6 +292,8 @@ def test_bad_cpus_and_limits_are_value_errors(traceable) -> None:  # type: ignor
         tracing.Trace([-1])
     with pytest.raises(ValueError, match="max_events"):
         tracing.Trace([0], max_events=0)
+    with pytest.raises(TypeError, match="vcpulab.kvm.Vcpu"):
+        tracing.Trace([0], vcpus=[0])
     with pytest.raises(ValueError):
         run(Spin(), vcpus=1, pcpus=[100_000], duration_s=0.1, host=traceable, trace=True)
     with pytest.raises(ValueError, match="trace_max_events"):

@@ -43,6 +43,7 @@ __all__ = [
     "TRACE_DEFAULT_MAX_EVENTS",
     "TRACE_EVENTS",
     "TRACE_NULL",
+    "TRACE_RUN_LOOP_REPLACES",
     "TraceUnavailableError",
     "Tracer",
     "UCALL_PORT",
@@ -256,6 +257,7 @@ STEAL_OFF_IS_IDLE: int
 # ----------------------------------------------------------------- tracing (src/py/trace.rs)
 
 TRACE_EVENTS: list[str]
+TRACE_RUN_LOOP_REPLACES: list[str]
 TRACE_NULL: int
 TRACE_DEFAULT_MAX_EVENTS: int
 TRACE_DEFAULT_BUFFER_BYTES: int
@@ -269,6 +271,7 @@ class Tracer:
         buffer_bytes: int = ...,
         kvm_pid: int | None = None,
         kvm_events: bool = True,
+        vcpus: list[Vcpu] | None = None,
     ) -> Tracer: ...
     @property
     def running(self) -> bool: ...

@@ -33,13 +33,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from vcpulab import _core, _mounts
 from vcpulab._checks import PCPUS_RENAMED, renamed_since
+
+if TYPE_CHECKING:
+    from vcpulab.kvm import Vcpu
 
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
@@ -48,6 +51,7 @@ __all__ = [
     "EXITS_SCHEMA",
     "HALTS_SCHEMA",
     "PID_MAX",
+    "RUN_LOOP_REPLACES",
     "TRACE_SCHEMA",
     "Trace",
     "TraceFrames",
@@ -64,6 +68,8 @@ PID_MAX = 4_194_304
 DEFAULT_BUFFER_BYTES: int = _core.TRACE_DEFAULT_BUFFER_BYTES
 #: the tracepoints recorded (optional ones are skipped where the kernel lacks them)
 EVENTS: tuple[str, ...] = tuple(_core.TRACE_EVENTS)
+#: the tracepoints a trace with ``vcpus=`` does not record: those vCPUs' run loop times their exits
+RUN_LOOP_REPLACES: tuple[str, ...] = tuple(_core.TRACE_RUN_LOOP_REPLACES)
 
 #: columns of ``Run.trace``: one row per interval a task ran on a traced CPU (vm = vcpu = -1: not a vCPU)
 TRACE_SCHEMA = {
@@ -170,6 +176,14 @@ class Trace:
             ``exits`` and ``halts`` empty and ``info["exits_source"] ==
             "none"``, and none of the two records per exit that the KVM
             events cost (docs/tracing.md, "Costs and bounds").
+        vcpus: vCPUs of this process ([`Vcpu`][vcpulab.kvm.Vcpu]) whose exits
+            to user space their own run loop times: two clock reads per
+            ``KVM_RUN``, instead of the two kernel records per exit
+            (``kvm_userspace_exit``, ``kvm_fpu``), which are then not recorded
+            for any thread. Where the kernel emits no ``kvm_exit`` (this
+            project's host) the exits' rows are then the run loop's
+            (``info["exits_source"] == "run_loop"``); where it does, ``kvm_exit``
+            stays their source. ``run(..., trace=True)`` passes its vCPUs.
 
     Raises ValueError for a CPU that is not online, ``TraceUnavailableError``
     where tracefs cannot be had. As root, tracefs is mounted at
@@ -185,10 +199,12 @@ class Trace:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         kvm_pid: int | None = None,
         kvm_events: bool = True,
+        vcpus: Iterable[Vcpu] | None = None,
     ) -> None:
         import os
 
         from vcpulab._checks import check_bool, check_int, check_seq
+        from vcpulab.kvm import Vcpu
 
         cpus = check_seq("pcpus", pcpus, "host CPU ids", min_len=1)
         for c in cpus:
@@ -200,6 +216,13 @@ class Trace:
         if kvm_pid is not None:
             check_int("kvm_pid", kvm_pid, 1, PID_MAX)
         check_bool("kvm_events", kvm_events)
+        own: list[_core.Vcpu] | None = None
+        if vcpus is not None:
+            own = []
+            for v in vcpus:
+                if not isinstance(v, Vcpu):
+                    raise TypeError(f"vcpus must be vcpulab.kvm.Vcpu objects, got {type(v).__name__}")
+                own.append(v._vcpu)
         try:
             self._t = _core.Tracer(
                 [int(c) for c in cpus],
@@ -207,6 +230,7 @@ class Trace:
                 int(buffer_bytes),
                 os.getpid() if kvm_pid is None else int(kvm_pid),
                 bool(kvm_events),
+                own,
             )
         finally:
             _mounts.announce()  # a Tracer mounts tracefs where it is missing (root); said once

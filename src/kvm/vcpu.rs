@@ -15,9 +15,11 @@ use super::guest::program::{
 use super::guest::{self, long_mode_sregs, stack_top};
 use super::kick::{DeadlineTimer, RunSlot};
 use super::memory::{Gpa, GuestMemory};
+use super::os::monotonic_ns;
 use super::stats::StatsFd;
 use super::steal::{StealTime, KVM_MSR_ENABLED, MSR_KVM_STEAL_TIME, STEAL_TIME_SIZE};
 use super::system::KVM_CPUID_FEATURES;
+use super::trace::{current_tid, reason_name, ExitLog, LoopRow};
 use super::vm::{open_stats_fd, read_steal, ProgramTable, Vm};
 
 /// `KVM_FEATURE_STEAL_TIME` bit of CPUID 0x40000001 EAX.
@@ -152,6 +154,8 @@ pub struct Vcpu {
     /// Value returned to the guest's MMIO reads outside RAM.
     pub mmio_read_value: u64,
     pv_features: u32,
+    /// Where this vCPU's `KVM_RUN`s are timed for a trace ([`Vcpu::time_exits`]).
+    exit_log: Option<Arc<ExitLog>>,
 }
 
 impl std::fmt::Debug for Vcpu {
@@ -202,6 +206,7 @@ impl Vcpu {
             io_in_value: 0,
             mmio_read_value: 0,
             pv_features,
+            exit_log: None,
         };
         v.start(vm.park_entry())?;
         Ok(v)
@@ -345,9 +350,29 @@ impl Vcpu {
         })
     }
 
+    /// Times each of this vCPU's `KVM_RUN`s into `log` (a trace's, see
+    /// [`ExitLog`]) until the trace closes it: two `CLOCK_MONOTONIC` reads
+    /// and one row per call, on whichever thread runs the vCPU.
+    pub fn time_exits(&mut self, log: Arc<ExitLog>) {
+        self.exit_log = Some(log);
+    }
+
+    /// One `KVM_RUN`, timed into the exit log when a trace asked for it.
+    fn kvm_run(&mut self) -> Result<Exit> {
+        if self.exit_log.as_ref().is_some_and(|l| l.is_closed()) {
+            self.exit_log = None;
+        }
+        let Some(log) = self.exit_log.clone() else { return self.kvm_run_untimed() };
+        let entry_ns = monotonic_ns();
+        let r = self.kvm_run_untimed();
+        let exit_ns = monotonic_ns();
+        log.record(LoopRow { tid: current_tid(), entry_ns, exit_ns, reason: reason_name(&r) });
+        r
+    }
+
     /// One `KVM_RUN` (no deadline handling; the caller has registered the run
     /// slot). IO-in and MMIO-read exits get `io_in_value` / `mmio_read_value`.
-    fn kvm_run(&mut self) -> Result<Exit> {
+    fn kvm_run_untimed(&mut self) -> Result<Exit> {
         let (io_in, mmio) = (self.io_in_value.to_le_bytes(), self.mmio_read_value.to_le_bytes());
         let mut exit = match self.fd.run() {
             Ok(mut e) => {

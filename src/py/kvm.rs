@@ -527,6 +527,14 @@ pub struct PyVcpu {
 }
 
 impl PyVcpu {
+    /// Times this vCPU's `KVM_RUN`s into a trace's exit log (`Trace(vcpus=...)`);
+    /// waits for a run in another thread to return first.
+    pub(crate) fn time_exits(&self, log: Arc<crate::kvm::trace::ExitLog>) -> kvm::Result<()> {
+        let mut g = lock(&self.cell.core);
+        g.as_mut().ok_or(Error::Closed("Vcpu (its Vm)"))?.time_exits(log);
+        Ok(())
+    }
+
     /// One KVM_RUN with a deadline `timeout` seconds away (`run`, `run_checked`).
     fn run_exit(&self, py: Python<'_>, timeout: f64) -> PyResult<PyExit> {
         let deadline = timeout_deadline(timeout)?;

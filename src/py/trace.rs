@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::kvm::trace::{self, Collected, Frames, TraceOptions, Tracer, VcpuThread};
+use crate::py::kvm::PyVcpu;
 
 /// Scheduler and KVM tracepoints on some host CPUs, recorded until `stop()`.
 #[pyclass(name = "Tracer", module = "vcpulab._core")]
@@ -24,7 +25,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[pymethods]
 impl PyTracer {
     #[new]
-    #[pyo3(signature = (cpus, max_events=trace::DEFAULT_MAX_EVENTS, buffer_bytes=trace::DEFAULT_BUFFER_BYTES, kvm_pid=None, kvm_events=true))]
+    /// `vcpus`: this process's vCPUs whose exits to user space their own run
+    /// loop times (`kvm::trace::run_loop`), instead of the kernel's
+    /// `kvm_userspace_exit` and `kvm_fpu` records, which are then not opened.
+    #[pyo3(signature = (cpus, max_events=trace::DEFAULT_MAX_EVENTS, buffer_bytes=trace::DEFAULT_BUFFER_BYTES, kvm_pid=None, kvm_events=true, vcpus=None))]
     fn new(
         py: Python<'_>,
         cpus: Vec<usize>,
@@ -32,12 +36,19 @@ impl PyTracer {
         buffer_bytes: usize,
         kvm_pid: Option<i32>,
         kvm_events: bool,
+        vcpus: Option<Vec<PyRef<'_, PyVcpu>>>,
     ) -> PyResult<Self> {
         if kvm_pid.is_some_and(|p| p <= 0) {
             return Err(PyValueError::new_err(format!("kvm_pid must be > 0, got {kvm_pid:?}")));
         }
-        let opts = TraceOptions { max_events, buffer_bytes, kvm_pid, kvm_events };
+        let run_loop_exits = vcpus.is_some();
+        let opts = TraceOptions { max_events, buffer_bytes, kvm_pid, kvm_events, run_loop_exits };
         let t = py.detach(|| Tracer::start(&cpus, opts))?;
+        if let Some(log) = t.exit_log() {
+            let cells: Vec<&PyVcpu> = vcpus.iter().flatten().map(|v| &**v).collect();
+            // a closed vCPU is an error; the tracer (dropped with it) stops on the way out
+            py.detach(|| cells.iter().try_for_each(|v| v.time_exits(log.clone())))?;
+        }
         Ok(PyTracer { running: Mutex::new(Some(t)), collected: Mutex::new(None) })
     }
 
@@ -144,6 +155,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyTracer>()?;
     m.add_function(wrap_pyfunction!(monotonic_ns, m)?)?;
     m.add("TRACE_EVENTS", trace::EVENTS.iter().map(|(s, e, _)| format!("{s}:{e}")).collect::<Vec<_>>())?;
+    m.add("TRACE_RUN_LOOP_REPLACES", trace::RUN_LOOP_REPLACES.iter().map(|e| format!("kvm:{e}")).collect::<Vec<_>>())?;
     m.add("TRACE_NULL", trace::NONE)?;
     m.add("TRACE_DEFAULT_MAX_EVENTS", trace::DEFAULT_MAX_EVENTS)?;
     m.add("TRACE_DEFAULT_BUFFER_BYTES", trace::DEFAULT_BUFFER_BYTES)?;

@@ -154,15 +154,16 @@ def run(
             the finished trials (None before the first).
         trace: record the run's scheduler and KVM tracepoints (docs/tracing.md):
             ``Run.trace``, ``Run.wakeups``, ``Run.exits``, ``Run.halts``, and
-            ``Run.quality`` takes other tasks' time from the trace (exact).
+            ``Run.quality`` takes other tasks' time from the trace (exact). The
+            vCPU threads time their own exits to user space (two clock reads
+            per ``KVM_RUN``) instead of the kernel's two records per exit.
             Needs tracefs (mounted when absent and root; else
             ``TraceUnavailableError``).
         trace_max_events: cap on traced events kept; beyond it the trace is
             flagged ``Run.trace_info["truncated"]``.
         trace_kvm_events: with ``trace``, record the KVM tracepoints too
             (``Run.exits``, ``Run.halts``). False records only the scheduler's
-            (``Run.trace``, ``Run.wakeups``: a sched map) and spares each exit
-            the two records its rows cost (~3 µs here, docs/tracing.md).
+            (``Run.trace``, ``Run.wakeups``: a sched map) and no exits or halts.
         scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]):
             ``sched.host()`` (None, the default) leaves them to the kernel;
             ``sched.round_robin()``, ``gang()``, ``relaxed_co()``,
@@ -286,7 +287,12 @@ def run(
             _Driver(workload, vm, vs, prog, hard, driver_cpus) for vm, vs, prog in zip(vm_objs, groups, progs)
         ]
         tracer = (
-            tracing.Trace(sorted(vcpu_cpus), max_events=trace_max_events, kvm_events=trace_kvm_events)
+            tracing.Trace(
+                sorted(vcpu_cpus),
+                max_events=trace_max_events,
+                kvm_events=trace_kvm_events,
+                vcpus=[v for vs in groups for v in vs],
+            )
             if trace
             else None
         )
@@ -398,7 +404,13 @@ def run(
             if tf is not None:
                 config["trace"] = {
                     "max_events": trace_max_events,
-                    "events": [e for e in tracing.EVENTS if trace_kvm_events or not e.startswith("kvm:")],
+                    # the KVM tracepoints but those the run loop replaces (it times its vCPUs' exits)
+                    "events": [
+                        e
+                        for e in tracing.EVENTS
+                        if (trace_kvm_events and e not in tracing.RUN_LOOP_REPLACES) or not e.startswith("kvm:")
+                    ]
+                    + (["vcpulab:kvm_run"] if trace_kvm_events else []),
                 }
                 r.trace, r.wakeups, r.exits, r.halts, r.trace_info = tf.trace, tf.wakeups, tf.exits, tf.halts, tf.info
             if tf is not None and tf.info["truncated"]:

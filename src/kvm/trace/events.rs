@@ -58,7 +58,17 @@ pub enum Kind {
     Fpu {
         load: bool,
     },
+    /// vcpulab's run loop issued a `KVM_RUN` (`run_loop.rs`; `cpu` is [`NO_CPU`]).
+    LoopEntry,
+    /// vcpulab's run loop got a `KVM_RUN` back; `reason`: index into
+    /// [`Collected::exit_reasons`] (`cpu` is [`NO_CPU`]).
+    LoopExit {
+        reason: u32,
+    },
 }
+
+/// The `cpu` of an event that no CPU's buffer recorded (the run loop's).
+pub const NO_CPU: u32 = u32::MAX;
 
 /// Which tracepoint an id is, with the fields its decoder reads.
 pub(super) enum Decoder {
@@ -187,6 +197,64 @@ impl Collected {
     pub fn complete_until_ns(&self) -> u64 {
         self.first_dropped_ns.map_or(self.end_ns, |t| t.min(self.end_ns))
     }
+
+    /// Adds the run loop's rows (`run_loop.rs`) as events: each `KVM_RUN`'s
+    /// issue and return, on no CPU, kept in time order with the kernel's;
+    /// counted as `vcpulab:kvm_run` (one per row). The cap (`max_events`)
+    /// holds for all of them together: past it the latest events go, counted
+    /// as dropped and cut as a full buffer cuts ([`Collected::first_dropped_ns`],
+    /// per CPU for the kernel's own), as do rows the log itself could not keep.
+    pub fn add_run_loop(&mut self, log: LoopRows, max_events: usize) {
+        let n = log.rows.len() as u64;
+        let mut add = Vec::with_capacity(2 * log.rows.len());
+        for r in &log.rows {
+            let reason = match self.exit_reasons.iter().position(|x| x == r.reason) {
+                Some(i) => i as u32,
+                None => {
+                    self.exit_reasons.push(r.reason.to_string());
+                    self.exit_reasons.len() as u32 - 1
+                }
+            };
+            add.push(Event { time_ns: r.entry_ns, cpu: NO_CPU, tid: r.tid, kind: Kind::LoopEntry });
+            add.push(Event { time_ns: r.exit_ns, cpu: NO_CPU, tid: r.tid, kind: Kind::LoopExit { reason } });
+        }
+        // stable: at equal times the kernel's records stay first, a row's issue before its return
+        add.sort_by_key(|e| e.time_ns);
+        let old = std::mem::take(&mut self.events);
+        self.events = merge_by_time(old, add);
+        if self.events.len() > max_events {
+            for e in self.events.drain(max_events..) {
+                self.dropped += 1;
+                self.first_dropped_ns = Some(self.first_dropped_ns.map_or(e.time_ns, |d| d.min(e.time_ns)));
+                if e.cpu != NO_CPU {
+                    let t = self.first_dropped_by_cpu.entry(e.cpu).or_insert(e.time_ns);
+                    *t = (*t).min(e.time_ns);
+                }
+            }
+        }
+        if n > 0 {
+            self.counts.insert("vcpulab:kvm_run".into(), n);
+        }
+        self.dropped += log.dropped;
+        if let Some(t) = log.first_dropped_ns {
+            self.first_dropped_ns = Some(self.first_dropped_ns.map_or(t, |d| d.min(t)));
+        }
+    }
+}
+
+/// Two time-sorted event lists as one (`a`'s first at equal times).
+fn merge_by_time(a: Vec<Event>, b: Vec<Event>) -> Vec<Event> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let take_a = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => x.time_ns <= y.time_ns,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return out,
+        };
+        out.push(if take_a { a.next() } else { b.next() }.expect("peeked"));
+    }
 }
 
 /// Trace limits.
@@ -202,6 +270,10 @@ pub struct TraceOptions {
     /// IPIs); false: only `sched_switch` and `sched_wakeup` (a sched map's
     /// events, at none of the exits' recording cost).
     pub kvm_events: bool,
+    /// The exits to user space of this process's vCPUs are timed by their own
+    /// run loop ([`Tracer::exit_log`], `run_loop.rs`), not by the kernel's
+    /// `kvm_userspace_exit` and `kvm_fpu` records, which are not opened.
+    pub run_loop_exits: bool,
 }
 
 impl Default for TraceOptions {
@@ -211,6 +283,7 @@ impl Default for TraceOptions {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
             kvm_pid: None,
             kvm_events: true,
+            run_loop_exits: false,
         }
     }
 }

@@ -45,8 +45,10 @@ pub struct Frames {
     pub h_valid: Vec<bool>,
     pub h_window_ns: Vec<i64>,
     /// Which events the exits come from: "kvm_exit" (kvm_exit → kvm_entry) or, where
-    /// the kernel emits no kvm_exit, "kvm_userspace_exit" (→ the next KVM_RUN's kvm_fpu load);
-    /// "none" where the KVM tracepoints were not recorded ([`TraceOptions::kvm_events`]).
+    /// the kernel emits no kvm_exit, "run_loop" (vcpulab's run loop timed its vCPUs'
+    /// `KVM_RUN`s: a return → the next issue, `run_loop.rs`) or "kvm_userspace_exit"
+    /// (→ the next KVM_RUN's kvm_fpu load); "none" where the KVM tracepoints were not
+    /// recorded ([`TraceOptions::kvm_events`]).
     pub exits_source: &'static str,
     /// Where the frames end, ns from the window's start: the window's end, or
     /// earlier where the trace reached its cap ([`Collected::complete_until_ns`]).
@@ -54,6 +56,44 @@ pub struct Frames {
     /// Switches onto a traced CPU that the kernel did not trace, inferred from a later
     /// event of the task on that CPU (see [`Frames::build`]).
     pub inferred_switch_ins: u64,
+}
+
+/// Which records open and close an exit's row ([`Frames::exits_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExitSource {
+    None,
+    KvmExit,
+    RunLoop,
+    UserspaceExit,
+}
+
+impl ExitSource {
+    fn name(self) -> &'static str {
+        match self {
+            ExitSource::None => "none",
+            ExitSource::KvmExit => "kvm_exit",
+            ExitSource::RunLoop => "run_loop",
+            ExitSource::UserspaceExit => "kvm_userspace_exit",
+        }
+    }
+
+    fn opens_with(self, k: &Kind) -> bool {
+        matches!(
+            (self, k),
+            (ExitSource::KvmExit, Kind::KvmExit { .. })
+                | (ExitSource::RunLoop, Kind::LoopExit { .. })
+                | (ExitSource::UserspaceExit, Kind::UserspaceExit { .. })
+        )
+    }
+
+    fn closes_with(self, k: &Kind) -> bool {
+        matches!(
+            (self, k),
+            (ExitSource::KvmExit, Kind::KvmEntry { .. })
+                | (ExitSource::RunLoop, Kind::LoopEntry)
+                | (ExitSource::UserspaceExit, Kind::Fpu { load: true })
+        )
+    }
 }
 
 /// Marks a null in an i64 column of [`Frames`].
@@ -119,15 +159,21 @@ impl Frames {
         };
         // Where the kernel emits no kvm_exit for these threads (kvm_pvm's software path),
         // the exits are those that reached user space, until the next KVM_RUN loads the FPU.
-        let from_kvm_exit =
-            c.events.iter().any(|e| matches!(e.kind, Kind::KvmExit { .. }) && by_tid.contains_key(&(e.tid as i32)));
-        f.exits_source = if !c.kvm_events {
-            "none"
-        } else if from_kvm_exit {
-            "kvm_exit"
+        // Where the run loop timed them (run_loop.rs), its rows replace kvm_userspace_exit's.
+        let of_vcpu = |e: &Event| by_tid.contains_key(&(e.tid as i32));
+        let from_kvm_exit = c.events.iter().any(|e| matches!(e.kind, Kind::KvmExit { .. }) && of_vcpu(e));
+        let from_run_loop =
+            !from_kvm_exit && c.events.iter().any(|e| matches!(e.kind, Kind::LoopExit { .. }) && of_vcpu(e));
+        let source = if from_kvm_exit {
+            ExitSource::KvmExit
+        } else if from_run_loop {
+            ExitSource::RunLoop
+        } else if !c.kvm_events {
+            ExitSource::None
         } else {
-            "kvm_userspace_exit"
+            ExitSource::UserspaceExit
         };
+        f.exits_source = source.name();
         // a wake-up at `t` of a vCPU thread that ran from `run`, both in the window
         let push_wake = |f: &mut Frames, w: &VcpuThread, t: u64, run: u64| {
             if t >= lo && run >= lo && run < all_cut {
@@ -191,8 +237,8 @@ impl Frames {
                         pending_wake.entry(pid).or_insert(e.time_ns);
                     }
                 }
-                Kind::KvmExit { reason, .. } | Kind::UserspaceExit { reason, .. }
-                    if from_kvm_exit == matches!(e.kind, Kind::KvmExit { .. }) =>
+                Kind::KvmExit { reason, .. } | Kind::UserspaceExit { reason, .. } | Kind::LoopExit { reason }
+                    if source.opens_with(&e.kind) =>
                 {
                     if let Some(w) = by_tid.get(&(e.tid as i32)) {
                         if let Some((r0, t0)) = pending_exit.insert(e.tid, (reason, e.time_ns)) {
@@ -200,9 +246,7 @@ impl Frames {
                         }
                     }
                 }
-                Kind::KvmEntry { .. } | Kind::Fpu { load: true }
-                    if from_kvm_exit == matches!(e.kind, Kind::KvmEntry { .. }) =>
-                {
+                Kind::KvmEntry { .. } | Kind::Fpu { load: true } | Kind::LoopEntry if source.closes_with(&e.kind) => {
                     if let (Some(w), Some((r0, t0))) = (by_tid.get(&(e.tid as i32)), pending_exit.remove(&e.tid)) {
                         push_exit(&mut f, w, r0, t0, Some(e.time_ns));
                     }
@@ -227,6 +271,8 @@ impl Frames {
                 | Kind::KvmEntry { .. }
                 | Kind::UserspaceExit { .. }
                 | Kind::Fpu { .. }
+                | Kind::LoopEntry
+                | Kind::LoopExit { .. }
                 | Kind::MsiSetIrq
                 | Kind::ApicIpi => {}
             }

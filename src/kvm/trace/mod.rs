@@ -59,6 +59,10 @@ pub const EVENTS: &[(&str, &str, bool)] = &[
     ("kvm", "kvm_fpu", false),
 ];
 
+/// The tracepoints a trace with [`TraceOptions::run_loop_exits`] leaves out:
+/// its vCPUs' run loop times the exits to user space instead (`run_loop.rs`).
+pub const RUN_LOOP_REPLACES: &[&str] = &["kvm_userspace_exit", "kvm_fpu"];
+
 /// The kernel-side filter of a tracepoint's records, where the frames read
 /// only some of them: `kvm_fpu` fires twice per `KVM_RUN` (the guest FPU's
 /// load on the way in, its put on the way out) and only the load ends an
@@ -88,12 +92,14 @@ pub const DEFAULT_BUFFER_BYTES: usize = 4 << 20;
 mod events;
 mod format;
 mod frames;
+mod run_loop;
 #[cfg(test)]
 mod tests;
 
 pub use events::*;
 pub use format::*;
 pub use frames::*;
+pub use run_loop::*;
 
 /// One CPU's ring buffer and the other events writing into it.
 struct CpuBuffer {
@@ -107,6 +113,9 @@ pub struct Tracer {
     stop: Arc<AtomicBool>,
     reader: Option<JoinHandle<Collected>>,
     cpus: Vec<usize>,
+    /// The rows of the vCPUs that time their own exits ([`TraceOptions::run_loop_exits`]).
+    exit_log: Option<Arc<ExitLog>>,
+    max_events: usize,
 }
 
 impl Tracer {
@@ -138,6 +147,9 @@ impl Tracer {
         for &(sys, ev, required) in EVENTS {
             if sys == "kvm" && !opts.kvm_events {
                 continue;
+            }
+            if opts.run_loop_exits && RUN_LOOP_REPLACES.contains(&ev) {
+                continue; // the run loop times these exits (run_loop.rs)
             }
             let fmt = match EventFormat::load(&events, sys, ev) {
                 Ok(f) => f,
@@ -244,7 +256,15 @@ impl Tracer {
                 reader(buffers, dec, flag)
             })
             .map_err(|e| Error::Ioctl { call: "spawn trace reader thread", source: e })?;
-        Ok(Tracer { stop, reader: Some(reader), cpus: cpus.to_vec() })
+        let exit_log = (opts.kvm_events && opts.run_loop_exits).then(|| Arc::new(ExitLog::new(opts.max_events)));
+        Ok(Tracer { stop, reader: Some(reader), cpus: cpus.to_vec(), exit_log, max_events: opts.max_events })
+    }
+
+    /// The log the vCPUs of this process time their exits into
+    /// ([`crate::kvm::Vcpu::time_exits`]); None unless the trace was started
+    /// with [`TraceOptions::run_loop_exits`] (and the KVM events).
+    pub fn exit_log(&self) -> Option<Arc<ExitLog>> {
+        self.exit_log.clone()
     }
 
     /// The traced CPUs.
@@ -256,12 +276,21 @@ impl Tracer {
     pub fn stop(mut self) -> Result<Collected> {
         self.stop.store(true, Ordering::Release);
         let h = self.reader.take().expect("a tracer is stopped once");
-        h.join().map_err(|_| Error::UnexpectedExit("the trace reader thread panicked (a bug in vcpulab)".into()))
+        let mut c = h
+            .join()
+            .map_err(|_| Error::UnexpectedExit("the trace reader thread panicked (a bug in vcpulab)".into()))?;
+        if let Some(log) = self.exit_log.take() {
+            c.add_run_loop(log.close(), self.max_events);
+        }
+        Ok(c)
     }
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
+        if let Some(log) = self.exit_log.take() {
+            log.close(); // the vCPUs stop timing their exits
+        }
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.reader.take() {
             let _ = h.join();

@@ -240,6 +240,95 @@ mod unit {
         assert_eq!(f.inferred_switch_ins, 0);
     }
 
+    fn row(tid: u32, entry_ns: u64, exit_ns: u64) -> LoopRow {
+        LoopRow { tid, entry_ns, exit_ns, reason: "KVM_EXIT_IO" }
+    }
+
+    /// The run loop's rows: each `KVM_RUN`'s return opens an exit's row, the
+    /// next issue closes it; merged in time order with the kernel's records,
+    /// on no CPU (nothing is inferred from them), counted per `KVM_RUN`.
+    #[test]
+    fn run_loop_rows_are_the_exits_where_no_kvm_exit_fires() {
+        let log = ExitLog::new(100);
+        log.record(row(42, 1000, 1200));
+        log.record(LoopRow { tid: 42, entry_ns: 1300, exit_ns: 1700, reason: "restart" });
+        log.record(row(42, 1750, 2600));
+        log.record(row(99, 1100, 1150)); // not a vCPU thread of the frames
+        let mut c = Collected {
+            cpus: vec![1],
+            events: vec![ev(1500, 1, 42, Kind::VcpuWakeup { ns: 10, waited: false, valid: true })],
+            kvm_events: true,
+            end_ns: 3000,
+            ..Default::default()
+        };
+        c.add_run_loop(log.close(), 100);
+        assert!(log.is_closed());
+        log.record(row(42, 2700, 2800)); // after the stop: not kept
+        assert!(log.close().rows.is_empty());
+        assert_eq!(c.events.len(), 9);
+        assert!(c.events.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+        assert_eq!(c.counts["vcpulab:kvm_run"], 4);
+        assert_eq!(c.exit_reasons, vec!["KVM_EXIT_IO", "restart"]);
+        let f = Frames::build(&c, 0, 3000, &[VcpuThread { tid: 42, vm: 0, vcpu: 3 }]);
+        assert_eq!(f.exits_source, "run_loop");
+        assert_eq!(f.e_exit_ns, vec![1200, 1700, 2600]);
+        assert_eq!(f.e_entry_ns, vec![1300, 1750, NONE]);
+        assert_eq!(f.e_reason, vec!["KVM_EXIT_IO", "restart", "KVM_EXIT_IO"]);
+        assert_eq!((f.e_vm.clone(), f.e_vcpu.clone()), (vec![0; 3], vec![3; 3]));
+        assert_eq!(f.h_time_ns, vec![1500]);
+        assert_eq!(f.inferred_switch_ins, 0);
+        // where kvm_exit fires for the thread (hardware virtualisation), it stays the source
+        c.exit_reasons.push("IO_INSTRUCTION".into());
+        c.events.insert(0, ev(900, 1, 42, Kind::KvmExit { reason: 2, vcpu_id: 3 }));
+        c.events.insert(1, ev(950, 1, 42, Kind::KvmEntry { vcpu_id: 3 }));
+        let f = Frames::build(&c, 0, 3000, &[VcpuThread { tid: 42, vm: 0, vcpu: 3 }]);
+        assert_eq!((f.exits_source, f.e_exit_ns, f.e_entry_ns), ("kvm_exit", vec![900], vec![950]));
+    }
+
+    /// One cap for the kernel's events and the run loop's together: past it
+    /// the latest events go and the frames are cut where the first went.
+    #[test]
+    fn the_cap_holds_for_the_run_loops_rows_too() {
+        let log = ExitLog::new(2);
+        for i in 0..4 {
+            log.record(row(42, 1000 * i + 100, 1000 * i + 600));
+        }
+        let mut c = Collected {
+            cpus: vec![1],
+            events: vec![
+                ev(50, 1, 0, Kind::Switch { prev_pid: 0, prev_comm: 0, next_pid: 42, next_comm: 0 }),
+                ev(2200, 1, 42, Kind::Switch { prev_pid: 42, prev_comm: 0, next_pid: 0, next_comm: 0 }),
+            ],
+            kvm_events: true,
+            end_ns: 5000,
+            ..Default::default()
+        };
+        c.add_run_loop(log.close(), 5);
+        // the log kept 2 rows (4 events) and dropped the row issued at 2100; the cap
+        // of 5 then dropped the kernel's switch at 2200
+        assert_eq!(c.events.len(), 5);
+        assert_eq!(c.dropped, 2 + 1);
+        assert_eq!(c.first_dropped_ns, Some(2100));
+        assert_eq!(c.first_dropped_by_cpu.get(&1), Some(&2200));
+        assert!(c.truncated());
+        let f = Frames::build(&c, 0, 5000, &[VcpuThread { tid: 42, vm: 0, vcpu: 0 }]);
+        assert_eq!(f.complete_until_ns, 2100);
+        assert_eq!(f.e_exit_ns, vec![600, 1600]);
+        assert_eq!(f.e_entry_ns, vec![1100, NONE]);
+    }
+
+    #[test]
+    fn a_run_loops_reason_is_the_kernels_name() {
+        use crate::kvm::exit::{Exit, IoDir};
+        let io = Exit::Io { port: 0x80, size: 1, count: 1, dir: IoDir::Out, data: vec![0] };
+        assert_eq!(reason_name(&Ok(io)), "KVM_EXIT_IO");
+        assert_eq!(reason_name(&Ok(Exit::Interrupted)), "restart");
+        assert_eq!(reason_name(&Ok(Exit::Hlt)), "KVM_EXIT_HLT");
+        assert_eq!(reason_name(&Err(crate::kvm::Error::Closed("x"))), "error");
+        let hc = Exit::Other { reason: kvm_bindings::KVM_EXIT_HYPERCALL, name: "hypercall" };
+        assert_eq!(reason_name(&Ok(hc)), "KVM_EXIT_HYPERCALL");
+    }
+
     /// A CPU leaving idle without a traced switch: the vCPU's own records prove it ran.
     #[test]
     fn infers_switch_ins_the_kernel_did_not_trace() {
