@@ -508,6 +508,40 @@ def test_sim_steal_intervals_publish_at_sched_in() -> None:
         twins.sim_steal_intervals(sim.run(twins.twin(Experiment(SpinLock(), 1, (0,), duration_s=0.02), cal)))
 
 
+def test_real_steal_under_vcpulabs_scheduler_is_the_wait_for_a_token() -> None:
+    """A scheduled run's guest sees only the kernel's run delay in its steal
+    area (its waits for a token are sleeps): the steal intervals then come
+    from the decision log, each wait published at the grant that ends it, as
+    the twin publishes its token waits at the sched-in."""
+    from vcpulab.experiment import Run
+
+    ms = 1_000_000
+    # 2 vCPUs on one CPU, 4 ms slices, 40 ms: vCPU 0 holds [0, 4), [8, 12), ...; vCPU 1 [4, 8), ...
+    rows = [
+        dict(
+            t_ns=t * ms,
+            pcpu=0,
+            out_vm=0,
+            out_vcpu=(t // 4 + 1) % 2 if t else -1,
+            in_vm=0,
+            in_vcpu=(t // 4) % 2,
+            why="slice" if t else "start",
+        )
+        for t in range(0, 40, 4)
+    ]
+    rows.insert(3, dict(t_ns=9 * ms, pcpu=0, out_vm=0, out_vcpu=0, in_vm=0, in_vcpu=0, why="watchdog"))
+    empty = pl.DataFrame()
+    r = Run(samples=empty, results=empty, threads=empty, wall_s=0.04, placement={}, config={"vcpus": 2})
+    r.schedule = pl.DataFrame(rows)
+    x = twins.real_steal_intervals(r).reshape(2, 4)
+    # vCPU 0: grants at 0 (waited 0), 8, 16, 24, 32 (4 ms each); vCPU 1: at 4 (4 ms from the start), 12, 20, 28, 36
+    assert x[0].tolist() == pytest.approx([0.4, 0.4, 0.4, 0.4])
+    assert x[1].tolist() == pytest.approx([0.4, 0.4, 0.8, 0.4])
+    # the steal fraction of the same log: half the run without a token
+    held, _ = twins._metrics._token_time(r)
+    assert held == [20 * ms, 20 * ms]
+
+
 def test_directions_pair_cells_that_differ_in_one_factor() -> None:
     base = dict(
         workload="SpinLock",
