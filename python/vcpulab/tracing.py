@@ -184,6 +184,9 @@ class Trace:
             project's host) the exits' rows are then the run loop's
             (``info["exits_source"] == "run_loop"``); where it does, ``kvm_exit``
             stays their source. ``run(..., trace=True)`` passes its vCPUs.
+            A vCPU times its exits into the latest trace that asked, until
+            that trace stops; one running in another thread is taken when its
+            current ``run`` call returns (the constructor waits for it).
 
     Raises ValueError for a CPU that is not online, ``TraceUnavailableError``
     where tracefs cannot be had. As root, tracefs is mounted at
