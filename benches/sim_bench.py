@@ -3,6 +3,7 @@
     python benches/sim_bench.py            # everything, a few minutes on 2 cores
     python benches/sim_bench.py --quick    # shorter runs
     python benches/sim_bench.py --only speed,scale,sweep,pypolicy,scenarios
+    python benches/sim_bench.py --only simpy   # needs `pip install simpy`
 
 Prints a report and writes it as JSON to bench-out/sim_bench.json.
 
@@ -12,7 +13,10 @@ Prints a report and writes it as JSON to bench-out/sim_bench.json.
 * sweep: speed-up of sweep() on 2 threads over 1;
 * pypolicy: cost of a Python directed-yield policy per call;
 * scenarios: the published experiments (docs/sources.md), longer than in the
-  tests, next to the published numbers.
+  tests, next to the published numbers;
+* simpy: the speed of the 8 × 20 PLE scenario against a hand-written SimPy
+  model of the same mix (benches/simpy_reference.py), run back to back (not
+  in the default set: SimPy is no dependency of vcpulab).
 """
 
 from __future__ import annotations
@@ -294,6 +298,59 @@ def bench_scenarios(quick: bool) -> dict:
             f"{w['pcpu_is_idle']:.1f} ms ({-100 * red:+.0f} %)"
         )
     out["c"] = c
+    return out
+
+
+def bench_simpy(quick: bool) -> dict:
+    """vcpulab's simulator and the SimPy reference on the 8 × 20 PLE mix,
+    back to back, alternated (``rounds`` of each), each timed by its thread's
+    CPU time; the ratio of simulated seconds per CPU second, and each side's
+    PLE exits and lock acquisitions per simulated second to show the mixes
+    are comparable."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import simpy_reference  # optional: SimPy is installed by hand
+
+    dur = 200_000_000 if quick else 1_000_000_000
+    simpy_ms = 5.0 if quick else 20.0
+    ours, ref = [], []
+    for _ in range(3):
+        cfg = S.sched_map_2012(8, 20, scheduler="fair", duration_ns=dur, warmup_ns=40_000_000, seed=1)
+        cpu, r = timed(cfg)
+        ours.append(
+            {
+                "sim_s_per_cpu_s": dur / 1e9 / cpu,
+                "events_per_sim_s": r.summary["events"][0] / (dur / 1e9),
+                "ple_exits_per_sim_s": r.summary["ple_exits"][0] / (dur / 1e9),
+                # lock acquisitions per simulated second after the warm-up (the preset's ops)
+                "acquisitions_per_sim_s": float(r.summary["throughput_ops_s"][0]),
+            }
+        )
+        ref.append(simpy_reference.run(simpy_ms, seed=1))
+    med = lambda rows, k: statistics.median(x[k] for x in rows)
+    out = {
+        "vcpulab": {k: med(ours, k) for k in ours[0]},
+        "simpy": {
+            k: med(ref, k)
+            for k in (
+                "sim_s_per_cpu_s",
+                "events_per_sim_s",
+                "ple_exits_per_sim_s",
+                "acquisitions_per_sim_s",
+                "ns_per_event",
+            )
+        },
+        "ratio_rounds": [round(a["sim_s_per_cpu_s"] / b["sim_s_per_cpu_s"], 1) for a, b in zip(ours, ref)],
+    }
+    out["ratio"] = statistics.median(out["ratio_rounds"])
+    v, p = out["vcpulab"], out["simpy"]
+    print(
+        f"simpy 8x20 PLE: vcpulab {v['sim_s_per_cpu_s']:.3f} simulated s per CPU s, SimPy reference "
+        f"{p['sim_s_per_cpu_s']:.5f}: {out['ratio']:.0f}x (rounds {out['ratio_rounds']}); per simulated s: PLE exits "
+        f"{v['ple_exits_per_sim_s'] / 1e6:.1f} M vs {p['ple_exits_per_sim_s'] / 1e6:.1f} M, acquisitions "
+        f"{v['acquisitions_per_sim_s'] / 1e6:.2f} M vs {p['acquisitions_per_sim_s'] / 1e6:.2f} M"
+    )
     return out
 
 
