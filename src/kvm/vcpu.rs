@@ -359,14 +359,15 @@ impl Vcpu {
 
     /// One `KVM_RUN`, timed into the exit log when a trace asked for it.
     fn kvm_run(&mut self) -> Result<Exit> {
-        if self.exit_log.as_ref().is_some_and(|l| l.is_closed()) {
-            self.exit_log = None;
-        }
-        let Some(log) = self.exit_log.clone() else { return self.kvm_run_untimed() };
+        // taken out for the call (no reference count touched per KVM_RUN), put back unless closed
+        let Some(log) = self.exit_log.take() else { return self.kvm_run_untimed() };
         let entry_ns = monotonic_ns();
         let r = self.kvm_run_untimed();
         let exit_ns = monotonic_ns();
         log.record(LoopRow { tid: current_tid(), entry_ns, exit_ns, reason: reason_name(&r) });
+        if !log.is_closed() {
+            self.exit_log = Some(log);
+        }
         r
     }
 
