@@ -371,6 +371,25 @@ def test_other_load_classes_tasks_by_their_mean_burst() -> None:
         )
 
 
+def test_other_load_share_is_bounded_by_the_other_tasks_cpu_time() -> None:
+    """cpuidle's share counts interrupt handling as busy; the twin's load is
+    tasks: the share is at most the others' CPU time (plus the VMM thread's
+    measured rate) over the run's CPUs and wall time."""
+    before = {1: (0, 0), 2: (0, 0)}
+    after = {1: (300_000, 30), 2: (200_000, 20)}  # 0.5 ms of other tasks
+    one_cpu_25ms = (25e6, 1)
+    ol = twins.OtherLoad.measure(before, after, own=set(), share=0.17, base_slice_ns=3e6, window=one_cpu_25ms)
+    assert ol.share == pytest.approx(0.5e6 / 25e6) and ol.quality_share == pytest.approx(0.17)
+    # the VMM thread's measured time counts too (200 wake-ups/s of 50 us: 1 % of a CPU)
+    ol = twins.OtherLoad.measure(
+        before, after, own=set(), share=0.17, base_slice_ns=3e6, vmm=(200.0, 50_000.0), window=one_cpu_25ms
+    )
+    assert ol.share == pytest.approx(0.02 + 0.01)
+    # never raised above what was measured, and without a window nothing changes
+    assert twins.OtherLoad.measure(before, after, set(), 0.005, 3e6, window=one_cpu_25ms).share == 0.005
+    assert twins.OtherLoad.measure(before, after, set(), 0.17, 3e6).share == pytest.approx(0.17)
+
+
 def test_measured_load_becomes_noise_vmm_thread_and_background() -> None:
     """host_load_for: short tasks → kernel-thread noise of the measured rate
     and length, the VMM loop → the VMM thread, the rest → the background task;
@@ -797,7 +816,9 @@ def test_real_runs_record_the_other_load_and_the_vmm_loop(kvm_host: Host) -> Non
     ol = twins.OtherLoad(**r.config["other_load"])
     assert ol.base_slice_ns == cal["base_slice_ns"] and 0.0 <= ol.short_fraction <= 1.0
     assert ol.vmm_wakeups_per_s > 0 and ol.vmm_burst_ns > 0
-    assert ol.share == pytest.approx(min(r.quality.other_share, 0.99))  # type: ignore[union-attr]
+    # the measured share, bounded by what the other tasks' CPU time allows (never raised)
+    assert ol.quality_share == pytest.approx(min(r.quality.other_share, 0.99))  # type: ignore[union-attr]
+    assert 0.0 <= ol.share <= ol.quality_share
     # the twin built from it has the measured VMM thread
     cfg = twins.twin(exp, cal, other_load=ol)
     assert cfg.host.noise.vmm_io_hz == pytest.approx(min(ol.vmm_wakeups_per_s, 0.499e9 / cfg.host.noise.vmm_io_ns))

@@ -67,8 +67,9 @@ def run_real(
                 after = _task_schedstat()
                 own = me | {int(t) for t in r.threads["tid"]} | {int(t) for t in os.listdir("/proc/self/task")}
                 share = r.quality.other_share
+                window = (r.wall_s * 1e9, len(r.quality.cpus) or len(exp.pcpus))
                 r.config["other_load"] = OtherLoad.measure(
-                    before, after, own, share, base_slice, probe.result()
+                    before, after, own, share, base_slice, probe.result(), window
                 ).as_dict()
                 out.append(r)
             except TimeoutError as e:
