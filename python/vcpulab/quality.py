@@ -111,7 +111,6 @@ class Snapshot:
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
 def _cpuidle_us_awake(cpus: Sequence[int]) -> dict[int, int | None]:
     """Each CPU's cpuidle residency (``_procfs.cpuidle_us``), read by this
     thread running on that CPU: a CPU's idle period is added to its residency
@@ -139,6 +138,7 @@ def _cpuidle_us_awake(cpus: Sequence[int]) -> dict[int, int | None]:
     return out
 
 
+@renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
 def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     """Reads the counters [`quality`][vcpulab.quality.quality] compares: idle (or busy) time of
     each CPU in ``pcpus``, machine-wide CPU pressure, and the schedstat of each
