@@ -4,7 +4,6 @@ QualityWarning, and the re-measuring helper of vcpulab.testing."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import time
@@ -120,29 +119,6 @@ def test_remeasure_fails_a_clean_run_retries_a_disturbed_one_and_skips_naming_it
 def test_snapshot_reads_this_hosts_counters() -> None:
     s = vq.snapshot([0])
     assert s.source in ("cpuidle", "/proc/stat") and 0 in s.counters
-
-
-def test_snapshot_reads_each_cpus_idle_time_on_that_cpu(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """cpuidle adds an idle period to a CPU's residency when the CPU leaves it:
-    read from elsewhere, a CPU idle since before the read shows none of it
-    (a CPU idle for a whole 25-ms window read 100 % busy). The snapshot reads
-    each CPU's residency on that CPU, and gives the thread its affinity back."""
-    import ctypes
-
-    getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
-    seen: list[tuple[int, int]] = []
-    real = vq._procfs.cpuidle_us
-
-    def spy(cpu: int) -> int | None:
-        seen.append((cpu, getcpu()))
-        return real(cpu)
-
-    monkeypatch.setattr(vq._procfs, "cpuidle_us", spy)
-    home = os.sched_getaffinity(0)
-    cpus = sorted(home)
-    vq.snapshot(cpus)
-    assert seen == [(c, c) for c in cpus]
-    assert os.sched_getaffinity(0) == home
 
 
 HOG = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nprint('ready', flush=True)\nt = time.monotonic()\nwhile time.monotonic() - t < 20: pass\n"

@@ -14,15 +14,7 @@ happened, from sources that need no tracing:
   Documentation/admin-guide/pm/cpuidle.rst), or, where cpuidle is absent,
   ``/proc/stat`` busy ticks (USER_HZ: 10 ms resolution, so short runs read
   coarsely; ``source`` says which). Interrupt handling on an idle CPU counts
-  as busy, so an idle machine reads a small positive share. cpuidle adds an
-  idle period to a CPU's residency only when the CPU leaves it, so a CPU idle
-  since before a read would show none of that period and a short run would
-  read it as busy (until 0.3.20: a CPU idle for all of a 25-ms window read
-  100 % busy; the MsiPingPong twin cell's runs, 20-25 ms, read 4-26 % "other"
-  where their trace said 0.2-0.5 %). [`snapshot`][vcpulab.quality.snapshot] therefore
-  reads each CPU's residency from that CPU (the reading thread moves there
-  for the read: the CPU leaves idle first), which costs the CPU ~0.1 ms of
-  the reading thread, counted as other time.
+  as busy, so an idle machine reads a small positive share.
 * **run delay of threads alone on their CPU** (``alone_run_delay_ns``): a
   thread that no other thread of the run shares a CPU with waits on the run
   queue only for other tasks (``/proc/<pid>/task/<tid>/schedstat``, field 2, ns).
@@ -111,33 +103,6 @@ class Snapshot:
     threads: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def _cpuidle_us_awake(cpus: Sequence[int]) -> dict[int, int | None]:
-    """Each CPU's cpuidle residency (``_procfs.cpuidle_us``), read by this
-    thread running on that CPU: a CPU's idle period is added to its residency
-    when the CPU leaves it, and moving the reader there makes it leave first.
-    Where this thread may not run on a CPU the read is made from where it is.
-    The thread's CPU affinity is restored on every path."""
-    import os
-
-    try:
-        home = os.sched_getaffinity(0)
-    except OSError:
-        home = None
-    out: dict[int, int | None] = {}
-    try:
-        for c in cpus:
-            if home is not None:
-                try:
-                    os.sched_setaffinity(0, {c})  # returns once this thread runs on c
-                except OSError:
-                    pass  # not allowed there: read from here (an idle period in progress is missed)
-            out[c] = _procfs.cpuidle_us(c)
-    finally:
-        if home is not None:
-            os.sched_setaffinity(0, home)
-    return out
-
-
 @renamed_since(PCPUS_RENAMED, _ONE_NAME, cpus="pcpus")
 def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     """Reads the counters [`quality`][vcpulab.quality.quality] compares: idle (or busy) time of
@@ -145,7 +110,7 @@ def snapshot(pcpus: Iterable[int], tids: Iterable[int] = ()) -> Snapshot:
     thread of this process in ``tids``."""
     cpus = sorted({check_int("pcpus entry", c, 0, 2**16) for c in check_seq("pcpus", pcpus, "host CPU numbers")})
     tids = [check_int("tids entry", t, 1, 2**31 - 1) for t in check_seq("tids", tids, "thread ids")]
-    idle = _cpuidle_us_awake(cpus)
+    idle = {c: _procfs.cpuidle_us(c) for c in cpus}
     t = time.monotonic_ns()
     if cpus and all(v is not None for v in idle.values()):
         source, counters = "cpuidle", {c: int(v) * 1000 for c, v in idle.items()}  # type: ignore[arg-type]
