@@ -282,11 +282,8 @@ def real_steal_intervals(r: Run, bin_ns: int = 10_000_000) -> np.ndarray:
             return np.empty(0)
         per = []
         for h in _token_holds(r):
-            grant = np.array([a for a, _ in h], dtype=np.int64)
-            gaps = np.array([a - b for (a, _), b in zip(h, [0] + [e for _, e in h[:-1]])], dtype=float)
-            k = grant // bin_ns
-            ok = k < nb
-            per.append(np.bincount(k[ok], weights=gaps[ok], minlength=nb)[:nb] / bin_ns)
+            held = np.array(h, dtype=np.int64).reshape(-1, 2)
+            per.append(_waits_per_bin(held[:, 0], held[:, 1], 0, nb, bin_ns))
         return np.concatenate(per) if per else np.empty(0)
     out = []
     for _, g in r.samples.sort("t_ns").group_by(["vm", "vcpu"], maintain_order=True):
@@ -300,6 +297,19 @@ def real_steal_intervals(r: Run, bin_ns: int = 10_000_000) -> np.ndarray:
         cum = st[np.searchsorted(t, edges, side="right") - 1]
         out.append(np.diff(cum) / bin_ns)
     return np.concatenate(out) if out else np.empty(0)
+
+
+def _waits_per_bin(starts: np.ndarray, ends: np.ndarray, origin_ns: int, nb: int, bin_ns: int) -> np.ndarray:
+    """One vCPU's runs (time-ordered ``starts``/``ends``, ns): each wait before
+    a run (the first from 0) published at that run's start, summed per
+    ``bin_ns`` bin from ``origin_ns`` (``nb`` bins) / ``bin_ns``."""
+    st, en = starts.astype(np.int64), ends.astype(np.int64)
+    if st.size == 0:
+        return np.zeros(nb)
+    gaps = np.concatenate([[st[0]], st[1:] - en[:-1]]).astype(float)
+    k = (st - origin_ns) // bin_ns
+    ok = (k >= 0) & (k < nb)
+    return np.bincount(k[ok], weights=gaps[ok], minlength=nb)[:nb] / bin_ns
 
 
 def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray:
@@ -318,11 +328,7 @@ def sim_steal_intervals(res: sim.Result, bin_ns: int = 10_000_000) -> np.ndarray
     seen = 0
     for _, g in t.group_by(["vm", "vcpu"], maintain_order=True):
         seen += 1
-        st, en = g["start_ns"].to_numpy(), g["end_ns"].to_numpy()
-        gaps = np.concatenate([[st[0]], st[1:] - en[:-1]]).astype(float)
-        k = ((st.astype(np.int64) - warm) // bin_ns).astype(int)
-        ok = (k >= 0) & (k < nb)
-        out.append(np.bincount(k[ok], weights=gaps[ok], minlength=nb)[:nb] / bin_ns)
+        out.append(_waits_per_bin(g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), warm, nb, bin_ns))
     for _ in range(res.vcpus.height - seen):  # a vCPU that never ran publishes nothing
         out.append(np.zeros(nb))
     return np.concatenate(out) if out else np.empty(0)

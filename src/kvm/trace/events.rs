@@ -207,14 +207,17 @@ impl Collected {
     pub fn add_run_loop(&mut self, log: LoopRows, max_events: usize) {
         let n = log.rows.len() as u64;
         let mut add = Vec::with_capacity(2 * log.rows.len());
+        // each name looked up once (the rows carry a handful of static names)
+        let mut index: HashMap<&'static str, u32> = HashMap::new();
         for r in &log.rows {
-            let reason = match self.exit_reasons.iter().position(|x| x == r.reason) {
-                Some(i) => i as u32,
-                None => {
-                    self.exit_reasons.push(r.reason.to_string());
-                    self.exit_reasons.len() as u32 - 1
-                }
-            };
+            let reason =
+                *index.entry(r.reason).or_insert_with(|| match self.exit_reasons.iter().position(|x| x == r.reason) {
+                    Some(i) => i as u32,
+                    None => {
+                        self.exit_reasons.push(r.reason.to_string());
+                        self.exit_reasons.len() as u32 - 1
+                    }
+                });
             add.push(Event { time_ns: r.entry_ns, cpu: NO_CPU, tid: r.tid, kind: Kind::LoopEntry });
             add.push(Event { time_ns: r.exit_ns, cpu: NO_CPU, tid: r.tid, kind: Kind::LoopExit { reason } });
         }

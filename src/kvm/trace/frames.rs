@@ -160,10 +160,18 @@ impl Frames {
         // Where the kernel emits no kvm_exit for these threads (kvm_pvm's software path),
         // the exits are those that reached user space, until the next KVM_RUN loads the FPU.
         // Where the run loop timed them (run_loop.rs), its rows replace kvm_userspace_exit's.
-        let of_vcpu = |e: &Event| by_tid.contains_key(&(e.tid as i32));
-        let from_kvm_exit = c.events.iter().any(|e| matches!(e.kind, Kind::KvmExit { .. }) && of_vcpu(e));
-        let from_run_loop =
-            !from_kvm_exit && c.events.iter().any(|e| matches!(e.kind, Kind::LoopExit { .. }) && of_vcpu(e));
+        // one pass over the events: does kvm_exit fire for a vCPU thread, did its run loop time exits
+        let (mut from_kvm_exit, mut from_run_loop) = (false, false);
+        for e in &c.events {
+            if matches!(e.kind, Kind::KvmExit { .. } | Kind::LoopExit { .. }) && by_tid.contains_key(&(e.tid as i32)) {
+                let kvm = matches!(e.kind, Kind::KvmExit { .. });
+                from_kvm_exit |= kvm;
+                from_run_loop |= !kvm;
+                if from_kvm_exit {
+                    break;
+                }
+            }
+        }
         let source = if from_kvm_exit {
             ExitSource::KvmExit
         } else if from_run_loop {
