@@ -3,7 +3,10 @@ the machine it runs on (not about KVM: that is ``_core`` and ``kvm.py``).
 
 * ``/proc/<pid>/task/<tid>/schedstat``: CPU time, run-queue delay (ns) and
   timeslices of a thread (Documentation/scheduler/sched-stats.rst);
-* ``/proc/stat``: per-CPU busy time, in USER_HZ ticks (``man 5 proc``);
+* ``/proc/stat``: per-CPU busy time, in USER_HZ ticks, and the tasks
+  created since boot (``processes``) (``man 5 proc``);
+* ``/proc/self/status`` (``NSpid``) and ``/proc/self/mountinfo`` (the
+  ``/proc`` mount's ``hidepid``): whether ``/proc`` shows every task;
 * ``/sys/devices/system/cpu/cpuN/cpuidle/stateK/time``: idle residency, µs
   (Documentation/admin-guide/pm/cpuidle.rst);
 * ``/proc/pressure/cpu``: CPU pressure stall time, µs (Documentation/accounting/psi.rst);
@@ -106,6 +109,46 @@ def cpuidle_us(cpu: int) -> int | None:
         except (OSError, ValueError):
             return None
     return total
+
+
+def forks_total() -> int | None:
+    """Tasks created since boot, every process and thread (``/proc/stat``'s
+    ``processes`` line, the kernel's ``total_forks``); None without it."""
+    try:
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("processes "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def proc_shows_every_task() -> bool:
+    """Whether ``/proc`` lists every task of the machine: false in a child
+    PID namespace (a container: ``NSpid`` in ``/proc/self/status`` names
+    more than one pid, and tasks outside the namespace are not listed) and
+    where ``/proc`` is mounted with ``hidepid`` other than 0 / ``off`` or
+    with ``subset=pid`` (other users' processes hidden), or either file
+    cannot be read."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("NSpid:") and len(line.split()) != 2:
+                    return False
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] == "/proc" and " - proc " in line:
+                    opts = line.rsplit(" ", 1)[-1].strip().split(",")
+                    for o in opts:
+                        if o.startswith("hidepid=") and o not in ("hidepid=0", "hidepid=off"):
+                            return False
+                        if o == "subset=pid":
+                            return False
+    except OSError:
+        return False
+    return True
 
 
 def psi_cpu_some_us() -> int | None:

@@ -24,7 +24,7 @@ from vcpulab.experiment._args import _check_run_args, _check_scheduler
 from vcpulab.experiment._results import Run, Trials
 from vcpulab.experiment._workloads import GRACE_S, IpiPingPong, SpinLock, Workload, _record_gpa
 from vcpulab.kvm import Host, Program, Vcpu, Vm
-from vcpulab.quality import Quality, quality, snapshot
+from vcpulab.quality import Census, Quality, census, quality, snapshot
 from vcpulab.sched import Scheduler
 
 
@@ -296,6 +296,9 @@ def run(
             if trace
             else None
         )
+        # every task's CPU time around the run's counters (Run.quality: other
+        # tasks' time, without the interrupt time cpuidle counts as busy)
+        census0 = census()
         snap0 = snapshot(vcpu_cpus)
         t0 = time.perf_counter()
         for t in stoppers:
@@ -310,6 +313,7 @@ def run(
             # closed) and the drivers' join, which are not part of the run
             wall = time.perf_counter() - t0
             snap1 = snapshot(vcpu_cpus)
+            census1 = census()
             if tracer is not None:
                 tracer.stop()
         except BaseException:
@@ -376,7 +380,15 @@ def run(
                     tf.info["window_ns"] = int(rep["wall_ns"])
                 finally:
                     tracer.close()
-            q = _run_quality(snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf)
+            # the run created its vCPU threads, its drivers and its stop timers between the censuses
+            born = (
+                threads["tid"].to_list()
+                + [d.tid for d in drivers if d.tid]
+                + [t.native_id for t in stoppers if t.native_id]
+            )
+            q = _run_quality(
+                snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf, (census0, census1), born
+            )
             config = {
                 "workload": workload.config(),
                 "vms": vms,
@@ -445,12 +457,16 @@ def _run_quality(
     steal_time: bool,
     thresholds: dict[str, float] | None,
     tf: tracing.TraceFrames | None = None,
+    censuses: tuple[Census | None, Census | None] | None = None,
+    born: Sequence[int] = (),
 ) -> Quality:
     """The run's [`Quality`][vcpulab.quality.Quality]: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
     count as the run's own; only the vCPU threads compete in the fair share of
     steal. With a trace, other tasks' time on the run's CPUs
-    comes from it (exact) instead of cpuidle."""
+    comes from it (exact) instead of cpuidle; without one, the cpuidle
+    estimate is bounded by the other tasks' CPU time where the two
+    ``censuses`` saw every task (``born``: the threads the run created)."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -486,6 +502,10 @@ def _run_quality(
         traced_other_ns=traced,
         traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
         vcpu_threads=threads["tid"].to_list(),
+        census=censuses,
+        born=born,
+        # this thread ran the run loop (and read the censuses)
+        run_tids=[threading.get_native_id()],
         **(thresholds or {}),
     )
     return replace(q, trace_truncated=untrusted) if untrusted is not None else q
