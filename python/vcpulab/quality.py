@@ -55,6 +55,7 @@ user.
 from __future__ import annotations
 
 import numbers
+import threading
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -179,7 +180,8 @@ def other_tasks_ns(before: Census, after: Census, own: Iterable[int] = (), born:
     second census lists)."""
     mine = set(own)
     new = sum(1 for t in after.cpu_ns if t not in before.cpu_ns)
-    gone_own = len({t for t in born if t not in after.cpu_ns})
+    # a named thread the first census lists was not born between them
+    gone_own = len({t for t in born if t not in after.cpu_ns and t not in before.cpu_ns})
     # from before the first reading to after the second: a task born while
     # either census read may be missing from it, so it counts as unseen
     unseen = after.forks_last - before.forks_first - new - gone_own
@@ -556,7 +558,8 @@ def quality(
 
 class measure_cpus:
     """Context manager: the [`Quality`][vcpulab.quality.Quality] of the code inside it, for
-    threads started inside (register them with [`add_thread`][vcpulab.quality.measure_cpus.add_thread])::
+    threads started inside (register them with [`add_thread`][vcpulab.quality.measure_cpus.add_thread];
+    with the thread that enters it they are the run's own in the censuses)::
 
         with measure_cpus([1]) as m:
             t = PinnedThread(...); t.start(); m.add_thread(t.tid, [1]) ...
@@ -576,6 +579,8 @@ class measure_cpus:
         self.placement: dict[int, list[int]] = {}
         self._first: dict[int, tuple[int, int]] = {}
         self._last: dict[int, tuple[int, int]] = {}
+        self._runner = 0
+        self._census: Census | None = None
         self.quality: Quality | None = None
 
     @renamed_since(PCPUS_RENAMED, _ONE_NAME, name="add_thread", cpus="pcpus")
@@ -597,11 +602,15 @@ class measure_cpus:
         self._last[tid] = (c - c0, d - d0)
 
     def __enter__(self) -> measure_cpus:
+        # the thread that enters drives the measured code: the run's own
+        self._runner = threading.get_native_id()
+        self._census = census()
         self._before = snapshot(self.cpus)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         after = snapshot(self.cpus, list(self.placement))
+        census1 = census()
         before = Snapshot(
             self._before.t_ns, self._before.source, self._before.counters, self._before.psi_some_us, dict(self._first)
         )
@@ -611,5 +620,8 @@ class measure_cpus:
             self.placement,
             own_cpu_ns={t: v[0] for t, v in self._last.items()},
             own_run_delay_ns={t: v[1] for t, v in self._last.items()},
+            census=(self._census, census1),
+            born=list(self.placement),
+            run_tids=[self._runner],
             **self.thresholds,
         )
