@@ -198,6 +198,10 @@ class _VmmProbe:
             if self._stop.wait(max(t0 + frac * self.duration_s - time.monotonic(), 0.0)):
                 return
             self.snaps.append((time.monotonic(), self._snap()))
+        # lives until the run has ended: a thread that went during the run
+        # leaves Run.quality's census of every task incomplete (its last CPU
+        # time is unknown), which would keep the cpuidle estimate unbounded
+        self._stop.wait()
 
     def __enter__(self) -> _VmmProbe:
         self._t.start()
