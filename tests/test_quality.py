@@ -7,13 +7,14 @@ import math
 import subprocess
 import sys
 import time
+from typing import Any
 
 import polars as pl
 import pytest
 from _subproc import attach_when_running
 
 from vcpulab import quality as vq
-from vcpulab.experiment import MsiPingPong, QualityWarning, run
+from vcpulab.experiment import MsiPingPong, QualityWarning, Run, run
 from vcpulab.kvm import Host
 from vcpulab.testing import REMEASURES, remeasure
 
@@ -199,20 +200,26 @@ def test_snapshot_reads_this_hosts_counters() -> None:
 HOG = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\nprint('ready', flush=True)\nt = time.monotonic()\nwhile time.monotonic() - t < 20: pass\n"
 
 
+def _ping_on_cpu1(kvm_host: Host, rounds: int, halt_poll_ns: int, **kw: Any) -> Run:
+    """An MSI ping-pong (50 µs after each halt) of one vCPU on CPU 1."""
+    return run(
+        MsiPingPong(rounds=rounds, gap_us=50),
+        vcpus=1,
+        pcpus=[1],
+        duration_s=10,
+        halt_poll_ns=halt_poll_ns,
+        host=kvm_host,
+        **kw,
+    )
+
+
 def test_a_cpu_hog_on_the_runs_cpu_is_named_in_a_quality_warning(kvm_host: Host) -> None:
     hog = subprocess.Popen([sys.executable, "-c", HOG, "1"], stdout=subprocess.PIPE, text=True)
     try:
         assert hog.stdout is not None and hog.stdout.readline().strip() == "ready"
         time.sleep(0.05)
         with pytest.warns(QualityWarning, match=r"other tasks ran .*CPU 1"):
-            r = run(
-                MsiPingPong(rounds=300, gap_us=50),
-                vcpus=1,
-                pcpus=[1],
-                duration_s=10,
-                halt_poll_ns=200_000,
-                host=kvm_host,
-            )
+            r = _ping_on_cpu1(kvm_host, 300, 200_000)
     finally:
         hog.kill()
         hog.wait()
@@ -238,16 +245,7 @@ def test_a_runs_other_time_is_at_most_what_the_other_tasks_ran(kvm_host: Host) -
     # is busy time of no task, which cpuidle alone counted as other tasks'
     measured = []
     for _ in range(5):
-        r = run(
-            MsiPingPong(rounds=200, gap_us=50),
-            vcpus=1,
-            pcpus=[1],
-            duration_s=10,
-            halt_poll_ns=0,
-            host=kvm_host,
-            warn_quality=False,
-        )
-        q = r.quality
+        q = _ping_on_cpu1(kvm_host, 200, 0, warn_quality=False).quality
         print(q.line(), q.other_tasks_ns)
         if q.other_tasks_ns is not None:
             assert sum(q.other_busy_ns.values()) <= q.other_tasks_ns
