@@ -15,7 +15,7 @@ import time
 import pytest
 from conftest import interrupt_script
 
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, run
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Spin, SpinLock, run
 from vcpulab.kvm import Host
 from vcpulab.testing import remeasure
 
@@ -160,6 +160,24 @@ def test_msi_ping_pong_latency_and_halt_stats(kvm_host: Host) -> None:
 
     # other load on CPU 1 stops polling in the polling runs (towards failing)
     remeasure(measure, check, quality=worst)
+
+
+def test_the_calling_thread_gets_its_cpus_back_after_creating_the_vcpu_threads(kvm_host: Host) -> None:
+    import os
+
+    # run() creates each vCPU thread from the calling thread pinned to that
+    # vCPU's CPUs (a thread created on a host driver's CPU waited there for a
+    # slice before it could pin itself), then gives the caller its CPUs back
+    before = os.sched_getaffinity(0)
+    r = run(Spin(), vcpus=2, placement=[[1], [0]], duration_s=0.05, host=kvm_host, warn_quality=False)
+    assert os.sched_getaffinity(0) == before
+    assert sorted(r.threads["cpus"].to_list()) == [[0], [1]]
+    os.sched_setaffinity(0, {0})
+    try:
+        run(Spin(), vcpus=1, pcpus=[0], duration_s=0.05, host=kvm_host, warn_quality=False)
+        assert os.sched_getaffinity(0) == {0}  # what it was, not every CPU of the machine
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_ipi_ping_pong_latency(kvm_host: Host) -> None:

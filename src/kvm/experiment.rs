@@ -224,6 +224,14 @@ pub fn run(
             .map(|(g, m)| {
                 let (vm, cpus) = (m.vm, m.cpus.clone());
                 let vcpu = &mut *m.vcpu;
+                // A new thread starts on a CPU its creator may use, and one
+                // placed on a host driver's CPU waited there for a slice
+                // before it could pin itself (3-5 ms in 2 of 4 MSI ping-pongs
+                // here, 2026-12-06): its run delay, and through KVM's first
+                // steal record its steal. So it is created with its CPUs: the
+                // creating thread takes them for the spawn (best effort: the
+                // thread pins itself anyway) and gets its own back below.
+                let _ = pin_current_thread(&cpus);
                 // named like QEMU's vCPU threads, so tools (and vcpulab.kvm.attach) find them
                 std::thread::Builder::new().name(format!("CPU {}/KVM", vcpu.id)).spawn_scoped(s, move || match sched {
                     Some(sc) => scheduled_thread(g, vm, vcpu, sc, t0, deadline),
@@ -231,6 +239,8 @@ pub fn run(
                 })
             })
             .collect::<Vec<_>>();
+        // the run loop runs where it ran before (every CPU this process may use)
+        let _ = pin_current_thread(&allowed);
         if let Some(i) = handles.iter().position(|h| h.is_err()) {
             // stop the threads already started (the scope joins them) and report
             if let Some(sc) = sched {
