@@ -22,6 +22,7 @@ unreadable; the schedstat readers raise OSError for a thread that has gone
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -124,13 +125,15 @@ def forks_total() -> int | None:
     return None
 
 
+@functools.cache
 def proc_shows_every_task() -> bool:
     """Whether ``/proc`` lists every task of the machine: false in a child
     PID namespace (a container: ``NSpid`` in ``/proc/self/status`` names
     more than one pid, and tasks outside the namespace are not listed) and
     where ``/proc`` is mounted with ``hidepid`` other than 0 / ``off`` or
     with ``subset=pid`` (other users' processes hidden), or either file
-    cannot be read."""
+    cannot be read. Read once per process (neither changes under a running
+    program in practice; ``proc_shows_every_task.cache_clear()`` reads again)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:

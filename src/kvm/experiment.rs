@@ -226,9 +226,9 @@ pub fn run(
                 let vcpu = &mut *m.vcpu;
                 // A new thread starts on a CPU its creator may use, and one
                 // placed on a host driver's CPU waited there for a slice
-                // before it could pin itself (3-5 ms in 2 of 4 MSI ping-pongs
-                // here, 2026-12-06): its run delay, and through KVM's first
-                // steal record its steal. So it is created with its CPUs: the
+                // before it could pin itself (up to 3 ms of run delay in 12
+                // MSI ping-pongs here, 2026-12-06, 5 of them disturbed): its
+                // run delay, and through KVM's first steal record its steal. So it is created with its CPUs: the
                 // creating thread takes them for the spawn (best effort: the
                 // thread pins itself anyway) and gets its own back below.
                 let _ = pin_current_thread(&cpus);

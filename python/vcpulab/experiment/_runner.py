@@ -380,14 +380,9 @@ def run(
                     tf.info["window_ns"] = int(rep["wall_ns"])
                 finally:
                     tracer.close()
-            # the run created its vCPU threads, its drivers and its stop timers between the censuses
-            born = (
-                threads["tid"].to_list()
-                + [d.tid for d in drivers if d.tid]
-                + [t.native_id for t in stoppers if t.native_id]
-            )
+            timers = [t.native_id for t in stoppers if t.native_id]
             q = _run_quality(
-                snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf, (census0, census1), born
+                snap0, snap1, threads, drivers, samples, steal_time, quality_thresholds, tf, (census0, census1), timers
             )
             config = {
                 "workload": workload.config(),
@@ -458,7 +453,7 @@ def _run_quality(
     thresholds: dict[str, float] | None,
     tf: tracing.TraceFrames | None = None,
     censuses: tuple[Census | None, Census | None] | None = None,
-    born: Sequence[int] = (),
+    timers: Sequence[int] = (),
 ) -> Quality:
     """The run's [`Quality`][vcpulab.quality.Quality]: vCPU threads (CPU time and
     run delay from the Rust report, over each thread's life) and host drivers
@@ -466,7 +461,8 @@ def _run_quality(
     steal. With a trace, other tasks' time on the run's CPUs
     comes from it (exact) instead of cpuidle; without one, the cpuidle
     estimate is bounded by the other tasks' CPU time where the two
-    ``censuses`` saw every task (``born``: the threads the run created)."""
+    ``censuses`` saw every task; the run created its vCPU and driver threads
+    and its stop ``timers`` (thread ids) between them."""
     placement: dict[int, Sequence[int]] = {}
     cpu_ns: dict[int, int] = {}
     delay: dict[int, int] = {}
@@ -503,7 +499,7 @@ def _run_quality(
         traced_wall_ns=(tf.info["window_ns"] if tf is not None and traced is not None else None),
         vcpu_threads=threads["tid"].to_list(),
         census=censuses,
-        born=born,
+        born=[*placement, *timers],
         # this thread ran the run loop (and read the censuses)
         run_tids=[threading.get_native_id()],
         **(thresholds or {}),
