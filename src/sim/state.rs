@@ -687,6 +687,9 @@ pub struct Tokens {
     /// first): with one queue, `token_dispatch_idle` gives it that CPU's
     /// token when it is free, as the real `dispatch_idle` does.
     pub last_cpu: Vec<u32>,
+    /// How many vCPU threads have arrived (their first enqueue): no token
+    /// is given before every one has, as the real `Scheduler::start`.
+    pub arrived: u32,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

@@ -13,7 +13,9 @@
 //! `Host.token_skew_ns` (co-stopped), at every grant, and a slice's end
 //! hands a co-stopped holder's token on even with nobody else waiting;
 //! balance scheduling gives each CPU its own queue, of the vCPUs at home
-//! there ((index in the VM + VM) mod P, as the real one). Every decision
+//! there ((index in the VM + VM) mod P, as the real one). No token goes
+//! out before every vCPU thread has arrived (`Host.start_gap_ns`); then
+//! they go out in vCPU order, as the real `Scheduler::start`. Every decision
 //! (a slice's end, a halt, a wake-up) then fills every free token, as the
 //! real `dispatch_idle` does: with one queue, a vCPU gets the token of the
 //! CPU it last held one on when that is free (its thread is pinned there),
@@ -142,6 +144,9 @@ impl Sim {
     /// pinned there: the real scheduler avoids moving a running thread),
     /// else the lowest free one.
     fn token_fill_free(&mut self, mut give: impl FnMut(&mut Self, usize, usize)) {
+        if self.token_arrivals_pending() {
+            return;
+        }
         if self.tokens.queues.len() > 1 {
             for c in 0..self.tokens.holder.len() {
                 if self.tokens.holder[c].is_some() {
@@ -213,12 +218,35 @@ impl Sim {
     }
 
     /// A runnable vCPU task `t` (just woken or arrived) waits for a token.
+    /// Arrivals only queue until the last vCPU thread's; then the queues
+    /// are put in vCPU order and the free tokens go out, as the real
+    /// `Scheduler::start` does (whatever order the threads arrived in).
     pub(crate) fn token_wait(&mut self, t: usize) {
         debug_assert!(matches!(self.tasks[t].kind, TaskKind::Vcpu(_)));
         self.tasks[t].parked = true;
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);
+        if self.wake.enqueue_new {
+            self.tokens.arrived += 1;
+            if self.token_arrivals_pending() {
+                return;
+            }
+            let tasks = &self.tasks;
+            let vcpu_of = |t: &u32| match tasks[*t as usize].kind {
+                TaskKind::Vcpu(v) => v,
+                _ => u32::MAX,
+            };
+            for q in self.tokens.queues.iter_mut() {
+                q.make_contiguous().sort_unstable_by_key(vcpu_of);
+            }
+        }
         self.token_dispatch_idle();
+    }
+
+    /// Whether some vCPU thread has not arrived yet (no token is given).
+    #[inline]
+    fn token_arrivals_pending(&self) -> bool {
+        (self.tokens.arrived as usize) < self.vcpus.len()
     }
 
     /// Every free token goes to the next vCPU its queue may give it to

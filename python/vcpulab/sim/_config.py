@@ -452,8 +452,10 @@ class Host(_Base):
             arrives on its start CPU (a new task is placed by fork balancing, which the start map
             stands for, not by the wake-up path) and may preempt as any waking task. Their first
             runs set the order of a ticket lock's queue, the host scheduler's order of them is set
-            by the arrivals too, and the two need not agree (docs/twins.md). Default 0 (every vCPU
-            runnable at time 0, in index order).
+            by the arrivals too, and the two need not agree (docs/twins.md). Under vcpulab's token
+            schedulers the arrivals set only when the first tokens go out: at the last one, in vCPU
+            order, as the real scheduler waits for every thread (src/kvm/sched/). Default 0 (every
+            vCPU runnable at time 0, in index order).
         start_order: The order in which the vCPU threads arrive with `start_gap_ns > 0`:
             `"shuffled"`, a seeded random order (every order equally likely), or `"created"`, the
             VMM's creation order jittered: thread i is created after thread i - 1, an exponential

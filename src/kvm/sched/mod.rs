@@ -274,6 +274,9 @@ struct State {
     /// Gang: whose turn it is, and which vCPUs of it have not yet ended their slice.
     turn: usize,
     gang_left: usize,
+    /// How many vCPU threads have called [`Scheduler::start`]: no token is
+    /// given before all have (every policy starts from one state).
+    arrived: usize,
     last_boosted: Vec<usize>,
     policies: Vec<Option<Box<dyn DirectedYieldPolicy>>>,
     decisions: Vec<Decision>,
@@ -408,6 +411,7 @@ impl Scheduler {
             queues: vec![VecDeque::new(); queues],
             turn: 0,
             gang_left: 0,
+            arrived: 0,
             last_boosted: vec![0; vms],
             policies,
             decisions: Vec::new(),
@@ -605,7 +609,8 @@ impl Scheduler {
         st.queues[q].remove(pos)
     }
 
-    /// Fills every idle CPU from the queues (not under gang: turns do that).
+    /// Fills every idle CPU from the queues (not under gang: turns do that;
+    /// not before every vCPU thread has arrived, see [`Scheduler::start`]).
     /// With one queue, each vCPU it gives a token to gets the CPU of its last
     /// token (where its thread is pinned) when that CPU is idle, else the
     /// lowest idle one: a vCPU woken in its halt's wake bracket runs there,
@@ -615,7 +620,7 @@ impl Scheduler {
     /// previous CPU (`select_task_rq_fair`). With a queue per CPU the CPU is
     /// the queue's.
     fn dispatch_idle(&self, st: &mut State, now: Instant, why: Why) {
-        if self.cfg.policy == Policy::Gang {
+        if self.cfg.policy == Policy::Gang || st.arrived < st.v.len() {
             return;
         }
         if self.cfg.policy.per_cpu_queues() {
@@ -643,7 +648,7 @@ impl Scheduler {
     /// VM with a runnable vCPU gets one token per runnable vCPU, all ending at
     /// the same instant.
     fn gang_advance(&self, st: &mut State, now: Instant) {
-        if st.holder.iter().any(|h| h.is_some()) {
+        if st.arrived < st.v.len() || st.holder.iter().any(|h| h.is_some()) {
             return;
         }
         for step in 1..=self.vms {
@@ -667,18 +672,30 @@ impl Scheduler {
     // ---- the threads' calls (each at `now`, the caller's clock: tests pass their own) ----
 
     /// Called once by each vCPU thread (`tid`: its thread id, 0 in tests)
-    /// before its first token.
+    /// before its first token. No token is given until every vCPU thread
+    /// has arrived; then they go out in vCPU order (VM by VM, each VM's
+    /// vCPUs by index), under every policy. The threads' arrival order is a
+    /// race (creation, the first move to its CPU: measured here, real vCPU 1's
+    /// first token before vCPU 0's, vCPU 2 arriving 1.7 ms later), and a
+    /// start that followed it put one cell's trials in different modes; a
+    /// start from one state makes a scheduled run's beginning reproducible,
+    /// and the twin starts the same way (src/sim/tokens.rs).
     pub fn start(&self, g: usize, tid: i32, at: Option<Instant>) {
         let mut st = self.lock();
         let now = at.unwrap_or_else(Instant::now); // the decision's instant: taken holding the lock
         st.v[g].tid = tid;
         self.enqueue(&mut st, g);
+        st.arrived += 1;
+        if st.arrived < st.v.len() {
+            return;
+        }
+        for q in st.queues.iter_mut() {
+            q.make_contiguous().sort_unstable();
+        }
         if self.cfg.policy == Policy::Gang {
-            // the first turn (VM 0) starts once every vCPU has arrived
-            if st.queues[0].len() == st.v.len() {
-                st.turn = self.vms - 1;
-                self.gang_advance(&mut st, now);
-            }
+            // the first turn is VM 0's
+            st.turn = self.vms - 1;
+            self.gang_advance(&mut st, now);
         } else {
             self.dispatch_idle(&mut st, now, Why::Start);
         }

@@ -101,6 +101,29 @@ fn round_robin_shares_the_cpus_fairly_and_marks_the_waiting_preempted() {
 }
 
 #[test]
+fn no_token_before_every_thread_arrives_then_vcpu_order_under_every_policy() {
+    for policy in [Policy::RoundRobin, Policy::Balance, Policy::RelaxedCo { skew_ns: SLICE }, Policy::Gang] {
+        let (_, s) = sched(policy, 2, 2, 2);
+        let t0 = Instant::now();
+        s.set_origin(t0);
+        // the threads arrive in reverse order: nobody runs until the last
+        for g in [3, 2, 1] {
+            s.start(g, 0, Some(t0));
+            assert_eq!(running(&s), vec![None, None], "{policy:?} after vCPU {g}");
+        }
+        s.start(0, 0, Some(t0));
+        let h = running(&s);
+        // VM 0's two vCPUs first (under balance each is at home there)
+        assert_eq!(h, vec![Some(0), Some(1)], "{policy:?}");
+        let st = s.lock();
+        assert!(st.decisions.iter().all(|d| d.why == Why::Start || d.why == Why::Gang), "{policy:?}");
+        // the rest wait in vCPU order (balance: VM 1's vCPU 1 at home on CPU 0, vCPU 0 on CPU 1)
+        let waiting: Vec<usize> = st.queues.iter().flatten().copied().collect();
+        assert_eq!(waiting, if policy == Policy::Balance { vec![3, 2] } else { vec![2, 3] }, "{policy:?}");
+    }
+}
+
+#[test]
 fn gang_runs_all_or_none_of_a_vm_and_vms_take_turns() {
     let (_, s) = sched(Policy::Gang, 3, 2, 2);
     let t0 = Instant::now();

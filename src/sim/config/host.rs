@@ -474,6 +474,9 @@ pub struct HostConfig {
     /// task. Their first runs set the order of a
     /// ticket lock's queue, the host scheduler's order of them is set
     /// by the arrivals too, and the two need not agree (docs/twins.md).
+    /// Under vcpulab's token schedulers the arrivals set only when the
+    /// first tokens go out: at the last one, in vCPU order, as the real
+    /// scheduler waits for every thread (src/kvm/sched/).
     /// Default 0 (every vCPU runnable at time 0, in index order).
     #[schemars(range(max = limits::MAX_COST_NS))]
     #[schemars(extend("x-omit-default" = true))]
