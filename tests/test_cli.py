@@ -103,7 +103,7 @@ def test_bad_arguments_give_one_clear_line(args: list[str], message: str) -> Non
     [
         (["info", "--device", "/nonexistent/kvm"], "KvmUnavailableError", "/nonexistent/kvm does not exist", 1),
         (["kvm", "steal", "--pcpus", "999"], "ValueError", "--pcpus names CPU(s) [999]", 2),
-        (["sim", "/nonexistent.toml"], "ValueError", "/nonexistent.toml: no such file", 1),
+        (["sim", "/nonexistent.toml"], "ValueError", "/nonexistent.toml: no such file", 2),
         (["watch", "999999999"], "ProcessLookupError", "no process 999999999", 1),
         (["watch", "--pid", "999999999"], "ProcessLookupError", "no process 999999999", 1),
         (["watch", "1", "--log", "/nonexistent/dir/w.csv"], "ValueError", "--log: the folder", 1),
@@ -147,7 +147,7 @@ def test_bad_toml_gives_one_clear_line(tmp_path: Path, toml: str, message: str) 
     spec = tmp_path / "spec.toml"
     spec.write_text(toml)
     r = vcpulab("sim", str(spec), "--out", str(tmp_path / "out"))
-    assert r.returncode == 1
+    assert r.returncode == 2  # the SPEC is the argument: a usage error
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0], r.stderr
 

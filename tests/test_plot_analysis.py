@@ -104,6 +104,35 @@ def test_sched_map_of_a_simulated_run(tmp_path) -> None:  # type: ignore[no-unty
     assert np.allclose(sums["fraction"].to_numpy(), 1.0)
 
 
+def test_a_long_run_is_drawn_in_at_most_2000_columns_by_default() -> None:
+    from vcpulab import sim
+    from vcpulab.plot import AUTO_MAP_COLUMNS, DEFAULT_US_PER_PIXEL, auto_us_per_pixel
+
+    # a short window keeps 10-us columns; a longer one the narrowest 1/2/5 x 10^k us that fits
+    assert auto_us_per_pixel(20_000_000) == DEFAULT_US_PER_PIXEL
+    assert auto_us_per_pixel(20_000_001) == 20.0
+    assert auto_us_per_pixel(300_000_000) == 200.0
+    assert auto_us_per_pixel(1_000_000_000) == 500.0
+    assert auto_us_per_pixel(1_000_000_001) == 1000.0
+    cfg = sim.Config(host=sim.Host(n_pcpus=2), vms=(sim.Vm(vcpus=2, count=2),), duration_ns=300_000_000, trace=True)
+    r = sim.run(cfg)
+    m = sched_map(r)
+    assert m.image.shape[1] == 1500  # 300 ms at 200 us a column
+    assert m.image.shape[1] <= AUTO_MAP_COLUMNS
+    # an explicit width is kept, and a window picks its own default
+    assert sched_map(r, us_per_pixel=100).image.shape[1] == 3000
+    assert sched_map(r, start_ns=0, end_ns=5_000_000).image.shape[1] == 500
+
+
+def test_a_wrong_type_is_a_type_error() -> None:
+    from vcpulab import sim
+
+    with pytest.raises(TypeError, match="sched_map needs a Result with a trace or a trace DataFrame, got str"):
+        sched_map("foo")
+    with pytest.raises(TypeError, match=r"run\(\) needs a vcpulab.sim.Config, got dict"):
+        sim.run({"duration_ns": 1})  # type: ignore[arg-type]
+
+
 def test_compare_finds_a_real_difference_and_not_noise() -> None:
     rng = np.random.default_rng(1)
     a = rng.normal(100, 5, 10)

@@ -166,7 +166,7 @@ def test_without_executor_or_out_the_sweep_is_the_local_one():
 def test_bad_arguments_raise_valueerror(tmp_path):
     with pytest.raises(ValueError, match="results=True is not available"):
         sim.sweep(base(), {"seed": [1]}, out=tmp_path, results=True)
-    with pytest.raises(ValueError, match="executor must be a concurrent.futures.Executor"):
+    with pytest.raises(TypeError, match="executor must be a concurrent.futures.Executor"):
         sim.sweep(base(), {"seed": [1]}, executor=object())
     with pytest.raises(ValueError, match="batch_size"):
         run_sweep(base(), {"seed": [1]}, out=tmp_path, batch_size=0)

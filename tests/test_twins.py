@@ -146,6 +146,25 @@ def test_twin_models_the_machine_around_the_runs_cpus() -> None:
     assert machine.weight == round(1024 * 3 * 0.5 / 0.5) and alone.weight == round(1024 * 3 * 0.49 / 0.5)
 
 
+def test_a_twin_of_cpus_the_calibrated_machine_lacks_says_so() -> None:
+    """A calibration of a 2-CPU machine and an experiment on CPU 9 come from
+    two machines: the twin is built (by count of CPUs), with a warning that
+    names both."""
+    import warnings
+
+    cal = fake_cal()
+    cal.values["machine_cpus"] = Value(2.0, "", "given by the test")
+    far = Experiment(SpinLock(kind="ticket"), vcpus=2, pcpus=(9,), duration_s=0.2)
+    with pytest.warns(
+        UserWarning, match=r"pcpus \(9,\) name host CPUs the calibrated machine does not have \(it has 2: 0-1\)"
+    ):
+        cfg = twins.twin(far, cal)
+    assert cfg.host.n_pcpus == 2 and cfg.host.vcpu_pcpus == (0,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        twins.twin(Experiment(SpinLock(kind="ticket"), vcpus=2, pcpus=(1,), duration_s=0.2), cal)
+
+
 def test_start_gap_is_the_median_gap_between_thread_starts() -> None:
     """start_gap_of: consecutive differences of each run's sorted thread
     starts, pooled, their median (a thread that waited ms for a busy CPU

@@ -632,7 +632,7 @@ def _traced_frame(run: Any, frame: str) -> pl.DataFrame:
     if df is None:
         raise ValueError(f"this run has no {frame} frame: run it with trace=True (docs/tracing.md)")
     if not isinstance(df, pl.DataFrame):
-        raise ValueError(f"expected a traced Run or its {frame} frame, got {type(run).__name__}")
+        raise TypeError(f"expected a traced Run or its {frame} frame, got {type(run).__name__}")
     return df
 
 

@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
 
 __all__ = [
+    "AUTO_MAP_COLUMNS",
+    "DEFAULT_US_PER_PIXEL",
     "MAX_MAP_COLUMNS",
     "MAX_ROW_PX",
     "MAX_MAP_PCPUS",
@@ -49,6 +51,7 @@ __all__ = [
     "SchedMap",
     "TIME_CATEGORIES",
     "WHITE",
+    "auto_us_per_pixel",
     "exit_handling",
     "fair_share_steal_fraction",
     "halt_poll_window",
@@ -142,7 +145,7 @@ def _trace_of(obj: Any) -> pl.DataFrame:
             "or a real run with vcpulab.experiment.run(..., trace=True)"
         )
     if not isinstance(trace, pl.DataFrame):
-        raise ValueError(f"sched_map needs a Result with a trace or a trace DataFrame, got {type(obj).__name__}")
+        raise TypeError(f"sched_map needs a Result with a trace or a trace DataFrame, got {type(obj).__name__}")
     need = {"pcpu", "start_ns", "end_ns", "vm", "vcpu"}
     missing = need - set(trace.columns)
     if missing:
@@ -161,6 +164,12 @@ MAX_MAP_COLUMNS = 200_000
 #: the widest column a sched map takes, µs (1000 s: wider says nothing a
 #: single column would not)
 MAX_US_PER_PIXEL = 1e9
+#: the column width a sched map is drawn with when ``us_per_pixel`` is not
+#: given and the window is short, µs (a 10-ms window: 1,000 columns)
+DEFAULT_US_PER_PIXEL = 10.0
+#: the most columns a sched map is drawn with when ``us_per_pixel`` is not
+#: given: a longer window gets wider columns (1, 2 or 5 × 10^k µs)
+AUTO_MAP_COLUMNS = 2000
 #: most host-CPU rows of a sched map
 MAX_MAP_PCPUS = 65536
 #: most pixels a sched map's row may be tall
@@ -172,6 +181,21 @@ MIN_MAP_PX = 48
 
 #: why ``pcpus=`` became ``n_pcpus=`` here (the DeprecationWarnings say it)
 _COUNT_NAME = "a count of host CPUs; pcpus is a list of host CPU ids everywhere else"
+
+
+def auto_us_per_pixel(span_ns: int) -> float:
+    """The column width [`sched_map`][vcpulab.plot.sched_map] draws a window of
+    ``span_ns`` with by default, µs: [`DEFAULT_US_PER_PIXEL`][vcpulab.plot.DEFAULT_US_PER_PIXEL],
+    or for a window longer than [`AUTO_MAP_COLUMNS`][vcpulab.plot.AUTO_MAP_COLUMNS] such
+    columns, the narrowest of 1, 2 or 5 × 10^k µs that fits it in that many."""
+    need = max(int(span_ns), 0) / 1000.0 / AUTO_MAP_COLUMNS
+    if need <= DEFAULT_US_PER_PIXEL:
+        return DEFAULT_US_PER_PIXEL
+    k = 10.0 ** np.floor(np.log10(need))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        if m * k >= need:
+            return float(min(m * k, MAX_US_PER_PIXEL))
+    return float(min(10.0 * k, MAX_US_PER_PIXEL))
 
 
 def _check_window(start_ns: Any, end_ns: Any, n_pcpus: Any) -> None:
@@ -355,7 +379,7 @@ def sched_map(
     obj: Any,
     path: str | Path | None = None,
     *,
-    us_per_pixel: float = 10.0,
+    us_per_pixel: float | None = None,
     row_px: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
@@ -372,7 +396,10 @@ def sched_map(
     those that stayed idle), columns are time (the x axis is labelled in ms
     of simulated time); one hue per VM, one brightness per vCPU; black: a
     non-vCPU task; white: idle. The raster is placed pixel for pixel, each
-    column is ``us_per_pixel`` µs and each host CPU ``row_px`` pixels tall
+    column is ``us_per_pixel`` µs (default: 10 µs, or for a window longer
+    than 20 ms the narrowest 1, 2 or 5 × 10^k µs that draws it in at most
+    2,000 columns, [`auto_us_per_pixel`][vcpulab.plot.auto_us_per_pixel]:
+    a one-second run is 2,000 columns of 500 µs) and each host CPU ``row_px`` pixels tall
     (default 4, or taller for a map of fewer than 12 host CPUs so the rows
     fill [`MIN_MAP_PX`][vcpulab.plot.MIN_MAP_PX]; 1 in ``compact`` mode, which also drops the legend and
     thins the CPU labels: a dense overview of a large host). A raster
@@ -385,7 +412,8 @@ def sched_map(
     Returns a [`SchedMap`][vcpulab.plot.SchedMap], a matplotlib figure: as the last statement
     of a Jupyter cell it displays.
     """
-    check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
+    if us_per_pixel is not None:
+        check_float("us_per_pixel", us_per_pixel, 0.0, MAX_US_PER_PIXEL, lo_open=True, unit="µs")
     _check_window(start_ns, end_ns, n_pcpus)
     if row_px is not None:
         check_int("row_px", row_px, 1, MAX_ROW_PX)
@@ -414,6 +442,9 @@ def sched_map(
         else (run_start if run_start is not None else (_as_int(trace["start_ns"].min()) if trace.height else 0))
     )
     t1 = end_ns if end_ns is not None else run_end
+    if us_per_pixel is None:
+        last = t1 if t1 is not None else (_as_int(trace["end_ns"].max()) if trace.height else t0 + 1)
+        us_per_pixel = auto_us_per_pixel(last - t0)
     # a map of few host CPUs (a real run on one CPU) gets taller rows by default, so it is no thin strip
     rpx = row_px if row_px is not None else (1 if compact else max(4, -(-MIN_MAP_PX // max(n_pcpus, 1))))
     show_legend = (not compact) if legend is None else legend

@@ -27,7 +27,8 @@ terminal it redraws its table in place (clear screen, home; ``--no-refresh``
 scrolls, ``--refresh`` redraws anyway); elsewhere, and with ``--json``, it
 prints one table after another.
 
-Bad arguments give one clear line on stderr and exit status 2; a failure of
+Bad arguments (a SPEC that does not load included) give one clear line on
+stderr and exit status 2; a failure of
 the run itself exits with 1 (one line, no traceback; ``VCPULAB_TRACEBACK=1``
 shows it). With ``--json``, a failure also prints one object on stdout,
 ``{"error": {"type": "<exception class>", "message": "..."}}``, with the

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vcpulab.cli._common import _say
+from vcpulab.cli._common import _Failed, _say
 from vcpulab.cli._spec import load_spec
 
 #: The file in --out that lists what the last ``vcpulab sim`` wrote there.
@@ -81,9 +81,12 @@ def _closed(fig: Any, path: Path) -> Path:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    base, grid, output = load_spec(Path(args.spec))
+    try:
+        base, grid, output = load_spec(Path(args.spec))
+    except ValueError as e:  # the SPEC is the command's argument: a bad one is a usage error (status 2)
+        raise _Failed(e, 2) from None
     if args.dask and grid is None:
-        raise ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)")
+        raise _Failed(ValueError("--dask runs a sweep: the SPEC needs a [grid] (a single run is local)"), 2)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     say = _say(args)

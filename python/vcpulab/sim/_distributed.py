@@ -416,7 +416,7 @@ def run_sweep(
     if executor is None and out is None:
         return local_sweep(points, grid, threads=threads, progress=progress, max_points=max_points)  # type: ignore[return-value]
     if executor is not None and not isinstance(executor, cf.Executor):
-        raise ValueError(f"sweep: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+        raise TypeError(f"sweep: executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
     _check_threads(threads)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"sweep: batch_size must be an int >= 1 or None, got {batch_size!r}")

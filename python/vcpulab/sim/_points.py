@@ -135,7 +135,7 @@ def expand(
         elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Config):
             labelled.append((dict(p[0]), p[1]))
         else:
-            raise ValueError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
+            raise TypeError(f"sweep: point {i} must be a Config or (params, Config), got {type(p).__name__}")
     return labelled
 
 

@@ -225,7 +225,7 @@ def run(config: Config, *, trace: bool | None = None, trace_max_rows: int | None
     memory raises MemoryError). It never changes a result that stays below.
     """
     if not isinstance(config, Config):
-        raise ValueError(f"run() needs a vcpulab.sim.Config, got {type(config).__name__}")
+        raise TypeError(f"run() needs a vcpulab.sim.Config, got {type(config).__name__}")
     limit = _check_trace_max_rows(trace_max_rows)
     if trace is not None:
         config = config.replace(trace=check_bool("trace", trace))

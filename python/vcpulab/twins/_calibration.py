@@ -40,7 +40,7 @@ def _stat_delta(run: Run, name: str, vcpu: int | None = None) -> int:
 
 def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     """Measure this host's costs on host CPU ``cpu`` (default: the last one this
-    process may use), about 2 s of real KVM; cached per process (``refresh``
+    process may use), about 4-5 s of real KVM; cached per process (``refresh``
     measures again).
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think

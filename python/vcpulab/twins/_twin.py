@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
@@ -416,6 +417,15 @@ def twin(
     if cal is not None:
         check_type("cal", cal, Calibration)
     cal = cal or calibrate()
+    if "machine_cpus" in cal.values and max(exp.pcpus) >= int(cal["machine_cpus"]):
+        m = int(cal["machine_cpus"])
+        warnings.warn(
+            f"twins.twin: the experiment's pcpus {tuple(exp.pcpus)} name host CPUs the calibrated machine "
+            f"does not have (it has {m}: 0-{m - 1}), so the calibration is of another machine; the twin "
+            f"models {len(exp.pcpus)} of its CPUs, by count (calibrate this host for a twin of its runs)",
+            UserWarning,
+            stacklevel=2,
+        )
     w = exp.workload
     a, b = cal["path_insn_ns"], cal["loop_insn_ns"]
     knobs = {k: cal[k] for k in ("halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_grow_start", "halt_poll_ns_shrink")}
