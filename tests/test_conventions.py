@@ -215,6 +215,7 @@ def test_key_columns_are_int64_in_every_simulator_frame() -> None:
     assert r.trace is not None and r.trace.join(r.vcpus, on=["vm", "vcpu"]).height == r.trace["vcpu"].ge(0).sum()
 
 
+@pytest.mark.filterwarnings("ignore::vcpulab.quality.QualityWarning")  # the frames' dtypes, whatever else ran
 def test_key_columns_are_int64_in_every_real_run_frame(kvm_host) -> None:  # type: ignore[no-untyped-def]
     from vcpulab.experiment import Spin, run
     from vcpulab.kvm import sample_stats
