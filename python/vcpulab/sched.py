@@ -98,8 +98,13 @@ __all__ = [
     "summary",
 ]
 
-#: Why a token changed hands (the ``why`` column of ``Run.schedule``).
-WHY = ("start", "slice", "yield", "co_stop", "halt", "done", "gang", "watchdog")
+#: Why a token changed hands (the ``why`` column of ``Run.schedule``):
+#: ``start`` the first tokens (once every vCPU thread has arrived), ``wake`` an
+#: idle CPU's token to a vCPU woken from its halt, the others the decision
+#: (a slice's end, a yield, a co-stop, a halt, a finished vCPU, a gang turn,
+#: a watchdog kick); a grant on another idle CPU that a decision made
+#: possible carries that decision's.
+WHY = ("start", "slice", "yield", "co_stop", "halt", "done", "gang", "watchdog", "wake")
 
 #: kvm-mechanisms: ``ple_window_max`` defaults to UINT_MAX
 _UINT_MAX = 2**32 - 1

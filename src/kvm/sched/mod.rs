@@ -142,7 +142,7 @@ pub struct Config {
 /// Why a token changed hands (the `why` of a [`Decision`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
-    /// A vCPU got an idle CPU (at the start, or when one fell idle).
+    /// The run's first tokens, once every vCPU thread has arrived.
     Start,
     /// The holder's slice ended.
     Slice,
@@ -158,11 +158,13 @@ pub enum Why {
     Gang,
     /// The watchdog kicked a holder that overran its slice.
     Watchdog,
+    /// A vCPU woken from its halt got an idle CPU's token.
+    Wake,
 }
 
 impl Why {
-    pub const ALL: [Why; 8] =
-        [Why::Start, Why::Slice, Why::Yield, Why::CoStop, Why::Halt, Why::Done, Why::Gang, Why::Watchdog];
+    pub const ALL: [Why; 9] =
+        [Why::Start, Why::Slice, Why::Yield, Why::CoStop, Why::Halt, Why::Done, Why::Gang, Why::Watchdog, Why::Wake];
     pub fn name(self) -> &'static str {
         match self {
             Why::Start => "start",
@@ -173,6 +175,7 @@ impl Why {
             Why::Done => "done",
             Why::Gang => "gang",
             Why::Watchdog => "watchdog",
+            Why::Wake => "wake",
         }
     }
 }
@@ -761,8 +764,9 @@ impl Scheduler {
                 self.publish_idle(st, c);
             }
         }
-        // a co-stop may have ended, or another CPU fell idle before: fill idle CPUs
-        self.dispatch_idle(st, now, Why::Start);
+        // a co-stop may have ended, or another CPU fell idle before: fill idle
+        // CPUs (each grant logged with the decision that made it possible)
+        self.dispatch_idle(st, now, why);
     }
 
     /// `g`'s slice ended (its KVM_RUN timed out at the slice's end). Returns
@@ -806,7 +810,7 @@ impl Scheduler {
             if self.cfg.policy == Policy::Gang {
                 self.gang_advance(&mut st, now);
             } else {
-                self.dispatch_idle(&mut st, now, Why::Start);
+                self.dispatch_idle(&mut st, now, Why::Wake);
             }
         }
     }
@@ -825,7 +829,7 @@ impl Scheduler {
                 if self.cfg.policy == Policy::Gang {
                     self.gang_advance(&mut st, now);
                 } else {
-                    self.dispatch_idle(&mut st, now, Why::Start);
+                    self.dispatch_idle(&mut st, now, Why::Done);
                 }
             }
         }

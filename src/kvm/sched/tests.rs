@@ -304,6 +304,32 @@ fn is_idle_follows_the_cpu_a_vcpu_last_ran_on() {
 }
 
 #[test]
+fn each_grant_is_logged_with_the_decision_that_made_it() {
+    // 3 vCPUs on 2 CPUs: vCPUs 0 and 1 start, 2 waits
+    let (_, s) = sched(Policy::RoundRobin, 1, 3, 2);
+    let t0 = Instant::now();
+    start_all(&s, 3, t0);
+    let t1 = t0 + Duration::from_millis(1);
+    s.halt(1, Some(t1)); // CPU 1's token to the waiting vCPU 2: a halt
+    s.halt(2, Some(t1)); // CPU 1 falls idle
+    s.wake(1, Some(t1)); // vCPU 1 woke: CPU 1's idle token, a wake-up
+    s.finish(0, Some(t1)); // CPU 0 falls idle: a done
+    let st = s.lock();
+    let rows: Vec<(u32, i32, i32, &str)> = st.decisions.iter().map(|d| (d.cpu, d.out, d.into, d.why.name())).collect();
+    assert_eq!(
+        rows,
+        vec![
+            (0, -1, 0, "start"),
+            (1, -1, 1, "start"),
+            (1, 1, 2, "halt"),
+            (1, 2, -1, "halt"),
+            (1, -1, 1, "wake"),
+            (0, 0, -1, "done"),
+        ]
+    );
+}
+
+#[test]
 fn the_watchdog_names_a_holder_past_its_slice_and_margin_once() {
     let (_, s) = sched(Policy::RoundRobin, 1, 2, 1);
     let t0 = Instant::now();
