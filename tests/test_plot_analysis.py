@@ -237,6 +237,7 @@ def test_policy_comparison_and_frame_assertions() -> None:
         assert_between(df, "nope", 0, 1)
 
 
+@pytest.mark.filterwarnings("ignore::vcpulab.quality.QualityWarning")  # the summaries, whatever else ran
 def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type: ignore[no-untyped-def]
     from vcpulab import sim
     from vcpulab.experiment import Spin, run
