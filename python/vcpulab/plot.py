@@ -191,11 +191,8 @@ def auto_us_per_pixel(span_ns: int) -> float:
     need = max(int(span_ns), 0) / 1000.0 / AUTO_MAP_COLUMNS
     if need <= DEFAULT_US_PER_PIXEL:
         return DEFAULT_US_PER_PIXEL
-    k = 10.0 ** np.floor(np.log10(need))
-    for m in (1.0, 2.0, 5.0, 10.0):
-        if m * k >= need:
-            return float(min(m * k, MAX_US_PER_PIXEL))
-    return float(min(10.0 * k, MAX_US_PER_PIXEL))
+    k = 10.0 ** np.floor(np.log10(need))  # k <= need < 10 k
+    return float(min(next(m * k for m in (1.0, 2.0, 5.0, 10.0) if m * k >= need), MAX_US_PER_PIXEL))
 
 
 def _check_window(start_ns: Any, end_ns: Any, n_pcpus: Any) -> None:
