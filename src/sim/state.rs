@@ -680,8 +680,9 @@ pub struct Tokens {
     /// slices against the host's tick grid; then 0).
     pub phase: Vec<u64>,
     /// Per task: a vCPU woken from a halt that runs without a token until
-    /// its wake bracket's exit asks for one (`Host.token_wake_exit_ns`;
-    /// empty when that is 0).
+    /// its wake bracket's exit asks for one (`Host.token_wake_exit_ns`), or
+    /// one that gave its token up at its halt bracket
+    /// (`Host.token_halt_bracket`); empty when neither is on.
     pub unheld: Vec<bool>,
     /// Per task: the CPU of the last token it held (`NO_CPU` before its
     /// first): with one queue, `token_dispatch_idle` gives it that CPU's

@@ -32,9 +32,11 @@
 //! a sleeping thread, measured by the twins' calibration as
 //! `sched_handoff_ns`, is charged to `yield_to` through `Host.rq_lock_ns`); a
 //! token's CPU is whichever token is free or handed over (the real scheduler
-//! also pins the thread there); a vCPU keeps its token while KVM polls its
-//! halt and gives it up when it blocks (the real programs give it up at the
-//! pv halt bracket, before HLT).
+//! also pins the thread there). A vCPU keeps its token while KVM polls its
+//! halt and gives it up when it blocks, unless `Host.token_halt_bracket`
+//! says that it gives it up before it halts, as the real programs do at
+//! their pv halt bracket (then KVM polls without a token, and the poll
+//! stops when the token's next holder arrives on the CPU).
 
 use rand::Rng;
 
@@ -91,7 +93,7 @@ impl Sim {
         self.tokens.last_cpu = vec![NO_CPU; self.tasks.len()];
         let tick = self.cfg.host.tick_ns.max(1);
         self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
-        if self.cfg.host.token_wake_exit_ns > 0 {
+        if self.cfg.host.token_wake_exit_ns > 0 || self.cfg.host.token_halt_bracket {
             self.tokens.unheld = vec![false; self.tasks.len()];
         }
     }
@@ -101,7 +103,7 @@ impl Sim {
     /// a halt (an arriving thread asks at once, as the real one does before
     /// its first entry).
     pub(crate) fn token_wakes_unheld(&self, t: usize) -> bool {
-        if self.tokens.unheld.is_empty() {
+        if self.tokens.unheld.is_empty() || self.cfg.host.token_wake_exit_ns == 0 {
             return false;
         }
         let TaskKind::Vcpu(v) = self.tasks[t].kind else { return false };
@@ -313,6 +315,20 @@ impl Sim {
     /// The CPU whose token `t` holds.
     fn token_of(&self, t: usize) -> Option<usize> {
         self.tokens.holder.iter().position(|&h| h == Some(t as u32))
+    }
+
+    /// `Host.token_halt_bracket`: vCPU `v`, about to halt, gives its token
+    /// up (the halt bracket, src/kvm/sched/'s `halt`): the token goes on at
+    /// once (to a vCPU put on this CPU beside it, whose arrival ends the
+    /// halt's poll loop), and `v` runs on without one: a wake-up caught
+    /// before it blocks (a pending interrupt, a successful poll) asks for a
+    /// token again through the wake bracket (`ExitKind::TokenAsk`).
+    pub(crate) fn token_halt_bracket(&mut self, v: usize) {
+        let t = self.vcpus[v].task as usize;
+        if self.token_of(t).is_some() {
+            self.token_release(t);
+            self.tokens.unheld[t] = true;
+        }
     }
 
     /// `t` (curr of its CPU) blocks: its token goes on (`dequeue_sleep`).

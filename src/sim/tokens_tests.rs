@@ -474,3 +474,49 @@ fn a_vcpu_taking_a_free_token_gets_its_last_cpus_when_free_as_the_real_scheduler
         }
     }
 }
+
+/// `Host.token_halt_bracket`: a halting vCPU gives its token up before it
+/// halts (the programs' pv halt bracket, src/kvm/sched/'s `halt`), so KVM
+/// polls its halt without one: a vCPU waiting for a token gets it at once,
+/// its arrival on the CPU ends the poll (`single_task_running()`), and no
+/// vCPU ever polls while another waits or while it holds a token; a poll
+/// that nobody interrupts still catches its wake-up, and the vCPU then asks
+/// for a token again. Off, the poller keeps its token and the waiter waits
+/// for the poll to end.
+#[test]
+fn the_halt_bracket_gives_the_token_up_before_kvm_polls() {
+    use super::super::halt_poll::{HaltPollConfig, Policy};
+    use super::super::state::Act;
+    let stats = |bracket: bool| {
+        let mut c = tokens(3, 2);
+        c.vms[0].workload.phases = vec![
+            Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+            Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+        ];
+        c.vms[0].halt_poll = HaltPollConfig::new(Policy::Fixed);
+        c.host.token_halt_bracket = bracket;
+        c.host.token_wake_exit_ns = 10_000;
+        c.trace = false;
+        let mut s = sim_of(&c);
+        let (mut poll_while_waiting, mut poll_holding) = (0u32, 0u32);
+        for k in 1..=5000u64 {
+            s.step_until(k * 10_000).unwrap();
+            let waiting = s.tokens.queues.iter().any(|q| !q.is_empty());
+            for v in &s.vcpus {
+                if !matches!(v.act, Act::HaltPoll { .. }) {
+                    continue;
+                }
+                poll_while_waiting += waiting as u32;
+                poll_holding += s.tokens.holder.contains(&Some(v.task)) as u32;
+            }
+        }
+        let ok: u64 = s.vcpus.iter().map(|v| v.hp.stats.halt_successful_poll).sum();
+        let grants: u64 = s.vcpus.iter().map(|v| v.c.token_grants).sum();
+        (poll_while_waiting, poll_holding, ok, grants)
+    };
+    let (waiting, holding, ok, _) = stats(false);
+    assert!(waiting > 100 && holding > 100 && ok > 100, "without the bracket: {waiting} {holding} {ok}");
+    let (waiting, holding, ok, grants) = stats(true);
+    assert_eq!((waiting, holding), (0, 0), "with the bracket no vCPU polls holding a token or while one waits");
+    assert!(ok > 100 && grants > ok, "with the bracket {ok} successful polls, {grants} grants");
+}

@@ -488,6 +488,10 @@ impl Sim {
         let vm = self.vm_of(v);
         let cost = self.vms[vm].cfg.pv.halt_exit_ns;
         self.vcpus[v].hp.on_halt_exit();
+        if self.cfg.host.token_halt_bracket && self.tokens_on() {
+            // vcpulab's scheduler: the halt bracket gives the token up before HLT
+            self.token_halt_bracket(v);
+        }
         let end = self.now + cost;
         self.start_exit(v, end, ExitKind::Halt, C_EXIT);
     }

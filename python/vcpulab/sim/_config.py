@@ -341,6 +341,14 @@ class Host(_Base):
             it exits to ask). Meanwhile it shares that CPU with the token's holder under the
             kernel's scheduler. 0: it asks at once, as it wakes (and the bracket's instructions run
             with the token). Default 0.
+        token_halt_bracket: Under vcpulab's schedulers, the guest programs' halt bracket: a vCPU
+            about to halt gives its token up first (a port write to vcpulab's scheduler, whose exit
+            the workload's own phase carries), as src/kvm/sched/'s halt does, so KVM polls its halt
+            without one: the token goes on at once, and the poll loop stops as soon as the token's
+            next holder is put on the CPU (`single_task_running()`). A poll that catches the wake-up
+            asks for a token as a vCPU woken from a blocked halt does (`token_wake_exit_ns`; at once
+            where that is 0). Default False: the vCPU keeps its token while KVM polls its halt and
+            gives it up when it blocks.
         tsc_khz: Host clock converting PLE cycles to ns, kHz. Default 2100000 (2.1 GHz, a Xeon
             of the 2012 sources' era; assumption).
         rq_lock_ns: Time a yield_to attempt holds both run-queue locks, ns (contended locks are
@@ -544,6 +552,7 @@ class Host(_Base):
     token_slice_ns: int = field(default=4_000_000, metadata=_NEW)
     token_skew_ns: int = field(default=3_000_000, metadata=_NEW)
     token_wake_exit_ns: int = field(default=0, metadata=_NEW)
+    token_halt_bracket: bool = field(default=False, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50

@@ -672,6 +672,10 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       (``Host(scheduler="balance")``); ``pinned``: one queue per CPU of the
       vCPUs pinned there, each vCPU on its home (``Experiment.homes``, by
       default CPU i mod n; ``Host(scheduler="pinned")``).
+    * every token scheduler: the programs' halt bracket
+      (``Host.token_halt_bracket``): a halting vCPU gives its token up before
+      ``hlt``, so KVM polls its halt without one, and the poll stops when the
+      token's next holder arrives on its CPU, as on the real host.
 
     Simplification: the pv spin exit is modelled as a VMX pause-loop exit
     (``kind="vmx"``): the window counts cycles of spinning in one wait, and the
@@ -696,6 +700,10 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
         hkw.update(scheduler="pinned", token_slice_ns=slice_ns, affinity="pinned", vcpu_pcpus=homes)
     else:
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
+    if not isinstance(s, sched.Gang) and exp.workload.pv_exits:
+        # the program's halt bracket gives the token up before hlt: KVM polls the halt without
+        # one, and the poll stops when the token's next holder arrives on the CPU
+        hkw["token_halt_bracket"] = True
     ple, policy = sim.Ple.off(), sim.policies.no_yield()
     if isinstance(s, sched.DirectedYield):
         # one failed spin iteration with a window: measured without one (spin_iter_ns, under

@@ -275,6 +275,18 @@ pub struct HostConfig {
     #[schemars(range(max = limits::MAX_COST_NS), extend("default" = 0))]
     #[schemars(extend("x-omit-default" = true))]
     pub token_wake_exit_ns: u64,
+    /// Under vcpulab's schedulers, the guest programs' halt bracket: a
+    /// vCPU about to halt gives its token up first (a port write to
+    /// vcpulab's scheduler, whose exit the workload's own phase carries),
+    /// as src/kvm/sched/'s halt does, so KVM polls its halt without one:
+    /// the token goes on at once, and the poll loop stops as soon as the
+    /// token's next holder is put on the CPU (`single_task_running()`). A
+    /// poll that catches the wake-up asks for a token as a vCPU woken from
+    /// a blocked halt does (`token_wake_exit_ns`; at once where that is 0).
+    /// Default False: the vCPU keeps its token while KVM polls its halt
+    /// and gives it up when it blocks.
+    #[schemars(extend("x-omit-default" = true))]
+    pub token_halt_bracket: bool,
     /// Host clock converting PLE cycles to ns, kHz. Default 2100000
     /// (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
@@ -763,6 +775,7 @@ impl Default for HostConfig {
             token_slice_ns: default_token_slice_ns(),
             token_skew_ns: default_token_skew_ns(),
             token_wake_exit_ns: 0,
+            token_halt_bracket: false,
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,
