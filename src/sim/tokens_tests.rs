@@ -520,3 +520,36 @@ fn the_halt_bracket_gives_the_token_up_before_kvm_polls() {
     assert_eq!((waiting, holding), (0, 0), "with the bracket no vCPU polls holding a token or while one waits");
     assert!(ok > 100 && grants > ok, "with the bracket {ok} successful polls, {grants} grants");
 }
+
+/// Under vcpulab's schedulers a vCPU's `pcpu_is_idle` is what src/kvm/sched/
+/// publishes: the CPU of the last token it held has no holder (a holder
+/// reads its own CPU busy; before its first token, not idle).
+#[test]
+fn pcpu_is_idle_under_tokens_is_the_last_token_cpu_free() {
+    let mut c = tokens(3, 2);
+    c.vms[0].workload.phases = vec![
+        Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+        Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+    ];
+    c.trace = false;
+    let mut s = sim_of(&c);
+    let (mut idle, mut busy) = (0u32, 0u32);
+    for k in 1..=3000u64 {
+        s.step_until(k * 10_000).unwrap();
+        for v in 0..s.vcpus.len() {
+            let t = s.vcpus[v].task as usize;
+            let last = s.tokens.last_cpu[t] as usize;
+            let want = last < 2 && s.tokens.holder[last].is_none();
+            assert_eq!(s.pcpu_is_idle(v), want, "vCPU {v} at {} ns", s.now);
+            if s.tokens.holder.contains(&Some(t as u32)) {
+                assert!(!s.pcpu_is_idle(v), "a holder reads its own CPU busy");
+            }
+            if want {
+                idle += 1;
+            } else {
+                busy += 1;
+            }
+        }
+    }
+    assert!(idle > 100 && busy > 100, "{idle} idle, {busy} busy readings");
+}

@@ -56,8 +56,16 @@ impl Sim {
         vc.cur.is_none() && vc.runq.is_empty()
     }
 
-    /// pcpu_is_idle (2021 proposal): nothing but this vCPU on the host CPU it last ran on.
+    /// pcpu_is_idle (2021 proposal): nothing but this vCPU on the host CPU it
+    /// last ran on. Under vcpulab's token schedulers, what src/kvm/sched/
+    /// publishes instead: the CPU of the last token the vCPU held has no
+    /// holder (so a vCPU holding a token reads its own CPU busy; none held
+    /// yet: not idle).
     pub fn pcpu_is_idle(&self, c: usize) -> bool {
+        if self.tokens_on() {
+            let cpu = self.tokens.last_cpu[self.vcpus[c].task as usize] as usize;
+            return cpu < self.tokens.holder.len() && self.tokens.holder[cpu].is_none();
+        }
         let vc = &self.vcpus[c];
         let cpu = vc.last_cpu as usize;
         let mine = self.vcpus[c].task;
