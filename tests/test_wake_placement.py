@@ -152,6 +152,29 @@ def test_the_twin_runs_the_vcpus_measured_start_and_the_wakers_wait(kvm_host: An
         twins.twin(r, twins.reference_calibration(), vcpu_start_ns=-1.0)
 
 
+def test_the_twin_takes_the_workers_mailbox_poll_out_of_the_measured_start() -> None:
+    """With ``poll > 0`` a worker polls its mailbox before its first halt, so
+    the measured first hold (vcpu_start_of) holds that poll: the twin, whose
+    workers run it as their guest idle poll, gives each vCPU the rest as its
+    start (the whole poll counted twice let a token slice end inside the
+    second and put the twin in the other mode; docs/twins.md). Without a poll
+    the measured start is taken as it is."""
+    from vcpulab import twins
+
+    cal = twins.reference_calibration()
+    for poll in (0, 400):
+        exp = twins.Experiment(WakePlacement(poll=poll), 3, (0, 1), scheduler=sched.round_robin())
+        cfg = twins.twin(exp, cal, vcpu_start_ns=3_000_000.0)
+        poll_ns = cfg.vms[0].pv.guest_idle_poll_ns
+        assert (poll_ns > 1_000_000) == (poll > 0), poll_ns
+        assert cfg.vms[0].guest.vcpu_start_ns == 3_000_000 - poll_ns
+    # a poll longer than the measured hold leaves no start
+    cfg = twins.twin(
+        twins.Experiment(WakePlacement(poll=400), 3, (0, 1), scheduler=sched.round_robin()), cal, vcpu_start_ns=1e5
+    )
+    assert cfg.vms[0].guest.vcpu_start_ns == 0
+
+
 def test_guest_path_counts_a_wake_placement_item(kvm_host: Any) -> None:
     """Every guest instruction is emulated here, so KVM's insn_emulation counts
     them: the twin's count of one item (waker + worker + the work loop,
