@@ -372,9 +372,11 @@ def twin(
       CPU whose token it last held, then exits to ask for one
       (``Host.token_wake_exit_ns`` = those 20 instructions x ``path_insn_ns``
       + ``uexit_ns``, taken out of the phase after the wake-up), as the real
-      one does. Simplifications: ``is_idle``
-      is the host CPU's state at the choice, not the byte the scheduler last
-      wrote; ``rounds > 0`` and the ``*_from_host`` bytes have no twin. With
+      one does; a halting side gives its token up at its halt bracket, before
+      KVM polls (``Host.token_halt_bracket``). Simplifications: ``is_idle``
+      is the scheduler's state at the choice (the CPU of the vCPU's last
+      token has no holder, what the real scheduler publishes), not the byte
+      it last wrote; ``rounds > 0`` and the ``*_from_host`` bytes have no twin. With
       ``poll > 0`` the workers' vCPUs idle-poll (``Pv.guest_idle_poll_ns`` =
       ``poll`` × [`wake_poll_iter_ns`][vcpulab.twins.wake_poll_iter_ns], ``Pv.guest_idle_poll_vcpus`` = the
       workers; the waker halts at once), so an item placed on a polling
