@@ -13,6 +13,7 @@ SIM_VCPU_TIME_CATEGORIES: list[str]
 SIM_PCPU_TIME_CATEGORIES: list[str]
 GUEST_PROGRAMS: list[tuple[str, list[str], str]]
 EXIT_KINDS: list[str]
+SCHED_WHY: list[str]
 PV_FEATURE_BITS: list[tuple[str, int]]
 DISABLE_EXITS_BITS: list[tuple[str, int]]
 __all__ = [

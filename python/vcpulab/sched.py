@@ -74,6 +74,7 @@ from typing import Any, ClassVar
 
 import polars as pl
 
+from vcpulab import _core
 from vcpulab._checks import check_float, check_int
 
 __all__ = [
@@ -104,7 +105,8 @@ __all__ = [
 #: (a slice's end, a yield, a co-stop, a halt, a finished vCPU, a gang turn,
 #: a watchdog kick); a grant on another idle CPU that a decision made
 #: possible carries that decision's.
-WHY = ("start", "slice", "yield", "co_stop", "halt", "done", "gang", "watchdog", "wake")
+#: (the names come from the Rust scheduler, ``kvm::sched::Why::ALL``.)
+WHY: tuple[str, ...] = tuple(_core.SCHED_WHY)
 
 #: kvm-mechanisms: ``ple_window_max`` defaults to UINT_MAX
 _UINT_MAX = 2**32 - 1

@@ -291,5 +291,7 @@ fn run_experiment<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_experiment, m)?)?;
+    // the `why` names of the decision log, in their order (`vcpulab.sched.WHY`)
+    m.add("SCHED_WHY", kvm::sched::Why::ALL.iter().map(|w| w.name()).collect::<Vec<_>>())?;
     Ok(())
 }
