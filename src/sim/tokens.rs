@@ -197,7 +197,9 @@ impl Sim {
 
     /// Relaxed co-scheduling: vCPU task `t` leads its slowest runnable
     /// sibling by more than `Host.token_skew_ns` of token-holding time (a
-    /// halted sibling does not count; a holding one is progressing).
+    /// halted sibling does not count, nor one running without a token
+    /// between its halt bracket and its wake bracket's ask, which the real
+    /// scheduler sees halted; a holding one is progressing).
     fn token_co_stopped(&self, t: usize) -> bool {
         if self.cfg.host.scheduler != Scheduler::RelaxedCo {
             return false;
@@ -208,7 +210,7 @@ impl Sim {
         let me = self.token_run_time(t);
         let slowest = (v0..v0 + n)
             .map(|s| self.vcpus[s].task as usize)
-            .filter(|&s| s != t && self.tasks[s].runnable)
+            .filter(|&s| s != t && self.tasks[s].runnable && !self.token_unheld(s))
             .map(|s| self.token_run_time(s))
             .min();
         slowest.is_some_and(|lo| me > lo.saturating_add(self.cfg.host.token_skew_ns))

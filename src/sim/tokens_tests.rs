@@ -553,3 +553,43 @@ fn pcpu_is_idle_under_tokens_is_the_last_token_cpu_free() {
     }
     assert!(idle > 100 && busy > 100, "{idle} idle, {busy} busy readings");
 }
+
+/// Relaxed co-scheduling counts only the siblings the real scheduler sees
+/// runnable: one running without a token between its halt bracket and its
+/// wake bracket's ask (`Host.token_halt_bracket`, `token_wake_exit_ns`) is
+/// halted there, so it co-stops nobody.
+#[test]
+fn a_sibling_without_a_token_between_its_brackets_co_stops_nobody() {
+    use super::super::halt_poll::{HaltPollConfig, Policy};
+    let mut c = tokens(3, 2);
+    c.host.scheduler = Scheduler::RelaxedCo;
+    c.host.token_skew_ns = 100_000;
+    c.host.token_halt_bracket = true;
+    c.host.token_wake_exit_ns = 10_000;
+    c.vms[0].workload.phases = vec![
+        Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+        Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
+    ];
+    c.vms[0].halt_poll = HaltPollConfig::new(Policy::Fixed);
+    c.trace = false;
+    let mut s = sim_of(&c);
+    let (mut unheld_seen, mut checked) = (0u32, 0u32);
+    for k in 1..=5000u64 {
+        s.step_until(k * 10_000).unwrap();
+        let tasks: Vec<usize> = s.vcpus.iter().map(|v| v.task as usize).collect();
+        for &t in &tasks {
+            let me = s.token_run_time(t);
+            let slowest = tasks
+                .iter()
+                .copied()
+                .filter(|&x| x != t && s.tasks[x].runnable && !s.token_unheld(x))
+                .map(|x| s.token_run_time(x))
+                .min();
+            let want = slowest.is_some_and(|lo| me > lo + c.host.token_skew_ns);
+            assert_eq!(s.token_co_stopped(t), want, "task {t} at {} ns", s.now);
+            checked += 1;
+        }
+        unheld_seen += tasks.iter().filter(|&&x| s.tasks[x].runnable && s.token_unheld(x)).count() as u32;
+    }
+    assert!(unheld_seen > 50 && checked > 1000, "{unheld_seen} instants of a runnable vCPU without a token");
+}
