@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -69,20 +70,31 @@ def expected_keys(cfg: sim.Config, grid: dict[str, list[Any]]) -> set[str]:
 
 class Counting(cf.Executor):
     """Wraps an executor; counts the points submitted (and which), and can
-    call ``hook()`` just before the ``at``-th submission (0-based)."""
+    call ``hook()`` just before the ``at``-th submission (0-based), or just
+    after it (``hook_after``)."""
 
-    def __init__(self, inner: cf.Executor, at: int | None = None, hook: Callable[[], None] | None = None) -> None:
-        self.inner, self.at, self.hook = inner, at, hook
+    def __init__(
+        self,
+        inner: cf.Executor,
+        at: int | None = None,
+        hook: Callable[[], None] | None = None,
+        hook_after: bool = False,
+    ) -> None:
+        self.inner, self.at, self.hook, self.hook_after = inner, at, hook, hook_after
         self.submissions = 0
         self.points: list[str] = []
 
     def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if self.hook is not None and self.submissions == self.at:
-            self.hook()
+        hook = self.hook if self.hook is not None and self.submissions == self.at else None
+        if hook is not None and not self.hook_after:
+            hook()
         self.submissions += 1
         batch = args[0]
         self.points += [key for key, _json, _policies in batch]
-        return self.inner.submit(fn, *args, **kwargs)
+        fut = self.inner.submit(fn, *args, **kwargs)
+        if hook is not None and self.hook_after:
+            hook()
+        return fut
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         pass  # the inner executor belongs to the test
@@ -216,16 +228,25 @@ def test_a_worker_killed_mid_sweep_every_point_exactly_once(allowed_failures, tm
         killed: list[tuple[str, int, int]] = []
 
         def kill_a_busy_worker() -> None:
+            # right after a submission: that task at least is in flight (the
+            # earlier ones may all have finished on a quiet host), so a worker
+            # reports it within moments; waited for, within a bound
             done = len(files(out))
-            proc = client.processing()
-            addr = max(proc, key=lambda a: len(proc[a]))
-            assert proc[addr], "no worker was busy"
+            deadline = time.monotonic() + 10.0
+            while True:
+                proc = client.processing()
+                busy = [a for a in proc if proc[a]]
+                if busy or time.monotonic() > deadline:
+                    break
+                time.sleep(0.002)
+            assert busy, "no worker took the task just submitted within 10 s"
+            addr = max(busy, key=lambda a: len(proc[a]))
             os.kill(pids[addr], signal.SIGKILL)
             killed.append((addr, pids[addr], done))
 
-        # 2 workers → 4 tasks of 2 points in flight; before the 7th submission
+        # 2 workers → 4 tasks of 2 points in flight; by the 7th submission
         # 3 tasks (6 points) have finished and are on disk.
-        ex = Counting(client.get_executor(), at=6, hook=kill_a_busy_worker)
+        ex = Counting(client.get_executor(), at=6, hook=kill_a_busy_worker, hook_after=True)
         df = run_sweep(cfg, grid, executor=ex, out=out, progress=False, batch_size=2)
 
         (addr, pid, done_before) = killed[0]
