@@ -18,6 +18,15 @@ fn tokens(v: u32, p: u32) -> SimConfig {
     }
 }
 
+/// VM 0's threads alternate a compute of `compute_ns` and a sleep (a halt)
+/// of `sleep_ns`, both exponential.
+fn compute_then_sleep(c: &mut SimConfig, compute_ns: u64, sleep_ns: u64) {
+    c.vms[0].workload.phases = vec![
+        Phase::Compute { ns: compute_ns, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
+        Phase::Sleep { ns: sleep_ns, dist: Dist::Exp, prob: 1.0, periodic: false },
+    ];
+}
+
 /// One trace row: (pcpu, start, end, vcpu (-1: another task), why).
 type Row = (i64, u64, u64, i64, &'static str);
 
@@ -403,10 +412,7 @@ fn the_token_scheduler_writes_the_preempted_byte_that_kvm_never_writes() {
 fn a_woken_vcpu_runs_its_wake_bracket_without_a_token_then_asks() {
     let stats = |exit_ns: u64| {
         let mut c = tokens(3, 2);
-        c.vms[0].workload.phases = vec![
-            Phase::Compute { ns: 200_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
-            Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-        ];
+        compute_then_sleep(&mut c, 200_000, 300_000);
         c.host.token_wake_exit_ns = exit_ns;
         c.trace = false;
         let mut s = sim_of(&c);
@@ -458,10 +464,7 @@ fn a_vcpu_taking_a_free_token_gets_its_last_cpus_when_free_as_the_real_scheduler
     // it first ran (the real `dispatch_idle` avoids moving a running thread).
     for exit_ns in [0, 20_000] {
         let mut c = tokens(2, 2);
-        c.vms[0].workload.phases = vec![
-            Phase::Compute { ns: 200_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
-            Phase::Sleep { ns: 300_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-        ];
+        compute_then_sleep(&mut c, 200_000, 300_000);
         c.host.token_wake_exit_ns = exit_ns;
         c.duration_ns = 50_000_000;
         let r = run(&c).unwrap();
@@ -489,10 +492,7 @@ fn the_halt_bracket_gives_the_token_up_before_kvm_polls() {
     use super::super::state::Act;
     let stats = |bracket: bool| {
         let mut c = tokens(3, 2);
-        c.vms[0].workload.phases = vec![
-            Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
-            Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-        ];
+        compute_then_sleep(&mut c, 100_000, 150_000);
         c.vms[0].halt_poll = HaltPollConfig::new(Policy::Fixed);
         c.host.token_halt_bracket = bracket;
         c.host.token_wake_exit_ns = 10_000;
@@ -527,10 +527,7 @@ fn the_halt_bracket_gives_the_token_up_before_kvm_polls() {
 #[test]
 fn pcpu_is_idle_under_tokens_is_the_last_token_cpu_free() {
     let mut c = tokens(3, 2);
-    c.vms[0].workload.phases = vec![
-        Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
-        Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-    ];
+    compute_then_sleep(&mut c, 100_000, 150_000);
     c.trace = false;
     let mut s = sim_of(&c);
     let (mut idle, mut busy) = (0u32, 0u32);
@@ -566,10 +563,7 @@ fn a_sibling_without_a_token_between_its_brackets_co_stops_nobody() {
     c.host.token_skew_ns = 100_000;
     c.host.token_halt_bracket = true;
     c.host.token_wake_exit_ns = 10_000;
-    c.vms[0].workload.phases = vec![
-        Phase::Compute { ns: 100_000, dist: Dist::Exp, mode: Mode::Kernel, prob: 1.0 },
-        Phase::Sleep { ns: 150_000, dist: Dist::Exp, prob: 1.0, periodic: false },
-    ];
+    compute_then_sleep(&mut c, 100_000, 150_000);
     c.vms[0].halt_poll = HaltPollConfig::new(Policy::Fixed);
     c.trace = false;
     let mut s = sim_of(&c);
