@@ -20,6 +20,7 @@ __all__ = [
     "DISABLE_EXITS_BITS",
     "Exit",
     "EXIT_KINDS",
+    "SCHED_WHY",
     "ForeignProcess",
     "ForeignStats",
     "GUEST_PROGRAMS",
