@@ -720,22 +720,24 @@ def test_every_fitted_value_comes_from_a_registered_set_and_its_grid():
     from vcpulab.validation.eras import FITTED, SETS
 
     names = {c.name: c for c in V.CASES}
+    targets = {**V.COSTS, **V.ERAS}  # a set fits a cost profile's values or an era's
     for cs in SETS.values():
+        assert cs.profile in targets, cs.name
         for n in cs.cases:
-            assert n in names and names[n].costs == cs.profile, n
-    for prof in V.COSTS.values():
-        for path, p in prof.params().items():
+            assert n in names, n
+            assert (names[n].era if cs.profile in V.ERAS else names[n].costs) == cs.profile, n
+    for t in targets.values():
+        for path, p in t.params().items():
             if p.kind == FITTED:
                 cs = SETS[p.calibration]
-                assert cs.adopted and path in cs.grid and p.value in cs.grid[path], (path, p)
-    # an adopted set's values are all in its profile as fitted values; a set not adopted has none there
+                assert cs.profile == t.name and cs.adopted, (path, p)
+                assert path in cs.grid and p.value in cs.grid[path], (path, p)
+    # an adopted set's values are all in its profile or era as fitted values; a set not adopted has none there
     for cs in SETS.values():
-        fitted = {k for k, p in V.COSTS[cs.profile].params().items() if p.calibration == cs.name}
+        fitted = {k for k, p in targets[cs.profile].params().items() if p.calibration == cs.name}
         assert fitted == (set(cs.grid) if cs.adopted else set()), (cs.name, fitted)
-        assert len(cs.outcome) > 40, "a set records what its fit chose and did"
-    for e in V.ERAS.values():
-        for s in ("host", "ple", "pv", "halt_poll", "workload", "guest"):
-            assert all(p.kind != FITTED for p in getattr(e, s).values()), "fitted era values need a set that fits them"
+        if cs.adopted:
+            assert len(cs.outcome) > 40, "an adopted set records what its fit chose and did"
 
 
 def test_the_fit_scores_its_set_only_and_ranks_the_grid():
@@ -754,6 +756,37 @@ def test_the_fit_scores_its_set_only_and_ranks_the_grid():
         C.fit(grid={"host.tsc_khz": (1,)})
     with pytest.raises(ValueError, match="calibration set"):
         C.fit("no_such_set")
+
+
+def test_a_set_of_era_values_fits_them_as_recorded_overrides_of_its_cases_only():
+    from vcpulab.validation import calibration as C
+
+    cs = C.SETS["parsec2021_barrier"]
+    (path,) = cs.grid
+    era = V.ERAS[cs.profile]
+    sec, _, field = path.partition(".")
+    assert getattr(era, sec)[field].value in cs.grid[path]
+    # a candidate is a recorded override of each of the set's cases, naming the fit
+    cands = C.candidate_cases(cs, {path: 100_000})
+    assert [c.name for c in cands] == list(cs.cases)
+    for c in cands:
+        e = c.era_obj()
+        assert e.params()[path].value == 100_000 and "parsec2021_barrier fit" in e.params()[path].source
+    # ... and reaches the builder: the barrier preset's step, the task queue's tasks
+    ctx = cands[0].ctx(V.COSTS["hardware"])
+    (vm,) = cands[0].build(ctx, "base", 0).vms
+    assert vm.workload.phases[0].ns == 100_000
+    df = C.fit(cs, seeds=1, duration_scale=0.1, grid={path: (100_000, 500_000)})
+    assert df.height == 2 and (df["cases"] == len(cs.cases)).all()
+    assert sorted(df[path].to_list()) == [100_000, 500_000]
+    with pytest.raises(ValueError, match="no value"):
+        C.candidate_cases(cs, {"programs.no_such_value": 1})
+    with pytest.raises(ValueError, match="candidate_cases"):
+        C.candidate_profile(cs, {path: 100_000})
+    with pytest.raises(ValueError, match="written into the era"):
+        C.fitted_profile(cs, {path: 100_000}, "a test")
+    with pytest.raises(ValueError, match="candidate_profile"):
+        C.candidate_cases("ple2012_1x", {"host.switch_ns": 2_000})
 
 
 def test_held_out_cases_are_scored_apart_from_the_calibration_set():

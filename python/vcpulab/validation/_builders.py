@@ -132,22 +132,34 @@ def _yield_share_2012(ctx: Ctx, variant: str, seed: int) -> Config:
     return ctx.config(ctx.host(n_pcpus=32, affinity="all"), [vm], seed)
 
 
+#: one thread's work in a measured run of the 2021 PARSEC rows (ns): 40 steps
+#: of the 0.5 ms the step was assumed to be until 0.3.24, so that a shorter
+#: step takes more steps, not less work (its length is the run's, which the
+#: sensitivity's ``run.length`` scales)
+PARSEC_WORK_NS = 20_000_000
+
+
 def _pcpu_is_idle(kernel: str) -> Builder:
     """The 2021 RFC's set-up (one 16-vCPU VM, 16 threads, an idle 112-CPU
     host); ``kernel`` is the PARSEC program's synchronisation as the suite's
     characterisation describes it (``_PARSEC_SYNC``): ``"barrier"`` (data-
     parallel steps between barriers), ``"lock_heavy"`` (fine-grained locks
     and a barrier per step) or ``"task_queue"`` (frames of tasks taken from
-    a task queue by whichever thread is free)."""
+    a task queue by whichever thread is free). The barrier kernel's step
+    is the era's ``programs.parsec_step_ns``; a task-queue frame is one such
+    step of work of 16 threads, in 128 tasks; either runs
+    ``PARSEC_WORK_NS`` of work per thread."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
+        step_ns = int(ctx.program("parsec_step_ns"))
+        steps = ctx.count(max(1, round(PARSEC_WORK_NS / step_ns)))
         if kernel == "lock_heavy":
             wl = presets.parsec_lock_heavy_like(iterations=ctx.count(100))
         elif kernel == "task_queue":
-            # a frame holds the barrier kernel's step of work (16 threads x 0.5 ms) in 128 tasks
-            wl = presets.parsec_task_queue_like(task_ns=62_500, tasks=128, frames=ctx.count(40))
+            # a frame holds the barrier kernel's step of work (16 threads x one step) in 128 tasks
+            wl = presets.parsec_task_queue_like(task_ns=max(1, step_ns * 16 // 128), tasks=128, frames=steps)
         else:
-            wl = presets.parsec_barrier_like(compute_ns=500_000, iterations=ctx.count(40))
+            wl = presets.parsec_barrier_like(compute_ns=step_ns, iterations=steps)
         placement = "available_idle" if variant == "base" else "pcpu_is_idle_rfc"
         vm = ctx.vm(workload=wl, vcpus=16, threads=16, pv={"placement": placement})
         host = ctx.host(n_pcpus=112, sockets=2, threads_per_core=2, affinity="all")

@@ -214,6 +214,15 @@ class Ctx:
     def halt_poll(self, **setup: Any) -> HaltPoll:
         return HaltPoll(**self._merge("halt_poll", self.era.values("halt_poll"), setup))
 
+    def program(self, name: str) -> Any:
+        """The era's ``programs`` value ``name`` (a benchmark program's
+        constant no source gives, shared by every case of the era);
+        ValueError naming the era's values otherwise."""
+        p = self.era.programs.get(name)
+        if p is None:
+            raise ValueError(f"era {self.era.name} has no programs value {name!r}; it has {sorted(self.era.programs)}")
+        return p.value
+
     @property
     def lock_kind(self) -> str:
         return str(self.era.guest["lock_kind"].value)

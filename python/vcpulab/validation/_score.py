@@ -368,7 +368,7 @@ def validate(
         rows = [_score(c, seed_list, plan, built, done) for c in whole]
         keep_partial(
             e,
-            _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for),
+            _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for, sel),
             call="validation.validate",
             done=len(whole),
             total=len(sel),
@@ -376,13 +376,15 @@ def validate(
         )
         raise
     rows = [_score(c, seed_list, plan, built, results) for c in sel]
-    return _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for)
+    return _with_calibration(pl.DataFrame(rows, schema=_SCHEMA, orient="row"), prof_for, sel)
 
 
-def _with_calibration(df: pl.DataFrame, prof_for: Mapping[str, CostProfile]) -> pl.DataFrame:
+def _with_calibration(df: pl.DataFrame, prof_for: Mapping[str, CostProfile], sel: Sequence[Case]) -> pl.DataFrame:
     """The ``calibration`` column: the calibration set a case's fitted
-    values were fitted on when the case is in it (null: held out)."""
-    cal = [calibration_of(n, prof_for[n]) for n in df["case"].to_list()]
+    values (of its cost profile or its era) were fitted on when the case is
+    in it (null: held out)."""
+    era_for = {c.name: c.era_obj() for c in sel}
+    cal = [calibration_of(n, prof_for[n], era_for[n]) for n in df["case"].to_list()]
     return df.with_columns(pl.Series("calibration", cal, dtype=pl.String))
 
 

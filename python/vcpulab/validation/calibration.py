@@ -20,13 +20,19 @@ gets its own value.
   more within 2x, then the smaller mean |log(sim / published)|);
 * [`fitted_profile`][vcpulab.validation.calibration.fitted_profile]: a cost
   profile with the chosen values as fitted ``Param`` s naming the set;
+* a set may fit an era's values instead of a cost profile's (its
+  ``profile`` names the era, e.g. ``"2021-5.14"`` for the ``programs``
+  constant of the PARSEC rows): the fit then runs each candidate as a
+  recorded override of the set's cases
+  ([`candidate_cases`][vcpulab.validation.calibration.candidate_cases]), and
+  the adopted value is written into the era as a fitted ``Param``;
 * [`validate`][vcpulab.validation.validate]'s ``calibration`` column names the
   set a case was fitted on (null: held out), and
   [`summary`][vcpulab.validation.summary] scores the held-out cases apart.
 
 ``benches/calibrate_costs.py`` runs the fit and prints its table; the
-values it chose are the ``hardware`` profile's (``vcpulab.validation.eras``),
-each saying which fit and grid it came from.
+values it chose are the ``hardware`` profile's or the era's
+(``vcpulab.validation.eras``), each saying which fit and grid it came from.
 """
 
 from __future__ import annotations
@@ -41,18 +47,30 @@ import polars as pl
 
 from vcpulab._checks import check_bool, check_float, check_int
 from vcpulab._progress import Bar
-from vcpulab.validation._score import validate
-from vcpulab.validation.eras import COSTS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
+from vcpulab.validation._score import _select, validate
+from vcpulab.validation.cases import Case
+from vcpulab.validation.eras import COSTS, ERAS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
 
-__all__ = ["candidate_profile", "fit", "fitted_profile"]
+__all__ = ["candidate_cases", "candidate_profile", "fit", "fitted_profile"]
 
 
 def _set(name: str | CalibrationSet) -> CalibrationSet:
     if isinstance(name, CalibrationSet):
-        return name
-    if name not in SETS:
+        cs = name
+    elif name not in SETS:
         raise ValueError(f"no calibration set {name!r}; the sets are {list(SETS)}")
-    return SETS[name]
+    else:
+        cs = SETS[name]
+    if cs.profile not in COSTS and cs.profile not in ERAS:
+        raise ValueError(
+            f"calibration set {cs.name!r} fits {cs.profile!r}, which is neither a cost profile {list(COSTS)} "
+            f"nor an era {list(ERAS)}"
+        )
+    return cs
+
+
+def _fits_era(cs: CalibrationSet) -> bool:
+    return cs.profile in ERAS
 
 
 def _with_values(prof: CostProfile, values: Mapping[str, Any], make: Any) -> CostProfile:
@@ -71,6 +89,8 @@ def candidate_profile(cset: str | CalibrationSet, values: Mapping[str, Any]) -> 
     place of its own, kinds and sources unchanged but for a note (a
     candidate of the fit, not yet fitted)."""
     cs = _set(cset)
+    if _fits_era(cs):
+        raise ValueError(f"the {cs.name} set fits era {cs.profile}'s values, not a cost profile's: see candidate_cases")
     base = COSTS[cs.profile]
     return _with_values(
         base,
@@ -86,6 +106,11 @@ def fitted_profile(cset: str | CalibrationSet, values: Mapping[str, Any], fit_no
     params naming the set; ``fit_note`` says when and how they were chosen
     (it becomes part of each source)."""
     cs = _set(cset)
+    if _fits_era(cs):
+        raise ValueError(
+            f"the {cs.name} set fits era {cs.profile}'s values: an adopted value is written into the era "
+            "(vcpulab.validation.eras), not into a cost profile"
+        )
     missing = set(cs.grid) - set(values)
     if missing:
         raise ValueError(f"fitted_profile: the {cs.name} set fits {sorted(cs.grid)}; missing {sorted(missing)}")
@@ -95,6 +120,28 @@ def fitted_profile(cset: str | CalibrationSet, values: Mapping[str, Any], fit_no
         values,
         lambda path, old, v: fitted_param(cs, path, v, old.unit, fit_note, f"the assumption: {old.source}"),
     )
+
+
+def candidate_cases(cset: str | CalibrationSet, values: Mapping[str, Any]) -> list[Case]:
+    """The set's cases with ``values`` (``"section.field"`` of the set's
+    era → value) in place of the era's, each as a recorded override naming
+    the fit (a candidate, not a fitted value). For a set that fits an era's
+    values; ValueError for a cost profile's (see ``candidate_profile``)."""
+    cs = _set(cset)
+    if not _fits_era(cs):
+        raise ValueError(f"the {cs.name} set fits the {cs.profile!r} cost profile: see candidate_profile")
+    era = ERAS[cs.profile]
+    for path in values:
+        sec, _, field = path.partition(".")
+        if field not in getattr(era, sec, {}):
+            raise ValueError(f"era {era.name} has no value {path!r}")
+    out = []
+    for c in _select(cs.cases):
+        if c.era != era.name:
+            raise ValueError(f"the {cs.name} set fits era {era.name}, but its case {c.name} is of era {c.era}")
+        note = f"a candidate of the {cs.name} fit"
+        out.append(dataclasses.replace(c, overrides={**c.overrides, **{p: (v, note) for p, v in values.items()}}))
+    return out
 
 
 def _objective(df: pl.DataFrame) -> tuple[int, int, float]:
@@ -150,8 +197,11 @@ def fit(
     with Bar(len(combos), f"vcpulab.validation.calibration.fit({cs.name})", progress) as bar:
         for combo in combos:
             values = dict(zip(paths, combo))
-            prof = candidate_profile(cs, values)
-            df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=prof, progress=False)
+            if _fits_era(cs):
+                df = validate(candidate_cases(cs, values), seeds=seeds, duration_scale=scale, progress=False)
+            else:
+                prof = candidate_profile(cs, values)
+                df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=prof, progress=False)
             right, w2, err = _objective(df)
             rows.append({**values, "direction_right": right, "within_2x": w2, "log_error": err, "cases": df.height})
             bar.update()

@@ -335,15 +335,18 @@ def _registry() -> list[Case]:
                 notes={
                     "lock_heavy": "fine-grained locks and a barrier per step (presets.parsec_lock_heavy_like, 100 "
                     "steps)",
-                    "task_queue": "frames of tasks from a task queue (presets.parsec_task_queue_like: 40 frames of "
-                    "128 tasks of 62.5 us, each frame the barrier kernel's step of work)",
-                    "barrier": "barrier steps (presets.parsec_barrier_like, 40 steps of 0.5 ms)",
+                    "task_queue": "frames of tasks from a task queue (presets.parsec_task_queue_like: frames of "
+                    "128 tasks, each frame the barrier kernel's step of work, 16 threads x the era's "
+                    "programs.parsec_step_ns; 20 ms of work per thread)",
+                    "barrier": "barrier steps (presets.parsec_barrier_like, steps of the era's "
+                    "programs.parsec_step_ns; 20 ms of work per thread)",
                 }[_PARSEC_SYNC[bench]]
                 + " after the program's synchronisation in the PARSEC characterisation (Bienia et al., PACT 2008); "
                 "the 5.14 host marks every blocked vCPU preempted (Pv.preempted_byte='every_put'), so "
                 "available_idle_cpu refuses halted vCPUs, which the RFC's is_idle byte accepts",
                 limitation="the programs' own phase lengths and thread counts beyond 16 are not modelled (the rows "
-                "of one kernel share a value); pcpu_is_idle is the RFC as posted (placement 'pcpu_is_idle_rfc')",
+                "of one kernel share the era's step, programs.parsec_step_ns); pcpu_is_idle is the RFC as posted "
+                "(placement 'pcpu_is_idle_rfc')",
                 waits_for="the guest model",
             )
         )

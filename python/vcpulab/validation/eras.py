@@ -52,6 +52,7 @@ __all__ = [
     "FITTED",
     "PLE2012_1X",
     "HALTPOLL2015_COMMIT",
+    "PARSEC2021_BARRIER",
     "SETS",
     "CalibrationSet",
     "calibration_of",
@@ -94,8 +95,11 @@ KINDS = (KERNEL, HARDWARE, MEASURED, ASSUMPTION, PUBLISHED_SETUP, FITTED)
 #: the configuration sections an era or a cost profile maps onto; "guest" holds
 #: the guest kernel's choices (``lock_kind``, ``policy``), "halt_poll_model"
 #: the one-CPU halt-polling model's [`vcpulab.sim.HaltPoll`][] /
-#: [`Costs`][vcpulab.sim.halt_poll.Costs] fields.
-SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model")
+#: [`Costs`][vcpulab.sim.halt_poll.Costs] fields, "programs" the constants of
+#: the era's benchmark programs that the cases' presets stand in for and no
+#: source gives (a PARSEC barrier step's length), read by the case builders
+#: (``Ctx.program``).
+SECTIONS = ("host", "ple", "pv", "halt_poll", "workload", "guest", "halt_poll_model", "programs")
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,11 @@ class Era:
             (the host's ``kvm_vcpu_on_spin``) as [`Param`][vcpulab.validation.Param].
         halt_poll_model: the module parameters of the one-CPU halt-polling
             model ([`vcpulab.sim.HaltPoll`][] fields).
+        programs: constants of the era's benchmark programs that the cases'
+            presets stand in for and no source publishes (e.g.
+            ``parsec_step_ns``, the work of one thread between two barriers
+            of the 2021 PARSEC runs); a case builder reads them with
+            ``Ctx.program``, so every case of the era shares one value.
     """
 
     name: str
@@ -171,6 +180,7 @@ class Era:
     workload: Mapping[str, Param] = field(default_factory=dict)
     guest: Mapping[str, Param] = field(default_factory=dict)
     halt_poll_model: Mapping[str, Param] = field(default_factory=dict)
+    programs: Mapping[str, Param] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for s in SECTIONS:
@@ -241,6 +251,74 @@ class CostProfile:
     def costs(self) -> hp.Costs:
         """The one-CPU halt-polling model's [`Costs`][vcpulab.sim.halt_poll.Costs]."""
         return hp.Costs(**self.values("halt_poll_model"))
+
+
+# -------------------------------------------------- calibration sets (the class)
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """One declared calibration.
+
+    Attributes:
+        name: the set's name, which each fitted ``Param.calibration`` carries.
+        profile: what it fits: a cost profile's name (``"hardware"``), or
+            an era's (``"2021-5.14"``, e.g. for its ``programs`` values).
+        cases: the registered cases the values are fitted on; every other
+            case is held out.
+        grid: ``"section.field"`` of the profile or era → the candidate
+            values (in the field's unit), each within what is physically
+            plausible.
+        rule: how the cases were chosen, before any fit was run.
+        settings: the seeds and duration scale of the fit's runs.
+        adopted: whether the profile or era carries the fit's values (as fitted
+            ``Param`` s naming the set). A fit is adopted only when every
+            robustness probe ([`vcpulab.validation.probes`][]) clean under the
+            assumptions stays clean: the probes are checks of the model, not
+            published data, so the rule looks at no held-out case.
+        outcome: what the fit chose and did, in words (the record of the
+            fit; ``benches/calibrate_costs.py`` reruns it).
+    """
+
+    name: str
+    profile: str
+    cases: tuple[str, ...]
+    grid: Mapping[str, tuple[Any, ...]]
+    rule: str
+    settings: Mapping[str, Any]
+    adopted: bool = False
+    outcome: str = "not fitted yet"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grid", MappingProxyType(dict(self.grid)))
+        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
+        if not self.cases or len(set(self.cases)) != len(self.cases):
+            raise ValueError(f"CalibrationSet {self.name!r}: cases must be distinct and not empty")
+        if not self.grid:
+            raise ValueError(f"CalibrationSet {self.name!r}: the grid is empty")
+        for path, values in self.grid.items():
+            if "." not in path or not values:
+                raise ValueError(f"CalibrationSet {self.name!r}: grid entry {path!r} needs 'section.field' and values")
+
+
+def fitted_param(cs: CalibrationSet, path: str, value: Any, unit: str, note: str, replaces: str) -> Param:
+    """``value`` of the set's field ``path`` as a [`FITTED`][vcpulab.validation.eras.FITTED]
+    ``Param`` naming the set; its source names the set's cases and grid, ``note``
+    (when and how it was chosen) and what it ``replaces``."""
+    return Param(
+        value,
+        unit,
+        FITTED,
+        f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, {note}; replaces {replaces}",
+        calibration=cs.name,
+    )
+
+
+def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str) -> Param:
+    """A value of an adopted set's fit (its rank 1), noted with the fit's record."""
+    if not cs.adopted or value not in cs.grid.get(path, ()):
+        raise ValueError(f"{cs.name}: {path} = {value!r} is not an adopted value of the set's grid")
+    return fitted_param(cs, path, value, unit, cs.outcome.split(":")[0], replaces)
 
 
 # --------------------------------------------------------------- references
@@ -715,6 +793,7 @@ def _era_5x(
     wait_early: Param,
     bailout: Param,
     policy: Param,
+    programs: Mapping[str, Param] | None = None,
 ) -> Era:
     return Era(
         name=name,
@@ -745,6 +824,7 @@ def _era_5x(
             **_guest_wake(_GUEST_WAKE_WIDE, _GUEST_RECENT, _GUEST_SCAN_SIS_PROP, _GUEST_LLC_SOCKETS),
         },
         halt_poll_model=_hp_model(0),
+        programs=programs or {},
     )
 
 
@@ -770,6 +850,38 @@ ERA_2019 = _era_5x(
         "Boost vCPU candidate in user mode which is delivering interrupt' (v5.13)",
     ),
 )
+#: The 2021 pcpu_is_idle table's barrier programs: one thread's work between
+#: two barriers, which no source gives, sets how often threads released by a
+#: barrier are placed (the step the table's preset runs in). Fitted on PARSEC's
+#: own barrier programs, chosen as "one suite's rows" before the fit; the
+#: SPLASH-2x programs of the same table (the ocean rows with the same preset,
+#: volrend's task-queue frames of one step of work each) and fluidanimate
+#: (fine-grained locks, which do not read the value) are held out.
+PARSEC2021_BARRIER = CalibrationSet(
+    name="parsec2021_barrier",
+    profile="2021-5.14",
+    cases=("pcpu_is_idle2021_bodytrack", "pcpu_is_idle2021_streamcluster"),
+    grid={
+        # a fine-grained loop's chunk (tens of us) to a coarse phase (a millisecond)
+        "programs.parsec_step_ns": (25_000, 50_000, 100_000, 150_000, 200_000, 300_000, 500_000, 1_000_000),
+    },
+    rule=(
+        "the barrier-synchronised rows of PARSEC's own programs in the 2021 pcpu_is_idle table (bodytrack, "
+        "streamcluster), chosen before any fit; the SPLASH-2x programs of the same table held out (ocean_cp and "
+        "ocean_ncp, the same barrier preset; volrend, task-queue frames of one step of work each, the check that "
+        "does not share the preset) with fluidanimate (fine-grained locks, which do not read the value)"
+    ),
+    settings={"seeds": 3, "duration_scale": 1.0},
+    adopted=False,
+)
+
+_PARSEC_STEP = _a(
+    500_000,
+    "ns",
+    "one thread's work between two barriers of the 2021 PARSEC runs (simlarge inputs on 16 threads); no cited "
+    "source gives the programs' step length",
+)
+
 #: Linux 5.14 on Cascade Lake-class Xeons: the 2021 pcpu_is_idle proposal
 ERA_2021 = _era_5x(
     "2021-5.14",
@@ -785,6 +897,7 @@ ERA_2021 = _era_5x(
         "kvm_vcpu_on_spin with the vcpu->ready gate (v5.3 on) and the user-mode candidate with a pending posted "
         "interrupt boosted (52acd22faa1a, v5.13; virt/kvm/kvm_main.c)",
     ),
+    programs={"parsec_step_ns": _PARSEC_STEP},
 )
 #: Linux 6.19+ (EEVDF): today's kernels
 ERA_6X = Era(
@@ -932,50 +1045,6 @@ PENDING: Mapping[str, tuple[str, ...]] = MappingProxyType(
 
 # ------------------------------------------------------- calibration sets
 
-
-@dataclass(frozen=True)
-class CalibrationSet:
-    """One declared calibration.
-
-    Attributes:
-        name: the set's name, which each fitted ``Param.calibration`` carries.
-        profile: the cost profile whose values it fits (``"hardware"``).
-        cases: the registered cases the values are fitted on; every other
-            case is held out.
-        grid: ``"section.field"`` of the profile → the candidate values (in
-            the field's unit), each within what is physically plausible.
-        rule: how the cases were chosen, before any fit was run.
-        settings: the seeds and duration scale of the fit's runs.
-        adopted: whether the profile carries the fit's values (as fitted
-            ``Param`` s naming the set). A fit is adopted only when every
-            robustness probe ([`vcpulab.validation.probes`][]) clean under the
-            assumptions stays clean: the probes are checks of the model, not
-            published data, so the rule looks at no held-out case.
-        outcome: what the fit chose and did, in words (the record of the
-            fit; ``benches/calibrate_costs.py`` reruns it).
-    """
-
-    name: str
-    profile: str
-    cases: tuple[str, ...]
-    grid: Mapping[str, tuple[Any, ...]]
-    rule: str
-    settings: Mapping[str, Any]
-    adopted: bool = False
-    outcome: str = "not fitted yet"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "grid", MappingProxyType(dict(self.grid)))
-        object.__setattr__(self, "settings", MappingProxyType(dict(self.settings)))
-        if not self.cases or len(set(self.cases)) != len(self.cases):
-            raise ValueError(f"CalibrationSet {self.name!r}: cases must be distinct and not empty")
-        if not self.grid:
-            raise ValueError(f"CalibrationSet {self.name!r}: the grid is empty")
-        for path, values in self.grid.items():
-            if "." not in path or not values:
-                raise ValueError(f"CalibrationSet {self.name!r}: grid entry {path!r} needs 'section.field' and values")
-
-
 #: the 1x rows of the 2012 PLE source: the host-side costs of a yield storm
 #: (switch, run-queue locks, candidates) act most where every vCPU has its own
 #: CPU and PLE exits are pure overhead. Chosen as "one source's undercommitted
@@ -1072,36 +1141,18 @@ HALTPOLL2015_COMMIT = CalibrationSet(
 )
 
 
-def fitted_param(cs: CalibrationSet, path: str, value: Any, unit: str, note: str, replaces: str) -> Param:
-    """``value`` of the set's field ``path`` as a [`FITTED`][vcpulab.validation.eras.FITTED]
-    ``Param`` naming the set; its source names the set's cases and grid, ``note``
-    (when and how it was chosen) and what it ``replaces``."""
-    return Param(
-        value,
-        unit,
-        FITTED,
-        f"fitted on the {cs.name} set ({', '.join(cs.cases)}), grid {list(cs.grid[path])}, {note}; replaces {replaces}",
-        calibration=cs.name,
-    )
-
-
-def _fitted(cs: CalibrationSet, path: str, value: Any, unit: str, replaces: str) -> Param:
-    """A value of an adopted set's fit (its rank 1), noted with the fit's record."""
-    if not cs.adopted or value not in cs.grid.get(path, ()):
-        raise ValueError(f"{cs.name}: {path} = {value!r} is not an adopted value of the set's grid")
-    return fitted_param(cs, path, value, unit, cs.outcome.split(":")[0], replaces)
-
-
 #: the calibration sets by name
 SETS: Mapping[str, CalibrationSet] = MappingProxyType(
-    {PLE2012_1X.name: PLE2012_1X, HALTPOLL2015_COMMIT.name: HALTPOLL2015_COMMIT}
+    {s.name: s for s in (PLE2012_1X, HALTPOLL2015_COMMIT, PARSEC2021_BARRIER)}
 )
 
 
-def calibration_of(case_name: str, prof: CostProfile) -> str | None:
-    """The calibration set a case was fitted on under ``prof`` (a set one of
-    ``prof``'s fitted values names, holding the case); None: held out."""
-    for p in prof.params().values():
+def calibration_of(case_name: str, prof: CostProfile, era: Era | None = None) -> str | None:
+    """The calibration set a case was fitted on under ``prof`` and its
+    ``era`` (a set that one of their fitted values names, holding the case);
+    None: held out."""
+    params = [*prof.params().values(), *(era.params().values() if era is not None else ())]
+    for p in params:
         cs = SETS.get(p.calibration) if p.calibration is not None else None
         if cs is not None and case_name in cs.cases:
             return cs.name
