@@ -92,7 +92,14 @@ def test_every_era_value_has_a_unit_and_a_source_and_the_simulator_accepts_it():
         params = era.params()
         assert params
         for path, p in params.items():
-            assert p.kind in ("kernel default", "cited hardware figure", "measured", "assumption", "published set-up")
+            assert p.kind in (
+                "kernel default",
+                "cited hardware figure",
+                "measured",
+                "assumption",
+                "published set-up",
+                "fitted",  # an adopted calibration set's value (checked with the sets below)
+            )
             assert len(p.source) >= 8, path
         sim.Host(**era.values("host"))
         sim.Ple(**era.values("ple"))

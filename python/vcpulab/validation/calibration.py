@@ -51,7 +51,7 @@ from vcpulab.validation._score import _select, validate
 from vcpulab.validation.cases import Case
 from vcpulab.validation.eras import COSTS, ERAS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
 
-__all__ = ["candidate_cases", "candidate_profile", "fit", "fitted_profile"]
+__all__ = ["LOG_ERROR_TIE", "candidate_cases", "candidate_profile", "fit", "fitted_profile"]
 
 
 def _set(name: str | CalibrationSet) -> CalibrationSet:
@@ -166,8 +166,15 @@ def fit(
     Returns one row per combination, best first: a column per fitted value,
     ``direction_right`` and ``within_2x`` (counts over the set's cases),
     ``log_error`` (mean |log(sim / published)| over the cases with a
-    published magnitude), ``cases`` and ``rank`` (1 = chosen: more right
-    directions, then more within 2x, then the smaller log error).
+    published magnitude), ``departure`` (sum over the fitted values of
+    |log(candidate / the value the profile or era holds now)|), ``cases``
+    and ``rank`` (1 = chosen: more right directions, then more within 2x,
+    then the smaller log error, to ``LOG_ERROR_TIE`` (differences below it
+    are ties), then the smaller departure: of candidates the set's cases
+    cannot tell apart, the one nearest the documented value). A tie arises
+    where a set's rows bracket the simulated value: two published values
+    either side of it give the same mean log error wherever it lies
+    between them.
     ``seeds`` / ``duration_scale`` default to the set's ``settings``;
     ``grid`` (a subset of the set's values per field) is for tests;
     ``progress``: a bar over the combinations (default on in a terminal or
@@ -203,10 +210,42 @@ def fit(
                 prof = candidate_profile(cs, values)
                 df = validate(cs.cases, seeds=seeds, duration_scale=scale, costs=prof, progress=False)
             right, w2, err = _objective(df)
-            rows.append({**values, "direction_right": right, "within_2x": w2, "log_error": err, "cases": df.height})
+            rows.append(
+                {
+                    **values,
+                    "direction_right": right,
+                    "within_2x": w2,
+                    "log_error": err,
+                    "departure": _departure(cs, values),
+                    "cases": df.height,
+                }
+            )
             bar.update()
-    out = pl.DataFrame(rows)
+    out = pl.DataFrame(rows).with_columns(
+        (pl.col("log_error") / LOG_ERROR_TIE).round(0).alias("_err_bin")  # equal to LOG_ERROR_TIE: a tie
+    )
     out = out.sort(
-        ["direction_right", "within_2x", "log_error"], descending=[True, True, False], nulls_last=True
+        ["direction_right", "within_2x", "_err_bin", "departure"],
+        descending=[True, True, False, False],
+        nulls_last=True,
     ).with_row_index("rank", offset=1)
-    return out.select([*paths, "direction_right", "within_2x", "log_error", "cases", "rank"])
+    return out.select([*paths, "direction_right", "within_2x", "log_error", "departure", "cases", "rank"])
+
+
+#: mean |log(sim / published)| differences below this are ties in [`fit`][vcpulab.validation.calibration.fit]'s
+#: ranking (0.1 %: the mean of one seed set, not a difference the set's rows make)
+LOG_ERROR_TIE = 1e-3
+
+
+def _departure(cs: CalibrationSet, values: Mapping[str, Any]) -> float:
+    """Sum of |log(candidate / current value)| over the numeric fitted values
+    (the current value: the profile's or era's, an assumption before the
+    set is adopted, its fitted value after)."""
+    target = ERAS[cs.profile] if _fits_era(cs) else COSTS[cs.profile]
+    now = target.params()
+    total = 0.0
+    for path, v in values.items():
+        cur = now[path].value if path in now else None
+        if isinstance(v, (int, float)) and isinstance(cur, (int, float)) and v > 0 and cur > 0:
+            total += abs(math.log(v / cur))
+    return total
