@@ -104,7 +104,14 @@ def pcpu_is_idle_2021(
     (nothing to avoid), so the gain starts at zero, peaks at 10-20 % load and
     falls again as fewer host CPUs are free. With ``affinity="all"`` the host
     moves a woken vCPU to an idle CPU, host load costs nothing and there is
-    nothing for pcpu_is_idle to fix. See docs/simulator.md for the grid."""
+    nothing for pcpu_is_idle to fix. See docs/simulator.md for the grid.
+
+    ``compute_ns`` (the barrier step, 500 µs) is this scenario's own, the
+    value docs/simulator.md's grid was measured with; the registered idle-host
+    cases (``validation.case("pcpu_is_idle2021_bodytrack")`` …) run the 2021
+    era's step instead, ``programs.parsec_step_ns`` = 150 µs, fitted on two
+    of them (docs/validation.md, "The declared calibration"). Pass
+    ``compute_ns=150_000, iterations=133`` for that step at the same work."""
     return Config(
         host=Host(n_pcpus=112, affinity=affinity, background=Background(utilization=background, burst_ns=burst_ns)),
         vms=(
