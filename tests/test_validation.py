@@ -765,6 +765,26 @@ def test_the_fit_scores_its_set_only_and_ranks_the_grid():
         C.fit("no_such_set")
 
 
+def test_the_fit_breaks_a_tie_of_log_errors_by_the_departure_from_the_documented_value():
+    import polars as pl
+
+    from vcpulab.validation import calibration as C
+
+    rows = [  # (value, directions, within 2x, log error, departure)
+        (25, 2, 2, 0.19300, 2.99),
+        (150, 2, 2, 0.19302, 1.20),  # a tie with 25 (below LOG_ERROR_TIE): the nearer to the documented value wins
+        (200, 2, 2, 0.23400, 0.92),  # a larger error loses whatever its departure
+        (500, 2, 1, 0.10000, 0.00),  # fewer within 2x loses whatever its error
+        (1000, 1, 2, 0.01000, 0.69),  # fewer directions loses first
+    ]
+    df = pl.DataFrame(
+        [dict(zip(("v", "direction_right", "within_2x", "log_error", "departure"), r), cases=2) for r in rows]
+    )
+    out = C._ranked(df, ["v"])
+    assert out["v"].to_list() == [150, 25, 200, 500, 1000] and out["rank"].to_list() == [1, 2, 3, 4, 5]
+    assert C.LOG_ERROR_TIE == 1e-3
+
+
 def test_a_set_of_era_values_fits_them_as_recorded_overrides_of_its_cases_only():
     from vcpulab.validation import calibration as C
 

@@ -169,8 +169,8 @@ def fit(
     published magnitude), ``departure`` (sum over the fitted values of
     |log(candidate / the value the profile or era holds now)|), ``cases``
     and ``rank`` (1 = chosen: more right directions, then more within 2x,
-    then the smaller log error, to ``LOG_ERROR_TIE`` (differences below it
-    are ties), then the smaller departure: of candidates the set's cases
+    then the smaller log error rounded to ``LOG_ERROR_TIE`` (errors equal
+    at that resolution are ties), then the smaller departure: of candidates the set's cases
     cannot tell apart, the one nearest the documented value). A tie arises
     where a set's rows bracket the simulated value: two published values
     either side of it give the same mean log error wherever it lies
@@ -221,9 +221,14 @@ def fit(
                 }
             )
             bar.update()
-    out = pl.DataFrame(rows).with_columns(
-        (pl.col("log_error") / LOG_ERROR_TIE).round(0).alias("_err_bin")  # equal to LOG_ERROR_TIE: a tie
-    )
+    return _ranked(pl.DataFrame(rows), paths)
+
+
+def _ranked(df: pl.DataFrame, paths: Sequence[str]) -> pl.DataFrame:
+    """``fit``'s rows ranked: more right directions, more within 2x, the
+    smaller log error rounded to ``LOG_ERROR_TIE`` (equal there: a tie),
+    the smaller departure; a ``rank`` column from 1."""
+    out = df.with_columns((pl.col("log_error") / LOG_ERROR_TIE).round(0).alias("_err_bin"))
     out = out.sort(
         ["direction_right", "within_2x", "_err_bin", "departure"],
         descending=[True, True, False, False],
@@ -232,8 +237,8 @@ def fit(
     return out.select([*paths, "direction_right", "within_2x", "log_error", "departure", "cases", "rank"])
 
 
-#: mean |log(sim / published)| differences below this are ties in [`fit`][vcpulab.validation.calibration.fit]'s
-#: ranking (0.1 %: the mean of one seed set, not a difference the set's rows make)
+#: the resolution of mean |log(sim / published)| in [`fit`][vcpulab.validation.calibration.fit]'s ranking:
+#: errors equal when rounded to it are ties (0.1 %: not a difference the set's rows make)
 LOG_ERROR_TIE = 1e-3
 
 
