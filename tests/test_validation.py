@@ -785,6 +785,27 @@ def test_the_fit_breaks_a_tie_of_log_errors_by_the_departure_from_the_documented
     assert C.LOG_ERROR_TIE == 1e-3
 
 
+def test_the_adoption_rule_runs_every_probe_today_and_with_the_candidates():
+    from vcpulab.validation import calibration as C
+    from vcpulab.validation import probes
+
+    kw = dict(seeds=1, duration_scale=0.05)
+    # an era's value that no probe reads: every probe reads the same with it, none breaks
+    df = C.adoption("parsec2021_barrier", {"programs.parsec_step_ns": 500_000}, **kw)
+    assert {"lockstep_unpinned_8x20", "knife_edge_ple_window", "dead_path_lock_kinds"} <= set(df["probe"])
+    assert df["value_now"].to_list() == df["value_with"].to_list() and not df["breaks"].any()
+    # a cost the probes read moves them: the candidate profile reaches every probe's runs
+    df = C.adoption("ple2012_1x", {"host.switch_ns": 4_000}, **kw)
+    assert df.height == 9 and (df["value_now"] != df["value_with"]).sum() >= 3
+    assert df["breaks"].to_list() == (~df["artifact_now"] & df["artifact_with"]).to_list()
+    with pytest.raises(ValueError, match="not among"):
+        C.adoption("parsec2021_barrier", {"host.switch_ns": 1})
+    with pytest.raises(ValueError, match="costs must be one of"):
+        probes.robustness(costs="no_such_profile")
+    with pytest.raises(ValueError, match="unknown era"):
+        probes.robustness(era_values={"1999": {}})
+
+
 def test_a_set_of_era_values_fits_them_as_recorded_overrides_of_its_cases_only():
     from vcpulab.validation import calibration as C
 

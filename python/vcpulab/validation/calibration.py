@@ -20,6 +20,10 @@ gets its own value.
   more within 2x, then the smaller mean |log(sim / published)|);
 * [`fitted_profile`][vcpulab.validation.calibration.fitted_profile]: a cost
   profile with the chosen values as fitted ``Param`` s naming the set;
+* [`adoption`][vcpulab.validation.calibration.adoption]: the adoption
+  rule run: every robustness probe under the profile's or era's values of
+  today and under the candidates, and whether any probe clean today flags
+  its artifact with them;
 * a set may fit an era's values instead of a cost profile's (its
   ``profile`` names the era, e.g. ``"2021-5.14"`` for the ``programs``
   constant of the PARSEC rows): the fit then runs each candidate as a
@@ -51,7 +55,7 @@ from vcpulab.validation._score import _select, validate
 from vcpulab.validation.cases import Case
 from vcpulab.validation.eras import COSTS, ERAS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
 
-__all__ = ["LOG_ERROR_TIE", "candidate_cases", "candidate_profile", "fit", "fitted_profile"]
+__all__ = ["LOG_ERROR_TIE", "adoption", "candidate_cases", "candidate_profile", "fit", "fitted_profile"]
 
 
 def _set(name: str | CalibrationSet) -> CalibrationSet:
@@ -254,3 +258,42 @@ def _departure(cs: CalibrationSet, values: Mapping[str, Any]) -> float:
         if isinstance(v, (int, float)) and isinstance(cur, (int, float)) and v > 0 and cur > 0:
             total += abs(math.log(v / cur))
     return total
+
+
+def adoption(
+    cset: str | CalibrationSet, values: Mapping[str, Any], seeds: int = 2, duration_scale: float = 1.0
+) -> pl.DataFrame:
+    """The adoption rule of a declared calibration, run: every robustness
+    probe ([`robustness`][vcpulab.validation.probes.robustness]) under the
+    set's profile or era as it is today and with ``values`` (the fit's rank 1,
+    ``"section.field"`` → value) in place. One row per probe: ``probe``,
+    ``era``, ``value_now`` / ``artifact_now``, ``value_with`` /
+    ``artifact_with``, and ``breaks`` (clean today, its artifact present
+    with the values). A fit is adopted only when no row ``breaks``: the
+    probes are checks of the model, not published data, so the rule looks at
+    no held-out case. ``seeds`` and ``duration_scale``: as ``robustness``."""
+    from vcpulab.validation.probes import robustness
+
+    cs = _set(cset)
+    unknown = set(values) - set(cs.grid)
+    if unknown:
+        raise ValueError(f"adoption: the {cs.name} set fits {sorted(cs.grid)}; {sorted(unknown)} are not among them")
+    now = robustness(seeds=seeds, duration_scale=duration_scale)
+    if _fits_era(cs):
+        era = ERAS[cs.profile]
+        for path in values:
+            sec, _, field = path.partition(".")
+            if field not in getattr(era, sec, {}):
+                raise ValueError(f"era {era.name} has no value {path!r}")
+        withv = robustness(seeds=seeds, duration_scale=duration_scale, era_values={cs.profile: dict(values)})
+    else:
+        withv = robustness(seeds=seeds, duration_scale=duration_scale, costs=candidate_profile(cs, values))
+    out = now.select("probe", "era", pl.col("value").alias("value_now"), pl.col("artifact").alias("artifact_now")).join(
+        withv.select("probe", "era", pl.col("value").alias("value_with"), pl.col("artifact").alias("artifact_with")),
+        on=["probe", "era"],
+        how="full",
+        coalesce=True,
+    )
+    return out.with_columns(
+        (~pl.col("artifact_now").fill_null(False) & pl.col("artifact_with").fill_null(False)).alias("breaks")
+    )

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -53,7 +54,7 @@ from vcpulab.sim import presets
 from vcpulab.sim._config import Config
 from vcpulab.validation._score import DEAD_BAND, STARVED_SHARE
 from vcpulab.validation.cases import Ctx, case
-from vcpulab.validation.eras import COSTS, era
+from vcpulab.validation.eras import COSTS, CostProfile, era
 
 __all__ = ["LOCKSTEP_SHARE", "robustness", "summary_line", "to_markdown"]
 
@@ -64,11 +65,23 @@ _REASON = "a robustness probe of the model, not a published set-up"
 LOCKSTEP_SHARE = 0.8
 
 
-def _ctx(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
+#: the reason recorded for a value that ``robustness(era_values=...)`` runs in place of an era's
+_CANDIDATE = "a candidate value run by the robustness probes (calibration.adoption)"
+
+
+def _probe_ctx(
+    name: str,
+    varies: tuple[str, ...] = (),
+    overrides: dict[str, Any] | None = None,
+    costs: CostProfile | None = None,
+    era_values: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Ctx:
     e = era(name)
+    if era_values and name in era_values:
+        e = e.with_overrides({k: (v, _CANDIDATE) for k, v in era_values[name].items()})
     if overrides:
         e = e.with_overrides({k: (v, _REASON) for k, v in overrides.items()})
-    return Ctx(e, COSTS["hardware"], 1.0, 1.0, frozenset(varies))
+    return Ctx(e, costs if costs is not None else COSTS["hardware"], 1.0, 1.0, frozenset(varies))
 
 
 def _sweep(cfgs: list[Config]) -> list[Any]:
@@ -92,9 +105,29 @@ def _unpinned(
     )
 
 
-def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
+def robustness(
+    seeds: int = 2,
+    duration_scale: float = 1.0,
+    costs: str | CostProfile | None = None,
+    era_values: Mapping[str, Mapping[str, Any]] | None = None,
+) -> pl.DataFrame:
     """Runs the probes (see the module docstring); ``duration_scale`` scales
-    the simulated times (100 ms windows at 1.0)."""
+    the simulated times (100 ms windows at 1.0). ``costs``: the cost profile
+    the probes run on (a name or a profile; default ``"hardware"``);
+    ``era_values``: ``{era name: {"section.field": value}}`` run in place of
+    those eras' values. The two are how a declared calibration's candidate
+    values are checked against the adoption rule
+    ([`calibration.adoption`][vcpulab.validation.calibration.adoption])."""
+    if isinstance(costs, str) and costs not in COSTS:
+        raise ValueError(f"robustness: costs must be one of {list(COSTS)} or a CostProfile, got {costs!r}")
+    prof = COSTS[costs] if isinstance(costs, str) else costs
+    ev = {k: dict(v) for k, v in (era_values or {}).items()}
+    for name in ev:
+        era(name)  # ValueError naming the known eras
+
+    def _ctx(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
+        return _probe_ctx(name, varies, overrides, prof, ev)
+
     if seeds < 1:
         raise ValueError(f"robustness: seeds must be >= 1, got {seeds}")
     if not duration_scale > 0:
@@ -253,16 +286,21 @@ def robustness(seeds: int = 2, duration_scale: float = 1.0) -> pl.DataFrame:
     pairs = []
     for bench in ("kernbench", "sysbench"):
         base = case(f"ple2012_{bench}_1x")
+        if base.era in ev:
+            base = dataclasses.replace(
+                base, overrides={**base.overrides, **{k: (v, _CANDIDATE) for k, v in ev[base.era].items()}}
+            )
         wide = dataclasses.replace(
             base,
             name=f"ple2012_{bench}_1x_window_8192",
             overrides={
+                **base.overrides,
                 "ple.window": (8192, "probe: the PLE window doubled"),
                 "ple.max": (8192, "probe: a fixed window"),
             },
         )
         pairs += [base, wide]
-    means = validate(pairs, seeds=seeds, duration_scale=0.5 * duration_scale)["sim_mean"].to_list()
+    means = validate(pairs, seeds=seeds, duration_scale=0.5 * duration_scale, costs=prof)["sim_mean"].to_list()
     for (bench, what), a, b in zip(
         (("kernbench", "wall-time"), ("sysbench", "throughput")), means[0::2], means[1::2], strict=True
     ):
