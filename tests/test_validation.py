@@ -737,7 +737,9 @@ def test_every_fitted_value_comes_from_a_registered_set_and_its_grid():
         for path, p in t.params().items():
             if p.kind == FITTED:
                 cs = SETS[p.calibration]
-                assert cs.profile == t.name and cs.adopted, (path, p)
+                # this_host takes the hardware profile's values where it measures none
+                assert cs.profile in (t.name, "hardware" if t.name == "this_host" else t.name), (path, p)
+                assert cs.adopted, (path, p)
                 assert path in cs.grid and p.value in cs.grid[path], (path, p)
     # an adopted set's values are all in its profile or era as fitted values; a set not adopted has none there
     for cs in SETS.values():
@@ -795,7 +797,7 @@ def test_the_adoption_rule_runs_every_probe_today_and_with_the_candidates():
     assert {"lockstep_unpinned_8x20", "knife_edge_ple_window", "dead_path_lock_kinds"} <= set(df["probe"])
     assert df["value_now"].to_list() == df["value_with"].to_list() and not df["breaks"].any()
     # a cost the probes read moves them: the candidate profile reaches every probe's runs
-    df = C.adoption("ple2012_1x", {"host.switch_ns": 4_000}, **kw)
+    df = C.adoption("ple2012_1x", {"host.switch_ns": 1_500}, **kw)
     assert df.height == 9 and (df["value_now"] != df["value_with"]).sum() >= 3
     assert df["breaks"].to_list() == (~df["artifact_now"] & df["artifact_with"]).to_list()
     with pytest.raises(ValueError, match="not among"):

@@ -69,7 +69,7 @@ LOCKSTEP_SHARE = 0.8
 _CANDIDATE = "a candidate value run by the robustness probes (calibration.adoption)"
 
 
-def _probe_ctx(
+def _ctx(
     name: str,
     varies: tuple[str, ...] = (),
     overrides: dict[str, Any] | None = None,
@@ -125,8 +125,8 @@ def robustness(
     for name in ev:
         era(name)  # ValueError naming the known eras
 
-    def _ctx(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
-        return _probe_ctx(name, varies, overrides, prof, ev)
+    def ctx_of(name: str, varies: tuple[str, ...] = (), overrides: dict[str, Any] | None = None) -> Ctx:
+        return _ctx(name, varies, overrides, prof, ev)
 
     if seeds < 1:
         raise ValueError(f"robustness: seeds must be >= 1, got {seeds}")
@@ -139,7 +139,7 @@ def robustness(
     from vcpulab.analysis import gang_share
 
     for e in ("2012-3.x", "6.x"):
-        ctx = _ctx(e, ("host.scheduler",))
+        ctx = ctx_of(e, ("host.scheduler",))
         vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
         cfgs = [
             _unpinned(ctx, (vm,), 80, seed, ns(100_000_000), ns(40_000_000), **s).replace(trace=not s)
@@ -170,7 +170,7 @@ def robustness(
         )
 
     # the VMs' order: listing a group first or second must not change its share
-    ctx = _ctx("2012-3.x")
+    ctx = ctx_of("2012-3.x")
     spin = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=4)
     ebizzy = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=20, count=4)
     orders = ((spin, ebizzy), (ebizzy, spin))
@@ -197,7 +197,7 @@ def robustness(
         )
     )
     # share collapse: the 6.x fair run of the lock-step probe, by share
-    ctx = _ctx("6.x")
+    ctx = ctx_of("6.x")
     vm = ctx.vm(workload=presets.spinlock_microbench(), vcpus=20, count=8)
     cfgs = [_unpinned(ctx, (vm,), 80, seed, ns(140_000_000), ns(40_000_000)) for seed in range(seeds)]
     low = min(min(ops) / (sum(ops) / len(ops)) for ops in (r.vms["ops"].to_list() for r in _sweep(cfgs)))
@@ -213,7 +213,7 @@ def robustness(
     )
 
     # starvation
-    ctx = _ctx("2012-3.x", ("guest.policy",))
+    ctx = ctx_of("2012-3.x", ("guest.policy",))
     cfgs = []
     for pol in (P.baseline_2011(), P.dy_eligible()):
         vm = ctx.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32, policy=pol)
@@ -241,7 +241,7 @@ def robustness(
 
     cfgs2 = []
     for lk in ("ticket", "pv_queued"):
-        c = _ctx("6.x", overrides={"guest.lock_kind": lk})
+        c = ctx_of("6.x", overrides={"guest.lock_kind": lk})
         vm = c.vm(workload=presets.ebizzy_like(mmap_sem=True), vcpus=16, count=2, threads=32)
         cfgs2.append(
             Config(host=c.host(n_pcpus=16), vms=(vm,), seed=0, duration_ns=ns(60_000_000), warmup_ns=ns(20_000_000))
@@ -257,7 +257,7 @@ def robustness(
             waits_for="the guest model",
         )
     )
-    c = _ctx("6.x")
+    c = ctx_of("6.x")
     cfgs3 = [
         Config(
             host=c.host(n_pcpus=16),
