@@ -53,7 +53,17 @@ from vcpulab._checks import check_bool, check_float, check_int
 from vcpulab._progress import Bar
 from vcpulab.validation._score import _select, validate
 from vcpulab.validation.cases import Case
-from vcpulab.validation.eras import COSTS, ERAS, PLE2012_1X, SETS, CalibrationSet, CostProfile, Param, fitted_param
+from vcpulab.validation.eras import (
+    COSTS,
+    ERAS,
+    PLE2012_1X,
+    SETS,
+    CalibrationSet,
+    CostProfile,
+    Era,
+    Param,
+    fitted_param,
+)
 
 __all__ = ["LOG_ERROR_TIE", "adoption", "candidate_cases", "candidate_profile", "fit", "fitted_profile"]
 
@@ -126,6 +136,16 @@ def fitted_profile(cset: str | CalibrationSet, values: Mapping[str, Any], fit_no
     )
 
 
+def _era_of(cs: CalibrationSet, values: Mapping[str, Any]) -> Era:
+    """The era a set of era values fits, once every path of ``values`` is one of its values."""
+    era = ERAS[cs.profile]
+    for path in values:
+        sec, _, field = path.partition(".")
+        if field not in getattr(era, sec, {}):
+            raise ValueError(f"era {era.name} has no value {path!r}")
+    return era
+
+
 def candidate_cases(cset: str | CalibrationSet, values: Mapping[str, Any]) -> list[Case]:
     """The set's cases with ``values`` (``"section.field"`` of the set's
     era → value) in place of the era's, each as a recorded override naming
@@ -134,11 +154,7 @@ def candidate_cases(cset: str | CalibrationSet, values: Mapping[str, Any]) -> li
     cs = _set(cset)
     if not _fits_era(cs):
         raise ValueError(f"the {cs.name} set fits the {cs.profile!r} cost profile: see candidate_profile")
-    era = ERAS[cs.profile]
-    for path in values:
-        sec, _, field = path.partition(".")
-        if field not in getattr(era, sec, {}):
-            raise ValueError(f"era {era.name} has no value {path!r}")
+    era = _era_of(cs, values)
     out = []
     for c in _select(cs.cases):
         if c.era != era.name:
@@ -278,16 +294,13 @@ def adoption(
     unknown = set(values) - set(cs.grid)
     if unknown:
         raise ValueError(f"adoption: the {cs.name} set fits {sorted(cs.grid)}; {sorted(unknown)} are not among them")
-    now = robustness(seeds=seeds, duration_scale=duration_scale)
+    # the candidates first: a bad value fails before the probes run
     if _fits_era(cs):
-        era = ERAS[cs.profile]
-        for path in values:
-            sec, _, field = path.partition(".")
-            if field not in getattr(era, sec, {}):
-                raise ValueError(f"era {era.name} has no value {path!r}")
-        withv = robustness(seeds=seeds, duration_scale=duration_scale, era_values={cs.profile: dict(values)})
+        candidate: dict[str, Any] = {"era_values": {_era_of(cs, values).name: dict(values)}}
     else:
-        withv = robustness(seeds=seeds, duration_scale=duration_scale, costs=candidate_profile(cs, values))
+        candidate = {"costs": candidate_profile(cs, values)}
+    now = robustness(seeds=seeds, duration_scale=duration_scale)
+    withv = robustness(seeds=seeds, duration_scale=duration_scale, **candidate)
     out = now.select("probe", "era", pl.col("value").alias("value_now"), pl.col("artifact").alias("artifact_now")).join(
         withv.select("probe", "era", pl.col("value").alias("value_with"), pl.col("artifact").alias("artifact_with")),
         on=["probe", "era"],
