@@ -341,6 +341,13 @@ class WakePlacement(_StopFlag):
     runs ``work`` loop iterations per item, then polls its mailbox ``poll``
     PAUSEs and halts. Needs at least two vCPUs per VM (at most 64).
 
+    The waker starts once every worker is idle, then waits 128 PAUSEs
+    (~0.3-0.6 ms here) before its first scan, so that the workers' halt
+    brackets under vcpulab's scheduler have freed their CPUs: without the wait
+    the first choice followed a race between the last worker's bracket and
+    the scan (docs/twins.md, "Where the twin still disagrees", item 10), and
+    every later item follows the first.
+
     Only vcpulab's scheduler writes ``is_idle`` (``sched.pinned`` and the
     other token schedulers, while the CPU a vCPU last ran on holds no token);
     on this host (kvm_pvm) KVM writes neither byte, so under ``sched.host()``

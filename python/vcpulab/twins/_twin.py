@@ -603,7 +603,8 @@ def twin(
         # every vCPU runs its program's start before its guest scheduler picks a thread
         guest_kw["vcpu_start_ns"] = int(round(vcpu_start_ns))
     if isinstance(w, WakePlacement):
-        # the waker hands out its first item once every worker is idle
+        # the waker hands out its first item once every worker is idle (the real waker then waits
+        # ~0.3-0.6 ms more for the workers' halt brackets, once per run: not modelled)
         guest_kw["vcpu0_waits_for_starts"] = True
     vm = sim.Vm(
         vcpus=exp.vcpus,

@@ -325,6 +325,12 @@ impl WakeLayout {
     pub const POLL_HITS: u64 = 40;
     /// Most vCPUs (the waker and its workers).
     pub const MAX_VCPUS: u64 = 64;
+    /// PAUSE iterations (`pause; dec; jnz`: 3 emulated instructions, 2-5 µs
+    /// on this host) the waker waits after every worker is idle and before its
+    /// first scan, so that the workers' halt brackets have reached vcpulab's
+    /// scheduler: ~0.3-0.6 ms, ten times and more a bracket's exit (8-17 µs
+    /// here, `uexit_ns`), once per run.
+    pub const START_SETTLE_PAUSES: u64 = 128;
     /// Items logged one by one (later items are only counted).
     pub const LOG_ITEMS: u64 = 4096;
     /// The per-item log: five arrays of `LOG_ITEMS` u64.
@@ -766,6 +772,20 @@ fn delay(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
     a.mov(reg, n)?;
     let mut l = a.create_label();
     a.set_label(&mut l)?;
+    a.dec(reg)?;
+    a.jnz(l)?;
+    Ok(())
+}
+
+/// `n` iterations of `pause; dec reg; jnz` (nothing when n = 0).
+fn delay_pauses(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    a.mov(reg, n)?;
+    let mut l = a.create_label();
+    a.set_label(&mut l)?;
+    a.pause()?;
     a.dec(reg)?;
     a.jnz(l)?;
     Ok(())
@@ -1338,6 +1358,16 @@ fn wake_placement(m: &mut Asm, p: &WakeProgram, data: Gpa, results: &mut Vec<Res
     a.pause()?;
     a.jmp(wait_start)?;
     a.set_label(&mut started)?;
+    // A worker sets its idle flag before its halt, and under vcpulab's
+    // scheduler the halt bracket's exit (which frees the worker's CPU and so
+    // publishes `is_idle`) comes some instructions and an exit later: the last
+    // worker's flag can start the scan while its bracket is still on its way,
+    // and the first choice then followed that race (measured 2026-12-07: the
+    // first item of a `round_robin` `pcpu_is_idle` run went to worker 2 in 2
+    // of 16 runs, read as set on worker 2 and clear on worker 1 a scan step
+    // apart; every later item follows the first). The waker lets the brackets
+    // land first.
+    delay_pauses(a, rcx, L::START_SETTLE_PAUSES)?;
     a.mov(qword_ptr(rbx + L::PREV as i32), 1i32)?;
     a.xor(r12d, r12d)?; // completions seen
     let mut round = a.create_label();
@@ -1607,6 +1637,37 @@ mod tests {
             let p = s.build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR).unwrap_or_else(|e| panic!("{s:?}: {e}"));
             assert!(!p.code.is_empty());
             assert_eq!(p.name, s.name());
+        }
+    }
+
+    /// The waker waits `START_SETTLE_PAUSES` PAUSEs once every worker is
+    /// idle and before its first scan (the workers' halt brackets land
+    /// first): a `pause; dec; jnz` loop of that count between the start's
+    /// wait (the last `pause` before it) and the first read of the steal area.
+    #[test]
+    fn the_waker_lets_the_halt_brackets_land_before_its_first_scan() {
+        for pv_exits in [false, true] {
+            let p = Spec::WakePlacement {
+                rule: WakeRule::PcpuIsIdle,
+                work: 10,
+                poll: 0,
+                rounds: 0,
+                vector: 0x70,
+                vcpus: 3,
+                pv_exits,
+            }
+            .build(Env { irqchip: true }, CODE_ADDR, DATA_ADDR)
+            .unwrap();
+            let text = disasm(&p.code, p.entry);
+            let count = format!("mov rcx,{:x}h", WakeLayout::START_SETTLE_PAUSES);
+            let at = text.iter().position(|s| *s == count).unwrap_or_else(|| panic!("no `{count}` in {text:?}"));
+            assert_eq!(text[at + 1], "pause");
+            assert!(text[at + 2].starts_with("dec rcx"), "{:?}", &text[at..at + 4]);
+            assert!(text[at + 3].starts_with("jne"), "{:?}", &text[at..at + 4]);
+            // the first scan's steal-area read comes after the settle
+            let steal = format!("mov rsi,{STEAL_AREA_ADDR:x}h");
+            let first = text.iter().position(|s| *s == steal).expect("the scan's steal-area address");
+            assert!(first > at, "settle at {at}, first scan read at {first}");
         }
     }
 
