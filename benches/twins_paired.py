@@ -1,0 +1,172 @@
+"""Is a twin's miss the model's or the host's? Paired calibrations and trials.
+
+    python benches/twins_paired.py [--rounds 10] [--cells 1,2,4] [--duration-s 0.3] [--window-trace] [--out FILE]
+
+Each round calibrates this host afresh (vcpulab.twins.calibrate) and at once
+runs one real trial of each chosen cell of vcpulab.twins.wake_placement_grid
+(by index: 0-5 with the default poll) and its twin from that calibration
+(seed 0), so every twin is made from a measurement seconds before its trial.
+It prints each pair, then per cell the median of twin / real items per second,
+its range, how many pairs the twin is above, and the correlation of twin and
+real across rounds: a miss that leans one way is the model's or the
+calibration's; one that goes both ways and follows the host (a low
+correlation) is this host's drift (docs/twins.md, "Where the twin still
+disagrees", item 11).
+
+``--window-trace`` also runs one more trial of the first cell with KVM's
+``kvm_vcpu_wakeup`` and ``kvm_halt_poll_ns`` tracepoints on (tracefs, mounted
+where missing; needs root) and prints, per vCPU, its halts caught by the poll
+and blocked, the halts' lengths and the poll window's changes: where a
+worker's gaps sit against ``halt_poll_ns``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import polars as pl
+
+from vcpulab import twins
+
+
+def pairs(cells: list[int], rounds: int, duration_s: float) -> pl.DataFrame:
+    grid = twins.wake_placement_grid(duration_s=duration_s)
+    exps = [grid[i] for i in cells]
+    rows = []
+    for k in range(rounds):
+        cal = twins.calibrate(refresh=True)
+        for e in exps:
+            c = twins.compare(e, trials=1, seeds=1, cal=cal, load="measured")
+            m = c.filter(pl.col("metric") == "items_per_s")
+            real, sim = float(m["real"][0]), float(m["sim"][0])
+            rows.append(
+                dict(
+                    round=k,
+                    cell=twins.cell_name(e),
+                    path_insn_ns=cal["path_insn_ns"],
+                    ipi_wake_ns=cal["ipi_wake_ns"],
+                    real_items_per_s=real,
+                    twin_items_per_s=sim,
+                    ratio=sim / real if real > 0 else float("nan"),
+                )
+            )
+            print(
+                f"round {k} {rows[-1]['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, real {real:.0f}, "
+                f"twin {sim:.0f} items/s ({sim / real:.2f})",
+                flush=True,
+            )
+    return pl.DataFrame(rows)
+
+
+def summary(df: pl.DataFrame) -> pl.DataFrame:
+    out = []
+    for cell in df["cell"].unique(maintain_order=True):
+        d = df.filter(pl.col("cell") == cell)
+        r, s = d["real_items_per_s"].to_numpy(), d["twin_items_per_s"].to_numpy()
+        corr = float(np.corrcoef(r, s)[0, 1]) if len(r) > 2 and r.std() > 0 and s.std() > 0 else float("nan")
+        out.append(
+            dict(
+                cell=cell,
+                pairs=d.height,
+                median_ratio=float(d["ratio"].median()),  # type: ignore[arg-type]
+                min_ratio=float(d["ratio"].min()),  # type: ignore[arg-type]
+                max_ratio=float(d["ratio"].max()),  # type: ignore[arg-type]
+                twin_above=int((d["ratio"] > 1).sum()),
+                within_25pct=int(((d["ratio"] - 1).abs() <= 0.25).sum()),
+                corr_real_twin=corr,
+            )
+        )
+    return pl.DataFrame(out)
+
+
+_WAKE = re.compile(r"-(\d+)\s+\[\d+\].*?: kvm_vcpu_wakeup: (wait|poll) time (\d+) ns")
+_WINDOW = re.compile(r"-(\d+)\s+\[\d+\].*?: kvm_halt_poll_ns: vcpu \d+: halt_poll_ns (\d+) \((grow|shrink)")
+
+
+def window_trace(cell: int, duration_s: float) -> None:
+    """One traced trial of ``cell``: each vCPU's halts and its poll window's changes."""
+    from vcpulab import _mounts
+
+    try:
+        _mounts.ensure_mounted("tracefs")
+    except OSError as err:
+        print(f"window trace: no tracefs ({err}; mounting it needs root)")
+        return
+    root = "/sys/kernel/tracing" if os.path.exists("/sys/kernel/tracing/events") else "/sys/kernel/debug/tracing"
+    events = ("kvm/kvm_vcpu_wakeup", "kvm/kvm_halt_poll_ns")
+
+    def w(p: str, v: str) -> None:
+        with open(f"{root}/{p}", "w") as f:
+            f.write(v)
+
+    e = twins.wake_placement_grid(duration_s=duration_s)[cell]
+    w("tracing_on", "0")
+    w("trace", "")
+    for ev in events:
+        w(f"events/{ev}/enable", "1")
+    try:
+        w("tracing_on", "1")
+        r = e.run()
+    finally:
+        w("tracing_on", "0")
+        for ev in events:
+            w(f"events/{ev}/enable", "0")
+    with open(f"{root}/trace") as f:
+        text = f.read()
+    w("trace", "")
+    vcpu_of = {int(t): int(v) for t, v in zip(r.threads["tid"], r.threads["vcpu"])}
+    items = float(r.results["rounds"][0])
+    print(f"\nwindow trace: {twins.cell_name(e)}, {items / r.wall_s:.0f} items/s")
+    halts: dict[int, list[tuple[str, int]]] = {}
+    changes: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        if m := _WAKE.search(line):
+            v = vcpu_of.get(int(m.group(1)))
+            if v is not None:
+                halts.setdefault(v, []).append((m.group(2), int(m.group(3))))
+                changes.setdefault(v, []).append(f"{m.group(2)[0]}{int(m.group(3)) // 1000}")
+        elif m := _WINDOW.search(line):
+            v = vcpu_of.get(int(m.group(1)))
+            if v is not None:
+                changes.setdefault(v, []).append(f"{m.group(3)[0]}{int(m.group(2)) // 1000}")
+    for v in sorted(halts):
+        ns = np.array([x[1] for x in halts[v]]) / 1e3
+        polled = sum(1 for x in halts[v] if x[0] == "poll")
+        n_changes = sum(1 for x in changes[v] if x[0] in "gs")
+        print(
+            f"vCPU {v}: {len(ns)} halts, {polled} caught by the poll, lengths p10/p50/p90 "
+            f"{np.percentile(ns, 10):.0f}/{np.median(ns):.0f}/{np.percentile(ns, 90):.0f} us, "
+            f"{n_changes} window changes"
+        )
+        print("   first 60 (p: caught, w: blocked, halt length in us; g/s: the window grown/shrunk to, us):")
+        print("   " + " ".join(changes[v][:60]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--cells", default="1,2,4", help="indices into twins.wake_placement_grid(), comma-separated")
+    ap.add_argument("--duration-s", type=float, default=0.3)
+    ap.add_argument("--window-trace", action="store_true")
+    ap.add_argument("--out", help="Parquet file for the pairs")
+    a = ap.parse_args()
+    cells = [int(x) for x in a.cells.split(",")]
+    t0 = time.monotonic()
+    df = pairs(cells, a.rounds, a.duration_s)
+    with pl.Config(tbl_width_chars=200, fmt_str_lengths=50):
+        print(summary(df))
+    if a.out:
+        df.write_parquet(a.out)
+    if a.window_trace:
+        window_trace(cells[0], a.duration_s)
+    print(f"({time.monotonic() - t0:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
