@@ -766,26 +766,24 @@ fn store_value(a: &mut CodeAssembler, data: Gpa, results: &mut Vec<ResultField>,
 
 /// `dec reg; jnz` delay loop of `n` iterations on `reg` (nothing if `n` = 0).
 fn delay(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    a.mov(reg, n)?;
-    let mut l = a.create_label();
-    a.set_label(&mut l)?;
-    a.dec(reg)?;
-    a.jnz(l)?;
-    Ok(())
+    delay_loop(a, reg, n, false)
 }
 
 /// `n` iterations of `pause; dec reg; jnz` (nothing when n = 0).
 fn delay_pauses(a: &mut CodeAssembler, reg: AsmRegister64, n: u64) -> Result<()> {
+    delay_loop(a, reg, n, true)
+}
+
+fn delay_loop(a: &mut CodeAssembler, reg: AsmRegister64, n: u64, pause: bool) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
     a.mov(reg, n)?;
     let mut l = a.create_label();
     a.set_label(&mut l)?;
-    a.pause()?;
+    if pause {
+        a.pause()?;
+    }
     a.dec(reg)?;
     a.jnz(l)?;
     Ok(())
