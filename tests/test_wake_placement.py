@@ -64,6 +64,35 @@ def test_available_idle_skips_a_worker_whose_preempted_byte_is_set(kvm_host: Any
     assert all(np.isfinite(_col(r, c)[0]) for c in ("wake_median_us", "wake_p99_us", "round_median_us"))
 
 
+def test_run_items_is_the_wakers_log_of_each_item(kvm_host: Any) -> None:
+    """``Run.items``: one row per item (all of them below 4,096), the worker
+    chosen, the pass that chose it and the bytes it read, the same log the
+    results' summaries come from; the host-forced bytes make every choice
+    known in advance. A workload that logs no items has none."""
+    w = WakePlacement(rule="pcpu_is_idle", work=50, rounds=ROUNDS, is_idle_from_host=(2,))
+    r = _run(workload=w, vcpus=3, duration_s=10.0, steal_time=False)
+    it = r.items
+    assert it is not None and it.height == ROUNDS
+    assert it["vm"].to_list() == [0] * ROUNDS and it["item"].to_list() == list(range(ROUNDS))
+    # every item to worker 2, by the first pass, on its forced is_idle byte
+    assert it["target"].to_list() == [2] * ROUNDS and it["pass"].to_list() == [1] * ROUNDS
+    assert it["is_idle"].all() and not it["preempted"].any()
+    assert (it["round_us"] > 0).all()
+    assert _col(r, "chose_is_idle")[0] == it["is_idle"].mean()
+    assert _col(r, "round_median_us")[0] == pytest.approx(float(it["round_us"].median()))  # type: ignore[arg-type]
+    # upstream's rule past worker 1's forced preempted byte: the second pass, and the
+    # log's count per worker is what each worker ran
+    w = WakePlacement(rule="available_idle", work=50, rounds=ROUNDS, preempted_from_host=(1,))
+    r = _run(workload=w, vcpus=4, duration_s=10.0, steal_time=False)
+    it = r.items
+    assert it is not None and it.height == ROUNDS
+    per = {int(t): int(n) for t, n in it.group_by("target").len().iter_rows()}
+    assert per == {v: n for v, n in zip(range(4), _col(r, "items")) if n}
+    assert 1 not in per and set(it["pass"].unique().to_list()) <= {2, 3}
+    assert _col(r, "fallback_share")[0] == (it["pass"] == 3).mean()
+    assert _run(workload=SpinLock(kind="tas"), vcpus=1, duration_s=0.05).items is None
+
+
 def test_under_pinned_is_idle_moves_wake_ups_to_the_idle_cpu(kvm_host: Any) -> None:
     # the waker and worker 1 share CPU 0, worker 2 has CPU 1 to itself: while
     # worker 2 is halted CPU 1 holds no token, and is_idle says so

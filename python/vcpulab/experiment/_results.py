@@ -61,6 +61,11 @@ class Run:
     spins: pl.DataFrame | None = None
     #: dropped (log rows past max_decisions), watchdog_kicks
     schedule_info: dict[str, Any] | None = None
+    #: the per-item log of a program that hands out items (``WakePlacement``: the first 4,096 of
+    #: each VM): vm, item, target (the worker chosen), pass (1 its ``is_idle`` byte set, 2 its
+    #: ``preempted`` byte clear, 3 any idle worker), preempted, is_idle (the chosen worker's
+    #: bytes at the choice), wake_us, round_us; None for other workloads
+    items: pl.DataFrame | None = None
 
     def deltas(self) -> pl.DataFrame:
         """Per-interval deltas of the cumulative columns (steal_ns and the
@@ -108,7 +113,13 @@ class Run:
         frames = [("results", self.results), ("threads", self.threads), ("samples", self.samples)]
         frames += [
             (n, f)
-            for n, f in (("exits", self.exits), ("halts", self.halts), ("wakeups", self.wakeups), ("trace", self.trace))
+            for n, f in (
+                ("exits", self.exits),
+                ("halts", self.halts),
+                ("wakeups", self.wakeups),
+                ("trace", self.trace),
+                ("items", self.items),
+            )
             if f is not None
         ]
         return table("real-KVM run", rows, frames)
@@ -141,8 +152,8 @@ class Trials:
     same configuration (a fresh VM each), every trial's frames kept.
 
     ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
-    ``wakeups``, ``exits``, ``halts``) are the trials' frames stacked with a
-    ``trial`` column; ``quality`` has one row per trial;
+    ``wakeups``, ``exits``, ``halts``; for a program that logs items,
+    ``items``) are the trials' frames stacked with a ``trial`` column; ``quality`` has one row per trial;
     [`summary`][vcpulab.experiment.Trials.summary] gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
@@ -198,6 +209,11 @@ class Trials:
     def halts(self) -> pl.DataFrame | None:
         """The trials' ``Run.halts`` with a ``trial`` column."""
         return self._traced("halts")
+
+    @property
+    def items(self) -> pl.DataFrame | None:
+        """The trials' ``Run.items`` (a program's per-item log) with a ``trial`` column."""
+        return self._traced("items")
 
     @property
     def quality(self) -> pl.DataFrame:

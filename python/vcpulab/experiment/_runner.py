@@ -363,12 +363,17 @@ def run(
                 }
             ).with_columns(pl.Series("cpus", [t["cpus"] for t in rep["threads"]]))
             res_rows: dict[str, list[Any]] = {"vm": [], "vcpu": []}
+            item_frames: list[pl.DataFrame] = []
             for i, (vm, vs, prog, d) in enumerate(zip(vm_objs, groups, progs, drivers)):
                 cols = workload.results(vm, prog, vs, d.result)
                 res_rows["vm"] += [i] * len(vs)
                 res_rows["vcpu"] += [v.id for v in vs]
                 for k, col in cols.items():
                     res_rows.setdefault(k, []).extend(col)
+                log = workload.items(vm, prog, vs)
+                if log is not None:
+                    f = pl.DataFrame({k: np.asarray(v) for k, v in log.items()})
+                    item_frames.append(f.select(pl.lit(i, dtype=pl.Int64).alias("vm"), pl.all()))
             results = pl.DataFrame(res_rows)
             tf = None
             if tracer is not None:
@@ -408,6 +413,8 @@ def run(
             )
             if "schedule" in rep:
                 r.schedule, r.spins, r.schedule_info = _schedule_frames(rep["schedule"])
+            if item_frames:
+                r.items = pl.concat(item_frames)
             if tf is not None:
                 config["trace"] = {
                     "max_events": trace_max_events,

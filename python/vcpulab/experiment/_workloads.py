@@ -54,6 +54,11 @@ class Workload:
     def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
         raise NotImplementedError
 
+    def items(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu]) -> dict[str, Any] | None:
+        """One VM's per-item log, one array per column (``Run.items``); None
+        for a program that logs no items."""
+        return None
+
     def config(self) -> dict[str, Any]:
         return {"workload": self.program, **asdict(self)}  # type: ignore[call-overload]
 
@@ -361,7 +366,9 @@ class WakePlacement(_StopFlag):
     the item, guest TSC), round_median_us, chose_is_idle / chose_preempted
     (shares of items whose chosen worker had that byte set at the choice),
     fallback_share (items no rule placed); the latencies and shares are over
-    the first 4,096 items, which the guest logs one by one. On the workers'
+    the first 4,096 items, which the guest logs one by one (``Run.items``:
+    that log, one row per item: the worker chosen, how, its bytes at the
+    choice, the item's wake-up and round). On the workers'
     rows items (items it ran: every item is run by the worker chosen for it),
     halts and poll_hits.
     """
@@ -414,18 +421,37 @@ class WakePlacement(_StopFlag):
             "vcpus": n_vcpus,
         }
 
-    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+    def items(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu]) -> dict[str, Any]:
+        """The waker's log of the first 4,096 items: item, target (the worker
+        chosen), pass (how: 1 its ``is_idle`` byte set, 2 its ``preempted``
+        byte clear, 3 any idle worker), preempted / is_idle (the chosen
+        worker's bytes at the choice), wake_us (the waker's wake-up → the
+        worker running the item; NaN where the two vCPUs' TSCs disagree),
+        round_us (the wake-up → the waker seeing the completion)."""
         r = vm.results(prog)
         khz = vcpus[0].tsc_khz
-        ids = [v.id for v in vcpus]
-        done = int(r["rounds_done"][0])
-        n = min(done, len(r["target"]))
+        n = min(int(r["rounds_done"][0]), len(r["target"]))
         bytes_ = r["target_bytes"][:n]
         # a wake-up read across vCPUs whose TSCs disagree would wrap: not a latency
         wake = r["wake_cycles"][:n].astype(np.float64)
         wake[r["wake_cycles"][:n] >= 2**63] = np.nan
-        wake_us = wake / khz * 1e3
-        round_us = r["round_cycles"][:n] / khz * 1e3
+        return {
+            "item": np.arange(n, dtype=np.int64),
+            "target": r["target"][:n].astype(np.int64),
+            "pass": r["pass"][:n].astype(np.int64),
+            "preempted": (bytes_ & 1) != 0,
+            "is_idle": (bytes_ & 2) != 0,
+            "wake_us": wake / khz * 1e3,
+            "round_us": r["round_cycles"][:n] / khz * 1e3,
+        }
+
+    def results(self, vm: Vm, prog: Program, vcpus: Sequence[Vcpu], driver: Any) -> dict[str, list[Any]]:
+        r = vm.results(prog)
+        ids = [v.id for v in vcpus]
+        done = int(r["rounds_done"][0])
+        log = self.items(vm, prog, vcpus)
+        n = len(log["item"])
+        wake_us, round_us = log["wake_us"], log["round_us"]
 
         def q(x: np.ndarray, p: float) -> float:
             x = x[np.isfinite(x)]
@@ -443,9 +469,9 @@ class WakePlacement(_StopFlag):
             "wake_median_us": [q(wake_us, 50)] + [nan] * (len(ids) - 1),
             "wake_p99_us": [q(wake_us, 99)] + [nan] * (len(ids) - 1),
             "round_median_us": [q(round_us, 50)] + [nan] * (len(ids) - 1),
-            "chose_is_idle": [share((bytes_ & 2) != 0)] + [nan] * (len(ids) - 1),
-            "chose_preempted": [share((bytes_ & 1) != 0)] + [nan] * (len(ids) - 1),
-            "fallback_share": [share(r["pass"][:n] == 3)] + [nan] * (len(ids) - 1),
+            "chose_is_idle": [share(log["is_idle"])] + [nan] * (len(ids) - 1),
+            "chose_preempted": [share(log["preempted"])] + [nan] * (len(ids) - 1),
+            "fallback_share": [share(log["pass"] == 3)] + [nan] * (len(ids) - 1),
         }
 
 
