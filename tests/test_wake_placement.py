@@ -278,6 +278,9 @@ def test_the_twin_chooses_the_worker_the_real_rule_chooses_under_pinned(kvm_host
 
         r = remeasure(measure, check, quality=lambda r: r.quality)
         real = twins.real_metrics(e, r)
+        # the round's p90 comes from the per-item log, its median from the guest's summary
+        assert r.items is not None and real["round_p90_us"] == float(np.percentile(r.items["round_us"], 90))
+        assert real["round_p90_us"] >= real["round_median_us"]
         assert twins.Experiment.from_run(r).homes == e.homes
         c = twins.twin(r, cal)
         sim_m = twins.sim_metrics(e, c, sim.run(c), cal)
