@@ -428,8 +428,10 @@ class WakePlacement(_StopFlag):
         worker's bytes at the choice), wake_us (the waker's wake-up → the
         worker running the item; NaN where the two vCPUs' TSCs disagree),
         round_us (the wake-up → the waker seeing the completion)."""
-        r = vm.results(prog)
-        khz = vcpus[0].tsc_khz
+        return self._log(vm.results(prog), vcpus[0].tsc_khz)
+
+    @staticmethod
+    def _log(r: dict[str, np.ndarray], khz: float) -> dict[str, np.ndarray]:
         n = min(int(r["rounds_done"][0]), len(r["target"]))
         bytes_ = r["target_bytes"][:n]
         # a wake-up read across vCPUs whose TSCs disagree would wrap: not a latency
@@ -449,7 +451,7 @@ class WakePlacement(_StopFlag):
         r = vm.results(prog)
         ids = [v.id for v in vcpus]
         done = int(r["rounds_done"][0])
-        log = self.items(vm, prog, vcpus)
+        log = self._log(r, vcpus[0].tsc_khz)
         n = len(log["item"])
         wake_us, round_us = log["wake_us"], log["round_us"]
 
