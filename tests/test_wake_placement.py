@@ -91,6 +91,14 @@ def test_run_items_is_the_wakers_log_of_each_item(kvm_host: Any) -> None:
     assert 1 not in per and set(it["pass"].unique().to_list()) <= {2, 3}
     assert _col(r, "fallback_share")[0] == (it["pass"] == 3).mean()
     assert _run(workload=SpinLock(kind="tas"), vcpus=1, duration_s=0.05).items is None
+    # repeated, under vcpulab's scheduler: the trials' logs and decisions, each with its trial
+    w = WakePlacement(rule="pcpu_is_idle", work=50, rounds=50)
+    tr = _run(workload=w, vcpus=3, duration_s=10.0, repeat=2, scheduler=sched.round_robin())
+    assert tr.items is not None and tr.schedule is not None and tr.spins is not None
+    assert tr.items.group_by("trial").len().sort("trial")["len"].to_list() == [50, 50]
+    for i, r in enumerate(tr.runs):
+        assert r.schedule is not None
+        assert tr.schedule.filter(pl.col("trial") == i).drop("trial").equals(r.schedule)
 
 
 def test_under_pinned_is_idle_moves_wake_ups_to_the_idle_cpu(kvm_host: Any) -> None:

@@ -153,7 +153,8 @@ class Trials:
 
     ``results``, ``samples`` and ``threads`` (and, for traced runs, ``trace``,
     ``wakeups``, ``exits``, ``halts``; for a program that logs items,
-    ``items``) are the trials' frames stacked with a ``trial`` column; ``quality`` has one row per trial;
+    ``items``; under vcpulab's scheduler, ``schedule`` and ``spins``) are the
+    trials' frames stacked with a ``trial`` column; ``quality`` has one row per trial;
     [`summary`][vcpulab.experiment.Trials.summary] gives per-vCPU means with Student-t confidence intervals
     across trials.
     """
@@ -214,6 +215,16 @@ class Trials:
     def items(self) -> pl.DataFrame | None:
         """The trials' ``Run.items`` (a program's per-item log) with a ``trial`` column."""
         return self._traced("items")
+
+    @property
+    def schedule(self) -> pl.DataFrame | None:
+        """The trials' ``Run.schedule`` (vcpulab's scheduler's decisions) with a ``trial`` column."""
+        return self._traced("schedule")
+
+    @property
+    def spins(self) -> pl.DataFrame | None:
+        """The trials' ``Run.spins`` (pv spin exits under vcpulab's scheduler) with a ``trial`` column."""
+        return self._traced("spins")
 
     @property
     def quality(self) -> pl.DataFrame:
