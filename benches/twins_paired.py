@@ -1,12 +1,16 @@
 """Is a twin's miss the model's or the host's? Paired calibrations and trials.
 
-    python benches/twins_paired.py [--rounds 10] [--cells 1,2,4] [--duration-s 0.3] [--window-trace] [--out FILE]
+    python benches/twins_paired.py [--grid wake|policies|coscheduling] [--rounds 10] [--cells 1,2,4]
+                                   [--duration-s 0.3] [--window-trace] [--out FILE]
 
 Each round calibrates this host afresh (vcpulab.twins.calibrate) and at once
-runs one real trial of each chosen cell of vcpulab.twins.wake_placement_grid
-(by index: 0-5 with the default poll) and its twin from that calibration
+runs one real trial of each chosen cell of a grid (``--grid``: by default
+vcpulab.twins.wake_placement_grid, by index: 0-5 with the default poll;
+``policies`` / ``coscheduling``: twins.policy_grid / coscheduling_grid, a
+ticket lock under vcpulab's scheduler) and its twin from that calibration
 (seed 0), so every twin is made from a measurement seconds before its trial.
-It prints each pair, then per cell the median of twin / real items per second,
+It prints each pair (the wake cells' items per second, the spin-lock cells'
+acquisitions per second), then per cell the median of twin / real,
 its range, how many pairs the twin is above, and the correlation of twin and
 real across rounds: a miss that leans one way is the model's or the
 calibration's; one that goes both ways and follows the host (a low
@@ -27,37 +31,47 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 
 from vcpulab import twins
 
+#: each grid's cells and the throughput its pairs compare
+GRIDS: dict[str, tuple[Callable[..., list[twins.Experiment]], str]] = {
+    "wake": (twins.wake_placement_grid, "items_per_s"),
+    "policies": (twins.policy_grid, "acq_per_s"),
+    "coscheduling": (twins.coscheduling_grid, "acq_per_s"),
+}
 
-def pairs(cells: list[int], rounds: int, duration_s: float) -> pl.DataFrame:
-    grid = twins.wake_placement_grid(duration_s=duration_s)
-    exps = [grid[i] for i in cells]
+
+def pairs(grid: str, cells: list[int] | None, rounds: int, duration_s: float) -> pl.DataFrame:
+    make, metric = GRIDS[grid]
+    exps = make(duration_s=duration_s)
+    exps = [exps[i] for i in cells] if cells is not None else exps
     rows = []
     for k in range(rounds):
         cal = twins.calibrate(refresh=True)
         for e in exps:
             c = twins.compare(e, trials=1, seeds=1, cal=cal, load="measured")
-            m = c.filter(pl.col("metric") == "items_per_s")
+            m = c.filter(pl.col("metric") == metric)
             real, sim = float(m["real"][0]), float(m["sim"][0])
             rows.append(
                 dict(
                     round=k,
                     cell=twins.cell_name(e),
+                    metric=metric,
                     path_insn_ns=cal["path_insn_ns"],
                     ipi_wake_ns=cal["ipi_wake_ns"],
-                    real_items_per_s=real,
-                    twin_items_per_s=sim,
+                    real=real,
+                    twin=sim,
                     ratio=sim / real if real > 0 else float("nan"),
                 )
             )
             print(
-                f"round {k} {rows[-1]['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, real {real:.0f}, "
-                f"twin {sim:.0f} items/s ({sim / real:.2f})",
+                f"round {k} {rows[-1]['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, {metric} real {real:.0f}, "
+                f"twin {sim:.0f} ({sim / real:.2f})",
                 flush=True,
             )
     return pl.DataFrame(rows)
@@ -67,7 +81,7 @@ def summary(df: pl.DataFrame) -> pl.DataFrame:
     out = []
     for cell in df["cell"].unique(maintain_order=True):
         d = df.filter(pl.col("cell") == cell)
-        r, s = d["real_items_per_s"].to_numpy(), d["twin_items_per_s"].to_numpy()
+        r, s = d["real"].to_numpy(), d["twin"].to_numpy()
         corr = float(np.corrcoef(r, s)[0, 1]) if len(r) > 2 and r.std() > 0 and s.std() > 0 else float("nan")
         out.append(
             dict(
@@ -149,21 +163,27 @@ def window_trace(cell: int, duration_s: float) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="wake")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--cells", default="1,2,4", help="indices into twins.wake_placement_grid(), comma-separated")
+    ap.add_argument(
+        "--cells",
+        help="indices into the grid's cells, comma-separated (default: 1,2,4 of the wake grid, every cell of the others)",
+    )
     ap.add_argument("--duration-s", type=float, default=0.3)
     ap.add_argument("--window-trace", action="store_true")
     ap.add_argument("--out", help="Parquet file for the pairs")
     a = ap.parse_args()
-    cells = [int(x) for x in a.cells.split(",")]
+    cells = [int(x) for x in a.cells.split(",")] if a.cells else ([1, 2, 4] if a.grid == "wake" else None)
+    if a.window_trace and a.grid != "wake":
+        ap.error("--window-trace traces a wake cell's halts: use it with --grid wake")
     t0 = time.monotonic()
-    df = pairs(cells, a.rounds, a.duration_s)
+    df = pairs(a.grid, cells, a.rounds, a.duration_s)
     with pl.Config(tbl_width_chars=200, fmt_str_lengths=50):
         print(summary(df))
     if a.out:
         df.write_parquet(a.out)
     if a.window_trace:
-        window_trace(cells[0], a.duration_s)
+        window_trace(cells[0] if cells else 1, a.duration_s)
     print(f"({time.monotonic() - t0:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     return 0
 
