@@ -200,6 +200,11 @@ CONTEXT: dict[tuple[str, str], dict[str, Any]] = {
     ("Ple", "max"): {"window": 1},
     ("Host", "threads_per_core"): {"n_pcpus": 8},
     ("Vm", "count"): {"vcpus": 1},
+    # a running process (both dwells set) whose other level keeps slow_pct <= fast_pct
+    ("HostSpeed", "fast_pct"): {"slow_pct": 10, "fast_dwell_ns": 1, "slow_dwell_ns": 1},
+    ("HostSpeed", "slow_pct"): {"fast_pct": 1000, "fast_dwell_ns": 1, "slow_dwell_ns": 1},
+    ("HostSpeed", "fast_dwell_ns"): {"slow_dwell_ns": 1},
+    ("HostSpeed", "slow_dwell_ns"): {"fast_dwell_ns": 1},
 }
 #: upper bounds that are another field's value (rules across fields, in the
 #: validator and the descriptions; tested with their classes): only the minimum here
@@ -236,8 +241,8 @@ def _in_config(obj: Any, vm: dict[str, Any] | None = None) -> sim.Config:
         return obj  # type: ignore[no-any-return]
     if name == "Host":
         return sim.Config(host=obj)
-    if name in ("Background", "HostNoise", "Cfs"):
-        attr = {"Background": "background", "HostNoise": "noise", "Cfs": "cfs"}[name]
+    if name in ("Background", "HostNoise", "HostSpeed", "Cfs"):
+        attr = {"Background": "background", "HostNoise": "noise", "HostSpeed": "speed", "Cfs": "cfs"}[name]
         return sim.Config(host=sim.Host(**{attr: obj}))
     if name == "Vm":
         return sim.Config(vms=(obj,))
@@ -265,6 +270,7 @@ def _rust_json(obj: Any, field: str, value: Any, vm: dict[str, Any] | None = Non
             "Host": ["host"],
             "Background": ["host", "background"],
             "HostNoise": ["host", "noise"],
+            "HostSpeed": ["host", "speed"],
             "Cfs": ["host", "cfs"],
             "Vm": ["vms", 0],
         }

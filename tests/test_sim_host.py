@@ -191,6 +191,47 @@ def test_busy_smt_siblings_share_a_core_at_smt_speed_pct():
         sim.Host(smt_speed_pct=5)
 
 
+def test_a_host_speed_process_slows_useful_work_by_its_time_weighted_speed():
+    """Host.speed: each CPU slow (50 %) a third of the time in stretches of 2 ms
+    (fast ones 4 ms): a computing vCPU does ~83 % of the work it does at one
+    speed; each CPU's process is its own (the two CPUs' VMs differ); a half-set
+    process is refused by name."""
+
+    def ops(speed: sim.HostSpeed) -> list[int]:
+        cfg = sim.Config(
+            host=sim.Host(n_pcpus=2, affinity="round_robin", speed=speed),
+            # one 1-vCPU VM per CPU (vCPU g on CPU g mod 2)
+            vms=tuple(
+                sim.Vm(
+                    vcpus=1,
+                    workload=sim.Workload(phases=(sim.Compute(ns=100_000),)),
+                    policy=sim.Policy(kind="no_yield"),
+                )
+                for _ in range(2)
+            ),
+            duration_ns=4_000_000_000,
+            seed=3,
+        )
+        return sim.run(cfg).vms["ops"].to_list()
+
+    one = ops(sim.HostSpeed())
+    assert one == [39_999, 39_999]  # the last phase ends at the run's end, uncounted
+    two = ops(sim.HostSpeed(fast_pct=100, slow_pct=50, fast_dwell_ns=4_000_000, slow_dwell_ns=2_000_000))
+    # ~670 slow stretches per CPU: the slow share's standard error is ~2 % of the run
+    assert all(0.78 <= n / 40_000 <= 0.89 for n in two), two
+    assert two[0] != two[1]
+    assert sim.HostSpeed(fast_pct=90, slow_pct=60, fast_dwell_ns=1, slow_dwell_ns=1).is_on
+    assert not sim.HostSpeed().is_on
+    with pytest.raises(ValueError, match="fast_dwell_ns and slow_dwell_ns must be both 0"):
+        sim.HostSpeed(fast_dwell_ns=1_000_000)
+    with pytest.raises(ValueError, match="slow_pct must be <= fast_pct"):
+        sim.HostSpeed(fast_pct=80, slow_pct=90, fast_dwell_ns=1, slow_dwell_ns=1)
+    with pytest.raises(ValueError, match="must be 100 while the process is off"):
+        sim.HostSpeed(slow_pct=50)
+    with pytest.raises(ValueError, match="HostSpeed.slow_pct must be >= 10"):
+        sim.HostSpeed(slow_pct=5, fast_dwell_ns=1, slow_dwell_ns=1)
+
+
 def test_a_shuffled_start_map_takes_never_sleeping_unpinned_vcpus_out_of_lock_step():
     """6.x host (EEVDF, select_task_rq_fair, load balancing, noise, seeded
     ties, wake-up latencies). The index start map (vCPU g on CPU g mod 80)

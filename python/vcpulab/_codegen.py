@@ -44,6 +44,7 @@ RUST_DEFS = {
     "Host": "HostConfig",
     "Background": "Background",
     "HostNoise": "HostNoise",
+    "HostSpeed": "HostSpeed",
     "Cfs": "CfsConfig",
     "Ple": "PleConfig",
     "Policy": "PolicyConfig",

@@ -300,32 +300,8 @@ impl Sim {
     }
 
     /// Whether a CPU other than `cpu` of its core runs something.
-    fn sibling_busy(&self, cpu: usize) -> bool {
+    pub(crate) fn sibling_busy(&self, cpu: usize) -> bool {
         self.core_cpus(cpu).any(|c| c != cpu && self.rqs[c].curr.is_some())
-    }
-
-    /// Wall time of `dur` ns of useful work starting now on vCPU `v`'s CPU:
-    /// stretched by 100 / smt_speed_pct while a sibling is busy.
-    pub(crate) fn smt_duration(&self, v: usize, dur: Ns) -> (Ns, bool) {
-        if !self.topo.smt_slow {
-            return (dur, false);
-        }
-        match self.vcpus[v].running {
-            Some(cpu) if self.sibling_busy(cpu as usize) => {
-                ((dur * 100).div_ceil(self.cfg.host.smt_speed_pct as u64), true)
-            }
-            _ => (dur, false),
-        }
-    }
-
-    /// Work done in `el` ns of wall time at the speed an activity started with.
-    #[inline]
-    pub(crate) fn smt_progress(&self, el: Ns, slow: bool) -> Ns {
-        if slow {
-            el * self.cfg.host.smt_speed_pct as u64 / 100
-        } else {
-            el
-        }
     }
 
     /// `cpu` went from idle to busy or back: the vCPUs doing useful work on
@@ -333,15 +309,7 @@ impl Sim {
     pub(crate) fn smt_sibling_changed(&mut self, cpu: usize) {
         let sibs: Vec<usize> = self.core_cpus(cpu).filter(|&c| c != cpu).collect();
         for c in sibs {
-            let Some(t) = self.rqs[c].curr else { continue };
-            let TaskKind::Vcpu(v) = self.tasks[t as usize].kind else { continue };
-            let v = v as usize;
-            if let Act::Exec { slow, .. } = self.vcpus[v].act {
-                if slow != self.sibling_busy(c) {
-                    self.pause_act(v);
-                    self.vcpu_step(v);
-                }
-            }
+            self.speed_changed(c);
         }
     }
 }

@@ -13,6 +13,7 @@ use super::engine::Sim;
 use super::guest::effective_lock_kind;
 use super::halt_poll::HaltPollState;
 use super::queue::EventQueue;
+use super::speed::SpeedProc;
 use super::state::*;
 use super::trace::Trace;
 use super::PolicyMaker;
@@ -79,6 +80,7 @@ impl Sim {
             noise_src: Vec::new(),
             wake_latency: cfg.host.wakeup_ipi_ns > 0 || !cfg.host.idle_states.is_empty(),
             nohz_next: 0,
+            speed: SpeedProc::new(&cfg.host.speed, p as usize, cfg.seed),
             topo: Topology {
                 ncores: 1,
                 cores_per_socket: 1,

@@ -280,7 +280,7 @@ impl Sim {
             };
             d = (d as f64 * f).round() as Ns;
         }
-        d
+        self.host_path_ns(cpu, d)
     }
 
     /// A factor drawn log-normal with median 1 and `j` as the standard

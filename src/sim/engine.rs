@@ -15,6 +15,7 @@ use rand_pcg::Pcg64Mcg;
 
 use super::config::{Dist, Scheduler, SimConfig, StartOrder, WakePlacement};
 use super::queue::{Ev, EventQueue};
+use super::speed::SpeedProc;
 use super::state::*;
 use super::trace::Trace;
 use super::SimError;
@@ -110,6 +111,8 @@ pub struct Sim {
     pub wake_latency: bool,
     /// Earliest instant of the next nohz idle-balance kick.
     pub nohz_next: Ns,
+    /// Each host CPU's state of `Host.speed`, and its RNG stream.
+    pub speed: SpeedProc,
 }
 
 impl Sim {
@@ -258,6 +261,7 @@ impl Sim {
             self.push(sleep, Ev::BgWake(t));
         }
         self.start_noise();
+        self.start_speed();
         if self.cfg.host.scheduler == Scheduler::Gang {
             self.push(0, Ev::Gang);
         }
@@ -314,6 +318,7 @@ impl Sim {
             Ev::GuestBalance(vm) => self.guest_nohz_balance(vm as usize),
             Ev::Start(v) => self.vcpu_arrive(v as usize),
             Ev::Token(c, gen) => self.token_slice_end(c as usize, gen),
+            Ev::Speed(c) => self.speed_switch(c as usize),
         }
     }
 

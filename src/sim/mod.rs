@@ -33,6 +33,7 @@ pub mod policy;
 mod queue;
 mod sched;
 mod schema_walk;
+mod speed;
 mod state;
 pub mod sweep;
 pub mod table;

@@ -22,6 +22,8 @@ pub enum Ev {
     Start(u32),
     /// A run token's slice ends on a CPU (`Scheduler::RoundRobin`; generation-checked).
     Token(u32, u32),
+    /// A host CPU's speed changes state (`Host.speed`).
+    Speed(u32),
 }
 /// A queued event. `key` is (time, seq) as one 128-bit number: one integer
 /// comparison orders two entries, and keys are unique (seq is).

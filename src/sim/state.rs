@@ -351,9 +351,10 @@ pub enum ExecWhat {
 pub enum Act {
     /// Not running, or between activities.
     Off,
-    /// Useful work of the current thread or of an IPI handler; `slow`: at
-    /// the SMT speed (`Host.smt_speed_pct`: a sibling was busy when it started).
-    Exec { start: Ns, end: Ns, what: ExecWhat, slow: bool },
+    /// Useful work of the current thread or of an IPI handler, at `pct`
+    /// percent of the nominal speed (its CPU's speed when it was planned:
+    /// `Host.smt_speed_pct` while a sibling is busy, `Host.speed`'s state).
+    Exec { start: Ns, end: Ns, what: ExecWhat, pct: u32 },
     /// Spinning in guest kernel mode; `ple_at`/`pv_at` are the PLE-exit and
     /// SPIN_THRESHOLD instants (NEVER if not applicable).
     Spin { start: Ns, ple_at: Ns, pv_at: Ns },

@@ -58,7 +58,7 @@ impl Sim {
         if switch > 0 {
             // context_switch() and kvm_arch_vcpu_load() first (Host.switch_ns)
             // (the guest's own state, in_kernel included, is left as it was)
-            let end = self.now + switch;
+            let end = self.now + self.host_path_ns(cpu, switch);
             self.set_act(v, Act::Exit { end, kind: ExitKind::Switch }, end, C_EXIT);
             return;
         }
@@ -85,6 +85,7 @@ impl Sim {
                         // Pv.halt_wake_jitter: a log-normal draw around the median
                         cost = (cost as f64 * self.lognormal_factor(j)).round() as Ns;
                     }
+                    cost = self.host_path_ns(cpu, cost);
                     if cost > 0 {
                         // the block's return before the guest resumes (Pv.halt_wake_ns);
                         // exit_done resumes it, no longer halted
@@ -237,11 +238,11 @@ impl Sim {
     pub fn pause_act(&mut self, v: usize) {
         let now = self.now;
         match self.vcpus[v].act {
-            Act::Exec { start, what, slow, .. } => {
+            Act::Exec { start, what, pct, .. } => {
                 // the cache refill owed comes first, then the work
                 let cold = self.vcpus[v].cold_ns.min(now - start);
                 self.vcpus[v].cold_ns -= cold;
-                let el = self.smt_progress(now - start - cold, slow);
+                let el = self.work_progress(now - start - cold, pct);
                 match what {
                     ExecWhat::Ipi => {
                         let vc = &mut self.vcpus[v];
@@ -450,9 +451,9 @@ impl Sim {
             }
         };
         self.vcpus[v].in_kernel = kernel;
-        let (dur, slow) = self.smt_duration(v, dur);
+        let (dur, pct) = self.work_duration(v, dur);
         let dur = dur + self.vcpus[v].cold_ns;
-        self.set_act(v, Act::Exec { start: now, end: now + dur, what, slow }, now + dur, C_USEFUL);
+        self.set_act(v, Act::Exec { start: now, end: now + dur, what, pct }, now + dur, C_USEFUL);
     }
 
     pub(crate) fn start_spin(&mut self, v: usize, pv: bool) {

@@ -83,6 +83,7 @@ __all__ = [
     "HaltPoll",
     "Host",
     "HostNoise",
+    "HostSpeed",
     "Ipi",
     "Lock",
     "Phase",
@@ -138,6 +139,72 @@ class Background(_Base):
     burst_ns: int = 200_000
     weight: int = 1024
     # END GENERATED FIELDS
+
+
+@dataclass(frozen=True)
+class HostSpeed(_Base):
+    """Each host CPU's speed moving between a fast and a slow state.
+
+    A two-state process per CPU, independent across CPUs: each stretch in a
+    state lasts an exponential time of the state's mean (drawn from the
+    run's third RNG stream, so the run's other draws do not move when it is
+    on). A vCPU's useful work (its threads' compute and lock holds, IPI
+    handlers, its start) runs at its CPU's speed (times
+    [`Host.smt_speed_pct`][vcpulab.sim.Host] where a sibling is busy), and
+    work in progress is re-planned when the state changes; spinning,
+    polling, exits and wake-up latencies keep their length. Each CPU starts
+    in a state drawn from the stationary shares.
+
+    It stands for a host whose CPUs do not run at one speed: a hypervisor
+    below a nested host (vcpulab's own CI machines: their emulated
+    instructions cost ~1,070 ns in fast stretches of 0.2-2 s and
+    ~1,400-1,800 ns in slow ones of ~0.1-0.4 s, measured by
+    [`twins.speed_probe`][vcpulab.twins.speed_probe]), frequency changes,
+    other tenants on a shared core or memory bus. Simplified: two levels,
+    not a continuum; memoryless dwells (no period). Off by default.
+
+    Attributes:
+        fast_pct: Speed in the fast state, percent of the nominal speed (the speed at which a
+            phase's `ns` is its length). Default 100.
+        slow_pct: Speed in the slow state, percent of the nominal speed, at most `fast_pct`.
+            Default 100.
+        fast_dwell_ns: Mean length of a stretch in the fast state, ns. Default 0: the process is
+            off (both dwells 0) and every CPU runs at 100 %.
+        slow_dwell_ns: Mean length of a stretch in the slow state, ns. Default 0 (off).
+        host_paths: The state's speed also stretches the host's own paths on the CPU: a vCPU's
+            wake-up latency there (`wakeup_ipi_ns` and an idle state's exit), its context switch in
+            (`switch_ns`) and a blocked halt's return (`Pv.halt_wake_ns`), as when the whole CPU
+            runs slower (a hypervisor below giving it less). Default False: only the vCPUs' useful
+            work (guest instructions) slows.
+    """
+
+    # BEGIN GENERATED FIELDS (HostSpeed): python -m vcpulab._codegen
+    fast_pct: int = 100
+    slow_pct: int = 100
+    fast_dwell_ns: int = 0
+    slow_dwell_ns: int = 0
+    host_paths: bool = field(default=False, metadata=_NEW)
+    # END GENERATED FIELDS
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        if (self.fast_dwell_ns == 0) != (self.slow_dwell_ns == 0):
+            raise ValueError(
+                "HostSpeed.fast_dwell_ns and slow_dwell_ns must be both 0 (off) or both > 0, "
+                f"got {self.fast_dwell_ns} and {self.slow_dwell_ns}"
+            )
+        if self.slow_pct > self.fast_pct:
+            raise ValueError(f"HostSpeed.slow_pct must be <= fast_pct ({self.fast_pct}), got {self.slow_pct}")
+        if self.fast_dwell_ns == 0 and (self.fast_pct, self.slow_pct) != (100, 100):
+            raise ValueError(
+                "HostSpeed.fast_pct and slow_pct must be 100 while the process is off (dwells 0), "
+                f"got {self.fast_pct} and {self.slow_pct}"
+            )
+
+    @property
+    def is_on(self) -> bool:
+        """Whether the process runs (both dwells set)."""
+        return self.fast_dwell_ns > 0 and self.slow_dwell_ns > 0
 
 
 @dataclass(frozen=True)
@@ -418,6 +485,8 @@ class Host(_Base):
             https://www.cs.sfu.ca/~fedorova/Teaching/CMPT886/Spring2007/papers/hyper-threading.pdf
             (the same figure for every era: vcpulab has no per-generation source). Spinning, exits
             and polling are not slowed.
+        speed: Each host CPU's speed as a process of its own, see
+            [`HostSpeed`][vcpulab.sim.HostSpeed]. Default off (one speed).
         start_placement: The host CPU each unpinned (`affinity="all"`) vCPU thread starts on:
             `"index"` (default: vCPU g, counted over all VMs, on CPU g mod P, so that VM k shares
             its CPUs with the VMs P / vcpus apart and nothing else) or `"shuffled"` (the balanced
@@ -573,6 +642,7 @@ class Host(_Base):
     lb_busy_factor: int = field(default=16, metadata=_NEW)
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)
     smt_speed_pct: int = field(default=100, metadata=_NEW)
+    speed: HostSpeed = field(default_factory=HostSpeed, metadata=_NEW)
     start_placement: str = field(default="index", metadata=_NEW)
     migration_cold_core_ns: int = field(default=0, metadata=_NEW)
     migration_cold_llc_ns: int = field(default=0, metadata=_NEW)
@@ -646,6 +716,8 @@ class Host(_Base):
             return Background.from_dict(v)
         if name == "noise":
             return HostNoise.from_dict(v)
+        if name == "speed":
+            return HostSpeed.from_dict(v)
         if name == "cfs":
             return Cfs.from_dict(v)
         if name == "idle_states":

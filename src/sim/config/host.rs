@@ -414,6 +414,10 @@ pub struct HostConfig {
     #[schemars(range(min = limits::MIN_SMT_SPEED_PCT, max = 100))]
     #[schemars(extend("x-omit-default" = true))]
     pub smt_speed_pct: u32,
+    /// Each host CPU's speed as a process of its own, see
+    /// [`HostSpeed`][vcpulab.sim.HostSpeed]. Default off (one speed).
+    #[schemars(extend("x-omit-default" = true))]
+    pub speed: HostSpeed,
     /// The host CPU each unpinned (`affinity="all"`)
     /// vCPU thread starts on: `"index"` (default: vCPU g, counted over
     /// all VMs, on CPU g mod P, so that VM k shares its CPUs with the
@@ -680,6 +684,63 @@ impl Default for HostNoise {
     }
 }
 
+/// Each host CPU's speed moving between two states, independently per
+/// CPU: a two-state Markov process whose dwell in each state is drawn
+/// exponential with the state's mean (from the run's third RNG stream, so
+/// the other draws do not move when it is on). A vCPU's useful work
+/// (its threads' compute and lock holds, IPI handlers, its start) runs at
+/// the speed of its CPU's state, times the SMT speed where that applies;
+/// work in progress is re-planned when the state changes. Spinning,
+/// polling, exits and wake-up latencies keep their length. Each CPU starts
+/// in a state drawn from the process's stationary shares.
+///
+/// What it stands for: a host whose CPUs' speed is not one number over a
+/// run (a hypervisor below a nested host, frequency changes, other tenants
+/// on a shared core or memory bus). Simplified: two levels, not a
+/// continuum; exponential dwells (no period). Off by default; `twins.calibrate`
+/// measures it on this host (the speed probe's fast and slow levels and
+/// the mean length of their stretches).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HostSpeed {
+    /// Speed in the fast state, percent of the nominal speed (the speed
+    /// at which a phase's `ns` is its length). Default 100.
+    #[schemars(range(min = limits::MIN_SPEED_PCT, max = limits::MAX_SPEED_PCT))]
+    pub fast_pct: u32,
+    /// Speed in the slow state, percent of the nominal speed, at most
+    /// `fast_pct`. Default 100.
+    #[schemars(range(min = limits::MIN_SPEED_PCT, max = limits::MAX_SPEED_PCT))]
+    pub slow_pct: u32,
+    /// Mean length of a stretch in the fast state, ns. Default 0: the
+    /// process is off (both dwells 0) and every CPU runs at 100 %.
+    #[schemars(range(max = limits::MAX_DURATION_NS))]
+    pub fast_dwell_ns: u64,
+    /// Mean length of a stretch in the slow state, ns. Default 0 (off).
+    #[schemars(range(max = limits::MAX_DURATION_NS))]
+    pub slow_dwell_ns: u64,
+    /// The state's speed also stretches the host's own paths on the CPU:
+    /// a vCPU's wake-up latency there (`wakeup_ipi_ns` and an idle state's
+    /// exit), its context switch in (`switch_ns`) and a blocked halt's
+    /// return (`Pv.halt_wake_ns`), as when the
+    /// whole CPU runs slower (a hypervisor below giving it less). Default
+    /// False: only the vCPUs' useful work (guest instructions) slows.
+    #[schemars(extend("x-omit-default" = true))]
+    pub host_paths: bool,
+}
+
+impl Default for HostSpeed {
+    fn default() -> Self {
+        HostSpeed { fast_pct: 100, slow_pct: 100, fast_dwell_ns: 0, slow_dwell_ns: 0, host_paths: false }
+    }
+}
+
+impl HostSpeed {
+    /// Whether the process runs (both dwells set).
+    pub fn is_on(&self) -> bool {
+        self.fast_dwell_ns > 0 && self.slow_dwell_ns > 0
+    }
+}
+
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum TunableScaling {
@@ -796,6 +857,7 @@ impl Default for HostConfig {
             lb_busy_factor: 16,
             migration_cost_ns: 500_000,
             smt_speed_pct: 100,
+            speed: HostSpeed::default(),
             start_placement: StartPlacement::Index,
             migration_cold_core_ns: 0,
             migration_cold_llc_ns: 0,

@@ -107,6 +107,9 @@ pub mod limits {
     pub const MAX_THREADS_PER_CORE: u32 = 8;
     pub const MAX_LB_BUSY_FACTOR: u32 = 1024;
     pub const MIN_SMT_SPEED_PCT: u32 = 10;
+    /// `HostSpeed`'s levels, percent of the nominal speed.
+    pub const MIN_SPEED_PCT: u32 = 10;
+    pub const MAX_SPEED_PCT: u32 = 1000;
     /// Shortest guest tick period, ns (CONFIG_HZ=10000 would be 100 µs; real guests use 100-1000 Hz).
     pub const MIN_GUEST_TICK_NS: u64 = 100_000;
     /// Host noise: bursts per second, and the shortest mean burst, ns.

@@ -114,6 +114,22 @@ impl SimConfig {
                 format!("host.noise.{name}_hz * {name}_ns must be <= 0.5 s per s (half a CPU), got {hz} * {ns}")
             })?;
         }
+        let sp = &h.speed;
+        check((sp.fast_dwell_ns == 0) == (sp.slow_dwell_ns == 0), || {
+            format!(
+                "host.speed.fast_dwell_ns and slow_dwell_ns must be both 0 (off) or both > 0, got {} and {}",
+                sp.fast_dwell_ns, sp.slow_dwell_ns
+            )
+        })?;
+        check(sp.slow_pct <= sp.fast_pct, || {
+            format!("host.speed.slow_pct must be <= fast_pct ({}), got {}", sp.fast_pct, sp.slow_pct)
+        })?;
+        check(sp.is_on() || (sp.fast_pct == 100 && sp.slow_pct == 100), || {
+            format!(
+                "host.speed.fast_pct and slow_pct must be 100 while the process is off (dwells 0), got {} and {}",
+                sp.fast_pct, sp.slow_pct
+            )
+        })?;
         let c = &h.cfs;
         check(c.min_granularity_ns <= c.latency_ns, || {
             format!(
