@@ -152,8 +152,9 @@ class HostSpeed(_Base):
     handlers, its start) runs at its CPU's speed (times
     [`Host.smt_speed_pct`][vcpulab.sim.Host] where a sibling is busy), and
     work in progress is re-planned when the state changes; spinning,
-    polling, exits and wake-up latencies keep their length. Each CPU starts
-    in a state drawn from the stationary shares.
+    polling and exits keep their length, and wake-up latencies too unless
+    ``host_paths`` says the state slows the host's own paths as well. Each
+    CPU starts in a state drawn from the stationary shares.
 
     It stands for a host whose CPUs do not run at one speed: a hypervisor
     below a nested host (vcpulab's own CI machines: their emulated

@@ -691,7 +691,8 @@ impl Default for HostNoise {
 /// (its threads' compute and lock holds, IPI handlers, its start) runs at
 /// the speed of its CPU's state, times the SMT speed where that applies;
 /// work in progress is re-planned when the state changes. Spinning,
-/// polling, exits and wake-up latencies keep their length. Each CPU starts
+/// polling and exits keep their length, and wake-up latencies too unless
+/// `host_paths` says otherwise. Each CPU starts
 /// in a state drawn from the process's stationary shares.
 ///
 /// What it stands for: a host whose CPUs' speed is not one number over a
