@@ -2,7 +2,7 @@
 
     python benches/reference_calibration.py        # on the project's machine, quiet
 
-Runs vcpulab.twins.calibrate() (about 3 s of real KVM) and saves it over
+Runs vcpulab.twins.calibrate() (about 10 s of real KVM) and saves it over
 vcpulab.twins.REFERENCE_CALIBRATION, the calibration twins use where
 /dev/kvm is absent (vcpulab.twins.reference_calibration, the pytest
 fixture twin_calibration). Its provenance records this command, the

@@ -46,55 +46,85 @@ GRIDS: dict[str, tuple[Callable[..., list[twins.Experiment]], str]] = {
 }
 
 
-def pairs(grid: str, cells: list[int] | None, rounds: int, duration_s: float) -> pl.DataFrame:
+def without_speed(cal: twins.Calibration) -> twins.Calibration:
+    """``cal`` less its speed probe: its twins run at one speed."""
+    vals = {k: v for k, v in cal.values.items() if k not in twins.SPEED_KEYS}
+    return twins.Calibration(values=vals, cpu=cal.cpu, provenance=cal.provenance)
+
+
+def pairs(grid: str, cells: list[int] | None, rounds: int, duration_s: float, seeds: int) -> pl.DataFrame:
     make, metric = GRIDS[grid]
     exps = make(duration_s=duration_s)
     exps = [exps[i] for i in cells] if cells is not None else exps
     rows = []
     for k in range(rounds):
         cal = twins.calibrate(refresh=True)
+        one = without_speed(cal)
+        speed = twins.host_speed_of(cal.values)
         for e in exps:
-            c = twins.compare(e, trials=1, seeds=1, cal=cal, load="measured")
-            m = c.filter(pl.col("metric") == metric)
-            real, sim = float(m["real"][0]), float(m["sim"][0])
+            real_runs = twins.run_real(e, trials=1, cal=cal)
+            sims = []
+            for c_, hs in ((cal, True), (one, True), (cal, "work")):
+                c = twins.compare(e, trials=1, seeds=seeds, cal=c_, real=real_runs, load="measured", host_speed=hs)
+                m = c.filter(pl.col("metric") == metric)
+                real = float(m["real"][0])
+                sims.append(float(m["sim"][0]))
             rows.append(
                 dict(
                     round=k,
                     cell=twins.cell_name(e),
                     metric=metric,
                     path_insn_ns=cal["path_insn_ns"],
-                    ipi_wake_ns=cal["ipi_wake_ns"],
+                    slow_pct=speed.slow_pct,
+                    slow_share=speed.slow_dwell_ns / max(speed.slow_dwell_ns + speed.fast_dwell_ns, 1),
                     real=real,
-                    twin=sim,
-                    ratio=sim / real if real > 0 else float("nan"),
+                    twin=sims[0],
+                    twin_one_speed=sims[1],
+                    twin_work_only=sims[2],
+                    ratio=sims[0] / real if real > 0 else float("nan"),
+                    ratio_one_speed=sims[1] / real if real > 0 else float("nan"),
+                    ratio_work_only=sims[2] / real if real > 0 else float("nan"),
                 )
             )
+            r = rows[-1]
             print(
-                f"round {k} {rows[-1]['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, {metric} real {real:.0f}, "
-                f"twin {sim:.0f} ({sim / real:.2f})",
+                f"round {k} {r['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, slow {speed.slow_pct} % "
+                f"{r['slow_share']:.1%} of the time; {metric} real {real:.0f}, twin {sims[0]:.0f} "
+                f"({r['ratio']:.2f}), one speed {sims[1]:.0f} ({r['ratio_one_speed']:.2f}), "
+                f"work only {sims[2]:.0f} ({r['ratio_work_only']:.2f})",
                 flush=True,
             )
     return pl.DataFrame(rows)
 
 
 def summary(df: pl.DataFrame) -> pl.DataFrame:
+    """Per cell and twin (the host's speed process on the guest's work and the
+    host's paths, on the work only, one speed): the
+    median twin / real, its range, pairs the twin is above, within 25 %, and
+    the twin's correlation with the real trial across rounds."""
     out = []
     for cell in df["cell"].unique(maintain_order=True):
         d = df.filter(pl.col("cell") == cell)
-        r, s = d["real"].to_numpy(), d["twin"].to_numpy()
-        corr = float(np.corrcoef(r, s)[0, 1]) if len(r) > 2 and r.std() > 0 and s.std() > 0 else float("nan")
-        out.append(
-            dict(
-                cell=cell,
-                pairs=d.height,
-                median_ratio=float(d["ratio"].median()),  # type: ignore[arg-type]
-                min_ratio=float(d["ratio"].min()),  # type: ignore[arg-type]
-                max_ratio=float(d["ratio"].max()),  # type: ignore[arg-type]
-                twin_above=int((d["ratio"] > 1).sum()),
-                within_25pct=int(((d["ratio"] - 1).abs() <= 0.25).sum()),
-                corr_real_twin=corr,
+        for twin_col, ratio_col, name in (
+            ("twin", "ratio", "speed process"),
+            ("twin_work_only", "ratio_work_only", "process, work only"),
+            ("twin_one_speed", "ratio_one_speed", "one speed"),
+        ):
+            r, s = d["real"].to_numpy(), d[twin_col].to_numpy()
+            corr = float(np.corrcoef(r, s)[0, 1]) if len(r) > 2 and r.std() > 0 and s.std() > 0 else float("nan")
+            out.append(
+                dict(
+                    cell=cell,
+                    twin=name,
+                    pairs=d.height,
+                    median_ratio=float(d[ratio_col].median()),  # type: ignore[arg-type]
+                    min_ratio=float(d[ratio_col].min()),  # type: ignore[arg-type]
+                    max_ratio=float(d[ratio_col].max()),  # type: ignore[arg-type]
+                    twin_above=int((d[ratio_col] > 1).sum()),
+                    within_25pct=int(((d[ratio_col] - 1).abs() <= 0.25).sum()),
+                    corr_real_twin=corr,
+                )
             )
-        )
     return pl.DataFrame(out)
 
 
@@ -170,14 +200,22 @@ def main() -> int:
         help="indices into the grid's cells, comma-separated (default: 1,2,4 of the wake grid, every cell of the others)",
     )
     ap.add_argument("--duration-s", type=float, default=0.3)
+    ap.add_argument("--seeds", type=int, default=3, help="twin seeds per pair (default 3)")
+    ap.add_argument(
+        "--probe-s", type=float, help="seconds of each calibration's speed probe (default twins.SPEED_PROBE_S)"
+    )
     ap.add_argument("--window-trace", action="store_true")
     ap.add_argument("--out", help="Parquet file for the pairs")
     a = ap.parse_args()
     cells = [int(x) for x in a.cells.split(",")] if a.cells else ([1, 2, 4] if a.grid == "wake" else None)
     if a.window_trace and a.grid != "wake":
         ap.error("--window-trace traces a wake cell's halts: use it with --grid wake")
+    if a.probe_s is not None:
+        import vcpulab.twins._calibration as _cal
+
+        _cal.SPEED_PROBE_S = a.probe_s
     t0 = time.monotonic()
-    df = pairs(a.grid, cells, a.rounds, a.duration_s)
+    df = pairs(a.grid, cells, a.rounds, a.duration_s, a.seeds)
     with pl.Config(tbl_width_chars=200, fmt_str_lengths=50):
         print(summary(df))
     if a.out:

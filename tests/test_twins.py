@@ -610,6 +610,59 @@ def test_directions_pair_cells_that_differ_in_one_factor() -> None:
     assert len(d) == 2
 
 
+def test_the_speed_process_is_fitted_from_a_probes_samples() -> None:
+    """fit_speed: two CPUs' 5-ms costs per instruction, fast (1,000 ns) with a
+    slow stretch (1,500 ns) of 20 samples on CPU 0 and two of 10 on CPU 1, one
+    isolated spike (smoothed away): the levels relative to the median, each
+    state's time over the changes out of it; no slow stretch → off."""
+    dt = 5_000_000
+    c0 = [1000.0] * 40 + [1500.0] * 20 + [1000.0] * 40
+    c1 = [1000.0] * 30 + [1500.0] * 10 + [1000.0] * 20 + [1500.0] * 10 + [1000.0] * 30
+    c1[5] = 2000.0  # one sample: not a stretch
+    rows = [(cpu, i * dt, x) for cpu, xs in ((0, c0), (1, c1)) for i, x in enumerate(xs)]
+    samples = pl.DataFrame(rows, schema=["pcpu", "t_ns", "insn_ns"], orient="row")
+    out, vals = twins.fit_speed(samples, float(dt))
+    assert out["slow"].sum() == 40
+    assert vals["speed_fast_pct"].value == pytest.approx(100.0)
+    assert vals["speed_slow_pct"].value == pytest.approx(100 * 1000 / 1500)
+    # 40 slow samples over 3 changes out of slow; 160 fast ones over 3 changes out of fast
+    assert vals["speed_slow_dwell_ns"].value == pytest.approx(40 * dt / 3)
+    assert vals["speed_fast_dwell_ns"].value == pytest.approx(160 * dt / 3)
+    hs = twins.host_speed_of(vals)
+    assert (hs.fast_pct, hs.slow_pct, hs.slow_dwell_ns) == (100, 67, round(40 * dt / 3))
+    # a steady host: no process, and a twin of it runs at one speed
+    flat = samples.with_columns(pl.lit(1000.0).alias("insn_ns"))
+    _, vals = twins.fit_speed(flat, float(dt))
+    assert not twins.host_speed_of(vals).is_on and "no two-state process" in vals["speed_fast_pct"].how
+
+
+def test_a_twin_runs_at_its_calibrations_speed_process() -> None:
+    """twin(): a calibration with a speed probe gives every twin's host its
+    process (host_speed=False, or a calibration without one: one speed)."""
+    exp = Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=2, pcpus=(0,))
+    cal = fake_cal()
+    assert twins.twin(exp, cal).host.speed == sim.HostSpeed()
+    probe = {"speed_fast_pct": 101.0, "speed_slow_pct": 70.4, "speed_fast_dwell_ns": 8e8, "speed_slow_dwell_ns": 1.5e8}
+    vals = dict(cal.values) | {k: Value(v, "", "given by the test") for k, v in probe.items()}
+    with_speed = Calibration(values=vals, cpu=0)
+    hs = twins.twin(exp, with_speed).host.speed
+    assert hs == sim.HostSpeed(
+        fast_pct=101, slow_pct=70, fast_dwell_ns=800_000_000, slow_dwell_ns=150_000_000, host_paths=True
+    )
+    assert not twins.twin(exp, with_speed, host_speed="work").host.speed.host_paths
+    assert twins.twin(exp, with_speed, host_speed=False).host.speed == sim.HostSpeed()
+    with pytest.raises(ValueError, match="host_speed must be True, False or 'work'"):
+        twins.twin(exp, with_speed, host_speed="paths")  # type: ignore[arg-type]
+    # the process lowers an uncontended lock's rate (its slow stretches' work takes
+    # longer); contended cells need not move one way (the tick meets other phases)
+    alone = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=1, pcpus=(0,), duration_s=2.0)
+
+    def acq(c: Calibration) -> float:
+        return sum(float(sim.run(twins.twin(alone, c, seed=k)).vms["throughput_ops_s"][0]) for k in range(3))
+
+    assert acq(with_speed) < 0.99 * acq(cal)
+
+
 # ---------------------------------------------------------------------- real KVM
 
 
@@ -631,6 +684,29 @@ def test_calibration_counts_match_kvm(kvm_host: Host) -> None:
     assert 0 < halt_wake < 1e6 if math.isfinite(halt_wake) else "not measured" in cal.values["halt_wake_ns"].how
     spread = cal["halt_wake_spread"]
     assert 0.0 <= spread <= 1.0 if math.isfinite(halt_wake) else math.isnan(spread)
+    # the speed probe: a two-state process or none, each value explained
+    hs = twins.host_speed_of(cal.values)
+    assert all(k in cal.values and cal.values[k].how for k in twins.SPEED_KEYS)
+    assert hs.slow_pct <= hs.fast_pct and (hs.is_on or cal["speed_slow_dwell_ns"] == 0)
+
+
+def test_the_speed_probe_reads_every_cpus_cost_per_instruction(kvm_host: Host) -> None:
+    """speed_probe: one Spin vCPU pinned per CPU, one row per CPU and 5-ms
+    sample, each a cost per emulated instruction of the order calibrate
+    measures (~0.2-5 µs here); bad input is refused before a VM is made."""
+    from vcpulab.kvm import allowed_cpus
+
+    cpus = allowed_cpus()
+    p = twins.speed_probe(duration_s=0.3)
+    assert sorted(p.samples["pcpu"].unique().to_list()) == cpus
+    per_cpu = p.samples.group_by("pcpu").len()["len"]
+    assert (per_cpu >= 40).all(), per_cpu  # ~58 samples of 5 ms in 0.3 s, less the first two
+    assert p.samples["insn_ns"].min() > 50 and p.samples["insn_ns"].median() < 20_000  # type: ignore[operator]
+    assert set(p.values) == set(twins.SPEED_KEYS) and p.host_speed().slow_pct <= p.host_speed().fast_pct
+    with pytest.raises(ValueError, match="duration_s"):
+        twins.speed_probe(duration_s=0.01)
+    with pytest.raises(ValueError, match="at least 10 samples"):
+        twins.speed_probe(duration_s=0.2, sample_every_s=0.05)
 
 
 def test_twin_of_a_real_run_matches_its_structure(kvm_host: Host) -> None:

@@ -7,7 +7,7 @@ experiment) are run side by side and compared metric by metric::
     from vcpulab import twins
     from vcpulab.experiment import SpinLock
 
-    cal = twins.calibrate()                        # ~1 s of real KVM, cached per process
+    cal = twins.calibrate()                        # ~10 s of real KVM, cached per process
     exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, pcpus=(0,))
     cfg = twins.twin(exp, cal)                     # the simulated configuration
     cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err
@@ -29,6 +29,9 @@ experiment) are run side by side and compared metric by metric::
   into a simulator that models wake-up latency: ``Host.wakeup_ipi_ns`` where
   the host model has it; otherwise the comparison says the mechanism is
   missing);
+* the host's speed over time ([`speed_probe`][vcpulab.twins.speed_probe], part of a
+  calibration): each CPU's fast and slow states and how long they last, the
+  twin's [`HostSpeed`][vcpulab.sim.HostSpeed];
 * the host load each real run measured ([`OtherLoad`][vcpulab.twins.OtherLoad]): other tasks'
   short bursts as host noise, CPU-bound ones as a background task, and the
   experiment's own VMM loop as the simulated VMM thread ([`host_load_for`][vcpulab.twins.host_load_for]).
@@ -52,6 +55,7 @@ from vcpulab.twins._calibration import (
     COST_REPEATS,
     HALT_WAKE_CAL_POLL_NS,
     IPI_OUTSIDE_INSNS,
+    SPEED_PROBE_S,
     WAKE_POLL_CAL_CHECKS,
     blocked_halt_ns,
     calibrate,
@@ -91,6 +95,7 @@ from vcpulab.twins._guest import (
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
 from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
+from vcpulab.twins._speed import SLOW_THRESHOLD, SPEED_KEYS, SpeedProbe, fit_speed, host_speed_of, speed_probe
 from vcpulab.twins._twin import (
     PV_SPIN_ITER_INSNS,
     SPIN_PHASE_DIST,
@@ -137,6 +142,13 @@ __all__ = [
     "PV_SPIN_ITER_INSNS_NO_WINDOW",
     "REFERENCE_CALIBRATION",
     "SPIN_PHASE_DIST",
+    "SLOW_THRESHOLD",
+    "SPEED_KEYS",
+    "SPEED_PROBE_S",
+    "SpeedProbe",
+    "fit_speed",
+    "host_speed_of",
+    "speed_probe",
     "TRACE_COLUMNS",
     "TWIN_MAX_MACHINE_CPUS",
     "Value",

@@ -19,6 +19,7 @@ import polars as pl
 from vcpulab._checks import check_bool, check_int
 from vcpulab.experiment import IpiPingPong, MsiPingPong, Run, SpinLock
 from vcpulab.twins._guest import PV_SPIN_ITER_INSNS_NO_WINDOW, _iteration_insns, guest_path
+from vcpulab.twins._speed import speed_probe
 from vcpulab.twins._values import Calibration, Value, host_knobs
 
 _CACHE: dict[int, Calibration] = {}
@@ -26,6 +27,9 @@ _LOCK = threading.Lock()
 
 #: pairs of cost runs [`calibrate`][vcpulab.twins.calibrate] takes the median of
 COST_REPEATS = 5
+
+#: seconds of [`speed_probe`][vcpulab.twins.speed_probe] in a calibration
+SPEED_PROBE_S = 5.0
 
 
 def _stat_delta(run: Run, name: str, vcpu: int | None = None) -> int:
@@ -40,7 +44,7 @@ def _stat_delta(run: Run, name: str, vcpu: int | None = None) -> int:
 
 def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     """Measure this host's costs on host CPU ``cpu`` (default: the last one this
-    process may use), about 4-5 s of real KVM; cached per process (``refresh``
+    process may use), about 10 s of real KVM; cached per process (``refresh``
     measures again).
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
@@ -63,6 +67,10 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     4. vcpulab's scheduler: `_calibrate_sched` (``uexit_ns``,
        ``sched_handoff_ns``, ``spin_iter_ns``) and `_calibrate_wake_poll`
        (``wake_poll_iter_ns``, a failed mailbox check of ``WakePlacement``).
+    5. The host's speed over time: [`speed_probe`][vcpulab.twins.speed_probe] on every usable CPU
+       for [`SPEED_PROBE_S`][vcpulab.twins.SPEED_PROBE_S] (``speed_fast_pct``, ``speed_slow_pct``,
+       ``speed_fast_dwell_ns``, ``speed_slow_dwell_ns``: the two-state process
+       a twin's host runs at, [`HostSpeed`][vcpulab.sim.HostSpeed]).
     """
     from vcpulab import _core
     from vcpulab.experiment import run
@@ -151,6 +159,8 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
             vals.update(_calibrate_sched(cpu, a, b))
+            # the host's speed over time, on every CPU this process may use (twins.speed_probe)
+            vals.update(speed_probe(allowed, duration_s=SPEED_PROBE_S).values)
         from vcpulab.provenance import provenance
 
         cal = Calibration(values=vals, cpu=cpu, provenance=provenance())

@@ -458,7 +458,7 @@ def grid(
     latency KS rows ([`compare`][vcpulab.twins.compare]).
 
     ``per_cell_calibration``: measure the host again
-    ([`calibrate`][vcpulab.twins.calibrate], on ``cal``'s CPU, about 4-5 s)
+    ([`calibrate`][vcpulab.twins.calibrate], on ``cal``'s CPU, about 10 s)
     right before each cell's real trials, and give that cell's twin this
     calibration. The emulated instruction's cost here drifts by up to ~40 %
     within minutes, and a twin follows its calibration; measured seconds

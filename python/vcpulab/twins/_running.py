@@ -95,9 +95,10 @@ def run_sim(
     trace_all: bool = False,
     start_gap_ns: float | None = None,
     vcpu_start_ns: float | None = None,
+    host_speed: bool | str = True,
 ) -> list[tuple[sim.Config, sim.Result]]:
     """The twin run with seeds 0..seeds-1 (``other_share``, ``other_load``,
-    ``start_gap_ns``, ``vcpu_start_ns``: see [`twin`][vcpulab.twins.twin]).
+    ``start_gap_ns``, ``vcpu_start_ns``, ``host_speed``: see [`twin`][vcpulab.twins.twin]).
     ``trace``: traced where a compared quantity needs it; ``trace_all``: every run."""
     check_int("seeds", seeds, 1, 1000)
     out = []
@@ -113,6 +114,7 @@ def run_sim(
             other_load=other_load,
             start_gap_ns=start_gap_ns,
             vcpu_start_ns=vcpu_start_ns,
+            host_speed=host_speed,
         )
         out.append((cfg, sim.run(cfg)))
     return out
@@ -166,6 +168,7 @@ def compare(
     real: Sequence[Run] | None = None,
     load: Literal["measured", "one_task", "none"] = "measured",
     trace: bool = False,
+    host_speed: bool | str = True,
 ) -> pl.DataFrame:
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
@@ -210,6 +213,10 @@ def compare(
     spin locks, MSI with polling on) have none: NaN there. ``real`` runs
     passed in are used as they are (traced or not).
 
+    ``host_speed``: the twin's host speed ([`twin`][vcpulab.twins.twin]: True, the
+    calibration's speed process on the guest's work and the host's paths;
+    ``"work"``, on the guest's work only; False, one speed).
+
     Every argument (and that ``exp`` has a twin) is checked before the real
     trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
     is the list of finished real runs; ``compare(exp, real=e.partial)``
@@ -219,6 +226,8 @@ def compare(
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
+    if host_speed not in (True, False, "work"):
+        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     if real is not None:
@@ -247,7 +256,7 @@ def compare(
     else:
         runs = real
     try:
-        return _compare_rows(exp, runs, failures, seeds, cal, load, trace)
+        return _compare_rows(exp, runs, failures, seeds, cal, load, trace, host_speed)
     except KeyboardInterrupt as e:
         keep_partial(
             e,
@@ -261,7 +270,14 @@ def compare(
 
 
 def _compare_rows(
-    exp: Experiment, runs: list[Run], failures: list[str], seeds: int, cal: Calibration, load: str, trace: bool
+    exp: Experiment,
+    runs: list[Run],
+    failures: list[str],
+    seeds: int,
+    cal: Calibration,
+    load: str,
+    trace: bool,
+    host_speed: bool | str = True,
 ) -> pl.DataFrame:
     """[`compare`][vcpulab.twins.compare]'s frame from its real runs and the twin's seeds."""
     shares = [r.quality.other_share for r in runs if r.quality.measured]
@@ -270,9 +286,27 @@ def _compare_rows(
     burst = ol.short_burst_ns if ol is not None else None
     gap, vstart = start_gap_of(runs), vcpu_start_of(runs)
     if load == "measured" and ol is not None:
-        sims = run_sim(exp, cal, seeds, other_load=ol, trace_all=trace, start_gap_ns=gap, vcpu_start_ns=vstart)
+        sims = run_sim(
+            exp,
+            cal,
+            seeds,
+            other_load=ol,
+            trace_all=trace,
+            start_gap_ns=gap,
+            vcpu_start_ns=vstart,
+            host_speed=host_speed,
+        )
     else:
-        sims = run_sim(exp, cal, seeds, other_share=share, trace_all=trace, start_gap_ns=gap, vcpu_start_ns=vstart)
+        sims = run_sim(
+            exp,
+            cal,
+            seeds,
+            other_share=share,
+            trace_all=trace,
+            start_gap_ns=gap,
+            vcpu_start_ns=vstart,
+            host_speed=host_speed,
+        )
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
     dist = sum(1 for r in runs if r.quality.disturbed)

@@ -30,6 +30,7 @@ from vcpulab.twins._guest import (
     guest_path,
 )
 from vcpulab.twins._load import OtherLoad
+from vcpulab.twins._speed import host_speed_of
 from vcpulab.twins._values import Calibration
 
 
@@ -287,6 +288,7 @@ def twin(
     other_load: OtherLoad | None = None,
     start_gap_ns: float | None = None,
     vcpu_start_ns: float | None = None,
+    host_speed: bool | str = True,
 ) -> sim.Config:
     """The simulated configuration of the real experiment ``exp``.
 
@@ -321,6 +323,14 @@ def twin(
       ``Sleep(period, periodic=True) + Compute(path)`` per vCPU (the LAPIC
       timer's fixed grid); Spin → one long ``Compute``.
 
+    * Host speed: with ``host_speed`` (default True) and a calibration that
+      measured it ([`speed_probe`][vcpulab.twins.speed_probe]: ``speed_*``), every CPU of the twin
+      moves between the measured fast and slow states
+      ([`HostSpeed`][vcpulab.sim.HostSpeed]), the emulated instructions' costs being the
+      calibration's at the probe's median speed, and the state stretching the
+      host's own paths on the CPU as well (``host_paths``: wake-up latency, a
+      blocked halt's return); ``"work"``: the guest's work only; False: one
+      speed.
     * Host load: none by default (the twin of the experiment on an idle
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
       brings its own) adds [`background_for`][vcpulab.twins.background_for]'s background task.
@@ -409,6 +419,8 @@ def twin(
         vcpu_start_ns = check_float("vcpu_start_ns", vcpu_start_ns, 0.0, 1e9, unit="ns")
     check_int("seed", seed, 0, 2**64 - 1)
     check_bool("trace", trace)
+    if host_speed not in (True, False, "work"):
+        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
     if isinstance(exp, Run):
         if other_share is None and exp.quality.measured:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
@@ -625,6 +637,11 @@ def twin(
         ),
         halt_poll=hp,
     )
+    if host_speed and _host_field("speed"):
+        speed = host_speed_of(cal.values, host_paths=host_speed is True)
+        if speed.is_on:
+            # the host's CPUs move between a fast and a slow state (twins.speed_probe)
+            hkw["speed"] = speed
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
 
 
