@@ -81,6 +81,13 @@ def main() -> int:
         help="calibrate again right before each cell's real trials; that cell's twin uses it "
         "(twins.grid(per_cell_calibration=True): the host drifts between a grid's first calibration and its last cell)",
     )
+    ap.add_argument(
+        "--host-speed",
+        choices=("process", "work", "off"),
+        default="process",
+        help="the twins' host speed (twins.twin's host_speed): the calibration's speed process on the guest's "
+        "work and the host's paths (default), on the work only, or one speed",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
@@ -107,6 +114,7 @@ def main() -> int:
         load=a.load,
         trace=a.trace,
         per_cell_calibration=a.per_cell_calibration,
+        host_speed={"process": True, "work": "work", "off": False}[a.host_speed],
     )
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):

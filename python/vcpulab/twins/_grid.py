@@ -450,6 +450,7 @@ def grid(
     progress: bool | None = None,
     trace: bool = False,
     per_cell_calibration: bool = False,
+    host_speed: bool | str = True,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
@@ -464,7 +465,8 @@ def grid(
     within minutes, and a twin follows its calibration; measured seconds
     before the trials it follows the host the trials ran on. The grid's
     ``summary()`` reports ``calibration_spread`` (the largest over the
-    smallest ``path_insn_ns`` of the cells).
+    smallest ``path_insn_ns`` of the cells). ``host_speed``: the twins'
+    host speed, as [`compare`][vcpulab.twins.compare]'s.
 
     Every argument is checked before the first real trial; a cell on CPUs
     this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
@@ -478,6 +480,8 @@ def grid(
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
     check_bool("per_cell_calibration", per_cell_calibration)
+    if host_speed not in (True, False, "work"):
+        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
     if progress is not None:
         check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):
@@ -546,6 +550,7 @@ def grid(
                         no_real,
                         failed,
                         cell_cals,
+                        host_speed,
                     )
                 finally:
                     bar.update(1)
@@ -587,6 +592,7 @@ def _grid_cell(
     no_real: list[tuple[str, str]],
     failed: list[tuple[str, str]],
     cell_cals: dict[str, Calibration],
+    host_speed: bool | str = True,
 ) -> None:
     """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames`` (with the
     ``cal_*`` columns of the calibration its twin used, kept in ``cell_cals``), or
@@ -607,7 +613,7 @@ def _grid_cell(
     if recalibrate:
         cal = calibrate(cal.cpu, refresh=True)
     try:
-        c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace)
+        c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace, host_speed=host_speed)
     except TimeoutError as e:
         no_real.append((name, str(e)))
         bar.write(f"[{i + 1}/{n}] {name}: every real trial missed its deadline: {e}")
