@@ -19,7 +19,7 @@ import polars as pl
 from vcpulab._checks import check_bool, check_int
 from vcpulab.experiment import IpiPingPong, MsiPingPong, Run, SpinLock
 from vcpulab.twins._guest import PV_SPIN_ITER_INSNS_NO_WINDOW, _iteration_insns, guest_path
-from vcpulab.twins._speed import speed_probe
+from vcpulab.twins._speed import speed_not_measured, speed_probe
 from vcpulab.twins._values import Calibration, Value, host_knobs
 
 _CACHE: dict[int, Calibration] = {}
@@ -159,8 +159,12 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
             vals.update(_calibrate_sched(cpu, a, b))
-            # the host's speed over time, on every CPU this process may use (twins.speed_probe)
-            vals.update(speed_probe(allowed, duration_s=SPEED_PROBE_S).values)
+            # the host's speed over time, on every CPU this process may use (twins.speed_probe);
+            # a host that runs guest code natively has no emulation speed to probe: one speed
+            try:
+                vals.update(speed_probe(allowed, duration_s=SPEED_PROBE_S).values)
+            except ValueError as e:
+                vals.update(speed_not_measured(str(e)))
         from vcpulab.provenance import provenance
 
         cal = Calibration(values=vals, cpu=cpu, provenance=provenance())

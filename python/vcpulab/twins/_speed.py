@@ -77,6 +77,16 @@ def host_speed_of(values: dict[str, Value], host_paths: bool = True) -> sim.Host
     )
 
 
+def speed_not_measured(why: str) -> dict[str, Value]:
+    """The ``speed_*`` values of one speed (the process off), each saying ``why``."""
+    return {
+        "speed_fast_pct": Value(100.0, "%", why),
+        "speed_slow_pct": Value(100.0, "%", "as speed_fast_pct"),
+        "speed_fast_dwell_ns": Value(0.0, "ns", "as speed_fast_pct"),
+        "speed_slow_dwell_ns": Value(0.0, "ns", "as speed_fast_pct"),
+    }
+
+
 def fit_speed(samples: pl.DataFrame, sample_ns: float) -> tuple[pl.DataFrame, dict[str, Value]]:
     """The two-state process of a probe's samples (columns ``pcpu``, ``t_ns``,
     ``insn_ns``; ``sample_ns`` apart): each CPU's series smoothed by a running
@@ -110,13 +120,7 @@ def fit_speed(samples: pl.DataFrame, sample_ns: float) -> tuple[pl.DataFrame, di
         f"{exits[True]} slow stretches ended, {exits[False]} fast ones"
     )
     if n_slow == 0 or n_fast == 0 or exits[True] == 0 or exits[False] == 0:
-        vals = {
-            "speed_fast_pct": Value(100.0, "%", f"no two-state process seen: {how_common}"),
-            "speed_slow_pct": Value(100.0, "%", "as speed_fast_pct"),
-            "speed_fast_dwell_ns": Value(0.0, "ns", "as speed_fast_pct"),
-            "speed_slow_dwell_ns": Value(0.0, "ns", "as speed_fast_pct"),
-        }
-        return out, vals
+        return out, speed_not_measured(f"no two-state process seen: {how_common}")
     fast_cost = float(np.median(cost[~slow]))
     slow_cost = float(np.median(cost[slow]))
     vals = {
