@@ -61,7 +61,10 @@ class Calibration:
     (an IPI to a halted vCPU: the round's instructions, one wake-up, its
     spread), ``halt_wake_ns`` (the host CPU of a blocked halt beyond a polled
     one; absent before 0.3.19, NaN where not measured), ``uexit_ns`` /
-    ``sched_handoff_ns`` / ``spin_iter_ns`` (vcpulab's scheduler), and the
+    ``sched_handoff_ns`` / ``spin_iter_ns`` (vcpulab's scheduler),
+    ``speed_fast_pct`` / ``speed_slow_pct`` / ``speed_fast_dwell_ns`` /
+    ``speed_slow_dwell_ns`` (the host's speed over time,
+    [`speed_probe`][vcpulab.twins.speed_probe]; absent before 0.3.26: one speed), and the
     host knobs of [`host_knobs`][vcpulab.twins.host_knobs].
 
     A calibration travels: [`save`][vcpulab.twins.Calibration.save] writes it
