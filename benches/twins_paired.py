@@ -46,10 +46,14 @@ GRIDS: dict[str, tuple[Callable[..., list[twins.Experiment]], str]] = {
 }
 
 
-def without_speed(cal: twins.Calibration) -> twins.Calibration:
-    """``cal`` less its speed probe: its twins run at one speed."""
-    vals = {k: v for k, v in cal.values.items() if k not in twins.SPEED_KEYS}
+def without_corun(cal: twins.Calibration) -> twins.Calibration:
+    """``cal`` less its co-run speed: its twins' CPUs do not slow each other."""
+    vals = {k: v for k, v in cal.values.items() if k != "corun_speed_pct"}
     return twins.Calibration(values=vals, cpu=cal.cpu, provenance=cal.provenance)
+
+
+#: the twins of each real trial: (name, column suffix)
+VARIANTS = (("speed process and co-run", ""), ("process, no co-run", "_no_corun"), ("one speed", "_one_speed"))
 
 
 def pairs(grid: str, cells: list[int] | None, rounds: int, duration_s: float, seeds: int) -> pl.DataFrame:
@@ -59,57 +63,48 @@ def pairs(grid: str, cells: list[int] | None, rounds: int, duration_s: float, se
     rows = []
     for k in range(rounds):
         cal = twins.calibrate(refresh=True)
-        one = without_speed(cal)
         speed = twins.host_speed_of(cal.values)
+        corun = float(cal["corun_speed_pct"]) if "corun_speed_pct" in cal.values else float("nan")
         for e in exps:
             real_runs = twins.run_real(e, trials=1, cal=cal)
             sims = []
-            for c_, hs in ((cal, True), (one, True), (cal, "work")):
+            for c_, hs in ((cal, True), (without_corun(cal), True), (cal, False)):
                 c = twins.compare(e, trials=1, seeds=seeds, cal=c_, real=real_runs, load="measured", host_speed=hs)
                 m = c.filter(pl.col("metric") == metric)
                 real = float(m["real"][0])
                 sims.append(float(m["sim"][0]))
-            rows.append(
-                dict(
-                    round=k,
-                    cell=twins.cell_name(e),
-                    metric=metric,
-                    path_insn_ns=cal["path_insn_ns"],
-                    slow_pct=speed.slow_pct,
-                    slow_share=speed.slow_dwell_ns / max(speed.slow_dwell_ns + speed.fast_dwell_ns, 1),
-                    real=real,
-                    twin=sims[0],
-                    twin_one_speed=sims[1],
-                    twin_work_only=sims[2],
-                    ratio=sims[0] / real if real > 0 else float("nan"),
-                    ratio_one_speed=sims[1] / real if real > 0 else float("nan"),
-                    ratio_work_only=sims[2] / real if real > 0 else float("nan"),
-                )
+            row = dict(
+                round=k,
+                cell=twins.cell_name(e),
+                metric=metric,
+                path_insn_ns=cal["path_insn_ns"],
+                slow_pct=speed.slow_pct,
+                slow_share=speed.slow_dwell_ns / max(speed.slow_dwell_ns + speed.fast_dwell_ns, 1),
+                corun_speed_pct=corun,
+                real=real,
             )
-            r = rows[-1]
+            for (_, suffix), s_ in zip(VARIANTS, sims):
+                row[f"twin{suffix}"] = s_
+                row[f"ratio{suffix}"] = s_ / real if real > 0 else float("nan")
+            rows.append(row)
             print(
-                f"round {k} {r['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, slow {speed.slow_pct} % "
-                f"{r['slow_share']:.1%} of the time; {metric} real {real:.0f}, twin {sims[0]:.0f} "
-                f"({r['ratio']:.2f}), one speed {sims[1]:.0f} ({r['ratio_one_speed']:.2f}), "
-                f"work only {sims[2]:.0f} ({r['ratio_work_only']:.2f})",
+                f"round {k} {row['cell']}: path_insn_ns {cal['path_insn_ns']:.0f}, slow {speed.slow_pct} % "
+                f"{row['slow_share']:.1%} of the time, co-run {corun:.0f} %; {metric} real {real:.0f}; "
+                + ", ".join(f"{n} {s_:.0f} ({s_ / real:.2f})" for (n, _), s_ in zip(VARIANTS, sims)),
                 flush=True,
             )
     return pl.DataFrame(rows)
 
 
 def summary(df: pl.DataFrame) -> pl.DataFrame:
-    """Per cell and twin (the host's speed process on the guest's work and the
-    host's paths, on the work only, one speed): the
-    median twin / real, its range, pairs the twin is above, within 25 %, and
-    the twin's correlation with the real trial across rounds."""
+    """Per cell and twin (``VARIANTS``): the median twin / real, its range,
+    pairs the twin is above, within 25 %, and the twin's correlation with the
+    real trial across rounds."""
     out = []
     for cell in df["cell"].unique(maintain_order=True):
         d = df.filter(pl.col("cell") == cell)
-        for twin_col, ratio_col, name in (
-            ("twin", "ratio", "speed process"),
-            ("twin_work_only", "ratio_work_only", "process, work only"),
-            ("twin_one_speed", "ratio_one_speed", "one speed"),
-        ):
+        for name, suffix in VARIANTS:
+            twin_col, ratio_col = f"twin{suffix}", f"ratio{suffix}"
             r, s = d["real"].to_numpy(), d[twin_col].to_numpy()
             corr = float(np.corrcoef(r, s)[0, 1]) if len(r) > 2 and r.std() > 0 and s.std() > 0 else float("nan")
             out.append(

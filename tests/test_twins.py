@@ -650,6 +650,13 @@ def test_a_twin_runs_at_its_calibrations_speed_process() -> None:
         fast_pct=101, slow_pct=70, fast_dwell_ns=800_000_000, slow_dwell_ns=150_000_000, host_paths=True
     )
     assert not twins.twin(exp, with_speed, host_speed="work").host.speed.host_paths
+    # CPUs that slow each other when they run together: the threads of one core
+    two = Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=2, pcpus=(0, 1), pinning="one_each")
+    corun = Calibration(values=vals | {"corun_speed_pct": Value(92.4, "%", "given by the test")}, cpu=0)
+    h = twins.twin(two, corun).host
+    assert (h.n_pcpus, h.threads_per_core, h.smt_speed_pct) == (2, 2, 92)
+    assert twins.twin(two, corun, host_speed=False).host.threads_per_core == 1
+    assert twins.twin(exp, corun).host.threads_per_core == 1  # one CPU: nothing beside it
     assert twins.twin(exp, with_speed, host_speed=False).host.speed == sim.HostSpeed()
     with pytest.raises(ValueError, match="host_speed must be True, False or 'work'"):
         twins.twin(exp, with_speed, host_speed="paths")  # type: ignore[arg-type]
@@ -697,12 +704,16 @@ def test_the_speed_probe_reads_every_cpus_cost_per_instruction(kvm_host: Host) -
     from vcpulab.kvm import allowed_cpus
 
     cpus = allowed_cpus()
-    p = twins.speed_probe(duration_s=0.3)
+    p = twins.speed_probe(duration_s=0.3, alone_s=0.2)
     assert sorted(p.samples["pcpu"].unique().to_list()) == cpus
     per_cpu = p.samples.group_by("pcpu").len()["len"]
     assert (per_cpu >= 40).all(), per_cpu  # ~58 samples of 5 ms in 0.3 s, less the first two
     assert p.samples["insn_ns"].min() > 50 and p.samples["insn_ns"].median() < 20_000  # type: ignore[operator]
-    assert set(p.values) == set(twins.SPEED_KEYS) and p.host_speed().slow_pct <= p.host_speed().fast_pct
+    assert set(p.values) == {*twins.SPEED_KEYS, "corun_speed_pct"}
+    assert p.host_speed().slow_pct <= p.host_speed().fast_pct
+    # with two CPUs or more, a CPU's speed beside the others over its speed alone
+    assert 10 <= p.values["corun_speed_pct"].value <= 100
+    assert ("alone" in p.values["corun_speed_pct"].how) == (len(cpus) >= 2)
     with pytest.raises(ValueError, match="duration_s"):
         twins.speed_probe(duration_s=0.01)
     with pytest.raises(ValueError, match="at least 10 samples"):

@@ -48,7 +48,8 @@ class SpeedProbe:
     calibration's medians stand for; ``speed_fast_dwell_ns``,
     ``speed_slow_dwell_ns``: each state's mean stretch, the time spent in it
     over the changes out of it seen; all four 0 / 100 where no slow stretch
-    began and ended inside the probe).
+    began and ended inside the probe) and ``corun_speed_pct`` (a CPU's speed
+    while the other probed CPUs run too, percent of its speed alone).
     """
 
     samples: pl.DataFrame
@@ -148,7 +149,10 @@ def fit_speed(samples: pl.DataFrame, sample_ns: float) -> tuple[pl.DataFrame, di
 
 
 def speed_probe(
-    pcpus: Sequence[int] | None = None, duration_s: float = 5.0, sample_every_s: float = 0.005
+    pcpus: Sequence[int] | None = None,
+    duration_s: float = 5.0,
+    sample_every_s: float = 0.005,
+    alone_s: float = 1.0,
 ) -> SpeedProbe:
     """Measure each host CPU's speed over time: a [`Spin`][vcpulab.experiment.Spin] guest (PAUSE in a
     loop, every instruction emulated here) with one vCPU pinned to each of
@@ -157,11 +161,19 @@ def speed_probe(
     emulated instruction per sample, and the two-state process fitted to them
     ([`fit_speed`][vcpulab.twins.fit_speed]). Wall time, not CPU time: what a twin's
     phase lengths stand for. A host whose guest code runs natively executes
-    few emulated instructions, and its probe says so (ValueError)."""
+    few emulated instructions, and its probe says so (ValueError).
+
+    With two CPUs or more it then runs the same guest on the last CPU alone
+    for ``alone_s``: ``corun_speed_pct`` is that CPU's speed while the others
+    run too, percent of its speed alone (the medians' ratio, at most 100;
+    this host's CPUs slow each other by 1-14 % when both run, as the threads
+    of one core do).
+    """
     from vcpulab import _core
     from vcpulab.experiment import Spin, run
 
     duration_s = check_float("duration_s", duration_s, 0.1, 60.0)
+    alone_s = check_float("alone_s", alone_s, 0.0, 60.0)
     sample_every_s = check_float("sample_every_s", sample_every_s, 0.001, 0.1)
     if duration_s < 10 * sample_every_s:
         raise ValueError(f"duration_s must hold at least 10 samples of {sample_every_s} s, got {duration_s}")
@@ -196,4 +208,20 @@ def speed_probe(
     if other is not None and math.isfinite(float(other)):
         v = vals["speed_fast_pct"]
         vals["speed_fast_pct"] = Value(v.value, v.unit, v.how + f"; other tasks' share of the CPUs {float(other):.1%}")
+    vals["corun_speed_pct"] = Value(100.0, "%", "one CPU probed (or alone_s 0): nothing ran beside it")
+    if len(cpus) >= 2 and alone_s >= 10 * sample_every_s:
+        last = cpus[-1]
+        a = run(Spin(), vcpus=1, pcpus=[last], duration_s=alone_s, sample_every_s=sample_every_s, warn_quality=False)
+        da = a.deltas().filter((pl.col("dt_ns") > 0) & (pl.col("insn_emulation") >= 100)).sort("t_ns")
+        da = da.slice(SKIP_SAMPLES)
+        both = samples.filter(pl.col("pcpu") == last)["insn_ns"].to_numpy()
+        if da.height >= 10 and len(both):
+            alone = float(np.median((da["dt_ns"] / da["insn_emulation"]).to_numpy()))
+            together = float(np.median(both))
+            vals["corun_speed_pct"] = Value(
+                min(100.0, 100.0 * alone / together),
+                "%",
+                f"CPU {last}: the median cost per emulated instruction alone ({alone:.0f} ns, {alone_s:g} s) over "
+                f"the same while every probed CPU ran ({together:.0f} ns)",
+            )
     return SpeedProbe(samples=out, values=vals)

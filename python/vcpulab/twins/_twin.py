@@ -330,7 +330,10 @@ def twin(
       calibration's at the probe's median speed, and the state stretching the
       host's own paths on the CPU as well (``host_paths``: wake-up latency, a
       blocked halt's return); ``"work"``: the guest's work only; False: one
-      speed.
+      speed. With it too, a measured ``corun_speed_pct`` below 100 on a
+      machine of 2-8 CPUs: the CPUs as the threads of one core
+      (``Host.threads_per_core`` = the machine's CPUs, ``smt_speed_pct`` =
+      it), a vCPU's work slowed while any other CPU runs something.
     * Host load: none by default (the twin of the experiment on an idle
       host); ``other_share`` (from ``Run.quality``; a Run passed as ``exp``
       brings its own) adds [`background_for`][vcpulab.twins.background_for]'s background task.
@@ -642,6 +645,12 @@ def twin(
         if speed.is_on:
             # the host's CPUs move between a fast and a slow state (twins.speed_probe)
             hkw["speed"] = speed
+        corun = float(cal["corun_speed_pct"]) if "corun_speed_pct" in cal.values else 100.0
+        if math.isfinite(corun) and corun < 99.5 and 2 <= machine <= 8:
+            # the machine's CPUs slow each other while they run together (twins.speed_probe's
+            # corun_speed_pct): as the threads of one core, a vCPU's work at that speed while any
+            # other CPU runs something
+            hkw.update(threads_per_core=machine, smt_speed_pct=max(int(round(corun)), 10))
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
 
 
