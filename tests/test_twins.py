@@ -660,6 +660,8 @@ def test_a_twin_runs_at_its_calibrations_speed_process() -> None:
     assert twins.twin(exp, with_speed, host_speed=False).host.speed == sim.HostSpeed()
     with pytest.raises(ValueError, match="host_speed must be True, False or 'work'"):
         twins.twin(exp, with_speed, host_speed="paths")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="host_speed must be True, False or 'work', got 1"):
+        twins.compare(exp, cal=with_speed, host_speed=1)  # type: ignore[arg-type]
     # the process lowers an uncontended lock's rate (its slow stretches' work takes
     # longer); contended cells need not move one way (the tick meets other phases)
     alone = Experiment(SpinLock(kind="tas", hold=50, think=50), vcpus=1, pcpus=(0,), duration_s=2.0)

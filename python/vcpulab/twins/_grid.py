@@ -20,6 +20,7 @@ from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, 
 from vcpulab.twins._calibration import calibrate
 from vcpulab.twins._experiment import _ONE_NAME, Experiment
 from vcpulab.twins._running import compare
+from vcpulab.twins._speed import check_host_speed
 from vcpulab.twins._twin import twin
 from vcpulab.twins._values import Calibration
 
@@ -480,8 +481,7 @@ def grid(
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
     check_bool("per_cell_calibration", per_cell_calibration)
-    if host_speed not in (True, False, "work"):
-        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
+    check_host_speed(host_speed)
     if progress is not None:
         check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):

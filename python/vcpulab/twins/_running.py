@@ -30,6 +30,7 @@ from vcpulab.twins._metrics import (
     sim_metrics,
     sim_steal_intervals,
 )
+from vcpulab.twins._speed import check_host_speed
 from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin, vcpu_start_of
 from vcpulab.twins._values import Calibration, host_knobs
 from vcpulab.validation._score import bimodal
@@ -226,8 +227,7 @@ def compare(
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
-    if host_speed not in (True, False, "work"):
-        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
+    check_host_speed(host_speed)
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     if real is not None:

@@ -60,6 +60,13 @@ class SpeedProbe:
         return host_speed_of(self.values)
 
 
+def check_host_speed(host_speed: object) -> None:
+    """A twin's ``host_speed`` argument: True, False or ``"work"`` (ValueError naming it)."""
+    # (1 == True and 0 == False: a number is refused by its type)
+    if not (isinstance(host_speed, bool) or host_speed == "work"):
+        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
+
+
 def host_speed_of(values: dict[str, Value], host_paths: bool = True) -> sim.HostSpeed:
     """[`HostSpeed`][vcpulab.sim.HostSpeed] from a calibration's (or a probe's) ``speed_*``
     values: off where they are absent (calibrations before 0.3.26) or say none."""

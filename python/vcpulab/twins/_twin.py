@@ -30,7 +30,7 @@ from vcpulab.twins._guest import (
     guest_path,
 )
 from vcpulab.twins._load import OtherLoad
-from vcpulab.twins._speed import host_speed_of
+from vcpulab.twins._speed import check_host_speed, host_speed_of
 from vcpulab.twins._values import Calibration
 
 
@@ -422,8 +422,7 @@ def twin(
         vcpu_start_ns = check_float("vcpu_start_ns", vcpu_start_ns, 0.0, 1e9, unit="ns")
     check_int("seed", seed, 0, 2**64 - 1)
     check_bool("trace", trace)
-    if host_speed not in (True, False, "work"):
-        raise ValueError(f"host_speed must be True, False or 'work', got {host_speed!r}")
+    check_host_speed(host_speed)
     if isinstance(exp, Run):
         if other_share is None and exp.quality.measured:
             # a measured share is capped at 0.99: a twin needs some CPU left for its vCPUs
