@@ -657,6 +657,13 @@ def test_a_twin_runs_at_its_calibrations_speed_process() -> None:
     assert (h.n_pcpus, h.threads_per_core, h.smt_speed_pct) == (2, 2, 92)
     assert twins.twin(two, corun, host_speed=False).host.threads_per_core == 1
     assert twins.twin(exp, corun).host.threads_per_core == 1  # one CPU: nothing beside it
+    # a twin of the run's CPUs alone (here: under vcpulab's scheduler) counts those
+    # (a machine of 2 CPUs, a scheduled run on one of them: the twin models that one)
+    sched = {"uexit_ns": 8_000.0, "sched_handoff_ns": 20_000.0, "spin_iter_ns": 5_000.0, "machine_cpus": 2.0}
+    corun = Calibration(values=corun.values | {k: Value(v, "ns", "given by the test") for k, v in sched.items()}, cpu=0)
+    for e in (*twins.policy_grid(duration_s=0.2), *twins.coscheduling_grid(duration_s=0.2)):
+        h = twins.twin(e, corun).host
+        assert h.threads_per_core == (h.n_pcpus if h.n_pcpus >= 2 else 1), twins.cell_name(e)
     assert twins.twin(exp, with_speed, host_speed=False).host.speed == sim.HostSpeed()
     with pytest.raises(ValueError, match="host_speed must be True, False or 'work'"):
         twins.twin(exp, with_speed, host_speed="paths")  # type: ignore[arg-type]

@@ -645,11 +645,12 @@ def twin(
             # the host's CPUs move between a fast and a slow state (twins.speed_probe)
             hkw["speed"] = speed
         corun = float(cal["corun_speed_pct"]) if "corun_speed_pct" in cal.values else 100.0
-        if math.isfinite(corun) and corun < 99.5 and 2 <= machine <= 8:
+        n_host = int(hkw["n_pcpus"])  # the machine, or the run's CPUs where the twin models only those
+        if math.isfinite(corun) and corun < 99.5 and 2 <= n_host <= 8:
             # the machine's CPUs slow each other while they run together (twins.speed_probe's
             # corun_speed_pct): as the threads of one core, a vCPU's work at that speed while any
             # other CPU runs something
-            hkw.update(threads_per_core=machine, smt_speed_pct=max(int(round(corun)), 10))
+            hkw.update(threads_per_core=n_host, smt_speed_pct=max(int(round(corun)), 10))
     return sim.Config(host=sim.Host(**hkw), vms=(vm,), duration_ns=int(exp.duration_s * 1e9), seed=seed, trace=trace)
 
 
