@@ -213,7 +213,7 @@ def test_twins_compare(seed: int, kvm_host: Any) -> None:
         """
     from vcpulab import twins
     from vcpulab.experiment import Spin
-    cal = twins.calibrate()
+    cal = twins.reference_calibration()  # the interrupt is the subject: no need to measure (~10 s)
     main(lambda: twins.compare(twins.Experiment(Spin(), 2, (0,), duration_s=0.2), trials=50, seeds=1, cal=cal))
     """,
         _delay(seed, 0.3, 1.5),
@@ -229,7 +229,7 @@ def test_twins_grid(seed: int, kvm_host: Any) -> None:
         """
     from vcpulab import twins
     from vcpulab.experiment import Spin
-    cal = twins.calibrate()
+    cal = twins.reference_calibration()  # the interrupt is the subject: no need to measure (~10 s)
     cells = [twins.Experiment(Spin(), v, (0,), duration_s=0.2) for v in (1, 2, 3, 4)] * 5
     main(lambda: twins.grid(cells, trials=1, seeds=1, cal=cal))
     """,
