@@ -76,17 +76,27 @@ impl Sim {
         self.speed_changed(cpu);
     }
 
+    /// `cpu`'s speed in its `Host.speed` state now, percent (100 with the process off).
+    #[inline]
+    fn state_pct(&self, cpu: usize) -> u32 {
+        let h = &self.cfg.host.speed;
+        if !self.speed.on {
+            100
+        } else if self.speed.slow[cpu] {
+            h.slow_pct
+        } else {
+            h.fast_pct
+        }
+    }
+
     /// The speed of useful work on `cpu` now, percent of the nominal speed.
     pub(crate) fn cpu_speed_pct(&self, cpu: usize) -> u32 {
-        let h = &self.cfg.host;
-        let mut pct = 100;
-        if self.speed.on {
-            pct = if self.speed.slow[cpu] { h.speed.slow_pct } else { h.speed.fast_pct };
-        }
+        let pct = self.state_pct(cpu);
         if self.topo.smt_slow && self.sibling_busy(cpu) {
-            pct = (pct * h.smt_speed_pct).div_ceil(100).max(1);
+            (pct * self.cfg.host.smt_speed_pct).div_ceil(100).max(1)
+        } else {
+            pct
         }
-        pct
     }
 
     /// Wall time of `dur` ns of useful work starting now on vCPU `v`'s CPU,
@@ -124,11 +134,10 @@ impl Sim {
     /// blocked halt's return).
     #[inline]
     pub(crate) fn host_path_ns(&self, cpu: usize, ns: Ns) -> Ns {
-        let h = &self.cfg.host.speed;
-        if !self.speed.on || !h.host_paths || ns == 0 {
+        if !self.speed.on || !self.cfg.host.speed.host_paths || ns == 0 {
             return ns;
         }
-        let pct = if self.speed.slow[cpu] { h.slow_pct } else { h.fast_pct };
+        let pct = self.state_pct(cpu);
         if pct == 100 {
             ns
         } else {

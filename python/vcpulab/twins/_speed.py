@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -22,6 +23,9 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import check_float
 from vcpulab.twins._values import Value
+
+if TYPE_CHECKING:
+    from vcpulab.experiment import Run
 
 #: a 5-ms sample is in the slow state when its cost per instruction (the median
 #: of it and its two neighbours) is at least this many times the fast level (the
@@ -155,6 +159,21 @@ def fit_speed(samples: pl.DataFrame, sample_ns: float) -> tuple[pl.DataFrame, di
     return out, vals
 
 
+def _costs(r: Run) -> pl.DataFrame:
+    """A probe run's samples, per vCPU in time order after its first
+    ``SKIP_SAMPLES``: ``vcpu``, ``t_ns``, ``dt_ns``, ``insn_ns`` (wall
+    ns per emulated instruction) and ``emulated`` (at least 100 emulated
+    instructions in the sample, else the cost means nothing)."""
+    d = r.deltas().filter(pl.col("dt_ns") > 0).sort(["vcpu", "t_ns"])
+    return d.filter(pl.int_range(pl.len()).over("vcpu") >= SKIP_SAMPLES).select(
+        "vcpu",
+        "t_ns",
+        "dt_ns",
+        (pl.col("dt_ns") / pl.col("insn_emulation")).alias("insn_ns"),
+        (pl.col("insn_emulation") >= 100).alias("emulated"),
+    )
+
+
 def speed_probe(
     pcpus: Sequence[int] | None = None,
     duration_s: float = 5.0,
@@ -195,19 +214,17 @@ def speed_probe(
         sample_every_s=sample_every_s,
         warn_quality=False,
     )
-    d = r.deltas().filter(pl.col("dt_ns") > 0).sort(["vcpu", "t_ns"])
-    d = d.filter(pl.int_range(pl.len()).over("vcpu") >= SKIP_SAMPLES)
-    low = d.filter(pl.col("insn_emulation") < 100)
-    if d.height == 0 or low.height > d.height // 2:
+    d = _costs(r)
+    if d.height == 0 or (~d["emulated"]).sum() > d.height // 2:
         raise ValueError(
             "speed_probe: the Spin guest emulated fewer than 100 instructions per sample: this host runs guest "
             "code natively, and the probe measures emulation speed (nothing to probe)"
         )
     t0 = int(d["t_ns"].to_numpy().min())
-    samples = d.filter(pl.col("insn_emulation") >= 100).select(
+    samples = d.filter(pl.col("emulated")).select(
         pl.col("vcpu").replace_strict(list(range(len(cpus))), cpus, return_dtype=pl.Int64).alias("pcpu"),
         (pl.col("t_ns") - t0).alias("t_ns"),
-        (pl.col("dt_ns") / pl.col("insn_emulation")).alias("insn_ns"),
+        "insn_ns",
     )
     sample_ns = float(np.median(d["dt_ns"].to_numpy()))
     out, vals = fit_speed(samples, sample_ns)
@@ -219,11 +236,10 @@ def speed_probe(
     if len(cpus) >= 2 and alone_s >= 10 * sample_every_s:
         last = cpus[-1]
         a = run(Spin(), vcpus=1, pcpus=[last], duration_s=alone_s, sample_every_s=sample_every_s, warn_quality=False)
-        da = a.deltas().filter((pl.col("dt_ns") > 0) & (pl.col("insn_emulation") >= 100)).sort("t_ns")
-        da = da.slice(SKIP_SAMPLES)
+        da = _costs(a).filter(pl.col("emulated"))
         both = samples.filter(pl.col("pcpu") == last)["insn_ns"].to_numpy()
         if da.height >= 10 and len(both):
-            alone = float(np.median((da["dt_ns"] / da["insn_emulation"]).to_numpy()))
+            alone = float(np.median(da["insn_ns"].to_numpy()))
             together = float(np.median(both))
             vals["corun_speed_pct"] = Value(
                 min(100.0, 100.0 * alone / together),
