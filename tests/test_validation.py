@@ -180,6 +180,29 @@ def test_the_check_finds_an_era_value_changed_without_a_reason():
     assert declared.build(declared.ctx(V.COSTS["hardware"]), "base", 0).host.tsc_khz == 3_000_000
 
 
+def test_the_check_covers_the_guest_kernel_and_a_case_varies_it_only_through_its_context():
+    c = V.case("pv_wait_early2019_revert_ebizzy_3vm")
+    assert V.check_case(c) == []
+    built = {v: c.build(c.ctx(V.COSTS["hardware"], 0.1), v, 0) for v in c.variants}
+    assert built["base"].vms[0].guest.pv_wait_early == "prev_halted_or_preempted"  # the era's 2019 guest
+    assert built["new"].vms[0].guest.pv_wait_early == "prev_halted"  # the revert
+    # the host of the table's first two rows, from the recorded overrides
+    assert built["base"].vms[0].policy.candidate_gate == "preempted" and not built["base"].vms[0].pv.kick_yield
+    inner = c.build
+
+    def tuned(ctx, variant, seed):  # a guest field changed behind the era's back
+        cfg = inner(ctx, variant, seed)
+        return cfg.replace(
+            vms=tuple(dataclasses.replace(vm, guest=dataclasses.replace(vm.guest, llc_vcpus=8)) for vm in cfg.vms)
+        )
+
+    problems = V.check_case(dataclasses.replace(c, build=tuned))
+    assert problems and "guest.llc_vcpus" in problems[0]
+    # without the knob in Case.varies the context refuses it at once
+    with pytest.raises(ValueError, match="guest.pv_wait_early"):
+        c.build(dataclasses.replace(c, varies=()).ctx(V.COSTS["hardware"], 0.1), "new", 0)
+
+
 # -------------------------------------------------------------- statistics
 
 

@@ -203,6 +203,40 @@ def _boost_queue_head(vms: int) -> Builder:
     return build
 
 
+def _wait_early_revert(ctx: Ctx, variant: str, seed: int) -> Config:
+    """The revert 89340d0935c9's set-up (three 80-vCPU VMs running ebizzy on
+    the 80-thread host, as the boost cases): base = the guest with
+    75437bb304b2 (``pv_wait_early`` also on a preempted predecessor, the
+    2019 era's guest), new = the reverted guest; the host's candidate gate
+    and kick are the case's (its overrides)."""
+    wait_early = "prev_halted_or_preempted" if variant == "base" else "prev_halted"
+    vm = ctx.vm(
+        workload=_ebizzy2019(),
+        vcpus=80,
+        count=3,
+        threads=_EBIZZY_THREADS * 80,
+        guest={"pv_wait_early": wait_early},
+    )
+    return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+
+
+def _kvm_opts_reverted_guest(ctx: Ctx, variant: str, seed: int) -> Config:
+    """The same set-up with the reverted guest (the case's override); base =
+    the host without the two 2019 boosts (the 'preempted' gate, a kick that
+    only wakes), new = with both (the 'ready' gate of d73eb57b80b9, the
+    queue-head yield of 266e85a5ec91)."""
+    base = variant == "base"
+    vm = ctx.vm(
+        workload=_ebizzy2019(),
+        vcpus=80,
+        count=3,
+        threads=_EBIZZY_THREADS * 80,
+        policy=_gate(ctx, "preempted" if base else "ready"),
+        pv={"kick_yield": not base},
+    )
+    return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+
+
 _STRESS = Workload(phases=(Compute(1_000_000),), name="stress_cpu")
 
 

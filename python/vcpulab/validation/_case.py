@@ -255,9 +255,11 @@ class Ctx:
         pv: Mapping[str, Any] | None = None,
         halt_poll: Mapping[str, Any] | None = None,
         ple: Mapping[str, Any] | None = None,
+        guest: Mapping[str, Any] | None = None,
     ) -> Vm:
         if policy is not None and "guest.policy" not in self.varies:
             raise ValueError("case sets the directed-yield policy; list 'guest.policy' in Case.varies")
+        era_guest = {k: v for k, v in self.era.values("guest").items() if k in _GUEST_FIELDS}
         return Vm(
             vcpus=vcpus,
             count=count,
@@ -267,7 +269,7 @@ class Ctx:
             ple=self.ple(**(ple or {})),
             pv=self.pv(**(pv or {})),
             halt_poll=self.halt_poll(**(halt_poll or {})),
-            guest=Guest(**{k: v for k, v in self.era.values("guest").items() if k in _GUEST_FIELDS}),
+            guest=Guest(**self._merge("guest", era_guest, guest or {})),
         )
 
     def config(self, host: Host, vms: Sequence[Vm], seed: int) -> Config:
@@ -361,6 +363,9 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
     for s in ("host", "ple", "pv", "halt_poll_model"):
         for k, v in prof.values(s).items():
             expect[f"{s}.{k}"] = v
+    for k, v in era.values("guest").items():
+        if k in _GUEST_FIELDS:
+            expect[f"guest.{k}"] = v
     expect["guest.policy"] = era.guest["policy"].value
     expect["guest.lock_kind"] = era.guest["lock_kind"].value
     for variant, cfg in built.items():
@@ -375,6 +380,9 @@ def check_case(c: Case, costs: CostProfile | None = None, seed: int = 0) -> list
                 for k in era.values("workload"):
                     got.setdefault(f"workload.{k}", []).append(getattr(vm.workload, k))
                 got.setdefault("guest.policy", []).append(vm.policy)
+                for k in era.values("guest"):
+                    if k in _GUEST_FIELDS:
+                        got.setdefault(f"guest.{k}", []).append(getattr(vm.guest, k))
                 for p in vm.workload.phases:
                     if isinstance(p, Lock) and p.lock_kind != "mutex" and not p.lock_kind.startswith("rwsem"):
                         got.setdefault("guest.lock_kind", []).append(p.lock_kind)

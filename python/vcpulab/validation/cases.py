@@ -17,6 +17,7 @@ Cases the simulator cannot express yet have no builder and say why
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from vcpulab.sim import presets
@@ -28,10 +29,12 @@ from vcpulab.validation._builders import (
     _ebizzy,
     _hp_idle,
     _hp_tcp_rr,
+    _kvm_opts_reverted_guest,
     _pcpu_is_idle,
     _ple2012,
     _sched_map,
     _sched_map_16x10_vs_8x20,
+    _wait_early_revert,
     _yield_share_2012,
     background,
 )
@@ -43,6 +46,7 @@ from vcpulab.validation._case import _MEASURES as _MEASURES
 from vcpulab.validation._case import METRICS, Case, Ctx, Published, Source, check_case
 from vcpulab.validation._case import Builder as Builder
 from vcpulab.validation._case import Measure as Measure
+from vcpulab.validation.eras import ERAS
 
 __all__ = [
     "BOOST_QUEUE_HEAD_2019",
@@ -129,6 +133,13 @@ BOOST_QUEUE_HEAD_2019 = Source(
     "2019-07",
     "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=266e85a5ec9100dcd9ae03601453bbc96fefee5d",
 )
+#: source of the 2019 revert of 'locking/pvqspinlock: Don't wait if vCPU is preempted'
+WAIT_EARLY_REVERT_2019 = Source(
+    'Revert "locking/pvqspinlock: Don\'t wait if vCPU is preempted" (commit 89340d0935c9, v5.4-rc, 5.3 stable)',
+    "Wanpeng Li",
+    "2019-09",
+    "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=89340d0935c9296c7b8222b6eab30e67cb57ab82",
+)
 #: source of the 2025 IPI-aware directed yield series
 IPI_AWARE_2025 = Source(
     "[PATCH v2 8/9] KVM: Implement IPI-aware directed yield candidate selection (RFC series, not merged)",
@@ -179,6 +190,26 @@ _BOOST_READY_2019 = {
         "d73eb57b80b9 (v5.3) was measured before 266e85a5ec91 'KVM: X86: Boost queue head vCPU' (v5.4) existed: "
         "the queue-head patch's own baselines (ebizzy -M 23520, 8000, 3100 records/s for 1-3 VMs) are this "
         "commit's 'boosting' results, so its runs had KVM_HC_KICK_CPU only wake the kicked vCPU",
+    ),
+}
+
+
+#: the revert's runs (89340d0935c9, Sept 2019): the same author, box and ebizzy -M as the boost runs
+_REVERT_TLB_2019 = {
+    "pv.tlb_flush": (
+        False,
+        "89340d0935c9 does not say; the same author's ebizzy -M runs on the same 80-thread box two months "
+        "earlier disabled PV TLB shootdown ('I disable pv tlb shootdown during testing', 2019-07-12), and the "
+        "table's host-without-boosts, unreverted score (1700-1800 records/s, 3 VMs) is the boost-ready "
+        "commit's 3-VM baseline (1800): the same set-up",
+    )
+}
+_REVERT_NO_BOOSTS_2019 = {
+    **_REVERT_TLB_2019,
+    "pv.kick_yield": (False, "the table's host 'w/o kvm optimizations': without 266e85a5ec91's queue-head yield"),
+    "guest.policy": (
+        dataclasses.replace(ERAS["2019-5.x"].guest["policy"].value, candidate_gate="preempted"),
+        "the table's host 'w/o kvm optimizations': without d73eb57b80b9's 'ready' gate",
     ),
 }
 
@@ -576,6 +607,68 @@ def _registry() -> list[Case]:
                 waits_for="the host model",
             )
         )
+    # ---- 2019: the revert of the preempted check in pv_wait_early (89340d0935c9's table:
+    # ebizzy -M, three 80-vCPU VMs; ranges' midpoints)
+    revert_setup = "80 HT 2-socket Skylake server (80 CPUs: sockets=2, threads_per_core=2), three VMs of 80 vCPUs; "
+    revert_notes = (
+        "89340d0935c9's table: host without the 2019 boosts, guest with 75437bb304b2 1700-1800 records/s, "
+        "reverted 13000-14000; host with them 4500-5000 and 14000-15500 (midpoints used)"
+    )
+    cases += [
+        Case(
+            name="pv_wait_early2019_revert_ebizzy_3vm",
+            title="pv_wait_early without the preempted-predecessor check (the revert) vs with it, host without the "
+            "2019 boosts, 3 x 80-vCPU VMs",
+            source=WAIT_EARLY_REVERT_2019,
+            published=Published(_pct(1750, 13500), "ebizzy -M: 1700-1800 -> 13000-14000", "records/s", 1750, 13500),
+            metric="throughput_change",
+            era="2019-5.x",
+            build=_wait_early_revert,
+            varies=("guest.pv_wait_early",),
+            overrides=_REVERT_NO_BOOSTS_2019,
+            warmup_ns=_WARMUP_2019_NS,
+            measure_ns=300_000_000,
+            setup=revert_setup + _UNPINNED,
+            notes=revert_notes,
+            waits_for="the host and guest models",
+        ),
+        Case(
+            name="pv_wait_early2019_revert_ebizzy_3vm_boosts",
+            title="pv_wait_early without the preempted-predecessor check (the revert) vs with it, host with the "
+            "2019 boosts, 3 x 80-vCPU VMs",
+            source=WAIT_EARLY_REVERT_2019,
+            published=Published(_pct(4750, 14750), "ebizzy -M: 4500-5000 -> 14000-15500", "records/s", 4750, 14750),
+            metric="throughput_change",
+            era="2019-5.x",
+            build=_wait_early_revert,
+            varies=("guest.pv_wait_early",),
+            overrides=_REVERT_TLB_2019,
+            warmup_ns=_WARMUP_2019_NS,
+            measure_ns=300_000_000,
+            setup=revert_setup + _UNPINNED,
+            notes=revert_notes,
+            waits_for="the host and guest models",
+        ),
+        Case(
+            name="boosts2019_reverted_guest_ebizzy_3vm",
+            title="the 2019 boosts ('ready' gate and queue-head yield) vs neither, reverted guest, 3 x 80-vCPU VMs",
+            source=WAIT_EARLY_REVERT_2019,
+            published=Published(_pct(13500, 14750), "ebizzy -M: 13000-14000 -> 14000-15500", "records/s", 13500, 14750),
+            metric="throughput_change",
+            era="2019-5.x",
+            build=_kvm_opts_reverted_guest,
+            varies=("guest.policy", "pv.kick_yield"),
+            overrides={
+                **_REVERT_TLB_2019,
+                "guest.pv_wait_early": ("prev_halted", "the guest of the table's 'revert' rows (89340d0935c9)"),
+            },
+            warmup_ns=_WARMUP_2019_NS,
+            measure_ns=300_000_000,
+            setup=revert_setup + _UNPINNED,
+            notes=revert_notes,
+            waits_for="the host and guest models",
+        ),
+    ]
     for bench, rows in (("dedup", ((2, 47.1), (3, 28.1), (4, 1.7))), ("vips", ((2, 26.2), (3, 12.7), (4, 6.0)))):
         for n, pct in rows:
             cases.append(
