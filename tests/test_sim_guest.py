@@ -368,6 +368,23 @@ def test_ebizzy_no_mmap_preset_is_one_record_with_one_shootdown_to_all_others() 
     assert presets.by_name("ebizzy_no_mmap_like") == w
 
 
+def test_ebizzy_no_mmap_lru_traffic_is_the_derived_count_of_sections_around_the_shootdown() -> None:
+    # 9 pagevec adds while the record's 128 fresh pages fault in, the shootdown, 4 release_pages batches
+    assert presets.EBIZZY_2019_LRU_SECTIONS == (-(-128 // 15), 128 // 32) == (9, 4)
+    w = presets.ebizzy_no_mmap_like(lru_hold_ns=700)
+    kinds = [type(p).__name__ for p in w.phases]
+    assert kinds == ["Compute", "Lock"] * 9 + ["Ipi"] + ["Lock"] * 4
+    assert sum(p.ns for p in w.phases if isinstance(p, sim.Compute)) == presets.EBIZZY_2019_RECORD_NS
+    locks = [p for p in w.phases if isinstance(p, sim.Lock)]
+    assert {(lk.lock, lk.lock_kind, lk.hold_ns, lk.dist, lk.irqs_off) for lk in locks} == {
+        (0, "pv_queued", 700, "exp", True)
+    }
+    assert presets.ebizzy_no_mmap_like() == presets.by_name("ebizzy_no_mmap_like")  # the default: one section
+    for bad in (0, -5, 1.5, True, "1000"):
+        with pytest.raises(ValueError, match="lru_hold_ns"):
+            presets.ebizzy_no_mmap_like(lru_hold_ns=bad)
+
+
 def test_ebizzy_no_mmap_reproduces_its_anchor_and_only_overcommit_adds_ipi_waits() -> None:
     # the not-overcommitted anchor (1 x 80 vCPUs on 40 SMT cores, 21443 records/s) comes back, and the
     # shootdown waits appear only when a second VM shares the host

@@ -83,11 +83,12 @@ def _ebizzy() -> Workload:
     return presets.ebizzy_like(mmap_sem=True)
 
 
-def _ebizzy2019() -> Workload:
+def _ebizzy2019(ctx: Ctx) -> Workload:
     """ebizzy ``-M`` as the 2019 boost sources ran it: one record per
-    iteration, a TLB-shootdown IPI per record (``presets.ebizzy_no_mmap_like``,
-    whose docstring derives each number; no number comes from a gain)."""
-    return presets.ebizzy_no_mmap_like()
+    iteration, a TLB-shootdown IPI per record and the record's LRU-lock
+    traffic (``presets.ebizzy_no_mmap_like``, whose docstring derives each
+    number but the hold, the era's ``programs.ebizzy_lru_hold_ns``)."""
+    return presets.ebizzy_no_mmap_like(lru_hold_ns=int(ctx.program("ebizzy_lru_hold_ns")))
 
 
 #: ebizzy's default thread count per CPU: "-t <num> Number of threads (2 * number cpus by default)"
@@ -174,7 +175,7 @@ def _boost_ready(vms: int) -> Builder:
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(
-            workload=_ebizzy2019(),
+            workload=_ebizzy2019(ctx),
             vcpus=80,
             count=vms,
             threads=_EBIZZY_THREADS * 80,
@@ -192,7 +193,7 @@ def _boost_queue_head(vms: int) -> Builder:
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
         vm = ctx.vm(
-            workload=_ebizzy2019(),
+            workload=_ebizzy2019(ctx),
             vcpus=80,
             count=vms,
             threads=_EBIZZY_THREADS * 80,
@@ -211,7 +212,7 @@ def _wait_early_revert(ctx: Ctx, variant: str, seed: int) -> Config:
     and kick are the case's (its overrides)."""
     wait_early = "prev_halted_or_preempted" if variant == "base" else "prev_halted"
     vm = ctx.vm(
-        workload=_ebizzy2019(),
+        workload=_ebizzy2019(ctx),
         vcpus=80,
         count=3,
         threads=_EBIZZY_THREADS * 80,
@@ -227,7 +228,7 @@ def _kvm_opts_reverted_guest(ctx: Ctx, variant: str, seed: int) -> Config:
     queue-head yield of 266e85a5ec91)."""
     base = variant == "base"
     vm = ctx.vm(
-        workload=_ebizzy2019(),
+        workload=_ebizzy2019(ctx),
         vcpus=80,
         count=3,
         threads=_EBIZZY_THREADS * 80,
@@ -242,7 +243,7 @@ _STRESS = Workload(phases=(Compute(1_000_000),), name="stress_cpu")
 
 def _boost_desktop(ctx: Ctx, variant: str, seed: int) -> Config:
     pol = _gate(ctx, "preempted" if variant == "base" else "ready")
-    ebizzy = ctx.vm(workload=_ebizzy2019(), vcpus=8, threads=_EBIZZY_THREADS * 8, policy=pol)
+    ebizzy = ctx.vm(workload=_ebizzy2019(ctx), vcpus=8, threads=_EBIZZY_THREADS * 8, policy=pol)
     stress = ctx.vm(workload=_STRESS, vcpus=8, threads=2, policy=pol)
     return ctx.config(ctx.host(n_pcpus=8, affinity="all"), [ebizzy, stress], seed)
 
