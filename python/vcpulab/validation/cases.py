@@ -65,6 +65,7 @@ __all__ = [
     "Source",
     "THEURER_2012",
     "VCPU_IS_PREEMPTED_2017",
+    "WAIT_EARLY_REVERT_2019",
     "background",
     "case",
     "check_case",

@@ -53,6 +53,7 @@ __all__ = [
     "PLE2012_1X",
     "HALTPOLL2015_COMMIT",
     "PARSEC2021_BARRIER",
+    "BOOST2019_READY",
     "SETS",
     "CalibrationSet",
     "calibration_of",
