@@ -829,7 +829,6 @@ def _era_5x(
     )
 
 
-#: Linux 5.2-5.3 on Skylake-SP Xeons: the 2019 boost patches
 #: The 2019 ebizzy -M rows: the hold of a record's LRU-lock sections (their
 #: count derived from the 5.2 kernel's constants, presets.EBIZZY_2019_LRU_SECTIONS),
 #: which no source gives, sets how long a queue of lock waiters with interrupts
@@ -876,6 +875,7 @@ _EBIZZY_LRU_HOLD = _fitted(
     "frees under lru_lock, ~70 ns a page), for which no cited source gives a figure",
 )
 
+#: Linux 5.2-5.3 on Skylake-SP Xeons: the 2019 boost patches
 ERA_2019 = _era_5x(
     "2019-5.x",
     "Linux 5.2-5.3 (CFS, pv sched yield, the ready gate from v5.3)",
