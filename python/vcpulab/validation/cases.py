@@ -615,41 +615,31 @@ def _registry() -> list[Case]:
         "89340d0935c9's table: host without the 2019 boosts, guest with 75437bb304b2 1700-1800 records/s, "
         "reverted 13000-14000; host with them 4500-5000 and 14000-15500 (midpoints used)"
     )
+    for boosts, b, nw, text in (
+        (False, 1750, 13500, "1700-1800 -> 13000-14000"),
+        (True, 4750, 14750, "4500-5000 -> 14000-15500"),
+    ):
+        cases.append(
+            Case(
+                name="pv_wait_early2019_revert_ebizzy_3vm" + ("_boosts" if boosts else ""),
+                title="pv_wait_early without the preempted-predecessor check (the revert) vs with it, host "
+                + ("with" if boosts else "without")
+                + " the 2019 boosts, 3 x 80-vCPU VMs",
+                source=WAIT_EARLY_REVERT_2019,
+                published=Published(_pct(b, nw), f"ebizzy -M: {text}", "records/s", b, nw),
+                metric="throughput_change",
+                era="2019-5.x",
+                build=_wait_early_revert,
+                varies=("guest.pv_wait_early",),
+                overrides=_REVERT_TLB_2019 if boosts else _REVERT_NO_BOOSTS_2019,
+                warmup_ns=_WARMUP_2019_NS,
+                measure_ns=300_000_000,
+                setup=revert_setup + _UNPINNED,
+                notes=revert_notes,
+                waits_for="the host and guest models",
+            )
+        )
     cases += [
-        Case(
-            name="pv_wait_early2019_revert_ebizzy_3vm",
-            title="pv_wait_early without the preempted-predecessor check (the revert) vs with it, host without the "
-            "2019 boosts, 3 x 80-vCPU VMs",
-            source=WAIT_EARLY_REVERT_2019,
-            published=Published(_pct(1750, 13500), "ebizzy -M: 1700-1800 -> 13000-14000", "records/s", 1750, 13500),
-            metric="throughput_change",
-            era="2019-5.x",
-            build=_wait_early_revert,
-            varies=("guest.pv_wait_early",),
-            overrides=_REVERT_NO_BOOSTS_2019,
-            warmup_ns=_WARMUP_2019_NS,
-            measure_ns=300_000_000,
-            setup=revert_setup + _UNPINNED,
-            notes=revert_notes,
-            waits_for="the host and guest models",
-        ),
-        Case(
-            name="pv_wait_early2019_revert_ebizzy_3vm_boosts",
-            title="pv_wait_early without the preempted-predecessor check (the revert) vs with it, host with the "
-            "2019 boosts, 3 x 80-vCPU VMs",
-            source=WAIT_EARLY_REVERT_2019,
-            published=Published(_pct(4750, 14750), "ebizzy -M: 4500-5000 -> 14000-15500", "records/s", 4750, 14750),
-            metric="throughput_change",
-            era="2019-5.x",
-            build=_wait_early_revert,
-            varies=("guest.pv_wait_early",),
-            overrides=_REVERT_TLB_2019,
-            warmup_ns=_WARMUP_2019_NS,
-            measure_ns=300_000_000,
-            setup=revert_setup + _UNPINNED,
-            notes=revert_notes,
-            waits_for="the host and guest models",
-        ),
         Case(
             name="boosts2019_reverted_guest_ebizzy_3vm",
             title="the 2019 boosts ('ready' gate and queue-head yield) vs neither, reverted guest, 3 x 80-vCPU VMs",
