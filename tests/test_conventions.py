@@ -129,6 +129,17 @@ def test_each_module_imports_first_in_a_fresh_process(module: str) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_a_missing_numpy_is_an_import_error_naming_it_not_a_panic_of_the_core() -> None:
+    # the core's numpy bindings would panic across the FFI (pyo3's PanicException) if _core loaded first
+    r = _py(
+        "import sys; sys.modules['numpy'] = None\n"
+        "try:\n    import vcpulab\n"
+        "except BaseException as e:\n    print(type(e).__name__, isinstance(e, ImportError), 'numpy' in str(e))\n"
+    )
+    assert r.stdout.split() == ["ModuleNotFoundError", "True", "True"], (r.stdout, r.stderr)
+    assert "panicked" not in r.stderr
+
+
 def test_the_simulator_does_not_import_the_experiment_layer() -> None:
     r = _py("import sys; from vcpulab import sim; sim.Result.provenance; print('vcpulab.experiment' in sys.modules)")
     assert r.stdout.strip() == "False", r.stderr

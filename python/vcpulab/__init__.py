@@ -26,6 +26,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# The Rust core's numpy bindings read numpy's C API when _core loads: without
+# numpy that would be a Rust panic (pyo3's PanicException); imported first, a
+# missing numpy is a plain ModuleNotFoundError naming it.
+import numpy as _numpy  # noqa: F401
+
 from vcpulab._core import (
     GuestAssertionError,
     KvmIoctlError,
