@@ -169,19 +169,20 @@ def _pcpu_is_idle(kernel: str) -> Builder:
     return build
 
 
+def _skylake80_ebizzy(ctx: Ctx, vms: int, seed: int, **vm_setup: Any) -> Config:
+    """The 2019 sources' set-up: ``vms`` VMs of 80 vCPUs running ebizzy -M
+    (2 threads per vCPU) on the 80-thread 2-socket Skylake host, vCPUs
+    unpinned; ``vm_setup`` is the compared knob (``Ctx.vm``'s keywords)."""
+    vm = ctx.vm(workload=_ebizzy2019(ctx), vcpus=80, count=vms, threads=_EBIZZY_THREADS * 80, **vm_setup)
+    return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+
+
 def _boost_ready(vms: int) -> Builder:
     """Wanpeng Li's 2019 set-up: an 80-thread host, ``vms`` VMs of 80 vCPUs
     running ebizzy; base = the 'preempted' gate, new = the 'ready' gate."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
-        vm = ctx.vm(
-            workload=_ebizzy2019(ctx),
-            vcpus=80,
-            count=vms,
-            threads=_EBIZZY_THREADS * 80,
-            policy=_gate(ctx, "preempted" if variant == "base" else "ready"),
-        )
-        return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+        return _skylake80_ebizzy(ctx, vms, seed, policy=_gate(ctx, "preempted" if variant == "base" else "ready"))
 
     return build
 
@@ -192,14 +193,7 @@ def _boost_queue_head(vms: int) -> Builder:
     also directed-yields to the kicked queue head."""
 
     def build(ctx: Ctx, variant: str, seed: int) -> Config:
-        vm = ctx.vm(
-            workload=_ebizzy2019(ctx),
-            vcpus=80,
-            count=vms,
-            threads=_EBIZZY_THREADS * 80,
-            pv={"kick_yield": variant != "base"},
-        )
-        return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+        return _skylake80_ebizzy(ctx, vms, seed, pv={"kick_yield": variant != "base"})
 
     return build
 
@@ -211,14 +205,7 @@ def _wait_early_revert(ctx: Ctx, variant: str, seed: int) -> Config:
     2019 era's guest), new = the reverted guest; the host's candidate gate
     and kick are the case's (its overrides)."""
     wait_early = "prev_halted_or_preempted" if variant == "base" else "prev_halted"
-    vm = ctx.vm(
-        workload=_ebizzy2019(ctx),
-        vcpus=80,
-        count=3,
-        threads=_EBIZZY_THREADS * 80,
-        guest={"pv_wait_early": wait_early},
-    )
-    return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
+    return _skylake80_ebizzy(ctx, 3, seed, guest={"pv_wait_early": wait_early})
 
 
 def _kvm_opts_reverted_guest(ctx: Ctx, variant: str, seed: int) -> Config:
@@ -227,15 +214,9 @@ def _kvm_opts_reverted_guest(ctx: Ctx, variant: str, seed: int) -> Config:
     only wakes), new = with both (the 'ready' gate of d73eb57b80b9, the
     queue-head yield of 266e85a5ec91)."""
     base = variant == "base"
-    vm = ctx.vm(
-        workload=_ebizzy2019(ctx),
-        vcpus=80,
-        count=3,
-        threads=_EBIZZY_THREADS * 80,
-        policy=_gate(ctx, "preempted" if base else "ready"),
-        pv={"kick_yield": not base},
+    return _skylake80_ebizzy(
+        ctx, 3, seed, policy=_gate(ctx, "preempted" if base else "ready"), pv={"kick_yield": not base}
     )
-    return ctx.config(ctx.host(n_pcpus=80, sockets=2, threads_per_core=2, affinity="all"), [vm], seed)
 
 
 _STRESS = Workload(phases=(Compute(1_000_000),), name="stress_cpu")
