@@ -445,6 +445,7 @@ impl Sim {
                     }
                 }
             }
+            self.record_lock_wait(vm, t);
             self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
             return Flow::Again;
         }

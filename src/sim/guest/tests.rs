@@ -909,3 +909,22 @@ fn vcpu0_waits_for_every_other_vcpus_start_when_told() {
         }
     }
 }
+
+#[test]
+fn a_queued_pv_acquisition_records_its_wait() {
+    // Kernel lock model, two vCPUs on two CPUs taking turns on a lock held
+    // 2 ms: every acquisition after the first is a queued one (the head
+    // halts and is kicked at the unlock), so the VM's lock-wait histogram
+    // holds one wait per acquisition, each about one hold long. (Until
+    // 0.3.28 the queue head's acquisition in `pv_wait_head_or_lock` recorded
+    // nothing: the histogram held only the uncontended acquisitions, 0 ns.)
+    let c = locks(2, 2, LockKind::PvQueued, 2_000_000);
+    let mut s = sim_of(&c);
+    s.step_until(20_000_000).unwrap();
+    let waits: u64 = s.vms[0].lock_waits.iter().sum();
+    let acq = s.vms[0].locks[0].acquisitions;
+    assert!(acq >= 9, "{acq} acquisitions in 20 ms");
+    assert_eq!(waits, acq, "one recorded wait per acquisition");
+    let mean = crate::sim::hist::hist_mean(&s.vms[0].lock_waits);
+    assert!(mean > 1_500_000.0, "mean wait {mean} ns: a queued waiter waits about one 2-ms hold");
+}
