@@ -23,7 +23,7 @@ from vcpulab import sim
 from vcpulab.sim import policies as P
 from vcpulab.sim import presets
 from vcpulab.sim import scenarios as S
-from vcpulab.sim._config import Background, Compute, HaltPoll, Host, Ipi, Lock, Ple, Pv, Sleep, Vm, Workload
+from vcpulab.sim._config import Background, Compute, Guest, HaltPoll, Host, Ipi, Lock, Ple, Pv, Sleep, Vm, Workload
 
 MS = 1_000_000
 
@@ -107,6 +107,33 @@ def configs() -> dict[str, sim.Config]:
         duration_ns=20 * MS,
         seed=9,
     )
+    # the kernel lock model (kernel/locking/qspinlock_paravirt.h's queue, halts, kicks and steals)
+    # under 3x overcommit, with each pv_wait_early rule
+    contended = Workload(
+        name="contended",
+        phases=(
+            Compute(20_000, dist="exp"),
+            Lock(0, "pv_queued", 4_000, dist="exp", irqs_off=True),
+            Ipi(targets=0, handler_ns=1_000, prob=0.2, tlb_flush=True),
+        ),
+    )
+    for early in ("prev_halted", "prev_halted_or_preempted"):
+        c[f"kernel_locks_{early}"] = sim.Config(
+            host=Host(n_pcpus=8, affinity="all"),
+            vms=(
+                Vm(
+                    vcpus=8,
+                    count=3,
+                    threads=16,
+                    workload=contended,
+                    guest=Guest(lock_model="kernel", pv_wait_early=early),
+                ),
+                Vm(vcpus=4, workload=mixed, guest=Guest(lock_model="kernel")),
+            ),
+            duration_ns=20 * MS,
+            seed=11,
+            trace=early == "prev_halted",
+        )
     return c
 
 
