@@ -201,6 +201,7 @@ impl Sim {
                         pv_halted: false,
                         pv_new_head: false,
                         pv_hashed: false,
+                        pv_unfair: false,
                         wake_gen: 0,
                         lock_wait_start: 0,
                         last_ran: 0,
@@ -225,6 +226,8 @@ impl Sim {
                         waiters: VecDeque::new(),
                         acquisitions: 0,
                         slow: false,
+                        pending: false,
+                        unfair: Vec::new(),
                         readers: 0,
                     })
                     .collect();

@@ -229,6 +229,11 @@ impl Sim {
                     }
                     None => None,
                 };
+                if th.pv_unfair {
+                    // the hybrid unfair loop takes the lock at its release,
+                    // ahead of the queue: it waits for the holder only
+                    return None;
+                }
                 l.waiters
                     .iter()
                     .take_while(|&&w| w as usize != t)

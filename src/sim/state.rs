@@ -536,6 +536,9 @@ pub struct Thread {
     /// Kernel lock model: this acquisition's queue head has hashed the lock
     /// (`lp` in `pv_wait_head_or_lock`): it halts at most once per acquisition.
     pub pv_hashed: bool,
+    /// Kernel lock model: spinning in the hybrid unfair trylock loop
+    /// (listed in `Lock.unfair`, not in its queue).
+    pub pv_unfair: bool,
     pub iter_start: Ns,
     pub iters: u64,
     pub wake_gen: u32,
@@ -563,6 +566,13 @@ pub struct Lock {
     /// Kernel lock model: the PV qspinlock's locked byte is `_Q_SLOW_VAL`
     /// (a halted queue head is hashed; the unlock must kick it).
     pub slow: bool,
+    /// Kernel lock model: the pending bit, set by the queue head while it
+    /// spins in `pv_wait_head_or_lock` (kept if it is preempted there),
+    /// cleared when it takes the lock or halts; no steal while it is set.
+    pub pending: bool,
+    /// Kernel lock model, `PvLockSteal::Hybrid`: the threads spinning in
+    /// `pv_hybrid_queued_unfair_trylock` (not queued), in arrival order.
+    pub unfair: Vec<u32>,
     /// A reader-writer semaphore's active readers (its writer is `holder`).
     pub readers: u32,
 }

@@ -940,19 +940,23 @@ class Guest(_Base):
         lock_model: `"simple"` (default; the simulator's first rules: FIFO hand-off for every
             queued kind, the PV predecessor check only when a waiter (re)starts spinning, mutex
             spinners watch the owner only) or `"kernel"`: `pv_queued` is the PV qspinlock of
-            kernel/locking/qspinlock_paravirt.h — one steal attempt at slow-path entry
-            (`pv_queued_spin_steal_lock`, refused while the queue head spins with the pending bit
-            set), queue nodes spin SPIN_THRESHOLD iterations or stop early when the previous node is
-            not running (`pv_wait_node`, `pv_wait_early`, re-checked when that node halts), the head
-            spins SPIN_THRESHOLD iterations afresh (`pv_wait_head_or_lock`) then halts, the unlock
-            frees the lock and kicks a halted head (`__pv_queued_spin_unlock_slowpath`); mutex
-            spinners queue in an OSQ and give up when the spinner before them is on a preempted vCPU
+            kernel/locking/qspinlock_paravirt.h — stealing at slow-path entry as `pv_lock_steal`
+            says (refused while the queue head spins with the pending bit set), queue nodes spin
+            SPIN_THRESHOLD iterations or stop early when the previous node is not running
+            (`pv_wait_node`, `pv_wait_early`, re-checked when that node halts), the head spins
+            SPIN_THRESHOLD iterations afresh (`pv_wait_head_or_lock`) then halts, the unlock frees
+            the lock and kicks a halted head (`__pv_queued_spin_unlock_slowpath`); mutex spinners
+            queue in an OSQ and give up when the spinner before them is on a preempted vCPU
             (`osq_lock`).
         pv_wait_early: Kernel lock model: `"prev_halted"` (default; the rule since 4.x and again
             since 89340d0935c9, Oct 2019) or `"prev_halted_or_preempted"` (75437bb304b2
             "locking/pvqspinlock: Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
             in 5.4 and the stable kernels after a 7-8x ebizzy regression: a node also halts when the
             previous node's vCPU is preempted).
+        pv_lock_steal: Kernel lock model: how a waiter entering the `pv_queued` slow path may
+            take the lock ahead of the queue: `"hybrid"` (default; the unfair loop of 11752adb68a3,
+            v4.8, 2016, to today), `"once"` (one attempt, v4.5-v4.7) or `"none"` (v4.2-v4.4). Every
+            mode takes a lock that is free with no queue.
         vcpu_is_preempted: The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
             spinning) and `osq_lock` (4.10+, 2016); False: `owner->on_cpu` only (3.x and 4.x before
             4.10). Needs `Pv.steal_time`. Default True.
@@ -1024,6 +1028,7 @@ class Guest(_Base):
     # BEGIN GENERATED FIELDS (Guest): python -m vcpulab._codegen
     lock_model: str = "simple"
     pv_wait_early: str = "prev_halted"
+    pv_lock_steal: str = field(default="hybrid", metadata=_NEW)
     vcpu_is_preempted: bool = True
     load_balance: bool = field(default=False, metadata=_NEW)
     migration_cost_ns: int = field(default=500_000, metadata=_NEW)

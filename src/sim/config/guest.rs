@@ -10,8 +10,8 @@ pub enum LockModel {
     /// the PV predecessor check only when a waiter (re)starts spinning).
     Simple,
     /// The guest kernel's rules: `pv_queued` is the PV qspinlock
-    /// (`__pv_queued_spin_lock_slowpath`: one steal attempt at slow-path
-    /// entry, `pv_wait_node` / `pv_wait_head_or_lock` after SPIN_THRESHOLD,
+    /// (`__pv_queued_spin_lock_slowpath`: stealing at slow-path entry as
+    /// `GuestConfig::pv_lock_steal` says, `pv_wait_node` / `pv_wait_head_or_lock` after SPIN_THRESHOLD,
     /// live wait-early, the unlock frees the lock and `pv_kick`s a halted
     /// head); mutexes spin in an OSQ whose waiters give up when their
     /// predecessor's vCPU is preempted (`osq_lock`).
@@ -28,6 +28,28 @@ pub enum WaitEarly {
     PrevHaltedOrPreempted,
 }
 
+/// Kernel lock model: how a `pv_queued` waiter entering the slow path may
+/// take the lock ahead of the MCS queue (kernel/locking/qspinlock_paravirt.h).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PvLockSteal {
+    /// No stealing (v4.2-v4.4): the slow path's trylock takes only a lock
+    /// with no queue (`queued_spin_trylock` on a whole lock word of 0).
+    None,
+    /// One attempt at slow-path entry (v4.5-v4.7, "locking/pvqspinlock:
+    /// Allow limited lock stealing", Waiman Long, 2015): a free lock is
+    /// taken unless the queue head spins with the pending bit set.
+    Once,
+    /// The hybrid PV queued/unfair lock (11752adb68a3, v4.8, 2016;
+    /// `pv_hybrid_queued_unfair_trylock`): the entering waiter spins on
+    /// the lock word, taking it whenever it is free and the pending bit
+    /// clear, for as long as the MCS queue is not empty and its head has
+    /// not set the pending bit (which it does only while it spins in
+    /// `pv_wait_head_or_lock`, clearing it before it halts); it queues
+    /// once the queue is empty or the head spins.
+    Hybrid,
+}
+
 /// The guest kernel's own choices (its version, not the host's).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -36,9 +58,9 @@ pub struct GuestConfig {
     /// hand-off for every queued kind, the PV predecessor check only when
     /// a waiter (re)starts spinning, mutex spinners watch the owner only)
     /// or `"kernel"`: `pv_queued` is the PV qspinlock of
-    /// kernel/locking/qspinlock_paravirt.h — one steal attempt at
-    /// slow-path entry (`pv_queued_spin_steal_lock`, refused while the
-    /// queue head spins with the pending bit set), queue nodes spin
+    /// kernel/locking/qspinlock_paravirt.h — stealing at slow-path
+    /// entry as `pv_lock_steal` says (refused while the queue head spins
+    /// with the pending bit set), queue nodes spin
     /// SPIN_THRESHOLD iterations or stop early when the previous node is
     /// not running (`pv_wait_node`, `pv_wait_early`, re-checked when
     /// that node halts), the head spins SPIN_THRESHOLD iterations afresh
@@ -54,6 +76,13 @@ pub struct GuestConfig {
     /// in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
     /// node also halts when the previous node's vCPU is preempted).
     pub pv_wait_early: WaitEarly,
+    /// Kernel lock model: how a waiter entering the `pv_queued` slow path
+    /// may take the lock ahead of the queue: `"hybrid"` (default; the
+    /// unfair loop of 11752adb68a3, v4.8, 2016, to today), `"once"` (one
+    /// attempt, v4.5-v4.7) or `"none"` (v4.2-v4.4). Every mode takes a lock
+    /// that is free with no queue.
+    #[schemars(extend("x-omit-default" = true))]
+    pub pv_lock_steal: PvLockSteal,
     /// The guest asks `vcpu_is_preempted()` in
     /// `owner_on_cpu` (mutex spinning) and `osq_lock` (4.10+, 2016);
     /// False: `owner->on_cpu` only (3.x and 4.x before 4.10). Needs
@@ -225,6 +254,7 @@ impl Default for GuestConfig {
         GuestConfig {
             lock_model: LockModel::Simple,
             pv_wait_early: WaitEarly::PrevHalted,
+            pv_lock_steal: PvLockSteal::Hybrid,
             vcpu_is_preempted: true,
             load_balance: false,
             migration_cost_ns: 500_000,

@@ -3,7 +3,7 @@
 //! semaphore, and the kernel lock model's hand-off and `vcpu_is_preempted`
 //! checks (kernel/locking/).
 
-use super::super::config::{LockKind, LockModel, VmConfig, WaitEarly};
+use super::super::config::{LockKind, LockModel, PvLockSteal, VmConfig, WaitEarly};
 use super::super::engine::Sim;
 use super::super::state::*;
 use super::Flow;
@@ -376,19 +376,20 @@ impl Sim {
 
     // --------------------------------------------------- the kernel lock model
 
-    /// `pv_queued_spin_steal_lock` (kernel lock model): at slow-path entry a
-    /// PV qspinlock waiter takes a free lock once, unless the queue head is
-    /// actively spinning (pending bit set; it clears it before it halts).
+    /// Kernel lock model, at the `pv_queued` slow path's entry
+    /// (`queued_spin_trylock`, which qspinlock_paravirt.h redefines): with
+    /// `PvLockSteal::Once` or `Hybrid` a waiter takes a free lock whose
+    /// queue head has not set the pending bit (it sets it only while it
+    /// spins; a halted head, or one that became the head while preempted or
+    /// halted and has not run since, has not). `None`: only `lock_try`'s
+    /// free lock with no queue.
     pub(crate) fn pv_steal(&mut self, v: usize, vm: usize, lock: usize, t: usize) -> bool {
-        if self.vms[vm].cfg.guest.lock_model != LockModel::Kernel {
+        let g = &self.vms[vm].cfg.guest;
+        if g.lock_model != LockModel::Kernel || g.pv_lock_steal == PvLockSteal::None {
             return false;
         }
         let l = &self.vms[vm].locks[lock];
-        if l.kind != LockKind::PvQueued || l.holder.is_some() {
-            return false;
-        }
-        let pending = l.waiters.front().is_some_and(|&h| !self.threads[h as usize].pv_halted);
-        if pending {
+        if l.kind != LockKind::PvQueued || l.holder.is_some() || l.pending {
             return false;
         }
         let l = &mut self.vms[vm].locks[lock];
@@ -396,6 +397,65 @@ impl Sim {
         l.acquisitions += 1;
         self.vcpus[v].c.lock_steals += 1;
         true
+    }
+
+    /// `PvLockSteal::Hybrid` (`pv_hybrid_queued_unfair_trylock`, 11752adb68a3):
+    /// a waiter that could not take the lock at the slow path's entry stays
+    /// in the unfair loop (spinning on the lock word, not queued) while the
+    /// MCS queue is not empty and the pending bit is clear. True: it does.
+    pub(crate) fn pv_enter_unfair(&mut self, vm: usize, lock: usize, t: usize) -> bool {
+        let g = &self.vms[vm].cfg.guest;
+        if g.lock_model != LockModel::Kernel || g.pv_lock_steal != PvLockSteal::Hybrid {
+            return false;
+        }
+        let l = &mut self.vms[vm].locks[lock];
+        if l.kind != LockKind::PvQueued || l.waiters.is_empty() || l.pending {
+            return false;
+        }
+        l.unfair.push(t as u32);
+        self.threads[t].pv_unfair = true;
+        true
+    }
+
+    fn pv_leave_unfair(&mut self, vm: usize, lock: usize, t: usize) {
+        let l = &mut self.vms[vm].locks[lock];
+        if let Some(i) = l.unfair.iter().position(|&w| w as usize == t) {
+            l.unfair.remove(i);
+        }
+        self.threads[t].pv_unfair = false;
+    }
+
+    /// The unfair loop's spinners on running vCPUs re-read the lock word
+    /// (the queue emptied, or its head set the pending bit: they queue).
+    fn poke_unfair(&mut self, vm: usize, lock: usize) {
+        for i in 0..self.vms[vm].locks[lock].unfair.len() {
+            let w = self.vms[vm].locks[lock].unfair[i] as usize;
+            if self.spinning_now(w) {
+                let wv = self.threads[w].vcpu as usize;
+                self.poke(wv);
+            }
+        }
+    }
+
+    /// The lock word was just freed with the pending bit clear: of the
+    /// unfair loop's spinners on running vCPUs, one (drawn) wins the
+    /// `cmpxchg`; the others see it taken and spin on.
+    fn pv_grant_unfair(&mut self, vm: usize, lock: usize) {
+        let l = &self.vms[vm].locks[lock];
+        let n = l.unfair.iter().filter(|&&w| self.spinning_now(w as usize)).count();
+        if n == 0 {
+            return;
+        }
+        let k = self.rng_below(n);
+        let w = self.vms[vm].locks[lock].unfair.iter().copied().filter(|&w| self.spinning_now(w as usize)).nth(k);
+        let w = w.expect("k < n spinners") as usize;
+        self.pv_leave_unfair(vm, lock, w);
+        let l = &mut self.vms[vm].locks[lock];
+        l.holder = Some(w as u32);
+        l.acquisitions += 1;
+        let wv = self.threads[w].vcpu as usize;
+        self.vcpus[wv].c.lock_steals += 1;
+        self.poke(wv);
     }
 
     /// A PV qspinlock waiter (kernel lock model): the queue head runs
@@ -407,6 +467,34 @@ impl Sim {
     /// node stays halted when it becomes the head and is kicked at the unlock).
     pub(crate) fn await_pv_qspinlock(&mut self, v: usize, t: usize, lock: usize) -> Flow {
         let vm = self.threads[t].vm as usize;
+        if self.vms[vm].locks[lock].holder == Some(t as u32) {
+            // the unfair loop's cmpxchg won at the unlock (pv_grant_unfair)
+            self.record_lock_wait(vm, t);
+            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+            return Flow::Again;
+        }
+        if self.threads[t].pv_unfair {
+            // pv_hybrid_queued_unfair_trylock's loop
+            let l = &self.vms[vm].locks[lock];
+            if l.holder.is_none() && !l.pending {
+                self.pv_leave_unfair(vm, lock, t);
+                let l = &mut self.vms[vm].locks[lock];
+                l.holder = Some(t as u32);
+                l.acquisitions += 1;
+                self.vcpus[v].c.lock_steals += 1;
+                self.record_lock_wait(vm, t);
+                self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+                return Flow::Again;
+            }
+            if !l.waiters.is_empty() && !l.pending {
+                self.start_spin(v, false);
+                return Flow::Started;
+            }
+            // the queue is empty or its head spins (pending): join the queue
+            self.pv_leave_unfair(vm, lock, t);
+            self.vms[vm].locks[lock].waiters.push_back(t as u32);
+            self.threads[t].spun = 0;
+        }
         if self.threads[t].pv_halted || self.threads[t].pv_new_head {
             // back from pv_wait (kicked or spurious), or a new head: a new spin loop
             self.threads[t].pv_halted = false;
@@ -429,6 +517,12 @@ impl Sim {
             l.waiters.pop_front();
             l.holder = Some(t as u32);
             l.acquisitions += 1;
+            l.pending = false;
+            if l.waiters.is_empty() && !l.unfair.is_empty() {
+                // the tail is clear: the unfair loop's spinners leave it and queue
+                self.poke_unfair(vm, lock);
+            }
+            let l = &self.vms[vm].locks[lock];
             if let Some(&n) = l.waiters.front() {
                 // arch_mcs_spin_unlock_contended: the next node is the head now
                 let n = n as usize;
@@ -468,13 +562,21 @@ impl Sim {
             spent || early
         };
         if !halt {
+            if pos == 0 && !self.vms[vm].locks[lock].pending {
+                // set_pending: no more stealing; the unfair loop's spinners queue
+                self.vms[vm].locks[lock].pending = true;
+                if !self.vms[vm].locks[lock].unfair.is_empty() {
+                    self.poke_unfair(vm, lock);
+                }
+            }
             self.start_spin(v, true);
             return Flow::Started;
         }
         // pv_wait: pn->state = halted, then HLT until kicked
         self.threads[t].pv_halted = true;
         if pos == 0 {
-            // pv_hash + xchg(locked, _Q_SLOW_VAL): the unlock will kick it
+            // clear_pending, pv_hash + xchg(locked, _Q_SLOW_VAL): the unlock will kick it
+            self.vms[vm].locks[lock].pending = false;
             self.threads[t].pv_hashed = true;
             self.vms[vm].locks[lock].slow = true;
             self.vcpus[v].c.pv_wait_head += 1;
@@ -502,6 +604,9 @@ impl Sim {
     /// running one takes the lock at once, a preempted one when it runs.
     pub(crate) fn pv_qspinlock_unlock(&mut self, v: usize, vm: usize, lock: usize) -> Flow {
         let slow = std::mem::replace(&mut self.vms[vm].locks[lock].slow, false);
+        if !self.vms[vm].locks[lock].pending && !self.vms[vm].locks[lock].unfair.is_empty() {
+            self.pv_grant_unfair(vm, lock);
+        }
         if let Some(&h) = self.vms[vm].locks[lock].waiters.front() {
             let hv = self.threads[h as usize].vcpu as usize;
             if slow {

@@ -272,12 +272,15 @@ impl Sim {
                 self.threads[t].spun = 0;
                 self.threads[t].pv_halted = false;
                 self.threads[t].pv_hashed = false;
+                self.threads[t].pv_unfair = false;
                 self.threads[t].lock_wait_start = self.now;
                 // local_irq_save before the acquisition: no handler runs until the release
                 self.threads[t].irqs_off = irqs_off;
                 if self.lock_try(vm, lock as usize, t) || self.pv_steal(v, vm, lock as usize, t) {
                     self.record_lock_wait(vm, t);
                     self.threads[t].step = Step::Work { kernel: true, hold: Some(lock) };
+                } else if self.pv_enter_unfair(vm, lock as usize, t) {
+                    self.threads[t].step = Step::AwaitLock { lock };
                 } else {
                     self.vms[vm].locks[lock as usize].waiters.push_back(t as u32);
                     self.threads[t].step = Step::AwaitLock { lock };

@@ -129,10 +129,11 @@ fn a_newcomer_steals_only_while_the_head_is_not_spinning() {
     l.holder = None;
     l.waiters.retain(|&x| x as usize == w);
     // the head spins in pv_wait_head_or_lock (pending bit set): no stealing
-    assert!(!s.threads[w].pv_halted);
+    assert!(!s.threads[w].pv_halted && s.vms[0].locks[0].pending);
     assert!(!s.pv_steal(nv, 0, 0, newcomer));
     // the head halted (pending cleared before pv_wait): one steal attempt succeeds
     s.threads[w].pv_halted = true;
+    s.vms[0].locks[0].pending = false;
     assert!(s.pv_steal(nv, 0, 0, newcomer));
     assert_eq!(s.vms[0].locks[0].holder, Some(newcomer as u32));
     assert_eq!(s.vcpus[nv].c.lock_steals, 1);
@@ -927,4 +928,79 @@ fn a_queued_pv_acquisition_records_its_wait() {
     assert_eq!(waits, acq, "one recorded wait per acquisition");
     let mean = crate::sim::hist::hist_mean(&s.vms[0].lock_waits);
     assert!(mean > 1_500_000.0, "mean wait {mean} ns: a queued waiter waits about one 2-ms hold");
+}
+
+/// Three vCPUs on two CPUs (round-robin: vCPUs 0 and 2 share CPU 0), one
+/// thread each looping on a lock held 2 ms, kernel lock model. By 3 ms
+/// (asserted, not assumed): thread 1 holds the lock, thread 2 is the queue
+/// head, halted in `pv_wait` (so the pending bit is clear), and thread 0,
+/// back from its own hold, has entered the slow path behind it.
+fn late_arrival(steal: PvLockSteal) -> Sim {
+    let mut c = locks(3, 2, LockKind::PvQueued, 2_000_000);
+    c.vms[0].guest.pv_lock_steal = steal;
+    let mut s = sim_of(&c);
+    s.step_until(3_000_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    assert_eq!(l.holder, Some(1), "thread 1 holds");
+    assert_eq!(l.waiters.front(), Some(&2), "thread 2 is the head");
+    assert!(s.threads[2].pv_halted && !l.pending, "the head halted and cleared the pending bit");
+    s
+}
+
+#[test]
+fn hybrid_a_late_waiter_spins_unqueued_and_takes_the_lock_ahead_of_a_halted_head() {
+    // pv_hybrid_queued_unfair_trylock (11752adb68a3): a queue exists and its
+    // head has not set the pending bit, so thread 0 stays in the unfair loop
+    // (spinning on the lock word, not queued); the unlock frees the lock,
+    // thread 0's cmpxchg wins it, and the halted head is kicked as before.
+    let mut s = late_arrival(PvLockSteal::Hybrid);
+    let l = &s.vms[0].locks[0];
+    assert!(s.threads[0].pv_unfair && l.unfair == vec![0], "in the unfair loop");
+    assert_eq!(l.waiters.iter().copied().collect::<Vec<_>>(), vec![2], "not queued");
+    let v0 = s.threads[0].vcpu as usize;
+    assert!(matches!(s.vcpus[v0].act, Act::Spin { .. }), "spinning");
+    assert!(!s.threads[0].pv_halted, "the unfair loop never halts");
+    let v1 = s.threads[1].vcpu as usize;
+    s.step_until(4_020_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    assert_eq!(l.holder, Some(0), "the unfair spinner took the freed lock");
+    assert_eq!(s.vcpus[v0].c.lock_steals, 1);
+    assert_eq!(s.vcpus[v1].c.kicks, 1, "the unlock still kicked the halted head");
+    assert!(!s.threads[0].pv_unfair);
+    // the kicked head runs and spins with the pending bit set; thread 1,
+    // back for more, queues behind it instead of entering the unfair loop
+    assert!(l.pending && !s.threads[2].pv_halted, "the woken head spins with the pending bit set");
+    assert_eq!(l.waiters.iter().copied().collect::<Vec<_>>(), vec![2, 1]);
+    assert!(!s.threads[1].pv_unfair && l.unfair.is_empty());
+}
+
+#[test]
+fn once_a_late_waiter_queues_behind_the_halted_head() {
+    // v4.5-v4.7: one steal attempt at entry (the lock is held), then the
+    // queue: behind a halted node it waits early (halts), and the kicked
+    // head takes the lock at the unlock
+    let mut s = late_arrival(PvLockSteal::Once);
+    let l = &s.vms[0].locks[0];
+    assert!(!s.threads[0].pv_unfair && l.unfair.is_empty());
+    assert_eq!(l.waiters.iter().copied().collect::<Vec<_>>(), vec![2, 0]);
+    assert!(s.threads[0].pv_halted, "pv_wait_early: its predecessor is halted");
+    s.step_until(4_020_000).unwrap();
+    assert_eq!(s.vms[0].locks[0].holder, Some(2), "the kicked head took the lock");
+    assert_eq!(s.vcpus[s.threads[0].vcpu as usize].c.lock_steals, 0);
+}
+
+#[test]
+fn a_free_lock_behind_a_halted_head_is_stolen_only_from_v4_5() {
+    // the lock word free, the queue's head halted (no pending bit): `Once`
+    // and `Hybrid` take it at the slow path's entry, `None` (v4.2-v4.4)
+    // does not; with the pending bit set (a spinning head) none does
+    for (steal, stolen) in [(PvLockSteal::None, false), (PvLockSteal::Once, true), (PvLockSteal::Hybrid, true)] {
+        let mut s = late_arrival(steal);
+        let v0 = s.threads[0].vcpu as usize;
+        s.vms[0].locks[0].holder = None;
+        assert_eq!(s.pv_steal(v0, 0, 0, 0), stolen, "{steal:?}");
+        s.vms[0].locks[0].holder = None;
+        s.vms[0].locks[0].pending = true;
+        assert!(!s.pv_steal(v0, 0, 0, 0), "{steal:?} with the pending bit");
+    }
 }
