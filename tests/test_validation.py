@@ -308,7 +308,10 @@ def _gang_over_fair(affinity, seed=0):
 
 def test_a_pinned_8x20_under_the_fair_scheduler_is_far_from_gang_scheduling():
     ratio, t = _gang_over_fair("pinned")
-    assert ratio >= 1.5, ratio  # published (2012): gang = 3.88x PLE; here (6.x) 2.71 (seeds 1-2: 2.68, 2.67)
+    # published (2012, ticket locks): gang = 3.88x PLE. Here (6.x) 1.31 (seeds 1-2: 1.20, 1.26) since the
+    # guest's PV qspinlock has the hybrid unfair loop of v4.8 (Guest.pv_lock_steal, 0.3.28): a waiter spins
+    # on the lock word past a queue whose head is preempted or halted; 2.71 (2.68, 2.67) before, when it queued
+    assert ratio >= 1.15, ratio
     assert t["fair"]["ple_exits"][0] > 10 * t["gang"]["ple_exits"][0]
 
 
