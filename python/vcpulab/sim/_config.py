@@ -948,15 +948,16 @@ class Guest(_Base):
             the lock and kicks a halted head (`__pv_queued_spin_unlock_slowpath`); mutex spinners
             queue in an OSQ and give up when the spinner before them is on a preempted vCPU
             (`osq_lock`).
-        pv_wait_early: Kernel lock model: `"prev_halted"` (default; the rule since 4.x and again
-            since 89340d0935c9, Oct 2019) or `"prev_halted_or_preempted"` (75437bb304b2
-            "locking/pvqspinlock: Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
-            in 5.4 and the stable kernels after a 7-8x ebizzy regression: a node also halts when the
-            previous node's vCPU is preempted).
+        pv_wait_early: Kernel lock model: `"prev_halted"` (default; the rule from v4.5,
+            cd0272fab785, and again since 89340d0935c9, Oct 2019), `"never"` (v4.2-v4.4: no
+            wait-early) or `"prev_halted_or_preempted"` (75437bb304b2 "locking/pvqspinlock: Don't
+            wait if vCPU is preempted", 2019, reverted by 89340d0935c9 in 5.4 and the stable kernels
+            after a 7-8x ebizzy regression: a node also halts when the previous node's vCPU is
+            preempted).
         pv_lock_steal: Kernel lock model: how a waiter entering the `pv_queued` slow path may
             take the lock ahead of the queue: `"hybrid"` (default; the unfair loop of 11752adb68a3,
-            v4.8, 2016, to today), `"once"` (one attempt, v4.5-v4.7) or `"none"` (v4.2-v4.4). Every
-            mode takes a lock that is free with no queue.
+            v4.15, 2017, to today), `"once"` (one attempt, v4.5-v4.14) or `"none"` (v4.2-v4.4).
+            Every mode takes a lock that is free with no queue.
         vcpu_is_preempted: The guest asks `vcpu_is_preempted()` in `owner_on_cpu` (mutex
             spinning) and `osq_lock` (4.10+, 2016); False: `owner->on_cpu` only (3.x and 4.x before
             4.10). Needs `Pv.steal_time`. Default True.

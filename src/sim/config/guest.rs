@@ -21,6 +21,10 @@ pub enum LockModel {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitEarly {
+    /// No wait-early (v4.2-v4.4): a queue node halts only after its
+    /// SPIN_THRESHOLD iterations (cd0272fab785 "locking/pvqspinlock: Queue
+    /// node adaptive spinning", v4.5, added the check).
+    Never,
     /// `pv_wait_early`: the previous queue node is not running (halted).
     PrevHalted,
     /// 75437bb304b2 (2019, reverted by 89340d0935c9 in 5.4 and stable):
@@ -36,11 +40,12 @@ pub enum PvLockSteal {
     /// No stealing (v4.2-v4.4): the slow path's trylock takes only a lock
     /// with no queue (`queued_spin_trylock` on a whole lock word of 0).
     None,
-    /// One attempt at slow-path entry (v4.5-v4.7, "locking/pvqspinlock:
-    /// Allow limited lock stealing", Waiman Long, 2015): a free lock is
-    /// taken unless the queue head spins with the pending bit set.
+    /// One attempt at slow-path entry (v4.5-v4.14, 1c4941fd53af
+    /// "locking/pvqspinlock: Allow limited lock stealing", Waiman Long,
+    /// 2015): a free lock is taken unless the queue head spins with the
+    /// pending bit set.
     Once,
-    /// The hybrid PV queued/unfair lock (11752adb68a3, v4.8, 2016;
+    /// The hybrid PV queued/unfair lock (11752adb68a3, v4.15, 2017;
     /// `pv_hybrid_queued_unfair_trylock`): the entering waiter spins on
     /// the lock word, taking it whenever it is free and the pending bit
     /// clear, for as long as the MCS queue is not empty and its head has
@@ -70,7 +75,8 @@ pub struct GuestConfig {
     /// them is on a preempted vCPU (`osq_lock`).
     pub lock_model: LockModel,
     /// Kernel lock model: `"prev_halted"` (default; the
-    /// rule since 4.x and again since 89340d0935c9, Oct 2019) or
+    /// rule from v4.5, cd0272fab785, and again since 89340d0935c9, Oct
+    /// 2019), `"never"` (v4.2-v4.4: no wait-early) or
     /// `"prev_halted_or_preempted"` (75437bb304b2 "locking/pvqspinlock:
     /// Don't wait if vCPU is preempted", 2019, reverted by 89340d0935c9
     /// in 5.4 and the stable kernels after a 7-8x ebizzy regression: a
@@ -78,8 +84,8 @@ pub struct GuestConfig {
     pub pv_wait_early: WaitEarly,
     /// Kernel lock model: how a waiter entering the `pv_queued` slow path
     /// may take the lock ahead of the queue: `"hybrid"` (default; the
-    /// unfair loop of 11752adb68a3, v4.8, 2016, to today), `"once"` (one
-    /// attempt, v4.5-v4.7) or `"none"` (v4.2-v4.4). Every mode takes a lock
+    /// unfair loop of 11752adb68a3, v4.15, 2017, to today), `"once"` (one
+    /// attempt, v4.5-v4.14) or `"none"` (v4.2-v4.4). Every mode takes a lock
     /// that is free with no queue.
     #[schemars(extend("x-omit-default" = true))]
     pub pv_lock_steal: PvLockSteal,

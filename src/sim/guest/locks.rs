@@ -553,9 +553,11 @@ impl Sim {
             spent && !self.threads[t].pv_hashed
         } else {
             let prev = self.vms[vm].locks[lock].waiters[pos - 1] as usize;
-            let early = self.threads[prev].pv_halted
-                || (self.vms[vm].cfg.guest.pv_wait_early == WaitEarly::PrevHaltedOrPreempted
-                    && self.vcpu_is_preempted(vm, self.threads[prev].vcpu as usize));
+            let rule = self.vms[vm].cfg.guest.pv_wait_early;
+            let early = rule != WaitEarly::Never
+                && (self.threads[prev].pv_halted
+                    || (rule == WaitEarly::PrevHaltedOrPreempted
+                        && self.vcpu_is_preempted(vm, self.threads[prev].vcpu as usize)));
             if early && !spent {
                 self.vcpus[v].c.pv_wait_early += 1;
             }

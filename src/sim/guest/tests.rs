@@ -100,7 +100,9 @@ fn a_queue_node_waits_early_behind_a_halted_node_and_for_a_preempted_one_only_in
     assert_eq!(s.vcpus[nv].c.pv_wait_early, 1, "it did not spin its own threshold");
 
     // vcpu_is_preempted(prev->cpu): only with 75437bb304b2's rule
-    for (rule, early) in [(WaitEarly::PrevHalted, false), (WaitEarly::PrevHaltedOrPreempted, true)] {
+    for (rule, early) in
+        [(WaitEarly::Never, false), (WaitEarly::PrevHalted, false), (WaitEarly::PrevHaltedOrPreempted, true)]
+    {
         let mut c = locks(3, 3, LockKind::PvQueued, 50_000_000);
         c.vms[0].guest.pv_wait_early = rule;
         let mut s = sim_of(&c);
@@ -976,7 +978,7 @@ fn hybrid_a_late_waiter_spins_unqueued_and_takes_the_lock_ahead_of_a_halted_head
 
 #[test]
 fn once_a_late_waiter_queues_behind_the_halted_head() {
-    // v4.5-v4.7: one steal attempt at entry (the lock is held), then the
+    // v4.5-v4.14: one steal attempt at entry (the lock is held), then the
     // queue: behind a halted node it waits early (halts), and the kicked
     // head takes the lock at the unlock
     let mut s = late_arrival(PvLockSteal::Once);
@@ -1003,4 +1005,21 @@ fn a_free_lock_behind_a_halted_head_is_stolen_only_from_v4_5() {
         s.vms[0].locks[0].pending = true;
         assert!(!s.pv_steal(v0, 0, 0, 0), "{steal:?} with the pending bit");
     }
+}
+
+#[test]
+fn before_v4_5_a_queue_node_spins_its_threshold_behind_a_halted_node() {
+    // WaitEarly::Never (v4.2-v4.4, before cd0272fab785): the node behind a
+    // halted head spins its own SPIN_THRESHOLD (19.5 µs) before it halts
+    let mut c = locks(3, 3, LockKind::PvQueued, 50_000_000);
+    c.vms[0].guest.pv_wait_early = WaitEarly::Never;
+    let mut s = sim_of(&c);
+    s.step_until(1_000_000).unwrap();
+    let l = &s.vms[0].locks[0];
+    let (head, node) = (l.waiters[0] as usize, l.waiters[1] as usize);
+    let nv = s.threads[node].vcpu as usize;
+    assert!(s.threads[head].pv_halted && s.threads[node].pv_halted);
+    assert_eq!((s.vcpus[nv].c.pv_wait_node, s.vcpus[nv].c.pv_wait_early), (1, 0));
+    let spun = s.vcpus[nv].acct.acc[super::super::state::C_SPIN];
+    assert!((19_000..=21_000).contains(&spun), "spun {spun} ns, the threshold is 19.5 µs");
 }
