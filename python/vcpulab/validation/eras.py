@@ -391,18 +391,21 @@ _NO_PV_IPI = _k(False, "", "KVM_FEATURE_PV_SEND_IPI arrived in v4.19 (2018)")
 _PV_IPI = _k(True, "", "KVM_FEATURE_PV_SEND_IPI (v4.19+): one hypercall per multicast IPI")
 _LOCKS_KERNEL = _k("kernel", "", "kernel/locking/qspinlock_paravirt.h and osq_lock.c rules (sim.Guest.lock_model)")
 _WAIT_EARLY = _k(
-    "prev_halted", "", "pv_wait_early(): the previous node is not running (kernel/locking/qspinlock_paravirt.h)"
+    "prev_halted",
+    "",
+    "pv_wait_early(): the previous node is not running (cd0272fab785, v4.5; kernel/locking/qspinlock_paravirt.h)",
 )
 _STEAL_NONE = _k(
     "none",
     "",
-    "no lock stealing before v4.5: the slow path's queued_spin_trylock takes only a lock word of 0 (no queue)",
+    "no lock stealing before v4.5 (1c4941fd53af 'locking/pvqspinlock: Allow limited lock stealing'): the slow "
+    "path's queued_spin_trylock takes only a lock word of 0 (no queue)",
 )
 _STEAL_HYBRID = _k(
     "hybrid",
     "",
     "pv_hybrid_queued_unfair_trylock: 11752adb68a3 'locking/pvqspinlock: Implement hybrid PV queued/unfair "
-    "locks' (v4.8, 2016; kernel/locking/qspinlock_paravirt.h)",
+    "locks' (v4.15, 2017; kernel/locking/qspinlock_paravirt.h)",
 )
 _NO_VCPU_PREEMPTED = _k(False, "", "no vcpu_is_preempted() in owner_on_cpu/osq_lock before v4.10 (2016)")
 _VCPU_PREEMPTED = _k(True, "", "owner_on_cpu() and osq_lock() ask vcpu_is_preempted() (v4.10+)")
@@ -723,7 +726,12 @@ ERA_2015 = Era(
         "lock_kind": _k("pv_queued", "", "qspinlock with the pv slow path (v4.2, 2015)"),
         "policy": _k(P.dy_eligible(esrch_budget=3), "", "kvm_vcpu_on_spin with dy_eligible and the -ESRCH budget of 3"),
         "lock_model": _LOCKS_KERNEL,
-        "pv_wait_early": _WAIT_EARLY,
+        "pv_wait_early": _k(
+            "never",
+            "",
+            "no wait-early before v4.5 (cd0272fab785 'locking/pvqspinlock: Queue node adaptive spinning'): a queue "
+            "node halts after its SPIN_THRESHOLD iterations",
+        ),
         "pv_lock_steal": _STEAL_NONE,
         "vcpu_is_preempted": _NO_VCPU_PREEMPTED,
         "load_balance": _GUEST_LB,
@@ -869,7 +877,7 @@ BOOST2019_READY = CalibrationSet(
     settings={"seeds": 3, "duration_scale": 1.0},
     adopted=True,
     outcome=(
-        "refitted 2026-12-07 after the guest's PV qspinlock gained the hybrid unfair loop of v4.8 "
+        "refitted 2026-12-07 after the guest's PV qspinlock gained the hybrid unfair loop of v4.15 "
         "(Guest.pv_lock_steal = 'hybrid', 0.3.28; benches/calibrate_costs.py --set boost2019_ready, 7 candidates, "
         "165 s on the project's 2-CPU machine at load 2.8): 2 us ranks first (3 of 3 directions, 3 within 2x), "
         "1.5 us and 3 us next, but under each of them the 1-VM anchor's base falls 11-45 % (750 ns -12 %, 1 us "
