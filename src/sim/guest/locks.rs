@@ -392,11 +392,23 @@ impl Sim {
         if l.kind != LockKind::PvQueued || l.holder.is_some() || l.pending {
             return false;
         }
+        self.pv_take_stolen(v, vm, lock, t);
+        true
+    }
+
+    /// Thread `t` on vCPU `v` takes the free lock ahead of its queue (a steal).
+    fn pv_take_stolen(&mut self, v: usize, vm: usize, lock: usize, t: usize) {
         let l = &mut self.vms[vm].locks[lock];
         l.holder = Some(t as u32);
         l.acquisitions += 1;
         self.vcpus[v].c.lock_steals += 1;
-        true
+    }
+
+    /// Thread `t` now holds `lock` (its wait recorded) and runs its section.
+    fn pv_holds(&mut self, vm: usize, t: usize, lock: usize) -> Flow {
+        self.record_lock_wait(vm, t);
+        self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
+        Flow::Again
     }
 
     /// `PvLockSteal::Hybrid` (`pv_hybrid_queued_unfair_trylock`, 11752adb68a3):
@@ -450,11 +462,8 @@ impl Sim {
         let w = self.vms[vm].locks[lock].unfair.iter().copied().filter(|&w| self.spinning_now(w as usize)).nth(k);
         let w = w.expect("k < n spinners") as usize;
         self.pv_leave_unfair(vm, lock, w);
-        let l = &mut self.vms[vm].locks[lock];
-        l.holder = Some(w as u32);
-        l.acquisitions += 1;
         let wv = self.threads[w].vcpu as usize;
-        self.vcpus[wv].c.lock_steals += 1;
+        self.pv_take_stolen(wv, vm, lock, w);
         self.poke(wv);
     }
 
@@ -469,22 +478,15 @@ impl Sim {
         let vm = self.threads[t].vm as usize;
         if self.vms[vm].locks[lock].holder == Some(t as u32) {
             // the unfair loop's cmpxchg won at the unlock (pv_grant_unfair)
-            self.record_lock_wait(vm, t);
-            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
-            return Flow::Again;
+            return self.pv_holds(vm, t, lock);
         }
         if self.threads[t].pv_unfair {
             // pv_hybrid_queued_unfair_trylock's loop
             let l = &self.vms[vm].locks[lock];
             if l.holder.is_none() && !l.pending {
                 self.pv_leave_unfair(vm, lock, t);
-                let l = &mut self.vms[vm].locks[lock];
-                l.holder = Some(t as u32);
-                l.acquisitions += 1;
-                self.vcpus[v].c.lock_steals += 1;
-                self.record_lock_wait(vm, t);
-                self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
-                return Flow::Again;
+                self.pv_take_stolen(v, vm, lock, t);
+                return self.pv_holds(vm, t, lock);
             }
             if !l.waiters.is_empty() && !l.pending {
                 self.start_spin(v, false);
@@ -539,9 +541,7 @@ impl Sim {
                     }
                 }
             }
-            self.record_lock_wait(vm, t);
-            self.threads[t].step = Step::Work { kernel: true, hold: Some(lock as u32) };
-            return Flow::Again;
+            return self.pv_holds(vm, t, lock);
         }
         let spent = self.threads[t].spun >= self.vms[vm].spin_threshold_ns;
         let halt = if pos == 0 {
