@@ -385,6 +385,16 @@ def test_ebizzy_no_mmap_lru_traffic_is_the_derived_count_of_sections_around_the_
             presets.ebizzy_no_mmap_like(lru_hold_ns=bad)
 
 
+def test_ebizzy_no_mmap_record_work_is_split_over_the_lru_sections_whatever_its_length() -> None:
+    w = presets.ebizzy_no_mmap_like(lru_hold_ns=700, record_ns=1_000_003)
+    computes = [p.ns for p in w.phases if isinstance(p, sim.Compute)]
+    assert len(computes) == 9 and sum(computes) == 1_000_003 and max(computes) - min(computes) <= 8
+    assert presets.ebizzy_no_mmap_like(record_ns=123_456).phases[0].ns == 123_456
+    for bad in (0, -1, 2.5e6, True, None):
+        with pytest.raises(ValueError, match="record_ns"):
+            presets.ebizzy_no_mmap_like(record_ns=bad)
+
+
 def test_ebizzy_no_mmap_reproduces_its_anchor_and_only_overcommit_adds_ipi_waits() -> None:
     # the not-overcommitted anchor (1 x 80 vCPUs on 40 SMT cores, 21443 records/s) comes back, and the
     # shootdown waits appear only when a second VM shares the host

@@ -83,7 +83,11 @@ EBIZZY_2019_LRU_SECTIONS = (9, 4)
 
 
 def ebizzy_no_mmap_like(
-    *, lock_kind: str = "pv_queued", iterations: int = 0, lru_hold_ns: int | None = None
+    *,
+    lock_kind: str = "pv_queued",
+    iterations: int = 0,
+    lru_hold_ns: int | None = None,
+    record_ns: int = EBIZZY_2019_RECORD_NS,
 ) -> Workload:
     """ebizzy ``-M`` ("never use mmap") as the 2019 KVM sources ran it
     (records/s): one iteration of the workload is one ebizzy record.
@@ -165,10 +169,17 @@ def ebizzy_no_mmap_like(
     is not taken in steady state: a record frees to the per-CPU list the
     128 pages it took from it, inside its 31 / 186-page refill and drain
     thresholds (``pcp->batch`` and ``pcp->high``).
+
+    ``record_ns`` (default ``EBIZZY_2019_RECORD_NS``, the derivation
+    above): the record's work in ns of a core alone, for studies of that
+    derivation (``benches/ebizzy2019_anchor.py``); the validation cases use
+    the default.
     """
+    if isinstance(record_ns, bool) or not isinstance(record_ns, int) or record_ns <= 0:
+        raise ValueError(f"ebizzy_no_mmap_like: record_ns must be a positive int (ns), got {record_ns!r}")
     if lru_hold_ns is None:
         phases: tuple = (
-            Compute(EBIZZY_2019_RECORD_NS),
+            Compute(record_ns),
             Lock(0, lock_kind, 2_000, irqs_off=True),
             Ipi(0, 1_000, prob=1.0, tlb_flush=True),
         )
@@ -178,8 +189,8 @@ def ebizzy_no_mmap_like(
                 f"ebizzy_no_mmap_like: lru_hold_ns must be a positive int (ns) or None, got {lru_hold_ns!r}"
             )
         adds, frees = EBIZZY_2019_LRU_SECTIONS
-        part = EBIZZY_2019_RECORD_NS // adds
-        parts = [part] * (adds - 1) + [EBIZZY_2019_RECORD_NS - part * (adds - 1)]
+        part = record_ns // adds
+        parts = [part] * (adds - 1) + [record_ns - part * (adds - 1)]
         lru = Lock(0, lock_kind, lru_hold_ns, dist="exp", irqs_off=True)
         phases = (
             *(p for ns in parts for p in (Compute(ns), lru)),
