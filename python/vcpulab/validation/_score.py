@@ -82,6 +82,19 @@ def _sign(v: float, metric: str) -> int:
     return 0 if abs(e) < DEAD_BAND else (1 if e > 0 else -1)
 
 
+def _stable(mean: float, lo: float, hi: float, short: float, metric: str) -> bool:
+    """The ``stable`` flag of a compared metric: the same sign (with the dead
+    band) at the nominal and the half length, or a difference of sign the
+    seeds do not resolve: the half length's mean lies inside the nominal
+    length's 95 % interval (``lo`` … ``hi``). So a comparison whose seeds
+    straddle zero is not flagged because its two means fell on either side
+    of the dead band's edge; one whose interval excludes the half length's
+    mean is. Without an interval (one seed) only the signs count."""
+    if _sign(mean, metric) == _sign(short, metric):
+        return True
+    return all(v is not None and math.isfinite(v) for v in (lo, hi, short)) and lo <= short <= hi
+
+
 # ----------------------------------------------------------------- running
 
 
@@ -308,7 +321,8 @@ def validate(
     (0.2) of their fair share — the mean operations of their group of
     identical VMs — in the measured window, any seed and variant, in groups
     whose mean is at least ``STARVED_MIN_FAIR_OPS`` operations), ``stable`` (same sign, with the
-    dead band, at both lengths), ``bimodal`` (per-seed comparison or either
+    dead band, at both lengths, or the half length's mean inside the
+    nominal length's 95 % interval), ``bimodal`` (per-seed comparison or either
     variant's per-seed measure), ``identical`` (both variants gave the same
     measure on every seed: the compared mechanism had no effect),
     ``status`` ("simulated" or "not expressible: …"), ``waits_for``,
@@ -531,9 +545,7 @@ def _score(
         direction_ok = None
     # magnitude
     ratio, within = _magnitude(c, mean)
-    stable = _sign(mean, c.metric if c.metric != "share" else "x") == _sign(
-        short, c.metric if c.metric != "share" else "x"
-    )
+    stable = _stable(mean, lo, hi, short, c.metric if c.metric != "share" else "x")
     if c.metric == "share":
         stable = bool(
             math.isfinite(mean) and math.isfinite(short) and (abs(mean - short) <= 0.5 * max(abs(mean), 1e-9))
