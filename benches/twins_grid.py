@@ -1,7 +1,7 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
     python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
-                                 [--per-cell-calibration] [--out DIR] [--markdown FILE]
+                                 [--per-cell-calibration] [--speed-step 0.1] [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
 vcpulab.twins.default_grid on real KVM (``--trials`` times, each recording what
@@ -88,6 +88,13 @@ def main() -> int:
         help="the twins' host speed (twins.twin's host_speed): the calibration's speed process on the guest's "
         "work and the host's paths (default), on the work only, or one speed",
     )
+    ap.add_argument(
+        "--speed-step",
+        type=float,
+        default=None,
+        help="also run every twin with its emulated instructions this much faster and slower (e.g. 0.1) and "
+        "name the cells whose metrics flip (twins.grid(speed_step=...), docs/twins.md item 13)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--markdown", type=Path)
     a = ap.parse_args()
@@ -115,6 +122,7 @@ def main() -> int:
         trace=a.trace,
         per_cell_calibration=a.per_cell_calibration,
         host_speed={"process": True, "work": "work", "off": False}[a.host_speed],
+        speed_step=a.speed_step,
     )
     print(g.table())
     with pl.Config(tbl_rows=200, tbl_cols=10, tbl_width_chars=250, fmt_str_lengths=60, float_precision=3):
@@ -123,6 +131,8 @@ def main() -> int:
         print(f"no twin: {name}: {why}")
     for name, why in g.no_real:
         print(f"no real result: {name}: {why}")
+    for edge in g.summary().get("speed_edges", []):
+        print(f"on a speed edge: {edge}")
     print(f"({time.time() - t0:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     print(g.line())
     if a.out:

@@ -875,6 +875,17 @@ def test_compare_frame(kvm_host: Host) -> None:
     # halt polling off: no halt ends in the poll loop, on either side
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["real"] == 0.0
     assert m.row(by_predicate=pl.col("metric") == "polled_per_halt", named=True)["sim"] == 0.0
+    # without speed_step the speed columns are there and null
+    assert c["speed_edge"].is_null().all() and c["sim_faster"].is_null().all()
+    # speed_step: the twin again at 10 % faster and slower emulation, the same seeds and load
+    e = twins.compare(exp, trials=1, seeds=2, cal=cal, speed_step=0.1)
+    row = e.row(by_predicate=pl.col("metric") == "acq_per_s", named=True)
+    assert row["sim_faster"] > row["sim_slower"] > 0, row
+    assert row["speed_gain"] >= 0 and isinstance(row["speed_edge"], bool)
+    assert e.filter(pl.col("metric") == "steal_per_10ms")["speed_edge"].is_null().all(), "a distribution row"
+    for bad in (0.0, -0.1, 0.6, True):
+        with pytest.raises((ValueError, TypeError), match="speed_step"):
+            twins.compare(exp, trials=1, seeds=1, cal=cal, speed_step=bad)
 
 
 def _trace_evidence(r: Any, where: Path) -> str:
@@ -1256,3 +1267,47 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     with pytest.raises(TypeError, match="per_cell_calibration"):
         twins.grid(exps, cal=base, per_cell_calibration="yes")  # type: ignore[arg-type]
     assert len(asked) == 2, "refused before any calibration"
+
+
+def test_scaled_costs_scales_the_emulated_instructions_only() -> None:
+    cal = twins.reference_calibration()
+    slow = twins.scaled_costs(cal, 1.25)
+    for k in twins.EMULATION_COST_KEYS:
+        if k in cal.values:
+            assert slow[k] == pytest.approx(cal[k] * 1.25) and "scaled x1.25" in slow.values[k].how
+    for k in ("ipi_wake_ns", "wake_block_ns", "halt_poll_ns", "uexit_ns"):
+        assert slow[k] == cal[k], k
+    assert cal["path_insn_ns"] == twins.reference_calibration()["path_insn_ns"], "the original is left as it was"
+    for bad in (0.0, 0.05, 11.0, float("nan")):
+        with pytest.raises(ValueError, match="factor"):
+            twins.scaled_costs(cal, bad)
+
+
+def test_speed_gain_is_a_metric_s_change_in_units_of_the_speed_step() -> None:
+    # a rate proportional to the speed moves about once the step; a share that flips many times it
+    assert twins.speed_gain("items_per_s", 1000.0, 1100.0, 910.0, 0.1) == pytest.approx(1.0)
+    assert twins.speed_gain("polled_per_halt", 0.99, 0.99, 0.5, 0.1) == pytest.approx(0.49 / 0.099)
+    # a share near 0 is measured against SPEED_SHARE_FLOOR, not against itself
+    assert twins.speed_gain("first_worker_share", 0.0003, 0.0004, 0.0002, 0.1) < 0.1
+    assert math.isnan(twins.speed_gain("items_per_s", 1000.0, float("nan"), 900.0, 0.1))
+
+
+def test_the_wake_twin_s_polled_share_flips_where_the_waker_s_halt_crosses_halt_poll_ns() -> None:
+    # docs/twins.md item 13: the waker halts until its worker's completion; near this project's Intel host's
+    # speed (the reference calibration's costs x 0.55: ~530 ns per path instruction) that halt sits at the
+    # 200 us poll maximum, and 10 % of speed moves the twin between caught polls and blocked halts. At the
+    # reference machine's own speed it is far from it.
+    from vcpulab.twins._metrics import sim_metrics
+
+    cal = twins.reference_calibration()
+    exp = twins.wake_placement_grid(pcpus=(0, 1), duration_s=0.3)[1]  # pinned, pcpu_is_idle
+    assert isinstance(exp.workload, WakePlacement) and exp.workload.rule == "pcpu_is_idle"
+
+    def polled(f: float) -> float:
+        c = twins.scaled_costs(cal, f)
+        return float(np.mean([sim_metrics(exp, g, r, c)["polled_per_halt"] for g, r in twins.run_sim(exp, c, 2)]))
+
+    near = [polled(f) for f in (0.55 * 0.9, 0.55, 0.55 * 1.1)]
+    far = [polled(f) for f in (0.9, 1.0, 1.1)]
+    assert twins.speed_gain("polled_per_halt", near[1], near[0], near[2], 0.1) > twins.SPEED_EDGE_GAIN, near
+    assert twins.speed_gain("polled_per_halt", far[1], far[0], far[2], 0.1) < 1.0, far

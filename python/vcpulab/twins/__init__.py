@@ -94,7 +94,18 @@ from vcpulab.twins._guest import (
 )
 from vcpulab.twins._load import OtherLoad
 from vcpulab.twins._metrics import METRICS, real_metrics, real_steal_intervals, sim_metrics, sim_steal_intervals
-from vcpulab.twins._running import FLOORS, compare, ks_distance, run_real, run_sim
+from vcpulab.twins._running import (
+    EMULATION_COST_KEYS,
+    FLOORS,
+    SPEED_EDGE_GAIN,
+    SPEED_SHARE_FLOOR,
+    compare,
+    ks_distance,
+    run_real,
+    run_sim,
+    scaled_costs,
+    speed_gain,
+)
 from vcpulab.twins._speed import SLOW_THRESHOLD, SPEED_KEYS, SpeedProbe, fit_speed, host_speed_of, speed_probe
 from vcpulab.twins._twin import (
     PV_SPIN_ITER_INSNS,
@@ -126,9 +137,12 @@ __all__ = [
     "WAKE_POLL_CAL_CHECKS",
     "Calibration",
     "DIRECTION_METRICS",
+    "EMULATION_COST_KEYS",
     "Experiment",
     "FACTORS",
     "FLOORS",
+    "SPEED_EDGE_GAIN",
+    "SPEED_SHARE_FLOOR",
     "Grid",
     "HALT_BRACKET_INSNS",
     "IPI_OUTSIDE_INSNS",
@@ -178,10 +192,12 @@ __all__ = [
     "reference_calibration",
     "run_real",
     "run_sim",
+    "scaled_costs",
     "sim_metrics",
     "sim_steal_intervals",
     "sim_trace_frames",
     "sim_wakeups",
+    "speed_gain",
     "start_gap_of",
     "twin",
     "twin_machine_cpus",

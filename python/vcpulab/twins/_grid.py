@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import PCPUS_RENAMED, check_bool, check_int, check_seq, check_type, renamed_since
+from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial
 from vcpulab._progress import Bar
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, WakePlacement
@@ -282,6 +282,11 @@ class Grid:
             p = self.cells["cal_path_insn_ns"].cast(pl.Float64)
             out["calibration_spread"] = float(p.max()) / float(p.min())  # type: ignore[arg-type]
         out["other_share_median"] = float(per_cell["other_share_max"].median())  # type: ignore[arg-type]
+        if self.config.get("speed_step") is not None and "speed_edge" in self.cells.columns:
+            # cells whose twin moves a compared metric by more than SPEED_EDGE_GAIN x the speed step
+            edge = c.filter(pl.col("speed_edge").fill_null(False))
+            out["speed_edge_cells"] = edge["cell"].n_unique()
+            out["speed_edges"] = sorted(f"{r['cell']}: {r['metric']}" for r in edge.iter_rows(named=True))
         return out
 
     def line(self) -> str:
@@ -313,6 +318,12 @@ class Grid:
             + (
                 f"; calibrated per cell (path_insn_ns spread {s['calibration_spread']:.2f}x)"
                 if self.config.get("per_cell_calibration") and "calibration_spread" in s
+                else ""
+            )
+            + (
+                f"; on a speed edge (±{self.config['speed_step']:.0%} emulation speed): "
+                f"{s['speed_edge_cells']}/{s['cells']} cells"
+                if "speed_edge_cells" in s
                 else ""
             )
         )
@@ -452,6 +463,7 @@ def grid(
     trace: bool = False,
     per_cell_calibration: bool = False,
     host_speed: bool | str = True,
+    speed_step: float | None = None,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
@@ -467,7 +479,10 @@ def grid(
     before the trials it follows the host the trials ran on. The grid's
     ``summary()`` reports ``calibration_spread`` (the largest over the
     smallest ``path_insn_ns`` of the cells). ``host_speed``: the twins'
-    host speed, as [`compare`][vcpulab.twins.compare]'s.
+    host speed, as [`compare`][vcpulab.twins.compare]'s. ``speed_step`` (e.g. 0.1):
+    every cell's twin also at a faster and a slower emulation, as
+    [`compare`][vcpulab.twins.compare]'s; ``summary()`` then counts the cells with a metric on
+    a regime's edge (``speed_edge_cells``) and the line says how many.
 
     Every argument is checked before the first real trial; a cell on CPUs
     this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
@@ -482,6 +497,8 @@ def grid(
     check_bool("trace", trace)
     check_bool("per_cell_calibration", per_cell_calibration)
     check_host_speed(host_speed)
+    if speed_step is not None:
+        speed_step = check_float("speed_step", speed_step, 0.0, 0.5, lo_open=True)
     if progress is not None:
         check_bool("progress", progress)
     if load not in ("measured", "one_task", "none"):
@@ -513,6 +530,7 @@ def grid(
         "load": load,
         "trace": trace,
         "per_cell_calibration": per_cell_calibration,
+        "speed_step": speed_step,
     }
 
     def result() -> Grid:
@@ -551,6 +569,7 @@ def grid(
                         failed,
                         cell_cals,
                         host_speed,
+                        speed_step,
                     )
                 finally:
                     bar.update(1)
@@ -593,6 +612,7 @@ def _grid_cell(
     failed: list[tuple[str, str]],
     cell_cals: dict[str, Calibration],
     host_speed: bool | str = True,
+    speed_step: float | None = None,
 ) -> None:
     """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames`` (with the
     ``cal_*`` columns of the calibration its twin used, kept in ``cell_cals``), or
@@ -613,7 +633,16 @@ def _grid_cell(
     if recalibrate:
         cal = calibrate(cal.cpu, refresh=True)
     try:
-        c = compare(exp, trials=trials, seeds=seeds, cal=cal, load=load, trace=trace, host_speed=host_speed)
+        c = compare(
+            exp,
+            trials=trials,
+            seeds=seeds,
+            cal=cal,
+            load=load,
+            trace=trace,
+            host_speed=host_speed,
+            speed_step=speed_step,
+        )
     except TimeoutError as e:
         no_real.append((name, str(e)))
         bar.write(f"[{i + 1}/{n}] {name}: every real trial missed its deadline: {e}")

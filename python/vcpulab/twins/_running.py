@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import check_bool, check_int, check_seq, check_type
+from vcpulab._checks import check_bool, check_float, check_int, check_seq, check_type
 from vcpulab._interrupt import keep_partial, partial_of
 from vcpulab.analysis import bounded_interval, value_range
 from vcpulab.experiment import IpiPingPong, Run
@@ -32,7 +33,7 @@ from vcpulab.twins._metrics import (
 )
 from vcpulab.twins._speed import check_host_speed
 from vcpulab.twins._twin import _RUNNABLE, start_gap_of, twin, vcpu_start_of
-from vcpulab.twins._values import Calibration, host_knobs
+from vcpulab.twins._values import Calibration, Value, host_knobs
 from vcpulab.validation._score import bimodal
 
 
@@ -147,6 +148,56 @@ FLOORS: dict[str, float] = {
 }
 
 
+#: the calibration's costs of emulated guest instructions: what
+#: [`scaled_costs`][vcpulab.twins.scaled_costs] scales together (a faster or
+#: slower emulation; the host's own paths, wake-ups and exits, are left alone)
+EMULATION_COST_KEYS = ("path_insn_ns", "loop_insn_ns", "spin_iter_ns", "wake_poll_iter_ns")
+
+#: a twin's metric whose change over ±``speed_step`` of the emulation's speed is
+#: more than this many times the step (relative to the metric, or to its floor)
+#: sits on a regime's edge ([`compare`][vcpulab.twins.compare]'s ``speed_edge``): a rate of
+#: CPU-bound guest code moves about once the step, a halt-poll window crossed
+#: from caught to blocked many times it
+SPEED_EDGE_GAIN = 3.0
+
+#: the smallest size [`speed_gain`][vcpulab.twins.speed_gain] measures a share's change
+#: against (a first-worker share of 0.0003 moving to 0.0004 is not a regime's edge)
+SPEED_SHARE_FLOOR = 0.05
+
+
+def scaled_costs(cal: Calibration, factor: float) -> Calibration:
+    """``cal`` with every emulated instruction's cost
+    ([`EMULATION_COST_KEYS`][vcpulab.twins.EMULATION_COST_KEYS]) times ``factor`` (0.5-2.0): the
+    same host with its guest code emulated that much slower (> 1) or faster."""
+    check_type("cal", cal, Calibration)
+    factor = check_float("scaled_costs: factor", factor, 0.1, 10.0)
+    vals = dict(cal.values)
+    for k in EMULATION_COST_KEYS:
+        if k in vals:
+            v = vals[k]
+            vals[k] = Value(float(v.value) * factor, v.unit, f"{v.how}; scaled x{factor:g} (twins.scaled_costs)")
+    return dataclasses.replace(cal, values=vals)
+
+
+def speed_gain(metric: str, base: float, faster: float, slower: float, step: float) -> float:
+    """How far a twin's ``metric`` moves when the emulation runs ``step``
+    faster or slower (``faster``, ``slower``: its means there), in units of
+    the step: the larger change over the metric's size (at least its
+    [`FLOORS`][vcpulab.twins.FLOORS] value, so that a share near 0 is not divided by ~0) and
+    over ``step`` (a share's size at least
+    [`SPEED_SHARE_FLOOR`][vcpulab.twins.SPEED_SHARE_FLOOR]). NaN where a value is missing."""
+    if not all(x == x for x in (base, faster, slower)):
+        return float("nan")
+    floor = FLOORS.get(metric, 0.0)
+    if value_range(metric)[1] == 1.0:
+        # a share: changes of a share near 0 are measured against SPEED_SHARE_FLOOR
+        floor = max(floor, SPEED_SHARE_FLOOR)
+    size = max(abs(base), floor)
+    if size == 0:
+        return 0.0 if faster == base == slower else float("inf")
+    return max(abs(faster - base), abs(slower - base)) / (size * step)
+
+
 def _interval(metric: str, values: Sequence[float]) -> tuple[float, float, float]:
     """(mean, low, high) of one metric over trials or seeds, inside the range the
     metric cannot leave ([`value_range`][vcpulab.analysis.value_range]: rates and
@@ -170,6 +221,7 @@ def compare(
     load: Literal["measured", "one_task", "none"] = "measured",
     trace: bool = False,
     host_speed: bool | str = True,
+    speed_step: float | None = None,
 ) -> pl.DataFrame:
     """Real vs twin, one row per metric (and per KS-compared distribution).
 
@@ -218,6 +270,17 @@ def compare(
     calibration's speed process on the guest's work and the host's paths;
     ``"work"``, on the guest's work only; False, one speed).
 
+    ``speed_step`` (e.g. 0.1; default None: not run): the twin again with
+    its emulated instructions' costs times 1 − step and 1 + step
+    ([`scaled_costs`][vcpulab.twins.scaled_costs], the same seeds and load), in columns
+    ``sim_faster`` / ``sim_slower`` (the metrics' means there), ``speed_gain``
+    ([`speed_gain`][vcpulab.twins.speed_gain]: the larger change in units of the step) and
+    ``speed_edge`` (gain above [`SPEED_EDGE_GAIN`][vcpulab.twins.SPEED_EDGE_GAIN]): a metric
+    that flips with a few percent of speed, as a halt whose length sits at
+    ``halt_poll_ns`` does, compares the regime the calibration's moment put
+    the twin in more than the model (docs/twins.md, item 13). Without it
+    the four columns are null.
+
     Every argument (and that ``exp`` has a twin) is checked before the real
     trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
     is the list of finished real runs; ``compare(exp, real=e.partial)``
@@ -228,6 +291,8 @@ def compare(
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
     check_host_speed(host_speed)
+    if speed_step is not None:
+        speed_step = check_float("speed_step", speed_step, 0.0, 0.5, lo_open=True)
     if load not in ("measured", "one_task", "none"):
         raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
     if real is not None:
@@ -256,7 +321,7 @@ def compare(
     else:
         runs = real
     try:
-        return _compare_rows(exp, runs, failures, seeds, cal, load, trace, host_speed)
+        return _compare_rows(exp, runs, failures, seeds, cal, load, trace, host_speed, speed_step)
     except KeyboardInterrupt as e:
         keep_partial(
             e,
@@ -278,6 +343,7 @@ def _compare_rows(
     load: str,
     trace: bool,
     host_speed: bool | str = True,
+    speed_step: float | None = None,
 ) -> pl.DataFrame:
     """[`compare`][vcpulab.twins.compare]'s frame from its real runs and the twin's seeds."""
     shares = [r.quality.other_share for r in runs if r.quality.measured]
@@ -285,30 +351,30 @@ def _compare_rows(
     ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
     burst = ol.short_burst_ns if ol is not None else None
     gap, vstart = start_gap_of(runs), vcpu_start_of(runs)
-    if load == "measured" and ol is not None:
-        sims = run_sim(
+    load_kw: dict[str, Any] = {"other_load": ol} if (load == "measured" and ol is not None) else {"other_share": share}
+
+    def sims_at(c: Calibration, every_run_traced: bool) -> list[tuple[sim.Config, sim.Result]]:
+        # traced where a metric needs it; every run only for the compared distributions
+        return run_sim(
             exp,
-            cal,
+            c,
             seeds,
-            other_load=ol,
-            trace_all=trace,
+            trace_all=every_run_traced,
             start_gap_ns=gap,
             vcpu_start_ns=vstart,
             host_speed=host_speed,
+            **load_kw,
         )
-    else:
-        sims = run_sim(
-            exp,
-            cal,
-            seeds,
-            other_share=share,
-            trace_all=trace,
-            start_gap_ns=gap,
-            vcpu_start_ns=vstart,
-            host_speed=host_speed,
-        )
+
+    sims = sims_at(cal, trace)
     rm = [real_metrics(exp, r) for r in runs]
     sm = [sim_metrics(exp, c, s, cal) for c, s in sims]
+    # the twin at a faster and a slower emulation (speed_step): {metric: mean}
+    shifted: list[dict[str, float]] = []
+    for f in () if speed_step is None else (1.0 - speed_step, 1.0 + speed_step):
+        cf = scaled_costs(cal, f)
+        ms = [sim_metrics(exp, c, r, cf) for c, r in sims_at(cf, False)]
+        shifted.append({m: _interval(m, [x[m] for x in ms if m in x])[0] for m in _metrics_of(exp)})
     dist = sum(1 for r in runs if r.quality.disturbed)
     other = max((r.quality.other_share for r in runs if r.quality.measured), default=float("nan"))
     rows = []
@@ -320,8 +386,15 @@ def _compare_rows(
         fl = FLOORS.get(m, 0.0)
         informative = bool(r_m == r_m and s_m == s_m and (abs(r_m) > fl or abs(s_m) > fl))
         rel = abs(s_m - r_m) / abs(r_m) if (r_m == r_m and s_m == s_m and r_m != 0) else float("nan")
+        edge: dict[str, Any] = {}
+        if shifted:
+            fast, slow = shifted[0].get(m, float("nan")), shifted[1].get(m, float("nan"))
+            assert speed_step is not None
+            gain = speed_gain(m, s_m, fast, slow, speed_step)
+            edge = dict(sim_faster=fast, sim_slower=slow, speed_gain=gain, speed_edge=bool(gain > SPEED_EDGE_GAIN))
         rows.append(
             dict(
+                **edge,
                 metric=m,
                 unit=METRICS[m][0],
                 real=r_m,
@@ -365,8 +438,19 @@ def _compare_rows(
         for side in ("real", "sim"):
             row.setdefault(f"{side}_values", [])
             row.setdefault(f"{side}_bimodal", False)
+        for k in ("sim_faster", "sim_slower", "speed_gain"):
+            row.setdefault(k, None)
+        row.setdefault("speed_edge", None)
     values = pl.List(pl.Float64)
-    return pl.DataFrame(rows, schema_overrides={"real_values": values, "sim_values": values}).with_columns(
+    overrides: dict[str, Any] = {
+        "real_values": values,
+        "sim_values": values,
+        "sim_faster": pl.Float64,
+        "sim_slower": pl.Float64,
+        "speed_gain": pl.Float64,
+        "speed_edge": pl.Boolean,
+    }
+    return pl.DataFrame(rows, schema_overrides=overrides).with_columns(
         pl.lit(dist).alias("disturbed_trials"),
         pl.lit(len(runs)).alias("trials"),
         pl.lit(len(failures)).alias("failed_trials"),
