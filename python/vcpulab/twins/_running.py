@@ -167,7 +167,7 @@ SPEED_SHARE_FLOOR = 0.05
 
 def scaled_costs(cal: Calibration, factor: float) -> Calibration:
     """``cal`` with every emulated instruction's cost
-    ([`EMULATION_COST_KEYS`][vcpulab.twins.EMULATION_COST_KEYS]) times ``factor`` (0.5-2.0): the
+    ([`EMULATION_COST_KEYS`][vcpulab.twins.EMULATION_COST_KEYS]) times ``factor`` (0.1-10): the
     same host with its guest code emulated that much slower (> 1) or faster."""
     check_type("cal", cal, Calibration)
     factor = check_float("scaled_costs: factor", factor, 0.1, 10.0)
@@ -182,10 +182,11 @@ def scaled_costs(cal: Calibration, factor: float) -> Calibration:
 def speed_gain(metric: str, base: float, faster: float, slower: float, step: float) -> float:
     """How far a twin's ``metric`` moves when the emulation runs ``step``
     faster or slower (``faster``, ``slower``: its means there), in units of
-    the step: the larger change over the metric's size (at least its
-    [`FLOORS`][vcpulab.twins.FLOORS] value, so that a share near 0 is not divided by ~0) and
-    over ``step`` (a share's size at least
-    [`SPEED_SHARE_FLOOR`][vcpulab.twins.SPEED_SHARE_FLOOR]). NaN where a value is missing."""
+    the step: the larger of the two changes, over ``step`` and over the
+    metric's size ``|base|``, taken at least as the metric's
+    [`FLOORS`][vcpulab.twins.FLOORS] value and, for a share, as
+    [`SPEED_SHARE_FLOOR`][vcpulab.twins.SPEED_SHARE_FLOOR] (so that a quantity near 0 is not
+    divided by ~0). NaN where a value is missing."""
     if not all(x == x for x in (base, faster, slower)):
         return float("nan")
     floor = FLOORS.get(metric, 0.0)
