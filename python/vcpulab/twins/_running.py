@@ -276,7 +276,10 @@ def compare(
     ([`scaled_costs`][vcpulab.twins.scaled_costs], the same seeds and load), in columns
     ``sim_faster`` / ``sim_slower`` (the metrics' means there), ``speed_gain``
     ([`speed_gain`][vcpulab.twins.speed_gain]: the larger change in units of the step) and
-    ``speed_edge`` (gain above [`SPEED_EDGE_GAIN`][vcpulab.twins.SPEED_EDGE_GAIN]): a metric
+    ``speed_edge`` (gain above [`SPEED_EDGE_GAIN`][vcpulab.twins.SPEED_EDGE_GAIN], and a shifted
+    mean farther from ``sim`` than the width of the twin's interval over
+    seeds, ``sim_hi`` − ``sim_lo``: the shifted runs draw the seeds' noise
+    afresh, which on a small count is not an edge): a metric
     that flips with a few percent of speed, as a halt whose length sits at
     ``halt_poll_ns`` does, compares the regime the calibration's moment put
     the twin in more than the model (docs/twins.md, item 13). Without it
@@ -392,7 +395,13 @@ def _compare_rows(
             fast, slow = shifted[0].get(m, float("nan")), shifted[1].get(m, float("nan"))
             assert speed_step is not None
             gain = speed_gain(m, s_m, fast, slow, speed_step)
-            edge = dict(sim_faster=fast, sim_slower=slow, speed_gain=gain, speed_edge=bool(gain > SPEED_EDGE_GAIN))
+            # a change the seeds' spread explains is not an edge: a shifted mean (a new sample of the seeds'
+            # noise too) must lie farther from the twin's mean than the width of its interval over seeds
+            width = s_hi - s_lo
+            beyond = any(not abs(x - s_m) <= width for x in (fast, slow))  # NaN width (one seed): beyond
+            edge = dict(
+                sim_faster=fast, sim_slower=slow, speed_gain=gain, speed_edge=bool(gain > SPEED_EDGE_GAIN and beyond)
+            )
         rows.append(
             dict(
                 **edge,
