@@ -1292,6 +1292,18 @@ def test_speed_gain_is_a_metric_s_change_in_units_of_the_speed_step() -> None:
     assert math.isnan(twins.speed_gain("items_per_s", 1000.0, float("nan"), 900.0, 0.1))
 
 
+def test_a_speed_edge_is_a_large_gain_beyond_the_seeds_spread() -> None:
+    from vcpulab.twins._running import _on_edge
+
+    nan = float("nan")
+    # the wake cell of docs/twins.md item 13: 0.49 on every seed, 0.95 faster
+    assert _on_edge(9.4, 0.49, 0.488, 0.491, 0.95, 0.49) is True
+    # a 1-vCPU cell's context switches: 38 per second with seeds from 12 to 115, 98 slower: noise
+    assert _on_edge(15.8, 38.0, 12.5, 115.5, 38.0, 98.0) is False
+    assert _on_edge(2.0, 0.49, 0.49, 0.49, 0.6, 0.49) is False, "a small gain is no edge"
+    assert _on_edge(5.0, 10.0, nan, nan, 15.0, 10.0) is True, "one seed: no spread to explain it"
+
+
 def test_the_wake_twin_s_polled_share_flips_where_the_waker_s_halt_crosses_halt_poll_ns() -> None:
     # docs/twins.md item 13: the waker halts until its worker's completion; near this project's Intel host's
     # speed (the reference calibration's costs x 0.55: ~530 ns per path instruction) that halt sits at the

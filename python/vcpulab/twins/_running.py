@@ -199,6 +199,17 @@ def speed_gain(metric: str, base: float, faster: float, slower: float, step: flo
     return max(abs(faster - base), abs(slower - base)) / (size * step)
 
 
+def _on_edge(gain: float, base: float, lo: float, hi: float, faster: float, slower: float) -> bool:
+    """``speed_edge``: the gain above [`SPEED_EDGE_GAIN`][vcpulab.twins.SPEED_EDGE_GAIN], and a
+    change the seeds' spread does not explain: the shifted runs draw the
+    seeds' noise afresh, so a shifted mean must lie farther from ``base``
+    than the width of the twin's interval over seeds (``lo`` … ``hi``; NaN
+    with one seed: no spread to explain it)."""
+    width = hi - lo
+    beyond = any(not abs(x - base) <= width for x in (faster, slower))
+    return bool(gain > SPEED_EDGE_GAIN and beyond)
+
+
 def _interval(metric: str, values: Sequence[float]) -> tuple[float, float, float]:
     """(mean, low, high) of one metric over trials or seeds, inside the range the
     metric cannot leave ([`value_range`][vcpulab.analysis.value_range]: rates and
@@ -395,12 +406,11 @@ def _compare_rows(
             fast, slow = shifted[0].get(m, float("nan")), shifted[1].get(m, float("nan"))
             assert speed_step is not None
             gain = speed_gain(m, s_m, fast, slow, speed_step)
-            # a change the seeds' spread explains is not an edge: a shifted mean (a new sample of the seeds'
-            # noise too) must lie farther from the twin's mean than the width of its interval over seeds
-            width = s_hi - s_lo
-            beyond = any(not abs(x - s_m) <= width for x in (fast, slow))  # NaN width (one seed): beyond
             edge = dict(
-                sim_faster=fast, sim_slower=slow, speed_gain=gain, speed_edge=bool(gain > SPEED_EDGE_GAIN and beyond)
+                sim_faster=fast,
+                sim_slower=slow,
+                speed_gain=gain,
+                speed_edge=_on_edge(gain, s_m, s_lo, s_hi, fast, slow),
             )
         rows.append(
             dict(
