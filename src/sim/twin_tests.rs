@@ -47,7 +47,7 @@ fn thread0_phases_make_an_asymmetric_ping_pong() {
     assert!(halted[1] > halted[0], "halted {halted:?}");
     // both threads finish an iteration per round trip: the iteration latency
     // is the round: 55 µs of work plus two wake-ups of a halted vCPU (the
-    // latency histogram's buckets are within 6.25 %)
+    // latency histogram's buckets are within 1.6 %)
     let ops = r.vms.u64s("ops")[0];
     let p50 = r.vms.f64s("lat_p50_ns")[0];
     assert!(ops > 1_000, "{ops}");

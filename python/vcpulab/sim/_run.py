@@ -37,7 +37,7 @@ class Result:
         version: the vcpulab version that produced it.
         summary: one row: duration, ops, throughput, host-time fractions, counters.
         vms: one row per VM: ops, throughput, latency percentiles (log-linear
-            histogram, < 6.25 % error), wall time, time categories, counters.
+            histogram, < 1.6 % error), wall time, time categories, counters.
         vcpus: one row per vCPU: time in useful work, spinning, PLE exits,
             other exits, guest idle polling, runnable-but-waiting (steal),
             halted; PLE exits; yield_to attempts and outcomes; preemptions
