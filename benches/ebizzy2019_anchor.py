@@ -22,30 +22,43 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import statistics
 import time
 
 from vcpulab import sim
 from vcpulab.sim import presets
-from vcpulab.validation import calibration
+from vcpulab.validation import Case, calibration
 from vcpulab.validation.eras import COSTS
 
 CASE = "boost_ready2019_ebizzy_1vm"
 PUBLISHED_1VM = 21_443  # records/s, d73eb57b80b9's 1-VM base ('preempted' gate)
-SMT = 0.65  # the 2019 era's Host.smt_speed_pct (both threads of each core busy)
 
 
-def rate(hold_ns: int, work_ns: int, variant: str, seed: int, scale: float) -> float:
+@functools.cache
+def case_for(hold_ns: int) -> Case:
+    """The 1-VM case with the era's hold replaced (as the calibration's candidates are built)."""
     (case,) = [
         c
         for c in calibration.candidate_cases("boost2019_ready", {"programs.ebizzy_lru_hold_ns": hold_ns})
         if c.name == CASE
     ]
+    return case
+
+
+def config(hold_ns: int, work_ns: int, variant: str, seed: int, scale: float) -> sim.Config:
+    """The case's configuration with the record's work replaced."""
+    case = case_for(hold_ns)
     cfg = case.build(case.ctx(COSTS[case.costs], scale), variant, seed)
     wl = presets.ebizzy_no_mmap_like(lru_hold_ns=hold_ns, record_ns=work_ns)
-    cfg = dataclasses.replace(cfg, vms=tuple(dataclasses.replace(vm, workload=wl) for vm in cfg.vms))
-    return float(sim.run(cfg).summary["throughput_ops_s"][0])
+    return dataclasses.replace(cfg, vms=tuple(dataclasses.replace(vm, workload=wl) for vm in cfg.vms))
+
+
+def cpu_bound_rate(cfg: sim.Config, work_ns: int) -> float:
+    """Records/s the work alone allows: every vCPU busy, at the host's SMT speed (both threads busy)."""
+    vcpus = sum(vm.vcpus * vm.count for vm in cfg.vms)
+    return vcpus * cfg.host.smt_speed_pct / 100 / work_ns * 1e9
 
 
 def main() -> None:
@@ -70,9 +83,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for h in a.holds:
         for w in a.works:
-            base = [rate(h, w, "base", s, a.scale) for s in range(a.seeds)]
-            new = [rate(h, w, "new", s, a.scale) for s in range(a.seeds)]
-            ideal = 80 * SMT / w * 1e9
+            runs = {v: [config(h, w, v, s, a.scale) for s in range(a.seeds)] for v in ("base", "new")}
+            base, new = ([float(sim.run(c).summary["throughput_ops_s"][0]) for c in runs[v]] for v in ("base", "new"))
+            ideal = cpu_bound_rate(runs["base"][0], w)
             b, n = statistics.mean(base), statistics.mean(new)
             seeds = ", ".join(f"{x:,.0f}" for x in base)
             print(
