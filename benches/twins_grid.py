@@ -1,6 +1,6 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
-    python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
+    python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400] [--work N]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
                                  [--per-cell-calibration] [--speed-step 0.1] [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
@@ -13,7 +13,8 @@ lock under vcpulab's own vCPU scheduler, one cell per policy; ``--coscheduling``
 vcpulab.twins.coscheduling_grid (3 vCPUs on 2 CPUs under round_robin,
 relaxed_co and pinned); ``--wake-placement`` vcpulab.twins.wake_placement_grid
 (WakePlacement's two rules under pinned, round_robin and the host's scheduler; ``--poll`` the
-workers' mailbox polls, one set of cells each). The machine's other load changes real results: every cell reports
+workers' mailbox polls, one set of cells each; ``--work`` the loop iterations per item, by default chosen
+from the calibration so that the waker's halt is twice KVM's halt-polling window, vcpulab.twins.wake_work). The machine's other load changes real results: every cell reports
 the largest share of its CPUs' time other tasks took.
 """
 
@@ -56,6 +57,13 @@ def main() -> int:
         default="0",
         help="with --wake-placement: the workers' mailbox polls before they halt (WakePlacement.poll), "
         "comma-separated, one set of cells each (default 0)",
+    )
+    ap.add_argument(
+        "--work",
+        type=int,
+        default=None,
+        help="with --wake-placement: loop iterations per item (WakePlacement.work; default: from the "
+        "calibration, twins.wake_work: the waker's halt at twice KVM's halt-polling window)",
     )
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
@@ -110,7 +118,10 @@ def main() -> int:
     elif a.coscheduling:
         exps = twins.coscheduling_grid(duration_s=a.duration_s)
     elif a.wake_placement:
-        exps = twins.wake_placement_grid(duration_s=a.duration_s, poll=[int(x) for x in a.poll.split(",")])
+        exps = twins.wake_placement_grid(
+            duration_s=a.duration_s, poll=[int(x) for x in a.poll.split(",")], work=a.work, cal=cal
+        )
+        print(f"wake grid: {exps[0].workload.work} loop iterations per item")  # type: ignore[attr-defined]
     else:
         exps = twins.default_grid(small=a.small, duration_s=a.duration_s)
     g = twins.grid(

@@ -1323,3 +1323,58 @@ def test_the_wake_twin_s_polled_share_flips_where_the_waker_s_halt_crosses_halt_
     far = [polled(f) for f in (0.9, 1.0, 1.1)]
     assert twins.speed_gain("polled_per_halt", near[1], near[0], near[2], 0.1) > twins.SPEED_EDGE_GAIN, near
     assert twins.speed_gain("polled_per_halt", far[1], far[0], far[2], 0.1) < 1.0, far
+
+
+def test_wake_work_puts_the_waker_s_halt_at_twice_the_poll_window_from_the_calibration() -> None:
+    import dataclasses
+
+    from vcpulab.twins._values import Value
+
+    cal = twins.reference_calibration()
+    p = twins.guest_path(WakePlacement(work=0), 3)
+    fixed = cal["ipi_wake_ns"] + (p["worker_path"] - p["worker_after_ipi"] - p["waker_after_ipi"]) * cal["path_insn_ns"]
+    for halt in (None, 150e3, 400e3, 1e6):
+        work = twins.wake_work(cal, halt)
+        want = (halt if halt is not None else twins.WAKE_HALT_POLL_MULTIPLE * cal["halt_poll_ns"]) - fixed
+        # the smallest whole count that reaches the halt
+        assert 2 * work * cal["loop_insn_ns"] >= want > 2 * (work - 1) * cal["loop_insn_ns"], (halt, work)
+    # a faster host needs more loop iterations for the same halt
+    assert twins.wake_work(twins.scaled_costs(cal, 0.55)) > twins.wake_work(cal)
+    assert twins.wake_work(cal, 1.0) == 1, "a halt shorter than the fixed path: one iteration"
+    no_window = dataclasses.replace(
+        cal, values={**cal.values, "halt_poll_ns": Value(0.0, "ns", "halt polling off (test)")}
+    )
+    assert twins.wake_work(no_window) == WakePlacement().work, "no window to keep away from: the default"
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="halt_ns"):
+            twins.wake_work(cal, bad)
+    with pytest.raises(TypeError, match="cal"):
+        twins.wake_work({"path_insn_ns": 500.0})  # type: ignore[arg-type]
+
+    grid = twins.wake_placement_grid((0, 1), cal=cal)
+    assert {x.workload.work for x in grid} == {twins.wake_work(cal)}  # type: ignore[attr-defined]
+    assert {twins.cell_factors(x)["work"] for x in grid} == {twins.wake_work(cal)}
+    assert {x.workload.work for x in twins.wake_placement_grid((0, 1), work=50, cal=cal)} == {50}  # type: ignore[attr-defined]
+    assert {x.workload.work for x in twins.wake_placement_grid((0, 1))} == {WakePlacement().work}  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="work"):
+        twins.wake_placement_grid((0, 1), work=-1)
+    with pytest.raises(TypeError, match="cal"):
+        twins.wake_placement_grid((0, 1), cal="here.json")  # type: ignore[arg-type]
+
+
+def test_the_wake_grid_built_from_its_calibration_is_off_the_poll_window_s_edge() -> None:
+    # the host of test_the_wake_twin_s_polled_share_flips_where_the_waker_s_halt_crosses_halt_poll_ns, whose
+    # default work put the waker's halt at the window: with the work chosen from that host's calibration
+    # the same cell's polled share no longer moves with 10 % of speed
+    from vcpulab.twins._metrics import sim_metrics
+
+    cal = twins.scaled_costs(twins.reference_calibration(), 0.55)
+    exp = twins.wake_placement_grid(pcpus=(0, 1), duration_s=0.3, cal=cal)[1]  # pinned, pcpu_is_idle
+    assert isinstance(exp.workload, WakePlacement) and exp.workload.work == twins.wake_work(cal) > 200
+
+    def polled(f: float) -> float:
+        c = twins.scaled_costs(cal, f)
+        return float(np.mean([sim_metrics(exp, g, r, c)["polled_per_halt"] for g, r in twins.run_sim(exp, c, 2)]))
+
+    shares = [polled(f) for f in (0.9, 1.0, 1.1)]
+    assert twins.speed_gain("polled_per_halt", shares[1], shares[0], shares[2], 0.1) < 1.0, shares

@@ -75,6 +75,7 @@ from vcpulab.twins._grid import (
     DIRECTION_METRICS,
     FACTORS,
     MSI_DEADLINE_S,
+    WAKE_HALT_POLL_MULTIPLE,
     Grid,
     cell_factors,
     cell_name,
@@ -84,6 +85,7 @@ from vcpulab.twins._grid import (
     grid,
     policy_grid,
     wake_placement_grid,
+    wake_work,
 )
 from vcpulab.twins._guest import (
     HALT_BRACKET_INSNS,
@@ -180,6 +182,8 @@ __all__ = [
     "default_grid",
     "policy_grid",
     "wake_placement_grid",
+    "WAKE_HALT_POLL_MULTIPLE",
+    "wake_work",
     "directions",
     "distributions",
     "grid",

@@ -19,13 +19,27 @@ from vcpulab._progress import Bar
 from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, WakePlacement
 from vcpulab.twins._calibration import calibrate
 from vcpulab.twins._experiment import _ONE_NAME, Experiment
+from vcpulab.twins._guest import guest_path
 from vcpulab.twins._running import compare
 from vcpulab.twins._speed import check_host_speed
 from vcpulab.twins._twin import twin
 from vcpulab.twins._values import Calibration
 
 #: the factors of a grid cell (columns of [`grid`][vcpulab.twins.grid]'s frames)
-FACTORS = ("workload", "kind", "vcpus", "cpus", "hold", "think", "halt_poll_ns", "gap_us", "hz", "poll", "scheduler")
+FACTORS = (
+    "workload",
+    "kind",
+    "vcpus",
+    "cpus",
+    "hold",
+    "think",
+    "halt_poll_ns",
+    "gap_us",
+    "hz",
+    "poll",
+    "work",
+    "scheduler",
+)
 
 
 def cell_factors(exp: Experiment) -> dict[str, Any]:
@@ -53,6 +67,7 @@ def cell_factors(exp: Experiment) -> dict[str, Any]:
         "gap_us": float(getattr(w, "gap_us", -1.0)),
         "hz": int(getattr(w, "hz", -1)),
         "poll": int(getattr(w, "poll", -1)),
+        "work": int(w.work) if isinstance(w, WakePlacement) else -1,
         "scheduler": sched_label,
     }
 
@@ -104,8 +119,59 @@ def coscheduling_grid(pcpus: Sequence[int] | None = None, duration_s: float = 1.
     return [Experiment(w, vcpus, two, duration_s=duration_s, scheduler=s) for s in scheds]
 
 
+#: how far above KVM's halt-polling window (``halt_poll_ns``) the wake grid's
+#: waker halts by default, as a multiple of the window
+#: ([`wake_work`][vcpulab.twins.wake_work]): a halt near the window is polled
+#: or blocked as the emulation's speed moves a few percent (docs/twins.md
+#: item 13: 196/219/267 µs p10/p50/p90 against 200 µs at ``work`` = 200 on the
+#: Intel host), and the cell then compares regimes, not the model
+WAKE_HALT_POLL_MULTIPLE = 2.0
+
+
+def wake_work(cal: Calibration, halt_ns: float | None = None) -> int:
+    """Loop iterations per item (``WakePlacement.work``) that make the waker's
+    halt about ``halt_ns`` long on the host ``cal`` describes (default:
+    [`WAKE_HALT_POLL_MULTIPLE`][vcpulab.twins.WAKE_HALT_POLL_MULTIPLE] ×
+    the calibration's ``halt_poll_ns``).
+
+    The waker halts from its ``hlt`` until the worker's completion IPI: the
+    worker's wake-up (``ipi_wake_ns``), its path up to the completion IPI
+    less the instructions the waker runs after its own IPI (counts from
+    [`guest_path`][vcpulab.twins.guest_path] at ``path_insn_ns``) and the
+    item's ``dec; jnz`` loop (2 instructions per iteration at
+    ``loop_insn_ns``). The estimate leaves out the host's scheduler
+    (vcpulab's schedulers add two halt brackets' exits per halt, a worker
+    on the waker's CPU its switch), which only lengthen the halt, so the
+    halt is at least ``halt_ns`` under any scheduler of
+    [`wake_placement_grid`][vcpulab.twins.wake_placement_grid]. A
+    calibration whose ``halt_poll_ns`` is 0 has no window to keep away
+    from: ``WakePlacement``'s default (200) then, unless ``halt_ns`` is
+    given. Raises ValueError for a non-positive ``halt_ns`` or a calibration
+    without the costs."""
+    check_type("cal", cal, Calibration)
+    if halt_ns is None:
+        window = float(cal["halt_poll_ns"])
+        if not window > 0:
+            return WakePlacement().work
+        halt_ns = WAKE_HALT_POLL_MULTIPLE * window
+    else:
+        halt_ns = check_float("halt_ns", halt_ns, 0.0, 1e10, lo_open=True)
+    wake, a, b = (float(cal[k]) for k in ("ipi_wake_ns", "path_insn_ns", "loop_insn_ns"))
+    if not (np.isfinite(wake) and a > 0 and b > 0):
+        raise ValueError(
+            f"wake_work needs the calibration's ipi_wake_ns, path_insn_ns and loop_insn_ns, got {wake}, {a}, {b}"
+        )
+    p = guest_path(WakePlacement(work=0), 3)
+    fixed_ns = wake + (p["worker_path"] - p["worker_after_ipi"] - p["waker_after_ipi"]) * a
+    return max(int(np.ceil((halt_ns - fixed_ns) / (2 * b))), 1)
+
+
 def wake_placement_grid(
-    pcpus: Sequence[int] | None = None, duration_s: float = 1.0, poll: Sequence[int] = (0,)
+    pcpus: Sequence[int] | None = None,
+    duration_s: float = 1.0,
+    poll: Sequence[int] = (0,),
+    work: int | None = None,
+    cal: Calibration | None = None,
 ) -> list[Experiment]:
     """The wake-up placement axis of the twins grid ([S3]): ``WakePlacement``
     (3 vCPUs: the waker and two workers) on two host CPUs (default: the first
@@ -117,12 +183,24 @@ def wake_placement_grid(
     Cells of one scheduler differ in the rule alone, so
     [`directions`][vcpulab.twins.directions] compares the rules. ``poll``:
     the workers' mailbox polls before they halt (``WakePlacement.poll``), one
-    set of cells per value (default: none)."""
+    set of cells per value (default: none). ``work``: the loop iterations of
+    an item (``WakePlacement.work``) in every cell; None (default): from
+    ``cal`` where one is given ([`wake_work`][vcpulab.twins.wake_work]: the
+    waker's halt at twice the calibration's halt-polling window, away from
+    the window's edge), else ``WakePlacement``'s default (200)."""
     from vcpulab import _core, sched
 
     polls = [check_int("poll entry", p, 0, 2**32) for p in check_seq("poll", poll, "poll counts")]
     if not polls:
         raise ValueError("wake_placement_grid: poll must list at least one poll count, got an empty list")
+    if work is not None:
+        work = check_int("work", work, 0, 2**63)
+    if cal is not None:
+        check_type("cal", cal, Calibration)
+        if work is None:
+            work = wake_work(cal)
+    if work is None:
+        work = WakePlacement().work
 
     allowed = sorted(_core.allowed_cpus()) if pcpus is None else [check_int("pcpus entry", c, 0, 2**16) for c in pcpus]
     if len(set(allowed)) < 2:
@@ -136,7 +214,7 @@ def wake_placement_grid(
     ):
         for p in polls:
             for rule in ("available_idle", "pcpu_is_idle"):
-                w = WakePlacement(rule=rule, poll=p)
+                w = WakePlacement(rule=rule, poll=p, work=work)
                 out.append(Experiment(w, 3, (a, b), duration_s=duration_s, **kw))  # type: ignore[arg-type]
     return out
 
