@@ -1345,6 +1345,9 @@ def test_wake_work_puts_the_waker_s_halt_at_twice_the_poll_window_from_the_calib
         cal, values={**cal.values, "halt_poll_ns": Value(0.0, "ns", "halt polling off (test)")}
     )
     assert twins.wake_work(no_window) == WakePlacement().work, "no window to keep away from: the default"
+    no_ipi = dataclasses.replace(cal, values={k: v for k, v in cal.values.items() if k != "ipi_wake_ns"})
+    with pytest.raises(ValueError, match="needs the calibration's ipi_wake_ns"):
+        twins.wake_work(no_ipi)
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="halt_ns"):
             twins.wake_work(cal, bad)

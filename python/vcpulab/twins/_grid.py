@@ -156,7 +156,11 @@ def wake_work(cal: Calibration, halt_ns: float | None = None) -> int:
         halt_ns = WAKE_HALT_POLL_MULTIPLE * window
     else:
         halt_ns = check_float("halt_ns", halt_ns, 0.0, 1e10, lo_open=True)
-    wake, a, b = (float(cal[k]) for k in ("ipi_wake_ns", "path_insn_ns", "loop_insn_ns"))
+    keys = ("ipi_wake_ns", "path_insn_ns", "loop_insn_ns")
+    missing = [k for k in keys if k not in cal.values]
+    if missing:
+        raise ValueError(f"wake_work needs the calibration's {', '.join(missing)}, which calibrate() measures")
+    wake, a, b = (float(cal[k]) for k in keys)
     if not (np.isfinite(wake) and a > 0 and b > 0):
         raise ValueError(
             f"wake_work needs the calibration's ipi_wake_ns, path_insn_ns and loop_insn_ns, got {wake}, {a}, {b}"
