@@ -1,6 +1,8 @@
 //! vcpulab's Rust core.
 //!
 //! * [`kvm`]: safe wrappers around real KVM (all ioctl/mmap `unsafe` lives here).
+//! * [`schedule`]: the reasons vcpulab's vCPU scheduler gives a token on, shared by
+//!   the real scheduler and the simulator's twin of it.
 //! * [`sim`]: the deterministic overcommit simulator (no `unsafe`, no pyo3).
 //! * `py` (feature `python`): the only pyo3 code, a thin binding layer.
 //!
@@ -8,6 +10,7 @@
 //! `[K1]`-`[K7]` the kernel files and documents listed in docs/sources.md.
 
 pub mod kvm;
+pub mod schedule;
 pub mod sim;
 
 #[cfg(feature = "python")]

@@ -271,6 +271,10 @@ fn result_to_dict<'py>(py: Python<'py>, r: SimResult) -> PyResult<Bound<'py, PyD
         Some(t) => d.set_item("trace", table_to_dict(py, t)?)?,
         None => d.set_item("trace", py.None())?,
     }
+    match r.schedule {
+        Some(t) => d.set_item("schedule", table_to_dict(py, t)?)?,
+        None => d.set_item("schedule", py.None())?,
+    }
     Ok(d)
 }
 

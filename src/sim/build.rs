@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use super::config::{Affinity, LockKind, Phase, Scheduler, SimConfig, StartPlacement};
+use super::decisions::Decisions;
 use super::engine::Sim;
 use super::guest::effective_lock_kind;
 use super::halt_poll::HaltPollState;
@@ -65,6 +66,8 @@ impl Sim {
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Trace::default(),
+            decisions: Decisions::default(),
+            decisions_on: false,
             trace_max_rows: u64::MAX,
             trace_error: None,
             error: None,

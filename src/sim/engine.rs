@@ -14,6 +14,7 @@ use rand::Rng;
 use rand_pcg::Pcg64Mcg;
 
 use super::config::{Dist, Scheduler, SimConfig, StartOrder, WakePlacement};
+use super::decisions::Decisions;
 use super::queue::{Ev, EventQueue};
 use super::speed::SpeedProc;
 use super::state::*;
@@ -72,6 +73,11 @@ pub struct Sim {
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Trace,
+    /// vcpulab's scheduler's decisions (`Result.schedule`), kept with
+    /// `Config.trace` under the token schedulers ([`Sim::decisions_on`]).
+    pub decisions: Decisions,
+    /// Whether `decisions` is kept (set at setup: `cfg.trace` and tokens on).
+    pub decisions_on: bool,
     /// Most trace rows a run may keep (the caller's limit; see `SimError::TraceLimit`).
     pub trace_max_rows: u64,
     /// Set when the trace hit `trace_max_rows` or could not grow; ends the run.

@@ -15,6 +15,9 @@ pub struct SimResult {
     pub vcpus: Table,
     pub pcpus: Table,
     pub trace: Option<Table>,
+    /// vcpulab's scheduler's decisions (with `Config.trace` under a token
+    /// scheduler; `src/sim/decisions.rs`).
+    pub schedule: Option<Table>,
 }
 
 /// The per-vCPU time categories, in accounting order; they sum to the run's duration.
@@ -178,7 +181,8 @@ pub fn collect(sim: &mut Sim) -> Result<SimResult, SimError> {
     // ---- trace
     // the trace's columns are moved out, not copied (nothing here can run out of memory)
     let trace = sim.cfg.trace.then(|| std::mem::take(&mut sim.trace).into_table());
-    Ok(SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace })
+    let schedule = sim.decisions_on.then(|| std::mem::take(&mut sim.decisions).into_table());
+    Ok(SimResult { summary: s, vms: vm, vcpus: vc, pcpus: pc, trace, schedule })
 }
 
 /// The lock waits of VM `m` still open at `end` (threads in a Lock phase

@@ -22,6 +22,7 @@ mod build;
 mod cfs;
 mod cfs_group;
 pub mod config;
+pub mod decisions;
 mod eevdf_group;
 mod engine;
 mod guest;

@@ -702,6 +702,11 @@ pub struct Tokens {
     /// How many vCPU threads have arrived (their first enqueue): no token
     /// is given before every one has, as the real `Scheduler::start`.
     pub arrived: u32,
+    /// The decision in progress, for its log rows (`Result.schedule`): its
+    /// reason, and the task that gave a token up in it (NO_TASK: none; the
+    /// next grant of that token names it, as the real `hand_on` does).
+    pub log_why: crate::schedule::Why,
+    pub log_out: u32,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

@@ -46,7 +46,9 @@ use super::config::Scheduler;
 use super::engine::Sim;
 use super::policy::ESRCH;
 use super::queue::Ev;
-use super::state::{Ns, TaskKind, Why, NO_CPU};
+use super::state::{Ns, TState, TaskKind, Why, NO_CPU, NO_TASK};
+use super::SimError;
+use crate::schedule::Why as Decided;
 
 impl Sim {
     /// `Host.scheduler == RoundRobin`.
@@ -96,6 +98,71 @@ impl Sim {
         if self.cfg.host.token_wake_exit_ns > 0 || self.cfg.host.token_halt_bracket {
             self.tokens.unheld = vec![false; self.tasks.len()];
         }
+        self.tokens.log_out = NO_TASK;
+        self.decisions_on = self.cfg.trace;
+    }
+
+    /// A decision begins (`Result.schedule`'s `why` for its rows); no
+    /// token has been given up in it yet.
+    #[inline]
+    fn token_decide(&mut self, why: Decided) {
+        self.tokens.log_why = why;
+        self.tokens.log_out = NO_TASK;
+    }
+
+    /// CPU `c`'s token, given up by `out` in the decision in progress, goes
+    /// to whoever the next grant names; if none does, the row is logged by
+    /// [`Sim::token_log_fell_free`].
+    #[inline]
+    fn token_given_up(&mut self, out: usize) {
+        self.tokens.log_out = out as u32;
+    }
+
+    /// The token given up in this decision was not granted on: its CPU
+    /// falls free (a row with no vCPU in, as the real `hand_on` logs it).
+    fn token_log_fell_free(&mut self, c: usize) {
+        let out = std::mem::replace(&mut self.tokens.log_out, NO_TASK);
+        if out != NO_TASK && self.tokens.holder[c].is_none() {
+            self.token_log(c, out, NO_TASK);
+        }
+    }
+
+    /// One row of the decision log (with `Config.trace`, inside its window):
+    /// CPU `c`'s token from task `out` to task `into` (NO_TASK: none).
+    fn token_log(&mut self, c: usize, out: u32, into: u32) {
+        if !self.decisions_on || self.trace_error.is_some() {
+            return;
+        }
+        let until = self.cfg.trace_until_ns;
+        if self.now < self.cfg.trace_from_ns || (until != 0 && self.now >= until) {
+            return;
+        }
+        if self.decisions.try_reserve_one().is_err() {
+            self.trace_error = Some(SimError::OutOfMemory(format!(
+                "no memory to grow the schedule log beyond {} rows (t={} ns); shorten duration_ns, trace a window \
+                 (Config.trace_from_ns / trace_until_ns) or run without trace",
+                self.decisions.len(),
+                self.now
+            )));
+            return;
+        }
+        let key = |t: u32| match self.tasks.get(t as usize).map(|x| x.kind) {
+            Some(TaskKind::Vcpu(v)) => (self.vcpus[v as usize].vm as i32, self.vcpus[v as usize].idx as i32),
+            _ => (-1, -1),
+        };
+        let (o, i) = (key(out), key(into));
+        self.decisions.push(self.now, c as u32, o, i, self.tokens.log_why);
+    }
+
+    /// Whether vCPU task `t`, blocking, is done: it had guest threads and
+    /// every one of them has ended (the real program's thread then stops:
+    /// `done`), not halted until a wake-up (`halt`; a vCPU without a guest
+    /// thread idles in halts, as a real vCPU whose program waits). Read
+    /// only for the decision log.
+    fn token_vcpu_done(&self, t: usize) -> bool {
+        let TaskKind::Vcpu(v) = self.tasks[t].kind else { return false };
+        let mut mine = self.threads.iter().filter(|x| x.vcpu == v).peekable();
+        mine.peek().is_some() && mine.all(|x| matches!(x.state, TState::Done))
     }
 
     /// Whether vCPU task `t`, being woken, runs without a token until its
@@ -124,6 +191,7 @@ impl Sim {
     /// is not the CPU it runs on), or None: it waits. The other grants are
     /// made as usual.
     pub(crate) fn token_ask(&mut self, t: usize) -> Option<usize> {
+        self.token_decide(Decided::Wake);
         self.tokens.unheld[t] = false;
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);
@@ -227,6 +295,7 @@ impl Sim {
     /// `Scheduler::start` does (whatever order the threads arrived in).
     pub(crate) fn token_wait(&mut self, t: usize) {
         debug_assert!(matches!(self.tasks[t].kind, TaskKind::Vcpu(_)));
+        self.token_decide(if self.wake.enqueue_new { Decided::Start } else { Decided::Wake });
         self.tasks[t].parked = true;
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);
@@ -300,6 +369,8 @@ impl Sim {
     /// CPU `c`'s free token goes to `t` for a fresh slice (the bookkeeping
     /// of a grant; `token_grant` also puts a parked `t` on the CPU).
     fn token_assign(&mut self, c: usize, t: usize) {
+        let out = std::mem::replace(&mut self.tokens.log_out, NO_TASK);
+        self.token_log(c, out, t as u32);
         self.tokens.holder[c] = Some(t as u32);
         self.tokens.granted_at[t] = self.now;
         self.tokens.last_cpu[t] = c as u32;
@@ -336,9 +407,13 @@ impl Sim {
     /// `t` (curr of its CPU) blocks: its token goes on (`dequeue_sleep`).
     pub(crate) fn token_release(&mut self, t: usize) {
         if let Some(c) = self.token_of(t) {
+            let done = self.decisions_on && self.token_vcpu_done(t);
+            self.token_decide(if done { Decided::Done } else { Decided::Halt });
             self.token_vacate(t);
             self.tokens.holder[c] = None;
+            self.token_given_up(t);
             self.token_grant_next(c);
+            self.token_log_fell_free(c);
             if self.cfg.host.scheduler == Scheduler::RelaxedCo {
                 // a co-stop may have ended: fill the free tokens (under the
                 // other token schedulers no free token has a waiter here)
@@ -384,8 +459,11 @@ impl Sim {
             return;
         }
         let was_curr = self.rqs[c].curr == Some(t as u32);
+        self.token_decide(if self.token_co_stopped(t) { Decided::CoStop } else { Decided::Slice });
         self.token_park_holder(c, t);
+        self.token_given_up(t);
         self.token_grant_next(c);
+        self.token_log_fell_free(c);
         if self.cfg.host.scheduler == Scheduler::RelaxedCo {
             // a co-stop may have ended, or another token fell free before
             self.token_dispatch_idle();
@@ -429,7 +507,9 @@ impl Sim {
         let pos =
             self.tokens.queues[q].iter().position(|&x| x == tg_task as u32).expect("a parked vCPU waits in its queue");
         self.tokens.queues[q].remove(pos);
+        self.token_decide(Decided::Yield);
         self.token_park_holder(a, me_task);
+        self.token_given_up(me_task);
         self.token_grant(a, tg_task, false);
         self.wake.boost_task = super::state::NO_TASK;
         self.vcpus[me].c.yield_ok += 1;

@@ -587,3 +587,135 @@ fn a_sibling_without_a_token_between_its_brackets_co_stops_nobody() {
     }
     assert!(unheld_seen > 50 && checked > 1000, "{unheld_seen} instants of a runnable vCPU without a token");
 }
+
+/// The decision log's rows: (t_ns, pcpu, out vCPU, in vCPU, why), a vCPU
+/// as 100 × its VM + its index (-1: none).
+fn decisions(r: &SimResult) -> Vec<(u64, i32, i32, i32, &'static str)> {
+    let t = r.schedule.as_ref().expect("a token scheduler's traced run keeps its decisions");
+    let Some(Column::Cat { codes, names }) = t.get("why") else { panic!("why") };
+    let key = |vm: i32, v: i32| if v < 0 { -1 } else { 100 * vm + v };
+    let (ts, pcpu) = (t.u64s("t_ns"), t.i32s("pcpu"));
+    let (ovm, out, ivm, into) = (t.i32s("out_vm"), t.i32s("out_vcpu"), t.i32s("in_vm"), t.i32s("in_vcpu"));
+    (0..ts.len())
+        .map(|i| (ts[i], pcpu[i], key(ovm[i], out[i]), key(ivm[i], into[i]), names[codes[i] as usize]))
+        .collect()
+}
+
+/// Every CPU's rows chain: a row's vCPU out is the last row's vCPU in on
+/// that CPU (-1 after a row that left the token free), time never goes back,
+/// and the grants per vCPU are its `token_grants`.
+fn assert_chained(r: &SimResult, p: usize) {
+    let d = decisions(r);
+    let mut last = vec![-1i32; p];
+    let mut t0 = 0;
+    for &(t, c, out, into, why) in &d {
+        assert!(t >= t0, "rows out of time order");
+        t0 = t;
+        assert_eq!(out, last[c as usize], "CPU {c} at {t} ns ({why}): out {out}, last in {}", last[c as usize]);
+        last[c as usize] = into;
+    }
+    let (vm, idx, grants) = (r.vcpus.u64s("vm"), r.vcpus.u64s("vcpu"), r.vcpus.u64s("token_grants"));
+    for i in 0..grants.len() {
+        let v = 100 * vm[i] as i32 + idx[i] as i32;
+        assert_eq!(d.iter().filter(|x| x.3 == v).count() as u64, grants[i], "vCPU {v}'s grants");
+    }
+}
+
+#[test]
+fn the_decision_log_names_every_hand_off_as_the_real_one_does() {
+    // three computing vCPUs on one CPU: the start, then slice after slice in FIFO order
+    let c = tokens(3, 1);
+    let r = run(&c).unwrap();
+    let d = decisions(&r);
+    assert_eq!(d[0].1, 0, "CPU 0");
+    assert_eq!((d[0].2, d[0].3, d[0].4), (-1, 0, "start"));
+    assert!(d[1..].iter().all(|x| x.4 == "slice"), "nothing but slices after the start");
+    let order: Vec<i32> = d.iter().take(7).map(|x| x.3).collect();
+    assert_eq!(order, [0, 1, 2, 0, 1, 2, 0]);
+    let gap = d[2].0 - d[1].0;
+    assert!(gap.abs_diff(c.host.token_slice_ns) < c.host.token_slice_ns / 50, "a slice apart: {gap} ns");
+    assert_chained(&r, 1);
+    // halts and wake-ups on two CPUs: a halt's token goes on or falls free,
+    // a woken vCPU takes a free token (wake) or a later one
+    let mut c = tokens(3, 2);
+    compute_then_sleep(&mut c, 200_000, 300_000);
+    let r = run(&c).unwrap();
+    let d = decisions(&r);
+    let n = |w: &str| d.iter().filter(|x| x.4 == w).count();
+    assert!(n("halt") > 100 && n("wake") > 100, "halt {} wake {}", n("halt"), n("wake"));
+    assert!(d.iter().any(|x| x.4 == "halt" && x.3 == -1), "a halt that leaves its token free");
+    assert!(d.iter().all(|x| x.4 != "wake" || x.2 == -1), "a wake-up takes a free token");
+    assert_chained(&r, 2);
+    // the real programs' halt and wake brackets, each scheduler: the rows still chain
+    for sched in [Scheduler::RoundRobin, Scheduler::RelaxedCo, Scheduler::Balance] {
+        let mut b = token_sched(sched, vec![2, 2], 2);
+        compute_then_sleep(&mut b, 200_000, 300_000);
+        b.vms[1].workload.phases = b.vms[0].workload.phases.clone();
+        b.host.token_halt_bracket = true;
+        b.host.token_wake_exit_ns = 20_000;
+        b.trace = true;
+        let r = run(&b).unwrap();
+        let d = decisions(&r);
+        let n = |w: &str| d.iter().filter(|x| x.4 == w).count();
+        assert!(n("wake") > 50 && n("halt") > 50, "{sched:?}: wake {} halt {}", n("wake"), n("halt"));
+        assert_chained(&r, 2);
+    }
+    // the log is kept only with the trace, only under a token scheduler, and changes nothing
+    let mut quiet = c.clone();
+    quiet.trace = false;
+    let q = run(&quiet).unwrap();
+    assert!(q.schedule.is_none());
+    assert_eq!(q.vcpus, r.vcpus);
+    let mut fair = c.clone();
+    fair.host.scheduler = Scheduler::Fair;
+    assert!(run(&fair).unwrap().schedule.is_none());
+}
+
+#[test]
+fn the_decision_log_names_yields_co_stops_and_threads_that_end() {
+    // a directed yield: one row, the yielder out and the candidate in
+    let mut c = tokens(3, 1);
+    c.duration_ns = 2_000_000;
+    let mut s = sim_of(&c);
+    s.step_until(1_000_000).unwrap();
+    let me = (0..3).find(|&v| s.vcpus[v].running.is_some()).unwrap();
+    let other = s.tokens.queues[0][1];
+    let target = (0..3).find(|&v| s.vcpus[v].task == other).unwrap();
+    let before = s.decisions.len();
+    let mut t = s.now;
+    assert_eq!(s.yield_to(me, target, &mut t), 1);
+    assert_eq!(s.decisions.len(), before + 1);
+    let last = |s: &super::super::engine::Sim| {
+        let d = &s.decisions;
+        let i = d.len() - 1;
+        (d.out_vcpu[i], d.in_vcpu[i], crate::schedule::Why::ALL[d.why[i] as usize].name())
+    };
+    assert_eq!(last(&s), (me as i32, target as i32, "yield"));
+    // relaxed co-scheduling: a holder far ahead of its siblings is co-stopped
+    let c = token_sched(Scheduler::RelaxedCo, vec![3], 2);
+    let mut s = sim_of(&c);
+    s.step_until(1_000_000).unwrap();
+    let holder0 = s.tokens.holder[0].expect("CPU 0 held") as usize;
+    s.tokens.run_ns[holder0] = 20_000_000;
+    let gen = s.tokens.gen[0];
+    s.token_slice_end(0, gen);
+    let v0 = match s.tasks[holder0].kind {
+        super::super::state::TaskKind::Vcpu(v) => v as i32,
+        _ => unreachable!(),
+    };
+    let (out, _, why) = last(&s);
+    assert_eq!((out, why), (v0, "co_stop"));
+    // a program of a few iterations that never halts: a vCPU whose threads
+    // have ended gives its token up as `done` (the run ends with its VM's
+    // last thread, so a vCPU that ended while it waited for a token may
+    // still hold one then), never as `halt`
+    let mut c = tokens(2, 1);
+    c.vms[0].workload.phases = vec![Phase::Compute { ns: 1_000_000, dist: Dist::Fixed, mode: Mode::Kernel, prob: 1.0 }];
+    c.vms[0].workload.iterations = 20;
+    c.duration_ns = 1_000_000_000;
+    let r = run(&c).unwrap();
+    let d = decisions(&r);
+    assert!(d.iter().any(|x| x.4 == "done"), "{:?}", &d[d.len().saturating_sub(4)..]);
+    assert!(d.iter().all(|x| x.4 != "halt"));
+    assert_chained(&r, 1);
+}

@@ -30,6 +30,8 @@ from vcpulab.sched import Scheduler
 
 def _schedule_frames(d: dict[str, Any]) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
     dec = pl.DataFrame({k: (v if isinstance(v, list) else np.asarray(v)) for k, v in d["decisions"].items()})
+    # one dtype for the reason on both sides: the simulator's Result.schedule has this enum too
+    dec = dec.with_columns(pl.col("why").cast(pl.Enum(_core.SCHED_WHY)))
     spins = pl.DataFrame({k: np.asarray(v) for k, v in d["spins"].items()})
     return dec, spins, {"dropped": int(d["dropped"]), "watchdog_kicks": int(d["watchdog_kicks"])}
 

@@ -50,6 +50,18 @@ class Result:
             ended (``end_ns`` never decreases). Compact: ``pcpu``, ``vm``
             and ``vcpu`` are ``Int32`` and ``why`` a ``pl.Enum``, 29 bytes
             a row (32 with polars before its one-byte enums). Otherwise None.
+        schedule: with ``Config.trace`` under one of vcpulab's schedulers
+            (``Host.scheduler`` ``round_robin``, ``relaxed_co``, ``balance``,
+            ``pinned``): one row per run-token hand-off, the columns and
+            reasons of a real run's ``Run.schedule`` — t_ns, pcpu, out_vm,
+            out_vcpu (-1: the token was free), in_vm, in_vcpu (-1: it falls
+            free), why ([`vcpulab.sched.WHY`][vcpulab.sched.WHY]), in time
+            order, over the trace's window (``trace_from_ns`` /
+            ``trace_until_ns``); keys ``Int32`` and ``why`` a ``pl.Enum``
+            as in the trace. Otherwise None. Simplified: a vCPU gives its
+            token up as ``done`` when every guest thread on it has ended
+            (the real program's thread stops), and the simulator's gang
+            scheduler (``gang``) keeps no log.
     """
 
     config: Config
@@ -59,6 +71,7 @@ class Result:
     vcpus: pl.DataFrame
     pcpus: pl.DataFrame
     trace: pl.DataFrame | None = field(default=None)
+    schedule: pl.DataFrame | None = field(default=None)
 
     @property
     def config_hash(self) -> str:
@@ -209,6 +222,7 @@ def _result(cfg: Config, d: Mapping[str, Any]) -> Result:
         vcpus=_frame(d["vcpus"]),  # type: ignore[arg-type]
         pcpus=_frame(d["pcpus"]),  # type: ignore[arg-type]
         trace=trace,
+        schedule=_frame(d["schedule"], key_dtype=TRACE_KEY_DTYPE),
     )
 
 

@@ -47,6 +47,9 @@ simulated ones over seeds. [`distributions`][vcpulab.twins.distributions] compar
 wake-up-latency distributions (KS statistic and p-value) of a real trace in
 the tracing schema ([`TRACE_COLUMNS`][vcpulab.twins.TRACE_COLUMNS], [`WAKEUP_COLUMNS`][vcpulab.twins.WAKEUP_COLUMNS]) with twins. ``IpiPingPong``'s twin is an initiator thread beside a
 responder (``sim.Workload.thread0_phases``) with the measured IPI wake-up.
+Under vcpulab's schedulers [`compare_schedules`][vcpulab.twins.compare_schedules] compares the two
+decision logs (``Run.schedule``, ``sim.Result.schedule``) reason by reason:
+decisions per second and the token holds that end in each.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ from vcpulab.twins._running import (
     scaled_costs,
     speed_gain,
 )
+from vcpulab.twins._schedule import SCHEDULE_COLUMNS, compare_schedules, token_holds
 from vcpulab.twins._speed import SLOW_THRESHOLD, SPEED_KEYS, SpeedProbe, fit_speed, host_speed_of, speed_probe
 from vcpulab.twins._twin import (
     PV_SPIN_ITER_INSNS,
@@ -178,6 +182,9 @@ __all__ = [
     "cell_factors",
     "cell_name",
     "compare",
+    "compare_schedules",
+    "SCHEDULE_COLUMNS",
+    "token_holds",
     "coscheduling_grid",
     "default_grid",
     "policy_grid",

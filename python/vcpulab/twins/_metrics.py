@@ -13,6 +13,7 @@ from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, 
 from vcpulab.twins._calibration import _stat_delta
 from vcpulab.twins._experiment import Experiment
 from vcpulab.twins._guest import guest_path
+from vcpulab.twins._schedule import token_holds
 from vcpulab.twins._values import Calibration
 
 #: the simulator's models of vcpulab's own schedulers (``Host.scheduler``)
@@ -94,26 +95,14 @@ def _metrics_of(exp: Experiment) -> tuple[str, ...]:
 
 def _token_holds(r: Run) -> list[list[tuple[int, int]]]:
     """Per vCPU of a scheduled run (vCPU order): the intervals [start, end)
-    ns it held a token, in time order (from ``Run.schedule``)."""
-    d = r.schedule
-    assert d is not None
-    end = int(r.wall_s * 1e9)
+    ns it held a token, in time order (from ``Run.schedule``,
+    [`token_holds`][vcpulab.twins.token_holds])."""
+    assert r.schedule is not None
     n = int(r.config["vcpus"])
     holds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    open_: dict[int, tuple[int, int]] = {}
-    for x in d.sort("t_ns", maintain_order=True).iter_rows(named=True):
-        if x["why"] == "watchdog":
-            continue
-        c = x["pcpu"]
-        if c in open_:
-            v, t = open_.pop(c)
-            holds[v].append((t, max(t, min(x["t_ns"], end))))
-        if x["in_vcpu"] >= 0:
-            open_[c] = (x["in_vcpu"], x["t_ns"])
-    for v, t in open_.values():
-        holds[v].append((t, max(t, end)))
-    for h in holds:
-        h.sort()
+    h = token_holds(r.schedule, int(r.wall_s * 1e9)).sort("start_ns", "end_ns")
+    for v, a, b in zip(h["vcpu"], h["start_ns"], h["end_ns"]):
+        holds[v].append((a, b))
     return holds
 
 

@@ -139,46 +139,7 @@ pub struct Config {
     pub seed: u64,
 }
 
-/// Why a token changed hands (the `why` of a [`Decision`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Why {
-    /// The run's first tokens, once every vCPU thread has arrived.
-    Start,
-    /// The holder's slice ended.
-    Slice,
-    /// A directed yield: the spinner's token went to the candidate.
-    Yield,
-    /// Relaxed co-scheduling stopped the holder (too far ahead of a sibling).
-    CoStop,
-    /// The holder halted (pv halt bracket).
-    Halt,
-    /// The holder's program finished or its thread stopped.
-    Done,
-    /// A gang turn passed to the next VM.
-    Gang,
-    /// The watchdog kicked a holder that overran its slice.
-    Watchdog,
-    /// A vCPU woken from its halt got an idle CPU's token.
-    Wake,
-}
-
-impl Why {
-    pub const ALL: [Why; 9] =
-        [Why::Start, Why::Slice, Why::Yield, Why::CoStop, Why::Halt, Why::Done, Why::Gang, Why::Watchdog, Why::Wake];
-    pub fn name(self) -> &'static str {
-        match self {
-            Why::Start => "start",
-            Why::Slice => "slice",
-            Why::Yield => "yield",
-            Why::CoStop => "co_stop",
-            Why::Halt => "halt",
-            Why::Done => "done",
-            Why::Gang => "gang",
-            Why::Watchdog => "watchdog",
-            Why::Wake => "wake",
-        }
-    }
-}
+pub use crate::schedule::Why;
 
 /// One decision: on host CPU `cpu` (index into the scheduler's CPUs), vCPU
 /// `out` (global index; -1: none, the CPU was idle) gave way to `into` (-1:

@@ -1,0 +1,145 @@
+"""The simulator's decision log (``sim.Result.schedule``, src/sim/decisions.rs)
+and its comparison with a real run's ``Run.schedule``
+([`twins.token_holds`][vcpulab.twins.token_holds],
+[`twins.compare_schedules`][vcpulab.twins.compare_schedules]).
+
+The rules of each row (who gives a token to whom, for which reason) are
+tested in src/sim/tokens_tests.rs; here: the frame a user gets, the holds
+computed from a log, the comparison's arithmetic on logs whose answer is
+known, its refusals, and one real run against its twin (structure only: the
+rates and times move with this host's load)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from vcpulab import sched, sim, twins
+from vcpulab.experiment import Run, WakePlacement
+from vcpulab.quality import QualityWarning
+
+
+def _tokens_config(scheduler: str = "round_robin", trace: bool = True) -> sim.Config:
+    """Three vCPUs on two CPUs computing and sleeping: slices, halts and wake-ups."""
+    work = sim.Workload(phases=(sim.Compute(ns=200_000, dist="exp"), sim.Sleep(ns=300_000, dist="exp")))
+    return sim.Config(
+        host=sim.Host(n_pcpus=2, scheduler=scheduler),
+        vms=(sim.Vm(vcpus=3, workload=work),),
+        duration_ns=50_000_000,
+        trace=trace,
+    )
+
+
+def test_a_token_schedulers_traced_run_logs_its_decisions_in_the_real_logs_columns() -> None:
+    r = sim.run(_tokens_config())
+    d = r.schedule
+    assert d is not None and d.height > 100
+    assert tuple(d.columns) == twins.SCHEDULE_COLUMNS
+    assert d.schema["why"] == pl.Enum(list(sched.WHY))
+    assert d["t_ns"].is_sorted()
+    assert set(d["why"].cast(pl.String).unique()) <= {"start", "slice", "halt", "wake"}
+    assert d.filter(pl.col("why") == "start").height == 2  # one first token per CPU
+    # every grant is one of the vCPU's token_grants
+    grants = d.filter(pl.col("in_vcpu") >= 0).group_by("in_vcpu").len().sort("in_vcpu")
+    assert grants["len"].to_list() == r.vcpus.sort("vcpu")["token_grants"].to_list()
+    # not traced, or not one of vcpulab's schedulers: no log, and the log changes no result
+    quiet = sim.run(_tokens_config(trace=False))
+    assert quiet.schedule is None
+    assert quiet.vcpus.equals(r.vcpus)
+    assert sim.run(_tokens_config("fair")).schedule is None
+
+
+def test_token_holds_of_a_known_log() -> None:
+    ms = 1_000_000
+    log = pl.DataFrame(
+        dict(
+            t_ns=[0, 0, 3 * ms, 4 * ms, 5 * ms, 6 * ms],
+            pcpu=[0, 1, 0, 1, 0, 1],
+            out_vm=[-1, -1, 0, 0, 0, -1],
+            out_vcpu=[-1, -1, 0, 1, 2, -1],
+            in_vm=[0, 0, 0, 0, -1, 0],
+            in_vcpu=[0, 1, 2, 1, -1, 1],
+            why=["start", "start", "halt", "watchdog", "slice", "wake"],
+        )
+    )
+    h = twins.token_holds(log, end_ns=10 * ms)
+    rows = sorted(h.select("vcpu", "pcpu", "start_ns", "held_ns", "why_in", "why_out").iter_rows())
+    assert rows == [
+        (0, 0, 0, 3 * ms, "start", "halt"),
+        # the watchdog's kick ends nothing: vCPU 1 holds CPU 1 until the wake-up's row
+        (1, 1, 0, 6 * ms, "start", "wake"),
+        (1, 1, 6 * ms, 4 * ms, "wake", "end"),
+        (2, 0, 3 * ms, 2 * ms, "halt", "slice"),
+    ]
+    # a hold the run's end cuts short is closed there
+    assert twins.token_holds(log, end_ns=8 * ms).filter(pl.col("why_out") == "end")["held_ns"].to_list() == [2 * ms]
+    with pytest.raises(ValueError, match="missing"):
+        twins.token_holds(log.drop("why"), end_ns=ms)
+    with pytest.raises(ValueError, match="end_ns"):
+        twins.token_holds(log, end_ns=-1)
+
+
+def _as_real(r: sim.Result) -> Run:
+    """A real Run that carries a simulated run's log (the comparison's identity)."""
+    empty = pl.DataFrame()
+    wall_s = r.config.duration_ns / 1e9
+    real = Run(samples=empty, results=empty, threads=empty, wall_s=wall_s, placement={}, config={"vcpus": 3})
+    real.schedule = r.schedule.with_columns(pl.col("why").cast(pl.String))  # type: ignore[union-attr]
+    return real
+
+
+def test_a_log_compared_with_itself_agrees_on_every_row() -> None:
+    r = sim.run(_tokens_config())
+    for by in ("why_out", "why_in"):
+        c = twins.compare_schedules(_as_real(r), r, by=by)
+        assert c.height > 3
+        assert c["n_real"].to_list() == c["n_sim"].to_list()
+        assert np.allclose(c["ratio"].drop_nans().to_numpy(), 1.0)
+        assert c["ks"].drop_nans().to_list() == [0.0] * c["ks"].drop_nans().len()
+        # per vCPU, then every vCPU pooled per reason: the pooled rows sum the others
+        per, pooled = c.filter(pl.col("vcpu") >= 0), c.filter(pl.col("vcpu") < 0)
+        for row in pooled.iter_rows(named=True):
+            assert row["n_real"] == per.filter(pl.col("why") == row["why"])["n_real"].sum()
+    c = twins.compare_schedules(_as_real(r), r)
+    halts = c.filter((pl.col("vcpu") == -1) & (pl.col("why") == "halt")).row(0, named=True)
+    n = r.schedule.filter(pl.col("why") == "halt").height  # type: ignore[union-attr]
+    assert halts["n_sim"] == n and halts["sim_per_s"] == pytest.approx(n / 0.05)
+
+
+def test_compare_schedules_refuses_runs_without_a_log() -> None:
+    r = sim.run(_tokens_config())
+    with pytest.raises(ValueError, match="by must be"):
+        twins.compare_schedules(_as_real(r), r, by="pcpu")
+    with pytest.raises(ValueError, match="trace=True"):
+        twins.compare_schedules(_as_real(r), sim.run(_tokens_config(trace=False)))
+    empty = pl.DataFrame()
+    unscheduled = Run(samples=empty, results=empty, threads=empty, wall_s=0.1, placement={}, config={"vcpus": 3})
+    with pytest.raises(ValueError, match="scheduler"):
+        twins.compare_schedules(unscheduled, r)
+
+
+def test_a_real_scheduled_run_and_its_twin_log_the_same_kinds_of_decisions(
+    kvm_host: Any, twin_calibration: Any
+) -> None:
+    """A WakePlacement under round_robin and its twin: both logs name every
+    hand-off in the same columns and dtype, the waker (vCPU 0) and the
+    chosen worker (vCPU 1) hold tokens until they halt on both sides. No
+    rate or time is asserted: this host's load moves them."""
+    exp = twins.Experiment(
+        WakePlacement(rule="pcpu_is_idle", poll=0), 3, (0, 1), duration_s=0.2, scheduler=sched.round_robin()
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", QualityWarning)
+        real = exp.run()
+    assert real.schedule is not None
+    twin = sim.run(twins.twin(exp, twin_calibration, seed=0, trace=True))
+    assert twin.schedule is not None
+    assert real.schedule.schema["why"] == twin.schedule.schema["why"]
+    c = twins.compare_schedules(real, twin)
+    for v in (0, 1):
+        row = c.filter((pl.col("vcpu") == v) & (pl.col("why") == "halt"))
+        assert row.height == 1 and row["n_real"][0] > 0 and row["n_sim"][0] > 0, c
