@@ -296,6 +296,14 @@ impl Sim {
     pub(crate) fn token_wait(&mut self, t: usize) {
         debug_assert!(matches!(self.tasks[t].kind, TaskKind::Vcpu(_)));
         self.token_decide(if self.wake.enqueue_new { Decided::Start } else { Decided::Wake });
+        if self.wake.enqueue_new {
+            // an arriving thread has not entered KVM_RUN: not blocking (the
+            // real scheduler's view of a vCPU queued before its first token;
+            // the simulated vCPU starts as if halted until it first runs)
+            if let TaskKind::Vcpu(v) = self.tasks[t].kind {
+                self.vcpus[v as usize].blocking = false;
+            }
+        }
         self.tasks[t].parked = true;
         let q = self.token_queue_of(t);
         self.tokens.queues[q].push_back(t as u32);

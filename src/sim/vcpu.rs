@@ -213,6 +213,10 @@ impl Sim {
         let vc = &self.vcpus[v];
         let apicv = self.vms[vc.vm as usize].cfg.pv.apicv;
         let pi = apicv && vc.posted_irq;
+        // under vcpulab's scheduler the policy sees the real scheduler's view
+        // (src/kvm/sched/spin.rs): a vCPU woken from its halt that has not run
+        // since is dy_runnable whatever woke it (the real `woken`)
+        let dy_runnable = if self.tokens_on() { vc.blocking && self.ready[v] } else { vc.pv_unhalted || pi };
         VcpuView {
             index: vc.idx,
             running: vc.running.is_some(),
@@ -220,7 +224,7 @@ impl Sim {
             preempted: vc.preempted,
             ready: self.ready[v],
             blocking: vc.blocking,
-            dy_runnable: vc.pv_unhalted || pi,
+            dy_runnable,
             pending_interrupt: pi,
             in_spin_loop: vc.in_spin_loop,
             dy_eligible: vc.dy_eligible,

@@ -349,6 +349,64 @@ def compare(
         raise
 
 
+@dataclasses.dataclass(frozen=True)
+class _TwinInputs:
+    """What the twin takes from the real trials: the other tasks' mean share
+    and pooled load, the threads' start gap, the vCPUs' first token hold, and
+    those as [`run_sim`][vcpulab.twins.run_sim]'s keywords (``kw``)."""
+
+    share: float
+    other_load: OtherLoad | None
+    start_gap_ns: float | None
+    vcpu_start_ns: float | None
+    kw: dict[str, Any]
+
+
+def _twin_inputs(runs: list[Run], load: str) -> _TwinInputs:
+    """The ``_TwinInputs`` of ``runs``; ``load``: ``"measured"`` (the pooled other
+    load), ``"one_task"`` (its share as one task) or ``"none"``, as in
+    [`compare`][vcpulab.twins.compare]."""
+    shares = [r.quality.other_share for r in runs if r.quality.measured]
+    share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
+    ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
+    gap, vstart = start_gap_of(runs), vcpu_start_of(runs)
+    load_kw: dict[str, Any] = {"other_load": ol} if (load == "measured" and ol is not None) else {"other_share": share}
+    return _TwinInputs(share, ol, gap, vstart, {"start_gap_ns": gap, "vcpu_start_ns": vstart, **load_kw})
+
+
+def run_both(
+    exp: Experiment,
+    trials: int = 3,
+    seeds: int = 3,
+    cal: Calibration | None = None,
+    load: Literal["measured", "one_task", "none"] = "measured",
+    trace_all: bool = True,
+) -> tuple[list[Run], list[sim.Result]]:
+    """``trials`` real runs of ``exp`` and its twin with ``seeds`` seeds, the
+    twin given what the trials measured as [`compare`][vcpulab.twins.compare]
+    gives it (the other load per ``load``, the threads' start gap, the vCPUs'
+    first token hold). ``trace_all`` (default True): every simulated run
+    traced, so that under vcpulab's schedulers each keeps its decision log
+    for [`compare_schedules`][vcpulab.twins.compare_schedules]::
+
+        real, twin = twins.run_both(exp)
+        twins.compare_schedules(real, twin)
+
+    ``cal``: the calibration (default: [`calibrate`][vcpulab.twins.calibrate]).
+    A trial that misses its deadline is left out as in [`run_real`][vcpulab.twins.run_real]."""
+    if load not in ("measured", "one_task", "none"):
+        raise ValueError(f"load must be 'measured', 'one_task' or 'none', got {load!r}")
+    check_int("seeds", seeds, 1, 1000)
+    check_bool("trace_all", trace_all)
+    if cal is not None:
+        check_type("cal", cal, Calibration)
+    cal = cal or calibrate()
+    twin(exp, cal)  # an experiment without a twin is refused before its real trials run
+    runs = run_real(exp, trials, None, cal)
+    sims = run_sim(exp, cal, seeds, trace_all=trace_all, **_twin_inputs(runs, load).kw)
+    return runs, [r for _, r in sims]
+
+
 def _compare_rows(
     exp: Experiment,
     runs: list[Run],
@@ -361,25 +419,13 @@ def _compare_rows(
     speed_step: float | None = None,
 ) -> pl.DataFrame:
     """[`compare`][vcpulab.twins.compare]'s frame from its real runs and the twin's seeds."""
-    shares = [r.quality.other_share for r in runs if r.quality.measured]
-    share = float(np.mean(shares)) if (load != "none" and shares) else 0.0
-    ol = OtherLoad.pooled([OtherLoad(**r.config["other_load"]) for r in runs if r.config.get("other_load")])
+    inp = _twin_inputs(runs, load)
+    share, ol, gap, vstart = inp.share, inp.other_load, inp.start_gap_ns, inp.vcpu_start_ns
     burst = ol.short_burst_ns if ol is not None else None
-    gap, vstart = start_gap_of(runs), vcpu_start_of(runs)
-    load_kw: dict[str, Any] = {"other_load": ol} if (load == "measured" and ol is not None) else {"other_share": share}
 
     def sims_at(c: Calibration, every_run_traced: bool) -> list[tuple[sim.Config, sim.Result]]:
         # traced where a metric needs it; every run only for the compared distributions
-        return run_sim(
-            exp,
-            c,
-            seeds,
-            trace_all=every_run_traced,
-            start_gap_ns=gap,
-            vcpu_start_ns=vstart,
-            host_speed=host_speed,
-            **load_kw,
-        )
+        return run_sim(exp, c, seeds, trace_all=every_run_traced, host_speed=host_speed, **inp.kw)
 
     sims = sims_at(cal, trace)
     rm = [real_metrics(exp, r) for r in runs]
