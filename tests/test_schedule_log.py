@@ -160,3 +160,55 @@ def test_every_vcpu_of_a_directed_yield_twin_gets_tokens_as_on_the_real_schedule
             r = sim.run(twins.twin(exp, cal, seed=seed, trace=True))
             grants = r.vcpus["token_grants"].to_list()
             assert min(grants) >= 0.2 * np.mean(grants), (twins.cell_name(exp), seed, grants)
+
+
+def test_the_calibration_reads_how_late_slices_end_and_the_twin_takes_it() -> None:
+    from vcpulab.twins._calibration import _slice_exit_of
+
+    us = 1_000
+    # one CPU, two vCPUs: holds of 4 ms plus 20, 30, ... µs
+    late = [20 + 10 * (i % 5) for i in range(20)]
+    t, rows = 0, []
+    for i, lt in enumerate(late):
+        rows.append(
+            dict(
+                t_ns=t,
+                pcpu=0,
+                out_vm=0 if i else -1,
+                out_vcpu=(i + 1) % 2 if i else -1,
+                in_vm=0,
+                in_vcpu=i % 2,
+                why="slice" if i else "start",
+            )
+        )
+        t += 4_000 * us + lt * us
+    log = pl.DataFrame(rows)
+    empty = pl.DataFrame()
+    r = Run(
+        samples=empty,
+        results=empty,
+        threads=empty,
+        wall_s=t / 1e9,
+        placement={},
+        config={"vcpus": 2, "scheduler": sched.round_robin().config()},
+    )
+    r.schedule = log
+    median, spread, how = _slice_exit_of(r)
+    # the last hold is cut by the run's end: 19 whole holds late by 20-60 µs
+    assert median == pytest.approx(np.median(late[:-1]) * us)
+    assert spread > 0 and "19 slice ends" in how
+    r.schedule = log.head(5)
+    assert _slice_exit_of(r)[0] == 0.0
+    # the twin of a scheduled run takes the calibration's value; without it, exact slices
+    cal = twins.reference_calibration()
+    exp = twins.Experiment(WakePlacement(), 3, (0, 1), scheduler=sched.round_robin())
+    assert twins.twin(exp, cal).host.token_slice_exit_ns == 0
+    import dataclasses
+
+    vals = {
+        **cal.values,
+        "token_slice_exit_ns": twins.Value(40_000.0, "ns", "test"),
+        "token_slice_exit_spread": twins.Value(0.2, "", "test"),
+    }
+    h = twins.twin(exp, dataclasses.replace(cal, values=vals)).host
+    assert (h.token_slice_exit_ns, h.token_slice_exit_jitter) == (40_000, pytest.approx(0.2))

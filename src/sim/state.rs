@@ -687,9 +687,6 @@ pub struct Tokens {
     /// that stint began (`Scheduler::RelaxedCo`'s skew is measured in it).
     pub run_ns: Vec<Ns>,
     pub granted_at: Vec<Ns>,
-    /// Per host CPU: added to its first slice, ns (the phase of the token
-    /// slices against the host's tick grid; then 0).
-    pub phase: Vec<u64>,
     /// Per task: a vCPU woken from a halt that runs without a token until
     /// its wake bracket's exit asks for one (`Host.token_wake_exit_ns`), or
     /// one that gave its token up at its halt bracket

@@ -59,10 +59,16 @@ impl Sim {
 
     /// Sets up one free token per host CPU. The real scheduler's slices
     /// start when its threads do, at no particular point of the host's tick
-    /// period: each CPU's first slice is longer by a phase drawn uniformly in
-    /// [0, tick) from the second RNG stream (the main stream's draws stay
-    /// those of the run without tokens), so that slice ends and ticks do not
-    /// coincide by construction.
+    /// period, and last their set length from the grant plus the lateness of
+    /// their end (`Host.token_slice_exit_ns`: 4.02-4.06 ms measured for a
+    /// 4-ms slice), every CPU's first from the same start: the
+    /// host's tick grid is shifted by one phase drawn uniformly in [0, tick)
+    /// from the second RNG stream (the main stream's draws stay those of the
+    /// run without tokens), so that slice ends and ticks do not coincide by
+    /// construction. (Until 0.3.31 each CPU's first slice was lengthened by
+    /// its own drawn phase instead, which staggered the CPUs' slices: the
+    /// decision logs showed relaxed co-scheduling then co-stopping at every
+    /// slice end, docs/twins.md item 14.)
     pub(crate) fn setup_tokens(&mut self) {
         let p = self.rqs.len();
         self.tokens.holder = vec![None; p];
@@ -94,7 +100,10 @@ impl Sim {
         self.tokens.granted_at = vec![0; self.tasks.len()];
         self.tokens.last_cpu = vec![NO_CPU; self.tasks.len()];
         let tick = self.cfg.host.tick_ns.max(1);
-        self.tokens.phase = (0..p).map(|_| self.rng2.random_range(0..tick)).collect();
+        let phase = self.rng2.random_range(0..tick);
+        for rq in self.rqs.iter_mut() {
+            rq.tick_off = (rq.tick_off + phase) % tick;
+        }
         if self.cfg.host.token_wake_exit_ns > 0 || self.cfg.host.token_halt_bracket {
             self.tokens.unheld = vec![false; self.tasks.len()];
         }
@@ -389,8 +398,21 @@ impl Sim {
             vc.st_preempted = false;
         }
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
-        let first = std::mem::take(&mut self.tokens.phase[c]);
-        self.push(self.now + self.cfg.host.token_slice_ns + first, Ev::Token(c as u32, self.tokens.gen[c]));
+        let end = self.now + self.token_slice_len();
+        self.push(end, Ev::Token(c as u32, self.tokens.gen[c]));
+    }
+
+    /// A slice from now: `Host.token_slice_ns`, plus its end's lateness
+    /// (`Host.token_slice_exit_ns`, a log-normal draw with
+    /// `token_slice_exit_jitter`, from the second RNG stream).
+    fn token_slice_len(&mut self) -> Ns {
+        let (slice, exit, j) =
+            (self.cfg.host.token_slice_ns, self.cfg.host.token_slice_exit_ns, self.cfg.host.token_slice_exit_jitter);
+        if exit == 0 {
+            return slice;
+        }
+        let late = if j > 0.0 { (exit as f64 * self.lognormal_factor(j)).round() as Ns } else { exit };
+        slice + late
     }
 
     /// The CPU whose token `t` holds.
@@ -463,7 +485,8 @@ impl Sim {
         if !self.token_co_stopped(t) && self.token_pick(c).is_none() {
             // nobody may take it: another slice (no decision)
             self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
-            self.push(self.now + self.cfg.host.token_slice_ns, Ev::Token(c as u32, self.tokens.gen[c]));
+            let end = self.now + self.token_slice_len();
+            self.push(end, Ev::Token(c as u32, self.tokens.gen[c]));
             return;
         }
         let was_curr = self.rqs[c].curr == Some(t as u32);

@@ -65,10 +65,9 @@ fn tokens_rotate_in_fifo_order_in_slices_of_wall_time_whatever_else_runs() {
         for (i, w) in p.windows(2).enumerate() {
             assert_eq!((w[0].2 + 1) % 3, w[1].2, "bg {bg}: period {i}: {w:?}");
         }
-        // the first slice is longer by the phase against the tick grid (< one tick)
-        let (s0, e0, _) = p[0];
-        assert!(e0 - s0 < c.host.token_slice_ns + c.host.tick_ns);
-        for &(s, e, v) in &p[1..p.len() - 1] {
+        // every slice, the first too, lasts its set length (the host's ticks are
+        // shifted by the run's phase instead)
+        for &(s, e, v) in &p[..p.len() - 1] {
             assert!(e - s <= c.host.token_slice_ns, "bg {bg}: vCPU {v} held the CPU {} ns", e - s);
         }
         // with background load the holder shares its CPU; the slices stay wall-time slices
@@ -718,4 +717,54 @@ fn the_decision_log_names_yields_co_stops_and_threads_that_end() {
     assert!(d.iter().any(|x| x.4 == "done"), "{:?}", &d[d.len().saturating_sub(4)..]);
     assert!(d.iter().all(|x| x.4 != "halt"));
     assert_chained(&r, 1);
+}
+
+#[test]
+fn the_runs_phase_shifts_every_cpus_tick_grid_alike_and_leaves_the_slices_their_length() {
+    let phases: Vec<Vec<u64>> = (0..6)
+        .map(|seed| {
+            let mut c = tokens(3, 2);
+            c.seed = seed;
+            let s = sim_of(&c);
+            s.rqs.iter().map(|r| r.tick_off).collect()
+        })
+        .collect();
+    let tick = tokens(3, 2).host.tick_ns;
+    for p in &phases {
+        assert_eq!(p[0], p[1], "one phase for every CPU (their ticks aligned, as without skew_tick)");
+        assert!(p[0] < tick);
+    }
+    assert!(phases.iter().any(|p| p[0] != phases[0][0]), "drawn per seed: {phases:?}");
+    // both CPUs' first slices start together and end a slice later
+    let r = run(&tokens(3, 2)).unwrap();
+    let d = decisions(&r);
+    let starts: Vec<u64> = d.iter().filter(|x| x.4 == "start").map(|x| x.0).collect();
+    let firsts: Vec<u64> = d.iter().filter(|x| x.4 == "slice").take(2).map(|x| x.0).collect();
+    assert_eq!(starts.len(), 2);
+    for (a, b) in starts.iter().zip(&firsts) {
+        assert_eq!(b - a, tokens(3, 2).host.token_slice_ns);
+    }
+}
+
+#[test]
+fn late_slice_ends_make_the_cpus_slices_drift_apart_from_their_common_start() {
+    let mut c = tokens(3, 2);
+    c.duration_ns = 1_000_000_000;
+    c.host.token_slice_exit_ns = 40_000;
+    c.host.token_slice_exit_jitter = 0.3;
+    let r = run(&c).unwrap();
+    let d = decisions(&r);
+    let ends = |cpu: i32| -> Vec<u64> { d.iter().filter(|x| x.1 == cpu && x.4 == "slice").map(|x| x.0).collect() };
+    let (a, b) = (ends(0), ends(1));
+    // each slice lasts its length plus a late end of about 40 µs (the median of the draws)
+    let mut holds: Vec<u64> = a.windows(2).map(|w| w[1] - w[0]).collect();
+    holds.sort_unstable();
+    let median = holds[holds.len() / 2];
+    assert!(median.abs_diff(c.host.token_slice_ns + 40_000) < 5_000, "median hold {median} ns");
+    assert!(holds[0] > c.host.token_slice_ns && holds[0] < holds[holds.len() - 1]);
+    // the first slice ends lie within one late end of each other; later the CPUs drift apart
+    let off = |i: usize| a[i].abs_diff(b[i]);
+    assert!(off(0) < 200_000, "first offset {} ns", off(0));
+    let late = (a.len().min(b.len()) - 20..a.len().min(b.len())).map(off).max().unwrap();
+    assert!(late > off(0), "offsets: first {} ns, last ones up to {late} ns", off(0));
 }

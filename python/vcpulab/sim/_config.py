@@ -417,6 +417,16 @@ class Host(_Base):
             asks for a token as a vCPU woken from a blocked halt does (`token_wake_exit_ns`; at once
             where that is 0). Default False: the vCPU keeps its token while KVM polls its halt and
             gives it up when it blocks.
+        token_slice_exit_ns: Under vcpulab's schedulers, how long after its slice's set end a
+            token's slice ends, ns: the real slice ends when the holder's thread, kicked out of
+            `KVM_RUN` at the deadline, is back in vcpulab's scheduler (measured on this project's
+            host: 4,023-4,064 µs holds of a 4-ms slice, `twins.calibrate`'s `token_slice_exit_ns`).
+            Every slice then lasts `token_slice_ns` plus a draw of it, so the CPUs' slices, which
+            start together, drift apart as the real ones do. Simplified: the holder's guest runs
+            until the slice's end. Default 0.
+        token_slice_exit_jitter: The spread of `token_slice_exit_ns`: each slice's is a
+            log-normal draw with it as the median and this as the standard deviation of its
+            logarithm (capped at 50x). Default 0.0 (every slice ends `token_slice_exit_ns` late).
         tsc_khz: Host clock converting PLE cycles to ns, kHz. Default 2100000 (2.1 GHz, a Xeon
             of the 2012 sources' era; assumption).
         rq_lock_ns: Time a yield_to attempt holds both run-queue locks, ns (contended locks are
@@ -623,6 +633,8 @@ class Host(_Base):
     token_skew_ns: int = field(default=3_000_000, metadata=_NEW)
     token_wake_exit_ns: int = field(default=0, metadata=_NEW)
     token_halt_bracket: bool = field(default=False, metadata=_NEW)
+    token_slice_exit_ns: int = field(default=0, metadata=_NEW)
+    token_slice_exit_jitter: float = field(default=0.0, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50

@@ -711,6 +711,12 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       (``Host(scheduler="balance")``); ``pinned``: one queue per CPU of the
       vCPUs pinned there, each vCPU on its home (``Experiment.homes``, by
       default CPU i mod n; ``Host(scheduler="pinned")``).
+    * every token scheduler: each slice ends late by the calibration's
+      ``token_slice_exit_ns`` (a log-normal draw with
+      ``token_slice_exit_spread``; ``Host.token_slice_exit_ns``), the time the
+      real holder's thread takes from its deadline back to the scheduler, so
+      the CPUs' slices start together and drift apart as the real ones do
+      (a calibration without it: exact slices, which stay aligned);
     * every token scheduler: the programs' halt bracket
       (``Host.token_halt_bracket``): a halting vCPU gives its token up before
       ``hlt``, so KVM polls its halt without one, and the poll stops when the
@@ -739,6 +745,13 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
         hkw.update(scheduler="pinned", token_slice_ns=slice_ns, affinity="pinned", vcpu_pcpus=homes)
     else:
         hkw.update(scheduler="round_robin", token_slice_ns=slice_ns)
+    late = _measured(cal, "token_slice_exit_ns")
+    if not isinstance(s, sched.Gang) and late > 0 and _host_field("token_slice_exit_ns"):
+        # a slice ends when its holder's thread is back in the scheduler, a little late
+        hkw.update(
+            token_slice_exit_ns=int(round(late)),
+            token_slice_exit_jitter=min(_measured(cal, "token_slice_exit_spread"), 1.0),
+        )
     if not isinstance(s, sched.Gang) and exp.workload.pv_exits:
         # the program's halt bracket gives the token up before hlt: KVM polls the halt without
         # one, and the poll stops when the token's next holder arrives on the CPU

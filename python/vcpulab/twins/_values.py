@@ -61,7 +61,9 @@ class Calibration:
     (an IPI to a halted vCPU: the round's instructions, one wake-up, its
     spread), ``halt_wake_ns`` (the host CPU of a blocked halt beyond a polled
     one; absent before 0.3.19, NaN where not measured), ``uexit_ns`` /
-    ``sched_handoff_ns`` / ``spin_iter_ns`` (vcpulab's scheduler),
+    ``sched_handoff_ns`` / ``spin_iter_ns`` / ``token_slice_exit_ns`` /
+    ``token_slice_exit_spread`` (vcpulab's scheduler; the last two how late
+    a token's slice ends and its spread, absent before 0.3.31),
     ``speed_fast_pct`` / ``speed_slow_pct`` / ``speed_fast_dwell_ns`` /
     ``speed_slow_dwell_ns`` (the host's speed over time,
     [`speed_probe`][vcpulab.twins.speed_probe]; absent before 0.3.26: one speed), and the

@@ -149,6 +149,10 @@ fn is_zero_u64(x: &u64) -> bool {
     *x == 0
 }
 
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
+}
+
 fn is_true(x: &bool) -> bool {
     *x
 }
