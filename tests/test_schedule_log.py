@@ -49,6 +49,10 @@ def test_a_token_schedulers_traced_run_logs_its_decisions_in_the_real_logs_colum
     assert quiet.schedule is None
     assert quiet.vcpus.equals(r.vcpus)
     assert sim.run(_tokens_config("fair")).schedule is None
+    # sched.summary reads the twin's log as a real run's
+    s = sched.summary(r)
+    assert s.decisions == d.height and s.by_why["halt"] == d.filter(pl.col("why") == "halt").height
+    assert s.spin_exits == 0 and s.yield_latency_us == {}
 
 
 def test_token_holds_of_a_known_log() -> None:
@@ -102,7 +106,13 @@ def test_a_log_compared_with_itself_agrees_on_every_row() -> None:
         per, pooled = c.filter(pl.col("vcpu") >= 0), c.filter(pl.col("vcpu") < 0)
         for row in pooled.iter_rows(named=True):
             assert row["n_real"] == per.filter(pl.col("why") == row["why"])["n_real"].sum()
-    c = twins.compare_schedules(_as_real(r), r)
+    c, fig = twins.compare_schedules(_as_real(r), r, plot=True)
+    # one panel per vCPU and reason with 20 holds on both sides (at most 6)
+    busy = c.filter((pl.col("vcpu") >= 0) & (pl.col("n_real") >= 20)).height
+    assert len(fig.axes) == min(busy, 6) and busy > 0
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
     halts = c.filter((pl.col("vcpu") == -1) & (pl.col("why") == "halt")).row(0, named=True)
     n = r.schedule.filter(pl.col("why") == "halt").height  # type: ignore[union-attr]
     assert halts["n_sim"] == n and halts["sim_per_s"] == pytest.approx(n / 0.05)
@@ -160,6 +170,10 @@ def test_every_vcpu_of_a_directed_yield_twin_gets_tokens_as_on_the_real_schedule
             r = sim.run(twins.twin(exp, cal, seed=seed, trace=True))
             grants = r.vcpus["token_grants"].to_list()
             assert min(grants) >= 0.2 * np.mean(grants), (twins.cell_name(exp), seed, grants)
+            # every successful yield_to is one `yield` row of the log
+            s = sched.summary(r)
+            assert s.yields_successful == s.by_why["yield"] and s.spin_exits >= s.yields_attempted
+            assert (s.yields_successful > 0) == ("no_yield" not in twins.cell_name(exp))
 
 
 def test_the_calibration_reads_how_late_slices_end_and_the_twin_takes_it() -> None:

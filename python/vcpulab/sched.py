@@ -444,8 +444,23 @@ class ScheduleSummary:
 
 
 def summary(run: Any) -> ScheduleSummary:
-    """The decision log of a scheduled [`Run`][vcpulab.experiment.Run], summed up."""
+    """The decision log of a scheduled [`Run`][vcpulab.experiment.Run], summed up; or of its twin,
+    a traced ``sim.Result`` under a token scheduler (its pv spin exits and yields from the
+    ``vcpus`` frame's counters: ``ple_exits``, ``yield_attempts``, ``yield_ok``; the simulator
+    times no hand-off latency or policy call, so those quantiles are empty)."""
     d = getattr(run, "schedule", None)
+    vc = getattr(run, "vcpus", None)
+    if d is not None and isinstance(vc, pl.DataFrame) and not hasattr(run, "spins"):
+        by_why = {w: int((d["why"] == w).sum()) for w in WHY}
+        return ScheduleSummary(
+            decisions=d.height,
+            by_why=by_why,
+            spin_exits=int(vc["ple_exits"].sum()),
+            yields_attempted=int(vc["yield_attempts"].sum()),
+            yields_successful=int(vc["yield_ok"].sum()),
+            co_stops=by_why["co_stop"],
+            watchdog_kicks=0,
+        )
     s = getattr(run, "spins", None)
     if d is None or s is None:
         raise ValueError("summary needs a Run of experiment.run(..., scheduler=...) with a vcpulab scheduler")

@@ -13,7 +13,7 @@ the sum of those decisions and cannot tell which decision differs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 import polars as pl
@@ -86,7 +86,15 @@ def _logs(runs: Sequence[Any], real: bool) -> list[tuple[pl.DataFrame, int]]:
     return out
 
 
-def compare_schedules(real_runs: Any, sim_results: Any, by: str = "why_out") -> pl.DataFrame:
+@overload
+def compare_schedules(real_runs: Any, sim_results: Any, by: str = ..., plot: Literal[False] = ...) -> pl.DataFrame: ...
+@overload
+def compare_schedules(real_runs: Any, sim_results: Any, by: str, plot: Literal[True]) -> tuple[pl.DataFrame, Any]: ...
+@overload
+def compare_schedules(real_runs: Any, sim_results: Any, *, plot: Literal[True]) -> tuple[pl.DataFrame, Any]: ...
+def compare_schedules(
+    real_runs: Any, sim_results: Any, by: str = "why_out", plot: bool = False
+) -> pl.DataFrame | tuple[pl.DataFrame, Any]:
     """The token holds of real runs against their twins', vCPU by vCPU and
     reason by reason.
 
@@ -112,7 +120,11 @@ def compare_schedules(real_runs: Any, sim_results: Any, by: str = "why_out") -> 
     time), ``ratio`` (sim / real; NaN where the real side has none),
     ``n_real``, ``n_sim``, the medians and 90th percentiles of the holds
     (µs) and ``ks`` (two-sample Kolmogorov-Smirnov distance between the
-    two sides' holds; NaN with fewer than 5 on a side)."""
+    two sides' holds; NaN with fewer than 5 on a side). ``plot=True``
+    returns ``(frame, matplotlib Figure)``: the empirical distribution
+    functions of both sides' holds, one panel per vCPU and reason with at
+    least 20 holds on each side (at most 6, the most frequent), log-scaled
+    time."""
     if by not in ("why_out", "why_in"):
         raise ValueError(f"by must be 'why_out' or 'why_in', got {by!r}")
     reals = _logs(real_runs if isinstance(real_runs, list | tuple) else [real_runs], real=True)
@@ -156,7 +168,37 @@ def compare_schedules(real_runs: Any, sim_results: Any, by: str = "why_out") -> 
                 ks=_ks(a, b),
             )
         )
-    return pl.DataFrame(rows)
+    frame = pl.DataFrame(rows)
+    return (frame, _plot_holds(frame, rh, sh)) if plot else frame
+
+
+def _plot_holds(frame: pl.DataFrame, rh: pl.DataFrame, sh: pl.DataFrame) -> Any:
+    import matplotlib.pyplot as plt
+
+    shown = (
+        frame.filter((pl.col("vcpu") >= 0) & (pl.col("n_real") >= 20) & (pl.col("n_sim") >= 20))
+        .sort("n_real", descending=True)
+        .head(6)
+        .sort("vm", "vcpu")
+    )
+    n = max(shown.height, 1)
+    fig, axes = plt.subplots(1, n, figsize=(3.4 * n, 3.0), squeeze=False)
+    if not shown.height:
+        axes[0][0].text(0.5, 0.5, "no vCPU and reason with 20 holds on both sides", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    for ax, row in zip(axes[0], shown.iter_rows(named=True)):
+        sel = (pl.col("vm") == row["vm"]) & (pl.col("vcpu") == row["vcpu"]) & (pl.col("why") == row["why"])
+        for f, lab, st in ((rh, "real", "-"), (sh, "twin", "--")):
+            x = np.sort(f.filter(sel)["held_ns"].cast(pl.Float64).to_numpy()) / 1e3
+            ax.step(x, np.arange(1, x.size + 1) / x.size, st, where="post", label=f"{lab} (n={x.size})")
+        ks = "–" if row["ks"] != row["ks"] else f"{row['ks']:.2f}"
+        ax.set(
+            xscale="log", xlabel="token hold (µs)", title=f"VM {row['vm']} vCPU {row['vcpu']}: {row['why']}, KS {ks}"
+        )
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("fraction ≤ x")
+    fig.tight_layout()
+    return fig
 
 
 def _pct(x: np.ndarray, p: float) -> float:
