@@ -160,8 +160,8 @@ def test_every_vcpu_of_a_directed_yield_twin_gets_tokens_as_on_the_real_schedule
     vCPUs yield alike (the decision logs: twin 876/876/0 yields/s, real
     ~520 each). ``oracle`` is left out: it yields only to the vCPU the
     spinner waits for, so a vCPU without a ticket is never its candidate and
-    two vCPUs can hand the token back and forth for good on the real
-    scheduler too, the slow mode of docs/twins.md (in 1 of 3 of these seeds)."""
+    two vCPUs hand the token back and forth for the whole run, on the real
+    scheduler too (every real trial of docs/twins.md item 14 starved one)."""
     cal = twins.reference_calibration()
     for exp in twins.policy_grid(pcpu=0):
         if exp.scheduler is None or exp.scheduler.name != "directed_yield" or "oracle" in twins.cell_name(exp):

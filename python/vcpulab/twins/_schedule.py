@@ -115,7 +115,10 @@ def compare_schedules(
     One row per (vm, vcpu, reason) seen on either side, then the same
     reasons over every vCPU (``vm`` = ``vcpu`` = -1; their hold times pool
     vCPUs that do different work, a mixture whose median can fall between
-    its modes: read the per-vCPU rows for times). Columns: ``real_per_s``
+    its modes: read the per-vCPU rows for times; and the runs are pooled
+    by vCPU index, so a mode in which a different vCPU plays one role in
+    each run, e.g. starves, averages out: compare one run with one seed to
+    see it). Columns: ``real_per_s``
     and ``sim_per_s`` (holds per second of run, pooled: holds / summed run
     time), ``ratio`` (sim / real; NaN where the real side has none),
     ``n_real``, ``n_sim``, the medians and 90th percentiles of the holds
