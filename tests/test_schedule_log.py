@@ -226,3 +226,24 @@ def test_the_calibration_reads_how_late_slices_end_and_the_twin_takes_it() -> No
     }
     h = twins.twin(exp, dataclasses.replace(cal, values=vals)).host
     assert (h.token_slice_exit_ns, h.token_slice_exit_jitter) == (40_000, pytest.approx(0.2))
+
+
+def test_ranked_vcpus_compare_runs_in_which_different_vcpus_starve() -> None:
+    """Under ``oracle`` one vCPU of three starves for the whole run, a
+    different one in different seeds (docs/twins.md item 14): by index the
+    two seeds disagree on every vCPU, by rank they agree."""
+    cal = twins.reference_calibration()
+    exp = next(e for e in twins.policy_grid(pcpu=0) if "oracle" in twins.cell_name(e))
+    runs = [sim.run(twins.twin(exp, cal, seed=s, trace=True)) for s in range(3)]
+    grants = [r.vcpus["token_grants"].to_list() for r in runs]
+    starved = [int(np.argmin(g)) for g in grants]
+    assert all(min(g) <= 2 for g in grants) and len(set(starved)) > 1, grants
+    a, b = next((runs[i], runs[j]) for i in range(3) for j in range(3) if starved[i] != starved[j])
+    yields = pl.col("why") == "yield"
+    by_index = twins.compare_schedules(_as_real(a), b).filter((pl.col("vcpu") >= 0) & yields)
+    by_rank = twins.compare_schedules(_as_real(a), b, rank=True).filter((pl.col("vcpu") >= 0) & yields)
+    assert by_index.height == 3 and not np.allclose(by_index["ratio"].fill_nan(0.0).to_numpy(), 1.0, rtol=0.2)
+    assert by_rank["vcpu"].to_list() == [0, 1]
+    assert np.allclose(by_rank["ratio"].to_numpy(), 1.0, rtol=0.1)
+    with pytest.raises(TypeError):
+        twins.compare_schedules(_as_real(a), b, rank="yes")

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from vcpulab import sim
-from vcpulab._checks import check_int
+from vcpulab._checks import check_bool, check_int
 from vcpulab.sched import WHY
 
 __all__ = ["SCHEDULE_COLUMNS", "compare_schedules", "token_holds"]
@@ -87,13 +87,19 @@ def _logs(runs: Sequence[Any], real: bool) -> list[tuple[pl.DataFrame, int]]:
 
 
 @overload
-def compare_schedules(real_runs: Any, sim_results: Any, by: str = ..., plot: Literal[False] = ...) -> pl.DataFrame: ...
-@overload
-def compare_schedules(real_runs: Any, sim_results: Any, by: str, plot: Literal[True]) -> tuple[pl.DataFrame, Any]: ...
-@overload
-def compare_schedules(real_runs: Any, sim_results: Any, *, plot: Literal[True]) -> tuple[pl.DataFrame, Any]: ...
 def compare_schedules(
-    real_runs: Any, sim_results: Any, by: str = "why_out", plot: bool = False
+    real_runs: Any, sim_results: Any, by: str = ..., plot: Literal[False] = ..., rank: bool = ...
+) -> pl.DataFrame: ...
+@overload
+def compare_schedules(
+    real_runs: Any, sim_results: Any, by: str, plot: Literal[True], rank: bool = ...
+) -> tuple[pl.DataFrame, Any]: ...
+@overload
+def compare_schedules(
+    real_runs: Any, sim_results: Any, *, plot: Literal[True], rank: bool = ...
+) -> tuple[pl.DataFrame, Any]: ...
+def compare_schedules(
+    real_runs: Any, sim_results: Any, by: str = "why_out", plot: bool = False, rank: bool = False
 ) -> pl.DataFrame | tuple[pl.DataFrame, Any]:
     """The token holds of real runs against their twins', vCPU by vCPU and
     reason by reason.
@@ -118,7 +124,7 @@ def compare_schedules(
     its modes: read the per-vCPU rows for times; and the runs are pooled
     by vCPU index, so a mode in which a different vCPU plays one role in
     each run, e.g. starves, averages out: compare one run with one seed to
-    see it). Columns: ``real_per_s``
+    see it, or pass ``rank=True``). Columns: ``real_per_s``
     and ``sim_per_s`` (holds per second of run, pooled: holds / summed run
     time), ``ratio`` (sim / real; NaN where the real side has none),
     ``n_real``, ``n_sim``, the medians and 90th percentiles of the holds
@@ -127,7 +133,13 @@ def compare_schedules(
     returns ``(frame, matplotlib Figure)``: the empirical distribution
     functions of both sides' holds, one panel per vCPU and reason with at
     least 20 holds on each side (at most 6, the most frequent), log-scaled
-    time."""
+    time.
+
+    ``rank=True``: each run's vCPUs are named by their rank in it instead of
+    their index, 0 the one with the most holds (ties by index; ``vm`` keeps
+    its index), so that a run in which some vCPU starves or hogs the CPUs
+    compares with runs in which another vCPU does: the rows read "the
+    busiest vCPU", "the next", …"""
     if by not in ("why_out", "why_in"):
         raise ValueError(f"by must be 'why_out' or 'why_in', got {by!r}")
     reals = _logs(real_runs if isinstance(real_runs, list | tuple) else [real_runs], real=True)
@@ -135,8 +147,10 @@ def compare_schedules(
     if not reals or not sims:
         raise ValueError("compare_schedules needs at least one real and one simulated run")
 
+    check_bool("rank", rank)
+
     def side(logs: list[tuple[pl.DataFrame, int]]) -> tuple[pl.DataFrame, float]:
-        holds = pl.concat([token_holds(d, e) for d, e in logs])
+        holds = pl.concat([_ranked(token_holds(d, e)) if rank else token_holds(d, e) for d, e in logs])
         return holds.rename({by: "why"}), sum(e for _, e in logs) / 1e9
 
     rh, rs = side(reals)
@@ -173,6 +187,16 @@ def compare_schedules(
         )
     frame = pl.DataFrame(rows)
     return (frame, _plot_holds(frame, rh, sh)) if plot else frame
+
+
+def _ranked(holds: pl.DataFrame) -> pl.DataFrame:
+    """One run's holds with each vCPU renamed by its rank in the run's VM
+    (0: the most holds; ties by index)."""
+    counts = holds.group_by("vm", "vcpu").len().sort(["vm", "len", "vcpu"], descending=[False, True, False])
+    ranks = counts.with_columns(pl.int_range(pl.len()).over("vm").cast(pl.Int64).alias("_rank")).select(
+        "vm", "vcpu", "_rank"
+    )
+    return holds.join(ranks, on=["vm", "vcpu"]).with_columns(pl.col("_rank").alias("vcpu")).drop("_rank")
 
 
 def _plot_holds(frame: pl.DataFrame, rh: pl.DataFrame, sh: pl.DataFrame) -> Any:
