@@ -1,7 +1,7 @@
 """Real KVM vs the simulator's twins, decision by decision, under vcpulab's schedulers.
 
     python benches/schedule_twins.py [--policies | --coscheduling | --wake-placement] [--trials 3] [--seeds 3]
-                                     [--by why_out|why_in] [--markdown FILE]
+                                     [--by why_out|why_in] [--rank] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate) once, then for every cell of the
 chosen grid under one of vcpulab's schedulers (default: the wake-placement
@@ -10,7 +10,9 @@ work from the calibration; ``--policies``: vcpulab.twins.policy_grid;
 ``--coscheduling``: vcpulab.twins.coscheduling_grid) runs the real trials and
 the traced twin (vcpulab.twins.run_both) and prints
 vcpulab.twins.compare_schedules: per vCPU and reason, the token holds per
-second and their medians, 90th percentiles and KS distance. The summary line
+second and their medians, 90th percentiles and KS distance (``--rank``: each
+run's vCPUs named by their rank in it, for cells whose roles fall on different
+vCPUs in different runs, as ``oracle``'s starved vCPU). The summary line
 counts the per-vCPU rows with at least 20 holds on each side whose rate and
 median hold agree within 25 %, and those whose KS distance is below 0.3.
 The machine's other load changes real results: each cell prints the largest
@@ -44,6 +46,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--by", choices=("why_out", "why_in"), default="why_out")
+    ap.add_argument("--rank", action="store_true", help="name each run's vCPUs by their rank in it (0: most holds)")
     ap.add_argument("--markdown", help="write the tables as Markdown to this file")
     args = ap.parse_args()
 
@@ -68,7 +71,7 @@ def main() -> int:
         name = twins.cell_name(exp)
         real, sims = twins.run_both(exp, trials=args.trials, seeds=args.seeds, cal=cal)
         other = max((r.quality.other_share for r in real if r.quality.measured), default=float("nan"))
-        c = twins.compare_schedules(real, sims, by=args.by)
+        c = twins.compare_schedules(real, sims, by=args.by, rank=args.rank)
         print(f"\n== {name}  (other tasks' share, largest trial: {other:.1%})")
         print(c)
         per = c.filter((pl.col("vcpu") >= 0) & (pl.col("n_real") >= MIN_HOLDS) & (pl.col("n_sim") >= MIN_HOLDS))
