@@ -482,7 +482,8 @@ impl Sim {
             return;
         }
         let Some(t) = self.tokens.holder[c].map(|t| t as usize) else { return };
-        if !self.token_co_stopped(t) && self.token_pick(c).is_none() {
+        let costop = self.token_co_stopped(t);
+        if !costop && self.token_pick(c).is_none() {
             // nobody may take it: another slice (no decision)
             self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
             let end = self.now + self.token_slice_len();
@@ -490,7 +491,7 @@ impl Sim {
             return;
         }
         let was_curr = self.rqs[c].curr == Some(t as u32);
-        self.token_decide(if self.token_co_stopped(t) { Decided::CoStop } else { Decided::Slice });
+        self.token_decide(if costop { Decided::CoStop } else { Decided::Slice });
         self.token_park_holder(c, t);
         self.token_given_up(t);
         self.token_grant_next(c);

@@ -198,10 +198,6 @@ def distributions(
     samples["wakeup_latency_ns"] = (cat(r_wk), cat(s_wk))
     rows = []
     for q, (a, b) in samples.items():
-
-        def pct(x: np.ndarray, p: float) -> float:
-            return float(np.percentile(x, p)) if x.size else float("nan")
-
         if a.size and b.size:
             res = stats.ks_2samp(a, b)
             ks, pv = float(res.statistic), float(res.pvalue)
@@ -212,10 +208,10 @@ def distributions(
                 quantity=q,
                 n_real=int(a.size),
                 n_sim=int(b.size),
-                real_median_ns=pct(a, 50),
-                sim_median_ns=pct(b, 50),
-                real_p90_ns=pct(a, 90),
-                sim_p90_ns=pct(b, 90),
+                real_median_ns=_pct(a, 50),
+                sim_median_ns=_pct(b, 50),
+                real_p90_ns=_pct(a, 90),
+                sim_p90_ns=_pct(b, 90),
                 ks=ks,
                 p_value=pv,
             )
@@ -229,11 +225,21 @@ def distributions(
     for ax, (q, (a, b)) in zip(axes, samples.items()):
         for x, lab, st in ((a, "real", "-"), (b, "twin", "--")):
             if x.size:
-                xs = np.sort(x) / 1e3
-                ax.step(xs, np.arange(1, xs.size + 1) / xs.size, st, where="post", label=f"{lab} (n={x.size})")
+                _step_ecdf(ax, x / 1e3, st, lab)
         row = frame.filter(pl.col("quantity") == q).row(0, named=True)
         ks_txt = "–" if row["ks"] != row["ks"] else f"{row['ks']:.2f}"
         ax.set(xscale="log", xlabel=f"{q.removesuffix('_ns')} (µs)", ylabel="fraction ≤ x", title=f"{q}: KS {ks_txt}")
         ax.legend(fontsize=8)
     fig.tight_layout()
     return frame, fig
+
+
+def _pct(x: np.ndarray, p: float) -> float:
+    """The ``p``-th percentile of ``x``; NaN for an empty sample."""
+    return float(np.percentile(x, p)) if x.size else float("nan")
+
+
+def _step_ecdf(ax: Any, x: np.ndarray, style: str, label: str) -> None:
+    """The empirical distribution function of ``x`` on ``ax``, labelled with its size."""
+    xs = np.sort(x)
+    ax.step(xs, np.arange(1, xs.size + 1) / max(xs.size, 1), style, where="post", label=f"{label} (n={xs.size})")

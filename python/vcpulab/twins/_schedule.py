@@ -21,6 +21,7 @@ import polars as pl
 from vcpulab import sim
 from vcpulab._checks import check_bool, check_int
 from vcpulab.sched import WHY
+from vcpulab.twins._distributions import _pct, _step_ecdf
 
 __all__ = ["SCHEDULE_COLUMNS", "compare_schedules", "token_holds"]
 
@@ -216,8 +217,7 @@ def _plot_holds(frame: pl.DataFrame, rh: pl.DataFrame, sh: pl.DataFrame) -> Any:
     for ax, row in zip(axes[0], shown.iter_rows(named=True)):
         sel = (pl.col("vm") == row["vm"]) & (pl.col("vcpu") == row["vcpu"]) & (pl.col("why") == row["why"])
         for f, lab, st in ((rh, "real", "-"), (sh, "twin", "--")):
-            x = np.sort(f.filter(sel)["held_ns"].cast(pl.Float64).to_numpy()) / 1e3
-            ax.step(x, np.arange(1, x.size + 1) / x.size, st, where="post", label=f"{lab} (n={x.size})")
+            _step_ecdf(ax, f.filter(sel)["held_ns"].cast(pl.Float64).to_numpy() / 1e3, st, lab)
         ks = "–" if row["ks"] != row["ks"] else f"{row['ks']:.2f}"
         ax.set(
             xscale="log", xlabel="token hold (µs)", title=f"VM {row['vm']} vCPU {row['vcpu']}: {row['why']}, KS {ks}"
@@ -226,10 +226,6 @@ def _plot_holds(frame: pl.DataFrame, rh: pl.DataFrame, sh: pl.DataFrame) -> Any:
     axes[0][0].set_ylabel("fraction ≤ x")
     fig.tight_layout()
     return fig
-
-
-def _pct(x: np.ndarray, p: float) -> float:
-    return float(np.percentile(x, p)) if x.size else float("nan")
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float:
