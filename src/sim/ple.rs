@@ -43,6 +43,9 @@ struct PleCtx<'a> {
     n: usize,
     in_kernel: bool,
     candidate_ns: Ns,
+    /// vcpulab's token schedulers run the run: a woken vCPU that has not run
+    /// since is `dy_runnable` whatever woke it ([`Sim::view`]).
+    tokens: bool,
 }
 
 impl SpinCtx for PleCtx<'_> {
@@ -66,11 +69,19 @@ impl SpinCtx for PleCtx<'_> {
         }
         let v = &self.sim.vcpus[g];
         let pi = v.apicv && v.posted_irq;
-        if v.blocking && !(v.pv_unhalted || pi) {
+        // dy_runnable as the view has it: under the token schedulers a
+        // blocking vCPU that is ready (woken, not run since) is
+        if v.blocking && !(self.tokens || v.pv_unhalted || pi) {
             return false;
         }
         let exempt = filter.irq_exempt && pi;
-        !(filter.kernel && v.preempted && self.in_kernel && !exempt && !v.preempted_in_kernel)
+        let r = !(filter.kernel && v.preempted && self.in_kernel && !exempt && !v.preempted_in_kernel);
+        debug_assert_eq!(
+            r,
+            super::policy::candidate_passes(&self.sim.view(g), self.in_kernel, filter),
+            "the engine's filter is the view's"
+        );
+        r
     }
     fn preempted(&self, idx: usize) -> bool {
         self.sim.vcpus[self.vcpu0 + idx].preempted
@@ -162,6 +173,7 @@ impl Sim {
             };
             let (vcpu0, n) = (self.vms[vm].vcpu0 as usize, self.vms[vm].nvcpu as usize);
             let candidate_ns = ple.candidate_ns;
+            let tokens = self.tokens_on();
             let mut ctx = PleCtx {
                 sim: self,
                 spinner: v,
@@ -173,6 +185,7 @@ impl Sim {
                 n,
                 in_kernel,
                 candidate_ns,
+                tokens,
             };
             let res = match upstream {
                 Some(up) => {
@@ -253,6 +266,53 @@ impl Sim {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::config::{HostConfig, PolicyConfig, PolicyKind, Scheduler, SimConfig};
+    use crate::sim::policy::candidate_passes;
+    use crate::sim::test_util::{computing_vm, sim_of};
+
+    /// The engine's fast filter is the view's filter: under the token
+    /// schedulers a blocking vCPU that was woken and has not run since is a
+    /// candidate whatever woke it (a timer here: no kick, no posted
+    /// interrupt); under the host's scheduler only a kicked or interrupted
+    /// one is. Until 0.3.32 the engine's filter ignored the token case
+    /// (the view did not), so the built-in upstream policy of a twin passed
+    /// over the vCPUs the real scheduler's policy would pick.
+    #[test]
+    fn engine_filter_is_the_views_under_both_schedulers() {
+        for (sched, woken_passes) in [(Scheduler::Fair, false), (Scheduler::RoundRobin, true)] {
+            let mut vm = computing_vm(2);
+            vm.policy = PolicyConfig { kind: PolicyKind::Upstream, ..Default::default() };
+            let c = SimConfig {
+                duration_ns: 10_000_000,
+                host: HostConfig { n_pcpus: 1, scheduler: sched, ..Default::default() },
+                vms: vec![vm],
+                ..Default::default()
+            };
+            let mut s = sim_of(&c);
+            s.step_until(1_000_000).unwrap();
+            // vCPU 1: halted, then woken by its timer, not run since
+            s.ready[1] = true;
+            let v1 = &mut s.vcpus[1];
+            (v1.blocking, v1.pv_unhalted, v1.posted_irq, v1.preempted) = (true, false, false, false);
+            let view = s.view(1);
+            let ctx = PleCtx {
+                spinner: 0,
+                me: 0,
+                vm: 0,
+                t: 0,
+                yielded: false,
+                vcpu0: 0,
+                n: 2,
+                in_kernel: true,
+                candidate_ns: 0,
+                tokens: s.tokens_on(),
+                sim: &mut s,
+            };
+            let engine = ctx.passes_filter(1, Filter::UPSTREAM);
+            assert_eq!(engine, candidate_passes(&view, true, Filter::UPSTREAM), "{sched:?}");
+            assert_eq!(engine, woken_passes, "{sched:?}");
+        }
+    }
 
     #[test]
     fn vmx_window_doubles_to_uint_max() {
