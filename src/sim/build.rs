@@ -63,6 +63,7 @@ impl Sim {
             vcpus: Vec::new(),
             ready: Vec::new(),
             vgen: Vec::new(),
+            cand: CandMasks::default(),
             threads: Vec::new(),
             vms: Vec::new(),
             trace: Trace::default(),
@@ -302,6 +303,11 @@ impl Sim {
         }
         if cfg.host.scheduler.is_tokens() {
             sim.setup_tokens();
+        }
+        let nvm = sim.vms.len();
+        sim.cand = CandMasks { base: vec![0; nvm], user: vec![0; nvm], pi: vec![0; nvm] };
+        for v in 0..sim.vcpus.len() {
+            sim.refresh_cand(v);
         }
         let eevdf_groups = cfg.host.scheduler == Scheduler::Fair && cfg.host.vm_groups;
         if (cfg.host.scheduler == Scheduler::Cfs && cfg.host.cfs.vm_groups) || eevdf_groups {

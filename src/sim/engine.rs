@@ -70,6 +70,8 @@ pub struct Sim {
     /// stale one costs no look at the vCPU's large record. Changed only by
     /// `Sim::bump_gen`.
     pub vgen: Vec<u32>,
+    /// The directed-yield scan's filter as masks per VM ([`CandMasks`]).
+    pub cand: CandMasks,
     pub threads: Vec<Thread>,
     pub vms: Vec<Vm>,
     pub trace: Trace,
@@ -351,6 +353,28 @@ impl Sim {
             let c = self.vcpus[v].acct.cat;
             self.vcpus[v].acct.set(now, c);
         }
+    }
+
+    /// Recompute vCPU `v`'s bits of the candidate masks ([`CandMasks`])
+    /// from its flags: called after every write of `ready`, `blocking`,
+    /// `pv_unhalted`, `posted_irq`, `preempted` or `preempted_in_kernel`.
+    #[inline]
+    pub(crate) fn refresh_cand(&mut self, v: usize) {
+        let vc = &self.vcpus[v];
+        let (vm, i) = (vc.vm as usize, vc.idx);
+        if i >= 64 {
+            return;
+        }
+        let pi = vc.apicv && vc.posted_irq;
+        // dy_runnable as `Sim::view` has it
+        let dy_runnable = !self.tokens.holder.is_empty() || vc.pv_unhalted || pi;
+        let base = self.ready[v] && (!vc.blocking || dy_runnable);
+        let user = vc.preempted && !vc.preempted_in_kernel;
+        let bit = 1u64 << i;
+        let set = |w: &mut u64, on: bool| *w = (*w & !bit) | if on { bit } else { 0 };
+        set(&mut self.cand.base[vm], base);
+        set(&mut self.cand.user[vm], user);
+        set(&mut self.cand.pi[vm], pi);
     }
 
     /// End the validity of vCPU `v`'s pending activity event (its activity

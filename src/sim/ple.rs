@@ -86,6 +86,25 @@ impl SpinCtx for PleCtx<'_> {
     fn preempted(&self, idx: usize) -> bool {
         self.sim.vcpus[self.vcpu0 + idx].preempted
     }
+    fn examine_n(&mut self, k: usize) {
+        self.t += k as Ns * self.candidate_ns;
+    }
+    fn candidate_mask(&self, filter: Filter) -> Option<u64> {
+        if self.n > 64 {
+            return None;
+        }
+        let c = &self.sim.cand;
+        let mut m = c.base[self.vm];
+        if filter.kernel && self.in_kernel {
+            let exempt = if filter.irq_exempt { c.pi[self.vm] } else { 0 };
+            m &= !(c.user[self.vm] & !exempt);
+        }
+        debug_assert!(
+            (0..self.n).all(|i| (m >> i & 1 == 1) == self.passes_filter(i, filter)),
+            "the candidate masks are the filter's: {m:#x}"
+        );
+        Some(m)
+    }
     fn halted_not_woken(&self, idx: usize) -> bool {
         let g = self.vcpu0 + idx;
         self.sim.vcpus[g].blocking && !self.sim.ready[g]

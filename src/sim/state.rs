@@ -480,6 +480,26 @@ pub struct Vcpu {
     pub avg_idle: Ns,
 }
 
+/// The directed-yield scan's candidate filter ([`crate::sim::policy::candidate_passes`])
+/// as bit masks, one word per VM, bit `i` for the VM's vCPU `i` (VMs of up
+/// to 64 vCPUs; larger ones are scanned one vCPU at a time). Kept up to
+/// date by [`Sim::refresh_cand`](crate::sim::engine::Sim) wherever a flag
+/// it reads is written, so that `kvm_vcpu_on_spin`'s pass visits only the
+/// candidates that pass instead of branching on each of the VM's vCPUs (in
+/// a yield storm most fail, unpredictably: the scan was an eighth of the
+/// simulator's time). The debug build checks the masks against the filter
+/// at every scan.
+#[derive(Clone, Debug, Default)]
+pub struct CandMasks {
+    /// `ready` and (blocking ⇒ dy_runnable).
+    pub base: Vec<u64>,
+    /// `preempted` and not `preempted_in_kernel`: what the kernel-mode
+    /// filter refuses, unless a pending interrupt exempts it.
+    pub user: Vec<u64>,
+    /// A pending posted interrupt (`apicv` and `posted_irq`).
+    pub pi: Vec<u64>,
+}
+
 /// What is left of an interrupted guest idle poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PollLeft {

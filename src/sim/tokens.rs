@@ -311,6 +311,7 @@ impl Sim {
             // the simulated vCPU starts as if halted until it first runs)
             if let TaskKind::Vcpu(v) = self.tasks[t].kind {
                 self.vcpus[v as usize].blocking = false;
+                self.refresh_cand(v as usize);
             }
         }
         self.tasks[t].parked = true;

@@ -44,6 +44,7 @@ impl Sim {
         vc.steal_ns = run_delay;
         vc.posted_irq = false;
         vc.pv_unhalted = false;
+        self.refresh_cand(v);
         if self.vms[vm].cfg.pv.placement.is_rfc() {
             self.rfc_record_steal_time(v, cpu);
         }
@@ -150,6 +151,7 @@ impl Sim {
                 vc.st_preempted = true;
             }
         }
+        self.refresh_cand(v);
     }
 
     /// Sets vCPU `v`'s steal-time `preempted` byte (with steal time on) and,
@@ -177,6 +179,8 @@ impl Sim {
             WakeReason::Ipi => vc.posted_irq |= apicv,
             WakeReason::Timer | WakeReason::Start => {}
         }
+        self.refresh_cand(v);
+        let vc = &mut self.vcpus[v];
         if !vc.halted {
             if vc.running.is_some() {
                 self.poke(v);
@@ -190,6 +194,7 @@ impl Sim {
         }
         self.vcpus[v].halted = false;
         self.ready[v] = true;
+        self.refresh_cand(v);
         let vc = &mut self.vcpus[v];
         if reason != WakeReason::Start {
             vc.hp.on_wakeup();
@@ -359,6 +364,7 @@ impl Sim {
                 if self.has_wake_condition(v) {
                     // kvm_vcpu_check_block() < 0 while polling: success
                     self.vcpus[v].pv_unhalted = false;
+                    self.refresh_cand(v);
                     self.vcpus[v].act = Act::Off;
                     self.bump_gen(v);
                     self.halt_end(v, false);
@@ -611,6 +617,7 @@ impl Sim {
                 }
                 // the wake-up is consumed (mp_state back to RUNNABLE)
                 self.vcpus[v].pv_unhalted = false;
+                self.refresh_cand(v);
                 if self.rqs[cpu].need_resched {
                     self.schedule(cpu, Why::ExitResched);
                 }
@@ -692,6 +699,7 @@ impl Sim {
     pub(crate) fn halt_poll_resume(&mut self, v: usize, cpu: usize, stop: Ns) {
         if self.has_wake_condition(v) {
             self.vcpus[v].pv_unhalted = false;
+            self.refresh_cand(v);
             self.halt_end(v, false);
             self.vcpu_step(v);
         } else if self.single_task_running(cpu) && stop > self.now {
@@ -711,6 +719,7 @@ impl Sim {
         vc.blocking = true;
         let task = vc.task as usize;
         self.ready[v] = false;
+        self.refresh_cand(v);
         self.dequeue_sleep(task);
         self.schedule(cpu, Why::Halt);
     }
