@@ -79,6 +79,14 @@ def test_token_holds_of_a_known_log() -> None:
     ]
     # a hold the run's end cuts short is closed there
     assert twins.token_holds(log, end_ns=8 * ms).filter(pl.col("why_out") == "end")["held_ns"].to_list() == [2 * ms]
+    # decisions after the run's end are not the run's: a real run's threads
+    # hand their tokens on as each sees its deadline pass (logged "done")
+    stop = pl.DataFrame(
+        dict(t_ns=[10 * ms + 5, 10 * ms + 9], pcpu=[1, 1], out_vm=[0, 0], out_vcpu=[1, 0], in_vm=[0, -1])
+        | dict(in_vcpu=[0, -1], why=["done", "done"])
+    )
+    after = twins.token_holds(pl.concat([log, stop]), end_ns=10 * ms)
+    assert sorted(after.select("vcpu", "pcpu", "start_ns", "held_ns", "why_in", "why_out").iter_rows()) == rows
     with pytest.raises(ValueError, match="missing"):
         twins.token_holds(log.drop("why"), end_ns=ms)
     with pytest.raises(ValueError, match="end_ns"):
@@ -116,6 +124,38 @@ def test_a_log_compared_with_itself_agrees_on_every_row() -> None:
     halts = c.filter((pl.col("vcpu") == -1) & (pl.col("why") == "halt")).row(0, named=True)
     n = r.schedule.filter(pl.col("why") == "halt").height  # type: ignore[union-attr]
     assert halts["n_sim"] == n and halts["sim_per_s"] == pytest.approx(n / 0.05)
+
+
+def test_a_real_runs_log_ends_at_its_deadline_as_the_twins_does() -> None:
+    """A real run's threads stop one by one after its deadline, each handing
+    its token on (``done`` rows past ``duration_s``); its twin's holds close
+    at the run's end (``end``). Compared, both sides close their last holds
+    as ``end`` and nothing is ``done``."""
+    r = sim.run(_tokens_config())
+    real = _as_real(r)
+    end = r.config.duration_ns
+    log = real.schedule
+    assert log is not None
+    last = log.sort("t_ns").filter(pl.col("in_vcpu") >= 0).tail(1).row(0, named=True)
+    stop = pl.DataFrame(
+        dict(t_ns=[end + 50_000], pcpu=[last["pcpu"]], out_vm=[0], out_vcpu=[last["in_vcpu"]])
+        | dict(in_vm=[-1], in_vcpu=[-1], why=["done"]),
+        schema=log.schema,
+    )
+    real.wall_s = end / 1e9 + 0.001
+    real.config = {"vcpus": 3, "duration_s": end / 1e9}
+    for late_ns in (50_000, -40_000):
+        # after the deadline, or (the threads' clocks ahead of the log's) just before it
+        real.schedule = pl.concat(
+            [
+                log.filter(pl.col("t_ns") < end + late_ns),
+                stop.with_columns(t_ns=pl.lit(end + late_ns, log.schema["t_ns"])),
+            ]
+        )
+        c = twins.compare_schedules(real, r)
+        assert "done" not in c["why"].to_list()
+        if late_ns > 0:
+            assert c["n_real"].to_list() == c["n_sim"].to_list()
 
 
 def test_compare_schedules_refuses_runs_without_a_log() -> None:

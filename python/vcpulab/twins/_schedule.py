@@ -37,14 +37,17 @@ def token_holds(schedule: pl.DataFrame, end_ns: int) -> pl.DataFrame:
     ``"end"`` for a hold still open at ``end_ns``, which closes it). A
     ``watchdog`` row (the real watchdog kicked a holder that overran its
     slice; it keeps the token) ends nothing. ``end_ns``: the run's end on
-    the log's clock (a real run: ``wall_s`` × 1e9; a simulated one: its
-    duration or, with an iteration count, its wall time)."""
+    the log's clock (a real run: its deadline, or ``wall_s`` × 1e9 if its
+    programs ended first; a simulated one: its duration or, with an
+    iteration count, its wall time); decisions after it (a real run's
+    threads handing their tokens on as each sees the deadline pass, logged
+    ``done``) are not the run's, and a hold open at it is closed there."""
     missing = [c for c in SCHEDULE_COLUMNS if c not in schedule.columns]
     if missing:
         raise ValueError(f"token_holds needs a decision log with columns {SCHEDULE_COLUMNS}; missing {missing}")
     end_ns = check_int("end_ns", end_ns, 0, 2**63 - 1)
     d = (
-        schedule.filter(pl.col("why").cast(pl.String) != "watchdog")
+        schedule.filter((pl.col("why").cast(pl.String) != "watchdog") & (pl.col("t_ns") <= end_ns))
         .with_row_index("_row")
         .with_columns(pl.col("why").cast(pl.String), pl.col("t_ns").cast(pl.Int64), pl.col("pcpu").cast(pl.Int64))
         .sort(["pcpu", "t_ns", "_row"])
@@ -74,6 +77,26 @@ def _sim_end_ns(r: sim.Result) -> int:
     return int(r.config.duration_ns)
 
 
+#: a real run's threads see its deadline on their own clocks, up to ~0.1 ms
+#: before the decision log's clock reaches ``duration_s`` (measured: the
+#: first ``done`` 44 µs early): a ``done`` this close to the deadline is the stop
+STOP_MARGIN_NS = 1_000_000
+
+
+def _real_end_ns(r: Any) -> int:
+    """A real run's end on its log's clock: its deadline (``duration_s``),
+    or its wall time if its programs ended before it; the first ``done``
+    within ``STOP_MARGIN_NS`` before that end is the stop, and the run ends
+    just before it."""
+    wall = float(r.wall_s)
+    duration = (getattr(r, "config", None) or {}).get("duration_s")
+    end = int(min(wall, float(duration)) * 1e9) if duration is not None else int(wall * 1e9)
+    done = r.schedule.filter(pl.col("why").cast(pl.String) == "done")["t_ns"]
+    if done.len() and end - STOP_MARGIN_NS <= int(done.min()) < end:
+        end = int(done.min()) - 1
+    return end
+
+
 def _logs(runs: Sequence[Any], real: bool) -> list[tuple[pl.DataFrame, int]]:
     out = []
     for r in runs:
@@ -83,7 +106,7 @@ def _logs(runs: Sequence[Any], real: bool) -> list[tuple[pl.DataFrame, int]]:
                 "real Run of experiment.run(..., scheduler=...)" if real else "sim.Result of a traced run (trace=True)"
             )
             raise ValueError(f"compare_schedules needs a decision log on every run: a {side} under vcpulab's scheduler")
-        out.append((d, int(r.wall_s * 1e9) if real else _sim_end_ns(r)))
+        out.append((d, _real_end_ns(r) if real else _sim_end_ns(r)))
     return out
 
 
