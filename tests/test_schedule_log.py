@@ -266,6 +266,25 @@ def test_the_calibration_reads_how_late_slices_end_and_the_twin_takes_it() -> No
     }
     h = twins.twin(exp, dataclasses.replace(cal, values=vals)).host
     assert (h.token_slice_exit_ns, h.token_slice_exit_jitter) == (40_000, pytest.approx(0.2))
+    assert h.token_slice_exit_cpu_spread == 0.0
+    vals["token_slice_exit_cpu_spread"] = twins.Value(0.25, "", "test")
+    assert twins.twin(exp, dataclasses.replace(cal, values=vals)).host.token_slice_exit_cpu_spread == 0.25
+
+
+def test_the_calibration_measures_how_the_cpus_own_slice_lateness_differs(kvm_host: Any) -> None:
+    """Real runs of 3 vCPUs on 2 CPUs under round_robin: one spread from
+    the per-CPU median lateness of each run's slice ends (a number, not a
+    value: this host's load moves it)."""
+    from vcpulab._core import allowed_cpus
+    from vcpulab.twins._calibration import _slice_exit_cpu_spread
+
+    cpus = sorted(allowed_cpus())
+    v = _slice_exit_cpu_spread(cpus)["token_slice_exit_cpu_spread"]
+    if len(cpus) < 2:
+        assert v.value == 0.0 and "one usable CPU" in v.how
+        return
+    assert 0.0 <= v.value < 2.0 and f"{len(cpus) + 1} vCPUs" in v.how, v
+    assert _slice_exit_cpu_spread(cpus[:1])["token_slice_exit_cpu_spread"].value == 0.0
 
 
 def test_ranked_vcpus_compare_runs_in_which_different_vcpus_starve() -> None:

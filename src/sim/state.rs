@@ -724,6 +724,9 @@ pub struct Tokens {
     /// next grant of that token names it, as the real `hand_on` does).
     pub log_why: crate::schedule::Why,
     pub log_out: u32,
+    /// Per host CPU: its factor on `Host.token_slice_exit_ns` for the run
+    /// (`Host.token_slice_exit_cpu_spread`; empty when that is 0).
+    pub exit_factor: Vec<f64>,
 }
 
 /// What the wake-up or enqueue in progress needs to know about where it

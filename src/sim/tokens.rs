@@ -107,6 +107,10 @@ impl Sim {
         if self.cfg.host.token_wake_exit_ns > 0 || self.cfg.host.token_halt_bracket {
             self.tokens.unheld = vec![false; self.tasks.len()];
         }
+        let spread = self.cfg.host.token_slice_exit_cpu_spread;
+        if spread > 0.0 && self.cfg.host.token_slice_exit_ns > 0 {
+            self.tokens.exit_factor = (0..p).map(|_| self.lognormal_factor(spread)).collect();
+        }
         self.tokens.log_out = NO_TASK;
         self.decisions_on = self.cfg.trace;
     }
@@ -399,18 +403,22 @@ impl Sim {
             vc.st_preempted = false;
         }
         self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
-        let end = self.now + self.token_slice_len();
+        let end = self.now + self.token_slice_len(c);
         self.push(end, Ev::Token(c as u32, self.tokens.gen[c]));
     }
 
-    /// A slice from now: `Host.token_slice_ns`, plus its end's lateness
-    /// (`Host.token_slice_exit_ns`, a log-normal draw with
+    /// A slice of CPU `c` from now: `Host.token_slice_ns`, plus its end's
+    /// lateness (`Host.token_slice_exit_ns`, times the CPU's own factor of
+    /// `token_slice_exit_cpu_spread`, a log-normal draw with
     /// `token_slice_exit_jitter`, from the second RNG stream).
-    fn token_slice_len(&mut self) -> Ns {
-        let (slice, exit, j) =
+    fn token_slice_len(&mut self, c: usize) -> Ns {
+        let (slice, mut exit, j) =
             (self.cfg.host.token_slice_ns, self.cfg.host.token_slice_exit_ns, self.cfg.host.token_slice_exit_jitter);
         if exit == 0 {
             return slice;
+        }
+        if let Some(&f) = self.tokens.exit_factor.get(c) {
+            exit = (exit as f64 * f).round() as Ns;
         }
         let late = if j > 0.0 { (exit as f64 * self.lognormal_factor(j)).round() as Ns } else { exit };
         slice + late
@@ -487,7 +495,7 @@ impl Sim {
         if !costop && self.token_pick(c).is_none() {
             // nobody may take it: another slice (no decision)
             self.tokens.gen[c] = self.tokens.gen[c].wrapping_add(1);
-            let end = self.now + self.token_slice_len();
+            let end = self.now + self.token_slice_len(c);
             self.push(end, Ev::Token(c as u32, self.tokens.gen[c]));
             return;
         }

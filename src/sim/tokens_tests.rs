@@ -768,3 +768,41 @@ fn late_slice_ends_make_the_cpus_slices_drift_apart_from_their_common_start() {
     let late = (a.len().min(b.len()) - 20..a.len().min(b.len())).map(off).max().unwrap();
     assert!(late > off(0), "offsets: first {} ns, last ones up to {late} ns", off(0));
 }
+
+#[test]
+fn each_cpu_ends_its_slices_late_by_its_own_factor_for_the_run() {
+    let mut c = tokens(3, 2);
+    c.duration_ns = 400_000_000;
+    c.host.token_slice_exit_ns = 40_000;
+    // no per-slice jitter: every slice of a CPU is late by exactly its CPU's amount
+    let lateness = |c: &SimConfig| -> Vec<Vec<u64>> {
+        let r = run(c).unwrap();
+        let d = decisions(&r);
+        (0..2)
+            .map(|cpu| {
+                let ends: Vec<u64> = d.iter().filter(|x| x.1 == cpu && x.4 == "slice").map(|x| x.0).collect();
+                ends.windows(2).map(|w| w[1] - w[0] - c.host.token_slice_ns).collect()
+            })
+            .collect()
+    };
+    // without the spread both CPUs are late by the median
+    for l in lateness(&c) {
+        assert!(l.len() > 50 && l.iter().all(|&x| x == 40_000), "{l:?}");
+    }
+    c.host.token_slice_exit_cpu_spread = 0.3;
+    let mut factors = vec![];
+    for seed in 0..8 {
+        c.seed = seed;
+        let l = lateness(&c);
+        for cpu in &l {
+            // one amount per CPU for the whole run
+            assert!(cpu.len() > 50 && cpu.iter().all(|&x| x == cpu[0]), "{cpu:?}");
+        }
+        factors.push((l[0][0] as f64 / 40_000.0, l[1][0] as f64 / 40_000.0));
+    }
+    // drawn per CPU and per seed, around 1
+    assert!(factors.iter().all(|&(a, b)| a != b), "{factors:?}");
+    let logs: Vec<f64> = factors.iter().flat_map(|&(a, b)| [a.ln(), b.ln()]).collect();
+    let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+    assert!(mean.abs() < 0.25 && logs.iter().any(|&x| x > 0.0) && logs.iter().any(|&x| x < 0.0), "{factors:?}");
+}

@@ -427,6 +427,13 @@ class Host(_Base):
         token_slice_exit_jitter: The spread of `token_slice_exit_ns`: each slice's is a
             log-normal draw with it as the median and this as the standard deviation of its
             logarithm (capped at 50x). Default 0.0 (every slice ends `token_slice_exit_ns` late).
+        token_slice_exit_cpu_spread: Each CPU's own lateness: a CPU's `token_slice_exit_ns` is
+            scaled for the whole run by a log-normal factor with this standard deviation of its
+            logarithm, drawn once per CPU at the start (second RNG stream). The real CPUs' slices
+            end late by different means within one run (measured here, 3 vCPUs on 2 CPUs, three 1-s
+            runs: per-CPU means 41 / 35, 41 / 52 and 63 / 47 µs), so their slice ends drift apart by
+            1.5-4 ms in a second, where draws around one median drift them by ~0.1 ms (docs/twins.md
+            item 15). Default 0.0 (one median for every CPU).
         tsc_khz: Host clock converting PLE cycles to ns, kHz. Default 2100000 (2.1 GHz, a Xeon
             of the 2012 sources' era; assumption).
         rq_lock_ns: Time a yield_to attempt holds both run-queue locks, ns (contended locks are
@@ -635,6 +642,7 @@ class Host(_Base):
     token_halt_bracket: bool = field(default=False, metadata=_NEW)
     token_slice_exit_ns: int = field(default=0, metadata=_NEW)
     token_slice_exit_jitter: float = field(default=0.0, metadata=_NEW)
+    token_slice_exit_cpu_spread: float = field(default=0.0, metadata=_NEW)
     tsc_khz: int = 2_100_000
     rq_lock_ns: int = 300
     yield_check_ns: int = 50

@@ -65,8 +65,11 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
        them): median round trip minus the guest's instructions per round
        (``insn_emulation`` / rounds × ``path_insn_ns``).
     4. vcpulab's scheduler: `_calibrate_sched` (``uexit_ns``,
-       ``sched_handoff_ns``, ``spin_iter_ns``) and `_calibrate_wake_poll`
-       (``wake_poll_iter_ns``, a failed mailbox check of ``WakePlacement``).
+       ``sched_handoff_ns``, ``spin_iter_ns``, ``token_slice_exit_ns``,
+       ``token_slice_exit_spread``), `_calibrate_wake_poll`
+       (``wake_poll_iter_ns``, a failed mailbox check of ``WakePlacement``)
+       and `_slice_exit_cpu_spread` (``token_slice_exit_cpu_spread``: how
+       the CPUs' own slice lateness differs within a run).
     5. The host's speed over time: [`speed_probe`][vcpulab.twins.speed_probe] on every usable CPU
        for [`SPEED_PROBE_S`][vcpulab.twins.SPEED_PROBE_S] (``speed_fast_pct``, ``speed_slow_pct``,
        ``speed_fast_dwell_ns``, ``speed_slow_dwell_ns``: the two-state process
@@ -159,6 +162,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
                 vals["msi_round_insns"] = Value(per_round, "insns", "insn_emulation / rounds of the MsiPingPong runs")
             vals.update(_calibrate_ipi(allowed, cpu, a))
             vals.update(_calibrate_sched(cpu, a, b))
+            vals.update(_slice_exit_cpu_spread(allowed))
             # the host's speed over time, on every CPU this process may use (twins.speed_probe);
             # a host that runs guest code natively has no emulation speed to probe: one speed
             try:
@@ -299,6 +303,63 @@ def _slice_exit_of(r: Run) -> tuple[float, float, str]:
         f"{slice_ns / 1e6:g}-ms slice: p10 {p10 / 1e3:.1f} µs, median {p50 / 1e3:.1f} µs, p90 {p90 / 1e3:.1f} µs"
     )
     return p50, float(spread), how
+
+
+#: runs of `_slice_exit_cpu_spread`, each of ``SLICE_SPREAD_RUN_S``
+SLICE_SPREAD_RUNS = 5
+SLICE_SPREAD_RUN_S = 0.3
+
+
+def _slice_exit_cpu_spread(cpus: list[int]) -> dict[str, Value]:
+    """``token_slice_exit_cpu_spread``: how each CPU's slices end late by
+    its own mean within a run. `SLICE_SPREAD_RUNS` runs of a ticket
+    ``SpinLock`` 50/50 under ``sched.round_robin`` with one vCPU more than
+    ``cpus`` (someone always waits, so every slice ends in a hand-off); per
+    run and CPU the median lateness of its slice ends (the holds less the
+    slice); per run the standard deviation of those medians' logarithms
+    (with two CPUs, |ln(a / b)| / √2), and the runs' root mean square. 0
+    (one median for every CPU) with one CPU or too few slice ends."""
+    from vcpulab import sched
+    from vcpulab.experiment import SpinLock, run
+    from vcpulab.twins._schedule import token_holds
+
+    key = "token_slice_exit_cpu_spread"
+    if len(cpus) < 2:
+        return {key: Value(0.0, "", "one usable CPU: nothing to compare")}
+    w = SpinLock(kind="ticket", hold=50, think=50)
+    per_run: list[float] = []
+    seen: list[str] = []
+    for _ in range(SLICE_SPREAD_RUNS):
+        r = run(
+            w,
+            vcpus=len(cpus) + 1,
+            pcpus=cpus,
+            duration_s=SLICE_SPREAD_RUN_S,
+            sample_every_s=None,
+            scheduler=sched.round_robin(),
+        )
+        slice_ns = float((r.config.get("scheduler") or {}).get("slice_us", 0)) * 1e3
+        if r.schedule is None or slice_ns <= 0:
+            continue
+        h = token_holds(r.schedule, int(r.wall_s * 1e9)).filter(pl.col("why_out") == "slice")
+        meds = []
+        for _, g in h.group_by("pcpu", maintain_order=True):
+            late = g["held_ns"].cast(pl.Float64).to_numpy() - slice_ns
+            late = late[late > 0]
+            if late.size >= 10:
+                meds.append(float(np.median(late)))
+        if len(meds) >= 2:
+            per_run.append(float(np.std(np.log(meds), ddof=1)))
+            seen.append("/".join(f"{m / 1e3:.1f}" for m in meds))
+    if not per_run:
+        return {key: Value(0.0, "", "fewer than two CPUs with 10 slice ends in every run")}
+    spread = float(np.sqrt(np.mean(np.square(per_run))))
+    how = (
+        f"round_robin ticket SpinLock 50/50, {len(cpus) + 1} vCPUs on CPUs {cpus}, {len(per_run)} runs of "
+        f"{SLICE_SPREAD_RUN_S:g} s: per-CPU median lateness of the slice ends (µs) {', '.join(seen)}; the runs' "
+        "root mean square of the standard deviation of their logarithms"
+    )
+    return {key: Value(spread, "", how)}
 
 
 #: measured ``io_loop`` runs of `_calibrate_sched`'s ``uexit_ns`` (their median); one run read

@@ -716,7 +716,11 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
       ``token_slice_exit_spread``; ``Host.token_slice_exit_ns``), the time the
       real holder's thread takes from its deadline back to the scheduler, so
       the CPUs' slices start together and drift apart as the real ones do
-      (a calibration without it: exact slices, which stay aligned);
+      (a calibration without it: exact slices, which stay aligned); each
+      CPU's lateness is scaled for the run by its own factor of the
+      calibration's ``token_slice_exit_cpu_spread``
+      (``Host.token_slice_exit_cpu_spread``, 0.3.32), as each real CPU's
+      slices end late by its own mean within a run;
     * every token scheduler: the programs' halt bracket
       (``Host.token_halt_bracket``): a halting vCPU gives its token up before
       ``hlt``, so KVM polls its halt without one, and the poll stops when the
@@ -752,6 +756,10 @@ def _scheduled_twin(exp: Experiment, cal: Calibration, hkw: dict[str, Any]) -> t
             token_slice_exit_ns=int(round(late)),
             token_slice_exit_jitter=min(_measured(cal, "token_slice_exit_spread"), 1.0),
         )
+        cpu_spread = _measured(cal, "token_slice_exit_cpu_spread")
+        if cpu_spread > 0 and _host_field("token_slice_exit_cpu_spread"):
+            # each CPU's slices end late by its own mean for the whole run
+            hkw["token_slice_exit_cpu_spread"] = min(cpu_spread, 1.0)
     if not isinstance(s, sched.Gang) and exp.workload.pv_exits:
         # the program's halt bracket gives the token up before hlt: KVM polls the halt without
         # one, and the poll stops when the token's next holder arrives on the CPU

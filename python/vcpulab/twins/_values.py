@@ -64,6 +64,8 @@ class Calibration:
     ``sched_handoff_ns`` / ``spin_iter_ns`` / ``token_slice_exit_ns`` /
     ``token_slice_exit_spread`` (vcpulab's scheduler; the last two how late
     a token's slice ends and its spread, absent before 0.3.31),
+    ``token_slice_exit_cpu_spread`` (how each CPU's slices end late by its
+    own mean within a run; absent before 0.3.32),
     ``speed_fast_pct`` / ``speed_slow_pct`` / ``speed_fast_dwell_ns`` /
     ``speed_slow_dwell_ns`` (the host's speed over time,
     [`speed_probe`][vcpulab.twins.speed_probe]; absent before 0.3.26: one speed), and the

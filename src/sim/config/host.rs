@@ -307,6 +307,19 @@ pub struct HostConfig {
     #[schemars(range(min = 0.0, max = 1.0), extend("default" = 0.0))]
     #[schemars(extend("x-omit-default" = true))]
     pub token_slice_exit_jitter: f64,
+    /// Each CPU's own lateness: a CPU's `token_slice_exit_ns` is scaled for
+    /// the whole run by a log-normal factor with this standard deviation of
+    /// its logarithm, drawn once per CPU at the start (second RNG stream).
+    /// The real CPUs' slices end late by different means within one run
+    /// (measured here, 3 vCPUs on 2 CPUs, three 1-s runs: per-CPU means
+    /// 41 / 35, 41 / 52 and 63 / 47 µs), so their slice ends drift apart by
+    /// 1.5-4 ms in a second, where draws around one median drift them by
+    /// ~0.1 ms (docs/twins.md item 15). Default 0.0 (one median for every
+    /// CPU).
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    #[schemars(range(min = 0.0, max = 1.0), extend("default" = 0.0))]
+    #[schemars(extend("x-omit-default" = true))]
+    pub token_slice_exit_cpu_spread: f64,
     /// Host clock converting PLE cycles to ns, kHz. Default 2100000
     /// (2.1 GHz, a Xeon of the 2012 sources' era; assumption).
     #[schemars(range(min = limits::MIN_TSC_KHZ))]
@@ -860,6 +873,7 @@ impl Default for HostConfig {
             token_halt_bracket: false,
             token_slice_exit_ns: 0,
             token_slice_exit_jitter: 0.0,
+            token_slice_exit_cpu_spread: 0.0,
             tsc_khz: 2_100_000,
             rq_lock_ns: 300,
             yield_check_ns: 50,
