@@ -29,7 +29,7 @@ ROUNDS = 200
 #: on the 100 µs × 200 µs cell alone, undisturbed by the quality record (other
 #: tasks 0.06-0.2 %), real 0.886 / 0.958 and 0.990 / 0.865 (a host whose
 #: wake-ups come late in stretches: each late one halves KVM's window), while
-#: ten pairs made around it agreed at once
+#: six pairs made minutes later agreed at once
 TRIES = 3
 
 
