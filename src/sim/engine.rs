@@ -367,7 +367,7 @@ impl Sim {
         }
         let pi = vc.apicv && vc.posted_irq;
         // dy_runnable as `Sim::view` has it
-        let dy_runnable = !self.tokens.holder.is_empty() || vc.pv_unhalted || pi;
+        let dy_runnable = self.tokens_on() || vc.pv_unhalted || pi;
         let base = self.ready[v] && (!vc.blocking || dy_runnable);
         let user = vc.preempted && !vc.preempted_in_kernel;
         let bit = 1u64 << i;

@@ -279,6 +279,23 @@ def _calibrate_sched(cpu: int, path_insn_ns: float, loop_insn_ns: float) -> dict
     }
 
 
+def _slice_lateness_ns(r: Run) -> tuple[float, dict[int, np.ndarray]] | None:
+    """A scheduled run's slice ends, how late each came: the scheduler's
+    slice and, per host CPU, its holds that end in ``slice`` less that
+    slice (the positive ones); None for a run without a decision log."""
+    from vcpulab.twins._schedule import token_holds
+
+    slice_ns = float((r.config.get("scheduler") or {}).get("slice_us", 0)) * 1e3
+    if r.schedule is None or slice_ns <= 0:
+        return None
+    h = token_holds(r.schedule, int(r.wall_s * 1e9)).filter(pl.col("why_out") == "slice")
+    per_cpu = {}
+    for (cpu,), g in h.group_by("pcpu", maintain_order=True):
+        late = g["held_ns"].cast(pl.Float64).to_numpy() - slice_ns
+        per_cpu[int(cpu)] = late[late > 0]
+    return slice_ns, per_cpu
+
+
 def _slice_exit_of(r: Run) -> tuple[float, float, str]:
     """How late a token's slice ends in a scheduled run (``Run.schedule``):
     the median of the holds that end in ``slice`` less the scheduler's
@@ -286,14 +303,11 @@ def _slice_exit_of(r: Run) -> tuple[float, float, str]:
     1.2816, the 90th percentile's z); (0, 0) with fewer than 10 such holds
     or a run without a log. The real slice ends when the holder's thread,
     kicked out of ``KVM_RUN`` at its deadline, is back in the scheduler."""
-    from vcpulab.twins._schedule import token_holds
-
-    slice_ns = float((r.config.get("scheduler") or {}).get("slice_us", 0)) * 1e3
-    if r.schedule is None or slice_ns <= 0:
+    got = _slice_lateness_ns(r)
+    if got is None:
         return 0.0, 0.0, "no decision log"
-    h = token_holds(r.schedule, int(r.wall_s * 1e9)).filter(pl.col("why_out") == "slice")
-    late = h["held_ns"].cast(pl.Float64).to_numpy() - slice_ns
-    late = late[late > 0]
+    slice_ns, per_cpu = got
+    late = np.concatenate(list(per_cpu.values())) if per_cpu else np.zeros(0)
     if late.size < 10:
         return 0.0, 0.0, f"{late.size} slice ends (fewer than 10)"
     p10, p50, p90 = (float(x) for x in np.percentile(late, [10, 50, 90]))
@@ -321,7 +335,6 @@ def _slice_exit_cpu_spread(cpus: list[int]) -> dict[str, Value]:
     (one median for every CPU) with one CPU or too few slice ends."""
     from vcpulab import sched
     from vcpulab.experiment import SpinLock, run
-    from vcpulab.twins._schedule import token_holds
 
     key = "token_slice_exit_cpu_spread"
     if len(cpus) < 2:
@@ -338,21 +351,15 @@ def _slice_exit_cpu_spread(cpus: list[int]) -> dict[str, Value]:
             sample_every_s=None,
             scheduler=sched.round_robin(),
         )
-        slice_ns = float((r.config.get("scheduler") or {}).get("slice_us", 0)) * 1e3
-        if r.schedule is None or slice_ns <= 0:
+        got = _slice_lateness_ns(r)
+        if got is None:
             continue
-        h = token_holds(r.schedule, int(r.wall_s * 1e9)).filter(pl.col("why_out") == "slice")
-        meds = []
-        for _, g in h.group_by("pcpu", maintain_order=True):
-            late = g["held_ns"].cast(pl.Float64).to_numpy() - slice_ns
-            late = late[late > 0]
-            if late.size >= 10:
-                meds.append(float(np.median(late)))
+        meds = [float(np.median(late)) for late in got[1].values() if late.size >= 10]
         if len(meds) >= 2:
             per_run.append(float(np.std(np.log(meds), ddof=1)))
             seen.append("/".join(f"{m / 1e3:.1f}" for m in meds))
     if not per_run:
-        return {key: Value(0.0, "", "fewer than two CPUs with 10 slice ends in every run")}
+        return {key: Value(0.0, "", "no run had two CPUs with 10 slice ends each")}
     spread = float(np.sqrt(np.mean(np.square(per_run))))
     how = (
         f"round_robin ticket SpinLock 50/50, {len(cpus) + 1} vCPUs on CPUs {cpus}, {len(per_run)} runs of "
