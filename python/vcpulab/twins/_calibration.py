@@ -42,6 +42,41 @@ def _stat_delta(run: Run, name: str, vcpu: int | None = None) -> int:
     return int(g["d"].sum())
 
 
+def _cost_pair(cpu: int) -> tuple[float, float, list[tuple[int, int, int, int, int, int, Run]]]:
+    """One pair of cost runs on host CPU ``cpu`` (step 1 of [`calibrate`][vcpulab.twins.calibrate]):
+    a 1-vCPU TAS ``SpinLock`` with a short (hold = think = 5, 3000
+    iterations) and a long loop (400, 150 iterations), each run's vCPU
+    thread CPU time = ``path_insn_ns`` × its fixed-path instructions +
+    ``loop_insn_ns`` × its loop instructions, solved for both. Returns
+    ``(path_insn_ns, loop_insn_ns, rows)``, a row per run: (loop, acquisitions,
+    emulated instructions, CPU ns, loop instructions, counted instructions
+    per iteration, the Run); a disturbed or degenerate pair (a cost not
+    positive) gives one cost for every instruction. About 0.2 s here."""
+    from vcpulab.experiment import run
+
+    rows = []
+    for loop, iters in ((5, 3000), (400, 150)):
+        w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
+        r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None, warn_quality=False)
+        acq = int(r.results["acquisitions"].sum())
+        insns = _stat_delta(r, "insn_emulation")
+        cpu_ns = int(r.threads["cpu_ns"].sum())
+        p = guest_path(w, 1)
+        loop_insns = (p["hold_loop"] + p["think_loop"]) * acq
+        rows.append((loop, acq, insns, cpu_ns, loop_insns, _iteration_insns(w, 1), r))
+    # cpu = a·(insns − loop) + b·loop for both runs
+    (_, _, i1, c1, l1, _, _), (_, _, i2, c2, l2, _, _) = rows
+    m = np.array([[i1 - l1, l1], [i2 - l2, l2]], dtype=float)
+    try:
+        a, b = np.linalg.solve(m, np.array([c1, c2], dtype=float))
+    except np.linalg.LinAlgError:
+        a = b = float("nan")
+    if not (a > 0 and b > 0):
+        # a disturbed or degenerate pair: one cost for every instruction
+        a = b = (c1 + c2) / max(i1 + i2, 1)
+    return float(a), float(b), rows
+
+
 def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     """Measure this host's costs on host CPU ``cpu`` (default: the last one this
     process may use), about 10 s of real KVM; cached per process (``refresh``
@@ -94,26 +129,7 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
             # the cost per emulated instruction drifts between runs a second
             # apart (685-948 ns per path instruction in four back-to-back
             # calibrations here): the median of COST_REPEATS pairs
-            pairs = []
-            for _ in range(COST_REPEATS):
-                rows = []
-                for loop, iters in ((5, 3000), (400, 150)):
-                    w = SpinLock(kind="tas", hold=loop, think=loop, iterations=iters)
-                    r = run(w, vcpus=1, pcpus=[cpu], duration_s=10.0, sample_every_s=None)
-                    acq = int(r.results["acquisitions"].sum())
-                    insns = _stat_delta(r, "insn_emulation")
-                    cpu_ns = int(r.threads["cpu_ns"].sum())
-                    p = guest_path(w, 1)
-                    loop_insns = (p["hold_loop"] + p["think_loop"]) * acq
-                    rows.append((loop, acq, insns, cpu_ns, loop_insns, _iteration_insns(w, 1), r))
-                # cpu = a·(insns − loop) + b·loop for both runs
-                (_, a1, i1, c1, l1, n1, _), (_, a2, i2, c2, l2, _, _) = rows
-                m = np.array([[i1 - l1, l1], [i2 - l2, l2]], dtype=float)
-                a, b = np.linalg.solve(m, np.array([c1, c2], dtype=float))
-                if not (a > 0 and b > 0):
-                    # a disturbed or degenerate pair: one cost for every instruction
-                    a = b = (c1 + c2) / max(i1 + i2, 1)
-                pairs.append((float(a), float(b), rows))
+            pairs = [_cost_pair(cpu) for _ in range(COST_REPEATS)]
             k = int(np.argsort([x[0] for x in pairs])[len(pairs) // 2])
             a, b, rows = pairs[k]
             b = float(np.median([x[1] for x in pairs]))
