@@ -1,7 +1,7 @@
 """Real KVM vs the simulator's twins, over a grid of experiments.
 
     python benches/twins_grid.py [--small | --policies | --coscheduling | --wake-placement [--poll 0,400] [--work N]] [--trials 3] [--seeds 3] [--load measured|one_task|none]
-                                 [--per-cell-calibration] [--speed-step 0.1] [--out DIR] [--markdown FILE]
+                                 [--per-cell-calibration | --sequential | --order-seed N] [--speed-step 0.1] [--out DIR] [--markdown FILE]
 
 Calibrates this host (vcpulab.twins.calibrate), runs every cell of
 vcpulab.twins.default_grid on real KVM (``--trials`` times, each recording what
@@ -90,6 +90,15 @@ def main() -> int:
         "(twins.grid(per_cell_calibration=True): the host drifts between a grid's first calibration and its last cell)",
     )
     ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run each cell's trials together, cell after cell, every twin at the calibration's costs "
+        "(twins.grid(interleave=False), the grid before 0.3.33); by default the trials run in rounds over the "
+        "cells, shuffled each round, a cost pair before each, and every twin gets the pairs' median costs "
+        "(docs/twins.md item 16)",
+    )
+    ap.add_argument("--order-seed", type=int, default=0, help="the seed of the interleaved rounds' order")
+    ap.add_argument(
         "--host-speed",
         choices=("process", "work", "off"),
         default="process",
@@ -132,6 +141,8 @@ def main() -> int:
         load=a.load,
         trace=a.trace,
         per_cell_calibration=a.per_cell_calibration,
+        interleave=None if not a.sequential else False,
+        order_seed=a.order_seed,
         host_speed={"process": True, "work": "work", "off": False}[a.host_speed],
         speed_step=a.speed_step,
     )

@@ -45,7 +45,7 @@ def describe(p):
     if isinstance(p, list):
         return {"type": "list", "len": len(p), "of": sorted({type(x).__name__ for x in p})}
     d = {"type": type(p).__name__}
-    for a in ("runs", "cells"):
+    for a in ("runs", "cells", "real_runs"):
         if hasattr(p, a):
             v = getattr(p, a)
             d[a] = v.height if hasattr(v, "height") else len(v)
@@ -231,13 +231,31 @@ def test_twins_grid(seed: int, kvm_host: Any) -> None:
     from vcpulab.experiment import Spin
     cal = twins.reference_calibration()  # the interrupt is the subject: no need to measure (~10 s)
     cells = [twins.Experiment(Spin(), v, (0,), duration_s=0.2) for v in (1, 2, 3, 4)] * 5
-    main(lambda: twins.grid(cells, trials=1, seeds=1, cal=cal))
+    main(lambda: twins.grid(cells, trials=1, seeds=1, cal=cal, interleave=False))
     """,
         _delay(seed, 0.5, 2.0),
     )
     print(f"twins.grid: {late:.3f} s, {partial}")
     assert late < LATE_S
     assert partial["type"] == "Grid" and partial["cells"] >= 0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_twins_grid_interleaved(seed: int, kvm_host: Any) -> None:
+    late, partial, _ = interrupt(
+        """
+    from vcpulab import twins
+    from vcpulab.experiment import Spin
+    cal = twins.reference_calibration()  # the interrupt is the subject: no need to measure (~10 s)
+    cells = [twins.Experiment(Spin(), v, (0,), duration_s=0.2) for v in (1, 2, 3, 4)]
+    main(lambda: twins.grid(cells, trials=10, seeds=1, cal=cal, interleave=True))
+    """,
+        _delay(seed, 0.5, 2.0),
+    )
+    print(f"twins.grid(interleave=True): {late:.3f} s, {partial}")
+    assert late < LATE_S
+    # interrupted in its real trials: no cell compared yet, every cell's runs so far kept
+    assert partial["type"] == "Grid" and partial["cells"] == 0 and partial["real_runs"] == 4
 
 
 @pytest.mark.parametrize("seed", SEEDS)

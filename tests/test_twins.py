@@ -1248,7 +1248,7 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     assert "calibrated per cell (path_insn_ns spread 1.50x)" in g.line()
     assert g.config["per_cell_calibration"] is True
 
-    shared = twins.grid(exps[:1], trials=1, seeds=1, cal=base)
+    shared = twins.grid(exps[:1], trials=1, seeds=1, cal=base, interleave=False)
     assert len(asked) == 2, "no calibration without per_cell_calibration"
     assert shared.cells["cal_path_insn_ns"].unique().to_list() == [base["path_insn_ns"]]
     # every drifting value has its column; one the calibration lacks reads NaN
@@ -1267,6 +1267,110 @@ def test_a_grid_calibrated_per_cell_gives_each_twin_the_calibration_measured_bef
     with pytest.raises(TypeError, match="per_cell_calibration"):
         twins.grid(exps, cal=base, per_cell_calibration="yes")  # type: ignore[arg-type]
     assert len(asked) == 2, "refused before any calibration"
+
+
+def test_an_interleaved_grid_runs_rounds_of_every_cell_and_twins_them_at_the_rounds_median_costs(
+    kvm_host: Host, twin_calibration: Calibration, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`grid(interleave=True)`: one real trial of every cell per round, the
+    cells in the order `random.Random(order_seed)` shuffles them each round,
+    a cost pair before every trial, and every twin at the pairs' median
+    costs (`median_costs`). The cost pairs are stubbed (known values in a
+    known order; `_cost_pair` is `calibrate`'s step 1, tested with it); the
+    trials are real."""
+    import dataclasses
+    import random
+
+    from vcpulab import _core
+    from vcpulab.twins import _grid
+
+    base = dataclasses.replace(twin_calibration, cpu=sorted(_core.allowed_cpus())[-1])
+    log: list[str] = []
+    pairs = iter([(400.0, 300.0), (900.0, 700.0), (500.0, 350.0), (800.0, 600.0), (600.0, 450.0), (700.0, 500.0)])
+
+    def pair(cpu: int) -> tuple[float, float, list[Any]]:
+        assert cpu == base.cpu
+        log.append("pair")
+        a, b = next(pairs)
+        return a, b, []
+
+    real_run_real = _grid.run_real
+
+    def logged(exp: Experiment, trials: int = 3, *args: Any, **kw: Any) -> list[Any]:
+        assert trials == 1, "one trial of a cell at a time"
+        log.append(twins.cell_name(exp))
+        return real_run_real(exp, trials, *args, **kw)
+
+    monkeypatch.setattr(_grid, "_cost_pair", pair)
+    monkeypatch.setattr(_grid, "run_real", logged)
+    exps = [
+        Experiment(SpinLock(kind=kind, hold=50, think=20), vcpus=v, pcpus=(base.cpu,), duration_s=0.1)
+        for kind, v in (("ticket", 2), ("tas", 2), ("tas", 1))
+    ]
+    names = [twins.cell_name(e) for e in exps]
+    g = twins.grid(exps, trials=2, seeds=1, cal=base, interleave=True, order_seed=7, keep_runs=True)
+
+    rng = random.Random(7)
+    want: list[str] = []
+    for _ in range(2):
+        order = list(names)
+        rng.shuffle(order)
+        want += [x for n in order for x in ("pair", n)]
+    assert log == want
+    assert g.cost_pairs is not None and g.cost_pairs["path_insn_ns"].to_list() == [400, 900, 500, 800, 600, 700]
+    assert g.cost_pairs["t_s"].is_sorted()
+    # every twin at the medians: path 650, loop 475; the loop-like costs scaled with the loop cost
+    assert g.cells["cal_path_insn_ns"].unique().to_list() == [650.0]
+    assert g.cells["cal_loop_insn_ns"].unique().to_list() == [475.0]
+    used = g.cell_calibrations[names[0]]
+    assert used["spin_iter_ns"] == pytest.approx(base["spin_iter_ns"] * 475.0 / base["loop_insn_ns"])
+    assert used["uexit_ns"] == base["uexit_ns"], "the host's own paths are not emulated instructions"
+    assert "the median of 6 cost pairs" in used.values["path_insn_ns"].how
+    assert g.calibration is base
+    assert sorted(g.cells["cell"].unique().to_list()) == sorted(names)
+    assert set(g.cells["trials"].unique().to_list()) == {2}
+    assert {n: len(r) for n, r in g.real_runs.items()} == {n: 2 for n in names}
+    assert g.config["interleave"] is True and g.config["order_seed"] == 7
+    s = g.summary()
+    assert s["cost_pairs"] == 6 and s["cost_pairs_path_median_ns"] == 650.0 and s["cost_pairs_spread"] == 2.25
+    assert "interleaved (6 cost pairs across the trials: path_insn_ns median 650 ns, spread 2.25x)" in g.line()
+
+    # without keep_runs the runs are not kept; a sequential grid has no cost pairs
+    pairs = iter([(500.0, 400.0)] * 2)
+    lean = twins.grid(exps[:1], trials=2, seeds=1, cal=base)  # interleaved by default
+    assert lean.real_runs == {} and lean.cells["cal_path_insn_ns"].unique().to_list() == [500.0]
+    assert lean.config["interleave"] is True
+    seq = twins.grid(exps[:1], trials=1, seeds=1, cal=base, interleave=False)
+    assert seq.cost_pairs is None and "interleaved" not in seq.line() and seq.config["order_seed"] is None
+
+    with pytest.raises(ValueError, match="interleave and per_cell_calibration exclude each other"):
+        twins.grid(exps, cal=base, interleave=True, per_cell_calibration=True)
+    with pytest.raises(ValueError, match="order_seed"):
+        twins.grid(exps, cal=base, interleave=True, order_seed=-1)
+    with pytest.raises(TypeError, match="interleave"):
+        twins.grid(exps, cal=base, interleave=1)  # type: ignore[arg-type]
+
+
+def test_median_costs_takes_the_pairs_medians_and_scales_the_loop_like_costs(twin_calibration: Calibration) -> None:
+    cal = twin_calibration
+    got = twins.median_costs(cal, [(100.0, 80.0), (300.0, 60.0), (200.0, 100.0)], "on CPU 1")
+    assert got["path_insn_ns"] == 200.0 and got["loop_insn_ns"] == 80.0
+    f = 80.0 / cal["loop_insn_ns"]
+    for k in twins.EMULATION_COST_KEYS:
+        if k in cal.values and k not in ("path_insn_ns", "loop_insn_ns"):
+            assert got[k] == pytest.approx(cal[k] * f), k
+    for k in ("uexit_ns", "ipi_wake_ns", "base_slice_ns"):
+        assert got[k] == cal[k], k
+    assert "the median of 3 cost pairs on CPU 1 (path 100-300 ns, loop 60-100 ns" in got.values["path_insn_ns"].how
+    assert cal["path_insn_ns"] != 200.0, "the calibration passed in is not changed"
+    with pytest.raises(ValueError, match="pairs"):
+        twins.median_costs(cal, [])
+    with pytest.raises(ValueError, match=r"each pair must be \(path_insn_ns, loop_insn_ns\)"):
+        twins.median_costs(cal, [(1.0, 2.0, 3.0)])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="path_insn_ns"):
+        twins.median_costs(cal, [(0.0, 2.0)])
+    with pytest.raises(ValueError, match="loop_insn_ns"):
+        twins.median_costs(cal, [(1.0, float("nan"))])
 
 
 def test_scaled_costs_scales_the_emulated_instructions_only() -> None:

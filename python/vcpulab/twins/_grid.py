@@ -5,6 +5,8 @@ between-cell directions ([`directions`][vcpulab.twins.directions])."""
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -16,11 +18,11 @@ from vcpulab import sim
 from vcpulab._checks import PCPUS_RENAMED, check_bool, check_float, check_int, check_seq, check_type, renamed_since
 from vcpulab._interrupt import keep_partial
 from vcpulab._progress import Bar
-from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, SpinLock, WakePlacement
-from vcpulab.twins._calibration import calibrate
+from vcpulab.experiment import IdleTicks, IpiPingPong, MsiPingPong, PvSpinLock, Run, SpinLock, WakePlacement
+from vcpulab.twins._calibration import _cost_pair, calibrate
 from vcpulab.twins._experiment import _ONE_NAME, Experiment
 from vcpulab.twins._guest import guest_path
-from vcpulab.twins._running import compare
+from vcpulab.twins._running import _compare_rows, median_costs, run_real
 from vcpulab.twins._speed import check_host_speed
 from vcpulab.twins._twin import twin
 from vcpulab.twins._values import Calibration
@@ -321,6 +323,13 @@ class Grid:
     failed: list[tuple[str, str]] = field(default_factory=list)
     #: the calibration each compared cell's twin used, by cell name
     cell_calibrations: dict[str, Calibration] = field(default_factory=dict)
+    #: an interleaved grid's cost pairs, in the order measured: ``t_s`` (from
+    #: the first real trial), ``path_insn_ns``, ``loop_insn_ns``; None otherwise
+    cost_pairs: pl.DataFrame | None = None
+    #: the real runs behind each cell, by cell name: kept with ``keep_runs``,
+    #: and in the partial grid of an interleaved grid interrupted before its
+    #: twins (whose cells are not compared yet)
+    real_runs: dict[str, list[Run]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """The agreement numbers (see [`line`][vcpulab.twins.Grid.line])."""
@@ -364,6 +373,12 @@ class Grid:
             p = self.cells["cal_path_insn_ns"].cast(pl.Float64)
             out["calibration_spread"] = float(p.max()) / float(p.min())  # type: ignore[arg-type]
         out["other_share_median"] = float(per_cell["other_share_max"].median())  # type: ignore[arg-type]
+        if self.cost_pairs is not None and self.cost_pairs.height:
+            # how far the emulation's cost moved over an interleaved grid's trials
+            a = self.cost_pairs["path_insn_ns"].cast(pl.Float64)
+            out["cost_pairs"] = self.cost_pairs.height
+            out["cost_pairs_path_median_ns"] = float(a.median())  # type: ignore[arg-type]
+            out["cost_pairs_spread"] = float(a.max()) / float(a.min())  # type: ignore[arg-type]
         if self.config.get("speed_step") is not None and "speed_edge" in self.cells.columns:
             # cells whose twin moves a compared metric by more than SPEED_EDGE_GAIN x the speed step
             edge = c.filter(pl.col("speed_edge").fill_null(False))
@@ -400,6 +415,12 @@ class Grid:
             + (
                 f"; calibrated per cell (path_insn_ns spread {s['calibration_spread']:.2f}x)"
                 if self.config.get("per_cell_calibration") and "calibration_spread" in s
+                else ""
+            )
+            + (
+                f"; interleaved ({s['cost_pairs']} cost pairs across the trials: path_insn_ns median "
+                f"{s['cost_pairs_path_median_ns']:.0f} ns, spread {s['cost_pairs_spread']:.2f}x)"
+                if "cost_pairs" in s
                 else ""
             )
             + (
@@ -546,6 +567,9 @@ def grid(
     per_cell_calibration: bool = False,
     host_speed: bool | str = True,
     speed_step: float | None = None,
+    interleave: bool | None = None,
+    order_seed: int = 0,
+    keep_runs: bool = False,
 ) -> Grid:
     """Run every experiment on real KVM (``trials`` times) and its twin
     (``seeds`` seeds), compare ([`compare`][vcpulab.twins.compare]) and derive the between-cell
@@ -566,6 +590,25 @@ def grid(
     [`compare`][vcpulab.twins.compare]'s; ``summary()`` then counts the cells with a metric on
     a regime's edge (``speed_edge_cells``) and the line says how many.
 
+    ``interleave`` (None, the default: True unless ``per_cell_calibration``;
+    until 0.3.33 every grid ran cell after cell, ``interleave=False``): the
+    real trials run in rounds, one trial of every cell
+    per round in an order shuffled afresh each round (``order_seed`` seeds
+    it; kept in ``config``), and before each trial one cost pair on
+    ``cal``'s CPU (step 1 of [`calibrate`][vcpulab.twins.calibrate], ~0.2 s); after the last
+    round every cell's twin runs with the pairs' median costs
+    ([`median_costs`][vcpulab.twins.median_costs]; in ``Grid.cost_pairs``, and the line
+    gives their median and spread). Each cell's trials and the costs its
+    twin is given then span the same minutes, so a slow spell of the host
+    (the cost of an emulated instruction here moves up to ~1.6x for
+    minutes, docs/twins.md items 13 and 16) falls on every cell and on the
+    twins alike, instead of on the cells that happened to run in it or on
+    every twin through the calibration's moment; and the cells' order no
+    longer lines up with the host's drift, which a between-cell direction
+    would otherwise read as an effect. Not with ``per_cell_calibration``
+    (ValueError). ``keep_runs``: keep every cell's real runs in
+    ``Grid.real_runs``.
+
     Every argument is checked before the first real trial; a cell on CPUs
     this process may not use is recorded in [`Grid.no_real`][vcpulab.twins.Grid.no_real], and one
     whose comparison fails in [`Grid.failed`][vcpulab.twins.Grid.failed]; the grid goes on. Ctrl-C raises
@@ -573,11 +616,23 @@ def grid(
     [`Grid`][vcpulab.twins.Grid] of the cells that had finished. ``progress``: a progress
     bar over the cells (tqdm, on stderr) with a line per cell (its other
     tasks' share, or why it has no comparison); None (default): on in a
-    terminal or Jupyter, off otherwise."""
+    terminal or Jupyter, off otherwise. An interleaved grid interrupted
+    before its twins ran has compared no cell: its ``partial`` keeps the
+    real runs so far in ``real_runs`` (and the cost pairs)."""
     check_int("trials", trials, 1, 1000)
     check_int("seeds", seeds, 1, 1000)
     check_bool("trace", trace)
     check_bool("per_cell_calibration", per_cell_calibration)
+    if interleave is None:
+        interleave = not per_cell_calibration
+    check_bool("interleave", interleave)
+    check_bool("keep_runs", keep_runs)
+    order_seed = check_int("order_seed", order_seed, 0, 2**63 - 1)
+    if interleave and per_cell_calibration:
+        raise ValueError(
+            "interleave and per_cell_calibration exclude each other: an interleaved grid's cells have no "
+            "'right before' (its twins take the costs measured across all the trials)"
+        )
     check_host_speed(host_speed)
     if speed_step is not None:
         speed_step = check_float("speed_step", speed_step, 0.0, 0.5, lo_open=True)
@@ -613,7 +668,11 @@ def grid(
         "trace": trace,
         "per_cell_calibration": per_cell_calibration,
         "speed_step": speed_step,
+        "interleave": interleave,
+        "order_seed": order_seed if interleave else None,
     }
+    cost_rows: list[dict[str, float]] = []
+    real_runs: dict[str, list[Run]] = {}
 
     def result() -> Grid:
         cells = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
@@ -628,7 +687,38 @@ def grid(
             config=config,
             failed=failed,
             cell_calibrations=dict(cell_cals),
+            cost_pairs=pl.DataFrame(
+                cost_rows, schema={"t_s": pl.Float64, "path_insn_ns": pl.Float64, "loop_insn_ns": pl.Float64}
+            )
+            if interleave
+            else None,
+            real_runs={k: list(v) for k, v in real_runs.items()},
         )
+
+    if interleave:
+        with Bar(len(exps) * (trials + 1), "vcpulab.twins.grid", progress) as bar:
+            _interleaved(
+                exps,
+                cal,
+                trials,
+                seeds,
+                load,
+                trace,
+                host_speed,
+                speed_step,
+                order_seed,
+                keep_runs,
+                bar,
+                frames,
+                no_twin,
+                no_real,
+                failed,
+                cell_cals,
+                cost_rows,
+                real_runs,
+                result,
+            )
+        return result()
 
     with Bar(len(exps), "vcpulab.twins.grid", progress) as bar:
         try:
@@ -652,6 +742,7 @@ def grid(
                         cell_cals,
                         host_speed,
                         speed_step,
+                        real_runs if keep_runs else None,
                     )
                 finally:
                     bar.update(1)
@@ -695,36 +786,21 @@ def _grid_cell(
     cell_cals: dict[str, Calibration],
     host_speed: bool | str = True,
     speed_step: float | None = None,
+    real_runs: dict[str, list[Run]] | None = None,
 ) -> None:
     """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames`` (with the
     ``cal_*`` columns of the calibration its twin used, kept in ``cell_cals``), or
     why it has none to ``no_twin`` / ``no_real`` / ``failed``; a line above the bar.
-    ``recalibrate``: measure the host again on ``cal``'s CPU before the real trials."""
+    ``recalibrate``: measure the host again on ``cal``'s CPU before the real trials.
+    ``real_runs``: where to keep the cell's real runs (None: not kept)."""
     name = cell_name(exp)
-    try:
-        twin(exp, cal)
-    except ValueError as e:
-        no_twin.append((name, str(e)))
-        bar.write(f"[{i + 1}/{n}] {name}: no twin: {e}")
-        return
-    try:
-        exp.check_runnable()
-    except ValueError as e:
-        no_real.append((name, str(e)))
+    if not _has_twin_and_runs(exp, cal, no_twin, no_real, f"[{i + 1}/{n}] ", bar):
         return
     if recalibrate:
         cal = calibrate(cal.cpu, refresh=True)
+    failures: list[str] = []
     try:
-        c = compare(
-            exp,
-            trials=trials,
-            seeds=seeds,
-            cal=cal,
-            load=load,
-            trace=trace,
-            host_speed=host_speed,
-            speed_step=speed_step,
-        )
+        runs = run_real(exp, trials, failures, cal, trace=trace)
     except TimeoutError as e:
         no_real.append((name, str(e)))
         bar.write(f"[{i + 1}/{n}] {name}: every real trial missed its deadline: {e}")
@@ -732,6 +808,77 @@ def _grid_cell(
     except (ValueError, RuntimeError, OSError) as e:
         failed.append((name, f"{type(e).__name__}: {e}"))
         bar.write(f"[{i + 1}/{n}] {name}: failed: {type(e).__name__}: {e}")
+        return
+    if real_runs is not None:
+        real_runs[name] = runs
+    _compare_cell(
+        exp,
+        runs,
+        failures,
+        seeds,
+        cal,
+        load,
+        trace,
+        host_speed,
+        speed_step,
+        frames,
+        failed,
+        cell_cals,
+        bar,
+        f"[{i + 1}/{n}] ",
+    )
+
+
+def _has_twin_and_runs(
+    exp: Experiment,
+    cal: Calibration,
+    no_twin: list[tuple[str, str]],
+    no_real: list[tuple[str, str]],
+    tag: str,
+    bar: Bar,
+) -> bool:
+    """Whether ``exp`` has a twin and can run here; else why not, appended to
+    ``no_twin`` (a line above the bar) or ``no_real``."""
+    name = cell_name(exp)
+    try:
+        twin(exp, cal)
+    except ValueError as e:
+        no_twin.append((name, str(e)))
+        bar.write(f"{tag}{name}: no twin: {e}")
+        return False
+    try:
+        exp.check_runnable()
+    except ValueError as e:
+        no_real.append((name, str(e)))
+        return False
+    return True
+
+
+def _compare_cell(
+    exp: Experiment,
+    runs: list[Run],
+    failures: list[str],
+    seeds: int,
+    cal: Calibration,
+    load: Literal["measured", "one_task", "none"],
+    trace: bool,
+    host_speed: bool | str,
+    speed_step: float | None,
+    frames: list[pl.DataFrame],
+    failed: list[tuple[str, str]],
+    cell_cals: dict[str, Calibration],
+    bar: Bar,
+    tag: str,
+) -> None:
+    """Compare a cell's real ``runs`` with its twin under ``cal`` and append the
+    rows, with the cell's factors and ``cal_*`` columns, to ``frames`` (or why
+    not to ``failed``)."""
+    name = cell_name(exp)
+    try:
+        c = _compare_rows(exp, runs, failures, seeds, cal, load, trace, host_speed, speed_step)
+    except (ValueError, RuntimeError, OSError) as e:
+        failed.append((name, f"{type(e).__name__}: {e}"))
+        bar.write(f"{tag}{name}: failed: {type(e).__name__}: {e}")
         return
     f = cell_factors(exp)
     cal_cols = {f"cal_{k}": cal[k] if k in cal.values else float("nan") for k in CELL_CALIBRATION_KEYS}
@@ -743,4 +890,109 @@ def _grid_cell(
         )
     )
     cell_cals[name] = cal
-    bar.write(f"[{i + 1}/{n}] {name}: other tasks {float(c['other_share_max'][0]):.0%}")
+    bar.write(f"{tag}{name}: other tasks {float(c['other_share_max'][0]):.0%}")
+
+
+def _interleaved(
+    exps: Sequence[Experiment],
+    cal: Calibration,
+    trials: int,
+    seeds: int,
+    load: Literal["measured", "one_task", "none"],
+    trace: bool,
+    host_speed: bool | str,
+    speed_step: float | None,
+    order_seed: int,
+    keep_runs: bool,
+    bar: Bar,
+    frames: list[pl.DataFrame],
+    no_twin: list[tuple[str, str]],
+    no_real: list[tuple[str, str]],
+    failed: list[tuple[str, str]],
+    cell_cals: dict[str, Calibration],
+    cost_rows: list[dict[str, float]],
+    real_runs: dict[str, list[Run]],
+    result: Any,
+) -> None:
+    """The interleaved [`grid`][vcpulab.twins.grid]: ``trials`` rounds of one real trial per
+    cell, each after a cost pair on ``cal``'s CPU, the cells shuffled each
+    round (``random.Random(order_seed)``); then every cell's twin with the
+    pairs' median costs. Fills the lists and dicts in place; Ctrl-C raises
+    ``KeyboardInterrupt`` whose ``partial`` is ``result()`` (the real runs
+    and cost pairs so far, or the cells compared so far)."""
+    live = []
+    for i, e in enumerate(exps):
+        if _has_twin_and_runs(e, cal, no_twin, no_real, f"[{i + 1}/{len(exps)}] ", bar):
+            live.append(e)
+        else:
+            bar.update(trials + 1)
+    names = {id(e): cell_name(e) for e in live}
+    fails: dict[str, list[str]] = {names[id(e)]: [] for e in live}
+    for e in live:
+        real_runs.setdefault(names[id(e)], [])
+    rng = random.Random(order_seed)
+    t0 = time.monotonic()
+    n_trials = len(live) * trials
+    done = 0
+    try:
+        for rnd in range(trials):
+            order = list(live)
+            rng.shuffle(order)
+            for exp in order:
+                name = names[id(exp)]
+                if any(name == f for f, _ in failed):
+                    continue
+                a, b, _ = _cost_pair(cal.cpu)
+                cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
+                try:
+                    real_runs[name] += run_real(exp, 1, fails[name], cal, trace=trace)
+                except TimeoutError as e:
+                    fails[name].append(str(e))
+                except (ValueError, RuntimeError, OSError) as e:
+                    failed.append((name, f"{type(e).__name__}: {e}"))
+                    bar.write(f"{name}: failed: {type(e).__name__}: {e}")
+                done += 1
+                bar.update(1)
+            bar.write(f"round {rnd + 1}/{trials}: {done}/{n_trials} real trials")
+    except KeyboardInterrupt as e:
+        keep_partial(e, result(), call="twins.grid", done=done, total=n_trials, unit="real trials (none compared)")
+        raise
+    span = median_costs(
+        cal,
+        [(r["path_insn_ns"], r["loop_insn_ns"]) for r in cost_rows] or [(cal["path_insn_ns"], cal["loop_insn_ns"])],
+        f"measured on CPU {cal.cpu} before each of the grid's real trials",
+    )
+    try:
+        for k, exp in enumerate(live):
+            name = names[id(exp)]
+            if any(name == f for f, _ in failed):
+                bar.update(1)
+                continue
+            runs = real_runs[name]
+            if not runs:
+                msg = fails[name][-1] if fails[name] else "no real trial"
+                no_real.append((name, msg))
+                bar.write(f"{name}: every real trial missed its deadline: {msg}")
+            else:
+                _compare_cell(
+                    exp,
+                    runs,
+                    fails[name],
+                    seeds,
+                    span,
+                    load,
+                    trace,
+                    host_speed,
+                    speed_step,
+                    frames,
+                    failed,
+                    cell_cals,
+                    bar,
+                    f"[{k + 1}/{len(live)}] ",
+                )
+            bar.update(1)
+    except KeyboardInterrupt as e:
+        keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(live), unit="cells")
+        raise
+    if not keep_runs:
+        real_runs.clear()

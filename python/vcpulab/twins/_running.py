@@ -179,6 +179,44 @@ def scaled_costs(cal: Calibration, factor: float) -> Calibration:
     return dataclasses.replace(cal, values=vals)
 
 
+def median_costs(cal: Calibration, pairs: Sequence[tuple[float, float]], where: str = "") -> Calibration:
+    """``cal`` with its emulated instructions' costs taken over a span of
+    time: ``path_insn_ns`` and ``loop_insn_ns`` the medians of ``pairs``
+    (``(path_insn_ns, loop_insn_ns)`` of cost pairs measured across it, as
+    step 1 of [`calibrate`][vcpulab.twins.calibrate] measures one), and the other emulated
+    costs ([`EMULATION_COST_KEYS`][vcpulab.twins.EMULATION_COST_KEYS]: ``spin_iter_ns``,
+    ``wake_poll_iter_ns``, loops of a few instructions) scaled with the loop
+    cost; the host's own paths (wake-ups, exits) are left alone. ``where``
+    says where the pairs were measured (kept in each value's ``how``). The
+    interleaved [`grid`][vcpulab.twins.grid] gives its twins this: the cost of
+    an emulated instruction here drifts by up to ~1.6x in spells of
+    minutes (docs/twins.md, item 16), and costs measured across the same
+    minutes as the real trials stand for the speed those trials ran at."""
+    check_type("cal", cal, Calibration)
+    ps = check_seq("pairs", pairs, "(path_insn_ns, loop_insn_ns) pairs", min_len=1)
+    a_s, b_s = [], []
+    for p in ps:
+        if not (isinstance(p, (tuple, list)) and len(p) == 2):
+            raise ValueError(f"median_costs: each pair must be (path_insn_ns, loop_insn_ns), got {p!r}")
+        a_s.append(check_float("median_costs: path_insn_ns", p[0], 0.0, 1e9, lo_open=True))
+        b_s.append(check_float("median_costs: loop_insn_ns", p[1], 0.0, 1e9, lo_open=True))
+    a, b = float(np.median(a_s)), float(np.median(b_s))
+    old_b = float(cal["loop_insn_ns"])
+    how = (
+        f"the median of {len(ps)} cost pairs{' ' + where if where else ''} "
+        f"(path {min(a_s):.0f}-{max(a_s):.0f} ns, loop {min(b_s):.0f}-{max(b_s):.0f} ns; twins.median_costs)"
+    )
+    vals = dict(cal.values)
+    vals["path_insn_ns"] = Value(a, "ns", how)
+    vals["loop_insn_ns"] = Value(b, "ns", how)
+    for k in EMULATION_COST_KEYS:
+        if k in vals and k not in ("path_insn_ns", "loop_insn_ns"):
+            v = vals[k]
+            f = b / old_b if old_b > 0 else 1.0
+            vals[k] = Value(float(v.value) * f, v.unit, f"{v.how}; scaled x{f:.3g} with loop_insn_ns ({how})")
+    return dataclasses.replace(cal, values=vals)
+
+
 def speed_gain(metric: str, base: float, faster: float, slower: float, step: float) -> float:
     """How far a twin's ``metric`` moves when the emulation runs ``step``
     faster or slower (``faster``, ``slower``: its means there), in units of
