@@ -162,6 +162,8 @@ def main() -> int:
         g.cells.write_parquet(a.out / "twins_cells.parquet")
         g.directions.write_parquet(a.out / "twins_directions.parquet")
         cal.frame().write_parquet(a.out / "twins_calibration.parquet")
+        if g.cost_pairs is not None:
+            g.cost_pairs.write_parquet(a.out / "twins_cost_pairs.parquet")
     if a.markdown:
         d = g.directions.filter(pl.col("significant"))
         dl = ["| metric | factor | low → high | real diff | sim diff | agree |", "|---|---|---|---|---|---|"]

@@ -1286,7 +1286,10 @@ def test_an_interleaved_grid_runs_rounds_of_every_cell_and_twins_them_at_the_rou
 
     base = dataclasses.replace(twin_calibration, cpu=sorted(_core.allowed_cpus())[-1])
     log: list[str] = []
-    pairs = iter([(400.0, 300.0), (900.0, 700.0), (500.0, 350.0), (800.0, 600.0), (600.0, 450.0), (700.0, 500.0)])
+    # six trials: MIN_COST_PAIRS (15) asks for ceil(15 / 6) = 3 pairs before each
+    assert twins.MIN_COST_PAIRS == 15
+    values = [(400.0, 300.0), (900.0, 700.0), (500.0, 350.0), (800.0, 600.0), (600.0, 450.0), (700.0, 500.0)]
+    pairs = iter([v for v in values for _ in range(3)])
 
     def pair(cpu: int) -> tuple[float, float, list[Any]]:
         assert cpu == base.cpu
@@ -1315,9 +1318,10 @@ def test_an_interleaved_grid_runs_rounds_of_every_cell_and_twins_them_at_the_rou
     for _ in range(2):
         order = list(names)
         rng.shuffle(order)
-        want += [x for n in order for x in ("pair", n)]
+        want += [x for n in order for x in ("pair", "pair", "pair", n)]
     assert log == want
-    assert g.cost_pairs is not None and g.cost_pairs["path_insn_ns"].to_list() == [400, 900, 500, 800, 600, 700]
+    assert g.cost_pairs is not None
+    assert g.cost_pairs["path_insn_ns"].to_list() == [v[0] for v in values for _ in range(3)]
     assert g.cost_pairs["t_s"].is_sorted()
     # every twin at the medians: path 650, loop 475; the loop-like costs scaled with the loop cost
     assert g.cells["cal_path_insn_ns"].unique().to_list() == [650.0]
@@ -1325,21 +1329,21 @@ def test_an_interleaved_grid_runs_rounds_of_every_cell_and_twins_them_at_the_rou
     used = g.cell_calibrations[names[0]]
     assert used["spin_iter_ns"] == pytest.approx(base["spin_iter_ns"] * 475.0 / base["loop_insn_ns"])
     assert used["uexit_ns"] == base["uexit_ns"], "the host's own paths are not emulated instructions"
-    assert "the median of 6 cost pairs" in used.values["path_insn_ns"].how
+    assert "the median of 18 cost pairs" in used.values["path_insn_ns"].how
     assert g.calibration is base
     assert sorted(g.cells["cell"].unique().to_list()) == sorted(names)
     assert set(g.cells["trials"].unique().to_list()) == {2}
     assert {n: len(r) for n, r in g.real_runs.items()} == {n: 2 for n in names}
     assert g.config["interleave"] is True and g.config["order_seed"] == 7
     s = g.summary()
-    assert s["cost_pairs"] == 6 and s["cost_pairs_path_median_ns"] == 650.0 and s["cost_pairs_spread"] == 2.25
-    assert "interleaved (6 cost pairs across the trials: path_insn_ns median 650 ns, spread 2.25x)" in g.line()
+    assert s["cost_pairs"] == 18 and s["cost_pairs_path_median_ns"] == 650.0 and s["cost_pairs_spread"] == 2.25
+    assert "interleaved (18 cost pairs across the trials: path_insn_ns median 650 ns, spread 2.25x)" in g.line()
 
     # without keep_runs the runs are not kept; a sequential grid has no cost pairs
-    pairs = iter([(500.0, 400.0)] * 2)
+    pairs = iter([(500.0, 400.0)] * 16)  # two trials: 8 pairs before each
     lean = twins.grid(exps[:1], trials=2, seeds=1, cal=base)  # interleaved by default
     assert lean.real_runs == {} and lean.cells["cal_path_insn_ns"].unique().to_list() == [500.0]
-    assert lean.config["interleave"] is True
+    assert lean.config["interleave"] is True and lean.cost_pairs is not None and lean.cost_pairs.height == 16
     seq = twins.grid(exps[:1], trials=1, seeds=1, cal=base, interleave=False)
     assert seq.cost_pairs is None and "interleaved" not in seq.line() and seq.config["order_seed"] is None
 

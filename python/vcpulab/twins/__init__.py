@@ -77,6 +77,7 @@ from vcpulab.twins._experiment import Experiment
 from vcpulab.twins._grid import (
     DIRECTION_METRICS,
     FACTORS,
+    MIN_COST_PAIRS,
     MSI_DEADLINE_S,
     WAKE_HALT_POLL_MULTIPLE,
     Grid,
@@ -158,6 +159,7 @@ __all__ = [
     "WAKE_POLL_ITER_INSNS",
     "wake_poll_iter_ns",
     "METRICS",
+    "MIN_COST_PAIRS",
     "MSI_DEADLINE_S",
     "OtherLoad",
     "PV_SPIN_ITER_INSNS",

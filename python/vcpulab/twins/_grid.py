@@ -595,7 +595,9 @@ def grid(
     real trials run in rounds, one trial of every cell
     per round in an order shuffled afresh each round (``order_seed`` seeds
     it; kept in ``config``), and before each trial one cost pair on
-    ``cal``'s CPU (step 1 of [`calibrate`][vcpulab.twins.calibrate], ~0.2 s); after the last
+    ``cal``'s CPU (step 1 of [`calibrate`][vcpulab.twins.calibrate], ~0.2 s; a grid of fewer than
+    [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS] trials measures that many pairs in all,
+    spread evenly before its trials); after the last
     round every cell's twin runs with the pairs' median costs
     ([`median_costs`][vcpulab.twins.median_costs]; in ``Grid.cost_pairs``, and the line
     gives their median and spread). Each cell's trials and the costs its
@@ -751,6 +753,14 @@ def grid(
             raise
     return result()
 
+
+#: the fewest cost pairs an interleaved [`grid`][vcpulab.twins.grid] measures: a grid of fewer
+#: real trials measures ceil(MIN_COST_PAIRS / trials) before each. Measured here
+#: (2026-12-07, 30 pairs back to back in 7.3 s): one pair's path cost scatters
+#: with a coefficient of variation of 0.25 (375-964 ns), and the median of 15
+#: such pairs by 0.12, of 3 by 0.20 (bootstrap); a grid's pairs spread 2.9-3.1x
+#: (docs/twins.md item 16)
+MIN_COST_PAIRS = 15
 
 #: the calibration values each grid cell carries as ``cal_<key>`` columns
 #: (the emulated instruction costs, vcpulab's scheduler costs and the IPI
@@ -916,7 +926,8 @@ def _interleaved(
 ) -> None:
     """The interleaved [`grid`][vcpulab.twins.grid]: ``trials`` rounds of one real trial per
     cell, each after a cost pair on ``cal``'s CPU, the cells shuffled each
-    round (``random.Random(order_seed)``); then every cell's twin with the
+    round (``random.Random(order_seed)``; at least [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS]
+    pairs in all, several before each trial of a small grid); then every cell's twin with the
     pairs' median costs. Fills the lists and dicts in place; Ctrl-C raises
     ``KeyboardInterrupt`` whose ``partial`` is ``result()`` (the real runs
     and cost pairs so far, or the cells compared so far)."""
@@ -933,6 +944,7 @@ def _interleaved(
     rng = random.Random(order_seed)
     t0 = time.monotonic()
     n_trials = len(live) * trials
+    per_trial = max(1, -(-MIN_COST_PAIRS // max(n_trials, 1)))  # ceil
     done = 0
     try:
         for rnd in range(trials):
@@ -942,8 +954,9 @@ def _interleaved(
                 name = names[id(exp)]
                 if any(name == f for f, _ in failed):
                     continue
-                a, b, _ = _cost_pair(cal.cpu)
-                cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
+                for _ in range(per_trial):
+                    a, b, _ = _cost_pair(cal.cpu)
+                    cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
                 try:
                     real_runs[name] += run_real(exp, 1, fails[name], cal, trace=trace)
                 except TimeoutError as e:
