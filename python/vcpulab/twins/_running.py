@@ -334,6 +334,12 @@ def compare(
     the twin in more than the model (docs/twins.md, item 13). Without it
     the four columns are null.
 
+    The twin runs at ``cal``'s costs (default: this process's cached
+    [`calibrate`][vcpulab.twins.calibrate], which may be minutes or hours old while this host's
+    emulation speed drifts for minutes). ``twins.grid([exp])`` compares the
+    same cell with its twin at the median of cost pairs measured between the
+    trials (at least [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS]; docs/twins.md item 16).
+
     Every argument (and that ``exp`` has a twin) is checked before the real
     trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
     is the list of finished real runs; ``compare(exp, real=e.partial)``
