@@ -335,10 +335,12 @@ def compare(
     the four columns are null.
 
     The twin runs at ``cal``'s costs (default: this process's cached
-    [`calibrate`][vcpulab.twins.calibrate], which may be minutes or hours old while this host's
-    emulation speed drifts for minutes). ``twins.grid([exp])`` compares the
-    same cell with its twin at the median of cost pairs measured between the
-    trials (at least [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS]; docs/twins.md item 16).
+    [`calibrate`][vcpulab.twins.calibrate], which may be minutes or hours old, while this host's
+    emulation speed drifts in spells of minutes): measure again
+    (``calibrate(refresh=True)``) before comparing in another spell. A
+    [`grid`][vcpulab.twins.grid] of many cells gives its twins the median of cost pairs
+    measured across all its trials instead (docs/twins.md item 16); for one
+    cell its 15 pairs did no better than a fresh calibration here.
 
     Every argument (and that ``exp`` has a twin) is checked before the real
     trials. Ctrl-C: ``KeyboardInterrupt`` within a second whose ``partial``
