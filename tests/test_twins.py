@@ -1347,6 +1347,19 @@ def test_an_interleaved_grid_runs_rounds_of_every_cell_and_twins_them_at_the_rou
     seq = twins.grid(exps[:1], trials=1, seeds=1, cal=base, interleave=False)
     assert seq.cost_pairs is None and "interleaved" not in seq.line() and seq.config["order_seed"] is None
 
+    # a cell whose every trial misses its deadline: in no_real with run_real's message, the others compared
+    def timing_out(exp: Experiment, trials: int = 3, failures: Any = None, *args: Any, **kw: Any) -> list[Any]:
+        if twins.cell_name(exp) == names[0]:
+            failures.append("deadline missed (stub)")
+            raise TimeoutError("deadline missed (stub)")
+        return real_run_real(exp, trials, failures, *args, **kw)
+
+    monkeypatch.setattr(_grid, "run_real", timing_out)
+    pairs = iter([(500.0, 400.0)] * 16)
+    late = twins.grid(exps[:2], trials=2, seeds=1, cal=base)
+    assert late.no_real == [(names[0], "deadline missed (stub)")]
+    assert late.cells["cell"].unique().to_list() == [names[1]]
+
     with pytest.raises(ValueError, match="interleave and per_cell_calibration exclude each other"):
         twins.grid(exps, cal=base, interleave=True, per_cell_calibration=True)
     with pytest.raises(ValueError, match="order_seed"):

@@ -595,7 +595,8 @@ def grid(
     real trials run in rounds, one trial of every cell
     per round in an order shuffled afresh each round (``order_seed`` seeds
     it; kept in ``config``), and before each trial one cost pair on
-    ``cal``'s CPU (step 1 of [`calibrate`][vcpulab.twins.calibrate], ~0.2 s; a grid of fewer than
+    ``cal``'s CPU (the last usable one for a calibration of CPUs this
+    process may not use; step 1 of [`calibrate`][vcpulab.twins.calibrate], ~0.2 s; a grid of fewer than
     [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS] trials measures that many pairs in all,
     spread evenly before its trials); after the last
     round every cell's twin runs with the pairs' median costs
@@ -941,6 +942,12 @@ def _interleaved(
     fails: dict[str, list[str]] = {names[id(e)]: [] for e in live}
     for e in live:
         real_runs.setdefault(names[id(e)], [])
+    from vcpulab import _core
+
+    allowed = sorted(_core.allowed_cpus())
+    # the calibration's CPU, where calibrate measured its pairs; a calibration made
+    # elsewhere (the reference one) on a CPU this process may not use: the last usable one
+    pair_cpu = cal.cpu if cal.cpu in allowed else allowed[-1]
     rng = random.Random(order_seed)
     t0 = time.monotonic()
     n_trials = len(live) * trials
@@ -953,14 +960,16 @@ def _interleaved(
             for exp in order:
                 name = names[id(exp)]
                 if any(name == f for f, _ in failed):
+                    done += 1
+                    bar.update(1)
                     continue
                 for _ in range(per_trial):
-                    a, b, _ = _cost_pair(cal.cpu)
+                    a, b, _ = _cost_pair(pair_cpu)
                     cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
                 try:
                     real_runs[name] += run_real(exp, 1, fails[name], cal, trace=trace)
-                except TimeoutError as e:
-                    fails[name].append(str(e))
+                except TimeoutError:
+                    pass  # run_real put its message in fails[name]
                 except (ValueError, RuntimeError, OSError) as e:
                     failed.append((name, f"{type(e).__name__}: {e}"))
                     bar.write(f"{name}: failed: {type(e).__name__}: {e}")
@@ -973,7 +982,7 @@ def _interleaved(
     span = median_costs(
         cal,
         [(r["path_insn_ns"], r["loop_insn_ns"]) for r in cost_rows] or [(cal["path_insn_ns"], cal["loop_insn_ns"])],
-        f"measured on CPU {cal.cpu} before each of the grid's real trials",
+        f"measured on CPU {pair_cpu} before each of the grid's real trials",
     )
     try:
         for k, exp in enumerate(live):
