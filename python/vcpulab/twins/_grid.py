@@ -698,54 +698,21 @@ def grid(
             real_runs={k: list(v) for k, v in real_runs.items()},
         )
 
+    def state(bar: Bar) -> _GridRun:
+        return _GridRun(seeds, load, trace, host_speed, speed_step, bar, frames, no_twin, no_real, failed, cell_cals)
+
     if interleave:
         with Bar(len(exps) * (trials + 1), "vcpulab.twins.grid", progress) as bar:
-            _interleaved(
-                exps,
-                cal,
-                trials,
-                seeds,
-                load,
-                trace,
-                host_speed,
-                speed_step,
-                order_seed,
-                keep_runs,
-                bar,
-                frames,
-                no_twin,
-                no_real,
-                failed,
-                cell_cals,
-                cost_rows,
-                real_runs,
-                result,
-            )
+            _interleaved(state(bar), exps, cal, trials, order_seed, keep_runs, cost_rows, real_runs, result)
         return result()
 
     with Bar(len(exps), "vcpulab.twins.grid", progress) as bar:
+        st = state(bar)
         try:
             for i, exp in enumerate(exps):
                 try:
                     _grid_cell(
-                        i,
-                        exp,
-                        len(exps),
-                        cal,
-                        per_cell_calibration,
-                        trials,
-                        seeds,
-                        load,
-                        trace,
-                        bar,
-                        frames,
-                        no_twin,
-                        no_real,
-                        failed,
-                        cell_cals,
-                        host_speed,
-                        speed_step,
-                        real_runs if keep_runs else None,
+                        st, i, exp, len(exps), cal, per_cell_calibration, trials, real_runs if keep_runs else None
                     )
                 finally:
                     bar.update(1)
@@ -779,148 +746,114 @@ CELL_CALIBRATION_KEYS = (
 )
 
 
+@dataclass
+class _GridRun:
+    """What every cell of one [`grid`][vcpulab.twins.grid] call shares: how its
+    twins are compared (``seeds``, ``load``, ``trace``, ``host_speed``,
+    ``speed_step``, as [`compare`][vcpulab.twins.compare]'s), its progress bar, and where
+    its outcomes go (``frames``, ``no_twin``, ``no_real``, ``failed``,
+    ``cell_cals``: the [`Grid`][vcpulab.twins.Grid]'s fields)."""
+
+    seeds: int
+    load: Literal["measured", "one_task", "none"]
+    trace: bool
+    host_speed: bool | str
+    speed_step: float | None
+    bar: Bar
+    frames: list[pl.DataFrame]
+    no_twin: list[tuple[str, str]]
+    no_real: list[tuple[str, str]]
+    failed: list[tuple[str, str]]
+    cell_cals: dict[str, Calibration]
+
+    def has_twin_and_runs(self, exp: Experiment, cal: Calibration, tag: str) -> bool:
+        """Whether ``exp`` has a twin and can run here; else why not, appended to
+        ``no_twin`` (a line above the bar) or ``no_real``."""
+        name = cell_name(exp)
+        try:
+            twin(exp, cal)
+        except ValueError as e:
+            self.no_twin.append((name, str(e)))
+            self.bar.write(f"{tag}{name}: no twin: {e}")
+            return False
+        try:
+            exp.check_runnable()
+        except ValueError as e:
+            self.no_real.append((name, str(e)))
+            return False
+        return True
+
+    def fail(self, name: str, e: BaseException, tag: str = "") -> None:
+        """``name``'s comparison raised ``e``: into ``failed``, a line above the bar."""
+        self.failed.append((name, f"{type(e).__name__}: {e}"))
+        self.bar.write(f"{tag}{name}: failed: {type(e).__name__}: {e}")
+
+    def compare_cell(self, exp: Experiment, runs: list[Run], failures: list[str], cal: Calibration, tag: str) -> None:
+        """Compare a cell's real ``runs`` with its twin under ``cal`` and append the
+        rows, with the cell's factors and ``cal_*`` columns, to ``frames`` (or why
+        not to ``failed``)."""
+        name = cell_name(exp)
+        try:
+            c = _compare_rows(
+                exp, runs, failures, self.seeds, cal, self.load, self.trace, self.host_speed, self.speed_step
+            )
+        except (ValueError, RuntimeError, OSError) as e:
+            self.fail(name, e, tag)
+            return
+        f = cell_factors(exp)
+        cal_cols = {f"cal_{k}": cal[k] if k in cal.values else float("nan") for k in CELL_CALIBRATION_KEYS}
+        self.frames.append(
+            c.with_columns(
+                pl.lit(name).alias("cell"),
+                *[pl.lit(v).alias(k) for k, v in f.items()],
+                *[pl.lit(v, dtype=pl.Float64).alias(k) for k, v in cal_cols.items()],
+            )
+        )
+        self.cell_cals[name] = cal
+        self.bar.write(f"{tag}{name}: other tasks {float(c['other_share_max'][0]):.0%}")
+
+
 def _grid_cell(
+    st: _GridRun,
     i: int,
     exp: Experiment,
     n: int,
     cal: Calibration,
     recalibrate: bool,
     trials: int,
-    seeds: int,
-    load: Literal["measured", "one_task", "none"],
-    trace: bool,
-    bar: Bar,
-    frames: list[pl.DataFrame],
-    no_twin: list[tuple[str, str]],
-    no_real: list[tuple[str, str]],
-    failed: list[tuple[str, str]],
-    cell_cals: dict[str, Calibration],
-    host_speed: bool | str = True,
-    speed_step: float | None = None,
     real_runs: dict[str, list[Run]] | None = None,
 ) -> None:
-    """One cell of [`grid`][vcpulab.twins.grid]: its comparison appended to ``frames`` (with the
-    ``cal_*`` columns of the calibration its twin used, kept in ``cell_cals``), or
-    why it has none to ``no_twin`` / ``no_real`` / ``failed``; a line above the bar.
-    ``recalibrate``: measure the host again on ``cal``'s CPU before the real trials.
-    ``real_runs``: where to keep the cell's real runs (None: not kept)."""
-    name = cell_name(exp)
-    if not _has_twin_and_runs(exp, cal, no_twin, no_real, f"[{i + 1}/{n}] ", bar):
+    """One cell of a sequential [`grid`][vcpulab.twins.grid]: its ``trials`` real runs, then
+    `_GridRun.compare_cell`; ``recalibrate``: measure the host again on
+    ``cal``'s CPU before the real trials. ``real_runs``: where to keep the
+    cell's real runs (None: not kept)."""
+    name, tag = cell_name(exp), f"[{i + 1}/{n}] "
+    if not st.has_twin_and_runs(exp, cal, tag):
         return
     if recalibrate:
         cal = calibrate(cal.cpu, refresh=True)
     failures: list[str] = []
     try:
-        runs = run_real(exp, trials, failures, cal, trace=trace)
+        runs = run_real(exp, trials, failures, cal, trace=st.trace)
     except TimeoutError as e:
-        no_real.append((name, str(e)))
-        bar.write(f"[{i + 1}/{n}] {name}: every real trial missed its deadline: {e}")
+        st.no_real.append((name, str(e)))
+        st.bar.write(f"{tag}{name}: every real trial missed its deadline: {e}")
         return
     except (ValueError, RuntimeError, OSError) as e:
-        failed.append((name, f"{type(e).__name__}: {e}"))
-        bar.write(f"[{i + 1}/{n}] {name}: failed: {type(e).__name__}: {e}")
+        st.fail(name, e, tag)
         return
     if real_runs is not None:
         real_runs[name] = runs
-    _compare_cell(
-        exp,
-        runs,
-        failures,
-        seeds,
-        cal,
-        load,
-        trace,
-        host_speed,
-        speed_step,
-        frames,
-        failed,
-        cell_cals,
-        bar,
-        f"[{i + 1}/{n}] ",
-    )
-
-
-def _has_twin_and_runs(
-    exp: Experiment,
-    cal: Calibration,
-    no_twin: list[tuple[str, str]],
-    no_real: list[tuple[str, str]],
-    tag: str,
-    bar: Bar,
-) -> bool:
-    """Whether ``exp`` has a twin and can run here; else why not, appended to
-    ``no_twin`` (a line above the bar) or ``no_real``."""
-    name = cell_name(exp)
-    try:
-        twin(exp, cal)
-    except ValueError as e:
-        no_twin.append((name, str(e)))
-        bar.write(f"{tag}{name}: no twin: {e}")
-        return False
-    try:
-        exp.check_runnable()
-    except ValueError as e:
-        no_real.append((name, str(e)))
-        return False
-    return True
-
-
-def _compare_cell(
-    exp: Experiment,
-    runs: list[Run],
-    failures: list[str],
-    seeds: int,
-    cal: Calibration,
-    load: Literal["measured", "one_task", "none"],
-    trace: bool,
-    host_speed: bool | str,
-    speed_step: float | None,
-    frames: list[pl.DataFrame],
-    failed: list[tuple[str, str]],
-    cell_cals: dict[str, Calibration],
-    bar: Bar,
-    tag: str,
-) -> None:
-    """Compare a cell's real ``runs`` with its twin under ``cal`` and append the
-    rows, with the cell's factors and ``cal_*`` columns, to ``frames`` (or why
-    not to ``failed``)."""
-    name = cell_name(exp)
-    try:
-        c = _compare_rows(exp, runs, failures, seeds, cal, load, trace, host_speed, speed_step)
-    except (ValueError, RuntimeError, OSError) as e:
-        failed.append((name, f"{type(e).__name__}: {e}"))
-        bar.write(f"{tag}{name}: failed: {type(e).__name__}: {e}")
-        return
-    f = cell_factors(exp)
-    cal_cols = {f"cal_{k}": cal[k] if k in cal.values else float("nan") for k in CELL_CALIBRATION_KEYS}
-    frames.append(
-        c.with_columns(
-            pl.lit(name).alias("cell"),
-            *[pl.lit(v).alias(k) for k, v in f.items()],
-            *[pl.lit(v, dtype=pl.Float64).alias(k) for k, v in cal_cols.items()],
-        )
-    )
-    cell_cals[name] = cal
-    bar.write(f"{tag}{name}: other tasks {float(c['other_share_max'][0]):.0%}")
+    st.compare_cell(exp, runs, failures, cal, tag)
 
 
 def _interleaved(
+    st: _GridRun,
     exps: Sequence[Experiment],
     cal: Calibration,
     trials: int,
-    seeds: int,
-    load: Literal["measured", "one_task", "none"],
-    trace: bool,
-    host_speed: bool | str,
-    speed_step: float | None,
     order_seed: int,
     keep_runs: bool,
-    bar: Bar,
-    frames: list[pl.DataFrame],
-    no_twin: list[tuple[str, str]],
-    no_real: list[tuple[str, str]],
-    failed: list[tuple[str, str]],
-    cell_cals: dict[str, Calibration],
     cost_rows: list[dict[str, float]],
     real_runs: dict[str, list[Run]],
     result: Any,
@@ -929,12 +862,15 @@ def _interleaved(
     cell, each after a cost pair on ``cal``'s CPU, the cells shuffled each
     round (``random.Random(order_seed)``; at least [`MIN_COST_PAIRS`][vcpulab.twins.MIN_COST_PAIRS]
     pairs in all, several before each trial of a small grid); then every cell's twin with the
-    pairs' median costs. Fills the lists and dicts in place; Ctrl-C raises
+    pairs' median costs. Fills ``st``'s lists, ``cost_rows`` and ``real_runs`` in place; Ctrl-C raises
     ``KeyboardInterrupt`` whose ``partial`` is ``result()`` (the real runs
     and cost pairs so far, or the cells compared so far)."""
+    from vcpulab import _core
+
+    bar = st.bar
     live = []
     for i, e in enumerate(exps):
-        if _has_twin_and_runs(e, cal, no_twin, no_real, f"[{i + 1}/{len(exps)}] ", bar):
+        if st.has_twin_and_runs(e, cal, f"[{i + 1}/{len(exps)}] "):
             live.append(e)
         else:
             bar.update(trials + 1)
@@ -942,8 +878,6 @@ def _interleaved(
     fails: dict[str, list[str]] = {names[id(e)]: [] for e in live}
     for e in live:
         real_runs.setdefault(names[id(e)], [])
-    from vcpulab import _core
-
     allowed = sorted(_core.allowed_cpus())
     # the calibration's CPU, where calibrate measured its pairs; a calibration made
     # elsewhere (the reference one) on a CPU this process may not use: the last usable one
@@ -952,6 +886,7 @@ def _interleaved(
     t0 = time.monotonic()
     n_trials = len(live) * trials
     per_trial = max(1, -(-MIN_COST_PAIRS // max(n_trials, 1)))  # ceil
+    dropped: set[str] = set()  # cells whose real trial raised: in st.failed, no more trials
     done = 0
     try:
         for rnd in range(trials):
@@ -959,20 +894,17 @@ def _interleaved(
             rng.shuffle(order)
             for exp in order:
                 name = names[id(exp)]
-                if any(name == f for f, _ in failed):
-                    done += 1
-                    bar.update(1)
-                    continue
-                for _ in range(per_trial):
-                    a, b, _ = _cost_pair(pair_cpu)
-                    cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
-                try:
-                    real_runs[name] += run_real(exp, 1, fails[name], cal, trace=trace)
-                except TimeoutError:
-                    pass  # run_real put its message in fails[name]
-                except (ValueError, RuntimeError, OSError) as e:
-                    failed.append((name, f"{type(e).__name__}: {e}"))
-                    bar.write(f"{name}: failed: {type(e).__name__}: {e}")
+                if name not in dropped:
+                    for _ in range(per_trial):
+                        a, b, _ = _cost_pair(pair_cpu)
+                        cost_rows.append({"t_s": time.monotonic() - t0, "path_insn_ns": a, "loop_insn_ns": b})
+                    try:
+                        real_runs[name] += run_real(exp, 1, fails[name], cal, trace=st.trace)
+                    except TimeoutError:
+                        pass  # run_real put its message in fails[name]
+                    except (ValueError, RuntimeError, OSError) as e:
+                        st.fail(name, e)
+                        dropped.add(name)
                 done += 1
                 bar.update(1)
             bar.write(f"round {rnd + 1}/{trials}: {done}/{n_trials} real trials")
@@ -987,34 +919,18 @@ def _interleaved(
     try:
         for k, exp in enumerate(live):
             name = names[id(exp)]
-            if any(name == f for f, _ in failed):
-                bar.update(1)
-                continue
             runs = real_runs[name]
-            if not runs:
+            if name in dropped:
+                pass
+            elif not runs:
                 msg = fails[name][-1] if fails[name] else "no real trial"
-                no_real.append((name, msg))
+                st.no_real.append((name, msg))
                 bar.write(f"{name}: every real trial missed its deadline: {msg}")
             else:
-                _compare_cell(
-                    exp,
-                    runs,
-                    fails[name],
-                    seeds,
-                    span,
-                    load,
-                    trace,
-                    host_speed,
-                    speed_step,
-                    frames,
-                    failed,
-                    cell_cals,
-                    bar,
-                    f"[{k + 1}/{len(live)}] ",
-                )
+                st.compare_cell(exp, runs, fails[name], span, f"[{k + 1}/{len(live)}] ")
             bar.update(1)
     except KeyboardInterrupt as e:
-        keep_partial(e, result(), call="twins.grid", done=len(frames), total=len(live), unit="cells")
+        keep_partial(e, result(), call="twins.grid", done=len(st.frames), total=len(live), unit="cells")
         raise
     if not keep_runs:
         real_runs.clear()
