@@ -10,6 +10,9 @@ from vcpulab.cli._common import _quality_line
 from vcpulab.cli._kvm import _steal_table
 from vcpulab.cli._sim import _closed
 
+#: runs of each halt-polling measurement at most, while other tasks disturb them
+DEMO_TRIES = 3
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
@@ -28,18 +31,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
         r.samples.write_parquet(out / "kvm_steal_samples.parquet")
         written.append(out / "kvm_steal_samples.parquet")
         print("\n== real KVM: halt polling, host -> vCPU messages 50 us after each halt")
-        for poll in (0, 200_000):
-            from vcpulab import _core
+        from vcpulab import _core
 
-            cpus = sorted(_core.allowed_cpus())
-            pp = run(
-                MsiPingPong(rounds=500, gap_us=50),
-                vcpus=1,
-                pcpus=cpus[-1:],
-                duration_s=10,
-                halt_poll_ns=poll,
-                warn_quality=False,
-            )
+        cpus = sorted(_core.allowed_cpus())
+        for poll in (0, 200_000):
+            # a run another task disturbed says little about halt polling (KVM stops polling
+            # while another task is runnable on the CPU): measure again, at most DEMO_TRIES times
+            for attempt in range(1, DEMO_TRIES + 1):
+                pp = run(
+                    MsiPingPong(rounds=500, gap_us=50),
+                    vcpus=1,
+                    pcpus=cpus[-1:],
+                    duration_s=10,
+                    halt_poll_ns=poll,
+                    warn_quality=False,
+                )
+                if not pp.quality.disturbed or attempt == DEMO_TRIES:
+                    break
+                print(
+                    f"  halt_poll_ns={poll:>6}: run {attempt} disturbed by other tasks on CPU {cpus[-1]}; measuring again"
+                )
             res = pp.results.row(0, named=True)
             last = pp.samples.filter(pp.samples["t_ns"] == pp.samples["t_ns"].max()).row(0, named=True)
             print(
@@ -47,10 +58,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"successful polls {last['halt_successful_poll']} of {last['halt_exits']} halts"
             )
             print("    " + _quality_line(pp).replace("\n", "\n    "))
-            if poll and pp.quality.disturbed:
+            if pp.quality.disturbed:
                 print(
-                    "    (KVM stops polling while another task is runnable on the vCPU's CPU: "
-                    "few successful polls here say more about that load than about halt polling)"
+                    f"    (disturbed in all {DEMO_TRIES} runs: this machine is busy. KVM stops polling while "
+                    "another task is runnable on the vCPU's CPU, so these numbers say more about that load "
+                    "than about halt polling; run the demo again on a quiet machine)"
                 )
     except KvmUnavailableError as e:
         print(f"(skipping the real-KVM part: {e})")
