@@ -411,6 +411,9 @@ def test_attach_traces_another_process(traceable, tmp_path) -> None:  # type: ig
         assert cli.returncode == 0, cli.stderr
         assert "exits by reason" in cli.stdout and "wake-up to run" in cli.stdout, cli.stdout
         assert dict(pl.read_parquet(out / "halts.parquet").schema) == tracing.HALTS_SCHEMA
+        # an empty exit table says why (an idle-ticking guest's exits are all handled in the kernel)
+        no_exits = pl.read_parquet(out / "exits.parquet").height == 0
+        assert ("(no exits to user space in the trace:" in cli.stdout) == no_exits, cli.stdout
         # --json: one object on stdout saying what was traced and written, the tables on stderr
         jout = tmp_path / "tj"
         cli = subprocess.run(

@@ -259,6 +259,14 @@ def _watch(a: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+#: why a trace's exit table can be empty, by its exits source (docs/tracing.md, "Run.exits")
+_NO_EXITS_WHY = {
+    "kvm_userspace_exit": "only exits to the VMM's user space are rows; those KVM handles in the kernel "
+    "(halts, interrupts, in-kernel MMIO, instruction emulation) are not (docs/tracing.md); halts are below",
+    "": "exits KVM handles in the kernel are not rows (docs/tracing.md); halts are below",
+}
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     """Traces another process's vCPU threads for a while (docs/tracing.md) and
     prints exits by reason, halts and wake-up latency per vCPU."""
@@ -281,6 +289,10 @@ def cmd_trace(args: argparse.Namespace) -> int:
     ):
         say(f"exits by reason (from {info['exits_source']}):")
         say(exits_by_reason(f.exits).select("reason", "count", "handling_p50_ns", "handling_p99_ns"))
+        if f.exits.height == 0:
+            say(
+                f"  (no exits to user space in the trace: {_NO_EXITS_WHY.get(info['exits_source'], _NO_EXITS_WHY[''])})"
+            )
         h = (
             f.halts.group_by("vcpu")
             .agg(
