@@ -1,7 +1,7 @@
 """Assertions for experiment frames, for tests written the way a user would.
 
     from vcpulab.testing import assert_between, assert_monotonic
-    assert_between(run.steal_fraction(), "steal_fraction", 0.3, 0.7)
+    assert_between(r.steal_fraction(), "steal_fraction", 0.3, 0.7)   # r: a vcpulab.experiment.Run
 
 Each failure names the column, the bound and the offending rows.
 
@@ -11,12 +11,16 @@ failed check: a failure on a clean run fails the test; a failure on a
 disturbed run is measured again, a bounded number of times, and if every try
 was disturbed the test is skipped with the measured disturbance as the reason::
 
+    import polars as pl
+    from vcpulab.experiment import MsiPingPong, run
     from vcpulab.testing import remeasure
 
     def test_polling_catches_wakeups(kvm_host):
         def check(r):
-            assert r.results["success_frac"][0] > 0.5
-        remeasure(lambda: run(MsiPingPong(), vcpus=1, pcpus=[1], warn_quality=False),
+            polled, halts = r.deltas().select(pl.sum("halt_successful_poll"), pl.sum("halt_exits")).row(0)
+            assert polled > 0.5 * halts, f"{polled} of {halts} halts polled"
+        remeasure(lambda: run(MsiPingPong(gap_us=50), vcpus=1, pcpus=[1], halt_poll_ns=200_000,
+                              warn_quality=False),
                   check, quality=lambda r: r.quality)
 """
 

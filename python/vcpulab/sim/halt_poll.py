@@ -17,7 +17,9 @@ like the real vCPU stats (``vcpulab.experiment.Run.samples``)::
     r.stats            # one row per vCPU: halt_exits, halt_successful_poll, …
     hp.idle_study()    # [S5]: host CPU spent polling, by policy
 
-Policies: ``"off"``, ``"fixed"`` (always poll up to the maximum, Feb 2015),
+Policies (``POLICIES``): ``"off"``, ``"fixed"`` (always poll up to the maximum,
+Feb 2015), ``"dynamic-v3"`` (2015 v3: an idle vCPU's window oscillating
+0 → 500 µs → … → 4 ms → 0 as the review describes it; reconstructed here),
 ``"dynamic-v4"`` (2015 v4: grow when the interrupt arrived while polling,
 shrink when idle; never merged, reconstructed here), ``"block-time"``
 (upstream since v4.3: decide from the length of the whole halt).

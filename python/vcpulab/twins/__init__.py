@@ -10,7 +10,8 @@ experiment) are run side by side and compared metric by metric::
     cal = twins.calibrate()                        # ~10 s of real KVM, cached per process
     exp = twins.Experiment(SpinLock(kind="ticket", hold=50, think=50), vcpus=3, pcpus=(0,))
     cfg = twins.twin(exp, cal)                     # the simulated configuration
-    cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err
+    cmp = twins.compare(exp, trials=3, seeds=3)    # polars: metric, real ± CI, sim ± CI, rel_err, …
+    print(cmp.select("metric", "unit", "real", "sim", "rel_err"))  # the frame has ~30 columns
 
 **What the twin is built from** (no per-cell factor anywhere):
 
