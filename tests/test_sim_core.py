@@ -229,9 +229,17 @@ def test_python_policy_errors_reach_python():
     def boom(spinner, cands):
         raise ZeroDivisionError("policy bug")
 
-    cfg = small(policy=P.python(boom), ple=sim.Ple.fixed()).with_path("host.n_pcpus", 2)
-    with pytest.raises(ZeroDivisionError, match="policy bug"):
+    cfg = small(policy=P.python(boom, name="boom"), ple=sim.Ple.fixed()).with_path("host.n_pcpus", 2)
+    with pytest.raises(ZeroDivisionError, match="policy bug") as ei:
         sim.run(cfg)
+    # its own type, the call named as a real run under vcpulab's scheduler names it, the original as the cause
+    msg = str(ei.value)
+    assert "VM 0's policy 'boom' raised on the pause-loop exit of vCPU " in msg and " ns simulated: " in msg
+    assert isinstance(ei.value.__cause__, ZeroDivisionError) and str(ei.value.__cause__) == "policy bug"
+    # in a sweep, the point is a note on it
+    with pytest.raises(ZeroDivisionError, match="policy bug") as ei:
+        sim.sweep(cfg, {"seed": [1]}, progress=False)
+    assert getattr(ei.value, "__notes__", []) == ["in sweep point 0"]
 
     def bad(spinner, cands):
         return spinner.index  # not a candidate

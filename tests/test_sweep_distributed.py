@@ -370,7 +370,10 @@ def test_failed_points_are_recorded_with_their_error_and_retried(tmp_path):
         assert df.height == 4
         bad = df.filter(pl.col("error").is_not_null())
         assert bad["vms.0.policy"].to_list() == ["python:flaky", "python:flaky"]
-        assert bad["error"].str.starts_with("ValueError: a directed-yield policy returned 99").all()
+        # the error names where the policy failed (which of the VMs sharing it, the vCPU, the instant)
+        assert bad["error"].str.starts_with("ValueError: directed-yield policy failed: VM ").all()
+        assert bad["error"].str.contains("'s policy 'flaky' raised on the pause-loop exit of vCPU ", literal=True).all()
+        assert bad["error"].str.contains("a directed-yield policy returned 99", literal=True).all()
         assert bad["ops"].null_count() == 2  # no metrics for a failed point
         assert df.filter(pl.col("error").is_null())["ops"].null_count() == 0
         assert len(files(tmp_path)) == 4  # failed points are on disk too

@@ -233,11 +233,19 @@ fn maker(
     }
 }
 
-/// The policy's own Python exception where one was kept, else the error's
-/// one conversion (`src/py/errors.rs`).
-fn to_pyerr(e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
-    if let Some(pe) = stored.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        return pe;
+/// The policy's own Python exception where one was kept, raised as its own
+/// type with the failing call named (VM, policy, vCPU, simulated time) and the
+/// original as its cause (as a real run under vcpulab's scheduler raises it,
+/// `src/py/experiment.rs`); else the error's one conversion (`src/py/errors.rs`).
+fn to_pyerr(py: Python<'_>, e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
+    if let Some(orig) = stored.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let new = orig
+            .get_type(py)
+            .call1((e.to_string(),))
+            .map(PyErr::from_value)
+            .unwrap_or_else(|_| PyValueError::new_err(e.to_string()));
+        new.set_cause(py, Some(orig));
+        return new;
     }
     PyErr::from(e)
 }
@@ -325,7 +333,7 @@ fn sim_run<'py>(
     }
     match res {
         Ok(r) => result_to_dict(py, r),
-        Err(e) => Err(to_pyerr(e, &err)),
+        Err(e) => Err(to_pyerr(py, e, &err)),
     }
 }
 
@@ -401,9 +409,13 @@ fn sim_sweep<'py>(
         match r {
             Ok(r) => out.append(result_to_dict(py, r)?)?,
             Err(e) => {
-                let pe = to_pyerr(e, &errs[i]);
-                let msg = format!("sweep point {i}: {}", pe.value(py));
-                return Err(if pe.is_instance_of::<PyValueError>(py) { PyValueError::new_err(msg) } else { pe });
+                let pe = to_pyerr(py, e, &errs[i]);
+                if pe.is_instance_of::<PyValueError>(py) {
+                    return Err(PyValueError::new_err(format!("sweep point {i}: {}", pe.value(py))));
+                }
+                // another type (a Python policy's own exception) keeps its type; the point is a note
+                let _ = pe.add_note(py, format!("in sweep point {i}"));
+                return Err(pe);
             }
         }
     }

@@ -222,7 +222,13 @@ impl Sim {
             t = ctx.t;
             yielded = ctx.yielded;
             if let Err(e) = res {
-                self.error = Some(e);
+                // where it failed, as the real scheduler says it (src/kvm/sched)
+                let name = &self.vms[vm].cfg.policy.name;
+                self.error = Some(format!(
+                    "VM {vm}'s policy '{name}' raised on the pause-loop exit of vCPU {} at {} ns simulated: {e}",
+                    v - vcpu0,
+                    self.now
+                ));
             }
         }
         let boost = if yielded { std::mem::replace(&mut self.wake.boost_task, NO_TASK) } else { NO_TASK };
