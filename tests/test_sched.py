@@ -529,12 +529,21 @@ def test_bad_scheduler_arguments_are_refused_before_anything_runs(
     assert time.monotonic() - t0 < 0.5
 
 
+def test_directed_yield_spin_threshold_is_the_former_name_of_spin_window() -> None:
+    with pytest.warns(DeprecationWarning, match=r"spin_threshold=.*use spin_window="):
+        old = sched.directed_yield(P.upstream(), spin_threshold=32)
+    assert old == sched.directed_yield(P.upstream(), spin_window=32)
+    assert old.spin_window == 32
+    with pytest.raises(TypeError, match="spin_threshold= and spin_window="):
+        sched.directed_yield(P.upstream(), spin_threshold=32, spin_window=32)
+
+
 @pytest.mark.parametrize(
     "make, match",
     [
         (lambda: sched.round_robin(slice_us=0), "slice_us"),
         (lambda: sched.relaxed_co(skew_us=-1), "skew_us"),
-        (lambda: sched.directed_yield(P.upstream(), spin_threshold=0), "spin_window"),
+        (lambda: sched.directed_yield(P.upstream(), spin_window=0), "spin_window"),
         (lambda: sched.directed_yield(42), "policy must be"),
         (lambda: sched.directed_yield("no_such_policy"), "no_such_policy"),
         (lambda: sched.gang(max_decisions=0), "max_decisions"),

@@ -75,7 +75,7 @@ from typing import Any, ClassVar
 import polars as pl
 
 from vcpulab import _core
-from vcpulab._checks import check_float, check_int
+from vcpulab._checks import check_float, check_int, renamed_since
 
 __all__ = [
     "Balance",
@@ -363,9 +363,18 @@ def pinned(slice_us: float = 4000.0, **kw: Any) -> Pinned:
     return Pinned(slice_us=slice_us, **kw)
 
 
+#: the date ``directed_yield(spin_threshold=)`` became ``spin_window=``, the field's name
+SPIN_WINDOW_RENAMED = "2026-12-07"
+
+
+@renamed_since(
+    SPIN_WINDOW_RENAMED,
+    "one name for the pv spin window: DirectedYield.spin_window",
+    spin_threshold="spin_window",
+)
 def directed_yield(
     policy: Any,
-    spin_threshold: int = 64,
+    spin_window: int = 64,
     slice_us: float = 4000.0,
     *,
     spin_grow: int = 2,
@@ -377,11 +386,14 @@ def directed_yield(
     [`vcpulab.sim.Policy`][vcpulab.sim.Policy], a policy name, or a callable
     ``fn(spinner, candidates)`` as [`vcpulab.sim.policies.python`][vcpulab.sim.policies.python] takes)
     chooses a candidate and the spinner's token goes to it. The spin
-    threshold (``DirectedYield.spin_window``) grows and shrinks as
-    ``ple_window`` does."""
+    window (``spin_window``: failed spin-lock iterations before a pv spin
+    exit, the guest's counterpart of ``ple_window``) grows by ``spin_grow``
+    and shrinks by ``spin_shrink`` as ``ple_window`` does, up to
+    ``spin_max``. ``spin_threshold=`` is its former name (deprecated since
+    2026-12-07)."""
     return DirectedYield(
         policy=policy,
-        spin_window=spin_threshold,
+        spin_window=spin_window,
         slice_us=slice_us,
         spin_grow=spin_grow,
         spin_shrink=spin_shrink,
