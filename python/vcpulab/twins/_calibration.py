@@ -79,8 +79,8 @@ def _cost_pair(cpu: int) -> tuple[float, float, list[tuple[int, int, int, int, i
 
 def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
     """Measure this host's costs on host CPU ``cpu`` (default: the last one this
-    process may use), about 10 s of real KVM; cached per process (``refresh``
-    measures again).
+    process may use), about 10 s of real KVM (11 s on the project's 2-CPU host,
+    5 of them step 5's speed probe); cached per process (``refresh`` measures again).
 
     1. Instruction costs: a 1-vCPU TAS ``SpinLock`` with a short (hold = think
        = 5) and a long (400) loop, a fixed number of iterations each, five
@@ -92,13 +92,13 @@ def calibrate(cpu: int | None = None, *, refresh: bool = False) -> Calibration:
        [`guest_path`][vcpulab.twins.guest_path], totals from KVM's ``insn_emulation`` stat); the two
        runs give both costs. CPU time, not wall time, so another task on the
        CPU does not inflate it.
-    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``,
-       ``ipi_wake_spread``).
     2. Wake-up latencies: ``MsiPingPong`` on ``cpu`` (the host driver on the
        other CPU), 300 rounds 200 µs apart with halt polling off (every halt
        blocks) and 300 rounds 20 µs apart with a 200 µs maximum (polls catch
        them): median round trip minus the guest's instructions per round
        (``insn_emulation`` / rounds × ``path_insn_ns``).
+    3. IPI delivery: `_calibrate_ipi` (``ipi_wake_ns``, ``ipi_round_insns``,
+       ``ipi_wake_spread``).
     4. vcpulab's scheduler: `_calibrate_sched` (``uexit_ns``,
        ``sched_handoff_ns``, ``spin_iter_ns``, ``token_slice_exit_ns``,
        ``token_slice_exit_spread``), `_calibrate_wake_poll`

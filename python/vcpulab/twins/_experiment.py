@@ -40,7 +40,7 @@ class Experiment:
         halt_poll_ns: per-VM maximum halt-poll time; None = the module parameter.
         scheduler: who schedules the vCPU threads ([`vcpulab.sched`][vcpulab.sched]; None:
             the host's kernel). Under vcpulab's scheduler the vCPUs share
-            ``cpus`` (its run tokens), whatever ``pinning`` says.
+            ``pcpus`` (its run tokens), whatever ``pinning`` says.
         homes: under [`sched.pinned`][vcpulab.sched.pinned], vCPU i's home
             CPU, one of ``pcpus`` (``run(placement=[[h] for h in homes])``);
             None (the default): ``pcpus[i mod n]``, the scheduler's own
