@@ -364,11 +364,11 @@ def pinned(slice_us: float = 4000.0, **kw: Any) -> Pinned:
 
 
 #: the date ``directed_yield(spin_threshold=)`` became ``spin_window=``, the field's name
-SPIN_WINDOW_RENAMED = "2026-12-07"
+_SPIN_WINDOW_RENAMED = "2026-12-07"
 
 
 @renamed_since(
-    SPIN_WINDOW_RENAMED,
+    _SPIN_WINDOW_RENAMED,
     "one name for the pv spin window: DirectedYield.spin_window",
     spin_threshold="spin_window",
 )
