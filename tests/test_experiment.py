@@ -23,7 +23,9 @@ from vcpulab.testing import remeasure
 @pytest.mark.parametrize("kind", ["tas", "ticket"])
 @pytest.mark.parametrize("pcpus", [[0], [0, 1]], ids=["1cpu", "2cpus"])
 def test_mutual_exclusion_holds_under_overcommit(kvm_host: Host, kind: str, pcpus: list[int]) -> None:
-    r = run(SpinLock(kind=kind, hold=40, think=40), vcpus=4, pcpus=pcpus, duration_s=0.4, host=kvm_host)
+    r = run(
+        SpinLock(kind=kind, hold=40, think=40), vcpus=4, pcpus=pcpus, duration_s=0.4, host=kvm_host, warn_quality=False
+    )
     res = r.results
     acq = res["acquisitions"]
     print(f"{kind} on {pcpus}: acquisitions {acq.to_list()}, counter {res['counter'][0]}")
@@ -230,7 +232,7 @@ def test_idle_ticks_at_250hz(kvm_host: Host) -> None:
 
 def test_a_run_that_never_finishes_stops_at_its_deadline(kvm_host: Host) -> None:
     t0 = time.monotonic()
-    r = run(IdleTicks(hz=1000), vcpus=3, pcpus=[0], duration_s=0.3, host=kvm_host)
+    r = run(IdleTicks(hz=1000), vcpus=3, pcpus=[0], duration_s=0.3, host=kvm_host, warn_quality=False)
     assert time.monotonic() - t0 < 2.0
     assert r.threads.height == 3
     assert set(r.threads["outcome"]) == {"deadline"}

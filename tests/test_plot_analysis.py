@@ -249,7 +249,7 @@ def test_results_show_html_summaries_with_provenance(kvm_host) -> None:  # type:
     assert (
         prov["seed"] == 3 and prov["config_hash"] == r.config_hash and "halt_poll_ns" in str(prov["kvm_module_params"])
     )
-    real = run(Spin(), vcpus=1, duration_s=0.05, host=kvm_host)
+    real = run(Spin(), vcpus=1, duration_s=0.05, host=kvm_host, warn_quality=False)
     assert "real-KVM run" in real._repr_html_()
     assert real.config["provenance"]["kernel_release"] == prov["kernel_release"]
     assert "KVM host" in kvm_host._repr_html_()
@@ -261,7 +261,7 @@ def test_real_run_plots_label_vcpus_draw_the_fair_share_and_separate_stats(kvm_h
     from vcpulab.experiment import Spin, run
     from vcpulab.plot import fair_share_steal_fraction, stats_over_time, steal_over_time
 
-    r = run(Spin(), vcpus=4, pcpus=[0], duration_s=0.2, sample_every_s=0.02, host=kvm_host)
+    r = run(Spin(), vcpus=4, pcpus=[0], duration_s=0.2, sample_every_s=0.02, host=kvm_host, warn_quality=False)
     assert fair_share_steal_fraction(r) == pytest.approx(0.75)
     assert fair_share_steal_fraction({(0, 0): [0, 1], (0, 1): [1]}) == 0.0
     fig = steal_over_time(r)
