@@ -59,6 +59,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// A Python policy's own exception `orig`, raised as its own type with
+/// `msg` (the core error, which names the failing call) and `orig` as its
+/// cause; a ValueError with `msg` where the type cannot be built from one
+/// string. Both the simulator's and the real scheduler's bindings use it.
+pub(crate) fn policy_error(py: Python<'_>, orig: PyErr, msg: String) -> PyErr {
+    let new =
+        orig.get_type(py).call1((msg.clone(),)).map(PyErr::from_value).unwrap_or_else(|_| PyValueError::new_err(msg));
+    new.set_cause(py, Some(orig));
+    new
+}
+
 impl From<&kvm::Error> for PyErr {
     fn from(e: &kvm::Error) -> PyErr {
         let msg = e.to_string();

@@ -227,14 +227,7 @@ fn run_experiment<'py>(
         Err(e) => {
             // a Python policy's own exception, raised as itself with the call named
             if let Some(orig) = policy_err.and_then(|p| p.lock().unwrap_or_else(|p| p.into_inner()).take()) {
-                let msg = format!("{e}");
-                let new = orig
-                    .get_type(py)
-                    .call1((msg,))
-                    .map(|v| PyErr::from_value(v))
-                    .unwrap_or_else(|_| PyValueError::new_err(e.to_string()));
-                new.set_cause(py, Some(orig));
-                return Err(new);
+                return Err(crate::py::errors::policy_error(py, orig, e.to_string()));
             }
             return Err(e.into());
         }

@@ -239,13 +239,7 @@ fn maker(
 /// `src/py/experiment.rs`); else the error's one conversion (`src/py/errors.rs`).
 fn to_pyerr(py: Python<'_>, e: SimError, stored: &Arc<Mutex<Option<PyErr>>>) -> PyErr {
     if let Some(orig) = stored.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        let new = orig
-            .get_type(py)
-            .call1((e.to_string(),))
-            .map(PyErr::from_value)
-            .unwrap_or_else(|_| PyValueError::new_err(e.to_string()));
-        new.set_cause(py, Some(orig));
-        return new;
+        return super::errors::policy_error(py, orig, e.to_string());
     }
     PyErr::from(e)
 }
